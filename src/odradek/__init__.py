@@ -1,0 +1,3 @@
+"""Odradek: a replicated streaming log that speaks the Apache Kafka wire protocol."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,196 @@
+"""A broker process: wires storage, ZooKeeper metadata, the controller and the server.
+
+Start-up follows Kafka's order: recover local logs, bind the listener (not yet serving),
+connect to ZooKeeper and register ``/brokers/ids/N``, load metadata, start the
+controller election, then start serving requests. Shutdown reverses it and flushes
+every log so the next start needs no recovery scan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from odradek.broker import handlers_admin, handlers_data, handlers_meta
+from odradek.broker.controller import Controller
+from odradek.broker.metadata_image import MetadataImage
+from odradek.broker.metadata_store import MetadataStore
+from odradek.broker.replica_manager import ReplicaManager
+from odradek.broker.server import CloseConnection, KafkaConnection, start_listener
+from odradek.config import BrokerConfig, log_config_for_topic
+from odradek.protocol.codec import (
+    InvalidRequest, UnsupportedVersion, api_versions_error_response, decode_request,
+    encode_response,
+)
+from odradek.protocol.versions import api_name
+from odradek.storage.log import LogConfig
+from odradek.zk import znodes
+from odradek.zk.client import connect_zk
+
+log = logging.getLogger(__name__)
+
+HANDLERS: dict[int, Any] = {
+    0: handlers_data.handle_produce,
+    1: handlers_data.handle_fetch,
+    2: handlers_data.handle_list_offsets,
+    3: handlers_meta.handle_metadata,
+    18: handlers_meta.handle_api_versions,
+    19: handlers_admin.handle_create_topics,
+    20: handlers_admin.handle_delete_topics,
+    32: handlers_admin.handle_describe_configs,
+    37: handlers_admin.handle_create_partitions,
+    60: handlers_meta.handle_describe_cluster,
+}
+
+HW_CHECKPOINT_INTERVAL_S = 5.0  # replica.high.watermark.checkpoint.interval.ms
+_LOG_CONFIG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.image = MetadataImage()
+        host, port = config.advertised_endpoint()
+        self.advertised_host, self.advertised_port = host, port
+        self.replicas = ReplicaManager(self.broker_id, Path(config.log_dirs[0]),
+                                       self.log_config_for)
+        self.zk: KazooClient | None = None
+        self.store: MetadataStore | None = None
+        self.controller: Controller | None = None
+        self.connections: set[KafkaConnection] = set()
+        self._server: asyncio.Server | None = None
+        self._image_waiters: list[asyncio.Future[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.stopped = asyncio.Event()
+
+    # ------------------------------------------------------------------ configs
+    def log_config_for(self, topic: str) -> LogConfig:
+        info = self.image.topics.get(topic)
+        values = log_config_for_topic(self.config, info.configs if info else {})
+        return LogConfig(**{k: v for k, v in values.items() if k in _LOG_CONFIG_FIELDS})
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        t0 = time.monotonic()
+        self.replicas.load_logs()
+        log.info("logs loaded in %.2f s", time.monotonic() - t0)
+        bind_host, bind_port = self._bind_address()
+        self._server = await start_listener(bind_host, bind_port, self.dispatch,
+                                            self.config.socket_request_max_bytes,
+                                            self.connections)
+        session_s = self.config.zookeeper_session_timeout_ms / 1000
+        self.zk = await asyncio.to_thread(
+            connect_zk, self.config.zookeeper_connect, source_ip=self.advertised_host,
+            session_timeout_s=session_s,
+            timeout_s=self.config.zookeeper_connection_timeout() / 1000)
+        registration = znodes.BrokerRegistration.plaintext(self.broker_id, self.advertised_host,
+                                                           self.advertised_port)
+        self.store = MetadataStore(self.zk, self.broker_id, registration, self._publish)
+        self.controller = Controller(self.zk, self.broker_id)
+        self.store.listeners.append(self.controller.on_event)
+        # A stale registration from our own previous (killed) session lasts at most one
+        # session timeout.
+        await asyncio.to_thread(self.store.start, session_s * 2 + 5)
+        self.controller.start()
+        await self._server.start_serving()
+        self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
+        log.info("broker %d serving on %s:%d (advertised %s:%d)", self.broker_id, bind_host,
+                 bind_port, self.advertised_host, self.advertised_port)
+
+    def _bind_address(self) -> tuple[str, int]:
+        endpoints = self.config.listener_endpoints()
+        if not endpoints:
+            raise ValueError("listeners is empty")
+        _, host, port = endpoints[0]
+        return host, port
+
+    async def shutdown(self) -> None:
+        log.info("broker %d shutting down", self.broker_id)
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        for t in self._tasks:
+            t.cancel()
+        if self.controller is not None:
+            await asyncio.to_thread(self.controller.stop)
+        if self.store is not None:
+            await asyncio.to_thread(self.store.stop)
+        if self.zk is not None:
+            zk = self.zk
+            await asyncio.to_thread(lambda: (zk.stop(), zk.close()))
+        self.replicas.shutdown()
+        self.stopped.set()
+        log.info("broker %d stopped", self.broker_id)
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(HW_CHECKPOINT_INTERVAL_S)
+            try:
+                self.replicas.checkpoint_high_watermarks()
+            except Exception:
+                log.exception("high-watermark checkpoint failed")
+
+    # ------------------------------------------------------------------ metadata
+    def _publish(self, image: MetadataImage) -> None:
+        """Called from the metadata thread."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._apply_image, image)
+
+    def _apply_image(self, image: MetadataImage) -> None:
+        self.image = image
+        try:
+            self.replicas.apply_image(image)
+        except Exception:
+            log.exception("applying metadata failed")
+        waiters, self._image_waiters = self._image_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_for_image(self, timeout_s: float) -> None:
+        if timeout_s <= 0:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._image_waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            pass
+
+    # ------------------------------------------------------------------ requests
+    def dispatch(self, frame: bytes) -> Any:
+        """Decode one request frame and run its handler (see server.KafkaConnection)."""
+        try:
+            header, req = decode_request(frame)
+        except UnsupportedVersion as e:
+            if e.header.api_key == 18:
+                return api_versions_error_response(e.header)
+            raise CloseConnection(str(e)) from None
+        except InvalidRequest as e:
+            raise CloseConnection(f"invalid request: {e}") from None
+        handler = HANDLERS.get(header.api_key)
+        if handler is None:  # pragma: no cover - SERVED and HANDLERS are kept in step
+            raise CloseConnection(f"no handler for {api_name(header.api_key)}")
+        result = handler(self, header, req)
+        if isinstance(result, Coroutine):
+            return self._encode_later(header, result)
+        if result is None or isinstance(result, (bytes, list)):
+            return result
+        return encode_response(header, result)
+
+    async def _encode_later(self, header: Any, coro: Coroutine[Any, Any, Any]) -> Any:
+        result = await coro
+        if result is None or isinstance(result, (bytes, list)):
+            return result
+        return encode_response(header, result)

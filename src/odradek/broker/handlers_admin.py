@@ -1,0 +1,193 @@
+"""CreateTopics, DeleteTopics, CreatePartitions and DescribeConfigs.
+
+Every broker answers admin requests (Kafka forwards them to the controller; with
+ZooKeeper as the store any broker can write the znodes, and the controller reacts to the
+watch). Writes go to ZooKeeper in a worker thread; with ``timeout_ms > 0`` the response
+waits until this broker's metadata image reflects the change, so a client that creates a
+topic and then produces finds a leader (Kafka does the same).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from odradek.broker.metadata_image import MetadataImage
+from odradek.broker.responses import part, response
+from odradek.broker.topic_admin import (
+    add_partitions, create_topic, mark_topic_for_deletion, plan_new_topic,
+)
+from odradek.config import describe_broker_config, describe_topic_config, validate_topic_configs
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol.codec import RequestHeaderInfo
+
+if TYPE_CHECKING:
+    from odradek.broker.broker import Broker
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+
+async def _wait_image(broker: Broker, ready: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready(broker.image) and time.monotonic() < deadline:
+        await broker.wait_for_image(deadline - time.monotonic())
+
+
+def _leaders_ready(names: list[str]) -> Any:
+    def ready(image: MetadataImage) -> bool:
+        for n in names:
+            t = image.topics.get(n)
+            if t is None or any(p.leader < 0 for p in t.partitions.values()):
+                return False
+        return True
+    return ready
+
+
+# =============================================================================== CreateTopics
+async def handle_create_topics(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    counts = Counter(t.name for t in req.topics)
+    results = []
+    created: list[str] = []
+    for t in req.topics:
+        kw: dict[str, Any] = dict(name=t.name, error_code=ErrorCode.none, error_message=None,
+                                  topic_config_error_code=0, num_partitions=-1,
+                                  replication_factor=-1, configs=None)
+        try:
+            if counts[t.name] > 1:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 f"Create topics request from client `{header.client_id}` "
+                                 f"contains multiple entries for the following topics: {t.name}")
+            configs = validate_topic_configs({c.name: c.value for c in t.configs})
+            manual = {a.partition_index: list(a.broker_ids) for a in t.assignments}
+            plan = plan_new_topic(t.name, int(t.num_partitions), int(t.replication_factor),
+                                  manual or None, configs, broker.image.live_broker_ids(),
+                                  broker.config.num_partitions,
+                                  broker.config.default_replication_factor)
+            if t.name in broker.image.topics:
+                raise KafkaError(ErrorCode.topic_already_exists,
+                                 f"Topic '{t.name}' already exists.")
+            if not req.validate_only:
+                await asyncio.to_thread(create_topic, broker.zk, plan)
+                created.append(t.name)
+            kw.update(num_partitions=plan.num_partitions,
+                      replication_factor=plan.replication_factor)
+            if v >= 5:
+                entries = describe_topic_config(broker.config, configs)
+                kw["configs"] = tuple(
+                    part(19, v, "CreatableTopicConfigs", name=e.name, value=e.value,
+                         read_only=e.read_only, config_source=e.source,
+                         is_sensitive=e.is_sensitive) for e in entries)
+        except KafkaError as e:
+            kw.update(error_code=e.code, error_message=e.message or None)
+        results.append(part(19, v, "CreatableTopicResult", **kw))
+    timeout_s = req.timeout.total_seconds()
+    if created and timeout_s > 0:
+        await _wait_image(broker, _leaders_ready(created), timeout_s)
+    return response(19, v, throttle_time=0, topics=tuple(results))
+
+
+# =============================================================================== DeleteTopics
+async def handle_delete_topics(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    names = list(req.topic_names)
+    results = []
+    deleting: list[str] = []
+    for name in names:
+        code = ErrorCode.none
+        try:
+            if not broker.config.delete_topic_enable:
+                raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable=false")
+            await asyncio.to_thread(mark_topic_for_deletion, broker.zk, name)
+            deleting.append(name)
+        except KafkaError as e:
+            code = e.code
+        results.append(part(20, v, "DeletableTopicResult", name=name, error_code=code,
+                            error_message=None))
+    timeout_s = req.timeout.total_seconds()
+    if deleting and timeout_s > 0:
+        await _wait_image(broker, lambda im: not any(n in im.topics for n in deleting), timeout_s)
+        gone = broker.image
+        results = [part(20, v, "DeletableTopicResult", name=r.name,
+                        error_code=(ErrorCode.request_timed_out
+                                    if r.name in deleting and r.name in gone.topics
+                                    else r.error_code), error_message=None)
+                   for r in results]
+    return response(20, v, throttle_time=0, responses=tuple(results))
+
+
+# =============================================================================== CreatePartitions
+async def handle_create_partitions(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    results = []
+    changed: list[tuple[str, int]] = []
+    counts = Counter(t.name for t in req.topics)
+    for t in req.topics:
+        code, msg = ErrorCode.none, None
+        try:
+            if counts[t.name] > 1:
+                raise KafkaError(ErrorCode.invalid_request, "Duplicate topic in request.")
+            manual = ([list(a.broker_ids) for a in t.assignments]
+                      if t.assignments is not None else None)
+            await asyncio.to_thread(add_partitions, broker.zk, t.name, int(t.count), manual,
+                                    broker.image.live_broker_ids(), bool(req.validate_only))
+            if not req.validate_only:
+                changed.append((t.name, int(t.count)))
+        except KafkaError as e:
+            code, msg = e.code, e.message or None
+        results.append(part(37, v, "CreatePartitionsTopicResult", name=t.name, error_code=code,
+                            error_message=msg))
+    timeout_s = req.timeout.total_seconds()
+    if changed and timeout_s > 0:
+        def ready(im: MetadataImage) -> bool:
+            return all(n in im.topics and len(im.topics[n].partitions) >= c
+                       and all(p.leader >= 0 for p in im.topics[n].partitions.values())
+                       for n, c in changed)
+        await _wait_image(broker, ready, timeout_s)
+    return response(37, v, throttle_time=0, results=tuple(results))
+
+
+# =============================================================================== DescribeConfigs
+def handle_describe_configs(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    include_synonyms = bool(getattr(req, "include_synonyms", False))
+    include_docs = bool(getattr(req, "include_documentation", False))
+    results = []
+    for res in req.resources:
+        kw: dict[str, Any] = dict(error_code=ErrorCode.none, error_message=None,
+                                  resource_type=res.resource_type,
+                                  resource_name=res.resource_name, configs=())
+        try:
+            if res.resource_type == RESOURCE_TOPIC:
+                topic = broker.image.topics.get(res.resource_name)
+                if topic is None:
+                    raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                     f"Topic '{res.resource_name}' does not exist.")
+                entries = describe_topic_config(broker.config, topic.configs)
+            elif res.resource_type == RESOURCE_BROKER:
+                if res.resource_name not in ("", str(broker.broker_id)):
+                    raise KafkaError(ErrorCode.invalid_request,
+                                     f"Unexpected broker id, expected {broker.broker_id} or "
+                                     f"empty string, but received {res.resource_name}")
+                entries = describe_broker_config(broker.config)
+            else:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 f"Unsupported resource type {res.resource_type}")
+            keys = set(res.configuration_keys) if res.configuration_keys is not None else None
+            kw["configs"] = tuple(
+                part(32, v, "DescribeConfigsResourceResult", name=e.name, value=e.value,
+                     read_only=e.read_only, config_source=e.source, is_default=e.is_default,
+                     is_sensitive=e.is_sensitive,
+                     synonyms=tuple(part(32, v, "DescribeConfigsSynonym", name=n, value=val,
+                                         source=s) for n, val, s in e.synonyms)
+                     if include_synonyms else (),
+                     config_type=e.config_type,
+                     documentation=e.documentation if include_docs else None)
+                for e in entries if keys is None or e.name in keys)
+        except KafkaError as e:
+            kw.update(error_code=e.code, error_message=e.message or None)
+        results.append(part(32, v, "DescribeConfigsResult", **kw))
+    return response(32, v, throttle_time=0, results=tuple(results))

@@ -1,0 +1,131 @@
+"""ApiVersions, Metadata and DescribeCluster (SPEC R11: any broker answers metadata).
+
+Metadata may auto-create topics (``auto.create.topics.enable``, ``num.partitions``,
+``default.replication.factor``), answering LEADER_NOT_AVAILABLE for them in that response
+as Kafka does; clients retry and find the leader on their next request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from odradek.broker.metadata_image import MetadataImage, TopicInfo, topic_name_error
+from odradek.broker.responses import part, response
+from odradek.broker.topic_admin import create_topic, plan_new_topic
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol.codec import RequestHeaderInfo
+from odradek.protocol.versions import ADVERTISED
+
+if TYPE_CHECKING:
+    from odradek.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+# Kafka's "authorized operations not requested" sentinel (KIP-430).
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+def handle_api_versions(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    keys = tuple(part(18, v, "ApiVersion", api_key=k, min_version=lo, max_version=hi)
+                 for k, (lo, hi) in ADVERTISED.items())
+    return response(18, v, error_code=ErrorCode.none, api_keys=keys, throttle_time=0,
+                    supported_features=(), finalized_features_epoch=-1,
+                    finalized_features=(), zk_migration_ready=False)
+
+
+def handle_describe_cluster(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    image = broker.image
+    if int(getattr(req, "endpoint_type", 1)) != 1:
+        return response(60, v, error_code=ErrorCode.unsupported_endpoint_type,
+                        error_message="only broker endpoints are served",
+                        cluster_id=image.cluster_id or "", controller_id=-1, brokers=(),
+                        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+    brokers = tuple(part(60, v, "DescribeClusterBroker", broker_id=b.broker_id, host=b.host,
+                         port=b.port, rack=b.rack) for b in image.brokers.values())
+    return response(60, v, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
+                    cluster_id=image.cluster_id or "", controller_id=image.controller_id,
+                    brokers=brokers, cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+def handle_metadata(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    image = broker.image
+    requested = req.topics
+    if requested is None or (v == 0 and len(requested) == 0):
+        names: list[str] = sorted(image.topics)  # all topics
+        explicit = False
+    else:
+        names = [t.name for t in requested if t.name is not None]
+        explicit = True
+    auto_create = (explicit and broker.config.auto_create_topics_enable
+                   and bool(getattr(req, "allow_auto_topic_creation", True)))
+    missing = [n for n in names if n not in image.topics and topic_name_error(n) is None]
+    if auto_create and missing:
+        return _auto_create_then_answer(broker, header, req, names, missing)
+    return _metadata_response(broker, v, image, names, set())
+
+
+async def _auto_create_then_answer(broker: Broker, header: RequestHeaderInfo, req: Any,
+                                   names: list[str], missing: list[str]) -> Any:
+    created: set[str] = set()
+    for name in missing:
+        try:
+            plan = plan_new_topic(name, -1, -1, None, {}, broker.image.live_broker_ids(),
+                                  broker.config.num_partitions,
+                                  min(broker.config.default_replication_factor,
+                                      max(1, len(broker.image.brokers))))
+            await asyncio.to_thread(create_topic, broker.zk, plan)
+            log.info("auto-created topic %s (%d partitions)", name, plan.num_partitions)
+        except KafkaError as e:
+            if e.code != ErrorCode.topic_already_exists:
+                log.info("auto-create of %s failed: %s", name, e)
+        created.add(name)
+    return _metadata_response(broker, header.api_version, broker.image, names, created)
+
+
+def _metadata_response(broker: Broker, v: int, image: MetadataImage, names: list[str],
+                       just_created: set[str]) -> Any:
+    topics = []
+    for name in names:
+        info = image.topics.get(name)
+        if info is None:
+            why = topic_name_error(name)
+            code = (ErrorCode.invalid_topic_exception if why else
+                    ErrorCode.leader_not_available if name in just_created else
+                    ErrorCode.unknown_topic_or_partition)
+            topics.append(part(3, v, "MetadataResponseTopic", error_code=code, name=name,
+                               topic_id=None, is_internal=False, partitions=(),
+                               topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+            continue
+        topics.append(_topic_entry(v, image, info))
+    brokers = tuple(part(3, v, "MetadataResponseBroker", node_id=b.broker_id, host=b.host,
+                         port=b.port, rack=b.rack) for b in image.brokers.values())
+    return response(3, v, throttle_time=0, brokers=brokers, cluster_id=image.cluster_id,
+                    controller_id=image.controller_id, topics=tuple(topics),
+                    cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+def _topic_entry(v: int, image: MetadataImage, info: TopicInfo) -> Any:
+    parts = []
+    for p in sorted(info.partitions.values(), key=lambda x: x.index):
+        offline = tuple(r for r in p.replicas if r not in image.brokers)
+        if p.leader >= 0 and p.leader in image.brokers:
+            code = ErrorCode.none
+            leader = p.leader
+        else:
+            # No live leader: "new" partition waiting for the controller, or offline
+            # (SPEC R10: with unclean election off it stays offline until an ISR member
+            # returns).
+            code = ErrorCode.leader_not_available
+            leader = -1
+        parts.append(part(3, v, "MetadataResponsePartition", error_code=code,
+                          partition_index=p.index, leader_id=leader,
+                          leader_epoch=max(p.leader_epoch, 0) if leader >= 0 else -1,
+                          replica_nodes=p.replicas, isr_nodes=p.isr, offline_replicas=offline))
+    return part(3, v, "MetadataResponseTopic", error_code=ErrorCode.none, name=info.name,
+                topic_id=info.topic_id, is_internal=info.is_internal, partitions=tuple(parts),
+                topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)

@@ -1,0 +1,87 @@
+"""An immutable snapshot of cluster metadata, as read from ZooKeeper (SPEC R12).
+
+Handlers read the current image without locks; the metadata store replaces it as a
+whole when ZooKeeper changes, so a request always sees one consistent view.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+
+# Kafka's Topic.validate: legal characters, at most 249 characters, not "." or "..".
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME_LENGTH = 249
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def topic_name_error(name: str | None) -> str | None:
+    """Why ``name`` is not a legal topic name, or None if it is (Kafka's rules)."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return (f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} "
+                "characters")
+    if not _LEGAL_TOPIC.match(name):
+        return (f"Topic name \"{name}\" is illegal, it contains a character other than "
+                "ASCII alphanumerics, '.', '_' and '-'")
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """Assignment plus the state znode (leader, leader_epoch, isr)."""
+
+    index: int
+    replicas: tuple[int, ...]
+    leader: int = -1
+    leader_epoch: int = -1
+    isr: tuple[int, ...] = ()
+    controller_epoch: int = -1
+    zk_version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionInfo]
+    configs: dict[str, str] = field(default_factory=dict)
+    marked_for_deletion: bool = False
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas) if self.partitions else 0
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    cluster_id: str | None = None
+    controller_id: int = -1
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    topics: dict[str, TopicInfo] = field(default_factory=dict)
+    # False until the first full read from ZooKeeper: before that, a missing topic means
+    # "not loaded yet", never "deleted" (so no local log is removed by mistake).
+    complete: bool = False
+
+    def partition(self, topic: str, index: int) -> PartitionInfo | None:
+        t = self.topics.get(topic)
+        return t.partitions.get(index) if t is not None else None
+
+    def live_broker_ids(self) -> list[int]:
+        return sorted(self.brokers)

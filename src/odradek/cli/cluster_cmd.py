@@ -1,0 +1,181 @@
+"""``odradek cluster {up,down,status,stop-broker,start-broker}`` -- the local cluster manager.
+
+``up`` prints bootstrap.servers as its last stdout line so scripts can capture it::
+
+    BOOTSTRAP=$(odradek cluster up --brokers 3 --dir /tmp/c1 | tail -n1)
+
+``stop-broker --signal STOP`` freezes a broker (a hung process: its ZooKeeper session
+expires, its connections stall); ``start-broker`` resumes a frozen broker with SIGCONT
+and relaunches a dead one on its old address, config and log dir.
+
+Registered by ``odradek.cli.main`` through ``add_parser``; each subcommand sets
+``func(args) -> int`` (exit status). Also runnable alone:
+``python -m odradek.cli.cluster_cmd up ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from odradek.cluster.local import LocalCluster
+from odradek.errors import KafkaError
+
+__all__ = ["add_parser", "main"]
+
+SIGNALS = {"TERM": signal.SIGTERM, "KILL": signal.SIGKILL, "STOP": signal.SIGSTOP, "INT": signal.SIGINT}
+
+
+def _kv(s: str) -> tuple[str, str]:
+    k, eq, v = s.partition("=")
+    if not eq or not k:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {s!r}")
+    return k.strip(), v.strip()
+
+
+def _existing(args: argparse.Namespace) -> LocalCluster:
+    c = LocalCluster(Path(args.dir))
+    if not c.state_path.exists():
+        raise SystemExit(f"error: no cluster in {args.dir} ({c.state_path} missing)")
+    return c
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    cmd = shlex.split(args.broker_command) if args.broker_command else None
+    c = LocalCluster(Path(args.dir), broker_command=cmd)
+    bootstrap = c.up(
+        args.brokers,
+        dict(args.broker_config or []),
+        args.zk_session_timeout_ms,
+        zk_nodes=args.zookeepers,
+        partitions_default=args.partitions_default,
+        timeout=args.timeout,
+    )
+    c.close_zk_client()
+    print(f"ZooKeeper: {c.zk_connect}", file=sys.stderr)
+    for b in c.brokers:
+        print(f"broker {b.id}: {b.address} pid {b.pid} log {b.log}", file=sys.stderr)
+    print(bootstrap, flush=True)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    c = LocalCluster(Path(args.dir))
+    if c.state_path.exists():
+        c.down(timeout=args.timeout)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    c = _existing(args)
+    try:
+        st = c.status()
+    finally:
+        c.close_zk_client()
+    if args.json:
+        print(json.dumps(st, indent=2))
+        return 0
+    print(f"cluster {st['dir']}  bootstrap.servers={st['bootstrap_servers']}")
+    for z in st["zookeeper"]:
+        mode = z["mode"] or "-"
+        print(f"zookeeper {z['id']}  {z['address']}:{z['port']}  pid {z['pid']}  {z['state']}  mode={mode}")
+    for b in st["brokers"]:
+        reg = {True: "registered", False: "not-registered", None: "registered=?"}[b["registered"]]
+        print(f"broker {b['id']}  {b['address']}  pid {b['pid']}  {b['state']}  {reg}")
+    ctrl = st["controller"]
+    print(f"controller {ctrl if ctrl is not None else 'none'}")
+    return 0
+
+
+def cmd_stop_broker(args: argparse.Namespace) -> int:
+    c = _existing(args)
+    c.stop_broker(args.broker_id, SIGNALS[args.signal], timeout=args.timeout)
+    print(f"broker {args.broker_id}: {c.broker_state(args.broker_id)}")
+    return 0
+
+
+def cmd_start_broker(args: argparse.Namespace) -> int:
+    c = _existing(args)
+    try:
+        c.start_broker(args.broker_id, timeout=args.timeout, wait=not args.no_wait)
+    finally:
+        c.close_zk_client()
+    b = c.broker(args.broker_id)
+    print(f"broker {b.id}: {c.broker_state(b.id)} pid {b.pid} {b.address}")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("cluster", help="run a local ZooKeeper + N brokers cluster")
+    sub = p.add_subparsers(dest="cluster_command", required=True)
+
+    up = sub.add_parser("up", help="start ZooKeeper and N brokers; prints bootstrap.servers")
+    up.add_argument("--brokers", type=int, required=True, help="number of brokers (ids 1..N)")
+    up.add_argument("--dir", required=True, help="cluster directory (configs, logs, data, cluster.json)")
+    up.add_argument("--partitions-default", type=int, default=None, help="num.partitions for the brokers")
+    up.add_argument("--zk-session-timeout-ms", type=int, default=6000, help="zookeeper.session.timeout.ms")
+    up.add_argument("--zookeepers", type=int, default=1, help="ZooKeeper ensemble size (default 1)")
+    up.add_argument(
+        "--broker-config", type=_kv, action="append", metavar="K=V", help="extra server.properties entry (repeatable)"
+    )
+    up.add_argument(
+        "--broker-command",
+        default=None,
+        help="command that runs a broker, config path appended (default: python -m odradek broker --config)",
+    )
+    up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster")
+    up.set_defaults(func=_guarded(cmd_up))
+
+    down = sub.add_parser("down", help="stop every broker (TERM, then KILL) and ZooKeeper")
+    down.add_argument("--dir", required=True)
+    down.add_argument("--timeout", type=float, default=15.0, help="seconds before SIGKILL")
+    down.set_defaults(func=_guarded(cmd_down))
+
+    st = sub.add_parser("status", help="brokers: address, pid, alive, registered; controller")
+    st.add_argument("--dir", required=True)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=_guarded(cmd_status))
+
+    sb = sub.add_parser("stop-broker", help="TERM (graceful), KILL (crash) or STOP (freeze) a broker")
+    sb.add_argument("--dir", required=True)
+    sb.add_argument("--broker-id", type=int, required=True)
+    sb.add_argument("--signal", choices=sorted(SIGNALS), default="TERM")
+    sb.add_argument("--timeout", type=float, default=30.0, help="TERM: seconds before SIGKILL")
+    sb.set_defaults(func=_guarded(cmd_stop_broker))
+
+    rb = sub.add_parser("start-broker", help="resume (SIGCONT) a frozen broker or relaunch a dead one")
+    rb.add_argument("--dir", required=True)
+    rb.add_argument("--broker-id", type=int, required=True)
+    rb.add_argument("--timeout", type=float, default=30.0)
+    rb.add_argument("--no-wait", action="store_true", help="do not wait for TCP + ZooKeeper registration")
+    rb.set_defaults(func=_guarded(cmd_start_broker))
+
+
+def _guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Operator-facing errors (KafkaError, e.g. a broker that failed to start) become a
+    message and exit status 1 instead of a traceback."""
+
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return int(fn(args))
+        except KafkaError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+
+    return wrapper
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="odradek")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""The ``odradek`` command line: one sub-command per area, each in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Each module exposes add_parser(subparsers) and sets args.func.
+_SUBCOMMAND_MODULES = (
+    "odradek.cli.broker_cmd",
+    "odradek.cli.cluster_cmd",
+    "odradek.cli.topics_cmd",
+    "odradek.cli.perf_cmd",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="odradek",
+        description="Odradek: a replicated streaming log that speaks the Kafka protocol.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as e:  # a sub-command whose optional dependency is missing
+            print(f"odradek: {name} unavailable: {e}", file=sys.stderr)
+            continue
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    return int(func(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,605 @@
+"""LocalCluster: a ZooKeeper node (or ensemble) and N broker processes on one machine.
+
+Used by ``odradek cluster ...``, by integration tests and by fault injection. All state
+lives in ``DIR/cluster.json`` so that a later process (``odradek cluster down``) can
+manage a cluster started by another one::
+
+    with LocalCluster.start(tmp_path, 3) as c:     # always downs on exit
+        produce(c.bootstrap_servers)
+        c.stop_broker(2, signal.SIGKILL)
+        c.start_broker(2)
+
+Layout of DIR: ``cluster.json``, ``zookeeper[-<n>]/`` (zoo.cfg, data, zookeeper.log),
+``broker-<id>/`` (server.properties, broker.log, data/ = log.dirs).
+Addresses: see ``odradek.cluster.addresses`` (one /24 loopback block per cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+
+from odradek.cluster import addresses, procs
+from odradek.errors import ErrorCode, KafkaError
+from odradek.zk import znodes
+from odradek.zk.client import connect_zk
+from odradek.zk.server import ZooKeeperServer, cgroup2_root
+
+__all__ = ["BrokerInfo", "ZkNodeInfo", "LocalCluster", "DEFAULT_BROKER_COMMAND"]
+
+DEFAULT_BROKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "odradek", "broker", "--config")
+STATE_FILE = "cluster.json"
+
+
+@dataclass
+class BrokerInfo:
+    id: int
+    host: str
+    port: int
+    pid: int | None
+    start_time: int | None  # /proc start time: guards against pid reuse
+    config: str  # server.properties
+    log_dir: str  # log.dirs
+    log: str  # the process's stdout/stderr
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass
+class ZkNodeInfo:
+    id: int
+    address: str
+    port: int
+    pid: int | None
+    start_time: int | None
+    data_dir: str
+    cgroup: str | None  # relative to the cgroup2 root: iptables -m cgroup --path
+
+    @property
+    def connect(self) -> str:
+        return f"{self.address}:{self.port}"
+
+
+def _tcp_accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _safe(cond: Any) -> bool:
+    # ZooKeeper may be briefly unreachable (e.g. a fault test): "not yet", not an error.
+    try:
+        return bool(cond())
+    except KazooException:
+        return False
+
+
+def _tail(path: str | Path, n: int = 20) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+class LocalCluster:
+    def __init__(self, dir: Path, *, broker_command: Sequence[str] | None = None) -> None:
+        self.dir = Path(dir).resolve()
+        self.block: int | None = None
+        self.zk_session_timeout_ms = 6000
+        self.broker_command: list[str] = list(broker_command or DEFAULT_BROKER_COMMAND)
+        self.zookeeper_nodes: list[ZkNodeInfo] = []
+        self.brokers: list[BrokerInfo] = []
+        # Children started by *this* process, so we can reap them (FACTS: zombies).
+        self._popens: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+        self._zk: KazooClient | None = None
+        # ZooKeeper session that owned /brokers/ids/<id> when we (re)launched the broker:
+        # a registration left by the previous incarnation's not-yet-expired session must
+        # not count as "the new process registered".
+        self._stale_owner: dict[int, int] = {}
+        if self.state_path.exists():
+            self._load()
+            if broker_command is not None:
+                self.broker_command = list(broker_command)
+
+    # ----------------------------------------------------------------- state
+
+    @property
+    def state_path(self) -> Path:
+        return self.dir / STATE_FILE
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(b.address for b in self.brokers)
+
+    @property
+    def zk_connect(self) -> str:
+        return ",".join(z.connect for z in self.zookeeper_nodes)
+
+    def broker(self, broker_id: int) -> BrokerInfo:
+        for b in self.brokers:
+            if b.id == broker_id:
+                return b
+        raise KeyError(f"no broker {broker_id} in {self.dir}")
+
+    def zookeeper(self, node_id: int = 1) -> ZkNodeInfo:
+        for z in self.zookeeper_nodes:
+            if z.id == node_id:
+                return z
+        raise KeyError(f"no ZooKeeper node {node_id} in {self.dir}")
+
+    def _load(self) -> None:
+        state = json.loads(self.state_path.read_text())
+        self.block = state.get("block")
+        self.zk_session_timeout_ms = int(state.get("zk_session_timeout_ms", 6000))
+        self.broker_command = list(state.get("broker_command") or DEFAULT_BROKER_COMMAND)
+        nodes = state.get("zookeeper_nodes") or [state["zookeeper"]]
+        self.zookeeper_nodes = [
+            ZkNodeInfo(
+                id=int(z.get("id", 1)),
+                address=z["address"],
+                port=int(z["port"]),
+                pid=z.get("pid"),
+                start_time=z.get("start_time"),
+                data_dir=z["data_dir"],
+                cgroup=z.get("cgroup"),
+            )
+            for z in nodes
+        ]
+        self.brokers = [
+            BrokerInfo(**{k: b.get(k) for k in BrokerInfo.__dataclass_fields__})
+            for b in state.get("brokers", [])
+        ]
+
+    def save(self) -> None:
+        def zk_json(z: ZkNodeInfo) -> dict[str, Any]:
+            return {**asdict(z), "connect": self.zk_connect}
+
+        state = {
+            "version": 1,
+            "dir": str(self.dir),
+            "block": self.block,
+            "bootstrap_servers": self.bootstrap_servers,
+            "zk_session_timeout_ms": self.zk_session_timeout_ms,
+            "broker_command": self.broker_command,
+            "zookeeper": zk_json(self.zookeeper_nodes[0]) if self.zookeeper_nodes else None,
+            "zookeeper_nodes": [zk_json(z) for z in self.zookeeper_nodes],
+            "brokers": [asdict(b) for b in self.brokers],
+        }
+        tmp = self.state_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        os.replace(tmp, self.state_path)  # readers never see a half-written file
+
+    # ----------------------------------------------------------------- up / down
+
+    @classmethod
+    def start(
+        cls,
+        dir: Path,
+        n_brokers: int,
+        *,
+        broker_config: Mapping[str, str] | None = None,
+        zk_session_timeout_ms: int = 6000,
+        zk_nodes: int = 1,
+        broker_command: Sequence[str] | None = None,
+        timeout: float = 60.0,
+    ) -> LocalCluster:
+        """Create and bring up a cluster; use as a context manager to always ``down()``."""
+        c = cls(dir, broker_command=broker_command)
+        c.up(
+            n_brokers,
+            broker_config or {},
+            zk_session_timeout_ms,
+            zk_nodes=zk_nodes,
+            timeout=timeout,
+        )
+        return c
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    def any_alive(self) -> bool:
+        members = [*self.brokers, *self.zookeeper_nodes]
+        return any(procs.alive(m.pid, m.start_time) for m in members)
+
+    def up(
+        self,
+        n_brokers: int,
+        broker_config: Mapping[str, str] | None = None,
+        zk_session_timeout_ms: int = 6000,
+        *,
+        zk_nodes: int = 1,
+        partitions_default: int | None = None,
+        timeout: float = 60.0,
+    ) -> str:
+        """Start ZooKeeper and ``n_brokers`` brokers (ids 1..n); wait until every broker
+        accepts TCP and is registered in ZooKeeper. Returns bootstrap.servers.
+        On failure everything started is stopped again."""
+        if not 1 <= n_brokers <= addresses.MAX_BROKERS:
+            raise ValueError(f"--brokers must be in 1..{addresses.MAX_BROKERS}")
+        if zk_nodes < 1:
+            raise ValueError("zk_nodes must be >= 1")
+        if self.state_path.exists() and self.any_alive():
+            raise KafkaError(
+                ErrorCode.unknown_server_error,
+                f"cluster in {self.dir} is already running; run `odradek cluster down` first",
+            )
+        deadline = time.monotonic() + timeout
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.block = addresses.claim_block(self.dir, n_brokers, zk_nodes, prefer=self.block)
+        self.zk_session_timeout_ms = zk_session_timeout_ms
+        try:
+            self._start_zookeeper_nodes(zk_nodes, deadline)
+            self.brokers = []
+            for i in range(1, n_brokers + 1):
+                self.brokers.append(
+                    self._write_broker_config(i, broker_config or {}, partitions_default)
+                )
+            self.save()
+            for b in self.brokers:
+                self._launch_broker(b)
+            self.save()
+            for b in self.brokers:
+                self.wait_broker_ready(b.id, max(0.0, deadline - time.monotonic()))
+        except BaseException:
+            self.down()
+            raise
+        return self.bootstrap_servers
+
+    def _start_zookeeper_nodes(self, n: int, deadline: float) -> None:
+        assert self.block is not None
+        peers = [(j, addresses.zk_address(self.block, j)) for j in range(1, n + 1)] if n > 1 else None
+        servers: list[ZooKeeperServer] = []
+        self.zookeeper_nodes = []
+        for j in range(1, n + 1):
+            data_dir = self.dir / ("zookeeper" if n == 1 else f"zookeeper-{j}")
+            srv = ZooKeeperServer(
+                data_dir,
+                addresses.zk_address(self.block, j),
+                addresses.ZK_PORT,
+                server_id=j if peers else None,
+                peers=peers,
+            )
+            srv.start()
+            servers.append(srv)
+            assert srv._proc is not None
+            self._popens[("zk", j)] = srv._proc
+            self.zookeeper_nodes.append(self._zk_info(j, srv))
+        self.save()  # pids recorded before we wait: a crash here is still cleanable
+        for srv in servers:
+            srv.wait_ready(max(0.0, deadline - time.monotonic()))
+
+    @staticmethod
+    def _zk_info(node_id: int, srv: ZooKeeperServer) -> ZkNodeInfo:
+        pid = srv.pid
+        return ZkNodeInfo(
+            id=node_id,
+            address=srv.address,
+            port=srv.port,
+            pid=pid,
+            start_time=procs.proc_start_time(pid) if pid else None,
+            data_dir=str(srv.data_dir),
+            cgroup=srv.cgroup,
+        )
+
+    def _write_broker_config(
+        self, broker_id: int, overrides: Mapping[str, str], partitions_default: int | None
+    ) -> BrokerInfo:
+        assert self.block is not None
+        host = addresses.broker_address(self.block, broker_id)
+        bdir = self.dir / f"broker-{broker_id}"
+        data = bdir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        props: dict[str, str] = {
+            "broker.id": str(broker_id),
+            "listeners": f"PLAINTEXT://{host}:{addresses.BROKER_PORT}",
+            "advertised.listeners": f"PLAINTEXT://{host}:{addresses.BROKER_PORT}",
+            "log.dirs": str(data),
+            "zookeeper.connect": self.zk_connect,
+            "zookeeper.session.timeout.ms": str(self.zk_session_timeout_ms),
+        }
+        if partitions_default is not None:
+            props["num.partitions"] = str(partitions_default)
+        props.update({str(k): str(v) for k, v in overrides.items()})
+        config = bdir / "server.properties"
+        body = "".join(f"{k}={v}\n" for k, v in props.items())
+        config.write_text(f"# written by `odradek cluster up`\n{body}")
+        return BrokerInfo(
+            id=broker_id,
+            host=host,
+            port=addresses.BROKER_PORT,
+            pid=None,
+            start_time=None,
+            config=str(config),
+            log_dir=str(data),
+            log=str(bdir / "broker.log"),
+        )
+
+    def _launch_broker(self, b: BrokerInfo) -> None:
+        stat = self.zk_client().exists(znodes.broker_path(b.id))
+        if stat is not None:
+            self._stale_owner[b.id] = stat.ephemeralOwner
+        else:
+            self._stale_owner.pop(b.id, None)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        with open(b.log, "ab") as log:
+            p = subprocess.Popen(
+                [*self.broker_command, b.config],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=Path(b.config).parent,
+                env=env,
+                # Own session: Ctrl-C in the operator's shell or pytest must not hit it.
+                start_new_session=True,
+            )
+        self._popens[("broker", b.id)] = p
+        b.pid = p.pid
+        b.start_time = procs.proc_start_time(p.pid)
+
+    def down(self, timeout: float = 15.0) -> None:
+        """Stop every broker (TERM, then KILL after ``timeout``), then ZooKeeper.
+        Idempotent; safe on a half-started cluster."""
+        self.close_zk_client()
+        brokers = [b for b in self.brokers if procs.alive(b.pid, b.start_time)]
+        for b in brokers:  # signal all first so they shut down in parallel
+            procs._send(b.pid or 0, signal.SIGCONT)
+            procs._send(b.pid or 0, signal.SIGTERM)
+        for b in brokers:
+            procs.terminate(b.pid, b.start_time, timeout, popen=self._popens.get(("broker", b.id)))
+        for z in self.zookeeper_nodes:
+            procs.terminate(z.pid, z.start_time, timeout, popen=self._popens.get(("zk", z.id)))
+            self._remove_cgroup(z)
+        for p in self._popens.values():  # reap anything left (e.g. a failed early start)
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        self._popens.clear()
+        if self.state_path.exists():
+            self.save()
+        if self.block is not None:
+            addresses.release_block(self.block, self.dir)
+
+    @staticmethod
+    def _remove_cgroup(z: ZkNodeInfo) -> None:
+        root = cgroup2_root()
+        if z.cgroup and root is not None:
+            try:
+                (root / z.cgroup).rmdir()
+            except OSError:
+                pass
+
+    # ----------------------------------------------------------------- ZooKeeper client
+
+    def zk_client(self) -> KazooClient:
+        """The manager's own ZooKeeper session (from 127.0.0.1, outside every block, so
+        fault rules on a block's addresses do not cut the manager off)."""
+        if self._zk is None:
+            self._zk = connect_zk(
+                self.zk_connect, source_ip=None, session_timeout_s=10.0, timeout_s=10.0
+            )
+        return self._zk
+
+    def close_zk_client(self) -> None:
+        if self._zk is not None:
+            try:
+                self._zk.stop()
+                self._zk.close()
+            finally:
+                self._zk = None
+
+    def is_registered(self, broker_id: int) -> bool:
+        return self.zk_client().exists(znodes.broker_path(broker_id)) is not None
+
+    def controller_id(self) -> int | None:
+        try:
+            data, _ = self.zk_client().get(znodes.CONTROLLER)
+        except Exception:  # NoNodeError, or a garbage znode: no controller to report
+            return None
+        try:
+            return znodes.decode_controller(data).broker_id
+        except KafkaError:
+            return None
+
+    # ----------------------------------------------------------------- waiting
+
+    def _poll(self, what: str, cond: Any, timeout: float, broker_id: int | None = None) -> None:
+        deadline = time.monotonic() + timeout
+        while not _safe(cond):
+            if broker_id is not None:
+                b = self.broker(broker_id)
+                popen = self._popens.get(("broker", broker_id))
+                if popen is not None:
+                    popen.poll()
+                if not procs.alive(b.pid, b.start_time):
+                    raise KafkaError(
+                        ErrorCode.broker_not_available,
+                        f"broker {broker_id} exited while waiting for {what}:\n{_tail(b.log)}",
+                    )
+            if time.monotonic() >= deadline:
+                extra = f":\n{_tail(self.broker(broker_id).log)}" if broker_id else ""
+                raise KafkaError(
+                    ErrorCode.request_timed_out, f"timed out after {timeout}s waiting for {what}{extra}"
+                )
+            time.sleep(0.05)
+
+    def _fresh_registration(self, broker_id: int) -> bool:
+        stat = self.zk_client().exists(znodes.broker_path(broker_id))
+        return stat is not None and stat.ephemeralOwner != self._stale_owner.get(broker_id)
+
+    def wait_broker_registered(self, broker_id: int, timeout: float = 30.0) -> None:
+        """Wait for ``/brokers/ids/<id>``; after a (re)launch by this object, only a
+        registration by a new session counts."""
+        self._poll(
+            f"broker {broker_id} to register in ZooKeeper",
+            lambda: self._fresh_registration(broker_id),
+            timeout,
+            broker_id,
+        )
+
+    def wait_broker_unregistered(self, broker_id: int, timeout: float = 30.0) -> None:
+        """E.g. after SIGKILL/SIGSTOP: ZooKeeper expires the session after
+        ``zookeeper.session.timeout.ms`` (SPEC R12)."""
+        self._poll(
+            f"broker {broker_id}'s registration to disappear",
+            lambda: not self.is_registered(broker_id),
+            timeout,
+        )
+
+    def wait_broker_ready(self, broker_id: int, timeout: float = 30.0) -> None:
+        """Accepts TCP on its listener AND is registered at /brokers/ids/<id>."""
+        b = self.broker(broker_id)
+        self._poll(
+            f"broker {broker_id} to accept connections on {b.address}",
+            lambda: _tcp_accepts(b.host, b.port),
+            timeout,
+            broker_id,
+        )
+        self.wait_broker_registered(broker_id, timeout)
+
+    # ----------------------------------------------------------------- broker faults
+
+    def broker_state(self, broker_id: int) -> str:
+        """``running``, ``stopped`` (SIGSTOP) or ``dead``."""
+        b = self.broker(broker_id)
+        popen = self._popens.get(("broker", broker_id))
+        if popen is not None:
+            popen.poll()  # reap, so a killed child reads as dead rather than zombie
+        if not procs.alive(b.pid, b.start_time):
+            return "dead"
+        return "stopped" if procs.is_stopped(b.pid, b.start_time) else "running"
+
+    def stop_broker(
+        self, broker_id: int, sig: int = signal.SIGTERM, timeout: float = 30.0
+    ) -> None:
+        """TERM: graceful stop, KILL after ``timeout``; KILL: hard crash; both wait
+        until the process is gone. STOP: freeze (a hung broker) until ``start_broker``."""
+        b = self.broker(broker_id)
+        popen = self._popens.get(("broker", broker_id))
+        if not procs.alive(b.pid, b.start_time):
+            return
+        if sig == signal.SIGSTOP:
+            procs._send(b.pid or 0, signal.SIGSTOP)
+            self._poll(
+                f"broker {broker_id} to stop", lambda: procs.is_stopped(b.pid, b.start_time), 5.0
+            )
+            return
+        procs.terminate(b.pid, b.start_time, timeout, sig=sig, popen=popen)
+
+    def start_broker(self, broker_id: int, timeout: float = 30.0, *, wait: bool = True) -> None:
+        """Bring a broker back: SIGCONT if it was SIGSTOPped, else relaunch it (same
+        address, config and log dir) if dead; a running broker is left alone."""
+        b = self.broker(broker_id)
+        state = self.broker_state(broker_id)
+        if state == "stopped":
+            procs._send(b.pid or 0, signal.SIGCONT)
+            return
+        if state == "dead":
+            self._launch_broker(b)
+            self.save()
+        if wait:
+            self.wait_broker_ready(broker_id, timeout)
+
+    # ----------------------------------------------------------------- ZooKeeper faults
+
+    def zk_state(self, node_id: int = 1) -> str:
+        z = self.zookeeper(node_id)
+        popen = self._popens.get(("zk", node_id))
+        if popen is not None:
+            popen.poll()
+        if not procs.alive(z.pid, z.start_time):
+            return "dead"
+        return "stopped" if procs.is_stopped(z.pid, z.start_time) else "running"
+
+    def stop_zookeeper(self, node_id: int = 1, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+        z = self.zookeeper(node_id)
+        if sig == signal.SIGSTOP:
+            procs._send(z.pid or 0, signal.SIGSTOP)
+            return
+        procs.terminate(z.pid, z.start_time, timeout, sig=sig, popen=self._popens.get(("zk", node_id)))
+
+    def start_zookeeper(self, node_id: int = 1, timeout: float = 30.0) -> None:
+        z = self.zookeeper(node_id)
+        state = self.zk_state(node_id)
+        if state == "stopped":
+            procs._send(z.pid or 0, signal.SIGCONT)
+            return
+        if state == "running":
+            return
+        n = len(self.zookeeper_nodes)
+        peers = [(x.id, x.address) for x in self.zookeeper_nodes] if n > 1 else None
+        srv = ZooKeeperServer(
+            Path(z.data_dir), z.address, z.port, server_id=z.id if peers else None, peers=peers
+        )
+        srv.start()
+        assert srv._proc is not None
+        self._popens[("zk", node_id)] = srv._proc
+        new = self._zk_info(node_id, srv)
+        z.pid, z.start_time, z.cgroup = new.pid, new.start_time, new.cgroup
+        self.save()
+        if n == 1:
+            srv.wait_ready(timeout)  # an ensemble member may need its peers to serve
+
+    # ----------------------------------------------------------------- status
+
+    def status(self) -> dict[str, Any]:
+        """Liveness of every node, registrations and the controller (JSON-able)."""
+        from odradek.zk.server import four_letter_word
+
+        zks = []
+        for z in self.zookeeper_nodes:
+            mode = None
+            if self.zk_state(z.id) == "running":
+                try:
+                    srvr = four_letter_word(z.address, z.port, "srvr")
+                    mode = next(
+                        (ln.split(":", 1)[1].strip() for ln in srvr.splitlines() if ln.startswith("Mode:")),
+                        "not serving",
+                    )
+                except OSError:
+                    mode = "not serving"
+            zks.append({**asdict(z), "state": self.zk_state(z.id), "mode": mode})
+        zk_up = any(z["mode"] not in (None, "not serving") for z in zks)
+        brokers = []
+        for b in self.brokers:
+            registered: bool | None = None
+            if zk_up:
+                try:
+                    registered = self.is_registered(b.id)
+                except Exception:  # ZooKeeper unreachable: unknown, not False
+                    registered = None
+            brokers.append(
+                {**asdict(b), "address": b.address, "state": self.broker_state(b.id), "registered": registered}
+            )
+        controller = None
+        if zk_up:
+            try:
+                controller = self.controller_id()
+            except Exception:
+                controller = None
+        return {
+            "dir": str(self.dir),
+            "block": self.block,
+            "bootstrap_servers": self.bootstrap_servers,
+            "zookeeper": zks,
+            "brokers": brokers,
+            "controller": controller,
+        }

@@ -1,0 +1,600 @@
+"""Broker properties and topic configs, with Kafka's names and defaults.
+
+A Kafka user's ``server.properties`` works unchanged (SPEC preamble: "the project uses
+the same name and the same default"). Definitions live in ``odradek.configdefs``; this
+module parses ``.properties`` files, builds :class:`BrokerConfig`, validates topic
+overrides (CreateTopics / AlterConfigs) and answers DescribeConfigs.
+
+Precedence rules copied from Kafka:
+
+* ``log.retention.ms`` > ``log.retention.minutes`` > ``log.retention.hours`` (any
+  negative result means "no limit", -1), and likewise ``log.roll.ms`` > ``log.roll.hours``.
+* a topic config takes its topic override, else the first of its broker synonyms set in
+  the properties file, else the broker synonym's default (``retention.ms`` ← 168 h).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from odradek.configdefs import (
+    BROKER_CONFIGS,
+    LONG_MAX,
+    TOPIC_CONFIGS,
+    ConfigDef,
+    ConfigSource,
+    ConfigType,
+    ConfigValueError,
+    Synonym,
+    parse_list,
+)
+from odradek.errors import ErrorCode, KafkaError
+
+__all__ = [
+    "BrokerConfig",
+    "ConfigEntry",
+    "ConfigError",
+    "ConfigSource",
+    "ConfigType",
+    "TOPIC_CONFIGS",
+    "BROKER_CONFIGS",
+    "parse_properties",
+    "parse_listeners",
+    "validate_topic_configs",
+    "describe_topic_config",
+    "describe_broker_config",
+    "log_config_for_topic",
+]
+
+log = logging.getLogger(__name__)
+
+
+class ConfigError(KafkaError):
+    """A broker property is missing or invalid; ``key`` names it (INVALID_CONFIG)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        if key and key not in message:
+            message = f"{key}: {message}"
+        super().__init__(ErrorCode.invalid_config, message)
+        self.key = key
+
+
+# --- Java .properties ---------------------------------------------------------------
+
+_LINE_SPLIT = re.compile(r"\r\n|\r|\n")
+_WS = " \t\f"
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _odd_trailing_backslashes(line: str) -> bool:
+    n = len(line) - len(line.rstrip("\\"))
+    return n % 2 == 1
+
+
+def _unescape(text: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c != "\\":
+            out.append(c)
+            i += 1
+            continue
+        i += 1
+        if i >= len(text):
+            break  # a lone trailing backslash is dropped, as java.util.Properties does
+        c = text[i]
+        if c == "u":
+            hexdigits = text[i + 1 : i + 5]
+            if len(hexdigits) != 4 or any(h not in "0123456789abcdefABCDEF" for h in hexdigits):
+                raise ConfigError("", "Malformed \\uxxxx encoding.")
+            out.append(chr(int(hexdigits, 16)))
+            i += 5
+        else:
+            out.append(_ESCAPES.get(c, c))
+            i += 1
+    return "".join(out)
+
+
+def _split_key_value(line: str) -> tuple[str, str]:
+    """Key ends at the first unescaped '=', ':' or blank; one separator may follow."""
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c in "=:" or c in _WS:
+            break
+        i += 1
+    key = line[:i]
+    rest = line[i:].lstrip(_WS)
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(_WS)
+    return key, rest
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java ``.properties`` text like ``java.util.Properties.load``.
+
+    Comments start with ``#`` or ``!``; separators are ``=``, ``:`` or blanks; a line
+    ending in an odd number of backslashes continues on the next line (whose leading
+    blanks are dropped); ``\\t \\n \\r \\f \\uXXXX`` escapes are decoded and any other
+    escaped character stands for itself. Later duplicates win.
+    """
+    lines = _LINE_SPLIT.split(text)
+    props: dict[str, str] = {}
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip(_WS)
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _odd_trailing_backslashes(line):
+            line = line[:-1]
+            if i >= len(lines):
+                break
+            line += lines[i].lstrip(_WS)
+            i += 1
+        key, value = _split_key_value(line)
+        props[_unescape(key)] = _unescape(value)
+    return props
+
+
+# --- listeners ----------------------------------------------------------------------
+
+_LISTENER = re.compile(r"^(.*)://\[?([0-9a-zA-Z\-%._:]*?)\]?:(-?[0-9]+)$")
+
+
+def parse_listeners(value: str, key: str = "listeners") -> list[tuple[str, str, int]]:
+    """``NAME://host:port,...`` → ``[(NAME, host, port)]``; names upper-cased, unique."""
+    endpoints: list[tuple[str, str, int]] = []
+    for item in parse_list(value):
+        m = _LISTENER.match(item)
+        if not m:
+            raise ConfigError(key, f"Unable to parse {item} to a broker endpoint")
+        name, host, port_s = m.group(1).upper(), m.group(2), int(m.group(3))
+        if not 0 <= port_s <= 65535:
+            raise ConfigError(key, f"Invalid port {port_s} in {key}: {item}")
+        if any(e[0] == name for e in endpoints):
+            raise ConfigError(key, f"Each listener must have a different name, {key}: {value}")
+        endpoints.append((name, host, port_s))
+    if not endpoints:
+        raise ConfigError(key, f"{key} must not be empty")
+    return endpoints
+
+
+# --- broker config -----------------------------------------------------------------
+
+
+def _retention_ms(values: dict[str, Any]) -> int:
+    """Kafka's KafkaConfig.logRetentionTimeMillis: ms > minutes > hours, negative → -1."""
+    if values["log.retention.ms"] is not None:
+        ms = values["log.retention.ms"]
+    elif values["log.retention.minutes"] is not None:
+        ms = values["log.retention.minutes"] * 60_000
+    else:
+        ms = values["log.retention.hours"] * 3_600_000
+    return -1 if ms < 0 else ms
+
+
+@dataclass
+class BrokerConfig:
+    """A broker's ``server.properties``, typed, with Kafka's defaults."""
+
+    broker_id: int
+    zookeeper_connect: str
+    listeners: str = "PLAINTEXT://:9092"
+    advertised_listeners: str | None = None
+    log_dirs: list[str] = field(default_factory=lambda: ["/tmp/kafka-logs"])
+    zookeeper_session_timeout_ms: int = 18000
+    zookeeper_connection_timeout_ms: int | None = None
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    auto_create_topics_enable: bool = True
+    delete_topic_enable: bool = True
+    message_max_bytes: int = 1048588
+    socket_request_max_bytes: int = 104857600
+    log_segment_bytes: int = 1073741824
+    log_roll_ms: int = 168 * 3_600_000
+    log_retention_ms: int = 168 * 3_600_000
+    log_retention_bytes: int = -1
+    log_flush_interval_messages: int = LONG_MAX
+    log_flush_interval_ms: int | None = None
+    log_index_interval_bytes: int = 4096
+    log_index_size_max_bytes: int = 10485760
+    log_message_timestamp_type: str = "CreateTime"
+    log_cleanup_policy: str = "delete"
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    replica_lag_time_max_ms: int = 30000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_max_bytes: int = 1048576
+    replica_socket_timeout_ms: int = 30000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
+    controlled_shutdown_enable: bool = True
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    group_initial_rebalance_delay_ms: int = 3000
+    fetch_max_bytes: int = 57671680
+    raw: dict[str, str] = field(default_factory=dict)
+
+    # -- construction ---------------------------------------------------------------
+
+    @classmethod
+    def from_properties_file(cls, path: str | Path) -> BrokerConfig:
+        data = Path(path).read_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = data.decode("latin-1")  # Properties.load(InputStream) is ISO-8859-1
+        return cls.from_dict(parse_properties(text))
+
+    @classmethod
+    def from_dict(cls, props: dict[str, str]) -> BrokerConfig:
+        """Typed config from raw properties. Unknown keys are kept and logged (Kafka
+        warns "The configuration 'x' was supplied but isn't a known config")."""
+        raw = {str(k): str(v) for k, v in props.items()}
+        for key in raw:
+            if key not in BROKER_CONFIGS:
+                log.warning("The configuration '%s' was supplied but isn't a known config.", key)
+        values = _typed_broker_values(raw)
+        for required in ("broker.id", "zookeeper.connect"):
+            if required not in raw or not raw[required].strip():
+                raise ConfigError(required, f"Missing required configuration \"{required}\" which has no default value.")
+        if values["broker.id"] < 0:
+            raise ConfigError("broker.id", f"Invalid value {values['broker.id']} for configuration broker.id: Value must be at least 0")
+        listeners = values["listeners"]
+        parse_listeners(listeners, "listeners")
+        if values["advertised.listeners"] is not None:
+            parse_listeners(values["advertised.listeners"], "advertised.listeners")
+        log_dirs = values["log.dirs"] if values["log.dirs"] is not None else [values["log.dir"]]
+        if not log_dirs:
+            raise ConfigError("log.dirs", "log.dirs must contain at least one directory")
+        roll_ms = values["log.roll.ms"]
+        if roll_ms is None:
+            roll_ms = values["log.roll.hours"] * 3_600_000
+        return cls(
+            broker_id=values["broker.id"],
+            zookeeper_connect=values["zookeeper.connect"],
+            listeners=listeners,
+            advertised_listeners=values["advertised.listeners"],
+            log_dirs=log_dirs,
+            zookeeper_session_timeout_ms=values["zookeeper.session.timeout.ms"],
+            zookeeper_connection_timeout_ms=values["zookeeper.connection.timeout.ms"],
+            num_partitions=values["num.partitions"],
+            default_replication_factor=values["default.replication.factor"],
+            auto_create_topics_enable=values["auto.create.topics.enable"],
+            delete_topic_enable=values["delete.topic.enable"],
+            message_max_bytes=values["message.max.bytes"],
+            socket_request_max_bytes=values["socket.request.max.bytes"],
+            log_segment_bytes=values["log.segment.bytes"],
+            log_roll_ms=roll_ms,
+            log_retention_ms=_retention_ms(values),
+            log_retention_bytes=values["log.retention.bytes"],
+            log_flush_interval_messages=values["log.flush.interval.messages"],
+            log_flush_interval_ms=values["log.flush.interval.ms"],
+            log_index_interval_bytes=values["log.index.interval.bytes"],
+            log_index_size_max_bytes=values["log.index.size.max.bytes"],
+            log_message_timestamp_type=values["log.message.timestamp.type"],
+            log_cleanup_policy=",".join(values["log.cleanup.policy"]),
+            min_insync_replicas=values["min.insync.replicas"],
+            unclean_leader_election_enable=values["unclean.leader.election.enable"],
+            replica_lag_time_max_ms=values["replica.lag.time.max.ms"],
+            replica_fetch_wait_max_ms=values["replica.fetch.wait.max.ms"],
+            replica_fetch_min_bytes=values["replica.fetch.min.bytes"],
+            replica_fetch_max_bytes=values["replica.fetch.max.bytes"],
+            replica_socket_timeout_ms=values["replica.socket.timeout.ms"],
+            auto_leader_rebalance_enable=values["auto.leader.rebalance.enable"],
+            leader_imbalance_check_interval_seconds=values["leader.imbalance.check.interval.seconds"],
+            leader_imbalance_per_broker_percentage=values["leader.imbalance.per.broker.percentage"],
+            controlled_shutdown_enable=values["controlled.shutdown.enable"],
+            offsets_topic_num_partitions=values["offsets.topic.num.partitions"],
+            offsets_topic_replication_factor=values["offsets.topic.replication.factor"],
+            group_initial_rebalance_delay_ms=values["group.initial.rebalance.delay.ms"],
+            fetch_max_bytes=values["fetch.max.bytes"],
+            raw=raw,
+        )
+
+    # -- accessors ------------------------------------------------------------------
+
+    def get(self, name: str) -> Any:
+        """Typed effective value of any known broker property (raw value or default)."""
+        d = BROKER_CONFIGS.get(name)
+        if d is None:
+            raise KeyError(name)
+        return _parse_broker(d, self.raw.get(name, d.default))
+
+    def listener_endpoints(self) -> list[tuple[str, str, int]]:
+        return parse_listeners(self.listeners, "listeners")
+
+    def advertised_endpoint(self) -> tuple[str, int]:
+        """(host, port) published in Metadata: advertised.listeners, else listeners.
+
+        Kafka would advertise the canonical host name for an empty host; Odradek binds
+        loopback aliases (FACTS.md) and requires the host to be explicit.
+        """
+        key = "advertised.listeners" if self.advertised_listeners else "listeners"
+        _, host, port = parse_listeners(self.advertised_listeners or self.listeners, key)[0]
+        if not host:
+            raise ConfigError(key, f"{key}: an explicit host is required to advertise (got an empty host)")
+        if host == "0.0.0.0":
+            raise ConfigError(key, f"{key} cannot use the nonroutable meta-address 0.0.0.0. Use a routable IP address.")
+        return host, port
+
+    def zookeeper_connection_timeout(self) -> int:
+        """Kafka: zookeeper.connection.timeout.ms defaults to the session timeout."""
+        if self.zookeeper_connection_timeout_ms is None:
+            return self.zookeeper_session_timeout_ms
+        return self.zookeeper_connection_timeout_ms
+
+    def topic_defaults(self) -> dict[str, str]:
+        """Effective default (string form) of every topic config under this broker."""
+        raw = self.effective_raw()
+        return {name: _broker_topic_value(d, raw)[0] for name, d in TOPIC_CONFIGS.items()}
+
+    def effective_raw(self) -> dict[str, str]:
+        """``raw`` plus the typed fields that were set directly on the dataclass.
+
+        Tests and tools build ``BrokerConfig(...)`` without a properties file; a field
+        that differs from what ``raw`` implies is written back under its Kafka name so
+        topic defaults and DescribeConfigs see it.
+        """
+        raw = dict(self.raw)
+        values = _typed_broker_values(raw)
+        implied: dict[str, Any] = {
+            "log_roll_ms": values["log.roll.ms"] if values["log.roll.ms"] is not None
+            else values["log.roll.hours"] * 3_600_000,
+            "log_retention_ms": _retention_ms(values),
+            "log_cleanup_policy": ",".join(values["log.cleanup.policy"]),
+        }
+        for attr, prop in _FIELD_PROPS.items():
+            current = getattr(self, attr)
+            expected = implied[attr] if attr in implied else values[prop]
+            if current != expected and current is not None:
+                raw[prop] = str(current).lower() if isinstance(current, bool) else str(current)
+        return raw
+
+
+# Dataclass fields that feed topic defaults → their Kafka property names.
+_FIELD_PROPS: dict[str, str] = {
+    "log_segment_bytes": "log.segment.bytes",
+    "log_roll_ms": "log.roll.ms",
+    "log_retention_ms": "log.retention.ms",
+    "log_retention_bytes": "log.retention.bytes",
+    "log_flush_interval_messages": "log.flush.interval.messages",
+    "log_flush_interval_ms": "log.flush.interval.ms",
+    "log_index_interval_bytes": "log.index.interval.bytes",
+    "log_index_size_max_bytes": "log.index.size.max.bytes",
+    "log_message_timestamp_type": "log.message.timestamp.type",
+    "log_cleanup_policy": "log.cleanup.policy",
+    "message_max_bytes": "message.max.bytes",
+    "min_insync_replicas": "min.insync.replicas",
+    "unclean_leader_election_enable": "unclean.leader.election.enable",
+}
+
+
+def _parse_broker(d: ConfigDef, value: str | None) -> Any:
+    try:
+        return d.parse(value)
+    except ConfigValueError as e:
+        raise ConfigError(d.name, str(e)) from None
+
+
+def _typed_broker_values(raw: dict[str, str]) -> dict[str, Any]:
+    """Every known broker property parsed and validated (ConfigError names the key)."""
+    values: dict[str, Any] = {}
+    for name, d in BROKER_CONFIGS.items():
+        values[name] = _parse_broker(d, raw.get(name, d.default))
+    return values
+
+
+# --- topic configs -----------------------------------------------------------------
+
+
+def _synonym_to_topic_value(syn: Synonym, d: ConfigDef, broker_value: str) -> str:
+    """A broker synonym's value in the topic config's terms (hours → ms, etc.)."""
+    if syn.ms_per_unit == 1:
+        if d.type is ConfigType.LIST:
+            return ",".join(parse_list(broker_value))
+        return broker_value.strip()
+    ms = int(broker_value.strip()) * syn.ms_per_unit
+    if d.name == "retention.ms" and ms < 0:
+        ms = -1  # KafkaConfig.logRetentionTimeMillis
+    return str(ms)
+
+
+def _broker_topic_value(
+    d: ConfigDef, raw: dict[str, str]
+) -> tuple[str, ConfigSource, list[tuple[str, str | None, int]]]:
+    """(value, source, synonyms) of topic config ``d`` before any topic override.
+
+    Synonyms are listed the way Kafka's DescribeConfigs lists them: per broker name in
+    precedence order, its STATIC_BROKER_CONFIG value when set, then its default.
+    """
+    synonyms: list[tuple[str, str | None, int]] = []
+    chosen: tuple[str, ConfigSource] | None = None
+    for syn in d.synonyms:
+        bdef = BROKER_CONFIGS.get(syn.name)
+        if syn.name in raw:
+            synonyms.append((syn.name, raw[syn.name], ConfigSource.STATIC_BROKER_CONFIG))
+            if chosen is None:
+                chosen = (_synonym_to_topic_value(syn, d, raw[syn.name]), ConfigSource.STATIC_BROKER_CONFIG)
+        if bdef is not None and bdef.default is not None:
+            synonyms.append((syn.name, bdef.default, ConfigSource.DEFAULT_CONFIG))
+    if chosen is None:
+        for syn in d.synonyms:
+            bdef = BROKER_CONFIGS.get(syn.name)
+            if bdef is not None and bdef.default is not None:
+                chosen = (_synonym_to_topic_value(syn, d, bdef.default), ConfigSource.DEFAULT_CONFIG)
+                break
+    if chosen is None:
+        chosen = (d.default if d.default is not None else "", ConfigSource.DEFAULT_CONFIG)
+    return chosen[0], chosen[1], synonyms
+
+
+def _invalid(message: str) -> KafkaError:
+    return KafkaError(ErrorCode.invalid_config, message)
+
+
+def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
+    """Validate topic overrides (CreateTopics / AlterConfigs); returns the kept ones.
+
+    A ``None`` value means "no override" (Kafka's AlterConfigs DELETE) and is dropped.
+    Raises ``KafkaError(INVALID_CONFIG)`` with Kafka's messages for unknown names and
+    bad values, and for min.compaction.lag.ms > max.compaction.lag.ms.
+    """
+    out: dict[str, str] = {}
+    typed: dict[str, Any] = {}
+    for name, value in configs.items():
+        d = TOPIC_CONFIGS.get(name)
+        if d is None:
+            raise _invalid(f"Unknown topic config name: {name}")
+        if value is None:
+            continue
+        try:
+            typed[name] = d.parse(value)
+        except ConfigValueError as e:
+            raise _invalid(str(e)) from None
+        out[name] = value
+    min_lag = typed.get("min.compaction.lag.ms", 0)
+    max_lag = typed.get("max.compaction.lag.ms", LONG_MAX)
+    if min_lag > max_lag:
+        raise _invalid(
+            f"conflict topic config setting min.compaction.lag.ms ({min_lag}) > "
+            f"max.compaction.lag.ms ({max_lag})"
+        )
+    return out
+
+
+@dataclass
+class ConfigEntry:
+    """One DescribeConfigs result entry (fields of DescribeConfigsResourceResult)."""
+
+    name: str
+    value: str | None
+    source: int
+    read_only: bool
+    is_default: bool
+    is_sensitive: bool
+    synonyms: list[tuple[str, str | None, int]]
+    config_type: int
+    documentation: str | None
+
+
+def describe_topic_config(broker: BrokerConfig, overrides: dict[str, str]) -> list[ConfigEntry]:
+    """Every topic config with value and source, like Kafka's DescribeConfigs(TOPIC)."""
+    entries: list[ConfigEntry] = []
+    raw = broker.effective_raw()
+    for name in sorted(TOPIC_CONFIGS):
+        d = TOPIC_CONFIGS[name]
+        value, source, synonyms = _broker_topic_value(d, raw)
+        if name in overrides and overrides[name] is not None:
+            value = overrides[name]
+            source = ConfigSource.DYNAMIC_TOPIC_CONFIG
+            synonyms = [(name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG), *synonyms]
+        entries.append(
+            ConfigEntry(
+                name=name,
+                value=None if d.sensitive else value,
+                source=int(source),
+                read_only=False,
+                is_default=source is ConfigSource.DEFAULT_CONFIG,
+                is_sensitive=d.sensitive,
+                synonyms=[(n, v, int(s)) for n, v, s in synonyms],
+                config_type=int(d.type),
+                documentation=d.doc,
+            )
+        )
+    return entries
+
+
+def describe_broker_config(broker: BrokerConfig) -> list[ConfigEntry]:
+    """The broker properties Odradek knows, like Kafka's DescribeConfigs(BROKER).
+
+    All are read-only (no dynamic broker configs). Passwords are never returned.
+    """
+    entries: list[ConfigEntry] = []
+    raw = broker.effective_raw()
+    for name in sorted(BROKER_CONFIGS):
+        d = BROKER_CONFIGS[name]
+        synonyms: list[tuple[str, str | None, int]] = []
+        if name in raw:
+            value: str | None = raw[name]
+            source = ConfigSource.STATIC_BROKER_CONFIG
+            synonyms.append((name, None if d.sensitive else value, int(source)))
+        else:
+            value = d.default
+            source = ConfigSource.DEFAULT_CONFIG
+        if d.default is not None:
+            synonyms.append((name, None if d.sensitive else d.default, int(ConfigSource.DEFAULT_CONFIG)))
+        entries.append(
+            ConfigEntry(
+                name=name,
+                value=None if d.sensitive else value,
+                source=int(source),
+                read_only=True,
+                is_default=source is ConfigSource.DEFAULT_CONFIG,
+                is_sensitive=d.sensitive,
+                synonyms=synonyms,
+                config_type=int(d.type),
+                documentation=d.doc,
+            )
+        )
+    return entries
+
+
+def effective_topic_configs(broker: BrokerConfig, overrides: dict[str, str]) -> dict[str, Any]:
+    """Typed effective value of every topic config (override > broker > default)."""
+    defaults = broker.topic_defaults()
+    result: dict[str, Any] = {}
+    for name, d in TOPIC_CONFIGS.items():
+        raw_value = overrides.get(name)
+        if raw_value is None:
+            raw_value = defaults[name]
+        try:
+            result[name] = d.parse(raw_value)
+        except ConfigValueError as e:
+            raise _invalid(str(e)) from None
+    return result
+
+
+def log_config_for_topic(broker: BrokerConfig, overrides: dict[str, str]) -> dict[str, Any]:
+    """The typed values storage and replication need for one topic.
+
+    ``cleanup_policy`` is a list (Kafka's LIST type: "compact,delete" is legal).
+    """
+    c = effective_topic_configs(broker, overrides)
+    return {
+        "segment_bytes": c["segment.bytes"],
+        "segment_ms": c["segment.ms"],
+        "segment_jitter_ms": c["segment.jitter.ms"],
+        "index_interval_bytes": c["index.interval.bytes"],
+        "segment_index_bytes": c["segment.index.bytes"],
+        "max_message_bytes": c["max.message.bytes"],
+        "message_timestamp_type": c["message.timestamp.type"],
+        "message_timestamp_before_max_ms": c["message.timestamp.before.max.ms"],
+        "message_timestamp_after_max_ms": c["message.timestamp.after.max.ms"],
+        "flush_messages": c["flush.messages"],
+        "flush_ms": c["flush.ms"],
+        "retention_ms": c["retention.ms"],
+        "retention_bytes": c["retention.bytes"],
+        "cleanup_policy": c["cleanup.policy"],
+        "delete_retention_ms": c["delete.retention.ms"],
+        "min_compaction_lag_ms": c["min.compaction.lag.ms"],
+        "max_compaction_lag_ms": c["max.compaction.lag.ms"],
+        "min_cleanable_dirty_ratio": c["min.cleanable.dirty.ratio"],
+        "file_delete_delay_ms": c["file.delete.delay.ms"],
+        "preallocate": c["preallocate"],
+        "compression_type": c["compression.type"],
+        "min_insync_replicas": c["min.insync.replicas"],
+        "unclean_leader_election_enable": c["unclean.leader.election.enable"],
+        "ack_fsync": c["odradek.ack.fsync"],
+    }

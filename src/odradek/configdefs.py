@@ -1,0 +1,509 @@
+"""Config definitions: Kafka's names, types, defaults, validators and broker synonyms.
+
+The tables mirror Kafka 3.9 (the last Kafka line with ZooKeeper mode, which Odradek
+follows, SPEC R12): ``LogConfig`` for topic configs, ``ServerLogConfigs`` /
+``KafkaConfig`` for broker properties and ``ServerTopicConfigSynonyms`` for the
+broker-level names a topic config falls back to. Values are kept as Kafka's *string*
+form; ``ConfigDef.parse`` turns them into typed values with Kafka's error messages
+("Invalid value x for configuration y: ..."), so a Kafka user sees familiar text.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+__all__ = [
+    "ConfigType",
+    "ConfigSource",
+    "ConfigDef",
+    "ConfigValueError",
+    "Synonym",
+    "Range",
+    "ValidString",
+    "ValidList",
+    "TOPIC_CONFIGS",
+    "BROKER_CONFIGS",
+    "LONG_MAX",
+    "INT_MAX",
+    "parse_list",
+]
+
+LONG_MAX: Final = 9223372036854775807
+LONG_MIN: Final = -9223372036854775808
+INT_MAX: Final = 2147483647
+INT_MIN: Final = -2147483648
+SHORT_MAX: Final = 32767
+SHORT_MIN: Final = -32768
+
+
+class ConfigType(enum.IntEnum):
+    """DescribeConfigs v3+ ``ConfigType`` (KIP-569)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(enum.IntEnum):
+    """DescribeConfigs v1+ ``ConfigSource`` (KIP-226)."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+class ConfigValueError(ValueError):
+    """A value failed parsing or validation; ``str()`` is Kafka's ConfigException text."""
+
+    def __init__(self, name: str, value: object, reason: str) -> None:
+        super().__init__(f"Invalid value {value} for configuration {name}: {reason}")
+        self.name = name
+        self.value = value
+        self.reason = reason
+
+
+def parse_list(value: str) -> list[str]:
+    """Kafka's LIST parsing: trim, then split on commas with surrounding blanks."""
+    trimmed = value.strip()
+    if not trimmed:
+        return []
+    return [item.strip() for item in trimmed.split(",")]
+
+
+# --- validators: callables (name, typed value) -> None, raising ConfigValueError ----
+
+
+@dataclass(frozen=True)
+class Range:
+    """Kafka's ``ConfigDef.Range`` (atLeast / between)."""
+
+    min: float | None = None
+    max: float | None = None
+
+    def __call__(self, name: str, value: Any) -> None:
+        if value is None:
+            return
+        if self.min is not None and value < self.min:
+            raise ConfigValueError(name, value, f"Value must be at least {_num(self.min)}")
+        if self.max is not None and value > self.max:
+            raise ConfigValueError(name, value, f"Value must be no more than {_num(self.max)}")
+
+    def describe(self) -> str:
+        if self.max is None:
+            return f"[{_num(self.min)},...]"
+        return f"[{_num(self.min)},...,{_num(self.max)}]"
+
+
+def _num(x: float | None) -> str:
+    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
+
+
+@dataclass(frozen=True)
+class RangeOr:
+    """A range plus isolated allowed values (gzip level: -1 or 1..9)."""
+
+    range: Range
+    also: tuple[int, ...]
+
+    def __call__(self, name: str, value: Any) -> None:
+        if value in self.also:
+            return
+        try:
+            self.range(name, value)
+        except ConfigValueError:
+            raise ConfigValueError(
+                name, value, f"Value must be in {self.range.describe()} or one of {list(self.also)}"
+            ) from None
+
+
+@dataclass(frozen=True)
+class ValidString:
+    """Kafka's ``ValidString.in``: case-sensitive enumeration."""
+
+    values: tuple[str, ...]
+
+    def __call__(self, name: str, value: Any) -> None:
+        if value is not None and value not in self.values:
+            raise ConfigValueError(name, value, "String must be one of: " + ", ".join(self.values))
+
+
+@dataclass(frozen=True)
+class ValidList:
+    """Kafka's ``ValidList.in``: every element of a LIST must be one of ``values``."""
+
+    values: tuple[str, ...]
+    allow_empty: bool = False
+
+    def __call__(self, name: str, value: Any) -> None:
+        if value is None:
+            return
+        if not value and not self.allow_empty:
+            raise ConfigValueError(name, "", "Configuration '" + name + "' must not be empty")
+        for item in value:
+            if item not in self.values:
+                raise ConfigValueError(name, item, "String must be one of: " + ", ".join(self.values))
+
+
+def throttled_replicas(name: str, value: Any) -> None:
+    """Kafka's ThrottledReplicaListValidator: "*" or "partition:broker,...". """
+    if not value or value == ["*"]:
+        return
+    for item in value:
+        parts = item.split(":")
+        if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+            raise ConfigValueError(
+                name,
+                ",".join(value),
+                "must be the literal '*' or a list of replicas in the following format: "
+                "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+            )
+
+
+Validator = Callable[[str, Any], None]
+
+
+@dataclass(frozen=True)
+class Synonym:
+    """A broker property a topic config falls back to, with its unit (ms per unit)."""
+
+    name: str
+    ms_per_unit: int = 1
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    """One config key: Kafka's name, type, default (string form, None = no default)."""
+
+    name: str
+    type: ConfigType
+    default: str | None
+    doc: str
+    validator: Validator | None = None
+    synonyms: tuple[Synonym, ...] = field(default=())  # topic configs only, Kafka's order
+
+    @property
+    def sensitive(self) -> bool:
+        return self.type is ConfigType.PASSWORD
+
+    def parse(self, value: str | None) -> Any:
+        """Typed value of ``value`` (Kafka's ``ConfigDef.parseType``), validated."""
+        if value is None:
+            return None
+        typed = _parse_type(self.name, value, self.type)
+        if self.validator is not None:
+            self.validator(self.name, typed)
+        return typed
+
+    def parsed_default(self) -> Any:
+        return self.parse(self.default)
+
+
+def _parse_int(name: str, value: str, kind: str, lo: int, hi: int) -> int:
+    trimmed = value.strip()
+    try:
+        n = int(trimmed, 10)
+    except ValueError:
+        raise ConfigValueError(name, value, f"Not a number of type {kind}") from None
+    if not lo <= n <= hi or "_" in trimmed:
+        raise ConfigValueError(name, value, f"Not a number of type {kind}")
+    return n
+
+
+def _parse_type(name: str, value: str, ctype: ConfigType) -> Any:
+    trimmed = value.strip()
+    if ctype is ConfigType.BOOLEAN:
+        low = trimmed.lower()
+        if low == "true":
+            return True
+        if low == "false":
+            return False
+        raise ConfigValueError(name, value, "Expected value to be either true or false")
+    if ctype is ConfigType.INT:
+        return _parse_int(name, value, "INT", INT_MIN, INT_MAX)
+    if ctype is ConfigType.SHORT:
+        return _parse_int(name, value, "SHORT", SHORT_MIN, SHORT_MAX)
+    if ctype is ConfigType.LONG:
+        return _parse_int(name, value, "LONG", LONG_MIN, LONG_MAX)
+    if ctype is ConfigType.DOUBLE:
+        try:
+            d = float(trimmed)
+        except ValueError:
+            raise ConfigValueError(name, value, "Not a number of type DOUBLE") from None
+        if "_" in trimmed or trimmed.lower() in ("inf", "infinity", "-inf", "-infinity"):
+            raise ConfigValueError(name, value, "Not a number of type DOUBLE")
+        return d
+    if ctype is ConfigType.LIST:
+        return parse_list(value)
+    if ctype in (ConfigType.STRING, ConfigType.CLASS):
+        return trimmed
+    return value  # PASSWORD: kept verbatim, like Kafka
+
+
+# --- topic configs (Kafka 3.9 LogConfig) -------------------------------------------
+
+_L = str(LONG_MAX)
+_MS = Synonym
+_HOUR = 3_600_000
+_MINUTE = 60_000
+
+
+def _topic(
+    name: str,
+    ctype: ConfigType,
+    default: str | None,
+    doc: str,
+    validator: Validator | None = None,
+    synonyms: Sequence[str | Synonym] = (),
+) -> ConfigDef:
+    syns = tuple(s if isinstance(s, Synonym) else Synonym(s) for s in synonyms)
+    return ConfigDef(name, ctype, default, doc, validator, syns)
+
+
+T = ConfigType
+_COMPRESSION = ValidString(("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"))
+_TS_TYPES = ValidString(("CreateTime", "LogAppendTime"))
+_CLEANUP = ValidList(("compact", "delete"), allow_empty=True)
+
+_TOPIC_LIST: list[ConfigDef] = [
+    _topic("cleanup.policy", T.LIST, "delete",
+           "Retention policy for old segments: delete (R24), compact (R25) or both.",
+           _CLEANUP, ["log.cleanup.policy"]),
+    _topic("compression.gzip.level", T.INT, "-1", "Compression level for gzip.",
+           RangeOr(Range(1, 9), (-1,)), ["compression.gzip.level"]),
+    _topic("compression.lz4.level", T.INT, "9", "Compression level for lz4.",
+           Range(1, 17), ["compression.lz4.level"]),
+    _topic("compression.type", T.STRING, "producer",
+           "Final compression of the topic's data; 'producer' keeps the producer's codec.",
+           _COMPRESSION, ["compression.type"]),
+    _topic("compression.zstd.level", T.INT, "3", "Compression level for zstd.",
+           Range(-131072, 22), ["compression.zstd.level"]),
+    _topic("delete.retention.ms", T.LONG, "86400000",
+           "How long delete tombstones are kept on compacted topics (R25).",
+           Range(0), ["log.cleaner.delete.retention.ms"]),
+    _topic("file.delete.delay.ms", T.LONG, "60000",
+           "Time to wait before deleting a file from the filesystem.",
+           Range(0), ["log.segment.delete.delay.ms"]),
+    _topic("flush.messages", T.LONG, _L,
+           "Force an fsync after this many messages (default: rely on replication, R18).",
+           Range(1), ["log.flush.interval.messages"]),
+    _topic("flush.ms", T.LONG, _L,
+           "Force an fsync after this much time (default: rely on replication, R18).",
+           Range(0), [_MS("log.flush.interval.ms"), _MS("log.flush.scheduler.interval.ms")]),
+    _topic("follower.replication.throttled.replicas", T.LIST, "",
+           "Replicas whose log replication is throttled on the follower side.",
+           throttled_replicas),
+    _topic("index.interval.bytes", T.INT, "4096",
+           "Bytes between entries of the sparse offset index.",
+           Range(0), ["log.index.interval.bytes"]),
+    _topic("leader.replication.throttled.replicas", T.LIST, "",
+           "Replicas whose log replication is throttled on the leader side.",
+           throttled_replicas),
+    _topic("local.retention.bytes", T.LONG, "-2",
+           "Local size limit when tiered storage is on (-2: use retention.bytes).",
+           Range(-2), ["log.local.retention.bytes"]),
+    _topic("local.retention.ms", T.LONG, "-2",
+           "Local time limit when tiered storage is on (-2: use retention.ms).",
+           Range(-2), ["log.local.retention.ms"]),
+    _topic("max.compaction.lag.ms", T.LONG, _L,
+           "Maximum time a message stays ineligible for compaction.",
+           Range(1), ["log.cleaner.max.compaction.lag.ms"]),
+    _topic("max.message.bytes", T.INT, "1048588",
+           "Largest record batch size allowed (after compression).",
+           Range(0), ["message.max.bytes"]),
+    _topic("message.downconversion.enable", T.BOOLEAN, "true",
+           "Whether down-conversion of message formats is enabled for old consumers.",
+           None, ["log.message.downconversion.enable"]),
+    _topic("message.format.version", T.STRING, "3.0-IV1",
+           "Deprecated: message format version (ignored, always v2).",
+           None, ["log.message.format.version"]),
+    _topic("message.timestamp.after.max.ms", T.LONG, _L,
+           "Allowed amount a CreateTime timestamp may be ahead of the broker's clock.",
+           Range(0), ["log.message.timestamp.after.max.ms"]),
+    _topic("message.timestamp.before.max.ms", T.LONG, _L,
+           "Allowed amount a CreateTime timestamp may be behind the broker's clock.",
+           Range(0), ["log.message.timestamp.before.max.ms"]),
+    _topic("message.timestamp.difference.max.ms", T.LONG, _L,
+           "Deprecated: maximum difference between broker and record timestamps.",
+           Range(0), ["log.message.timestamp.difference.max.ms"]),
+    _topic("message.timestamp.type", T.STRING, "CreateTime",
+           "Whether record timestamps are the producer's (CreateTime) or append time.",
+           _TS_TYPES, ["log.message.timestamp.type"]),
+    _topic("min.cleanable.dirty.ratio", T.DOUBLE, "0.5",
+           "Minimum dirty/total ratio before the compactor cleans a log (R25).",
+           Range(0, 1), ["log.cleaner.min.cleanable.ratio"]),
+    _topic("min.compaction.lag.ms", T.LONG, "0",
+           "Minimum time a message stays uncompacted.",
+           Range(0), ["log.cleaner.min.compaction.lag.ms"]),
+    _topic("min.insync.replicas", T.INT, "1",
+           "Minimum ISR size for acks=all produce to succeed (R8).",
+           Range(1), ["min.insync.replicas"]),
+    _topic("odradek.ack.fsync", T.BOOLEAN, "false",
+           "Beyond Kafka: acknowledge produce only after the data is fsynced.",
+           None, []),
+    _topic("preallocate", T.BOOLEAN, "false",
+           "Preallocate the segment file when a new segment is created.",
+           None, ["log.preallocate"]),
+    _topic("remote.log.copy.disable", T.BOOLEAN, "false",
+           "Stop copying to tiered storage (tiered storage is not supported).", None, []),
+    _topic("remote.log.delete.on.disable", T.BOOLEAN, "false",
+           "Delete tiered data when tiered storage is disabled (not supported).", None, []),
+    _topic("remote.storage.enable", T.BOOLEAN, "false",
+           "Tiered storage for the topic (not supported by Odradek).", None, []),
+    _topic("retention.bytes", T.LONG, "-1",
+           "Maximum partition size before old segments are deleted (-1: no limit, R24).",
+           None, ["log.retention.bytes"]),
+    _topic("retention.ms", T.LONG, "604800000",
+           "Maximum age of a segment before it is deleted (-1: no limit, R24).",
+           Range(-1),
+           [_MS("log.retention.ms"), _MS("log.retention.minutes", _MINUTE),
+            _MS("log.retention.hours", _HOUR)]),
+    # Kafka 3.x: atLeast(LegacyRecord.RECORD_OVERHEAD_V0); 4.0 raised it to 1 MiB.
+    _topic("segment.bytes", T.INT, "1073741824",
+           "Segment file size (R23).", Range(14), ["log.segment.bytes"]),
+    _topic("segment.index.bytes", T.INT, "10485760",
+           "Size of the offset index file of a segment.",
+           Range(4), ["log.index.size.max.bytes"]),
+    _topic("segment.jitter.ms", T.LONG, "0",
+           "Maximum random jitter subtracted from segment.ms.",
+           Range(0), [_MS("log.roll.jitter.ms"), _MS("log.roll.jitter.hours", _HOUR)]),
+    _topic("segment.ms", T.LONG, "604800000",
+           "Time after which a segment is rolled even if not full (R23).",
+           Range(1), [_MS("log.roll.ms"), _MS("log.roll.hours", _HOUR)]),
+    _topic("unclean.leader.election.enable", T.BOOLEAN, "false",
+           "Allow out-of-ISR replicas to become leader, at the cost of data loss (R10, R15).",
+           None, ["unclean.leader.election.enable"]),
+]
+
+TOPIC_CONFIGS: Final[dict[str, ConfigDef]] = {d.name: d for d in _TOPIC_LIST}
+
+
+# --- broker properties (Kafka 3.9 KafkaConfig, ZooKeeper mode) ---------------------
+
+
+def _b(name: str, ctype: ConfigType, default: str | None, doc: str,
+       validator: Validator | None = None) -> ConfigDef:
+    return ConfigDef(name, ctype, default, doc, validator)
+
+
+_BROKER_LIST: list[ConfigDef] = [
+    _b("broker.id", T.INT, "-1", "The broker id (required by Odradek)."),
+    _b("broker.rack", T.STRING, None, "Rack of the broker."),
+    _b("listeners", T.STRING, "PLAINTEXT://:9092", "Listener URIs: NAME://host:port,..."),
+    _b("advertised.listeners", T.STRING, None, "Listeners published to clients (default: listeners)."),
+    _b("listener.security.protocol.map", T.STRING,
+       "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+       "Listener name to security protocol."),
+    _b("inter.broker.listener.name", T.STRING, None, "Listener used between brokers."),
+    _b("security.inter.broker.protocol", T.STRING, "PLAINTEXT", "Protocol between brokers."),
+    _b("zookeeper.connect", T.STRING, None, "ZooKeeper connection string (required)."),
+    _b("zookeeper.session.timeout.ms", T.INT, "18000", "ZooKeeper session timeout."),
+    _b("zookeeper.connection.timeout.ms", T.INT, None,
+       "Max wait to establish the ZooKeeper connection (default: session timeout)."),
+    _b("zookeeper.max.in.flight.requests", T.INT, "10", "Unacknowledged ZooKeeper requests.", Range(1)),
+    _b("log.dir", T.STRING, "/tmp/kafka-logs", "Log directory (used when log.dirs is unset)."),
+    _b("log.dirs", T.LIST, None, "Comma-separated log directories."),
+    _b("num.partitions", T.INT, "1", "Default partition count of new topics.", Range(1)),
+    _b("default.replication.factor", T.INT, "1", "Default replication factor of new topics."),
+    _b("auto.create.topics.enable", T.BOOLEAN, "true", "Create topics on first metadata use."),
+    _b("delete.topic.enable", T.BOOLEAN, "true", "Allow topic deletion."),
+    _b("message.max.bytes", T.INT, "1048588", "Largest record batch size allowed.", Range(0)),
+    _b("socket.request.max.bytes", T.INT, "104857600", "Largest request size.", Range(1)),
+    _b("socket.send.buffer.bytes", T.INT, "102400", "SO_SNDBUF (-1: OS default)."),
+    _b("socket.receive.buffer.bytes", T.INT, "102400", "SO_RCVBUF (-1: OS default)."),
+    _b("num.network.threads", T.INT, "3", "Network threads (ignored: asyncio).", Range(1)),
+    _b("num.io.threads", T.INT, "8", "I/O threads (ignored: asyncio).", Range(1)),
+    _b("background.threads", T.INT, "10", "Background threads (ignored).", Range(1)),
+    _b("queued.max.requests", T.INT, "500", "Queued requests before blocking reads.", Range(1)),
+    _b("connections.max.idle.ms", T.LONG, "600000", "Idle connection timeout."),
+    _b("log.segment.bytes", T.INT, "1073741824", "Segment file size (R23).", Range(14)),
+    _b("log.roll.ms", T.LONG, None, "Segment roll time in ms (overrides log.roll.hours)."),
+    _b("log.roll.hours", T.INT, "168", "Segment roll time in hours.", Range(1)),
+    _b("log.roll.jitter.ms", T.LONG, None, "Roll jitter in ms."),
+    _b("log.roll.jitter.hours", T.INT, "0", "Roll jitter in hours.", Range(0)),
+    _b("log.retention.ms", T.LONG, None, "Retention in ms (wins over minutes and hours; -1: none)."),
+    _b("log.retention.minutes", T.INT, None, "Retention in minutes (wins over hours)."),
+    _b("log.retention.hours", T.INT, "168", "Retention in hours (R24)."),
+    _b("log.retention.bytes", T.LONG, "-1", "Size limit of a partition (R24)."),
+    _b("log.retention.check.interval.ms", T.LONG, "300000", "Retention check period.", Range(1)),
+    _b("log.cleanup.policy", T.LIST, "delete", "Default cleanup policy.", _CLEANUP),
+    _b("log.cleaner.enable", T.BOOLEAN, "true", "Run the log compactor."),
+    _b("log.cleaner.threads", T.INT, "1", "Compactor threads.", Range(0)),
+    _b("log.cleaner.backoff.ms", T.LONG, "15000", "Compactor idle sleep.", Range(0)),
+    _b("log.cleaner.delete.retention.ms", T.LONG, "86400000", "Tombstone retention.", Range(0)),
+    _b("log.cleaner.min.compaction.lag.ms", T.LONG, "0", "Minimum compaction lag.", Range(0)),
+    _b("log.cleaner.max.compaction.lag.ms", T.LONG, _L, "Maximum compaction lag.", Range(1)),
+    _b("log.cleaner.min.cleanable.ratio", T.DOUBLE, "0.5", "Minimum dirty ratio.", Range(0, 1)),
+    _b("log.index.size.max.bytes", T.INT, "10485760", "Offset index size.", Range(4)),
+    _b("log.index.interval.bytes", T.INT, "4096", "Bytes between index entries.", Range(0)),
+    _b("log.flush.interval.messages", T.LONG, _L, "Messages between forced fsyncs.", Range(1)),
+    _b("log.flush.interval.ms", T.LONG, None, "Time between forced fsyncs."),
+    _b("log.flush.scheduler.interval.ms", T.LONG, _L, "Flusher check period."),
+    _b("log.flush.offset.checkpoint.interval.ms", T.INT, "60000",
+       "Recovery-point checkpoint period.", Range(0)),
+    _b("log.flush.start.offset.checkpoint.interval.ms", T.INT, "60000",
+       "Log-start-offset checkpoint period.", Range(0)),
+    _b("log.segment.delete.delay.ms", T.LONG, "60000", "Delay before deleting files.", Range(0)),
+    _b("log.preallocate", T.BOOLEAN, "false", "Preallocate segment files."),
+    _b("log.message.timestamp.type", T.STRING, "CreateTime", "Default timestamp type.", _TS_TYPES),
+    _b("log.message.timestamp.difference.max.ms", T.LONG, _L, "Deprecated.", Range(0)),
+    _b("log.message.timestamp.before.max.ms", T.LONG, _L, "Past timestamp bound.", Range(0)),
+    _b("log.message.timestamp.after.max.ms", T.LONG, _L, "Future timestamp bound.", Range(0)),
+    _b("log.message.downconversion.enable", T.BOOLEAN, "true", "Down-conversion."),
+    _b("log.message.format.version", T.STRING, "3.0-IV1", "Deprecated."),
+    _b("log.local.retention.ms", T.LONG, "-2", "Tiered storage local retention.", Range(-2)),
+    _b("log.local.retention.bytes", T.LONG, "-2", "Tiered storage local size.", Range(-2)),
+    _b("num.recovery.threads.per.data.dir", T.INT, "1", "Recovery threads.", Range(1)),
+    _b("compression.type", T.STRING, "producer", "Default topic compression.", _COMPRESSION),
+    _b("compression.gzip.level", T.INT, "-1", "gzip level.", RangeOr(Range(1, 9), (-1,))),
+    _b("compression.lz4.level", T.INT, "9", "lz4 level.", Range(1, 17)),
+    _b("compression.zstd.level", T.INT, "3", "zstd level.", Range(-131072, 22)),
+    _b("min.insync.replicas", T.INT, "1", "Default min ISR for acks=all (R8).", Range(1)),
+    _b("unclean.leader.election.enable", T.BOOLEAN, "false", "Unclean election (R10)."),
+    _b("replica.lag.time.max.ms", T.LONG, "30000", "Follower lag before ISR removal (R6)."),
+    _b("replica.fetch.wait.max.ms", T.INT, "500", "Follower fetch long-poll (R17)."),
+    _b("replica.fetch.min.bytes", T.INT, "1", "Follower fetch minimum bytes."),
+    _b("replica.fetch.max.bytes", T.INT, "1048576", "Follower fetch bytes per partition.", Range(0)),
+    _b("replica.fetch.response.max.bytes", T.INT, "10485760", "Follower fetch total.", Range(0)),
+    _b("replica.fetch.backoff.ms", T.INT, "1000", "Follower backoff on error.", Range(0)),
+    _b("replica.socket.timeout.ms", T.INT, "30000", "Follower socket timeout."),
+    _b("replica.socket.receive.buffer.bytes", T.INT, "65536", "Follower SO_RCVBUF."),
+    _b("replica.high.watermark.checkpoint.interval.ms", T.LONG, "5000", "HW checkpoint period."),
+    _b("num.replica.fetchers", T.INT, "1", "Fetcher threads per source broker."),
+    _b("auto.leader.rebalance.enable", T.BOOLEAN, "true", "Preferred leader election (R5)."),
+    _b("leader.imbalance.check.interval.seconds", T.LONG, "300", "Imbalance check period.", Range(1)),
+    _b("leader.imbalance.per.broker.percentage", T.INT, "10", "Allowed imbalance (R5)."),
+    _b("controlled.shutdown.enable", T.BOOLEAN, "true", "Move leadership away on shutdown."),
+    _b("controlled.shutdown.max.retries", T.INT, "3", "Controlled shutdown retries."),
+    _b("controlled.shutdown.retry.backoff.ms", T.LONG, "5000", "Controlled shutdown backoff."),
+    _b("controller.socket.timeout.ms", T.INT, "30000", "Controller-to-broker timeout."),
+    _b("offsets.topic.num.partitions", T.INT, "50", "__consumer_offsets partitions.", Range(1)),
+    _b("offsets.topic.replication.factor", T.SHORT, "3", "__consumer_offsets RF.", Range(1)),
+    _b("offsets.topic.segment.bytes", T.INT, "104857600", "__consumer_offsets segment size.", Range(1)),
+    _b("offsets.retention.minutes", T.INT, "10080", "Committed offset retention.", Range(1)),
+    _b("offsets.commit.timeout.ms", T.INT, "5000", "Offset commit timeout.", Range(1)),
+    _b("group.initial.rebalance.delay.ms", T.INT, "3000", "First rebalance delay."),
+    _b("group.min.session.timeout.ms", T.INT, "6000", "Minimum consumer session timeout."),
+    _b("group.max.session.timeout.ms", T.INT, "1800000", "Maximum consumer session timeout."),
+    _b("group.max.size", T.INT, str(INT_MAX), "Maximum consumers per group.", Range(1)),
+    _b("transaction.state.log.replication.factor", T.SHORT, "3", "Transaction log RF.", Range(1)),
+    _b("transaction.state.log.min.isr", T.INT, "2", "Transaction log min ISR.", Range(1)),
+    _b("transaction.state.log.num.partitions", T.INT, "50", "Transaction log partitions.", Range(1)),
+    _b("fetch.max.bytes", T.INT, "57671680", "Largest Fetch response.", Range(1024)),
+    _b("ssl.keystore.password", T.PASSWORD, None, "Keystore password (TLS is not supported)."),
+]
+
+BROKER_CONFIGS: Final[dict[str, ConfigDef]] = {d.name: d for d in _BROKER_LIST}

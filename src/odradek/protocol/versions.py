@@ -1,0 +1,65 @@
+"""The API version table: what Odradek decodes/serves and what ApiVersions advertises.
+
+Adding an API is one line in ``SERVED`` (and, only if clients need a wider advertised
+range than we decode, one line in ``_ADVERTISED_ONLY``). Every served (key, version)
+must exist in kio 0.6.5, which tests/unit/protocol/test_versions.py checks.
+
+Why ADVERTISED can be wider than SERVED (FACTS.md, "Kafka protocol"): librdkafka 2.0.2
+(Debian's kcat) requires an exact overlap with its own version ranges and refuses to
+produce unless the broker advertises Produce from v0, although it sends v3+ (record batch
+v2, the only format we store, SPEC R23). kio cannot decode Produce v0-2 anyway. A
+request at an advertised-but-not-served version is rejected by ``codec.decode_request``
+with ``UnsupportedVersion``.
+
+Telemetry (71/72) is deliberately absent: advertising it makes librdkafka 2.16 start a
+telemetry exchange we do not implement.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from kio.schema.index import api_key_map
+
+__all__ = ["SERVED", "ADVERTISED", "API_NAMES", "api_name", "is_served"]
+
+# api_key -> (min, max) version we decode and handle.
+SERVED: Final[dict[int, tuple[int, int]]] = {
+    0: (3, 10),  # Produce (v9+ flexible); v0-2 are message-format v0/v1 only
+    1: (4, 12),  # Fetch (v12 flexible; v13+ need topic ids)
+    2: (1, 7),  # ListOffsets
+    3: (0, 12),  # Metadata (v13 would need topic-id-only semantics)
+    18: (0, 4),  # ApiVersions
+    19: (2, 5),  # CreateTopics
+    20: (1, 4),  # DeleteTopics
+    32: (1, 4),  # DescribeConfigs
+    37: (0, 3),  # CreatePartitions
+    60: (0, 1),  # DescribeCluster
+}
+
+# Ranges advertised beyond what is served (see module docstring).
+_ADVERTISED_ONLY: Final[dict[int, tuple[int, int]]] = {
+    0: (0, 10),  # Produce: librdkafka 2.0.2 needs an overlap from v0
+}
+
+ADVERTISED: Final[dict[int, tuple[int, int]]] = {
+    key: _ADVERTISED_ONLY.get(key, rng) for key, rng in sorted(SERVED.items())
+}
+
+
+def _camel(snake: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in snake.split("_"))
+
+
+# Kafka's names ("Produce", "ApiVersions", ...) for every key kio knows; used in logs
+# and error messages.
+API_NAMES: Final[dict[int, str]] = {key: _camel(name) for key, name in api_key_map.items()}
+
+
+def api_name(api_key: int) -> str:
+    return API_NAMES.get(api_key, f"Unknown({api_key})")
+
+
+def is_served(api_key: int, api_version: int) -> bool:
+    rng = SERVED.get(api_key)
+    return rng is not None and rng[0] <= api_version <= rng[1]

@@ -1,0 +1,83 @@
+"""A kazoo client whose TCP connections leave from the node's own loopback address.
+
+Why: every broker runs on its own address (127.0.k.x) so that fault tests can cut links
+with source/destination iptables rules (SPEC scenarios 1-8). A socket connecting to
+127.0.k.1 leaves from 127.0.0.1 unless it binds its source first, and then no
+``-s 127.0.k.3`` rule would ever match (FACTS: "Trap"). kazoo has no option for this,
+so we give it a handler whose ``create_connection`` binds ``source_address``.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import SequentialThreadingHandler
+
+__all__ = ["BoundThreadingHandler", "connect_zk", "split_chroot"]
+
+
+class BoundThreadingHandler(SequentialThreadingHandler):
+    """kazoo's threading handler, but every connection binds ``(source_ip, 0)``."""
+
+    def __init__(self, source_ip: str | None) -> None:
+        super().__init__()
+        self.source_ip = source_ip
+
+    def create_connection(  # type: ignore[override]
+        self,
+        address: tuple[str, int],
+        hostname: str | None = None,
+        timeout: float | None = None,
+        use_ssl: bool = False,
+        **_ssl_options: Any,
+    ) -> socket.socket:
+        if use_ssl:
+            raise ValueError("odradek's ZooKeeper client does not support TLS")
+        source = (self.source_ip, 0) if self.source_ip else None
+        sock = socket.create_connection(address, timeout, source_address=source)
+        # Same options kazoo sets on its own sockets: small request/response frames.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        return sock
+
+
+def split_chroot(connect: str) -> tuple[str, str]:
+    """``"h1:2181,h2:2181/kafka"`` -> ``("h1:2181,h2:2181", "/kafka")`` (Kafka's
+    ``zookeeper.connect`` syntax: one optional chroot after the last host)."""
+    hosts, slash, chroot = connect.partition("/")
+    chroot = ("/" + chroot).rstrip("/") if slash else ""
+    return hosts, chroot
+
+
+def connect_zk(
+    hosts: str,
+    *,
+    source_ip: str | None,
+    session_timeout_s: float,
+    timeout_s: float = 10.0,
+) -> KazooClient:
+    """Start a kazoo client (reconnecting forever) and wait up to ``timeout_s`` for a session.
+
+    ``hosts`` is Kafka's ``zookeeper.connect``; a chroot is created if missing, as Kafka
+    does. Raises kazoo's ``timeout_exception`` if no session could be established (the
+    client is stopped and closed first, so no thread leaks).
+    """
+    base, chroot = split_chroot(hosts)
+    zk = KazooClient(
+        hosts=base,
+        timeout=session_timeout_s,
+        handler=BoundThreadingHandler(source_ip),
+    )
+    try:
+        zk.start(timeout=timeout_s)
+        if chroot:
+            zk.ensure_path(chroot)
+            # kazoo prefixes every path with .chroot; set it only after the chroot exists.
+            zk.chroot = chroot
+    except BaseException:
+        zk.stop()
+        zk.close()
+        raise
+    return zk

@@ -1,0 +1,178 @@
+"""The local cluster manager with real ZooKeeper and stand-in broker processes.
+
+``standin_broker.py`` mimics only what the manager observes of ``odradek broker``
+(listen + register /brokers/ids/<id>); the real broker is tested elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from odradek.cluster import addresses, procs
+from odradek.cluster.local import LocalCluster
+from odradek.errors import KafkaError
+from odradek.zk.server import zookeeper_jar
+
+pytestmark = pytest.mark.integration
+
+STANDIN = [sys.executable, str(Path(__file__).with_name("standin_broker.py")), "--config"]
+SESSION_MS = 2000  # short, so session expiry after a KILL is quick
+
+
+@pytest.fixture(autouse=True)
+def _need_zookeeper() -> None:
+    try:
+        zookeeper_jar()
+    except KafkaError as e:
+        pytest.skip(str(e))
+
+
+def _all_pids(c: LocalCluster) -> list[tuple[int | None, int | None]]:
+    return [(m.pid, m.start_time) for m in (*c.brokers, *c.zookeeper_nodes)]
+
+
+def test_up_status_down(tmp_path: Path) -> None:
+    with LocalCluster.start(
+        tmp_path, 3, broker_config={"num.partitions": "3"}, zk_session_timeout_ms=SESSION_MS, broker_command=STANDIN
+    ) as c:
+        assert c.block is not None
+        k = c.block
+        assert c.zk_connect == f"127.0.{k}.1:2181"
+        assert c.bootstrap_servers == ",".join(f"127.0.{k}.{1 + i}:9092" for i in (1, 2, 3))
+        state = json.loads((tmp_path / "cluster.json").read_text())
+        assert state["bootstrap_servers"] == c.bootstrap_servers
+        assert state["zookeeper"]["connect"] == c.zk_connect and state["zookeeper"]["pid"]
+        assert [b["id"] for b in state["brokers"]] == [1, 2, 3]
+        assert {"id", "host", "port", "pid", "config", "log_dir"} <= set(state["brokers"][0])
+        props = Path(state["brokers"][1]["config"]).read_text()
+        for line in (
+            "broker.id=2",
+            f"listeners=PLAINTEXT://127.0.{k}.3:9092",
+            f"advertised.listeners=PLAINTEXT://127.0.{k}.3:9092",
+            f"log.dirs={tmp_path / 'broker-2' / 'data'}",
+            f"zookeeper.connect=127.0.{k}.1:2181",
+            f"zookeeper.session.timeout.ms={SESSION_MS}",
+            "num.partitions=3",
+        ):
+            assert line in props.splitlines()
+        st = c.status()
+        assert [(b["state"], b["registered"]) for b in st["brokers"]] == [("running", True)] * 3
+        assert st["zookeeper"][0]["mode"] == "standalone"
+        pids = _all_pids(c)
+        assert all(procs.alive(p, t) for p, t in pids)
+    # context exit = down: every process gone, address block released
+    assert not any(procs.alive(p, t) for p, t in pids)
+    assert not (addresses.CLAIM_DIR / f"{k}.json").exists()
+    c.down()  # idempotent
+
+
+def test_kill_restart_and_freeze(tmp_path: Path) -> None:
+    with LocalCluster.start(tmp_path, 3, zk_session_timeout_ms=SESSION_MS, broker_command=STANDIN) as c:
+        old_pid = c.broker(2).pid
+        c.stop_broker(2, signal.SIGKILL)
+        assert c.broker_state(2) == "dead"
+        # ZooKeeper expires the dead broker's session (SPEC R12); bounded by the timeout.
+        t0 = time.monotonic()
+        c.wait_broker_unregistered(2, timeout=SESSION_MS / 1000 * 3 + 5)
+        assert time.monotonic() - t0 < SESSION_MS / 1000 * 3 + 5
+        st = c.status()["brokers"][1]
+        assert (st["state"], st["registered"]) == ("dead", False)
+
+        c.start_broker(2)  # same address, config, log dir; waits for registration
+        assert c.broker(2).pid != old_pid and c.broker_state(2) == "running"
+        assert c.is_registered(2)
+        assert json.loads(c.state_path.read_text())["brokers"][1]["pid"] == c.broker(2).pid
+
+        c.stop_broker(3, signal.SIGSTOP)
+        assert c.broker_state(3) == "stopped"
+        c.start_broker(3)  # resumes with SIGCONT: same process
+        assert c.broker_state(3) == "running"
+
+        c.stop_broker(1, signal.SIGTERM)  # graceful: closes its session, node gone at once
+        assert c.broker_state(1) == "dead"
+        c.wait_broker_unregistered(1, timeout=3)
+        pids = _all_pids(c)
+    assert not any(procs.alive(p, t) for p, t in pids)
+
+
+def test_restart_while_old_registration_lingers(tmp_path: Path) -> None:
+    # KILL then immediate restart: the old session's ephemeral node still exists, and
+    # must not be taken as the new process's registration.
+    with LocalCluster.start(tmp_path, 1, zk_session_timeout_ms=SESSION_MS, broker_command=STANDIN) as c:
+        before = c.zk_client().exists("/brokers/ids/1")
+        c.stop_broker(1, signal.SIGKILL)
+        c.start_broker(1, timeout=SESSION_MS / 1000 * 3 + 10)
+        after = c.zk_client().exists("/brokers/ids/1")
+        assert before is not None and after is not None
+        assert after.ephemeralOwner != before.ephemeralOwner
+
+
+def test_two_clusters_get_distinct_blocks(tmp_path: Path) -> None:
+    with LocalCluster.start(tmp_path / "a", 1, broker_command=STANDIN) as a:
+        with LocalCluster.start(tmp_path / "b", 1, broker_command=STANDIN) as b:
+            assert a.block != b.block
+            assert a.bootstrap_servers != b.bootstrap_servers
+            assert a.status()["brokers"][0]["registered"] and b.status()["brokers"][0]["registered"]
+        with pytest.raises(KafkaError):
+            a.up(1)  # already running
+
+
+def test_failed_broker_start_cleans_up(tmp_path: Path) -> None:
+    bad = [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)", "--config"]
+    c = LocalCluster(tmp_path, broker_command=bad)
+    with pytest.raises(KafkaError, match="boom"):
+        c.up(2, timeout=20)
+    assert not any(procs.alive(p, t) for p, t in _all_pids(c))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "odradek.cli.cluster_cmd", "cluster", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+
+
+def test_cli_round_trip(tmp_path: Path) -> None:
+    d = str(tmp_path)
+    try:
+        up = _cli(
+            "up", "--brokers", "2", "--dir", d, "--zk-session-timeout-ms", str(SESSION_MS),
+            "--partitions-default", "4", "--broker-config", "log.segment.bytes=1048576",
+            "--broker-command", " ".join(STANDIN),
+        )  # fmt: skip
+        assert up.returncode == 0, up.stderr
+        bootstrap = up.stdout.strip().splitlines()[-1]
+        state = json.loads((tmp_path / "cluster.json").read_text())
+        assert bootstrap == state["bootstrap_servers"] and bootstrap.count(":9092") == 2
+        props = Path(state["brokers"][0]["config"]).read_text().splitlines()
+        assert "num.partitions=4" in props and "log.segment.bytes=1048576" in props
+
+        st = _cli("status", "--dir", d)
+        assert st.returncode == 0, st.stderr
+        assert st.stdout.count("running  registered") == 2
+
+        kill = _cli("stop-broker", "--dir", d, "--broker-id", "2", "--signal", "KILL")
+        assert kill.returncode == 0 and "dead" in kill.stdout
+        st = json.loads(_cli("status", "--dir", d, "--json").stdout)
+        assert st["brokers"][1]["state"] == "dead"
+
+        start = _cli("start-broker", "--dir", d, "--broker-id", "2")
+        assert start.returncode == 0, start.stderr
+        st = json.loads(_cli("status", "--dir", d, "--json").stdout)
+        assert [(b["state"], b["registered"]) for b in st["brokers"]] == [("running", True)] * 2
+    finally:
+        down = _cli("down", "--dir", d)
+    assert down.returncode == 0, down.stderr
+    state = json.loads((tmp_path / "cluster.json").read_text())
+    members = state["brokers"] + state["zookeeper_nodes"]
+    assert not any(procs.alive(m["pid"], m["start_time"]) for m in members)
+    assert _cli("down", "--dir", d).returncode == 0  # idempotent
