@@ -176,3 +176,31 @@ def test_cli_round_trip(tmp_path: Path) -> None:
     members = state["brokers"] + state["zookeeper_nodes"]
     assert not any(procs.alive(m["pid"], m["start_time"]) for m in members)
     assert _cli("down", "--dir", d).returncode == 0  # idempotent
+
+
+def test_address_claims_are_exclusive_and_stale_ones_reclaimed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(addresses, "CLAIM_DIR", tmp_path / "claims")
+    a = addresses.claim_block(tmp_path / "a", 3, prefer=200)
+    b = addresses.claim_block(tmp_path / "b", 3, prefer=200)
+    assert a == 200 and b != a  # a's claim is live: this test process holds it
+    # A claim whose claimant and members are all dead is stale and can be taken over.
+    (tmp_path / "claims" / "201.json").write_text(
+        json.dumps({"owner": str(tmp_path / "gone"), "pid": 2**22 + 1, "pid_start": 1})
+    )
+    assert addresses.claim_block(tmp_path / "c", 1, prefer=201) == 201
+    addresses.release_block(a, tmp_path / "b")  # not b's claim: no effect
+    assert (tmp_path / "claims" / "200.json").exists()
+    addresses.release_block(a, tmp_path / "a")
+    assert not (tmp_path / "claims" / "200.json").exists()
+
+
+def test_real_broker_registers(tmp_path: Path) -> None:
+    # The real `python -m odradek broker --config FILE` under the manager (default command).
+    pytest.importorskip("odradek.cli.broker_cmd")
+    with LocalCluster.start(tmp_path, 1, zk_session_timeout_ms=SESSION_MS, timeout=60) as c:
+        st = c.status()
+        assert st["brokers"][0]["registered"] is True
+        c.stop_broker(1, signal.SIGTERM)
+        assert c.broker_state(1) == "dead"

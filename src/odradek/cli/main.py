@@ -12,6 +12,7 @@ _SUBCOMMAND_MODULES = (
     "odradek.cli.cluster_cmd",
     "odradek.cli.topics_cmd",
     "odradek.cli.perf_cmd",
+    "odradek.cli.demo_cmd",
 )
 
 

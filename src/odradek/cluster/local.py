@@ -30,6 +30,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
 
 from odradek.cluster import addresses, procs
 from odradek.errors import ErrorCode, KafkaError
@@ -86,7 +87,7 @@ def _safe(cond: Any) -> bool:
     # ZooKeeper may be briefly unreachable (e.g. a fault test): "not yet", not an error.
     try:
         return bool(cond())
-    except KazooException:
+    except (KazooException, KazooTimeoutError):
         return False
 
 
@@ -334,7 +335,10 @@ class LocalCluster:
         )
 
     def _launch_broker(self, b: BrokerInfo) -> None:
-        stat = self.zk_client().exists(znodes.broker_path(b.id))
+        try:
+            stat = self.zk_client().exists(znodes.broker_path(b.id))
+        except (KazooException, KazooTimeoutError):
+            stat = None  # ZooKeeper unreachable: the wait below will say so
         if stat is not None:
             self._stale_owner[b.id] = stat.ephemeralOwner
         else:
@@ -394,7 +398,7 @@ class LocalCluster:
         fault rules on a block's addresses do not cut the manager off)."""
         if self._zk is None:
             self._zk = connect_zk(
-                self.zk_connect, source_ip=None, session_timeout_s=10.0, timeout_s=10.0
+                self.zk_connect, source_ip=None, session_timeout_s=10.0, timeout_s=5.0
             )
         return self._zk
 

@@ -146,7 +146,14 @@ class Log:
                 damaged = True
                 continue
             next_base = ordered[i + 1] if i + 1 < len(ordered) else None
-            if next_base is None or next_base > recovery_point:
+            if next_base is None and recovery_point > base:
+                # Active segment after a clean shutdown: if a (header-checked) load shows
+                # no data at or past the recovery point, skip the full CRC scan.
+                seg.load(recover=False, max_batch_bytes=max_batch)
+                if seg.next_offset > recovery_point or not seg.consistent:
+                    damaged = seg.load(recover=True, max_batch_bytes=max_batch)
+                    recovered = True
+            elif next_base is None or next_base > recovery_point:
                 damaged = seg.load(recover=True, max_batch_bytes=max_batch)
                 recovered = True
             else:

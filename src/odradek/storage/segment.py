@@ -67,6 +67,9 @@ class Segment:
         self._dense_from = 0
         self._dense_from_offset = base_offset
         self.closed = False
+        # False when a header walk of a trusted load did not end exactly at the file end
+        # (a torn tail): the caller must run a full recovery scan.
+        self.consistent = True
 
     # ------------------------------------------------------------------ loading
 
@@ -115,9 +118,16 @@ class Segment:
         self.next_offset = self.base_offset
         self.max_timestamp = self.offset_of_max_timestamp = -1
         self._bytes_since_index = 0
+        end = 0
+        consistent = True
         for h in self.iter_headers(0, self.size):
+            if h.base_offset != self.next_offset:
+                consistent = False
+                break
             self._index_batch(h.last_offset, h.position, h.size, h.max_timestamp)
             self.next_offset = h.next_offset
+            end = h.position + h.size
+        self.consistent = consistent and end == self.size
         self.index.write_pending()
         self.time_index.write_pending()
 

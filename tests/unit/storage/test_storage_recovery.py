@@ -159,7 +159,7 @@ def test_stale_index_of_unflushed_tail_is_not_trusted(tmp_path: Path) -> None:
 def test_randomized_crash_at_any_byte(tmp_path: Path, seed: int) -> None:
     """Kill at a random byte of the write stream; recovery yields a valid prefix."""
     rng = random.Random(seed)
-    cfg = small_config(segment_bytes=rng.choice([1400, 2000, 5000]), index_interval_bytes=rng.choice([1, 100, 4096]))
+    cfg = small_config(segment_bytes=rng.choice([2400, 3000, 6000]), index_interval_bytes=rng.choice([1, 100, 4096]))
     full = tmp_path / "full"
     log = Log.open(full, cfg)
     writes: list[tuple[int, int, int, int]] = []  # (segment base, start, end, leo after)
@@ -258,4 +258,39 @@ def test_kill_minus_9_during_appends(tmp_path: Path) -> None:
         i += 1
     assert [v[: len(e)] for (_, v), e in zip(got, expected)] == expected[: len(got)]
     assert len(got) == len(expected)  # page cache survives kill -9: whole batches only
+    log.close()
+
+
+@pytest.mark.parametrize("garbage", [b"\x00" * 100, b"\xff" * 7, b"\x00" * 11 + b"\x31" + os.urandom(300)])
+def test_garbage_after_clean_close_with_recovery_point_at_leo(tmp_path: Path, garbage: bytes) -> None:
+    """The clean-shutdown fast path must still notice bytes past the recovery point."""
+    d = tmp_path / "t-0"
+    log, values = fill(d)
+    leo = log.log_end_offset
+    log.close()
+    with open(segment_files(d)[-1], "ab") as f:
+        f.write(garbage)
+    log = Log.open(d, CFG, recovery_point=leo)
+    assert verify_log(log) == values
+    assert log.append_as_leader(batch(1), 0, 1).first_offset == leo
+    log.close()
+
+
+def test_recovery_with_batches_straddling_read_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import odradek.storage.segment as segment_mod
+
+    monkeypatch.setattr(segment_mod, "_RECOVER_CHUNK", 150)  # smaller than most batches
+    cfg = small_config(segment_bytes=1 << 20, index_interval_bytes=64)
+    d = tmp_path / "t-0"
+    log = Log.open(d, cfg)
+    rng = random.Random(3)
+    for i in range(60):
+        log.append_as_leader(batch(rng.randint(1, 3), value_size=rng.randint(0, 200), tag=i), 0, 1)
+    values = verify_log(log)
+    crash(log)
+    path = segment_files(d)[0]
+    with open(path, "ab") as f:
+        f.write(batch(2, tag=1)[:-5])  # torn final batch
+    log = Log.open(d, cfg, recovery_point=0)
+    assert verify_log(log) == values
     log.close()

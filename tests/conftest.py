@@ -1,0 +1,64 @@
+"""Shared fixtures: real ZooKeeper + real broker processes (no mocks).
+
+``cluster`` is one single-broker cluster shared by a test module (starting one costs
+~2-3 s); tests that kill or restart brokers use ``make_cluster`` to get their own.
+Every cluster is brought down when its scope ends, even when a test fails.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from odradek.cluster.local import LocalCluster
+
+
+def _zookeeper_missing() -> str | None:
+    if shutil.which("java") is None:
+        return "java is not installed"
+    if not Path("/usr/share/java/zookeeper.jar").exists():
+        return "Debian package zookeeper is not installed"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    why = _zookeeper_missing()
+    if why is None:
+        return
+    for item in items:
+        if "integration" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=why))
+
+
+@pytest.fixture
+def make_cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
+    """``make_cluster(n_brokers, broker_config={...})`` -> a running LocalCluster."""
+    clusters: list[LocalCluster] = []
+
+    def make(n_brokers: int = 1, **kw: object) -> LocalCluster:
+        c = LocalCluster.start(tmp_path / f"cluster-{len(clusters)}", n_brokers, **kw)  # type: ignore[arg-type]
+        clusters.append(c)
+        return c
+
+    yield make
+    for c in clusters:
+        c.down()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One broker, shared by the tests of a module."""
+    c = LocalCluster.start(tmp_path_factory.mktemp("cluster"), 1)
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+@pytest.fixture
+def topic_name() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
