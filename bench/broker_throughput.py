@@ -64,6 +64,7 @@ class Target:
     bootstrap: str
     broker_pids: list[int]
     notes: list[str] = field(default_factory=list)
+    create_topics: bool = True  # False: the broker auto-creates PARTITIONS partitions
 
 
 @dataclass
@@ -145,8 +146,12 @@ def mock_target() -> Iterator[Target]:
             bootstrap = parse_mock_bootstrap(line)
         if bootstrap is None:
             raise RuntimeError("no 'Mock cluster enabled' log line")
+        # The mock has no controller (CreateTopics times out) but auto-creates topics
+        # with 4 partitions on first produce; bench_target checks the count.
         yield Target("mock", bootstrap, [proc.pid],
-                     ["retains ~5 MB or 100k batches per partition: consume reads only that"])
+                     ["retains ~5 MB or 100k batches per partition: consume reads only that",
+                      "topics auto-created (4 partitions); CPU = mock host process"],
+                     create_topics=False)
     finally:
         if proc.stdin is not None:
             proc.stdin.close()
@@ -231,27 +236,39 @@ def create_topic(bootstrap: str, topic: str) -> None:
     raise RuntimeError(f"topic {topic} not ready")
 
 
+def _check_partitions(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10).topics[topic]
+    if len(md.partitions) != PARTITIONS:
+        raise RuntimeError(f"{topic} has {len(md.partitions)} partitions, expected {PARTITIONS}")
+
+
 def bench_target(t: Target, scale: float, out: Any) -> list[Row]:
     rows: list[Row] = []
     for wname, size, base_count in WORKLOADS:
         count = max(1000, int(base_count * scale))
         topic = f"bench-{wname.lower()}-{int(time.time() * 1000) % 10**8}"
-        create_topic(t.bootstrap, topic)
+        if t.create_topics:
+            create_topic(t.bootstrap, topic)
         print(f"[{t.name}] {wname}: producing {count} records of {size} B to {topic}", file=out, flush=True)
         cpu0 = _cpu(t.broker_pids)
         p: ProduceSummary = run_produce(t.bootstrap, topic, count, size, producer_props=PRODUCER_PROPS,
                                         out=out, report_interval_s=5.0)
         cpu1 = _cpu(t.broker_pids)
         print(f"[{t.name}] {p.line()}", file=out, flush=True)
+        if not t.create_topics:
+            _check_partitions(t.bootstrap, topic)
         rows.append(Row(t.name, wname, "produce", p.records, p.records_per_sec, p.mb_per_sec,
                         p.p50_ms, p.p99_ms, p.p999_ms, cpu_seconds_per_gb(cpu1 - cpu0, p.bytes),
                         f"{p.errors} errors" if p.errors else ""))
         c: ConsumeSummary = run_consume(t.bootstrap, topic, count, timeout_s=10.0)
         cpu2 = _cpu(t.broker_pids)
         note = "" if c.messages >= count else f"read {c.messages}/{count}"
-        print(f"[{t.name}] consumed {c.messages} records, {c.msgs_per_sec:.0f} records/s, "
-              f"{c.mb_per_sec:.1f} MB/s {note}", file=out, flush=True)
-        rows.append(Row(t.name, wname, "consume", c.messages, c.msgs_per_sec, c.mb_per_sec,
+        print(f"[{t.name}] consumed {c.messages} records, {c.fetch_msgs_per_sec:.0f} records/s, "
+              f"{c.fetch_mb_per_sec:.1f} MB/s {note}", file=out, flush=True)
+        # consume rates exclude set-up (metadata, watermarks): first record to last
+        rows.append(Row(t.name, wname, "consume", c.messages, c.fetch_msgs_per_sec, c.fetch_mb_per_sec,
                         cpu_s_per_gb=cpu_seconds_per_gb(cpu2 - cpu1, c.bytes), note=note))
     return rows
 
@@ -304,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                     notes.extend(f"{name}: {n}" for n in target.notes)
                     rows.extend(bench_target(target, args.scale, sys.stdout))
             except Exception as e:  # one target failing must not lose the others' figures
-                msg = f"{name}: skipped: {e}"
+                msg = f"{name}: skipped: {type(e).__name__}: {e}"
                 print(msg, file=sys.stderr, flush=True)
                 skipped.append(msg)
 

@@ -201,10 +201,24 @@ class ConsumeSummary:
     def msgs_per_sec(self) -> float:
         return self.messages / self.elapsed_s
 
+    @property
+    def fetch_elapsed_s(self) -> float:
+        """From the first records received to the last (no metadata/offset set-up)."""
+        return max(self.end_ms - (self.fetch_start_ms or self.start_ms), 1) / 1000.0
+
+    @property
+    def fetch_mb_per_sec(self) -> float:
+        return self.mb / self.fetch_elapsed_s
+
+    @property
+    def fetch_msgs_per_sec(self) -> float:
+        return self.messages / self.fetch_elapsed_s
+
     def to_json(self) -> str:
         d = asdict(self)
         d.update(elapsed_s=self.elapsed_s, mb=self.mb, mb_per_sec=self.mb_per_sec,
-                 msgs_per_sec=self.msgs_per_sec)
+                 msgs_per_sec=self.msgs_per_sec, fetch_mb_per_sec=self.fetch_mb_per_sec,
+                 fetch_msgs_per_sec=self.fetch_msgs_per_sec)
         return json.dumps(d, sort_keys=True)
 
 
@@ -223,12 +237,10 @@ def _kafka_time(ms: int) -> str:
 def format_consume_csv(s: ConsumeSummary) -> str:
     # assign() means no group join: rebalance time is the setup before the first fetch.
     fetch_start = s.fetch_start_ms or s.start_ms
-    rebalance_ms = fetch_start - s.start_ms
-    fetch_s = max(s.end_ms - fetch_start, 1) / 1000.0
     return (
         f"{_kafka_time(s.start_ms)}, {_kafka_time(s.end_ms)}, {s.mb:.4f}, {s.mb_per_sec:.4f}, "
-        f"{s.messages}, {s.msgs_per_sec:.4f}, {rebalance_ms}, {s.end_ms - fetch_start}, "
-        f"{s.mb / fetch_s:.4f}, {s.messages / fetch_s:.4f}"
+        f"{s.messages}, {s.msgs_per_sec:.4f}, {fetch_start - s.start_ms}, {s.end_ms - fetch_start}, "
+        f"{s.fetch_mb_per_sec:.4f}, {s.fetch_msgs_per_sec:.4f}"
     )
 
 
@@ -257,10 +269,15 @@ def run_produce(
     report_interval_s: float = 5.0,
     out: TextIO | None = None,
     flush_timeout_s: float = 120.0,
+    stall_timeout_s: float = 60.0,
     clock: Callable[[], float] = time.monotonic,
 ) -> ProduceSummary:
     """Send ``num_records`` values of ``record_size`` bytes; ``throughput`` > 0 caps
-    records/s (Kafka's ThroughputThrottler), -1 means as fast as possible."""
+    records/s (Kafka's ThroughputThrottler), -1 means as fast as possible.
+
+    Raises RuntimeError when no delivery report arrives for ``stall_timeout_s`` while
+    the client queue is full (a broken broker must not hang a benchmark until
+    librdkafka's 5-minute message.timeout.ms)."""
     from confluent_kafka import KafkaException, Producer
 
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5}
@@ -268,7 +285,10 @@ def run_produce(
     payload = make_payload(record_size)
     stats = LatencyStats(clock(), report_interval_s)
 
+    last_report = [clock()]
+
     def on_delivery(err: Any, msg: Any) -> None:
+        last_report[0] = clock()
         if err is not None:
             stats.errors += 1
             return
@@ -293,12 +313,17 @@ def run_produce(
                     break
                 except BufferError:
                     producer.poll(0.005)  # queue full: serve delivery reports
+                    if clock() - last_report[0] > stall_timeout_s:
+                        raise RuntimeError(
+                            f"no delivery report for {stall_timeout_s:.0f} s with the "
+                            f"producer queue full ({sent} sent, {len(stats.latencies)} acked)")
             sent += 1
             if i & 1023 == 0:
                 producer.poll(0)
                 line = stats.maybe_report(clock())
                 if line and out is not None:
                     print(line, file=out, flush=True)
+        last_report[0] = clock()
         remaining = producer.flush(flush_timeout_s)
         if remaining:
             stats.errors += remaining
@@ -324,7 +349,7 @@ def run_consume(
     end there; watermarks are not trusted further since Tansu's are off), or when
     nothing arrives for ``timeout_s`` (``timed_out``). ``end_ms`` is the time of the
     last record received, so idle waits do not dilute the rates."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
@@ -335,6 +360,9 @@ def run_consume(
         "enable.partition.eof": False,
         "fetch.max.bytes": 52428800,
         "max.partition.fetch.bytes": 1048576,
+        # librdkafka's default (100000) starves the pre-fetch queue on small records:
+        # measured 0.21 M -> 1.26 M records/s at 100 B against Tansu.
+        "queued.min.messages": 1000000,
     }
     conf.update(consumer_props or {})
     start_ms = _now_ms()
@@ -352,6 +380,7 @@ def run_consume(
             low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
             available += max(high - low, 0)
             tps.append(TopicPartition(topic, p, OFFSET_BEGINNING))
+        _msg_error, _msg_value, _msg_key = Message.error, Message.value, Message.key
         consumer.assign(tps)
         count = 0
         nbytes = 0
@@ -371,13 +400,13 @@ def run_consume(
                 continue
             if not fetch_start_ms:
                 fetch_start_ms = _now_ms()
-            for m in msgs:
-                if m.error() is not None:
-                    continue
-                count += 1
-                v = m.value()
-                k = m.key()
-                nbytes += (len(v) if v is not None else 0) + (len(k) if k is not None else 0)
+            # The client, not the broker, limits small-record consumption: stay in C-level
+            # map() calls instead of a Python loop per record.
+            if list(map(_msg_error, msgs)).count(None) != len(msgs):
+                msgs = [m for m in msgs if m.error() is None]  # rare: error events
+            count += len(msgs)
+            nbytes += sum(map(len, filter(None, map(_msg_value, msgs))))
+            nbytes += sum(map(len, filter(None, map(_msg_key, msgs))))
             last_progress = time.monotonic()
             # the end is the last record, not the idle wait after it
             end_ms = _now_ms()

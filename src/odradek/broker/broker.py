@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
 
 from odradek.broker import handlers_admin, handlers_data, handlers_meta
 from odradek.broker.controller import Controller
 from odradek.broker.metadata_image import MetadataImage
 from odradek.broker.metadata_store import MetadataStore
-from odradek.broker.replica_manager import ReplicaManager
+from odradek.broker.partition import Partition
+from odradek.broker.replica_manager import IsrUpdateFailed, ReplicaManager
 from odradek.broker.server import CloseConnection, KafkaConnection, start_listener
 from odradek.config import BrokerConfig, log_config_for_topic
 from odradek.protocol.codec import (
@@ -44,12 +46,14 @@ HANDLERS: dict[int, Any] = {
     18: handlers_meta.handle_api_versions,
     19: handlers_admin.handle_create_topics,
     20: handlers_admin.handle_delete_topics,
+    23: handlers_data.handle_offset_for_leader_epoch,
     32: handlers_admin.handle_describe_configs,
     37: handlers_admin.handle_create_partitions,
     60: handlers_meta.handle_describe_cluster,
 }
 
 HW_CHECKPOINT_INTERVAL_S = 5.0  # replica.high.watermark.checkpoint.interval.ms
+ZK_WRITE_TIMEOUT_S = 3.0  # an ISR write that cannot reach ZooKeeper fails after this
 _LOG_CONFIG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
 
 
@@ -61,7 +65,8 @@ class Broker:
         host, port = config.advertised_endpoint()
         self.advertised_host, self.advertised_port = host, port
         self.replicas = ReplicaManager(self.broker_id, Path(config.log_dirs[0]),
-                                       self.log_config_for)
+                                       self.log_config_for, config=config, source_ip=host,
+                                       isr_writer=self._write_isr)
         self.zk: KazooClient | None = None
         self.store: MetadataStore | None = None
         self.controller: Controller | None = None
@@ -96,7 +101,7 @@ class Broker:
         registration = znodes.BrokerRegistration.plaintext(self.broker_id, self.advertised_host,
                                                            self.advertised_port)
         self.store = MetadataStore(self.zk, self.broker_id, registration, self._publish)
-        self.controller = Controller(self.zk, self.broker_id)
+        self.controller = Controller(self.zk, self.broker_id, self.config)
         self.store.listeners.append(self.controller.on_event)
         # A stale registration from our own previous (killed) session lasts at most one
         # session timeout.
@@ -104,6 +109,7 @@ class Broker:
         self.controller.start()
         await self._server.start_serving()
         self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
+        self._tasks.append(asyncio.create_task(self._isr_loop()))
         log.info("broker %d serving on %s:%d (advertised %s:%d)", self.broker_id, bind_host,
                  bind_port, self.advertised_host, self.advertised_port)
 
@@ -122,6 +128,7 @@ class Broker:
             conn.close()
         for t in self._tasks:
             t.cancel()
+        await self.replicas.stop_fetchers()
         if self.controller is not None:
             await asyncio.to_thread(self.controller.stop)
         if self.store is not None:
@@ -140,6 +147,41 @@ class Broker:
                 self.replicas.checkpoint_high_watermarks()
             except Exception:
                 log.exception("high-watermark checkpoint failed")
+
+    async def _isr_loop(self) -> None:
+        """SPEC R6: look for lagging ISR members every replica.lag.time.max.ms / 2."""
+        interval = min(max(self.config.replica_lag_time_max_ms / 2000, 0.1), 5.0)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.replicas.check_isr()
+            except Exception:
+                log.exception("ISR check failed")
+
+    def _write_isr(self, part: Partition, new_isr: list[int]) -> int:
+        """Conditional write of the state znode (runs in a worker thread, SPEC R6, R13)."""
+        zk = self.zk
+        if zk is None:
+            raise IsrUpdateFailed(None)
+        path = znodes.partition_state_path(part.topic, part.index)
+        data = znodes.encode_partition_state(znodes.PartitionState(
+            leader=self.broker_id, leader_epoch=part.leader_epoch, isr=list(new_isr),
+            controller_epoch=part.controller_epoch))
+        timeout = ZK_WRITE_TIMEOUT_S
+        try:
+            return zk.set_async(path, data, version=part.zk_version).get(timeout=timeout).version
+        except BadVersionError:
+            try:
+                raw, stat = zk.get_async(path).get(timeout=timeout)
+            except NoNodeError:
+                raise IsrUpdateFailed(None) from None
+            except Exception:  # noqa: BLE001 - ZooKeeper unreachable
+                raise IsrUpdateFailed(None) from None
+            cur = znodes.decode_partition_state(raw)
+            raise IsrUpdateFailed((cur.leader, cur.leader_epoch, cur.isr, stat.version)) from None
+        except (KazooException, Exception) as e:  # noqa: BLE001 - includes timeouts
+            log.warning("%s: ISR write failed: %r", part.name, e)
+            raise IsrUpdateFailed(None) from None
 
     # ------------------------------------------------------------------ metadata
     def _publish(self, image: MetadataImage) -> None:

@@ -116,9 +116,10 @@ def handle_fetch(broker: Broker, header: RequestHeaderInfo, req: Any) -> Result:
         # client to send full fetch requests, so an incremental one is a stale session.
         return encode_fetch_response(version, header.correlation_id, [],
                                      error_code=int(ErrorCode.fetch_session_id_not_found))
-    if int(req.replica_id) >= 0:
-        # Follower fetches arrive with the replication issue (SPEC R3, R16).
-        return _fetch_error_all(req, version, header, ErrorCode.not_leader_or_follower)
+    replica_id = int(req.replica_id)
+    if replica_id >= 0:
+        # A follower's fetch (SPEC R3, R16): its fetch offsets are its LEOs.
+        _record_follower_fetch(broker, req, replica_id)
     max_wait_s = req.max_wait.total_seconds()
     min_bytes = int(req.min_bytes)
     topics, total, errored = _read_fetch(broker, req)
@@ -140,9 +141,23 @@ async def _delayed_fetch(broker: Broker, header: RequestHeaderInfo, req: Any,
             return encode_fetch_response(header.api_version, header.correlation_id, topics)
 
 
+def _record_follower_fetch(broker: Broker, req: Any, replica_id: int) -> None:
+    image = broker.image
+    for t in req.topics:
+        for fp in t.partitions:
+            try:
+                p = broker.replicas.leader_partition(
+                    t.topic, fp.partition, image, int(getattr(fp, "current_leader_epoch", -1)))
+            except KafkaError:
+                continue  # the read below reports the error for this partition
+            if replica_id in p.replicas:
+                broker.replicas.record_follower_fetch(p, replica_id, int(fp.fetch_offset))
+
+
 def _read_fetch(broker: Broker, req: Any) -> tuple[list[tuple[str, list[PartitionFetchResult]]],
                                                     int, bool]:
     image = broker.image
+    committed_only = int(req.replica_id) < 0  # followers read up to the LEO (SPEC R16)
     remaining = int(getattr(req, "max_bytes", 0x7FFFFFFF))
     total = 0
     errored = False
@@ -164,7 +179,8 @@ def _read_fetch(broker: Broker, req: Any) -> tuple[list[tuple[str, list[Partitio
                     continue
                 # KIP-74: the first partition with data returns at least one whole batch
                 # even when it exceeds max_bytes, so a consumer can always make progress.
-                sl = p.read(int(fp.fetch_offset), max(limit, 0), min_one_batch=(total == 0))
+                sl = p.read(int(fp.fetch_offset), max(limit, 0), min_one_batch=(total == 0),
+                            committed_only=committed_only)
                 if sl is not None and sl.size:
                     res.records = sl
                     total += sl.size
@@ -225,3 +241,30 @@ def handle_list_offsets(broker: Broker, header: RequestHeaderInfo, req: Any) -> 
             parts.append(part(2, v, "ListOffsetsPartitionResponse", **kw))
         topics.append(part(2, v, "ListOffsetsTopicResponse", name=t.name, partitions=tuple(parts)))
     return response(2, v, topics=tuple(topics))
+
+
+# =============================================================================== OffsetsForLeaderEpoch
+def handle_offset_for_leader_epoch(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    """SPEC R19: where does epoch E end on the leader? (KIP-101, KIP-279, KIP-320)."""
+    v = header.api_version
+    image = broker.image
+    topics = []
+    for t in req.topics:
+        parts = []
+        for rp in t.partitions:
+            kw: dict[str, Any] = dict(error_code=ErrorCode.none, partition=rp.partition,
+                                      leader_epoch=-1, end_offset=-1)
+            try:
+                p = broker.replicas.leader_partition(
+                    t.topic, rp.partition, image, int(getattr(rp, "current_leader_epoch", -1)))
+                epoch, end = p.epochs.end_offset_for(int(rp.leader_epoch), p.log_end_offset)
+                if int(getattr(req, "replica_id", -1)) < 0 and end > p.high_watermark:
+                    # Consumers (KIP-320) must not learn of uncommitted offsets.
+                    end = p.high_watermark
+                kw.update(leader_epoch=epoch, end_offset=end)
+            except KafkaError as e:
+                kw["error_code"] = e.code
+            parts.append(part(23, v, "EpochEndOffset", **kw))
+        topics.append(part(23, v, "OffsetForLeaderTopicResult", topic=t.topic,
+                           partitions=tuple(parts)))
+    return response(23, v, throttle_time=0, topics=tuple(topics))

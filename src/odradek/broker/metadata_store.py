@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from odradek.broker.controlled_shutdown import CONTROLLED_SHUTDOWN_PATH
+from odradek.broker.elections import UNCLEAN_LEADER_ELECTION_PATH
 from odradek.broker.metadata_image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from odradek.zk import znodes
 
@@ -77,13 +79,19 @@ class SessionReestablished:
 
 
 @dataclass(frozen=True, slots=True)
+class AdminRequestsChanged:
+    """A controller request znode changed (SPEC R5, R13): /admin/preferred_replica_election,
+    /admin/unclean_leader_election or a child of /admin/controlled_shutdown."""
+
+
+@dataclass(frozen=True, slots=True)
 class Stop:
     pass
 
 
 MetadataEvent = (BrokersChanged | TopicsChanged | TopicChanged | PartitionStateChanged
                  | TopicConfigChanged | ControllerChanged | DeletionsChanged
-                 | SessionReestablished | Stop)
+                 | SessionReestablished | AdminRequestsChanged | Stop)
 
 
 @dataclass(slots=True)
@@ -126,6 +134,12 @@ class MetadataStore:
         self.zk.ChildrenWatch(znodes.BROKER_TOPICS, self._watch_children(TopicsChanged()))
         self.zk.ChildrenWatch(znodes.DELETE_TOPICS, self._watch_children(DeletionsChanged()))
         self.zk.DataWatch(znodes.CONTROLLER, self._watch_data(ControllerChanged()))
+        # Controller requests (controller.py): watched here so they arrive as events.
+        self.zk.ensure_path(CONTROLLED_SHUTDOWN_PATH)
+        for path in (znodes.PREFERRED_REPLICA_ELECTION, UNCLEAN_LEADER_ELECTION_PATH):
+            self.zk.DataWatch(path, self._watch_data(AdminRequestsChanged()))
+        self.zk.ChildrenWatch(CONTROLLED_SHUTDOWN_PATH,
+                              self._watch_children(AdminRequestsChanged()))
         # Initial full load before serving, so the first image is complete.
         self._reload_all()
         self._emit()

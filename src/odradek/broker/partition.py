@@ -1,21 +1,27 @@
-"""One replica of one partition: its log, its role, the HW/LEO rules (SPEC R6, R7, R16).
+"""One replica of one partition: its log, its role, the HW/LEO and ISR rules.
 
-State rules, stated once:
+This module decides; it does no socket or ZooKeeper I/O. The replica manager applies
+its decisions (ISR writes to ZooKeeper, waking waiters). Rules, stated once:
 
-* A replica is ``LEADER`` or ``FOLLOWER`` (or ``OFFLINE`` before the first
-  LeaderAndIsr-equivalent arrives). Only the leader accepts produce and consumer fetches
-  (SPEC R3); others answer NOT_LEADER_OR_FOLLOWER.
-* Every leadership change carries a ``leader_epoch`` that only increases (SPEC R19);
-  requests stamped with an older epoch get FENCED_LEADER_EPOCH, a newer one
-  UNKNOWN_LEADER_EPOCH (KIP-320).
-* The leader's HW is ``min(LEO)`` over the ISR (SPEC R16). With the ISR equal to the
-  leader alone the HW follows the LEO at once. Follower LEOs are reported by their fetch
-  offsets (``record_follower_fetch``), which arrive with the replication issue.
-* Consumers read only below the HW (SPEC R16); ``acks=all`` completes once the HW passes
-  the appended batch's last offset (SPEC R7), and ``min.insync.replicas`` is checked
-  before the append (SPEC R8).
-
-This module does no socket I/O: the replica manager calls it and wakes waiters.
+* **Roles.** ``LEADER``, ``FOLLOWER`` or ``OFFLINE``. Only a leader that is not
+  ``fenced`` accepts produce and consumer fetches (SPEC R3); the others answer
+  NOT_LEADER_OR_FOLLOWER. Roles and epochs come from the partition state znode written
+  by the controller (SPEC R13); a state with an older leader epoch is ignored.
+* **Leader epochs** only increase (SPEC R19). Requests stamped with an older epoch get
+  FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH (KIP-320). A leader records
+  ``(epoch, LEO)`` in the leader-epoch cache when it appends the first batch of its
+  epoch; a follower when it appends a batch of a newer epoch.
+* **HW** (SPEC R16). Leader: ``min(LEO)`` over the ISR, never decreasing. Follower:
+  ``min(leader's HW, own LEO)`` as learnt from each fetch response.
+* **ISR** (SPEC R6). A follower is *caught up* at time T if its fetch at T asked for the
+  leader's LEO, or asked for at least the LEO the leader had at its previous fetch (then
+  it was caught up at the previous fetch's time) — Kafka's rule. An ISR member not caught
+  up for ``replica.lag.time.max.ms`` is removed (dead or slow); a follower whose LEO has
+  reached the HW is added back. Each change is a conditional write of the state znode;
+  if it fails because we are no longer the leader or cannot reach ZooKeeper, the leader
+  is **fenced** and stops accepting writes (SPEC scenarios 4 and 6).
+* **acks** (SPEC R7, R8). ``acks=all`` completes when the HW passes the batch;
+  ``min.insync.replicas`` is checked before the append.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import enum
 from dataclasses import dataclass, field
 
 from odradek.errors import ErrorCode, KafkaError
+from odradek.storage.batch import parse_batches
+from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import AppendInfo, FileSlice, Log
 
 
@@ -37,9 +45,10 @@ class Role(enum.Enum):
 class ReplicaState:
     """What the leader knows of one follower (SPEC R16)."""
 
-    log_end_offset: int = 0
+    log_end_offset: int = -1
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
+    leader_leo_at_last_fetch: int = 0
 
 
 @dataclass(slots=True)
@@ -49,55 +58,18 @@ class Partition:
     log: Log
     replicas: list[int]
     local_broker_id: int
+    epochs: LeaderEpochCache
     role: Role = Role.OFFLINE
     leader_id: int = -1
     leader_epoch: int = -1
     isr: list[int] = field(default_factory=list)
+    zk_version: int = -1
+    controller_epoch: int = -1
     high_watermark: int = 0
     min_insync_replicas: int = 1
+    fenced: bool = False
+    isr_update_in_flight: bool = False
     followers: dict[int, ReplicaState] = field(default_factory=dict)
-
-    # ----------------------------------------------------------------- role changes
-    def make_leader(self, leader_epoch: int, isr: list[int], replicas: list[int]) -> None:
-        """Become leader at ``leader_epoch`` (SPEC R13: applied after ZooKeeper is updated)."""
-        self.role = Role.LEADER
-        self.leader_id = self.local_broker_id
-        self.leader_epoch = leader_epoch
-        self.isr = list(isr)
-        self.replicas = list(replicas)
-        self.followers = {r: ReplicaState() for r in replicas if r != self.local_broker_id}
-        # A new leader never lowers its HW below what it already knew, and never raises it
-        # beyond its own log end (SPEC R20: the new leader keeps its log).
-        self.high_watermark = min(max(self.high_watermark, self.log.log_start_offset),
-                                  self.log.log_end_offset)
-        self.maybe_advance_high_watermark()
-
-    def make_follower(self, leader_id: int, leader_epoch: int, isr: list[int],
-                      replicas: list[int]) -> None:
-        self.role = Role.FOLLOWER
-        self.leader_id = leader_id
-        self.leader_epoch = leader_epoch
-        self.isr = list(isr)
-        self.replicas = list(replicas)
-        self.followers = {}
-
-    def make_offline(self) -> None:
-        self.role = Role.OFFLINE
-        self.leader_id = -1
-
-    # ----------------------------------------------------------------- checks
-    def check_leader(self, current_leader_epoch: int = -1) -> None:
-        """Raise the KIP-320 error a client expects when this replica cannot serve it."""
-        if current_leader_epoch >= 0:
-            if current_leader_epoch < self.leader_epoch:
-                raise KafkaError(ErrorCode.fenced_leader_epoch,
-                                 f"epoch {current_leader_epoch} < {self.leader_epoch}")
-            if current_leader_epoch > self.leader_epoch:
-                raise KafkaError(ErrorCode.unknown_leader_epoch,
-                                 f"epoch {current_leader_epoch} > {self.leader_epoch}")
-        if self.role is not Role.LEADER:
-            raise KafkaError(ErrorCode.not_leader_or_follower,
-                             f"broker {self.local_broker_id} does not lead {self.name}")
 
     @property
     def name(self) -> str:
@@ -107,7 +79,64 @@ class Partition:
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
 
-    # ----------------------------------------------------------------- produce
+    # ----------------------------------------------------------------- role changes
+    def make_leader(self, leader_epoch: int, isr: list[int], replicas: list[int],
+                    zk_version: int, controller_epoch: int, now_ms: int) -> None:
+        self.role = Role.LEADER
+        self.fenced = False
+        self.leader_id = self.local_broker_id
+        self.leader_epoch = leader_epoch
+        self.isr = list(isr)
+        self.replicas = list(replicas)
+        self.zk_version = zk_version
+        self.controller_epoch = controller_epoch
+        # Followers get the benefit of the doubt for one lag period (Kafka does the same).
+        self.followers = {r: ReplicaState(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
+                          for r in replicas if r != self.local_broker_id}
+        # SPEC R20: the new leader keeps its log; its HW never exceeds its LEO.
+        self.high_watermark = min(max(self.high_watermark, self.log.log_start_offset),
+                                  self.log.log_end_offset)
+        self.maybe_advance_high_watermark()
+
+    def make_follower(self, leader_id: int, leader_epoch: int, isr: list[int],
+                      replicas: list[int], zk_version: int) -> None:
+        self.role = Role.FOLLOWER
+        self.fenced = False
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.isr = list(isr)
+        self.replicas = list(replicas)
+        self.zk_version = zk_version
+        self.followers = {}
+
+    def make_offline(self, leader_epoch: int, zk_version: int) -> None:
+        self.role = Role.OFFLINE
+        self.leader_id = -1
+        self.leader_epoch = max(self.leader_epoch, leader_epoch)
+        self.zk_version = zk_version
+
+    def fence(self) -> None:
+        """Our ISR write failed: we may have been replaced (SPEC scenarios 4, 6)."""
+        self.fenced = True
+
+    # ----------------------------------------------------------------- checks
+    def check_epoch(self, current_leader_epoch: int) -> None:
+        if current_leader_epoch >= 0:
+            if current_leader_epoch < self.leader_epoch:
+                raise KafkaError(ErrorCode.fenced_leader_epoch,
+                                 f"epoch {current_leader_epoch} < {self.leader_epoch}")
+            if current_leader_epoch > self.leader_epoch:
+                raise KafkaError(ErrorCode.unknown_leader_epoch,
+                                 f"epoch {current_leader_epoch} > {self.leader_epoch}")
+
+    def check_leader(self, current_leader_epoch: int = -1) -> None:
+        """Raise the KIP-320 error a client expects when this replica cannot serve it."""
+        self.check_epoch(current_leader_epoch)
+        if self.role is not Role.LEADER or self.fenced:
+            raise KafkaError(ErrorCode.not_leader_or_follower,
+                             f"broker {self.local_broker_id} does not lead {self.name}")
+
+    # ----------------------------------------------------------------- leader side
     def append_as_leader(self, records: bytes, required_acks: int, now_ms: int) -> AppendInfo:
         self.check_leader()
         if required_acks == -1 and len(self.isr) < self.min_insync_replicas:
@@ -116,7 +145,10 @@ class Partition:
                 ErrorCode.not_enough_replicas,
                 f"ISR {self.isr} smaller than min.insync.replicas={self.min_insync_replicas}",
             )
+        leo_before = self.log.log_end_offset
         info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
+        if self.leader_epoch > self.epochs.latest_epoch:
+            self.epochs.assign(self.leader_epoch, leo_before)  # SPEC R19
         self.maybe_advance_high_watermark()
         return info
 
@@ -129,7 +161,9 @@ class Partition:
             if rid == self.local_broker_id:
                 continue
             state = self.followers.get(rid)
-            hw = min(hw, state.log_end_offset if state is not None else 0)
+            if state is None or state.log_end_offset < 0:
+                return False  # an ISR member we have not heard from yet holds the HW
+            hw = min(hw, state.log_end_offset)
         if hw > self.high_watermark:
             self.high_watermark = hw
             return True
@@ -137,21 +171,77 @@ class Partition:
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
         """A follower's fetch offset is its LEO (SPEC R16). Returns True if the HW moved."""
-        state = self.followers.setdefault(replica_id, ReplicaState())
-        state.log_end_offset = fetch_offset
-        state.last_fetch_ms = now_ms
-        if fetch_offset >= self.log.log_end_offset:
+        state = self.followers.get(replica_id)
+        if state is None:
+            state = self.followers[replica_id] = ReplicaState()
+        leo = self.log.log_end_offset
+        if fetch_offset >= leo:
             state.last_caught_up_ms = now_ms
+        elif fetch_offset >= state.leader_leo_at_last_fetch and state.last_fetch_ms:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.log_end_offset = fetch_offset
+        state.leader_leo_at_last_fetch = leo
+        state.last_fetch_ms = now_ms
         return self.maybe_advance_high_watermark()
 
+    def isr_change_wanted(self, now_ms: int, lag_max_ms: int) -> list[int] | None:
+        """The ISR this leader should write, or None if it is right (SPEC R6)."""
+        if self.role is not Role.LEADER or self.fenced or self.isr_update_in_flight:
+            return None
+        new = [self.local_broker_id] if self.local_broker_id in self.isr else []
+        for r in self.replicas:
+            if r == self.local_broker_id:
+                continue
+            st = self.followers.get(r)
+            if r in self.isr:
+                if st is not None and now_ms - st.last_caught_up_ms <= lag_max_ms:
+                    new.append(r)
+            elif (st is not None and st.log_end_offset >= self.high_watermark
+                  and st.log_end_offset >= 0 and now_ms - st.last_caught_up_ms <= lag_max_ms
+                  and self._caught_up_in_epoch(st)):
+                new.append(r)
+        if self.local_broker_id not in new:
+            new.insert(0, self.local_broker_id)
+        order = {b: i for i, b in enumerate(self.replicas)}
+        new.sort(key=lambda b: order.get(b, len(order)))
+        current = sorted(self.isr, key=lambda b: order.get(b, len(order)))
+        return None if new == current else new
+
+    def _caught_up_in_epoch(self, st: ReplicaState) -> bool:
+        # Kafka also requires the follower to have reached the start of the current
+        # leader epoch, so a replica is never in sync on the strength of an old epoch.
+        start = next((o for e, o in self.epochs.entries if e == self.leader_epoch), 0)
+        return st.log_end_offset >= start
+
+    # ----------------------------------------------------------------- follower side
+    def append_as_follower(self, records: bytes, leader_hw: int, now_ms: int) -> AppendInfo | None:
+        info = None
+        if records:
+            info = self.log.append_as_follower(records, now_ms)
+            for h in parse_batches(records, verify_crc=False):
+                if h.partition_leader_epoch > self.epochs.latest_epoch:
+                    self.epochs.assign(h.partition_leader_epoch, h.base_offset)
+        self.high_watermark = max(self.high_watermark,
+                                  min(leader_hw, self.log.log_end_offset))
+        return info
+
+    def truncate_to(self, offset: int) -> None:
+        """SPEC R20: drop a suffix the leader does not have (never below our LEO's start)."""
+        if offset < self.log.log_end_offset:
+            self.log.truncate_to(max(offset, self.log.log_start_offset))
+        self.epochs.truncate_from_end(self.log.log_end_offset)
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+
+    # ----------------------------------------------------------------- acks & reads
     def acks_all_satisfied(self, last_offset: int) -> bool:
         """SPEC R7: acks=all completes once every ISR member has the batch (HW past it)."""
         return self.high_watermark > last_offset
 
-    # ----------------------------------------------------------------- fetch
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool,
              committed_only: bool = True) -> FileSlice | None:
         """Consumers read below the HW only (SPEC R16); followers up to the LEO."""
         max_offset = self.high_watermark if committed_only else self.log.log_end_offset
+        if offset >= max_offset and offset <= self.log.log_end_offset:
+            return None
         return self.log.read(offset, max_bytes, max_offset=max_offset,
                              min_one_batch=min_one_batch)

@@ -19,14 +19,17 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
+from odradek.broker.fetcher import ReplicaFetcher
 from odradek.broker.metadata_image import MetadataImage, PartitionInfo
 from odradek.broker.partition import Partition, Role
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage.checkpoint import read_checkpoint, write_checkpoint
+from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import Log, LogConfig
 
 log = logging.getLogger(__name__)
@@ -58,16 +61,34 @@ class PendingAck:
     last_offset: int
 
 
+class IsrUpdateFailed(Exception):
+    """The conditional ISR write lost: ``current`` is the znode as it is now (or None
+    when ZooKeeper could not be reached)."""
+
+    def __init__(self, current: tuple[int, int, list[int], int] | None) -> None:
+        super().__init__(current)
+        self.current = current  # (leader, leader_epoch, isr, zk_version)
+
+
 class ReplicaManager:
     def __init__(self, broker_id: int, log_dir: Path,
-                 log_config_for: "LogConfigFactory") -> None:
+                 log_config_for: "LogConfigFactory", config: Any = None,
+                 source_ip: str | None = None,
+                 isr_writer: Callable[[Partition, list[int]], int] | None = None) -> None:
         self.broker_id = broker_id
         self.log_dir = log_dir
         self.log_config_for = log_config_for
+        self.config = config
+        self.source_ip = source_ip
+        # Blocking conditional write of the state znode; returns the new znode version or
+        # raises IsrUpdateFailed. Run in a worker thread.
+        self.isr_writer = isr_writer
+        self.fetchers: dict[int, ReplicaFetcher] = {}
         self.partitions: dict[TopicPartition, Partition] = {}
         self._logs: dict[TopicPartition, Log] = {}
         self._waiters: dict[TopicPartition, list[asyncio.Future[None]]] = {}
         self._hw_from_checkpoint: dict[TopicPartition, int] = {}
+        self._fenced_retry: dict[TopicPartition, float] = {}
 
     # ----------------------------------------------------------------- start-up
     def load_logs(self) -> None:
@@ -98,7 +119,7 @@ class ReplicaManager:
                     continue
                 tp = (topic.name, pinfo.index)
                 wanted.add(tp)
-                self._apply_partition(tp, pinfo, topic.configs)
+                self._apply_partition(tp, pinfo, topic.configs, image)
         if not image.complete:
             return
         for tp in list(self._logs):
@@ -106,36 +127,170 @@ class ReplicaManager:
                 self._delete_partition(tp)
 
     def _apply_partition(self, tp: TopicPartition, pinfo: PartitionInfo,
-                         configs: dict[str, str]) -> None:
+                         configs: dict[str, str], image: MetadataImage) -> None:
         part = self.partitions.get(tp)
         if part is None:
             lg = self._logs.get(tp)
+            directory = self.log_dir / f"{tp[0]}-{tp[1]}"
             if lg is None:
-                lg = Log.open(self.log_dir / f"{tp[0]}-{tp[1]}", self.log_config_for(tp[0]))
+                lg = Log.open(directory, self.log_config_for(tp[0]))
                 self._logs[tp] = lg
-            part = Partition(topic=tp[0], index=tp[1], log=lg,
-                             replicas=list(pinfo.replicas), local_broker_id=self.broker_id)
+            part = Partition(topic=tp[0], index=tp[1], log=lg, replicas=list(pinfo.replicas),
+                             local_broker_id=self.broker_id, epochs=LeaderEpochCache(directory))
             part.high_watermark = min(self._hw_from_checkpoint.get(tp, 0), lg.log_end_offset)
             self.partitions[tp] = part
-        part.min_insync_replicas = int(configs.get("min.insync.replicas", part.min_insync_replicas))
+        part.min_insync_replicas = int(configs.get(
+            "min.insync.replicas",
+            getattr(self.config, "min_insync_replicas", 1) if self.config else 1))
+        if pinfo.leader_epoch < part.leader_epoch or (
+                pinfo.leader_epoch == part.leader_epoch and pinfo.zk_version <= part.zk_version
+                and part.role is not Role.OFFLINE):
+            return  # stale or already applied (a state older than what we hold)
         if pinfo.leader == self.broker_id:
             if part.role is not Role.LEADER or pinfo.leader_epoch != part.leader_epoch:
-                part.make_leader(pinfo.leader_epoch, list(pinfo.isr), list(pinfo.replicas))
+                self._stop_fetching(tp)
+                part.make_leader(pinfo.leader_epoch, list(pinfo.isr), list(pinfo.replicas),
+                                 pinfo.zk_version, pinfo.controller_epoch, now_ms())
                 log.info("%s: leader at epoch %d, isr %s", part.name, pinfo.leader_epoch,
                          list(pinfo.isr))
             else:
+                # Same epoch, newer znode: an ISR change made by the controller (which
+                # also proves the state still names us: a fenced leader may resume).
                 part.isr = list(pinfo.isr)
+                part.zk_version = pinfo.zk_version
+                part.fenced = False
+                part.maybe_advance_high_watermark()
         elif pinfo.leader >= 0:
-            if part.role is not Role.FOLLOWER or pinfo.leader_epoch != part.leader_epoch:
+            if (part.role is not Role.FOLLOWER or pinfo.leader_epoch != part.leader_epoch
+                    or pinfo.leader != part.leader_id):
                 part.make_follower(pinfo.leader, pinfo.leader_epoch, list(pinfo.isr),
-                                   list(pinfo.replicas))
+                                   list(pinfo.replicas), pinfo.zk_version)
                 log.info("%s: follower of %d at epoch %d", part.name, pinfo.leader,
                          pinfo.leader_epoch)
+                self._start_fetching(part, image)
+            else:
+                part.isr = list(pinfo.isr)
+                part.zk_version = pinfo.zk_version
+                if (tp not in self.fetchers.get(part.leader_id, _NO_FETCHER).states):
+                    self._start_fetching(part, image)  # leader's address may be known now
         else:
-            part.make_offline()
+            self._stop_fetching(tp)
+            part.make_offline(pinfo.leader_epoch, pinfo.zk_version)
         self._wake(tp)
 
+    # ----------------------------------------------------------------- fetchers
+    def _start_fetching(self, part: Partition, image: MetadataImage) -> None:
+        tp = (part.topic, part.index)
+        self._stop_fetching(tp)
+        leader = image.brokers.get(part.leader_id)
+        if leader is None or self.config is None:
+            return  # the leader is not registered (yet): retried on the next image
+        fetcher = self.fetchers.get(part.leader_id)
+        if fetcher is not None and fetcher.address != (leader.host, leader.port):
+            asyncio.get_running_loop().create_task(fetcher.stop())
+            fetcher = None
+        if fetcher is None:
+            fetcher = ReplicaFetcher(self.broker_id, part.leader_id, leader.host, leader.port,
+                                     self.source_ip, self.config, self._on_follower_progress)
+            self.fetchers[part.leader_id] = fetcher
+            fetcher.start()
+        fetcher.add(part)
+
+    def _stop_fetching(self, tp: TopicPartition) -> None:
+        for f in self.fetchers.values():
+            f.remove(tp)
+
+    def _on_follower_progress(self, part: Partition) -> None:
+        self._wake((part.topic, part.index))
+
+    # ----------------------------------------------------------------- leader side
+    def record_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
+        if part.record_follower_fetch(replica_id, fetch_offset, now_ms()):
+            self._wake((part.topic, part.index))  # HW moved: acks=all and consumers
+        if self.config is not None and part.isr_change_wanted(
+                now_ms(), self.config.replica_lag_time_max_ms) is not None:
+            self._schedule_isr_update(part)
+
+    def check_isr(self) -> None:
+        """Periodic ISR shrink check (SPEC R6), every replica.lag.time.max.ms / 2."""
+        if self.config is None:
+            return
+        t = now_ms()
+        for part in self.partitions.values():
+            if part.role is not Role.LEADER:
+                continue
+            if part.fenced or part.isr_change_wanted(
+                    t, self.config.replica_lag_time_max_ms) is not None:
+                self._schedule_isr_update(part)
+
+    def _schedule_isr_update(self, part: Partition) -> None:
+        if part.isr_update_in_flight or self.isr_writer is None:
+            return
+        if part.fenced and not self._may_retry_fenced(part):
+            return
+        part.isr_update_in_flight = True
+        asyncio.get_running_loop().create_task(self._update_isr(part))
+
+    def _may_retry_fenced(self, part: Partition) -> bool:
+        # Re-assert at most once per second per partition.
+        t = time.monotonic()
+        last = self._fenced_retry.get((part.topic, part.index), 0.0)
+        if t - last < 1.0:
+            return False
+        self._fenced_retry[(part.topic, part.index)] = t
+        return True
+
+    async def _update_isr(self, part: Partition) -> None:
+        tp = (part.topic, part.index)
+        try:
+            part.isr_update_in_flight = False
+            # A fenced leader re-asserts its current ISR: success proves the state znode
+            # still names it at this epoch, so it may accept writes again.
+            reassert = part.fenced
+            new_isr = (list(part.isr) if reassert else
+                       part.isr_change_wanted(now_ms(), self.config.replica_lag_time_max_ms))
+            if new_isr is None:
+                return
+            part.isr_update_in_flight = True
+            epoch = part.leader_epoch
+            writer = self.isr_writer
+            assert writer is not None
+            try:
+                version = await asyncio.to_thread(writer, part, new_isr)
+            except IsrUpdateFailed as e:
+                cur = e.current
+                if (cur is not None and cur[0] == self.broker_id and cur[1] == epoch
+                        and part.leader_epoch == epoch):
+                    # The controller changed the ISR meanwhile; adopt it and decide again.
+                    part.isr, part.zk_version = list(cur[2]), cur[3]
+                    part.fenced = False
+                    log.info("%s: ISR write conflicted; adopted %s (version %d)", part.name,
+                             cur[2], cur[3])
+                else:
+                    # SPEC scenarios 4 and 6: we cannot record the ISR change, so we may
+                    # have been replaced. Stop accepting writes until ZooKeeper says again
+                    # that we lead.
+                    part.fence()
+                    log.warning("%s: ISR update to %s failed (%s); no longer accepting "
+                                "writes", part.name, new_isr,
+                                "ZooKeeper unreachable" if cur is None else
+                                f"state now leader {cur[0]} epoch {cur[1]}")
+                return
+            if part.leader_epoch == epoch and part.role is Role.LEADER:
+                if part.fenced:
+                    log.info("%s: state znode still names us leader; accepting writes again",
+                             part.name)
+                part.fenced = False
+                old = part.isr
+                part.isr, part.zk_version = list(new_isr), version
+                log.info("%s: ISR %s -> %s", part.name, old, new_isr)
+                part.maybe_advance_high_watermark()
+        finally:
+            part.isr_update_in_flight = False
+            self._wake(tp)
+
     def _delete_partition(self, tp: TopicPartition) -> None:
+        self._stop_fetching(tp)
         part = self.partitions.pop(tp, None)
         lg = self._logs.pop(tp, None)
         self._wake(tp)
@@ -144,6 +299,11 @@ class ReplicaManager:
             lg.close()
             shutil.rmtree(self.log_dir / f"{tp[0]}-{tp[1]}", ignore_errors=True)
         del part
+
+    def partition_for_replica(self, topic: str, index: int, image: MetadataImage,
+                              current_leader_epoch: int) -> Partition:
+        """For follower fetches and OffsetsForLeaderEpoch: must be the (unfenced) leader."""
+        return self.leader_partition(topic, index, image, current_leader_epoch)
 
     # ----------------------------------------------------------------- lookups
     def leader_partition(self, topic: str, index: int, image: MetadataImage,
@@ -233,6 +393,11 @@ class ReplicaManager:
         write_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT,
                          {tp: lg.recovery_point for tp, lg in self._logs.items()})
 
+    async def stop_fetchers(self) -> None:
+        for f in list(self.fetchers.values()):
+            await f.stop()
+        self.fetchers.clear()
+
     def shutdown(self) -> None:
         """Clean shutdown: flush everything so the next start needs no recovery scan."""
         for lg in self._logs.values():
@@ -243,6 +408,13 @@ class ReplicaManager:
             lg.close()
         for tp in list(self._waiters):
             self._wake(tp)
+
+
+class _NoFetcher:
+    states: dict[TopicPartition, Any] = {}
+
+
+_NO_FETCHER = _NoFetcher()
 
 
 class LogConfigFactory:  # pragma: no cover - typing protocol stand-in

@@ -1,0 +1,97 @@
+"""The leader-epoch cache and its ``leader-epoch-checkpoint`` file (SPEC R19, KIP-101/279).
+
+Each replica records, for every leader epoch it has data from, the offset of the first
+record written in that epoch: a list of ``(epoch, start_offset)`` with both strictly
+increasing. A leader adds an entry when it appends the first batch of its epoch; a
+follower when it appends a batch stamped with a newer ``partitionLeaderEpoch``.
+
+``end_offset_for(epoch)`` answers OffsetsForLeaderEpoch: the largest epoch ≤ the
+requested one that this replica knows, and the offset where it ends (the start of the
+next known epoch, or the log end offset for the latest epoch). A follower that truncates
+to that point — not to its possibly stale HW — can never lose committed records or keep
+a divergent suffix (the documents' HW-truncation loss case).
+
+The file uses Kafka's checkpoint text format: ``0`` (version), entry count, then
+``epoch start_offset`` lines; written atomically (tmp + fsync + rename).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CHECKPOINT_NAME = "leader-epoch-checkpoint"
+UNDEFINED_EPOCH = -1
+UNDEFINED_OFFSET = -1
+
+
+class LeaderEpochCache:
+    def __init__(self, directory: Path) -> None:
+        self.path = Path(directory) / CHECKPOINT_NAME
+        self.entries: list[tuple[int, int]] = []
+        self._load()
+
+    # ------------------------------------------------------------------ persistence
+    def _load(self) -> None:
+        try:
+            lines = self.path.read_text().split("\n")
+        except FileNotFoundError:
+            return
+        try:
+            count = int(lines[1])
+            entries = [tuple(map(int, ln.split())) for ln in lines[2:2 + count]]
+        except (ValueError, IndexError):
+            entries = []  # a torn checkpoint: rebuilt from the log's batches by the caller
+        self.entries = [(e, o) for e, o in entries]  # type: ignore[misc]
+
+    def _flush(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        body = "0\n%d\n%s" % (len(self.entries),
+                               "".join(f"{e} {o}\n" for e, o in self.entries))
+        with open(tmp, "w") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def latest_epoch(self) -> int:
+        return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(largest known epoch ≤ ``epoch``, its end offset) — Kafka's endOffsetFor."""
+        if not self.entries or epoch < self.entries[0][0]:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if epoch >= self.entries[-1][0]:
+            return self.entries[-1][0], log_end_offset
+        for i, (e, _) in enumerate(self.entries):
+            if e > epoch:
+                prev_epoch = self.entries[i - 1][0]
+                return prev_epoch, self.entries[i][1]
+        return self.entries[-1][0], log_end_offset  # pragma: no cover - loop covers all
+
+    # ------------------------------------------------------------------ updates
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (no-op if not newer)."""
+        if epoch < 0:
+            return
+        if self.entries and epoch <= self.entries[-1][0]:
+            return
+        # Entries whose start is at or past the new start are superseded (a truncated
+        # suffix that was rewritten under the new epoch).
+        while self.entries and self.entries[-1][1] >= start_offset:
+            self.entries.pop()
+        self.entries.append((epoch, start_offset))
+        self._flush()
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """The log was truncated to ``end_offset``: forget epochs starting at/after it."""
+        kept = [(e, o) for e, o in self.entries if o < end_offset]
+        if kept != self.entries:
+            self.entries = kept
+            self._flush()
+
+    def clear(self) -> None:
+        self.entries = []
+        self._flush()
