@@ -244,8 +244,8 @@ def _check_partitions(bootstrap: str, topic: str) -> None:
         raise RuntimeError(f"{topic} has {len(md.partitions)} partitions, expected {PARTITIONS}")
 
 
-def bench_target(t: Target, scale: float, out: Any) -> list[Row]:
-    rows: list[Row] = []
+def bench_target(t: Target, scale: float, out: Any, rows: list[Row]) -> None:
+    """Append one produce and one consume row per workload (kept if a later one fails)."""
     for wname, size, base_count in WORKLOADS:
         count = max(1000, int(base_count * scale))
         topic = f"bench-{wname.lower()}-{int(time.time() * 1000) % 10**8}"
@@ -254,7 +254,8 @@ def bench_target(t: Target, scale: float, out: Any) -> list[Row]:
         print(f"[{t.name}] {wname}: producing {count} records of {size} B to {topic}", file=out, flush=True)
         cpu0 = _cpu(t.broker_pids)
         p: ProduceSummary = run_produce(t.bootstrap, topic, count, size, producer_props=PRODUCER_PROPS,
-                                        out=out, report_interval_s=5.0)
+                                        out=out, report_interval_s=5.0, flush_timeout_s=60.0,
+                                        stall_timeout_s=30.0)
         cpu1 = _cpu(t.broker_pids)
         print(f"[{t.name}] {p.line()}", file=out, flush=True)
         if not t.create_topics:
@@ -270,7 +271,6 @@ def bench_target(t: Target, scale: float, out: Any) -> list[Row]:
         # consume rates exclude set-up (metadata, watermarks): first record to last
         rows.append(Row(t.name, wname, "consume", c.messages, c.fetch_msgs_per_sec, c.fetch_mb_per_sec,
                         cpu_s_per_gb=cpu_seconds_per_gb(cpu2 - cpu1, c.bytes), note=note))
-    return rows
 
 
 def _f(x: float, fmt: str) -> str:
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 with factory() as target:
                     notes.extend(f"{name}: {n}" for n in target.notes)
-                    rows.extend(bench_target(target, args.scale, sys.stdout))
+                    bench_target(target, args.scale, sys.stdout, rows)
             except Exception as e:  # one target failing must not lose the others' figures
                 msg = f"{name}: skipped: {type(e).__name__}: {e}"
                 print(msg, file=sys.stderr, flush=True)

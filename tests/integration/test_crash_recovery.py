@@ -294,6 +294,9 @@ def test_sigkill_under_load_loses_nothing_acknowledged(make_cluster: Any) -> Non
         total = verify_consumed(cluster, acked, sent, after)
         assert total >= len(acked)
         rolled = max(rolled, max(len(list(p.glob("*.log"))) for p in partition_dirs(cluster)))
+        torn = sum(before[k] != after[k] for k in before)
+        print(f"iteration {it}: {len(acked)} acked so far, {total} stored, "
+              f"{rolled} segments max, {torn} torn tails")
     assert rolled >= 3, "segments never rolled: the test does not cover segment boundaries"
 
 
