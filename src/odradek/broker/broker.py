@@ -24,6 +24,7 @@ from odradek.broker.controller import Controller
 from odradek.broker.metadata_image import MetadataImage
 from odradek.broker.metadata_store import MetadataStore
 from odradek.broker.partition import Partition
+from odradek.broker.producer_ids import ProducerIdManager, handle_init_producer_id
 from odradek.broker.replica_manager import IsrUpdateFailed, ReplicaManager
 from odradek.broker.server import CloseConnection, KafkaConnection, start_listener
 from odradek.config import BrokerConfig, log_config_for_topic
@@ -46,6 +47,7 @@ HANDLERS: dict[int, Any] = {
     18: handlers_meta.handle_api_versions,
     19: handlers_admin.handle_create_topics,
     20: handlers_admin.handle_delete_topics,
+    22: handle_init_producer_id,
     23: handlers_data.handle_offset_for_leader_epoch,
     32: handlers_admin.handle_describe_configs,
     37: handlers_admin.handle_create_partitions,
@@ -101,6 +103,7 @@ class Broker:
         registration = znodes.BrokerRegistration.plaintext(self.broker_id, self.advertised_host,
                                                            self.advertised_port)
         self.store = MetadataStore(self.zk, self.broker_id, registration, self._publish)
+        self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.controller = Controller(self.zk, self.broker_id, self.config)
         self.store.listeners.append(self.controller.on_event)
         # A stale registration from our own previous (killed) session lasts at most one
@@ -145,6 +148,7 @@ class Broker:
             await asyncio.sleep(HW_CHECKPOINT_INTERVAL_S)
             try:
                 self.replicas.checkpoint_high_watermarks()
+                self.replicas.snapshot_producer_state()
             except Exception:
                 log.exception("high-watermark checkpoint failed")
 

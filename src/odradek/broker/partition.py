@@ -30,7 +30,8 @@ import enum
 from dataclasses import dataclass, field
 
 from odradek.errors import ErrorCode, KafkaError
-from odradek.storage.batch import parse_batches
+from odradek.broker.producer_state import ProducerStateManager
+from odradek.storage.batch import BatchHeader, parse_batches
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import AppendInfo, FileSlice, Log
 
@@ -59,6 +60,7 @@ class Partition:
     replicas: list[int]
     local_broker_id: int
     epochs: LeaderEpochCache
+    producers: ProducerStateManager
     role: Role = Role.OFFLINE
     leader_id: int = -1
     leader_epoch: int = -1
@@ -145,10 +147,23 @@ class Partition:
                 ErrorCode.not_enough_replicas,
                 f"ISR {self.isr} smaller than min.insync.replicas={self.min_insync_replicas}",
             )
+        headers = parse_batches(records, verify_crc=False)  # 61-byte headers only
+        idempotent = any(h.producer_id >= 0 for h in headers)
+        if idempotent:
+            dup = self.producers.check(headers)
+            if dup is not None:
+                # A retry of a batch we already have: success with its original offsets.
+                return AppendInfo(first_offset=dup.first_offset, last_offset=dup.last_offset,
+                                  max_timestamp=-1, offset_of_max_timestamp=-1,
+                                  log_append_time=-1, num_batches=0, size_bytes=0,
+                                  log_start_offset=self.log.log_start_offset)
         leo_before = self.log.log_end_offset
         info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
         if self.leader_epoch > self.epochs.latest_epoch:
             self.epochs.assign(self.leader_epoch, leo_before)  # SPEC R19
+        if idempotent:
+            _assign_offsets(headers, info.first_offset)
+            self.producers.update(headers)
         self.maybe_advance_high_watermark()
         return info
 
@@ -218,9 +233,11 @@ class Partition:
         info = None
         if records:
             info = self.log.append_as_follower(records, now_ms)
-            for h in parse_batches(records, verify_crc=False):
+            headers = parse_batches(records, verify_crc=False)
+            for h in headers:
                 if h.partition_leader_epoch > self.epochs.latest_epoch:
                     self.epochs.assign(h.partition_leader_epoch, h.base_offset)
+            self.producers.update(headers)  # so a new leader still deduplicates retries
         self.high_watermark = max(self.high_watermark,
                                   min(leader_hw, self.log.log_end_offset))
         return info
@@ -230,6 +247,7 @@ class Partition:
         if offset < self.log.log_end_offset:
             self.log.truncate_to(max(offset, self.log.log_start_offset))
         self.epochs.truncate_from_end(self.log.log_end_offset)
+        self.producers.truncate_to(self.log.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
 
     # ----------------------------------------------------------------- acks & reads
@@ -245,3 +263,27 @@ class Partition:
             return None
         return self.log.read(offset, max_bytes, max_offset=max_offset,
                              min_one_batch=min_one_batch)
+
+
+def _assign_offsets(headers: list[BatchHeader], first_offset: int) -> None:
+    """Mirror the offsets the log assigned (batches are appended in order)."""
+    offset = first_offset
+    for h in headers:
+        h.base_offset = offset
+        offset += h.last_offset_delta + 1
+
+
+def rebuild_producer_state(producers: ProducerStateManager, log: Log) -> None:
+    """Newest snapshot plus the batches after it (never a rescan of the whole log)."""
+    start = max(producers.load_latest_snapshot(log.log_end_offset), log.log_start_offset)
+    offset = start
+    while offset < log.log_end_offset:
+        sl = log.read(offset, 8 * 1024 * 1024, max_offset=log.log_end_offset)
+        if sl is None:
+            break
+        headers = parse_batches(sl.read_bytes(), verify_crc=False)
+        if not headers:
+            break
+        producers.update(headers)
+        offset = headers[-1].last_offset + 1
+    producers.dirty = False

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from odradek.broker.fetcher import ReplicaFetcher
 from odradek.broker.metadata_image import MetadataImage, PartitionInfo
-from odradek.broker.partition import Partition, Role
+from odradek.broker.partition import Partition, Role, rebuild_producer_state
+from odradek.broker.producer_state import ProducerStateManager
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage.checkpoint import read_checkpoint, write_checkpoint
 from odradek.storage.leader_epoch import LeaderEpochCache
@@ -135,8 +136,11 @@ class ReplicaManager:
             if lg is None:
                 lg = Log.open(directory, self.log_config_for(tp[0]))
                 self._logs[tp] = lg
+            producers = ProducerStateManager(directory)
+            rebuild_producer_state(producers, lg)
             part = Partition(topic=tp[0], index=tp[1], log=lg, replicas=list(pinfo.replicas),
-                             local_broker_id=self.broker_id, epochs=LeaderEpochCache(directory))
+                             local_broker_id=self.broker_id, epochs=LeaderEpochCache(directory),
+                             producers=producers)
             part.high_watermark = min(self._hw_from_checkpoint.get(tp, 0), lg.log_end_offset)
             self.partitions[tp] = part
         part.min_insync_replicas = int(configs.get(
@@ -383,6 +387,11 @@ class ReplicaManager:
         return errors
 
     # ----------------------------------------------------------------- checkpoints
+    def snapshot_producer_state(self) -> None:
+        for p in self.partitions.values():
+            if p.producers.dirty:
+                p.producers.write_snapshot()
+
     def checkpoint_high_watermarks(self) -> None:
         hws = {tp: p.high_watermark for tp, p in self.partitions.items()}
         write_checkpoint(self.log_dir / HW_CHECKPOINT, hws)
@@ -402,6 +411,7 @@ class ReplicaManager:
         """Clean shutdown: flush everything so the next start needs no recovery scan."""
         for lg in self._logs.values():
             lg.flush()
+        self.snapshot_producer_state()
         self.checkpoint_high_watermarks()
         self.checkpoint_recovery_points()
         for lg in self._logs.values():

@@ -32,6 +32,7 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     18: (0, 4),  # ApiVersions
     19: (2, 5),  # CreateTopics
     20: (1, 4),  # DeleteTopics
+    22: (0, 4),  # InitProducerId (idempotent producers; no transactions)
     23: (2, 4),  # OffsetForLeaderEpoch (followers, SPEC R19; consumers, KIP-320)
     32: (1, 4),  # DescribeConfigs
     37: (0, 3),  # CreatePartitions

@@ -1,0 +1,197 @@
+"""Idempotent-producer state of one partition (Kafka's ProducerStateManager, KIP-98/360).
+
+For each producer id the partition remembers its epoch and the metadata of its last five
+batches (first/last sequence, first/last offset). A leader checks every incoming batch
+that carries a producer id before appending it. Rules, stated once:
+
+======================================  =============================================
+incoming batch (epoch E, sequences s..t)  decision
+======================================  =============================================
+E < known epoch                           INVALID_PRODUCER_EPOCH
+E > known epoch                           accept only if s == 0 (a new epoch restarts
+                                          sequences), else OUT_OF_ORDER_SEQUENCE_NUMBER
+same epoch, (s, t) equals a cached batch  duplicate: answer success with the cached
+                                          batch's first offset, append nothing
+same epoch, s == last t + 1 (wrapping)    in order: append
+same epoch, anything else                 OUT_OF_ORDER_SEQUENCE_NUMBER
+unknown producer id, s == 0               new producer: append
+unknown producer id, s != 0               UNKNOWN_PRODUCER_ID (its state is gone, e.g.
+                                          the producer was idle past retention)
+======================================  =============================================
+
+Followers apply the same updates as they append (without checks), so a follower that
+becomes leader already knows every producer: a retry that reaches the new leader after
+a failover is still recognised as a duplicate. The state is snapshotted to
+``<offset>.snapshot`` (JSON) on clean shutdown and periodically, and rebuilt on start-up
+from the newest snapshot plus the batches after it (never a rescan of the whole log).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from odradek.errors import ErrorCode, KafkaError
+from odradek.storage.batch import BatchHeader
+
+NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NumBatchesToRetain
+INT32_MAX = 2**31 - 1
+SNAPSHOT_SUFFIX = ".snapshot"
+
+
+@dataclass(slots=True)
+class BatchMeta:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    epoch: int
+    batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+
+def _next_seq(seq: int) -> int:
+    return 0 if seq == INT32_MAX else seq + 1
+
+
+class ProducerStateManager:
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.producers: dict[int, ProducerEntry] = {}
+        self.last_offset = -1  # offsets up to this one are reflected in the state
+        self.dirty = False
+
+    # ------------------------------------------------------------------ leader checks
+    def check(self, batches: list[BatchHeader]) -> BatchMeta | None:
+        """Validate batches before a leader append (see the table above).
+
+        Returns the original batch's metadata when the request is a duplicate retry
+        (then nothing must be appended), else None. Raises KafkaError.
+        """
+        pending: dict[int, tuple[int, int]] = {}  # pid -> (epoch, last_seq) within request
+        duplicate: BatchMeta | None = None
+        for h in batches:
+            pid = h.producer_id
+            if pid < 0:
+                continue
+            first, last = h.base_sequence, h.base_sequence + h.last_offset_delta
+            if pid in pending:
+                known, (known_epoch, last_seq) = True, pending[pid]
+            else:
+                entry = self.producers.get(pid)
+                if entry is not None and h.producer_epoch == entry.epoch:
+                    dup = next((b for b in entry.batches
+                                if b.first_seq == first and b.last_seq == last), None)
+                    if dup is not None:
+                        if duplicate is None:
+                            duplicate = dup
+                        continue
+                known = entry is not None
+                known_epoch, last_seq = (entry.epoch, entry.last_seq) if entry else (-1, -1)
+            if known and h.producer_epoch < known_epoch:
+                raise KafkaError(ErrorCode.invalid_producer_epoch,
+                                 f"producer {pid} epoch {h.producer_epoch} < {known_epoch}")
+            if not known:
+                if first != 0:
+                    raise KafkaError(ErrorCode.unknown_producer_id,
+                                     f"unknown producer {pid} starting at sequence {first}")
+            elif h.producer_epoch > known_epoch:
+                if first != 0:
+                    raise KafkaError(ErrorCode.out_of_order_sequence_number,
+                                     f"producer {pid} new epoch {h.producer_epoch} must start "
+                                     f"at sequence 0, not {first}")
+            elif first != _next_seq(last_seq):
+                raise KafkaError(ErrorCode.out_of_order_sequence_number,
+                                 f"producer {pid} epoch {h.producer_epoch}: expected sequence "
+                                 f"{_next_seq(last_seq)}, got {first}")
+            pending[pid] = (h.producer_epoch, last)
+        if duplicate is not None and pending:
+            # A request mixing a duplicate with new batches cannot be half-applied.
+            raise KafkaError(ErrorCode.out_of_order_sequence_number,
+                             "request mixes duplicate and new batches")
+        return duplicate
+
+    # ------------------------------------------------------------------ updates
+    def update(self, batches: list[BatchHeader]) -> None:
+        """Record appended batches (offsets assigned). Leaders and followers alike."""
+        for h in batches:
+            if h.producer_id >= 0 and not h.is_control:
+                entry = self.producers.get(h.producer_id)
+                if entry is None or h.producer_epoch > entry.epoch:
+                    entry = self.producers[h.producer_id] = ProducerEntry(h.producer_epoch)
+                entry.batches.append(BatchMeta(h.base_sequence,
+                                               h.base_sequence + h.last_offset_delta,
+                                               h.base_offset, h.last_offset))
+            self.last_offset = max(self.last_offset, h.last_offset)
+        self.dirty = True
+
+    def truncate_to(self, offset: int) -> None:
+        """Forget batches at or above ``offset`` (the caller replays the log if needed)."""
+        for pid in list(self.producers):
+            entry = self.producers[pid]
+            kept = [b for b in entry.batches if b.last_offset < offset]
+            if not kept:
+                del self.producers[pid]
+            else:
+                entry.batches = deque(kept, maxlen=NUM_BATCHES_TO_RETAIN)
+        self.last_offset = min(self.last_offset, offset - 1)
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot_path(self, offset: int) -> Path:
+        return self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+    def write_snapshot(self) -> None:
+        """Write ``<next offset>.snapshot`` atomically and drop older snapshots."""
+        offset = self.last_offset + 1
+        path = self.snapshot_path(offset)
+        body = json.dumps({
+            "version": 1, "offset": offset,
+            "producers": {str(pid): {"epoch": e.epoch, "batches": [
+                [b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches]}
+                for pid, e in self.producers.items()}})
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        for old in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
+            if old != path:
+                old.unlink(missing_ok=True)
+        self.dirty = False
+
+    def load_latest_snapshot(self, max_offset: int) -> int:
+        """Load the newest snapshot at or below ``max_offset``; returns its offset (0 if none)."""
+        best: tuple[int, Path] | None = None
+        for p in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
+            try:
+                off = int(p.name[: -len(SNAPSHOT_SUFFIX)])
+            except ValueError:
+                continue
+            if off <= max_offset and (best is None or off > best[0]):
+                best = (off, p)
+        self.producers = {}
+        self.last_offset = -1
+        if best is None:
+            return 0
+        try:
+            data = json.loads(best[1].read_text())
+        except (OSError, ValueError):
+            return 0  # a torn snapshot: rebuild from the log instead
+        for pid, e in data.get("producers", {}).items():
+            entry = ProducerEntry(int(e["epoch"]))
+            for fs, ls, fo, lo in e["batches"]:
+                entry.batches.append(BatchMeta(fs, ls, fo, lo))
+            self.producers[int(pid)] = entry
+        self.last_offset = best[0] - 1
+        return best[0]
