@@ -72,6 +72,9 @@ class Partition:
     fenced: bool = False
     isr_update_in_flight: bool = False
     followers: dict[int, ReplicaState] = field(default_factory=dict)
+    # Followers outside the ISR whose latest fetch reached the HW: only a fetch can
+    # qualify a replica for the ISR, never stale knowledge (Kafka's maybeExpandIsr).
+    expand_candidates: set[int] = field(default_factory=set)
 
     @property
     def name(self) -> str:
@@ -92,6 +95,7 @@ class Partition:
         self.replicas = list(replicas)
         self.zk_version = zk_version
         self.controller_epoch = controller_epoch
+        self.expand_candidates = set()
         # Followers get the benefit of the doubt for one lag period (Kafka does the same).
         self.followers = {r: ReplicaState(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
                           for r in replicas if r != self.local_broker_id}
@@ -197,6 +201,11 @@ class Partition:
         state.log_end_offset = fetch_offset
         state.leader_leo_at_last_fetch = leo
         state.last_fetch_ms = now_ms
+        if replica_id not in self.isr and replica_id in self.replicas:
+            if fetch_offset >= self.high_watermark and self._caught_up_in_epoch(state):
+                self.expand_candidates.add(replica_id)
+            else:
+                self.expand_candidates.discard(replica_id)
         return self.maybe_advance_high_watermark()
 
     def isr_change_wanted(self, now_ms: int, lag_max_ms: int) -> list[int] | None:
@@ -211,9 +220,7 @@ class Partition:
             if r in self.isr:
                 if st is not None and now_ms - st.last_caught_up_ms <= lag_max_ms:
                     new.append(r)
-            elif (st is not None and st.log_end_offset >= self.high_watermark
-                  and st.log_end_offset >= 0 and now_ms - st.last_caught_up_ms <= lag_max_ms
-                  and self._caught_up_in_epoch(st)):
+            elif r in self.expand_candidates:
                 new.append(r)
         if self.local_broker_id not in new:
             new.insert(0, self.local_broker_id)

@@ -287,6 +287,7 @@ class ReplicaManager:
                 part.fenced = False
                 old = part.isr
                 part.isr, part.zk_version = list(new_isr), version
+                part.expand_candidates -= set(new_isr)
                 log.info("%s: ISR %s -> %s", part.name, old, new_isr)
                 part.maybe_advance_high_watermark()
         finally:

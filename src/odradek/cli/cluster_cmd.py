@@ -72,9 +72,19 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from odradek.cluster.partitions import collect, format_table  # noqa: PLC0415
+
     c = _existing(args)
+    parts = []
     try:
         st = c.status()
+        if st["controller"] is not None:
+            try:
+                parts = collect(c.zk_client(), {b.id: b.log_dir for b in c.brokers},
+                                c.bootstrap_servers)
+            except Exception as e:  # noqa: BLE001 - status must still print the rest
+                print(f"partitions unavailable: {e}")
+        st["partitions"] = [vars(p) for p in parts]
     finally:
         c.close_zk_client()
     if args.json:
@@ -89,6 +99,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"broker {b['id']}  {b['address']}  pid {b['pid']}  {b['state']}  {reg}")
     ctrl = st["controller"]
     print(f"controller {ctrl if ctrl is not None else 'none'}")
+    for line in format_table(parts):
+        print(line)
     return 0
 
 
