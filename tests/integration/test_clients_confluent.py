@@ -204,21 +204,28 @@ def test_admin_errors(cluster: LocalCluster, topic_name: str) -> None:
     assert not any(n.startswith(topic_name + "-") for n in names)
 
 
-def test_idempotent_producer_fails_fast(cluster: LocalCluster, topic_name: str) -> None:
-    """Gap (InitProducerId not served yet): librdkafka raises a fatal
-    _UNSUPPORTED_FEATURE within a second instead of hanging; the broker stays up."""
+def test_idempotent_producer(cluster: LocalCluster, topic_name: str) -> None:
+    """enable.idempotence=true: InitProducerId, then sequenced batches (acks=all)."""
+    b = cluster.bootstrap_servers
+    confluent_create_topic(b, topic_name, PARTITIONS)
+    recs = make_records(20_000, PARTITIONS, seed=11)
+    offsets = produce_all(b, topic_name, recs, **{"enable.idempotence": True,
+                                                  "compression.type": "zstd"})
+    assert_contiguous(offsets, {p: len(rs) for p, rs in by_partition(recs).items()})
+    assert_round_trip(recs, confluent_consume(b, topic_name, PARTITIONS, len(recs)))
+
+
+def test_transactional_producer_fails_fast(cluster: LocalCluster, topic_name: str) -> None:
+    """Gap: transactions are not implemented (no FindCoordinator/AddPartitionsToTxn):
+    init_transactions() must fail within its timeout, not hang; the broker stays up."""
     b = cluster.bootstrap_servers
     confluent_create_topic(b, topic_name, 1)
-    p = Producer({"bootstrap.servers": b, "enable.idempotence": True})
-    p.produce(topic_name, b"x")
+    p = Producer({"bootstrap.servers": b, "transactional.id": f"tx-{topic_name}"})
     t0 = time.monotonic()
-    with pytest.raises(KafkaException) as ei:
-        p.flush(20)
-    err = ei.value.args[0]
-    assert err.code() == KafkaError._UNSUPPORTED_FEATURE and err.fatal()
+    with pytest.raises(KafkaException):
+        p.init_transactions(10)
     assert time.monotonic() - t0 < 15
-    # The broker is unaffected: a plain producer still works.
-    recs = make_records(10, 1, seed=11)
+    recs = make_records(10, 1, seed=12)
     produce_all(b, topic_name, recs)
     assert_round_trip(recs, confluent_consume(b, topic_name, 1, len(recs)))
 

@@ -19,7 +19,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
 
-from odradek.broker import handlers_admin, handlers_data, handlers_meta
+from odradek.broker import handlers_admin, handlers_data, handlers_elect, handlers_meta
 from odradek.broker.controller import Controller
 from odradek.broker.metadata_image import MetadataImage
 from odradek.broker.metadata_store import MetadataStore
@@ -51,6 +51,7 @@ HANDLERS: dict[int, Any] = {
     23: handlers_data.handle_offset_for_leader_epoch,
     32: handlers_admin.handle_describe_configs,
     37: handlers_admin.handle_create_partitions,
+    43: handlers_elect.handle_elect_leaders,
     60: handlers_meta.handle_describe_cluster,
 }
 

@@ -13,6 +13,7 @@ _SUBCOMMAND_MODULES = (
     "odradek.cli.topics_cmd",
     "odradek.cli.perf_cmd",
     "odradek.cli.demo_cmd",
+    "odradek.cli.leader_election_cmd",
 )
 
 

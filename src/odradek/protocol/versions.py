@@ -36,6 +36,7 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     23: (2, 4),  # OffsetForLeaderEpoch (followers, SPEC R19; consumers, KIP-320)
     32: (1, 4),  # DescribeConfigs
     37: (0, 3),  # CreatePartitions
+    43: (0, 2),  # ElectLeaders (v2 flexible)
     60: (0, 1),  # DescribeCluster
 }
 
