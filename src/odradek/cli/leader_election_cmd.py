@@ -72,11 +72,15 @@ def _run(args: argparse.Namespace) -> int:
         wanted = [(args.topic, args.partition)]
     etype = ElectionType.PREFERRED if args.election_type == "preferred" else ElectionType.UNCLEAN
     label = etype.name
-    admin = AdminClient(_client_conf(args))
+    conf = _client_conf(args)
+    # confluent-kafka 2.16.1's elect_leaders rejects its own request_timeout /
+    # operation_timeout keywords (a binding bug: "more argument specifiers than keyword
+    # list entries"); both default to socket.timeout.ms, so set that instead.
+    conf.setdefault("socket.timeout.ms", str(int(args.timeout * 1000)))
+    admin = AdminClient(conf)
     tps = None if wanted is None else [TopicPartition(t, p) for t, p in wanted]
     try:
-        results = admin.elect_leaders(etype, tps, request_timeout=args.timeout,
-                                      operation_timeout=args.timeout).result()
+        results = admin.elect_leaders(etype, tps).result()
     except KafkaException as e:
         print(f"Error completing leader election ({label}): {e.args[0]}", file=sys.stderr)
         return 1

@@ -31,6 +31,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--if-exists", action="store_true")
     p.add_argument("--under-replicated-partitions", action="store_true")
     p.add_argument("--unavailable-partitions", action="store_true")
+    p.add_argument("--under-min-isr-partitions", action="store_true")
+    p.add_argument("--at-min-isr-partitions", action="store_true")
     p.add_argument("--exclude-internal", action="store_true")
     p.add_argument("--command-config", action="append", default=[], metavar="K=V",
                    help="extra client properties")
@@ -117,7 +119,10 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
             print(f"Error while executing topic command : {t.error.str()}", file=sys.stderr)
             return 1
         parts = [t.partitions[p] for p in sorted(t.partitions)]
-        filtering = args.under_replicated_partitions or args.unavailable_partitions
+        filtering = (args.under_replicated_partitions or args.unavailable_partitions
+                     or args.under_min_isr_partitions or args.at_min_isr_partitions)
+        min_isr = (_min_isr(admin, name)
+                   if args.under_min_isr_partitions or args.at_min_isr_partitions else 1)
         if not filtering:
             rf = len(parts[0].replicas) if parts else 0
             print(f"Topic: {name}\tPartitionCount: {len(parts)}\tReplicationFactor: {rf}\t"
@@ -127,8 +132,20 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
                 continue
             if args.unavailable_partitions and p.leader in live:
                 continue
+            if args.under_min_isr_partitions and len(p.isrs) >= min_isr:
+                continue
+            if args.at_min_isr_partitions and len(p.isrs) != min_isr:
+                continue
             leader = p.leader if p.leader >= 0 else "none"
             print(f"\tTopic: {name}\tPartition: {p.id}\tLeader: {leader}\t"
                   f"Replicas: {','.join(map(str, p.replicas))}\t"
                   f"Isr: {','.join(map(str, p.isrs))}")
     return 0
+
+
+def _min_isr(admin: Any, topic: str) -> int:
+    from confluent_kafka.admin import ConfigResource, ResourceType  # noqa: PLC0415
+
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    configs = admin.describe_configs([res])[res].result(15)
+    return int(configs["min.insync.replicas"].value)

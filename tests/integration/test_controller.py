@@ -1,0 +1,282 @@
+"""The controller's decisions with real ZooKeeper and broker processes.
+
+SPEC R4 (failover), R5 (preferred leader election: the documents' walkthrough, the admin
+command and the automatic check), R10/R14/R15 (unclean election on/off), R13 (controller
+failover with a higher epoch; controlled shutdown). These tests assert leadership and ISR
+decisions only (the state znodes and client metadata); data loss belongs to the
+replication tests (test_failover.py).
+
+Where a test needs followers back in the ISR after a restart (preferred election requires
+the preferred replica in sync, R5/R14) it first waits for the leader to re-admit them
+(R21) and, if replication is slow, writes the ISR itself — a stand-in for the leader's
+ISR expansion, which is not what these tests are about.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from odradek.broker.controlled_shutdown import request_controlled_shutdown
+from odradek.cluster.local import LocalCluster
+from odradek.zk import znodes
+
+pytestmark = pytest.mark.integration
+
+SESSION_MS = 4000
+BASE = {"zookeeper.session.timeout.ms": str(SESSION_MS),
+        "auto.leader.rebalance.enable": "false"}
+# The documents' figure (R2): 4 partitions, RF 3 over 3 brokers; preferred 1, 2, 3, 1.
+SPREAD = [[1, 2, 3], [2, 3, 1], [3, 1, 2], [1, 3, 2]]
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            v = cond()
+        except Exception:  # noqa: BLE001 - ZooKeeper hiccup during a fault: "not yet"
+            v = None
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def create_topic(c: LocalCluster, name: str, assignment: list[list[int]],
+                 config: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+    fut = admin.create_topics([NewTopic(name, num_partitions=len(assignment),
+                                        replica_assignment=assignment,
+                                        config=config or {})], operation_timeout=20)[name]
+    fut.result(30)
+    wait_for(lambda: all(s is not None and s.leader >= 0 for s in states(c, name).values()),
+             20, f"leaders for {name}")
+
+
+def states(c: LocalCluster, topic: str) -> dict[int, znodes.PartitionState | None]:
+    zk = c.zk_client()
+    data, _ = zk.get(znodes.topic_path(topic))
+    out: dict[int, znodes.PartitionState | None] = {}
+    for p in znodes.decode_topic(topic, data).partitions:
+        try:
+            sdata, _ = zk.get(znodes.partition_state_path(topic, p))
+            out[p] = znodes.decode_partition_state(sdata)
+        except NoNodeError:
+            out[p] = None
+    return out
+
+
+def leaders(c: LocalCluster, topic: str) -> list[int]:
+    return [s.leader if s else -2 for _, s in sorted(states(c, topic).items())]
+
+
+def kill(c: LocalCluster, broker_id: int) -> None:
+    c.stop_broker(broker_id, signal.SIGKILL)
+    c.wait_broker_unregistered(broker_id, timeout=SESSION_MS / 1000 * 3 + 10)
+
+
+def ensure_full_isr(c: LocalCluster, topic: str, wait_s: float = 10.0) -> None:
+    """Every replica in the ISR: by the leader's own expansion (R21) or, failing that
+    within ``wait_s``, written here (see the module docstring)."""
+    zk = c.zk_client()
+    data, _ = zk.get(znodes.topic_path(topic))
+    assignment = znodes.decode_topic(topic, data).partitions
+
+    def full() -> bool:
+        return all(s is not None and set(s.isr) == set(assignment[p])
+                   for p, s in states(c, topic).items())
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if full():
+            return
+        time.sleep(0.2)
+    for p, replicas in assignment.items():
+        path = znodes.partition_state_path(topic, p)
+        while True:
+            sdata, stat = zk.get(path)
+            s = znodes.decode_partition_state(sdata)
+            if set(s.isr) == set(replicas):
+                break
+            isr = list(s.isr) + [r for r in replicas if r not in s.isr]
+            new = znodes.PartitionState(s.leader, s.leader_epoch, isr, s.controller_epoch)
+            try:
+                zk.set(path, znodes.encode_partition_state(new), version=stat.version)
+                break
+            except BadVersionError:
+                continue
+
+
+def run_cli(c: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "odradek", "leader-election", "--bootstrap-server",
+         c.bootstrap_servers, *args],
+        capture_output=True, text=True, timeout=90)
+
+
+def metadata_leader(c: LocalCluster, topic: str, p: int) -> tuple[int, Any]:
+    admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+    md = admin.list_topics(topic, timeout=10)
+    pm = md.topics[topic].partitions[p]
+    return pm.leader, pm.error
+
+
+# ============================================================================== R5 walkthrough
+def test_documents_walkthrough_and_preferred_election_cli(make_cluster: Any,
+                                                          topic_name: str) -> None:
+    c = make_cluster(3, broker_config=BASE, zk_session_timeout_ms=SESSION_MS)
+    create_topic(c, topic_name, SPREAD)
+    assert leaders(c, topic_name) == [1, 2, 3, 1]
+    ensure_full_isr(c, topic_name)
+    epochs0 = {p: s.leader_epoch for p, s in states(c, topic_name).items() if s}
+
+    kill(c, 3)  # R4: partition 2 fails over to the next ISR replica in assignment order
+    wait_for(lambda: leaders(c, topic_name) == [1, 2, 1, 1], 20, "failover from broker 3")
+    st = states(c, topic_name)
+    assert all(s is not None and 3 not in s.isr for s in st.values())
+    assert st[2] is not None and st[2].leader_epoch == epochs0[2] + 1  # R19
+    assert st[0] is not None and st[0].leader_epoch == epochs0[0]  # ISR shrink: same epoch
+
+    kill(c, 1)
+    wait_for(lambda: leaders(c, topic_name) == [2, 2, 2, 2], 20, "all leaders on broker 2")
+
+    c.start_broker(1)
+    c.start_broker(3)
+    ensure_full_isr(c, topic_name)
+    # R5: leadership stays piled up on broker 2 after 1 and 3 return.
+    time.sleep(1.0)  # give a (wrong) controller a chance to move something
+    assert leaders(c, topic_name) == [2, 2, 2, 2]
+
+    r = run_cli(c, "--election-type", "preferred", "--all-topic-partitions")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Successfully completed leader election (PREFERRED) for partitions" in r.stdout
+    for p in (0, 2, 3):
+        assert f"{topic_name}-{p}" in r.stdout
+    assert f"Valid replica already elected for partitions {topic_name}-1" in r.stdout or \
+        f"{topic_name}-1" in r.stdout.split("Valid replica already elected")[-1]
+    assert leaders(c, topic_name) == [1, 2, 3, 1]
+    wait_for(lambda: metadata_leader(c, topic_name, 2)[0] == 3, 10, "metadata shows leader 3")
+
+    r = run_cli(c, "--election-type", "preferred", "--topic", topic_name, "--partition", "0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"Valid replica already elected for partitions {topic_name}-0" in r.stdout
+
+    r = run_cli(c, "--election-type", "preferred", "--topic", topic_name, "--partition", "9")
+    assert r.returncode == 1
+    assert (f"Error completing leader election (PREFERRED) for partition: "
+            f"{topic_name}-9:") in r.stdout
+
+
+def test_automatic_leader_rebalance(make_cluster: Any, topic_name: str) -> None:
+    cfg = {**BASE, "auto.leader.rebalance.enable": "true",
+           "leader.imbalance.check.interval.seconds": "2"}
+    c = make_cluster(3, broker_config=cfg, zk_session_timeout_ms=SESSION_MS)
+    create_topic(c, topic_name, SPREAD)
+    ensure_full_isr(c, topic_name)
+    kill(c, 1)
+    wait_for(lambda: 1 not in leaders(c, topic_name), 20, "failover from broker 1")
+    assert leaders(c, topic_name)[0] == 2 and leaders(c, topic_name)[3] == 3
+    c.start_broker(1)
+    ensure_full_isr(c, topic_name)
+    # R5: broker 1's imbalance is 100 % > 10 %: the periodic check gives its partitions back.
+    wait_for(lambda: leaders(c, topic_name) == [1, 2, 3, 1], 20, "automatic rebalance")
+
+
+# ============================================================================== R13 failover
+def test_controller_failover_then_leader_failover(make_cluster: Any, topic_name: str) -> None:
+    c = make_cluster(3, broker_config=BASE, zk_session_timeout_ms=SESSION_MS)
+    create_topic(c, topic_name, SPREAD)
+    ensure_full_isr(c, topic_name)
+    zk = c.zk_client()
+    old = wait_for(c.controller_id, 10, "a controller")
+    epoch0 = znodes.decode_controller_epoch(zk.get(znodes.CONTROLLER_EPOCH)[0])
+
+    kill(c, old)
+    new = wait_for(lambda: (cid := c.controller_id()) not in (None, old) and cid, 20,
+                   "a new controller")
+    epoch1 = znodes.decode_controller_epoch(zk.get(znodes.CONTROLLER_EPOCH)[0])
+    assert epoch1 > epoch0
+    # The new controller's first pass fails over the partitions the old one led (R13).
+    wait_for(lambda: old not in leaders(c, topic_name) and -1 not in leaders(c, topic_name),
+             20, "failover of the old controller's partitions")
+    assert all(s is not None and s.controller_epoch == epoch1
+               for p, s in states(c, topic_name).items() if SPREAD[p][0] == old)
+
+    # The new controller keeps doing its job: kill a leader that is not the controller.
+    victim = next(b for b in (1, 2, 3) if b not in (old, new))
+    assert victim in leaders(c, topic_name)
+    kill(c, victim)
+    wait_for(lambda: leaders(c, topic_name) == [new] * 4, 20, "failover to the last broker")
+    assert all(s is not None and s.isr == [new] for s in states(c, topic_name).values())
+
+
+# ============================================================================== R10/R15
+def test_unclean_election_off_and_on(make_cluster: Any, topic_name: str) -> None:
+    c = make_cluster(2, broker_config=BASE, zk_session_timeout_ms=SESSION_MS)
+    clean, dirty = f"{topic_name}-clean", f"{topic_name}-dirty"
+    create_topic(c, clean, [[1, 2]])
+    create_topic(c, dirty, [[1, 2]], {"unclean.leader.election.enable": "true"})
+    ensure_full_isr(c, clean)
+    ensure_full_isr(c, dirty)
+
+    kill(c, 2)  # the follower first: the ISR shrinks to the leader alone
+    wait_for(lambda: all(states(c, t)[0].isr == [1] for t in (clean, dirty)), 20,  # type: ignore[union-attr]
+             "ISR [1]")
+    kill(c, 1)  # then the leader: no live replica at all
+    wait_for(lambda: leaders(c, clean) == [-1] and leaders(c, dirty) == [-1], 20, "offline")
+    assert states(c, clean)[0].isr == [1]  # type: ignore[union-attr]  # R15: ISR kept
+
+    c.start_broker(2)  # the out-of-sync replica returns
+    wait_for(lambda: leaders(c, dirty) == [2], 20, "unclean election of broker 2")
+    assert states(c, dirty)[0].isr == [2]  # type: ignore[union-attr]
+    time.sleep(1.0)
+    assert leaders(c, clean) == [-1]  # R10: stays offline, nothing lost
+    leader, err = metadata_leader(c, clean, 0)
+    assert leader == -1 and err is not None and err.name() == "LEADER_NOT_AVAILABLE"
+
+    c.start_broker(1)  # the ISR member returns (R15)
+    wait_for(lambda: leaders(c, clean) == [1], 20, "clean election of broker 1")
+
+
+def test_elect_leaders_unclean_via_cli(make_cluster: Any, topic_name: str) -> None:
+    c = make_cluster(2, broker_config=BASE, zk_session_timeout_ms=SESSION_MS)
+    create_topic(c, topic_name, [[1, 2]])
+    ensure_full_isr(c, topic_name)
+    kill(c, 2)
+    wait_for(lambda: states(c, topic_name)[0].isr == [1], 20, "ISR [1]")  # type: ignore[union-attr]
+    r = run_cli(c, "--election-type", "unclean", "--topic", topic_name, "--partition", "0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"Valid replica already elected for partitions {topic_name}-0" in r.stdout
+    c.start_broker(2)
+    kill(c, 1)
+    wait_for(lambda: leaders(c, topic_name) == [-1], 20, "offline")
+    r = run_cli(c, "--election-type", "unclean", "--topic", topic_name, "--partition", "0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"Successfully completed leader election (UNCLEAN) for partitions {topic_name}-0" \
+        in r.stdout
+    assert leaders(c, topic_name) == [2]
+    assert states(c, topic_name)[0].isr == [2]  # type: ignore[union-attr]
+
+
+# ============================================================================== R13 shutdown
+def test_controlled_shutdown_moves_leadership(make_cluster: Any, topic_name: str) -> None:
+    c = make_cluster(3, broker_config=BASE, zk_session_timeout_ms=SESSION_MS)
+    create_topic(c, topic_name, SPREAD)
+    ensure_full_isr(c, topic_name)
+    before = states(c, topic_name)
+    assert request_controlled_shutdown(c.zk_client(), 1, timeout_s=20)
+    after = states(c, topic_name)
+    assert leaders(c, topic_name) == [2, 2, 3, 3]  # next ISR replica in assignment order
+    for p in (0, 3):
+        assert after[p].leader_epoch == before[p].leader_epoch + 1  # type: ignore[union-attr]
+    assert c.zk_client().exists("/admin/controlled_shutdown/1") is None
