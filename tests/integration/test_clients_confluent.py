@@ -270,9 +270,6 @@ def test_broker_side_errors_and_cluster(cluster: LocalCluster, topic_name: str) 
     assert desc.cluster_id
 
 
-@pytest.mark.xfail(reason="ListOffsets MAX_TIMESTAMP (KIP-734) answers -1: the Log has no "
-                          "offset_of_max_timestamp() yet (see docs/compatibility.md)",
-                   strict=False)
 def test_list_offsets_max_timestamp(cluster: LocalCluster, topic_name: str) -> None:
     b = cluster.bootstrap_servers
     confluent_create_topic(b, topic_name, 1)

@@ -222,7 +222,8 @@ def test_controller_failover_then_leader_failover(make_cluster: Any, topic_name:
 
 # ============================================================================== R10/R15
 def test_unclean_election_off_and_on(make_cluster: Any, topic_name: str) -> None:
-    c = make_cluster(2, broker_config=BASE, zk_session_timeout_ms=SESSION_MS)
+    # Broker 3 holds no replica: it keeps a controller alive while 1 and 2 are down.
+    c = make_cluster(3, broker_config=BASE, zk_session_timeout_ms=SESSION_MS)
     clean, dirty = f"{topic_name}-clean", f"{topic_name}-dirty"
     create_topic(c, clean, [[1, 2]])
     create_topic(c, dirty, [[1, 2]], {"unclean.leader.election.enable": "true"})
@@ -249,7 +250,7 @@ def test_unclean_election_off_and_on(make_cluster: Any, topic_name: str) -> None
 
 
 def test_elect_leaders_unclean_via_cli(make_cluster: Any, topic_name: str) -> None:
-    c = make_cluster(2, broker_config=BASE, zk_session_timeout_ms=SESSION_MS)
+    c = make_cluster(3, broker_config=BASE, zk_session_timeout_ms=SESSION_MS)
     create_topic(c, topic_name, [[1, 2]])
     ensure_full_isr(c, topic_name)
     kill(c, 2)

@@ -125,6 +125,11 @@ class Broker:
         return host, port
 
     async def shutdown(self) -> None:
+        """Stop serving, leave ZooKeeper (so failover starts at once), flush the logs.
+
+        Every step is bounded: a step that hangs is logged and skipped, so a SIGTERM
+        never leaves a broker that holds its ZooKeeper session but serves nothing.
+        """
         log.info("broker %d shutting down", self.broker_id)
         if self._server is not None:
             self._server.close()
@@ -132,17 +137,26 @@ class Broker:
             conn.close()
         for t in self._tasks:
             t.cancel()
-        await self.replicas.stop_fetchers()
+        await self._bounded("stop replica fetchers", self.replicas.stop_fetchers())
         if self.controller is not None:
-            await asyncio.to_thread(self.controller.stop)
+            await self._bounded("stop the controller", asyncio.to_thread(self.controller.stop))
         if self.store is not None:
-            await asyncio.to_thread(self.store.stop)
+            await self._bounded("stop the metadata thread", asyncio.to_thread(self.store.stop))
         if self.zk is not None:
             zk = self.zk
-            await asyncio.to_thread(lambda: (zk.stop(), zk.close()))
+            await self._bounded("close the ZooKeeper session",
+                                asyncio.to_thread(lambda: (zk.stop(), zk.close())))
         self.replicas.shutdown()
         self.stopped.set()
         log.info("broker %d stopped", self.broker_id)
+
+    async def _bounded(self, what: str, aw: Any, timeout_s: float = 5.0) -> None:
+        try:
+            await asyncio.wait_for(aw, timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("shutdown: could not %s within %.0f s; continuing", what, timeout_s)
+        except Exception:
+            log.exception("shutdown: %s failed; continuing", what)
 
     async def _checkpoint_loop(self) -> None:
         while True:

@@ -226,9 +226,8 @@ def handle_list_offsets(broker: Broker, header: RequestHeaderInfo, req: Any) -> 
                 elif ts == EARLIEST_TIMESTAMP:
                     kw["offset"] = p.log.log_start_offset
                 elif ts == MAX_TIMESTAMP:
-                    found = p.log.offset_of_max_timestamp() if hasattr(
-                        p.log, "offset_of_max_timestamp") else None
-                    if found is not None:
+                    found = p.log.offset_of_max_timestamp()
+                    if found is not None and found[0] < p.high_watermark:
                         kw["offset"], kw["timestamp"] = found
                 elif ts < 0:
                     raise KafkaError(ErrorCode.invalid_request, f"timestamp {ts}")

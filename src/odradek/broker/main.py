@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -12,6 +14,8 @@ from odradek.broker.broker import Broker
 from odradek.config import BrokerConfig
 
 log = logging.getLogger("odradek.broker")
+
+SHUTDOWN_WATCHDOG_S = 25
 
 
 def _install_event_loop_policy() -> str:
@@ -36,6 +40,9 @@ async def _serve(config: BrokerConfig) -> int:
         await broker.shutdown()
         return 1
     await stop.wait()
+    # A watchdog: if shutdown ever hangs, dump every thread's stack to the log and exit,
+    # rather than linger holding the ZooKeeper session.
+    faulthandler.dump_traceback_later(SHUTDOWN_WATCHDOG_S, exit=True)
     await broker.shutdown()
     return 0
 
@@ -48,4 +55,7 @@ def run_broker(config_path: str | Path, log_level: str = "INFO") -> int:
     config = BrokerConfig.from_properties_file(config_path)
     loop_kind = _install_event_loop_policy()
     log.info("starting broker %d with %s from %s", config.broker_id, loop_kind, config_path)
-    return asyncio.run(_serve(config))
+    code = asyncio.run(_serve(config))
+    logging.shutdown()
+    # Worker threads blocked in ZooKeeper calls must not keep a stopped broker alive.
+    os._exit(code)

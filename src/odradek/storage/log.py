@@ -391,6 +391,14 @@ class Log:
             end = start + seg.batch_size_at(start)
         return FileSlice(seg.fd, start, end - start)
 
+    def offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the batch holding the largest timestamp (KIP-734)."""
+        best: tuple[int, int] | None = None
+        for seg in self.segments:
+            if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best[1]):
+                best = (seg.offset_of_max_timestamp, seg.max_timestamp)
+        return best
+
     def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ts (ListOffsets)."""
         for seg in self.segments:
