@@ -20,7 +20,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
 
 from odradek.broker import handlers_admin, handlers_data, handlers_elect, handlers_meta
+from odradek.broker.controlled_shutdown import request_controlled_shutdown
 from odradek.broker.controller import Controller
+from odradek.broker import handlers_group  # consumer groups (issue 4)
+from odradek.broker.group_coordinator import GroupCoordinator  # consumer groups (issue 4)
 from odradek.broker.metadata_image import MetadataImage
 from odradek.broker.metadata_store import MetadataStore
 from odradek.broker.partition import Partition
@@ -53,10 +56,22 @@ HANDLERS: dict[int, Any] = {
     37: handlers_admin.handle_create_partitions,
     43: handlers_elect.handle_elect_leaders,
     60: handlers_meta.handle_describe_cluster,
+    # consumer groups (issue 4)
+    8: handlers_group.handle_offset_commit,
+    9: handlers_group.handle_offset_fetch,
+    10: handlers_group.handle_find_coordinator,
+    11: handlers_group.handle_join_group,
+    12: handlers_group.handle_heartbeat,
+    13: handlers_group.handle_leave_group,
+    14: handlers_group.handle_sync_group,
+    15: handlers_group.handle_describe_groups,
+    16: handlers_group.handle_list_groups,
+    42: handlers_group.handle_delete_groups,
 }
 
 HW_CHECKPOINT_INTERVAL_S = 5.0  # replica.high.watermark.checkpoint.interval.ms
-ZK_WRITE_TIMEOUT_S = 3.0  # an ISR write that cannot reach ZooKeeper fails after this
+ZK_WRITE_TIMEOUT_S = 3.0
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0  # an ISR write that cannot reach ZooKeeper fails after this
 _LOG_CONFIG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
 
 
@@ -73,6 +88,7 @@ class Broker:
         self.zk: KazooClient | None = None
         self.store: MetadataStore | None = None
         self.controller: Controller | None = None
+        self.groups = GroupCoordinator(self)  # consumer groups (issue 4)
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.Server | None = None
         self._image_waiters: list[asyncio.Future[None]] = []
@@ -111,6 +127,7 @@ class Broker:
         # session timeout.
         await asyncio.to_thread(self.store.start, session_s * 2 + 5)
         self.controller.start()
+        self.groups.start()  # consumer groups (issue 4)
         await self._server.start_serving()
         self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
         self._tasks.append(asyncio.create_task(self._isr_loop()))
@@ -131,13 +148,23 @@ class Broker:
         never leaves a broker that holds its ZooKeeper session but serves nothing.
         """
         log.info("broker %d shutting down", self.broker_id)
+        if self.config.controlled_shutdown_enable and self.zk is not None and self.store:
+            # SPEC R13 / Kafka's controlled shutdown: while we still serve, the controller
+            # moves leadership of our partitions to other ISR members and drops us from
+            # the ISRs, so clients switch leaders without waiting for a session timeout.
+            t0 = time.monotonic()
+            moved = await asyncio.to_thread(request_controlled_shutdown, self.zk,
+                                            self.broker_id, CONTROLLED_SHUTDOWN_TIMEOUT_S)
+            log.info("controlled shutdown %s in %.2f s", "completed" if moved else "timed out",
+                     time.monotonic() - t0)
+        # Fetchers stop only now: a fetch from us before that could put us back in an ISR.
+        await self._bounded("stop replica fetchers", self.replicas.stop_fetchers())
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
             conn.close()
         for t in self._tasks:
             t.cancel()
-        await self._bounded("stop replica fetchers", self.replicas.stop_fetchers())
         if self.controller is not None:
             await self._bounded("stop the controller", asyncio.to_thread(self.controller.stop))
         if self.store is not None:
@@ -146,6 +173,7 @@ class Broker:
             zk = self.zk
             await self._bounded("close the ZooKeeper session",
                                 asyncio.to_thread(lambda: (zk.stop(), zk.close())))
+        self.groups.stop()  # consumer groups (issue 4)
         self.replicas.shutdown()
         self.stopped.set()
         log.info("broker %d stopped", self.broker_id)
@@ -214,6 +242,10 @@ class Broker:
             self.replicas.apply_image(image)
         except Exception:
             log.exception("applying metadata failed")
+        try:  # consumer groups (issue 4): load/unload __consumer_offsets partitions
+            self.groups.on_metadata()
+        except Exception:
+            log.exception("group coordinator: applying metadata failed")
         waiters, self._image_waiters = self._image_waiters, []
         for fut in waiters:
             if not fut.done():

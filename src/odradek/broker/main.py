@@ -15,7 +15,7 @@ from odradek.config import BrokerConfig
 
 log = logging.getLogger("odradek.broker")
 
-SHUTDOWN_WATCHDOG_S = 25
+SHUTDOWN_WATCHDOG_S = 45  # controlled shutdown (15 s) + bounded steps
 
 
 def _install_event_loop_policy() -> str:

@@ -29,6 +29,15 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     1: (4, 12),  # Fetch (v12 flexible; v13+ need topic ids)
     2: (1, 7),  # ListOffsets
     3: (0, 12),  # Metadata (v13 would need topic-id-only semantics)
+    8: (2, 8),  # OffsetCommit (consumer groups; v9+ is the KIP-848 member epoch)
+    9: (1, 7),  # OffsetFetch (v8+ batches groups)
+    10: (0, 3),  # FindCoordinator (v4 batches keys); from 0 for librdkafka 2.0.2
+    11: (0, 7),  # JoinGroup; from 0 for librdkafka 2.0.2
+    12: (0, 4),  # Heartbeat
+    13: (0, 4),  # LeaveGroup
+    14: (0, 5),  # SyncGroup
+    15: (0, 5),  # DescribeGroups
+    16: (0, 4),  # ListGroups
     18: (0, 4),  # ApiVersions
     19: (2, 5),  # CreateTopics
     20: (1, 4),  # DeleteTopics
@@ -36,6 +45,7 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     23: (2, 4),  # OffsetForLeaderEpoch (followers, SPEC R19; consumers, KIP-320)
     32: (1, 4),  # DescribeConfigs
     37: (0, 3),  # CreatePartitions
+    42: (0, 2),  # DeleteGroups
     43: (0, 2),  # ElectLeaders (v2 flexible)
     60: (0, 1),  # DescribeCluster
 }

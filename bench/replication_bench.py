@@ -1,0 +1,362 @@
+#!/usr/bin/env python
+"""Replication benchmark on one 3-broker cluster (RF 3, min.insync.replicas=2).
+
+A benchmark, not a timed test (issue 3, "Benchmark"): run it by hand (bench/README.md).
+
+1. throughput: acks=all vs acks=1, 1 KB values, the producer settings of
+   bench/broker_throughput.py (4 partitions, linger.ms=5, batch.size=1000000), run side
+   by side on the same cluster; reports the acks=all / acks=1 ratio (Kafka published 0.54).
+2. end-to-end latency at a steady rate (default 10,000 records/s, acks=all): a consumer
+   in another process subtracts each record's CreateTime from its own wall clock when the
+   record arrives (same machine, same clock). CreateTime has 1 ms resolution, so the value
+   also carries ``time.time_ns()`` at produce() for a µs-resolution column.
+3. failover unavailability: during a steady acks=all produce (~2000 records/s) to a
+   1-partition RF 3 topic, SIGKILL (then SIGTERM: controlled shutdown) the partition's
+   leader and measure the longest gap between consecutive acknowledgements (ack time =
+   produce() time + librdkafka's produce→delivery latency). SIGKILL is bounded below by
+   ``zookeeper.session.timeout.ms``: the controller learns of the death only when the
+   session expires; one cluster is started per ``--session-timeouts`` value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from array import array
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from broker_throughput import PRODUCER_PROPS, _f  # noqa: E402  (bench/ is not a package)
+
+from odradek.cluster.local import LocalCluster  # noqa: E402
+from odradek.perf import make_payload, percentile, run_produce  # noqa: E402
+
+PARTITIONS = 4
+MIN_ISR = "2"
+STAMP = struct.Struct(">q")  # time.time_ns() at produce(), first 8 bytes of the value
+
+
+@dataclass
+class Row:
+    test: str
+    setting: str
+    value: float
+    unit: str
+    target: str = ""
+    note: str = ""
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, rf: int = 3) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    a = admin(bootstrap)
+    fut = a.create_topics([NewTopic(topic, partitions, rf, config={"min.insync.replicas": MIN_ISR})],
+                          operation_timeout=30)
+    fut[topic].result(timeout=60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # every partition has a leader and a full ISR
+        md = a.list_topics(topic, timeout=10).topics.get(topic)
+        if md is not None and md.error is None and len(md.partitions) == partitions and all(
+            p.leader >= 0 and len(p.isrs) == rf for p in md.partitions.values()
+        ):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"topic {topic} not ready (leaders and full ISR) in 60 s")
+
+
+def leader_of(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, list[int]]:
+    md = admin(bootstrap).list_topics(topic, timeout=10).topics[topic].partitions[partition]
+    return md.leader, list(md.isrs)
+
+
+def wait_full_isr(bootstrap: str, topic: str, rf: int, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            md = admin(bootstrap).list_topics(topic, timeout=5).topics[topic]
+            if all(p.leader >= 0 and len(p.isrs) == rf for p in md.partitions.values()):
+                return
+        except Exception:  # a broker restarting: retry until the deadline
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"{topic}: ISR not back to {rf} replicas within {timeout:.0f} s")
+
+
+def pct_ms(values: array, ps: tuple[float, ...] = (0.5, 0.99, 0.999)) -> list[float]:
+    s = sorted(values)
+    return [percentile(s, p) for p in ps]
+
+
+# --- 1. throughput -----------------------------------------------------------------------
+
+
+def bench_throughput(c: LocalCluster, records: int, rows: list[Row]) -> None:
+    rates: dict[str, float] = {}
+    # Interleave (acks=1, all, 1, all) so slow drift of the shared machine hits both alike.
+    for rnd in (1, 2):
+        for acks in ("1", "all"):
+            topic = f"tp-acks{acks}-{rnd}-{int(time.time() * 1000) % 10**8}"
+            create_topic(c.bootstrap_servers, topic, PARTITIONS)
+            props = dict(PRODUCER_PROPS, acks=acks)
+            print(f"[throughput] acks={acks} round {rnd}: {records} x 1 KB to {topic}", flush=True)
+            s = run_produce(c.bootstrap_servers, topic, records, 1024, producer_props=props,
+                            out=sys.stdout, report_interval_s=5.0, flush_timeout_s=120.0,
+                            stall_timeout_s=60.0)
+            print(f"  {s.line()}", flush=True)
+            note = f"{s.errors} errors" if s.errors else ""
+            rows.append(Row("throughput", f"acks={acks} round {rnd}", s.mb_per_sec, "MB/s", note=note))
+            rates[acks] = rates.get(acks, 0.0) + s.records_per_sec
+    ratio = rates["all"] / rates["1"] if rates.get("1") else math.nan
+    rows.append(Row("throughput", "acks=all / acks=1", ratio, "ratio", "≥ 0.6 (Kafka 0.54)",
+                    "sum of both rounds"))
+
+
+# --- 2. end-to-end latency ---------------------------------------------------------------
+
+_CONSUMER = r"""
+import struct, sys, time
+from array import array
+from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
+bootstrap, topic, parts, expected, out_path, idle_s = sys.argv[1:7]
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": "e2e", "enable.auto.commit": False,
+              "fetch.wait.max.ms": 100, "fetch.min.bytes": 1, "enable.partition.eof": False})
+c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(int(parts))])
+ts_ms, hires_us = array("d"), array("d")
+print("ready", flush=True)
+n, last = 0, time.monotonic()
+while n < int(expected) and time.monotonic() - last < float(idle_s):
+    for m in c.consume(1000, 0.05):
+        if m.error() is not None:
+            continue
+        now_ns = time.time_ns()
+        ts_ms.append(now_ns / 1e6 - m.timestamp()[1])
+        hires_us.append((now_ns - struct.unpack_from(">q", m.value())[0]) / 1e3)
+        n += 1
+        last = time.monotonic()
+c.close()
+with open(out_path, "wb") as f:
+    f.write(struct.pack(">q", len(ts_ms))); ts_ms.tofile(f); hires_us.tofile(f)
+"""
+
+
+def paced_produce(bootstrap: str, topic: str, rate: float, duration_s: float, size: int,
+                  props: dict[str, str], fault: tuple[float, Any] | None = None
+                  ) -> tuple[array, array, int, int, float]:
+    """Produce ``rate`` records/s for ``duration_s`` (catching up in 1 ms steps); each value
+    starts with time.time_ns(). Returns (send wall times s, ack wall times s, errors,
+    sent, fault wall time) — ack time = send time + librdkafka's Message.latency().
+    ``fault`` = (seconds after start, callable run in a thread)."""
+    from confluent_kafka import Producer
+
+    sends, acks = array("d"), array("d")
+    errors = [0]
+    body = bytearray(make_payload(max(size, 8)))
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors[0] += 1
+            return
+        sent_s = STAMP.unpack_from(msg.value())[0] / 1e9
+        sends.append(sent_s)
+        acks.append(sent_s + (msg.latency() or 0.0))
+
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "on_delivery": on_delivery,
+                            "message.timeout.ms": 120000}
+    conf.update(props)
+    p = Producer(conf)
+    start = time.monotonic()
+    fault_at = [math.nan]
+    fault_thread: threading.Thread | None = None
+    sent = 0
+    while True:
+        now = time.monotonic()
+        if now - start >= duration_s:
+            break
+        if fault is not None and fault_thread is None and now - start >= fault[0]:
+            def run_fault(fn: Any = fault[1]) -> None:
+                fault_at[0] = time.time()
+                fn()
+            fault_thread = threading.Thread(target=run_fault, daemon=True)
+            fault_thread.start()
+        due = int((now - start) * rate)
+        while sent < due:
+            STAMP.pack_into(body, 0, time.time_ns())
+            try:
+                p.produce(topic, bytes(body))
+            except BufferError:
+                break
+            sent += 1
+        p.poll(0.001)
+    p.flush(150)
+    if fault_thread is not None:
+        fault_thread.join(120)
+    return sends, acks, errors[0], sent, fault_at[0]
+
+
+def bench_latency(c: LocalCluster, rate: float, duration_s: float, size: int, linger_ms: str,
+                  warmup_s: float, rows: list[Row], workdir: Path) -> None:
+    topic = f"e2e-{int(time.time() * 1000) % 10**8}"
+    create_topic(c.bootstrap_servers, topic, PARTITIONS)
+    out = workdir / "e2e.bin"
+    expected = int(rate * duration_s)
+    cons = subprocess.Popen([sys.executable, "-c", _CONSUMER, c.bootstrap_servers, topic,
+                             str(PARTITIONS), str(expected), str(out), "15"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert cons.stdout is not None
+        if cons.stdout.readline().strip() != "ready":
+            raise RuntimeError("e2e consumer did not start")
+        print(f"[latency] {rate:.0f} records/s x {duration_s:.0f} s, {size} B, acks=all, "
+              f"linger.ms={linger_ms}, {PARTITIONS} partitions", flush=True)
+        _s, _a, errors, sent, _ = paced_produce(c.bootstrap_servers, topic, rate, duration_s, size,
+                                                {"acks": "all", "linger.ms": linger_ms})
+        cons.wait(60)
+    finally:
+        if cons.poll() is None:
+            cons.kill()
+            cons.wait()
+    raw = out.read_bytes()
+    n = STAMP.unpack_from(raw)[0]
+    ts_ms = array("d")
+    ts_ms.frombytes(raw[8:8 + 8 * n])
+    hires = array("d")
+    hires.frombytes(raw[8 + 8 * n:8 + 16 * n])
+    skip = int(rate * warmup_s)  # the first records include the consumer's first fetches
+    ts_ms, hires = ts_ms[skip:], array("d", (x / 1000.0 for x in hires[skip:]))
+    note = f"{n}/{sent} consumed, {errors} errors, first {warmup_s:.0f} s skipped"
+    setting = f"{rate:.0f} rec/s, {size} B, acks=all"
+    for label, vals in (("CreateTime", ts_ms), ("µs stamp", hires)):
+        p50, p99, p999 = pct_ms(vals)
+        rows.append(Row("e2e latency", f"{setting}, p50 ({label})", p50, "ms", "Kafka 2 ms", note))
+        rows.append(Row("e2e latency", f"{setting}, p99 ({label})", p99, "ms", "≤ 5 ms (Kafka 3 ms)"))
+        rows.append(Row("e2e latency", f"{setting}, p99.9 ({label})", p999, "ms"))
+    print(f"  consumed {n}/{sent}; CreateTime p50/p99/p99.9 = "
+          f"{'/'.join(f'{x:.2f}' for x in pct_ms(ts_ms))} ms", flush=True)
+
+
+# --- 3. failover -------------------------------------------------------------------------
+
+
+def max_gap(acks: array, after: float) -> tuple[float, float]:
+    """(longest gap between consecutive acks, time from ``after`` to the first ack past it)
+    in seconds."""
+    s = sorted(acks)
+    gap = max((b - a for a, b in zip(s, s[1:])), default=math.nan)
+    first = next((t for t in s if t > after), math.nan)
+    return gap, first - after
+
+
+def bench_failover(c: LocalCluster, sig: signal.Signals, rate: float, duration_s: float,
+                   kill_at_s: float, session_ms: int, rows: list[Row], idempotent: bool) -> None:
+    topic = f"fo-{sig.name.lower()}-{int(time.time() * 1000) % 10**8}"
+    create_topic(c.bootstrap_servers, topic, 1)
+    leader, isr = leader_of(c.bootstrap_servers, topic)
+    print(f"[failover] {sig.name} leader {leader} of {topic} (ISR {isr}) at t={kill_at_s:.0f} s, "
+          f"{rate:.0f} records/s acks=all, session timeout {session_ms} ms", flush=True)
+
+    def fault() -> None:
+        c.stop_broker(leader, sig, timeout=60)
+
+    props = {"acks": "all", "linger.ms": "1", "enable.idempotence": "true" if idempotent else "false"}
+    _sends, acks, errors, sent, fault_wall = paced_produce(
+        c.bootstrap_servers, topic, rate, duration_s, 64, props, (kill_at_s, fault))
+    gap, to_first = max_gap(acks, fault_wall)
+    new_leader, new_isr = leader_of(c.bootstrap_servers, topic)
+    note = (f"{len(acks)}/{sent} acked, {errors} errors, leader {leader}->{new_leader}, "
+            f"ISR {new_isr}")
+    target = "≤ session timeout + ~1 s" if sig == signal.SIGKILL else "< 1 s"
+    setting = f"{sig.name}, session {session_ms} ms"
+    rows.append(Row("failover", f"{setting}: longest ack gap", gap * 1000, "ms", target, note))
+    rows.append(Row("failover", f"{setting}: fault -> first ack", to_first * 1000, "ms"))
+    print(f"  longest gap {gap * 1000:.0f} ms, fault -> next ack {to_first * 1000:.0f} ms; {note}",
+          flush=True)
+    c.start_broker(leader, timeout=60)  # back for the next trial, and wait for a full ISR
+    wait_full_isr(c.bootstrap_servers, topic, 3)
+
+
+# --- main ----------------------------------------------------------------------------------
+
+
+def render(rows: list[Row]) -> str:
+    header = ["test", "setting", "value", "unit", "target", "note"]
+    lines = [header] + [[r.test, r.setting, _f(r.value, ",.2f"), r.unit, r.target, r.note] for r in rows]
+    widths = [max(len(x[i]) for x in lines) for i in range(len(header))]
+    return "\n".join("  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tests", default="throughput,latency,failover",
+                    help="comma-separated subset of throughput,latency,failover")
+    ap.add_argument("--records", type=int, default=200_000, help="1 KB records per throughput run")
+    ap.add_argument("--rate", type=float, default=10_000, help="e2e latency: records/s")
+    ap.add_argument("--duration", type=float, default=30.0, help="e2e latency: seconds")
+    ap.add_argument("--e2e-size", type=int, default=100, help="e2e latency: value bytes")
+    ap.add_argument("--e2e-linger-ms", default="0", help="e2e latency: producer linger.ms")
+    ap.add_argument("--failover-rate", type=float, default=2000)
+    ap.add_argument("--session-timeouts", default="6000,3000",
+                    help="zookeeper.session.timeout.ms values; one cluster each for failover")
+    ap.add_argument("--failover-signals", default="KILL,TERM")
+    ap.add_argument("--idempotent", action="store_true", help="failover producer enable.idempotence")
+    ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    args = ap.parse_args(argv)
+    tests = {t.strip() for t in args.tests.split(",") if t.strip()}
+    sessions = [int(x) for x in args.session_timeouts.split(",") if x.strip()]
+    sigs = [signal.Signals[f"SIG{s.strip().upper()}"] for s in args.failover_signals.split(",")]
+
+    rows: list[Row] = []
+    started = time.monotonic()
+    broker_config = {"min.insync.replicas": MIN_ISR, "default.replication.factor": "3"}
+    try:
+        with tempfile.TemporaryDirectory(prefix="odradek-repl-bench-") as tmp:
+            for i, session_ms in enumerate(sessions):
+                first = i == 0
+                if not first and "failover" not in tests:
+                    break
+                print(f"== 3-broker cluster, zookeeper.session.timeout.ms={session_ms}", flush=True)
+                with LocalCluster.start(Path(tmp) / f"c{session_ms}", 3, broker_config=broker_config,
+                                        zk_session_timeout_ms=session_ms, timeout=90) as c:
+                    if first and "throughput" in tests:
+                        bench_throughput(c, args.records, rows)
+                    if first and "latency" in tests:
+                        bench_latency(c, args.rate, args.duration, args.e2e_size, args.e2e_linger_ms,
+                                      2.0, rows, Path(tmp))
+                    if "failover" in tests:
+                        for sig in sigs:
+                            # kill after 5 s; run long enough to see the recovery after a KILL
+                            dur = 5 + session_ms / 1000 + 10 if sig == signal.SIGKILL else 15
+                            bench_failover(c, sig, args.failover_rate, dur, 5.0, session_ms, rows,
+                                           args.idempotent)
+    finally:
+        print()
+        print(f"cpu cores: {os.cpu_count()}, wall {time.monotonic() - started:.0f} s; 3 brokers, RF 3, "
+              f"min.insync.replicas={MIN_ISR}; throughput producer {PRODUCER_PROPS} (acks varied), "
+              f"{PARTITIONS} partitions")
+        print(render(rows))
+        if args.json:
+            Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=2))
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

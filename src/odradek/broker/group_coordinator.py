@@ -1,0 +1,471 @@
+"""The group coordinator: asyncio around the pure ``group_state`` machine.
+
+What lives here (and nowhere else): timers (one ticker fires session, rebalance and sync
+deadlines), parked JoinGroup/SyncGroup requests (futures answered by the machine's
+effects), the committed-offsets cache, and the ``__consumer_offsets`` topic.
+
+Ownership (Kafka's design): group G belongs to partition
+``abs(java_hashCode(G)) % partitions`` of ``__consumer_offsets``; the broker leading that
+partition is G's coordinator. Commits and group metadata are records in that partition
+(``group_codec``, Kafka's formats), appended with acks=all: an OffsetCommit is answered
+only once the HW has passed it, so a committed offset survives the coordinator's failure
+(SPEC levers: durable consumer acknowledgement; SPEC R7, R16). When this broker becomes
+leader of an offsets partition it replays the partition into memory (groups, offsets);
+when it stops leading it drops them and answers parked requests NOT_COORDINATOR.
+
+The replay reads up to the log end offset, not the HW: as leader, our log is the one
+followers converge to, and a commit the previous leader acknowledged is in our log (we
+were in its ISR) even if our HW has not caught up yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from odradek.broker.group_codec import (
+    GroupKey, GroupValue, OffsetKey, OffsetValue, decode_group_value, decode_key,
+    decode_offset_value, encode_group_key, encode_group_value, encode_offset_key,
+    encode_offset_value,
+)
+from odradek.broker.group_state import (
+    Effect, Group, GroupConfig, GroupState, JoinRequest, JoinResult, Persist, SyncResult,
+)
+from odradek.broker.partition import Partition, Role
+from odradek.broker.replica_manager import PendingAck, now_ms
+from odradek.broker.topic_admin import create_topic, plan_new_topic
+from odradek.errors import ErrorCode, KafkaError
+from odradek.storage.batch import CONTROL_BIT, parse_batches
+from odradek.storage.records import decode_batch_records, encode_batch
+
+if TYPE_CHECKING:
+    from odradek.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSET_METADATA_MAX_BYTES = 4096  # offset.metadata.max.bytes
+TICK_S = 0.05
+_READ_CHUNK = 4 * 1024 * 1024
+
+TopicPartition = tuple[str, int]
+CommitEntry = tuple[str, int, int, int, str | None]  # topic, partition, offset, epoch, metadata
+
+
+def java_string_hashcode(s: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units, 32-bit overflow)."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions``."""
+    h = java_string_hashcode(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+_APPEND_ERRORS = {
+    # Kafka's GroupMetadataManager maps log append errors to coordinator errors, which
+    # tell the client to find the coordinator again / retry.
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.fenced_leader_epoch: ErrorCode.not_coordinator,
+    ErrorCode.message_too_large: ErrorCode.invalid_commit_offset_size,
+    ErrorCode.record_list_too_large: ErrorCode.invalid_commit_offset_size,
+}
+
+
+class GroupCoordinator:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.config = GroupConfig(
+            initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=int(cfg.get("group.min.session.timeout.ms")),
+            max_session_timeout_ms=int(cfg.get("group.max.session.timeout.ms")))
+        self.commit_timeout_s = int(cfg.get("offsets.commit.timeout.ms")) / 1000
+        self.groups: dict[str, Group] = {}
+        # group -> (topic, partition) -> (value, offset of its record in the log)
+        self.offsets: dict[str, dict[TopicPartition, tuple[OffsetValue, int]]] = {}
+        self.owned: dict[int, int] = {}  # offsets partition -> leader epoch it was loaded at
+        self._join_waiters: dict[tuple[str, str], asyncio.Future[JoinResult]] = {}
+        self._sync_waiters: dict[tuple[str, str], asyncio.Future[SyncResult]] = {}
+        self._creating: asyncio.Task[None] | None = None
+        self._ticker: asyncio.Task[None] | None = None
+
+    # ================================================================= lifecycle
+    def start(self) -> None:
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
+        self.on_metadata()
+
+    def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+        for idx in list(self.owned):
+            self._unload(idx)
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                t = now_ms()
+                for gid, g in list(self.groups.items()):
+                    d = g.next_deadline_ms()
+                    if d is not None and d <= t:
+                        self._dispatch(gid, g.expire(t))
+            except Exception:
+                log.exception("group timer failed")
+
+    # ================================================================= ownership
+    def num_partitions(self) -> int | None:
+        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
+        return len(topic.partitions) if topic is not None and topic.partitions else None
+
+    def on_metadata(self) -> None:
+        """After each metadata image: load partitions we now lead, unload the others."""
+        parts = self.broker.replicas.partitions
+        for (topic, idx), part in list(parts.items()):
+            if topic != OFFSETS_TOPIC:
+                continue
+            leading = part.role is Role.LEADER
+            if leading and self.owned.get(idx) != part.leader_epoch:
+                if idx in self.owned:
+                    self._unload(idx)
+                self._load(idx, part)
+            elif not leading and idx in self.owned:
+                self._unload(idx)
+        for idx in list(self.owned):
+            if (OFFSETS_TOPIC, idx) not in parts:
+                self._unload(idx)
+
+    def _load(self, idx: int, part: Partition) -> None:
+        t0 = now_ms()
+        group_values: dict[str, GroupValue | None] = {}
+        offsets: dict[str, dict[TopicPartition, tuple[OffsetValue, int]]] = {}
+        lg = part.log
+        offset, end = lg.log_start_offset, lg.log_end_offset
+        n = 0
+        try:
+            while offset < end:
+                sl = lg.read(offset, _READ_CHUNK, max_offset=end)
+                if sl is None:
+                    break
+                data = sl.read_bytes()
+                headers = parse_batches(data, verify_crc=False)
+                if not headers:
+                    break
+                for h in headers:
+                    offset = h.last_offset + 1
+                    if h.attributes & CONTROL_BIT:
+                        continue
+                    for rec in decode_batch_records(memoryview(data)[h.position:h.position + h.size]):
+                        n += 1
+                        if rec.key is None:
+                            continue
+                        key = decode_key(rec.key)
+                        if isinstance(key, OffsetKey):
+                            tp = (key.topic, key.partition)
+                            per = offsets.setdefault(key.group, {})
+                            if rec.value is None:
+                                per.pop(tp, None)
+                            else:
+                                per[tp] = (decode_offset_value(rec.value), rec.offset)
+                        elif isinstance(key, GroupKey):
+                            group_values[key.group] = (None if rec.value is None
+                                                       else decode_group_value(rec.value))
+        except Exception:
+            log.exception("loading %s-%d failed at offset %d; loaded what was read",
+                          OFFSETS_TOPIC, idx, offset)
+        t = now_ms()
+        for gid, gv in group_values.items():
+            if gv is None:
+                self.groups.pop(gid, None)
+                offsets.pop(gid, None)
+            else:
+                self.groups[gid] = Group.restore(gid, gv, self.config, t)
+        for gid, per in offsets.items():
+            if per:
+                self.offsets[gid] = per
+                self.groups.setdefault(gid, Group(gid, self.config))
+        self.owned[idx] = part.leader_epoch
+        log.info("coordinator for %s-%d (epoch %d): loaded %d records, %d groups in %d ms",
+                 OFFSETS_TOPIC, idx, part.leader_epoch, n,
+                 sum(1 for g in self.groups if self._partition_of(g) == idx), t - t0)
+
+    def _unload(self, idx: int) -> None:
+        self.owned.pop(idx, None)
+        t = now_ms()
+        for gid in [g for g in self.groups if self._partition_of(g) == idx]:
+            self._dispatch(gid, self.groups[gid].mark_dead(t))
+            del self.groups[gid]
+            self.offsets.pop(gid, None)
+        for key in [k for k in self._join_waiters if self._partition_of(k[0]) == idx]:
+            self._resolve(self._join_waiters, key, JoinResult(key[1], ErrorCode.not_coordinator))
+        for key in [k for k in self._sync_waiters if self._partition_of(k[0]) == idx]:
+            self._resolve(self._sync_waiters, key, SyncResult(key[1], ErrorCode.not_coordinator))
+        log.info("no longer coordinator for %s-%d", OFFSETS_TOPIC, idx)
+
+    def _partition_of(self, group_id: str) -> int:
+        n = self.num_partitions() or self.broker.config.offsets_topic_num_partitions
+        return partition_for(group_id, n)
+
+    def check(self, group_id: str) -> int:
+        """The offsets partition of ``group_id`` if we coordinate it, else raise."""
+        n = self.num_partitions()
+        if n is None:
+            raise KafkaError(ErrorCode.coordinator_not_available, f"{OFFSETS_TOPIC} not ready")
+        idx = partition_for(group_id, n)
+        if idx not in self.owned:
+            raise KafkaError(ErrorCode.not_coordinator,
+                             f"broker {self.broker.broker_id} is not the coordinator")
+        return idx
+
+    # ================================================================= FindCoordinator
+    def coordinator_for(self, group_id: str) -> tuple[int, str, int]:
+        """(node id, host, port) of the group's coordinator, creating the topic if needed."""
+        image = self.broker.image
+        topic = image.topics.get(OFFSETS_TOPIC)
+        if topic is None or not topic.partitions:
+            self.ensure_offsets_topic()
+            raise KafkaError(ErrorCode.coordinator_not_available,
+                             f"{OFFSETS_TOPIC} is being created")
+        pinfo = topic.partitions.get(partition_for(group_id, len(topic.partitions)))
+        node = image.brokers.get(pinfo.leader) if pinfo is not None else None
+        if node is None:
+            raise KafkaError(ErrorCode.coordinator_not_available, "no leader for the group")
+        return node.broker_id, node.host, node.port
+
+    def ensure_offsets_topic(self) -> None:
+        if self._creating is not None and not self._creating.done():
+            return
+        self._creating = asyncio.get_running_loop().create_task(self._create_offsets_topic())
+
+    async def _create_offsets_topic(self) -> None:
+        b = self.broker
+        live = b.image.live_broker_ids()
+        if not live or b.zk is None:
+            return
+        rf = min(b.config.offsets_topic_replication_factor, len(live))
+        configs = {"cleanup.policy": "compact",
+                   "segment.bytes": str(b.config.get("offsets.topic.segment.bytes"))}
+        try:
+            plan = plan_new_topic(OFFSETS_TOPIC, b.config.offsets_topic_num_partitions, rf,
+                                  None, configs, live, 1, 1)
+            await asyncio.to_thread(create_topic, b.zk, plan)
+            log.info("created %s (%d partitions, rf %d)", OFFSETS_TOPIC,
+                     plan.num_partitions, rf)
+        except KafkaError as e:
+            if e.code != ErrorCode.topic_already_exists:
+                log.warning("creating %s failed: %s", OFFSETS_TOPIC, e)
+        except Exception:
+            log.exception("creating %s failed", OFFSETS_TOPIC)
+
+    # ================================================================= group protocol
+    async def join(self, group_id: str, r: JoinRequest) -> JoinResult:
+        self.check(group_id)
+        g = self.groups.get(group_id)
+        if g is None or g.state is GroupState.DEAD:
+            if r.member_id:
+                return JoinResult(r.member_id, ErrorCode.unknown_member_id)
+            g = self.groups[group_id] = Group(group_id, self.config)
+        if r.member_id:
+            # A retry of a join still parked replaces it.
+            self._resolve(self._join_waiters, (group_id, r.member_id),
+                          JoinResult(r.member_id, ErrorCode.rebalance_in_progress))
+        fresh = f"{r.group_instance_id or r.client_id}-{uuid.uuid4()}"
+        mid, effects = g.join(r, now_ms(), fresh)
+        fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        self._join_waiters[(group_id, mid)] = fut
+        self._dispatch(group_id, effects)
+        try:
+            return await fut
+        finally:
+            if self._join_waiters.get((group_id, mid)) is fut:
+                del self._join_waiters[(group_id, mid)]
+
+    async def sync(self, group_id: str, member_id: str, instance_id: str | None,
+                   generation: int, protocol_type: str | None, protocol_name: str | None,
+                   assignments: dict[str, bytes]) -> SyncResult:
+        self.check(group_id)
+        g = self.groups.get(group_id)
+        if g is None:
+            return SyncResult(member_id, ErrorCode.unknown_member_id)
+        self._resolve(self._sync_waiters, (group_id, member_id),
+                      SyncResult(member_id, ErrorCode.rebalance_in_progress))
+        fut: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+        self._sync_waiters[(group_id, member_id)] = fut
+        self._dispatch(group_id, g.sync(member_id, instance_id, generation, protocol_type,
+                                        protocol_name, assignments, now_ms()))
+        try:
+            return await fut
+        finally:
+            if self._sync_waiters.get((group_id, member_id)) is fut:
+                del self._sync_waiters[(group_id, member_id)]
+
+    def heartbeat(self, group_id: str, member_id: str, instance_id: str | None,
+                  generation: int) -> ErrorCode:
+        self.check(group_id)
+        g = self.groups.get(group_id)
+        if g is None:
+            return ErrorCode.unknown_member_id
+        return g.heartbeat(member_id, instance_id, generation, now_ms())
+
+    def leave(self, group_id: str, who: list[tuple[str, str | None]]) -> list[ErrorCode]:
+        self.check(group_id)
+        g = self.groups.get(group_id)
+        if g is None:
+            return [ErrorCode.unknown_member_id] * len(who)
+        errors, effects = g.leave(who, now_ms())
+        self._dispatch(group_id, effects)
+        return errors
+
+    # ================================================================= effects
+    @staticmethod
+    def _resolve(waiters: dict[tuple[str, str], Any], key: tuple[str, str], result: Any) -> None:
+        fut = waiters.pop(key, None)
+        if fut is not None and not fut.done():
+            fut.set_result(result)
+
+    def _dispatch(self, group_id: str, effects: Iterable[Effect]) -> None:
+        for e in effects:
+            if isinstance(e, JoinResult):
+                self._resolve(self._join_waiters, (group_id, e.member_id), e)
+            elif isinstance(e, SyncResult):
+                self._resolve(self._sync_waiters, (group_id, e.member_id), e)
+            elif isinstance(e, Persist):
+                self._persist_group(group_id)
+
+    def _persist_group(self, group_id: str) -> None:
+        g = self.groups.get(group_id)
+        value = None if g is None or g.state is GroupState.DEAD else encode_group_value(
+            g.to_value())
+        try:
+            idx = self.check(group_id)
+        except KafkaError:
+            return
+        # Written like Kafka (acks=all) but not awaited: group metadata is advisory — a
+        # coordinator that loses it makes members rejoin; committed offsets are what must
+        # never be lost, and those are awaited (commit below).
+        asyncio.get_running_loop().create_task(
+            self._append(idx, [(encode_group_key(group_id), value)]))
+
+    async def _append(self, idx: int, records: list[tuple[bytes, bytes | None]]) -> tuple[
+            ErrorCode, int]:
+        """Append to our offsets partition and wait until it is replicated (HW past it)."""
+        tp = (OFFSETS_TOPIC, idx)
+        part = self.broker.replicas.partitions.get(tp)
+        if part is None or idx not in self.owned:
+            return ErrorCode.not_coordinator, -1
+        try:
+            info = part.append_as_leader(encode_batch(records), -1, now_ms())
+        except KafkaError as e:
+            return _APPEND_ERRORS.get(e.code, ErrorCode.unknown_server_error), -1
+        self.broker.replicas.notify_append([tp])
+        errors = await self.broker.replicas.wait_for_acks([PendingAck(part, info.last_offset)],
+                                                          self.commit_timeout_s)
+        code = errors.get(tp)
+        if code is not None:
+            log.info("append to %s-%d not acknowledged: %s", *tp, code.name)
+            return _APPEND_ERRORS.get(code, ErrorCode.unknown_server_error), -1
+        return ErrorCode.none, info.first_offset
+
+    # ================================================================= offsets
+    async def commit(self, group_id: str, member_id: str, instance_id: str | None,
+                     generation: int, entries: list[CommitEntry]) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit: answered once the records are replicated (SPEC levers, R7)."""
+        idx = self.check(group_id)
+        epoch = self.owned[idx]
+        t = now_ms()
+        g = self.groups.get(group_id)
+        if g is None:
+            if generation < 0 and member_id == "":
+                g = self.groups[group_id] = Group(group_id, self.config)
+            else:
+                return {(e[0], e[1]): ErrorCode.illegal_generation for e in entries}
+        err = g.validate_commit(member_id, instance_id, generation, t)
+        if err is not ErrorCode.none:
+            return {(e[0], e[1]): err for e in entries}
+        results: dict[TopicPartition, ErrorCode] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        values: list[tuple[TopicPartition, OffsetValue]] = []
+        image = self.broker.image
+        for topic, partition, offset, leader_epoch, metadata in entries:
+            tp = (topic, partition)
+            if metadata is not None and len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                results[tp] = ErrorCode.offset_metadata_too_large
+            elif image.partition(topic, partition) is None:
+                results[tp] = ErrorCode.unknown_topic_or_partition
+            else:
+                v = OffsetValue(offset, leader_epoch, metadata or "", t)
+                records.append((encode_offset_key(group_id, topic, partition),
+                                encode_offset_value(v)))
+                values.append((tp, v))
+        if records:
+            code, first = await self._append(idx, records)
+            if code is ErrorCode.none and self.owned.get(idx) == epoch:
+                per = self.offsets.setdefault(group_id, {})
+                for i, (tp, v) in enumerate(values):
+                    old = per.get(tp)
+                    if old is None or old[1] < first + i:
+                        per[tp] = (v, first + i)
+            elif code is ErrorCode.none:
+                code = ErrorCode.not_coordinator  # lost the partition while waiting
+            for tp, _ in values:
+                results[tp] = code
+        return results
+
+    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None) -> list[
+            tuple[str, list[tuple[int, OffsetValue | None]]]]:
+        """Committed offsets (the next offset to read); None where nothing is committed."""
+        self.check(group_id)
+        per = self.offsets.get(group_id, {})
+        if topics is None:
+            by_topic: dict[str, list[tuple[int, OffsetValue | None]]] = {}
+            for (topic, p), (v, _) in sorted(per.items()):
+                by_topic.setdefault(topic, []).append((p, v))
+            return list(by_topic.items())
+        out = []
+        for topic, parts in topics:
+            out.append((topic, [(p, per[(topic, p)][0] if (topic, p) in per else None)
+                                for p in parts]))
+        return out
+
+    # ================================================================= admin
+    def describe(self, group_id: str) -> Group | None:
+        self.check(group_id)
+        return self.groups.get(group_id)
+
+    def list_groups(self, states: set[str] | None) -> list[Group]:
+        return [g for gid, g in self.groups.items()
+                if self._partition_of(gid) in self.owned and g.state is not GroupState.DEAD
+                and (not states or g.state.value.lower() in states)]
+
+    async def delete(self, group_id: str) -> ErrorCode:
+        try:
+            idx = self.check(group_id)
+        except KafkaError as e:
+            return e.code
+        g = self.groups.get(group_id)
+        if g is None:
+            return ErrorCode.group_id_not_found
+        err = g.delete_error()
+        if err is not ErrorCode.none:
+            return err
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_offset_key(group_id, t, p), None) for t, p in self.offsets.get(group_id, {})]
+        records.append((encode_group_key(group_id), None))
+        self._dispatch(group_id, g.mark_dead(now_ms()))
+        del self.groups[group_id]
+        self.offsets.pop(group_id, None)
+        code, _ = await self._append(idx, records)
+        return code

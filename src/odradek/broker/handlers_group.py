@@ -1,0 +1,224 @@
+"""Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups.
+
+Thin: decode the version-specific request fields, ask ``broker.groups`` (the
+``GroupCoordinator``), build the response with ``responses.part/response`` (fields a
+version lacks are dropped there). JoinGroup, SyncGroup, OffsetCommit and DeleteGroups
+return coroutines (they wait for a rebalance or for replication).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from odradek.broker.group_state import GroupState, JoinRequest
+from odradek.broker.responses import part, response
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol.codec import RequestHeaderInfo
+
+if TYPE_CHECKING:
+    from odradek.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH = 10, 8, 9
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+KEY_TYPE_GROUP = 0
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+
+
+# =============================================================================== FindCoordinator
+def handle_find_coordinator(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    kw: dict[str, Any] = dict(error_code=ErrorCode.none, error_message=None, node_id=-1,
+                              host="", port=-1)
+    try:
+        if int(getattr(req, "key_type", KEY_TYPE_GROUP)) != KEY_TYPE_GROUP:
+            raise KafkaError(ErrorCode.coordinator_not_available,
+                             "transactions are not supported")
+        node, host, port = broker.groups.coordinator_for(req.key)
+        kw.update(node_id=node, host=host, port=port)
+    except KafkaError as e:
+        kw.update(error_code=e.code, error_message=e.message or None)
+    return response(FIND_COORDINATOR, v, throttle_time=0, **kw)
+
+
+# =============================================================================== JoinGroup
+async def handle_join_group(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    session_ms = _ms(req.session_timeout)
+    r = JoinRequest(
+        member_id=req.member_id, group_instance_id=getattr(req, "group_instance_id", None),
+        client_id=header.client_id or "", client_host="",
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=_ms(getattr(req, "rebalance_timeout", session_ms)),
+        protocol_type=req.protocol_type,
+        protocols=tuple((p.name, bytes(p.metadata)) for p in req.protocols),
+        require_known_member_id=v >= 4)
+    try:
+        res = await broker.groups.join(req.group_id, r)
+    except KafkaError as e:
+        return response(JOIN_GROUP, v, error_code=e.code, generation_id=-1,
+                        protocol_type=None, protocol_name=None if v >= 7 else "",
+                        leader="", member_id=req.member_id, members=())
+    member_id = res.member_id
+    members = tuple(part(JOIN_GROUP, v, "JoinGroupResponseMember", member_id=m,
+                         group_instance_id=inst, metadata=meta)
+                    for m, inst, meta in res.members)
+    name = res.protocol_name
+    if name is None and v < 7:
+        name = ""  # not nullable before v7
+    return response(JOIN_GROUP, v, error_code=res.error, generation_id=res.generation,
+                    protocol_type=res.protocol_type, protocol_name=name,
+                    leader=res.leader, member_id=member_id, members=members)
+
+
+# =============================================================================== SyncGroup
+async def handle_sync_group(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
+    try:
+        res = await broker.groups.sync(
+            req.group_id, req.member_id, getattr(req, "group_instance_id", None),
+            int(req.generation_id), getattr(req, "protocol_type", None),
+            getattr(req, "protocol_name", None), assignments)
+        code, ptype, pname, assignment = (res.error, res.protocol_type, res.protocol_name,
+                                          res.assignment)
+    except KafkaError as e:
+        code, ptype, pname, assignment = e.code, None, None, b""
+    return response(SYNC_GROUP, v, error_code=code, protocol_type=ptype, protocol_name=pname,
+                    assignment=assignment)
+
+
+# =============================================================================== Heartbeat
+def handle_heartbeat(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    try:
+        code = broker.groups.heartbeat(req.group_id, req.member_id,
+                                       getattr(req, "group_instance_id", None),
+                                       int(req.generation_id))
+    except KafkaError as e:
+        code = e.code
+    return response(HEARTBEAT, header.api_version, error_code=code)
+
+
+# =============================================================================== LeaveGroup
+def handle_leave_group(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    if v >= 3:
+        who = [(m.member_id, m.group_instance_id) for m in req.members]
+    else:
+        who = [(req.member_id, None)]
+    try:
+        errors = broker.groups.leave(req.group_id, who)
+        top = ErrorCode.none
+    except KafkaError as e:
+        errors, top = [e.code] * len(who), e.code
+    if v < 3:
+        top = errors[0] if errors else top
+    members = tuple(part(LEAVE_GROUP, v, "MemberResponse", member_id=m, group_instance_id=i,
+                         error_code=err) for (m, i), err in zip(who, errors)) if v >= 3 else ()
+    return response(LEAVE_GROUP, v, error_code=top, members=members)
+
+
+# =============================================================================== OffsetCommit
+async def handle_offset_commit(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    entries = [(t.name, int(p.partition_index), int(p.committed_offset),
+                int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata)
+               for t in req.topics for p in t.partitions]
+    try:
+        results = await broker.groups.commit(
+            req.group_id, req.member_id, getattr(req, "group_instance_id", None),
+            int(req.generation_id_or_member_epoch), entries)
+    except KafkaError as e:
+        results = {(t, p): e.code for t, p, *_ in entries}
+    except Exception:
+        log.exception("offset commit for group %s failed", req.group_id)
+        results = {(t, p): ErrorCode.unknown_server_error for t, p, *_ in entries}
+    topics = tuple(
+        part(OFFSET_COMMIT, v, "OffsetCommitResponseTopic", name=t.name, partitions=tuple(
+            part(OFFSET_COMMIT, v, "OffsetCommitResponsePartition",
+                 partition_index=p.partition_index,
+                 error_code=results.get((t.name, int(p.partition_index)),
+                                        ErrorCode.unknown_server_error))
+            for p in t.partitions))
+        for t in req.topics)
+    return response(OFFSET_COMMIT, v, throttle_time=0, topics=topics)
+
+
+# =============================================================================== OffsetFetch
+def handle_offset_fetch(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    wanted = (None if req.topics is None
+              else [(t.name, [int(p) for p in t.partition_indexes]) for t in req.topics])
+    top = ErrorCode.none
+    try:
+        found = broker.groups.fetch_offsets(req.group_id, wanted)
+    except KafkaError as e:
+        top = e.code
+        found = [(t, [(p, None) for p in ps]) for t, ps in (wanted or [])]
+    # v1 has no top-level error: the coordinator error goes to every partition.
+    part_error = top if v < 2 else ErrorCode.none
+    topics = tuple(
+        part(OFFSET_FETCH, v, "OffsetFetchResponseTopic", name=t, partitions=tuple(
+            part(OFFSET_FETCH, v, "OffsetFetchResponsePartition", partition_index=p,
+                 committed_offset=val.offset if val else -1,
+                 committed_leader_epoch=val.leader_epoch if val else -1,
+                 metadata=val.metadata if val else "", error_code=part_error)
+            for p, val in ps))
+        for t, ps in found)
+    return response(OFFSET_FETCH, v, throttle_time=0, topics=topics, error_code=top)
+
+
+# =============================================================================== DescribeGroups
+def handle_describe_groups(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    out = []
+    for gid in req.groups:
+        kw: dict[str, Any] = dict(error_code=ErrorCode.none, group_id=gid,
+                                  group_state=GroupState.DEAD.value, protocol_type="",
+                                  protocol_data="", members=(),
+                                  authorized_operations=-2147483648)
+        try:
+            g = broker.groups.describe(gid)
+            if g is not None and g.state is not GroupState.DEAD:
+                stable = g.state is GroupState.STABLE
+                kw.update(group_state=g.state.value, protocol_type=g.protocol_type or "",
+                          protocol_data=g.protocol or "" if stable else "",
+                          members=tuple(
+                              part(DESCRIBE_GROUPS, v, "DescribedGroupMember",
+                                   member_id=m.member_id, group_instance_id=m.group_instance_id,
+                                   client_id=m.client_id, client_host=m.client_host,
+                                   member_metadata=m.metadata_for(g.protocol) if stable else b"",
+                                   member_assignment=m.assignment if stable else b"")
+                              for m in g.members.values()))
+        except KafkaError as e:
+            kw["error_code"] = e.code
+        out.append(part(DESCRIBE_GROUPS, v, "DescribedGroup", **kw))
+    return response(DESCRIBE_GROUPS, v, throttle_time=0, groups=tuple(out))
+
+
+# =============================================================================== ListGroups
+def handle_list_groups(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    states = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
+    groups = tuple(part(LIST_GROUPS, v, "ListedGroup", group_id=g.group_id,
+                        protocol_type=g.protocol_type or "", group_state=g.state.value)
+                   for g in broker.groups.list_groups(states or None))
+    return response(LIST_GROUPS, v, throttle_time=0, error_code=ErrorCode.none, groups=groups)
+
+
+# =============================================================================== DeleteGroups
+async def handle_delete_groups(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    results = []
+    for gid in req.groups_names:
+        code = await broker.groups.delete(gid)
+        results.append(part(DELETE_GROUPS, v, "DeletableGroupResult", group_id=gid,
+                            error_code=code))
+    return response(DELETE_GROUPS, v, throttle_time=0, results=tuple(results))
