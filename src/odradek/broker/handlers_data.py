@@ -195,15 +195,6 @@ def _read_fetch(broker: Broker, req: Any) -> tuple[list[tuple[str, list[Partitio
     return out, total, errored
 
 
-def _fetch_error_all(req: Any, version: int, header: RequestHeaderInfo,
-                     code: ErrorCode) -> list[Any]:
-    topics = [(t.topic, [PartitionFetchResult(index=p.partition, error_code=int(code),
-                                              high_watermark=-1, last_stable_offset=-1,
-                                              log_start_offset=-1, records=None)
-                         for p in t.partitions]) for t in req.topics]
-    return encode_fetch_response(version, header.correlation_id, topics)
-
-
 # =============================================================================== ListOffsets
 def handle_list_offsets(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version

@@ -39,7 +39,10 @@ def handle_find_coordinator(broker: Broker, header: RequestHeaderInfo, req: Any)
                               host="", port=-1)
     try:
         if int(getattr(req, "key_type", KEY_TYPE_GROUP)) != KEY_TYPE_GROUP:
-            raise KafkaError(ErrorCode.coordinator_not_available,
+            # Transactions are not implemented: a non-retriable error makes a
+            # transactional producer fail fast instead of looking for a coordinator forever
+            # (the same error Produce gives transactional batches).
+            raise KafkaError(ErrorCode.transactional_id_authorization_failed,
                              "transactions are not supported")
         node, host, port = broker.groups.coordinator_for(req.key)
         kw.update(node_id=node, host=host, port=port)

@@ -182,7 +182,8 @@ class MetadataStore:
     def _on_state(self, state: str) -> None:
         if state == KazooState.LOST:
             self._lost = True
-            log.warning("ZooKeeper session lost")
+            if not self._stopped.is_set():  # closing our own session is not news
+                log.warning("ZooKeeper session lost")
         elif state == KazooState.CONNECTED and self._lost:
             self._lost = False
             self._events.put(SessionReestablished())

@@ -305,11 +305,6 @@ class ReplicaManager:
             shutil.rmtree(self.log_dir / f"{tp[0]}-{tp[1]}", ignore_errors=True)
         del part
 
-    def partition_for_replica(self, topic: str, index: int, image: MetadataImage,
-                              current_leader_epoch: int) -> Partition:
-        """For follower fetches and OffsetsForLeaderEpoch: must be the (unfenced) leader."""
-        return self.leader_partition(topic, index, image, current_leader_epoch)
-
     # ----------------------------------------------------------------- lookups
     def leader_partition(self, topic: str, index: int, image: MetadataImage,
                          current_leader_epoch: int = -1) -> Partition:

@@ -534,6 +534,23 @@ class Faults:
         else:
             self.cluster.stop_broker(i, sig)
 
+    def kill_all(self, nodes: Sequence[Node], sig: int = signal.SIGKILL) -> None:
+        """Signal every node first, then wait for each: a simultaneous crash (SPEC R22)."""
+        from odradek.cluster import procs
+
+        self.on_event("fault", f"{signal.Signals(sig).name} {','.join(map(str, nodes))}")
+        for n in nodes:
+            kind, i = self._parse(n)
+            info = self.cluster.zookeeper(i) if kind == "zk" else self.cluster.broker(i)
+            if procs.alive(info.pid, info.start_time):
+                procs._send(info.pid or 0, sig)
+        for n in nodes:
+            kind, i = self._parse(n)
+            if kind == "zk":
+                self.cluster.stop_zookeeper(i, sig)
+            else:
+                self.cluster.stop_broker(i, sig)
+
     def pause(self, node: Node) -> Fault:
         kind, i = self._parse(node)
         if kind == "zk":

@@ -133,6 +133,7 @@ class ProducerWorkload:
             "linger.ms": 5, "message.timeout.ms": 10000, "request.timeout.ms": 5000,
             "retry.backoff.ms": 100, "retry.backoff.max.ms": 500,
             "socket.timeout.ms": 5000, "topic.metadata.refresh.interval.ms": 60000,
+            "log_level": 2,  # faults make librdkafka chatty; the history has the errors
         }
         conf.update(extra or {})
         self._p = Producer(conf)
@@ -203,7 +204,8 @@ class LiveConsumer:
         self.h = history
         self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{topic}",
                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                            "socket.timeout.ms": 5000, "session.timeout.ms": 10000})
+                            "socket.timeout.ms": 5000, "session.timeout.ms": 10000,
+                            "log_level": 2})
         self._c.assign([TopicPartition(topic, 0, 0)])
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, name=f"consumer-{topic}", daemon=True)
@@ -288,7 +290,8 @@ def final_read(history: History, bootstrap: str, topic: str, partitions: int = 1
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-final-{topic}",
-                  "enable.auto.commit": False, "enable.partition.eof": True})
+                  "enable.auto.commit": False, "enable.partition.eof": True,
+                  "log_level": 2})
     try:
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
                 for p in range(partitions)}

@@ -14,6 +14,8 @@ _SUBCOMMAND_MODULES = (
     "odradek.cli.perf_cmd",
     "odradek.cli.demo_cmd",
     "odradek.cli.leader_election_cmd",
+    "odradek.cli.consumer_groups_cmd",
+    "odradek.cli.chaos_cmd",
 )
 
 

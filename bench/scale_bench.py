@@ -1,0 +1,276 @@
+#!/usr/bin/env python
+"""Partition-count scale on a 3-broker cluster (issue 3, "Benchmark": 3,000 partitions RF 3).
+
+A benchmark, not a timed test: run it by hand (bench/README.md). One run measures:
+
+1. creation: topics of ``--per-topic`` partitions, RF 3, created ``--topics-per-request``
+   at a time with confluent-kafka's AdminClient; time until every partition has a leader
+   (and, separately, a full ISR) in metadata.
+2. idle CPU: each broker's utime+stime (/proc/<pid>/stat) over ``--idle-seconds`` with no
+   clients (aim < 10% of a core per broker): replica fetchers long-polling thousands of
+   partitions, ISR checks and ZooKeeper sessions are all that runs.
+3. controlled shutdown: SIGTERM to the broker leading the most partitions (~1/3); time
+   until its process has exited AND metadata shows a leader other than it for every
+   partition it led (Kafka 1.1 published 3 s for 10,000 partitions; aim ≤ 3 s).
+4. failover after SIGKILL: the broker is restarted, the ISR allowed to fill again, then
+   the broker leading the most partitions is SIGKILLed; time until every partition it
+   led has a live leader. The controller learns of the death only when its ZooKeeper
+   session expires, so this is ``zookeeper.session.timeout.ms`` (``--session-timeout-ms``)
+   plus the elections; the row also shows the part after the session timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from broker_throughput import _f  # noqa: E402  (bench/ is not a package)
+
+from odradek.cluster.local import LocalCluster  # noqa: E402
+from odradek.perf import proc_cpu_seconds  # noqa: E402
+
+BROKERS = 3
+RF = 3
+
+
+@dataclass
+class Row:
+    test: str
+    value: float
+    unit: str
+    target: str = ""
+    note: str = ""
+
+
+Leaders = dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> (leader, ISR size)
+
+
+def admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+
+
+def snapshot(a: Any, prefix: str) -> Leaders:
+    """Leader and ISR size of every partition of our topics, from one Metadata request."""
+    md = a.list_topics(timeout=10)
+    out: Leaders = {}
+    for name, t in md.topics.items():
+        if not name.startswith(prefix) or t.error is not None:
+            continue
+        for p in t.partitions.values():
+            out[(name, p.id)] = (p.leader, len(p.isrs))
+    return out
+
+
+def poll_until(what: str, cond: Callable[[], bool], timeout: float, interval: float = 0.1) -> float:
+    """Seconds until ``cond()`` held (metadata errors mean "not yet")."""
+    t0 = time.monotonic()
+    while True:
+        try:
+            if cond():
+                return time.monotonic() - t0
+        except Exception as e:  # a broker going away mid-request: retry until the deadline
+            last = e
+        else:
+            last = None
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}"
+                               + (f" (last error: {last})" if last else ""))
+        time.sleep(interval)
+
+
+def create_partitions(c: LocalCluster, prefix: str, total: int, per_topic: int,
+                      per_request: int, rows: list[Row]) -> list[str]:
+    from confluent_kafka.admin import NewTopic
+
+    a = admin(c.bootstrap_servers)
+    names = [f"{prefix}{i:04d}" for i in range((total + per_topic - 1) // per_topic)]
+    sizes = [min(per_topic, total - i * per_topic) for i in range(len(names))]
+    t0 = time.monotonic()
+    for i in range(0, len(names), per_request):
+        chunk = [NewTopic(n, s, RF) for n, s in zip(names[i:i + per_request], sizes[i:i + per_request])]
+        futs = a.create_topics(chunk, operation_timeout=60, request_timeout=120)
+        for n, f in futs.items():
+            f.result(timeout=180)
+        print(f"  created {min(i + per_request, len(names))}/{len(names)} topics "
+              f"({time.monotonic() - t0:.1f} s)", flush=True)
+    t_req = time.monotonic() - t0
+
+    def all_led() -> bool:
+        s = snapshot(a, prefix)
+        return len(s) == total and all(ld >= 0 for ld, _ in s.values())
+
+    poll_until("every partition to have a leader", all_led, 600, 0.5)
+    t_led = time.monotonic() - t0
+
+    def all_isr() -> bool:
+        s = snapshot(a, prefix)
+        return len(s) == total and all(ld >= 0 and n == RF for ld, n in s.values())
+
+    poll_until("every ISR to be full", all_isr, 600, 0.5)
+    t_isr = time.monotonic() - t0
+    note = f"{len(names)} topics x {per_topic}, {per_request} topics per CreateTopics"
+    rows.append(Row(f"create {total} partitions: CreateTopics done", t_req, "s", "", note))
+    rows.append(Row(f"create {total} partitions: all leaders", t_led, "s"))
+    rows.append(Row(f"create {total} partitions: all ISRs full", t_isr, "s"))
+    return names
+
+
+def idle_cpu(c: LocalCluster, seconds: float, rows: list[Row]) -> None:
+    pids = {b.id: b.pid for b in c.brokers if b.pid}
+    zk = [z.pid for z in c.zookeeper_nodes if z.pid]
+    before = {i: proc_cpu_seconds(p) for i, p in pids.items()}
+    zk0 = sum(proc_cpu_seconds(p) for p in zk)
+    t0 = time.monotonic()
+    time.sleep(seconds)  # the measurement itself: nothing else to wait for
+    dt = time.monotonic() - t0
+    for i, p in pids.items():
+        pct = (proc_cpu_seconds(p) - before[i]) / dt * 100
+        rows.append(Row(f"idle CPU broker {i}", pct, "% core", "< 10%", f"over {dt:.0f} s"))
+        print(f"  broker {i}: {pct:.1f}% of a core", flush=True)
+    zk_pct = (sum(proc_cpu_seconds(p) for p in zk) - zk0) / dt * 100
+    rows.append(Row("idle CPU ZooKeeper", zk_pct, "% core"))
+
+
+def busiest(s: Leaders) -> tuple[int, set[tuple[str, int]]]:
+    counts: dict[int, int] = {}
+    for ld, _ in s.values():
+        counts[ld] = counts.get(ld, 0) + 1
+    victim = max((b for b in counts if b >= 0), key=lambda b: counts[b])
+    return victim, {tp for tp, (ld, _) in s.items() if ld == victim}
+
+
+def survivors_bootstrap(c: LocalCluster, victim: int) -> str:
+    return ",".join(b.address for b in c.brokers if b.id != victim)
+
+
+def measure_shutdown(c: LocalCluster, prefix: str, sig: signal.Signals, session_ms: int,
+                     rows: list[Row], timeout: float) -> None:
+    s = snapshot(admin(c.bootstrap_servers), prefix)
+    victim, led = busiest(s)
+    a = admin(survivors_bootstrap(c, victim))
+    snapshot(a, prefix)  # connect and warm metadata before the clock starts
+    pid = c.broker(victim).pid
+    assert pid is not None
+    print(f"[{sig.name}] broker {victim} (pid {pid}) leads {len(led)} partitions", flush=True)
+    t0 = time.monotonic()
+    os.kill(pid, sig)
+    exited: list[float] = []
+    moved: list[float] = []
+    remaining = set(led)
+
+    def done() -> bool:
+        now = time.monotonic() - t0
+        if not exited and c.broker_state(victim) == "dead":  # reaps our child
+            exited.append(now)
+        if not moved:
+            cur = snapshot(a, prefix)
+            for tp in list(remaining):
+                ld = cur.get(tp, (-1, 0))[0]
+                if ld >= 0 and ld != victim:
+                    remaining.discard(tp)
+            if not remaining:
+                moved.append(time.monotonic() - t0)
+        return bool(exited and moved)
+
+    try:
+        total = poll_until(f"{sig.name}: broker {victim} gone and its partitions re-led", done,
+                           timeout, 0.05)
+    except RuntimeError as e:
+        rows.append(Row(f"{sig.name} broker leading {len(led)}: not finished", timeout, "s", "",
+                        f"{len(remaining)} partitions without a new leader; {e}"))
+        print(f"  {e}", flush=True)
+        return
+    if sig == signal.SIGTERM:
+        rows.append(Row(f"controlled shutdown (SIGTERM), broker leading {len(led)}", total, "s",
+                        "≤ 3 s (Kafka 1.1: 3 s for 10k)",
+                        f"process exit {exited[0]:.2f} s, all re-led {moved[0]:.2f} s"))
+    else:
+        rows.append(Row(f"failover after SIGKILL, broker leading {len(led)}", moved[0], "s",
+                        f"session timeout {session_ms / 1000:.0f} s + ≤ 3 s",
+                        f"{moved[0] - session_ms / 1000:.2f} s after the session timeout"))
+    print(f"  {rows[-1].test}: {rows[-1].value:.2f} s ({rows[-1].note})", flush=True)
+
+
+def restore(c: LocalCluster, prefix: str, total: int) -> float:
+    """Restart every dead broker; seconds until every ISR is full again."""
+    t0 = time.monotonic()
+    for b in c.brokers:
+        if c.broker_state(b.id) == "dead":
+            c.start_broker(b.id, timeout=120)
+    a = admin(c.bootstrap_servers)
+
+    def full() -> bool:
+        s = snapshot(a, prefix)
+        return len(s) == total and all(ld >= 0 and n == RF for ld, n in s.values())
+
+    poll_until("every ISR to be full again", full, 600, 0.5)
+    return time.monotonic() - t0
+
+
+def render(rows: list[Row]) -> str:
+    header = ["test", "value", "unit", "target", "note"]
+    lines = [header] + [[r.test, _f(r.value, ",.2f"), r.unit, r.target, r.note] for r in rows]
+    widths = [max(len(x[i]) for x in lines) for i in range(len(header))]
+    return "\n".join("  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--partitions", type=int, default=3000)
+    ap.add_argument("--per-topic", type=int, default=100, help="partitions per topic")
+    ap.add_argument("--topics-per-request", type=int, default=5)
+    ap.add_argument("--idle-seconds", type=float, default=20.0)
+    ap.add_argument("--session-timeout-ms", type=int, default=6000)
+    ap.add_argument("--timeout", type=float, default=120.0, help="per shutdown/failover measurement")
+    ap.add_argument("--tests", default="idle,term,kill")
+    ap.add_argument("--keep", metavar="DIR", help="cluster directory to use and keep (logs)")
+    ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    args = ap.parse_args(argv)
+    tests = {t.strip() for t in args.tests.split(",")}
+    rows: list[Row] = []
+    prefix = "scale-"
+    started = time.monotonic()
+    tmp = tempfile.TemporaryDirectory(prefix="odradek-scale-bench-")
+    cdir = Path(args.keep) if args.keep else Path(tmp.name) / "cluster"
+    try:
+        print(f"== {BROKERS} brokers, {args.partitions} partitions RF {RF}, "
+              f"zookeeper.session.timeout.ms={args.session_timeout_ms}", flush=True)
+        with LocalCluster.start(cdir, BROKERS, zk_session_timeout_ms=args.session_timeout_ms,
+                                timeout=90) as c:
+            create_partitions(c, prefix, args.partitions, args.per_topic, args.topics_per_request,
+                              rows)
+            if "idle" in tests:
+                print(f"[idle] {args.idle_seconds:.0f} s", flush=True)
+                idle_cpu(c, args.idle_seconds, rows)
+            for name, sig in (("term", signal.SIGTERM), ("kill", signal.SIGKILL)):
+                if name not in tests:
+                    continue
+                measure_shutdown(c, prefix, sig, args.session_timeout_ms, rows, args.timeout)
+                t = restore(c, prefix, args.partitions)
+                rows.append(Row(f"restart after {sig.name} until every ISR is full", t, "s"))
+                print(f"  restarted, ISRs full after {t:.1f} s", flush=True)
+    finally:
+        print()
+        print(f"cpu cores: {os.cpu_count()}, wall {time.monotonic() - started:.0f} s; "
+              f"{BROKERS} brokers, {args.partitions} partitions, RF {RF}")
+        print(render(rows))
+        if args.json:
+            Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=2))
+        tmp.cleanup()
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,371 @@
+"""The ``odradek`` Spark data source: batch and streaming reads (issue 7, item 1).
+
+Mirrors Spark's Kafka source (schema, option names and semantics) with PySpark 4's
+Python Data Source API, so ``pip install`` is all a Spark user needs.
+
+Where things run (FACTS.md, PySpark section):
+
+* ``initialOffset`` / ``latestOffset`` / ``partitions`` / ``commit`` run in one
+  long-lived Python process next to the driver: they hold an AdminClient (created
+  lazily, never pickled) for metadata and ListOffsets.
+* ``read(partition)`` runs on executors from a pickled reader: it opens its own
+  confluent-kafka Consumer, ``assign``s the exact range and stops at the end offset.
+  Consumers only ever see records below the high watermark, so only committed data
+  is read (SPEC R7).
+
+Offsets in the checkpoint are Spark's Kafka JSON, ``{"topic": {"0": 42}}``: the next
+offset to read per partition, so a restarted query resumes exactly where the last
+committed batch ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter,
+    DataSourceWriter, InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from odradek.errors import ErrorCode, KafkaError
+from odradek.spark import offsets as om
+from odradek.spark.arrow import messages_to_batch, spark_ddl
+from odradek.spark.offsets import TP, DataLossError, OffsetRange, SparkOptionError
+
+__all__ = ["OdradekDataSource", "SourceOptions", "OdradekStreamReader", "OdradekBatchReader",
+           "RangePartition", "read_range", "client_config"]
+
+log = logging.getLogger("odradek.spark")
+
+# kafka.* options Spark's Kafka source refuses because the source manages them itself.
+_FORBIDDEN_KAFKA = ("auto.offset.reset", "enable.auto.commit", "key.deserializer",
+                    "value.deserializer", "interceptor.classes")
+_ROWS_PER_BATCH = 8192  # Arrow batch size: large enough to amortize, small enough to stream
+
+
+def client_config(options: Mapping[str, str]) -> dict[str, str]:
+    """``kafka.*`` options -> librdkafka config (prefix stripped), bootstrap required."""
+    conf = {k[len("kafka."):]: str(v) for k, v in options.items() if k.startswith("kafka.")}
+    if not conf.get("bootstrap.servers"):
+        raise SparkOptionError("Option 'kafka.bootstrap.servers' must be specified for "
+                               "configuring the odradek source/sink")
+    return conf
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Parsed, validated source options (picklable: shipped to executors)."""
+
+    conf: dict[str, str]
+    subscription: om.Subscription
+    starting: om.OffsetSpec
+    ending: om.OffsetSpec
+    fail_on_data_loss: bool
+    include_headers: bool
+    max_offsets_per_trigger: int | None
+    min_partitions: int | None
+    poll_timeout_s: float
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+        conf = client_config(options)
+        for k in _FORBIDDEN_KAFKA:
+            if k in conf:
+                raise SparkOptionError(f"odradek option 'kafka.{k}' is not supported: the "
+                                       "source manages it (use startingOffsets / "
+                                       "failOnDataLoss instead)")
+        timeout_ms = om.parse_positive_int(options, "kafkaConsumer.pollTimeoutMs") or 120_000
+        return cls(
+            conf=conf,
+            subscription=om.parse_subscription(options),
+            starting=om.starting_spec(options, streaming=streaming),
+            ending=om.ending_spec(options, streaming=streaming),
+            fail_on_data_loss=om.parse_bool(options, "failOnDataLoss", True),
+            include_headers=om.parse_bool(options, "includeHeaders", False),
+            max_offsets_per_trigger=om.parse_positive_int(options, "maxOffsetsPerTrigger"),
+            min_partitions=om.parse_positive_int(options, "minPartitions"),
+            poll_timeout_s=timeout_ms / 1000.0,
+        )
+
+
+class RangePartition(InputPartition):
+    """One Spark task: ``[start, end)`` of one topic-partition, kept in ``value``."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+
+    def __repr__(self) -> str:
+        return f"RangePartition{self.value!r}"
+
+
+# --------------------------------------------------------------------------- driver side
+
+class _ClusterView:
+    """Metadata and ListOffsets through one AdminClient (driver-side only)."""
+
+    def __init__(self, conf: Mapping[str, str]) -> None:
+        from confluent_kafka.admin import AdminClient
+        self._admin = AdminClient(dict(conf))
+
+    def partition_counts(self) -> dict[str, int]:
+        md = self._admin.list_topics(timeout=30)
+        return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
+
+    def list_offsets(self, queries: Mapping[TP, int]) -> dict[TP, int]:
+        """``{tp: EARLIEST | LATEST | timestamp_ms}`` -> offsets (-1: no match)."""
+        if not queries:
+            return {}
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+        req = {}
+        for (topic, p), q in queries.items():
+            spec = (OffsetSpec.earliest() if q == om.EARLIEST else
+                    OffsetSpec.latest() if q == om.LATEST else OffsetSpec.for_timestamp(q))
+            req[TopicPartition(topic, p)] = spec
+        futures = self._admin.list_offsets(req, request_timeout=30)
+        return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()}
+
+    def earliest(self, tps: list[TP]) -> dict[TP, int]:
+        return self.list_offsets({tp: om.EARLIEST for tp in tps})
+
+    def latest(self, tps: list[TP]) -> dict[TP, int]:
+        return self.list_offsets({tp: om.LATEST for tp in tps})
+
+    def resolve(self, spec: om.OffsetSpec, tps: list[TP], *, is_start: bool) -> dict[TP, int]:
+        earliest = self.earliest(tps) if spec.kind in ("earliest", "offsets") else {}
+        latest = self.latest(tps) if spec.kind != "earliest" else {}
+        by_ts: dict[TP, int | None] = dict(self.list_offsets(om.timestamp_queries(spec, tps)))
+        return om.resolve(spec, tps, earliest, latest, by_ts, is_start=is_start)
+
+
+class _DriverBase:
+    """State shared by both readers; the AdminClient is dropped when pickled."""
+
+    opts: SourceOptions
+    _view: _ClusterView | None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_view"] = None
+        return state
+
+    @property
+    def view(self) -> _ClusterView:
+        if self._view is None:
+            self._view = _ClusterView(self.opts.conf)
+        return self._view
+
+    def current_partitions(self) -> list[TP]:
+        """Partitions the subscription reads now (new topics/partitions included)."""
+        sub = self.opts.subscription
+        counts = self.view.partition_counts()
+        if sub.kind == "assign":
+            missing = [tp for tp in sub.partitions if tp[1] >= counts.get(tp[0], 0)]
+            if missing and self.opts.fail_on_data_loss:
+                raise DataLossError(f"assigned partitions {sorted(missing)} do not exist")
+            return [tp for tp in sub.partitions if tp not in missing]
+        return sub.select(counts)
+
+    def plan(self, start: dict[TP, int], end: dict[TP, int]) -> list[RangePartition]:
+        earliest = self.view.earliest(sorted(end))
+        ranges, problems = om.plan_ranges(start, end, earliest,
+                                          fail_on_data_loss=self.opts.fail_on_data_loss)
+        for msg in problems:
+            log.warning("odradek source: %s (failOnDataLoss=false: continuing)", msg)
+        return [RangePartition(r.topic, r.partition, r.start, r.end)
+                for r in om.split_ranges(ranges, self.opts.min_partitions)]
+
+
+class OdradekStreamReader(_DriverBase, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader: offsets are ``{"topic": {"partition": next_offset}}``."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._view = None
+        self._target: dict[TP, int] | None = None  # Trigger.AvailableNow's end point
+
+    def initialOffset(self) -> dict[str, Any]:
+        tps = self.current_partitions()
+        return om.to_json(self.view.resolve(self.opts.starting, tps, is_start=True))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_offsets_per_trigger
+        return ReadMaxRows(n) if n is not None else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # Everything committed now, and nothing after it (new partitions included).
+        self._target = self.view.latest(self.current_partitions())
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        frm = om.from_json(start)
+        latest = (dict(self._target) if self._target is not None
+                  else self.view.latest(self.current_partitions()))
+        if isinstance(limit, ReadMaxRows):
+            new = [tp for tp in latest if tp not in frm]
+            end = om.rate_limit(frm, latest, limit.max_rows, new_start=self.view.earliest(new))
+        else:
+            end = latest
+        return om.to_json(end)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[RangePartition]:
+        return self.plan(om.from_json(start), om.from_json(end))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_range(self.opts, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        # Nothing to do: Spark's checkpoint is the only record of progress (Spark's Kafka
+        # source commits nothing to Kafka either). Arrives one batch late (FACTS.md).
+        pass
+
+    def stop(self) -> None:
+        self._view = None  # may never be called (FACTS.md); nothing else to release
+
+
+class OdradekBatchReader(_DriverBase, DataSourceReader):
+    """``spark.read``: one snapshot ``[startingOffsets, endingOffsets)``."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._view = None
+
+    def partitions(self) -> list[RangePartition]:
+        tps = self.current_partitions()
+        start = self.view.resolve(self.opts.starting, tps, is_start=True)
+        end = self.view.resolve(self.opts.ending, tps, is_start=False)
+        for tp in tps:
+            if end[tp] < start[tp]:
+                raise SparkOptionError(f"{tp[0]}-{tp[1]}: ending offset {end[tp]} is below "
+                                       f"starting offset {start[tp]}")
+        return self.plan(start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_range(self.opts, partition)
+
+
+# --------------------------------------------------------------------------- executors
+
+def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """Yield ``[r.start, r.end)`` of one partition as Arrow batches.
+
+    Stops as soon as the position reaches ``r.end`` (offsets may have gaps once
+    compaction exists, so "position >= end" rather than counting records). A start
+    below the log start is data loss: with failOnDataLoss the consumer's offset reset
+    is an error, otherwise librdkafka resets to the earliest offset and we skip ahead.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import KafkaError as CKError
+
+    # Only ``value`` is relied on: a reused Python worker may hold another copy of the
+    # class, and Spark hands a bare InputPartition(None) when a batch plan is empty.
+    if not isinstance(partition.value, tuple):
+        return
+    r = OffsetRange(*partition.value)
+
+    conf: dict[str, Any] = {
+        "group.id": f"odradek-spark-{uuid.uuid4().hex[:12]}",  # never joined nor committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": False,
+        **opts.conf,
+        "auto.offset.reset": "error" if opts.fail_on_data_loss else "earliest",
+    }
+    consumer = Consumer(conf)
+    tp = TopicPartition(r.topic, r.partition, r.start)
+    try:
+        consumer.assign([tp])
+        pos = r.start
+        pending: list[Any] = []
+        deadline = time.monotonic() + opts.poll_timeout_s
+        while pos < r.end:
+            msgs = consumer.consume(num_messages=min(_ROWS_PER_BATCH, r.end - pos), timeout=0.5)
+            progressed = False
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == CKError._AUTO_OFFSET_RESET:
+                        raise DataLossError(f"Cannot fetch offset {pos} of {r.topic}-{r.partition}"
+                                            f": it is out of range ({err.str()})")
+                    if err.code() == CKError._PARTITION_EOF:
+                        continue
+                    raise KafkaError(ErrorCode.unknown_server_error,
+                                     f"fetch {r.topic}-{r.partition} @{pos}: {err.str()}")
+                off = m.offset()
+                if off < pos:  # reset below our start (offsets went backwards): not ours
+                    continue
+                if off >= r.end:
+                    pos = r.end
+                    break
+                if off > pos and pos == r.start and not opts.fail_on_data_loss:
+                    log.warning("odradek source: %s-%d skipped offsets %d..%d (no longer "
+                                "available; failOnDataLoss=false)", r.topic, r.partition,
+                                pos, off - 1)
+                pending.append(m)
+                pos = off + 1
+                progressed = True
+            if len(pending) >= _ROWS_PER_BATCH or (pending and pos >= r.end):
+                yield messages_to_batch(pending, opts.include_headers)
+                pending = []
+            if progressed:
+                deadline = time.monotonic() + opts.poll_timeout_s
+                continue
+            if pos >= r.end:
+                break
+            # Nothing arrived: is the rest of the range still there?
+            wm = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition),
+                                                timeout=10, cached=False)
+            if wm is not None and wm[1] <= pos:
+                msg = (f"{r.topic}-{r.partition}: offsets {pos}..{r.end - 1} were planned but "
+                       f"the log now ends at {wm[1]}")
+                if opts.fail_on_data_loss:
+                    raise DataLossError(msg)
+                log.warning("odradek source: %s (failOnDataLoss=false: skipping)", msg)
+                break
+            if time.monotonic() > deadline:
+                raise KafkaError(ErrorCode.request_timed_out,
+                                 f"no records from {r.topic}-{r.partition} at offset {pos} "
+                                 f"within kafkaConsumer.pollTimeoutMs")
+        if pending:
+            yield messages_to_batch(pending, opts.include_headers)
+    finally:
+        consumer.close()
+
+
+# --------------------------------------------------------------------------- data source
+
+class OdradekDataSource(DataSource):
+    """``format("odradek")``: Spark's Kafka source and sink options and schema."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "odradek"
+
+    def schema(self) -> str:
+        return spark_ddl(om.parse_bool(self.options, "includeHeaders", False))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return OdradekBatchReader(SourceOptions.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return OdradekStreamReader(SourceOptions.parse(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from odradek.spark.sink import OdradekBatchWriter
+        return OdradekBatchWriter(self.options, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from odradek.spark.sink import OdradekStreamWriter
+        return OdradekStreamWriter(self.options, schema)

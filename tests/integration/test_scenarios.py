@@ -1,0 +1,53 @@
+"""The documents' failure scenarios on a real cluster, checked by the Spark job (issue 6).
+
+One fast representative runs in CI: acks=all, min ISR 2, unclean off, idempotent
+producer, leader SIGKILL -> zero acknowledged records lost (SPEC R4, R7, R8, R19).
+Every other scenario is marked slow (``ODRADEK_FULL=1 scripts/test.sh`` or
+``odradek chaos run all``). All share one SparkSession (one per test module).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from odradek.chaos.faults import FaultsUnavailable, require_available
+from odradek.chaos.scenarios import SCENARIOS, get, run_scenarios
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    try:
+        require_available(need_tc=True)
+    except FaultsUnavailable as e:
+        pytest.skip(str(e))
+    pytest.importorskip("pyspark", reason="the checker runs on PySpark (pip install pyspark)")
+    from odradek.chaos.checker import spark_session
+
+    s = spark_session()
+    yield s
+    s.stop()
+
+
+def _run(name: str, tmp_path: Path, spark: Any) -> None:
+    (res,) = run_scenarios([name], tmp_path, spark=spark, log=lambda s: None)
+    failed = [f"{c.what}: observed {c.observed}" for c in res.checks if not c.ok]
+    assert res.error is None, f"{name}: {res.error}"
+    assert res.ok, f"{name} ({get(name).expected}) failed:\n" + "\n".join(failed)
+
+
+@pytest.mark.timeout(240)
+def test_safe_configuration_loses_nothing_on_leader_kill(tmp_path: Path, spark: Any) -> None:
+    _run("safe-leader-kill", tmp_path, spark)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", [s.name for s in SCENARIOS if s.slow])
+def test_scenario(name: str, tmp_path: Path, spark: Any) -> None:
+    _run(name, tmp_path, spark)
