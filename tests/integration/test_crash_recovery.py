@@ -3,7 +3,7 @@
 SPEC R18 (acknowledge from the page cache), R23 (segmented log), R27 (page cache): a
 SIGKILL ends the process but not the kernel, so every record acknowledged before the kill
 (acks=1 or acks=all) is in the page cache and must be served after the restart, exactly
-once, at its acknowledged offset. Segments roll every 64 KiB so kills land around
+once, at its acknowledged offset. Segments roll every 16 KiB so kills land around
 segment boundaries too. Between kill and restart the files are checked directly: every
 batch CRC-valid, offsets contiguous within and across segments, index entries pointing
 at real batch boundaries; a torn tail is tolerated only as the very last bytes of the
@@ -41,7 +41,7 @@ from rawclient import RawClient, create_topics_request, fetch_request, produce_r
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 PARTITIONS = 3
-SEGMENT_BYTES = 64 * 1024
+SEGMENT_BYTES = 16 * 1024
 ITERATIONS = 5
 TOPICS = {"acks1": "1", "acksall": "all"}  # topic -> producer acks
 COMPRESSION = {"acks1": "lz4", "acksall": "gzip"}
@@ -338,7 +338,7 @@ def test_torn_tails_written_by_hand(make_cluster: Any) -> None:
     with RawClient.to(cluster.bootstrap_servers) as rc:
         r = rc.request(create_topics_request([(topic, 4, 1, {})]))
         assert r.topics[0].error_code == ErrorCode.none
-        # Enough batches per partition to roll a few 64 KiB segments.
+        # Enough batches per partition to roll a few 16 KiB segments.
         for p in range(4):
             for b in range(60):
                 batch = encode_batch([(None, f"{p}-{b}-{i}".encode() + b"y" * 300)

@@ -52,6 +52,7 @@ class ReplicaFetcher:
                                       timeout_s=config.replica_socket_timeout_ms / 1000)
         self._on_progress = on_progress
         self._wakeup = asyncio.Event()
+        self._rotation = 0
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -152,6 +153,10 @@ class ReplicaFetcher:
         ready = [s for s in self.states.values() if not s.truncating and s.backoff_until <= now]
         if not ready:
             return False
+        # Rotate the order: only the first partition of a response may exceed the byte
+        # limits (KIP-74), so a fixed order could starve partitions with large batches.
+        self._rotation = (self._rotation + 1) % len(ready)
+        ready = ready[self._rotation:] + ready[:self._rotation]
         cfg = self.config
         by_topic: dict[str, list[Any]] = {}
         for s in ready:
