@@ -138,6 +138,9 @@ class Controller:
                 batch: list[Any] = [self._events.get(timeout=timeout)]
             except queue.Empty:
                 batch = [_RebalanceTick()]
+                # The next check is due one interval from now whatever our role: a
+                # non-controller that skipped this would spin on an expired timeout.
+                next_check = time.monotonic() + self.imbalance_interval_s
             try:
                 while True:
                     batch.append(self._events.get_nowait())
@@ -153,7 +156,6 @@ class Controller:
                 if any(not isinstance(e, _RebalanceTick) for e in batch):
                     self._full_pass()
                 if any(isinstance(e, _RebalanceTick) for e in batch):
-                    next_check = time.monotonic() + self.imbalance_interval_s
                     self._auto_rebalance()
             except NotController:
                 log.warning("broker %d is no longer the controller (epoch %d fenced)",
