@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from array import array
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,7 @@ with open(out_path, "wb") as f:
 
 
 def paced_produce(bootstrap: str, topic: str, rate: float, duration_s: float, size: int,
-                  props: dict[str, str], fault: tuple[float, Any] | None = None
+                  props: dict[str, str], fault: tuple[float, Callable[[], None]] | None = None
                   ) -> tuple[array, array, int, int, float]:
     """Produce ``rate`` records/s for ``duration_s`` (catching up in 1 ms steps); each value
     starts with time.time_ns(). Returns (send wall times s, ack wall times s, errors,
@@ -194,7 +195,7 @@ def paced_produce(bootstrap: str, topic: str, rate: float, duration_s: float, si
         if now - start >= duration_s:
             break
         if fault is not None and fault_thread is None and now - start >= fault[0]:
-            def run_fault(fn: Any = fault[1]) -> None:
+            def run_fault(fn: Callable[[], None] = fault[1]) -> None:
                 fault_at[0] = time.time()
                 fn()
             fault_thread = threading.Thread(target=run_fault, daemon=True)
@@ -318,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tests", default="throughput,latency,failover",
                     help="comma-separated subset of throughput,latency,failover")
-    ap.add_argument("--records", type=int, default=200_000, help="1 KB records per throughput run")
+    ap.add_argument("--records", type=int, default=500_000,
+                    help="1 KB records per throughput run (broker_throughput.py: 500,000)")
     ap.add_argument("--rate", type=float, default=10_000, help="e2e latency: records/s")
     ap.add_argument("--duration", type=float, default=30.0, help="e2e latency: seconds")
     ap.add_argument("--e2e-size", type=int, default=100, help="e2e latency: value bytes")
@@ -332,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="zookeeper.session.timeout.ms values; one cluster each for failover")
     ap.add_argument("--failover-signals", default="KILL,TERM")
     ap.add_argument("--idempotent", action="store_true", help="failover producer enable.idempotence")
+    ap.add_argument("--keep", metavar="DIR", help="put the clusters (and their logs) here and keep them")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     args = ap.parse_args(argv)
     tests = {t.strip() for t in args.tests.split(",") if t.strip()}
@@ -340,9 +343,11 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[Row] = []
     started = time.monotonic()
+    load0 = os.getloadavg()[0]  # a shared machine: say how busy it was
     broker_config = {"min.insync.replicas": MIN_ISR, "default.replication.factor": "3"}
     try:
-        with tempfile.TemporaryDirectory(prefix="odradek-repl-bench-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="odradek-repl-bench-") as tmp_dir:
+            tmp = args.keep or tmp_dir
             for i, session_ms in enumerate(sessions):
                 first = i == 0
                 if not first and "failover" not in tests:
@@ -364,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
                                            args.idempotent)
     finally:
         print()
-        print(f"cpu cores: {os.cpu_count()}, wall {time.monotonic() - started:.0f} s; 3 brokers, RF 3, "
+        print(f"cpu cores: {os.cpu_count()}, load average at end {os.getloadavg()[0]:.2f} "
+              f"(at start {load0:.2f}), wall {time.monotonic() - started:.0f} s; 3 brokers, RF 3, "
               f"min.insync.replicas={MIN_ISR}; throughput producer {PRODUCER_PROPS} (acks varied), "
               f"{PARTITIONS} partitions")
         print(render(rows))

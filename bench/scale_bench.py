@@ -58,7 +58,9 @@ Leaders = dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> (leade
 def admin(bootstrap: str) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+    # socket.timeout.ms also bounds each admin request: CreateTopics of hundreds of
+    # partitions waits for the controller, so keep librdkafka's default (60 s).
+    return AdminClient({"bootstrap.servers": bootstrap})
 
 
 def snapshot(a: Any, prefix: str) -> Leaders:
@@ -98,13 +100,16 @@ def create_partitions(c: LocalCluster, prefix: str, total: int, per_topic: int,
     names = [f"{prefix}{i:04d}" for i in range((total + per_topic - 1) // per_topic)]
     sizes = [min(per_topic, total - i * per_topic) for i in range(len(names))]
     t0 = time.monotonic()
+    chunk_s: list[float] = []
     for i in range(0, len(names), per_request):
+        tc = time.monotonic()
         chunk = [NewTopic(n, s, RF) for n, s in zip(names[i:i + per_request], sizes[i:i + per_request])]
         futs = a.create_topics(chunk, operation_timeout=60, request_timeout=120)
         for n, f in futs.items():
             f.result(timeout=180)
+        chunk_s.append(time.monotonic() - tc)
         print(f"  created {min(i + per_request, len(names))}/{len(names)} topics "
-              f"({time.monotonic() - t0:.1f} s)", flush=True)
+              f"({time.monotonic() - t0:.1f} s, this request {chunk_s[-1]:.1f} s)", flush=True)
     t_req = time.monotonic() - t0
 
     def all_led() -> bool:
@@ -120,7 +125,8 @@ def create_partitions(c: LocalCluster, prefix: str, total: int, per_topic: int,
 
     poll_until("every ISR to be full", all_isr, 600, 0.5)
     t_isr = time.monotonic() - t0
-    note = f"{len(names)} topics x {per_topic}, {per_request} topics per CreateTopics"
+    note = (f"{len(names)} topics x {per_topic}, {per_request} topics per CreateTopics; "
+            f"first request {chunk_s[0]:.1f} s, last {chunk_s[-1]:.1f} s")
     rows.append(Row(f"create {total} partitions: CreateTopics done", t_req, "s", "", note))
     rows.append(Row(f"create {total} partitions: all leaders", t_led, "s"))
     rows.append(Row(f"create {total} partitions: all ISRs full", t_isr, "s"))
@@ -188,8 +194,10 @@ def measure_shutdown(c: LocalCluster, prefix: str, sig: signal.Signals, session_
         total = poll_until(f"{sig.name}: broker {victim} gone and its partitions re-led", done,
                            timeout, 0.05)
     except RuntimeError as e:
+        ex = f"process exited at {exited[0]:.1f} s" if exited else "process still running"
         rows.append(Row(f"{sig.name} broker leading {len(led)}: not finished", timeout, "s", "",
-                        f"{len(remaining)} partitions without a new leader; {e}"))
+                        f"{ex}; {len(remaining)}/{len(led)} partitions still without a new "
+                        f"leader at the deadline"))
         print(f"  {e}", flush=True)
         return
     if sig == signal.SIGTERM:
@@ -203,19 +211,19 @@ def measure_shutdown(c: LocalCluster, prefix: str, sig: signal.Signals, session_
     print(f"  {rows[-1].test}: {rows[-1].value:.2f} s ({rows[-1].note})", flush=True)
 
 
-def restore(c: LocalCluster, prefix: str, total: int) -> float:
+def restore(c: LocalCluster, prefix: str, total: int, timeout: float) -> float:
     """Restart every dead broker; seconds until every ISR is full again."""
     t0 = time.monotonic()
     for b in c.brokers:
         if c.broker_state(b.id) == "dead":
-            c.start_broker(b.id, timeout=120)
-    a = admin(c.bootstrap_servers)
-
+            c.start_broker(b.id, timeout=timeout)
     def full() -> bool:
-        s = snapshot(a, prefix)
+        # a fresh client each time: one made while a broker was down was seen to keep
+        # timing out on it for minutes
+        s = snapshot(admin(c.bootstrap_servers), prefix)
         return len(s) == total and all(ld >= 0 and n == RF for ld, n in s.values())
 
-    poll_until("every ISR to be full again", full, 600, 0.5)
+    poll_until("every ISR to be full again", full, timeout, 0.5)
     return time.monotonic() - t0
 
 
@@ -233,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topics-per-request", type=int, default=5)
     ap.add_argument("--idle-seconds", type=float, default=20.0)
     ap.add_argument("--session-timeout-ms", type=int, default=6000)
-    ap.add_argument("--timeout", type=float, default=120.0, help="per shutdown/failover measurement")
+    ap.add_argument("--timeout", type=float, default=90.0,
+                    help="seconds per shutdown/failover measurement (twice that per restart)")
     ap.add_argument("--tests", default="idle,term,kill")
     ap.add_argument("--keep", metavar="DIR", help="cluster directory to use and keep (logs)")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
@@ -242,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     prefix = "scale-"
     started = time.monotonic()
+    load0 = os.getloadavg()[0]  # a shared machine: say how busy it was
     tmp = tempfile.TemporaryDirectory(prefix="odradek-scale-bench-")
     cdir = Path(args.keep) if args.keep else Path(tmp.name) / "cluster"
     try:
@@ -258,12 +268,19 @@ def main(argv: list[str] | None = None) -> int:
                 if name not in tests:
                     continue
                 measure_shutdown(c, prefix, sig, args.session_timeout_ms, rows, args.timeout)
-                t = restore(c, prefix, args.partitions)
+                try:
+                    t = restore(c, prefix, args.partitions, 2 * args.timeout)
+                except Exception as e:  # keep what was measured; later tests need a full ISR
+                    rows.append(Row(f"restart after {sig.name}: not finished", 2 * args.timeout,
+                                    "s", "", f"{type(e).__name__}: {e}; remaining tests skipped"))
+                    print(f"  {rows[-1].note}", flush=True)
+                    break
                 rows.append(Row(f"restart after {sig.name} until every ISR is full", t, "s"))
                 print(f"  restarted, ISRs full after {t:.1f} s", flush=True)
     finally:
         print()
-        print(f"cpu cores: {os.cpu_count()}, wall {time.monotonic() - started:.0f} s; "
+        print(f"cpu cores: {os.cpu_count()}, load average at end {os.getloadavg()[0]:.2f} "
+              f"(at start {load0:.2f}), wall {time.monotonic() - started:.0f} s; "
               f"{BROKERS} brokers, {args.partitions} partitions, RF {RF}")
         print(render(rows))
         if args.json:

@@ -9,7 +9,6 @@ crash). Consumers that must crash run in their own processes (SIGKILL).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -237,7 +236,8 @@ def test_commit_restart_resumes_at_committed_offset(groups_cluster: LocalCluster
     create_topic(bs, topic, 1, 3)
     produce_n(bs, topic, 100, 1)
     conf = {"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
-            "enable.auto.commit": False, "session.timeout.ms": SESSION_MS}
+            "enable.auto.commit": False, "session.timeout.ms": SESSION_MS,
+            "heartbeat.interval.ms": 500}
     c = Consumer(conf)
     c.subscribe([topic])
     seen: list[int] = []
@@ -291,13 +291,13 @@ def _join(rc: RawClient, group: str, member_id: str) -> Any:
 def test_first_join_completes_within_initial_delay_plus_one_second(make_cluster: Any) -> None:
     c = make_cluster(1)  # default group.initial.rebalance.delay.ms = 3000
     bs = c.bootstrap_servers
-    admin = AdminClient({"bootstrap.servers": bs})
-    # The first FindCoordinator creates __consumer_offsets; wait until it serves.
-    wait_for(lambda: admin.list_consumer_group_offsets(
-        [__import__("confluent_kafka").ConsumerGroupTopicPartitions("warm-up")])[
-        "warm-up"].result(), 30, "group coordinator available")
     host, port = c.brokers[0].host, c.brokers[0].port
     with RawClient(host, port, timeout=15) as rc:
+        # The first FindCoordinator creates __consumer_offsets (50 partitions by default);
+        # wait until the group's coordinator is elected.
+        find = request_cls(10, 3)
+        wait_for(lambda: rc.request(find(key="fresh", key_type=0)).error_code == 0, 30,
+                 "group coordinator available")
         first = _join(rc, "fresh", "")
         assert first.error_code == 79  # MEMBER_ID_REQUIRED (KIP-394)
         t0 = time.monotonic()
@@ -328,7 +328,8 @@ def test_committed_offsets_survive_coordinator_failover(make_cluster: Any) -> No
     create_topic(bs, topic, 3, 3)
     produce_n(bs, topic, 90, 3)
     conf = {"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
-            "enable.auto.commit": False, "session.timeout.ms": SESSION_MS}
+            "enable.auto.commit": False, "session.timeout.ms": SESSION_MS,
+            "heartbeat.interval.ms": 500}
     cons = Consumer(conf)
     cons.subscribe([topic])
     wait_for(lambda: (cons.poll(0.2), len(cons.assignment()) == 3)[1], 30, "assignment")
@@ -338,29 +339,33 @@ def test_committed_offsets_survive_coordinator_failover(make_cluster: Any) -> No
     cons.close()
 
     admin = AdminClient({"bootstrap.servers": bs})
-    desc = admin.describe_consumer_groups([group])[group].result()
-    coordinator = desc.coordinator.id
+    coordinator = admin.describe_consumer_groups([group])[group].result().coordinator.id
+    del admin  # no client with requests in flight may outlive the broker (librdkafka
+    # 2.16 aborts in rd_kafka_enq_once_del_source_return when an admin request's
+    # coordinator dies under it), so after the kill we ask with raw requests.
+    alive = [b for b in c.brokers if b.id != coordinator]
+    with RawClient(alive[0].host, alive[0].port) as rc:
+        assert rc.request(request_cls(10, 3)(key=group, key_type=0)).node_id == coordinator
     c.stop_broker(coordinator, signal.SIGKILL)
-    alive = ",".join(b.address for b in c.brokers if b.id != coordinator)
 
-    from confluent_kafka import ConsumerGroupTopicPartitions
-    admin2 = AdminClient({"bootstrap.servers": alive})
-
-    def offsets() -> dict[int, int] | None:
-        try:
-            res = admin2.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group)])[group].result(timeout=5)
-        except Exception:
+    def offsets() -> tuple[int, dict[int, int]] | None:
+        """(coordinator, committed offsets) once a live coordinator answers."""
+        with RawClient(alive[0].host, alive[0].port) as rc:
+            fc = rc.request(request_cls(10, 3)(key=group, key_type=0))
+        if fc.error_code != 0 or fc.node_id == coordinator:
             return None
-        got = {tp.partition: tp.offset for tp in res.topic_partitions}
-        return got or None
+        of = request_cls(9, 7)
+        with RawClient(fc.host, fc.port) as rc:
+            r = rc.request(of(group_id=group, topics=None, require_stable=False))
+        if r.error_code != 0:
+            return None
+        return fc.node_id, {p.partition_index: p.committed_offset
+                            for t in r.topics for p in t.partitions}
 
-    got = wait_for(offsets, 40, "offsets from the new coordinator")
-    assert got == want
-    new_coord = admin2.describe_consumer_groups([group])[group].result().coordinator.id
-    assert new_coord != coordinator
+    new_coord, got = wait_for(offsets, 40, "offsets from the new coordinator")
+    assert got == want and new_coord != coordinator
 
-    cons = Consumer({**conf, "bootstrap.servers": alive})
+    cons = Consumer({**conf, "bootstrap.servers": ",".join(b.address for b in alive)})
     cons.subscribe([topic])
     first: dict[int, int] = {}
     try:
@@ -386,6 +391,7 @@ def test_cli_list_describe_reset_delete(groups_cluster: LocalCluster) -> None:
     produce_n(bs, topic, 40, 2)
     conf = {"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
             "enable.auto.commit": False, "session.timeout.ms": SESSION_MS,
+            "heartbeat.interval.ms": 500,
             "client.id": "cli-test-client"}
     cons = Consumer(conf)
     cons.subscribe([topic])
@@ -432,3 +438,139 @@ def test_cli_list_describe_reset_delete(groups_cluster: LocalCluster) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     r = _cli("--bootstrap-server", bs, "--list")
     assert group not in r.stdout.split()
+
+
+def test_static_member_restart_keeps_assignment_without_rebalance(
+        groups_cluster: LocalCluster) -> None:
+    """KIP-345: a static member (group.instance.id) that restarts within its session gets
+    its partitions back and the other members are not disturbed (no rebalance)."""
+    bs = groups_cluster.bootstrap_servers
+    topic, group = f"st-{uuid.uuid4().hex[:8]}", f"static-{uuid.uuid4().hex[:6]}"
+    create_topic(bs, topic, 4, 1)
+    revoked: dict[str, int] = {"a": 0, "b": 0}
+
+    def consumer(name: str) -> Any:
+        c = Consumer({"bootstrap.servers": bs, "group.id": group,
+                      "group.instance.id": f"instance-{name}", "session.timeout.ms": 10000,
+                      "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest"})
+        c.subscribe([topic], on_revoke=lambda c_, ps: revoked.__setitem__(
+            name, revoked[name] + (1 if ps else 0)))
+        return c
+
+    b = consumer("b")  # first: the leader
+    a = None
+    try:
+        wait_for(lambda: (b.poll(0.1), len(b.assignment()) == 4)[1], 30, "b owns all")
+        a = consumer("a")
+
+        def split() -> bool:
+            a.poll(0.05)
+            b.poll(0.05)
+            return len(a.assignment()) == 2 and len(b.assignment()) == 2
+        wait_for(split, 30, "2 + 2 partitions")
+        a_parts = sorted(tp.partition for tp in a.assignment())
+        b_parts = sorted(tp.partition for tp in b.assignment())
+        revoked_b = revoked["b"]
+        a.close()  # a static member does not leave the group on close
+        a = consumer("a")
+        wait_for(lambda: (a.poll(0.1), b.poll(0.05), len(a.assignment()) == 2)[2], 30,
+                 "restarted static member assigned")
+        assert sorted(tp.partition for tp in a.assignment()) == a_parts
+        for _ in range(10):
+            b.poll(0.1)
+        assert revoked["b"] == revoked_b, "the other member was rebalanced"
+        assert sorted(tp.partition for tp in b.assignment()) == b_parts
+    finally:
+        b.close()
+        if a is not None:
+            a.close()
+
+
+def test_kcat_consumer_group_commits(groups_cluster: LocalCluster) -> None:
+    """librdkafka 2.0.2 (Debian's kcat) in group mode: joins, consumes, commits."""
+    import shutil
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not installed")
+    bs = groups_cluster.bootstrap_servers
+    topic, group = f"kc-{uuid.uuid4().hex[:8]}", f"kcat-{uuid.uuid4().hex[:6]}"
+    create_topic(bs, topic, 2, 1)
+    produce_n(bs, topic, 20, 2)
+    r = subprocess.run(["kcat", "-b", bs, "-G", group, "-o", "beginning", "-e",
+                        "-f", "%p:%o\n", topic], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.split()) == 20
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    admin = AdminClient({"bootstrap.servers": bs})
+    res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
+                                            request_timeout=10)[group].result()
+    assert {tp.partition: tp.offset for tp in res.topic_partitions} == {0: 10, 1: 10}
+
+
+def test_protocol_errors_over_raw_requests(groups_cluster: LocalCluster) -> None:
+    """Error codes a client relies on, across old and new versions (raw kio requests)."""
+    from datetime import timedelta
+    bs = groups_cluster.bootstrap_servers
+    group = f"raw-{uuid.uuid4().hex[:6]}"
+    with RawClient.to(bs.split(",")[0]) as rc:
+        coord = wait_for(lambda: (lambda r: r if r.error_code == 0 else None)(
+            rc.request(request_cls(10, 0)(key=group))), 30, "coordinator")
+    others = [b for b in groups_cluster.brokers if b.id != coord.node_id]
+    with RawClient(others[0].host, others[0].port) as rc:
+        r = rc.request(request_cls(12, 0)(group_id=group, generation_id=1, member_id="m"))
+        assert r.error_code == 16  # NOT_COORDINATOR
+    with RawClient(coord.host, coord.port) as rc:
+        join0 = request_cls(11, 0)
+        mod0 = sys.modules[join0.__module__]
+        proto = (mod0.JoinGroupRequestProtocol(name="range", metadata=b""),)
+        r = rc.request(join0(group_id=group, session_timeout=timedelta(milliseconds=100),
+                             member_id="", protocol_type="consumer", protocols=proto))
+        assert r.error_code == 26  # INVALID_SESSION_TIMEOUT
+        r = rc.request(join0(group_id="", session_timeout=timedelta(seconds=10),
+                             member_id="", protocol_type="consumer", protocols=proto))
+        assert r.error_code == 24  # INVALID_GROUP_ID
+        # JoinGroup v0 (no MEMBER_ID_REQUIRED round trip): joins after the initial delay.
+        r = rc.request(join0(group_id=group, session_timeout=timedelta(seconds=10),
+                             member_id="", protocol_type="consumer", protocols=proto))
+        assert (r.error_code, r.generation_id, r.leader) == (0, 1, r.member_id)
+        member = r.member_id
+        r = rc.request(request_cls(12, 4)(group_id=group, generation_id=0, member_id=member,
+                                          group_instance_id=None))
+        assert r.error_code == 22  # ILLEGAL_GENERATION
+        r = rc.request(request_cls(12, 4)(group_id=group, generation_id=1, member_id="who",
+                                          group_instance_id=None))
+        assert r.error_code == 25  # UNKNOWN_MEMBER_ID
+        # OffsetCommit during CompletingRebalance (before SyncGroup): REBALANCE_IN_PROGRESS
+        oc = request_cls(8, 2)
+        ocm = sys.modules[oc.__module__]
+        commit = oc(group_id=group, generation_id_or_member_epoch=1, member_id=member,
+                    retention_time=timedelta(milliseconds=-1), topics=(
+                        ocm.OffsetCommitRequestTopic(name="no-such-topic", partitions=(
+                            ocm.OffsetCommitRequestPartition(partition_index=0,
+                                                             committed_offset=5,
+                                                             committed_metadata=""),)),))
+        r = rc.request(commit)
+        assert r.topics[0].partitions[0].error_code == 27
+        sync = request_cls(14, 0)
+        smod = sys.modules[sync.__module__]
+        r = rc.request(sync(group_id=group, generation_id=1, member_id=member, assignments=(
+            smod.SyncGroupRequestAssignment(member_id=member, assignment=b"\x00\x01"),)))
+        assert (r.error_code, r.assignment) == (0, b"\x00\x01")
+        r = rc.request(commit)
+        assert r.topics[0].partitions[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+        # DescribeGroups v0 shows the member; DeleteGroups refuses a non-empty group.
+        d = rc.request(request_cls(15, 0)(groups=(group,)))
+        assert d.groups[0].group_state == "Stable"
+        assert [m.member_id for m in d.groups[0].members] == [member]
+        dg = request_cls(42, 0)
+        assert rc.request(dg(groups_names=(group,))).results[0].error_code == 68
+        # LeaveGroup v0, then the empty group can be deleted; a missing one cannot.
+        assert rc.request(request_cls(13, 0)(group_id=group, member_id=member)).error_code == 0
+        assert rc.request(dg(groups_names=(group,))).results[0].error_code == 0
+        assert rc.request(dg(groups_names=(group,))).results[0].error_code == 69
+        # OffsetFetch v1 of a group with nothing committed: -1 per partition.
+        of = request_cls(9, 1)
+        ofm = sys.modules[of.__module__]
+        r = rc.request(of(group_id=group, topics=(
+            ofm.OffsetFetchRequestTopic(name="t", partition_indexes=(0, 1)),)))
+        assert [(p.committed_offset, p.error_code) for p in r.topics[0].partitions] == [
+            (-1, 0), (-1, 0)]

@@ -9,6 +9,7 @@ the source delivered per batch, and duplicates or gaps are the source's fault.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -316,3 +317,51 @@ def test_fail_on_data_loss_when_retention_removed_unread_data() -> None:
     unit-tested in tests/unit/test_spark_offsets.py and the executor path uses the
     consumer's offset reset (auto.offset.reset=error under failOnDataLoss)."""
     raise AssertionError("retention not implemented (issue 5)")
+
+
+_CONNECT_SCRIPT = r'''
+import sys
+from pyspark.sql import SparkSession
+from odradek.spark import register
+bs, topic, out, ck = sys.argv[1:5]
+spark = SparkSession.builder.remote("local[2]").getOrCreate()
+try:
+    register(spark)
+    n = spark.read.format("odradek").option("kafka.bootstrap.servers", bs).option("subscribe", topic).load().count()
+    q = (spark.readStream.format("odradek").option("kafka.bootstrap.servers", bs)
+         .option("subscribe", topic).option("startingOffsets", "earliest").load()
+         .selectExpr("value", "CAST(partition AS STRING) AS key")
+         .writeStream.format("odradek").option("kafka.bootstrap.servers", bs).option("topic", out)
+         .option("checkpointLocation", ck).trigger(availableNow=True).start())
+    q.awaitTermination()
+    m = spark.read.format("odradek").option("kafka.bootstrap.servers", bs).option("subscribe", out).load().count()
+    print(f"RESULT {n} {m}", flush=True)
+finally:
+    spark.stop()
+'''
+
+
+def test_spark_connect_source_and_sink(cluster: LocalCluster, topic_name: str, tmp_path: Path) -> None:
+    """The same source and sink through Spark Connect (issue 7, proof), in a subprocess
+    so its local Connect server does not share this module's SparkContext."""
+    import subprocess
+    bs = cluster.bootstrap_servers
+    out = f"{topic_name}-out"
+    create_topic(bs, topic_name, 2)
+    create_topic(bs, out, 1)
+    produce(bs, topic_name, 2, 50)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    # Own process group: the local Connect server's JVM is a child of the script and
+    # must go down with it even if the script hangs.
+    proc = subprocess.Popen([sys.executable, "-c", _CONNECT_SCRIPT, bs, topic_name, out,
+                             str(tmp_path / "ck")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    result = [ln for ln in stdout.splitlines() if ln.startswith("RESULT")]
+    assert proc.returncode == 0 and result, stderr[-3000:]
+    assert result[0] == "RESULT 50 50"

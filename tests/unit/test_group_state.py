@@ -95,7 +95,8 @@ def test_session_timeout_removes_member_and_rebalances() -> None:
 
 def test_rebalance_timeout_drops_members_that_did_not_rejoin() -> None:
     g, a, b = stable_group_of_two(session=120000)
-    _, eff = g.join(req(a, session=120000, protocols=(("roundrobin", b"x"),)), 7000, "x")  # changed metadata
+    # a rejoins with changed metadata; b never rejoins
+    _, eff = g.join(req(a, session=120000, protocols=(("roundrobin", b"x"),)), 7000, "x")
     assert eff == [] and g.state is GroupState.PREPARING_REBALANCE
     assert g.expire(7000 + 59999) == []
     res = joins(g.expire(7000 + 60000))

@@ -168,7 +168,8 @@ class GroupCoordinator:
                     offset = h.last_offset + 1
                     if h.attributes & CONTROL_BIT:
                         continue
-                    for rec in decode_batch_records(memoryview(data)[h.position:h.position + h.size]):
+                    batch = memoryview(data)[h.position:h.position + h.size]
+                    for rec in decode_batch_records(batch):
                         n += 1
                         if rec.key is None:
                             continue
@@ -219,8 +220,12 @@ class GroupCoordinator:
         n = self.num_partitions() or self.broker.config.offsets_topic_num_partitions
         return partition_for(group_id, n)
 
-    def check(self, group_id: str) -> int:
-        """The offsets partition of ``group_id`` if we coordinate it, else raise."""
+    def check(self, group_id: str, *, membership: bool = False) -> int:
+        """The offsets partition of ``group_id`` if we coordinate it, else raise.
+
+        ``membership``: Join/Sync/Heartbeat/Leave, for which Kafka refuses an empty id."""
+        if membership and not group_id:
+            raise KafkaError(ErrorCode.invalid_group_id, "the group id must not be empty")
         n = self.num_partitions()
         if n is None:
             raise KafkaError(ErrorCode.coordinator_not_available, f"{OFFSETS_TOPIC} not ready")
@@ -272,7 +277,7 @@ class GroupCoordinator:
 
     # ================================================================= group protocol
     async def join(self, group_id: str, r: JoinRequest) -> JoinResult:
-        self.check(group_id)
+        self.check(group_id, membership=True)
         g = self.groups.get(group_id)
         if g is None or g.state is GroupState.DEAD:
             if r.member_id:
@@ -296,7 +301,7 @@ class GroupCoordinator:
     async def sync(self, group_id: str, member_id: str, instance_id: str | None,
                    generation: int, protocol_type: str | None, protocol_name: str | None,
                    assignments: dict[str, bytes]) -> SyncResult:
-        self.check(group_id)
+        self.check(group_id, membership=True)
         g = self.groups.get(group_id)
         if g is None:
             return SyncResult(member_id, ErrorCode.unknown_member_id)
@@ -314,14 +319,14 @@ class GroupCoordinator:
 
     def heartbeat(self, group_id: str, member_id: str, instance_id: str | None,
                   generation: int) -> ErrorCode:
-        self.check(group_id)
+        self.check(group_id, membership=True)
         g = self.groups.get(group_id)
         if g is None:
             return ErrorCode.unknown_member_id
         return g.heartbeat(member_id, instance_id, generation, now_ms())
 
     def leave(self, group_id: str, who: list[tuple[str, str | None]]) -> list[ErrorCode]:
-        self.check(group_id)
+        self.check(group_id, membership=True)
         g = self.groups.get(group_id)
         if g is None:
             return [ErrorCode.unknown_member_id] * len(who)
@@ -381,7 +386,8 @@ class GroupCoordinator:
 
     # ================================================================= offsets
     async def commit(self, group_id: str, member_id: str, instance_id: str | None,
-                     generation: int, entries: list[CommitEntry]) -> dict[TopicPartition, ErrorCode]:
+                     generation: int, entries: list[CommitEntry]
+                     ) -> dict[TopicPartition, ErrorCode]:
         """OffsetCommit: answered once the records are replicated (SPEC levers, R7)."""
         idx = self.check(group_id)
         epoch = self.owned[idx]

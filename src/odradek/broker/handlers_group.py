@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from odradek.broker import server
 from odradek.broker.group_state import GroupState, JoinRequest
 from odradek.broker.responses import part, response
 from odradek.errors import ErrorCode, KafkaError
@@ -26,6 +27,15 @@ FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH = 10, 8, 9
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
 KEY_TYPE_GROUP = 0
+
+
+def _client_host() -> str:
+    """Kafka's ``/1.2.3.4`` for DescribeGroups. Needs the connection's peer, which the
+    server does not expose yet: if it ever sets a ``server.CURRENT_PEER`` context variable
+    around dispatch, it is picked up here; until then the host is empty."""
+    var = getattr(server, "CURRENT_PEER", None)
+    peer = var.get(None) if var is not None else None
+    return f"/{peer[0]}" if peer else ""
 
 
 def _ms(value: Any) -> int:
@@ -57,7 +67,7 @@ async def handle_join_group(broker: Broker, header: RequestHeaderInfo, req: Any)
     session_ms = _ms(req.session_timeout)
     r = JoinRequest(
         member_id=req.member_id, group_instance_id=getattr(req, "group_instance_id", None),
-        client_id=header.client_id or "", client_host="",
+        client_id=header.client_id or "", client_host=_client_host(),
         session_timeout_ms=session_ms,
         rebalance_timeout_ms=_ms(getattr(req, "rebalance_timeout", session_ms)),
         protocol_type=req.protocol_type,

@@ -16,6 +16,7 @@ scenario it computes (SPEC R7, R10, R19, R20):
                     records (SPEC R20: replicas never diverge)
 * ``split_brain_acks``  lost records acknowledged after ZooKeeper already named a new
                     leader: the deposed leader kept accepting writes (SPEC scenarios 4, 6)
+* ``split_brain_s`` how long after the new leader's election such acks went on
 * ``unavailable_s`` 0.5 s windows between first and last send with no acknowledgement
 * per phase (``History.phase``): acks, errors by name, median ack latency (SPEC R8, R9)
 """
@@ -43,16 +44,15 @@ def spark_session() -> Any:
 
     spark = (SparkSession.builder.master("local[2]").appName("odradek-chaos-checker")
              .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "4")
+             # Histories are small: one task per stage keeps the ~100 stages cheap.
+             .config("spark.sql.shuffle.partitions", "1")
+             .config("spark.default.parallelism", "2")
+             .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.session.timeZone", "UTC")
              .config("spark.driver.memory", "1g")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
-
-
-def _by_scenario(rows: list[Any], key: str = "n") -> dict[str, Any]:
-    return {r["scenario"]: r[key] for r in rows}
 
 
 def check_run(run_dir: Path, spark: Any | None = None) -> dict[str, dict[str, Any]]:
@@ -71,7 +71,8 @@ def check_run(run_dir: Path, spark: Any | None = None) -> dict[str, dict[str, An
         def load(table: str) -> Any:
             return spark.read.parquet(*[str(run_dir / n / f"{table}.parquet") for n in names])
 
-        prod, reads, events, replicas = (load(t) for t in
+        # Small inputs read many times: cache them once.
+        prod, reads, events, replicas = (load(t).cache() for t in
                                          ("producer", "reads", "events", "replicas"))
         sends = (prod.where("kind = 'send'").groupBy("scenario", "seq")
                  .agg(F.min("ts").alias("send_ts")))
@@ -84,59 +85,54 @@ def check_run(run_dir: Path, spark: Any | None = None) -> dict[str, dict[str, An
         final_seqs = final.select("scenario", "seq").distinct()
 
         out: dict[str, dict[str, Any]] = {n: {"scenario": n} for n in names}
+        # Every per-scenario number is one small DataFrame (scenario, key, n); they are
+        # unioned and collected in ONE Spark job (a job per metric costs ~1 s each).
+        parts: list[Any] = []
 
-        def put(key: str, rows: list[Any], col: str = "n", default: Any = 0) -> None:
-            got = _by_scenario(rows, col)
-            for n in names:
-                out[n][key] = got.get(n, default)
+        def metric(key: Any, df: Any) -> None:
+            k = F.lit(key) if isinstance(key, str) else key
+            parts.append(df.select("scenario", k.alias("key"), F.col("n").cast("double")))
 
-        put("sent", sends.groupBy("scenario").agg(F.count("*").alias("n")).collect())
-        put("acked", acks.groupBy("scenario").agg(F.count("*").alias("n")).collect())
-        put("errors", errors.groupBy("scenario").agg(F.count("*").alias("n")).collect())
-        put("failed_sends", errors.select("scenario", "seq").distinct()
-            .join(acks, ["scenario", "seq"], "left_anti")
-            .groupBy("scenario").agg(F.count("*").alias("n")).collect())
-        err_kinds = errors.groupBy("scenario", "error").agg(F.count("*").alias("n")).collect()
-        for n in names:
-            out[n]["error_kinds"] = {r["error"]: r["n"] for r in err_kinds if r["scenario"] == n}
+        def count(key: str, df: Any) -> None:
+            metric(key, df.groupBy("scenario").agg(F.count("*").alias("n")))
+
+        count("sent", sends)
+        count("acked", acks)
+        count("errors", errors)
+        count("failed_sends", errors.select("scenario", "seq").distinct()
+              .join(acks, ["scenario", "seq"], "left_anti"))
+        metric(F.concat(F.lit("error:"), F.col("error")),
+               errors.groupBy("scenario", "error").agg(F.count("*").alias("n")))
 
         lost = acks.join(final_seqs, ["scenario", "seq"], "left_anti")
-        put("lost", lost.groupBy("scenario").agg(F.count("*").alias("n")).collect())
-        put("final_records", final.groupBy("scenario").agg(F.count("*").alias("n")).collect())
-
+        count("lost", lost)
+        count("final_records", final)
         dup = final.groupBy("scenario", "seq").agg(F.count("*").alias("c")).where("c > 1")
-        put("duplicated", dup.groupBy("scenario").agg(F.sum(F.col("c") - 1).alias("n"))
-            .collect())
+        metric("duplicated", dup.groupBy("scenario").agg(F.sum(F.col("c") - 1).alias("n")))
 
         w = (Window.partitionBy("scenario", "partition").orderBy("offset")
              .rowsBetween(Window.unboundedPreceding, -1))
-        ooo = final.withColumn("prev_max", F.max("seq").over(w)).where("seq < prev_max")
-        put("out_of_order", ooo.groupBy("scenario").agg(F.count("*").alias("n")).collect())
+        count("out_of_order", final.withColumn("prev_max", F.max("seq").over(w))
+              .where("seq < prev_max"))
 
         read_seqs = reads.where("seq >= 0").select("scenario", "seq").distinct()
-        unacked = read_seqs.join(acks, ["scenario", "seq"], "left_anti")
-        put("unacked_read", unacked.groupBy("scenario").agg(F.count("*").alias("n")).collect())
-        put("never_sent_read", reads.select("scenario", "seq").distinct()
-            .join(sends, ["scenario", "seq"], "left_anti")
-            .groupBy("scenario").agg(F.count("*").alias("n")).collect())
+        count("unacked_read", read_seqs.join(acks, ["scenario", "seq"], "left_anti"))
+        count("never_sent_read", reads.select("scenario", "seq").distinct()
+              .join(sends, ["scenario", "seq"], "left_anti"))
 
         fin = final.select("scenario", "partition", "offset", F.col("seq").alias("fseq"))
         dirty = (live.join(fin, ["scenario", "partition", "offset"], "left")
                  .where(F.col("fseq").isNull() | (F.col("fseq") != F.col("seq"))))
-        put("dirty_reads", dirty.select("scenario", "partition", "offset").distinct()
-            .groupBy("scenario").agg(F.count("*").alias("n")).collect())
+        count("dirty_reads", dirty.select("scenario", "partition", "offset").distinct())
 
         below = replicas.where("offset < hw")
-        div = (below.groupBy("scenario", "partition", "offset")
-               .agg(F.countDistinct("seq").alias("k")).where("k > 1"))
-        put("divergent", div.groupBy("scenario").agg(F.count("*").alias("n")).collect())
-        put("replica_hw_min", replicas.groupBy("scenario", "broker")
-            .agg(F.max("hw").alias("hw")).groupBy("scenario").agg(F.min("hw").alias("n"))
-            .collect(), default=None)
-        leo_rows = replicas.groupBy("scenario", "broker").agg(F.max("leo").alias("leo")).collect()
-        for n in names:
-            out[n]["replica_leo"] = {str(r["broker"]): r["leo"] for r in leo_rows
-                                     if r["scenario"] == n}
+        count("divergent", below.groupBy("scenario", "partition", "offset")
+              .agg(F.countDistinct("seq").alias("k")).where("k > 1"))
+        per_replica = replicas.groupBy("scenario", "broker").agg(
+            F.max("hw").alias("hw"), F.max("leo").alias("leo"))
+        metric("replica_hw_min", per_replica.groupBy("scenario").agg(F.min("hw").alias("n")))
+        metric(F.concat(F.lit("leo:"), F.col("broker").cast("string")),
+               per_replica.withColumnRenamed("leo", "n"))
 
         # Leadership as ZooKeeper recorded it: the first state seen is the initial leader.
         states = events.where("kind = 'state'")
@@ -144,80 +140,103 @@ def check_run(run_dir: Path, spark: Any | None = None) -> dict[str, dict[str, An
         first_state = (states.withColumn("rn", F.row_number().over(sw)).where("rn = 1")
                        .select("scenario", F.col("leader").alias("leader0"),
                                F.col("epoch").alias("epoch0")))
-        changes = (states.join(first_state, "scenario")
-                   .where("leader >= 0 AND leader != leader0 AND epoch > epoch0"))
-        first_change = changes.groupBy("scenario").agg(F.min("ts").alias("change_ts"))
-        put("leader_changes", states.join(first_state, "scenario").where("epoch > epoch0")
-            .select("scenario", "epoch").distinct().groupBy("scenario")
-            .agg(F.count("*").alias("n")).collect())
-        put("leaders_seen", states.where("leader >= 0").groupBy("scenario")
-            .agg(F.sort_array(F.collect_set("leader")).alias("n")).collect(), default=[])
-        put("isrs_seen", states.groupBy("scenario")
-            .agg(F.collect_set("isr").alias("n")).collect(), default=[])
-        put("offline_seen", states.where("leader < 0").groupBy("scenario")
-            .agg(F.count("*").alias("n")).collect())
-        put("controllers_seen", events.where("kind = 'controller' AND leader IS NOT NULL")
-            .groupBy("scenario").agg(F.collect_list("leader").alias("n")).collect(), default=[])
-        put("split_brain_acks", lost.join(first_change, "scenario")
-            .where("ack_ts > change_ts").groupBy("scenario").agg(F.count("*").alias("n"))
-            .collect())
+        first_change = (states.join(first_state, "scenario")
+                        .where("leader >= 0 AND leader != leader0 AND epoch > epoch0")
+                        .groupBy("scenario").agg(F.min("ts").alias("change_ts")))
+        count("leader_changes", states.join(first_state, "scenario").where("epoch > epoch0")
+              .select("scenario", "epoch").distinct())
+        count("offline_seen", states.where("leader < 0"))
+        sb = lost.join(first_change, "scenario").where("ack_ts > change_ts")
+        count("split_brain_acks", sb)
+        # How long the deposed leader went on acknowledging after the new one took over.
+        metric("split_brain_s", sb.groupBy("scenario").agg(
+            F.round(F.max(F.col("ack_ts") - F.col("change_ts")), 2).alias("n")))
 
         # Availability: 0.5 s windows between the first and the last send without an ack.
         span = prod.where("kind = 'send'").groupBy("scenario").agg(
             F.min("ts").alias("t0"), F.max("ts").alias("t1"))
-        bins = (acks.join(span, "scenario").where("ack_ts <= t1")
-                .select("scenario", F.floor((F.col("ack_ts") - F.col("t0")) / BIN_S).alias("b"))
-                .distinct().groupBy("scenario").agg(F.count("*").alias("n")).collect())
-        got_bins = _by_scenario(bins)
-        for r in span.collect():
-            total = math.ceil((r["t1"] - r["t0"]) / BIN_S) or 1
-            out[r["scenario"]]["unavailable_s"] = max(0, total - got_bins.get(r["scenario"], 0)) * BIN_S
-            out[r["scenario"]]["duration_s"] = round(r["t1"] - r["t0"], 1)
+        metric("span_s", span.select("scenario", (F.col("t1") - F.col("t0")).alias("n")))
+        count("ack_bins", acks.join(span, "scenario").where("ack_ts <= t1")
+              .select("scenario", F.floor((F.col("ack_ts") - F.col("t0")) / BIN_S).alias("b"))
+              .distinct())
 
-        # Phases: acks, errors and latency between consecutive phase markers.
-        pw = Window.partitionBy("scenario").orderBy("ts")
-        phases = (events.where("kind = 'phase'")
-                  .withColumn("end", F.coalesce(F.lead("ts").over(pw), F.lit(1e18)))
-                  .select("scenario", F.col("detail").alias("phase"), F.col("ts").alias("start"),
-                          "end"))
-        lat = acks.join(sends, ["scenario", "seq"]).withColumn(
-            "latency_ms", (F.col("ack_ts") - F.col("send_ts")) * 1000)
-        pa = (lat.join(phases, "scenario").where("ack_ts >= start AND ack_ts < end")
-              .groupBy("scenario", "phase").agg(
-                  F.count("*").alias("acks"),
-                  F.percentile_approx("latency_ms", 0.5).alias("p50_ms"),
-                  F.percentile_approx("latency_ms", 0.99).alias("p99_ms")).collect())
-        pe = (errors.join(phases, "scenario").where("ts >= start AND ts < end")
-              .groupBy("scenario", "phase", "error").agg(F.count("*").alias("n")).collect())
+        union = parts[0]
+        for p in parts[1:]:
+            union = union.unionByName(p)
         for n in names:
-            out[n]["phases"] = {}
-        for r in phases.collect():
-            out[r["scenario"]]["phases"][r["phase"]] = {
-                "acks": 0, "p50_ms": None, "p99_ms": None, "errors": {},
-                "seconds": round(min(r["end"], 1e12) - r["start"], 2)
-                if r["end"] < 1e17 else None}
-        for r in pa:
-            ph = out[r["scenario"]]["phases"].setdefault(r["phase"], {"errors": {}})
-            ph.update(acks=r["acks"], p50_ms=r["p50_ms"], p99_ms=r["p99_ms"])
-        for r in pe:
-            ph = out[r["scenario"]]["phases"].setdefault(r["phase"], {"errors": {}, "acks": 0})
-            ph["errors"][r["error"]] = r["n"]
-        # Leader/ISR in effect during each phase: the state before it plus changes in it.
-        st_rows = sorted(states.select("scenario", "ts", "leader", "isr").collect(),
-                         key=lambda r: r["ts"])
+            out[n].update(error_kinds={}, replica_leo={})
+            for k in ("sent", "acked", "errors", "failed_sends", "lost", "final_records",
+                      "duplicated", "out_of_order", "unacked_read", "never_sent_read",
+                      "dirty_reads", "divergent", "leader_changes", "offline_seen",
+                      "split_brain_acks", "ack_bins"):
+                out[n][k] = 0
+            out[n].update(split_brain_s=0.0, replica_hw_min=None, span_s=0.0)
+        for r in union.collect():
+            o, key, v = out[r["scenario"]], r["key"], r["n"]
+            if key.startswith("error:"):
+                o["error_kinds"][key[6:]] = int(v)
+            elif key.startswith("leo:"):
+                o["replica_leo"][key[4:]] = int(v)
+            elif key in ("split_brain_s", "span_s"):
+                o[key] = float(v)
+            else:
+                o[key] = int(v)
         for n in names:
-            mine = [r for r in st_rows if r["scenario"] == n]
-            out[n]["final_leader"] = mine[-1]["leader"] if mine else None
-            out[n]["final_isr"] = json.loads(mine[-1]["isr"]) if mine else []
-            for ph in out[n]["phases"].values():
-                ph.setdefault("errors", {})
-                ph.setdefault("acks", 0)
-            for r in phases.where(F.col("scenario") == n).collect():
-                before = [s for s in mine if s["ts"] <= r["start"]][-1:]
-                during = [s for s in mine if r["start"] < s["ts"] < r["end"]]
-                ph = out[n]["phases"][r["phase"]]
-                ph["isrs"] = sorted({s["isr"] for s in before + during})
-                ph["leaders"] = sorted({s["leader"] for s in before + during})
+            o = out[n]
+            total = math.ceil(o["span_s"] / BIN_S) or 1
+            o["unavailable_s"] = max(0, total - o.pop("ack_bins")) * BIN_S
+            o["duration_s"] = round(o.pop("span_s"), 1)
+
+        # The event log is tiny (tens of rows per scenario): leadership, controllers and
+        # phase boundaries are read on the driver; the records stay in Spark.
+        ev_rows = sorted(events.collect(), key=lambda r: r["ts"])
+        phase_rows: list[tuple[str, str, float, float]] = []
+        for n in names:
+            mine = [r for r in ev_rows if r["scenario"] == n]
+            st = [r for r in mine if r["kind"] == "state"]
+            o = out[n]
+            o["leaders_seen"] = sorted({r["leader"] for r in st if r["leader"] >= 0})
+            o["isrs_seen"] = sorted({r["isr"] for r in st})
+            o["controllers_seen"] = [r["leader"] for r in mine
+                                     if r["kind"] == "controller" and r["leader"] is not None]
+            o["final_leader"] = st[-1]["leader"] if st else None
+            o["final_isr"] = json.loads(st[-1]["isr"]) if st else []
+            o["phases"] = {}
+            ph = [r for r in mine if r["kind"] == "phase"]
+            for i, r in enumerate(ph):
+                end = ph[i + 1]["ts"] if i + 1 < len(ph) else 1e18
+                phase_rows.append((n, r["detail"], r["ts"], end))
+                # Leader/ISR in effect during the phase: the state before it plus changes.
+                before = [s for s in st if s["ts"] <= r["ts"]][-1:]
+                during = [s for s in st if r["ts"] < s["ts"] < end]
+                o["phases"][r["detail"]] = {
+                    "acks": 0, "p50_ms": None, "p99_ms": None, "errors": {},
+                    "seconds": round(end - r["ts"], 2) if end < 1e17 else None,
+                    "isrs": sorted({s["isr"] for s in before + during}),
+                    "leaders": sorted({s["leader"] for s in before + during})}
+
+        # Phases: acks, errors and latency between consecutive phase markers (R8, R9).
+        if phase_rows:
+            phases = spark.createDataFrame(phase_rows, "scenario string, phase string, "
+                                                       "start double, end double")
+            lat = acks.join(sends, ["scenario", "seq"]).withColumn(
+                "latency_ms", (F.col("ack_ts") - F.col("send_ts")) * 1000)
+            pa = (lat.join(phases, "scenario").where("ack_ts >= start AND ack_ts < end")
+                  .groupBy("scenario", "phase").agg(
+                      F.count("*").alias("acks"),
+                      F.percentile_approx("latency_ms", 0.5).alias("p50_ms"),
+                      F.percentile_approx("latency_ms", 0.99).alias("p99_ms"),
+                      F.lit(None).cast("string").alias("error")))
+            pe = (errors.join(phases, "scenario").where("ts >= start AND ts < end")
+                  .groupBy("scenario", "phase", "error").agg(
+                      F.count("*").alias("acks"), F.lit(None).cast("double").alias("p50_ms"),
+                      F.lit(None).cast("double").alias("p99_ms")))
+            for r in pa.unionByName(pe).collect():
+                ph = out[r["scenario"]]["phases"][r["phase"]]
+                if r["error"] is None:
+                    ph.update(acks=r["acks"], p50_ms=r["p50_ms"], p99_ms=r["p99_ms"])
+                else:
+                    ph["errors"][r["error"]] = r["acks"]
         (run_dir / "checker.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
         return out
     finally:

@@ -371,7 +371,10 @@ class _HtbRoot:
                     # The default root (noqueue/pfifo with handle 0:) may be replaced;
                     # anyone else's qdisc is not ours to touch.
                     if first and len(first) > 2 and first[2] != "0:":
-                        raise FaultsUnavailable(f"lo already has a root qdisc: {shown.strip()}")
+                        raise FaultsUnavailable(
+                            f"lo already has a root qdisc: {shown.strip()} (if it is a "
+                            "leftover of a killed chaos run, handle dXXX:, remove it with "
+                            "`tc qdisc del dev lo root`)")
                     _run(htb_root_add_cmd(major))
             cls.users += 1
 
@@ -495,7 +498,8 @@ class Faults:
         if aa == "127.0.0.1" and ba == "127.0.0.1":
             raise ValueError("refusing to cut 127.0.0.1 from itself")
         what = "lossy" if probability is not None else "partition"
-        name = f"{what} {a} {'<->' if direction == 'both' else direction.replace('a', str(a)).replace('b', str(b))} {b}"
+        arrow = {"both": "<->", "a->b": "->", "b->a": "<-"}[direction]
+        name = f"{what} {a} {arrow} {b}"
         if probability is not None:
             name += f" p={probability}"
         return self._add(IptablesFault(name, lambda tag: partition_rules(

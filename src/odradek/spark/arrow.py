@@ -51,39 +51,30 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def messages_to_batch(messages: Sequence[Any], include_headers: bool) -> pa.RecordBatch:
-    """confluent-kafka ``Message`` objects (no error set) -> one RecordBatch."""
+def messages_to_batch(messages: Sequence[Any], include_headers: bool, *,
+                      topic: str | None = None, partition: int | None = None) -> pa.RecordBatch:
+    """confluent-kafka ``Message`` objects (no error set) -> one RecordBatch.
+
+    ``topic``/``partition``: when every message comes from one partition (a source task
+    reads one range) those columns are built without touching each message. One list
+    comprehension per column: measurably faster than a per-message loop.
+    """
     n = len(messages)
-    keys: list[bytes | None] = [None] * n
-    values: list[bytes | None] = [None] * n
-    topics: list[str] = [""] * n
-    parts: list[int] = [0] * n
-    offsets: list[int] = [0] * n
-    stamps: list[int | None] = [None] * n
-    kinds: list[int] = [0] * n
-    headers: list[list[dict[str, Any]] | None] = [None] * n if include_headers else []
-    for i, m in enumerate(messages):
-        keys[i] = m.key()
-        values[i] = m.value()
-        topics[i] = m.topic()
-        parts[i] = m.partition()
-        offsets[i] = m.offset()
-        kind, ts = m.timestamp()
-        kinds[i] = _TS_TYPE.get(kind, -1)
-        stamps[i] = ts * 1000 if kind else None
-        if include_headers:
-            h = m.headers()
-            # Spark shows a record without headers as null, not as an empty array
-            headers[i] = [{"key": k, "value": v} for k, v in h] if h else None
+    stamps = [m.timestamp() for m in messages]
     arrays = [
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
-        pa.array(topics, pa.string()),
-        pa.array(parts, pa.int32()),
-        pa.array(offsets, pa.int64()),
-        pa.array(stamps, pa.timestamp("us", tz="UTC")),
-        pa.array(kinds, pa.int32()),
+        pa.array([m.key() for m in messages], pa.binary()),
+        pa.array([m.value() for m in messages], pa.binary()),
+        (pa.repeat(pa.scalar(topic, pa.string()), n) if topic is not None
+         else pa.array([m.topic() for m in messages], pa.string())),
+        (pa.repeat(pa.scalar(partition, pa.int32()), n) if partition is not None
+         else pa.array([m.partition() for m in messages], pa.int32())),
+        pa.array([m.offset() for m in messages], pa.int64()),
+        pa.array([ts * 1000 if kind else None for kind, ts in stamps],
+                 pa.timestamp("us", tz="UTC")),
+        pa.array([_TS_TYPE.get(kind, -1) for kind, _ in stamps], pa.int32()),
     ]
     if include_headers:
-        arrays.append(pa.array(headers, _HEADER_TYPE))
+        # Spark shows a record without headers as null, not as an empty array
+        arrays.append(pa.array([[{"key": k, "value": v} for k, v in h] if h else None
+                                for h in (m.headers() for m in messages)], _HEADER_TYPE))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))

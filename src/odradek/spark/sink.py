@@ -177,10 +177,14 @@ class _Delivery:
                              f"{left} records undelivered; errors: {self.errors[:3]}")
 
 
-def _ensure_marker_topic(conf: Mapping[str, str], topic: str) -> None:
+def _admin(conf: Mapping[str, str]) -> Any:
+    from confluent_kafka.admin import AdminClient
+    return AdminClient(dict(conf))
+
+
+def _ensure_marker_topic(admin: Any, topic: str) -> None:
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient(dict(conf))
+    from confluent_kafka.admin import NewTopic
     md = admin.list_topics(timeout=30)
     if topic in md.topics and md.topics[topic].error is None:
         return
@@ -227,13 +231,26 @@ def _read_range(consumer: Any, topic: str, partition: int, start: int, end: int)
             raise KafkaError(ErrorCode.request_timed_out, f"scan {topic}-{partition} stuck at {pos}")
 
 
-def read_markers(conf: Mapping[str, str], query_id: str, batch_id: int) -> list[dict[str, Any]]:
-    """All markers of ``batch_id``, reading the marker topic backwards in growing windows."""
+def _watermarks(admin: Any, topic: str, partition: int) -> tuple[int, int]:
+    """(log start, high watermark) through ListOffsets (the admin client looks the topic
+    up itself; a consumer's cached metadata may not know a just-created topic yet)."""
     from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+    tp = TopicPartition(topic, partition)
+    lo = admin.list_offsets({tp: OffsetSpec.earliest()}, request_timeout=30)[tp].result()
+    hi = admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=30)[tp].result()
+    return int(lo.offset), int(hi.offset)
+
+
+def read_markers(conf: Mapping[str, str], admin: Any, query_id: str,
+                 batch_id: int) -> list[dict[str, Any]]:
+    """All markers of ``batch_id``, reading the marker topic backwards in growing windows."""
     topic = marker_topic(query_id)
+    low, high = _watermarks(admin, topic, 0)
+    if high <= low:
+        return []
     c = _consumer(conf)
     try:
-        low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
         window, stop = 64, high
         found: list[dict[str, Any]] = []
         while stop > low:
@@ -253,18 +270,17 @@ def read_markers(conf: Mapping[str, str], query_id: str, batch_id: int) -> list[
         c.close()
 
 
-def _write_marker(conf: Mapping[str, str], query_id: str, marker: dict[str, Any]) -> None:
-    p = _producer(conf)
+def _write_marker(p: Any, query_id: str, marker: dict[str, Any]) -> None:
+    """Produce one marker and wait until it is committed (acks=all)."""
     d = _Delivery()
     p.produce(marker_topic(query_id), json.dumps(marker).encode(), str(marker["batch"]).encode(),
               partition=0, on_delivery=d)
     d.check(p)
 
 
-def _latest_offsets(conf: Mapping[str, str], topic: str) -> dict[str, int]:
+def _latest_offsets(admin: Any, topic: str) -> dict[str, int]:
     from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
-    admin = AdminClient(dict(conf))
+    from confluent_kafka.admin import OffsetSpec
     t = admin.list_topics(topic, timeout=30).topics.get(topic)
     if t is None or t.error is not None:
         raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {topic} does not exist")
@@ -288,6 +304,13 @@ class _Task:
     begun: set[str] = field(default_factory=set)
     written: int = 0
     skipped: int = 0
+    _admin_client: Any = None
+
+    @property
+    def admin(self) -> Any:
+        if self._admin_client is None:
+            self._admin_client = _admin(self.opts.conf)
+        return self._admin_client
 
     @property
     def exactly_once(self) -> bool:
@@ -300,8 +323,8 @@ class _Task:
     def run(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         if self.exactly_once:
             assert self.query_id is not None and self.batch_id is not None
-            _ensure_marker_topic(self.opts.conf, marker_topic(self.query_id))
-            markers = read_markers(self.opts.conf, self.query_id, self.batch_id)
+            _ensure_marker_topic(self.admin, marker_topic(self.query_id))
+            markers = read_markers(self.opts.conf, self.admin, self.query_id, self.batch_id)
             if any(m["type"] == "commit" for m in markers):
                 log.info("odradek sink: batch %s of query %s already committed; skipping",
                          self.batch_id, self.query_id)
@@ -349,10 +372,10 @@ class _Task:
         """Durably record where this attempt starts writing to ``topic``."""
         delivery.check(producer)  # keep "marker before records" for every topic
         assert self.query_id is not None
-        _write_marker(self.opts.conf, self.query_id, {
+        _write_marker(producer, self.query_id, {
             "type": "begin", "batch": self.batch_id, "task": self.task,
             "attempt": self.attempt, "topic": topic,
-            "offsets": _latest_offsets(self.opts.conf, topic)})
+            "offsets": _latest_offsets(self.admin, topic)})
         self.begun.add(topic)
 
     def _load_previous_attempts(self, begins: list[dict[str, Any]]) -> None:
@@ -368,7 +391,7 @@ class _Task:
         c = _consumer(self.opts.conf)
         try:
             for (topic, p), frm in sorted(start.items()):
-                end = int(_latest_offsets(self.opts.conf, topic)[str(p)])
+                end = int(_latest_offsets(self.admin, topic)[str(p)])
                 for m in _read_range(c, topic, p, frm, end):
                     for k, v in m.headers() or ():
                         if k == TAG_HEADER and v is not None and v.startswith(prefix):
@@ -407,7 +430,7 @@ class OdradekStreamWriter(DataSourceStreamArrowWriter):
             return
         if any(m.skipped_batch for m in ours):
             return  # the marker is already there
-        _write_marker(self.opts.conf, qid, {
+        _write_marker(_producer(self.opts.conf), qid, {
             "type": "commit", "batch": batchId, "written": sum(m.written for m in ours),
             "skipped_replayed": sum(m.skipped_replayed for m in ours)})
         if self.opts.fail_after_commit:

@@ -280,6 +280,9 @@ def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.Re
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": False,
+        # librdkafka backs off 1 s whenever its prefetch queue is full; a task that only
+        # drains a bounded range wants the next fetch at once (measured ~1.5-2x faster).
+        "fetch.queue.backoff.ms": 0,
         **opts.conf,
         "auto.offset.reset": "error" if opts.fail_on_data_loss else "earliest",
     }
@@ -317,7 +320,8 @@ def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.Re
                 pos = off + 1
                 progressed = True
             if len(pending) >= _ROWS_PER_BATCH or (pending and pos >= r.end):
-                yield messages_to_batch(pending, opts.include_headers)
+                yield messages_to_batch(pending, opts.include_headers, topic=r.topic,
+                                        partition=r.partition)
                 pending = []
             if progressed:
                 deadline = time.monotonic() + opts.poll_timeout_s
@@ -339,7 +343,8 @@ def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.Re
                                  f"no records from {r.topic}-{r.partition} at offset {pos} "
                                  f"within kafkaConsumer.pollTimeoutMs")
         if pending:
-            yield messages_to_batch(pending, opts.include_headers)
+            yield messages_to_batch(pending, opts.include_headers, topic=r.topic,
+                                        partition=r.partition)
     finally:
         consumer.close()
 
