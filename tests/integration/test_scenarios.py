@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from odradek.chaos.faults import FaultsUnavailable, require_available
-from odradek.chaos.scenarios import SCENARIOS, get, run_scenarios
+
+pytest.importorskip("pyarrow", reason="histories are Parquet (pip install .[spark])")
+from odradek.chaos.scenarios import SCENARIOS, get, run_scenarios  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

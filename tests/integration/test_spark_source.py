@@ -363,5 +363,7 @@ def test_spark_connect_source_and_sink(cluster: LocalCluster, topic_name: str, t
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     result = [ln for ln in stdout.splitlines() if ln.startswith("RESULT")]
-    assert proc.returncode == 0 and result, stderr[-3000:]
+    causes = [ln for ln in stderr.splitlines()
+              if ("Error" in ln or "Exception" in ln) and not ln.lstrip().startswith("at ")]
+    assert proc.returncode == 0 and result, "\n".join(causes[:15]) or stderr[-3000:]
     assert result[0] == "RESULT 50 50"

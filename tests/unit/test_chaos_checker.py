@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from odradek.chaos.workload import History
-
+pytest.importorskip("pyarrow", reason="histories are Parquet (pip install .[spark])")
 pytest.importorskip("pyspark", reason="the checker runs on PySpark")
+from odradek.chaos.workload import History  # noqa: E402
 
 
 def _history(name: str, t0: float) -> History:

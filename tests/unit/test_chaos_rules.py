@@ -10,7 +10,6 @@ from odradek.chaos.faults import (
     TAG_PREFIX, HtbLink, IptRule, htb_major, htb_root_add_cmd, htb_root_del_cmd, new_tag,
     partition_rules,
 )
-from odradek.chaos.workload import decode_seq, encode_value
 
 
 def test_partition_both_directions_drops_each_way_with_one_tag() -> None:
@@ -86,6 +85,9 @@ def test_handles_and_tags_are_per_process() -> None:
 
 
 def test_record_values_name_their_send() -> None:
+    pytest.importorskip("pyarrow", reason="histories are Parquet (pip install .[spark])")
+    from odradek.chaos.workload import decode_seq, encode_value
+
     v = encode_value("scn", 42, 100)
     assert len(v) == 100 and decode_seq(v) == 42
     assert decode_seq(b"foreign") == -1 and decode_seq(None) == -1

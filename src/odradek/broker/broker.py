@@ -70,7 +70,7 @@ HANDLERS: dict[int, Any] = {
 }
 
 HW_CHECKPOINT_INTERVAL_S = 5.0  # replica.high.watermark.checkpoint.interval.ms
-ZK_WRITE_TIMEOUT_S = 3.0
+ZK_WRITE_TIMEOUT_S = 2.0  # an ISR write that cannot reach ZooKeeper fails after this
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0  # an ISR write that cannot reach ZooKeeper fails after this
 _LOG_CONFIG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
 
@@ -214,6 +214,12 @@ class Broker:
         data = znodes.encode_partition_state(znodes.PartitionState(
             leader=self.broker_id, leader_epoch=part.leader_epoch, isr=list(new_isr),
             controller_epoch=part.controller_epoch))
+        if not zk.connected:
+            # SPEC scenarios 4/6: a leader that cannot reach ZooKeeper cannot record an ISR
+            # change, so it must stop accepting writes now; queueing the write until kazoo
+            # reconnects would let it keep acknowledging records that a newly elected
+            # leader does not have.
+            raise IsrUpdateFailed(None)
         timeout = ZK_WRITE_TIMEOUT_S
         try:
             return zk.set_async(path, data, version=part.zk_version).get(timeout=timeout).version

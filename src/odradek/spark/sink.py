@@ -193,8 +193,13 @@ def _ensure_marker_topic(admin: Any, topic: str) -> None:
     try:
         fut.result()
     except KafkaException as e:
-        if "TOPIC_ALREADY_EXISTS" not in str(e) and "already exists" not in str(e):
-            raise
+        # Another task of the same batch may have created it first (seen answered as
+        # TOPIC_ALREADY_EXISTS or, by Odradek today, TOPIC_EXCEPTION "collides with
+        # existing topic"): fine as long as it exists now.
+        t = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if t is None or t.error is not None:
+            raise KafkaError(ErrorCode.unknown_server_error,
+                             f"cannot create marker topic {topic}: {e}") from e
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # wait until a leader is known
         t = admin.list_topics(topic, timeout=10).topics.get(topic)
@@ -236,10 +241,11 @@ def _watermarks(admin: Any, topic: str, partition: int) -> tuple[int, int]:
     up itself; a consumer's cached metadata may not know a just-created topic yet)."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
+    from odradek.spark.source import list_offsets_retrying
     tp = TopicPartition(topic, partition)
-    lo = admin.list_offsets({tp: OffsetSpec.earliest()}, request_timeout=30)[tp].result()
-    hi = admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=30)[tp].result()
-    return int(lo.offset), int(hi.offset)
+    lo = list_offsets_retrying(admin, {tp: OffsetSpec.earliest()}, 30, 1.0)[tp]
+    hi = list_offsets_retrying(admin, {tp: OffsetSpec.latest()}, 30, 1.0)[tp]
+    return lo, hi
 
 
 def read_markers(conf: Mapping[str, str], admin: Any, query_id: str,
@@ -284,9 +290,10 @@ def _latest_offsets(admin: Any, topic: str) -> dict[str, int]:
     t = admin.list_topics(topic, timeout=30).topics.get(topic)
     if t is None or t.error is not None:
         raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {topic} does not exist")
-    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in t.partitions},
-                                 request_timeout=30)
-    return {str(tp.partition): f.result().offset for tp, f in futures.items()}
+    from odradek.spark.source import list_offsets_retrying
+    got = list_offsets_retrying(admin, {TopicPartition(topic, p): OffsetSpec.latest()
+                                        for p in t.partitions}, 30, 1.0)
+    return {str(tp.partition): off for tp, off in got.items()}
 
 
 # --------------------------------------------------------------------------- writers

@@ -75,6 +75,8 @@ class SourceOptions:
     max_offsets_per_trigger: int | None
     min_partitions: int | None
     poll_timeout_s: float
+    fetch_retries: int = 30
+    fetch_retry_interval_s: float = 1.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -95,6 +97,9 @@ class SourceOptions:
             max_offsets_per_trigger=om.parse_positive_int(options, "maxOffsetsPerTrigger"),
             min_partitions=om.parse_positive_int(options, "minPartitions"),
             poll_timeout_s=timeout_ms / 1000.0,
+            fetch_retries=om.parse_positive_int(options, "fetchOffset.numRetries") or 30,
+            fetch_retry_interval_s=(om.parse_positive_int(options, "fetchOffset.retryIntervalMs")
+                                    or 1000) / 1000.0,
         )
 
 
@@ -110,12 +115,59 @@ class RangePartition(InputPartition):
 
 # --------------------------------------------------------------------------- driver side
 
+def _transient(err: Any) -> bool:
+    """Errors an election or a metadata refresh will clear (Kafka's retriable ones)."""
+    from confluent_kafka import KafkaError as CKError
+    if err is None or not hasattr(err, "code"):
+        return True
+    return bool(err.retriable()) or err.code() in (
+        CKError.LEADER_NOT_AVAILABLE, CKError.NOT_LEADER_FOR_PARTITION,
+        CKError.UNKNOWN_TOPIC_OR_PART, CKError.REQUEST_TIMED_OUT, CKError.OFFSET_NOT_AVAILABLE,
+        CKError.UNKNOWN_LEADER_EPOCH, CKError.FENCED_LEADER_EPOCH, CKError._TRANSPORT,
+        CKError._TIMED_OUT, CKError._ALL_BROKERS_DOWN, CKError._UNKNOWN_PARTITION)
+
+
+def list_offsets_retrying(admin: Any, req: Mapping[Any, Any], retries: int,
+                          interval_s: float) -> dict[Any, int]:
+    """AdminClient.list_offsets, retrying partitions that fail with a retriable error.
+
+    A topic created a moment ago, or a partition whose leader just died, answers
+    LEADER_NOT_AVAILABLE / NOT_LEADER_OR_FOLLOWER until an election completes (seconds
+    after a broker crash); Spark retries its offset fetches too (fetchOffset.*).
+    """
+    from confluent_kafka import KafkaException
+    out: dict[Any, int] = {}
+    todo = dict(req)
+    for attempt in range(retries + 1):
+        failed: dict[Any, Any] = {}
+        last: Exception | None = None
+        for tp, fut in admin.list_offsets(todo, request_timeout=30).items():
+            try:
+                out[tp] = int(fut.result().offset)
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                if attempt < retries and _transient(err):
+                    failed[tp] = todo[tp]
+                    last = e
+                else:
+                    raise
+        if not failed:
+            return out
+        log.info("odradek source: ListOffsets retry %d for %d partitions (%s)", attempt + 1,
+                 len(failed), last)
+        todo = failed
+        time.sleep(interval_s)
+    return out
+
+
 class _ClusterView:
     """Metadata and ListOffsets through one AdminClient (driver-side only)."""
 
-    def __init__(self, conf: Mapping[str, str]) -> None:
+    def __init__(self, conf: Mapping[str, str], retries: int, retry_interval_s: float) -> None:
         from confluent_kafka.admin import AdminClient
         self._admin = AdminClient(dict(conf))
+        self._retries = retries
+        self._retry_interval_s = retry_interval_s
 
     def partition_counts(self) -> dict[str, int]:
         md = self._admin.list_topics(timeout=30)
@@ -132,8 +184,8 @@ class _ClusterView:
             spec = (OffsetSpec.earliest() if q == om.EARLIEST else
                     OffsetSpec.latest() if q == om.LATEST else OffsetSpec.for_timestamp(q))
             req[TopicPartition(topic, p)] = spec
-        futures = self._admin.list_offsets(req, request_timeout=30)
-        return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()}
+        got = list_offsets_retrying(self._admin, req, self._retries, self._retry_interval_s)
+        return {(tp.topic, tp.partition): off for tp, off in got.items()}
 
     def earliest(self, tps: list[TP]) -> dict[TP, int]:
         return self.list_offsets({tp: om.EARLIEST for tp in tps})
@@ -162,7 +214,8 @@ class _DriverBase:
     @property
     def view(self) -> _ClusterView:
         if self._view is None:
-            self._view = _ClusterView(self.opts.conf)
+            self._view = _ClusterView(self.opts.conf, self.opts.fetch_retries,
+                                      self.opts.fetch_retry_interval_s)
         return self._view
 
     def current_partitions(self) -> list[TP]:
