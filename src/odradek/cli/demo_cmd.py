@@ -8,7 +8,15 @@ from typing import Any
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("demo", help="run a local cluster with a verified demo workload")
+    p = sub.add_parser("demo", help="the main job: a local cluster and a verified pipeline",
+                       description="By default: a Spark Structured Streaming pipeline on a "
+                       "3-broker cluster, with a leader SIGKILLed midway and the result "
+                       "checked against a batch recomputation. --basic: produce and consume "
+                       "records with confluent-kafka and verify them.")
+    p.add_argument("--basic", action="store_true", help="the client round trip only")
+    p.add_argument("--seconds", type=int, default=20, help="pipeline: how long to produce")
+    p.add_argument("--rate", type=int, default=1000, help="pipeline: page views per second")
+    p.add_argument("--no-kill", action="store_true", help="pipeline: no leader crash")
     p.add_argument("--brokers", type=int, default=3)
     p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--record-size", type=int, default=100)
@@ -18,6 +26,11 @@ def add_parser(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from odradek.demo import run_demo  # noqa: PLC0415
+    if args.basic:
+        from odradek.demo import run_demo  # noqa: PLC0415
 
-    return run_demo(args.brokers, args.records, args.record_size, args.partitions, args.dir)
+        return run_demo(args.brokers, args.records, args.record_size, args.partitions,
+                        args.dir)
+    from odradek.pipeline_demo import run_pipeline_demo  # noqa: PLC0415
+
+    return run_pipeline_demo(args.seconds, args.rate, args.dir, kill_leader=not args.no_kill)

@@ -183,13 +183,22 @@ def _admin(conf: Mapping[str, str]) -> Any:
 
 
 def _ensure_marker_topic(admin: Any, topic: str) -> None:
+    md = admin.list_topics(timeout=30)
+    if topic not in md.topics or md.topics[topic].error is not None:
+        _create_marker_topic(admin, topic, min(3, len(md.brokers)))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # wait until a leader is known (another task's
+        t = admin.list_topics(topic, timeout=10).topics.get(topic)  # topic too)
+        if t is not None and t.error is None and t.partitions and t.partitions[0].leader >= 0:
+            return
+        time.sleep(0.1)
+    raise KafkaError(ErrorCode.leader_not_available, f"marker topic {topic} has no leader")
+
+
+def _create_marker_topic(admin: Any, topic: str, replication_factor: int) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
-    md = admin.list_topics(timeout=30)
-    if topic in md.topics and md.topics[topic].error is None:
-        return
-    rf = min(3, len(md.brokers))
-    fut = admin.create_topics([NewTopic(topic, 1, rf)], operation_timeout=30)[topic]
+    fut = admin.create_topics([NewTopic(topic, 1, replication_factor)], operation_timeout=30)[topic]
     try:
         fut.result()
     except KafkaException as e:
@@ -200,13 +209,6 @@ def _ensure_marker_topic(admin: Any, topic: str) -> None:
         if t is None or t.error is not None:
             raise KafkaError(ErrorCode.unknown_server_error,
                              f"cannot create marker topic {topic}: {e}") from e
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # wait until a leader is known
-        t = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if t is not None and t.error is None and t.partitions and t.partitions[0].leader >= 0:
-            return
-        time.sleep(0.1)
-    raise KafkaError(ErrorCode.leader_not_available, f"marker topic {topic} has no leader")
 
 
 def _consumer(conf: Mapping[str, str]) -> Any:

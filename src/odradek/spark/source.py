@@ -124,7 +124,8 @@ def _transient(err: Any) -> bool:
         CKError.LEADER_NOT_AVAILABLE, CKError.NOT_LEADER_FOR_PARTITION,
         CKError.UNKNOWN_TOPIC_OR_PART, CKError.REQUEST_TIMED_OUT, CKError.OFFSET_NOT_AVAILABLE,
         CKError.UNKNOWN_LEADER_EPOCH, CKError.FENCED_LEADER_EPOCH, CKError._TRANSPORT,
-        CKError._TIMED_OUT, CKError._ALL_BROKERS_DOWN, CKError._UNKNOWN_PARTITION)
+        CKError._TIMED_OUT, CKError._ALL_BROKERS_DOWN, CKError._UNKNOWN_PARTITION,
+        CKError._NOENT)  # _NOENT: "No leaders found" while the admin's metadata catches up
 
 
 def list_offsets_retrying(admin: Any, req: Mapping[Any, Any], retries: int,
@@ -136,6 +137,7 @@ def list_offsets_retrying(admin: Any, req: Mapping[Any, Any], retries: int,
     after a broker crash); Spark retries its offset fetches too (fetchOffset.*).
     """
     from confluent_kafka import KafkaException
+    from confluent_kafka.admin._listoffsets import TimestampSpec
     out: dict[Any, int] = {}
     todo = dict(req)
     for attempt in range(retries + 1):
@@ -143,7 +145,18 @@ def list_offsets_retrying(admin: Any, req: Mapping[Any, Any], retries: int,
         last: Exception | None = None
         for tp, fut in admin.list_offsets(todo, request_timeout=30).items():
             try:
-                out[tp] = int(fut.result().offset)
+                off = int(fut.result().offset)
+                if off < 0 and not isinstance(todo[tp], TimestampSpec):
+                    # A leader elected a moment ago answered before it knew its high
+                    # watermark (seen: -1001 for ~0.1 s after a failover). Only a
+                    # timestamp lookup may legitimately answer -1 (no match).
+                    last = KafkaError(ErrorCode.offset_not_available,
+                                      f"ListOffsets {tp.topic}-{tp.partition}: offset {off}")
+                    if attempt == retries:
+                        raise last
+                    failed[tp] = todo[tp]
+                    continue
+                out[tp] = off
             except KafkaException as e:
                 err = e.args[0] if e.args else None
                 if attempt < retries and _transient(err):
@@ -156,7 +169,7 @@ def list_offsets_retrying(admin: Any, req: Mapping[Any, Any], retries: int,
         log.info("odradek source: ListOffsets retry %d for %d partitions (%s)", attempt + 1,
                  len(failed), last)
         todo = failed
-        time.sleep(interval_s)
+        time.sleep(min(interval_s, 0.1 * 2 ** attempt))  # quick first retries
     return out
 
 
@@ -321,10 +334,11 @@ def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.Re
     """
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka import KafkaError as CKError
+    from confluent_kafka import KafkaException as CKException
 
     # Only ``value`` is relied on: a reused Python worker may hold another copy of the
     # class, and Spark hands a bare InputPartition(None) when a batch plan is empty.
-    if not isinstance(partition.value, tuple):
+    if not isinstance(partition.value, (tuple, list)):
         return
     r = OffsetRange(*partition.value)
 
@@ -381,9 +395,15 @@ def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.Re
                 continue
             if pos >= r.end:
                 break
-            # Nothing arrived: is the rest of the range still there?
-            wm = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition),
-                                                timeout=10, cached=False)
+            # Nothing arrived: is the rest of the range still there? (Known gap: once
+            # compaction exists, a range whose tail was compacted away and has no later
+            # record waits for kafkaConsumer.pollTimeoutMs; librdkafka does not expose
+            # its fetch position past a gap.)
+            try:
+                wm = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition),
+                                                    timeout=10, cached=False)
+            except CKException:  # e.g. leader election in progress: keep waiting
+                wm = None
             if wm is not None and wm[1] <= pos:
                 msg = (f"{r.topic}-{r.partition}: offsets {pos}..{r.end - 1} were planned but "
                        f"the log now ends at {wm[1]}")
