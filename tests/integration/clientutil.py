@@ -172,8 +172,7 @@ def confluent_consume(bootstrap: str, topic: str, partitions: int, expect: int,
     """Read ``expect`` records from the beginning of every partition with ``assign``."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    # confluent-kafka insists on a group.id even for assign(); nothing is committed and,
-    # as the broker does not advertise FindCoordinator yet, no coordinator is looked up.
+    # confluent-kafka insists on a group.id even for assign(); nothing is committed.
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "odradek-compat-assign",
                   "enable.auto.commit": False,
                   "enable.partition.eof": False, **conf})

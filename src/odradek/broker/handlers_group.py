@@ -30,11 +30,8 @@ KEY_TYPE_GROUP = 0
 
 
 def _client_host() -> str:
-    """Kafka's ``/1.2.3.4`` for DescribeGroups. Needs the connection's peer, which the
-    server does not expose yet: if it ever sets a ``server.CURRENT_PEER`` context variable
-    around dispatch, it is picked up here; until then the host is empty."""
-    var = getattr(server, "CURRENT_PEER", None)
-    peer = var.get(None) if var is not None else None
+    """Kafka's ``/1.2.3.4`` for DescribeGroups, from the requesting connection's peer."""
+    peer = server.CURRENT_PEER.get()
     return f"/{peer[0]}" if peer else ""
 
 

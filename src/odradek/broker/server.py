@@ -16,6 +16,7 @@ the transport's buffer.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import socket
@@ -28,6 +29,11 @@ from odradek.protocol.framing import FrameDecoder, FrameError, FrameTooLarge
 log = logging.getLogger(__name__)
 
 MAX_PENDING_FRAMES = 100
+
+# The peer address of the connection whose request is being handled (handlers that must
+# report client hosts, e.g. DescribeGroups, read it; tasks created meanwhile inherit it).
+CURRENT_PEER: contextvars.ContextVar[Any] = contextvars.ContextVar("odradek_peer",
+                                                                  default=None)
 
 
 class CloseConnection(Exception):
@@ -99,8 +105,14 @@ class KafkaConnection(asyncio.Protocol):
     def _process(self) -> None:
         while self._pending and not self._busy and not self._closed:
             frame = self._pending.popleft()
+            token = CURRENT_PEER.set(self.peer)
             try:
                 result = self._dispatch(frame)
+                if isinstance(result, Coroutine):  # the task inherits CURRENT_PEER
+                    self._busy = True
+                    self._task = asyncio.get_running_loop().create_task(
+                        self._finish(result))
+                    return
             except CloseConnection as e:
                 log.info("closing connection from %s: %s", self.peer, e)
                 self.close()
@@ -109,10 +121,8 @@ class KafkaConnection(asyncio.Protocol):
                 log.exception("request from %s failed; closing the connection", self.peer)
                 self.close()
                 return
-            if isinstance(result, Coroutine):
-                self._busy = True
-                self._task = asyncio.get_running_loop().create_task(self._finish(result))
-                return
+            finally:
+                CURRENT_PEER.reset(token)
             self._write(result)
         if self._paused and len(self._pending) < MAX_PENDING_FRAMES // 2 and self._transport:
             self._paused = False
