@@ -203,3 +203,30 @@ def test_rolling_restart_under_load(make_cluster, topic_name) -> None:
     assert _check_acked_present(prod.acked, read) == []
     values = [v for recs in read.values() for _, v in recs]
     assert len(values) == len(set(values))
+
+
+def test_idempotent_retries_after_leader_pause_no_duplicates_no_gaps(make_cluster,
+                                                                      topic_name) -> None:
+    """Issue 4: SIGSTOP the leader past the request timeout, then SIGCONT. The producer
+    retries (possibly to a new leader); the log has every record once, in send order."""
+    c = make_cluster(3, broker_config=FAST)
+    create_topic(c.bootstrap_servers, topic_name, 1, 3, {"min.insync.replicas": "2"},
+                 assignment=[[1, 2, 3]])
+    conf = {"acks": "all", "enable.idempotence": True, "request.timeout.ms": 2000,
+            "max.in.flight.requests.per.connection": 5}
+    with SteadyProducer(c.bootstrap_servers, topic_name, conf) as prod:
+        wait_for(lambda: len(prod.acked) > 1000, 20, "acks before the pause")
+        c.stop_broker(1, signal.SIGSTOP)
+        n = len(prod.acked)
+        # Longer than request.timeout.ms and the ZooKeeper session: retries and a failover.
+        wait_for(lambda: len(prod.acked) > n + 1000, 40, "acks from the new leader")
+        c.start_broker(1)  # SIGCONT: the old leader wakes up, is fenced, follows
+        n = len(prod.acked)
+        wait_for(lambda: len(prod.acked) > n + 1000, 30, "acks after the old leader resumed")
+    assert prod.errors == [], prod.errors[:5]
+    read = consume_all(c.bootstrap_servers, topic_name, [0])
+    values = [v for _, v in read[0]]
+    assert len(values) == len(set(values)), "a retried batch was written twice"
+    seqs = [int(v.split(b"-")[1]) for v in values]
+    assert seqs == list(range(len(seqs))), "records missing or out of send order"
+    assert _check_acked_present(prod.acked, read) == []
