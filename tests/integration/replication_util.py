@@ -81,8 +81,15 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int],
                   "enable.auto.commit": False, "enable.partition.eof": True})
     ends = {}
     for p in partitions:
-        _, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-        ends[p] = hi
+        # A broker that just came back may answer from stale metadata (NOT_LEADER) until
+        # it has caught up with ZooKeeper: retry like a client would.
+        def hw(p: int = p) -> int | None:
+            try:
+                return c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            except Exception:  # noqa: BLE001
+                return None
+        ends[p] = wait_for(lambda: (lambda v: (v,) if v is not None else None)(hw()),
+                           30, f"the high watermark of {topic}-{p}")[0]
     c.assign([TopicPartition(topic, p, 0) for p in partitions])
     out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in partitions}
     done = {p for p in partitions if ends[p] == 0}

@@ -213,13 +213,15 @@ def test_idempotent_retries_after_leader_pause_no_duplicates_no_gaps(make_cluste
     create_topic(c.bootstrap_servers, topic_name, 1, 3, {"min.insync.replicas": "2"},
                  assignment=[[1, 2, 3]])
     conf = {"acks": "all", "enable.idempotence": True, "request.timeout.ms": 2000,
-            "max.in.flight.requests.per.connection": 5}
+            "socket.timeout.ms": 5000, "max.in.flight.requests.per.connection": 5}
     with SteadyProducer(c.bootstrap_servers, topic_name, conf) as prod:
         wait_for(lambda: len(prod.acked) > 1000, 20, "acks before the pause")
         c.stop_broker(1, signal.SIGSTOP)
         n = len(prod.acked)
         # Longer than request.timeout.ms and the ZooKeeper session: retries and a failover.
-        wait_for(lambda: len(prod.acked) > n + 1000, 40, "acks from the new leader")
+        # librdkafka drains what it had in flight to the paused broker before it resumes
+        # on the new leader (idempotence), bounded by its socket timeout.
+        wait_for(lambda: len(prod.acked) > n + 1000, 60, "acks from the new leader")
         c.start_broker(1)  # SIGCONT: the old leader wakes up, is fenced, follows
         n = len(prod.acked)
         wait_for(lambda: len(prod.acked) > n + 1000, 30, "acks after the old leader resumed")

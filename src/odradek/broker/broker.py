@@ -148,6 +148,10 @@ class Broker:
         never leaves a broker that holds its ZooKeeper session but serves nothing.
         """
         log.info("broker %d shutting down", self.broker_id)
+        # Followers stop fetching first: a fetch that reached a leader after the controller
+        # dropped us from its ISR would put us straight back in (and leave a dead broker in
+        # the ISR until replica.lag.time.max.ms passes).
+        await self._bounded("stop replica fetchers", self.replicas.stop_fetchers())
         if self.config.controlled_shutdown_enable and self.zk is not None and self.store:
             # SPEC R13 / Kafka's controlled shutdown: while we still serve, the controller
             # moves leadership of our partitions to other ISR members and drops us from
@@ -157,8 +161,6 @@ class Broker:
                                             self.broker_id, CONTROLLED_SHUTDOWN_TIMEOUT_S)
             log.info("controlled shutdown %s in %.2f s", "completed" if moved else "timed out",
                      time.monotonic() - t0)
-        # Fetchers stop only now: a fetch from us before that could put us back in an ISR.
-        await self._bounded("stop replica fetchers", self.replicas.stop_fetchers())
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):

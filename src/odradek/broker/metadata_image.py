@@ -78,6 +78,9 @@ class MetadataImage:
     # False until the first full read from ZooKeeper: before that, a missing topic means
     # "not loaded yet", never "deleted" (so no local log is removed by mistake).
     complete: bool = False
+    # Topics that differ from the previous image (None: anything may have changed, e.g.
+    # broker membership); lets appliers skip untouched topics.
+    changed_topics: frozenset[str] | None = None
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         t = self.topics.get(topic)

@@ -120,6 +120,11 @@ class MetadataStore:
         self._cluster_id: str | None = None
         self._watched_topics: set[str] = set()
         self._watched_states: set[tuple[str, int]] = set()
+        # Incremental images: a topic's TopicInfo is rebuilt only when something of it
+        # changed, so one state-znode change costs O(that topic), not O(all partitions).
+        self._built: dict[str, TopicInfo] = {}
+        self._dirty: set[str] = set()
+        self._everything_changed = True
         self._stopped = threading.Event()
         self._lost = False
         self.listeners: list[Callable[[MetadataEvent], None]] = []  # e.g. the controller
@@ -250,6 +255,8 @@ class MetadataStore:
                 self._load_config(e.topic)
 
     def _reload_all(self) -> None:
+        self._built.clear()
+        self._everything_changed = True
         self._load_brokers()
         self._load_controller()
         self._topics.clear()
@@ -258,6 +265,7 @@ class MetadataStore:
         self._load_topic_list()
 
     def _load_brokers(self) -> None:
+        self._everything_changed = True  # leader addresses and liveness matter everywhere
         brokers: dict[int, BrokerInfo] = {}
         for child in self.zk.get_children(znodes.BROKER_IDS):
             try:
@@ -277,9 +285,12 @@ class MetadataStore:
 
     def _load_topic_list(self) -> None:
         names = set(self.zk.get_children(znodes.BROKER_TOPICS))
-        self._deleting = set(self.zk.get_children(znodes.DELETE_TOPICS))
+        deleting = set(self.zk.get_children(znodes.DELETE_TOPICS))
+        self._dirty |= deleting ^ self._deleting
+        self._deleting = deleting
         for gone in set(self._topics) - names:
             del self._topics[gone]
+            self._dirty.add(gone)
             self._watched_topics.discard(gone)
             self._watched_states = {k for k in self._watched_states if k[0] != gone}
         for name in names - set(self._topics):
@@ -292,6 +303,7 @@ class MetadataStore:
             self._topics.pop(topic, None)
             return
         assignment = znodes.decode_topic(topic, data)
+        self._dirty.add(topic)
         ts = self._topics.get(topic)
         if ts is None:
             ts = _TopicState(topic_id=assignment.topic_id or uuid.UUID(int=0),
@@ -316,6 +328,7 @@ class MetadataStore:
 
     def _load_state(self, topic: str, p: int) -> None:
         ts = self._topics[topic]
+        self._dirty.add(topic)
         try:
             data, stat = self.zk.get(znodes.partition_state_path(topic, p))
             ts.states[p] = (znodes.decode_partition_state(data), stat.version)
@@ -323,6 +336,7 @@ class MetadataStore:
             ts.states[p] = (None, -1)
 
     def _load_config(self, topic: str) -> None:
+        self._dirty.add(topic)
         try:
             data, _ = self.zk.get(znodes.topic_config_path(topic))
             self._topics[topic].configs = znodes.decode_topic_config(data)
@@ -333,18 +347,28 @@ class MetadataStore:
     def build_image(self) -> MetadataImage:
         topics: dict[str, TopicInfo] = {}
         for name, ts in self._topics.items():
-            parts: dict[int, PartitionInfo] = {}
-            for p, replicas in ts.assignment.items():
-                state, version = ts.states.get(p, (None, -1))
-                if state is None:
-                    parts[p] = PartitionInfo(p, tuple(replicas))
-                else:
-                    parts[p] = PartitionInfo(p, tuple(replicas), state.leader, state.leader_epoch,
-                                             tuple(state.isr), state.controller_epoch, version)
-            topics[name] = TopicInfo(name, ts.topic_id, parts, dict(ts.configs),
-                                     name in self._deleting)
+            info = self._built.get(name)
+            if info is None or name in self._dirty:
+                info = self._built[name] = self._topic_info(name, ts)
+            topics[name] = info
+        for gone in set(self._built) - set(self._topics):
+            del self._built[gone]
+        changed = None if self._everything_changed else frozenset(self._dirty)
+        self._dirty.clear()
+        self._everything_changed = False
         return MetadataImage(self._cluster_id, self._controller_id, dict(self._brokers),
-                             topics, complete=True)
+                             topics, complete=True, changed_topics=changed)
+
+    def _topic_info(self, name: str, ts: _TopicState) -> TopicInfo:
+        parts: dict[int, PartitionInfo] = {}
+        for p, replicas in ts.assignment.items():
+            state, version = ts.states.get(p, (None, -1))
+            if state is None:
+                parts[p] = PartitionInfo(p, tuple(replicas))
+            else:
+                parts[p] = PartitionInfo(p, tuple(replicas), state.leader, state.leader_epoch,
+                                         tuple(state.isr), state.controller_epoch, version)
+        return TopicInfo(name, ts.topic_id, parts, dict(ts.configs), name in self._deleting)
 
     def _emit(self) -> None:
         self._publish(self.build_image())

@@ -113,18 +113,23 @@ class ReplicaManager:
     # ----------------------------------------------------------------- metadata
     def apply_image(self, image: MetadataImage) -> None:
         """Make local replicas match the image: become leader/follower, delete old logs."""
-        wanted: set[TopicPartition] = set()
-        for topic in image.topics.values():
+        changed = image.changed_topics
+        for name in (image.topics if changed is None else changed):
+            topic = image.topics.get(name)
+            if topic is None:
+                continue
             for pinfo in topic.partitions.values():
-                if self.broker_id not in pinfo.replicas:
-                    continue
-                tp = (topic.name, pinfo.index)
-                wanted.add(tp)
-                self._apply_partition(tp, pinfo, topic.configs, image)
+                if self.broker_id in pinfo.replicas:
+                    self._apply_partition((topic.name, pinfo.index), pinfo, topic.configs,
+                                          image)
         if not image.complete:
             return
         for tp in list(self._logs):
-            if tp not in wanted:
+            if changed is not None and tp[0] not in changed:
+                continue
+            t = image.topics.get(tp[0])
+            pinfo = t.partitions.get(tp[1]) if t is not None else None
+            if pinfo is None or self.broker_id not in pinfo.replicas:
                 self._delete_partition(tp)
 
     def _apply_partition(self, tp: TopicPartition, pinfo: PartitionInfo,

@@ -238,15 +238,16 @@ def _read_range(consumer: Any, topic: str, partition: int, start: int, end: int)
             raise KafkaError(ErrorCode.request_timed_out, f"scan {topic}-{partition} stuck at {pos}")
 
 
-def _watermarks(admin: Any, topic: str, partition: int) -> tuple[int, int]:
+def _watermarks(admin: Any, topic: str, partition: int,
+                conf: Mapping[str, str]) -> tuple[int, int]:
     """(log start, high watermark) through ListOffsets (the admin client looks the topic
     up itself; a consumer's cached metadata may not know a just-created topic yet)."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
     from odradek.spark.source import list_offsets_retrying
     tp = TopicPartition(topic, partition)
-    lo = list_offsets_retrying(admin, {tp: OffsetSpec.earliest()}, 30, 1.0)[tp]
-    hi = list_offsets_retrying(admin, {tp: OffsetSpec.latest()}, 30, 1.0)[tp]
+    lo = list_offsets_retrying(admin, {tp: OffsetSpec.earliest()}, 30, 1.0, conf)[tp]
+    hi = list_offsets_retrying(admin, {tp: OffsetSpec.latest()}, 30, 1.0, conf)[tp]
     return lo, hi
 
 
@@ -254,7 +255,7 @@ def read_markers(conf: Mapping[str, str], admin: Any, query_id: str,
                  batch_id: int) -> list[dict[str, Any]]:
     """All markers of ``batch_id``, reading the marker topic backwards in growing windows."""
     topic = marker_topic(query_id)
-    low, high = _watermarks(admin, topic, 0)
+    low, high = _watermarks(admin, topic, 0, conf)
     if high <= low:
         return []
     c = _consumer(conf)
@@ -286,7 +287,7 @@ def _write_marker(p: Any, query_id: str, marker: dict[str, Any]) -> None:
     d.check(p)
 
 
-def _latest_offsets(admin: Any, topic: str) -> dict[str, int]:
+def _latest_offsets(admin: Any, topic: str, conf: Mapping[str, str]) -> dict[str, int]:
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
     t = admin.list_topics(topic, timeout=30).topics.get(topic)
@@ -294,7 +295,7 @@ def _latest_offsets(admin: Any, topic: str) -> dict[str, int]:
         raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {topic} does not exist")
     from odradek.spark.source import list_offsets_retrying
     got = list_offsets_retrying(admin, {TopicPartition(topic, p): OffsetSpec.latest()
-                                        for p in t.partitions}, 30, 1.0)
+                                        for p in t.partitions}, 30, 1.0, conf)
     return {str(tp.partition): off for tp, off in got.items()}
 
 
@@ -384,7 +385,7 @@ class _Task:
         _write_marker(producer, self.query_id, {
             "type": "begin", "batch": self.batch_id, "task": self.task,
             "attempt": self.attempt, "topic": topic,
-            "offsets": _latest_offsets(self.admin, topic)})
+            "offsets": _latest_offsets(self.admin, topic, self.opts.conf)})
         self.begun.add(topic)
 
     def _load_previous_attempts(self, begins: list[dict[str, Any]]) -> None:
@@ -400,7 +401,7 @@ class _Task:
         c = _consumer(self.opts.conf)
         try:
             for (topic, p), frm in sorted(start.items()):
-                end = int(_latest_offsets(self.admin, topic)[str(p)])
+                end = int(_latest_offsets(self.admin, topic, self.opts.conf)[str(p)])
                 for m in _read_range(c, topic, p, frm, end):
                     for k, v in m.headers() or ():
                         if k == TAG_HEADER and v is not None and v.startswith(prefix):

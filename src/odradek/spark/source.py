@@ -129,21 +129,29 @@ def _transient(err: Any) -> bool:
 
 
 def list_offsets_retrying(admin: Any, req: Mapping[Any, Any], retries: int,
-                          interval_s: float) -> dict[Any, int]:
+                          interval_s: float, conf: Mapping[str, str] | None = None) -> dict[Any, int]:
     """AdminClient.list_offsets, retrying partitions that fail with a retriable error.
 
     A topic created a moment ago, or a partition whose leader just died, answers
     LEADER_NOT_AVAILABLE / NOT_LEADER_OR_FOLLOWER until an election completes (seconds
     after a broker crash); Spark retries its offset fetches too (fetchOffset.*).
+
+    Measured here: a long-lived librdkafka AdminClient keeps sending ListOffsets to a
+    SIGKILLed leader, each request timing out and the future resolving to offset -1001
+    (OFFSET_INVALID) without an error, for minutes; a fresh client finds the new leader
+    at once. So every retry uses a fresh AdminClient (when ``conf`` is given).
     """
     from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
     from confluent_kafka.admin._listoffsets import TimestampSpec
     out: dict[Any, int] = {}
     todo = dict(req)
     for attempt in range(retries + 1):
         failed: dict[Any, Any] = {}
         last: Exception | None = None
-        for tp, fut in admin.list_offsets(todo, request_timeout=30).items():
+        if attempt and conf is not None:
+            admin = AdminClient(dict(conf))
+        for tp, fut in admin.list_offsets(todo, request_timeout=10).items():
             try:
                 off = int(fut.result().offset)
                 if off < 0 and not isinstance(todo[tp], TimestampSpec):
@@ -178,7 +186,8 @@ class _ClusterView:
 
     def __init__(self, conf: Mapping[str, str], retries: int, retry_interval_s: float) -> None:
         from confluent_kafka.admin import AdminClient
-        self._admin = AdminClient(dict(conf))
+        self._conf = dict(conf)
+        self._admin = AdminClient(self._conf)
         self._retries = retries
         self._retry_interval_s = retry_interval_s
 
@@ -197,7 +206,8 @@ class _ClusterView:
             spec = (OffsetSpec.earliest() if q == om.EARLIEST else
                     OffsetSpec.latest() if q == om.LATEST else OffsetSpec.for_timestamp(q))
             req[TopicPartition(topic, p)] = spec
-        got = list_offsets_retrying(self._admin, req, self._retries, self._retry_interval_s)
+        got = list_offsets_retrying(self._admin, req, self._retries, self._retry_interval_s,
+                                    self._conf)
         return {(tp.topic, tp.partition): off for tp, off in got.items()}
 
     def earliest(self, tps: list[TP]) -> dict[TP, int]:
