@@ -225,6 +225,11 @@ def test_idempotent_retries_after_leader_pause_no_duplicates_no_gaps(make_cluste
         c.start_broker(1)  # SIGCONT: the old leader wakes up, is fenced, follows
         n = len(prod.acked)
         wait_for(lambda: len(prod.acked) > n + 1000, 30, "acks after the old leader resumed")
+    # The woken leader serves its stale view until ZooKeeper tells it otherwise (a zombie,
+    # as in ZooKeeper-era Kafka); read once it has rejoined as a follower.
+    wait_for(lambda: sorted(partition_meta(c.bootstrap_servers, topic_name)[0].isrs)
+             == [1, 2, 3] and partition_meta(c.bootstrap_servers, topic_name)[0].leader != 1,
+             30, "the paused broker to rejoin as a follower")
     assert prod.errors == [], prod.errors[:5]
     read = consume_all(c.bootstrap_servers, topic_name, [0])
     values = [v for _, v in read[0]]

@@ -91,6 +91,9 @@ def create_topic(zk: KazooClient, plan: NewTopicPlan) -> None:
     # (metric names would clash).
     canon = plan.name.replace(".", "_")
     for existing in zk.get_children(znodes.BROKER_TOPICS):
+        if existing == plan.name:  # created meanwhile by another client
+            raise KafkaError(ErrorCode.topic_already_exists,
+                             f"Topic '{plan.name}' already exists.")
         if existing.replace(".", "_") == canon:
             raise KafkaError(ErrorCode.invalid_topic_exception,
                              f"Topic '{plan.name}' collides with existing topic: {existing}")
