@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from odradek.protocol.wire import append_array_length, append_string, uvarint
+
 __all__ = ["PartitionFetchResult", "encode_fetch_response", "FETCH_VERSIONS", "parts_size"]
 
 FETCH_VERSIONS: Final = range(4, 13)
@@ -61,18 +63,8 @@ class PartitionFetchResult:
     preferred_read_replica: int = -1  # v11+
 
 
-_SMALL_UVARINTS: Final = [bytes((i,)) for i in range(0x80)]
 
 
-def _uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return _SMALL_UVARINTS[value]
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def parts_size(parts: Sequence[Any]) -> int:
@@ -106,20 +98,10 @@ def encode_fetch_response(
         append(_TOP_V7.pack(throttle_time_ms, error_code, session_id))
     else:
         append(_TOP_V4.pack(throttle_time_ms))
-    if flexible:
-        append(_uvarint(len(topics) + 1))
-    else:
-        append(_I32.pack(len(topics)))
+    append_array_length(append, flexible, len(topics))
     for name, partitions in topics:
-        raw = name.encode()
-        if flexible:
-            append(_uvarint(len(raw) + 1))
-            append(raw)
-            append(_uvarint(len(partitions) + 1))
-        else:
-            append(_I16.pack(len(raw)))
-            append(raw)
-            append(_I32.pack(len(partitions)))
+        append_string(append, flexible, name.encode())
+        append_array_length(append, flexible, len(partitions))
         for p in partitions:
             if has_v5:
                 append(
@@ -133,7 +115,7 @@ def encode_fetch_response(
             if aborted is None:
                 append(b"\x00" if flexible else b"\xff\xff\xff\xff")
             else:
-                append(_uvarint(len(aborted) + 1) if flexible else _I32.pack(len(aborted)))
+                append(uvarint(len(aborted) + 1) if flexible else _I32.pack(len(aborted)))
                 for producer_id, first_offset in aborted:
                     append(_ABORTED.pack(producer_id, first_offset))
                     if flexible:
@@ -147,7 +129,7 @@ def encode_fetch_response(
                 size = len(records)
             else:
                 size = records.size
-            append(_uvarint(size + 1) if flexible else _I32.pack(size))
+            append(uvarint(size + 1) if flexible else _I32.pack(size))
             if size:
                 if isinstance(records, (bytes, bytearray, memoryview)):
                     append(bytes(records))

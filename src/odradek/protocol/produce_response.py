@@ -24,6 +24,8 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
+from odradek.protocol.wire import append_array_length, append_string, uvarint
+
 __all__ = ["PartitionProduceResult", "encode_produce_response", "PRODUCE_VERSIONS"]
 
 PRODUCE_VERSIONS: Final = range(3, 11)
@@ -46,18 +48,8 @@ class PartitionProduceResult:
     error_message: str | None = None
 
 
-_SMALL_UVARINTS: Final = [bytes((i,)) for i in range(0x80)]
 
 
-def _uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return _SMALL_UVARINTS[value]
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def encode_produce_response(
@@ -77,19 +69,10 @@ def encode_produce_response(
     append = parts.append
     if flexible:
         append(b"\x00")  # response header v1: empty tagged fields
-        append(_uvarint(len(topics) + 1))
-    else:
-        append(_I32.pack(len(topics)))
+    append_array_length(append, flexible, len(topics))
     for name, partitions in topics:
-        raw = name.encode()
-        if flexible:
-            append(_uvarint(len(raw) + 1))
-            append(raw)
-            append(_uvarint(len(partitions) + 1))
-        else:
-            append(_I16.pack(len(raw)))
-            append(raw)
-            append(_I32.pack(len(partitions)))
+        append_string(append, flexible, name.encode())
+        append_array_length(append, flexible, len(partitions))
         for p in partitions:
             if has_v5:
                 append(
@@ -107,7 +90,7 @@ def encode_produce_response(
                         append(b"\x01\x00\x00")  # + empty tagged fields
                     else:
                         raw_msg = msg.encode()
-                        append(b"\x01" + _uvarint(len(raw_msg) + 1))
+                        append(b"\x01" + uvarint(len(raw_msg) + 1))
                         append(raw_msg)
                         append(b"\x00")
                 else:
