@@ -17,6 +17,8 @@ import datetime
 import sys
 from typing import Any
 
+from odradek.cli.common import add_command_config, admin_client
+
 _TIMEOUT_S = 30.0
 
 
@@ -44,17 +46,8 @@ def add_parser(sub: Any) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true")
     mode.add_argument("--execute", action="store_true")
-    p.add_argument("--command-config", action="append", default=[], metavar="K=V",
-                   help="extra client properties")
+    add_command_config(p)
     p.set_defaults(func=_run)
-
-
-def _admin(args: argparse.Namespace) -> Any:
-    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
-
-    conf = {"bootstrap.servers": args.bootstrap_server}
-    conf.update(dict(kv.split("=", 1) for kv in args.command_config))
-    return AdminClient(conf)
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -68,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
     if not args.list and not args.group:
         print("Option --group is required with this action", file=sys.stderr)
         return 2
-    admin = _admin(args)
+    admin = admin_client(args)
     try:
         if args.list:
             res = admin.list_consumer_groups(request_timeout=_TIMEOUT_S).result()

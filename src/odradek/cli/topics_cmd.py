@@ -10,6 +10,8 @@ import argparse
 import sys
 from typing import Any
 
+from odradek.cli.common import add_command_config, admin_client
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("topics", help="create, list, describe and delete topics",
@@ -34,24 +36,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--under-min-isr-partitions", action="store_true")
     p.add_argument("--at-min-isr-partitions", action="store_true")
     p.add_argument("--exclude-internal", action="store_true")
-    p.add_argument("--command-config", action="append", default=[], metavar="K=V",
-                   help="extra client properties")
+    add_command_config(p)
     p.set_defaults(func=_run)
-
-
-def _admin(args: argparse.Namespace) -> Any:
-    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
-
-    conf = {"bootstrap.servers": args.bootstrap_server}
-    conf.update(dict(kv.split("=", 1) for kv in args.command_config))
-    return AdminClient(conf)
 
 
 def _run(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException  # noqa: PLC0415
     from confluent_kafka.admin import NewPartitions, NewTopic  # noqa: PLC0415
 
-    admin = _admin(args)
+    admin = admin_client(args)
     try:
         if args.list:
             md = admin.list_topics(timeout=15)
