@@ -202,9 +202,11 @@ def _create_marker_topic(admin: Any, topic: str, replication_factor: int) -> Non
     try:
         fut.result()
     except KafkaException as e:
-        # Another task of the same batch may have created it first (seen answered as
-        # TOPIC_ALREADY_EXISTS or, by Odradek today, TOPIC_EXCEPTION "collides with
-        # existing topic"): fine as long as it exists now.
+        # Another task of the same batch may have created it first: TOPIC_ALREADY_EXISTS
+        # is success (the caller then waits for its leader); anything else is fine only
+        # if the topic exists now.
+        if e.args[0].code() == ErrorCode.topic_already_exists:
+            return
         t = admin.list_topics(topic, timeout=10).topics.get(topic)
         if t is None or t.error is not None:
             raise KafkaError(ErrorCode.unknown_server_error,
