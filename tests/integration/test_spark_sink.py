@@ -9,8 +9,6 @@ fault duplicates, which shows the test can see duplicates at all.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -24,29 +22,16 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from odradek.cluster.local import LocalCluster  # noqa: E402
+from spark_util import local_spark  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must import odradek (FACTS.md)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    from odradek.spark import register
-    s = (SparkSession.builder.master("local[2]").appName("odradek-sink-tests")
-         .config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2")
-         .config("spark.python.worker.reuse", "true")
-         # small Arrow batches so a task has written some records before it fails
-         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
-         .getOrCreate())
-    register(s)
-    try:
-        yield s
-    finally:
-        s.stop()
+    # small Arrow batches so a task has written some records before it fails
+    yield from local_spark("odradek-sink-tests",
+                           **{"spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:

@@ -23,6 +23,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: E402
 
 from odradek.cluster.local import LocalCluster  # noqa: E402
+from spark_util import local_spark  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -33,21 +34,7 @@ BASE_TS = 1_700_000_000_000  # ms; records get BASE_TS + offset * 1000 per parti
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must import odradek (FACTS.md)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only here
-    from pyspark.sql import SparkSession
-
-    from odradek.spark import register
-    s = (SparkSession.builder.master("local[2]").appName("odradek-source-tests")
-         .config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2")
-         .config("spark.python.worker.reuse", "true")
-         .getOrCreate())
-    register(s)
-    try:
-        yield s
-    finally:
-        s.stop()
+    yield from local_spark("odradek-source-tests")
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
