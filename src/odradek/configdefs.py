@@ -447,6 +447,8 @@ _BROKER_LIST: list[ConfigDef] = [
     _b("log.cleaner.min.compaction.lag.ms", T.LONG, "0", "Minimum compaction lag.", Range(0)),
     _b("log.cleaner.max.compaction.lag.ms", T.LONG, _L, "Maximum compaction lag.", Range(1)),
     _b("log.cleaner.min.cleanable.ratio", T.DOUBLE, "0.5", "Minimum dirty ratio.", Range(0, 1)),
+    _b("log.cleaner.dedupe.buffer.size", T.LONG, "134217728",
+       "Memory bound of the compactor's key map (all cleaner threads), bytes.", Range(1)),
     _b("log.index.size.max.bytes", T.INT, "10485760", "Offset index size.", Range(4)),
     _b("log.index.interval.bytes", T.INT, "4096", "Bytes between index entries.", Range(0)),
     _b("log.flush.interval.messages", T.LONG, _L, "Messages between forced fsyncs.", Range(1)),
@@ -503,6 +505,10 @@ _BROKER_LIST: list[ConfigDef] = [
     _b("transaction.state.log.min.isr", T.INT, "2", "Transaction log min ISR.", Range(1)),
     _b("transaction.state.log.num.partitions", T.INT, "50", "Transaction log partitions.", Range(1)),
     _b("fetch.max.bytes", T.INT, "57671680", "Largest Fetch response.", Range(1024)),
+    _b("odradek.lost.records.retention.bytes", T.LONG, "1073741824",
+       "Beyond Kafka: size cap of the lost-records ledger of a log dir (truncated batches "
+       "kept in <log dir>/lost-records); oldest entries dropped first; -1 unbounded, "
+       "0 disables it.", Range(-1)),
     _b("ssl.keystore.password", T.PASSWORD, None, "Keystore password (TLS is not supported)."),
 ]
 

@@ -298,12 +298,63 @@ def _recreate(admin: AdminClient, name: str) -> bool:
         return False
 
 
-@pytest.mark.xfail(reason="retention not implemented (issue 5)", strict=True, run=False)
-def test_fail_on_data_loss_when_retention_removed_unread_data() -> None:
-    """Needs a log start offset > 0 (retention or DeleteRecords); the planning logic is
-    unit-tested in tests/unit/test_spark_offsets.py and the executor path uses the
-    consumer's offset reset (auto.offset.reset=error under failOnDataLoss)."""
-    raise AssertionError("retention not implemented (issue 5)")
+def _delete_records(bs: str, topic: str, partition: int, before: int) -> None:
+    """DeleteRecords (SPEC R24): the log start offset becomes ``before``."""
+    from confluent_kafka import TopicPartition
+
+    admin = AdminClient({"bootstrap.servers": bs})
+    (fut,) = admin.delete_records([TopicPartition(topic, partition, before)]).values()
+    assert fut.result(30).low_watermark == before
+
+
+def test_fail_on_data_loss_when_retention_removed_unread_data(
+        spark: Any, cluster: LocalCluster, topic_name: str, tmp_path: Path) -> None:
+    """Spark's Kafka source semantics once the log start passed unread offsets (issue 5):
+    failOnDataLoss=true fails the query with a clear message; false skips to the new
+    earliest offset, logs a warning and goes on. Planning-time detection (a checkpoint
+    below the log start) through Spark, and the executor path (the records vanish
+    between planning and reading) through ``read_range`` with a real consumer."""
+    from odradek.spark.offsets import DataLossError
+    from odradek.spark.source import RangePartition, SourceOptions, read_range
+
+    bs = cluster.bootstrap_servers
+    create_topic(bs, topic_name, 1)
+    produce(bs, topic_name, 1, 20)
+    sink = Collector()
+    df = reader(spark, bs, stream=True, subscribe=topic_name, startingOffsets="earliest")
+    q = start_stream(df, sink, tmp_path / "ck", availableNow=True)
+    assert q.awaitTermination(120) and q.exception() is None and sink.count() == 20
+    produce(bs, topic_name, 1, 20, tag="later", first_offset=20)  # offsets 20..39 unread
+    _delete_records(bs, topic_name, 0, 30)  # 20..29 go before the query saw them
+    q = start_stream(df, sink, tmp_path / "ck", availableNow=True)
+    with pytest.raises(Exception, match="from offset 20: the log starts at 30"):
+        q.awaitTermination(120)
+    assert sink.count() == 20
+    lenient = reader(spark, bs, stream=True, subscribe=topic_name, failOnDataLoss="false")
+    q = start_stream(lenient, sink, tmp_path / "ck", availableNow=True)
+    assert q.awaitTermination(120) and q.exception() is None
+    assert [o for _, _, o, _ in sink.rows] == list(range(20)) + list(range(30, 40))
+    # A batch read from an explicit offset below the log start behaves the same.
+    old = {"startingOffsets": f'{{"{topic_name}":{{"0":5}}}}'}
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        reader(spark, bs, stream=False, subscribe=topic_name, **old).collect()
+    rows = reader(spark, bs, stream=False, subscribe=topic_name, failOnDataLoss="false",
+                  **old).select("offset").collect()
+    assert [r.offset for r in rows] == list(range(30, 40))
+
+    # Executor path: the range [30, 40) was planned, then DeleteRecords moved the start
+    # to 35 before the task read it.
+    _delete_records(bs, topic_name, 0, 35)
+    part = RangePartition(topic_name, 0, 30, 40)
+    strict = SourceOptions.parse({"kafka.bootstrap.servers": bs, "subscribe": topic_name,
+                                  "kafkaConsumer.pollTimeoutMs": "20000"}, streaming=True)
+    with pytest.raises(DataLossError, match="failOnDataLoss"):
+        list(read_range(strict, part))
+    loose = SourceOptions.parse({"kafka.bootstrap.servers": bs, "subscribe": topic_name,
+                                 "failOnDataLoss": "false",
+                                 "kafkaConsumer.pollTimeoutMs": "20000"}, streaming=True)
+    got = [o for batch in read_range(loose, part) for o in batch.column("offset").to_pylist()]
+    assert got == list(range(35, 40))
 
 
 _CONNECT_SCRIPT = r'''

@@ -20,6 +20,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
 
 from odradek.broker import handlers_admin, handlers_data, handlers_elect, handlers_meta
+from odradek.broker import handlers_configs  # dynamic topic configs (issue 5)
+from odradek.broker import handlers_records  # DeleteRecords (issue 5)
 from odradek.broker.controlled_shutdown import request_controlled_shutdown
 from odradek.broker.controller import Controller
 from odradek.broker import handlers_group  # consumer groups (issue 4)
@@ -28,7 +30,11 @@ from odradek.broker.metadata_image import MetadataImage
 from odradek.broker.metadata_store import MetadataStore
 from odradek.broker.partition import Partition
 from odradek.broker.producer_ids import ProducerIdManager, handle_init_producer_id
-from odradek.broker.replica_manager import IsrUpdateFailed, ReplicaManager
+from odradek.broker.flusher import Flusher
+from odradek.broker.log_cleaner import manager_from_config  # compaction (SPEC R25)
+from odradek.broker.replica_manager import (
+    RECOVERY_POINT_CHECKPOINT, IsrUpdateFailed, ReplicaManager,
+)
 from odradek.broker.server import CloseConnection, KafkaConnection, start_listener
 from odradek.config import BrokerConfig, log_config_for_topic
 from odradek.protocol.codec import (
@@ -67,6 +73,11 @@ HANDLERS: dict[int, Any] = {
     15: handlers_group.handle_describe_groups,
     16: handlers_group.handle_list_groups,
     42: handlers_group.handle_delete_groups,
+    # dynamic topic configs (issue 5)
+    33: handlers_configs.handle_alter_configs,
+    44: handlers_configs.handle_incremental_alter_configs,
+    # retention / DeleteRecords (issue 5, SPEC R24)
+    21: handlers_records.handle_delete_records,
 }
 
 HW_CHECKPOINT_INTERVAL_S = 5.0  # replica.high.watermark.checkpoint.interval.ms
@@ -85,6 +96,16 @@ class Broker:
         self.replicas = ReplicaManager(self.broker_id, Path(config.log_dirs[0]),
                                        self.log_config_for, config=config, source_ip=host,
                                        isr_writer=self._write_isr)
+        # Flush policy, odradek.ack.fsync group commit, recovery-point checkpoints
+        # (issue 5): fsyncs run in the flusher's thread, never on the event loop.
+        self.flusher = Flusher(
+            logs=self.replicas.all_logs, on_flushed=self.replicas.on_log_flushed,
+            recovery_points=self.replicas.recovery_points,
+            checkpoint_path=Path(config.log_dirs[0]) / RECOVERY_POINT_CHECKPOINT,
+            scheduler_interval_ms=config.get("log.flush.scheduler.interval.ms"),
+            checkpoint_interval_ms=config.get("log.flush.offset.checkpoint.interval.ms"))
+        self.replicas.flusher = self.flusher
+        self.cleaner = manager_from_config(self.replicas, Path(config.log_dirs[0]), config)
         self.zk: KazooClient | None = None
         self.store: MetadataStore | None = None
         self.controller: Controller | None = None
@@ -107,6 +128,8 @@ class Broker:
         self._loop = asyncio.get_running_loop()
         t0 = time.monotonic()
         self.replicas.load_logs()
+        self.flusher.start()
+        self.cleaner.start(self._loop)  # log compaction threads (SPEC R25)
         log.info("logs loaded in %.2f s", time.monotonic() - t0)
         bind_host, bind_port = self._bind_address()
         self._server = await start_listener(bind_host, bind_port, self.dispatch,
@@ -131,6 +154,7 @@ class Broker:
         await self._server.start_serving()
         self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
         self._tasks.append(asyncio.create_task(self._isr_loop()))
+        self._tasks.append(asyncio.create_task(self._retention_loop()))
         log.info("broker %d serving on %s:%d (advertised %s:%d)", self.broker_id, bind_host,
                  bind_port, self.advertised_host, self.advertised_port)
 
@@ -176,6 +200,8 @@ class Broker:
             await self._bounded("close the ZooKeeper session",
                                 asyncio.to_thread(lambda: (zk.stop(), zk.close())))
         self.groups.stop()  # consumer groups (issue 4)
+        await self._bounded("stop the log cleaner", asyncio.to_thread(self.cleaner.stop))
+        self.flusher.stop()  # the clean shutdown below flushes every log itself
         self.replicas.shutdown()
         self.stopped.set()
         log.info("broker %d stopped", self.broker_id)
@@ -206,6 +232,26 @@ class Broker:
                 self.replicas.check_isr()
             except Exception:
                 log.exception("ISR check failed")
+
+    async def _retention_loop(self) -> None:
+        """SPEC R24: delete old segments every log.retention.check.interval.ms (Kafka's
+        kafka-log-retention task), on the loop: the decision is metadata only and the
+        unlinks are deferred by file.delete.delay.ms. Pending unlinks are also checked
+        every second so the delay is honoured when the check interval is long."""
+        interval_s = max(self.config.get("log.retention.check.interval.ms"), 1) / 1000
+        tick_s = min(interval_s, 1.0)
+        next_check = time.monotonic() + interval_s
+        while True:
+            await asyncio.sleep(tick_s)
+            try:
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + interval_s
+                    self.replicas.run_retention()
+                else:
+                    for lg in self.replicas.all_logs():
+                        lg.run_pending_deletions()
+            except Exception:
+                log.exception("retention check failed")
 
     def _write_isr(self, part: Partition, new_isr: list[int]) -> int:
         """Conditional write of the state znode (runs in a worker thread, SPEC R6, R13)."""

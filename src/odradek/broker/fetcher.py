@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from odradek.protocol.client_codec import nested_request, request_entity
 
 if TYPE_CHECKING:
     from odradek.broker.partition import Partition
+    from odradek.storage.log import Log
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,9 @@ class ReplicaFetcher:
         self._wakeup = asyncio.Event()
         self._rotation = 0
         self._task: asyncio.Task[None] | None = None
+        # odradek.ack.fsync: set by the replica manager to the flusher's wait_durable, so
+        # the next fetch offset we report (our LEO) is durable.
+        self.wait_durable: Callable[[list[tuple[Log, int]]], Awaitable[None]] | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -137,15 +141,22 @@ class ReplicaFetcher:
                 if r.leader_epoch < 0 or r.end_offset < 0:
                     # The leader knows no epoch this old: Kafka's fallback is the HW.
                     target = p.high_watermark
+                    why = (f"truncate to the high watermark {target}: leader {self.leader_id} "
+                           f"(epoch {p.leader_epoch}) knows no epoch <= {p.epochs.latest_epoch}")
                 else:
                     _, own_end = p.epochs.end_offset_for(int(r.leader_epoch), p.log_end_offset)
                     target = min(int(r.end_offset),
                                  own_end if own_end >= 0 else p.high_watermark)
+                    why = (f"truncate after OffsetsForLeaderEpoch to {target} (leader "
+                           f"{self.leader_id} epoch {p.leader_epoch}: epoch "
+                           f"{r.leader_epoch} ends at {r.end_offset} there)")
                 if target < p.log_end_offset:
                     log.info("%s: truncating from %d to %d (leader %d epoch %d ends at %d)",
                              p.name, p.log_end_offset, target, self.leader_id, r.leader_epoch,
                              r.end_offset)
-                    p.truncate_to(target)
+                    # The removed suffix goes to the lost-records ledger first (issue 6/5).
+                    p.truncate_to(target, reason=why, leader_id=self.leader_id,
+                                  leader_epoch=p.leader_epoch)
                 st.truncating = False
 
     async def _fetch_once(self) -> bool:
@@ -177,6 +188,7 @@ class ReplicaFetcher:
         wait_s = cfg.replica_fetch_wait_max_ms / 1000
         resp = await self._conn.request(req, timeout_s=wait_s + cfg.replica_socket_timeout_ms / 1000)
         now_ms = time.time_ns() // 1_000_000
+        durable: list[tuple[Log, int]] = []
         for t in resp.responses:
             for r in t.partitions:
                 st = self.states.get((t.topic, r.partition_index))
@@ -185,6 +197,17 @@ class ReplicaFetcher:
                 p = st.partition
                 code = int(r.error_code)
                 if code == ErrorCode.offset_out_of_range:
+                    leader_start = int(r.log_start_offset)
+                    if 0 <= p.log_end_offset < leader_start:
+                        # Below the leader's log start (retention / DeleteRecords while
+                        # we were away): Kafka's handleOffsetOutOfRange restarts the log
+                        # at the leader's log start offset.
+                        log.info("%s: LEO %d below leader %d's log start %d; restarting "
+                                 "the log there", p.name, p.log_end_offset, self.leader_id,
+                                 leader_start)
+                        p.truncate_fully_and_start_at(leader_start)
+                        self._on_progress(p)
+                        continue
                     # Our LEO is past the leader's (e.g. after an unclean election):
                     # find the divergence point again.
                     st.truncating = True
@@ -193,12 +216,20 @@ class ReplicaFetcher:
                     self._backoff(st, code, "Fetch")
                     continue
                 try:
-                    p.append_as_follower(r.records or b"", int(r.high_watermark), now_ms)
+                    p.append_as_follower(r.records or b"", int(r.high_watermark), now_ms,
+                                         int(r.log_start_offset))
                 except Exception as e:  # noqa: BLE001
                     log.warning("%s: follower append failed (%s); re-truncating", p.name, e)
                     st.truncating = True
                     continue
+                if r.records and p.log.config.ack_fsync:
+                    durable.append((p.log, p.log.log_end_offset))
                 self._on_progress(p)
+        if durable and self.wait_durable is not None:
+            # The leader counts our fetch offset toward its HW (SPEC R16): under
+            # odradek.ack.fsync it must be durable. One group-commit fsync per fetch round
+            # covers every batch this response brought, for all partitions.
+            await self.wait_durable(durable)
         return True
 
     def _backoff(self, st: FetchState, code: int, what: str) -> None:

@@ -68,6 +68,10 @@ def handle_produce(broker: Broker, header: RequestHeaderInfo, req: Any) -> Resul
                 res.log_start_offset = p.log.log_start_offset
                 if acks == -1 and not p.acks_all_satisfied(info.last_offset):
                     pending.append((PendingAck(p, info.last_offset), res))
+                elif (acks == 1 and p.log.config.ack_fsync
+                      and p.log.durable_offset <= info.last_offset):
+                    # odradek.ack.fsync: acks=1 answers after the leader's (group) fsync.
+                    pending.append((PendingAck(p, info.last_offset, durable=True), res))
             except KafkaError as e:
                 any_error = True
                 res.error_code = int(e.code)
@@ -151,7 +155,9 @@ def _record_follower_fetch(broker: Broker, req: Any, replica_id: int) -> None:
             except KafkaError:
                 continue  # the read below reports the error for this partition
             if replica_id in p.replicas:
-                broker.replicas.record_follower_fetch(p, replica_id, int(fp.fetch_offset))
+                broker.replicas.record_follower_fetch(
+                    p, replica_id, int(fp.fetch_offset),
+                    int(getattr(fp, "log_start_offset", -1)))  # DeleteRecords low watermark
 
 
 def _read_fetch(broker: Broker, req: Any) -> tuple[list[tuple[str, list[PartitionFetchResult]]],

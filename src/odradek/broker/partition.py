@@ -27,6 +27,7 @@ its decisions (ISR writes to ZooKeeper, waking waiters). Rules, stated once:
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass, field
 
 from odradek.errors import ErrorCode, KafkaError
@@ -34,6 +35,9 @@ from odradek.broker.producer_state import ProducerStateManager
 from odradek.storage.batch import BatchHeader, parse_batches
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import AppendInfo, FileSlice, Log
+from odradek.storage.truncation_ledger import TruncationLedger
+
+_log = logging.getLogger(__name__)
 
 
 class Role(enum.Enum):
@@ -50,6 +54,9 @@ class ReplicaState:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     leader_leo_at_last_fetch: int = 0
+    # The follower's own log start offset, sent in its fetches: the leader's low
+    # watermark (DeleteRecords) is the minimum over the ISR (Kafka's lowWatermarkIfLeader).
+    log_start_offset: int = -1
 
 
 @dataclass(slots=True)
@@ -75,6 +82,9 @@ class Partition:
     # Followers outside the ISR whose latest fetch reached the HW: only a fetch can
     # qualify a replica for the ISR, never stale knowledge (Kafka's maybeExpandIsr).
     expand_candidates: set[int] = field(default_factory=set)
+    # Where truncated suffixes are quarantined before removal (issue 6 item 5); None in
+    # tests that build a bare Partition.
+    ledger: TruncationLedger | None = None
 
     @property
     def name(self) -> str:
@@ -161,6 +171,8 @@ class Partition:
                                   max_timestamp=-1, offset_of_max_timestamp=-1,
                                   log_append_time=-1, num_batches=0, size_bytes=0,
                                   log_start_offset=self.log.log_start_offset)
+        if self.log.config.compact:
+            _require_keys(records, self.name)  # SPEC R25; compacted topics only
         leo_before = self.log.log_end_offset
         info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
         if self.leader_epoch > self.epochs.latest_epoch:
@@ -175,7 +187,10 @@ class Partition:
         """HW = min LEO over the ISR (SPEC R16). Returns True if it moved."""
         if self.role is not Role.LEADER:
             return False
-        hw = self.log.log_end_offset
+        # odradek.ack.fsync: the leader counts its *durable* LEO (followers already report
+        # durable fetch offsets), so everything below the HW is on every ISR member's disk.
+        lg = self.log
+        hw = lg.durable_offset if lg.config.ack_fsync else lg.log_end_offset
         for rid in self.isr:
             if rid == self.local_broker_id:
                 continue
@@ -188,11 +203,14 @@ class Partition:
             return True
         return False
 
-    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
+                              log_start_offset: int = -1) -> bool:
         """A follower's fetch offset is its LEO (SPEC R16). Returns True if the HW moved."""
         state = self.followers.get(replica_id)
         if state is None:
             state = self.followers[replica_id] = ReplicaState()
+        if log_start_offset >= 0:
+            state.log_start_offset = log_start_offset
         leo = self.log.log_end_offset
         if fetch_offset >= leo:
             state.last_caught_up_ms = now_ms
@@ -207,6 +225,37 @@ class Partition:
             else:
                 self.expand_candidates.discard(replica_id)
         return self.maybe_advance_high_watermark()
+
+    def low_watermark(self) -> int:
+        """Smallest log start offset over the ISR (-1 while an ISR follower's is unknown):
+        DeleteRecords answers once it reaches the requested offset (Kafka's
+        lowWatermarkIfLeader, which takes alive replicas; out-of-ISR replicas are left out
+        here so a dead follower cannot hold every DeleteRecords until its timeout)."""
+        low = self.log.log_start_offset
+        for rid in self.isr:
+            if rid == self.local_broker_id:
+                continue
+            st = self.followers.get(rid)
+            low = min(low, st.log_start_offset if st is not None else -1)
+        return low
+
+    def delete_records_to(self, offset: int) -> int:
+        """DeleteRecords on the leader (API 21): ``-1`` means the HW; past the HW is
+        OFFSET_OUT_OF_RANGE; the log start offset moves (never backwards). Returns the
+        offset the log start must reach on every ISR replica (the answer's low_watermark).
+        Kafka refuses it unless cleanup.policy contains "delete"."""
+        self.check_leader()
+        if not self.log.config.delete:
+            raise KafkaError(ErrorCode.policy_violation,
+                             f"Records of partition {self.name} can not be deleted due to "
+                             f"the configured policy")
+        target = self.high_watermark if offset == -1 else offset
+        if target < 0 or target > self.high_watermark:
+            raise KafkaError(ErrorCode.offset_out_of_range,
+                             f"cannot delete records of {self.name} up to {offset}: the "
+                             f"high watermark is {self.high_watermark}")
+        self.log.maybe_increment_log_start_offset(target, "DeleteRecords")
+        return max(target, self.log.log_start_offset)
 
     def isr_change_wanted(self, now_ms: int, lag_max_ms: int) -> list[int] | None:
         """The ISR this leader should write, or None if it is right (SPEC R6)."""
@@ -236,26 +285,74 @@ class Partition:
         return st.log_end_offset >= start
 
     # ----------------------------------------------------------------- follower side
-    def append_as_follower(self, records: bytes, leader_hw: int, now_ms: int) -> AppendInfo | None:
+    def append_as_follower(self, records: bytes, leader_hw: int, now_ms: int,
+                           leader_log_start: int = -1) -> AppendInfo | None:
         info = None
         if records:
-            info = self.log.append_as_follower(records, now_ms)
             headers = parse_batches(records, verify_crc=False)
+            lg = self.log
+            if (headers and lg.log_end_offset == lg.log_start_offset
+                    and headers[0].base_offset < lg.log_end_offset <= headers[0].last_offset):
+                # Kafka's UnexpectedAppendOffsetException case: our empty log starts at the
+                # leader's log start offset, which falls inside the first batch it sent
+                # (DeleteRecords cuts batches). Restart the log at the batch's base; the
+                # next response's log_start_offset moves our log start up again.
+                self.truncate_fully_and_start_at(headers[0].base_offset)
+            info = lg.append_as_follower(records, now_ms)
             for h in headers:
                 if h.partition_leader_epoch > self.epochs.latest_epoch:
                     self.epochs.assign(h.partition_leader_epoch, h.base_offset)
             self.producers.update(headers)  # so a new leader still deduplicates retries
         self.high_watermark = max(self.high_watermark,
                                   min(leader_hw, self.log.log_end_offset))
+        if leader_log_start > self.log.log_start_offset:
+            # Kafka: a follower follows its leader's log start offset (retention,
+            # DeleteRecords), bounded by its own HW; whole segments below it go at the
+            # next retention check.
+            self.log.maybe_increment_log_start_offset(
+                min(leader_log_start, self.high_watermark), "leader's log start offset")
         return info
 
-    def truncate_to(self, offset: int) -> None:
-        """SPEC R20: drop a suffix the leader does not have (never below our LEO's start)."""
+    def truncate_to(self, offset: int, *, reason: str = "truncation", leader_id: int = -1,
+                    leader_epoch: int = -1) -> None:
+        """SPEC R20: drop a suffix the leader does not have (never below our LEO's start).
+
+        The suffix is first copied, durably, to the lost-records ledger with ``reason``
+        and the new leader's id/epoch (``quarantine``)."""
         if offset < self.log.log_end_offset:
+            self.quarantine(offset, reason=reason, leader_id=leader_id,
+                            leader_epoch=leader_epoch)
             self.log.truncate_to(max(offset, self.log.log_start_offset))
         self.epochs.truncate_from_end(self.log.log_end_offset)
         self.producers.truncate_to(self.log.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """A follower whose LEO is below its leader's log start offset (retention or
+        DeleteRecords removed what it would fetch next): Kafka's handleOffsetOutOfRange
+        empties the log and restarts it at the leader's log start. Nothing is quarantined:
+        every local record is below the leader's log start, hence below its HW —
+        committed, and deliberately deleted there."""
+        self.log.truncate_fully_and_start_at(offset)
+        self.epochs.clear()
+        self.high_watermark = offset
+
+    def quarantine(self, offset: int, *, reason: str, leader_id: int = -1,
+                   leader_epoch: int = -1) -> None:
+        """Copy [offset, LEO) to the lost-records ledger, durably, before any removal of
+        it (``truncate_to``). A full reset (``truncate_fully_and_start_at``) does not
+        call it: everything it removes is below the leader's log start. A ledger that
+        cannot be written (disk full) is logged, not fatal: a follower that can never
+        truncate would never rejoin."""
+        if self.ledger is None or offset >= self.log.log_end_offset:
+            return
+        try:
+            self.ledger.record(self.log, self.topic, self.index, offset, reason=reason,
+                               new_leader_id=leader_id, new_leader_epoch=leader_epoch,
+                               high_watermark=self.high_watermark)
+        except Exception:  # noqa: BLE001
+            _log.exception("%s: could not quarantine [%d, %d) before truncating",
+                           self.name, offset, self.log.log_end_offset)
 
     # ----------------------------------------------------------------- acks & reads
     def acks_all_satisfied(self, last_offset: int) -> bool:
@@ -270,6 +367,24 @@ class Partition:
             return None
         return self.log.read(offset, max_bytes, max_offset=max_offset,
                              min_one_batch=min_one_batch)
+
+
+def _require_keys(records: bytes, name: str) -> None:
+    """Kafka's LogValidator: a compacted topic rejects records without a key (the cleaner
+    could never dedupe them). Decodes record keys — done only for cleanup.policy=compact
+    topics, so the ordinary produce path stays header-only."""
+    from odradek.storage.cleaner import record_key_check
+
+    try:
+        ok = record_key_check(records)
+    except KafkaError:
+        raise
+    except Exception as e:  # undecodable compressed payload
+        raise KafkaError(ErrorCode.corrupt_message, f"cannot decode records: {e!r}") from e
+    if not ok:
+        raise KafkaError(ErrorCode.invalid_record,
+                         f"Compacted topic cannot accept message without key in topic "
+                         f"partition {name}.")
 
 
 def _assign_offsets(headers: list[BatchHeader], first_offset: int) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from odradek.broker.fetcher import ReplicaFetcher
+from odradek.broker.flusher import Flusher
 from odradek.broker.metadata_image import MetadataImage, PartitionInfo
 from odradek.broker.partition import Partition, Role, rebuild_producer_state
 from odradek.broker.producer_state import ProducerStateManager
@@ -32,6 +33,9 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.storage.checkpoint import read_checkpoint, write_checkpoint
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import Log, LogConfig
+from odradek.storage.truncation_ledger import (
+    DEFAULT_RETENTION_BYTES, RETENTION_CONFIG, TruncationLedger, ledger_root,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,17 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _ledger_retention_bytes(config: Any) -> int:
+    """``odradek.lost.records.retention.bytes`` from a BrokerConfig (default otherwise)."""
+    getter = getattr(config, "get", None)
+    if getter is None:
+        return DEFAULT_RETENTION_BYTES
+    try:
+        return int(getter(RETENTION_CONFIG))
+    except KeyError:  # an older config table without the property
+        return DEFAULT_RETENTION_BYTES
+
+
 def parse_partition_dir(name: str) -> TopicPartition | None:
     """``my-topic-3`` → ("my-topic", 3); None for anything else (Kafka's dir naming)."""
     topic, sep, index = name.rpartition("-")
@@ -56,10 +71,17 @@ def parse_partition_dir(name: str) -> TopicPartition | None:
 
 @dataclass(slots=True)
 class PendingAck:
-    """One partition of an acks=all produce waiting for the HW (SPEC R7)."""
+    """One partition of an acks=all produce waiting for the HW (SPEC R7), or, with
+    ``durable`` (acks=1 on an ``odradek.ack.fsync`` topic), for the leader's fsync."""
 
     partition: Partition
     last_offset: int
+    durable: bool = False
+
+    def satisfied(self) -> bool:
+        if self.durable:
+            return self.partition.log.durable_offset > self.last_offset
+        return self.partition.acks_all_satisfied(self.last_offset)
 
 
 class IsrUpdateFailed(Exception):
@@ -85,11 +107,23 @@ class ReplicaManager:
         # raises IsrUpdateFailed. Run in a worker thread.
         self.isr_writer = isr_writer
         self.fetchers: dict[int, ReplicaFetcher] = {}
+        # Set once shutdown stops the fetchers: a metadata image applied during controlled
+        # shutdown must not start new ones (they would keep the process alive).
+        self._fetching_stopped = False
         self.partitions: dict[TopicPartition, Partition] = {}
         self._logs: dict[TopicPartition, Log] = {}
         self._waiters: dict[TopicPartition, list[asyncio.Future[None]]] = {}
         self._hw_from_checkpoint: dict[TopicPartition, int] = {}
         self._fenced_retry: dict[TopicPartition, float] = {}
+        # Set by the broker before load_logs: fsyncs off the event loop (flush policy,
+        # odradek.ack.fsync group commit). None: logs flush inline (tools, tests).
+        self.flusher: Flusher | None = None
+        # Truncated suffixes are quarantined here, not discarded (issue 6 item 5).
+        self.ledger = TruncationLedger(ledger_root(log_dir), broker_id,
+                                       _ledger_retention_bytes(config))
+        # Topic overrides each local log's LogConfig was last built from (dynamic topic
+        # configs, issue 5): a change swaps log.config in _apply_partition.
+        self._applied_configs: dict[TopicPartition, dict[str, str]] = {}
 
     # ----------------------------------------------------------------- start-up
     def load_logs(self) -> None:
@@ -107,6 +141,7 @@ class ReplicaManager:
                           recovery_point=recovery.get(tp, 0),
                           log_start_offset=starts.get(tp))
             self._logs[tp] = lg
+            self._attach_flusher(lg)
             log.info("loaded %s: log start %d, LEO %d in %.0f ms", entry,
                      lg.log_start_offset, lg.log_end_offset, (time.monotonic() - t0) * 1e3)
 
@@ -141,16 +176,30 @@ class ReplicaManager:
             if lg is None:
                 lg = Log.open(directory, self.log_config_for(tp[0]))
                 self._logs[tp] = lg
+                self._attach_flusher(lg)
             producers = ProducerStateManager(directory)
             rebuild_producer_state(producers, lg)
             part = Partition(topic=tp[0], index=tp[1], log=lg, replicas=list(pinfo.replicas),
                              local_broker_id=self.broker_id, epochs=LeaderEpochCache(directory),
-                             producers=producers)
+                             producers=producers, ledger=self.ledger)
             part.high_watermark = min(self._hw_from_checkpoint.get(tp, 0), lg.log_end_offset)
+            # Kafka truncates the epoch cache to the LEO on load: after a power cut the
+            # (fsynced) leader-epoch-checkpoint can name epochs starting past the log end.
+            part.epochs.truncate_from_end(lg.log_end_offset)
             self.partitions[tp] = part
         part.min_insync_replicas = int(configs.get(
             "min.insync.replicas",
             getattr(self.config, "min_insync_replicas", 1) if self.config else 1))
+        if self._applied_configs.get(tp) != configs:
+            # Dynamic topic configs (issue 5): logs opened by load_logs (before the first
+            # image) or before an AlterConfigs carry a stale LogConfig. Storage, retention,
+            # compaction and flushing read log.config on each use, so swapping it is the
+            # whole change (segment.bytes/segment.ms apply from the next roll, as in Kafka).
+            try:
+                part.log.config = self.log_config_for(tp[0])
+                self._applied_configs[tp] = configs
+            except KafkaError as e:  # an invalid override written behind our back
+                log.warning("%s: keeping the previous log config: %s", part.name, e)
         if pinfo.leader_epoch < part.leader_epoch or (
                 pinfo.leader_epoch == part.leader_epoch and pinfo.zk_version <= part.zk_version
                 and part.role is not Role.OFFLINE):
@@ -192,7 +241,7 @@ class ReplicaManager:
         tp = (part.topic, part.index)
         self._stop_fetching(tp)
         leader = image.brokers.get(part.leader_id)
-        if leader is None or self.config is None:
+        if leader is None or self.config is None or self._fetching_stopped:
             return  # the leader is not registered (yet): retried on the next image
         fetcher = self.fetchers.get(part.leader_id)
         if fetcher is not None and fetcher.address != (leader.host, leader.port):
@@ -201,6 +250,8 @@ class ReplicaManager:
         if fetcher is None:
             fetcher = ReplicaFetcher(self.broker_id, part.leader_id, leader.host, leader.port,
                                      self.source_ip, self.config, self._on_follower_progress)
+            if self.flusher is not None:
+                fetcher.wait_durable = self.flusher.wait_durable  # odradek.ack.fsync
             self.fetchers[part.leader_id] = fetcher
             fetcher.start()
         fetcher.add(part)
@@ -213,9 +264,15 @@ class ReplicaManager:
         self._wake((part.topic, part.index))
 
     # ----------------------------------------------------------------- leader side
-    def record_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
-        if part.record_follower_fetch(replica_id, fetch_offset, now_ms()):
-            self._wake((part.topic, part.index))  # HW moved: acks=all and consumers
+    def record_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int,
+                              log_start_offset: int = -1) -> None:
+        st = part.followers.get(replica_id)
+        lso_moved = (log_start_offset >= 0 and st is not None
+                     and log_start_offset > st.log_start_offset)
+        if part.record_follower_fetch(replica_id, fetch_offset, now_ms(), log_start_offset) \
+                or lso_moved:
+            # HW moved: acks=all and consumers; follower log start moved: DeleteRecords.
+            self._wake((part.topic, part.index))
         if self.config is not None and part.isr_change_wanted(
                 now_ms(), self.config.replica_lag_time_max_ms) is not None:
             self._schedule_isr_update(part)
@@ -365,7 +422,7 @@ class ReplicaManager:
         """
         deadline = time.monotonic() + timeout_s
         while True:
-            waiting = [p for p in pending if not p.partition.acks_all_satisfied(p.last_offset)
+            waiting = [p for p in pending if not p.satisfied()
                        and p.partition.role is Role.LEADER]
             if not waiting:
                 break
@@ -380,9 +437,9 @@ class ReplicaManager:
             tp = (part.topic, part.index)
             if part.role is not Role.LEADER:
                 errors[tp] = ErrorCode.not_leader_or_follower
-            elif not part.acks_all_satisfied(p.last_offset):
+            elif not p.satisfied():
                 errors[tp] = ErrorCode.request_timed_out
-            elif len(part.isr) < part.min_insync_replicas:
+            elif not p.durable and len(part.isr) < part.min_insync_replicas:
                 # SPEC R8: the record is stored but the ISR shrank while we waited.
                 errors[tp] = ErrorCode.not_enough_replicas_after_append
         return errors
@@ -399,11 +456,71 @@ class ReplicaManager:
         write_checkpoint(self.log_dir / LOG_START_CHECKPOINT,
                          {tp: lg.log_start_offset for tp, lg in self._logs.items()})
 
+    def run_retention(self, now: int | None = None) -> int:
+        """One retention pass over every local log (SPEC R24; Kafka's cleanupLogs, every
+        log.retention.check.interval.ms): leaders and followers alike delete whole old
+        segments by time/size and those below the log start offset, bounded by the HW —
+        all metadata work on the loop; unlinks are deferred by file.delete.delay.ms
+        (``Log.run_pending_deletions``, also run here). The log start offsets are
+        checkpointed when any moved, so a restart does not resurrect deleted records.
+        Returns the number of segments deleted."""
+        t = now_ms() if now is None else now
+        deleted = 0
+        moved = False
+        for tp, lg in list(self._logs.items()):
+            try:
+                part = self.partitions.get(tp)
+                # A replica without a known role (offline) keeps everything below its
+                # HW-checkpoint bound only.
+                hw = part.high_watermark if part is not None else \
+                    min(self._hw_from_checkpoint.get(tp, 0), lg.log_end_offset)
+                before = lg.log_start_offset
+                n = lg.delete_old_segments(hw, t).count
+                deleted += n
+                moved |= n > 0 or lg.log_start_offset != before
+                lg.run_pending_deletions(t)
+            except Exception:  # noqa: BLE001 - one bad log must not stop the others
+                log.exception("retention check of %s-%d failed", *tp)
+        if moved:
+            self.checkpoint_log_start_offsets()
+        return deleted
+
+    def checkpoint_log_start_offsets(self) -> None:
+        write_checkpoint(self.log_dir / LOG_START_CHECKPOINT,
+                         {tp: lg.log_start_offset for tp, lg in self._logs.items()})
+
     def checkpoint_recovery_points(self) -> None:
-        write_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT,
-                         {tp: lg.recovery_point for tp, lg in self._logs.items()})
+        write_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT, self.recovery_points())
+
+    def recovery_points(self) -> dict[TopicPartition, int]:
+        return {tp: lg.recovery_point for tp, lg in self._logs.items()}
+
+    def all_logs(self) -> list[Log]:
+        return list(self._logs.values())
+
+    def has_log(self, tp: TopicPartition) -> bool:
+        """A local log exists for ``tp`` (the log cleaner prunes its checkpoint with it)."""
+        return tp in self._logs
+
+    # ----------------------------------------------------------------- durability
+    def _attach_flusher(self, lg: Log) -> None:
+        if self.flusher is not None:
+            lg.flush_listener = self.flusher.mark
+
+    def on_log_flushed(self, lg: Log) -> None:
+        """A flush completed (odradek.broker.flusher). Under odradek.ack.fsync the leader's
+        HW counts its durable offset, and acks=1 produces wait for it: re-check both."""
+        if not lg.config.ack_fsync:
+            return
+        tp = parse_partition_dir(lg.directory.name)
+        part = self.partitions.get(tp) if tp is not None else None
+        if part is None or part.log is not lg:
+            return
+        part.maybe_advance_high_watermark()
+        self._wake((part.topic, part.index))
 
     async def stop_fetchers(self) -> None:
+        self._fetching_stopped = True
         for f in list(self.fetchers.values()):
             await f.stop()
         self.fetchers.clear()

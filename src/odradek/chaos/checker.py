@@ -18,6 +18,9 @@ scenario it computes (SPEC R7, R10, R19, R20):
                     leader: the deposed leader kept accepting writes (SPEC scenarios 4, 6)
 * ``split_brain_s`` how long after the new leader's election such acks went on
 * ``unavailable_s`` 0.5 s windows between first and last send with no acknowledgement
+* ``lost_in_ledger`` / ``lost_not_in_ledger``  lost records found / not found in any
+                    broker's lost-records ledger (``ledger.parquet``); ``ledger_records``
+                    distinct records quarantined (lost or not, e.g. never acknowledged)
 * per phase (``History.phase``): acks, errors by name, median ack latency (SPEC R8, R9)
 """
 
@@ -106,6 +109,15 @@ def check_run(run_dir: Path, spark: Any | None = None) -> dict[str, dict[str, An
 
         lost = acks.join(final_seqs, ["scenario", "seq"], "left_anti")
         count("lost", lost)
+        # The lost-records ledger (issue 6 item 5): every broker's quarantined records,
+        # ``ledger.parquet`` (absent in runs from before the ledger existed).
+        with_ledger = [n for n in names if (run_dir / n / "ledger.parquet").exists()]
+        ledger = (spark.read.parquet(*[str(run_dir / n / "ledger.parquet") for n in with_ledger])
+                  if with_ledger else spark.createDataFrame([], "scenario string, seq long"))
+        ledger_seqs = ledger.where("seq >= 0").select("scenario", "seq").distinct()
+        count("ledger_records", ledger_seqs)
+        count("lost_in_ledger", lost.join(ledger_seqs, ["scenario", "seq"], "left_semi"))
+        count("lost_not_in_ledger", lost.join(ledger_seqs, ["scenario", "seq"], "left_anti"))
         count("final_records", final)
         dup = final.groupBy("scenario", "seq").agg(F.count("*").alias("c")).where("c > 1")
         metric("duplicated", dup.groupBy("scenario").agg(F.sum(F.col("c") - 1).alias("n")))
@@ -168,8 +180,10 @@ def check_run(run_dir: Path, spark: Any | None = None) -> dict[str, dict[str, An
             for k in ("sent", "acked", "errors", "failed_sends", "lost", "final_records",
                       "duplicated", "out_of_order", "unacked_read", "never_sent_read",
                       "dirty_reads", "divergent", "leader_changes", "offline_seen",
-                      "split_brain_acks", "ack_bins"):
+                      "split_brain_acks", "ack_bins", "ledger_records", "lost_in_ledger",
+                      "lost_not_in_ledger"):
                 out[n][k] = 0
+            out[n]["ledger_collected"] = n in with_ledger
             out[n].update(split_brain_s=0.0, replica_hw_min=None, span_s=0.0)
         for r in union.collect():
             o, key, v = out[r["scenario"]], r["key"], r["n"]

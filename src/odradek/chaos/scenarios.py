@@ -13,6 +13,7 @@ the documents describe (SPEC), never a hard-coded count.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -20,6 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from odradek.chaos.expectations import (  # noqa: F401 - re-exported for callers
+    LAG_S, SPLIT_BRAIN_BOUND_S, Check, Expect, Metrics, _cmp, _phase, final_isr_full,
+    isr_seen, leader_changed, ledger_accounts, no_divergence, phase_acks, phase_errors,
+    report, split_brain_bounded, zero_loss,
+)
 from odradek.chaos.faults import Faults
 from odradek.chaos.workload import (
     History, LiveConsumer, MetadataPoller, ProducerWorkload, dump_replicas, final_read,
@@ -37,27 +43,12 @@ FAST_BROKER_CONFIG = {
 }
 ZK_SESSION_MS = 4000
 NER = ("NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND")
-LAG_S = int(FAST_BROKER_CONFIG["replica.lag.time.max.ms"]) / 1000
+assert int(FAST_BROKER_CONFIG["replica.lag.time.max.ms"]) / 1000 == LAG_S
 DEPOSED_WINDOW_S = 7.0
-# SPEC scenarios 4/6: the deposed leader acknowledges only until its ISR shrink fails:
-# followers stop fetching at the election, it notices after replica.lag.time.max.ms (+ one
-# check period, lag/2 in Kafka) and the ZooKeeper write cannot succeed; 1 s of slack.
-SPLIT_BRAIN_BOUND_S = 1.5 * LAG_S + 1.0
 
 
 class ScenarioError(RuntimeError):
     """The cluster did not reach a state the scenario waits for (a finding, not a skip)."""
-
-
-@dataclass
-class Check:
-    what: str  # the expectation, e.g. "lost == 0"
-    ok: bool
-    observed: str
-
-
-Metrics = dict[str, Any]
-Expect = Callable[[Metrics], list[Check]]
 
 
 @dataclass(frozen=True)
@@ -77,6 +68,10 @@ class Scenario:
     producer_extra: dict[str, Any] = field(default_factory=dict)
     needs_tc: bool = False
     slow: bool = True  # False: part of the fast suite
+    # Extra topic configs (e.g. odradek.ack.fsync) and the brokers' fsync ledger, needed
+    # by bodies that simulate a power loss (odradek.storage.durability).
+    topic_config: dict[str, str] = field(default_factory=dict)
+    fsync_ledger: bool = False
 
 
 @dataclass
@@ -146,76 +141,6 @@ class Ctx:
         self.history.phase(name)
 
 
-# ----------------------------------------------------------------- expectation helpers
-
-
-def _cmp(m: Metrics, key: str, op: str, value: float) -> Check:
-    got = m.get(key)
-    ok = got is not None and {"==": got == value, ">": got > value, ">=": got >= value,
-                              "<=": got <= value}[op]
-    return Check(f"{key} {op} {value}", bool(ok), str(got))
-
-
-def _phase(m: Metrics, name: str) -> dict[str, Any]:
-    return m.get("phases", {}).get(name, {"acks": 0, "errors": {}, "isrs": [], "leaders": []})
-
-
-def phase_acks(m: Metrics, name: str, op: str, value: int) -> Check:
-    got = _phase(m, name).get("acks", 0)
-    ok = {"==": got == value, ">": got > value}[op]
-    return Check(f"acks during '{name}' {op} {value}", ok, str(got))
-
-
-def phase_errors(m: Metrics, name: str, kinds: tuple[str, ...], op: str, value: int) -> Check:
-    errs = _phase(m, name).get("errors", {})
-    got = sum(v for k, v in errs.items() if k in kinds)
-    ok = {"==": got == value, ">": got > value}[op]
-    return Check(f"{'/'.join(kinds)} errors during '{name}' {op} {value}", ok, str(errs))
-
-
-def no_divergence(m: Metrics, *, unclean: bool = False) -> list[Check]:
-    # SPEC R19/R20: whatever was lost, replicas agree below their HW, and consumers never
-    # read a record that was later truncated (they read below the HW, R16) -- except
-    # after an unclean election, which by definition discards committed records that
-    # consumers may already have read (SPEC R10).
-    dirty = (report(m, "dirty_reads", "R10: unclean election loses committed, readable "
-                    "records") if unclean else _cmp(m, "dirty_reads", "==", 0))
-    return [_cmp(m, "divergent", "==", 0), dirty, _cmp(m, "never_sent_read", "==", 0)]
-
-
-def zero_loss(m: Metrics) -> list[Check]:
-    return [_cmp(m, "lost", "==", 0), *no_divergence(m)]
-
-
-def leader_changed(m: Metrics, yes: bool = True) -> Check:
-    got = m.get("leader_changes", 0)
-    return Check("leader changed" if yes else "leader never changed (no split brain)",
-                 (got > 0) if yes else (got == 0), f"{got} change(s), leaders {m.get('leaders_seen')}")
-
-
-def isr_seen(m: Metrics, phase: str, pred: Callable[[list[int]], bool], what: str) -> Check:
-    import json as _json
-
-    isrs = [_json.loads(s) for s in _phase(m, phase).get("isrs", [])]
-    return Check(f"ISR during '{phase}': {what}", any(pred(i) for i in isrs), str(isrs))
-
-
-def split_brain_bounded(m: Metrics) -> Check:
-    return Check(f"split_brain_s <= {SPLIT_BRAIN_BOUND_S} (deposed leader stops once its ISR "
-                 "write fails)", (m.get("split_brain_s") or 0.0) <= SPLIT_BRAIN_BOUND_S,
-                 f"{m.get('split_brain_s')} s, {m.get('split_brain_acks')} acks")
-
-
-def final_isr_full(m: Metrics) -> Check:
-    return Check("ISR full again after healing (rejoin, R21)", len(m.get("final_isr", [])) == 3,
-                 str(m.get("final_isr")))
-
-
-def report(m: Metrics, key: str, why: str) -> Check:
-    """Documents say 'possible': the count is reported, not asserted."""
-    return Check(f"{key} reported ({why})", True, str(m.get(key)))
-
-
 # ----------------------------------------------------------------- bodies
 
 
@@ -223,6 +148,26 @@ def _kill_leader_failover(ctx: Ctx) -> None:
     ctx.run_for(2)
     ctx.phase("leader-killed")
     ctx.faults.kill(ctx.L)
+    ctx.wait_new_leader(ctx.L)
+    ctx.phase("failover")
+    ctx.run_for(3)
+    ctx.faults.restart(ctx.L)
+
+
+def _kill_leader_ahead_of_followers(ctx: Ctx) -> None:
+    """SPEC R4/R7: with acks=1 the leader acknowledges records no follower has fetched yet.
+    Cut the leader from both followers for less than replica.lag.time.max.ms (so both stay
+    in the ISR and the election stays clean), kill the leader, heal: what it acknowledged
+    during the cut is exactly what the new leader lacks. Without the cut, followers are
+    milliseconds behind and a SIGKILL almost never catches an unreplicated ack."""
+    ctx.run_for(2)
+    ctx.phase("followers-cut")
+    cuts = [ctx.faults.partition(ctx.L, f) for f in (ctx.X, ctx.C)]
+    ctx.run_for(0.4 * LAG_S)  # well inside the lag window: nobody leaves the ISR
+    ctx.phase("leader-killed")
+    ctx.faults.kill(ctx.L)
+    for cut in cuts:
+        ctx.faults.heal(cut)
     ctx.wait_new_leader(ctx.L)
     ctx.phase("failover")
     ctx.run_for(3)
@@ -393,6 +338,29 @@ def _all_crash(ctx: Ctx) -> None:
     ctx.run_for(3)
 
 
+def _all_crash_power_loss(ctx: Ctx) -> None:
+    """_all_crash, but between the kill and the restart every broker's log dir is cut
+    back to what its fsyncs made durable: a power cut, not just a process crash."""
+    from odradek.storage.durability import simulate_power_loss
+
+    ctx.run_for(3)
+    ctx.phase("all-killed")
+    ctx.faults.kill_all([ctx.L, ctx.X, ctx.C])
+    for b in (ctx.L, ctx.X, ctx.C):
+        rep = simulate_power_loss(ctx.cluster.broker(b).log_dir)
+        ctx.history.event("fault", f"power loss on {b}: {rep}")
+    for b in (ctx.L, ctx.X, ctx.C):
+        ctx.faults.restart(b, wait=False)
+    for b in (ctx.L, ctx.X, ctx.C):
+        ctx.cluster.wait_broker_ready(b, 40)
+    ctx.wait(lambda: ctx.leader() >= 0 and ctx.state()[1] >= 0, 30, "a leader after restart")
+    ctx.phase("restarted")
+    ctx.run_for(3)
+
+
+_DURABLE = {"odradek.ack.fsync": "true"}
+
+
 # ----------------------------------------------------------------- the catalogue
 
 
@@ -405,24 +373,28 @@ _SAFE = dict(acks="all", idempotence=True, min_isr=2, unclean=False)
 _NO_RETRY = {"retries": 0}  # so NOT_ENOUGH_REPLICAS reaches the history as such
 
 SCENARIOS: list[Scenario] = [
-    Scenario("acks1-leader-failover", "acks=1, leader SIGKILL, clean failover",
-             "SPEC R4, R7, R19", "loss possible: records acknowledged by the leader alone "
-             "and not yet fetched are lost; replicas never diverge",
-             _kill_leader_failover, lambda m: [
-                 report(m, "lost", "acks=1 may lose on failover"), *no_divergence(m),
-                 leader_changed(m), phase_acks(m, "failover", ">", 0)], acks="1"),
+    Scenario("acks1-leader-failover", "acks=1, leader SIGKILL while followers lag (still in "
+             "the ISR), clean failover", "SPEC R4, R7, R19",
+             "loss: records acknowledged by the leader alone and not yet fetched are lost, "
+             "although the election is clean; replicas never diverge",
+             _kill_leader_ahead_of_followers, lambda m: [
+                 _cmp(m, "lost", ">=", 1), *no_divergence(m),
+                 leader_changed(m), phase_acks(m, "failover", ">", 0), *ledger_accounts(m)],
+             acks="1"),
     Scenario("acks1-unclean-after-shrink", "acks=1, ISR shrank to the leader, leader dies, "
              "unclean election", "SPEC R10, R14, R15",
              "large loss: everything acknowledged while the ISR was the leader alone",
              _shrink_then_unclean, lambda m: [
                  _cmp(m, "lost", ">=", max(1, _phase(m, "isr-leader-only").get("acks", 0))),
-                 *no_divergence(m, unclean=True), leader_changed(m)], acks="1", unclean=True),
+                 *no_divergence(m, unclean=True), leader_changed(m), *ledger_accounts(m)],
+             acks="1", unclean=True),
     Scenario("acksall-unclean-after-shrink", "acks=all, min ISR 1, unclean on, ISR shrank, "
              "leader dies", "SPEC R10, R14",
              "loss: acks=all only waits for the ISR, which was the leader alone; the unclean "
              "leader lacks those records", _shrink_then_unclean, lambda m: [
                  _cmp(m, "lost", ">=", max(1, _phase(m, "isr-leader-only").get("acks", 0))),
-                 *no_divergence(m, unclean=True), leader_changed(m)], acks="all", unclean=True),
+                 *no_divergence(m, unclean=True), leader_changed(m), *ledger_accounts(m)],
+             acks="all", unclean=True),
     Scenario("safe-leader-kill", "acks=all, min ISR 2, unclean off, idempotent; leader SIGKILL",
              "SPEC R4, R7, R8, R19", "zero loss, no duplicates, no reordering",
              _kill_leader_failover, _safe_kill_expect, slow=False, **_SAFE),
@@ -464,7 +436,8 @@ SCENARIOS: list[Scenario] = [
              "fails, then rejects; those records are lost on healing (brief split brain)",
              _p4, lambda m: [leader_changed(m), _cmp(m, "lost", ">", 0),
                              _cmp(m, "split_brain_acks", ">", 0), split_brain_bounded(m),
-                             *no_divergence(m), final_isr_full(m)], acks="1"),
+                             *no_divergence(m), final_isr_full(m),
+                             *ledger_accounts(m, with_isr=False)], acks="1"),
     Scenario("p4-leader-cut-from-zk-acksall", "scenario 4, acks=all",
              "SPEC scenario 4, R7", "acks=all writes to the deposed leader fail; no loss",
              _p4, lambda m: [leader_changed(m), *zero_loss(m), final_isr_full(m)]),
@@ -477,7 +450,8 @@ SCENARIOS: list[Scenario] = [
              "it accepts acks=1 writes briefly, fails to shrink the ISR and stops; a new leader "
              "is elected; on healing it truncates: those records are lost",
              _p6, lambda m: [leader_changed(m), _cmp(m, "lost", ">", 0),
-                             split_brain_bounded(m), *no_divergence(m), final_isr_full(m)],
+                             split_brain_bounded(m), *no_divergence(m), final_isr_full(m),
+                             *ledger_accounts(m, with_isr=False)],
              acks="1"),
     Scenario("p6-leader-isolated-acksall", "scenario 6, acks=all", "SPEC scenario 6, R7",
              "acks=all writes to the isolated leader fail; no loss",
@@ -487,7 +461,8 @@ SCENARIOS: list[Scenario] = [
              "the isolated leader keeps accepting even acks=all writes (its ISR is itself); "
              "all lost once the new leader takes over", _p6_variant, lambda m: [
                  leader_changed(m), _cmp(m, "lost", ">", 0), _cmp(m, "split_brain_acks", ">", 0),
-                 *no_divergence(m, unclean=True)], acks="all", unclean=True),
+                 *no_divergence(m, unclean=True), *ledger_accounts(m)],
+             acks="all", unclean=True),
     Scenario("p6-shrunk-isolated-minisr2", "scenario 6 variant with min ISR 2",
              "SPEC scenario 6, R8", "min.insync.replicas=2 refuses the writes "
              "(NOT_ENOUGH_REPLICAS): nothing acknowledged, nothing lost", _p6_variant,
@@ -516,6 +491,28 @@ SCENARIOS: list[Scenario] = [
                  report(m, "lost", "R18: acknowledged from memory"), *no_divergence(m),
                  phase_acks(m, "restarted", ">", 0), final_isr_full(m)],
              acks="all", min_isr=2),
+    Scenario("all-crash-durable", "every replica SIGKILLed at once; odradek.ack.fsync=true",
+             "SPEC R7, R18, R22 (beyond Kafka)", "nothing acknowledged is lost: acks=all "
+             "answers only once every ISR member fsynced the record",
+             _all_crash, lambda m: [*zero_loss(m), phase_acks(m, "restarted", ">", 0),
+                                    final_isr_full(m)],
+             acks="all", min_isr=2, topic_config=_DURABLE),
+    Scenario("all-crash-power-loss", "every replica SIGKILLed at once, then a simulated "
+             "power loss (unflushed data cut); Kafka's default flush policy",
+             "SPEC R18, R22, R27", "acknowledged records that were only in the page cache "
+             "are lost; replicas still converge without divergence",
+             _all_crash_power_loss, lambda m: [
+                 _cmp(m, "lost", ">", 0), *no_divergence(m, unclean=True),
+                 phase_acks(m, "restarted", ">", 0), final_isr_full(m)],
+             acks="all", min_isr=2, fsync_ledger=True),
+    Scenario("all-crash-durable-power-loss", "every replica SIGKILLed at once, then a "
+             "simulated power loss; odradek.ack.fsync=true",
+             "SPEC R7, R18, R22 (beyond Kafka)", "zero loss, and no dirty reads: consumers "
+             "only ever see fsynced data (below the HW)",
+             _all_crash_power_loss, lambda m: [*zero_loss(m),
+                                               phase_acks(m, "restarted", ">", 0),
+                                               final_isr_full(m)],
+             acks="all", min_isr=2, topic_config=_DURABLE, fsync_ledger=True),
 ]
 
 
@@ -549,12 +546,23 @@ def run_scenario(scn: Scenario, run_dir: Path, *, log: Callable[[str], None] = p
     res = ScenarioResult(scn.name, d, 0.0)
     topic = f"chaos-{scn.name}"
     log(f"== {scn.name}: {scn.title}")
+    from odradek.storage.durability import LEDGER_ENV
+
+    saved = os.environ.get(LEDGER_ENV)
+    if scn.fsync_ledger:
+        os.environ[LEDGER_ENV] = "1"  # inherited by every broker process of this run
     try:
         _run_on_cluster(scn, d, h, res, topic, log)
     except Exception as e:  # the cluster did not start, faults unavailable...
         res.error = res.error or f"{type(e).__name__}: {e}"
         log(f"   error: {res.error}")
         h.write(d)
+    finally:
+        if scn.fsync_ledger:
+            if saved is None:
+                os.environ.pop(LEDGER_ENV, None)
+            else:
+                os.environ[LEDGER_ENV] = saved
     res.seconds = time.monotonic() - t0
     return res
 
@@ -577,7 +585,8 @@ def _run_on_cluster(scn: Scenario, d: Path, h: History, res: ScenarioResult, top
             L, X = [b.id for b in c.brokers if b.id != ctl][:2]
             _create_topic(c.bootstrap_servers, topic, [L, X, ctl], {
                 "min.insync.replicas": str(scn.min_isr),
-                "unclean.leader.election.enable": str(scn.unclean).lower()})
+                "unclean.leader.election.enable": str(scn.unclean).lower(),
+                **scn.topic_config})
             poller.start()
             producer = ProducerWorkload(h, c.bootstrap_servers, topic, acks=scn.acks,
                                         idempotence=scn.idempotence, rate=scn.rate,
@@ -627,7 +636,37 @@ def _run_on_cluster(scn: Scenario, d: Path, h: History, res: ScenarioResult, top
             poller.stop()
             c.down()
             dump_replicas(h, c, topic)
+            try:
+                dump_ledger(d, c, topic, scn.name)
+            except Exception as e:  # the checker then reports the ledger as missing
+                h.event("note", f"ledger dump failed: {e!r}")
             h.write(d)
+
+
+def dump_ledger(d: Path, cluster: Any, topic: str, scenario: str) -> None:
+    """Every broker's lost-records ledger for ``topic`` as ``d/ledger.parquet``: one row
+    per quarantined record (its value names the send), so the checker can tell which
+    acknowledged-but-lost records were kept (issue 6 item 5)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from odradek.chaos.workload import decode_seq
+    from odradek.storage.truncation_ledger import ledger_root, list_entries
+
+    rows: list[tuple[Any, ...]] = []
+    for b in cluster.brokers:
+        for e in list_entries(ledger_root(b.log_dir), topic):
+            for r in e.iter_records():
+                rows.append((scenario, b.id, r.partition, r.offset, decode_seq(r.value),
+                             r.leader_epoch, e.new_leader_epoch, e.below_high_watermark,
+                             e.reason, e.time_ms / 1000))
+    names = ["scenario", "broker", "partition", "offset", "seq", "epoch", "new_leader_epoch",
+             "below_hw", "reason", "ts"]
+    types = [pa.string(), pa.int32(), pa.int32(), pa.int64(), pa.int64(), pa.int32(),
+             pa.int32(), pa.bool_(), pa.string(), pa.float64()]
+    cols = list(zip(*rows)) if rows else [[] for _ in names]
+    pq.write_table(pa.table({n: pa.array(list(c), type=t) for n, c, t in zip(names, cols, types)}),
+                   d / "ledger.parquet")
 
 
 def evaluate(scn: Scenario, res: ScenarioResult, metrics: Metrics) -> None:

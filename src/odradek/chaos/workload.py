@@ -121,11 +121,14 @@ class ProducerWorkload:
 
     def __init__(self, history: History, bootstrap: str, topic: str, *, acks: str,
                  idempotence: bool = False, rate: float = 200.0, size: int = 100,
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, partitions: int = 1) -> None:
         from confluent_kafka import Producer
 
         self.h = history
         self.topic = topic
+        # seq i goes to partition i % partitions: each partition's seqs still increase,
+        # so the checker's per-partition out-of-order test applies (nemesis, SPEC R19).
+        self.partitions = max(1, partitions)
         self.rate = rate
         self.size = size
         conf: dict[str, Any] = {
@@ -163,12 +166,13 @@ class ProducerWorkload:
             due = int((time.monotonic() - start) * self.rate) + 1
             while seq < due and not self._stop.is_set():
                 v = encode_value(self.h.scenario, seq, self.size)
+                part = seq % self.partitions
                 try:
-                    self._p.produce(self.topic, value=v, partition=0, on_delivery=self._cb)
+                    self._p.produce(self.topic, value=v, partition=part, on_delivery=self._cb)
                 except BufferError:
                     break  # the local queue is full (leader unavailable): retry later
                 with self.h.lock:
-                    self.h.producer.append((self.h.scenario, seq, "send", time.time(), 0,
+                    self.h.producer.append((self.h.scenario, seq, "send", time.time(), part,
                                             None, None))
                 seq += 1
                 self.sent = seq
@@ -196,9 +200,10 @@ class ProducerWorkload:
 
 
 class LiveConsumer:
-    """Reads partition 0 from the start while the scenario runs (reads below the HW)."""
+    """Reads partitions 0..partitions-1 from the start while the scenario runs (reads
+    below the HW)."""
 
-    def __init__(self, history: History, bootstrap: str, topic: str) -> None:
+    def __init__(self, history: History, bootstrap: str, topic: str, partitions: int = 1) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
         self.h = history
@@ -206,7 +211,7 @@ class LiveConsumer:
                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
                             "socket.timeout.ms": 5000, "session.timeout.ms": 10000,
                             "log_level": 2})
-        self._c.assign([TopicPartition(topic, 0, 0)])
+        self._c.assign([TopicPartition(topic, p, 0) for p in range(max(1, partitions))])
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, name=f"consumer-{topic}", daemon=True)
 

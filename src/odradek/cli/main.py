@@ -15,7 +15,9 @@ _SUBCOMMAND_MODULES = (
     "odradek.cli.demo_cmd",
     "odradek.cli.leader_election_cmd",
     "odradek.cli.consumer_groups_cmd",
+    "odradek.cli.configs_cmd",
     "odradek.cli.chaos_cmd",
+    "odradek.cli.lost_records_cmd",
 )
 
 

@@ -41,12 +41,15 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     18: (0, 4),  # ApiVersions
     19: (2, 5),  # CreateTopics
     20: (1, 4),  # DeleteTopics
+    21: (0, 2),  # DeleteRecords (SPEC R24, handlers_records; v2 flexible)
     22: (0, 4),  # InitProducerId (idempotent producers; no transactions)
     23: (2, 4),  # OffsetForLeaderEpoch (followers, SPEC R19; consumers, KIP-320)
     32: (1, 4),  # DescribeConfigs
+    33: (0, 2),  # AlterConfigs (topic overrides, handlers_configs)
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
     43: (0, 2),  # ElectLeaders (v2 flexible)
+    44: (0, 1),  # IncrementalAlterConfigs (v1 flexible)
     60: (0, 1),  # DescribeCluster
 }
 

@@ -146,6 +146,7 @@ def _check_one(
     end: int,
     verify_crc: bool,
     max_batch_bytes: int | None,
+    strict_count: bool = False,
 ) -> BatchHeader:
     remaining = end - pos
     if remaining < LOG_OVERHEAD + 5:  # cannot even read the magic byte
@@ -192,7 +193,12 @@ def _check_one(
                 f"CRC-32C mismatch at position {pos}: stored {h.crc:#010x}, "
                 f"computed {actual:#010x}",
             )
-    if h.records_count <= 0 or h.last_offset_delta != h.records_count - 1:
+    # Produce (strict_count, Kafka's LogValidator) needs lastOffsetDelta == count - 1.
+    # Batches already in a log may have fewer records than their offset range: the
+    # cleaner keeps a retained batch's original range (SPEC R25), as Kafka does.
+    if h.records_count <= 0 or h.last_offset_delta < h.records_count - 1 or (
+        strict_count and h.last_offset_delta != h.records_count - 1
+    ):
         raise KafkaError(
             ErrorCode.invalid_record,
             f"inconsistent batch at position {pos}: recordsCount {h.records_count}, "
@@ -228,13 +234,16 @@ def parse_batches(
     *,
     verify_crc: bool = True,
     max_batch_bytes: int | None = None,
+    strict_count: bool = False,
 ) -> list[BatchHeader]:
-    """Parse and validate every batch in ``buf``; raise ``KafkaError`` on the first fault."""
+    """Parse and validate every batch in ``buf``; raise ``KafkaError`` on the first fault.
+
+    ``strict_count``: produce-time check that every offset of a batch holds a record."""
     out: list[BatchHeader] = []
     pos = 0
     end = len(buf)
     while pos < end:
-        h = _check_one(buf, pos, end, verify_crc, max_batch_bytes)
+        h = _check_one(buf, pos, end, verify_crc, max_batch_bytes, strict_count)
         out.append(h)
         pos += h.batch_length + LOG_OVERHEAD
     return out

@@ -11,16 +11,20 @@
 
 Thread model: sans-asyncio, no locks. The broker calls it from its event loop; slices
 handed out stay valid because bytes below the high watermark are never rewritten or
-truncated (``truncate_to`` is only ever called above the HW by replication).
+truncated (``truncate_to`` is only ever called above the HW by replication), and segments
+removed by retention / compaction keep their fd open for ``file.delete.delay.ms``
+(``schedule_delete``, SPEC R24).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
+import time
 from bisect import bisect_right
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from odradek.errors import ErrorCode, KafkaError
@@ -32,59 +36,18 @@ from odradek.storage.batch import (
     set_partition_leader_epoch,
 )
 from odradek.storage.checkpoint import fsync_dir
+from odradek.storage.durability import FlushJob
+from odradek.storage.log_types import AppendInfo, FileSlice, LogConfig
+from odradek.storage.retention import RetentionDecision, SegmentSummary, segments_to_delete
 from odradek.storage.segment import MAX_RELATIVE_OFFSET, Segment
 
 __all__ = ["Log", "LogConfig", "AppendInfo", "FileSlice"]
 
+_logger = logging.getLogger(__name__)
+
 _SEGMENT_RE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 # Leftovers of interrupted cleaner/retention/index rewrites; Kafka deletes them on load.
 _STRAY_SUFFIXES = (".cleaned", ".deleted", ".swap", ".tmp")
-
-
-@dataclass
-class LogConfig:
-    """Kafka's topic-level names: segment.bytes, segment.ms, index.interval.bytes,
-    segment.index.bytes, max.message.bytes, message.timestamp.type,
-    flush.messages, flush.ms (None = leave flushing to the OS, Kafka's default)."""
-
-    segment_bytes: int = 1073741824
-    segment_ms: int = 604800000
-    index_interval_bytes: int = 4096
-    segment_index_bytes: int = 10485760
-    max_message_bytes: int = 1048588
-    message_timestamp_type: str = "CreateTime"
-    flush_messages: int | None = None
-    flush_ms: int | None = None
-
-
-@dataclass
-class AppendInfo:
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    log_append_time: int  # -1 unless the topic uses LogAppendTime
-    num_batches: int
-    size_bytes: int
-    log_start_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class FileSlice:
-    """Whole batches at [position, position+size) of an open segment file."""
-
-    fd: int
-    position: int
-    size: int
-
-    def read_bytes(self) -> bytes:
-        out = bytearray()
-        while len(out) < self.size:
-            chunk = os.pread(self.fd, self.size - len(out), self.position + len(out))
-            if not chunk:
-                raise KafkaError(ErrorCode.kafka_storage_error, "short read from segment")
-            out += chunk
-        return bytes(out)
 
 
 class Log:
@@ -105,7 +68,17 @@ class Log:
         self.unflushed_messages = 0
         self.last_flush_ms: int | None = None
         self._dir_dirty = False
+        self._parent_dirty = False  # the partition directory itself is new
+        # Bumped by every truncation: a flush begun before one must not move the
+        # recovery point over data that was replaced meanwhile.
+        self._generation = 0
+        # Set by the broker (odradek.broker.flusher): called when this log wants an fsync
+        # (flush.messages reached, a roll, or any append under odradek.ack.fsync). Without
+        # it (tools, tests) flush.messages flushes inline, as before.
+        self.flush_listener: Callable[[Log], None] | None = None
         self.closed = False
+        # Segments renamed to .deleted, waiting for file.delete.delay.ms: (due_ms, seg).
+        self.pending_deletions: list[tuple[int, Segment]] = []
 
     # ------------------------------------------------------------------ open/recover
 
@@ -118,8 +91,15 @@ class Log:
         log_start_offset: int | None = None,
     ) -> Log:
         directory = Path(directory)
+        created = not directory.is_dir()
         directory.mkdir(parents=True, exist_ok=True)
         max_batch = max(config.max_message_bytes, config.segment_bytes)
+        if not created:
+            # A crash in the middle of a cleaner swap: a .log.swap file is the commit
+            # point; finish it before stray suffixes are deleted (Kafka's LogLoader).
+            from odradek.storage.cleaner import complete_swaps
+
+            complete_swaps(directory)
         bases: set[int] = set()
         for entry in os.scandir(directory):
             name = entry.name
@@ -168,6 +148,11 @@ class Log:
         lso = segments[0].base_offset if log_start_offset is None else log_start_offset
         lso = max(lso, segments[0].base_offset)
         log = cls(directory, config, segments, lso, recovery_point)
+        # Files and the directory itself exist durably only after fsyncs of this directory
+        # and of the log dir. Nothing on disk says whether a previous incarnation did
+        # them (it may have crashed first), so the first flush after open does both.
+        log._dir_dirty = True
+        log._parent_dirty = True
         if lso > log.log_end_offset:
             log.truncate_fully_and_start_at(lso)
         if recovered:
@@ -206,7 +191,8 @@ class Log:
         """Validate, assign offsets from the LEO, stamp the epoch, write once."""
         cfg = self.config
         buf = bytearray(records)
-        headers = parse_batches(buf, verify_crc=True, max_batch_bytes=cfg.max_message_bytes)
+        headers = parse_batches(buf, verify_crc=True, max_batch_bytes=cfg.max_message_bytes,
+                                strict_count=True)
         if not headers:
             raise KafkaError(ErrorCode.invalid_record, "produce request without record batches")
         if len(buf) > cfg.segment_bytes:
@@ -252,8 +238,8 @@ class Log:
     ) -> AppendInfo:
         """Append replicated batches keeping their offsets and epochs (must be >= LEO).
 
-        A gap in offsets (a compacted leader) starts a new segment at the batch's base
-        offset, so the "contiguous inside a segment" invariant holds for recovery.
+        Gaps in offsets (a compacted leader, SPEC R25) are appended as they are, like
+        Kafka: segments only require increasing offsets (see odradek.storage.segment).
         """
         mv = memoryview(records)
         headers = parse_batches(mv, verify_crc=True)
@@ -273,7 +259,6 @@ class Log:
                 raise KafkaError(ErrorCode.corrupt_message, "out-of-order offsets in batches")
             if (
                 not chunks
-                or h.base_offset != expected
                 or chunk_bytes + h.size > self.config.segment_bytes
                 or h.last_offset - chunks[-1][0].base_offset > MAX_RELATIVE_OFFSET
             ):
@@ -286,10 +271,7 @@ class Log:
         for chunk in chunks:
             start = chunk[0].position
             end = chunk[-1].position + chunk[-1].size
-            if chunk[0].base_offset != self.log_end_offset:
-                self.roll(chunk[0].base_offset)
-            else:
-                self._maybe_roll(end - start, chunk[-1].last_offset, now_ms)
+            self._maybe_roll(end - start, chunk[-1].last_offset, now_ms)
             for h in chunk:
                 h.position -= start
                 if h.max_timestamp > max_ts:
@@ -312,8 +294,13 @@ class Log:
         self.unflushed_messages += messages
         if self.last_flush_ms is None:
             self.last_flush_ms = now_ms
-        fm = self.config.flush_messages
-        if fm is not None and self.unflushed_messages >= fm:
+        cfg = self.config
+        fm = cfg.flush_messages
+        due = fm is not None and self.unflushed_messages >= fm
+        if self.flush_listener is not None:
+            if due or cfg.ack_fsync:
+                self.flush_listener(self)  # fsync in the broker's flusher thread
+        elif due:
             self.flush(now_ms)
 
     def _maybe_roll(self, incoming: int, last_offset: int, now_ms: int) -> None:
@@ -348,6 +335,9 @@ class Log:
         self.segments.append(seg)
         self._bases.append(base)
         self._dir_dirty = True
+        if self.flush_listener is not None:
+            # Kafka flushes the rolled segment in the background at every roll.
+            self.flush_listener(self)
         return seg
 
     # ------------------------------------------------------------------ reads
@@ -357,7 +347,9 @@ class Log:
         if i < 0:
             i = 0
         segs = self.segments
-        while segs[i].next_offset <= offset and i + 1 < len(segs):
+        # next_offset <= offset also skips segments the cleaner emptied (SPEC R25): an
+        # empty segment's next_offset is its base offset.
+        while (segs[i].next_offset <= offset or segs[i].size == 0) and i + 1 < len(segs):
             i += 1
         return i
 
@@ -445,8 +437,10 @@ class Log:
         elif seg.next_offset > offset:
             seg.truncate_to(offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self._generation += 1
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        self._generation += 1
         for seg in self.segments:
             seg.delete()
         self.segments = [Segment(self.directory, offset, self.config.index_interval_bytes)]
@@ -467,18 +461,61 @@ class Log:
             and now_ms - self.last_flush_ms >= fm
         )
 
-    def flush(self, now_ms: int | None = None) -> None:
-        """fsync everything up to the LEO and advance the recovery point (SPEC R18)."""
+    @property
+    def durable_offset(self) -> int:
+        """Every offset below this one is fsynced: the recovery point (SPEC R18)."""
+        return self.recovery_point
+
+    def begin_flush(self, now_ms: int | None = None, *, with_indexes: bool = True) -> FlushJob | None:
+        """Event-loop half of a flush: capture what to fsync (odradek.storage.durability).
+
+        ``with_indexes=False`` (group commit) syncs only the ``.log`` data of the active
+        segment: its indexes are rebuilt or sanity-checked on load, and are synced at roll,
+        close and every full flush. Returns None when there is nothing to do.
+        """
         leo = self.log_end_offset
+        rp = self.recovery_point
+        active = self.active_segment
+        job = FlushJob(self.directory, leo, self._generation)
         for seg in self.segments:
-            if seg.next_offset > self.recovery_point or seg is self.active_segment:
-                seg.flush()
-        if self._dir_dirty:
-            fsync_dir(self.directory)
-            self._dir_dirty = False
-        self.recovery_point = leo
+            is_active = seg is active
+            if not (seg.next_offset > rp or (is_active and with_indexes)):
+                continue
+            job.files.append((os.dup(seg.fd), seg.log_path.name, seg.size))
+            # Buffered index entries are written here, on the loop (so a process crash
+            # keeps them in the page cache); the worker only fsyncs.
+            seg.index.write_pending()
+            seg.time_index.write_pending()
+            if with_indexes or not is_active:
+                job.index_paths += [seg.index.path, seg.time_index.path]
+        job.fsync_dir, self._dir_dirty = self._dir_dirty, False
+        job.fsync_parent, self._parent_dirty = self._parent_dirty, False
+        if not job.files and not job.fsync_dir and not job.fsync_parent:
+            return None
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms
+        return job
+
+    def complete_flush(self, job: FlushJob) -> None:
+        """Event-loop half after ``job.run()``: the recovery point moves to the LEO captured
+        before the fsync (appends made meanwhile wait for the next flush)."""
+        if job.error is not None:
+            self._dir_dirty |= job.fsync_dir
+            self._parent_dirty |= job.fsync_parent
+            raise KafkaError(ErrorCode.kafka_storage_error,
+                             f"fsync in {self.directory} failed: {job.error!r}")
+        if job.generation == self._generation:
+            self.recovery_point = max(self.recovery_point, min(job.target, self.log_end_offset))
+
+    def flush(self, now_ms: int | None = None) -> None:
+        """fsync everything up to the LEO and advance the recovery point (SPEC R18).
+
+        Blocking; the broker uses begin/complete_flush around a worker thread instead."""
+        job = self.begin_flush(now_ms)
+        if job is not None:
+            job.run()
+            self.complete_flush(job)
+        self.recovery_point = max(self.recovery_point, self.log_end_offset)
 
     def close(self) -> None:
         """Clean close: flush (recovery point = LEO) and release file descriptors."""
@@ -487,13 +524,177 @@ class Log:
         self.flush()
         for seg in self.segments:
             seg.close()
+        self.run_pending_deletions(force=True)
         self.closed = True
+
+    # ------------------------------------------------------------------ retention
+
+    def maybe_increment_log_start_offset(self, offset: int, reason: str) -> bool:
+        """Advance the log start offset to ``offset`` (never backwards). Kafka's
+        ``maybeIncrementLogStartOffset``: retention, DeleteRecords, a follower following
+        its leader. Records below it become invisible at once (reads there get
+        OFFSET_OUT_OF_RANGE); whole segments below it go at the next retention check.
+        The caller bounds ``offset`` by the HW; the log only by its end. Returns True if
+        it moved."""
+        if offset <= self.log_start_offset:
+            return False
+        if offset > self.log_end_offset:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"cannot move log start offset of {self.directory.name} to {offset} past "
+                f"the log end {self.log_end_offset} ({reason})",
+            )
+        _logger.info("%s: log start offset %d -> %d (%s)", self.directory.name,
+                     self.log_start_offset, offset, reason)
+        self.log_start_offset = offset
+        return True
+
+    def segment_summaries(self) -> list[SegmentSummary]:
+        """Metadata of every segment for ``odradek.storage.retention`` (no I/O except an
+        fstat for a segment without record timestamps, Kafka's mtime fallback)."""
+        out = []
+        for seg in self.segments:
+            ts = seg.max_timestamp
+            if ts < 0:
+                ts = os.fstat(seg.fd).st_mtime_ns // 1_000_000
+            out.append(SegmentSummary(seg.base_offset, seg.next_offset, seg.size, ts))
+        return out
+
+    def retention_decision(self, upper_bound: int, now_ms: int) -> RetentionDecision:
+        """Which leading segments retention would delete now (SPEC R24). Settings are read
+        from ``self.config`` each time (dynamic topic configs swap it). Time and size
+        apply only with cleanup.policy containing ``delete``; segments below the log
+        start offset go under any policy (Kafka)."""
+        cfg = self.config
+        on = cfg.delete
+        return segments_to_delete(
+            self.segment_summaries(), upper_bound=upper_bound, now_ms=now_ms,
+            retention_ms=cfg.retention_ms if on else -1,
+            retention_bytes=cfg.retention_bytes if on else -1,
+            log_start_offset=self.log_start_offset)
+
+    def delete_old_segments(self, upper_bound: int, now_ms: int) -> RetentionDecision:
+        """Kafka's ``deleteOldSegments``: decide (metadata only) and apply. Files are
+        renamed now and unlinked after file.delete.delay.ms (``run_pending_deletions``)."""
+        if self.closed:
+            return RetentionDecision(0, None, "", 0)
+        d = self.retention_decision(upper_bound, now_ms)
+        if d.count:
+            _logger.info("%s: deleting %d segment(s), %d B: %s", self.directory.name,
+                         d.count, d.bytes, d.detail)
+            self.delete_segments(self.segments[: d.count], d.reason or "retention",
+                                 now_ms=now_ms)
+        return d
+
+    def delete_segments(self, segments: Sequence[Segment], reason: str, *,
+                        now_ms: int | None = None) -> int:
+        """Remove leading non-active ``segments`` from the log; the log start offset moves
+        to the first remaining segment's base if it was below. Files are deleted
+        asynchronously (``schedule_delete``). Returns how many were removed: only the
+        run of ``segments`` found at the head of the log, never the active segment."""
+        wanted = {id(s) for s in segments}
+        n = 0
+        while n < len(self.segments) - 1 and id(self.segments[n]) in wanted:
+            n += 1
+        if n == 0:
+            return 0
+        removed = self.segments[:n]
+        del self.segments[:n]
+        del self._bases[:n]
+        self.maybe_increment_log_start_offset(self.segments[0].base_offset, reason)
+        for seg in removed:
+            self.schedule_delete(seg, now_ms)
+        return n
+
+    def schedule_delete(self, segment: Segment, now_ms: int | None = None) -> None:
+        """Delete ``segment``'s files asynchronously (Kafka's ``deleteSegmentFiles``).
+
+        Public: retention and the log cleaner (``replace_segments``) both use it. The
+        caller has already removed ``segment`` from ``self.segments``. Its files are
+        renamed to ``<name>.deleted`` now (the base-offset name is free again; a crash
+        leaves only ``.deleted`` files, which ``Log.open`` discards) while its fd stays
+        open, because a ``FileSlice`` of it may still be queued on a connection. The fd
+        is closed and the files unlinked by ``run_pending_deletions`` once
+        ``file.delete.delay.ms`` has passed."""
+        segment.rename_to_deleted()
+        self._dir_dirty = True
+        now = _wall_ms() if now_ms is None else now_ms
+        self.pending_deletions.append((now + max(self.config.file_delete_delay_ms, 0), segment))
+
+    def run_pending_deletions(self, now_ms: int | None = None, *, force: bool = False) -> int:
+        """Close and unlink the scheduled segments whose delay has passed (all of them
+        with ``force``, e.g. at close). Called from the broker's retention loop."""
+        if not self.pending_deletions:
+            return 0
+        now = _wall_ms() if now_ms is None else now_ms
+        due = [s for t, s in self.pending_deletions if force or t <= now]
+        if not due:
+            return 0
+        self.pending_deletions = [(t, s) for t, s in self.pending_deletions
+                                  if not (force or t <= now)]
+        for seg in due:
+            seg.delete()
+        return len(due)
+
+    # ------------------------------------------------------------------ compaction
+
+    def replace_segments(self, old: list[Segment], cleaned_base: int) -> bool:
+        """Swap the cleaner's ``<cleaned_base>.*.cleaned`` files in for ``old`` (SPEC R25).
+
+        Runs on the event loop (the Log has no locks) and is short: renames, two directory
+        fsyncs and an index load. Returns False — and discards the cleaned files — when
+        ``old`` is no longer a consecutive run of non-active segments of this log
+        (retention, truncation or deletion got there first). Crash-safe at every step:
+        ``.cleaned`` files are discarded on open, a ``.log.swap`` is completed on open
+        (``odradek.storage.cleaner.complete_swaps``), like Kafka's ``replaceSegments``.
+        """
+        from odradek.storage.cleaner import SWAP_SUFFIX, cleaned_paths, discard_cleaned
+
+        segs = self.segments
+        try:
+            i = next(k for k, s in enumerate(segs) if s is old[0]) if old else -1
+        except StopIteration:
+            i = -1
+        if (
+            self.closed
+            or i < 0
+            or old[0].base_offset != cleaned_base
+            or i + len(old) >= len(segs)  # never the active segment
+            or any(segs[i + k] is not s for k, s in enumerate(old))
+        ):
+            discard_cleaned(self.directory, cleaned_base)
+            return False
+        cleaned = cleaned_paths(self.directory, cleaned_base)
+        swaps = cleaned_paths(self.directory, cleaned_base, SWAP_SUFFIX)
+        finals = cleaned_paths(self.directory, cleaned_base, "")
+        # Indexes first, the .log last: .log.swap is the commit point for recovery.
+        for src, dst in zip(reversed(cleaned), reversed(swaps)):
+            os.replace(src, dst)
+        fsync_dir(self.directory)
+        for seg in old:
+            # Renamed to .deleted now (frees the base-offset name for the new segment);
+            # closed after file.delete.delay.ms, so in-flight FileSlices stay valid.
+            self.schedule_delete(seg)
+        for src, dst in zip(reversed(swaps), reversed(finals)):
+            os.replace(src, dst)
+        fsync_dir(self.directory)
+        new = Segment(self.directory, cleaned_base, self.config.index_interval_bytes)
+        new.load(recover=False,
+                 max_batch_bytes=max(self.config.max_message_bytes, self.config.segment_bytes))
+        segs[i : i + len(old)] = [new]
+        self._bases[i : i + len(old)] = [new.base_offset]
+        return True
 
     def delete(self) -> None:
         for seg in self.segments:
             seg.delete()
+        self.run_pending_deletions(force=True)
         self.closed = True
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def _unlink(path: Path) -> None:

@@ -1,10 +1,10 @@
 """One log segment: ``%020d.log`` plus its sparse ``.index`` and ``.timeindex`` (SPEC R23).
 
-Invariant kept by ``Log`` and checked by recovery: inside a segment, batches are
-contiguous in offsets, and the first batch starts exactly at the segment's base offset
-(a follower append that skips offsets starts a new segment). That lets recovery treat any
-discontinuity — e.g. a flipped bit in ``baseOffset``, which the CRC does not cover — as
-corruption.
+Invariant kept by ``Log`` and checked by recovery: inside a segment, batch offsets
+strictly increase and the first batch starts at or after the segment's base offset.
+Gaps are legal — the log cleaner keeps each retained batch's original offset range and
+drops emptied batches (SPEC R25, Kafka does the same) — but an offset going *backwards*
+(e.g. a flipped bit in ``baseOffset``, which the CRC does not cover) is corruption.
 
 Lookups (``locate`` / ``boundary``) bisect in-memory arrays of ``(last_offset,
 position)``. For rolled segments these are the sparse index entries plus a short header
@@ -101,7 +101,7 @@ class Segment:
         expected = self.base_offset if start == 0 else None
         end = start
         for h in self.iter_headers(start, self.size):
-            if expected is not None and h.base_offset != expected:
+            if expected is not None and h.base_offset < expected:  # gaps: compaction
                 return False
             expected = h.next_offset
             self._note_timestamp(h)
@@ -121,7 +121,7 @@ class Segment:
         end = 0
         consistent = True
         for h in self.iter_headers(0, self.size):
-            if h.base_offset != self.next_offset:
+            if h.base_offset < self.next_offset:  # gaps are legal (compaction)
                 consistent = False
                 break
             self._index_batch(h.last_offset, h.position, h.size, h.max_timestamp)
@@ -148,10 +148,10 @@ class Segment:
             corrupt = False
             for h in sc.batches:
                 if (
-                    h.base_offset != self.next_offset
+                    h.base_offset < self.next_offset
                     or h.last_offset - self.base_offset > MAX_RELATIVE_OFFSET
                 ):
-                    corrupt = True  # offsets must continue exactly (see module doc)
+                    corrupt = True  # offsets must increase; gaps are legal (module doc)
                     break
                 h.position += window_start
                 self._index_batch(h.last_offset, h.position, h.size, h.max_timestamp)
@@ -375,3 +375,20 @@ class Segment:
                 pass
         self.index.delete_file()
         self.time_index.delete_file()
+
+    def rename_to_deleted(self) -> None:
+        """First half of an asynchronous delete (Kafka's ``changeFileSuffixes("",
+        ".deleted")``): the files get a ``.deleted`` suffix now — so the name is free for
+        a new segment and ``Log.open`` discards them after a crash — while the fd stays
+        open for FileSlices already handed to connections. ``delete()`` later closes the
+        fd and unlinks the renamed files."""
+        self.index.write_pending()
+        self.time_index.write_pending()
+        for obj, attr in ((self, "log_path"), (self.index, "path"), (self.time_index, "path")):
+            old: Path = getattr(obj, attr)
+            new = old.with_name(old.name + ".deleted")
+            try:
+                os.replace(old, new)
+            except FileNotFoundError:
+                pass
+            setattr(obj, attr, new)

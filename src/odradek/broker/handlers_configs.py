@@ -1,0 +1,275 @@
+"""AlterConfigs (API 33) and IncrementalAlterConfigs (API 44): topic configs at runtime.
+
+Kafka (ZooKeeper mode) keeps a topic's overrides in ``/config/topics/T`` and announces
+each change with a persistent sequential ``/config/changes/config_change_N`` whose body
+is ``{"version":2,"entity_path":"topics/T"}``. Odradek writes both, the same way, so
+zookeeper-shell users see what they expect. Kafka forwards these requests to the
+controller; with ZooKeeper as the store any broker may write, so every broker serves
+them (as CreateTopics does, see handlers_admin.py).
+
+Every broker watches ``/config/topics/T`` (metadata_store ``TopicConfigChanged``) and
+its replica manager swaps each local ``Log.config`` when a topic's overrides change, so
+a change takes effect without a restart (issue #5). The controller reads
+``unclean.leader.election.enable`` fresh from ZooKeeper on each pass (SPEC R10).
+
+Semantics, as in Kafka:
+
+* AlterConfigs replaces the whole override set of the resource (omitted keys go back to
+  their defaults); a null value is INVALID_REQUEST.
+* IncrementalAlterConfigs applies SET(0) / DELETE(1) / APPEND(2) / SUBTRACT(3) to the
+  current overrides; APPEND/SUBTRACT are for LIST configs only (``cleanup.policy``,
+  the throttled-replica lists) and start from the config's default when not overridden.
+* The result is validated as a whole with ``odradek.config.validate_topic_configs``
+  (unknown names, bad values → INVALID_CONFIG with Kafka's messages); ``validate_only``
+  validates and writes nothing.
+* The write is conditional on the znode version (a concurrent change makes us re-read
+  and re-apply the operations), like every other read-modify-write of Odradek's znodes.
+* Broker resources: Kafka has dynamic broker configs (KIP-226); Odradek does not, and
+  answers INVALID_REQUEST (docs/compatibility.md).
+
+The pure parts (``apply_incremental``, ``replace_all``) are unit-tested in
+tests/unit/test_configs_ops.py; the ZooKeeper write is ``write_topic_config`` (blocking,
+run in a worker thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from odradek.broker.metadata_image import topic_name_error
+from odradek.broker.responses import part, response
+from odradek.config import validate_topic_configs
+from odradek.configdefs import TOPIC_CONFIGS, ConfigType, parse_list
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol.codec import RequestHeaderInfo
+from odradek.zk import znodes
+
+if TYPE_CHECKING:
+    from odradek.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "OP_SET", "OP_DELETE", "OP_APPEND", "OP_SUBTRACT",
+    "apply_incremental", "replace_all", "write_topic_config",
+    "handle_alter_configs", "handle_incremental_alter_configs",
+]
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+
+# IncrementalAlterConfigs config_operation (Kafka's AlterConfigOp.OpType ids).
+OP_SET = 0
+OP_DELETE = 1
+OP_APPEND = 2
+OP_SUBTRACT = 3
+_OP_NAMES = {OP_SET: "set", OP_DELETE: "delete", OP_APPEND: "append", OP_SUBTRACT: "subtract"}
+
+_CAS_ATTEMPTS = 10
+# After answering, wait (bounded) until this broker's own metadata image shows the new
+# overrides, so "alter, then describe on the same broker" reads its own write (Kafka's
+# ZooKeeper-mode DescribeConfigs reads ZooKeeper directly and has that property).
+_OWN_IMAGE_WAIT_S = 5.0
+# Kafka purges config change notifications older than 15 minutes
+# (ZkNodeChangeNotificationListener.changeExpirationMs); we purge a few per write.
+CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+_PURGE_PER_WRITE = 10
+
+
+# =============================================================================== pure
+def _invalid_request(message: str) -> KafkaError:
+    return KafkaError(ErrorCode.invalid_request, message)
+
+
+def _is_list(name: str) -> bool:
+    d = TOPIC_CONFIGS.get(name)
+    return d is not None and d.type is ConfigType.LIST
+
+
+def apply_incremental(current: Mapping[str, str],
+                      ops: Sequence[tuple[str, int, str | None]]) -> dict[str, str]:
+    """The overrides after IncrementalAlterConfigs ``ops`` = [(name, op, value)]. Pure.
+
+    Kafka's ``prepareIncrementalConfigs``: SET puts, DELETE removes (unknown names are
+    fine: nothing to remove), APPEND/SUBTRACT work on the comma-separated list of the
+    override, else of the config's default; APPEND keeps the first occurrence of each
+    element. Values are not validated here (``validate_topic_configs`` does that on the
+    whole result). Raises INVALID_REQUEST for duplicate keys, unknown operations and
+    null values, INVALID_CONFIG for APPEND/SUBTRACT on a non-LIST config.
+    """
+    dups = sorted(n for n, c in Counter(name for name, _, _ in ops).items() if c > 1)
+    if dups:
+        raise _invalid_request(f"Error due to duplicate config keys : {','.join(dups)}")
+    out = dict(current)
+    for name, op, value in ops:
+        if op == OP_DELETE:
+            out.pop(name, None)
+            continue
+        if op not in _OP_NAMES:
+            raise _invalid_request(f"Unknown alter configs operation type {op}")
+        if value is None:
+            raise _invalid_request(f"Null value not supported for : {name}")
+        if op == OP_SET:
+            out[name] = value
+            continue
+        if not _is_list(name):
+            raise KafkaError(ErrorCode.invalid_config,
+                             f"Config value {_OP_NAMES[op]} is not allowed for config key: "
+                             f"{name}")
+        base = out.get(name)
+        if base is None:
+            base = TOPIC_CONFIGS[name].default or ""
+        old = parse_list(base)
+        given = parse_list(value)
+        if op == OP_APPEND:
+            merged = list(dict.fromkeys([*old, *given]))  # distinct, order kept
+        else:
+            merged = [x for x in old if x not in given]
+        out[name] = ",".join(merged)
+    return out
+
+
+def replace_all(configs: Sequence[tuple[str, str | None]]) -> dict[str, str]:
+    """The overrides after a (legacy) AlterConfigs: exactly the given ones. Pure.
+
+    Kafka's ZooKeeper-mode ``alterConfigs`` rejects null values as a whole
+    (INVALID_REQUEST "Null value not supported for : a,b"); a repeated key keeps the
+    last value (it builds a java.util.Properties).
+    """
+    nulls = [n for n, v in configs if v is None]
+    if nulls:
+        raise _invalid_request(f"Null value not supported for : {','.join(nulls)}")
+    return {n: v for n, v in configs if v is not None}
+
+
+# =============================================================================== ZooKeeper
+def write_topic_config(zk: KazooClient, topic: str,
+                       change: Callable[[dict[str, str]], dict[str, str]],
+                       validate_only: bool) -> dict[str, str]:
+    """Read ``/config/topics/T``, apply ``change``, validate, write it back. Blocking.
+
+    The write is conditional on the version read (create if the znode is missing); on a
+    lost race the change is re-applied to the fresh overrides. Then the change
+    notification is created. Returns the validated new overrides.
+    """
+    path = znodes.topic_config_path(topic)
+    for _ in range(_CAS_ATTEMPTS):
+        if not zk.exists(znodes.topic_path(topic)):
+            raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                             f"Topic '{topic}' does not exist.")
+        try:
+            data, stat = zk.get(path)
+            version: int | None = stat.version
+        except NoNodeError:
+            data, version = None, None
+        new = validate_topic_configs(dict(change(znodes.decode_topic_config(data))))
+        if validate_only:
+            return new
+        encoded = znodes.encode_topic_config(new)
+        try:
+            if version is None:
+                zk.create(path, encoded, makepath=True)
+            else:
+                zk.set(path, encoded, version=version)
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            continue  # someone else changed it meanwhile: re-read, re-apply
+        _notify(zk, f"topics/{topic}")
+        log.info("topic %s: configs are now %s", topic, new)
+        return new
+    raise KafkaError(ErrorCode.request_timed_out,
+                     f"Topic '{topic}': configs changed concurrently {_CAS_ATTEMPTS} times; "
+                     "retry")
+
+
+def _notify(zk: KazooClient, entity_path: str) -> None:
+    """Kafka's config change notification (persistent sequential), plus a bounded purge
+    of expired ones (Kafka's brokers purge them after 15 minutes)."""
+    zk.create(znodes.CONFIG_CHANGE_PREFIX, znodes.encode_config_change(entity_path),
+              sequence=True, makepath=True)
+    try:
+        children = sorted(zk.get_children(znodes.CONFIG_CHANGES))
+        now_ms = time.time() * 1000
+        for child in children[:_PURGE_PER_WRITE]:
+            stat = zk.exists(f"{znodes.CONFIG_CHANGES}/{child}")
+            if stat is None or now_ms - stat.ctime < CHANGE_EXPIRATION_MS:
+                break  # sequential: the rest are younger
+            zk.delete(f"{znodes.CONFIG_CHANGES}/{child}")
+    except NoNodeError:
+        pass  # purged concurrently by another broker
+    except Exception:  # noqa: BLE001 - the purge is housekeeping, never the answer
+        log.debug("config change purge failed", exc_info=True)
+
+
+# =============================================================================== handlers
+async def _alter(broker: Broker, api_key: int, v: int, req: Any,
+                 change_for: Callable[[Any], Callable[[dict[str, str]], dict[str, str]]]) -> Any:
+    results = []
+    counts = Counter((int(r.resource_type), r.resource_name) for r in req.resources)
+    written: dict[str, dict[str, str]] = {}
+    for res in req.resources:
+        rtype, name = int(res.resource_type), res.resource_name
+        code, message = ErrorCode.none, None
+        try:
+            if counts[(rtype, name)] > 1:
+                raise _invalid_request("Each resource must appear at most once.")
+            if rtype == RESOURCE_TOPIC:
+                why = topic_name_error(name)
+                if why:
+                    raise KafkaError(ErrorCode.invalid_topic_exception, why)
+                change = change_for(res)
+                change({})  # request-shape errors first, before any ZooKeeper round trip
+                new = await asyncio.to_thread(write_topic_config, broker.zk, name, change,
+                                              bool(req.validate_only))
+                if not req.validate_only:
+                    written[name] = new
+            elif rtype in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+                raise _invalid_request("dynamic broker configs are not supported by Odradek; "
+                                       "set them in server.properties and restart the broker")
+            else:
+                raise _invalid_request(
+                    f"AlterConfigs is only supported for topics and brokers, but resource "
+                    f"type is {rtype}")
+        except KafkaError as e:
+            code, message = e.code, e.message or None
+        except Exception:  # noqa: BLE001 - one resource's failure never kills the request
+            log.exception("altering configs of %s failed", name)
+            code, message = ErrorCode.unknown_server_error, "unexpected error; see broker log"
+        results.append(part(api_key, v, "AlterConfigsResourceResponse", error_code=code,
+                            error_message=message, resource_type=rtype, resource_name=name))
+    if written:
+        await _wait_own_image(broker, written)
+    return response(api_key, v, throttle_time=0, responses=tuple(results))
+
+
+async def _wait_own_image(broker: Broker, written: dict[str, dict[str, str]]) -> None:
+    def ready() -> bool:
+        topics = broker.image.topics
+        return all(t not in topics or topics[t].configs == c for t, c in written.items())
+    deadline = time.monotonic() + _OWN_IMAGE_WAIT_S
+    while not ready() and time.monotonic() < deadline:
+        await broker.wait_for_image(deadline - time.monotonic())
+
+
+def handle_alter_configs(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    """AlterConfigs v0–2: replace each resource's whole override set."""
+    def change_for(res: Any) -> Callable[[dict[str, str]], dict[str, str]]:
+        new = replace_all([(c.name, c.value) for c in res.configs])
+        return lambda _current: dict(new)
+    return _alter(broker, 33, header.api_version, req, change_for)
+
+
+def handle_incremental_alter_configs(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+    """IncrementalAlterConfigs v0–1: SET / DELETE / APPEND / SUBTRACT per key."""
+    def change_for(res: Any) -> Callable[[dict[str, str]], dict[str, str]]:
+        ops = [(c.name, int(c.config_operation), c.value) for c in res.configs]
+        return lambda current: apply_incremental(current, ops)
+    return _alter(broker, 44, header.api_version, req, change_for)

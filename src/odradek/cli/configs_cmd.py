@@ -1,0 +1,291 @@
+"""``odradek configs``: kafka-configs.sh's options and output format, over the Kafka protocol.
+
+    --entity-type topics  --entity-name T --describe [--all]
+    --entity-type topics  --entity-name T --alter --add-config k1=v1,k2=[a,b]
+                                                  [--add-config-file F] --delete-config k3
+    --entity-type brokers [--entity-name N] --describe [--all]
+
+Alterations go through confluent-kafka's AdminClient (a real Kafka client sending
+IncrementalAlterConfigs, as kafka-configs.sh does since Kafka 2.3). Descriptions send
+DescribeConfigs v4 with the project's own client codec: confluent-kafka returns
+synonyms as a dict keyed by name, which loses a broker property listed twice (its
+STATIC_BROKER_CONFIG and its DEFAULT_CONFIG value), and kafka-configs.sh prints both.
+
+Output lines are Kafka's::
+
+    Dynamic configs for topic T are:
+      segment.bytes=1048576 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:segment.bytes=1048576, DEFAULT_CONFIG:log.segment.bytes=1073741824}
+    Completed updating config for topic T.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+import struct
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from odradek.cli.common import add_command_config, admin_client
+
+_TIMEOUT_S = 30.0
+_I32 = struct.Struct(">i")
+
+# DescribeConfigs v1+ config_source ids -> Kafka's ConfigEntry.ConfigSource names.
+SOURCE_NAMES: dict[int, str] = {
+    0: "UNKNOWN",
+    1: "DYNAMIC_TOPIC_CONFIG",
+    2: "DYNAMIC_BROKER_CONFIG",
+    3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG",
+    5: "DEFAULT_CONFIG",
+    6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+    7: "CLIENT_METRICS_CONFIG",
+    8: "GROUP_CONFIG",
+}
+_RESOURCE_TYPES = {"topics": 2, "brokers": 4}
+_SINGULAR = {"topics": "topic", "brokers": "broker"}
+# What "--describe" (without --all) shows per entity type: its dynamic layer only.
+_DYNAMIC_SOURCE = {"topics": 1, "brokers": 2}
+
+
+class ConfigCommandError(Exception):
+    """A user-facing failure: printed to stderr, exit status 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One DescribeConfigs entry, client side."""
+
+    name: str
+    value: str | None
+    source: int
+    is_sensitive: bool
+    synonyms: tuple[tuple[str, str | None, int], ...]  # (name, value, source)
+
+
+# =============================================================================== pure
+# Kafka's ConfigCommand: a comma or '=' counts only outside [...] brackets.
+_OUTSIDE_BRACKETS = r"(?=[^\]]*(?:\[|$))"
+
+
+def parse_add_config(text: str) -> dict[str, str]:
+    """``k1=v1,k2=[a,b]`` -> {"k1": "v1", "k2": "a,b"} (Kafka's parseConfigsToBeAdded).
+
+    Commas inside square brackets belong to the value; the brackets are dropped.
+    """
+    out: dict[str, str] = {}
+    if not text.strip():
+        return out
+    for item in re.split("," + _OUTSIDE_BRACKETS, text):
+        pair = re.split(r"\s*=\s*" + _OUTSIDE_BRACKETS, item, maxsplit=1)
+        if len(pair) != 2 or not pair[0].strip():
+            raise ConfigCommandError(
+                'Invalid entity config: all configs to be added must be in the format "key=val".')
+        out[pair[0].strip()] = re.sub(r"[\[\]]", "", pair[1]).strip()
+    return out
+
+
+def parse_delete_config(text: str) -> list[str]:
+    return [k.strip() for k in text.split(",") if k.strip()]
+
+
+def _java_str(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def format_entry(e: Entry) -> str:
+    """``  name=value sensitive=false synonyms={SOURCE:name=value, ...}`` (Kafka's line)."""
+    syns = ", ".join(f"{SOURCE_NAMES.get(s, str(s))}:{n}={_java_str(v)}"
+                     for n, v, s in e.synonyms)
+    return (f"  {e.name}={_java_str(e.value)} sensitive={_java_str(e.is_sensitive)} "
+            f"synonyms={{{syns}}}")
+
+
+def describe_lines(entity_type: str, entity_name: str, entries: Sequence[Entry],
+                   describe_all: bool) -> list[str]:
+    """kafka-configs --describe output for one entity: header, then sorted entries."""
+    kind = "All" if describe_all else "Dynamic"
+    lines = [f"{kind} configs for {_SINGULAR[entity_type]} {entity_name} are:"]
+    dynamic = _DYNAMIC_SOURCE[entity_type]
+    for e in sorted(entries, key=lambda x: x.name):
+        if describe_all or e.source == dynamic:
+            lines.append(format_entry(e))
+    return lines
+
+
+# =============================================================================== wire
+def _addresses(bootstrap: str) -> list[tuple[str, int]]:
+    out = []
+    for hp in bootstrap.split(","):
+        host, _, port = hp.strip().rpartition(":")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed by the broker")
+        buf += chunk
+    return bytes(buf)
+
+
+def _request(addresses: Sequence[tuple[str, int]], entity: Any) -> Any:
+    """Send one request to the first broker that accepts a connection."""
+    from odradek.protocol.client_codec import decode_response, encode_request  # noqa: PLC0415
+
+    last: Exception | None = None
+    for addr in addresses:
+        try:
+            with socket.create_connection(addr, timeout=_TIMEOUT_S) as s:
+                s.sendall(encode_request(entity, 1, "odradek-configs"))
+                frame = _recv_exact(s, _I32.unpack(_recv_exact(s, 4))[0])
+        except OSError as e:
+            last = e
+            continue
+        cls = type(entity)
+        return decode_response(cls.__api_key__, cls.__version__, frame)[1]
+    raise ConfigCommandError(f"no broker reachable in {list(addresses)}: {last}")
+
+
+def describe_configs(addresses: Sequence[tuple[str, int]], resource_type: int,
+                     names: Sequence[str]) -> dict[str, list[Entry]]:
+    """DescribeConfigs v4 with synonyms; raises ConfigCommandError on a resource error."""
+    from odradek.errors import error_name  # noqa: PLC0415
+    from odradek.protocol.client_codec import nested_request, request_entity  # noqa: PLC0415
+
+    req = request_entity(32, 4, resources=tuple(
+        nested_request(32, 4, "DescribeConfigsResource", resource_type=resource_type,
+                       resource_name=n, configuration_keys=None) for n in names),
+        include_synonyms=True, include_documentation=False)
+    resp = _request(addresses, req)
+    out: dict[str, list[Entry]] = {}
+    for r in resp.results:
+        if int(r.error_code) != 0:
+            raise ConfigCommandError(f"{error_name(int(r.error_code))}: "
+                                     f"{r.error_message or 'describing ' + r.resource_name}")
+        out[r.resource_name] = [
+            Entry(c.name, c.value, int(c.config_source), bool(c.is_sensitive),
+                  tuple((s.name, s.value, int(s.source)) for s in c.synonyms))
+            for c in r.configs]
+    return out
+
+
+# =============================================================================== command
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("configs", help="describe and alter topic configs at runtime",
+                       description="Like kafka-configs.sh.")
+    p.add_argument("--bootstrap-server", required=True)
+    p.add_argument("--entity-type", required=True, choices=sorted(_RESOURCE_TYPES))
+    p.add_argument("--entity-name")
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--describe", action="store_true")
+    action.add_argument("--alter", action="store_true")
+    p.add_argument("--all", action="store_true",
+                   help="with --describe: every config, not only the dynamic ones")
+    p.add_argument("--add-config", default="", metavar="K=V,K2=[A,B]")
+    p.add_argument("--add-config-file", metavar="FILE", help="a .properties file to add")
+    p.add_argument("--delete-config", default="", metavar="K1,K2")
+    add_command_config(p)
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        if args.describe:
+            return _describe(args)
+        return _alter(args)
+    except ConfigCommandError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    except Exception as e:  # noqa: BLE001 - Kafka's tool prints the failure and exits 1
+        print(f"Error while executing config command with args "
+              f"'{' '.join(sys.argv[1:])}'", file=sys.stderr)
+        print(_client_error_text(e), file=sys.stderr)
+        return 1
+
+
+def _client_error_text(e: Exception) -> str:
+    err = e.args[0] if e.args else None
+    if err is not None and hasattr(err, "name") and hasattr(err, "str"):  # KafkaError
+        return f"{err.name()}: {err.str()}"
+    return f"{type(e).__name__}: {e}"
+
+
+def _broker_addresses(args: argparse.Namespace) -> dict[str, tuple[str, int]]:
+    md = admin_client(args).list_topics(timeout=_TIMEOUT_S)
+    return {str(b.id): (b.host, b.port) for b in md.brokers.values()}
+
+
+def _describe(args: argparse.Namespace) -> int:
+    bootstrap = _addresses(args.bootstrap_server)
+    et = args.entity_type
+    if et == "topics":
+        if args.entity_name:
+            names = [args.entity_name]
+        else:
+            md = admin_client(args).list_topics(timeout=_TIMEOUT_S)
+            names = sorted(md.topics)
+        described = describe_configs(bootstrap, 2, names) if names else {}
+        for n in names:
+            print("\n".join(describe_lines(et, n, described.get(n, []), args.all)))
+        return 0
+    # Brokers: each answers DescribeConfigs only for itself (as in Kafka).
+    brokers = _broker_addresses(args)
+    ids = [args.entity_name] if args.entity_name else sorted(brokers, key=int)
+    for bid in ids:
+        if bid not in brokers:
+            raise ConfigCommandError(f"The broker {bid} is not registered in the cluster.")
+        entries = describe_configs([brokers[bid]], 4, [bid])[bid]
+        print("\n".join(describe_lines(et, bid, entries, args.all)))
+    return 0
+
+
+def _alter(args: argparse.Namespace) -> int:
+    from confluent_kafka.admin import (  # noqa: PLC0415
+        AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType,
+    )
+
+    et = args.entity_type
+    if not args.entity_name:
+        raise ConfigCommandError(f"an entity name must be specified with --alter of {et}")
+    to_add = parse_add_config(args.add_config)
+    if args.add_config_file:
+        from odradek.config import parse_properties  # noqa: PLC0415
+
+        to_add.update(parse_properties(Path(args.add_config_file).read_text()))
+    to_delete = parse_delete_config(args.delete_config)
+    if not to_add and not to_delete:
+        raise ConfigCommandError("At least one of --add-config, --add-config-file or "
+                                 "--delete-config must be specified with --alter")
+    if et == "topics":
+        # Kafka's ConfigCommand refuses to delete what is not set on the entity.
+        current = describe_configs(_addresses(args.bootstrap_server), 2,
+                                   [args.entity_name])[args.entity_name]
+        dynamic = {e.name for e in current if e.source == _DYNAMIC_SOURCE[et]}
+        missing = [k for k in to_delete if k not in dynamic]
+        if missing:
+            raise ConfigCommandError(f"Invalid config(s): {','.join(missing)}")
+    rtype = ResourceType.TOPIC if et == "topics" else ResourceType.BROKER
+    ops = ([ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in to_add.items()]
+           + [ConfigEntry(k, "", incremental_operation=AlterConfigOpType.DELETE)
+              for k in to_delete])
+    resource = ConfigResource(rtype, args.entity_name, incremental_configs=ops)
+    admin = admin_client(args)  # keep a reference: a collected client fails its futures
+    futures = admin.incremental_alter_configs([resource], request_timeout=_TIMEOUT_S)
+    for fut in futures.values():
+        fut.result(_TIMEOUT_S * 2)
+    print(f"Completed updating config for {_SINGULAR[et]} {args.entity_name}.")
+    return 0

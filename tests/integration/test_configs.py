@@ -1,0 +1,322 @@
+"""Dynamic topic configs (issue 5): AlterConfigs / IncrementalAlterConfigs, ``odradek configs``.
+
+A real 2-broker cluster (ZooKeeper + broker processes) shared by the module; each test
+uses its own topic. Changes are made with real clients (confluent-kafka, kafka-python)
+and the CLI, and must take effect on every replica without a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType,
+)
+
+from odradek.cluster.local import LocalCluster
+from odradek.zk import znodes
+from replication_util import create_topic, produce, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster.start(tmp_path_factory.mktemp("configs"), 2)
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+@pytest.fixture
+def topic(cluster2: LocalCluster, topic_name: str) -> str:
+    create_topic(cluster2.bootstrap_servers, topic_name, 1, 2)
+    return topic_name
+
+
+def admin(c: LocalCluster) -> AdminClient:
+    return AdminClient({"bootstrap.servers": c.bootstrap_servers})
+
+
+def incremental(c: LocalCluster, topic: str, ops: list[tuple[str, str | None, Any]],
+                validate_only: bool = False) -> None:
+    entries = [ConfigEntry(k, v, incremental_operation=op) for k, v, op in ops]
+    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    a = admin(c)
+    for fut in a.incremental_alter_configs([res], validate_only=validate_only,
+                                           request_timeout=30).values():
+        fut.result(60)
+
+
+def describe(c: LocalCluster, topic: str) -> dict[str, Any]:
+    a = admin(c)
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    return dict(a.describe_configs([res], request_timeout=30)[res].result(60))
+
+
+def error_of(fn: Any) -> tuple[str, str]:
+    with pytest.raises(KafkaException) as ei:
+        fn()
+    err = ei.value.args[0]
+    return err.name(), err.str()
+
+
+def segment_count(c: LocalCluster, broker_id: int, topic: str) -> int:
+    return len(list((Path(c.broker(broker_id).log_dir) / f"{topic}-0").glob("*.log")))
+
+
+def odradek(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "odradek", *args], capture_output=True,
+                          text=True, timeout=90)
+
+
+# ---------------------------------------------------------------------------- effect
+def test_segment_bytes_takes_effect_on_every_replica_and_delete_restores_default(
+        cluster2: LocalCluster, topic: str) -> None:
+    bs = cluster2.bootstrap_servers
+    acked, errors = produce(bs, topic, [b"a%03d" % i for i in range(5)])
+    assert len(acked) == 5 and not errors
+    assert segment_count(cluster2, 1, topic) == 1 and segment_count(cluster2, 2, topic) == 1
+
+    incremental(cluster2, topic, [("segment.bytes", "1024", AlterConfigOpType.SET)])
+    entry = describe(cluster2, topic)["segment.bytes"]
+    assert entry.value == "1024" and entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+
+    # Kafka's change notification, as zookeeper-shell users know it.
+    zk = cluster2.zk_client()
+    data, _ = zk.get(f"/config/topics/{topic}")
+    assert json.loads(data) == {"version": 1, "config": {"segment.bytes": "1024"}}
+    bodies = [json.loads(zk.get(f"/config/changes/{n}")[0])
+              for n in zk.get_children("/config/changes")]
+    assert {"version": 2, "entity_path": f"topics/{topic}"} in bodies
+
+    # No restart: batches of one ~300-byte record (a batch may not exceed segment.bytes:
+    # RECORD_LIST_TOO_LARGE, as in Kafka) -> new segments on the leader and the follower.
+    values = [b"x" * 250 + b"%04d" % i for i in range(40)]
+    small_batches = {"linger.ms": 0, "batch.size": 400}
+    acked, errors = produce(bs, topic, values, extra=small_batches)
+    assert len(acked) == 40 and not errors
+    wait_for(lambda: segment_count(cluster2, 1, topic) >= 5
+             and segment_count(cluster2, 2, topic) >= 5, 30, "small segments on both replicas")
+
+    incremental(cluster2, topic, [("segment.bytes", None, AlterConfigOpType.DELETE)])
+    entry = describe(cluster2, topic)["segment.bytes"]
+    assert entry.value == "1073741824" and entry.source == ConfigSource.DEFAULT_CONFIG.value
+    before = {b: segment_count(cluster2, b, topic) for b in (1, 2)}
+    acked, errors = produce(bs, topic, values, extra=small_batches)
+    assert len(acked) == 40 and not errors
+    # Back to 1 GiB: at most one more roll (the active segment may be full already).
+    wait_for(lambda: all(segment_count(cluster2, b, topic) <= before[b] + 1 for b in (1, 2)),
+             10, "no more rolls")
+
+
+def test_min_insync_replicas_applies_to_the_next_produce(cluster2: LocalCluster,
+                                                          topic: str) -> None:
+    """SPEC R8 at runtime: min.insync.replicas above the ISR size rejects acks=all."""
+    bs = cluster2.bootstrap_servers
+    incremental(cluster2, topic, [("min.insync.replicas", "3", AlterConfigOpType.SET)])
+    acked, errors = produce(bs, topic, [b"rejected"], timeout=15,
+                            extra={"retries": 0, "message.timeout.ms": 10000})
+    assert not acked and errors and set(errors) == {"NOT_ENOUGH_REPLICAS"}, errors
+    # acks=1 is not affected (SPEC R8 applies to acks=all only).
+    acked, errors = produce(bs, topic, [b"acks1"], acks="1")
+    assert len(acked) == 1 and not errors
+    incremental(cluster2, topic, [("min.insync.replicas", None, AlterConfigOpType.DELETE)])
+    acked, errors = produce(bs, topic, [b"accepted"])
+    assert len(acked) == 1 and not errors, errors
+
+
+# ---------------------------------------------------------------------------- semantics
+def test_alter_configs_replaces_the_whole_override_set(cluster2: LocalCluster,
+                                                        topic: str) -> None:
+    incremental(cluster2, topic, [("retention.ms", "86400000", AlterConfigOpType.SET),
+                                  ("cleanup.policy", "compact", AlterConfigOpType.APPEND)])
+    cfg = describe(cluster2, topic)
+    assert cfg["cleanup.policy"].value == "delete,compact"  # APPEND starts from the default
+    incremental(cluster2, topic, [("cleanup.policy", "delete", AlterConfigOpType.SUBTRACT)])
+    assert describe(cluster2, topic)["cleanup.policy"].value == "compact"
+
+    # Legacy AlterConfigs (confluent's alter_configs): omitted keys return to defaults.
+    res = ConfigResource(ResourceType.TOPIC, topic, set_config={"segment.ms": "3600000"})
+    a = admin(cluster2)
+    a.alter_configs([res], request_timeout=30)[res].result(60)
+    cfg = describe(cluster2, topic)
+    dynamic = {k: e.value for k, e in cfg.items()
+               if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+    assert dynamic == {"segment.ms": "3600000"}
+    assert cfg["cleanup.policy"].value == "delete" and cfg["retention.ms"].value == "604800000"
+
+
+def test_kafka_python_alter_and_describe(cluster2: LocalCluster, topic: str) -> None:
+    from kafka.admin import ConfigResource as KPResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+    kp = KafkaAdminClient(bootstrap_servers=cluster2.bootstrap_servers,
+                          request_timeout_ms=30000)
+    try:
+        r = kp.alter_configs([KPResource(ConfigResourceType.TOPIC, topic,
+                                         configs={"retention.ms": "123456"})],
+                             incremental=True)
+        assert r == {"topic": {topic: "OK"}}
+        # Legacy AlterConfigs: kafka-python re-sends the other overrides itself.
+        r = kp.alter_configs([KPResource(ConfigResourceType.TOPIC, topic,
+                                         configs={"max.message.bytes": "65536"})],
+                             incremental=False)
+        assert r == {"topic": {topic: "OK"}}
+        r = kp.alter_configs([KPResource(ConfigResourceType.TOPIC, topic,
+                                         configs={"segment.bytes": "1"})], incremental=True,
+                             raise_on_unknown=False)
+        assert "InvalidConfiguration" in r["topic"][topic] or "INVALID_CONFIG" in str(r)
+    finally:
+        kp.close()
+    cfg = describe(cluster2, topic)
+    assert cfg["retention.ms"].value == "123456"
+    assert cfg["max.message.bytes"].value == "65536"
+    assert cfg["segment.bytes"].value == "1073741824"
+
+
+def test_errors_and_validate_only(cluster2: LocalCluster, topic: str) -> None:
+    set_ = AlterConfigOpType.SET
+    assert error_of(lambda: incremental(cluster2, topic, [("no.such.config", "1", set_)])) == (
+        "INVALID_CONFIG", "Unknown topic config name: no.such.config")
+    name, msg = error_of(lambda: incremental(cluster2, topic, [("segment.bytes", "abc", set_)]))
+    assert name == "INVALID_CONFIG"
+    assert msg == "Invalid value abc for configuration segment.bytes: Not a number of type INT"
+    name, msg = error_of(lambda: incremental(cluster2, topic,
+                                             [("cleanup.policy", "sometimes", set_)]))
+    assert name == "INVALID_CONFIG" and "String must be one of: compact, delete" in msg
+    name, msg = error_of(lambda: incremental(
+        cluster2, topic, [("retention.ms", "5", AlterConfigOpType.APPEND)]))
+    assert name == "INVALID_CONFIG" and "retention.ms" in msg
+    name, _ = error_of(lambda: incremental(cluster2, "no-such-topic-xyz",
+                                           [("retention.ms", "5", set_)]))
+    assert name == "UNKNOWN_TOPIC_OR_PART"  # librdkafka's name for error 3
+
+    # validate_only: a valid change is accepted and not applied; an invalid one fails.
+    incremental(cluster2, topic, [("retention.ms", "5000", set_)], validate_only=True)
+    assert describe(cluster2, topic)["retention.ms"].value == "604800000"
+    name, _ = error_of(lambda: incremental(cluster2, topic, [("retention.ms", "-7", set_)],
+                                           validate_only=True))
+    assert name == "INVALID_CONFIG"
+
+    # Dynamic broker configs are not supported: a clear error, nothing changes.
+    res = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+        ConfigEntry("log.retention.ms", "1000", incremental_operation=set_)])
+    a = admin(cluster2)
+    with pytest.raises(KafkaException) as ei:
+        a.incremental_alter_configs([res], request_timeout=30)[res].result(60)
+    assert ei.value.args[0].name() == "INVALID_REQUEST"
+    assert "dynamic broker configs are not supported" in ei.value.args[0].str()
+
+
+# ---------------------------------------------------------------------------- CLI
+def test_cli_describe_alter_delete(cluster2: LocalCluster, topic: str) -> None:
+    bs = cluster2.bootstrap_servers
+    base = ("configs", "--bootstrap-server", bs, "--entity-type", "topics",
+            "--entity-name", topic)
+    r = odradek(*base, "--describe")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"Dynamic configs for topic {topic} are:\n"
+
+    r = odradek(*base, "--alter", "--add-config",
+                "retention.ms=3600000,cleanup.policy=[compact,delete]")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"Completed updating config for topic {topic}.\n"
+    r = odradek(*base, "--describe")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        f"Dynamic configs for topic {topic} are:",
+        "  cleanup.policy=compact,delete sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:"
+        "cleanup.policy=compact,delete, DEFAULT_CONFIG:log.cleanup.policy=delete}",
+        "  retention.ms=3600000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:"
+        "retention.ms=3600000, DEFAULT_CONFIG:log.retention.hours=168}",
+    ]
+    r = odradek(*base, "--describe", "--all")
+    assert r.stdout.startswith(f"All configs for topic {topic} are:\n")
+    assert "  segment.bytes=1073741824 sensitive=false synonyms={DEFAULT_CONFIG:" \
+           "log.segment.bytes=1073741824}" in r.stdout.splitlines()
+
+    r = odradek(*base, "--alter", "--delete-config", "retention.ms")
+    assert r.returncode == 0, r.stderr
+    r = odradek(*base, "--describe")
+    assert "retention.ms" not in r.stdout and "cleanup.policy=compact,delete" in r.stdout
+
+    # Errors go to stderr with a non-zero exit.
+    r = odradek(*base, "--alter", "--delete-config", "segment.bytes")
+    assert r.returncode == 1 and r.stderr.strip() == "Invalid config(s): segment.bytes"
+    r = odradek(*base, "--alter", "--add-config", "segment.bytes=abc")
+    assert r.returncode == 1 and "INVALID_CONFIG" in r.stderr
+    assert "Not a number of type INT" in r.stderr and r.stdout == ""
+    r = odradek("configs", "--bootstrap-server", bs, "--entity-type", "topics",
+                "--entity-name", "no-such-topic-xyz", "--describe")
+    assert r.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in r.stderr
+
+
+def test_cli_describe_broker(cluster2: LocalCluster) -> None:
+    bs = cluster2.bootstrap_servers
+    r = odradek("configs", "--bootstrap-server", bs, "--entity-type", "brokers",
+                "--entity-name", "2", "--describe")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "Dynamic configs for broker 2 are:\n"  # no dynamic broker configs
+    r = odradek("configs", "--bootstrap-server", bs, "--entity-type", "brokers",
+                "--entity-name", "2", "--describe", "--all")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "All configs for broker 2 are:"
+    assert ("  broker.id=2 sensitive=false synonyms={STATIC_BROKER_CONFIG:broker.id=2, "
+            "DEFAULT_CONFIG:broker.id=-1}") in lines
+
+
+# ---------------------------------------------------------------------------- controller
+def _state(c: LocalCluster, topic: str) -> znodes.PartitionState:
+    data, _ = c.zk_client().get(znodes.partition_state_path(topic, 0))
+    return znodes.decode_partition_state(data)
+
+
+def test_unclean_election_enabled_at_runtime_and_overrides_survive_restart(
+        make_cluster: Any, topic_name: str) -> None:
+    """SPEC R10/R15 at runtime: an offline partition whose only live replica is out of
+    sync is elected as soon as unclean.leader.election.enable=true is set (the controller
+    reacts to the config change). The restarted broker opens its logs before it reads
+    ZooKeeper: its log must still get the topic's overrides (small segments)."""
+    session_ms = 4000
+    # Broker 3 holds no replica: it keeps a controller (and a broker to talk to) alive.
+    c = make_cluster(3, broker_config={"zookeeper.session.timeout.ms": str(session_ms),
+                                       "auto.leader.rebalance.enable": "false"})
+    bs = c.bootstrap_servers
+    create_topic(bs, topic_name, 1, 2, config={"segment.bytes": "1024"}, assignment=[[1, 2]])
+    wait_for(lambda: _state(c, topic_name).leader == 1, 20, "leader 1")
+
+    def kill(b: int) -> None:
+        c.stop_broker(b, signal.SIGKILL)
+        c.wait_broker_unregistered(b, timeout=session_ms / 1000 * 3 + 10)
+
+    kill(2)
+    wait_for(lambda: _state(c, topic_name).isr == [1], 20, "ISR [1]")
+    kill(1)
+    wait_for(lambda: _state(c, topic_name).leader == -1, 20, "offline")
+    c.start_broker(2)  # out of sync, and unclean election is off: stays offline (R10)
+    wait_for(lambda: c.is_registered(2), 20, "broker 2 registered")
+    assert _state(c, topic_name).leader == -1
+
+    r = odradek("configs", "--bootstrap-server", bs, "--entity-type", "topics",
+                "--entity-name", topic_name, "--alter", "--add-config",
+                "unclean.leader.election.enable=true")
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: _state(c, topic_name).leader == 2, 20, "unclean election of broker 2")
+    assert _state(c, topic_name).isr == [2]
+
+    values = [b"y" * 250 + b"%04d" % i for i in range(20)]
+    acked, errors = produce(bs, topic_name, values, acks="1",
+                            extra={"linger.ms": 0, "batch.size": 400})
+    assert len(acked) == 20 and not errors, errors
+    assert segment_count(c, 2, topic_name) >= 4  # segment.bytes=1024 after the restart
