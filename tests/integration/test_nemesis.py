@@ -9,13 +9,10 @@ is marked slow. ``odradek chaos nemesis --seeds 1-20`` is the full proof.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from odradek.chaos.faults import FaultsUnavailable, require_available
 
 pytest.importorskip("pyarrow", reason="histories are Parquet (pip install .[spark])")
 from odradek.chaos.nemesis import NemesisCase, schedule  # noqa: E402
@@ -24,17 +21,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    try:
-        require_available(need_tc=True)
-    except FaultsUnavailable as e:
-        pytest.skip(str(e))
-    pytest.importorskip("pyspark", reason="the checker runs on PySpark (pip install pyspark)")
-    from odradek.chaos.checker import spark_session
-
-    s = spark_session()
-    yield s
-    s.stop()
+def spark(chaos_spark: Any) -> Any:
+    return chaos_spark
 
 
 def _run(case: NemesisCase, tmp_path: Path, spark: Any) -> None:

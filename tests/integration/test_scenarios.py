@@ -8,13 +8,10 @@ Every other scenario is marked slow (``ODRADEK_FULL=1 scripts/test.sh`` or
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from odradek.chaos.faults import FaultsUnavailable, require_available
 
 pytest.importorskip("pyarrow", reason="histories are Parquet (pip install .[spark])")
 from odradek.chaos.scenarios import SCENARIOS, get, run_scenarios  # noqa: E402
@@ -23,17 +20,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    try:
-        require_available(need_tc=True)
-    except FaultsUnavailable as e:
-        pytest.skip(str(e))
-    pytest.importorskip("pyspark", reason="the checker runs on PySpark (pip install pyspark)")
-    from odradek.chaos.checker import spark_session
-
-    s = spark_session()
-    yield s
-    s.stop()
+def spark(chaos_spark: Any) -> Any:
+    return chaos_spark
 
 
 def _run(name: str, tmp_path: Path, spark: Any) -> None:

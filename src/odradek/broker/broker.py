@@ -218,8 +218,7 @@ class Broker:
         while True:
             await asyncio.sleep(HW_CHECKPOINT_INTERVAL_S)
             try:
-                self.replicas.checkpoint_high_watermarks()
-                self.replicas.snapshot_producer_state()
+                await asyncio.to_thread(self.replicas.capture_checkpoints())
             except Exception:
                 log.exception("high-watermark checkpoint failed")
 

@@ -137,12 +137,15 @@ async def _delayed_fetch(broker: Broker, header: RequestHeaderInfo, req: Any,
     """SPEC R17: wait for data, woken at once by an append to any requested partition."""
     tps = [(t.topic, p.partition) for t in req.topics for p in t.partitions]
     while True:
-        remaining = deadline - time.monotonic()
-        if remaining > 0:
-            await broker.replicas.wait_for_change(tps, remaining)
+        # Read *before* waiting, in the same step that registers the waiter: between the
+        # handler's first read and this coroutine's first run, an append (or HW move) may
+        # already have happened and woken nobody — waiting then would sleep the whole
+        # max_wait (a follower's 500 ms: acks=all latency tails).
         topics, total, errored = _read_fetch(broker, req)
-        if total >= min_bytes or errored or time.monotonic() >= deadline:
+        remaining = deadline - time.monotonic()
+        if total >= min_bytes or errored or remaining <= 0:
             return encode_fetch_response(header.api_version, header.correlation_id, topics)
+        await broker.replicas.wait_for_change(tps, remaining)
 
 
 def _record_follower_fetch(broker: Broker, req: Any, replica_id: int) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,7 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerEntry] = {}
         self.last_offset = -1  # offsets up to this one are reflected in the state
         self.dirty = False
+        self._write_lock = threading.Lock()  # periodic writes run in a worker thread
 
     # ------------------------------------------------------------------ leader checks
     def check(self, batches: list[BatchHeader]) -> BatchMeta | None:
@@ -152,23 +154,36 @@ class ProducerStateManager:
 
     def write_snapshot(self) -> None:
         """Write ``<next offset>.snapshot`` atomically and drop older snapshots."""
+        self.write_snapshot_file(*self.capture_snapshot())
+
+    def capture_snapshot(self) -> tuple[Path, str]:
+        """The snapshot's path and body, taken on the event loop (state may change right
+        after); clears ``dirty``. ``write_snapshot_file`` does the blocking part."""
         offset = self.last_offset + 1
-        path = self.snapshot_path(offset)
         body = json.dumps({
             "version": 1, "offset": offset,
             "producers": {str(pid): {"epoch": e.epoch, "batches": [
                 [b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches]}
                 for pid, e in self.producers.items()}})
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        for old in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
-            if old != path:
-                old.unlink(missing_ok=True)
         self.dirty = False
+        return self.snapshot_path(offset), body
+
+    def write_snapshot_file(self, path: Path, body: str) -> None:
+        """Blocking (fsync): safe in a worker thread; one writer per manager at a time."""
+        with self._write_lock:
+            try:
+                tmp = path.with_suffix(".tmp")
+                with open(tmp, "w") as f:
+                    f.write(body)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+                for old in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
+                    if old != path:
+                        old.unlink(missing_ok=True)
+            except BaseException:
+                self.dirty = True  # try again at the next checkpoint
+                raise
 
     def load_latest_snapshot(self, max_offset: int) -> int:
         """Load the newest snapshot at or below ``max_offset``; returns its offset (0 if none)."""

@@ -211,7 +211,7 @@ def parse_case(name: str) -> int | None:
 
 def nemesis_checks(m: dict[str, Any], partitions: int = NEMESIS_PARTITIONS) -> list[Any]:
     """The safe configuration's promises (SPEC R7, R8, R16, R19, R20)."""
-    from odradek.chaos.scenarios import Check, _cmp
+    from odradek.chaos.expectations import Check, _cmp
 
     return [_cmp(m, "lost", "==", 0), _cmp(m, "duplicated", "==", 0),
             _cmp(m, "out_of_order", "==", 0), _cmp(m, "divergent", "==", 0),
@@ -385,6 +385,8 @@ def run_nemesis(case: NemesisCase, run_dir: Path, *,
 def _drive(case: NemesisCase, c: Any, faults: Any, h: Any, res: Any, topic: str,
            ops: list[Op], log: Callable[[str], None], MetadataPoller: Any,
            ProducerWorkload: Any, LiveConsumer: Any, final_read: Any) -> None:
+    from odradek.chaos.workload import restart_stopped_brokers, wind_down
+
     n = case.partitions
     poller = MetadataPoller(h, c, topic, partitions=n)
     producer = consumer = None
@@ -428,15 +430,9 @@ def _drive(case: NemesisCase, c: Any, faults: Any, h: Any, res: Any, topic: str,
         h.event("note", f"nemesis error: {res.error}")
         log(f"   error: {res.error}")
     finally:
-        faults.heal_all()
-        if producer is not None:
-            producer.stop()
-        if consumer is not None:
-            consumer.stop()
+        wind_down(faults, producer, consumer)
         try:
-            for b in c.brokers:
-                if c.broker_state(b.id) != "running":
-                    c.start_broker(b.id, 30)
+            restart_stopped_brokers(c)
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and not all_full():
                 poller.poll_once()
@@ -454,7 +450,7 @@ def _drive(case: NemesisCase, c: Any, faults: Any, h: Any, res: Any, topic: str,
 def evaluate_nemesis(res: Any, metrics: dict[str, Any], partitions: int = NEMESIS_PARTITIONS
                      ) -> None:
     """Merge the checker's metrics into ``res`` and evaluate the expectations."""
-    from odradek.chaos.scenarios import Check
+    from odradek.chaos.expectations import Check
 
     extra = {k: v for k, v in res.metrics.items() if k.startswith("final_isrs")}
     res.metrics = {**metrics, **extra}

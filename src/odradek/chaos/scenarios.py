@@ -29,6 +29,7 @@ from odradek.chaos.expectations import (  # noqa: F401 - re-exported for callers
 from odradek.chaos.faults import Faults
 from odradek.chaos.workload import (
     History, LiveConsumer, MetadataPoller, ProducerWorkload, dump_replicas, final_read,
+    restart_stopped_brokers, wind_down,
 )
 
 __all__ = ["Scenario", "Check", "Ctx", "ScenarioResult", "SCENARIOS", "get", "run_scenario",
@@ -614,15 +615,9 @@ def _run_on_cluster(scn: Scenario, d: Path, h: History, res: ScenarioResult, top
             h.event("note", f"scenario error: {res.error}")
             log(f"   error: {res.error}")
         finally:
-            faults.heal_all()
-            if producer is not None:
-                producer.stop()
-            if consumer is not None:
-                consumer.stop()
+            wind_down(faults, producer, consumer)
             try:
-                for b in c.brokers:
-                    if c.broker_state(b.id) != "running":
-                        c.start_broker(b.id, 30)
+                restart_stopped_brokers(c)
                 deadline = time.monotonic() + 30
                 while time.monotonic() < deadline:
                     poller.poll_once()

@@ -347,3 +347,20 @@ def dump_replicas(history: History, cluster: Any, topic: str, partitions: int = 
                                  h.partition_leader_epoch, hw, leo))
             with history.lock:
                 history.replicas.extend(rows)
+
+
+def wind_down(faults: Any, producer: Any, consumer: Any) -> None:
+    """End of a run's fault phase: heal every fault, stop the workload's clients."""
+    faults.heal_all()
+    if producer is not None:
+        producer.stop()
+    if consumer is not None:
+        consumer.stop()
+
+
+def restart_stopped_brokers(cluster: Any, timeout_s: float = 30) -> None:
+    """Bring back every broker a run left killed or stopped, so all replicas can rejoin
+    (and truncate) before the final read."""
+    for b in cluster.brokers:
+        if cluster.broker_state(b.id) != "running":
+            cluster.start_broker(b.id, timeout_s)

@@ -14,6 +14,7 @@ directory — so a crash leaves either the old or the new file, never a torn one
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from odradek.errors import ErrorCode, KafkaError
@@ -47,8 +48,17 @@ def read_checkpoint(path: Path | str) -> dict[tuple[str, int], int]:
         raise KafkaError(ErrorCode.kafka_storage_error, f"malformed checkpoint {p}: {e}") from e
 
 
+# The broker writes checkpoints from a worker thread (periodic) and from the loop
+# (shutdown): one writer at a time, or two could interleave on the same .tmp file.
+_WRITE_LOCK = threading.Lock()
+
+
 def write_checkpoint(path: Path | str, entries: dict[tuple[str, int], int]) -> None:
-    p = Path(path)
+    with _WRITE_LOCK:
+        _write_checkpoint(Path(path), entries)
+
+
+def _write_checkpoint(p: Path, entries: dict[tuple[str, int], int]) -> None:
     lines = [str(CHECKPOINT_VERSION), str(len(entries))]
     lines += [f"{t} {part} {off}" for (t, part), off in sorted(entries.items())]
     data = ("\n".join(lines) + "\n").encode("utf-8")

@@ -89,3 +89,21 @@ def test_snapshot_round_trip_and_truncation(tmp_path: Path) -> None:
     with pytest.raises(KafkaError) as e:
         loaded.check(batch(8, 1, 2))
     assert e.value.code == ErrorCode.unknown_producer_id
+
+
+def test_snapshot_captured_on_the_loop_written_later(tmp_path: Path) -> None:
+    """The broker captures a snapshot on its event loop and writes (fsyncs) it in a
+    worker thread: what is written is the state at capture time, and a failed write
+    leaves the manager dirty so the next checkpoint retries."""
+    m = ProducerStateManager(tmp_path)
+    off = appended(m, batch(7, 0, 0), 0)
+    path, body = m.capture_snapshot()
+    assert not m.dirty
+    off2 = appended(m, batch(7, 0, 2), off)  # the state moves on before the write
+    m.write_snapshot_file(path, body)
+    loaded = ProducerStateManager(tmp_path)
+    assert loaded.load_latest_snapshot(max_offset=off2) == off
+    assert loaded.check(batch(7, 0, 2)) is None  # not in the captured snapshot
+    with pytest.raises(OSError):
+        m.write_snapshot_file(tmp_path / "missing-dir" / "x.snapshot", body)
+    assert m.dirty

@@ -1,0 +1,44 @@
+"""The event-loop stall detector names the code that blocked the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from odradek.broker import stall_detector
+
+
+def test_reports_a_blocking_call_with_its_stack(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    report = tmp_path / "stalls.txt"
+    monkeypatch.setenv(stall_detector.ENV, "50")
+    monkeypatch.setenv(stall_detector.ENV_FILE, str(report))
+
+    def block_the_loop() -> None:
+        time.sleep(0.3)  # what an fsync on the loop looks like
+
+    async def main() -> int:
+        det = stall_detector.maybe_start(asyncio.get_running_loop())
+        assert det is not None
+        await asyncio.sleep(0.05)
+        block_the_loop()
+        deadline = time.monotonic() + 2
+        while det.stalls == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        det.stop()
+        return det.stalls
+
+    assert asyncio.run(main()) == 1
+    assert "block_the_loop" in report.read_text()
+
+
+def test_off_unless_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(stall_detector.ENV, raising=False)
+
+    async def main() -> object:
+        return stall_detector.maybe_start(asyncio.get_running_loop())
+
+    assert asyncio.run(main()) is None
