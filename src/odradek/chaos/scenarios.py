@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from odradek.chaos.expectations import (  # noqa: F401 - re-exported for callers
-    LAG_S, SPLIT_BRAIN_BOUND_S, Check, Expect, Metrics, _cmp, _phase, final_isr_full,
+from odradek.chaos.expectations import (  # noqa: F401 - Check, Expect, Metrics re-exported
+    LAG_S, Check, Expect, Metrics, _cmp, _phase, final_isr_full,
     isr_seen, leader_changed, ledger_accounts, no_divergence, phase_acks, phase_errors,
     report, split_brain_bounded, zero_loss,
 )
@@ -327,32 +327,29 @@ def _p8(ctx: Ctx) -> None:
 
 
 def _all_crash(ctx: Ctx) -> None:
-    ctx.run_for(3)
-    ctx.phase("all-killed")
-    ctx.faults.kill_all([ctx.L, ctx.X, ctx.C])
-    for b in (ctx.L, ctx.X, ctx.C):
-        ctx.faults.restart(b, wait=False)
-    for b in (ctx.L, ctx.X, ctx.C):
-        ctx.cluster.wait_broker_ready(b, 40)
-    ctx.wait(lambda: ctx.leader() >= 0 and ctx.state()[1] >= 0, 30, "a leader after restart")
-    ctx.phase("restarted")
-    ctx.run_for(3)
+    _crash_all_and_restart(ctx, power_loss=False)
 
 
 def _all_crash_power_loss(ctx: Ctx) -> None:
     """_all_crash, but between the kill and the restart every broker's log dir is cut
     back to what its fsyncs made durable: a power cut, not just a process crash."""
-    from odradek.storage.durability import simulate_power_loss
+    _crash_all_and_restart(ctx, power_loss=True)
 
+
+def _crash_all_and_restart(ctx: Ctx, *, power_loss: bool) -> None:
     ctx.run_for(3)
     ctx.phase("all-killed")
-    ctx.faults.kill_all([ctx.L, ctx.X, ctx.C])
-    for b in (ctx.L, ctx.X, ctx.C):
-        rep = simulate_power_loss(ctx.cluster.broker(b).log_dir)
-        ctx.history.event("fault", f"power loss on {b}: {rep}")
-    for b in (ctx.L, ctx.X, ctx.C):
+    brokers = (ctx.L, ctx.X, ctx.C)
+    ctx.faults.kill_all(list(brokers))
+    if power_loss:
+        from odradek.storage.durability import simulate_power_loss
+
+        for b in brokers:
+            rep = simulate_power_loss(ctx.cluster.broker(b).log_dir)
+            ctx.history.event("fault", f"power loss on {b}: {rep}")
+    for b in brokers:
         ctx.faults.restart(b, wait=False)
-    for b in (ctx.L, ctx.X, ctx.C):
+    for b in brokers:
         ctx.cluster.wait_broker_ready(b, 40)
     ctx.wait(lambda: ctx.leader() >= 0 and ctx.state()[1] >= 0, 30, "a leader after restart")
     ctx.phase("restarted")

@@ -215,18 +215,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     names: list[str] = []
     for n in args.names:
         names += [s.name for s in SCENARIOS] if n == "all" else [n]
-    err = _prepare(names)
-    if err:
-        print(f"odradek chaos: {err}", file=sys.stderr)
-        return 2
-    run_dir = Path(args.dir or f"chaos-{time.strftime('%Y%m%d-%H%M%S')}")
-    command = "odradek chaos run " + " ".join(args.names) + _flags(args)
-    t0 = time.monotonic()
-    results = run_cases(names, run_dir, duration=args.duration,
-                        log=lambda s: print(s, flush=True))
-    rc = _finish(names, results, run_dir, args, command)
-    print(f"wall time {time.monotonic() - t0:.0f} s")
-    return rc
+    return _run_and_report(names, args, "odradek chaos run " + " ".join(args.names))
 
 
 def cmd_nemesis(args: argparse.Namespace) -> int:
@@ -238,16 +227,20 @@ def cmd_nemesis(args: argparse.Namespace) -> int:
         print(f"odradek chaos: bad --seeds {args.seeds!r} (e.g. 1-20 or 3,7)", file=sys.stderr)
         return 2
     names = [f"nemesis:{s}" for s in seeds]
+    return _run_and_report(names, args, f"odradek chaos nemesis --seeds {args.seeds}")
+
+
+def _run_and_report(names: list[str], args: argparse.Namespace, command: str) -> int:
+    """Run the cases in one directory (one Spark check), print and write the report."""
     err = _prepare(names)
     if err:
         print(f"odradek chaos: {err}", file=sys.stderr)
         return 2
     run_dir = Path(args.dir or f"chaos-{time.strftime('%Y%m%d-%H%M%S')}")
-    command = f"odradek chaos nemesis --seeds {args.seeds}" + _flags(args)
     t0 = time.monotonic()
     results = run_cases(names, run_dir, duration=args.duration,
                         log=lambda s: print(s, flush=True))
-    rc = _finish(names, results, run_dir, args, command)
+    rc = _finish(names, results, run_dir, args, command + _flags(args))
     print(f"wall time {time.monotonic() - t0:.0f} s")
     return rc
 

@@ -34,6 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from odradek.storage.checkpoint import fsync_dir
+
 __all__ = [
     "FlushJob", "LEDGER_ENV", "LEDGER_NAME", "ledger_enabled", "read_ledger", "DurableState",
     "simulate_power_loss", "PowerLossReport",
@@ -77,10 +79,10 @@ class FlushJob:
             if self.fsync_dir:
                 # List first, then fsync: every name listed is durable afterwards.
                 names = sorted(n for n in os.listdir(self.directory) if _SEGMENT_FILE_RE.match(n))
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
                 ledger.append("D " + " ".join(names))
             if self.fsync_parent:
-                _fsync_dir(self.directory.parent)
+                fsync_dir(self.directory.parent)
                 ledger.append("P")
             self.done = True
         except BaseException as e:  # noqa: BLE001 - reported by complete_flush
@@ -108,14 +110,6 @@ def _fsync_path(p: Path) -> int | None:
         size = os.fstat(fd).st_size
         os.fsync(fd)
         return size
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
     finally:
         os.close(fd)
 
