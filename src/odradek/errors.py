@@ -1,7 +1,7 @@
 """One internal error type that mirrors Kafka's wire error codes.
 
 Every layer (storage, partition, replica manager, handlers) raises ``KafkaError``
-with a Kafka error code; the request boundary (``odradek.broker.handlers``) turns it
+with a Kafka error code; the request boundary (``odradek.server.handlers``) turns it
 into the error field of the response. ``retriable`` comes from Kafka's own table (via
 kio's ``ErrorCode``), so clients and our own tools agree on what to retry.
 """

@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from odradek.broker.log_cleaner import CLEANER_CHECKPOINT
+from odradek.log_manager.log_cleaner import CLEANER_CHECKPOINT
 from odradek.storage.batch import scan_batches
 from odradek.storage.checkpoint import read_checkpoint
 from odradek.storage.records import decode_batch_records

@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from odradek.broker.controlled_shutdown import request_controlled_shutdown
+from odradek.controller.controlled_shutdown import request_controlled_shutdown
 from odradek.cluster.local import LocalCluster
 from odradek.zk import znodes
 

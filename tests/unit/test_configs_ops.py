@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from odradek.broker.handlers_configs import (
+from odradek.server.handlers.configs import (
     OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT, apply_incremental, replace_all,
 )
 from odradek.cli.configs_cmd import (

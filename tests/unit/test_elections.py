@@ -1,8 +1,8 @@
-"""The controller's election rules (odradek.broker.elections): SPEC R4, R5, R10, R13-R15."""
+"""The controller's election rules (odradek.controller.elections): SPEC R4, R5, R10, R13-R15."""
 
 from __future__ import annotations
 
-from odradek.broker.elections import (
+from odradek.controller.elections import (
     NO_LEADER, ElectionResult, StateChange, controlled_shutdown_election,
     is_preferred_leader, isr_after_broker_failure, leader_imbalance, offline_election,
     partitions_to_rebalance, preferred_election, reconcile_partition,

@@ -6,12 +6,12 @@ import struct
 
 import pytest
 
-from odradek.broker.group_codec import (
+from odradek.coordinator.group_codec import (
     GroupKey, GroupValue, MemberValue, OffsetKey, OffsetValue, decode_group_value, decode_key,
     decode_offset_value, encode_group_key, encode_group_value, encode_offset_key,
     encode_offset_value,
 )
-from odradek.broker.group_coordinator import java_string_hashcode, partition_for
+from odradek.coordinator.group_coordinator import java_string_hashcode, partition_for
 from odradek.errors import KafkaError
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from odradek.broker.group_state import (
+from odradek.coordinator.group_state import (
     Group, GroupConfig, GroupState, JoinRequest, JoinResult, Persist, SyncResult,
 )
 from odradek.errors import ErrorCode

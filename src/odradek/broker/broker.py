@@ -12,73 +12,34 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
 
-from odradek.broker import handlers_admin, handlers_data, handlers_elect, handlers_meta
-from odradek.broker import handlers_configs  # dynamic topic configs (issue 5)
-from odradek.broker import handlers_records  # DeleteRecords (issue 5)
-from odradek.broker.controlled_shutdown import request_controlled_shutdown
-from odradek.broker.controller import Controller
-from odradek.broker import handlers_group  # consumer groups (issue 4)
-from odradek.broker.group_coordinator import GroupCoordinator  # consumer groups (issue 4)
-from odradek.broker.metadata_image import MetadataImage
-from odradek.broker.metadata_store import MetadataStore
-from odradek.broker.partition import Partition
-from odradek.broker.producer_ids import ProducerIdManager, handle_init_producer_id
-from odradek.broker.flusher import Flusher
-from odradek.broker.log_cleaner import manager_from_config  # compaction (SPEC R25)
-from odradek.broker.replica_manager import (
+from odradek.controller.controlled_shutdown import request_controlled_shutdown
+from odradek.controller.controller import Controller
+from odradek.coordinator.group_coordinator import GroupCoordinator  # consumer groups (issue 4)
+from odradek.metadata.image import MetadataImage
+from odradek.metadata.store import MetadataStore
+from odradek.replication.partition import Partition
+from odradek.coordinator.producer_ids import ProducerIdManager
+from odradek.server.context import RequestContext
+from odradek.log_manager.flusher import Flusher
+from odradek.log_manager.log_cleaner import manager_from_config  # compaction (SPEC R25)
+from odradek.replication.replica_manager import (
     RECOVERY_POINT_CHECKPOINT, IsrUpdateFailed, ReplicaManager,
 )
-from odradek.broker.server import CloseConnection, KafkaConnection, start_listener
+from odradek.server.dispatch import RequestDispatcher
+from odradek.server.network import KafkaConnection, start_listener
 from odradek.config import BrokerConfig, log_config_for_topic
-from odradek.protocol.codec import (
-    InvalidRequest, UnsupportedVersion, api_versions_error_response, decode_request,
-    encode_response,
-)
-from odradek.protocol.versions import api_name
 from odradek.storage.log import LogConfig
 from odradek.zk import znodes
 from odradek.zk.client import connect_zk
 
 log = logging.getLogger(__name__)
 
-HANDLERS: dict[int, Any] = {
-    0: handlers_data.handle_produce,
-    1: handlers_data.handle_fetch,
-    2: handlers_data.handle_list_offsets,
-    3: handlers_meta.handle_metadata,
-    18: handlers_meta.handle_api_versions,
-    19: handlers_admin.handle_create_topics,
-    20: handlers_admin.handle_delete_topics,
-    22: handle_init_producer_id,
-    23: handlers_data.handle_offset_for_leader_epoch,
-    32: handlers_admin.handle_describe_configs,
-    37: handlers_admin.handle_create_partitions,
-    43: handlers_elect.handle_elect_leaders,
-    60: handlers_meta.handle_describe_cluster,
-    # consumer groups (issue 4)
-    8: handlers_group.handle_offset_commit,
-    9: handlers_group.handle_offset_fetch,
-    10: handlers_group.handle_find_coordinator,
-    11: handlers_group.handle_join_group,
-    12: handlers_group.handle_heartbeat,
-    13: handlers_group.handle_leave_group,
-    14: handlers_group.handle_sync_group,
-    15: handlers_group.handle_describe_groups,
-    16: handlers_group.handle_list_groups,
-    42: handlers_group.handle_delete_groups,
-    # dynamic topic configs (issue 5)
-    33: handlers_configs.handle_alter_configs,
-    44: handlers_configs.handle_incremental_alter_configs,
-    # retention / DeleteRecords (issue 5, SPEC R24)
-    21: handlers_records.handle_delete_records,
-}
 
 HW_CHECKPOINT_INTERVAL_S = 5.0  # replica.high.watermark.checkpoint.interval.ms
 ZK_WRITE_TIMEOUT_S = 2.0  # an ISR write that cannot reach ZooKeeper fails after this
@@ -109,7 +70,13 @@ class Broker:
         self.zk: KazooClient | None = None
         self.store: MetadataStore | None = None
         self.controller: Controller | None = None
-        self.groups = GroupCoordinator(self)  # consumer groups (issue 4)
+        self.groups = GroupCoordinator(self.broker_id, config, self.replicas, self)
+        # Handlers see this narrow view, not the broker (the ZooKeeper client and producer
+        # ids are filled in once connected, before the listener starts serving).
+        self.context = RequestContext(
+            broker_id=self.broker_id, config=config, replicas=self.replicas,
+            groups=self.groups, producer_ids=None, zk=None, metadata=self)
+        self.dispatcher = RequestDispatcher(self.context)
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.Server | None = None
         self._image_waiters: list[asyncio.Future[None]] = []
@@ -132,7 +99,7 @@ class Broker:
         self.cleaner.start(self._loop)  # log compaction threads (SPEC R25)
         log.info("logs loaded in %.2f s", time.monotonic() - t0)
         bind_host, bind_port = self._bind_address()
-        self._server = await start_listener(bind_host, bind_port, self.dispatch,
+        self._server = await start_listener(bind_host, bind_port, self.dispatcher.dispatch,
                                             self.config.socket_request_max_bytes,
                                             self.connections)
         session_s = self.config.zookeeper_session_timeout_ms / 1000
@@ -145,6 +112,7 @@ class Broker:
         self.store = MetadataStore(self.zk, self.broker_id, registration, self._publish)
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.controller = Controller(self.zk, self.broker_id, self.config)
+        self.context.zk, self.context.producer_ids = self.zk, self.producer_ids
         self.store.listeners.append(self.controller.on_event)
         # A stale registration from our own previous (killed) session lasts at most one
         # session timeout.
@@ -313,30 +281,3 @@ class Broker:
             await asyncio.wait_for(fut, timeout_s)
         except asyncio.TimeoutError:
             pass
-
-    # ------------------------------------------------------------------ requests
-    def dispatch(self, frame: bytes) -> Any:
-        """Decode one request frame and run its handler (see server.KafkaConnection)."""
-        try:
-            header, req = decode_request(frame)
-        except UnsupportedVersion as e:
-            if e.header.api_key == 18:
-                return api_versions_error_response(e.header)
-            raise CloseConnection(str(e)) from None
-        except InvalidRequest as e:
-            raise CloseConnection(f"invalid request: {e}") from None
-        handler = HANDLERS.get(header.api_key)
-        if handler is None:  # pragma: no cover - SERVED and HANDLERS are kept in step
-            raise CloseConnection(f"no handler for {api_name(header.api_key)}")
-        result = handler(self, header, req)
-        if isinstance(result, Coroutine):
-            return self._encode_later(header, result)
-        if result is None or isinstance(result, (bytes, list)):
-            return result
-        return encode_response(header, result)
-
-    async def _encode_later(self, header: Any, coro: Coroutine[Any, Any, Any]) -> Any:
-        result = await coro
-        if result is None or isinstance(result, (bytes, list)):
-            return result
-        return encode_response(header, result)

@@ -71,7 +71,7 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
 
 def request_entity(api_key: int, api_version: int, /, **kwargs: Any) -> Any:
     """Build a request entity of any version from keyword arguments (extra ones dropped)."""
-    from odradek.broker.responses import build  # noqa: PLC0415 - shared field filter
+    from odradek.protocol.responses import build  # noqa: PLC0415 - shared field filter
 
     return build(request_class(api_key, api_version), **kwargs)
 
@@ -79,7 +79,7 @@ def request_entity(api_key: int, api_version: int, /, **kwargs: Any) -> Any:
 def nested_request(api_key: int, api_version: int, name: str, /, **kwargs: Any) -> Any:
     import sys  # noqa: PLC0415
 
-    from odradek.broker.responses import build  # noqa: PLC0415
+    from odradek.protocol.responses import build  # noqa: PLC0415
 
     module = sys.modules[request_class(api_key, api_version).__module__]
     return build(getattr(module, name), **kwargs)

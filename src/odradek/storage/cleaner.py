@@ -592,7 +592,7 @@ def clean_log(
     """One synchronous pass over ``log`` (tools, tests, benchmarks): map, rewrite and swap
     every non-active segment below ``high_watermark`` (default: the LEO). Returns the new
     first dirty offset (the cleaner checkpoint). The broker splits these steps between
-    its cleaner thread and event loop (odradek.broker.log_cleaner)."""
+    its cleaner thread and event loop (odradek.log_manager.log_cleaner)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     hw = log.log_end_offset if high_watermark is None else high_watermark
     start = log.log_start_offset if first_dirty is None else max(first_dirty, log.log_start_offset)

@@ -72,7 +72,7 @@ class Log:
         # Bumped by every truncation: a flush begun before one must not move the
         # recovery point over data that was replaced meanwhile.
         self._generation = 0
-        # Set by the broker (odradek.broker.flusher): called when this log wants an fsync
+        # Set by the broker (odradek.log_manager.flusher): called when this log wants an fsync
         # (flush.messages reached, a roll, or any append under odradek.ack.fsync). Without
         # it (tools, tests) flush.messages flushes inline, as before.
         self.flush_listener: Callable[[Log], None] | None = None

@@ -30,7 +30,7 @@ class LogConfig:
     flush_messages: int | None = None
     flush_ms: int | None = None
     # odradek.ack.fsync (beyond Kafka): produce is acknowledged only once durable; the
-    # broker's group-commit flusher (odradek.broker.flusher) fsyncs after every append.
+    # broker's group-commit flusher (odradek.log_manager.flusher) fsyncs after every append.
     ack_fsync: bool = False
     # Log compaction (SPEC R25, odradek.storage.cleaner): cleanup.policy is Kafka's LIST
     # ("compact", "delete" or both); the rest are the cleaner's topic-level settings.

@@ -43,6 +43,13 @@ CONTROLLER_EPOCH = "/controller_epoch"
 ADMIN = "/admin"
 DELETE_TOPICS = "/admin/delete_topics"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+# Odradek's own admin znodes (Kafka's controller gets these requests over RPC):
+# the controller runs an unclean election for the leaderless partitions listed (same JSON
+# as the preferred election znode), then deletes it (ElectLeaders with UNCLEAN).
+UNCLEAN_LEADER_ELECTION_PATH = "/admin/unclean_leader_election"
+# One persistent child per broker asking the controller to move its leadership away
+# (odradek.controller.controlled_shutdown).
+CONTROLLED_SHUTDOWN_PATH = "/admin/controlled_shutdown"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 CLUSTER_ID = "/cluster/id"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"

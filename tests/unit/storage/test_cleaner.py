@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from _storage_helpers import read_all
 
-from odradek.broker.log_cleaner import CleanerCandidate, choose_log, cleanable_range
+from odradek.log_manager.log_cleaner import CleanerCandidate, choose_log, cleanable_range
 from odradek.storage.batch import parse_batches
 from odradek.storage.cleaner import (
     CleanParams,
@@ -331,7 +331,7 @@ def test_cleaner_manager_cleans_while_the_loop_appends(tmp_path: Path) -> None:
     import time
     from types import SimpleNamespace
 
-    from odradek.broker.log_cleaner import CLEANER_CHECKPOINT, LogCleanerManager
+    from odradek.log_manager.log_cleaner import CLEANER_CHECKPOINT, LogCleanerManager
     from odradek.storage.checkpoint import read_checkpoint
 
     log = Log.open(tmp_path / "t-0", cfg(min_cleanable_dirty_ratio=0.01))

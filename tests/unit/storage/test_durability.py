@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from _storage_helpers import batch, segment_files, small_config, verify_log
 
-from odradek.broker.flusher import Flusher, scheduler_interval_s
+from odradek.log_manager.flusher import Flusher, scheduler_interval_s
 from odradek.errors import KafkaError
 from odradek.storage.durability import (
     LEDGER_ENV, LEDGER_NAME, read_ledger, simulate_power_loss,
@@ -269,8 +269,8 @@ def test_flusher_group_commit_and_flush_ms(tmp_path: Path) -> None:
 def test_durable_leader_counts_its_fsynced_offset_in_the_hw(tmp_path: Path) -> None:
     """odradek.ack.fsync: HW = min over the ISR of *durable* LEOs (followers report durable
     fetch offsets; the leader uses its recovery point), so consumers see only fsynced data."""
-    from odradek.broker.partition import Partition
-    from odradek.broker.producer_state import ProducerStateManager
+    from odradek.replication.partition import Partition
+    from odradek.storage.producer_state import ProducerStateManager
     from odradek.storage.leader_epoch import LeaderEpochCache
     from odradek.storage.records import encode_batch
 

@@ -168,8 +168,8 @@ def test_compact_policy_ignores_time_and_size(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ replicated log start
-from odradek.broker.partition import Partition  # noqa: E402
-from odradek.broker.producer_state import ProducerStateManager  # noqa: E402
+from odradek.replication.partition import Partition  # noqa: E402
+from odradek.storage.producer_state import ProducerStateManager  # noqa: E402
 from odradek.storage.leader_epoch import LeaderEpochCache  # noqa: E402
 from odradek.storage.log import LogConfig  # noqa: E402
 from odradek.storage.records import encode_batch  # noqa: E402

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from odradek.broker.partition import Partition
-from odradek.broker.producer_state import ProducerStateManager
+from odradek.replication.partition import Partition
+from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.batch import parse_batches
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import Log

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from odradek.broker.partition import Partition, Role
-from odradek.broker.producer_state import ProducerStateManager
+from odradek.replication.partition import Partition, Role
+from odradek.storage.producer_state import ProducerStateManager
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import Log, LogConfig

@@ -1,4 +1,4 @@
-"""Producer ids for idempotent producers, unique cluster-wide (KIP-98), and InitProducerId.
+"""Producer ids for idempotent producers, unique cluster-wide (KIP-98).
 
 Each broker claims blocks of 1000 ids from ZooKeeper's ``/latest_producer_id_block``
 with a conditional write (Kafka's ProducerIdManager and its JSON layout:
@@ -6,9 +6,7 @@ with a conditional write (Kafka's ProducerIdManager and its JSON layout:
 from memory. Two brokers can never get the same block: the loser of a race re-reads and
 claims the next one.
 
-InitProducerId with a null transactional id is what an idempotent producer sends: it
-gets a fresh producer id at epoch 0 (as Kafka does; KIP-360's epoch bump applies to
-transactional ids). Transactions are not implemented, so a transactional id is refused.
+The InitProducerId handler is ``odradek.server.handlers.producers``.
 """
 
 from __future__ import annotations
@@ -16,17 +14,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-
-from odradek.broker.responses import response
-from odradek.errors import ErrorCode
-from odradek.protocol.codec import RequestHeaderInfo
-
-if TYPE_CHECKING:
-    from odradek.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -80,21 +70,3 @@ class ProducerIdManager:
                 return start, end
             except BadVersionError:
                 continue  # another broker claimed a block meanwhile
-
-
-async def handle_init_producer_id(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
-    import asyncio  # noqa: PLC0415
-
-    v = header.api_version
-    if req.transactional_id is not None:
-        return response(22, v, throttle_time=0,
-                        error_code=ErrorCode.transactional_id_authorization_failed,
-                        producer_id=-1, producer_epoch=-1)
-    try:
-        pid = await asyncio.to_thread(broker.producer_ids.next_id)
-    except Exception:  # noqa: BLE001 - ZooKeeper unreachable
-        log.exception("could not allocate a producer id")
-        return response(22, v, throttle_time=0, error_code=ErrorCode.coordinator_not_available,
-                        producer_id=-1, producer_epoch=-1)
-    return response(22, v, throttle_time=0, error_code=ErrorCode.none, producer_id=pid,
-                    producer_epoch=0)

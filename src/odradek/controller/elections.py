@@ -166,9 +166,3 @@ def reconcile_partition(replicas: Sequence[int], leader: int, leader_epoch: int,
         return StateChange(leader, leader_epoch, new_isr, "isr")
     return None
 
-
-# Odradek's own admin znode (Kafka has none: its controller gets ElectLeaders over RPC).
-# Same JSON as /admin/preferred_replica_election (znodes.encode_partition_list); the
-# controller runs an unclean election for the listed leaderless partitions, then deletes
-# the znode (written by handlers_elect for ElectLeaders with election_type UNCLEAN).
-UNCLEAN_LEADER_ELECTION_PATH = "/admin/unclean_leader_election"

@@ -13,17 +13,17 @@ import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from odradek.broker.partition import Partition
-from odradek.broker.replica_manager import PendingAck, now_ms
-from odradek.broker.responses import part, response
-from odradek.broker.server import CloseConnection
+from odradek.replication.partition import Partition
+from odradek.replication.replica_manager import PendingAck, now_ms
+from odradek.protocol.responses import part, response
+from odradek.server.network import CloseConnection
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
 from odradek.protocol.produce_response import PartitionProduceResult, encode_produce_response
 
 if TYPE_CHECKING:
-    from odradek.broker.broker import Broker
+    from odradek.server.context import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +35,14 @@ MAX_TIMESTAMP = -3  # KIP-734 (ListOffsets v7)
 
 
 # =============================================================================== Produce
-def handle_produce(broker: Broker, header: RequestHeaderInfo, req: Any) -> Result:
+def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Result:
     acks = int(req.acks)
     version = header.api_version
     results: list[tuple[str, list[PartitionProduceResult]]] = []
     pending: list[tuple[PendingAck, PartitionProduceResult]] = []
     appended: list[tuple[str, int]] = []
     any_error = False
-    image = broker.image
+    image = ctx.image
     t_now = now_ms()
     for topic in req.topic_data:
         presults: list[PartitionProduceResult] = []
@@ -60,7 +60,7 @@ def handle_produce(broker: Broker, header: RequestHeaderInfo, req: Any) -> Resul
                                      "transactions are not supported")
                 if pd.records is None:
                     raise KafkaError(ErrorCode.invalid_record, "null records")
-                p: Partition = broker.replicas.leader_partition(topic.name, pd.index, image)
+                p: Partition = ctx.replicas.leader_partition(topic.name, pd.index, image)
                 info = p.append_as_leader(pd.records, acks, t_now)
                 appended.append((topic.name, pd.index))
                 res.base_offset = info.first_offset
@@ -85,7 +85,7 @@ def handle_produce(broker: Broker, header: RequestHeaderInfo, req: Any) -> Resul
                 res.error_code = int(ErrorCode.unknown_server_error)
                 res.error_message = str(e)[:200]
     if appended:
-        broker.replicas.notify_append(appended)
+        ctx.replicas.notify_append(appended)
     if acks == 0:
         if any_error:
             # Kafka: with acks=0 the client gets no response, so the only way to tell it
@@ -94,14 +94,14 @@ def handle_produce(broker: Broker, header: RequestHeaderInfo, req: Any) -> Resul
         return None
     if not pending:
         return encode_produce_response(version, header.correlation_id, results)
-    return _delayed_produce(broker, header, results, pending, req.timeout.total_seconds())
+    return _delayed_produce(ctx, header, results, pending, req.timeout.total_seconds())
 
 
-async def _delayed_produce(broker: Broker, header: RequestHeaderInfo,
+async def _delayed_produce(ctx: RequestContext, header: RequestHeaderInfo,
                            results: list[tuple[str, list[PartitionProduceResult]]],
                            pending: list[tuple[PendingAck, PartitionProduceResult]],
                            timeout_s: float) -> bytes:
-    errors = await broker.replicas.wait_for_acks([p for p, _ in pending], timeout_s)
+    errors = await ctx.replicas.wait_for_acks([p for p, _ in pending], timeout_s)
     for ack, res in pending:
         code = errors.get((ack.partition.topic, ack.partition.index))
         if code is not None:
@@ -112,7 +112,7 @@ async def _delayed_produce(broker: Broker, header: RequestHeaderInfo,
 
 
 # =============================================================================== Fetch
-def handle_fetch(broker: Broker, header: RequestHeaderInfo, req: Any) -> Result:
+def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Result:
     version = header.api_version
     session_id = int(getattr(req, "session_id", 0))
     if session_id != 0:
@@ -123,16 +123,16 @@ def handle_fetch(broker: Broker, header: RequestHeaderInfo, req: Any) -> Result:
     replica_id = int(req.replica_id)
     if replica_id >= 0:
         # A follower's fetch (SPEC R3, R16): its fetch offsets are its LEOs.
-        _record_follower_fetch(broker, req, replica_id)
+        _record_follower_fetch(ctx, req, replica_id)
     max_wait_s = req.max_wait.total_seconds()
     min_bytes = int(req.min_bytes)
-    topics, total, errored = _read_fetch(broker, req)
+    topics, total, errored = _read_fetch(ctx, req)
     if total >= min_bytes or max_wait_s <= 0 or errored:
         return encode_fetch_response(version, header.correlation_id, topics)
-    return _delayed_fetch(broker, header, req, time.monotonic() + max_wait_s, min_bytes)
+    return _delayed_fetch(ctx, header, req, time.monotonic() + max_wait_s, min_bytes)
 
 
-async def _delayed_fetch(broker: Broker, header: RequestHeaderInfo, req: Any,
+async def _delayed_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any,
                          deadline: float, min_bytes: int) -> list[Any]:
     """SPEC R17: wait for data, woken at once by an append to any requested partition."""
     tps = [(t.topic, p.partition) for t in req.topics for p in t.partitions]
@@ -141,31 +141,31 @@ async def _delayed_fetch(broker: Broker, header: RequestHeaderInfo, req: Any,
         # handler's first read and this coroutine's first run, an append (or HW move) may
         # already have happened and woken nobody — waiting then would sleep the whole
         # max_wait (a follower's 500 ms: acks=all latency tails).
-        topics, total, errored = _read_fetch(broker, req)
+        topics, total, errored = _read_fetch(ctx, req)
         remaining = deadline - time.monotonic()
         if total >= min_bytes or errored or remaining <= 0:
             return encode_fetch_response(header.api_version, header.correlation_id, topics)
-        await broker.replicas.wait_for_change(tps, remaining)
+        await ctx.replicas.wait_for_change(tps, remaining)
 
 
-def _record_follower_fetch(broker: Broker, req: Any, replica_id: int) -> None:
-    image = broker.image
+def _record_follower_fetch(ctx: RequestContext, req: Any, replica_id: int) -> None:
+    image = ctx.image
     for t in req.topics:
         for fp in t.partitions:
             try:
-                p = broker.replicas.leader_partition(
+                p = ctx.replicas.leader_partition(
                     t.topic, fp.partition, image, int(getattr(fp, "current_leader_epoch", -1)))
             except KafkaError:
                 continue  # the read below reports the error for this partition
             if replica_id in p.replicas:
-                broker.replicas.record_follower_fetch(
+                ctx.replicas.record_follower_fetch(
                     p, replica_id, int(fp.fetch_offset),
                     int(getattr(fp, "log_start_offset", -1)))  # DeleteRecords low watermark
 
 
-def _read_fetch(broker: Broker, req: Any) -> tuple[list[tuple[str, list[PartitionFetchResult]]],
+def _read_fetch(ctx: RequestContext, req: Any) -> tuple[list[tuple[str, list[PartitionFetchResult]]],
                                                     int, bool]:
-    image = broker.image
+    image = ctx.image
     committed_only = int(req.replica_id) < 0  # followers read up to the LEO (SPEC R16)
     remaining = int(getattr(req, "max_bytes", 0x7FFFFFFF))
     total = 0
@@ -179,7 +179,7 @@ def _read_fetch(broker: Broker, req: Any) -> tuple[list[tuple[str, list[Partitio
                                        last_stable_offset=-1, log_start_offset=-1, records=None)
             presults.append(res)
             try:
-                p = broker.replicas.leader_partition(
+                p = ctx.replicas.leader_partition(
                     t.topic, fp.partition, image, int(getattr(fp, "current_leader_epoch", -1)))
                 res.high_watermark = res.last_stable_offset = p.high_watermark
                 res.log_start_offset = p.log.log_start_offset
@@ -205,9 +205,9 @@ def _read_fetch(broker: Broker, req: Any) -> tuple[list[tuple[str, list[Partitio
 
 
 # =============================================================================== ListOffsets
-def handle_list_offsets(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+def handle_list_offsets(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
-    image = broker.image
+    image = ctx.image
     topics = []
     for t in req.topics:
         parts = []
@@ -215,7 +215,7 @@ def handle_list_offsets(broker: Broker, header: RequestHeaderInfo, req: Any) -> 
             kw: dict[str, Any] = dict(partition_index=lp.partition_index, error_code=ErrorCode.none,
                                       timestamp=-1, offset=-1, leader_epoch=-1)
             try:
-                p = broker.replicas.leader_partition(
+                p = ctx.replicas.leader_partition(
                     t.name, lp.partition_index, image,
                     int(getattr(lp, "current_leader_epoch", -1)))
                 ts = int(lp.timestamp)
@@ -243,10 +243,10 @@ def handle_list_offsets(broker: Broker, header: RequestHeaderInfo, req: Any) -> 
 
 
 # =============================================================================== OffsetsForLeaderEpoch
-def handle_offset_for_leader_epoch(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+def handle_offset_for_leader_epoch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     """SPEC R19: where does epoch E end on the leader? (KIP-101, KIP-279, KIP-320)."""
     v = header.api_version
-    image = broker.image
+    image = ctx.image
     topics = []
     for t in req.topics:
         parts = []
@@ -254,7 +254,7 @@ def handle_offset_for_leader_epoch(broker: Broker, header: RequestHeaderInfo, re
             kw: dict[str, Any] = dict(error_code=ErrorCode.none, partition=rp.partition,
                                       leader_epoch=-1, end_offset=-1)
             try:
-                p = broker.replicas.leader_partition(
+                p = ctx.replicas.leader_partition(
                     t.topic, rp.partition, image, int(getattr(rp, "current_leader_epoch", -1)))
                 epoch, end = p.epochs.end_offset_for(int(rp.leader_epoch), p.log_end_offset)
                 if int(getattr(req, "replica_id", -1)) < 0 and end > p.high_watermark:

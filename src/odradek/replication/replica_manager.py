@@ -24,11 +24,11 @@ from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
-from odradek.broker.fetcher import ReplicaFetcher
-from odradek.broker.flusher import Flusher
-from odradek.broker.metadata_image import MetadataImage, PartitionInfo
-from odradek.broker.partition import Partition, Role, rebuild_producer_state
-from odradek.broker.producer_state import ProducerStateManager
+from odradek.replication.fetcher import ReplicaFetcher
+from odradek.log_manager.flusher import Flusher
+from odradek.metadata.image import MetadataImage, PartitionInfo
+from odradek.replication.partition import Partition, Role, rebuild_producer_state
+from odradek.storage.producer_state import ProducerStateManager
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage.checkpoint import read_checkpoint, write_checkpoint
 from odradek.storage.leader_epoch import LeaderEpochCache
@@ -522,7 +522,7 @@ class ReplicaManager:
             lg.flush_listener = self.flusher.mark
 
     def on_log_flushed(self, lg: Log) -> None:
-        """A flush completed (odradek.broker.flusher). Under odradek.ack.fsync the leader's
+        """A flush completed (odradek.log_manager.flusher). Under odradek.ack.fsync the leader's
         HW counts its durable offset, and acks=1 produces wait for it: re-check both."""
         if not lg.config.ack_fsync:
             return

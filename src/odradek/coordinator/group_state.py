@@ -56,7 +56,7 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
-from odradek.broker.group_codec import GroupValue, MemberValue
+from odradek.coordinator.group_codec import GroupValue, MemberValue
 from odradek.errors import ErrorCode
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from odradek.broker.metadata_image import topic_name_error
+from odradek.topics import topic_name_error
 from odradek.errors import ErrorCode, KafkaError
 from odradek.zk import znodes
 from odradek.zk.assignment import assign_replicas

@@ -35,9 +35,10 @@ import time
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from odradek.zk.znodes import CONTROLLED_SHUTDOWN_PATH
+
 log = logging.getLogger(__name__)
 
-CONTROLLED_SHUTDOWN_PATH = "/admin/controlled_shutdown"
 
 
 def request_path(broker_id: int) -> str:

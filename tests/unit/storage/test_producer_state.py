@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from odradek.broker.producer_state import ProducerStateManager
+from odradek.storage.producer_state import ProducerStateManager
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage.batch import parse_batches
 from odradek.storage.records import encode_batch

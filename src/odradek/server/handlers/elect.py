@@ -30,15 +30,15 @@ from typing import TYPE_CHECKING, Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 
-from odradek.broker import elections
-from odradek.broker.metadata_image import MetadataImage
-from odradek.broker.responses import part, response
+from odradek.controller import elections
+from odradek.metadata.image import MetadataImage
+from odradek.protocol.responses import part, response
 from odradek.errors import ErrorCode
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.zk import znodes
 
 if TYPE_CHECKING:
-    from odradek.broker.broker import Broker
+    from odradek.server.context import RequestContext
 
 API_KEY = 43
 PREFERRED = 0
@@ -97,12 +97,12 @@ def write_request(zk: KazooClient, path: str, partitions: list[TopicPartition],
             time.sleep(0.1)
 
 
-async def handle_elect_leaders(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+async def handle_elect_leaders(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     election_type = int(getattr(req, "election_type", PREFERRED)) if v >= 1 else PREFERRED
     timeout_s = max(0.0, req.timeout.total_seconds())
     deadline = time.monotonic() + timeout_s
-    image = broker.image
+    image = ctx.image
     wanted: list[TopicPartition] = []
     if req.topic_partitions is None:
         for name, t in sorted(image.topics.items()):
@@ -128,8 +128,8 @@ async def handle_elect_leaders(broker: Broker, header: RequestHeaderInfo, req: A
 
     if pending:
         path = (znodes.PREFERRED_REPLICA_ELECTION if election_type == PREFERRED
-                else elections.UNCLEAN_LEADER_ELECTION_PATH)
-        zk = broker.zk
+                else znodes.UNCLEAN_LEADER_ELECTION_PATH)
+        zk = ctx.zk
         assert zk is not None
         written = await asyncio.to_thread(write_request, zk, path, pending,
                                           max(deadline, time.monotonic() + 0.5))
@@ -140,18 +140,18 @@ async def handle_elect_leaders(broker: Broker, header: RequestHeaderInfo, req: A
             pending = []
         processed_at: float | None = None
         while pending and time.monotonic() < deadline:
-            pending = [tp for tp in pending if not _elected(broker.image, *tp, election_type)]
+            pending = [tp for tp in pending if not _elected(ctx.image, *tp, election_type)]
             if not pending:
                 break
             if processed_at is None and await asyncio.to_thread(zk.exists, path) is None:
                 processed_at = time.monotonic()  # the controller is done with our request
             if processed_at is not None and time.monotonic() - processed_at > _APPLY_GRACE_S:
                 break
-            await broker.wait_for_image(min(0.2, max(0.0, deadline - time.monotonic())))
+            await ctx.wait_for_image(min(0.2, max(0.0, deadline - time.monotonic())))
         for tp in pending:
-            if _elected(broker.image, *tp, election_type):
+            if _elected(ctx.image, *tp, election_type):
                 continue
-            again = check_partition(broker.image, tp[0], tp[1], election_type)
+            again = check_partition(ctx.image, tp[0], tp[1], election_type)
             if again is not None and again[0] != ErrorCode.election_not_needed:
                 outcomes[tp] = again
             elif timeout_s > 0:

@@ -31,7 +31,7 @@ import logging
 from dataclasses import dataclass, field
 
 from odradek.errors import ErrorCode, KafkaError
-from odradek.broker.producer_state import ProducerStateManager
+from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.batch import BatchHeader, parse_batches
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import AppendInfo, FileSlice, Log

@@ -11,15 +11,16 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from odradek.broker.metadata_image import MetadataImage, TopicInfo, topic_name_error
-from odradek.broker.responses import part, response
-from odradek.broker.topic_admin import create_topic, plan_new_topic
+from odradek.metadata.image import MetadataImage, TopicInfo
+from odradek.topics import topic_name_error
+from odradek.protocol.responses import part, response
+from odradek.zk.admin import create_topic, plan_new_topic
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.versions import ADVERTISED
 
 if TYPE_CHECKING:
-    from odradek.broker.broker import Broker
+    from odradek.server.context import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
-def handle_api_versions(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+def handle_api_versions(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     keys = tuple(part(18, v, "ApiVersion", api_key=k, min_version=lo, max_version=hi)
                  for k, (lo, hi) in ADVERTISED.items())
@@ -36,9 +37,9 @@ def handle_api_versions(broker: Broker, header: RequestHeaderInfo, req: Any) -> 
                     finalized_features=(), zk_migration_ready=False)
 
 
-def handle_describe_cluster(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+def handle_describe_cluster(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
-    image = broker.image
+    image = ctx.image
     if int(getattr(req, "endpoint_type", 1)) != 1:
         return response(60, v, error_code=ErrorCode.unsupported_endpoint_type,
                         error_message="only broker endpoints are served",
@@ -51,9 +52,9 @@ def handle_describe_cluster(broker: Broker, header: RequestHeaderInfo, req: Any)
                     brokers=brokers, cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
 
 
-def handle_metadata(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+def handle_metadata(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
-    image = broker.image
+    image = ctx.image
     requested = req.topics
     if requested is None or (v == 0 and len(requested) == 0):
         names: list[str] = sorted(image.topics)  # all topics
@@ -61,33 +62,33 @@ def handle_metadata(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
     else:
         names = [t.name for t in requested if t.name is not None]
         explicit = True
-    auto_create = (explicit and broker.config.auto_create_topics_enable
+    auto_create = (explicit and ctx.config.auto_create_topics_enable
                    and bool(getattr(req, "allow_auto_topic_creation", True)))
     missing = [n for n in names if n not in image.topics and topic_name_error(n) is None]
     if auto_create and missing:
-        return _auto_create_then_answer(broker, header, req, names, missing)
-    return _metadata_response(broker, v, image, names, set())
+        return _auto_create_then_answer(ctx, header, req, names, missing)
+    return _metadata_response(ctx, v, image, names, set())
 
 
-async def _auto_create_then_answer(broker: Broker, header: RequestHeaderInfo, req: Any,
+async def _auto_create_then_answer(ctx: RequestContext, header: RequestHeaderInfo, req: Any,
                                    names: list[str], missing: list[str]) -> Any:
     created: set[str] = set()
     for name in missing:
         try:
-            plan = plan_new_topic(name, -1, -1, None, {}, broker.image.live_broker_ids(),
-                                  broker.config.num_partitions,
-                                  min(broker.config.default_replication_factor,
-                                      max(1, len(broker.image.brokers))))
-            await asyncio.to_thread(create_topic, broker.zk, plan)
+            plan = plan_new_topic(name, -1, -1, None, {}, ctx.image.live_broker_ids(),
+                                  ctx.config.num_partitions,
+                                  min(ctx.config.default_replication_factor,
+                                      max(1, len(ctx.image.brokers))))
+            await asyncio.to_thread(create_topic, ctx.zk, plan)
             log.info("auto-created topic %s (%d partitions)", name, plan.num_partitions)
         except KafkaError as e:
             if e.code != ErrorCode.topic_already_exists:
                 log.info("auto-create of %s failed: %s", name, e)
         created.add(name)
-    return _metadata_response(broker, header.api_version, broker.image, names, created)
+    return _metadata_response(ctx, header.api_version, ctx.image, names, created)
 
 
-def _metadata_response(broker: Broker, v: int, image: MetadataImage, names: list[str],
+def _metadata_response(ctx: RequestContext, v: int, image: MetadataImage, names: list[str],
                        just_created: set[str]) -> Any:
     topics = []
     for name in names:

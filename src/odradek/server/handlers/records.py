@@ -25,13 +25,13 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from odradek.broker.partition import Partition, Role
-from odradek.broker.responses import part, response
+from odradek.replication.partition import Partition, Role
+from odradek.protocol.responses import part, response
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
 
 if TYPE_CHECKING:
-    from odradek.broker.broker import Broker
+    from odradek.server.context import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +63,9 @@ class _Pending:
         return False
 
 
-def handle_delete_records(broker: Broker, header: RequestHeaderInfo,
+def handle_delete_records(ctx: RequestContext, header: RequestHeaderInfo,
                           req: Any) -> Any | Coroutine[Any, Any, Any]:
-    image = broker.image
+    image = ctx.image
     results: list[tuple[str, list[_Pending]]] = []
     moved = False
     for t in req.topics:
@@ -75,7 +75,7 @@ def handle_delete_records(broker: Broker, header: RequestHeaderInfo,
             st = _Pending(int(rp.partition_index), None, -1)
             plist.append(st)
             try:
-                p = broker.replicas.leader_partition(t.name, st.index, image)
+                p = ctx.replicas.leader_partition(t.name, st.index, image)
                 before = p.log.log_start_offset
                 st.target = p.delete_records_to(int(rp.offset))
                 st.partition = p
@@ -89,17 +89,17 @@ def handle_delete_records(broker: Broker, header: RequestHeaderInfo,
                 st.error = ErrorCode.unknown_server_error
     if moved:
         try:
-            broker.replicas.checkpoint_log_start_offsets()
+            ctx.replicas.checkpoint_log_start_offsets()
         except Exception:  # noqa: BLE001 - the periodic checkpoint retries
             log.exception("log-start-offset checkpoint after DeleteRecords failed")
     pending = [st for _, plist in results for st in plist]
     if all(st.satisfied() for st in pending):
         return _response(header.api_version, results)
-    return _delayed(broker, header.api_version, results, pending,
+    return _delayed(ctx, header.api_version, results, pending,
                     req.timeout.total_seconds())
 
 
-async def _delayed(broker: Broker, version: int, results: list[tuple[str, list[_Pending]]],
+async def _delayed(ctx: RequestContext, version: int, results: list[tuple[str, list[_Pending]]],
                    pending: list[_Pending], timeout_s: float) -> Any:
     """Kafka's DelayedDeleteRecords: woken when a follower reports a newer log start."""
     deadline = time.monotonic() + timeout_s
@@ -108,7 +108,7 @@ async def _delayed(broker: Broker, version: int, results: list[tuple[str, list[_
         remaining = deadline - time.monotonic()
         if not waiting or remaining <= 0:
             break
-        await broker.replicas.wait_for_change(
+        await ctx.replicas.wait_for_change(
             [(st.partition.topic, st.partition.index) for st in waiting
              if st.partition is not None], remaining)
     for st in pending:

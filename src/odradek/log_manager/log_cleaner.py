@@ -23,10 +23,10 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from odradek.storage.checkpoint import read_checkpoint, write_checkpoint
 from odradek.storage.cleaner import (
@@ -39,9 +39,6 @@ from odradek.storage.cleaner import (
 )
 from odradek.storage.log import Log
 from odradek.storage.segment import Segment
-
-if TYPE_CHECKING:
-    from odradek.broker.replica_manager import ReplicaManager
 
 __all__ = ["LogCleanerManager", "CleanerCandidate", "choose_log", "cleanable_range",
            "CLEANER_CHECKPOINT"]
@@ -121,12 +118,28 @@ class _Job:
     snapshot: list[tuple[int, int]] = field(default_factory=list)  # (size, next_offset)
 
 
+class CleanableReplica(Protocol):
+    """What the cleaner reads of a replica: its log and how far it is committed."""
+
+    log: Log
+    high_watermark: int
+
+
+class ReplicaLogs(Protocol):
+    """The replica manager as the cleaner sees it (it must not import replication:
+    the cleaner is storage upkeep, below the replication layer)."""
+
+    partitions: Mapping[TopicPartition, CleanableReplica]
+
+    def has_log(self, tp: TopicPartition) -> bool: ...
+
+
 class CleanerStopped(Exception):
     pass
 
 
 class LogCleanerManager:
-    def __init__(self, replicas: ReplicaManager, log_dir: Path, *, enabled: bool = True,
+    def __init__(self, replicas: ReplicaLogs, log_dir: Path, *, enabled: bool = True,
                  threads: int = 1, backoff_ms: int = 15000,
                  dedupe_buffer_bytes: int = 128 * 1024 * 1024) -> None:
         self.replicas = replicas
@@ -318,7 +331,7 @@ def _dup(fd: int) -> int:
     return os.dup(fd)
 
 
-def manager_from_config(replicas: ReplicaManager, log_dir: Path, config: Any) -> LogCleanerManager:
+def manager_from_config(replicas: ReplicaLogs, log_dir: Path, config: Any) -> LogCleanerManager:
     """Build from broker configs log.cleaner.{enable,threads,backoff.ms,dedupe.buffer.size}."""
     return LogCleanerManager(
         replicas, log_dir,

@@ -19,12 +19,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from odradek.broker.broker_client import BrokerConnection, BrokerConnectionError
+from odradek.replication.broker_connection import BrokerConnection, BrokerConnectionError
 from odradek.errors import ErrorCode, error_name
 from odradek.protocol.client_codec import nested_request, request_entity
 
 if TYPE_CHECKING:
-    from odradek.broker.partition import Partition
+    from odradek.replication.partition import Partition
     from odradek.storage.log import Log
 
 log = logging.getLogger(__name__)

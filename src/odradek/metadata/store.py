@@ -28,9 +28,7 @@ from dataclasses import dataclass, field
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from odradek.broker.controlled_shutdown import CONTROLLED_SHUTDOWN_PATH
-from odradek.broker.elections import UNCLEAN_LEADER_ELECTION_PATH
-from odradek.broker.metadata_image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from odradek.zk import znodes
 
 log = logging.getLogger(__name__)
@@ -140,10 +138,10 @@ class MetadataStore:
         self.zk.ChildrenWatch(znodes.DELETE_TOPICS, self._watch_children(DeletionsChanged()))
         self.zk.DataWatch(znodes.CONTROLLER, self._watch_data(ControllerChanged()))
         # Controller requests (controller.py): watched here so they arrive as events.
-        self.zk.ensure_path(CONTROLLED_SHUTDOWN_PATH)
-        for path in (znodes.PREFERRED_REPLICA_ELECTION, UNCLEAN_LEADER_ELECTION_PATH):
+        self.zk.ensure_path(znodes.CONTROLLED_SHUTDOWN_PATH)
+        for path in (znodes.PREFERRED_REPLICA_ELECTION, znodes.UNCLEAN_LEADER_ELECTION_PATH):
             self.zk.DataWatch(path, self._watch_data(AdminRequestsChanged()))
-        self.zk.ChildrenWatch(CONTROLLED_SHUTDOWN_PATH,
+        self.zk.ChildrenWatch(znodes.CONTROLLED_SHUTDOWN_PATH,
                               self._watch_children(AdminRequestsChanged()))
         # Initial full load before serving, so the first image is complete.
         self._reload_all()

@@ -24,25 +24,29 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from odradek.broker.group_codec import (
+from odradek.coordinator.group_codec import (
     GroupKey, GroupValue, OffsetKey, OffsetValue, decode_group_value, decode_key,
     decode_offset_value, encode_group_key, encode_group_value, encode_offset_key,
     encode_offset_value,
 )
-from odradek.broker.group_state import (
+from odradek.coordinator.group_state import (
     Effect, Group, GroupConfig, GroupState, JoinRequest, JoinResult, Persist, SyncResult,
 )
-from odradek.broker.partition import Partition, Role
-from odradek.broker.replica_manager import PendingAck, now_ms
-from odradek.broker.topic_admin import create_topic, plan_new_topic
+from odradek.replication.partition import Partition, Role
+from odradek.replication.replica_manager import PendingAck, now_ms
+from odradek.zk.admin import create_topic, plan_new_topic
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage.batch import CONTROL_BIT, parse_batches
 from odradek.storage.records import decode_batch_records, encode_batch
 
 if TYPE_CHECKING:
-    from odradek.broker.broker import Broker
+    from kazoo.client import KazooClient
+
+    from odradek.config import BrokerConfig
+    from odradek.metadata.image import MetadataImage
+    from odradek.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +89,25 @@ _APPEND_ERRORS = {
 }
 
 
+class ClusterView(Protocol):
+    """What the coordinator reads of the cluster: the metadata image (where the offsets
+    partitions are led) and the ZooKeeper client that creates ``__consumer_offsets``."""
+
+    @property
+    def image(self) -> MetadataImage: ...
+
+    @property
+    def zk(self) -> KazooClient | None: ...
+
+
 class GroupCoordinator:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        cfg = broker.config
+    def __init__(self, broker_id: int, config: BrokerConfig, replicas: ReplicaManager,
+                 cluster: ClusterView) -> None:
+        self.broker_id = broker_id
+        self.broker_config = config
+        self.replicas = replicas
+        self.cluster = cluster
+        cfg = config
         self.config = GroupConfig(
             initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
             min_session_timeout_ms=int(cfg.get("group.min.session.timeout.ms")),
@@ -128,12 +147,12 @@ class GroupCoordinator:
 
     # ================================================================= ownership
     def num_partitions(self) -> int | None:
-        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
+        topic = self.cluster.image.topics.get(OFFSETS_TOPIC)
         return len(topic.partitions) if topic is not None and topic.partitions else None
 
     def on_metadata(self) -> None:
         """After each metadata image: load partitions we now lead, unload the others."""
-        parts = self.broker.replicas.partitions
+        parts = self.replicas.partitions
         for (topic, idx), part in list(parts.items()):
             if topic != OFFSETS_TOPIC:
                 continue
@@ -217,7 +236,7 @@ class GroupCoordinator:
         log.info("no longer coordinator for %s-%d", OFFSETS_TOPIC, idx)
 
     def _partition_of(self, group_id: str) -> int:
-        n = self.num_partitions() or self.broker.config.offsets_topic_num_partitions
+        n = self.num_partitions() or self.broker_config.offsets_topic_num_partitions
         return partition_for(group_id, n)
 
     def check(self, group_id: str, *, membership: bool = False) -> int:
@@ -232,13 +251,13 @@ class GroupCoordinator:
         idx = partition_for(group_id, n)
         if idx not in self.owned:
             raise KafkaError(ErrorCode.not_coordinator,
-                             f"broker {self.broker.broker_id} is not the coordinator")
+                             f"broker {self.broker_id} is not the coordinator")
         return idx
 
     # ================================================================= FindCoordinator
     def coordinator_for(self, group_id: str) -> tuple[int, str, int]:
         """(node id, host, port) of the group's coordinator, creating the topic if needed."""
-        image = self.broker.image
+        image = self.cluster.image
         topic = image.topics.get(OFFSETS_TOPIC)
         if topic is None or not topic.partitions:
             self.ensure_offsets_topic()
@@ -256,17 +275,18 @@ class GroupCoordinator:
         self._creating = asyncio.get_running_loop().create_task(self._create_offsets_topic())
 
     async def _create_offsets_topic(self) -> None:
-        b = self.broker
-        live = b.image.live_broker_ids()
-        if not live or b.zk is None:
+        cfg = self.broker_config
+        live = self.cluster.image.live_broker_ids()
+        zk = self.cluster.zk
+        if not live or zk is None:
             return
-        rf = min(b.config.offsets_topic_replication_factor, len(live))
+        rf = min(cfg.offsets_topic_replication_factor, len(live))
         configs = {"cleanup.policy": "compact",
-                   "segment.bytes": str(b.config.get("offsets.topic.segment.bytes"))}
+                   "segment.bytes": str(cfg.get("offsets.topic.segment.bytes"))}
         try:
-            plan = plan_new_topic(OFFSETS_TOPIC, b.config.offsets_topic_num_partitions, rf,
+            plan = plan_new_topic(OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, rf,
                                   None, configs, live, 1, 1)
-            await asyncio.to_thread(create_topic, b.zk, plan)
+            await asyncio.to_thread(create_topic, zk, plan)
             log.info("created %s (%d partitions, rf %d)", OFFSETS_TOPIC,
                      plan.num_partitions, rf)
         except KafkaError as e:
@@ -368,15 +388,15 @@ class GroupCoordinator:
             ErrorCode, int]:
         """Append to our offsets partition and wait until it is replicated (HW past it)."""
         tp = (OFFSETS_TOPIC, idx)
-        part = self.broker.replicas.partitions.get(tp)
+        part = self.replicas.partitions.get(tp)
         if part is None or idx not in self.owned:
             return ErrorCode.not_coordinator, -1
         try:
             info = part.append_as_leader(encode_batch(records), -1, now_ms())
         except KafkaError as e:
             return _APPEND_ERRORS.get(e.code, ErrorCode.unknown_server_error), -1
-        self.broker.replicas.notify_append([tp])
-        errors = await self.broker.replicas.wait_for_acks([PendingAck(part, info.last_offset)],
+        self.replicas.notify_append([tp])
+        errors = await self.replicas.wait_for_acks([PendingAck(part, info.last_offset)],
                                                           self.commit_timeout_s)
         code = errors.get(tp)
         if code is not None:
@@ -404,7 +424,7 @@ class GroupCoordinator:
         results: dict[TopicPartition, ErrorCode] = {}
         records: list[tuple[bytes, bytes | None]] = []
         values: list[tuple[TopicPartition, OffsetValue]] = []
-        image = self.broker.image
+        image = self.cluster.image
         for topic, partition, offset, leader_epoch, metadata in entries:
             tp = (topic, partition)
             if metadata is not None and len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:

@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from odradek.broker.metadata_image import topic_name_error
-from odradek.broker.responses import part, response
+from odradek.topics import topic_name_error
+from odradek.protocol.responses import part, response
 from odradek.config import validate_topic_configs
 from odradek.configdefs import TOPIC_CONFIGS, ConfigType, parse_list
 from odradek.errors import ErrorCode, KafkaError
@@ -53,7 +53,7 @@ from odradek.protocol.codec import RequestHeaderInfo
 from odradek.zk import znodes
 
 if TYPE_CHECKING:
-    from odradek.broker.broker import Broker
+    from odradek.server.context import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ def _notify(zk: KazooClient, entity_path: str) -> None:
 
 
 # =============================================================================== handlers
-async def _alter(broker: Broker, api_key: int, v: int, req: Any,
+async def _alter(ctx: RequestContext, api_key: int, v: int, req: Any,
                  change_for: Callable[[Any], Callable[[dict[str, str]], dict[str, str]]]) -> Any:
     results = []
     counts = Counter((int(r.resource_type), r.resource_name) for r in req.resources)
@@ -227,7 +227,7 @@ async def _alter(broker: Broker, api_key: int, v: int, req: Any,
                     raise KafkaError(ErrorCode.invalid_topic_exception, why)
                 change = change_for(res)
                 change({})  # request-shape errors first, before any ZooKeeper round trip
-                new = await asyncio.to_thread(write_topic_config, broker.zk, name, change,
+                new = await asyncio.to_thread(write_topic_config, ctx.zk, name, change,
                                               bool(req.validate_only))
                 if not req.validate_only:
                     written[name] = new
@@ -246,30 +246,30 @@ async def _alter(broker: Broker, api_key: int, v: int, req: Any,
         results.append(part(api_key, v, "AlterConfigsResourceResponse", error_code=code,
                             error_message=message, resource_type=rtype, resource_name=name))
     if written:
-        await _wait_own_image(broker, written)
+        await _wait_own_image(ctx, written)
     return response(api_key, v, throttle_time=0, responses=tuple(results))
 
 
-async def _wait_own_image(broker: Broker, written: dict[str, dict[str, str]]) -> None:
+async def _wait_own_image(ctx: RequestContext, written: dict[str, dict[str, str]]) -> None:
     def ready() -> bool:
-        topics = broker.image.topics
+        topics = ctx.image.topics
         return all(t not in topics or topics[t].configs == c for t, c in written.items())
     deadline = time.monotonic() + _OWN_IMAGE_WAIT_S
     while not ready() and time.monotonic() < deadline:
-        await broker.wait_for_image(deadline - time.monotonic())
+        await ctx.wait_for_image(deadline - time.monotonic())
 
 
-def handle_alter_configs(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+def handle_alter_configs(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     """AlterConfigs v0–2: replace each resource's whole override set."""
     def change_for(res: Any) -> Callable[[dict[str, str]], dict[str, str]]:
         new = replace_all([(c.name, c.value) for c in res.configs])
         return lambda _current: dict(new)
-    return _alter(broker, 33, header.api_version, req, change_for)
+    return _alter(ctx, 33, header.api_version, req, change_for)
 
 
-def handle_incremental_alter_configs(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+def handle_incremental_alter_configs(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     """IncrementalAlterConfigs v0–1: SET / DELETE / APPEND / SUBTRACT per key."""
     def change_for(res: Any) -> Callable[[dict[str, str]], dict[str, str]]:
         ops = [(c.name, int(c.config_operation), c.value) for c in res.configs]
         return lambda current: apply_incremental(current, ops)
-    return _alter(broker, 44, header.api_version, req, change_for)
+    return _alter(ctx, 44, header.api_version, req, change_for)

@@ -14,9 +14,9 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from odradek.broker.metadata_image import MetadataImage
-from odradek.broker.responses import part, response
-from odradek.broker.topic_admin import (
+from odradek.metadata.image import MetadataImage
+from odradek.protocol.responses import part, response
+from odradek.zk.admin import (
     add_partitions, create_topic, mark_topic_for_deletion, plan_new_topic,
 )
 from odradek.config import describe_broker_config, describe_topic_config, validate_topic_configs
@@ -24,16 +24,16 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
 
 if TYPE_CHECKING:
-    from odradek.broker.broker import Broker
+    from odradek.server.context import RequestContext
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
 
-async def _wait_image(broker: Broker, ready: Any, timeout_s: float) -> None:
+async def _wait_image(ctx: RequestContext, ready: Any, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while not ready(broker.image) and time.monotonic() < deadline:
-        await broker.wait_for_image(deadline - time.monotonic())
+    while not ready(ctx.image) and time.monotonic() < deadline:
+        await ctx.wait_for_image(deadline - time.monotonic())
 
 
 def _leaders_ready(names: list[str]) -> Any:
@@ -47,7 +47,7 @@ def _leaders_ready(names: list[str]) -> Any:
 
 
 # =============================================================================== CreateTopics
-async def handle_create_topics(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+async def handle_create_topics(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     counts = Counter(t.name for t in req.topics)
     results = []
@@ -64,19 +64,19 @@ async def handle_create_topics(broker: Broker, header: RequestHeaderInfo, req: A
             configs = validate_topic_configs({c.name: c.value for c in t.configs})
             manual = {a.partition_index: list(a.broker_ids) for a in t.assignments}
             plan = plan_new_topic(t.name, int(t.num_partitions), int(t.replication_factor),
-                                  manual or None, configs, broker.image.live_broker_ids(),
-                                  broker.config.num_partitions,
-                                  broker.config.default_replication_factor)
-            if t.name in broker.image.topics:
+                                  manual or None, configs, ctx.image.live_broker_ids(),
+                                  ctx.config.num_partitions,
+                                  ctx.config.default_replication_factor)
+            if t.name in ctx.image.topics:
                 raise KafkaError(ErrorCode.topic_already_exists,
                                  f"Topic '{t.name}' already exists.")
             if not req.validate_only:
-                await asyncio.to_thread(create_topic, broker.zk, plan)
+                await asyncio.to_thread(create_topic, ctx.zk, plan)
                 created.append(t.name)
             kw.update(num_partitions=plan.num_partitions,
                       replication_factor=plan.replication_factor)
             if v >= 5:
-                entries = describe_topic_config(broker.config, configs)
+                entries = describe_topic_config(ctx.config, configs)
                 kw["configs"] = tuple(
                     part(19, v, "CreatableTopicConfigs", name=e.name, value=e.value,
                          read_only=e.read_only, config_source=e.source,
@@ -86,12 +86,12 @@ async def handle_create_topics(broker: Broker, header: RequestHeaderInfo, req: A
         results.append(part(19, v, "CreatableTopicResult", **kw))
     timeout_s = req.timeout.total_seconds()
     if created and timeout_s > 0:
-        await _wait_image(broker, _leaders_ready(created), timeout_s)
+        await _wait_image(ctx, _leaders_ready(created), timeout_s)
     return response(19, v, throttle_time=0, topics=tuple(results))
 
 
 # =============================================================================== DeleteTopics
-async def handle_delete_topics(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+async def handle_delete_topics(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     names = list(req.topic_names)
     results = []
@@ -99,9 +99,9 @@ async def handle_delete_topics(broker: Broker, header: RequestHeaderInfo, req: A
     for name in names:
         code = ErrorCode.none
         try:
-            if not broker.config.delete_topic_enable:
+            if not ctx.config.delete_topic_enable:
                 raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable=false")
-            await asyncio.to_thread(mark_topic_for_deletion, broker.zk, name)
+            await asyncio.to_thread(mark_topic_for_deletion, ctx.zk, name)
             deleting.append(name)
         except KafkaError as e:
             code = e.code
@@ -109,8 +109,8 @@ async def handle_delete_topics(broker: Broker, header: RequestHeaderInfo, req: A
                             error_message=None))
     timeout_s = req.timeout.total_seconds()
     if deleting and timeout_s > 0:
-        await _wait_image(broker, lambda im: not any(n in im.topics for n in deleting), timeout_s)
-        gone = broker.image
+        await _wait_image(ctx, lambda im: not any(n in im.topics for n in deleting), timeout_s)
+        gone = ctx.image
         results = [part(20, v, "DeletableTopicResult", name=r.name,
                         error_code=(ErrorCode.request_timed_out
                                     if r.name in deleting and r.name in gone.topics
@@ -120,7 +120,7 @@ async def handle_delete_topics(broker: Broker, header: RequestHeaderInfo, req: A
 
 
 # =============================================================================== CreatePartitions
-async def handle_create_partitions(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+async def handle_create_partitions(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     results = []
     changed: list[tuple[str, int]] = []
@@ -132,8 +132,8 @@ async def handle_create_partitions(broker: Broker, header: RequestHeaderInfo, re
                 raise KafkaError(ErrorCode.invalid_request, "Duplicate topic in request.")
             manual = ([list(a.broker_ids) for a in t.assignments]
                       if t.assignments is not None else None)
-            await asyncio.to_thread(add_partitions, broker.zk, t.name, int(t.count), manual,
-                                    broker.image.live_broker_ids(), bool(req.validate_only))
+            await asyncio.to_thread(add_partitions, ctx.zk, t.name, int(t.count), manual,
+                                    ctx.image.live_broker_ids(), bool(req.validate_only))
             if not req.validate_only:
                 changed.append((t.name, int(t.count)))
         except KafkaError as e:
@@ -146,12 +146,12 @@ async def handle_create_partitions(broker: Broker, header: RequestHeaderInfo, re
             return all(n in im.topics and len(im.topics[n].partitions) >= c
                        and all(p.leader >= 0 for p in im.topics[n].partitions.values())
                        for n, c in changed)
-        await _wait_image(broker, ready, timeout_s)
+        await _wait_image(ctx, ready, timeout_s)
     return response(37, v, throttle_time=0, results=tuple(results))
 
 
 # =============================================================================== DescribeConfigs
-def handle_describe_configs(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+def handle_describe_configs(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     include_synonyms = bool(getattr(req, "include_synonyms", False))
     include_docs = bool(getattr(req, "include_documentation", False))
@@ -162,17 +162,17 @@ def handle_describe_configs(broker: Broker, header: RequestHeaderInfo, req: Any)
                                   resource_name=res.resource_name, configs=())
         try:
             if res.resource_type == RESOURCE_TOPIC:
-                topic = broker.image.topics.get(res.resource_name)
+                topic = ctx.image.topics.get(res.resource_name)
                 if topic is None:
                     raise KafkaError(ErrorCode.unknown_topic_or_partition,
                                      f"Topic '{res.resource_name}' does not exist.")
-                entries = describe_topic_config(broker.config, topic.configs)
+                entries = describe_topic_config(ctx.config, topic.configs)
             elif res.resource_type == RESOURCE_BROKER:
-                if res.resource_name not in ("", str(broker.broker_id)):
+                if res.resource_name not in ("", str(ctx.broker_id)):
                     raise KafkaError(ErrorCode.invalid_request,
-                                     f"Unexpected broker id, expected {broker.broker_id} or "
+                                     f"Unexpected broker id, expected {ctx.broker_id} or "
                                      f"empty string, but received {res.resource_name}")
-                entries = describe_broker_config(broker.config)
+                entries = describe_broker_config(ctx.config)
             else:
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"Unsupported resource type {res.resource_type}")

@@ -1,7 +1,7 @@
 """Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups.
 
-Thin: decode the version-specific request fields, ask ``broker.groups`` (the
+Thin: decode the version-specific request fields, ask ``ctx.groups`` (the
 ``GroupCoordinator``), build the response with ``responses.part/response`` (fields a
 version lacks are dropped there). JoinGroup, SyncGroup, OffsetCommit and DeleteGroups
 return coroutines (they wait for a rebalance or for replication).
@@ -12,14 +12,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from odradek.broker import server
-from odradek.broker.group_state import GroupState, JoinRequest
-from odradek.broker.responses import part, response
+from odradek.server import network as server
+from odradek.coordinator.group_state import GroupState, JoinRequest
+from odradek.protocol.responses import part, response
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
 
 if TYPE_CHECKING:
-    from odradek.broker.broker import Broker
+    from odradek.server.context import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def _ms(value: Any) -> int:
 
 
 # =============================================================================== FindCoordinator
-def handle_find_coordinator(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+def handle_find_coordinator(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     kw: dict[str, Any] = dict(error_code=ErrorCode.none, error_message=None, node_id=-1,
                               host="", port=-1)
@@ -51,7 +51,7 @@ def handle_find_coordinator(broker: Broker, header: RequestHeaderInfo, req: Any)
             # (the same error Produce gives transactional batches).
             raise KafkaError(ErrorCode.transactional_id_authorization_failed,
                              "transactions are not supported")
-        node, host, port = broker.groups.coordinator_for(req.key)
+        node, host, port = ctx.groups.coordinator_for(req.key)
         kw.update(node_id=node, host=host, port=port)
     except KafkaError as e:
         kw.update(error_code=e.code, error_message=e.message or None)
@@ -59,7 +59,7 @@ def handle_find_coordinator(broker: Broker, header: RequestHeaderInfo, req: Any)
 
 
 # =============================================================================== JoinGroup
-async def handle_join_group(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+async def handle_join_group(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     session_ms = _ms(req.session_timeout)
     r = JoinRequest(
@@ -71,7 +71,7 @@ async def handle_join_group(broker: Broker, header: RequestHeaderInfo, req: Any)
         protocols=tuple((p.name, bytes(p.metadata)) for p in req.protocols),
         require_known_member_id=v >= 4)
     try:
-        res = await broker.groups.join(req.group_id, r)
+        res = await ctx.groups.join(req.group_id, r)
     except KafkaError as e:
         return response(JOIN_GROUP, v, error_code=e.code, generation_id=-1,
                         protocol_type=None, protocol_name=None if v >= 7 else "",
@@ -89,11 +89,11 @@ async def handle_join_group(broker: Broker, header: RequestHeaderInfo, req: Any)
 
 
 # =============================================================================== SyncGroup
-async def handle_sync_group(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+async def handle_sync_group(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
     try:
-        res = await broker.groups.sync(
+        res = await ctx.groups.sync(
             req.group_id, req.member_id, getattr(req, "group_instance_id", None),
             int(req.generation_id), getattr(req, "protocol_type", None),
             getattr(req, "protocol_name", None), assignments)
@@ -106,9 +106,9 @@ async def handle_sync_group(broker: Broker, header: RequestHeaderInfo, req: Any)
 
 
 # =============================================================================== Heartbeat
-def handle_heartbeat(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+def handle_heartbeat(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     try:
-        code = broker.groups.heartbeat(req.group_id, req.member_id,
+        code = ctx.groups.heartbeat(req.group_id, req.member_id,
                                        getattr(req, "group_instance_id", None),
                                        int(req.generation_id))
     except KafkaError as e:
@@ -117,14 +117,14 @@ def handle_heartbeat(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any
 
 
 # =============================================================================== LeaveGroup
-def handle_leave_group(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+def handle_leave_group(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     if v >= 3:
         who = [(m.member_id, m.group_instance_id) for m in req.members]
     else:
         who = [(req.member_id, None)]
     try:
-        errors = broker.groups.leave(req.group_id, who)
+        errors = ctx.groups.leave(req.group_id, who)
         top = ErrorCode.none
     except KafkaError as e:
         errors, top = [e.code] * len(who), e.code
@@ -136,13 +136,13 @@ def handle_leave_group(broker: Broker, header: RequestHeaderInfo, req: Any) -> A
 
 
 # =============================================================================== OffsetCommit
-async def handle_offset_commit(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+async def handle_offset_commit(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     entries = [(t.name, int(p.partition_index), int(p.committed_offset),
                 int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata)
                for t in req.topics for p in t.partitions]
     try:
-        results = await broker.groups.commit(
+        results = await ctx.groups.commit(
             req.group_id, req.member_id, getattr(req, "group_instance_id", None),
             int(req.generation_id_or_member_epoch), entries)
     except KafkaError as e:
@@ -162,13 +162,13 @@ async def handle_offset_commit(broker: Broker, header: RequestHeaderInfo, req: A
 
 
 # =============================================================================== OffsetFetch
-def handle_offset_fetch(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+def handle_offset_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     wanted = (None if req.topics is None
               else [(t.name, [int(p) for p in t.partition_indexes]) for t in req.topics])
     top = ErrorCode.none
     try:
-        found = broker.groups.fetch_offsets(req.group_id, wanted)
+        found = ctx.groups.fetch_offsets(req.group_id, wanted)
     except KafkaError as e:
         top = e.code
         found = [(t, [(p, None) for p in ps]) for t, ps in (wanted or [])]
@@ -186,7 +186,7 @@ def handle_offset_fetch(broker: Broker, header: RequestHeaderInfo, req: Any) -> 
 
 
 # =============================================================================== DescribeGroups
-def handle_describe_groups(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+def handle_describe_groups(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     out = []
     for gid in req.groups:
@@ -195,7 +195,7 @@ def handle_describe_groups(broker: Broker, header: RequestHeaderInfo, req: Any) 
                                   protocol_data="", members=(),
                                   authorized_operations=-2147483648)
         try:
-            g = broker.groups.describe(gid)
+            g = ctx.groups.describe(gid)
             if g is not None and g.state is not GroupState.DEAD:
                 stable = g.state is GroupState.STABLE
                 kw.update(group_state=g.state.value, protocol_type=g.protocol_type or "",
@@ -214,21 +214,21 @@ def handle_describe_groups(broker: Broker, header: RequestHeaderInfo, req: Any) 
 
 
 # =============================================================================== ListGroups
-def handle_list_groups(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+def handle_list_groups(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     states = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
     groups = tuple(part(LIST_GROUPS, v, "ListedGroup", group_id=g.group_id,
                         protocol_type=g.protocol_type or "", group_state=g.state.value)
-                   for g in broker.groups.list_groups(states or None))
+                   for g in ctx.groups.list_groups(states or None))
     return response(LIST_GROUPS, v, throttle_time=0, error_code=ErrorCode.none, groups=groups)
 
 
 # =============================================================================== DeleteGroups
-async def handle_delete_groups(broker: Broker, header: RequestHeaderInfo, req: Any) -> Any:
+async def handle_delete_groups(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     results = []
     for gid in req.groups_names:
-        code = await broker.groups.delete(gid)
+        code = await ctx.groups.delete(gid)
         results.append(part(DELETE_GROUPS, v, "DeletableGroupResult", group_id=gid,
                             error_code=code))
     return response(DELETE_GROUPS, v, throttle_time=0, results=tuple(results))

@@ -47,10 +47,9 @@ from kazoo.exceptions import (
     BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError,
 )
 
-from odradek.broker import elections
-from odradek.broker.controlled_shutdown import CONTROLLED_SHUTDOWN_PATH
-from odradek.broker.elections import UNCLEAN_LEADER_ELECTION_PATH, StateChange
-from odradek.broker.metadata_store import (
+from odradek.controller import elections
+from odradek.controller.elections import StateChange
+from odradek.metadata.store import (
     AdminRequestsChanged, BrokersChanged, ControllerChanged, DeletionsChanged, MetadataEvent,
     SessionReestablished, Stop, TopicChanged, TopicConfigChanged, TopicsChanged,
 )
@@ -313,11 +312,11 @@ class Controller:
             for p, replicas in sorted(parts.items()):
                 self._reconcile(topic, p, replicas, registered, eligible, unclean)
         self._process_elections(znodes.PREFERRED_REPLICA_ELECTION, assignments, registered)
-        self._process_elections(UNCLEAN_LEADER_ELECTION_PATH, assignments, registered)
+        self._process_elections(znodes.UNCLEAN_LEADER_ELECTION_PATH, assignments, registered)
         for broker_id in shutdown_requests:
             # Every partition has been reconciled with the broker shutting down: done.
             try:
-                self.zk.delete(f"{CONTROLLED_SHUTDOWN_PATH}/{broker_id}")
+                self.zk.delete(f"{znodes.CONTROLLED_SHUTDOWN_PATH}/{broker_id}")
                 log.info("controlled shutdown of broker %d: leadership moved", broker_id)
             except NoNodeError:
                 pass
@@ -350,7 +349,7 @@ class Controller:
 
     def _shutdown_requests(self) -> set[int]:
         try:
-            children = self.zk.get_children(CONTROLLED_SHUTDOWN_PATH)
+            children = self.zk.get_children(znodes.CONTROLLED_SHUTDOWN_PATH)
         except NoNodeError:
             return set()
         return {int(c) for c in children if c.isdigit()}
@@ -369,7 +368,7 @@ class Controller:
         except Exception:  # noqa: BLE001 - garbage in an admin znode: drop it
             log.warning("ignoring malformed %s: %r", path, data[:200])
             wanted = []
-        kind = "unclean" if path == UNCLEAN_LEADER_ELECTION_PATH else "preferred"
+        kind = "unclean" if path == znodes.UNCLEAN_LEADER_ELECTION_PATH else "preferred"
         log.info("%s election requested for %s", kind,
                  ", ".join(f"{t}-{p}" for t, p in wanted) or "nothing")
         eligible = registered - self._shutting_down

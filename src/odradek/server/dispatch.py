@@ -1,0 +1,88 @@
+"""Requests in, responses out: decode a frame, run its handler, encode the answer.
+
+``KafkaConnection`` (``odradek.server.network``) hands each complete frame to
+``RequestDispatcher.dispatch``. Handlers take the narrow ``RequestContext``, the decoded
+header and the kio request entity, and return a kio response entity, already encoded
+bytes (or a list of parts for the zero-copy writer), ``None`` for no response (acks=0),
+or a coroutine when they must wait (delayed operations).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from odradek.protocol.codec import (
+    InvalidRequest, RequestHeaderInfo, UnsupportedVersion, api_versions_error_response,
+    decode_request, encode_response,
+)
+from odradek.protocol.versions import api_name
+from odradek.server.context import RequestContext
+from odradek.server.handlers import (
+    admin, configs, data, elect, groups, metadata, producers, records,
+)
+from odradek.server.network import CloseConnection
+
+__all__ = ["HANDLERS", "RequestDispatcher"]
+
+Handler = Callable[[RequestContext, RequestHeaderInfo, Any], Any]
+
+HANDLERS: dict[int, Handler] = {  # one per API key in protocol.versions.SERVED
+    0: data.handle_produce,
+    1: data.handle_fetch,
+    2: data.handle_list_offsets,
+    3: metadata.handle_metadata,
+    8: groups.handle_offset_commit,
+    9: groups.handle_offset_fetch,
+    10: groups.handle_find_coordinator,
+    11: groups.handle_join_group,
+    12: groups.handle_heartbeat,
+    13: groups.handle_leave_group,
+    14: groups.handle_sync_group,
+    15: groups.handle_describe_groups,
+    16: groups.handle_list_groups,
+    18: metadata.handle_api_versions,
+    19: admin.handle_create_topics,
+    20: admin.handle_delete_topics,
+    21: records.handle_delete_records,
+    22: producers.handle_init_producer_id,
+    23: data.handle_offset_for_leader_epoch,
+    32: admin.handle_describe_configs,
+    33: configs.handle_alter_configs,
+    37: admin.handle_create_partitions,
+    42: groups.handle_delete_groups,
+    43: elect.handle_elect_leaders,
+    44: configs.handle_incremental_alter_configs,
+    60: metadata.handle_describe_cluster,
+}
+
+
+class RequestDispatcher:
+    def __init__(self, context: RequestContext) -> None:
+        self.context = context
+
+    def dispatch(self, frame: bytes) -> Any:
+        """Decode one request frame and run its handler (see server.KafkaConnection)."""
+        try:
+            header, req = decode_request(frame)
+        except UnsupportedVersion as e:
+            if e.header.api_key == 18:
+                return api_versions_error_response(e.header)
+            raise CloseConnection(str(e)) from None
+        except InvalidRequest as e:
+            raise CloseConnection(f"invalid request: {e}") from None
+        handler = HANDLERS.get(header.api_key)
+        if handler is None:  # pragma: no cover - SERVED and HANDLERS are kept in step
+            raise CloseConnection(f"no handler for {api_name(header.api_key)}")
+        result = handler(self.context, header, req)
+        if isinstance(result, Coroutine):
+            return self._encode_later(header, result)
+        if result is None or isinstance(result, (bytes, list)):
+            return result
+        return encode_response(header, result)
+
+    async def _encode_later(self, header: Any, coro: Coroutine[Any, Any, Any]) -> Any:
+        result = await coro
+        if result is None or isinstance(result, (bytes, list)):
+            return result
+        return encode_response(header, result)
