@@ -509,6 +509,10 @@ _BROKER_LIST: list[ConfigDef] = [
        "Beyond Kafka: size cap of the lost-records ledger of a log dir (truncated batches "
        "kept in <log dir>/lost-records); oldest entries dropped first; -1 unbounded, "
        "0 disables it.", Range(-1)),
+    _b("odradek.trace.records.every", T.LONG, "0",
+       "Beyond Kafka: log the replication timeline (append, follower fetch, HW, consumer "
+       "fetch) of each record whose offset is a multiple of N; 0 (default) is off.",
+       Range(0)),
     _b("ssl.keystore.password", T.PASSWORD, None, "Keystore password (TLS is not supported)."),
 ]
 

@@ -16,21 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
 
 from odradek.controller.controlled_shutdown import request_controlled_shutdown
 from odradek.controller.controller import Controller
 from odradek.coordinator.group_coordinator import GroupCoordinator  # consumer groups (issue 4)
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.store import MetadataStore
-from odradek.replication.partition import Partition
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.server.context import RequestContext
 from odradek.log_manager.flusher import Flusher
 from odradek.log_manager.log_cleaner import manager_from_config  # compaction (SPEC R25)
-from odradek.replication.replica_manager import (
-    RECOVERY_POINT_CHECKPOINT, IsrUpdateFailed, ReplicaManager,
-)
+from odradek.replication.isr_store import ZkIsrStore
+from odradek.replication.replica_manager import RECOVERY_POINT_CHECKPOINT, ReplicaManager
+from odradek.replication.trace import RecordTracer
 from odradek.server.dispatch import RequestDispatcher
 from odradek.server.network import KafkaConnection, start_listener
 from odradek.config import BrokerConfig, log_config_for_topic
@@ -42,7 +40,6 @@ log = logging.getLogger(__name__)
 
 
 HW_CHECKPOINT_INTERVAL_S = 5.0  # replica.high.watermark.checkpoint.interval.ms
-ZK_WRITE_TIMEOUT_S = 2.0  # an ISR write that cannot reach ZooKeeper fails after this
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0  # an ISR write that cannot reach ZooKeeper fails after this
 _LOG_CONFIG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
 
@@ -56,7 +53,10 @@ class Broker:
         self.advertised_host, self.advertised_port = host, port
         self.replicas = ReplicaManager(self.broker_id, Path(config.log_dirs[0]),
                                        self.log_config_for, config=config, source_ip=host,
-                                       isr_writer=self._write_isr)
+                                       isr_store=ZkIsrStore(lambda: self.zk),
+                                       tracer=RecordTracer(
+                                           config.get("odradek.trace.records.every"),
+                                           self.broker_id))
         # Flush policy, odradek.ack.fsync group commit, recovery-point checkpoints
         # (issue 5): fsyncs run in the flusher's thread, never on the event loop.
         self.flusher = Flusher(
@@ -219,37 +219,6 @@ class Broker:
                         lg.run_pending_deletions()
             except Exception:
                 log.exception("retention check failed")
-
-    def _write_isr(self, part: Partition, new_isr: list[int]) -> int:
-        """Conditional write of the state znode (runs in a worker thread, SPEC R6, R13)."""
-        zk = self.zk
-        if zk is None:
-            raise IsrUpdateFailed(None)
-        path = znodes.partition_state_path(part.topic, part.index)
-        data = znodes.encode_partition_state(znodes.PartitionState(
-            leader=self.broker_id, leader_epoch=part.leader_epoch, isr=list(new_isr),
-            controller_epoch=part.controller_epoch))
-        if not zk.connected:
-            # SPEC scenarios 4/6: a leader that cannot reach ZooKeeper cannot record an ISR
-            # change, so it must stop accepting writes now; queueing the write until kazoo
-            # reconnects would let it keep acknowledging records that a newly elected
-            # leader does not have.
-            raise IsrUpdateFailed(None)
-        timeout = ZK_WRITE_TIMEOUT_S
-        try:
-            return zk.set_async(path, data, version=part.zk_version).get(timeout=timeout).version
-        except BadVersionError:
-            try:
-                raw, stat = zk.get_async(path).get(timeout=timeout)
-            except NoNodeError:
-                raise IsrUpdateFailed(None) from None
-            except Exception:  # noqa: BLE001 - ZooKeeper unreachable
-                raise IsrUpdateFailed(None) from None
-            cur = znodes.decode_partition_state(raw)
-            raise IsrUpdateFailed((cur.leader, cur.leader_epoch, cur.isr, stat.version)) from None
-        except (KazooException, Exception) as e:  # noqa: BLE001 - includes timeouts
-            log.warning("%s: ISR write failed: %r", part.name, e)
-            raise IsrUpdateFailed(None) from None
 
     # ------------------------------------------------------------------ metadata
     def _publish(self, image: MetadataImage) -> None:
