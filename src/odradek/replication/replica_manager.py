@@ -489,6 +489,20 @@ class ReplicaManager:
                     self.tracer.fetch_answered((topic, e.result.index), e.fetch_offset,
                                                e.result.high_watermark, params.replica_id)
 
+    # ----------------------------------------------------------------- epochs
+    def last_offset_for_leader_epoch(self, topic: str, partition: int,
+                                     current_leader_epoch: int, leader_epoch: int,
+                                     replica_id: int, image: MetadataImage
+                                     ) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch (SPEC R19; KIP-101, KIP-279, KIP-320): (epoch, end offset)
+        of the largest epoch <= ``leader_epoch`` in the leader's cache. Consumers
+        (``replica_id`` < 0) never learn of offsets above the HW. Raises KafkaError."""
+        p = self.leader_partition(topic, partition, image, current_leader_epoch)
+        epoch, end = p.epochs.end_offset_for(leader_epoch, p.log_end_offset)
+        if replica_id < 0 and end > p.high_watermark:
+            end = p.high_watermark
+        return epoch, end
+
     # ----------------------------------------------------------------- DeleteRecords
     def delete_records(self, requests: list[tuple[str, list[PendingDelete]]],
                        offsets: dict[tuple[str, int], int], timeout_s: float,

@@ -103,7 +103,9 @@ def test_lagging_follower_is_proposed_out_and_the_hw_waits_for_the_write(tmp_pat
     w = p.maybe_shrink_isr(now_ms=LAG + 50, lag_max_ms=LAG)  # 3 never fetched
     assert w is not None and w.isr == (1, 2) and w.zk_version == 0 and w.leader_epoch == 1
     assert p.pending_isr == (1, 2) and p.isr == (1, 2, 3)
-    assert p.high_watermark == 0  # PendingShrinkIsr: 3 still counts until recorded
+    # PendingShrinkIsr: 3 still holds the HW until ZooKeeper recorded its removal.
+    assert not p.update_follower_fetch_state(2, 3, now_ms=LAG + 55).hw_moved
+    assert p.high_watermark == 0
     assert p.maybe_shrink_isr(now_ms=LAG + 60, lag_max_ms=LAG) is None  # one at a time
     t = p.isr_write_succeeded(w, 1)
     assert p.isr == (1, 2) and p.zk_version == 1 and p.pending_isr is None

@@ -168,12 +168,9 @@ def handle_offset_for_leader_epoch(ctx: RequestContext, header: RequestHeaderInf
             kw: dict[str, Any] = dict(error_code=ErrorCode.none, partition=rp.partition,
                                       leader_epoch=-1, end_offset=-1)
             try:
-                p = ctx.replicas.leader_partition(
-                    t.topic, rp.partition, image, int(getattr(rp, "current_leader_epoch", -1)))
-                epoch, end = p.epochs.end_offset_for(int(rp.leader_epoch), p.log_end_offset)
-                if int(getattr(req, "replica_id", -1)) < 0 and end > p.high_watermark:
-                    # Consumers (KIP-320) must not learn of uncommitted offsets.
-                    end = p.high_watermark
+                epoch, end = ctx.replicas.last_offset_for_leader_epoch(
+                    t.topic, rp.partition, int(getattr(rp, "current_leader_epoch", -1)),
+                    int(rp.leader_epoch), int(getattr(req, "replica_id", -1)), image)
                 kw.update(leader_epoch=epoch, end_offset=end)
             except KafkaError as e:
                 kw["error_code"] = e.code
