@@ -231,7 +231,9 @@ class ReplicaFetcher:
                                             min_bytes=cfg.min_bytes,
                                             max_bytes=cfg.response_max_bytes)
         tracing = self._tracer.enabled
-        now_ms = time.time_ns() // 1_000_000
+        now_ns = time.time_ns()
+        now_ms = now_ns // 1_000_000
+        received_us = now_ns // 1000
         durable: list[tuple[Log, int]] = []
         for r in results:
             tp = (r.topic, r.partition)
@@ -247,8 +249,6 @@ class ReplicaFetcher:
                 self._backoff(st, code, "Fetch")
                 continue
             leo_before = p.log_end_offset
-            if tracing and r.records:
-                self._trace_hop(tp, leo_before, r.high_watermark, "received")
             try:
                 p.append_as_follower(r.records or b"", r.high_watermark, now_ms,
                                      r.log_start_offset)
@@ -260,6 +260,7 @@ class ReplicaFetcher:
                 if tracing:
                     off = self._tracer.sampled(leo_before, p.log_end_offset - 1)
                     if off is not None:
+                        self._tracer.hop(tp, off, "received", t_us=received_us)
                         self._tracer.hop(tp, off, "appended")
                         self._traced.append((tp, off))
                 if p.log.config.ack_fsync:
@@ -271,11 +272,6 @@ class ReplicaFetcher:
             # covers every batch this response brought, for all partitions.
             await self.wait_durable(durable)
         return 0.0
-
-    def _trace_hop(self, tp: TopicPartition, first: int, hw: int, hop: str) -> None:
-        off = self._tracer.sampled(first, first + self._tracer.every - 1)
-        if off is not None:
-            self._tracer.hop(tp, off, hop)
 
     def _out_of_range(self, st: FetchState, leader_start: int) -> None:
         p = st.partition

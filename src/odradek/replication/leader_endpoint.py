@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from odradek.protocol.client_codec import nested_request, request_entity
+from odradek.protocol.replica_fetch import (
+    MalformedResponse, ReplicaFetchPartition, decode_fetch_response_v12,
+    encode_replica_fetch_request,
+)
 from odradek.replication.broker_connection import BrokerConnection, BrokerConnectionError
 
 logger = logging.getLogger(__name__)
@@ -31,7 +35,6 @@ __all__ = [
     "RemoteLeaderEndpoint",
 ]
 
-FETCH_VERSION = 12
 EPOCH_VERSION = 4
 
 EndpointError = BrokerConnectionError  # the leader cannot be reached (retry after backoff)
@@ -102,25 +105,28 @@ class RemoteLeaderEndpoint:
 
     async def fetch(self, partitions: list[FetchRequestPartition], *, max_wait_ms: int,
                     min_bytes: int, max_bytes: int) -> list[FetchedPartition]:
-        by_topic: dict[str, list[Any]] = {}
+        by_topic: dict[str, list[ReplicaFetchPartition]] = {}
         for p in partitions:
-            by_topic.setdefault(p.topic, []).append(nested_request(
-                1, FETCH_VERSION, "FetchPartition", partition=p.partition,
-                current_leader_epoch=p.current_leader_epoch, fetch_offset=p.fetch_offset,
-                last_fetched_epoch=p.last_fetched_epoch, log_start_offset=p.log_start_offset,
-                partition_max_bytes=p.max_bytes))
-        req = request_entity(
-            1, FETCH_VERSION, replica_id=self.broker_id,
-            max_wait=max_wait_ms, min_bytes=min_bytes,
-            max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
-            topics=tuple(nested_request(1, FETCH_VERSION, "FetchTopic", topic=t,
-                                        partitions=tuple(ps)) for t, ps in by_topic.items()),
-            forgotten_topics_data=(), rack_id="")
-        resp = await self._conn.request(req, timeout_s=max_wait_ms / 1000
-                                        + self.socket_timeout_s)
-        return [FetchedPartition(t.topic, int(r.partition_index), int(r.error_code),
-                                 int(r.high_watermark), int(r.log_start_offset), r.records)
-                for t in resp.responses for r in t.partitions]
+            by_topic.setdefault(p.topic, []).append(ReplicaFetchPartition(
+                p.partition, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch,
+                p.log_start_offset, p.max_bytes))
+        conn = self._conn
+        corr = conn.next_correlation_id()
+        data = encode_replica_fetch_request(corr, conn.client_id, self.broker_id, max_wait_ms,
+                                            min_bytes, max_bytes, list(by_topic.items()))
+        frame = await conn.send(data, corr, max_wait_ms / 1000 + self.socket_timeout_s)
+        try:
+            got, error, parts = decode_fetch_response_v12(frame)
+        except MalformedResponse as e:
+            conn.close()
+            raise EndpointError(f"malformed fetch response from {conn.host}: {e}") from e
+        if got != corr:
+            conn.close()
+            raise EndpointError(f"correlation id {got} != {corr}")
+        if error:
+            raise EndpointError(f"fetch failed: error {error}")
+        return [FetchedPartition(p.topic, p.partition, p.error_code, p.high_watermark,
+                                 p.log_start_offset, p.records) for p in parts]
 
     async def offsets_for_leader_epoch(self, requests: list[EpochRequest]
                                        ) -> list[EpochResult]:

@@ -485,9 +485,11 @@ class ReplicaManager:
             return
         for topic, entries in topics:
             for e in entries:
-                if e.result.records is not None:
+                p = self.partitions.get((topic, e.result.index))
+                if e.result.records is not None and p is not None:
                     self.tracer.fetch_answered((topic, e.result.index), e.fetch_offset,
-                                               e.result.high_watermark, params.replica_id)
+                                               p.readable_end(params.replica_id < 0),
+                                               params.replica_id)
 
     # ----------------------------------------------------------------- epochs
     def last_offset_for_leader_epoch(self, topic: str, partition: int,

@@ -52,8 +52,10 @@ class RecordTracer:
         k = -(-first // n) * n  # the first multiple of n >= first
         return k if k <= last else None
 
-    def hop(self, tp: TopicPartition, offset: int, hop: str, detail: str = "") -> None:
-        logger.info("TRACE %s %d %d %s %d %s", tp[0], tp[1], offset, hop, _now_us(),
+    def hop(self, tp: TopicPartition, offset: int, hop: str, detail: str = "",
+            t_us: int | None = None) -> None:
+        logger.info("TRACE %s %d %d %s %d %s", tp[0], tp[1], offset, hop,
+                    _now_us() if t_us is None else t_us,
                     f"broker={self.broker_id} {detail}".strip())
 
     # -- the hops (each a no-op unless a sampled offset is in range) -------------------
@@ -62,18 +64,15 @@ class RecordTracer:
         if off is not None:
             self.hop(tp, off, "append")
 
-    def fetch_answered(self, tp: TopicPartition, fetch_offset: int, high_watermark: int,
+    def fetch_answered(self, tp: TopicPartition, fetch_offset: int, end_offset: int,
                        replica_id: int) -> None:
-        """A fetch response with records from ``fetch_offset`` is ready. For a consumer the
-        records end at the HW; for a follower we do not know where they end without
-        parsing, so the sample counts when it lies within ``every`` of the start."""
-        if replica_id >= 0:
-            off = self.sampled(fetch_offset, fetch_offset + self.every - 1)
-            if off is not None:
+        """A fetch response with records [fetch_offset, end_offset) is ready (the end is
+        the HW for a consumer, the LEO for a follower, at the time of the read)."""
+        off = self.sampled(fetch_offset, end_offset - 1)
+        if off is not None:
+            if replica_id >= 0:
                 self.hop(tp, off, "fetch.out", f"to={replica_id}")
-        else:
-            off = self.sampled(fetch_offset, high_watermark - 1)
-            if off is not None:
+            else:
                 self.hop(tp, off, "consumer.out")
 
     def hw_moved(self, tp: TopicPartition, old: int, new: int, by_replica: int) -> None:
