@@ -161,7 +161,8 @@ class MemoryLeaderEndpoint:
                     min_bytes: int, max_bytes: int) -> list[FetchedPartition]:
         await self.h.net.hop(self.follower, self.leader)
         rm = self.h.replicas[self.leader]
-        entries = [FetchEntry(p.topic, p.fetch_offset, p.max_bytes, p.current_leader_epoch,
+        entries = [FetchEntry(p.topic, p.fetch_offset, p.partition_max_bytes,
+                              p.current_leader_epoch,
                               p.log_start_offset,
                               PartitionFetchResult(p.partition, 0, -1, -1, -1, None))
                    for p in partitions]

@@ -36,7 +36,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 __all__ = [
     "FETCH_V12",
@@ -106,11 +106,21 @@ def _compact_string(s: str) -> bytes:
     return cached
 
 
+class _FetchPartitionFields(Protocol):
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
+    partition_max_bytes: int
+
+
 def encode_replica_fetch_request(
     correlation_id: int, client_id: str, replica_id: int, max_wait_ms: int, min_bytes: int,
-    max_bytes: int, topics: Sequence[tuple[str, Sequence[ReplicaFetchPartition]]],
+    max_bytes: int, topics: Sequence[tuple[str, Sequence[_FetchPartitionFields]]],
 ) -> bytes:
-    """Size prefix + header v2 + FetchRequest v12 body (no fetch session)."""
+    """Size prefix + header v2 + FetchRequest v12 body (no fetch session). Partitions are
+    any objects with ``ReplicaFetchPartition``'s fields."""
     cid = client_id.encode()
     parts: list[bytes] = [b"", _I16.pack(len(cid)), cid, b"\x00",
                           _TOP.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, 0, -1),

@@ -17,8 +17,7 @@ from typing import Any, Protocol
 
 from odradek.protocol.client_codec import nested_request, request_entity
 from odradek.protocol.replica_fetch import (
-    MalformedResponse, ReplicaFetchPartition, decode_fetch_response_v12,
-    encode_replica_fetch_request,
+    MalformedResponse, decode_fetch_response_v12, encode_replica_fetch_request,
 )
 from odradek.replication.broker_connection import BrokerConnection, BrokerConnectionError
 
@@ -48,7 +47,7 @@ class FetchRequestPartition:
     current_leader_epoch: int
     last_fetched_epoch: int
     log_start_offset: int
-    max_bytes: int
+    partition_max_bytes: int
 
 
 @dataclass(slots=True)
@@ -105,11 +104,9 @@ class RemoteLeaderEndpoint:
 
     async def fetch(self, partitions: list[FetchRequestPartition], *, max_wait_ms: int,
                     min_bytes: int, max_bytes: int) -> list[FetchedPartition]:
-        by_topic: dict[str, list[ReplicaFetchPartition]] = {}
+        by_topic: dict[str, list[FetchRequestPartition]] = {}
         for p in partitions:
-            by_topic.setdefault(p.topic, []).append(ReplicaFetchPartition(
-                p.partition, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch,
-                p.log_start_offset, p.max_bytes))
+            by_topic.setdefault(p.topic, []).append(p)
         conn = self._conn
         corr = conn.next_correlation_id()
         data = encode_replica_fetch_request(corr, conn.client_id, self.broker_id, max_wait_ms,

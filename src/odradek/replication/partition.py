@@ -180,13 +180,13 @@ class Partition:
                 t.state_changed = isinstance(st, Fenced)
                 t.hw_moved = self._maybe_advance_hw()
                 if t.state_changed:
-                    t.notes.append("state znode still names us leader; accepting writes")
+                    t.note = "state znode still names us leader; accepting writes"
                 return t
             self._become_leader(s, now_ms)
             t.state_changed = True
             t.stop_fetching = True
             t.hw_moved = self._maybe_advance_hw()
-            t.notes.append(f"leader at epoch {s.leader_epoch}, isr {list(s.isr)}")
+            t.note = f"leader at epoch {s.leader_epoch}, isr {list(s.isr)}"
             return t
         if s.leader >= 0:
             if isinstance(st, Follower) and st.leader_epoch == s.leader_epoch \
@@ -199,13 +199,13 @@ class Partition:
             self._expand_candidates = set()
             t.state_changed = True
             t.start_fetching_from = s.leader
-            t.notes.append(f"follower of {s.leader} at epoch {s.leader_epoch}")
+            t.note = f"follower of {s.leader} at epoch {s.leader_epoch}"
             return t
         self._state = Offline(leader_epoch=max(st.leader_epoch, s.leader_epoch),
                               zk_version=s.zk_version)
         t.state_changed = True
         t.stop_fetching = True
-        t.notes.append(f"offline at epoch {s.leader_epoch} (no leader)")
+        t.note = f"offline at epoch {s.leader_epoch} (no leader)"
         return t
 
     def remove(self) -> Transition:
@@ -409,7 +409,7 @@ class Partition:
             # A shrink can only help acks=all waiters via the HW; an expand can turn an
             # ISR below min.insync.replicas into one that is not: both re-check.
             t.state_changed = True
-            t.notes.append(f"ISR {list(st.isr)} -> {list(write.isr)}")
+            t.note = f"ISR {list(st.isr)} -> {list(write.isr)}"
         elif isinstance(st, Fenced) and st.reasserting and st.leader_epoch == \
                 write.leader_epoch and st.zk_version == write.zk_version:
             self._state = Leader(leader_epoch=st.leader_epoch, isr=write.isr,
@@ -417,7 +417,7 @@ class Partition:
                                  controller_epoch=st.controller_epoch)
             t.state_changed = True
             t.hw_moved = self._maybe_advance_hw()
-            t.notes.append("state znode still names us leader; accepting writes again")
+            t.note = "state znode still names us leader; accepting writes again"
         # Otherwise a newer state was applied meanwhile: the result is stale.
         return t
 
@@ -439,15 +439,15 @@ class Partition:
                                  controller_epoch=st.controller_epoch)
             t.state_changed = isinstance(st, Fenced)
             t.hw_moved = self._maybe_advance_hw()
-            t.notes.append(f"ISR write conflicted; adopted {list(current.isr)} "
-                           f"(version {current.zk_version})")
+            t.note = (f"ISR write conflicted; adopted {list(current.isr)} "
+                      f"(version {current.zk_version})")
             return t
         # SPEC scenarios 4 and 6: we cannot record the ISR change, so we may have been
         # replaced. Stop accepting writes until ZooKeeper says again that we lead.
         self._state = Fenced(leader_epoch=st.leader_epoch, isr=st.isr,
                              zk_version=st.zk_version, controller_epoch=st.controller_epoch)
         t.state_changed = True
-        t.notes.append(
+        t.note = (
             f"ISR update to {list(write.isr)} failed ("
             + ("ZooKeeper unreachable" if current is None else
                f"state now leader {current.leader} epoch {current.leader_epoch}")

@@ -25,7 +25,7 @@ waiters re-check (the HW moved, data arrived, the role changed), start or stop f
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 __all__ = [
@@ -146,7 +146,7 @@ class Transition:
     start_fetching_from: int | None = None  # became (or re-pointed) a follower
     stop_fetching: bool = False  # no longer a follower
     log_start_moved: bool = False  # a follower's log start moved (DeleteRecords)
-    notes: list[str] = field(default_factory=list)  # what to log, once
+    note: str = ""  # what to log, once (a transition changes one thing)
 
     def merge(self, other: Transition) -> Transition:
         self.hw_moved |= other.hw_moved
@@ -156,7 +156,7 @@ class Transition:
             self.start_fetching_from = other.start_fetching_from
         self.stop_fetching |= other.stop_fetching
         self.log_start_moved |= other.log_start_moved
-        self.notes.extend(other.notes)
+        self.note = "; ".join(n for n in (self.note, other.note) if n)
         return self
 
     @property

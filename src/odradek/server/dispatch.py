@@ -21,11 +21,13 @@ from odradek.server.context import RequestContext
 from odradek.server.handlers import (
     admin, configs, data, elect, groups, metadata, producers, records,
 )
-from odradek.server.network import CloseConnection
+from odradek.server.network import CloseConnection, Pipelined
 
 __all__ = ["HANDLERS", "RequestDispatcher"]
 
 Handler = Callable[[RequestContext, RequestHeaderInfo, Any], Any]
+
+PRODUCE = 0
 
 HANDLERS: dict[int, Handler] = {  # one per API key in protocol.versions.SERVED
     0: data.handle_produce,
@@ -76,6 +78,9 @@ class RequestDispatcher:
             raise CloseConnection(f"no handler for {api_name(header.api_key)}")
         result = handler(self.context, header, req)
         if isinstance(result, Coroutine):
+            if header.api_key == PRODUCE:
+                # The appends are done; only the acks wait (see network.Pipelined).
+                return Pipelined(self._encode_later(header, result))
             return self._encode_later(header, result)
         if result is None or isinstance(result, (bytes, list)):
             return result

@@ -1,11 +1,12 @@
 """The thin asyncio layer: sockets in, frames to the broker, responses out.
 
-One ``KafkaConnection`` per client socket. Like Kafka, a connection has at most one
-request in progress: requests are handled in arrival order and responses go out in the
-same order (clients rely on it). Handlers that finish at once are answered inline in
-``data_received`` (the hot path creates no task); a handler that must wait (delayed
-fetch or produce, admin writes) returns a coroutine, and the connection stops reading
-until it is done (backpressure).
+One ``KafkaConnection`` per client socket. Requests are handled in arrival order and
+responses go out in the same order (clients rely on it). Handlers that finish at once
+are answered inline in ``data_received`` (the hot path creates no task). A handler that
+must wait (delayed fetch, admin writes) returns a coroutine, and like Kafka the
+connection starts no other request until it is answered (backpressure). The one
+exception is Produce (``Pipelined``): its effects happen in order at once, and only its
+wait for the acknowledgement overlaps the next requests, up to ``MAX_PENDING_ANSWERS``.
 
 Responses are written with as few copies as possible (SPEC R26): when the transport's
 buffer is empty, byte parts go straight to the socket and record data from segment
@@ -40,7 +41,27 @@ class CloseConnection(Exception):
     """Raised by dispatch when Kafka would close the connection instead of answering."""
 
 
+class Pipelined:
+    """A delayed answer whose *waiting* may overlap the connection's next requests.
+
+    The dispatcher returns it for Produce: the append (every effect of the request)
+    already happened, in arrival order, before this is returned; only the wait for the
+    acknowledgement (acks=all: the high watermark, SPEC R7) is left. Kafka processes one
+    request per connection at a time, so a producer's pipelined requests queue behind
+    each other's replication round trips; here they wait side by side, and the answers
+    still leave in request order (the protocol's guarantee)."""
+
+    __slots__ = ("coro",)
+
+    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self.coro = coro
+
+
 Dispatch = Callable[[bytes], Any]
+
+# Answers a connection may have pending at once (pipelined produces plus what follows
+# them): the idempotent producer's limit of in-flight requests (5) with room to spare.
+MAX_PENDING_ANSWERS = 8
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -49,14 +70,18 @@ class KafkaConnection(asyncio.Protocol):
         self._dispatch = dispatch
         self._decoder = FrameDecoder(max_frame_bytes)
         self._pending: deque[Any] = deque()
-        self._busy = False
+        # Answers not yet written, in request order: tasks (delayed answers) and done
+        # futures (immediate answers that must wait for an earlier delayed one).
+        self._answers: deque[asyncio.Future[Any]] = deque()
+        # A delayed request that is not pipelined: no further request starts until it
+        # is answered (Kafka's one-request-at-a-time per connection).
+        self._blocking: asyncio.Future[Any] | None = None
         self._paused = False
         self._closed = False
         self._transport: asyncio.Transport | None = None
         self._sock_fd = -1
         self._connections = connections
         self._use_sendfile = use_sendfile
-        self._task: asyncio.Task[None] | None = None
         self.peer: Any = None
 
     # ------------------------------------------------------------------ asyncio.Protocol
@@ -76,8 +101,10 @@ class KafkaConnection(asyncio.Protocol):
         self._closed = True
         self._connections.discard(self)
         self._pending.clear()
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+        answers, self._answers = self._answers, deque()
+        for fut in answers:
+            if not fut.done():
+                fut.cancel()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -90,7 +117,7 @@ class KafkaConnection(asyncio.Protocol):
             return
         if frames:
             self._pending.extend(frames)
-            if not self._busy:
+            if self._blocking is None:
                 self._process()
             if len(self._pending) > MAX_PENDING_FRAMES and not self._paused and self._transport:
                 self._paused = True
@@ -103,15 +130,21 @@ class KafkaConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ request loop
     def _process(self) -> None:
-        while self._pending and not self._busy and not self._closed:
+        loop = asyncio.get_running_loop()
+        while (self._pending and self._blocking is None and not self._closed
+               and len(self._answers) < MAX_PENDING_ANSWERS):
             frame = self._pending.popleft()
             token = CURRENT_PEER.set(self.peer)
             try:
                 result = self._dispatch(frame)
-                if isinstance(result, Coroutine):  # the task inherits CURRENT_PEER
-                    self._busy = True
-                    self._task = asyncio.get_running_loop().create_task(
-                        self._finish(result))
+                # Tasks are created here so that they inherit CURRENT_PEER.
+                if isinstance(result, Pipelined):
+                    self._enqueue(loop.create_task(result.coro))
+                    continue
+                if isinstance(result, Coroutine):
+                    task = loop.create_task(result)
+                    self._blocking = task
+                    self._enqueue(task)
                     return
             except CloseConnection as e:
                 log.info("closing connection from %s: %s", self.peer, e)
@@ -123,29 +156,43 @@ class KafkaConnection(asyncio.Protocol):
                 return
             finally:
                 CURRENT_PEER.reset(token)
-            self._write(result)
+            if self._answers:  # an earlier answer is still pending: keep the order
+                done = loop.create_future()
+                done.set_result(result)
+                self._answers.append(done)
+            else:
+                self._write(result)
         if self._paused and len(self._pending) < MAX_PENDING_FRAMES // 2 and self._transport:
             self._paused = False
             self._transport.resume_reading()
 
-    async def _finish(self, coro: Coroutine[Any, Any, Any]) -> None:
-        try:
-            result = await coro
-        except CloseConnection as e:
-            log.info("closing connection from %s: %s", self.peer, e)
-            self.close()
-            return
-        except asyncio.CancelledError:
-            return
-        except Exception:
-            log.exception("request from %s failed; closing the connection", self.peer)
-            self.close()
-            return
-        self._busy = False
-        self._task = None
+    def _enqueue(self, task: asyncio.Future[Any]) -> None:
+        self._answers.append(task)
+        task.add_done_callback(self._answer_ready)
+
+    def _answer_ready(self, _task: asyncio.Future[Any]) -> None:
+        """A delayed answer is ready: write every answer at the head that is ready."""
         if self._closed:
             return
-        self._write(result)
+        answers = self._answers
+        while answers and answers[0].done():
+            fut = answers.popleft()
+            if fut is self._blocking:
+                self._blocking = None
+            if fut.cancelled():
+                self.close()
+                return
+            exc = fut.exception()
+            if isinstance(exc, CloseConnection):
+                log.info("closing connection from %s: %s", self.peer, exc)
+                self.close()
+                return
+            if exc is not None:
+                log.error("request from %s failed; closing the connection", self.peer,
+                          exc_info=exc)
+                self.close()
+                return
+            self._write(fut.result())
         self._process()
 
     # ------------------------------------------------------------------ writes
