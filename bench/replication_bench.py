@@ -21,6 +21,7 @@ A benchmark, not a timed test (issue 3, "Benchmark"): run it by hand (bench/READ
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from broker_throughput import PRODUCER_PROPS, _f  # noqa: E402  (bench/ is not a package)
+from broker_throughput import PRODUCER_PROPS, _f, mock_target  # noqa: E402  (bench/ is not a package)
 
 from odradek.cluster.local import LocalCluster  # noqa: E402
 from odradek.perf import make_payload, parse_props, percentile, run_produce  # noqa: E402
@@ -245,23 +246,26 @@ def warm_up(bootstrap: str, topic: str, partitions: int, acks: str) -> None:
     p.flush(30)
 
 
-def latency_run(c: LocalCluster, case: LatencyCase, duration_s: float, size: int,
+def latency_run(bootstrap: str, case: LatencyCase, duration_s: float, size: int,
                 props: dict[str, str], workdir: Path, partitions: int) -> dict[str, float]:
     """One timed run of ``case``: a consumer process records each record's arrival time
     minus the µs stamp the producer put in the value at produce()."""
-    topic = f"e2e-rf{case.rf}-{case.rate}-{int(time.time() * 1000) % 10**8}"
-    create_topic(c.bootstrap_servers, topic, partitions, case.rf)
-    warm_up(c.bootstrap_servers, topic, partitions, case.acks)
+    topic = f"e2e-{case.target}-rf{case.rf}-{case.rate}-{int(time.time() * 1000) % 10**8}"
+    if case.target == "mock":
+        partitions = MOCK_PARTITIONS  # it auto-creates topics on first produce
+    else:
+        create_topic(bootstrap, topic, partitions, case.rf)
+    warm_up(bootstrap, topic, partitions, case.acks)
     out = workdir / f"{topic}.bin"
     expected = int(case.rate * duration_s)
-    cons = subprocess.Popen([sys.executable, "-c", _CONSUMER, c.bootstrap_servers, topic,
+    cons = subprocess.Popen([sys.executable, "-c", _CONSUMER, bootstrap, topic,
                              str(partitions), str(expected), str(out), "15", str(partitions)],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert cons.stdout is not None
         if cons.stdout.readline().strip() != "ready":
             raise RuntimeError("e2e consumer did not start")
-        _s, acks, errors, sent, _ = paced_produce(c.bootstrap_servers, topic, case.rate,
+        _s, acks, errors, sent, _ = paced_produce(bootstrap, topic, case.rate,
                                                   duration_s, size,
                                                   dict(props, acks=case.acks))
         cons.wait(90)
@@ -275,7 +279,8 @@ def latency_run(c: LocalCluster, case: LatencyCase, duration_s: float, size: int
     hires.frombytes(raw[8 + 8 * n:8 + 16 * n])
     ms = array("d", (x / 1000.0 for x in hires))
     p50, p99, p999 = pct_ms(ms)
-    delete_topic(c.bootstrap_servers, topic)
+    if case.target != "mock":
+        delete_topic(bootstrap, topic)
     return {"p50": p50, "p99": p99, "p99.9": p999, "consumed": len(ms), "sent": sent,
             "errors": errors}
 
@@ -285,38 +290,72 @@ class LatencyCase:
     rf: int
     acks: str
     rate: int
+    target: str = "odradek"  # or "mock": the same clients against librdkafka's mock broker
 
     @property
     def label(self) -> str:
-        return f"RF {self.rf}, acks={self.acks}, {self.rate:,} rec/s"
+        who = "" if self.target == "odradek" else f"{self.target}: "
+        return f"{who}RF {self.rf}, acks={self.acks}, {self.rate:,} rec/s"
 
 
 LATENCY_CASES = (LatencyCase(1, "1", 1000), LatencyCase(3, "all", 1000),
                  LatencyCase(1, "1", 10000), LatencyCase(3, "all", 10000))
+
+
+def latency_cases(rates: set[int], peer: str | None) -> tuple[LatencyCase, ...]:
+    out = []
+    for case in LATENCY_CASES:
+        if case.rate not in rates:
+            continue
+        if peer and case.rf == 1:
+            out.append(LatencyCase(1, "1", case.rate, peer))
+        out.append(case)
+    return tuple(out)
+
+
+# Peers for a latency floor, off by default (--latency-peer mock): librdkafka's mock
+# broker answers the same clients with p50 in the hundreds of ms at these rates (it
+# returns one batch per partition per fetch), and Tansu as well -- Odradek's own RF 1
+# case is the lower floor.
+MOCK_PARTITIONS = 4  # what librdkafka's mock broker gives an auto-created topic
 LATENCY_AIMS = {(3, 1000): "≤ 5 ms", (3, 10000): "≤ 10 ms (Kafka 3 ms)"}
 
 
 def bench_latency(c: LocalCluster, rounds: int, duration_s: float, size: int,
                   props: dict[str, str], rows: list[Row], workdir: Path,
                   partitions: int = 3, cases: tuple[LatencyCase, ...] = LATENCY_CASES) -> None:
-    """End-to-end latency, RF 1 beside RF 3, in interleaved rounds; medians reported."""
-    runs: dict[LatencyCase, list[dict[str, float]]] = {k: [] for k in cases}
-    for rnd in range(1, rounds + 1):
-        for case in cases:
-            print(f"[latency] round {rnd}/{rounds}: {case.label}, {size} B, {props}, "
-                  f"{partitions} partitions, load {os.getloadavg()[0]:.2f}", flush=True)
-            r = latency_run(c, case, duration_s, size, props, workdir, partitions)
-            runs[case].append(r)
-            print(f"  p50/p99/p99.9 = {r['p50']:.2f}/{r['p99']:.2f}/{r['p99.9']:.2f} ms; "
-                  f"{int(r['consumed'])}/{int(r['sent'])} consumed, {int(r['errors'])} errors",
-                  flush=True)
+    """End-to-end latency, RF 1 beside RF 3 and the peer -- the same clients against
+    librdkafka's in-memory mock broker, the floor the clients and the machine set (Tansu
+    is no floor here: it answers long polls late, p50 in the hundreds of ms) -- in
+    interleaved rounds; medians reported."""
+    with contextlib.ExitStack() as stack:
+        peers: dict[str, str] = {"odradek": c.bootstrap_servers}
+        if any(k.target == "mock" for k in cases):
+            try:
+                peers["mock"] = stack.enter_context(mock_target()).bootstrap
+            except Exception as e:  # noqa: BLE001 - the peer is optional
+                print(f"[latency] mock broker unavailable ({e}); its cases are skipped",
+                      flush=True)
+                cases = tuple(k for k in cases if k.target != "mock")
+        runs: dict[LatencyCase, list[dict[str, float]]] = {k: [] for k in cases}
+        for rnd in range(1, rounds + 1):
+            for case in cases:
+                print(f"[latency] round {rnd}/{rounds}: {case.label}, {size} B, {props}, "
+                      f"{partitions} partitions, load {os.getloadavg()[0]:.2f}", flush=True)
+                r = latency_run(peers[case.target], case, duration_s, size, props, workdir,
+                                partitions)
+                runs[case].append(r)
+                print(f"  p50/p99/p99.9 = {r['p50']:.2f}/{r['p99']:.2f}/{r['p99.9']:.2f} ms; "
+                      f"{int(r['consumed'])}/{int(r['sent'])} consumed, "
+                      f"{int(r['errors'])} errors", flush=True)
     for case in cases:
         rs = runs[case]
         for key in ("p50", "p99", "p99.9"):
             vals = sorted(r[key] for r in rs)
             med = vals[len(vals) // 2]
             spread = ", ".join(f"{v:.2f}" for v in (r[key] for r in rs))
-            aim = LATENCY_AIMS.get((case.rf, case.rate), "") if key == "p99" else ""
+            aim = LATENCY_AIMS.get((case.rf, case.rate), "") if key == "p99" \
+                and case.target == "odradek" else ""
             rows.append(Row("e2e latency", f"{case.label}, {key}", med, "ms", aim,
                             f"median of {len(rs)}: {spread}"))
 
@@ -429,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3,
                     help="e2e latency: interleaved rounds (medians are reported)")
     ap.add_argument("--duration", type=float, default=20.0, help="e2e latency: seconds per run")
+    ap.add_argument("--latency-peer", choices=["mock"], default=None,
+                    help="e2e latency: also run the RF 1 cases against librdkafka's mock broker")
     ap.add_argument("--broker-config", nargs="*", metavar="K=V", default=[],
                     help="extra broker properties, e.g. odradek.trace.records.every=5000")
     ap.add_argument("--e2e-size", type=int, default=100, help="e2e latency: value bytes")
@@ -469,8 +510,7 @@ def main(argv: list[str] | None = None) -> int:
                     if first and "latency" in tests:
                         bench_latency(c, args.rounds, args.duration, args.e2e_size,
                                       parse_props(args.e2e_producer_props), rows, Path(tmp),
-                                      cases=tuple(c_ for c_ in LATENCY_CASES
-                                                  if c_.rate in args.rates))
+                                      cases=latency_cases(args.rates, args.latency_peer))
                         if "odradek.trace.records.every" in broker_config:
                             print(trace_report(Path(tmp) / f"c{session_ms}"), flush=True)
                     if "failover" in tests:

@@ -367,7 +367,8 @@ class ReplicaManager:
                 if p.hw_after_append() or info.num_batches:
                     self._wake(tp)  # followers' long polls (and acks=all if ISR == {me})
                 if tracer.enabled:
-                    tracer.appended_as_leader(tp, info.first_offset, info.last_offset)
+                    tracer.appended_as_leader(tp, info.first_offset, info.last_offset,
+                                              info.max_timestamp)
                 if acks == -1:
                     pp = PendingProduce(p, info.last_offset, res)
                     if not pp.check():

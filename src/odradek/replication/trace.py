@@ -6,6 +6,7 @@ each hop it handles -- on the same machine all brokers share one clock, so the l
 the three brokers' logs merge into one timeline (``odradek.replication.trace.timeline``
 does it; ``bench/replication_bench.py --trace`` prints it):
 
+  leader  ``created``     the batch's CreateTime (set by the producer; ms resolution)
   leader  ``append``      the produce was appended to the leader's log
   leader  ``fetch.out``   a follower's fetch response carrying it is ready to send
   follower ``received``   the fetch response arrived at the follower
@@ -59,9 +60,12 @@ class RecordTracer:
                     f"broker={self.broker_id} {detail}".strip())
 
     # -- the hops (each a no-op unless a sampled offset is in range) -------------------
-    def appended_as_leader(self, tp: TopicPartition, first: int, last: int) -> None:
+    def appended_as_leader(self, tp: TopicPartition, first: int, last: int,
+                           create_time_ms: int = -1) -> None:
         off = self.sampled(first, last)
         if off is not None:
+            if create_time_ms > 0:  # the producer's CreateTime (ms resolution)
+                self.hop(tp, off, "created", t_us=create_time_ms * 1000)
             self.hop(tp, off, "append")
 
     def fetch_answered(self, tp: TopicPartition, fetch_offset: int, end_offset: int,
