@@ -475,9 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--e2e-size", type=int, default=100, help="e2e latency: value bytes")
     ap.add_argument("--e2e-producer-props", nargs="*", metavar="K=V",
                     default=["linger.ms=0", "max.in.flight.requests.per.connection=5"],
-                    help="e2e latency producer settings (acks=all always); librdkafka's "
-                         "default in-flight limit (1000000) queues one request per record "
-                         "behind the broker's one-at-a-time acks=all processing")
+                    help="e2e latency producer settings (acks comes from each case); the "
+                         "issue's setting: linger.ms=0 and 5 requests in flight")
     ap.add_argument("--failover-rate", type=float, default=2000)
     ap.add_argument("--session-timeouts", default="6000,3000",
                     help="zookeeper.session.timeout.ms values; one cluster each for failover")
