@@ -174,3 +174,25 @@ def test_follower_truncates_by_leader_epoch_not_hw(tmp_path: Path) -> None:
             assert p1.log_end_offset == 4  # 4..5 truncated; 2..3 kept (above the old HW)
             assert isinstance(h.partition(2).state, Leader)
     run(main())
+
+
+def test_fetch_min_bytes_and_max_wait_are_honoured(tmp_path: Path) -> None:
+    """SPEC R17: a fetch asking for min_bytes waits until that much is committed (each
+    HW move re-checks it) or until max_wait, then answers with what there is."""
+    async def main() -> None:
+        async with ReplicationHarness(tmp_path) as h:
+            await h.elect(0, leader=1)
+            one = len(recs(1))
+            t0 = time.monotonic()
+            got = await h.consume(1, 0, max_wait_s=0.3, min_bytes=one)
+            assert got.records is None and 0.25 < time.monotonic() - t0 < 5  # max_wait
+            fetch = asyncio.ensure_future(h.consume(1, 0, max_wait_s=30, min_bytes=3 * one))
+            await h.produce(1, recs(1))
+            await h.produce(1, recs(1))
+            for _ in range(5):  # let the coalesced wake-ups run: no time passes here
+                await asyncio.sleep(0)
+            assert not fetch.done()  # 2 batches committed: below min_bytes
+            await h.produce(1, recs(1))
+            got = await asyncio.wait_for(fetch, 5)
+            assert len(parse_batches(got.records)) == 3
+    run(main())
