@@ -36,7 +36,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
+
+from odradek.protocol.wire import uvarint
 
 __all__ = [
     "FETCH_V12",
@@ -65,9 +67,12 @@ class MalformedResponse(ValueError):
 
 @dataclass(slots=True)
 class ReplicaFetchPartition:
+    """One partition of a follower's fetch."""
+
+    topic: str
     partition: int
+    fetch_offset: int  # the follower's LEO: the leader counts it toward its HW
     current_leader_epoch: int
-    fetch_offset: int
     last_fetched_epoch: int
     log_start_offset: int
     partition_max_bytes: int
@@ -84,15 +89,6 @@ class FetchPartitionData:
     records: memoryview | None
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 _topic_cache: dict[str, bytes] = {}
 
 
@@ -100,37 +96,31 @@ def _compact_string(s: str) -> bytes:
     cached = _topic_cache.get(s)
     if cached is None:
         raw = s.encode()
-        cached = _uvarint(len(raw) + 1) + raw
+        cached = uvarint(len(raw) + 1) + raw
         if len(_topic_cache) < 100_000:
             _topic_cache[s] = cached
     return cached
 
 
-class _FetchPartitionFields(Protocol):
-    partition: int
-    current_leader_epoch: int
-    fetch_offset: int
-    last_fetched_epoch: int
-    log_start_offset: int
-    partition_max_bytes: int
-
-
 def encode_replica_fetch_request(
     correlation_id: int, client_id: str, replica_id: int, max_wait_ms: int, min_bytes: int,
-    max_bytes: int, topics: Sequence[tuple[str, Sequence[_FetchPartitionFields]]],
+    max_bytes: int, partitions: Sequence[ReplicaFetchPartition],
 ) -> bytes:
-    """Size prefix + header v2 + FetchRequest v12 body (no fetch session). Partitions are
-    any objects with ``ReplicaFetchPartition``'s fields."""
+    """Size prefix + header v2 + FetchRequest v12 body (no fetch session); partitions
+    are grouped by topic in first-seen order."""
+    topics: dict[str, list[ReplicaFetchPartition]] = {}
+    for p in partitions:
+        topics.setdefault(p.topic, []).append(p)
     cid = client_id.encode()
     parts: list[bytes] = [b"", _I16.pack(len(cid)), cid, b"\x00",
                           _TOP.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, 0, -1),
-                          _uvarint(len(topics) + 1)]
+                          uvarint(len(topics) + 1)]
     append = parts.append
     pack = _PART.pack
-    for topic, partitions in topics:
+    for topic, ps in topics.items():
         append(_compact_string(topic))
-        append(_uvarint(len(partitions) + 1))
-        for p in partitions:
+        append(uvarint(len(ps) + 1))
+        for p in ps:
             append(pack(p.partition, p.current_leader_epoch, p.fetch_offset,
                         p.last_fetched_epoch, p.log_start_offset, p.partition_max_bytes))
             append(b"\x00")

@@ -17,9 +17,9 @@ DelayedFetch and DelayedDeleteRecords), each completed through the purgatory.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from odradek.errors import ErrorCode
 from odradek.replication.purgatory import DelayedOperation
@@ -28,8 +28,15 @@ if TYPE_CHECKING:
     from odradek.protocol.produce_response import PartitionProduceResult
     from odradek.replication.partition import Partition
 
+class _PartitionWait(Protocol):
+    def check(self) -> bool: ...
+
+    def expire(self) -> None: ...
+
+
 __all__ = [
     "DelayedDeleteRecords",
+    "DelayedPartitions",
     "DelayedFetch",
     "DelayedProduce",
     "FetchWatch",
@@ -62,27 +69,37 @@ class PendingProduce:
                 self.result.base_offset = -1
         return True
 
+    def expire(self) -> None:
+        self.done = True
+        self.result.error_code = int(ErrorCode.request_timed_out)
+        self.result.base_offset = -1
 
-class DelayedProduce(DelayedOperation[bool]):
+
+class DelayedPartitions(DelayedOperation[bool]):
+    """Completes when every partition's answer is known (``check``), or at the timeout,
+    when the partitions still waiting take their timeout answer (``expire``). Each
+    partition is checked even after one was found waiting, so its answer is fixed at
+    the moment its own condition held."""
+
     __slots__ = ("pending",)
 
-    def __init__(self, timeout_s: float, pending: list[PendingProduce]) -> None:
+    def __init__(self, timeout_s: float, pending: Sequence[_PartitionWait]) -> None:
         super().__init__(timeout_s)
         self.pending = pending
 
     def try_complete(self) -> bool | None:
-        # all() would stop at the first unfinished partition: check each one so every
-        # partition's answer is fixed at the moment its own condition held.
         finished = [p.check() for p in self.pending]
         return True if all(finished) else None
 
     def on_expiration(self) -> bool:
         for p in self.pending:
             if not p.check():
-                p.done = True
-                p.result.error_code = int(ErrorCode.request_timed_out)
-                p.result.base_offset = -1
+                p.expire()
         return True
+
+
+class DelayedProduce(DelayedPartitions):
+    pending: Sequence[PendingProduce]
 
 
 @dataclass(slots=True)
@@ -156,21 +173,10 @@ class PendingDelete:
             return True
         return False
 
+    def expire(self) -> None:
+        self.error = ErrorCode.request_timed_out
+        self.low_watermark = -1
 
-class DelayedDeleteRecords(DelayedOperation[bool]):
-    __slots__ = ("pending",)
 
-    def __init__(self, timeout_s: float, pending: list[PendingDelete]) -> None:
-        super().__init__(timeout_s)
-        self.pending = pending
-
-    def try_complete(self) -> bool | None:
-        finished = [p.check() for p in self.pending]
-        return True if all(finished) else None
-
-    def on_expiration(self) -> bool:
-        for p in self.pending:
-            if not p.check():
-                p.error = ErrorCode.request_timed_out
-                p.low_watermark = -1
-        return True
+class DelayedDeleteRecords(DelayedPartitions):
+    pending: Sequence[PendingDelete]

@@ -221,8 +221,10 @@ class ReplicaFetcher:
         ready = ready[self._rotation:] + ready[:self._rotation]
         cfg = self.settings
         request = [FetchRequestPartition(
-            p.topic, p.index, p.log_end_offset, p.leader_epoch, p.epochs.latest_epoch,
-            p.log.log_start_offset, cfg.max_bytes) for p in (s.partition for s in ready)]
+            topic=p.topic, partition=p.index, fetch_offset=p.log_end_offset,
+            current_leader_epoch=p.leader_epoch, last_fetched_epoch=p.epochs.latest_epoch,
+            log_start_offset=p.log.log_start_offset, partition_max_bytes=cfg.max_bytes)
+            for p in (s.partition for s in ready)]
         if self._traced:
             for tp, off in self._traced:
                 self._tracer.hop(tp, off, "next.fetch")

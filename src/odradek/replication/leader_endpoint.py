@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 from odradek.protocol.client_codec import nested_request, request_entity
 from odradek.protocol.replica_fetch import (
-    MalformedResponse, decode_fetch_response_v12, encode_replica_fetch_request,
+    MalformedResponse, ReplicaFetchPartition, decode_fetch_response_v12,
+    encode_replica_fetch_request,
 )
 from odradek.replication.broker_connection import BrokerConnection, BrokerConnectionError
 
@@ -39,15 +40,8 @@ EPOCH_VERSION = 4
 EndpointError = BrokerConnectionError  # the leader cannot be reached (retry after backoff)
 
 
-@dataclass(slots=True)
-class FetchRequestPartition:
-    topic: str
-    partition: int
-    fetch_offset: int  # our LEO: the leader counts it toward its HW (SPEC R16)
-    current_leader_epoch: int
-    last_fetched_epoch: int
-    log_start_offset: int
-    partition_max_bytes: int
+# One partition of a follower's fetch (its fetch offset is our LEO, SPEC R16).
+FetchRequestPartition = ReplicaFetchPartition
 
 
 @dataclass(slots=True)
@@ -104,13 +98,10 @@ class RemoteLeaderEndpoint:
 
     async def fetch(self, partitions: list[FetchRequestPartition], *, max_wait_ms: int,
                     min_bytes: int, max_bytes: int) -> list[FetchedPartition]:
-        by_topic: dict[str, list[FetchRequestPartition]] = {}
-        for p in partitions:
-            by_topic.setdefault(p.topic, []).append(p)
         conn = self._conn
         corr = conn.next_correlation_id()
         data = encode_replica_fetch_request(corr, conn.client_id, self.broker_id, max_wait_ms,
-                                            min_bytes, max_bytes, list(by_topic.items()))
+                                            min_bytes, max_bytes, partitions)
         frame = await conn.send(data, corr, max_wait_ms / 1000 + self.socket_timeout_s)
         try:
             got, error, parts = decode_fetch_response_v12(frame)

@@ -18,6 +18,13 @@ from odradek.protocol.replica_fetch import (
 )
 
 
+def _part(topic: str, partition: int, epoch: int, offset: int, last_epoch: int, start: int,
+          max_bytes: int) -> ReplicaFetchPartition:
+    return ReplicaFetchPartition(topic=topic, partition=partition, fetch_offset=offset,
+                                 current_leader_epoch=epoch, last_fetched_epoch=last_epoch,
+                                 log_start_offset=start, partition_max_bytes=max_bytes)
+
+
 def _kio_request(corr: int, parts: dict[str, list[ReplicaFetchPartition]]) -> bytes:
     req = request_entity(
         1, 12, replica_id=2, max_wait=500, min_bytes=1, max_bytes=10485760, isolation_level=0,
@@ -35,11 +42,11 @@ def _kio_request(corr: int, parts: dict[str, list[ReplicaFetchPartition]]) -> by
 
 
 def test_request_matches_kio_byte_for_byte() -> None:
-    parts = {"orders": [ReplicaFetchPartition(0, 5, 1234567890123, 4, 17, 1048576),
-                        ReplicaFetchPartition(3, 5, 0, -1, 0, 1048576)],
-             "t" * 200: [ReplicaFetchPartition(7, 0, 9, 0, 0, 100)]}
+    parts = {"orders": [_part("orders", 0, 5, 1234567890123, 4, 17, 1048576),
+                        _part("orders", 3, 5, 0, -1, 0, 1048576)],
+             "t" * 200: [_part("t" * 200, 7, 0, 9, 0, 0, 100)]}
     ours = encode_replica_fetch_request(42, "replica-fetcher-2", 2, 500, 1, 10485760,
-                                        list(parts.items()))
+                                        [p for ps in parts.values() for p in ps])
     assert ours == _kio_request(42, parts)
 
 
