@@ -43,7 +43,8 @@ from odradek.spark.arrow import messages_to_batch, spark_ddl
 from odradek.spark.offsets import TP, DataLossError, OffsetRange, SparkOptionError
 
 __all__ = ["OdradekDataSource", "SourceOptions", "OdradekStreamReader", "OdradekBatchReader",
-           "RangePartition", "read_range", "client_config"]
+           "RangePartition", "read_range", "client_config", "parse_client", "CLIENTS",
+           "DEFAULT_CLIENT"]
 
 log = logging.getLogger("odradek.spark")
 
@@ -51,6 +52,23 @@ log = logging.getLogger("odradek.spark")
 _FORBIDDEN_KAFKA = ("auto.offset.reset", "enable.auto.commit", "key.deserializer",
                     "value.deserializer", "interceptor.classes")
 _ROWS_PER_BATCH = 8192  # Arrow batch size: large enough to amortize, small enough to stream
+# Which client moves the records (docs/spark.md, "Two clients"); chosen by benchmark.
+CLIENTS = ("columnar", "confluent")
+DEFAULT_CLIENT = "columnar"
+
+
+def parse_client(options: Mapping[str, str], conf: Mapping[str, str]) -> str:
+    """``odradek.client``: columnar (Odradek's Fetch/Produce client, Arrow in and out) or
+    confluent (librdkafka through confluent-kafka, one Python object per record)."""
+    client = str(options.get("odradek.client", DEFAULT_CLIENT)).strip().lower()
+    if client not in CLIENTS:
+        raise SparkOptionError(f"option 'odradek.client' must be one of {', '.join(CLIENTS)}, "
+                               f"got {client!r}")
+    protocol = str(conf.get("security.protocol", "plaintext")).lower()
+    if client == "columnar" and protocol != "plaintext":
+        raise SparkOptionError(f"kafka.security.protocol={protocol} needs "
+                               "odradek.client=confluent (the columnar client speaks PLAINTEXT)")
+    return client
 
 
 def client_config(options: Mapping[str, str]) -> dict[str, str]:
@@ -77,6 +95,7 @@ class SourceOptions:
     poll_timeout_s: float
     fetch_retries: int = 30
     fetch_retry_interval_s: float = 1.0
+    client: str = DEFAULT_CLIENT  # odradek.client: "columnar" or "confluent"
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -100,6 +119,7 @@ class SourceOptions:
             fetch_retries=om.parse_positive_int(options, "fetchOffset.numRetries") or 30,
             fetch_retry_interval_s=(om.parse_positive_int(options, "fetchOffset.retryIntervalMs")
                                     or 1000) / 1000.0,
+            client=parse_client(options, conf),
         )
 
 
@@ -335,7 +355,15 @@ class OdradekBatchReader(_DriverBase, DataSourceReader):
 # --------------------------------------------------------------------------- executors
 
 def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    """Yield ``[r.start, r.end)`` of one partition as Arrow batches.
+    """Yield ``[start, end)`` of one partition as Arrow batches, with the chosen client."""
+    if opts.client == "columnar":
+        from odradek.spark.columnar_source import read_range_columnar
+        return read_range_columnar(opts, partition)
+    return read_range_confluent(opts, partition)
+
+
+def read_range_confluent(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """Yield ``[r.start, r.end)`` of one partition as Arrow batches (confluent-kafka).
 
     Stops as soon as the position reaches ``r.end`` (offsets may have gaps once
     compaction exists, so "position >= end" rather than counting records). A start
