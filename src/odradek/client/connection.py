@@ -102,6 +102,9 @@ class KafkaConnection:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
+    def fileno(self) -> int:
+        return self._require().fileno()
+
     def close(self) -> None:
         sock, self._sock = self._sock, None
         self._in_flight.clear()
