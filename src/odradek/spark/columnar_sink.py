@@ -160,7 +160,7 @@ def batch_digests(rows: ArrowRows) -> np.ndarray:
     scratch = np.empty(int(lens.max(initial=0)) + 32, np.uint8)
     out = np.empty(n, np.uint64)
     k.xxh64_rows(rows.topic_ids, t_offs, t_bytes, *rows.key, *rows.value, *rows.partition_text,
-                 rows.hdr_offs, *rows.hkey, *rows.hval, scratch, out)
+                 rows.hdr_offs, rows.hkey[0], rows.hkey[1], *rows.hval, scratch, out)
     return out
 
 
