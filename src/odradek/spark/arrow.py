@@ -10,12 +10,13 @@ Arrow moves whole columns, which measured several times faster than yielding tup
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from odradek.client.record_columns import RecordColumns
+if TYPE_CHECKING:  # the decoder (numba) is imported by executors only, not by planning
+    from odradek.client.record_columns import RecordColumns
 
 __all__ = ["SCHEMA_DDL", "HEADERS_DDL", "arrow_schema", "spark_ddl", "messages_to_batch",
            "timestamp_type", "columns_to_batch"]

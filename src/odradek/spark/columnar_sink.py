@@ -26,12 +26,12 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from odradek.client import kernels as k
 from odradek.client.producer import BatchProducer, ProduceConfig
 from odradek.errors import ErrorCode, KafkaError
 from odradek.spark.offsets import SparkOptionError
@@ -223,6 +223,18 @@ def produce_settings(conf: Mapping[str, str]) -> ProduceSettings:
 # --------------------------------------------------------------------------- writer
 
 _MIN_RECORD_OVERHEAD = 12  # framing bytes a record adds beyond key, value and headers
+
+
+class _Kernels:
+    """``odradek.client.kernels``, imported on first use: importing numba takes ~0.3 s,
+    which the driver (planning, option checks) should not pay."""
+
+    def __getattr__(self, name: str) -> Any:
+        from odradek.client import kernels
+        return getattr(kernels, name)
+
+
+k = _Kernels()
 
 
 class ColumnarWriter:

@@ -40,9 +40,6 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from odradek.errors import ErrorCode, KafkaError
-from odradek.spark.columnar_sink import (
-    ArrowRows, ColumnarWriter, batch_digests, produce_settings,
-)
 from odradek.spark.offsets import SparkOptionError, parse_bool, parse_positive_int
 from odradek.spark.source import parse_client
 
@@ -84,6 +81,7 @@ class SinkOptions:
         _validate_schema(schema, has_topic_option=topic is not None)
         client = parse_client(options, conf)
         if client == "columnar":
+            from odradek.spark.columnar_sink import produce_settings
             produce_settings(conf)  # option errors at planning time, not in a task
         return cls(conf=conf, topic=str(topic) if topic is not None else None,
                    exactly_once=parse_bool(options, "exactlyOnce", True),
@@ -161,6 +159,7 @@ def row_digest(topic: str, key: bytes | None, value: bytes | None, partition: in
         schema=pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
                           ("partition", pa.int32()), ("headers", pa.list_(pa.struct(
                               [("key", pa.string()), ("value", pa.binary())])))]))
+    from odradek.spark.columnar_sink import ArrowRows, batch_digests
     return f"{int(batch_digests(ArrowRows.from_batch(batch, None))[0]):016x}"
 
 
@@ -357,6 +356,7 @@ class _Task:
                                           if m["type"] == "begin" and m["task"] == self.task])
         if self.opts.client == "columnar":
             return self._run_columnar(batches)
+        from odradek.spark.columnar_sink import ArrowRows, batch_digests
         producer, delivery = _producer(self.opts.conf), _Delivery()
         for batch in batches:
             digests = (batch_digests(ArrowRows.from_batch(batch, self.opts.topic)).tolist()
@@ -383,6 +383,9 @@ class _Task:
 
     def _run_columnar(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         """The columnar client: whole record batches per partition (module doc)."""
+        from odradek.spark.columnar_sink import (
+            ArrowRows, ColumnarWriter, batch_digests, produce_settings,
+        )
         writer = ColumnarWriter(self.opts.conf["bootstrap.servers"],
                                 produce_settings(self.opts.conf))
         markers: tuple[Any, _Delivery] | None = None
