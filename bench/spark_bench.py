@@ -39,18 +39,23 @@ from typing import Any
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-import pyarrow as pa  # noqa: E402
-from confluent_kafka import Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql.datasource import (  # noqa: E402
-    DataSource, DataSourceArrowWriter, DataSourceReader, DataSourceStreamArrowWriter,
-    DataSourceStreamReader, InputPartition, WriterCommitMessage,
+import pyarrow as pa
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
 )
 
-from odradek.cluster.local import LocalCluster  # noqa: E402
-from odradek.spark import register  # noqa: E402
-from odradek.spark.arrow import arrow_schema, spark_ddl  # noqa: E402
+from odradek.cluster.local import LocalCluster
+from odradek.spark import register
+from odradek.spark.arrow import arrow_schema, spark_ddl
 
 PARTS = 3
 QUERIES = ("stream_read", "batch_read", "batch_write", "stream_sink")
@@ -300,7 +305,7 @@ def bench(c: LocalCluster, d: str, args: argparse.Namespace) -> None:
                 measure(q, "peer", rep, m, lambda: src.write.format("memarrow").mode("append").save())
                 for cl in clients:
                     topic = out_topic()
-                    measure(q, cl, rep, m, lambda: src.write.format("odradek")
+                    measure(q, cl, rep, m, lambda topic=topic, cl=cl: src.write.format("odradek")
                             .option("kafka.bootstrap.servers", bs).option("topic", topic)
                             .option("odradek.client", cl).mode("append").save())
                     delete_topic(admin, topic)

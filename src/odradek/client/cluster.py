@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.list_offsets.v7.request import (
-    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
 )
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import BrokerId, ProducerId, TopicName
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from odradek.client.connection import ConnectionLost, KafkaConnection, parse_address
 from odradek.errors import ErrorCode, KafkaError
@@ -132,7 +136,7 @@ class ClusterClient:
         names = None if topics is None else sorted(set(topics))
         req = MetadataRequest(
             topics=None if names is None else tuple(
-                MetadataRequestTopic(topic_id=None, name=n) for n in names),
+                MetadataRequestTopic(topic_id=None, name=TopicName(n)) for n in names),
             allow_auto_topic_creation=False, include_topic_authorized_operations=False)
         try:
             resp = self.any_connection().request(req)
@@ -189,13 +193,13 @@ class ClusterClient:
                     continue
             failed: dict[TP, int] = {}
             by_leader: dict[int, list[TP]] = {}
-            for tp in todo:
+            for tp, query in todo.items():
                 try:
                     by_leader.setdefault(self.leader(*tp).leader, []).append(tp)
                 except KafkaError as e:
                     if e.code not in STALE_METADATA:
                         raise
-                    failed[tp], last = todo[tp], e
+                    failed[tp], last = query, e
             for broker, tps in by_leader.items():
                 try:
                     got = self._list_offsets_on(broker, {tp: todo[tp] for tp in tps},
@@ -227,9 +231,12 @@ class ClusterClient:
         by_topic: dict[str, list[ListOffsetsPartition]] = {}
         for (topic, p), ts in queries.items():
             by_topic.setdefault(topic, []).append(
-                ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=ts))
-        req = ListOffsetsRequest(replica_id=-1, isolation_level=isolation_level, topics=tuple(
-            ListOffsetsTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+                ListOffsetsPartition(partition_index=i32(p), current_leader_epoch=i32(-1),
+                                     timestamp=i64(ts)))
+        req = ListOffsetsRequest(
+            replica_id=BrokerId(-1), isolation_level=i8(isolation_level), topics=tuple(
+                ListOffsetsTopic(name=TopicName(t), partitions=tuple(ps))
+                for t, ps in by_topic.items()))
         resp = self.connection(broker).request(req)
         return {(t.name, p.partition_index): (int(p.error_code), int(p.offset))
                 for t in resp.topics for p in t.partitions}
@@ -238,8 +245,9 @@ class ClusterClient:
 
     def init_producer_id(self, retries: int = 30, retry_interval_s: float = 1.0) -> tuple[int, int]:
         """An idempotent producer id and epoch (InitProducerId without transactional id)."""
-        req = InitProducerIdRequest(transactional_id=None, transaction_timeout=timedelta(seconds=60),
-                                    producer_id=-1, producer_epoch=-1)
+        req = InitProducerIdRequest(transactional_id=None,
+                                    transaction_timeout=i32Timedelta.parse(timedelta(seconds=60)),
+                                    producer_id=ProducerId(-1), producer_epoch=i16(-1))
         last: Exception | None = None
         for attempt in range(retries + 1):
             if attempt:

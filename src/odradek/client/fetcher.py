@@ -34,10 +34,15 @@ from dataclasses import dataclass
 
 from odradek.client.cluster import EARLIEST, LATEST, STALE_METADATA, ClusterClient
 from odradek.client.connection import ConnectionLost
-from odradek.client.record_columns import RecordColumns, ScannedFetch, scan_fetched
+from odradek.client.record_columns import RecordColumns, scan_fetched
 from odradek.client.wire import (
-    FETCH_KEY, FETCH_VERSION, FetchedPartition, FetchPartitionRequest, MalformedResponse,
-    decode_fetch_response, encode_fetch_request,
+    FETCH_KEY,
+    FETCH_VERSION,
+    FetchedPartition,
+    FetchPartitionRequest,
+    MalformedResponse,
+    decode_fetch_response,
+    encode_fetch_request,
 )
 from odradek.errors import ErrorCode, KafkaError, error_name
 

@@ -35,7 +35,7 @@ try:
     HAVE_NUMBA = True
 
     def jit(fn: F) -> F:
-        return _njit(cache=True, nogil=True)(fn)  # type: ignore[no-any-return]
+        return _njit(cache=True, nogil=True)(fn)  # type: ignore[return-value]
 except ImportError:  # pragma: no cover - exercised only without the spark extra
     HAVE_NUMBA = False
 
@@ -62,7 +62,7 @@ def _be(buf: np.ndarray, pos: int, n: int) -> int:
     """Big-endian integer of n bytes (8 bytes wrap to a signed int64, as intended)."""
     v = 0
     for i in range(n):
-        v = (v << 8) | np.int64(buf[pos + i])
+        v = (v << 8) | int(buf[pos + i])
     return v
 
 
@@ -117,7 +117,7 @@ def _varint(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
     while True:
         if pos >= end or shift > 63:
             return 0, -1
-        b = np.int64(buf[pos])
+        b = int(buf[pos])
         pos += 1
         raw |= (b & 0x7F) << shift
         if b < 0x80:

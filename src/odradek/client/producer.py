@@ -33,7 +33,10 @@ from crc32c import crc32c
 from odradek.client.cluster import STALE_METADATA, ClusterClient
 from odradek.client.connection import ConnectionLost, KafkaConnection
 from odradek.client.wire import (
-    PRODUCE_KEY, PRODUCE_VERSION, MalformedResponse, decode_produce_response,
+    PRODUCE_KEY,
+    PRODUCE_VERSION,
+    MalformedResponse,
+    decode_produce_response,
     encode_produce_request,
 )
 from odradek.errors import ErrorCode, KafkaError, error_name
@@ -210,7 +213,7 @@ class BatchProducer:
     def _send(self, leader: int, batches: list[_Batch]) -> None:
         try:
             conn = self.cluster.connection(leader)
-            body = encode_produce_request([(b.tp[0], b.tp[1], b.data) for b in batches],
+            body = encode_produce_request([(b.tp[0], b.tp[1], memoryview(b.data)) for b in batches],
                                           acks=self.config.acks,
                                           timeout_ms=self.config.request_timeout_ms)
             conn.send_body(PRODUCE_KEY, PRODUCE_VERSION, body)  # type: ignore[arg-type]

@@ -107,7 +107,7 @@ class ScannedFetch:
         if check_crcs:
             for row in table:
                 pos, bsize = int(row[k.B_POS]), int(row[k.B_SIZE])
-                if crc32c(memoryview(buf)[pos + 21:pos + bsize]) != int(row[k.B_CRC]):
+                if crc32c(buf[pos + 21:pos + bsize].data) != int(row[k.B_CRC]):
                     raise KafkaError(ErrorCode.corrupt_message,
                                      f"{where}: CRC-32C mismatch in the batch at offset "
                                      f"{int(row[k.B_BASE_OFFSET])}")
@@ -242,11 +242,14 @@ def _decode(buf0: np.ndarray, buf1: np.ndarray | None, segs: np.ndarray, lo: int
         hk_offs=np.empty(hdrs + 1, np.int32), hk_bytes=np.empty(hbytes, np.uint8),
         hv_offs=np.empty(hdrs + 1, np.int32), hv_bytes=np.empty(hbytes, np.uint8),
         hv_valid=np.empty(hdrs, np.bool_))
+    hdr_offs, hk_offs, hk_bytes = out.hdr_offs, out.hk_offs, out.hk_bytes
+    hv_offs, hv_bytes, hv_valid = out.hv_offs, out.hv_bytes, out.hv_valid
+    assert hdr_offs is not None and hk_offs is not None and hk_bytes is not None
+    assert hv_offs is not None and hv_bytes is not None and hv_valid is not None
     n, status, seg = k.decode_records(
         buf0, buf1, segs, lo, hi, with_headers, out.offsets, out.timestamps, out.ts_types,
         out.key_offs, out.key_bytes, out.key_valid, out.val_offs, out.val_bytes,
-        out.val_valid, out.hdr_offs, out.hk_offs, out.hk_bytes, out.hv_offs, out.hv_bytes,
-        out.hv_valid)
+        out.val_valid, hdr_offs, hk_offs, hk_bytes, hv_offs, hv_bytes, hv_valid)
     if status:
         raise KafkaError(ErrorCode.corrupt_message,
                          f"{where}: malformed record in the batch at offset "

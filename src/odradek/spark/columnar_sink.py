@@ -36,7 +36,11 @@ from odradek.client.producer import BatchProducer, ProduceConfig
 from odradek.errors import ErrorCode, KafkaError
 from odradek.spark.offsets import SparkOptionError
 from odradek.storage.records import (
-    COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_NONE, COMPRESSION_SNAPPY, COMPRESSION_ZSTD,
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
     compress_payload,
 )
 
@@ -348,7 +352,7 @@ class ColumnarWriter:
                                     rows.value[1], rows.value[2], rows.hdr_offs, rows.hkey[0],
                                     rows.hkey[1], rows.hval[0], rows.hval[1], rows.hval[2],
                                     prefix, tag_key, digests, use_tag, out, starts)
-            payload: bytes | memoryview = memoryview(out)[:used]
+            payload: bytes | memoryview = out[:used].data
             if s.codec != COMPRESSION_NONE:
                 payload = compress_payload(s.codec, bytes(payload))
             now = int(time.time() * 1000)

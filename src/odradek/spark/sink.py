@@ -36,7 +36,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from odradek.errors import ErrorCode, KafkaError
@@ -257,6 +261,7 @@ def _watermarks(admin: Any, topic: str, partition: int,
     up itself; a consumer's cached metadata may not know a just-created topic yet)."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
+
     from odradek.spark.source import list_offsets_retrying
     tp = TopicPartition(topic, partition)
     lo = list_offsets_retrying(admin, {tp: OffsetSpec.earliest()}, 30, 1.0, conf)[tp]
@@ -384,7 +389,10 @@ class _Task:
     def _run_columnar(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         """The columnar client: whole record batches per partition (module doc)."""
         from odradek.spark.columnar_sink import (
-            ArrowRows, ColumnarWriter, batch_digests, produce_settings,
+            ArrowRows,
+            ColumnarWriter,
+            batch_digests,
+            produce_settings,
         )
         writer = ColumnarWriter(self.opts.conf["bootstrap.servers"],
                                 produce_settings(self.opts.conf))

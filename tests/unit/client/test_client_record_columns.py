@@ -15,8 +15,13 @@ from odradek.client import kernels as k
 from odradek.client.record_columns import RecordColumns, decode_fetched
 from odradek.errors import KafkaError
 from odradek.storage.records import (
-    COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_NONE, COMPRESSION_SNAPPY, COMPRESSION_ZSTD,
-    decode_batch_records, encode_batch,
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+    decode_batch_records,
+    encode_batch,
 )
 
 CODECS = [COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4,
@@ -103,7 +108,7 @@ def test_control_batches_and_aborted_transactions_are_skipped() -> None:
                      producer_epoch=0, transactional=True, control=True),
     ]
     data = b"".join(batches)
-    values = lambda d: [r[4] for r in rows_of(d.columns)]  # noqa: E731
+    values = lambda d: [r[4] for r in rows_of(d.columns)]
     committed = decode_fetched(data, 0, 10, read_committed=True, aborted=[(pid, 1)])
     assert values(committed) == [b"plain", b"committed"]
     assert committed.next_offset == 6

@@ -14,12 +14,16 @@ import pytest
 from kio.index import load_response_schema
 from kio.serial import entity_writer
 
-from odradek.errors import ErrorCode
 from odradek.client.connection import ConnectionLost, KafkaConnection, request_header
 from odradek.client.wire import (
-    FetchPartitionRequest, MalformedResponse, decode_fetch_response, decode_produce_response,
-    encode_fetch_request, encode_produce_request,
+    FetchPartitionRequest,
+    MalformedResponse,
+    decode_fetch_response,
+    decode_produce_response,
+    encode_fetch_request,
+    encode_produce_request,
 )
+from odradek.errors import ErrorCode
 from odradek.protocol.codec import decode_request
 from odradek.storage.records import encode_batch
 
@@ -46,7 +50,7 @@ def test_produce_request_decodes_with_kio() -> None:
     batch = encode_batch([(b"k", b"v")], base_offset=0)
     parts = encode_produce_request([("t", 0, batch), ("t", 2, batch), ("u", 1, batch)],
                                    acks=-1, timeout_ms=30_000)
-    header, req = decode_request(_frame_of(0, 8, b"".join(bytes(p) for p in parts)))
+    _header, req = decode_request(_frame_of(0, 8, b"".join(bytes(p) for p in parts)))
     assert req.acks == -1 and req.transactional_id is None
     got = [(t.name, p.index, bytes(p.records)) for t in req.topic_data for p in t.partition_data]
     assert got == [("t", 0, batch), ("t", 2, batch), ("u", 1, batch)]
