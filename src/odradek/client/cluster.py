@@ -144,6 +144,9 @@ class ClusterClient:
             self._bootstrap_conn = None
             resp = self.any_connection().request(req)
         md = self.metadata
+        if names is None:  # a full listing: forget topics that are gone
+            md.partitions.clear()
+            md.topic_errors.clear()
         md.brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
         for t in resp.topics:
             md.topic_errors[t.name] = int(t.error_code)

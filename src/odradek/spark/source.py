@@ -250,6 +250,64 @@ class _ClusterView:
         return om.resolve(spec, tps, earliest, latest, by_ts, is_start=is_start)
 
 
+class _NativeClusterView(_ClusterView):
+    """The same view through Odradek's own client (``odradek.client=columnar``): one
+    connection per broker and synchronous requests; planning a micro-batch costs a few
+    round trips instead of a librdkafka AdminClient's start-up and polling (measured:
+    ~150 ms of a batch read's planning)."""
+
+    def __init__(self, conf: Mapping[str, str], retries: int, retry_interval_s: float) -> None:
+        from odradek.client.cluster import ClusterClient
+        self._cluster = ClusterClient(conf["bootstrap.servers"],
+                                      client_id=conf.get("client.id", "odradek-spark"),
+                                      timeout_s=int(conf.get("socket.timeout.ms", 60_000)) / 1000)
+        self._retries = retries
+        self._retry_interval_s = retry_interval_s
+
+    def partition_counts(self) -> dict[str, int]:
+        md = self._retrying(lambda: self._cluster.refresh(None))
+        counts: dict[str, int] = {}
+        for (topic, _p) in md.partitions:
+            if md.topic_errors.get(topic, 0) == ErrorCode.none:
+                counts[topic] = counts.get(topic, 0) + 1
+        return counts
+
+    def list_offsets(self, queries: Mapping[TP, int]) -> dict[TP, int]:
+        """``{tp: EARLIEST | LATEST | timestamp_ms}`` -> offsets (-1: no match)."""
+        from odradek.client.cluster import EARLIEST, LATEST
+        out: dict[TP, int] = {}
+        todo = dict(queries)
+        for attempt in range(self._retries + 1):
+            got = self._cluster.list_offsets(todo, retries=self._retries,
+                                             retry_interval_s=self._retry_interval_s)
+            # A leader elected a moment ago may answer before it knows its high
+            # watermark; only a timestamp lookup may legitimately answer -1 (no match).
+            bad = {tp for tp, off in got.items() if off < 0 and todo[tp] in (EARLIEST, LATEST)}
+            out.update({tp: off for tp, off in got.items() if tp not in bad})
+            if not bad:
+                return out
+            if attempt == self._retries:
+                raise KafkaError(ErrorCode.offset_not_available,
+                                 f"ListOffsets {sorted(bad)[:3]}: negative offsets")
+            todo = {tp: todo[tp] for tp in bad}
+            time.sleep(min(self._retry_interval_s, 0.1 * 2 ** attempt))
+        return out
+
+    def _retrying(self, call: Any) -> Any:
+        from odradek.client.connection import ConnectionLost
+        for attempt in range(self._retries + 1):
+            try:
+                return call()
+            except (ConnectionLost, KafkaError) as e:
+                if attempt == self._retries or (isinstance(e, KafkaError) and not e.retriable):
+                    raise
+                time.sleep(min(self._retry_interval_s, 0.1 * 2 ** attempt))
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self._cluster.close()
+
+
 class _DriverBase:
     """State shared by both readers; the AdminClient is dropped when pickled."""
 
@@ -264,8 +322,9 @@ class _DriverBase:
     @property
     def view(self) -> _ClusterView:
         if self._view is None:
-            self._view = _ClusterView(self.opts.conf, self.opts.fetch_retries,
-                                      self.opts.fetch_retry_interval_s)
+            cls = _NativeClusterView if self.opts.client == "columnar" else _ClusterView
+            self._view = cls(self.opts.conf, self.opts.fetch_retries,
+                             self.opts.fetch_retry_interval_s)
         return self._view
 
     def current_partitions(self) -> list[TP]:
@@ -335,7 +394,10 @@ class OdradekStreamReader(_DriverBase, DataSourceStreamReader, SupportsTriggerAv
         pass
 
     def stop(self) -> None:
-        self._view = None  # may never be called (FACTS.md); nothing else to release
+        # may never be called (FACTS.md); the view's connections then close with the process
+        if isinstance(self._view, _NativeClusterView):
+            self._view.close()
+        self._view = None
 
 
 class OdradekBatchReader(_DriverBase, DataSourceReader):
