@@ -333,6 +333,17 @@ class _Task:
     written: int = 0
     skipped: int = 0
     _admin_client: Any = None
+    _native: Any = None
+
+    @property
+    def native(self) -> Any:
+        """Marker I/O through Odradek's own client (columnar client only), else None."""
+        if self.opts.client != "columnar":
+            return None
+        if self._native is None:
+            from odradek.spark.sink_markers import NativeMarkers
+            self._native = NativeMarkers(self.opts.conf)
+        return self._native
 
     @property
     def admin(self) -> Any:
@@ -349,10 +360,23 @@ class _Task:
         return f"{self.query_id}:{self.batch_id}:{self.task}"
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        try:
+            return self._run(batches)
+        finally:
+            if self._native is not None:
+                self._native.close()
+
+    def _run(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         if self.exactly_once:
             assert self.query_id is not None and self.batch_id is not None
-            _ensure_marker_topic(self.admin, marker_topic(self.query_id))
-            markers = read_markers(self.opts.conf, self.admin, self.query_id, self.batch_id)
+            topic = marker_topic(self.query_id)
+            if self.native is not None:
+                if not self.native.topic_ready(topic):
+                    _ensure_marker_topic(self.admin, topic)  # created once per query
+                markers = self.native.read(topic, self.batch_id)
+            else:
+                _ensure_marker_topic(self.admin, topic)
+                markers = read_markers(self.opts.conf, self.admin, self.query_id, self.batch_id)
             if any(m["type"] == "commit" for m in markers):
                 log.info("odradek sink: batch %s of query %s already committed; skipping",
                          self.batch_id, self.query_id)
@@ -396,15 +420,19 @@ class _Task:
         )
         writer = ColumnarWriter(self.opts.conf["bootstrap.servers"],
                                 produce_settings(self.opts.conf))
-        markers: tuple[Any, _Delivery] | None = None
 
         def before_topic(topic: str) -> None:
-            nonlocal markers
             if topic in self.begun:
                 return
-            if markers is None:
-                markers = (_producer(self.opts.conf), _Delivery())
-            self._begin(topic, *markers)
+            # The begin marker goes through the same idempotent producer and is flushed
+            # (with everything queued before it) before any record reaches ``topic``.
+            assert self.query_id is not None
+            from odradek.spark.sink_markers import NativeMarkers
+            NativeMarkers.write(writer.producer, marker_topic(self.query_id), {
+                "type": "begin", "batch": self.batch_id, "task": self.task,
+                "attempt": self.attempt, "topic": topic,
+                "offsets": self.native.latest_offsets(topic)})
+            self.begun.add(topic)
 
         limit = self.opts.fail_after_records
         prefix = f"{self.tag}:".encode() if self.exactly_once else None
@@ -522,9 +550,20 @@ class OdradekStreamWriter(DataSourceStreamArrowWriter):
             return
         if any(m.skipped_batch for m in ours):
             return  # the marker is already there
-        _write_marker(_producer(self.opts.conf), qid, {
-            "type": "commit", "batch": batchId, "written": sum(m.written for m in ours),
-            "skipped_replayed": sum(m.skipped_replayed for m in ours)})
+        marker = {"type": "commit", "batch": batchId, "written": sum(m.written for m in ours),
+                  "skipped_replayed": sum(m.skipped_replayed for m in ours)}
+        if self.opts.client == "columnar":
+            from odradek.client.producer import BatchProducer
+            from odradek.spark.columnar_sink import produce_settings
+            from odradek.spark.sink_markers import NativeMarkers
+            producer = BatchProducer(self.opts.conf["bootstrap.servers"],
+                                     produce_settings(self.opts.conf).producer)
+            try:
+                NativeMarkers.write(producer, marker_topic(qid), marker)
+            finally:
+                producer.close()
+        else:
+            _write_marker(_producer(self.opts.conf), qid, marker)
         if self.opts.fail_after_commit:
             raise KafkaError(ErrorCode.unknown_server_error,
                              "odradek.test.failAfterCommit: injected failure after the "
