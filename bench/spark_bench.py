@@ -21,7 +21,8 @@ the summary gives medians over the repetitions and the median of the per-repetit
 ratios. Sink runs write to a fresh topic that is deleted right after the run (a benchmark
 that keeps every run's topic slows down run after run: page cache). ``cpu s`` is the CPU
 time (user + system) of this process's whole process tree during the query — the Spark
-JVM, its Python workers, ZooKeeper and the brokers — and ``rows/s/core`` = rows / cpu s.
+JVM, its Python workers, ZooKeeper and the brokers — and ``rows/s/core`` = rows / cpu s;
+``brokers`` is the brokers' share of it.
 """
 from __future__ import annotations
 
@@ -182,6 +183,19 @@ def _tree_cpu_s() -> float:
     return total
 
 
+def _pids_cpu_s(pids: list[int]) -> float:
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def wait_for_topics(admin: AdminClient, names: list[str], timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -218,12 +232,12 @@ def main() -> None:
 
 
 def bench(c: LocalCluster, d: str, args: argparse.Namespace) -> None:
-    n, brokers = args.records, args.brokers
+    n, n_brokers = args.records, args.brokers
     clients = [x for x in args.clients.split(",") if x]
     queries = [x for x in args.queries.split(",") if x]
     bs = c.bootstrap_servers
     admin = AdminClient({"bootstrap.servers": bs})
-    admin.create_topics([NewTopic("bench", PARTS, brokers)])["bench"].result(30)
+    admin.create_topics([NewTopic("bench", PARTS, n_brokers)])["bench"].result(30)
     wait_for_topics(admin, ["bench"])
     p = Producer({"bootstrap.servers": bs, "linger.ms": 20, "batch.num.messages": 10000,
                   "queue.buffering.max.messages": 1000000})
@@ -254,20 +268,24 @@ def bench(c: LocalCluster, d: str, args: argparse.Namespace) -> None:
 
     def out_topic() -> str:
         name = fresh("bench-out-")
-        admin.create_topics([NewTopic(name, PARTS, brokers)])[name].result(30)
+        admin.create_topics([NewTopic(name, PARTS, n_brokers)])[name].result(30)
         wait_for_topics(admin, [name])
         return name
 
+    brokers = [c.broker(b).pid or 0 for b in range(1, n_brokers + 1)]
+
     def measure(query: str, who: str, rep: int, rows: int, run: Callable[[], None]) -> None:
-        cpu0, t0 = _tree_cpu_s(), time.monotonic()
+        cpu0, bcpu0, t0 = _tree_cpu_s(), _pids_cpu_s(brokers), time.monotonic()
         run()
         wall, cpu = time.monotonic() - t0, _tree_cpu_s() - cpu0
+        bcpu = _pids_cpu_s(brokers) - bcpu0
         r = {"query": query, "who": who, "rep": rep, "rows": rows, "wall_s": wall,
              "rows_per_s": rows / wall, "cpu_s": cpu, "rows_per_core_s": rows / cpu if cpu else 0,
-             "load1": os.getloadavg()[0]}
+             "broker_cpu_s": bcpu, "load1": os.getloadavg()[0]}
         results.append(r)
         print(f"rep {rep} {query:12} {who:10} {r['rows_per_s']:12,.0f} rows/s  cpu {cpu:6.1f} s "
-              f"{r['rows_per_core_s']:12,.0f} rows/core-s  load {r['load1']:.2f}", flush=True)
+              f"(brokers {bcpu:5.1f} s) {r['rows_per_core_s']:12,.0f} rows/core-s  "
+              f"load {r['load1']:.2f}", flush=True)
 
     od_src = {"kafka.bootstrap.servers": bs, "subscribe": "bench", "startingOffsets": "earliest"}
 
@@ -334,7 +352,8 @@ def summarize(results: list[dict[str, Any]], queries: list[str], clients: list[s
         return statistics.median(xs) if xs else float("nan")
 
     print(f"\n{'query':12} {'client':10} {'odradek rows/s':>15} {'peer rows/s':>12} "
-          f"{'ratio':>6} {'ratios':>18} {'rows/core-s':>12}")
+          f"{'ratio':>6} {'ratios':>18} {'rows/core-s':>12} {'cpu s':>6} {'brokers':>7} "
+          f"{'peer cpu s':>10}")
     for q in queries:
         for cl in clients:
             peer = f"peer/{cl}" if q == "stream_sink" else "peer"
@@ -349,7 +368,8 @@ def summarize(results: list[dict[str, Any]], queries: list[str], clients: list[s
             print(f"{q:12} {cl:10} {med(q, cl, 'rows_per_s'):15,.0f} "
                   f"{med(q, peer, 'rows_per_s'):12,.0f} {ratio:6.2f} "
                   f"{'/'.join(f'{x:.2f}' for x in ratios):>18} "
-                  f"{med(q, cl, 'rows_per_core_s'):12,.0f}")
+                  f"{med(q, cl, 'rows_per_core_s'):12,.0f} {med(q, cl, 'cpu_s'):6.1f} "
+                  f"{med(q, cl, 'broker_cpu_s'):7.1f} {med(q, peer, 'cpu_s'):10.1f}")
 
 
 if __name__ == "__main__":

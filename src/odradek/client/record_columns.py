@@ -199,7 +199,7 @@ def _filter_batches(buf: np.ndarray, table: np.ndarray, wanted: np.ndarray,
         try:
             raw = decompress_payload(codec, bytes(buf[pos + k.HEADER_SIZE:pos + size]))
         except KafkaError:
-            raise
+            raise  # an unknown codec id: UNSUPPORTED_COMPRESSION_TYPE as it is
         except Exception as e:  # each codec library raises its own type
             raise KafkaError(ErrorCode.corrupt_message,
                              f"{where}: cannot decompress the batch at offset "
