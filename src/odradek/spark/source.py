@@ -394,7 +394,7 @@ class OdradekStreamReader(_DriverBase, DataSourceStreamReader, SupportsTriggerAv
         pass
 
     def stop(self) -> None:
-        # may never be called (FACTS.md); the view's connections then close with the process
+        # may never be called (docs/spark.md); the view's connections then close with the process
         if isinstance(self._view, _NativeClusterView):
             self._view.close()
         self._view = None
