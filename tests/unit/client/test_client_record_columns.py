@@ -4,9 +4,8 @@ round-tripping through the reference decoder."""
 
 from __future__ import annotations
 
-import struct
-
 import random
+import struct
 
 import numpy as np
 import pytest
