@@ -36,6 +36,8 @@ __all__ = [
     "COMPRESSION_SNAPPY",
     "COMPRESSION_LZ4",
     "COMPRESSION_ZSTD",
+    "compress_payload",
+    "decompress_payload",
 ]
 
 COMPRESSION_NONE = 0
@@ -149,6 +151,16 @@ def _decompress(codec: int, data: bytes) -> bytes:
     if codec == COMPRESSION_ZSTD:
         return bytes(cramjam.zstd.decompress(data))
     raise KafkaError(ErrorCode.unsupported_compression_type, f"codec {codec}")
+
+
+def compress_payload(codec: int, data: bytes) -> bytes:
+    """The records section of a batch compressed with ``codec`` (Kafka's codec ids)."""
+    return _compress(codec, data)
+
+
+def decompress_payload(codec: int, data: bytes) -> bytes:
+    """Inverse of ``compress_payload`` (also reads Java's xerial-framed snappy)."""
+    return _decompress(codec, data)
 
 
 # --- encode / decode -------------------------------------------------------------
