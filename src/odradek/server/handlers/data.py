@@ -18,6 +18,7 @@ from odradek.replication.replica_manager import PendingAck, now_ms
 from odradek.protocol.responses import part, response
 from odradek.server.network import CloseConnection
 from odradek.errors import ErrorCode, KafkaError
+from odradek.topics import INTERNAL_TOPICS
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
 from odradek.protocol.produce_response import PartitionProduceResult, encode_produce_response
@@ -60,6 +61,11 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
                                      "transactions are not supported")
                 if pd.records is None:
                     raise KafkaError(ErrorCode.invalid_record, "null records")
+                if topic.name in INTERNAL_TOPICS:
+                    # Kafka (ReplicaManager.appendToLocalLog): clients never write to
+                    # internal topics; the coordinators append to them locally.
+                    raise KafkaError(ErrorCode.invalid_topic_exception,
+                                     f"Cannot append to internal topic {topic.name}")
                 p: Partition = ctx.replicas.leader_partition(topic.name, pd.index, image)
                 info = p.append_as_leader(pd.records, acks, t_now)
                 appended.append((topic.name, pd.index))
@@ -125,7 +131,7 @@ def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Re
         # A follower's fetch (SPEC R3, R16): its fetch offsets are its LEOs.
         _record_follower_fetch(ctx, req, replica_id)
     max_wait_s = req.max_wait.total_seconds()
-    min_bytes = int(req.min_bytes)
+    min_bytes = min(int(req.min_bytes), ctx.config.fetch_max_bytes)  # Kafka caps it too
     topics, total, errored = _read_fetch(ctx, req)
     if total >= min_bytes or max_wait_s <= 0 or errored:
         return encode_fetch_response(version, header.correlation_id, topics)
@@ -167,7 +173,10 @@ def _read_fetch(ctx: RequestContext, req: Any) -> tuple[list[tuple[str, list[Par
                                                     int, bool]:
     image = ctx.image
     committed_only = int(req.replica_id) < 0  # followers read up to the LEO (SPEC R16)
-    remaining = int(getattr(req, "max_bytes", 0x7FFFFFFF))
+    # Kafka (KafkaApis.handleFetchRequest): the broker's fetch.max.bytes caps the
+    # request's max_bytes, for consumers and followers alike (issue 11: one fetch with
+    # max_bytes=2^31-1 returned 125 MB).
+    remaining = min(int(getattr(req, "max_bytes", 0x7FFFFFFF)), ctx.config.fetch_max_bytes)
     total = 0
     errored = False
     out: list[tuple[str, list[PartitionFetchResult]]] = []

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.replication.partition import Partition, Role
 from odradek.protocol.responses import part, response
 from odradek.errors import ErrorCode, KafkaError
+from odradek.topics import INTERNAL_TOPICS
 from odradek.protocol.codec import RequestHeaderInfo
 
 if TYPE_CHECKING:
@@ -75,6 +76,11 @@ def handle_delete_records(ctx: RequestContext, header: RequestHeaderInfo,
             st = _Pending(int(rp.partition_index), None, -1)
             plist.append(st)
             try:
+                if t.name in INTERNAL_TOPICS:
+                    # Kafka (ReplicaManager.deleteRecordsOnLocalLog): clients never move
+                    # the log start of internal topics.
+                    raise KafkaError(ErrorCode.invalid_topic_exception,
+                                     f"Cannot delete records of internal topic {t.name}")
                 p = ctx.replicas.leader_partition(t.name, st.index, image)
                 before = p.log.log_start_offset
                 st.target = p.delete_records_to(int(rp.offset))
