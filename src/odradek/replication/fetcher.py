@@ -180,7 +180,8 @@ class ReplicaFetcher:
                 partition_max_bytes=cfg.replica_fetch_max_bytes))
         req = request_entity(
             1, FETCH_VERSION, replica_id=self.broker_id, max_wait=cfg.replica_fetch_wait_max_ms,
-            min_bytes=cfg.replica_fetch_min_bytes, max_bytes=10 * 1024 * 1024,
+            min_bytes=cfg.replica_fetch_min_bytes,
+            max_bytes=cfg.get("replica.fetch.response.max.bytes"),  # Kafka's follower cap
             isolation_level=0, session_id=0, session_epoch=-1,
             topics=tuple(nested_request(1, FETCH_VERSION, "FetchTopic", topic=t,
                                         partitions=tuple(ps)) for t, ps in by_topic.items()),
