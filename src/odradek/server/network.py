@@ -219,7 +219,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def log_close(self, why: str, level: int = logging.WARNING) -> None:
         host = self.peer[0] if self.peer else None
-        CONNECTION_LOG.log(logger, level, ("close", host, why[:40]),
+        CONNECTION_LOG.log(logger, level, ("close", host, why[:24]),
                            "closing connection from %s: %s", self.peer, why)
 
     @property

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.replication.partition import Partition
 from odradek.replication.replica_manager import PendingAck, now_ms
 from odradek.protocol.responses import part, response
+from odradek.server.log_limiter import LogLimiter
 from odradek.server.network import CloseConnection
 from odradek.errors import ErrorCode, KafkaError
 from odradek.topics import INTERNAL_TOPICS
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from odradek.server.context import RequestContext
 
 log = logging.getLogger(__name__)
+REJECTED_LOG = LogLimiter(burst=5, interval_s=60.0)
 
 Result = bytes | list[Any] | None | Coroutine[Any, Any, Any]
 
@@ -84,7 +86,10 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
                 res.error_message = e.message or None
                 if e.code not in (ErrorCode.not_leader_or_follower,
                                   ErrorCode.unknown_topic_or_partition):
-                    log.info("produce to %s-%d rejected: %s", topic.name, pd.index, e)
+                    # Rate-limited per error code: a client repeating a bad produce
+                    # must not be able to fill the log disk (issue 11).
+                    REJECTED_LOG.log(log, logging.INFO, e.code,
+                                     "produce to %s-%d rejected: %s", topic.name, pd.index, e)
             except Exception as e:  # never let one partition take the broker down
                 any_error = True
                 log.exception("produce to %s-%d failed", topic.name, pd.index)

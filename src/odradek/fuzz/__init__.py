@@ -1,0 +1,1 @@
+"""Fuzzing harness for hostile input (issue 11): corpus, mutator, harness; ``python -m odradek.fuzz``."""
