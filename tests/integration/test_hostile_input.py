@@ -314,3 +314,40 @@ def test_int32_lie_in_fetch_partitions_closes(rc: RawClient) -> None:
     assert payload[i:i + 4] == b"\x00\x00\x00\x01"
     rc.send_raw(frame(payload[:i] + b"\x7f\xff\xff\xff" + payload[i + 4:]))
     expect_closed(rc)
+
+
+# =============================================================================== decompression
+@pytest.fixture(scope="module")
+def gzip_bomb() -> bytes:
+    """One valid, CRC-correct gzip batch of ~100 KB whose single record holds 200 MB."""
+    from odradek.storage.records import COMPRESSION_GZIP
+
+    return encode_batch([(b"k", bytes(200 << 20))], compression=COMPRESSION_GZIP)
+
+
+def test_decompression_bomb_to_compacted_topic_is_refused(broker: Any, rc: RawClient,
+                                                          topic_name: str,
+                                                          gzip_bomb: bytes) -> None:
+    # Compacted topics decompress on produce (keys are required): the batch may not
+    # expand past 64 MiB.
+    create_topic(rc, topic_name, 1, {"cleanup.policy": "compact"})
+    rss0 = process_rss_mb(broker.broker(1).pid)
+    r = produce(rc, topic_name, 0, gzip_bomb)
+    assert r.error_code == ErrorCode.corrupt_message
+    assert process_rss_mb(broker.broker(1).pid) - rss0 < 100
+    assert produce(rc, topic_name, 0, encode_batch([(b"k", b"v")])).error_code == 0
+
+
+def test_list_offsets_by_time_over_a_stored_bomb(broker: Any, rc: RawClient, topic_name: str,
+                                                 gzip_bomb: bytes) -> None:
+    # Ordinary topics store batches without decompressing; ListOffsets by timestamp then
+    # decodes the batch it lands in (to find the exact record) -- bounded too.
+    from rawclient import list_offsets_request
+
+    create_topic(rc, topic_name, 1)
+    assert produce(rc, topic_name, 0, gzip_bomb).error_code == 0
+    rss0 = process_rss_mb(broker.broker(1).pid)
+    r = rc.request(list_offsets_request(topic_name, 0, 1))
+    p = r.topics[0].partitions[0]
+    assert p.error_code == ErrorCode.none and p.offset == 0
+    assert process_rss_mb(broker.broker(1).pid) - rss0 < 100
