@@ -189,7 +189,9 @@ def _decompress_into(module: object, data: bytes, limit: int) -> bytes:
         out = bytearray(size)
         try:
             n = module.decompress_into(data, out)  # type: ignore[attr-defined]
-        except cramjam.DecompressionError:
+        except cramjam.DecompressionError as e:
+            if "whole buffer" not in str(e) and "too small" not in str(e):
+                raise  # corrupt, not merely larger: no point growing the buffer
             if size >= cap:
                 raise _too_big(limit) from None
             size = min(cap, size * 8)
@@ -300,7 +302,9 @@ def decode_batch_records(batch: bytes | bytearray | memoryview) -> list[Record]:
         for _h in range(nh):
             hk, pos = _read_bytes(payload, pos)
             hv, pos = _read_bytes(payload, pos)
-            headers.append(((hk or b"").decode(), hv))
+            # Java's new String(bytes, UTF_8), as Kafka decodes header keys: malformed
+            # bytes become U+FFFD rather than an exception on a producer's garbage.
+            headers.append(((hk or b"").decode("utf-8", "replace"), hv))
         if pos != end:
             raise KafkaError(ErrorCode.corrupt_message, "record length mismatch")
         ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
