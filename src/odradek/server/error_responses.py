@@ -257,4 +257,6 @@ def error_response(header: RequestHeaderInfo, req: Any, code: int,
                    message: str | None = None) -> Any:
     """The answer to ``req`` with ``code`` for everything it names (see module doc):
     a kio response entity, encoded bytes / parts (Produce, Fetch) or None (acks=0)."""
-    return ERROR_RESPONSES[header.api_key](header, req, int(code), message)
+    # kio's writers want the ErrorCode enum (an int subclass: the hand-written Produce
+    # and Fetch encoders take it as it is).
+    return ERROR_RESPONSES[header.api_key](header, req, ErrorCode(code), message)
