@@ -337,12 +337,15 @@ class KafkaConnection(asyncio.Protocol):
                 [p if isinstance(p, (bytes, bytearray, memoryview)) else _read_all(p)
                  for p in result])
             return
-        if self._out:  # still sending an earlier response: keep the order
-            self._out.extend(self._pin(p) for p in result)
-        else:
-            self._out.extend(self._send_now(result))
-        if self._out:
-            self._wait_writable()
+        try:
+            if self._out:  # still sending an earlier response: keep the order
+                self._out.extend(self._pin(p) for p in result)
+            else:
+                self._out.extend(self._send_now(result))
+            if self._out:
+                self._wait_writable()
+        except OSError as e:  # os.dup at the fd limit (EMFILE): this connection gives up
+            self._broken_write(e)
 
     def _send_now(self, parts: Any) -> list[Any]:
         """Write as much of ``parts`` as the socket takes now; return the unsent rest
