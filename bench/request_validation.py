@@ -107,10 +107,10 @@ def main() -> None:
         rows: list[tuple[float, float, float]] = []
         for _ in range(args.repeat):
             rows.append((
-                _us_per_call(lambda: validate(frame, pos, end, DEFAULT_MAX_ELEMENTS),
-                             args.seconds),
-                _us_per_call(lambda: reader(frame, pos), args.seconds),
-                _us_per_call(lambda: decode_request(frame), args.seconds),
+                _us_per_call(lambda v=validate, f=frame, p=pos, e=end:
+                             v(f, p, e, DEFAULT_MAX_ELEMENTS), args.seconds),
+                _us_per_call(lambda r=reader, f=frame, p=pos: r(f, p), args.seconds),
+                _us_per_call(lambda f=frame: decode_request(f), args.seconds),
             ))
         v, k, d = (statistics.median(col) for col in zip(*rows))
         print(f"{name:<40} {v:>10.2f} {k:>10.2f} {d:>15.2f}")

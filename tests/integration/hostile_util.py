@@ -16,8 +16,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest

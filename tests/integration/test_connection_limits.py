@@ -169,7 +169,7 @@ def test_queued_max_requests_bounds_reading_not_serving(make_cluster: MakeCluste
 
     conns = [RawClient(b.host, b.port) for _ in range(3)]
     try:
-        for i, conn in enumerate(conns):
+        for conn in conns:
             frames = [frame(encode_request(fetch_request(topic_name, 0, 0, max_wait_ms=500),
                                            100))]
             frames += [frame(encode_request(metadata_request([topic_name]), 101 + k))

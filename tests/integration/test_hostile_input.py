@@ -78,6 +78,15 @@ def _mod(api_key: int, version: int) -> Any:
     return sys.modules[request_cls(api_key, version).__module__]
 
 
+def _create_partitions(rc: RawClient, name: str, count: int, *, validate_only: bool) -> Any:
+    """One CreatePartitions v3 for ``name``; its result entry."""
+    m = _mod(37, 3)
+    req = m.CreatePartitionsRequest(  # type: ignore[attr-defined]
+        topics=(m.CreatePartitionsTopic(name=name, count=count, assignments=None),),  # type: ignore[attr-defined]
+        timeout=timedelta(seconds=1), validate_only=validate_only)
+    return rc.request(req).results[0]
+
+
 def _still_answers(c: RawClient) -> None:
     """The connection survived: the next request on it is answered."""
     assert c.request(metadata_request(["data"])).topics[0].error_code == ErrorCode.none
@@ -130,8 +139,9 @@ def test_produce_records_length_lie_closes(rc: RawClient) -> None:
 def test_join_group_with_null_protocols_closes(rc: RawClient, version: int) -> None:
     # Non-nullable in Kafka's schema: its generated reader refuses it as malformed. It
     # used to reach the handler and raise TypeError there.
-    req = request_cls(11, version)(group_id="g", session_timeout=timedelta(seconds=10),
-                                   rebalance_timeout=timedelta(seconds=10), member_id="", group_instance_id=None,
+    ten_s = timedelta(seconds=10)
+    req = request_cls(11, version)(group_id="g", session_timeout=ten_s, rebalance_timeout=ten_s,
+                                   member_id="", group_instance_id=None,
                                    protocol_type="consumer", protocols=())
     if version == 5:
         data = _patched(req, b"\x00\x00\x00\x00", b"\xff\xff\xff\xff")
@@ -181,8 +191,9 @@ def test_client_produce_to_internal_topic_is_refused(rc: RawClient) -> None:
     assert resp.responses[0].partition_responses[0].error_code == \
         ErrorCode.invalid_topic_exception
     m = _mod(21, 2)
-    r = rc.request(m.DeleteRecordsRequest(topics=(m.DeleteRecordsTopic(name="__consumer_offsets", partitions=(
-        m.DeleteRecordsPartition(partition_index=0, offset=-1),)),), timeout=timedelta(seconds=1)))
+    topic = m.DeleteRecordsTopic(name="__consumer_offsets", partitions=(
+        m.DeleteRecordsPartition(partition_index=0, offset=-1),))
+    r = rc.request(m.DeleteRecordsRequest(topics=(topic,), timeout=timedelta(seconds=1)))
     assert r.topics[0].partitions[0].error_code == ErrorCode.invalid_topic_exception
 
 
@@ -196,14 +207,10 @@ def test_illegal_names_never_reach_zookeeper(broker: Any, rc: RawClient, name: s
     # unknown topic (they raised kazoo's ValueError and closed the connection).
     d = rc.request(request_cls(20, 4)(topic_names=(name,), timeout=timedelta(seconds=1)))
     assert d.responses[0].error_code == ErrorCode.unknown_topic_or_partition
-    cp_mod = _mod(37, 3)
-    c = rc.request(cp_mod.CreatePartitionsRequest(topics=(cp_mod.CreatePartitionsTopic(name=name, count=3,
-                                                               assignments=None),),
-                          timeout=timedelta(seconds=1), validate_only=False))
-    assert c.results[0].error_code == ErrorCode.unknown_topic_or_partition
+    c = _create_partitions(rc, name, 3, validate_only=False)
+    assert c.error_code == ErrorCode.unknown_topic_or_partition
     _still_answers(rc)
-    assert name.strip("\n") not in broker.zk_client().get_children("/brokers/topics") or \
-        name.strip("\n") == ""
+    assert name not in broker.zk_client().get_children("/brokers/topics")
 
 
 def test_huge_partition_counts_are_refused_before_any_work(broker: Any, rc: RawClient,
@@ -224,16 +231,11 @@ def test_huge_partition_counts_are_refused_before_any_work(broker: Any, rc: RawC
     assert {t.error_code for t in m.topics} == {ErrorCode.unknown_topic_or_partition}
     # CreatePartitions counts the partitions it adds.
     create_topic(rc, topic_name, 1)
-    cp_mod = _mod(37, 3)
-    cp_cls = cp_mod.CreatePartitionsRequest
     for count in (0x7FFFFFFF, PER_REQUEST + 2):
-        c = rc.request(cp_cls(topics=(cp_mod.CreatePartitionsTopic(
-            name=topic_name, count=count, assignments=None),), timeout=timedelta(seconds=1), validate_only=True))
-        assert c.results[0].error_code == ErrorCode.policy_violation
-    c = rc.request(cp_cls(topics=(cp_mod.CreatePartitionsTopic(
-        name=topic_name, count=PER_REQUEST + 1, assignments=None),), timeout=timedelta(seconds=1),
-        validate_only=True))
-    assert c.results[0].error_code == ErrorCode.none
+        c = _create_partitions(rc, topic_name, count, validate_only=True)
+        assert c.error_code == ErrorCode.policy_violation
+    assert _create_partitions(rc, topic_name, PER_REQUEST + 1, validate_only=True).error_code \
+        == ErrorCode.none
     assert process_rss_mb(broker.broker(1).pid) - rss0 < 30
 
 

@@ -1,1 +1,4 @@
-"""Fuzzing harness for hostile input (issue 11): corpus, mutator, harness; ``python -m odradek.fuzz``."""
+"""Fuzzing harness for hostile input (issue 11): corpus, mutator, harness.
+
+Run it with ``python -m odradek.fuzz`` (docs/security.md).
+"""

@@ -36,10 +36,15 @@ from kio.serial._introspect import (
     get_field_tag,
     is_optional,
 )
+from kio.static.primitive import i32
 
 from odradek.protocol.versions import SERVED
 from odradek.storage.records import (
-    COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_NONE, COMPRESSION_SNAPPY, COMPRESSION_ZSTD,
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
     encode_batch,
 )
 
@@ -77,7 +82,7 @@ def encode_request(entity: Any, correlation_id: int = 1, client_id: str | None =
     buf = io.BytesIO()
     entity_writer(header_cls)(buf, header_cls(
         request_api_key=cls.__api_key__, request_api_version=cls.__version__,
-        correlation_id=correlation_id, client_id=client_id))
+        correlation_id=i32(correlation_id), client_id=client_id))
     entity_writer(cls)(buf, entity)
     return buf.getvalue()
 

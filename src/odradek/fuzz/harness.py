@@ -125,8 +125,8 @@ def probe_api_versions(address: str, timeout_s: float) -> str | None:
     """None if a fresh connection gets a valid ApiVersions v3 answer, else why not."""
     from kio.index import load_request_schema  # noqa: PLC0415
 
-    req = load_request_schema(18, 3)(client_software_name="fuzz-probe",
-                                     client_software_version="1")
+    req: Any = load_request_schema(18, 3)(  # type: ignore[call-arg]
+        client_software_name="fuzz-probe", client_software_version="1")
     payload = encode_request(req, correlation_id=7)
     try:
         with socket.create_connection(_split(address), timeout=timeout_s) as s:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 __all__ = ["MUTATIONS", "Mutator"]
@@ -50,7 +50,7 @@ class Mutator:
     """Seeded: the same seed and corpus give the same sequence of requests."""
 
     def __init__(self, corpus: Sequence[bytes], seed: int = 0,
-                 header_variants: dict[int, Sequence[int]] | None = None) -> None:
+                 header_variants: Mapping[int, Sequence[int]] | None = None) -> None:
         self.corpus = list(corpus)
         self.rnd = random.Random(seed)
         # api_key -> its served versions (for the ``header`` mutation)

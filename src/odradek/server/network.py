@@ -41,7 +41,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from odradek.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, FrameTooLarge
+from odradek.protocol.framing import (
+    DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, FrameTooLarge,
+)
 from odradek.server.log_limiter import LogLimiter
 
 logger = logging.getLogger(__name__)

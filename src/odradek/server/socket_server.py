@@ -25,6 +25,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from odradek.server.log_limiter import LogLimiter
@@ -163,8 +164,8 @@ class SocketServer:
                 sock.close()
                 continue
             try:
-                await loop.connect_accepted_socket(
-                    lambda: KafkaConnection(self._dispatch, self.limits, self, ip), sock)
+                await loop.connect_accepted_socket(partial(
+                    KafkaConnection, self._dispatch, self.limits, self, ip), sock)
             except asyncio.CancelledError:
                 sock.close()
                 self.quotas.dec(ip)
