@@ -208,3 +208,18 @@ def test_cluster_partition_cap(make_cluster: MakeCluster, topic_name: str) -> No
         assert r.topics[0].error_code == ErrorCode.policy_violation
     # The cap counts partitions, so the round trip reuses a partition that exists.
     _real_client_round_trip(c.bootstrap_servers, topic_name)
+
+
+def test_assignment_larger_than_a_znode_is_refused(make_cluster: MakeCluster,
+                                                   topic_name: str) -> None:
+    # With the per-request cap raised, 100,000 partitions reach the assignment: its JSON
+    # is larger than ZooKeeper's 1 MB packet limit, which used to make ZooKeeper drop
+    # the broker's connection (and the client's with it). It is refused before sending.
+    c = make_cluster(1, broker_config={"odradek.max.partitions.per.request": "200000"})
+    with RawClient.to(c.bootstrap_servers) as rc:
+        r = rc.request(create_topics_request([(topic_name, 100_000, 1, {})]))
+        assert r.topics[0].error_code == ErrorCode.policy_violation
+        assert "znode" in (r.topics[0].error_message or "")
+        assert rc.request(_api_versions()).error_code == 0  # same connection, still open
+    assert c.is_registered(1)  # the broker kept its ZooKeeper session
+    _real_client_round_trip(c.bootstrap_servers, topic_name + "-ok")
