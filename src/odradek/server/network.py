@@ -332,6 +332,21 @@ class KafkaConnection(asyncio.Protocol):
         """Send a response: bytes, or a list of bytes and FileSlices (in order)."""
         if result is None or self._closed or self._transport is None:
             return
+        if type(result) is bytes and not self._out and self._sock_fd >= 0:
+            # The common case (every non-Fetch response): one write() that takes it all.
+            try:
+                n = os.write(self._sock_fd, result)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError as e:
+                self._broken_write(e)
+                return
+            if n == len(result):
+                self.last_io = time.monotonic()
+                return
+            self._out.append(memoryview(result)[n:])
+            self._wait_writable()
+            return
         if isinstance(result, (bytes, bytearray, memoryview)):
             result = (result,)
         if self._sock_fd < 0:
