@@ -246,10 +246,31 @@ def warm_up(bootstrap: str, topic: str, partitions: int, acks: str) -> None:
     p.flush(30)
 
 
+def sched_totals(pids: list[int]) -> tuple[float, float, int]:
+    """(CPU ns, run-queue wait ns, times scheduled) summed over every thread of ``pids``,
+    from /proc/<pid>/task/<tid>/schedstat. Run-queue wait is time a thread was runnable but
+    not running: CPU contention, as opposed to work the process did or waited for on I/O."""
+    cpu = wait = 0.0
+    slices = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                a, b, c = (task / "schedstat").read_text().split()[:3]
+            except (OSError, ValueError):
+                continue  # the thread ended between listing and reading
+            cpu += float(a)
+            wait += float(b)
+            slices += int(c)
+    return cpu, wait, slices
+
+
 def latency_run(bootstrap: str, case: LatencyCase, duration_s: float, size: int,
-                props: dict[str, str], workdir: Path, partitions: int) -> dict[str, float]:
+                props: dict[str, str], workdir: Path, partitions: int,
+                broker_pids: list[int] | None = None) -> dict[str, float]:
     """One timed run of ``case``: a consumer process records each record's arrival time
-    minus the µs stamp the producer put in the value at produce()."""
+    minus the µs stamp the producer put in the value at produce(). With ``broker_pids``,
+    also the run-queue wait of the brokers and both clients per record (sched_totals):
+    how much of the latency is waiting for a CPU rather than work."""
     topic = f"e2e-{case.target}-rf{case.rf}-{case.rate}-{int(time.time() * 1000) % 10**8}"
     if case.target == "mock":
         partitions = MOCK_PARTITIONS  # it auto-creates topics on first produce
@@ -265,9 +286,14 @@ def latency_run(bootstrap: str, case: LatencyCase, duration_s: float, size: int,
         assert cons.stdout is not None
         if cons.stdout.readline().strip() != "ready":
             raise RuntimeError("e2e consumer did not start")
+        watched = [*(broker_pids or []), cons.pid, os.getpid()]
+        before = sched_totals(watched)
+        brokers_before = sched_totals(broker_pids or [])
         _s, acks, errors, sent, _ = paced_produce(bootstrap, topic, case.rate,
                                                   duration_s, size,
                                                   dict(props, acks=case.acks))
+        after = sched_totals(watched)  # before the consumer exits (its threads vanish)
+        brokers_after = sched_totals(broker_pids or [])
         cons.wait(90)
     finally:
         if cons.poll() is None:
@@ -281,8 +307,14 @@ def latency_run(bootstrap: str, case: LatencyCase, duration_s: float, size: int,
     p50, p99, p999 = pct_ms(ms)
     if case.target != "mock":
         delete_topic(bootstrap, topic)
+    cpu_ns, wait_ns, slices = (x - y for x, y in zip(after, before))
+    broker_cpu_ns, broker_wait_ns, _ = (x - y for x, y in zip(brokers_after, brokers_before))
     return {"p50": p50, "p99": p99, "p99.9": p999, "consumed": len(ms), "sent": sent,
-            "errors": errors}
+            "errors": errors, "cpu_ms_per_s": cpu_ns / 1e6 / duration_s,
+            "wait_us_per_record": wait_ns / 1e3 / max(sent, 1),
+            "broker_cpu_ms_per_s": broker_cpu_ns / 1e6 / duration_s,
+            "broker_wait_us_per_record": broker_wait_ns / 1e3 / max(sent, 1),
+            "wait_us_per_slice": wait_ns / 1e3 / max(slices, 1)}
 
 
 @dataclass(frozen=True)
@@ -342,21 +374,30 @@ def bench_latency(c: LocalCluster, rounds: int, duration_s: float, size: int,
             for case in cases:
                 print(f"[latency] round {rnd}/{rounds}: {case.label}, {size} B, {props}, "
                       f"{partitions} partitions, load {os.getloadavg()[0]:.2f}", flush=True)
+                pids = [b.pid for b in c.brokers if b.pid] if case.target == "odradek" \
+                    else []
                 r = latency_run(peers[case.target], case, duration_s, size, props, workdir,
-                                partitions)
+                                partitions, pids)
                 runs[case].append(r)
                 print(f"  p50/p99/p99.9 = {r['p50']:.2f}/{r['p99']:.2f}/{r['p99.9']:.2f} ms; "
                       f"{int(r['consumed'])}/{int(r['sent'])} consumed, "
-                      f"{int(r['errors'])} errors", flush=True)
+                      f"{int(r['errors'])} errors; brokers+clients used "
+                      f"{r['cpu_ms_per_s'] / 10:.0f}% of a core (brokers "
+                      f"{r['broker_cpu_ms_per_s'] / 10:.0f}%), waited for a CPU "
+                      f"{r['wait_us_per_record']:.0f} µs per record (brokers "
+                      f"{r['broker_wait_us_per_record']:.0f}; "
+                      f"{r['wait_us_per_slice']:.0f} µs per time slice)", flush=True)
     for case in cases:
         rs = runs[case]
-        for key in ("p50", "p99", "p99.9"):
+        for key in ("p50", "p99", "p99.9", "wait_us_per_record"):
             vals = sorted(r[key] for r in rs)
             med = vals[len(vals) // 2]
             spread = ", ".join(f"{v:.2f}" for v in (r[key] for r in rs))
             aim = LATENCY_AIMS.get((case.rf, case.rate), "") if key == "p99" \
                 and case.target == "odradek" else ""
-            rows.append(Row("e2e latency", f"{case.label}, {key}", med, "ms", aim,
+            name, unit = (("CPU wait per record", "µs") if key == "wait_us_per_record"
+                          else (key, "ms"))
+            rows.append(Row("e2e latency", f"{case.label}, {name}", med, unit, aim,
                             f"median of {len(rs)}: {spread}"))
 
 
