@@ -464,10 +464,16 @@ def trace_report(cluster_dir: Path) -> str:
             if t != topic or off == 0:
                 continue  # offset 0 is a warm-up record
             tl = timeline(events, t, part, off)
-            if not tl or tl[0][1] != "append":
+            t_append = next((dt for dt, hop, _ in tl if hop == "append"), None)
+            if t_append is None:
                 continue
+            # times after the leader's append; "created" (the producer's CreateTime, 1 ms
+            # resolution) may come out before it
+            tl = [(dt - t_append, hop, detail) for dt, hop, detail in tl]
             seen: set[str] = set()
             for dt, hop, detail in tl:
+                if hop == "created":
+                    continue
                 broker = detail.split()[0].split("=")[1] if detail.startswith("broker=") else "?"
                 key = hop if hop in ("append", "hw", "consumer.out") else f"{hop}@{broker}"
                 if hop == "fetch.out":
