@@ -29,6 +29,7 @@ from odradek.configdefs import (
     ConfigSource,
     ConfigType,
     ConfigValueError,
+    Support,
     Synonym,
     parse_list,
 )
@@ -321,8 +322,13 @@ class BrokerConfig:
         warns "The configuration 'x' was supplied but isn't a known config")."""
         raw = {str(k): str(v) for k, v in props.items()}
         for key in raw:
-            if key not in BROKER_CONFIGS:
+            d = BROKER_CONFIGS.get(key)
+            if d is None:
                 log.warning("The configuration '%s' was supplied but isn't a known config.", key)
+            elif d.support is Support.IGNORED:
+                # A setting that changes nothing must say so (docs/configuration.md).
+                log.warning("The configuration '%s' is accepted but ignored by Odradek: %s.",
+                            key, d.reason)
         values = _typed_broker_values(raw)
         for required in ("broker.id", "zookeeper.connect"):
             if required not in raw or not raw[required].strip():
@@ -546,6 +552,9 @@ def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
             typed[name] = d.parse(value)
         except ConfigValueError as e:
             raise _invalid(str(e)) from None
+        if d.support is Support.IGNORED and value != d.default:
+            log.warning("Topic config '%s=%s' is accepted but ignored by Odradek: %s.",
+                        name, value, d.reason)
         out[name] = value
     min_lag = typed.get("min.compaction.lag.ms", 0)
     max_lag = typed.get("max.compaction.lag.ms", LONG_MAX)
@@ -593,7 +602,7 @@ def describe_topic_config(broker: BrokerConfig, overrides: dict[str, str]) -> li
                 is_sensitive=d.sensitive,
                 synonyms=[(n, v, int(s)) for n, v, s in synonyms],
                 config_type=int(d.type),
-                documentation=d.doc,
+                documentation=d.describe_support(),
             )
         )
     return entries
@@ -628,7 +637,7 @@ def describe_broker_config(broker: BrokerConfig) -> list[ConfigEntry]:
                 is_sensitive=d.sensitive,
                 synonyms=synonyms,
                 config_type=int(d.type),
-                documentation=d.doc,
+                documentation=d.describe_support(),
             )
         )
     return entries

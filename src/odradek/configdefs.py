@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "ConfigSource",
     "ConfigDef",
     "ConfigValueError",
+    "Support",
     "Synonym",
     "Range",
     "ValidString",
@@ -64,6 +65,23 @@ class ConfigSource(enum.IntEnum):
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+class Support(enum.Enum):
+    """What Odradek does with a setting (one column of the table, shown everywhere).
+
+    HONOURED: the value changes the broker's behaviour as in Kafka.
+    IGNORED: accepted and validated for compatibility with Kafka's files and tools, but
+    it changes nothing; the broker warns at start when one is given, and the reason is
+    in ``docs/configuration.md`` and in DescribeConfigs' documentation.
+    REFUSED: only the default is accepted; any other value is an error (at start for a
+    broker property, INVALID_CONFIG for a topic config), because accepting it would
+    promise a behaviour Odradek does not have.
+    """
+
+    HONOURED = "honoured"
+    IGNORED = "ignored"
+    REFUSED = "refused"
 
 
 class ConfigValueError(ValueError):
@@ -194,6 +212,11 @@ class ConfigDef:
     doc: str
     validator: Validator | None = None
     synonyms: tuple[Synonym, ...] = field(default=())  # topic configs only, Kafka's order
+    support: Support = Support.HONOURED
+    reason: str = ""  # why an IGNORED / REFUSED setting is not honoured
+    # Can the value change without a restart? Topic configs: AlterConfigs applies them to
+    # live logs. Broker properties: read once at start (no dynamic broker configs yet).
+    dynamic: bool = False
 
     @property
     def sensitive(self) -> bool:
@@ -206,7 +229,17 @@ class ConfigDef:
         typed = _parse_type(self.name, value, self.type)
         if self.validator is not None:
             self.validator(self.name, typed)
+        if self.support is Support.REFUSED and self.default is not None and value != self.default:
+            if typed != _parse_type(self.name, self.default, self.type):
+                raise ConfigValueError(self.name, value, f"Odradek only supports "
+                                       f"{self.default!r}: {self.reason}")
         return typed
+
+    def describe_support(self) -> str:
+        """One line for DescribeConfigs' documentation and the reference."""
+        if self.support is Support.HONOURED:
+            return self.doc
+        return f"{self.doc} [{self.support.value.upper()} by Odradek: {self.reason}]"
 
     def parsed_default(self) -> Any:
         return self.parse(self.default)
@@ -547,3 +580,102 @@ _BROKER_LIST: list[ConfigDef] = [
 ]
 
 BROKER_CONFIGS: Final[dict[str, ConfigDef]] = {d.name: d for d in _BROKER_LIST}
+
+
+# --- what Odradek does with each setting --------------------------------------------
+# Every key above is HONOURED unless listed here. tests/unit/test_config_table.py proves
+# that each honoured key is read by the code, so a setting cannot silently do nothing.
+
+_NO_TIERED = "tiered storage is not implemented"
+_ONE_LOOP = "the broker is one asyncio event loop; there are no thread pools to size"
+_ONLY_V2 = "Odradek stores and serves only the v2 record format (no down-conversion)"
+_NO_RECOMPRESSION = ("Odradek keeps each batch as the producer compressed it "
+                     "(compression.type=producer); it never recompresses")
+_NO_TS_BOUNDS = ("CreateTime timestamps are stored as the producer sent them; the bound is "
+                 "not enforced")
+
+_TOPIC_SUPPORT: dict[str, tuple[Support, str]] = {
+    "compression.type": (Support.REFUSED, _NO_RECOMPRESSION),
+    "compression.gzip.level": (Support.IGNORED, _NO_RECOMPRESSION),
+    "compression.lz4.level": (Support.IGNORED, _NO_RECOMPRESSION),
+    "compression.zstd.level": (Support.IGNORED, _NO_RECOMPRESSION),
+    "follower.replication.throttled.replicas": (Support.IGNORED,
+                                                "replication quotas are not implemented"),
+    "leader.replication.throttled.replicas": (Support.IGNORED,
+                                              "replication quotas are not implemented"),
+    "local.retention.bytes": (Support.IGNORED, _NO_TIERED),
+    "local.retention.ms": (Support.IGNORED, _NO_TIERED),
+    "remote.log.copy.disable": (Support.IGNORED, _NO_TIERED),
+    "remote.log.delete.on.disable": (Support.IGNORED, _NO_TIERED),
+    "remote.storage.enable": (Support.REFUSED, _NO_TIERED),
+    "message.downconversion.enable": (Support.IGNORED, _ONLY_V2),
+    "message.format.version": (Support.IGNORED, _ONLY_V2),
+    "message.timestamp.after.max.ms": (Support.IGNORED, _NO_TS_BOUNDS),
+    "message.timestamp.before.max.ms": (Support.IGNORED, _NO_TS_BOUNDS),
+    "message.timestamp.difference.max.ms": (Support.IGNORED, _NO_TS_BOUNDS),
+    "preallocate": (Support.IGNORED, "segment files grow as written (sparse files on Linux "
+                    "make preallocation a no-op for Kafka too)"),
+    "segment.jitter.ms": (Support.IGNORED, "segments roll exactly at segment.ms"),
+}
+
+_BROKER_SUPPORT: dict[str, tuple[Support, str]] = {
+    "broker.rack": (Support.IGNORED, "replica assignment is not rack-aware"),
+    "inter.broker.listener.name": (Support.IGNORED,
+                                   "brokers replicate over the first listener"),
+    "zookeeper.max.in.flight.requests": (Support.IGNORED,
+                                         "kazoo pipelines requests on one session"),
+    "socket.send.buffer.bytes": (Support.IGNORED, "sockets keep the OS default buffers"),
+    "socket.receive.buffer.bytes": (Support.IGNORED, "sockets keep the OS default buffers"),
+    "replica.socket.receive.buffer.bytes": (Support.IGNORED,
+                                            "sockets keep the OS default buffers"),
+    "num.network.threads": (Support.IGNORED, _ONE_LOOP),
+    "num.io.threads": (Support.IGNORED, _ONE_LOOP),
+    "background.threads": (Support.IGNORED, _ONE_LOOP),
+    "num.recovery.threads.per.data.dir": (Support.IGNORED,
+                                          "logs are recovered one after another"),
+    "num.replica.fetchers": (Support.IGNORED, "a broker runs one fetcher per source "
+                             "broker (one connection, all partitions in each request)"),
+    "log.flush.start.offset.checkpoint.interval.ms": (
+        Support.IGNORED, "the log start offset is checkpointed with the recovery points "
+        "(log.flush.offset.checkpoint.interval.ms)"),
+    "controlled.shutdown.max.retries": (Support.IGNORED, "controlled shutdown retries "
+                                        "until its deadline instead of a retry count"),
+    "controlled.shutdown.retry.backoff.ms": (Support.IGNORED, "controlled shutdown retries "
+                                             "until its deadline instead of a retry count"),
+    "controller.socket.timeout.ms": (Support.IGNORED, "the controller talks to brokers "
+                                     "through ZooKeeper, not over sockets"),
+    "offsets.retention.minutes": (Support.IGNORED,
+                                  "committed offsets are kept until the group is deleted"),
+    "group.max.size": (Support.IGNORED, "group size is not limited"),
+    "transaction.state.log.replication.factor": (Support.IGNORED,
+                                                 "transactions are not implemented"),
+    "transaction.state.log.min.isr": (Support.IGNORED, "transactions are not implemented"),
+    "transaction.state.log.num.partitions": (Support.IGNORED,
+                                             "transactions are not implemented"),
+    "ssl.keystore.location": (Support.IGNORED, "SSL listeners are refused at start"),
+    "ssl.keystore.password": (Support.IGNORED, "SSL listeners are refused at start"),
+    "ssl.key.password": (Support.IGNORED, "SSL listeners are refused at start"),
+    "ssl.truststore.location": (Support.IGNORED, "SSL listeners are refused at start"),
+    "ssl.truststore.password": (Support.IGNORED, "SSL listeners are refused at start"),
+    "sasl.enabled.mechanisms": (Support.IGNORED, "SASL listeners are refused at start"),
+}
+
+
+def _annotate() -> None:
+    """Apply the support columns; topic configs are dynamic (AlterConfigs), and a broker
+    property that is only a topic config's fallback shares that config's support."""
+    for name, d in list(TOPIC_CONFIGS.items()):
+        support, reason = _TOPIC_SUPPORT.get(name, (Support.HONOURED, ""))
+        TOPIC_CONFIGS[name] = replace(d, support=support, reason=reason, dynamic=True)
+    inherited: dict[str, tuple[Support, str]] = {}
+    for d in TOPIC_CONFIGS.values():
+        if d.support is not Support.HONOURED:
+            for syn in d.synonyms:
+                inherited.setdefault(syn.name, (d.support, d.reason))
+    for name, d in list(BROKER_CONFIGS.items()):
+        support, reason = _BROKER_SUPPORT.get(name) or inherited.get(
+            name, (Support.HONOURED, ""))
+        BROKER_CONFIGS[name] = replace(d, support=support, reason=reason)
+
+
+_annotate()

@@ -44,7 +44,6 @@ from odradek.zk.client import connect_zk
 log = logging.getLogger(__name__)
 
 
-HW_CHECKPOINT_INTERVAL_S = 5.0  # replica.high.watermark.checkpoint.interval.ms
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0  # an ISR write that cannot reach ZooKeeper fails after this
 _LOG_CONFIG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
 
@@ -207,7 +206,9 @@ class Broker:
 
     async def _checkpoint_loop(self) -> None:
         while True:
-            await asyncio.sleep(HW_CHECKPOINT_INTERVAL_S)
+            # replica.high.watermark.checkpoint.interval.ms, as Kafka's ReplicaManager
+            await asyncio.sleep(
+                self.config.get("replica.high.watermark.checkpoint.interval.ms") / 1000)
             try:
                 await asyncio.to_thread(self.replicas.capture_checkpoints())
             except Exception:

@@ -1,0 +1,119 @@
+"""The settings table is the one source of truth: the code reads every honoured key, the
+reference in docs/ is generated from it, and ignored / refused settings say so."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from odradek.config import BrokerConfig, describe_broker_config, validate_topic_configs
+from odradek.config_reference import render_reference
+from odradek.configdefs import BROKER_CONFIGS, TOPIC_CONFIGS, Support
+from odradek.errors import KafkaError
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src" / "odradek"
+# The table itself and its renderer name every key without reading it.
+_NOT_READERS = {"configdefs.py", "config_reference.py"}
+
+
+def _code() -> str:
+    return "\n".join(p.read_text() for p in SRC.rglob("*.py") if p.name not in _NOT_READERS)
+
+
+def _read_by_code(name: str, code: str) -> bool:
+    """Read as a string literal (``config.get("x.y")``) or as the typed field ``x_y``."""
+    if f'"{name}"' in code or f"'{name}'" in code:
+        return True
+    return re.search(r"\b" + re.escape(name.replace(".", "_")) + r"\b", code) is not None
+
+
+def test_every_honoured_topic_config_is_read() -> None:
+    code = _code()
+    unread = [n for n, d in TOPIC_CONFIGS.items()
+              if d.support is Support.HONOURED and not _read_by_code(n, code)]
+    assert unread == [], f"honoured topic configs no code reads: {unread}"
+
+
+def test_every_honoured_broker_property_is_read() -> None:
+    code = _code()
+    # A broker property that is an honoured topic config's fallback is read through it.
+    fallbacks = {s.name for d in TOPIC_CONFIGS.values() if d.support is Support.HONOURED
+                 for s in d.synonyms}
+    unread = [n for n, d in BROKER_CONFIGS.items()
+              if d.support is Support.HONOURED and n not in fallbacks
+              and not _read_by_code(n, code)]
+    assert unread == [], f"honoured broker properties no code reads: {unread}"
+
+
+def test_unsupported_settings_give_a_reason() -> None:
+    for d in [*TOPIC_CONFIGS.values(), *BROKER_CONFIGS.values()]:
+        assert (d.support is Support.HONOURED) == (d.reason == ""), d.name
+
+
+def test_reference_is_generated_from_the_table() -> None:
+    committed = (ROOT / "docs" / "configuration.md").read_text()
+    assert committed == render_reference(), (
+        "docs/configuration.md is stale: python -m odradek.config_reference > "
+        "docs/configuration.md")
+
+
+_SETTING_ASSIGNMENT = re.compile(r"`([a-z][a-z0-9]*(?:\.[a-z0-9]+)+)=[^`]*`")
+# Client-side settings the docs show next to broker settings (they are not the broker's).
+_CLIENT_SETTINGS = {"bootstrap.servers", "group.id", "auto.offset.reset", "enable.idempotence",
+                    "linger.ms", "batch.size", "enable.auto.commit", "isolation.level",
+                    "security.protocol", "sasl.mechanism", "max.poll.records",
+                    "fetch.min.bytes", "fetch.wait.max.ms", "acks", "queue.buffering.max.ms",
+                    "message.send.max.retries", "batch.num.messages", "client.id",
+                    "message.timeout.ms", "fetch.queue.backoff.ms",
+                    "odradek.client"}  # the Spark source's option (docs/spark.md)
+
+
+def test_every_setting_the_docs_assign_is_in_the_table() -> None:
+    known = set(BROKER_CONFIGS) | set(TOPIC_CONFIGS) | _CLIENT_SETTINGS
+    missing: list[str] = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for name in _SETTING_ASSIGNMENT.findall(doc.read_text()):
+            if name not in known and not name.startswith(("spark.", "kafka.")):
+                missing.append(f"{doc.name}: {name}")
+    assert missing == [], f"documented settings missing from the table: {missing}"
+
+
+def _props(**extra: str) -> dict[str, str]:
+    return {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", **extra}
+
+
+def test_ignored_and_unknown_broker_settings_warn(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="odradek.config"):
+        BrokerConfig.from_dict(_props(**{"num.io.threads": "16", "no.such.setting": "1",
+                                         "num.partitions": "3"}))
+    text = caplog.text
+    assert "'num.io.threads' is accepted but ignored" in text
+    assert "'no.such.setting' was supplied but isn't a known config" in text
+    assert "num.partitions" not in text
+
+
+def test_refused_settings_are_errors() -> None:
+    with pytest.raises(KafkaError, match="compression.type"):
+        BrokerConfig.from_dict(_props(**{"compression.type": "gzip"}))
+    BrokerConfig.from_dict(_props(**{"compression.type": "producer"}))
+    with pytest.raises(KafkaError, match="remote.storage.enable"):
+        validate_topic_configs({"remote.storage.enable": "true"})
+    assert validate_topic_configs({"remote.storage.enable": "false"}) == {
+        "remote.storage.enable": "false"}
+
+
+def test_ignored_topic_config_warns(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="odradek.config"):
+        validate_topic_configs({"segment.jitter.ms": "100", "retention.ms": "1000"})
+    assert "'segment.jitter.ms=100' is accepted but ignored" in caplog.text
+    assert "retention.ms" not in caplog.text
+
+
+def test_describe_configs_documents_support() -> None:
+    entries = {e.name: e for e in describe_broker_config(BrokerConfig.from_dict(_props()))}
+    assert "IGNORED by Odradek" in (entries["num.replica.fetchers"].documentation or "")
+    assert "IGNORED" not in (entries["num.partitions"].documentation or "")
