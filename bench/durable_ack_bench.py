@@ -6,7 +6,7 @@ A benchmark, not a timed test (issue 5 item 4): run it by hand (bench/README.md)
 One 3-broker cluster, one run: 1 KB values, 4 partitions, RF 3, min.insync.replicas=2,
 the producer settings of bench/broker_throughput.py (linger.ms=5, batch.size=1000000),
 as fast as possible. For acks=all and acks=1, a topic with Kafka's default flush policy
-(page cache only, SPEC R18) and one with ``odradek.ack.fsync=true`` are measured side by
+(page cache only, REQ-R18) and one with ``odradek.ack.fsync=true`` are measured side by
 side, interleaved over ``--rounds`` (default, durable, default, durable, ...), so slow
 drift of the shared machine hits both alike. Reported: MB/s, produce latency p50/p99
 (librdkafka's produce() → delivery report), and the durable / default MB/s ratio (aim

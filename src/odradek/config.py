@@ -1,7 +1,7 @@
 """Broker properties and topic configs, with Kafka's names and defaults.
 
-A Kafka user's ``server.properties`` works unchanged (SPEC preamble: "the project uses
-the same name and the same default"). Definitions live in ``odradek.configdefs``; this
+A Kafka user's ``server.properties`` works unchanged (docs/requirements.md: where a
+behaviour involves a Kafka setting, Odradek uses Kafka's name and default). Definitions live in ``odradek.configdefs``; this
 module parses ``.properties`` files, builds :class:`BrokerConfig`, validates topic
 overrides (CreateTopics / AlterConfigs) and answers DescribeConfigs.
 
@@ -408,7 +408,7 @@ class BrokerConfig:
         """(host, port) published in Metadata: advertised.listeners, else listeners.
 
         Kafka would advertise the canonical host name for an empty host; Odradek binds
-        loopback aliases (FACTS.md) and requires the host to be explicit.
+        loopback aliases (docs/platform-notes.md) and requires the host to be explicit.
         """
         key = "advertised.listeners" if self.advertised_listeners else "listeners"
         _, host, port = parse_listeners(self.advertised_listeners or self.listeners, key)[0]

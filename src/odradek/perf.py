@@ -47,7 +47,7 @@ _MOCK_LINE = re.compile(r"Mock cluster enabled.*?replaced with\s+(\S+)")
 
 
 def parse_mock_bootstrap(log_line: str) -> str | None:
-    """Bootstrap address of librdkafka's mock cluster from its log line (FACTS.md):
+    """Bootstrap address of librdkafka's mock cluster from its log line (docs/platform-notes.md):
     "Mock cluster enabled: original bootstrap.servers and security.protocol ignored
     and replaced with 127.0.0.1:44503"."""
     m = _MOCK_LINE.search(log_line)

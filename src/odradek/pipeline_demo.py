@@ -7,7 +7,7 @@
    counts views per URL in 5-second event-time windows (watermark 2 s, append mode) and
    writes each finished window to the ``url-counts`` topic (``odradek`` sink, exactly-once
    across replays) and to Parquet.
-4. In the middle, SIGKILL the leader of a ``page-views`` partition (SPEC R4): the
+4. In the middle, SIGKILL the leader of a ``page-views`` partition (REQ-R4): the
    producer and the query ride through the failover.
 5. At the end, recompute the same windowed counts as a batch job over the whole input
    topic and check that the streamed results (in Odradek and in Parquet) are equal to it.
@@ -179,7 +179,7 @@ def run_pipeline_demo(seconds: int = 20, rate: int = 1000, directory: Path | Non
             if kill_leader and killed is None and time.monotonic() > deadline - seconds / 2:
                 md = admin.list_topics("page-views", timeout=10).topics["page-views"]
                 killed = md.partitions[0].leader
-                _say(f"SIGKILL broker {killed}, leader of page-views-0 (SPEC R4)")
+                _say(f"SIGKILL broker {killed}, leader of page-views-0 (REQ-R4)")
                 cluster.stop_broker(killed, signal.SIGKILL)
         prod.stop()
         prod.send_watermark_flush()

@@ -2,7 +2,7 @@
 
 Each client module produces records generated here, consumes them back with ``assign``
 (no consumer groups yet) and hands both sides to :func:`assert_round_trip`, which checks
-byte-exactness, per-partition order and contiguous offsets (SPEC R7, R8).
+byte-exactness, per-partition order and contiguous offsets (REQ-R7, R8).
 
 Records are generated deterministically from a seed and carry their target partition,
 so the expected per-partition order does not depend on any client's partitioner.

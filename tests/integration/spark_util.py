@@ -11,7 +11,7 @@ from typing import Any
 def local_spark(app: str, **conf: str) -> Iterator[Any]:
     """A local[2] session with format("odradek") registered; stopped when the generator
     closes (use as the body of a module-scoped fixture)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must import odradek (FACTS.md)
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must import odradek (docs/platform-notes.md)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only here
     from pyspark.sql import SparkSession
 

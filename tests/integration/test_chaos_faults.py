@@ -1,6 +1,6 @@
 """Faults act on real packets and processes, and leave nothing behind (issue 6 item 1).
 
-Needs root, iptables and tc (FACTS "Network faults"); otherwise every test skips.
+Needs root, iptables and tc (docs/platform-notes.md, network faults); otherwise every test skips.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def test_sigstop_and_sigcont(faults: Faults) -> None:
 
 
 def test_cgroup_rule_matches_a_process_that_cannot_bind(faults: Faults) -> None:
-    """How ZooKeeper ensemble links are cut (FACTS): match the sender's cgroup v2."""
+    """How ZooKeeper ensemble links are cut (docs/platform-notes.md): match the sender's cgroup v2."""
     root = cgroup2_root()
     if root is None:
         pytest.skip("no cgroup v2 hierarchy")

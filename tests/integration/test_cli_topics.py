@@ -33,7 +33,7 @@ def test_topics_describe_and_replica_health_filters(make_cluster, topic_name) ->
                       r.stdout)
     assert len(rows) == 3
     assert sorted(int(p) for p, *_ in rows) == [0, 1, 2]
-    # SPEC R2: leaders spread over the brokers, the first replica is the leader.
+    # REQ-R2: leaders spread over the brokers, the first replica is the leader.
     assert sorted(int(leader) for _, leader, *_ in rows) == [1, 2, 3]
     assert all(reps.split(",")[0] == leader for _, leader, reps, _ in rows)
 

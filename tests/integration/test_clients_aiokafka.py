@@ -1,7 +1,7 @@
 """aiokafka 0.14 (asyncio) against a real Odradek broker (issue "Broker core").
 
 aiokafka picks each request's version from the broker's ApiVersions answer. Proves the
-byte-exact ordered round trip (SPEC R7, R8), every codec (R23), acks 0/1/all, ListOffsets
+byte-exact ordered round trip (REQ-R7, R8), every codec (R23), acks 0/1/all, ListOffsets
 by timestamp, the admin APIs and the opt-in idempotent producer; a transactional
 producer fails fast (gap in docs/compatibility.md).
 """

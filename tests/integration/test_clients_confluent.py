@@ -1,6 +1,6 @@
 """confluent-kafka (librdkafka 2.16) against a real Odradek broker (issue "Broker core").
 
-Proves SPEC R7/R8 (ordered, contiguous, byte-exact round trip), every codec passing
+Proves REQ-R7/R8 (ordered, contiguous, byte-exact round trip), every codec passing
 through the broker opaque (R23), acks 0/1/all, ListOffsets by timestamp and the admin
 APIs with Kafka's error codes. One single-broker cluster is shared by the module.
 """

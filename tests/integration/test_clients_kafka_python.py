@@ -2,7 +2,7 @@
 
 kafka-python infers the broker version from the ApiVersions maxima and picks request
 versions from that; these tests pin that it lands on modern versions, that producers
-(plain, and the default idempotent one) round-trip byte-exact (SPEC R7, R8, R23), and
+(plain, and the default idempotent one) round-trip byte-exact (REQ-R7, R8, R23), and
 that a transactional producer fails fast (gap recorded in docs/compatibility.md).
 """
 

@@ -78,7 +78,7 @@ def test_kill_restart_and_freeze(tmp_path: Path) -> None:
         old_pid = c.broker(2).pid
         c.stop_broker(2, signal.SIGKILL)
         assert c.broker_state(2) == "dead"
-        # ZooKeeper expires the dead broker's session (SPEC R12); bounded by the timeout.
+        # ZooKeeper expires the dead broker's session (REQ-R12); bounded by the timeout.
         t0 = time.monotonic()
         c.wait_broker_unregistered(2, timeout=SESSION_MS / 1000 * 3 + 5)
         assert time.monotonic() - t0 < SESSION_MS / 1000 * 3 + 5

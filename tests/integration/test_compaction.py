@@ -1,4 +1,4 @@
-"""Log compaction on a real replicated cluster (SPEC R25, issue #5 item 2).
+"""Log compaction on a real replicated cluster (REQ-R25, issue #5 item 2).
 
 Keyed updates and tombstones go to a cleanup.policy=compact topic with small segments and
 a fast cleaner. Checked: after cleaning, every replica's log on disk yields exactly the

@@ -121,13 +121,13 @@ def test_segment_bytes_takes_effect_on_every_replica_and_delete_restores_default
 
 def test_min_insync_replicas_applies_to_the_next_produce(cluster2: LocalCluster,
                                                           topic: str) -> None:
-    """SPEC R8 at runtime: min.insync.replicas above the ISR size rejects acks=all."""
+    """REQ-R8 at runtime: min.insync.replicas above the ISR size rejects acks=all."""
     bs = cluster2.bootstrap_servers
     incremental(cluster2, topic, [("min.insync.replicas", "3", AlterConfigOpType.SET)])
     acked, errors = produce(bs, topic, [b"rejected"], timeout=15,
                             extra={"retries": 0, "message.timeout.ms": 10000})
     assert not acked and errors and set(errors) == {"NOT_ENOUGH_REPLICAS"}, errors
-    # acks=1 is not affected (SPEC R8 applies to acks=all only).
+    # acks=1 is not affected (REQ-R8 applies to acks=all only).
     acked, errors = produce(bs, topic, [b"acks1"], acks="1")
     assert len(acked) == 1 and not errors
     incremental(cluster2, topic, [("min.insync.replicas", None, AlterConfigOpType.DELETE)])
@@ -284,7 +284,7 @@ def _state(c: LocalCluster, topic: str) -> znodes.PartitionState:
 
 def test_unclean_election_enabled_at_runtime_and_overrides_survive_restart(
         make_cluster: Any, topic_name: str) -> None:
-    """SPEC R10/R15 at runtime: an offline partition whose only live replica is out of
+    """REQ-R10/R15 at runtime: an offline partition whose only live replica is out of
     sync is elected as soon as unclean.leader.election.enable=true is set (the controller
     reacts to the config change). The restarted broker opens its logs before it reads
     ZooKeeper: its log must still get the topic's overrides (small segments)."""

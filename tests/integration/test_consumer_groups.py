@@ -1,6 +1,6 @@
 """Consumer groups with real clients, real brokers and a real ZooKeeper (issue 4).
 
-SPEC reliability levers: consumer acknowledgement (offsets committed after processing
+Reliability levers (docs/requirements.md): consumer acknowledgement (offsets committed after processing
 are durable: replicated in ``__consumer_offsets`` before the commit is answered) and
 consumer-group rebalancing (partitions are redistributed when consumers join, leave or
 crash). Consumers that must crash run in their own processes (SIGKILL).

@@ -1,6 +1,6 @@
 """The controller's decisions with real ZooKeeper and broker processes.
 
-SPEC R4 (failover), R5 (preferred leader election: the documents' walkthrough, the admin
+REQ-R4 (failover), R5 (preferred leader election: the documents' walkthrough, the admin
 command and the automatic check), R10/R14/R15 (unclean election on/off), R13 (controller
 failover with a higher epoch; controlled shutdown). These tests assert leadership and ISR
 decisions only (the state znodes and client metadata); data loss belongs to the

@@ -1,6 +1,6 @@
 """Crash recovery: SIGKILL the broker under load, restart it, prove nothing acked is lost.
 
-SPEC R18 (acknowledge from the page cache), R23 (segmented log), R27 (page cache): a
+REQ-R18 (acknowledge from the page cache), R23 (segmented log), R27 (page cache): a
 SIGKILL ends the process but not the kernel, so every record acknowledged before the kill
 (acks=1 or acks=all) is in the page cache and must be served after the restart, exactly
 once, at its acknowledged offset. Segments roll every 16 KiB so kills land around

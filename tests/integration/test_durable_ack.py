@@ -1,6 +1,6 @@
 """Durable acknowledgement: every replica SIGKILLed at once, with and without power loss.
 
-SPEC R18 says a record is acknowledged from the page cache and R22 that all replicas can
+REQ-R18 says a record is acknowledged from the page cache and R22 that all replicas can
 fail together; the documents' loss case "all replicas of a partition failing at once".
 ``odradek.ack.fsync=true`` (beyond Kafka) acknowledges only what is fsynced on the
 leader and, with acks=all, on every ISR member. Proof: 3 brokers, RF 3, min ISR 2,
@@ -111,7 +111,7 @@ class Writer:
 
 
 def kill_all(c: LocalCluster) -> None:
-    """SIGKILL every broker first, then wait for each: a simultaneous crash (SPEC R22)."""
+    """SIGKILL every broker first, then wait for each: a simultaneous crash (REQ-R22)."""
     for b in c.brokers:
         if b.pid:
             try:
@@ -223,7 +223,7 @@ def _check(rounds: list[Round]) -> None:
         assert r.lost[DURABLE] == 0, f"round {i}: durable topic lost {r.lost[DURABLE]} acked records"
         assert r.duplicates[DURABLE] == 0, f"round {i}: duplicates in the durable topic"
     if any(r.power_loss for r in rounds):
-        # Kafka's default acknowledges from the page cache (SPEC R18): a power cut loses.
+        # Kafka's default acknowledges from the page cache (REQ-R18): a power cut loses.
         assert rounds[-1].lost[DEFAULT] > 0, "power-loss simulation lost nothing: no proof"
 
 

@@ -1,6 +1,6 @@
 """Leader failover with real processes: what acks, min ISR and unclean election lose.
 
-SPEC R4 (failover), R7/R8 (acks, min.insync.replicas), R10/R14/R15 (unclean election),
+REQ-R4 (failover), R7/R8 (acks, min.insync.replicas), R10/R14/R15 (unclean election),
 R19 (leader epochs close the HW-truncation loss), R13 (controlled shutdown / rolling
 restart). Each test checks every acknowledged record against what consumers read.
 """
@@ -79,7 +79,7 @@ def _leader(bootstrap: str, topic: str, partition: int = 0) -> int:
 @pytest.mark.parametrize("idempotent", [False, True])
 def test_acks_all_min_isr_2_leader_kill_loses_nothing(make_cluster, topic_name,
                                                       idempotent: bool) -> None:
-    """SPEC R4, R7, R8, R14: acks=all + min ISR 2 + unclean off survives a leader SIGKILL."""
+    """REQ-R4, R7, R8, R14: acks=all + min ISR 2 + unclean off survives a leader SIGKILL."""
     c = make_cluster(3, broker_config=FAST)
     create_topic(c.bootstrap_servers, topic_name, 2, 3, {"min.insync.replicas": "2"})
     conf = {"acks": "all", "enable.idempotence": idempotent}
@@ -104,7 +104,7 @@ def test_acks_all_min_isr_2_leader_kill_loses_nothing(make_cluster, topic_name,
         if idempotent:
             values = [v for _, v in recs]
             assert len(values) == len(set(values)), "idempotent producer wrote duplicates"
-    # SPEC R20: replicas byte-identical below the HW.
+    # REQ-R20: replicas byte-identical below the HW.
     for p in (0, 1):
         hw = max((o for o, _ in read[p]), default=-1) + 1
         logs = {b: replica_log_bytes(c, b, topic_name, p, upto_offset=hw) for b in (1, 2, 3)}
@@ -113,7 +113,7 @@ def test_acks_all_min_isr_2_leader_kill_loses_nothing(make_cluster, topic_name,
 
 @pytest.mark.parametrize("unclean", [False, True])
 def test_unclean_election_trade_off(make_cluster, topic_name, unclean: bool) -> None:
-    """SPEC R10/R15: ISR shrinks to the leader, which dies; the follower returns first."""
+    """REQ-R10/R15: ISR shrinks to the leader, which dies; the follower returns first."""
     c = make_cluster(2, broker_config=FAST)
     create_topic(c.bootstrap_servers, topic_name, 1, 2,
                  {"unclean.leader.election.enable": str(unclean).lower()},
@@ -159,7 +159,7 @@ def test_unclean_election_trade_off(make_cluster, topic_name, unclean: bool) -> 
 
 
 def test_leader_epoch_prevents_hw_truncation_loss(make_cluster, topic_name) -> None:
-    """SPEC R19: restart a follower, then fail the leader quickly: nothing acked is lost.
+    """REQ-R19: restart a follower, then fail the leader quickly: nothing acked is lost.
 
     Before leader epochs a restarted follower truncated to its (stale) HW and, elected a
     moment later, lost records the old leader had acknowledged (the documents' example).

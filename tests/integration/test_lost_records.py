@@ -1,12 +1,12 @@
-"""The lost-records ledger on a real cluster (issue 6 item 5; SPEC R10, R19, R20).
+"""The lost-records ledger on a real cluster (issue 6 item 5; REQ-R10, R19, R20).
 
-CI: an unclean election (SPEC R10/R15) -- the ISR shrinks to the leader, which takes
+CI: an unclean election (REQ-R10/R15) -- the ISR shrinks to the leader, which takes
 records alone and dies; the out-of-sync follower is elected; the old leader returns and
 truncates (R19/R20). Kafka discards those acknowledged records; here they are in the
 old leader's ledger with the epochs and the reason, and ``odradek lost-records replay``
 re-produces them once (a second replay sends nothing).
 
-Slow: the chaos scenarios that lose acknowledged records (SPEC scenarios 4 and 6 with
+Slow: the chaos scenarios that lose acknowledged records (REQ-P4 and REQ-P6 with
 acks=1), checked on Spark: the ledger accounts for every lost record.
 """
 
@@ -30,7 +30,7 @@ FAST = {"replica.lag.time.max.ms": "2000", "zookeeper.session.timeout.ms": "4000
 
 
 def _state(c: Any, topic: str) -> tuple[int, int, list[int]]:
-    """(leader, leader epoch, isr) from the partition state znode (SPEC R13)."""
+    """(leader, leader epoch, isr) from the partition state znode (REQ-R13)."""
     data, _ = c.zk_client().get(f"/brokers/topics/{topic}/partitions/0/state")
     s = json.loads(data)
     return s["leader"], s["leader_epoch"], s["isr"]
@@ -56,11 +56,11 @@ def test_unclean_election_loss_is_in_the_ledger_and_replayed_once(
     wait_for(lambda: read_checkpoint(cp).get((topic_name, 0), 0) >= 500, 20,
              "the leader's HW checkpoint to cover the records")
     c.stop_broker(1, signal.SIGKILL)
-    c.start_broker(2)  # the out-of-sync replica is elected (unclean, SPEC R10)
+    c.start_broker(2)  # the out-of-sync replica is elected (unclean, REQ-R10)
     wait_for(lambda: _state(c, topic_name)[0] == 2, 30, "the unclean election of broker 2")
     new_epoch = _state(c, topic_name)[1]
     assert new_epoch > old_epoch
-    c.start_broker(1)  # returns, truncates to the new leader (SPEC R19, R20)
+    c.start_broker(1)  # returns, truncates to the new leader (REQ-R19, R20)
     wait_for(lambda: sorted(_state(c, topic_name)[2]) == [1, 2], 30,
              "the old leader to rejoin as a follower")
 
@@ -116,7 +116,7 @@ def test_unclean_election_loss_is_in_the_ledger_and_replayed_once(
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", ["p6-leader-isolated-acks1", "p4-leader-cut-from-zk-acks1"])
 def test_chaos_loss_is_fully_accounted_for_by_the_ledger(name: str, tmp_path: Path) -> None:
-    """SPEC scenarios 4 and 6 (acks=1): the deposed leader's acknowledged records are lost,
+    """REQ-P4 and REQ-P6 (acks=1): the deposed leader's acknowledged records are lost,
     and every one of them is in a ledger (checked by the Spark checker)."""
     from odradek.chaos.faults import FaultsUnavailable, require_available
 

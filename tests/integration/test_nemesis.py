@@ -2,7 +2,7 @@
 
 Safe configuration (acks=all, min ISR 2, unclean off, idempotent producer, RF 3, 3
 partitions): zero acknowledged records lost, no duplicates, no reordering within a
-partition, no divergence (SPEC R7, R8, R16, R19, R20). CI runs one short seed (10 s of
+partition, no divergence (REQ-R7, R8, R16, R19, R20). CI runs one short seed (10 s of
 faults: SIGKILL b1, b1 <-> ZooKeeper, SIGKILL b2); a 20 s seed with every fault family
 is marked slow. ``odradek chaos nemesis --seeds 1-20`` is the full proof.
 """

@@ -1,4 +1,4 @@
-"""Replication between real broker processes (SPEC R3, R6–R9, R16, R17, R19–R21).
+"""Replication between real broker processes (REQ-R3, R6–R9, R16, R17, R19–R21).
 
 Every test runs ZooKeeper and three broker processes and drives them with
 confluent-kafka; replica logs are compared byte for byte on disk.
@@ -26,7 +26,7 @@ def _values(n: int, tag: str) -> list[bytes]:
 
 
 def test_acks_all_replicates_byte_identical_logs(make_cluster, topic_name) -> None:
-    """SPEC R3/R16/R20: followers pull the leader's batches; replicas never diverge."""
+    """REQ-R3/R16/R20: followers pull the leader's batches; replicas never diverge."""
     c = make_cluster(3, broker_config=FAST)
     create_topic(c.bootstrap_servers, topic_name, 4, 3)
     values = _values(20_000, "a")
@@ -43,13 +43,13 @@ def test_acks_all_replicates_byte_identical_logs(make_cluster, topic_name) -> No
 
 
 def test_follower_restart_catches_up_and_rejoins_isr(make_cluster, topic_name) -> None:
-    """SPEC R21: a restarted follower truncates, catches up, and rejoins the ISR."""
+    """REQ-R21: a restarted follower truncates, catches up, and rejoins the ISR."""
     c = make_cluster(3, broker_config=FAST)
     create_topic(c.bootstrap_servers, topic_name, 1, 3, assignment=[[1, 2, 3]])
     acked1, err1 = produce(c.bootstrap_servers, topic_name, _values(3000, "before"))
     assert not err1
     c.stop_broker(3, signal.SIGKILL)
-    # SPEC R6: the dead follower leaves the ISR after replica.lag.time.max.ms.
+    # REQ-R6: the dead follower leaves the ISR after replica.lag.time.max.ms.
     wait_for(lambda: 3 not in partition_meta(c.bootstrap_servers, topic_name)[0].isrs, 20,
              "broker 3 to leave the ISR")
     acked2, err2 = produce(c.bootstrap_servers, topic_name, _values(3000, "during"))
@@ -63,7 +63,7 @@ def test_follower_restart_catches_up_and_rejoins_isr(make_cluster, topic_name) -
 
 
 def test_min_insync_replicas_refuses_then_recovers(make_cluster, topic_name) -> None:
-    """SPEC R8: acks=all with ISR < min.insync.replicas gets NOT_ENOUGH_REPLICAS; acks=1 works."""
+    """REQ-R8: acks=all with ISR < min.insync.replicas gets NOT_ENOUGH_REPLICAS; acks=1 works."""
     c = make_cluster(3, broker_config=FAST)
     create_topic(c.bootstrap_servers, topic_name, 1, 3, {"min.insync.replicas": "2"},
                  assignment=[[1, 2, 3]])
@@ -90,7 +90,7 @@ def test_min_insync_replicas_refuses_then_recovers(make_cluster, topic_name) -> 
 
 
 def test_slow_follower_leaves_isr_and_acks_resume(make_cluster, topic_name) -> None:
-    """SPEC R9: a stuck ISR member delays acks=all only until it is dropped from the ISR."""
+    """REQ-R9: a stuck ISR member delays acks=all only until it is dropped from the ISR."""
     c = make_cluster(3, broker_config=FAST)
     create_topic(c.bootstrap_servers, topic_name, 1, 3, assignment=[[1, 2, 3]])
     c.stop_broker(3, signal.SIGSTOP)

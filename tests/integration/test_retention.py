@@ -1,4 +1,4 @@
-"""Retention (delete policy), the replicated log start offset and DeleteRecords (SPEC R24).
+"""Retention (delete policy), the replicated log start offset and DeleteRecords (REQ-R24).
 
 Real ZooKeeper, three real broker processes, real clients (confluent-kafka, kafka-python).
 Segments are tiny so retention has something to delete within seconds; the retention
@@ -211,7 +211,7 @@ def test_follower_below_leader_log_start_restarts_there(make_cluster, topic_name
 
 
 def test_retention_by_time_and_size_under_load(make_cluster) -> None:
-    """SPEC R24 proof: small segments, concurrent produce and fetch, replicated topics.
+    """REQ-R24 proof: small segments, concurrent produce and fetch, replicated topics.
     Segments past retention.bytes / retention.ms disappear on every replica (bounded by
     the HW, never the active one); a consumer left below the new start resets."""
     c = make_cluster(3, broker_config=BROKER_CONFIG)

@@ -1,7 +1,7 @@
 """The documents' failure scenarios on a real cluster, checked by the Spark job (issue 6).
 
 One fast representative runs in CI: acks=all, min ISR 2, unclean off, idempotent
-producer, leader SIGKILL -> zero acknowledged records lost (SPEC R4, R7, R8, R19).
+producer, leader SIGKILL -> zero acknowledged records lost (REQ-R4, R7, R8, R19).
 Every other scenario is marked slow (``ODRADEK_FULL=1 scripts/test.sh`` or
 ``odradek chaos run all``). All share one SparkSession (one per test module).
 """

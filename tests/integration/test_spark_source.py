@@ -313,7 +313,7 @@ def _recreate(admin: AdminClient, name: str) -> bool:
 
 
 def _delete_records(bs: str, topic: str, partition: int, before: int) -> None:
-    """DeleteRecords (SPEC R24): the log start offset becomes ``before``."""
+    """DeleteRecords (REQ-R24): the log start offset becomes ``before``."""
     from confluent_kafka import TopicPartition
 
     admin = AdminClient({"bootstrap.servers": bs})

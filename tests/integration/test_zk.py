@@ -1,4 +1,4 @@
-"""Real ZooKeeper (Debian jar): server lifecycle, bound client, ephemeral nodes (SPEC R12)."""
+"""Real ZooKeeper (Debian jar): server lifecycle, bound client, ephemeral nodes (REQ-R12)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_node_in_its_own_cgroup(zk_server: ZooKeeperServer) -> None:
 def test_client_binds_source_address(zk_server: ZooKeeperServer) -> None:
     zk = connect_zk(zk_server.connect, source_ip="127.0.250.7", session_timeout_s=4)
     try:
-        # FACTS trap: without the bound handler this would be 127.0.0.1.
+        # platform-notes trap: without the bound handler this would be 127.0.0.1.
         assert zk._connection._socket.getsockname()[0] == "127.0.250.7"
         assert "/127.0.250.7:" in four_letter_word(ZK_ADDR, 2181, "stat")
     finally:

@@ -113,7 +113,7 @@ class MemoryController:
             loop.call_soon(listener, image)  # a watch notification, not a direct call
 
     def elect(self, partition: int, leader: int, isr: Iterable[int] | None = None) -> None:
-        """What the controller writes after an election (SPEC R13, R14): a new epoch."""
+        """What the controller writes after an election (REQ-R13, R14): a new epoch."""
         z = self.znodes[partition]
         z.leader = leader
         z.leader_epoch += 1
@@ -254,7 +254,7 @@ class ReplicationHarness:
         return apply
 
     async def _isr_loop(self, rm: ReplicaManager) -> None:
-        while True:  # the broker's periodic ISR check (SPEC R6)
+        while True:  # the broker's periodic ISR check (REQ-R6)
             await asyncio.sleep(self.lag_ms / 2000)
             rm.check_isr()
 

@@ -1,4 +1,4 @@
-"""Fault rule specs are built exactly (pure; issue 6 item 1, FACTS "Network faults")."""
+"""Fault rule specs are built exactly (pure; issue 6 item 1, docs/platform-notes.md, network faults)."""
 
 from __future__ import annotations
 

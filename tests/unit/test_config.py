@@ -91,12 +91,12 @@ def test_broker_defaults_are_kafkas() -> None:
     cfg = broker()
     assert cfg.listeners == "PLAINTEXT://:9092"
     assert cfg.log_dirs == ["/tmp/kafka-logs"]
-    assert cfg.log_retention_ms == 168 * 3600 * 1000  # SPEC R24: 7 days
+    assert cfg.log_retention_ms == 168 * 3600 * 1000  # REQ-R24: 7 days
     assert cfg.log_roll_ms == 168 * 3600 * 1000
     assert cfg.message_max_bytes == 1048588
-    assert cfg.log_flush_interval_messages == LONG_MAX  # SPEC R18: no forced fsync
-    assert cfg.unclean_leader_election_enable is False  # SPEC R10
-    assert cfg.min_insync_replicas == 1  # SPEC R8
+    assert cfg.log_flush_interval_messages == LONG_MAX  # REQ-R18: no forced fsync
+    assert cfg.unclean_leader_election_enable is False  # REQ-R10
+    assert cfg.min_insync_replicas == 1  # REQ-R8
     assert cfg.replica_lag_time_max_ms == 30000
     assert cfg.offsets_topic_replication_factor == 3
     assert cfg.zookeeper_connection_timeout() == 18000

@@ -69,6 +69,7 @@ _CLIENT_SETTINGS = {"bootstrap.servers", "group.id", "auto.offset.reset", "enabl
                     "fetch.min.bytes", "fetch.wait.max.ms", "acks", "queue.buffering.max.ms",
                     "message.send.max.retries", "batch.num.messages", "client.id",
                     "message.timeout.ms", "fetch.queue.backoff.ms",
+                    "test.mock.num.brokers",  # librdkafka mock cluster (benchmarks)
                     "odradek.client"}  # the Spark source's option (docs/spark.md)
 
 

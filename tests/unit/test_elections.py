@@ -1,4 +1,4 @@
-"""The controller's election rules (odradek.controller.elections): SPEC R4, R5, R10, R13-R15."""
+"""The controller's election rules (odradek.controller.elections): REQ-R4, R5, R10, R13-R15."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from odradek.metadata.store import MetadataStore
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.server.context import RequestContext
 from odradek.log_manager.flusher import Flusher
-from odradek.log_manager.log_cleaner import manager_from_config  # compaction (SPEC R25)
+from odradek.log_manager.log_cleaner import manager_from_config  # compaction (REQ-R25)
 from odradek.replication.isr_store import ZkIsrStore
 from odradek.replication.replica_manager import RECOVERY_POINT_CHECKPOINT, ReplicaManager
 from odradek.replication.trace import RecordTracer
@@ -123,7 +123,7 @@ class Broker:
         t0 = time.monotonic()
         self.replicas.load_logs()
         self.flusher.start()
-        self.cleaner.start(self._loop)  # log compaction threads (SPEC R25)
+        self.cleaner.start(self._loop)  # log compaction threads (REQ-R25)
         log.info("logs loaded in %.2f s", time.monotonic() - t0)
         bind_host, bind_port = self._bind_address()
         self.socket_server.bind(bind_host, bind_port)
@@ -170,7 +170,7 @@ class Broker:
         # the ISR until replica.lag.time.max.ms passes).
         await self._bounded("stop replica fetchers", self.replicas.stop_fetchers())
         if self.config.controlled_shutdown_enable and self.zk is not None and self.store:
-            # SPEC R13 / Kafka's controlled shutdown: while we still serve, the controller
+            # REQ-R13 / Kafka's controlled shutdown: while we still serve, the controller
             # moves leadership of our partitions to other ISR members and drops us from
             # the ISRs, so clients switch leaders without waiting for a session timeout.
             t0 = time.monotonic()
@@ -215,7 +215,7 @@ class Broker:
                 log.exception("high-watermark checkpoint failed")
 
     async def _isr_loop(self) -> None:
-        """SPEC R6: look for lagging ISR members every replica.lag.time.max.ms / 2."""
+        """REQ-R6: look for lagging ISR members every replica.lag.time.max.ms / 2."""
         interval = min(max(self.config.replica_lag_time_max_ms / 2000, 0.1), 5.0)
         while True:
             await asyncio.sleep(interval)
@@ -225,7 +225,7 @@ class Broker:
                 log.exception("ISR check failed")
 
     async def _retention_loop(self) -> None:
-        """SPEC R24: delete old segments every log.retention.check.interval.ms (Kafka's
+        """REQ-R24: delete old segments every log.retention.check.interval.ms (Kafka's
         kafka-log-retention task), on the loop: the decision is metadata only and the
         unlinks are deferred by file.delete.delay.ms. Pending unlinks are also checked
         every second so the delay is honoured when the check interval is long."""

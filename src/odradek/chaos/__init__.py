@@ -1,5 +1,5 @@
 """Fault injection, workload histories, a Spark loss checker and the documents' failure
-scenarios (issue 6; SPEC R4-R10, R15, R18-R22 and the eight network-partition scenarios).
+scenarios (issue 6; REQ-R4-R10, R15, R18-R22 and the eight network-partition scenarios).
 
 * ``faults``    -- signals, iptables partitions / lossy links, tc htb slow links (root).
 * ``workload``  -- producers / consumers / metadata poller that record Parquet histories.

@@ -2,7 +2,7 @@
 
 Input: ``RUN_DIR/<scenario>/{producer,reads,events,replicas}.parquet`` (see
 ``odradek.chaos.workload``). One SparkSession checks every scenario of the run; per
-scenario it computes (SPEC R7, R10, R19, R20):
+scenario it computes (REQ-R7, R10, R19, R20):
 
 * ``lost``          acknowledged records absent from the final read (the HW after healing)
 * ``duplicated``    records present more than once in the final read (extra copies)
@@ -11,17 +11,17 @@ scenario it computes (SPEC R7, R10, R19, R20):
                     (legal for timed-out sends; never for records never sent)
 * ``dirty_reads``   live reads whose offset later held another record (or none): a
                     consumer saw data that was then truncated -- must not happen, since
-                    consumers read below the HW (SPEC R16)
+                    consumers read below the HW (REQ-R16)
 * ``divergent``     offsets below each replica's HW where replicas hold different
-                    records (SPEC R20: replicas never diverge)
+                    records (REQ-R20: replicas never diverge)
 * ``split_brain_acks``  lost records acknowledged after ZooKeeper already named a new
-                    leader: the deposed leader kept accepting writes (SPEC scenarios 4, 6)
+                    leader: the deposed leader kept accepting writes (REQ-P4, REQ-P6)
 * ``split_brain_s`` how long after the new leader's election such acks went on
 * ``unavailable_s`` 0.5 s windows between first and last send with no acknowledgement
 * ``lost_in_ledger`` / ``lost_not_in_ledger``  lost records found / not found in any
                     broker's lost-records ledger (``ledger.parquet``); ``ledger_records``
                     distinct records quarantined (lost or not, e.g. never acknowledged)
-* per phase (``History.phase``): acks, errors by name, median ack latency (SPEC R8, R9)
+* per phase (``History.phase``): acks, errors by name, median ack latency (REQ-R8, R9)
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ BIN_S = 0.5
 
 
 def spark_session() -> Any:
-    """A local SparkSession whose Python workers are this interpreter (FACTS: else the
+    """A local SparkSession whose Python workers are this interpreter (platform-notes: else the
     workers lack pyarrow)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable

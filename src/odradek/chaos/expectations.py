@@ -1,7 +1,7 @@
 """Expectations over a scenario's checked metrics (issue 6 item 4).
 
 A scenario's expectation is a list of ``Check``s computed from the metrics the Spark
-checker produced -- the outcome the documents describe (SPEC), never a hard-coded count:
+checker produced -- the outcome docs/requirements.md describes, never a hard-coded count:
 "possible" losses are *reported*, guaranteed ones are asserted.
 """
 
@@ -17,7 +17,7 @@ __all__ = ["Check", "Metrics", "Expect", "phase_acks", "phase_errors", "no_diver
 
 # Must match scenarios.FAST_BROKER_CONFIG["replica.lag.time.max.ms"] (checked there).
 LAG_S = 2.0
-# SPEC scenarios 4/6: the deposed leader acknowledges only until its ISR shrink fails:
+# REQ-P4/P6: the deposed leader acknowledges only until its ISR shrink fails:
 # followers stop fetching at the election, it notices after replica.lag.time.max.ms (+ one
 # check period, lag/2 in Kafka) and the ZooKeeper write cannot succeed; 1 s of slack.
 SPLIT_BRAIN_BOUND_S = 1.5 * LAG_S + 1.0
@@ -61,10 +61,10 @@ def phase_errors(m: Metrics, name: str, kinds: tuple[str, ...], op: str, value: 
 
 
 def no_divergence(m: Metrics, *, unclean: bool = False) -> list[Check]:
-    # SPEC R19/R20: whatever was lost, replicas agree below their HW, and consumers never
+    # REQ-R19/R20: whatever was lost, replicas agree below their HW, and consumers never
     # read a record that was later truncated (they read below the HW, R16) -- except
     # after an unclean election, which by definition discards committed records that
-    # consumers may already have read (SPEC R10).
+    # consumers may already have read (REQ-R10).
     dirty = (report(m, "dirty_reads", "R10: unclean election loses committed, readable "
                     "records") if unclean else _cmp(m, "dirty_reads", "==", 0))
     return [_cmp(m, "divergent", "==", 0), dirty, _cmp(m, "never_sent_read", "==", 0)]

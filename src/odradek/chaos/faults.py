@@ -1,4 +1,4 @@
-"""Faults on real processes and real packets (issue 6 item 1; FACTS "Network faults").
+"""Faults on real processes and real packets (issue 6 item 1; docs/platform-notes.md, network faults).
 
 * Signals: SIGKILL / SIGTERM / SIGSTOP / SIGCONT of a broker or ZooKeeper node, through
   ``LocalCluster`` (which knows pids and reaps its children).
@@ -143,7 +143,7 @@ class IptRule:
 def partition_rules(a: str, b: str, tag: str, *, direction: Direction = "both",
                     probability: float | None = None,
                     a_cgroup: str | None = None, b_cgroup: str | None = None) -> list[IptRule]:
-    """DROP rules cutting packets a->b and/or b->a (FACTS: dropping one direction of TCP
+    """DROP rules cutting packets a->b and/or b->a (platform-notes: dropping one direction of TCP
     also breaks new connections the other way, since the SYN-ACK is lost)."""
     if a == b:
         raise ValueError("a partition needs two different addresses")
@@ -539,7 +539,7 @@ class Faults:
             self.cluster.stop_broker(i, sig)
 
     def kill_all(self, nodes: Sequence[Node], sig: int = signal.SIGKILL) -> None:
-        """Signal every node first, then wait for each: a simultaneous crash (SPEC R22)."""
+        """Signal every node first, then wait for each: a simultaneous crash (REQ-R22)."""
         from odradek.cluster import procs
 
         self.on_event("fault", f"{signal.Signals(sig).name} {','.join(map(str, nodes))}")

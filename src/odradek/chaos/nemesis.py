@@ -7,7 +7,7 @@ partition or slow link). ``run_nemesis`` applies a schedule to a fresh ``LocalCl
 under the safe configuration -- acks=all, min.insync.replicas=2, unclean election off,
 idempotent producer, RF 3, several partitions -- with the existing ``Faults`` API and
 ``History`` workload, then heals, waits for every ISR to be full, does the final read,
-and leaves the histories for ``checker.check_run``. Expectations (SPEC R7, R8, R16, R19,
+and leaves the histories for ``checker.check_run``. Expectations (REQ-R7, R8, R16, R19,
 R20): zero acknowledged records lost, zero duplicates, no reordering within a partition,
 no divergence, no dirty reads.
 
@@ -17,8 +17,8 @@ Constraints that keep the cluster able to make progress (and the run meaningful)
 * at most one broker down (SIGKILL / SIGTERM / SIGSTOP) at a time, so two replicas of
   every partition can still form a min-ISR-2 quorum once the network heals;
 * ZooKeeper is never killed or paused unless it is an ensemble of 3 or more, and then at
-  most one member at a time (a quorum survives); partitions to it are allowed (SPEC
-  scenarios 3, 4, 8 -- sessions expire, which is what they are about);
+  most one member at a time (a quorum survives); partitions to it are allowed (REQ-P3,
+  REQ-P4, REQ-P8 -- sessions expire, which is what they are about);
 * every fault ends before ``duration_s``; the final heal is unconditional anyway.
 """
 
@@ -210,7 +210,7 @@ def parse_case(name: str) -> int | None:
 
 
 def nemesis_checks(m: dict[str, Any], partitions: int = NEMESIS_PARTITIONS) -> list[Any]:
-    """The safe configuration's promises (SPEC R7, R8, R16, R19, R20)."""
+    """The safe configuration's promises (REQ-R7, R8, R16, R19, R20)."""
     from odradek.chaos.expectations import Check, _cmp
 
     return [_cmp(m, "lost", "==", 0), _cmp(m, "duplicated", "==", 0),

@@ -8,7 +8,7 @@ producer (chosen acks/idempotence), a live consumer and a ZooKeeper poller recor
 history while the scenario's body injects faults; then everything heals, the final
 read and the replicas' segment files are recorded, and ``checker.check_run`` computes
 the metrics on Spark. Expectations are predicates over those metrics -- the outcome
-the documents describe (SPEC), never a hard-coded count.
+docs/requirements.md describes, never a hard-coded count.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class ScenarioError(RuntimeError):
 class Scenario:
     name: str
     title: str
-    spec: str  # SPEC citations
+    spec: str  # docs/requirements.md identifiers (REQ-Rn, REQ-Pn)
     expected: str  # what the documents say happens
     body: Callable[[Ctx], None]
     expect: Expect
@@ -156,7 +156,7 @@ def _kill_leader_failover(ctx: Ctx) -> None:
 
 
 def _kill_leader_ahead_of_followers(ctx: Ctx) -> None:
-    """SPEC R4/R7: with acks=1 the leader acknowledges records no follower has fetched yet.
+    """REQ-R4/R7: with acks=1 the leader acknowledges records no follower has fetched yet.
     Cut the leader from both followers for less than replica.lag.time.max.ms (so both stay
     in the ISR and the election stays clean), kill the leader, heal: what it acknowledged
     during the cut is exactly what the new leader lacks. Without the cut, followers are
@@ -372,7 +372,7 @@ _NO_RETRY = {"retries": 0}  # so NOT_ENOUGH_REPLICAS reaches the history as such
 
 SCENARIOS: list[Scenario] = [
     Scenario("acks1-leader-failover", "acks=1, leader SIGKILL while followers lag (still in "
-             "the ISR), clean failover", "SPEC R4, R7, R19",
+             "the ISR), clean failover", "REQ-R4, R7, R19",
              "loss: records acknowledged by the leader alone and not yet fetched are lost, "
              "although the election is clean; replicas never diverge",
              _kill_leader_ahead_of_followers, lambda m: [
@@ -380,30 +380,30 @@ SCENARIOS: list[Scenario] = [
                  leader_changed(m), phase_acks(m, "failover", ">", 0), *ledger_accounts(m)],
              acks="1"),
     Scenario("acks1-unclean-after-shrink", "acks=1, ISR shrank to the leader, leader dies, "
-             "unclean election", "SPEC R10, R14, R15",
+             "unclean election", "REQ-R10, R14, R15",
              "large loss: everything acknowledged while the ISR was the leader alone",
              _shrink_then_unclean, lambda m: [
                  _cmp(m, "lost", ">=", max(1, _phase(m, "isr-leader-only").get("acks", 0))),
                  *no_divergence(m, unclean=True), leader_changed(m), *ledger_accounts(m)],
              acks="1", unclean=True),
     Scenario("acksall-unclean-after-shrink", "acks=all, min ISR 1, unclean on, ISR shrank, "
-             "leader dies", "SPEC R10, R14",
+             "leader dies", "REQ-R10, R14",
              "loss: acks=all only waits for the ISR, which was the leader alone; the unclean "
              "leader lacks those records", _shrink_then_unclean, lambda m: [
                  _cmp(m, "lost", ">=", max(1, _phase(m, "isr-leader-only").get("acks", 0))),
                  *no_divergence(m, unclean=True), leader_changed(m), *ledger_accounts(m)],
              acks="all", unclean=True),
     Scenario("safe-leader-kill", "acks=all, min ISR 2, unclean off, idempotent; leader SIGKILL",
-             "SPEC R4, R7, R8, R19", "zero loss, no duplicates, no reordering",
+             "REQ-R4, R7, R8, R19", "zero loss, no duplicates, no reordering",
              _kill_leader_failover, _safe_kill_expect, slow=False, **_SAFE),
     Scenario("safe-min-isr-refuses", "acks=all, min ISR 2: ISR below the minimum",
-             "SPEC R8", "NOT_ENOUGH_REPLICAS while the ISR < 2, nothing acknowledged then; "
+             "REQ-R8", "NOT_ENOUGH_REPLICAS while the ISR < 2, nothing acknowledged then; "
              "writes resume after healing; zero loss", _isr_below_min, lambda m: [
                  phase_errors(m, "isr-below-min", NER, ">", 0),
                  phase_acks(m, "isr-below-min", "==", 0), phase_acks(m, "healing", ">", 0),
                  *zero_loss(m)], acks="all", min_isr=2, producer_extra=_NO_RETRY),
     Scenario("safe-slow-follower", "acks=all: a slow follower (tc htb) leaves the ISR",
-             "SPEC R6, R9", "acks=all latency is high while the slow follower is in the ISR "
+             "REQ-R6, R9", "acks=all latency is high while the slow follower is in the ISR "
              "and drops once it is removed; zero loss", _slow_follower, lambda m: [
                  Check("p50 latency drops after the slow follower leaves the ISR",
                        (_phase(m, "slow-in-isr").get("p50_ms") or 0)
@@ -413,23 +413,23 @@ SCENARIOS: list[Scenario] = [
                        f"{_phase(m, 'baseline').get('p50_ms')} ms"),
                  *zero_loss(m)], acks="all", rate=250, size=1000, needs_tc=True),
     Scenario("p1-follower-cut-from-leader", "scenario 1: follower cannot reach the leader",
-             "SPEC scenario 1, R6, R21", "the follower leaves the ISR, rejoins after healing; "
+             "REQ-P1, R6, R21", "the follower leaves the ISR, rejoins after healing; "
              "no split brain, no loss", _p1, lambda m: [
                  leader_changed(m, False), phase_acks(m, "cut", ">", 0), final_isr_full(m),
                  *zero_loss(m)]),
     Scenario("p2-leader-cut-from-followers", "scenario 2: leader reaches no follower",
-             "SPEC scenario 2, R6, R8", "ISR shrinks to the leader; no split brain; writes "
+             "REQ-P2, R6, R8", "ISR shrinks to the leader; no split brain; writes "
              "go on without redundancy (min ISR 1); no loss", _p2, lambda m: [
                  leader_changed(m, False), phase_acks(m, "isr-leader-only", ">", 0),
                  final_isr_full(m), *zero_loss(m)]),
     Scenario("p3-follower-cut-from-zk", "scenario 3: follower reaches the leader, not ZooKeeper",
-             "SPEC scenario 3, R12", "the follower keeps fetching and stays in the ISR; "
+             "REQ-P3, R12", "the follower keeps fetching and stays in the ISR; "
              "ZooKeeper marks it dead; nothing else happens", _p3, lambda m: [
                  leader_changed(m, False), phase_acks(m, "expired", ">", 0),
                  isr_seen(m, "expired", lambda i: len(i) == 3, "follower stays in the ISR"),
                  final_isr_full(m), *zero_loss(m)]),
     Scenario("p4-leader-cut-from-zk-acks1", "scenario 4, acks=1: leader reaches followers, "
-             "not ZooKeeper", "SPEC scenario 4, R13",
+             "not ZooKeeper", "REQ-P4, R13",
              "a new leader is elected; the old one accepts acks=1 writes until its ISR shrink "
              "fails, then rejects; those records are lost on healing (brief split brain)",
              _p4, lambda m: [leader_changed(m), _cmp(m, "lost", ">", 0),
@@ -437,45 +437,45 @@ SCENARIOS: list[Scenario] = [
                              *no_divergence(m), final_isr_full(m),
                              *ledger_accounts(m, with_isr=False)], acks="1"),
     Scenario("p4-leader-cut-from-zk-acksall", "scenario 4, acks=all",
-             "SPEC scenario 4, R7", "acks=all writes to the deposed leader fail; no loss",
+             "REQ-P4, R7", "acks=all writes to the deposed leader fail; no loss",
              _p4, lambda m: [leader_changed(m), *zero_loss(m), final_isr_full(m)]),
     Scenario("p5-follower-isolated", "scenario 5: follower cut off from everyone",
-             "SPEC scenario 5, R6, R21", "it leaves the ISR and rejoins after healing; no loss",
+             "REQ-P5, R6, R21", "it leaves the ISR and rejoins after healing; no loss",
              _p5, lambda m: [leader_changed(m, False), phase_acks(m, "isolated", ">", 0),
                              final_isr_full(m), *zero_loss(m)]),
     Scenario("p6-leader-isolated-acks1", "scenario 6, acks=1: leader cut off from everyone "
-             "(clients still reach it)", "SPEC scenario 6",
+             "(clients still reach it)", "REQ-P6",
              "it accepts acks=1 writes briefly, fails to shrink the ISR and stops; a new leader "
              "is elected; on healing it truncates: those records are lost",
              _p6, lambda m: [leader_changed(m), _cmp(m, "lost", ">", 0),
                              split_brain_bounded(m), *no_divergence(m), final_isr_full(m),
                              *ledger_accounts(m, with_isr=False)],
              acks="1"),
-    Scenario("p6-leader-isolated-acksall", "scenario 6, acks=all", "SPEC scenario 6, R7",
+    Scenario("p6-leader-isolated-acksall", "scenario 6, acks=all", "REQ-P6, R7",
              "acks=all writes to the isolated leader fail; no loss",
              _p6, lambda m: [leader_changed(m), *zero_loss(m), final_isr_full(m)]),
     Scenario("p6-shrunk-isolated-minisr1", "scenario 6 variant: ISR already the leader alone, "
-             "then isolated; acks=all, min ISR 1, unclean on", "SPEC scenario 6, R8, R10",
+             "then isolated; acks=all, min ISR 1, unclean on", "REQ-P6, R8, R10",
              "the isolated leader keeps accepting even acks=all writes (its ISR is itself); "
              "all lost once the new leader takes over", _p6_variant, lambda m: [
                  leader_changed(m), _cmp(m, "lost", ">", 0), _cmp(m, "split_brain_acks", ">", 0),
                  *no_divergence(m, unclean=True), *ledger_accounts(m)],
              acks="all", unclean=True),
     Scenario("p6-shrunk-isolated-minisr2", "scenario 6 variant with min ISR 2",
-             "SPEC scenario 6, R8", "min.insync.replicas=2 refuses the writes "
+             "REQ-P6, R8", "min.insync.replicas=2 refuses the writes "
              "(NOT_ENOUGH_REPLICAS): nothing acknowledged, nothing lost", _p6_variant,
              lambda m: [phase_errors(m, "isr-leader-only", NER, ">", 0),
                         phase_acks(m, "isr-leader-only", "==", 0), _cmp(m, "lost", "==", 0),
                         *no_divergence(m, unclean=True)],
              acks="all", unclean=True, min_isr=2, producer_extra=_NO_RETRY),
     Scenario("p7-controller-cut-from-brokers", "scenario 7: controller cannot reach the "
-             "brokers; the leader dies meanwhile", "SPEC scenario 7, R13",
+             "brokers; the leader dies meanwhile", "REQ-P7, R13",
              "leadership still changes (propagated through ZooKeeper here); no split brain, "
              "no loss", _p7, lambda m: [leader_changed(m),
                                         phase_acks(m, "failover-during-cut", ">", 0),
                                         _cmp(m, "split_brain_acks", "==", 0), *zero_loss(m)]),
     Scenario("p8-controller-cut-from-zk", "scenario 8: controller cannot reach ZooKeeper",
-             "SPEC scenario 8, R12, R13", "ZooKeeper elects a new controller; the old one does "
+             "REQ-P8, R12, R13", "ZooKeeper elects a new controller; the old one does "
              "nothing and rejoins as a normal broker; no leader change, no loss", _p8,
              lambda m: [Check("a new controller was elected",
                               len(set(m.get("controllers_seen") or [])) >= 2,
@@ -483,21 +483,21 @@ SCENARIOS: list[Scenario] = [
                         leader_changed(m, False), phase_acks(m, "new-controller", ">", 0),
                         *zero_loss(m)]),
     Scenario("all-replicas-crash", "every replica SIGKILLed at once, then restarted",
-             "SPEC R15, R18, R22", "records only in the page cache may be lost on a machine "
+             "REQ-R15, R18, R22", "records only in the page cache may be lost on a machine "
              "crash (a process kill keeps the page cache); replicas must converge without "
              "divergence", _all_crash, lambda m: [
                  report(m, "lost", "R18: acknowledged from memory"), *no_divergence(m),
                  phase_acks(m, "restarted", ">", 0), final_isr_full(m)],
              acks="all", min_isr=2),
     Scenario("all-crash-durable", "every replica SIGKILLed at once; odradek.ack.fsync=true",
-             "SPEC R7, R18, R22 (beyond Kafka)", "nothing acknowledged is lost: acks=all "
+             "REQ-R7, R18, R22 (beyond Kafka)", "nothing acknowledged is lost: acks=all "
              "answers only once every ISR member fsynced the record",
              _all_crash, lambda m: [*zero_loss(m), phase_acks(m, "restarted", ">", 0),
                                     final_isr_full(m)],
              acks="all", min_isr=2, topic_config=_DURABLE),
     Scenario("all-crash-power-loss", "every replica SIGKILLed at once, then a simulated "
              "power loss (unflushed data cut); Kafka's default flush policy",
-             "SPEC R18, R22, R27", "acknowledged records that were only in the page cache "
+             "REQ-R18, R22, R27", "acknowledged records that were only in the page cache "
              "are lost; replicas still converge without divergence",
              _all_crash_power_loss, lambda m: [
                  _cmp(m, "lost", ">", 0), *no_divergence(m, unclean=True),
@@ -505,7 +505,7 @@ SCENARIOS: list[Scenario] = [
              acks="all", min_isr=2, fsync_ledger=True),
     Scenario("all-crash-durable-power-loss", "every replica SIGKILLed at once, then a "
              "simulated power loss; odradek.ack.fsync=true",
-             "SPEC R7, R18, R22 (beyond Kafka)", "zero loss, and no dirty reads: consumers "
+             "REQ-R7, R18, R22 (beyond Kafka)", "zero loss, and no dirty reads: consumers "
              "only ever see fsynced data (below the HW)",
              _all_crash_power_loss, lambda m: [*zero_loss(m),
                                                phase_acks(m, "restarted", ">", 0),

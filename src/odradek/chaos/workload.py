@@ -127,7 +127,7 @@ class ProducerWorkload:
         self.h = history
         self.topic = topic
         # seq i goes to partition i % partitions: each partition's seqs still increase,
-        # so the checker's per-partition out-of-order test applies (nemesis, SPEC R19).
+        # so the checker's per-partition out-of-order test applies (nemesis, REQ-R19).
         self.partitions = max(1, partitions)
         self.rate = rate
         self.size = size

@@ -1,4 +1,4 @@
-"""``odradek leader-election``: kafka-leader-election.sh's options and output (SPEC R5).
+"""``odradek leader-election``: kafka-leader-election.sh's options and output (REQ-R5).
 
 It sends ElectLeaders (API 43) with confluent-kafka's AdminClient (a real Kafka client),
 so it works against Kafka too. Output lines are kafka-leader-election.sh's::

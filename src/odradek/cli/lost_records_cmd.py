@@ -1,8 +1,8 @@
 """``odradek lost-records list | export | replay``: the ledger of truncated records.
 
 Beyond Kafka (issue 6 item 5): a replica that truncates its log -- a follower after
-OffsetsForLeaderEpoch (SPEC R19, R20), a deposed leader rejoining (SPEC scenarios 4 and
-6), a replica whose committed suffix an unclean election discarded (SPEC R10) -- first
+OffsetsForLeaderEpoch (REQ-R19, R20), a deposed leader rejoining (REQ-P4,
+REQ-P6), a replica whose committed suffix an unclean election discarded (REQ-R10) -- first
 copies the removed batches to ``<log dir>/lost-records/`` (see
 ``odradek.storage.truncation_ledger``). These commands read that ledger from one or more
 log dirs (``--log-dir``, repeatable, or ``--cluster-dir`` for every broker of a

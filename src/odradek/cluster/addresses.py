@@ -2,14 +2,14 @@
 
 Cluster ``k`` owns ``127.0.k.0/24``: ZooKeeper node 1 on ``127.0.k.1:2181`` (ensemble
 nodes j >= 2 on ``127.0.k.(200+j)``), broker i on ``127.0.k.(1+i):9092``. Every node
-has its own address so fault tests can cut single links with iptables (FACTS).
+has its own address so fault tests can cut single links with iptables (docs/platform-notes.md).
 
 A block is claimed by creating ``/tmp/odradek-addr/<k>.json`` under a global flock.
 Since ``odradek cluster up`` exits while the cluster keeps running, a claim cannot be
 tied to a lock held by a process; instead it is *stale* -- and may be taken over --
 once neither the claiming process nor any process recorded in the owner's
 cluster.json for that block is alive. ``127.0.0.x`` (block 0) is never used: ad-hoc
-tests and FACTS examples live there. As a last guard, a block is skipped if any of
+tests and platform-notes examples live there. As a last guard, a block is skipped if any of
 its ports is already bound by someone who does not use this protocol.
 """
 

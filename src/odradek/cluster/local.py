@@ -106,7 +106,7 @@ class LocalCluster:
         self.broker_command: list[str] = list(broker_command or DEFAULT_BROKER_COMMAND)
         self.zookeeper_nodes: list[ZkNodeInfo] = []
         self.brokers: list[BrokerInfo] = []
-        # Children started by *this* process, so we can reap them (FACTS: zombies).
+        # Children started by *this* process, so we can reap them (platform-notes: zombies).
         self._popens: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self._zk: KazooClient | None = None
         # ZooKeeper session that owned /brokers/ids/<id> when we (re)launched the broker:
@@ -461,7 +461,7 @@ class LocalCluster:
 
     def wait_broker_unregistered(self, broker_id: int, timeout: float = 30.0) -> None:
         """E.g. after SIGKILL/SIGSTOP: ZooKeeper expires the session after
-        ``zookeeper.session.timeout.ms`` (SPEC R12)."""
+        ``zookeeper.session.timeout.ms`` (REQ-R12)."""
         self._poll(
             f"broker {broker_id}'s registration to disappear",
             lambda: not self.is_registered(broker_id),

@@ -1,8 +1,8 @@
 """Per-partition view for ``odradek cluster status``: leader, epoch, ISR, HW, replica LEOs.
 
 Leader, leader epoch and ISR come from the state znodes (what the controller and the
-leaders wrote, SPEC R13); the HW from a ListOffsets(latest) to the leader, as a consumer
-sees it (SPEC R16); each replica's LEO from the tail of its own segment files (the
+leaders wrote, REQ-R13); the HW from a ListOffsets(latest) to the leader, as a consumer
+sees it (REQ-R16); each replica's LEO from the tail of its own segment files (the
 local cluster keeps every broker's log dir on this machine), read without disturbing the
 running broker: the last offset-index entry, then a header scan to the end.
 """

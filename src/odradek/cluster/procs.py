@@ -5,7 +5,7 @@
 unrelated process after ours died, so every pid is paired with its start time
 (``/proc/<pid>/stat`` field 22): a pid whose start time differs is "dead".
 When we *are* the parent we must also reap killed children or they stay zombies
-(FACTS); ``terminate`` does that via the ``Popen`` when given, else ``waitpid``.
+(docs/platform-notes.md); ``terminate`` does that via the ``Popen`` when given, else ``waitpid``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Controlled shutdown: move leadership off a broker before it stops (SPEC R13).
+"""Controlled shutdown: move leadership off a broker before it stops (REQ-R13).
 
 Kafka's broker sends a ControlledShutdown RPC to the controller and waits. Odradek's
 stand-in is a znode: the broker writes the persistent ``/admin/controlled_shutdown/<id>``

@@ -1,15 +1,15 @@
-"""The controller: one broker, elected through ZooKeeper, decides leaders and ISRs (SPEC R13).
+"""The controller: one broker, elected through ZooKeeper, decides leaders and ISRs (REQ-R13).
 
 It is one event loop on its own thread. ZooKeeper watches (seen through the metadata
 store) only enqueue events; the loop reads ZooKeeper, decides with the pure rules of
-``elections.py`` and writes each partition's state znode (SPEC R13: ZooKeeper first;
+``elections.py`` and writes each partition's state znode (REQ-R13: ZooKeeper first;
 every broker's watch on the state znode is Odradek's LeaderAndIsr).
 
 * **Controller election**: create the ephemeral ``/controller``; on success bump
   ``/controller_epoch`` (conditional write) and remember its znode version. Losers watch
   ``/controller`` and retry when it disappears. A new controller starts with a full pass,
-  so whatever happened during a failover is fixed (SPEC R13).
-* **Fencing** (SPEC scenario 8): every state write is a ZooKeeper transaction
+  so whatever happened during a failover is fixed (REQ-R13).
+* **Fencing** (REQ-P8): every state write is a ZooKeeper transaction
   ``check(/controller_epoch, our version) + set_data(state, znode version)``, as Kafka's
   ZooKeeper controller does: a deposed controller's writes fail as a whole. The znode
   version makes each write conditional on what we read; on BadVersion (a leader changed
@@ -17,18 +17,18 @@ every broker's watch on the state znode is Odradek's LeaderAndIsr).
 * **Full pass** (on broker/topic/config changes and admin requests) — for every
   partition, ``elections.reconcile_partition``: new partitions get the first live replica
   as leader and all live replicas as ISR (Kafka's initial ISR; followers that do not keep
-  up are dropped by the leader after ``replica.lag.time.max.ms``, SPEC R6); a dead leader
-  is replaced (offline election, SPEC R4, R14; ``unclean.leader.election.enable`` from
-  ``/config/topics/T`` else the broker default, SPEC R10); a partition with no eligible
+  up are dropped by the leader after ``replica.lag.time.max.ms``, REQ-R6); a dead leader
+  is replaced (offline election, REQ-R4, R14; ``unclean.leader.election.enable`` from
+  ``/config/topics/T`` else the broker default, REQ-R10); a partition with no eligible
   replica goes offline (leader -1, ISR kept) and is elected when an ISR member returns
-  (SPEC R15); dead followers leave the ISR.
-* **Preferred election** (SPEC R5): ``/admin/preferred_replica_election`` (Kafka's JSON)
+  (REQ-R15); dead followers leave the ISR.
+* **Preferred election** (REQ-R5): ``/admin/preferred_replica_election`` (Kafka's JSON)
   → preferred elections for the listed partitions, then the znode is deleted. The same
   for ``/admin/unclean_leader_election`` (Odradek's, for ElectLeaders UNCLEAN).
-* **Auto rebalance** (SPEC R5): with ``auto.leader.rebalance.enable``, every
+* **Auto rebalance** (REQ-R5): with ``auto.leader.rebalance.enable``, every
   ``leader.imbalance.check.interval.seconds`` brokers whose imbalance exceeds
   ``leader.imbalance.per.broker.percentage`` get their preferred partitions back.
-* **Controlled shutdown** (SPEC R13): see ``controlled_shutdown.py``.
+* **Controlled shutdown** (REQ-R13): see ``controlled_shutdown.py``.
 * **Topic deletion**: topics listed under ``/admin/delete_topics`` lose their znodes.
 """
 
@@ -193,7 +193,7 @@ class Controller:
         self._shutting_down.clear()
         self.active = True
         log.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
-        self._events.put(_Retry())  # full pass (SPEC R13: a failover fixes what happened)
+        self._events.put(_Retry())  # full pass (REQ-R13: a failover fixes what happened)
 
     def _bump_epoch(self) -> tuple[int, int]:
         """-> (controller epoch, /controller_epoch znode version after our write)."""
@@ -289,7 +289,7 @@ class Controller:
                      ch.leader, ch.leader_epoch)
         elif ch.kind == "unclean":
             log.warning("unclean election for %s: leader %d -> %d at epoch %d, isr %s "
-                        "(records not on the new leader are lost, SPEC R10)",
+                        "(records not on the new leader are lost, REQ-R10)",
                         tp, old.leader, ch.leader, ch.leader_epoch, ch.isr)
         elif ch.kind == "offline":
             log.warning("partition %s is offline: leader %d -> -1 at epoch %d, no live "
@@ -386,7 +386,7 @@ class Controller:
             pass
 
     def _auto_rebalance(self) -> None:
-        """SPEC R5: move leadership back to preferred replicas of imbalanced brokers."""
+        """REQ-R5: move leadership back to preferred replicas of imbalanced brokers."""
         registered = self._registered_brokers()
         eligible = registered - self._shutting_down
         assignments = self._assignments()

@@ -4,25 +4,25 @@ The controller (``controller.py``) reads ZooKeeper, calls these, and writes the 
 conditionally; the ElectLeaders handler uses the same rules to answer per partition.
 Nothing here does I/O, so every branch has a fast unit test (tests/unit/test_elections.py).
 
-The rules, stated once (SPEC R14, R10, R15, R5, R13; Kafka's
+The rules, stated once (REQ-R14, R10, R15, R5, R13; Kafka's
 ``PartitionLeaderElectionAlgorithms``):
 
-* **Offline election** (the leader died, SPEC R4/R14): the new leader is the first replica
+* **Offline election** (the leader died, REQ-R4/R14): the new leader is the first replica
   *in assignment order* that is live and in the ISR, so the preferred replica wins when it
   can. The ISR becomes the live members of the old ISR (dead members would only make the
   HW wait). If no ISR member is live:
-    - unclean election disabled (default, SPEC R10): no leader (-1). The ISR is *kept as
-      it was*, so that whichever ISR member returns first is elected (SPEC R15: wait, lose
+    - unclean election disabled (default, REQ-R10): no leader (-1). The ISR is *kept as
+      it was*, so that whichever ISR member returns first is elected (REQ-R15: wait, lose
       nothing).
     - unclean enabled: the first live replica in assignment order leads, ISR = [it]
-      (records it lacks are lost, SPEC R10).
+      (records it lacks are lost, REQ-R10).
   No live replica at all: no leader either way.
-* **Preferred election** (SPEC R5): the preferred replica (first in the assignment) leads
+* **Preferred election** (REQ-R5): the preferred replica (first in the assignment) leads
   if it is live and in the ISR; the ISR is unchanged. Already leading: nothing to do.
-* **Controlled shutdown** (SPEC R13, Kafka's ControlledShutdown): the first live ISR replica
+* **Controlled shutdown** (REQ-R13, Kafka's ControlledShutdown): the first live ISR replica
   that is not shutting down leads; the ISR loses the shutting-down brokers.
 * **Follower failure**: a dead follower leaves the ISR; the leader and its epoch stay.
-* **Leader imbalance** (SPEC R5, ``leader.imbalance.per.broker.percentage``): for broker B,
+* **Leader imbalance** (REQ-R5, ``leader.imbalance.per.broker.percentage``): for broker B,
   the fraction of partitions whose preferred replica is B but which B does not lead.
 """
 
@@ -43,8 +43,8 @@ class ElectionResult:
 
 def offline_election(replicas: Sequence[int], isr: Sequence[int], live: Collection[int],
                      unclean_enabled: bool) -> ElectionResult | None:
-    """New leader for a partition whose leader is gone (SPEC R4, R14). None: offline —
-    the caller writes leader -1 and keeps the ISR (SPEC R15)."""
+    """New leader for a partition whose leader is gone (REQ-R4, R14). None: offline —
+    the caller writes leader -1 and keeps the ISR (REQ-R15)."""
     for r in replicas:
         if r in live and r in isr:
             return ElectionResult(r, [b for b in isr if b in live])
@@ -87,7 +87,7 @@ def controlled_shutdown_election(replicas: Sequence[int], isr: Sequence[int],
 
 def isr_after_broker_failure(isr: Sequence[int], dead: Collection[int]) -> list[int]:
     """ISR minus dead followers. Never empty: if every member is dead the ISR is returned
-    unchanged — that is the offline case, where the ISR is kept (SPEC R15)."""
+    unchanged — that is the offline case, where the ISR is kept (REQ-R15)."""
     remaining = [b for b in isr if b not in dead]
     return remaining if remaining else list(isr)
 
@@ -108,7 +108,7 @@ def partitions_to_rebalance(assignments: Mapping[tuple[str, int], Sequence[int]]
                             leaders: Mapping[tuple[str, int], int],
                             isrs: Mapping[tuple[str, int], Sequence[int]],
                             live: Collection[int], percentage: int) -> list[tuple[str, int]]:
-    """Auto rebalance (SPEC R5): for every live broker whose imbalance exceeds
+    """Auto rebalance (REQ-R5): for every live broker whose imbalance exceeds
     ``percentage`` %, its partitions not led by it where it is live and in the ISR."""
     out: list[tuple[str, int]] = []
     for broker in sorted(live):
@@ -136,12 +136,12 @@ def reconcile_partition(replicas: Sequence[int], leader: int, leader_epoch: int,
                         isr: Sequence[int], registered: Collection[int],
                         shutting_down: Collection[int],
                         unclean_enabled: bool) -> StateChange | None:
-    """The controller's full-pass rule for one partition (SPEC R4, R13-R15); None when
+    """The controller's full-pass rule for one partition (REQ-R4, R13-R15); None when
     the state is already right. ``registered``: brokers with a live ZooKeeper session;
     ``shutting_down``: those in a controlled shutdown (alive, but never elected).
 
     * leader dead (or none): offline election among eligible brokers; a new leader (or
-      going offline) bumps the leader epoch (SPEC R19: every leader change); an already
+      going offline) bumps the leader epoch (REQ-R19: every leader change); an already
       offline partition with nobody eligible is left alone.
     * leader shutting down: controlled-shutdown election; nobody eligible → it keeps
       leading, only the ISR loses dead/shutting-down followers.

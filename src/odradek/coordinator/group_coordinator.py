@@ -9,7 +9,7 @@ Ownership (Kafka's design): group G belongs to partition
 partition is G's coordinator. Commits and group metadata are records in that partition
 (``group_codec``, Kafka's formats), appended with acks=all: an OffsetCommit is answered
 only once the HW has passed it, so a committed offset survives the coordinator's failure
-(SPEC levers: durable consumer acknowledgement; SPEC R7, R16). When this broker becomes
+(reliability levers in docs/requirements.md: durable consumer acknowledgement; REQ-R7, R16). When this broker becomes
 leader of an offsets partition it replays the partition into memory (groups, offsets);
 when it stops leading it drops them and answers parked requests NOT_COORDINATOR.
 
@@ -401,7 +401,7 @@ class GroupCoordinator:
     async def commit(self, group_id: str, member_id: str, instance_id: str | None,
                      generation: int, entries: list[CommitEntry]
                      ) -> dict[TopicPartition, ErrorCode]:
-        """OffsetCommit: answered once the records are replicated (SPEC levers, R7)."""
+        """OffsetCommit: answered once the records are replicated (reliability levers, REQ-R7)."""
         idx = self.check(group_id)
         epoch = self.owned[idx]
         t = now_ms()

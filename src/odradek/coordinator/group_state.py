@@ -5,7 +5,7 @@ commit validation, ``expire(now_ms)``); decisions come out as *effects*: replies
 parked JoinGroup/SyncGroup requests (``JoinResult`` / ``SyncResult``, addressed by member
 id) and ``Persist`` (write the group's metadata to ``__consumer_offsets``). The asyncio
 layer (``group_coordinator``) parks requests on futures, runs the clock and does the
-writes. This is the "consumer group rebalancing" lever of SPEC (reliability levers).
+writes. This is the "consumer group rebalancing" lever of docs/requirements.md (reliability levers).
 
 Rules, stated once
 ------------------

@@ -1,6 +1,6 @@
 """The broker's log flusher: flush policy, group commit, recovery-point checkpoints.
 
-Three jobs, all off the request path (SPEC R18, R27):
+Three jobs, all off the request path (REQ-R18, R27):
 
 * **Flush policy** (Kafka's ``flush.messages`` / ``flush.ms``, broker defaults
   ``log.flush.interval.messages`` / ``log.flush.interval.ms``). A log asks to be flushed

@@ -1,4 +1,4 @@
-"""The broker's log cleaner: schedules compaction passes (SPEC R25, Kafka's LogCleaner).
+"""The broker's log cleaner: schedules compaction passes (REQ-R25, Kafka's LogCleaner).
 
 Threads (``log.cleaner.threads``) loop: every ``log.cleaner.backoff.ms`` without work
 they ask the event loop to *pick* a log (``choose_log``, pure) among those whose

@@ -1,4 +1,4 @@
-"""An immutable snapshot of cluster metadata, as read from ZooKeeper (SPEC R12).
+"""An immutable snapshot of cluster metadata, as read from ZooKeeper (REQ-R12).
 
 Handlers read the current image without locks; the metadata store replaces it as a
 whole when ZooKeeper changes, so a request always sees one consistent view.

@@ -1,4 +1,4 @@
-"""The broker's view of ZooKeeper: registration, watches, and the metadata image (SPEC R12).
+"""The broker's view of ZooKeeper: registration, watches, and the metadata image (REQ-R12).
 
 Threading model (Kafka's: watches only enqueue events):
 
@@ -11,7 +11,7 @@ Threading model (Kafka's: watches only enqueue events):
   a worker thread by the handlers (``asyncio.to_thread``).
 
 Session loss: when kazoo reports LOST, the ephemeral registration is gone; on the next
-CONNECTED we register again and retry the controller election (FACTS: kazoo does not
+CONNECTED we register again and retry the controller election (platform-notes: kazoo does not
 recreate ephemeral nodes itself).
 """
 
@@ -78,7 +78,7 @@ class SessionReestablished:
 
 @dataclass(frozen=True, slots=True)
 class AdminRequestsChanged:
-    """A controller request znode changed (SPEC R5, R13): /admin/preferred_replica_election,
+    """A controller request znode changed (REQ-R5, R13): /admin/preferred_replica_election,
     /admin/unclean_leader_election or a child of /admin/controlled_shutdown."""
 
 

@@ -1,6 +1,6 @@
 """Client side of the protocol (sans-IO): encode requests, decode responses, with kio.
 
-Used by the broker's own replica fetcher (SPEC R3: followers pull with Fetch) and by
+Used by the broker's own replica fetcher (REQ-R3: followers pull with Fetch) and by
 tests. Request rates here are low (one request per leader per round trip), so kio's
 encoders are fast enough; the hot path is on the serving side.
 """

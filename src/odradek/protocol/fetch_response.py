@@ -1,6 +1,6 @@
 """Hand-written FetchResponse encoder, v4..v12, returning scatter/gather parts.
 
-Record data is never copied here (SPEC R26 zero copy): a partition's ``records`` may be
+Record data is never copied here (REQ-R26 zero copy): a partition's ``records`` may be
 an object with a ``size`` attribute (``odradek.storage.log.FileSlice``: fd, position,
 size), which is placed in the output list as is, for the server to ``sendfile``/``pread``.
 ``bytes`` records and all protocol fields are coalesced into as few ``bytes`` parts as

@@ -1,6 +1,6 @@
 """Hand-written ProduceResponse encoder, v3..v10 (the produce hot path).
 
-kio's pure-Python writer costs ~20-40 us per response (FACTS.md); this one packs
+kio's pure-Python writer costs ~20-40 us per response (docs/platform-notes.md); this one packs
 precompiled structs. Layout (Kafka's ProduceResponse.json):
 
     responses[]            (v9+: compact array)

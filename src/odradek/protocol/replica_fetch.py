@@ -1,7 +1,7 @@
 """The follower's side of Fetch v12, hand-written (sans-IO): the request it sends and the
 response it reads, once per replication round trip.
 
-A follower sends a Fetch as soon as its previous append is done (SPEC R16, R17), so at
+A follower sends a Fetch as soon as its previous append is done (REQ-R16, R17), so at
 10,000 records/s each follower builds and parses thousands of these per second. kio's
 pure-Python request writer and its dataclass-per-field responses cost more than the
 whole rest of the round trip, so this module packs precompiled structs instead and

@@ -4,10 +4,10 @@ Adding an API is one line in ``SERVED`` (and, only if clients need a wider adver
 range than we decode, one line in ``_ADVERTISED_ONLY``). Every served (key, version)
 must exist in kio 0.6.5, which tests/unit/protocol/test_versions.py checks.
 
-Why ADVERTISED can be wider than SERVED (FACTS.md, "Kafka protocol"): librdkafka 2.0.2
+Why ADVERTISED can be wider than SERVED (docs/platform-notes.md, Kafka protocol): librdkafka 2.0.2
 (Debian's kcat) requires an exact overlap with its own version ranges and refuses to
 produce unless the broker advertises Produce from v0, although it sends v3+ (record batch
-v2, the only format we store, SPEC R23). kio cannot decode Produce v0-2 anyway. A
+v2, the only format we store, REQ-R23). kio cannot decode Produce v0-2 anyway. A
 request at an advertised-but-not-served version is rejected by ``codec.decode_request``
 with ``UnsupportedVersion``.
 
@@ -42,9 +42,9 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     18: (0, 4),  # ApiVersions
     19: (2, 5),  # CreateTopics
     20: (1, 4),  # DeleteTopics
-    21: (0, 2),  # DeleteRecords (SPEC R24, handlers_records; v2 flexible)
+    21: (0, 2),  # DeleteRecords (REQ-R24, handlers_records; v2 flexible)
     22: (0, 4),  # InitProducerId (idempotent producers; no transactions)
-    23: (2, 4),  # OffsetForLeaderEpoch (followers, SPEC R19; consumers, KIP-320)
+    23: (2, 4),  # OffsetForLeaderEpoch (followers, REQ-R19; consumers, KIP-320)
     # ACL APIs answer SECURITY_DISABLED (no authorizer yet). kio has no v0. DescribeAcls
     # stops at v2: kafka-python infers the broker version from it and v3 means "3.3".
     29: (1, 2),  # DescribeAcls

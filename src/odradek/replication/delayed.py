@@ -1,17 +1,17 @@
 """The three delayed operations of the replica manager (Kafka's DelayedProduce,
 DelayedFetch and DelayedDeleteRecords), each completed through the purgatory.
 
-* ``DelayedProduce`` (SPEC R7, R8): an ``acks=all`` produce waits until the high
+* ``DelayedProduce`` (REQ-R7, R8): an ``acks=all`` produce waits until the high
   watermark passes the last offset of each partition's batch, or answers
   REQUEST_TIMED_OUT at the request's timeout. If the ISR shrank below
   ``min.insync.replicas`` meanwhile the answer is NOT_ENOUGH_REPLICAS_AFTER_APPEND; if the
   replica stopped leading, NOT_LEADER_OR_FOLLOWER.
-* ``DelayedFetch`` (SPEC R17): a fetch that found fewer than ``min_bytes`` waits up to
+* ``DelayedFetch`` (REQ-R17): a fetch that found fewer than ``min_bytes`` waits up to
   ``max_wait``; an append (followers), a high-watermark move (consumers), a truncation or
   a role change on any of its partitions re-checks it, and it answers with a fresh read.
   With ``min_bytes <= 1`` (every follower and most consumers) the check is one integer
   comparison per partition; only a larger ``min_bytes`` reads to count bytes.
-* ``DelayedDeleteRecords`` (SPEC R24): waits until the ISR's smallest log start offset
+* ``DelayedDeleteRecords`` (REQ-R24): waits until the ISR's smallest log start offset
   reaches the requested offset.
 """
 

@@ -1,4 +1,4 @@
-"""Replica fetchers: followers pull from their leaders (SPEC R3, R16, R17, R19–R21).
+"""Replica fetchers: followers pull from their leaders (REQ-R3, R16, R17, R19–R21).
 
 One fetcher per leader broker, as in Kafka: a single asyncio task that sends one Fetch at
 a time covering every partition this broker follows from that leader (``replica_id`` =
@@ -7,10 +7,10 @@ our broker id, long-polling up to ``replica.fetch.wait.max.ms``), through a
 
 A partition enters a fetcher in the *truncating* state: the follower first asks the
 leader with OffsetsForLeaderEpoch where its latest epoch ends and truncates to the point
-``truncation.decide_truncation`` picks, never blindly to its HW (SPEC R19, R20). Then it
+``truncation.decide_truncation`` picks, never blindly to its HW (REQ-R19, R20). Then it
 appends what it fetches, keeping the leader's offsets and epochs, takes
 ``min(leader HW, own LEO)`` as its HW, and sends its next fetch at once: that fetch's
-offset is the new LEO, which is what lets the leader advance the HW (SPEC R16, R17) --
+offset is the new LEO, which is what lets the leader advance the HW (REQ-R16, R17) --
 one round trip after the data left the leader.
 
 ``ReplicaFetcherManager`` keeps the fetchers in step with the metadata: partitions to
@@ -157,7 +157,7 @@ class ReplicaFetcher:
                 await asyncio.sleep(backoff_s)
 
     async def _truncate(self) -> None:
-        """SPEC R19: OffsetsForLeaderEpoch, then truncate to where our epoch ends."""
+        """REQ-R19: OffsetsForLeaderEpoch, then truncate to where our epoch ends."""
         pending = []
         for s in self.states.values():
             if not s.truncating:
@@ -269,7 +269,7 @@ class ReplicaFetcher:
                     durable.append((p.log, p.log.log_end_offset))
             self._on_progress(p)
         if durable and self.wait_durable is not None:
-            # The leader counts our fetch offset toward its HW (SPEC R16): under
+            # The leader counts our fetch offset toward its HW (REQ-R16): under
             # odradek.ack.fsync it must be durable. One group-commit fsync per fetch round
             # covers every batch this response brought, for all partitions.
             await self.wait_durable(durable)

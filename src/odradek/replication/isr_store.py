@@ -1,4 +1,4 @@
-"""The ISR store of a broker: conditional writes of the partition state znode (SPEC R6,
+"""The ISR store of a broker: conditional writes of the partition state znode (REQ-R6,
 R13), the only ZooKeeper write a leader makes on its own.
 
 ``ZkIsrStore.write_isr`` writes ``/brokers/topics/T/partitions/P/state`` with the
@@ -10,7 +10,7 @@ runs in a worker thread (the replica manager's ``asyncio.to_thread``):
   it is now, so the partition can tell "the controller changed the ISR at my epoch"
   (adopt it) from "someone else leads now" (fence);
 * ZooKeeper unreachable, the znode gone, or no answer within ``timeout_s`` →
-  ``IsrStoreUnavailable``. SPEC scenarios 4 and 6: a leader that cannot reach ZooKeeper
+  ``IsrStoreUnavailable``. REQ-P4 and REQ-P6: a leader that cannot reach ZooKeeper
   cannot record an ISR change, so it must stop accepting writes now; queueing the write
   until kazoo reconnects would let it keep acknowledging records that a newly elected
   leader does not have.

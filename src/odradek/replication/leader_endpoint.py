@@ -40,7 +40,7 @@ EPOCH_VERSION = 4
 EndpointError = BrokerConnectionError  # the leader cannot be reached (retry after backoff)
 
 
-# One partition of a follower's fetch (its fetch offset is our LEO, SPEC R16).
+# One partition of a follower's fetch (its fetch offset is our LEO, REQ-R16).
 FetchRequestPartition = ReplicaFetchPartition
 
 

@@ -6,26 +6,26 @@ assigns them. It does no socket or ZooKeeper I/O: each transition returns a
 ``Transition`` telling the replica manager what must happen next (write this ISR through
 the ``IsrStore``, wake the waiters, start fetching). The rules, stated once:
 
-* **Roles** come from the partition state znode written by the controller (SPEC R13),
+* **Roles** come from the partition state znode written by the controller (REQ-R13),
   applied by ``apply_leader_and_isr``; a state with an older leader epoch, or the same
   epoch and an older znode version, is ignored. Only a leader that is not fenced accepts
-  produce and consumer fetches (SPEC R3); the others answer NOT_LEADER_OR_FOLLOWER.
-* **Leader epochs** only increase (SPEC R19). Requests stamped with an older epoch get
+  produce and consumer fetches (REQ-R3); the others answer NOT_LEADER_OR_FOLLOWER.
+* **Leader epochs** only increase (REQ-R19). Requests stamped with an older epoch get
   FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH (KIP-320). A leader records
   ``(epoch, LEO)`` in the leader-epoch cache when it appends the first batch of its epoch;
   a follower when it appends a batch of a newer epoch.
-* **HW** (SPEC R16). Leader: ``min(LEO)`` over the maximal ISR, never decreasing (under
+* **HW** (REQ-R16). Leader: ``min(LEO)`` over the maximal ISR, never decreasing (under
   ``odradek.ack.fsync`` the leader counts its durable offset). Follower:
   ``min(leader's HW, own LEO)`` as learnt from each fetch response.
-* **ISR** (SPEC R6). A follower is *caught up* at time T if its fetch at T asked for the
+* **ISR** (REQ-R6). A follower is *caught up* at time T if its fetch at T asked for the
   leader's LEO, or asked for at least the LEO the leader had at its previous fetch (then
   it was caught up at the previous fetch's time) -- Kafka's rule. An ISR member not caught
   up for ``replica.lag.time.max.ms`` is removed (dead or slow); a follower whose fetch
   reached the HW and the start of the current epoch is added. One write at a time, each
   conditional on the znode version. A lost write whose znode still names us at this epoch
   (the controller changed the ISR) is adopted; any other failure **fences** the leader
-  (SPEC scenarios 4 and 6) until a re-assertion succeeds or the controller speaks.
-* **acks** (SPEC R7, R8). ``acks=all`` completes when the HW passes the batch;
+  (REQ-P4 and REQ-P6) until a re-assertion succeeds or the controller speaks.
+* **acks** (REQ-R7, R8). ``acks=all`` completes when the HW passes the batch;
   ``min.insync.replicas`` is checked against the committed ISR before the append and
   again when the produce completes (NOT_ENOUGH_REPLICAS_AFTER_APPEND).
 * **Parse once.** A produce or a replicated response is validated batch by batch once
@@ -154,12 +154,12 @@ class Partition:
 
     # ================================================================= configuration
     def set_min_insync_replicas(self, value: int) -> None:
-        """``min.insync.replicas`` (a topic config, dynamic, SPEC R8)."""
+        """``min.insync.replicas`` (a topic config, dynamic, REQ-R8)."""
         self._min_isr = value
 
     # ================================================================= controller state
     def apply_leader_and_isr(self, s: LeaderAndIsr, now_ms: int) -> Transition:
-        """Apply the state znode (SPEC R13): become leader, follower or offline, or adopt
+        """Apply the state znode (REQ-R13): become leader, follower or offline, or adopt
         an ISR the controller changed at the current epoch."""
         st = self._state
         t = Transition()
@@ -223,7 +223,7 @@ class Partition:
         # Followers get the benefit of the doubt for one lag period (Kafka does the same).
         self._followers = {r: ReplicaState(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
                            for r in s.replicas if r != self.local_broker_id}
-        # SPEC R20: the new leader keeps its log; its HW never exceeds its LEO.
+        # REQ-R20: the new leader keeps its log; its HW never exceeds its LEO.
         self._hw = min(max(self._hw, self.log.log_start_offset), self.log.log_end_offset)
 
     # ================================================================= request checks
@@ -255,7 +255,7 @@ class Partition:
             self.check_leader()
         assert isinstance(st, Leader)
         if required_acks == -1 and len(st.isr) < self._min_isr:
-            # SPEC R8: refuse before appending, so nothing half-replicated is left behind.
+            # REQ-R8: refuse before appending, so nothing half-replicated is left behind.
             raise KafkaError(ErrorCode.not_enough_replicas,
                              f"ISR {list(st.isr)} smaller than min.insync.replicas="
                              f"{self._min_isr}")
@@ -277,13 +277,13 @@ class Partition:
                                   log_append_time=-1, num_batches=0, size_bytes=0,
                                   log_start_offset=lg.log_start_offset)
         if lg.config.compact:
-            _require_keys(records, self.name)  # SPEC R25; compacted topics only
+            _require_keys(records, self.name)  # REQ-R25; compacted topics only
         leo_before = lg.log_end_offset
         # The log rewrites baseOffset/partitionLeaderEpoch in these same headers.
         info = lg.append_as_leader(records, st.leader_epoch, now_ms, headers=headers,
                                    allow_control=allow_control)
         if st.leader_epoch > self.epochs.latest_epoch:
-            self.epochs.assign(st.leader_epoch, leo_before)  # SPEC R19
+            self.epochs.assign(st.leader_epoch, leo_before)  # REQ-R19
         if idempotent:
             self.producers.update(headers)
         return info
@@ -294,7 +294,7 @@ class Partition:
         return self._maybe_advance_hw()
 
     def _maybe_advance_hw(self) -> bool:
-        """HW = min LEO over the maximal ISR (SPEC R16). Returns True if it moved."""
+        """HW = min LEO over the maximal ISR (REQ-R16). Returns True if it moved."""
         st = self._state
         if type(st) is not Leader:
             return False
@@ -325,8 +325,8 @@ class Partition:
     # ================================================================= leader: followers
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now_ms: int,
                                     log_start_offset: int = -1) -> Transition:
-        """A follower's fetch offset is its LEO (SPEC R16). May move the HW and propose
-        adding the follower to the ISR (SPEC R6, R21)."""
+        """A follower's fetch offset is its LEO (REQ-R16). May move the HW and propose
+        adding the follower to the ISR (REQ-R6, R21)."""
         t = Transition()
         st = self._state
         if replica_id not in self._replicas or not isinstance(st, (Leader, Fenced)):
@@ -366,7 +366,7 @@ class Partition:
         return fs.log_end_offset >= start
 
     def maybe_shrink_isr(self, now_ms: int, lag_max_ms: int) -> IsrWrite | None:
-        """The periodic check (SPEC R6): propose dropping members that have not caught up
+        """The periodic check (REQ-R6): propose dropping members that have not caught up
         for ``replica.lag.time.max.ms`` (and adding qualified candidates)."""
         return self._propose_isr(now_ms, lag_max_ms)
 
@@ -442,7 +442,7 @@ class Partition:
             t.note = (f"ISR write conflicted; adopted {list(current.isr)} "
                       f"(version {current.zk_version})")
             return t
-        # SPEC scenarios 4 and 6: we cannot record the ISR change, so we may have been
+        # REQ-P4 and REQ-P6: we cannot record the ISR change, so we may have been
         # replaced. Stop accepting writes until ZooKeeper says again that we lead.
         self._state = Fenced(leader_epoch=st.leader_epoch, isr=st.isr,
                              zk_version=st.zk_version, controller_epoch=st.controller_epoch)
@@ -472,7 +472,7 @@ class Partition:
 
     # ================================================================= leader: completion
     def produce_completion(self, last_offset: int, durable: bool = False) -> ErrorCode | None:
-        """Delayed produce (SPEC R7, R8; Kafka's checkEnoughReplicasReachOffset): None while
+        """Delayed produce (REQ-R7, R8; Kafka's checkEnoughReplicasReachOffset): None while
         waiting, else the partition's answer."""
         if type(self._state) is not Leader:
             return ErrorCode.not_leader_or_follower
@@ -481,12 +481,12 @@ class Partition:
         if self._hw <= last_offset:
             return None
         if len(self._state.isr) < self._min_isr:
-            # SPEC R8: the record is stored but the ISR shrank while we waited.
+            # REQ-R8: the record is stored but the ISR shrank while we waited.
             return ErrorCode.not_enough_replicas_after_append
         return _NO_ERROR
 
     def acks_all_satisfied(self, last_offset: int) -> bool:
-        """SPEC R7: acks=all completes once every ISR member has the batch (HW past it)."""
+        """REQ-R7: acks=all completes once every ISR member has the batch (HW past it)."""
         return self._hw > last_offset
 
     def low_watermark(self) -> int:
@@ -527,7 +527,7 @@ class Partition:
 
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool,
              committed_only: bool = True) -> FileSlice | None:
-        """Consumers read below the HW only (SPEC R16); followers up to the LEO."""
+        """Consumers read below the HW only (REQ-R16); followers up to the LEO."""
         max_offset = self._hw if committed_only else self.log.log_end_offset
         if offset >= max_offset and offset <= self.log.log_end_offset:
             return None
@@ -571,7 +571,7 @@ class Partition:
 
     def truncate_to(self, offset: int, *, reason: str = "truncation", leader_id: int = -1,
                     leader_epoch: int = -1) -> None:
-        """SPEC R20: drop a suffix the leader does not have (never below our log start).
+        """REQ-R20: drop a suffix the leader does not have (never below our log start).
 
         The suffix is first copied, durably, to the lost-records ledger with ``reason``
         and the new leader's id/epoch (``quarantine``)."""

@@ -4,8 +4,8 @@ A replica is in exactly one of four states, each a frozen value (Kafka's
 ``PartitionState`` with ``CommittedPartitionState`` / ``PendingExpandIsr`` /
 ``PendingShrinkIsr``, plus the roles):
 
-* ``Offline`` -- no leader is known for the partition, or it has none (SPEC R10, R15).
-* ``Follower`` -- replicates from ``leader_id`` at ``leader_epoch`` (SPEC R3).
+* ``Offline`` -- no leader is known for the partition, or it has none (REQ-R10, R15).
+* ``Follower`` -- replicates from ``leader_id`` at ``leader_epoch`` (REQ-R3).
 * ``Leader`` -- accepts writes. Its ISR is *committed* (what the state znode says, at
   ``zk_version``) and, while an ISR write is in flight, *proposed*. The high watermark
   is computed over the **maximal** ISR (committed ∪ proposed): a replica being removed
@@ -13,7 +13,7 @@ A replica is in exactly one of four states, each a frozen value (Kafka's
   counts -- so no record is called committed on the strength of an ISR that ZooKeeper
   never recorded (Kafka's ``maximalIsr``).
 * ``Fenced`` -- a leader whose ISR write failed because ZooKeeper could not be reached or
-  names someone else (SPEC scenarios 4 and 6): it may have been replaced, so it accepts
+  names someone else (REQ-P4 and REQ-P6): it may have been replaced, so it accepts
   no writes and serves no reads until a re-assertion of its committed ISR succeeds or a
   new state arrives from the controller.
 
@@ -53,7 +53,7 @@ class Role(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class LeaderAndIsr:
-    """The partition state znode as the controller wrote it (SPEC R13), plus the
+    """The partition state znode as the controller wrote it (REQ-R13), plus the
     assignment: what a replica applies on every metadata change."""
 
     leader: int
@@ -111,7 +111,7 @@ State = Offline | Follower | Leader | Fenced
 
 @dataclass(slots=True)
 class ReplicaState:
-    """What the leader knows of one follower (SPEC R16)."""
+    """What the leader knows of one follower (REQ-R16)."""
 
     log_end_offset: int = -1
     last_caught_up_ms: int = 0
@@ -124,7 +124,7 @@ class ReplicaState:
 
 @dataclass(frozen=True, slots=True)
 class IsrWrite:
-    """A conditional write of the state znode proposed by a leader (SPEC R6, R13):
+    """A conditional write of the state znode proposed by a leader (REQ-R6, R13):
     applies only if the znode is still at ``zk_version``."""
 
     topic: str

@@ -3,17 +3,17 @@
 It owns the ``Partition`` objects and their logs, and is the one place where replication
 decisions (made by ``Partition``, pure) meet I/O (Kafka's ReplicaManager):
 
-* **Metadata** (SPEC R13): ``apply_image`` turns each changed partition state znode into a
+* **Metadata** (REQ-R13): ``apply_image`` turns each changed partition state znode into a
   ``LeaderAndIsr`` and lets the partition decide; fetchers are then restarted once per
   leader broker for the whole batch of changes, not once per partition.
-* **Produce** (SPEC R7, R8): ``append_records`` appends as leader and, for ``acks=all``,
+* **Produce** (REQ-R7, R8): ``append_records`` appends as leader and, for ``acks=all``,
   parks a ``DelayedProduce`` in the produce purgatory.
-* **Fetch** (SPEC R3, R16, R17): ``fetch_messages`` records a follower's fetch offset (its
+* **Fetch** (REQ-R3, R16, R17): ``fetch_messages`` records a follower's fetch offset (its
   LEO: the HW may move), reads whole batches as file slices, and parks a ``DelayedFetch``
   when fewer than ``min_bytes`` are available.
-* **DeleteRecords** (SPEC R24): ``delete_records`` moves the log start offset and parks a
+* **DeleteRecords** (REQ-R24): ``delete_records`` moves the log start offset and parks a
   ``DelayedDeleteRecords`` until the ISR followed.
-* **ISR writes** (SPEC R6, scenarios 4 and 6): a partition proposes an ``IsrWrite``; it is
+* **ISR writes** (REQ-R6, scenarios 4 and 6): a partition proposes an ``IsrWrite``; it is
   sent to the ``IsrStore`` (ZooKeeper, conditional on the znode version) in a worker
   thread and the outcome handed back to the partition (commit, adopt, or fence).
 
@@ -198,7 +198,7 @@ class ReplicaManager:
 
     # ----------------------------------------------------------------- metadata
     def apply_image(self, image: MetadataImage) -> None:
-        """Make local replicas match the image (SPEC R13): become leader, follower or
+        """Make local replicas match the image (REQ-R13): become leader, follower or
         offline, adopt ISR changes, delete replicas no longer assigned here. Fetchers
         change once per leader broker for the whole batch."""
         changed = image.changed_topics
@@ -341,14 +341,14 @@ class ReplicaManager:
 
     def _on_follower_progress(self, part: Partition) -> None:
         """A follower appended (or truncated, or restarted its log): consumers of this
-        replica do not exist (SPEC R3), but DeleteRecords and shutdown waiters might."""
+        replica do not exist (REQ-R3), but DeleteRecords and shutdown waiters might."""
         self._wake((part.topic, part.index))
 
     # ----------------------------------------------------------------- produce
     def append_records(self, entries: list[ProduceEntry], acks: int, timeout_s: float,
                        image: MetadataImage, *, internal: bool = False
                        ) -> DelayedProduce | None:
-        """Append each entry's records as leader (SPEC R7). Errors are per partition, in
+        """Append each entry's records as leader (REQ-R7). Errors are per partition, in
         each entry's result. Returns the delayed produce to await for ``acks=all`` (or
         acks=1 on an ``odradek.ack.fsync`` topic), None when every answer is known."""
         t_now = now_ms()
@@ -433,7 +433,7 @@ class ReplicaManager:
     def fetch_messages(self, params: FetchParams,
                        topics: list[tuple[str, list[FetchEntry]]], image: MetadataImage
                        ) -> DelayedFetch | None:
-        """Serve a fetch (SPEC R3, R16, R17): record a follower's fetch offsets, read,
+        """Serve a fetch (REQ-R3, R16, R17): record a follower's fetch offsets, read,
         and return a delayed fetch to await if fewer than ``min_bytes`` are available
         (None: every result is already filled in)."""
         follower = params.replica_id >= 0
@@ -479,7 +479,7 @@ class ReplicaManager:
 
     def _read(self, params: FetchParams, topics: list[tuple[str, list[FetchEntry]]],
               image: MetadataImage) -> tuple[int, bool]:
-        committed_only = params.replica_id < 0  # followers read up to the LEO (SPEC R16)
+        committed_only = params.replica_id < 0  # followers read up to the LEO (REQ-R16)
         remaining = params.max_bytes
         total = 0
         errored = False
@@ -530,7 +530,7 @@ class ReplicaManager:
                                      current_leader_epoch: int, leader_epoch: int,
                                      replica_id: int, image: MetadataImage
                                      ) -> tuple[int, int]:
-        """OffsetsForLeaderEpoch (SPEC R19; KIP-101, KIP-279, KIP-320): (epoch, end offset)
+        """OffsetsForLeaderEpoch (REQ-R19; KIP-101, KIP-279, KIP-320): (epoch, end offset)
         of the largest epoch <= ``leader_epoch`` in the leader's cache. Consumers
         (``replica_id`` < 0) never learn of offsets above the HW. Raises KafkaError."""
         p = self.leader_partition(topic, partition, image, current_leader_epoch)
@@ -543,7 +543,7 @@ class ReplicaManager:
     def delete_records(self, requests: list[tuple[str, list[PendingDelete]]],
                        offsets: dict[tuple[str, int], int], timeout_s: float,
                        image: MetadataImage) -> DelayedDeleteRecords | None:
-        """Move each partition's log start offset (SPEC R24, API 21) and return the
+        """Move each partition's log start offset (REQ-R24, API 21) and return the
         delayed operation to await until the ISR followed (None if all are known)."""
         moved = False
         for topic, plist in requests:
@@ -581,7 +581,7 @@ class ReplicaManager:
 
     # ----------------------------------------------------------------- ISR writes
     def check_isr(self) -> None:
-        """The periodic ISR check (SPEC R6), every replica.lag.time.max.ms / 2: shrink
+        """The periodic ISR check (REQ-R6), every replica.lag.time.max.ms / 2: shrink
         lagging members; a fenced leader re-asserts its ISR (at most once a second)."""
         if self.config is None:
             return
@@ -661,7 +661,7 @@ class ReplicaManager:
         return write
 
     def run_retention(self, now: int | None = None) -> int:
-        """One retention pass over every local log (SPEC R24; Kafka's cleanupLogs, every
+        """One retention pass over every local log (REQ-R24; Kafka's cleanupLogs, every
         log.retention.check.interval.ms): leaders and followers alike delete whole old
         segments by time/size and those below the log start offset, bounded by the HW —
         all metadata work on the loop; unlinks are deferred by file.delete.delay.ms

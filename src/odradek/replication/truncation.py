@@ -1,4 +1,4 @@
-"""Where a follower truncates after OffsetsForLeaderEpoch (SPEC R19, R20; KIP-101, KIP-279).
+"""Where a follower truncates after OffsetsForLeaderEpoch (REQ-R19, R20; KIP-101, KIP-279).
 
 A pure decision: the leader's answer for our latest epoch, our own end offset for the
 epoch the leader named, our LEO and HW in; the offset to truncate to, and why, out.

@@ -21,7 +21,7 @@ Memory per connection is bounded whatever the peer does (issue 11):
   Unsent record data stays in the segment files: a slice that does not fit in the socket
   buffer is kept as (fd, position, size), its fd ``dup``-ed so retention or deletion of the
   segment cannot close it underneath, and ``os.sendfile`` resumes when the socket is
-  writable again (SPEC R26: zero-copy). The old writer ``pread`` the unsent rest of every
+  writable again (REQ-R26: zero-copy). The old writer ``pread`` the unsent rest of every
   slice into memory: four 125 MB fetches took a broker from 80 MB to 554 MB.
 
 Writes bypass the transport (uvloop has no ``loop.sendfile``): bytes go out with
@@ -74,7 +74,7 @@ class Pipelined:
 
     The dispatcher returns it for Produce: the append (every effect of the request)
     already happened, in arrival order, before this is returned; only the wait for the
-    acknowledgement (acks=all: the high watermark, SPEC R7) is left. Kafka handles one
+    acknowledgement (acks=all: the high watermark, REQ-R7) is left. Kafka handles one
     request per connection at a time, so a producer's pipelined requests queue behind
     each other's replication round trips; here they wait side by side, and the answers
     still leave in request order (the protocol's guarantee)."""
@@ -472,7 +472,7 @@ class KafkaConnection(asyncio.Protocol):
         return rest
 
     def _sendfile(self, fd: int, position: int, size: int) -> int:
-        """SPEC R26: page cache to socket without passing through our buffers. Returns
+        """REQ-R26: page cache to socket without passing through our buffers. Returns
         the bytes sent before the socket filled up."""
         sent = 0
         while sent < size:

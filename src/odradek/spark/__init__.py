@@ -24,7 +24,7 @@ def register(spark: Any) -> None:
     """Register ``format("odradek")`` (source and sink) with a SparkSession.
 
     Spark's Python workers must import this package too: run them with the interpreter
-    it is installed in (``PYSPARK_PYTHON``; FACTS.md, PySpark section).
+    it is installed in (``PYSPARK_PYTHON``; docs/platform-notes.md, PySpark).
     """
     from odradek.spark.source import OdradekDataSource
     spark.dataSource.register(OdradekDataSource)

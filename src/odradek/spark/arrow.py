@@ -4,7 +4,7 @@ Spark checks a data source's Arrow batches against the declared schema, so the t
 must match exactly: ``partition`` is int32, ``timestamp`` is microseconds in UTC,
 ``timestampType`` int32 (0 CreateTime, 1 LogAppendTime, Kafka's TimestampType ids).
 Arrow moves whole columns, which measured several times faster than yielding tuples
-(FACTS.md, PySpark section).
+(docs/platform-notes.md, PySpark).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Mirrors Spark's Kafka source (schema, option names and semantics) with PySpark 4's
 Python Data Source API, so ``pip install`` is all a Spark user needs.
 
-Where things run (FACTS.md, PySpark section):
+Where things run (docs/platform-notes.md, PySpark):
 
 * ``initialOffset`` / ``latestOffset`` / ``partitions`` / ``commit`` run in one
   long-lived Python process next to the driver: they hold an AdminClient (created
@@ -11,7 +11,7 @@ Where things run (FACTS.md, PySpark section):
 * ``read(partition)`` runs on executors from a pickled reader: it opens its own
   confluent-kafka Consumer, ``assign``s the exact range and stops at the end offset.
   Consumers only ever see records below the high watermark, so only committed data
-  is read (SPEC R7).
+  is read (REQ-R7).
 
 Offsets in the checkpoint are Spark's Kafka JSON, ``{"topic": {"0": 42}}``: the next
 offset to read per partition, so a restarted query resumes exactly where the last
@@ -390,7 +390,7 @@ class OdradekStreamReader(_DriverBase, DataSourceStreamReader, SupportsTriggerAv
 
     def commit(self, end: dict[str, Any]) -> None:
         # Nothing to do: Spark's checkpoint is the only record of progress (Spark's Kafka
-        # source commits nothing to Kafka either). Arrives one batch late (FACTS.md).
+        # source commits nothing to Kafka either). Arrives one batch late (docs/platform-notes.md).
         pass
 
     def stop(self) -> None:

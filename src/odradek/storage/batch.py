@@ -1,11 +1,11 @@
-"""Pure functions over the 61-byte record batch v2 header (SPEC R23, R26).
+"""Pure functions over the 61-byte record batch v2 header (REQ-R23, R26).
 
 The broker treats record batches as opaque: it reads only this header, validates size,
 magic and CRC-32C, and rewrites ``baseOffset`` / ``partitionLeaderEpoch`` in place. Both
 fields lie *before* the CRC-covered range (bytes 21..end), so rewriting them never
 requires a CRC recomputation — the hot produce path stays one memcpy + one write.
 
-Layout (big-endian, see shared/FACTS.md)::
+Layout (big-endian, as Kafka's DefaultRecordBatch)::
 
     baseOffset i64 @0, batchLength i32 @8, partitionLeaderEpoch i32 @12, magic i8 @16,
     crc u32 @17, attributes i16 @21, lastOffsetDelta i32 @23, baseTimestamp i64 @27,
@@ -195,7 +195,7 @@ def _check_one(
             )
     # Produce (strict_count, Kafka's LogValidator) needs lastOffsetDelta == count - 1.
     # Batches already in a log may have fewer records than their offset range: the
-    # cleaner keeps a retained batch's original range (SPEC R25), as Kafka does.
+    # cleaner keeps a retained batch's original range (REQ-R25), as Kafka does.
     if h.records_count <= 0 or h.last_offset_delta < h.records_count - 1 or (
         strict_count and h.last_offset_delta != h.records_count - 1
     ):

@@ -1,4 +1,4 @@
-"""Log compaction: Kafka's LogCleaner, sans-asyncio (SPEC R25, issue #5 item 2).
+"""Log compaction: Kafka's LogCleaner, sans-asyncio (REQ-R25, issue #5 item 2).
 
 A pass over one log has two phases, both run in a cleaner thread on *immutable*
 non-active segments (their fds are ``dup``-ed on the event loop, so retention closing a

@@ -1,4 +1,4 @@
-"""Making a log durable off the event loop, and simulating a power cut (SPEC R18, R22, R27).
+"""Making a log durable off the event loop, and simulating a power cut (REQ-R18, R22, R27).
 
 A flush is split in two so the fsync itself never runs on the broker's event loop:
 

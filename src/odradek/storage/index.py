@@ -1,4 +1,4 @@
-"""Sparse offset and time indexes, kept in memory and persisted like Kafka's (SPEC R23).
+"""Sparse offset and time indexes, kept in memory and persisted like Kafka's (REQ-R23).
 
 * ``.index``: 8-byte entries ``(relative offset i32, position i32)``. The offset is the
   *last* offset of the batch starting at ``position`` (Kafka 3.x ``LogSegment.append``
@@ -10,7 +10,7 @@ Entries live in ``array('q')`` (absolute values) for O(log n) ``bisect``; the fi
 plain append-only files. New entries are buffered and written by ``write_pending``
 (called on flush, roll and close): index files past the recovery point are never
 trusted after a crash anyway — recovery rebuilds them — so writing them eagerly would
-only cost syscalls on the produce path (SPEC R18, R27).
+only cost syscalls on the produce path (REQ-R18, R27).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The leader-epoch cache and its ``leader-epoch-checkpoint`` file (SPEC R19, KIP-101/279).
+"""The leader-epoch cache and its ``leader-epoch-checkpoint`` file (REQ-R19, KIP-101/279).
 
 Each replica records, for every leader epoch it has data from, the offset of the first
 record written in that epoch: a list of ``(epoch, start_offset)`` with both strictly

@@ -1,4 +1,4 @@
-"""A partition's durable segmented log (SPEC R18, R23, R26, R27).
+"""A partition's durable segmented log (REQ-R18, R23, R26, R27).
 
 * Appends go to the page cache with ONE write per request (R18, R27); ``flush()`` fsyncs
   and advances the recovery point. Flushing is the caller's schedule
@@ -13,7 +13,7 @@ Thread model: sans-asyncio, no locks. The broker calls it from its event loop; s
 handed out stay valid because bytes below the high watermark are never rewritten or
 truncated (``truncate_to`` is only ever called above the HW by replication), and segments
 removed by retention / compaction keep their fd open for ``file.delete.delay.ms``
-(``schedule_delete``, SPEC R24).
+(``schedule_delete``, REQ-R24).
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ class Log:
     ) -> AppendInfo:
         """Append replicated batches keeping their offsets and epochs (must be >= LEO).
 
-        Gaps in offsets (a compacted leader, SPEC R25) are appended as they are, like
+        Gaps in offsets (a compacted leader, REQ-R25) are appended as they are, like
         Kafka: segments only require increasing offsets (see odradek.storage.segment).
         ``headers``: the caller's ``parse_batches(records, verify_crc=True)`` (parse once);
         their positions are consumed here.
@@ -357,7 +357,7 @@ class Log:
         if i < 0:
             i = 0
         segs = self.segments
-        # next_offset <= offset also skips segments the cleaner emptied (SPEC R25): an
+        # next_offset <= offset also skips segments the cleaner emptied (REQ-R25): an
         # empty segment's next_offset is its base offset.
         while (segs[i].next_offset <= offset or segs[i].size == 0) and i + 1 < len(segs):
             i += 1
@@ -473,7 +473,7 @@ class Log:
 
     @property
     def durable_offset(self) -> int:
-        """Every offset below this one is fsynced: the recovery point (SPEC R18)."""
+        """Every offset below this one is fsynced: the recovery point (REQ-R18)."""
         return self.recovery_point
 
     def begin_flush(self, now_ms: int | None = None, *, with_indexes: bool = True) -> FlushJob | None:
@@ -518,7 +518,7 @@ class Log:
             self.recovery_point = max(self.recovery_point, min(job.target, self.log_end_offset))
 
     def flush(self, now_ms: int | None = None) -> None:
-        """fsync everything up to the LEO and advance the recovery point (SPEC R18).
+        """fsync everything up to the LEO and advance the recovery point (REQ-R18).
 
         Blocking; the broker uses begin/complete_flush around a worker thread instead."""
         job = self.begin_flush(now_ms)
@@ -571,7 +571,7 @@ class Log:
         return out
 
     def retention_decision(self, upper_bound: int, now_ms: int) -> RetentionDecision:
-        """Which leading segments retention would delete now (SPEC R24). Settings are read
+        """Which leading segments retention would delete now (REQ-R24). Settings are read
         from ``self.config`` each time (dynamic topic configs swap it). Time and size
         apply only with cleanup.policy containing ``delete``; segments below the log
         start offset go under any policy (Kafka)."""
@@ -649,7 +649,7 @@ class Log:
     # ------------------------------------------------------------------ compaction
 
     def replace_segments(self, old: list[Segment], cleaned_base: int) -> bool:
-        """Swap the cleaner's ``<cleaned_base>.*.cleaned`` files in for ``old`` (SPEC R25).
+        """Swap the cleaner's ``<cleaned_base>.*.cleaned`` files in for ``old`` (REQ-R25).
 
         Runs on the event loop (the Log has no locks) and is short: renames, two directory
         fsyncs and an index load. Returns False — and discards the cleaned files — when

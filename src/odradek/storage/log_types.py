@@ -32,14 +32,14 @@ class LogConfig:
     # odradek.ack.fsync (beyond Kafka): produce is acknowledged only once durable; the
     # broker's group-commit flusher (odradek.log_manager.flusher) fsyncs after every append.
     ack_fsync: bool = False
-    # Log compaction (SPEC R25, odradek.storage.cleaner): cleanup.policy is Kafka's LIST
+    # Log compaction (REQ-R25, odradek.storage.cleaner): cleanup.policy is Kafka's LIST
     # ("compact", "delete" or both); the rest are the cleaner's topic-level settings.
     cleanup_policy: Sequence[str] = ("delete",)
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = 9223372036854775807
     delete_retention_ms: int = 86400000
-    # Retention (SPEC R24, odradek.storage.retention): -1 = unlimited. Read from
+    # Retention (REQ-R24, odradek.storage.retention): -1 = unlimited. Read from
     # ``log.config`` at every check (dynamic topic configs replace the LogConfig).
     retention_ms: int = 604800000
     retention_bytes: int = -1
@@ -53,7 +53,7 @@ class LogConfig:
 
     @property
     def delete(self) -> bool:
-        """cleanup.policy contains "delete": retention by time/size applies (SPEC R24)."""
+        """cleanup.policy contains "delete": retention by time/size applies (REQ-R24)."""
         return "delete" in self.cleanup_policy
 
 

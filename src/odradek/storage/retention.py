@@ -1,4 +1,4 @@
-"""Which leading segments retention deletes (SPEC R24) — a pure decision.
+"""Which leading segments retention deletes (REQ-R24) — a pure decision.
 
 Kafka's ``UnifiedLog.deleteOldSegments`` runs three predicates, each over a *prefix* of
 the segment list, and deletes the union (itself a prefix):

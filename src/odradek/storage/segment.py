@@ -1,9 +1,9 @@
-"""One log segment: ``%020d.log`` plus its sparse ``.index`` and ``.timeindex`` (SPEC R23).
+"""One log segment: ``%020d.log`` plus its sparse ``.index`` and ``.timeindex`` (REQ-R23).
 
 Invariant kept by ``Log`` and checked by recovery: inside a segment, batch offsets
 strictly increase and the first batch starts at or after the segment's base offset.
 Gaps are legal — the log cleaner keeps each retained batch's original offset range and
-drops emptied batches (SPEC R25, Kafka does the same) — but an offset going *backwards*
+drops emptied batches (REQ-R25, Kafka does the same) — but an offset going *backwards*
 (e.g. a flipped bit in ``baseOffset``, which the CRC does not cover) is corruption.
 
 Lookups (``locate`` / ``boundary``) bisect in-memory arrays of ``(last_offset,

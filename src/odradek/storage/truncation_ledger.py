@@ -1,9 +1,9 @@
 """The lost-records ledger: what a replica truncates is quarantined, not discarded.
 
 Kafka silently drops the suffix a follower removes when it learns, through
-OffsetsForLeaderEpoch, that it was not the rightful leader (SPEC R19, R20), and the
-records an unclean election discards (SPEC R10) or a deposed leader took alone (SPEC
-scenarios 4 and 6). Odradek keeps them: before ``Partition.truncate_to`` removes a
+OffsetsForLeaderEpoch, that it was not the rightful leader (REQ-R19, R20), and the
+records an unclean election discards (REQ-R10) or a deposed leader took alone (REQ-P4,
+REQ-P6). Odradek keeps them: before ``Partition.truncate_to`` removes a
 suffix, the batches being removed are copied -- raw bytes, unchanged, read from the
 log's own segment files -- into ``<log dir>/lost-records/<topic>-<partition>/``:
 

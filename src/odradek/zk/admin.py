@@ -1,7 +1,7 @@
 """Topic administration through ZooKeeper, as Kafka's AdminZkClient does it.
 
 Creating a topic writes ``/config/topics/T`` first and then the assignment
-``/brokers/topics/T`` (the controller watches the latter and elects leaders, SPEC R13).
+``/brokers/topics/T`` (the controller watches the latter and elects leaders, REQ-R13).
 Deleting a topic writes ``/admin/delete_topics/T``; the controller removes the znodes.
 Adding partitions rewrites the assignment with the new partitions appended.
 
@@ -54,7 +54,7 @@ def plan_new_topic(name: str, num_partitions: int, replication_factor: int,
                    manual: dict[int, list[int]] | None, configs: dict[str, str],
                    live_brokers: list[int], default_partitions: int,
                    default_replication_factor: int) -> NewTopicPlan:
-    """Validate a CreateTopics entry and compute its assignment (SPEC R1, R2). Pure."""
+    """Validate a CreateTopics entry and compute its assignment (REQ-R1, R2). Pure."""
     why = topic_name_error(name)
     if why:
         raise KafkaError(ErrorCode.invalid_topic_exception, why)

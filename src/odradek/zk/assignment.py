@@ -1,4 +1,4 @@
-"""Replica placement for new topics/partitions -- pure, no I/O (SPEC R1, R2).
+"""Replica placement for new topics/partitions -- pure, no I/O (REQ-R1, R2).
 
 Kafka's rack-unaware algorithm (``AdminUtils.assignReplicasToBrokersRackUnaware``),
 re-implemented from its description:

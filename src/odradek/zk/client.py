@@ -1,9 +1,9 @@
 """A kazoo client whose TCP connections leave from the node's own loopback address.
 
 Why: every broker runs on its own address (127.0.k.x) so that fault tests can cut links
-with source/destination iptables rules (SPEC scenarios 1-8). A socket connecting to
+with source/destination iptables rules (REQ-P1 to REQ-P8). A socket connecting to
 127.0.k.1 leaves from 127.0.0.1 unless it binds its source first, and then no
-``-s 127.0.k.3`` rule would ever match (FACTS: "Trap"). kazoo has no option for this,
+``-s 127.0.k.3`` rule would ever match (platform-notes: "Trap"). kazoo has no option for this,
 so we give it a handler whose ``create_connection`` binds ``source_address``.
 """
 

@@ -1,10 +1,10 @@
-"""A ZooKeeper server (Debian's jar) run as a child process (SPEC R12).
+"""A ZooKeeper server (Debian's jar) run as a child process (REQ-R12).
 
-Started the way FACTS.md verified: ``java -cp <conf>:<jars> QuorumPeerMain zoo.cfg``,
+Started the way docs/platform-notes.md describes: ``java -cp <conf>:<jars> QuorumPeerMain zoo.cfg``,
 not through systemd, one data dir and one loopback address per node. Each node is put
 in its own cgroup v2 when the hierarchy is writable, because Java cannot bind a source
 address per connection: fault tests match a ZooKeeper node's outgoing traffic with
-``iptables -m cgroup --path <ZooKeeperServer.cgroup>`` instead (FACTS: network faults).
+``iptables -m cgroup --path <ZooKeeperServer.cgroup>`` instead (platform-notes: network faults).
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ class ZooKeeperServer:
         cmd = self.command()
         cg = self._make_cgroup()
         if cg is not None:
-            # Join the cgroup *before* exec so every JVM thread starts inside it (FACTS).
+            # Join the cgroup *before* exec so every JVM thread starts inside it (docs/platform-notes.md).
             # A failed write only loses the fault-injection hook, never the node.
             cmd = [
                 "/bin/sh",

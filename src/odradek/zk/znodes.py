@@ -2,7 +2,7 @@
 
 Paths and JSON shapes follow Kafka's ZooKeeper-mode ``ZkData`` so that a Kafka
 operator (or ``zookeeper-shell``) reads our ZooKeeper the way they read Kafka's
-(SPEC R12: the consensus store holds topics, partition assignment, leader/ISR,
+(REQ-R12: the consensus store holds topics, partition assignment, leader/ISR,
 broker liveness and the controller).
 
 Every ``encode_*`` returns ``bytes`` ready for ``zk.create``/``zk.set``; every
@@ -11,7 +11,7 @@ Every ``encode_*`` returns ``bytes`` ready for ``zk.create``/``zk.set``; every
 our store, which a request cannot fix.
 
 Znode *versions* (ZooKeeper's ``stat.version``, used for conditional updates of the
-partition state, SPEC R13) are handled by callers; the ``"version"`` fields inside the
+partition state, REQ-R13) are handled by callers; the ``"version"`` fields inside the
 JSON below are Kafka's schema versions, not ZooKeeper's.
 """
 
@@ -166,7 +166,7 @@ def new_kafka_uuid() -> uuid.UUID:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
-    """Ephemeral ``/brokers/ids/N``: a broker is alive while its session is (SPEC R12)."""
+    """Ephemeral ``/brokers/ids/N``: a broker is alive while its session is (REQ-R12)."""
 
     broker_id: int
     host: str
@@ -291,7 +291,7 @@ def decode_topic(topic: str, data: bytes) -> TopicAssignment:
 
 @dataclass(frozen=True, slots=True)
 class PartitionState:
-    """``/brokers/topics/T/partitions/P/state`` -- leader and ISR (SPEC R6, R13)."""
+    """``/brokers/topics/T/partitions/P/state`` -- leader and ISR (REQ-R6, R13)."""
 
     leader: int  # -1 = no leader
     leader_epoch: int
@@ -351,7 +351,7 @@ def decode_config_change(data: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ControllerRegistration:
-    """Ephemeral ``/controller``: whoever created it is the controller (SPEC R13)."""
+    """Ephemeral ``/controller``: whoever created it is the controller (REQ-R13)."""
 
     broker_id: int
     timestamp: int = 0
@@ -426,7 +426,7 @@ def _get_or_none(zk: KazooClient, path: str) -> tuple[bytes | None, Any]:
 
 def encode_partition_list(partitions: list[tuple[str, int]]) -> bytes:
     """Kafka's ``{"version":1,"partitions":[{"topic":..,"partition":..}]}`` -- used by
-    ``/admin/preferred_replica_election`` (SPEC R5) and ``/isr_change_notification``."""
+    ``/admin/preferred_replica_election`` (REQ-R5) and ``/isr_change_notification``."""
     return _dumps(
         {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]}
     )

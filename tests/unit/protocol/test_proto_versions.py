@@ -1,4 +1,4 @@
-"""The version table is consistent with kio and with what real clients need (FACTS.md)."""
+"""The version table is consistent with kio and with what real clients need (docs/platform-notes.md)."""
 
 from __future__ import annotations
 

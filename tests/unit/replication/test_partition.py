@@ -1,4 +1,4 @@
-"""Each transition of one partition's state (SPEC R6, R7, R8, R13, R16, R19, scenarios 4
+"""Each transition of one partition's state (REQ-R6, R7, R8, R13, R16, R19, scenarios 4
 and 6), on a real log: leader/follower/offline from the controller, HW over the maximal
 ISR, ISR proposals and their outcomes (commit, conflict adoption, fencing, re-assertion),
 min ISR, epochs and truncation."""
@@ -69,7 +69,7 @@ def test_follower_same_leader_newer_znode_keeps_fetching(tmp_path: Path) -> None
     assert p.isr == (1, 2) and t.start_fetching_from is None and not t.state_changed
 
 
-# ------------------------------------------------------------------ HW (SPEC R16)
+# ------------------------------------------------------------------ HW (REQ-R16)
 def test_hw_is_min_leo_over_isr(tmp_path: Path) -> None:
     p = make(tmp_path)
     lead(p, 1, [1, 2, 3])
@@ -94,7 +94,7 @@ def test_hw_never_moves_backwards_and_isr_of_one_follows_the_leo(tmp_path: Path)
     assert p.high_watermark == 2
 
 
-# ------------------------------------------------------------------ ISR (SPEC R6)
+# ------------------------------------------------------------------ ISR (REQ-R6)
 def test_lagging_follower_is_proposed_out_and_the_hw_waits_for_the_write(tmp_path: Path) -> None:
     p = make(tmp_path)
     lead(p, 1, [1, 2, 3])
@@ -150,7 +150,7 @@ def test_conflicting_write_with_us_still_leader_is_adopted(tmp_path: Path) -> No
 
 
 def test_failed_write_fences_the_leader_until_reasserted(tmp_path: Path) -> None:
-    """SPEC scenarios 4 and 6: ZooKeeper unreachable → no more writes or reads."""
+    """REQ-P4 and REQ-P6: ZooKeeper unreachable → no more writes or reads."""
     p = make(tmp_path)
     lead(p, 1, [1, 2, 3])
     w = p.maybe_shrink_isr(now_ms=LAG + 1, lag_max_ms=LAG)
@@ -204,7 +204,7 @@ def test_fenced_leader_resumes_when_the_controller_restates_it(tmp_path: Path) -
     assert p.is_leader and t.state_changed and p.isr == (1, 2)
 
 
-# ------------------------------------------------------------------ acks, min ISR (SPEC R7, R8)
+# ------------------------------------------------------------------ acks, min ISR (REQ-R7, R8)
 def test_min_insync_replicas_refuses_before_append_and_after(tmp_path: Path) -> None:
     p = make(tmp_path)
     lead(p, 1, [1])
@@ -247,7 +247,7 @@ def test_leader_epoch_cache_and_follower_truncation(tmp_path: Path) -> None:
     follower.append_as_follower(data, leader_hw=5, now_ms=0)
     assert follower.epochs.entries == [(1, 0), (2, 3)]
     assert follower.high_watermark == 5 and follower.role is Role.FOLLOWER
-    follower.truncate_to(3)  # SPEC R20: drop the suffix the new leader lacks
+    follower.truncate_to(3)  # REQ-R20: drop the suffix the new leader lacks
     assert follower.log_end_offset == 3 and follower.epochs.entries == [(1, 0)]
     assert follower.high_watermark == 3
 

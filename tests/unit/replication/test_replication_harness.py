@@ -25,7 +25,7 @@ def run(coro: object) -> None:
 
 
 def test_acks_all_completes_when_the_whole_isr_has_the_batch(tmp_path: Path) -> None:
-    """SPEC R7, R16, R17: the leader's HW is min LEO over the ISR; acks=all answers once
+    """REQ-R7, R16, R17: the leader's HW is min LEO over the ISR; acks=all answers once
     every member fetched the batch; followers learn the HW from the next response."""
     async def main() -> None:
         async with ReplicationHarness(tmp_path) as h:
@@ -42,8 +42,8 @@ def test_acks_all_completes_when_the_whole_isr_has_the_batch(tmp_path: Path) -> 
 
 
 def test_a_waiting_consumer_fetch_completes_on_the_hw_move(tmp_path: Path) -> None:
-    """SPEC R17: a long-polling fetch is answered as soon as the HW passes new data (not
-    at max_wait), and never sees records above the HW (SPEC R16)."""
+    """REQ-R17: a long-polling fetch is answered as soon as the HW passes new data (not
+    at max_wait), and never sees records above the HW (REQ-R16)."""
     async def main() -> None:
         async with ReplicationHarness(tmp_path) as h:
             await h.elect(0, leader=1)
@@ -66,7 +66,7 @@ def test_a_waiting_consumer_fetch_completes_on_the_hw_move(tmp_path: Path) -> No
 
 
 def test_isr_shrinks_on_a_cut_follower_and_expands_after_healing(tmp_path: Path) -> None:
-    """SPEC R6, scenario 1/5: a follower that stops fetching leaves the ISR after
+    """REQ-R6, scenario 1/5: a follower that stops fetching leaves the ISR after
     replica.lag.time.max.ms (a conditional write), writes go on with min ISR 2, and it
     rejoins once caught up."""
     async def main() -> None:
@@ -86,7 +86,7 @@ def test_isr_shrinks_on_a_cut_follower_and_expands_after_healing(tmp_path: Path)
 
 
 def test_min_insync_replicas(tmp_path: Path) -> None:
-    """SPEC R8: with the ISR below min.insync.replicas acks=all is refused before the
+    """REQ-R8: with the ISR below min.insync.replicas acks=all is refused before the
     append (NOT_ENOUGH_REPLICAS); a batch appended while the ISR was large enough but
     committed after it shrank gets NOT_ENOUGH_REPLICAS_AFTER_APPEND; acks=1 still works."""
     async def main() -> None:
@@ -106,7 +106,7 @@ def test_min_insync_replicas(tmp_path: Path) -> None:
 
 
 def test_delayed_produce_times_out(tmp_path: Path) -> None:
-    """SPEC R7: acks=all that the ISR cannot reach in the request timeout (the lag time
+    """REQ-R7: acks=all that the ISR cannot reach in the request timeout (the lag time
     has not expired yet) is answered REQUEST_TIMED_OUT, with the record still stored."""
     async def main() -> None:
         async with ReplicationHarness(tmp_path, lag_ms=30_000) as h:
@@ -121,7 +121,7 @@ def test_delayed_produce_times_out(tmp_path: Path) -> None:
 
 
 def test_leader_cut_from_zookeeper_is_fenced_then_truncated(tmp_path: Path) -> None:
-    """SPEC scenarios 4 and 6: a leader that cannot record an ISR change stops accepting
+    """REQ-P4 and REQ-P6: a leader that cannot record an ISR change stops accepting
     writes; acks=1 records it took before that are lost when the new leader (elected by
     the controller at a higher epoch) is followed -- and only those; logs converge."""
     async def main() -> None:
@@ -153,7 +153,7 @@ def test_leader_cut_from_zookeeper_is_fenced_then_truncated(tmp_path: Path) -> N
 
 
 def test_follower_truncates_by_leader_epoch_not_hw(tmp_path: Path) -> None:
-    """SPEC R19: a follower with a suffix of an old epoch that the new leader never got
+    """REQ-R19: a follower with a suffix of an old epoch that the new leader never got
     truncates to where that epoch ends on the new leader -- keeping the records the new
     leader does have above the old HW."""
     async def main() -> None:
@@ -177,7 +177,7 @@ def test_follower_truncates_by_leader_epoch_not_hw(tmp_path: Path) -> None:
 
 
 def test_fetch_min_bytes_and_max_wait_are_honoured(tmp_path: Path) -> None:
-    """SPEC R17: a fetch asking for min_bytes waits until that much is committed (each
+    """REQ-R17: a fetch asking for min_bytes waits until that much is committed (each
     HW move re-checks it) or until max_wait, then answers with what there is."""
     async def main() -> None:
         async with ReplicationHarness(tmp_path) as h:

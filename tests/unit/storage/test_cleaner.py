@@ -1,4 +1,4 @@
-"""Log compaction (SPEC R25): model-based tests of odradek.storage.cleaner + Log swap."""
+"""Log compaction (REQ-R25): model-based tests of odradek.storage.cleaner + Log swap."""
 
 from __future__ import annotations
 

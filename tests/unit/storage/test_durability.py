@@ -1,4 +1,4 @@
-"""Flushing off the event loop, group commit and simulated power loss (SPEC R18, R22, R27).
+"""Flushing off the event loop, group commit and simulated power loss (REQ-R18, R22, R27).
 
 Real files, real fsyncs: ``Log.begin_flush`` / ``FlushJob.run`` / ``Log.complete_flush``,
 the broker's ``Flusher`` driving them on an asyncio loop, and ``simulate_power_loss``

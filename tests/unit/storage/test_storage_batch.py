@@ -1,4 +1,4 @@
-"""storage.batch: header parsing and validation (SPEC R23, R26)."""
+"""storage.batch: header parsing and validation (REQ-R23, R26)."""
 
 from __future__ import annotations
 

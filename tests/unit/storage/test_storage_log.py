@@ -1,4 +1,4 @@
-"""storage.log: appends, reads, rolling, timestamps, truncation (SPEC R18, R23, R26, R27)."""
+"""storage.log: appends, reads, rolling, timestamps, truncation (REQ-R18, R23, R26, R27)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Crash recovery of storage.log (SPEC R18, R23): nothing valid lost, nothing corrupt served."""
+"""Crash recovery of storage.log (REQ-R18, R23): nothing valid lost, nothing corrupt served."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def test_base_offset_flip_outside_crc_detected(tmp_path: Path) -> None:
 
 
 def test_offset_gap_inside_segment_is_accepted(tmp_path: Path) -> None:
-    """A cleaned segment keeps original offsets with gaps (SPEC R25): recovery, the header
+    """A cleaned segment keeps original offsets with gaps (REQ-R25): recovery, the header
     walk of a trusted load and index rebuilds all accept increasing gaps."""
     d = tmp_path / "t-0"
     d.mkdir()

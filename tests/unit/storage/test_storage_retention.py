@@ -1,4 +1,4 @@
-"""Retention decision (SPEC R24): Kafka's deleteOldSegments predicates, pure."""
+"""Retention decision (REQ-R24): Kafka's deleteOldSegments predicates, pure."""
 
 from __future__ import annotations
 

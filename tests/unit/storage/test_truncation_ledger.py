@@ -1,5 +1,5 @@
 """The lost-records ledger (issue 6 item 5): what a truncation removes is kept, durably,
-before it is removed (SPEC R19, R20, R10, scenarios 4 and 6)."""
+before it is removed (REQ-R19, R20, R10, scenarios 4 and 6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Replica placement (SPEC R1, R2): Kafka's rack-unaware algorithm."""
+"""Replica placement (REQ-R1, R2): Kafka's rack-unaware algorithm."""
 
 from __future__ import annotations
 

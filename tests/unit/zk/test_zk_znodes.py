@@ -1,4 +1,4 @@
-"""Znode codecs: round trips and decoding of literal samples in Kafka's format (SPEC R12)."""
+"""Znode codecs: round trips and decoding of literal samples in Kafka's format (REQ-R12)."""
 
 from __future__ import annotations
 

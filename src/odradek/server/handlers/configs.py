@@ -10,7 +10,7 @@ them (as CreateTopics does, see handlers_admin.py).
 Every broker watches ``/config/topics/T`` (metadata_store ``TopicConfigChanged``) and
 its replica manager swaps each local ``Log.config`` when a topic's overrides change, so
 a change takes effect without a restart (issue #5). The controller reads
-``unclean.leader.election.enable`` fresh from ZooKeeper on each pass (SPEC R10).
+``unclean.leader.election.enable`` fresh from ZooKeeper on each pass (REQ-R10).
 
 Semantics, as in Kafka:
 

@@ -1,4 +1,4 @@
-"""Produce, Fetch and ListOffsets: the hot path (SPEC R3, R7, R8, R16, R17, R26).
+"""Produce, Fetch and ListOffsets: the hot path (REQ-R3, R7, R8, R16, R17, R26).
 
 Produce and Fetch responses are encoded by the hand-written encoders in
 ``odradek.protocol`` (no kio on the hot path); record batches are never decompressed.
@@ -69,7 +69,7 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
 async def _delayed_produce(header: RequestHeaderInfo,
                            results: list[tuple[str, list[PartitionProduceResult]]],
                            op: DelayedProduce) -> bytes:
-    await op.done  # the purgatory fills in each pending partition's answer (SPEC R7, R8)
+    await op.done  # the purgatory fills in each pending partition's answer (REQ-R7, R8)
     return encode_produce_response(header.api_version, header.correlation_id, results)
 
 
@@ -110,7 +110,7 @@ def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Re
 
 async def _delayed_fetch(header: RequestHeaderInfo, topics: list[tuple[str, list[FetchEntry]]],
                          op: DelayedFetch) -> list[Any]:
-    """SPEC R17: answered when data arrives (or the HW moves) on any requested partition,
+    """REQ-R17: answered when data arrives (or the HW moves) on any requested partition,
     or after max_wait (the purgatory re-reads every partition at completion)."""
     await op.done
     return _encode_fetch(header, topics)
@@ -121,7 +121,7 @@ async def _delayed_fetch(header: RequestHeaderInfo, topics: list[tuple[str, list
 # cost less than a write for the header, a sendfile and a write for the rest -- three
 # syscalls and three TCP segments on a TCP_NODELAY socket, each waking the reader. A
 # replica fetch at low rates carries a few hundred bytes. Larger responses stay zero-copy
-# (SPEC R26).
+# (REQ-R26).
 SMALL_RESPONSE_BYTES = 16 * 1024
 
 
@@ -153,7 +153,7 @@ def handle_list_offsets(ctx: RequestContext, header: RequestHeaderInfo, req: Any
                 ts = int(lp.timestamp)
                 kw["leader_epoch"] = p.leader_epoch
                 if ts == LATEST_TIMESTAMP:
-                    # Consumers see only committed records: "latest" is the HW (SPEC R16).
+                    # Consumers see only committed records: "latest" is the HW (REQ-R16).
                     kw["offset"] = p.high_watermark
                 elif ts == EARLIEST_TIMESTAMP:
                     kw["offset"] = p.log.log_start_offset
@@ -176,7 +176,7 @@ def handle_list_offsets(ctx: RequestContext, header: RequestHeaderInfo, req: Any
 
 # =============================================================================== OffsetsForLeaderEpoch
 def handle_offset_for_leader_epoch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
-    """SPEC R19: where does epoch E end on the leader? (KIP-101, KIP-279, KIP-320)."""
+    """REQ-R19: where does epoch E end on the leader? (KIP-101, KIP-279, KIP-320)."""
     v = header.api_version
     image = ctx.image
     topics = []

@@ -1,7 +1,7 @@
 """ElectLeaders (API key 43, v0-2; v2 flexible): preferred or unclean election on demand.
 
 Kafka's broker forwards the request to the controller over RPC. Odradek's brokers talk to
-the controller through ZooKeeper (SPEC R12, R13), so any broker answers it:
+the controller through ZooKeeper (REQ-R12, R13), so any broker answers it:
 
 1. Each requested partition is checked against this broker's metadata image with the
    rules of ``elections.py``: unknown → UNKNOWN_TOPIC_OR_PARTITION; PREFERRED (0) whose
@@ -9,7 +9,7 @@ the controller through ZooKeeper (SPEC R12, R13), so any broker answers it:
    or out of the ISR → PREFERRED_LEADER_NOT_AVAILABLE; UNCLEAN (1, v1+) with a live
    leader → ELECTION_NOT_NEEDED, with no live replica → ELIGIBLE_LEADERS_NOT_AVAILABLE.
 2. The rest are written to ZooKeeper for the controller, in Kafka's partition-list JSON:
-   ``/admin/preferred_replica_election`` (Kafka's znode, SPEC R5) or
+   ``/admin/preferred_replica_election`` (Kafka's znode, REQ-R5) or
    ``/admin/unclean_leader_election`` (Odradek's, same JSON). If such a request is already
    pending we wait for the controller to finish it and then write ours.
 3. We wait (up to the request's ``timeout_ms``) until the image shows the result: the

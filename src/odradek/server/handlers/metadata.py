@@ -1,4 +1,4 @@
-"""ApiVersions, Metadata and DescribeCluster (SPEC R11: any broker answers metadata).
+"""ApiVersions, Metadata and DescribeCluster (REQ-R11: any broker answers metadata).
 
 Metadata may auto-create topics (``auto.create.topics.enable``, ``num.partitions``,
 ``default.replication.factor``), answering LEADER_NOT_AVAILABLE for them in that response
@@ -119,7 +119,7 @@ def _topic_entry(v: int, image: MetadataImage, info: TopicInfo) -> Any:
             leader = p.leader
         else:
             # No live leader: "new" partition waiting for the controller, or offline
-            # (SPEC R10: with unclean election off it stays offline until an ISR member
+            # (REQ-R10: with unclean election off it stays offline until an ISR member
             # returns).
             code = ErrorCode.leader_not_available
             leader = -1

@@ -1,4 +1,4 @@
-"""DeleteRecords (API 21, v0–v2): move a partition's log start offset forward (SPEC R24).
+"""DeleteRecords (API 21, v0–v2): move a partition's log start offset forward (REQ-R24).
 
 Kafka's ``ReplicaManager.deleteRecords`` + ``DelayedDeleteRecords``:
 
