@@ -7,6 +7,6 @@ import sys
 if "hypothesis" not in sys.modules:
     sys.modules["hypothesis"] = None  # type: ignore[assignment]
 
-from odradek.cli.main import main  # noqa: E402
+from odradek.cli.main import main
 
 raise SystemExit(main())

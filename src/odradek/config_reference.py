@@ -67,8 +67,10 @@ def _range(d: ConfigDef) -> str:
 
 
 def _rows(defs: dict[str, ConfigDef]) -> list[str]:
-    lines = ["| Name | Type | Default | Valid values | Dynamic | Support | Description |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| Name | Type | Default | Valid values | Dynamic | Support | Description |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name in sorted(defs):
         d = defs[name]
         default = "" if d.default is None else f"`{d.default}`" if d.default else '`""`'
@@ -80,17 +82,30 @@ def _rows(defs: dict[str, ConfigDef]) -> list[str]:
             synonyms = " Broker fallback: " + ", ".join(f"`{s.name}`" for s in d.synonyms) + "."
         lines.append(
             f"| `{name}` | {d.type.name.lower()} | {default} | {_cell(_range(d))} | "
-            f"{'yes' if d.dynamic else 'no'} | {_cell(support)} | {_cell(d.doc + synonyms)} |")
+            f"{'yes' if d.dynamic else 'no'} | {_cell(support)} | {_cell(d.doc + synonyms)} |"
+        )
     return lines
 
 
 def render_reference() -> str:
     """The whole reference page, deterministic (sorted names)."""
-    out = [_HEADER, "## Broker properties", "", *_rows(BROKER_CONFIGS), "",
-           "## Topic configs", "", *_rows(TOPIC_CONFIGS), "",
-           "## Environment variables", "",
-           "Settings of a broker are never read from the environment.", "",
-           "| Variable | Use |", "|---|---|"]
+    out = [
+        _HEADER,
+        "## Broker properties",
+        "",
+        *_rows(BROKER_CONFIGS),
+        "",
+        "## Topic configs",
+        "",
+        *_rows(TOPIC_CONFIGS),
+        "",
+        "## Environment variables",
+        "",
+        "Settings of a broker are never read from the environment.",
+        "",
+        "| Variable | Use |",
+        "|---|---|",
+    ]
     out += [f"| `{k}` | {_cell(v)} |" for k, v in sorted(ENVIRONMENT.items())]
     return "\n".join(out) + "\n"
 

@@ -316,7 +316,8 @@ def run_produce(
                     if clock() - last_report[0] > stall_timeout_s:
                         raise RuntimeError(
                             f"no delivery report for {stall_timeout_s:.0f} s with the "
-                            f"producer queue full ({sent} sent, {len(stats.latencies)} acked)")
+                            f"producer queue full ({sent} sent, {len(stats.latencies)} acked)"
+                        ) from None
             sent += 1
             if i & 1023 == 0:
                 producer.poll(0)

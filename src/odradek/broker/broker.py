@@ -18,25 +18,28 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+from odradek.config import (
+    BrokerConfig,
+    ConfigError,
+    listener_security_errors,
+    log_config_for_topic,
+    parse_connection_overrides,
+)
 from odradek.controller.controlled_shutdown import request_controlled_shutdown
 from odradek.controller.controller import Controller
 from odradek.coordinator.group_coordinator import GroupCoordinator  # consumer groups (issue 4)
-from odradek.metadata.image import MetadataImage
-from odradek.metadata.store import MetadataStore
 from odradek.coordinator.producer_ids import ProducerIdManager
-from odradek.server.context import RequestContext
 from odradek.log_manager.flusher import Flusher
 from odradek.log_manager.log_cleaner import manager_from_config  # compaction (REQ-R25)
+from odradek.metadata.image import MetadataImage
+from odradek.metadata.store import MetadataStore
 from odradek.replication.isr_store import ZkIsrStore
 from odradek.replication.replica_manager import RECOVERY_POINT_CHECKPOINT, ReplicaManager
 from odradek.replication.trace import RecordTracer
+from odradek.server.context import RequestContext
 from odradek.server.dispatch import RequestDispatcher
 from odradek.server.network import ConnectionLimits, RequestQueue
 from odradek.server.socket_server import ConnectionQuotas, SocketServer
-from odradek.config import (
-    BrokerConfig, ConfigError, listener_security_errors, log_config_for_topic,
-    parse_connection_overrides,
-)
 from odradek.storage.log import LogConfig
 from odradek.zk import znodes
 from odradek.zk.client import connect_zk
@@ -199,7 +202,7 @@ class Broker:
     async def _bounded(self, what: str, aw: Any, timeout_s: float = 5.0) -> None:
         try:
             await asyncio.wait_for(aw, timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("shutdown: could not %s within %.0f s; continuing", what, timeout_s)
         except Exception:
             log.exception("shutdown: %s failed; continuing", what)
@@ -272,5 +275,5 @@ class Broker:
         self._image_waiters.append(fut)
         try:
             await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass

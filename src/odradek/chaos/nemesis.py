@@ -336,7 +336,12 @@ def run_nemesis(case: NemesisCase, run_dir: Path, *,
     from odradek.chaos.faults import Faults
     from odradek.chaos.scenarios import FAST_BROKER_CONFIG, ZK_SESSION_MS, ScenarioResult
     from odradek.chaos.workload import (
-        History, LiveConsumer, MetadataPoller, ProducerWorkload, dump_replicas, final_read,
+        History,
+        LiveConsumer,
+        MetadataPoller,
+        ProducerWorkload,
+        dump_replicas,
+        final_read,
     )
     from odradek.cluster.local import LocalCluster
 

@@ -19,6 +19,7 @@ number a person feels as an outage.
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -63,7 +64,7 @@ def longest_gap(send_ts: Sequence[float], ack_ts: Sequence[float]) -> float:
     t0, t1 = min(send_ts), max(send_ts)
     inside = sorted(t for t in ack_ts if t0 <= t <= t1)
     points = [t0, *inside, t1]
-    return round(max(b - a for a, b in zip(points, points[1:])) if len(points) > 1 else 0.0, 2)
+    return round(max(b - a for a, b in itertools.pairwise(points)) if len(points) > 1 else 0.0, 2)
 
 
 def _proc_nodes(detail: str) -> tuple[str, list[str]] | None:

@@ -21,15 +21,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from odradek.chaos.expectations import (  # noqa: F401 - Check, Expect, Metrics re-exported
-    LAG_S, Check, Expect, Metrics, _cmp, _phase, final_isr_full,
-    isr_seen, leader_changed, ledger_accounts, no_divergence, phase_acks, phase_errors,
-    report, split_brain_bounded, zero_loss,
+from odradek.chaos.expectations import (
+    LAG_S,
+    Check,
+    Expect,
+    Metrics,
+    _cmp,
+    _phase,
+    final_isr_full,
+    isr_seen,
+    leader_changed,
+    ledger_accounts,
+    no_divergence,
+    phase_acks,
+    phase_errors,
+    report,
+    split_brain_bounded,
+    zero_loss,
 )
 from odradek.chaos.faults import Faults
 from odradek.chaos.workload import (
-    History, LiveConsumer, MetadataPoller, ProducerWorkload, dump_replicas, final_read,
-    restart_stopped_brokers, wind_down,
+    History,
+    LiveConsumer,
+    MetadataPoller,
+    ProducerWorkload,
+    dump_replicas,
+    final_read,
+    restart_stopped_brokers,
+    wind_down,
 )
 
 __all__ = ["Scenario", "Check", "Ctx", "ScenarioResult", "SCENARIOS", "get", "run_scenario",

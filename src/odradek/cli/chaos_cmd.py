@@ -151,7 +151,7 @@ def _titles_and_schedules(run_dir: Path, names: list[str]) -> tuple[dict[str, st
 
 def _finish(names: list[str], results: list[Any], run_dir: Path, args: argparse.Namespace,
             command: str) -> int:
-    from odradek.chaos.report import summarize, format_summary, gap_of, write_report
+    from odradek.chaos.report import format_summary, gap_of, summarize, write_report
 
     print()
     for r in results:

@@ -254,7 +254,10 @@ def _describe(args: argparse.Namespace) -> int:
 
 def _alter(args: argparse.Namespace) -> int:
     from confluent_kafka.admin import (  # noqa: PLC0415
-        AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
     )
 
     et = args.entity_type

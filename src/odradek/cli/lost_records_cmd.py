@@ -22,7 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from odradek.storage.truncation_ledger import (
-    LedgerEntry, LostRecord, ledger_root, list_entries, mark_replayed, unique_records,
+    LedgerEntry,
+    LostRecord,
+    ledger_root,
+    list_entries,
+    mark_replayed,
+    unique_records,
 )
 
 __all__ = ["add_parser", "log_dirs_of", "load_entries", "export_rows", "cmd_list",
@@ -101,7 +106,7 @@ def load_entries(dirs: Iterable[Path], topic: str | None = None) -> list[LedgerE
 
 
 def _time(ms: int) -> str:
-    return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).strftime(
+    return _dt.datetime.fromtimestamp(ms / 1000, _dt.UTC).strftime(
         "%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 

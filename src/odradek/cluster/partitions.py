@@ -106,7 +106,7 @@ def _fill_high_watermarks(bootstrap: str, parts: list[PartitionStatus]) -> None:
                 _, hi = c.get_watermark_offsets(TopicPartition(st.topic, st.partition),
                                                 timeout=2)
                 st.high_watermark = hi
-            except Exception:  # noqa: BLE001 - leader unreachable: leave unknown
+            except Exception:
                 pass
     finally:
         c.close()

@@ -44,14 +44,26 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
-    BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError,
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
 )
 
 from odradek.controller import elections
 from odradek.controller.elections import StateChange
 from odradek.metadata.store import (
-    AdminRequestsChanged, BrokersChanged, ControllerChanged, DeletionsChanged, MetadataEvent,
-    SessionReestablished, Stop, TopicChanged, TopicConfigChanged, TopicsChanged,
+    AdminRequestsChanged,
+    BrokersChanged,
+    ControllerChanged,
+    DeletionsChanged,
+    MetadataEvent,
+    SessionReestablished,
+    Stop,
+    TopicChanged,
+    TopicConfigChanged,
+    TopicsChanged,
 )
 from odradek.zk import znodes
 
@@ -275,7 +287,7 @@ class Controller:
             new = znodes.PartitionState(change.leader, change.leader_epoch, change.isr,
                                         self.epoch)
             data = znodes.encode_partition_state(new)
-            if self._commit(lambda tx: tx.set_data(path, data, version)):
+            if self._commit(lambda tx: tx.set_data(path, data, version)):  # noqa: B023 (called at once)
                 self._log_change(topic, p, state, change)
                 return True
         log.warning("%s-%d: gave up after %d conflicting writes", topic, p, _MAX_CAS_ATTEMPTS)

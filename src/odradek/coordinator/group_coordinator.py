@@ -27,19 +27,34 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from odradek.coordinator.group_codec import (
-    GroupKey, GroupValue, OffsetKey, OffsetValue, decode_group_value, decode_key,
-    decode_offset_value, encode_group_key, encode_group_value, encode_offset_key,
+    GroupKey,
+    GroupValue,
+    OffsetKey,
+    OffsetValue,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
     encode_offset_value,
 )
 from odradek.coordinator.group_state import (
-    Effect, Group, GroupConfig, GroupState, JoinRequest, JoinResult, Persist, SyncResult,
+    Effect,
+    Group,
+    GroupConfig,
+    GroupState,
+    JoinRequest,
+    JoinResult,
+    Persist,
+    SyncResult,
 )
+from odradek.errors import ErrorCode, KafkaError
 from odradek.replication.partition import Partition, Role
 from odradek.replication.replica_manager import now_ms
-from odradek.zk.admin import create_topic, plan_new_topic
-from odradek.errors import ErrorCode, KafkaError
 from odradek.storage.batch import CONTROL_BIT, parse_batches
 from odradek.storage.records import decode_batch_records, encode_batch
+from odradek.zk.admin import create_topic, plan_new_topic
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient

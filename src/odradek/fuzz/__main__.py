@@ -18,6 +18,8 @@ from pathlib import Path
 
 from odradek.fuzz.harness import FuzzConfig, FuzzReport, run_fuzz
 
+logger = logging.getLogger(__name__)
+
 # Broker settings of the self-started cluster: Kafka's defaults except what keeps a long
 # run's side effects bounded (mutated CreateTopics and auto-creation make topics: at most
 # 2,000 partitions on disk) and fast (no initial rebalance delay for mutated JoinGroups).
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                      rss_ceiling_mb=args.rss_ceiling_mb, check_every_s=args.check_every)
 
     def progress(r: FuzzReport) -> None:
-        logging.info("%d requests, %d answered, %d closed, %d unanswered", r.requests,
+        logger.info("%d requests, %d answered, %d closed, %d unanswered", r.requests,
                      r.answered, r.closed, r.unanswered)
 
     if args.bootstrap:
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg.bootstrap, cfg.broker_pid, cfg.broker_log = b.address, b.pid, b.log
             t0 = time.monotonic()
             report = run_fuzz(cfg, progress)
-            logging.info("fuzzing took %.0f s", time.monotonic() - t0)
+            logger.info("fuzzing took %.0f s", time.monotonic() - t0)
         finally:
             cluster.down()
             if tmp is not None:

@@ -177,7 +177,7 @@ class RoundTrip:
             for fut in futures.values():
                 try:
                     fut.result(timeout_s)
-                except Exception as e:  # noqa: BLE001 - "already exists" is fine
+                except Exception as e:
                     if "already exists" not in str(e).lower():
                         raise
 
@@ -319,7 +319,7 @@ class _Run:
             body = await asyncio.wait_for(reader.readexactly(size), self.cfg.reply_timeout_s)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             return "closed"
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return "unanswered"
         cid = _I32.unpack_from(body, 0)[0] if len(body) >= 4 else None
         if cid != expected_cid:
@@ -341,7 +341,7 @@ class _Run:
             wait = min(cfg.check_every_s, max(deadline - time.monotonic(), 0.0))
             try:
                 await asyncio.wait_for(self.stopped.wait(), wait)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             if self.stop:
                 return

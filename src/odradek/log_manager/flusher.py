@@ -149,7 +149,7 @@ class Flusher:
                 # Durable-ack logs skip the active segment's index fsync (rebuilt or
                 # checked on load); Kafka's flush policy syncs everything.
                 job = lg.begin_flush(now, with_indexes=not lg.config.ack_fsync)
-            except Exception:  # noqa: BLE001 - e.g. a log closed under us
+            except Exception:
                 log.exception("flush of %s could not start", lg.directory.name)
                 continue
             if job is None:
@@ -176,7 +176,7 @@ class Flusher:
                 # Kafka takes the log dir offline; we keep the log and retry on the next
                 # scheduler tick (waiters keep waiting meanwhile).
                 log.error("%s", e)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("after flushing %s", lg.directory.name)
         else:
             job.close()  # cancelled before it ran
@@ -211,7 +211,7 @@ class Flusher:
                     if lg.flush_due(now) or (lg.config.ack_fsync
                                              and lg.durable_offset < lg.log_end_offset):
                         self.mark(lg)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("flush scheduler failed")
 
     async def _checkpoints(self) -> None:
@@ -225,7 +225,7 @@ class Flusher:
                 await asyncio.to_thread(write_checkpoint, self._checkpoint_path, entries)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("recovery-point checkpoint failed")
 
 

@@ -252,7 +252,7 @@ class LogCleanerManager:
                 discard_cleaned(job.lg.directory, g.base_offset)
                 continue
             try:
-                ok = self._on_loop(lambda: self._swap(job.lg, olds, snap, g.base_offset))
+                ok = self._on_loop(lambda: self._swap(job.lg, olds, snap, g.base_offset))  # noqa: B023
             except CleanerStopped:
                 stopped = True
                 discard_cleaned(job.lg.directory, g.base_offset)

@@ -35,7 +35,11 @@ from kio.static.constants import EntityType
 from odradek.errors import ErrorCode
 from odradek.protocol.tagged import strip_unknown_tags
 from odradek.protocol.validator import (
-    DEFAULT_MAX_ELEMENTS, MalformedRequest, TooManyElements, Validator, request_validator,
+    DEFAULT_MAX_ELEMENTS,
+    MalformedRequest,
+    TooManyElements,
+    Validator,
+    request_validator,
 )
 from odradek.protocol.versions import ADVERTISED, SERVED, api_name
 
@@ -270,14 +274,14 @@ def decode_request(frame: bytes | bytearray | memoryview,
             f"malformed {api_name(header.api_key)} v{header.api_version}: {e}", header
         ) from None
     try:
-        entity, size = reader(frame, header.header_size)
+        entity, _size = reader(frame, header.header_size)
     except KeyError as e:
         # kio raises KeyError("Unknown tagged field tag: N"); Kafka's spec says unknown
         # tagged fields must be ignored (KIP-482). Rare path: rewrite the body without
         # them and decode again.
         if "tagged field" not in str(e):
             raise InvalidRequest(f"cannot decode request: {e!r}", header) from e
-        entity, size = _decode_without_unknown_tags(frame, header, reader)
+        entity, _size = _decode_without_unknown_tags(frame, header, reader)
     except Exception as e:  # kio: BufferUnderflow, ValueError, UnicodeDecodeError, ...
         raise InvalidRequest(
             f"cannot decode {api_name(header.api_key)} v{header.api_version}: {e!r}", header

@@ -41,7 +41,7 @@ def build(cls: type, /, **kwargs: Any) -> Any:
         if kind.startswith("timedelta") and isinstance(value, int):
             value = datetime.timedelta(milliseconds=value)
         args[name] = value
-    for name, kind in info.items():
+    for name in info:
         if name not in args and name == "throttle_time":
             args[name] = _ZERO
     return cls(**args)

@@ -91,7 +91,7 @@ class BrokerConnection:
         try:
             _, proto = await asyncio.wait_for(loop.create_connection(
                 _ClientProtocol, self.host, self.port, local_addr=local), self.timeout_s)
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             self.close()
             raise BrokerConnectionError(f"connect to {self.host}:{self.port}: {e!r}") from e
         self._proto = proto
@@ -115,7 +115,7 @@ class BrokerConnection:
         try:
             proto.transport.write(data)
             return await fut
-        except asyncio.TimeoutError as e:
+        except TimeoutError as e:
             self.close()
             raise BrokerConnectionError(f"request to {self.host}:{self.port} timed out") \
                 from e
@@ -144,4 +144,4 @@ class BrokerConnection:
 
 def _expire(fut: asyncio.Future[Any]) -> None:
     if not fut.done():
-        fut.set_exception(asyncio.TimeoutError())
+        fut.set_exception(TimeoutError())

@@ -30,7 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.errors import ErrorCode, error_name
 from odradek.replication.leader_endpoint import (
-    EndpointError, EndpointFactory, EpochRequest, FetchRequestPartition, LeaderEndpoint,
+    EndpointError,
+    EndpointFactory,
+    EpochRequest,
+    FetchRequestPartition,
+    LeaderEndpoint,
     RemoteLeaderEndpoint,
 )
 from odradek.replication.trace import RecordTracer
@@ -115,7 +119,7 @@ class ReplicaFetcher:
             self._task.cancel()
             try:
                 await self._task
-            except (asyncio.CancelledError, Exception):
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 (stopping: its error was logged)
                 pass
         self.endpoint.close()
 
@@ -144,7 +148,7 @@ class ReplicaFetcher:
                     self._wakeup.clear()
                     try:
                         await asyncio.wait_for(self._wakeup.wait(), wait_s)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         pass
             except EndpointError as e:
                 logger.info("fetcher %d→%d: %s; retrying", self.broker_id, self.leader_id, e)

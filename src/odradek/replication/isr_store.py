@@ -25,7 +25,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from odradek.replication.partition_state import (
-    IsrConflict, IsrStoreUnavailable, IsrWrite, LeaderAndIsr,
+    IsrConflict,
+    IsrStoreUnavailable,
+    IsrWrite,
+    LeaderAndIsr,
 )
 from odradek.zk import znodes
 

@@ -17,7 +17,9 @@ from typing import Any, Protocol
 
 from odradek.protocol.client_codec import nested_request, request_entity
 from odradek.protocol.replica_fetch import (
-    MalformedResponse, ReplicaFetchPartition, decode_fetch_response_v12,
+    MalformedResponse,
+    ReplicaFetchPartition,
+    decode_fetch_response_v12,
     encode_replica_fetch_request,
 )
 from odradek.replication.broker_connection import BrokerConnection, BrokerConnectionError

@@ -41,7 +41,15 @@ from typing import Final
 
 from odradek.errors import ErrorCode, KafkaError
 from odradek.replication.partition_state import (
-    Fenced, Follower, IsrWrite, Leader, LeaderAndIsr, Offline, ReplicaState, Role, State,
+    Fenced,
+    Follower,
+    IsrWrite,
+    Leader,
+    LeaderAndIsr,
+    Offline,
+    ReplicaState,
+    Role,
+    State,
     Transition,
 )
 from odradek.storage.batch import BatchHeader, parse_batches
@@ -604,7 +612,7 @@ class Partition:
             self.ledger.record(self.log, self.topic, self.index, offset, reason=reason,
                                new_leader_id=leader_id, new_leader_epoch=leader_epoch,
                                high_watermark=self._hw)
-        except Exception:  # noqa: BLE001
+        except Exception:
             logger.exception("%s: could not quarantine [%d, %d) before truncating",
                              self.name, offset, self.log.log_end_offset)
 

@@ -29,7 +29,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,14 +41,23 @@ from odradek.metadata.image import MetadataImage, PartitionInfo
 from odradek.protocol.fetch_response import PartitionFetchResult
 from odradek.protocol.produce_response import PartitionProduceResult
 from odradek.replication.delayed import (
-    DelayedDeleteRecords, DelayedFetch, DelayedProduce, FetchWatch, PendingDelete,
+    DelayedDeleteRecords,
+    DelayedFetch,
+    DelayedProduce,
+    FetchWatch,
+    PendingDelete,
     PendingProduce,
 )
 from odradek.replication.fetcher import ReplicaFetcherManager
 from odradek.replication.leader_endpoint import EndpointFactory
 from odradek.replication.partition import Partition, Role, rebuild_producer_state
 from odradek.replication.partition_state import (
-    IsrConflict, IsrStore, IsrStoreUnavailable, IsrWrite, LeaderAndIsr, Transition,
+    IsrConflict,
+    IsrStore,
+    IsrStoreUnavailable,
+    IsrWrite,
+    LeaderAndIsr,
+    Transition,
 )
 from odradek.replication.purgatory import DelayedOperationPurgatory
 from odradek.replication.trace import RecordTracer
@@ -57,7 +66,10 @@ from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import Log, LogConfig
 from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.truncation_ledger import (
-    DEFAULT_RETENTION_BYTES, RETENTION_CONFIG, TruncationLedger, ledger_root,
+    DEFAULT_RETENTION_BYTES,
+    RETENTION_CONFIG,
+    TruncationLedger,
+    ledger_root,
 )
 from odradek.topics import INTERNAL_TOPICS
 
@@ -507,7 +519,7 @@ class ReplicaManager:
                 except KafkaError as err:
                     errored = True
                     res.error_code = int(err.code)
-                except Exception:  # noqa: BLE001 - one partition never takes the broker down
+                except Exception:
                     errored = True
                     logger.exception("fetch from %s-%d failed", topic, res.index)
                     res.error_code = int(ErrorCode.unknown_server_error)
@@ -563,13 +575,13 @@ class ReplicaManager:
                                 st.index, before, p.log.log_start_offset)
                 except KafkaError as e:
                     st.error = e.code
-                except Exception:  # noqa: BLE001 - one partition never takes the broker down
+                except Exception:
                     logger.exception("DeleteRecords on %s-%d failed", topic, st.index)
                     st.error = ErrorCode.unknown_server_error
         if moved:
             try:
                 self.checkpoint_log_start_offsets()
-            except Exception:  # noqa: BLE001 - the periodic checkpoint retries
+            except Exception:
                 logger.exception("log-start-offset checkpoint after DeleteRecords failed")
         pending = [st for _, plist in requests for st in plist]
         op = DelayedDeleteRecords(timeout_s, pending)
@@ -619,7 +631,7 @@ class ReplicaManager:
             tr = part.isr_write_failed(write, e.current)
         except IsrStoreUnavailable:
             tr = part.isr_write_failed(write, None)
-        except Exception:  # noqa: BLE001 - an unknown outcome is treated as unreachable
+        except Exception:
             logger.exception("%s: ISR write failed", part.name)
             tr = part.isr_write_failed(write, None)
         else:
@@ -683,7 +695,7 @@ class ReplicaManager:
                 deleted += n
                 moved |= n > 0 or lg.log_start_offset != before
                 lg.run_pending_deletions(t)
-            except Exception:  # noqa: BLE001 - one bad log must not stop the others
+            except Exception:
                 log.exception("retention check of %s-%d failed", *tp)
         if moved:
             self.checkpoint_log_start_offsets()

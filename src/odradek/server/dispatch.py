@@ -22,18 +22,30 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from odradek.errors import ErrorCode, KafkaError
+from odradek.log_limiter import LogLimiter
 from odradek.protocol.codec import (
-    InvalidRequest, RequestHeaderInfo, UnsupportedVersion, api_versions_error_response,
-    decode_request, encode_response,
+    InvalidRequest,
+    RequestHeaderInfo,
+    UnsupportedVersion,
+    api_versions_error_response,
+    decode_request,
+    encode_response,
 )
 from odradek.protocol.validator import DEFAULT_MAX_ELEMENTS
 from odradek.protocol.versions import api_name
 from odradek.server.context import RequestContext
 from odradek.server.error_responses import error_response
 from odradek.server.handlers import (
-    admin, configs, data, elect, groups, metadata, producers, records, security,
+    admin,
+    configs,
+    data,
+    elect,
+    groups,
+    metadata,
+    producers,
+    records,
+    security,
 )
-from odradek.log_limiter import LogLimiter
 from odradek.server.network import CloseConnection, Pipelined
 
 logger = logging.getLogger(__name__)
@@ -145,7 +157,7 @@ class RequestDispatcher:
                             exc_info=exc)
         try:
             return _encoded(header, error_response(header, req, code, message))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             logger.exception("cannot build the error response of %s v%d",
                              api_name(header.api_key), header.api_version)
             raise CloseConnection(f"handler failed and no error response: {e!r}") from e

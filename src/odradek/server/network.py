@@ -43,10 +43,13 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from odradek.protocol.framing import (
-    DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, FrameTooLarge,
-)
 from odradek.log_limiter import LogLimiter
+from odradek.protocol.framing import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FrameDecoder,
+    FrameError,
+    FrameTooLarge,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -46,8 +46,7 @@ class LeaderEpochCache:
 
     def _flush(self) -> None:
         tmp = self.path.with_suffix(".tmp")
-        body = "0\n%d\n%s" % (len(self.entries),
-                               "".join(f"{e} {o}\n" for e, o in self.entries))
+        body = f"0\n{len(self.entries)}\n" + "".join(f"{e} {o}\n" for e, o in self.entries)
         with open(tmp, "w") as f:
             f.write(body)
             f.flush()

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from odradek.topics import topic_name_error
 from odradek.errors import ErrorCode, KafkaError
+from odradek.topics import topic_name_error
 from odradek.zk import znodes
 from odradek.zk.assignment import assign_replicas
-
 
 # ZooKeeper refuses packets over jute.maxbuffer (1 MiB - 1 by default) by dropping the
 # client's connection, which would suspend this broker's whole session (ISR writes

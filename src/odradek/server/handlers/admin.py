@@ -15,15 +15,18 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from odradek.config import describe_broker_config, describe_topic_config, validate_topic_configs
+from odradek.errors import ErrorCode, KafkaError
 from odradek.metadata.image import MetadataImage
+from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import part, response
 from odradek.topics import topic_name_error
 from odradek.zk.admin import (
-    add_partitions, create_topic, mark_topic_for_deletion, plan_new_topic,
+    add_partitions,
+    create_topic,
+    mark_topic_for_deletion,
+    plan_new_topic,
 )
-from odradek.config import describe_broker_config, describe_topic_config, validate_topic_configs
-from odradek.errors import ErrorCode, KafkaError
-from odradek.protocol.codec import RequestHeaderInfo
 
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext
@@ -126,7 +129,7 @@ async def handle_create_topics(ctx: RequestContext, header: RequestHeaderInfo, r
                          is_sensitive=e.is_sensitive) for e in entries)
         except KafkaError as e:
             kw.update(error_code=e.code, error_message=e.message or None)
-        except Exception:  # noqa: BLE001 - one topic's failure never fails the others
+        except Exception:
             log.exception("creating topic %r failed", t.name)
             kw.update(error_code=ErrorCode.unknown_server_error,
                       error_message="unexpected error; see broker log")
@@ -158,7 +161,7 @@ async def handle_delete_topics(ctx: RequestContext, header: RequestHeaderInfo, r
             deleting.append(name)
         except KafkaError as e:
             code = e.code
-        except Exception:  # noqa: BLE001 - one topic's failure never fails the others
+        except Exception:
             log.exception("deleting topic %r failed", name)
             code = ErrorCode.unknown_server_error
         results.append(part(20, v, "DeletableTopicResult", name=name, error_code=code,
@@ -214,7 +217,7 @@ async def handle_create_partitions(ctx: RequestContext, header: RequestHeaderInf
                 changed.append((t.name, int(t.count)))
         except KafkaError as e:
             code, msg = e.code, e.message or None
-        except Exception:  # noqa: BLE001 - one topic's failure never fails the others
+        except Exception:
             log.exception("adding partitions to %r failed", t.name)
             code, msg = ErrorCode.unknown_server_error, "unexpected error; see broker log"
         results.append(part(37, v, "CreatePartitionsTopicResult", name=t.name, error_code=code,

@@ -44,12 +44,12 @@ from typing import TYPE_CHECKING, Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from odradek.topics import topic_name_error
-from odradek.protocol.responses import part, response
 from odradek.config import validate_topic_configs
 from odradek.configdefs import TOPIC_CONFIGS, ConfigType, parse_list
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
+from odradek.protocol.responses import part, response
+from odradek.topics import topic_name_error
 from odradek.zk import znodes
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ def _notify(zk: KazooClient, entity_path: str) -> None:
             zk.delete(f"{znodes.CONFIG_CHANGES}/{child}")
     except NoNodeError:
         pass  # purged concurrently by another broker
-    except Exception:  # noqa: BLE001 - the purge is housekeeping, never the answer
+    except Exception:
         log.debug("config change purge failed", exc_info=True)
 
 
@@ -240,7 +240,7 @@ async def _alter(ctx: RequestContext, api_key: int, v: int, req: Any,
                     f"type is {rtype}")
         except KafkaError as e:
             code, message = e.code, e.message or None
-        except Exception:  # noqa: BLE001 - one resource's failure never kills the request
+        except Exception:
             log.exception("altering configs of %s failed", name)
             code, message = ErrorCode.unknown_server_error, "unexpected error; see broker log"
         results.append(part(api_key, v, "AlterConfigsResourceResponse", error_code=code,

@@ -12,14 +12,14 @@ import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from odradek.protocol.responses import part, response
-from odradek.replication.delayed import DelayedFetch, DelayedProduce
-from odradek.replication.replica_manager import FetchEntry, FetchParams, ProduceEntry
-from odradek.server.network import CloseConnection
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
 from odradek.protocol.produce_response import PartitionProduceResult, encode_produce_response
+from odradek.protocol.responses import part, response
+from odradek.replication.delayed import DelayedFetch, DelayedProduce
+from odradek.replication.replica_manager import FetchEntry, FetchParams, ProduceEntry
+from odradek.server.network import CloseConnection
 
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext

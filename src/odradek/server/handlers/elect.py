@@ -31,10 +31,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 
 from odradek.controller import elections
-from odradek.metadata.image import MetadataImage
-from odradek.protocol.responses import part, response
 from odradek.errors import ErrorCode
+from odradek.metadata.image import MetadataImage
 from odradek.protocol.codec import RequestHeaderInfo
+from odradek.protocol.responses import part, response
 from odradek.zk import znodes
 
 if TYPE_CHECKING:

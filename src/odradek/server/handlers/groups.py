@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from odradek.server import network as server
 from odradek.coordinator.group_state import GroupState, JoinRequest
-from odradek.protocol.responses import part, response
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
+from odradek.protocol.responses import part, response
+from odradek.server import network as server
 
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext

@@ -11,13 +11,13 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from odradek.metadata.image import MetadataImage, TopicInfo
-from odradek.topics import topic_name_error
-from odradek.protocol.responses import part, response
-from odradek.zk.admin import create_topic, plan_new_topic
 from odradek.errors import ErrorCode, KafkaError
+from odradek.metadata.image import MetadataImage, TopicInfo
 from odradek.protocol.codec import RequestHeaderInfo
+from odradek.protocol.responses import part, response
 from odradek.protocol.versions import ADVERTISED
+from odradek.topics import topic_name_error
+from odradek.zk.admin import create_topic, plan_new_topic
 
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext

@@ -28,7 +28,7 @@ async def handle_init_producer_id(ctx: RequestContext, header: RequestHeaderInfo
                         producer_id=-1, producer_epoch=-1)
     try:
         pid = await asyncio.to_thread(ctx.producer_ids.next_id)
-    except Exception:  # noqa: BLE001 - ZooKeeper unreachable
+    except Exception:
         logger.exception("could not allocate a producer id")
         return response(22, v, throttle_time=0, error_code=ErrorCode.coordinator_not_available,
                         producer_id=-1, producer_epoch=-1)
