@@ -54,8 +54,8 @@ def run_demo(n_brokers: int = 3, records: int = 100_000, record_size: int = 100,
             if err is not None:
                 errors.append(str(err))
                 return
-            acked.setdefault(msg.partition(), []).append(  # type: ignore[attr-defined]
-                (msg.offset(), int(msg.key())))  # type: ignore[attr-defined]
+            acked.setdefault(msg.partition(), []).append(
+                (msg.offset(), int(msg.key())))
 
         producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                              "compression.type": "lz4", "enable.idempotence": False})

@@ -58,7 +58,7 @@ def _resolve_overrides(config: BrokerConfig) -> dict[str, int]:
     for host, count in parse_connection_overrides(
             config.get("max.connections.per.ip.overrides")).items():
         try:
-            out[socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]] = count
+            out[str(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0])] = count
         except OSError:
             log.warning("max.connections.per.ip.overrides: cannot resolve %s; ignored", host)
     return out

@@ -122,7 +122,7 @@ def cmd_start_broker(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("cluster", help="run a local ZooKeeper + N brokers cluster")
     sub = p.add_subparsers(dest="cluster_command", required=True)
 

@@ -160,7 +160,7 @@ class Flusher:
                 job.close()
                 return
             self._in_flight.add(key)
-            fut.add_done_callback(lambda _f, key=key, lg=lg, job=job:
+            fut.add_done_callback(lambda _f, key=key, lg=lg, job=job:  # type: ignore[misc]
                                   self._finished(key, lg, job))
         self._resolve()
 

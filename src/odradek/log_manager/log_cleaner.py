@@ -121,15 +121,20 @@ class _Job:
 class CleanableReplica(Protocol):
     """What the cleaner reads of a replica: its log and how far it is committed."""
 
-    log: Log
-    high_watermark: int
+    # Read-only properties: a Protocol attribute would be invariant, and Partition's
+    # fields are narrower than the cleaner needs.
+    @property
+    def log(self) -> Log: ...
+    @property
+    def high_watermark(self) -> int: ...
 
 
 class ReplicaLogs(Protocol):
     """The replica manager as the cleaner sees it (it must not import replication:
     the cleaner is storage upkeep, below the replication layer)."""
 
-    partitions: Mapping[TopicPartition, CleanableReplica]
+    @property
+    def partitions(self) -> Mapping[TopicPartition, CleanableReplica]: ...
 
     def has_log(self, tp: TopicPartition) -> bool: ...
 

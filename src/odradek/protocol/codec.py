@@ -155,7 +155,7 @@ def request_class(api_key: int, api_version: int) -> type:
     return cls
 
 
-def response_class(api_key: int, api_version: int) -> type:
+def response_class(api_key: int, api_version: int) -> Any:
     """kio's response dataclass for (api_key, api_version), cached."""
     key = (api_key, api_version)
     cls = _response_classes.get(key)

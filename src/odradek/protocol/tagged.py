@@ -164,12 +164,12 @@ class _Walker:
             tag = self.read_uvarint()
             size = self.read_uvarint()
             start = self._take(size)
-            step = tagged.get(tag)
-            if step is None:
+            found = tagged.get(tag)
+            if found is None:
                 continue  # unknown: ignored, as the protocol requires
             sub = _Walker(self.buf, start, start + size)
             # Tagged fields are never nullable on the wire (absence means default).
-            sub.run_step((step[0], step[1], False), flexible)
+            sub.run_step((found[0], found[1], False), flexible)
             if sub.pos != start + size:
                 raise ValueError(f"tagged field {tag} has {start + size - sub.pos} extra bytes")
             kept.append((tag, bytes(sub.out)))

@@ -264,10 +264,10 @@ class ReplicaFetcher:
                 continue
             if r.records:
                 if tracing:
-                    off = self._tracer.sampled(leo_before, p.log_end_offset - 1)
-                    if off is not None:
-                        self._tracer.hop(tp, off, "received", t_us=received_us)
-                        self._tracer.hop(tp, off, "appended")
+                    sampled = self._tracer.sampled(leo_before, p.log_end_offset - 1)
+                    if sampled is not None:
+                        self._tracer.hop(tp, sampled, "received", t_us=received_us)
+                        self._tracer.hop(tp, sampled, "appended")
                         self._traced.append((tp, off))
                 if p.log.config.ack_fsync:
                     durable.append((p.log, p.log.log_end_offset))

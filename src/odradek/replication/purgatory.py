@@ -112,7 +112,7 @@ class DelayedOperationPurgatory(Generic[K]):
             self._watchers.setdefault(key, {})[op.op_id] = op
         op._timer = asyncio.get_running_loop().call_later(max(op.timeout_s, 0.0),
                                                           self._expire, op)
-        op.done.add_done_callback(lambda _f, op=op: self._unwatch(op))
+        op.done.add_done_callback(lambda _f, op=op: self._unwatch(op))  # type: ignore[misc]
         return False
 
     def check_and_complete(self, key: K) -> int:

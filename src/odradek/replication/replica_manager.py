@@ -227,8 +227,8 @@ class ReplicaManager:
                 if changed is not None and tp[0] not in changed:
                     continue
                 topic = image.topics.get(tp[0])
-                pinfo = topic.partitions.get(tp[1]) if topic is not None else None
-                if pinfo is None or self.broker_id not in pinfo.replicas:
+                assigned = topic.partitions.get(tp[1]) if topic is not None else None
+                if assigned is None or self.broker_id not in assigned.replicas:
                     self._delete_partition(tp)
         self.fetchers.apply(image)
 
@@ -731,7 +731,7 @@ class ReplicaManager:
             return
         tp = parse_partition_dir(lg.directory.name)
         part = self.partitions.get(tp) if tp is not None else None
-        if part is None or part.log is not lg:
+        if tp is None or part is None or part.log is not lg:
             return
         part.on_log_flushed()
         self._wake(tp)

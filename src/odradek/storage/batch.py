@@ -122,7 +122,7 @@ class BatchHeader:
     @classmethod
     def unpack(cls, buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
         """Unpack a header at ``position`` without any validation."""
-        return cls(*HEADER_STRUCT.unpack_from(buf, position), position)  # type: ignore[arg-type]
+        return cls(*HEADER_STRUCT.unpack_from(buf, position), position)  # type: ignore[call-arg]  # 14 unpacked fields
 
 
 def compute_crc(buf: bytes | bytearray | memoryview, position: int, size: int) -> int:

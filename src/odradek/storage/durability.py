@@ -73,9 +73,9 @@ class FlushJob:
                 os.fdatasync(fd)
                 ledger.append(f"F {name} {size}")
             for p in self.index_paths:
-                size = _fsync_path(p)
-                if size is not None:
-                    ledger.append(f"F {p.name} {size}")
+                index_size = _fsync_path(p)
+                if index_size is not None:
+                    ledger.append(f"F {p.name} {index_size}")
             if self.fsync_dir:
                 # List first, then fsync: every name listed is durable afterwards.
                 names = sorted(n for n in os.listdir(self.directory) if _SEGMENT_FILE_RE.match(n))

@@ -42,7 +42,7 @@ class LeaderEpochCache:
             entries = [tuple(map(int, ln.split())) for ln in lines[2:2 + count]]
         except (ValueError, IndexError):
             entries = []  # a torn checkpoint: rebuilt from the log's batches by the caller
-        self.entries = [(e, o) for e, o in entries]  # type: ignore[misc]
+        self.entries = [(e, o) for e, o in entries]
 
     def _flush(self) -> None:
         tmp = self.path.with_suffix(".tmp")

@@ -247,7 +247,7 @@ def encode_batch(
     body = bytearray()
     for delta, rec in enumerate(records):
         key, value = rec[0], rec[1]
-        headers: Sequence[Header] = rec[2] if len(rec) > 2 else ()  # type: ignore[misc]
+        headers: Sequence[Header] = rec[2] if len(rec) > 2 else ()
         r = bytearray()
         r.append(0)  # record attributes (unused)
         _write_varint(r, timestamps[delta] - base_ts)

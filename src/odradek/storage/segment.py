@@ -206,7 +206,7 @@ class Segment:
         buf = os.pread(self.fd, BATCH_HEADER_SIZE, position)
         if len(buf) < BATCH_HEADER_SIZE:
             raise KafkaError(ErrorCode.kafka_storage_error, f"short read at {position}")
-        h = BatchHeader(*HEADER_STRUCT.unpack_from(buf, 0), position)  # type: ignore[arg-type]
+        h = BatchHeader(*HEADER_STRUCT.unpack_from(buf, 0), position)  # type: ignore[call-arg]
         return h
 
     # ------------------------------------------------------------------ appends

@@ -25,7 +25,7 @@ class BoundThreadingHandler(SequentialThreadingHandler):
         super().__init__()
         self.source_ip = source_ip
 
-    def create_connection(  # type: ignore[override]
+    def create_connection(
         self,
         address: tuple[str, int],
         hostname: str | None = None,

@@ -112,12 +112,12 @@ async def handle_elect_leaders(ctx: RequestContext, header: RequestHeaderInfo, r
             wanted.extend((tps.topic, int(p)) for p in tps.partitions)
     wanted = list(dict.fromkeys(wanted))  # duplicates answered once
 
+    outcomes: dict[TopicPartition, Outcome] = {}
     if election_type not in (PREFERRED, UNCLEAN):
         outcomes = {tp: (ErrorCode.invalid_request, f"unknown election type {election_type}")
                     for tp in wanted}
         return _response(v, wanted, outcomes)
 
-    outcomes: dict[TopicPartition, Outcome] = {}
     pending: list[TopicPartition] = []
     for tp in wanted:
         decided = check_partition(image, tp[0], tp[1], election_type)

@@ -26,8 +26,11 @@ async def handle_init_producer_id(ctx: RequestContext, header: RequestHeaderInfo
         return response(22, v, throttle_time=0,
                         error_code=ErrorCode.transactional_id_authorization_failed,
                         producer_id=-1, producer_epoch=-1)
+    ids = ctx.producer_ids
     try:
-        pid = await asyncio.to_thread(ctx.producer_ids.next_id)
+        if ids is None:  # the broker is still starting (no ZooKeeper session yet)
+            raise RuntimeError("producer id manager not started")
+        pid = await asyncio.to_thread(ids.next_id)
     except Exception:
         logger.exception("could not allocate a producer id")
         return response(22, v, throttle_time=0, error_code=ErrorCode.coordinator_not_available,
