@@ -31,6 +31,6 @@ stamp=.venv/.odradek-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "setup: installing Python packages into .venv"
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e '.[clients,test,spark]'
+    .venv/bin/python -m pip install -q -e '.[test,spark,chaos]'
     touch "$stamp"
 fi

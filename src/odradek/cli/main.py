@@ -6,6 +6,8 @@ import argparse
 import importlib
 import sys
 
+from odradek import __version__
+
 # Each module exposes add_parser(subparsers) and sets args.func.
 _SUBCOMMAND_MODULES = (
     "odradek.cli.broker_cmd",
@@ -25,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="odradek",
         description="Odradek: a replicated streaming log that speaks the Kafka protocol.")
+    parser.add_argument("--version", action="version", version=f"odradek {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _SUBCOMMAND_MODULES:
         try:
