@@ -37,13 +37,14 @@ from odradek.config import BrokerConfig, log_config_for_topic
 from odradek.storage.log import LogConfig
 from odradek.zk import znodes
 from odradek.zk.client import connect_zk
+from odradek.zk.kafka_zk_client import KafkaZkClient, StateWrite
 
 log = logging.getLogger(__name__)
 
 
 HW_CHECKPOINT_INTERVAL_S = 5.0  # replica.high.watermark.checkpoint.interval.ms
 ZK_WRITE_TIMEOUT_S = 2.0  # an ISR write that cannot reach ZooKeeper fails after this
-CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0  # an ISR write that cannot reach ZooKeeper fails after this
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0  # how long a stopping broker waits for the controller
 _LOG_CONFIG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
 
 
@@ -68,6 +69,7 @@ class Broker:
         self.replicas.flusher = self.flusher
         self.cleaner = manager_from_config(self.replicas, Path(config.log_dirs[0]), config)
         self.zk: KazooClient | None = None
+        self.zkc: KafkaZkClient | None = None  # batched znode I/O over self.zk
         self.store: MetadataStore | None = None
         self.controller: Controller | None = None
         self.groups = GroupCoordinator(self.broker_id, config, self.replicas, self)
@@ -109,9 +111,12 @@ class Broker:
             timeout_s=self.config.zookeeper_connection_timeout() / 1000)
         registration = znodes.BrokerRegistration.plaintext(self.broker_id, self.advertised_host,
                                                            self.advertised_port)
-        self.store = MetadataStore(self.zk, self.broker_id, registration, self._publish)
+        self.zkc = KafkaZkClient(self.zk)
+        # The store and the controller run on their own threads: one client each.
+        self.store = MetadataStore(KafkaZkClient(self.zk), self.broker_id, registration,
+                                   self._publish)
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
-        self.controller = Controller(self.zk, self.broker_id, self.config)
+        self.controller = Controller(KafkaZkClient(self.zk), self.broker_id, self.config)
         self.context.zk, self.context.producer_ids = self.zk, self.producer_ids
         self.store.listeners.append(self.controller.on_event)
         # A stale registration from our own previous (killed) session lasts at most one
@@ -221,14 +226,18 @@ class Broker:
                 log.exception("retention check failed")
 
     def _write_isr(self, part: Partition, new_isr: list[int]) -> int:
-        """Conditional write of the state znode (runs in a worker thread, SPEC R6, R13)."""
-        zk = self.zk
-        if zk is None:
+        """Conditional write of the state znode and its leader_and_isr notification, in
+        one transaction (runs in a worker thread, SPEC R6, R13)."""
+        zk, zkc = self.zk, self.zkc
+        if zk is None or zkc is None:
             raise IsrUpdateFailed(None)
         path = znodes.partition_state_path(part.topic, part.index)
-        data = znodes.encode_partition_state(znodes.PartitionState(
+        state = znodes.PartitionState(
             leader=self.broker_id, leader_epoch=part.leader_epoch, isr=list(new_isr),
-            controller_epoch=part.controller_epoch))
+            controller_epoch=part.controller_epoch)
+        topic = self.image.topics.get(part.topic)
+        write = StateWrite(part.topic, part.index, topic.topic_id if topic else None, state,
+                           part.zk_version)
         if not zk.connected:
             # SPEC scenarios 4/6: a leader that cannot reach ZooKeeper cannot record an ISR
             # change, so it must stop accepting writes now; queueing the write until kazoo
@@ -237,7 +246,7 @@ class Broker:
             raise IsrUpdateFailed(None)
         timeout = ZK_WRITE_TIMEOUT_S
         try:
-            return zk.set_async(path, data, version=part.zk_version).get(timeout=timeout).version
+            return zkc.update_isr(write, self.broker_id, timeout_s=timeout)
         except BadVersionError:
             try:
                 raw, stat = zk.get_async(path).get(timeout=timeout)
