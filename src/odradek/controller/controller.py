@@ -266,12 +266,23 @@ class Controller:
         """Re-read what the batch's events say changed; nothing else."""
         zkc = self.zkc
         kinds = {type(e) for e in batch}
+        involved: set[int] = set()  # brokers that died, registered or began shutting down
         if BrokersChanged in kinds:
-            ctx.live_brokers = zkc.get_broker_ids()
+            live = zkc.get_broker_ids()
+            involved |= live ^ ctx.live_brokers
+            ctx.live_brokers = live
         if AdminRequestsChanged in kinds or BrokersChanged in kinds:
             # Forget brokers whose session ended (their next incarnation may lead again).
-            ctx.shutting_down = ((ctx.shutting_down | self._shutdown_requests())
-                                 & ctx.live_brokers)
+            shutting = (ctx.shutting_down | self._shutdown_requests()) & ctx.live_brokers
+            involved |= shutting - ctx.shutting_down
+            ctx.shutting_down = shutting
+        if involved:
+            # Leaders change ISRs behind our back (we hear of it by notification, a few
+            # ms late): re-read the partitions these brokers host before deciding, so
+            # that no "nothing to do" is decided on an ISR we have not heard of yet
+            # (a write decided on a stale one fails its version check anyway).
+            tps = [tp for tp, replicas in ctx.partitions() if involved.intersection(replicas)]
+            ctx.put_states(zkc.get_partition_states(tps), absent=tps)
         if TopicsChanged in kinds or DeletionsChanged in kinds:
             ctx.deleting = set(zkc.get_children(znodes.DELETE_TOPICS))
             names = set(zkc.get_children(znodes.BROKER_TOPICS))
@@ -447,6 +458,9 @@ class Controller:
         kind = "unclean" if path == znodes.UNCLEAN_LEADER_ELECTION_PATH else "preferred"
         logger.info("%s election requested for %d partitions: %s", kind, len(wanted),
                     _names(wanted))
+        # An operator's request names its partitions: decide them on fresh reads.
+        named = sorted({tp for tp in wanted if ctx.replicas(tp) is not None})
+        ctx.put_states(self.zkc.get_partition_states(named), absent=named)
         eligible, registered = ctx.eligible, ctx.live_brokers
         if kind == "preferred":
             def rule(replicas: list[int], st: znodes.PartitionState) -> StateChange | None:
@@ -456,8 +470,7 @@ class Controller:
             def rule(replicas: list[int], st: znodes.PartitionState) -> StateChange | None:
                 return elections.unclean_change(replicas, st.leader, st.leader_epoch, st.isr,
                                                 registered, eligible)
-        self._write_changes(ctx, [tp for tp in wanted if ctx.replicas(tp) is not None], rule,
-                            f"{kind} election")
+        self._write_changes(ctx, named, rule, f"{kind} election")
         try:
             self.zkc.delete_paths([path], fence=self._epoch_zk_version)
         except ControllerMovedError:
@@ -480,6 +493,7 @@ class Controller:
             return
         logger.info("auto leader rebalance: preferred election for %d partitions: %s",
                     len(todo), _names(todo))
+        ctx.put_states(self.zkc.get_partition_states(todo), absent=todo)
 
         def rule(replicas: list[int], st: znodes.PartitionState) -> StateChange | None:
             return elections.preferred_change(replicas, st.leader, st.leader_epoch, st.isr,
