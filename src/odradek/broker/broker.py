@@ -111,12 +111,12 @@ class Broker:
             timeout_s=self.config.zookeeper_connection_timeout() / 1000)
         registration = znodes.BrokerRegistration.plaintext(self.broker_id, self.advertised_host,
                                                            self.advertised_port)
-        self.zkc = KafkaZkClient(self.zk)
+        self.zkc = self._zk_client()
         # The store and the controller run on their own threads: one client each.
-        self.store = MetadataStore(KafkaZkClient(self.zk), self.broker_id, registration,
+        self.store = MetadataStore(self._zk_client(), self.broker_id, registration,
                                    self._publish)
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
-        self.controller = Controller(KafkaZkClient(self.zk), self.broker_id, self.config)
+        self.controller = Controller(self._zk_client(), self.broker_id, self.config)
         self.context.zk, self.context.producer_ids = self.zk, self.producer_ids
         self.store.listeners.append(self.controller.on_event)
         # A stale registration from our own previous (killed) session lasts at most one
@@ -130,6 +130,11 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         log.info("broker %d serving on %s:%d (advertised %s:%d)", self.broker_id, bind_host,
                  bind_port, self.advertised_host, self.advertised_port)
+
+    def _zk_client(self) -> KafkaZkClient:
+        assert self.zk is not None
+        return KafkaZkClient(self.zk, max_ops=self.config.get("odradek.zookeeper.multi.max.ops"),
+                             max_in_flight=self.config.get("zookeeper.max.in.flight.requests"))
 
     def _bind_address(self) -> tuple[str, int]:
         endpoints = self.config.listener_endpoints()
