@@ -50,6 +50,17 @@ _SEGMENT_RE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _STRAY_SUFFIXES = (".cleaned", ".deleted", ".swap", ".tmp")
 
 
+
+def _index_files_empty(seg: Segment) -> bool:
+    """Both index files of ``seg`` absent or empty (what an empty segment's are)."""
+    for path in (seg.index.path, seg.time_index.path):
+        try:
+            if os.stat(path).st_size:
+                return False
+        except FileNotFoundError:
+            pass
+    return True
+
 class Log:
     def __init__(
         self,
@@ -136,8 +147,11 @@ class Log:
             elif seg.size == 0:
                 # Nothing was written past the recovery point: nothing to check, and no
                 # flush to pay for (an fsync per empty log made a broker with 3,000
-                # mostly empty partitions take a minute to start, issue 13).
-                seg.load(recover=False, max_batch_bytes=max_batch)
+                # mostly empty partitions take a minute to start, issue 13). Index files
+                # that are absent or empty are what a new segment has: nothing to load
+                # or rewrite either.
+                if not _index_files_empty(seg):
+                    seg.load(recover=False, max_batch_bytes=max_batch)
             elif next_base is None or next_base > recovery_point:
                 damaged = seg.load(recover=True, max_batch_bytes=max_batch)
                 recovered = True

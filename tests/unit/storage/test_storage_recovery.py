@@ -337,8 +337,10 @@ def test_reopening_an_empty_log_costs_no_fsync(tmp_path: Path, how: str,
     for name in ("fsync", "fdatasync"):
         real = getattr(os, name)
         monkeypatch.setattr(os, name, lambda fd, _real=real: (syncs.append(fd), _real(fd))[1])
+    files = {p.name: p.stat().st_mtime_ns for p in d.iterdir()}
     log = Log.open(d, CFG, recovery_point=0)
     assert syncs == []
+    assert {p.name: p.stat().st_mtime_ns for p in d.iterdir()} == files  # nothing rewritten
     assert (log.log_start_offset, log.log_end_offset, log.recovery_point) == (0, 0, 0)
     monkeypatch.undo()
     assert log.append_as_leader(batch(2), 0, 1).first_offset == 0
