@@ -388,7 +388,8 @@ class MetadataStore:
 
     # ------------------------------------------------------------------ leader_and_isr
     def _load_notifications(self) -> None:
-        names, purged = self.zkc.list_leader_and_isr_notifications(watch=self._on_notification)
+        names, purged = self.zkc.list_leader_and_isr_notifications(
+            watch=self._on_notification, after=self._notification_seq)
         if self._notification_seq < purged:
             self._reload_states(names, purged, "notifications were purged before we read them")
             return

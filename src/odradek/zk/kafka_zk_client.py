@@ -236,10 +236,12 @@ class KafkaZkClient:
 
     # ----------------------------------------------------------------- notifications
     def list_leader_and_isr_notifications(self, watch: Callable[..., Any] | None = None,
+                                          after: int = -1,
                                           ) -> tuple[list[tuple[int, str]], int]:
-        """-> ([(sequence, name)] sorted, purged_through). The listing is sent before
-        the read of the purge mark, and ZooKeeper answers a session's requests in order,
-        so the mark is at least as new as the listing (see ``read_purge_safe``)."""
+        """-> ([(sequence, name)] sorted, purged_through), only sequences > ``after``.
+        The listing is sent before the read of the purge mark, and ZooKeeper answers a
+        session's requests in order, so the mark is at least as new as the listing: a
+        reader whose last applied sequence is below it may have missed one."""
         path = znodes.LEADER_AND_ISR_NOTIFICATION
         children_f = self.zk.get_children_async(path, watch=watch)
         data_f = self.zk.get_async(path)
@@ -251,7 +253,10 @@ class KafkaZkClient:
             data, _ = data_f.get(timeout=REQUEST_TIMEOUT_S)
         except NoNodeError:
             return [], -1
-        named = sorted((znodes.leader_and_isr_sequence(c), c) for c in children)
+        # Names are a common prefix and a zero-padded number: compare them as strings
+        # and parse only the new ones (the directory holds thousands after a restart).
+        floor = znodes.leader_and_isr_name(after) if after >= 0 else ""
+        named = sorted((znodes.leader_and_isr_sequence(c), c) for c in children if c > floor)
         return [(s, c) for s, c in named if s >= 0], znodes.decode_leader_and_isr_purge(data)
 
     def read_leader_and_isr_notifications(self, names: Sequence[str],

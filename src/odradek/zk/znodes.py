@@ -388,6 +388,11 @@ def decode_leader_and_isr(data: bytes) -> list[PartitionStateChange]:
     return out
 
 
+def leader_and_isr_name(sequence: int) -> str:
+    """42 -> ``leader_and_isr_0000000042`` (the child name ZooKeeper gives it)."""
+    return f"{LEADER_AND_ISR_PREFIX.rsplit('/', 1)[1]}{sequence:010d}"
+
+
 def leader_and_isr_sequence(name: str) -> int:
     """``leader_and_isr_0000000042`` -> 42 (ZooKeeper's 10-digit sequential suffix);
     -1 for a name that is not a notification."""

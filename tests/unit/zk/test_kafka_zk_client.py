@@ -130,6 +130,8 @@ def test_purge_sets_the_mark_and_deletes(zk_connect: Callable[..., KazooClient])
     zkc = setup_topic(zk, 30, chunk=12)
     names, purged = zkc.list_leader_and_isr_notifications()
     assert purged == -1 and len(names) == 3
+    assert zkc.list_leader_and_isr_notifications(after=names[0][0])[0] == names[1:]
+    assert znodes.leader_and_isr_name(names[1][0]) == names[1][1]
     zkc.purge_leader_and_isr_notifications(names[:2], fence=0)
     after, purged = zkc.list_leader_and_isr_notifications()
     assert after == names[2:] and purged == names[1][0]
