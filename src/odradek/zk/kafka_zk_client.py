@@ -485,8 +485,33 @@ class KafkaZkClient:
                     moved |= self._settle(chunk, res, fence is not None, results, retry)
                 if moved:  # every later transaction would fail the same check
                     raise ControllerMovedError()
-            pending = retry
+            pending = self._probe(retry, results)
         return results
+
+    def _probe(self, retry: list[_Item], results: dict[Hashable, Any]) -> list[_Item]:
+        """ZooKeeper names only the first failing operation of a rolled-back transaction.
+        Under contention (leaders changing ISRs during a controller batch) several items
+        of a chunk may be stale, and finding them one rollback at a time costs a
+        transaction each: read the target znodes of the items to resend (one multiRead)
+        and settle those that would fail now, so a burst of conflicts costs two rounds."""
+        if not retry:
+            return retry
+        stats = self.read([(GET_DATA, it.ops[0][1]) for it in retry])
+        again: list[_Item] = []
+        for it, got in zip(retry, stats):
+            op = it.ops[0]
+            exists = isinstance(got, tuple)
+            if op[0] == "set_data" and op[3] >= 0 and not exists:
+                results[it.key] = NoNodeError()
+            elif op[0] == "set_data" and op[3] >= 0 and got[1].version != op[3]:
+                results[it.key] = BadVersionError()
+            elif op[0] == "create" and exists:
+                results[it.key] = NodeExistsError()
+            elif op[0] == "delete" and not exists:
+                results[it.key] = NoNodeError()
+            else:
+                again.append(it)
+        return again
 
     @staticmethod
     def _settle(chunk: list[_Item], res: list[Any], fenced: bool,

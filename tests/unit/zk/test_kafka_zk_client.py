@@ -147,3 +147,23 @@ def test_delete_recursive(zk_connect: Callable[..., KazooClient]) -> None:
                           "/not/there"], fence=0)
     assert zk.exists(znodes.topic_path(TOPIC)) is None
     assert zk.exists(znodes.topic_config_path(TOPIC)) is None
+
+
+def test_many_conflicts_cost_two_rounds_not_one_per_conflict(
+        zk_connect: Callable[..., KazooClient]) -> None:
+    """ZooKeeper names only the first failing operation of a transaction: the client
+    reads the rest of the rolled-back chunk's znodes instead of finding the stale ones
+    one rollback at a time (leaders changing ISRs during a controller batch)."""
+    zk = zk_connect()
+    zkc = setup_topic(zk, 100, chunk=52)  # 50 partitions per transaction
+    other = KafkaZkClient(zk)
+    stale = set(range(0, 100, 3))
+    for p in stale:
+        other.update_isr(StateWrite(TOPIC, p, TID, state(1, 0, [1, 2]), 0), writer=1)
+    before = zkc.stats.requests
+    res = zkc.update_partition_states(
+        [StateWrite(TOPIC, p, TID, state(2, 1, [2]), 0) for p in range(100)], fence=0, writer=1)
+    assert res.conflicts == {(TOPIC, p) for p in stale}
+    assert set(res.versions) == {(TOPIC, p) for p in range(100) if p not in stale}
+    # Two transactions rolled back, their znodes read (two multiReads), two commits.
+    assert zkc.stats.requests - before <= 2 + 2 + 2
