@@ -275,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tests", default="idle,term,kill")
     ap.add_argument("--keep", metavar="DIR", help="cluster directory to use and keep (logs)")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--broker-src", metavar="DIR",
+                    help="run the brokers from another source tree's src/ (an A/B run "
+                         "against an older commit: git archive COMMIT | tar -x -C DIR)")
     args = ap.parse_args(argv)
     tests = {t.strip() for t in args.tests.split(",")}
     rows: list[Row] = []
@@ -286,8 +289,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"== {BROKERS} brokers, {args.partitions} partitions RF {RF}, "
               f"zookeeper.session.timeout.ms={args.session_timeout_ms}", flush=True)
+        command = None
+        if args.broker_src:
+            src = Path(args.broker_src).resolve() / "src"
+            command = ["env", f"PYTHONPATH={src}", sys.executable, "-m", "odradek", "broker",
+                       "--config"]
+            print(f"brokers run from {src}", flush=True)
         with LocalCluster.start(cdir, BROKERS, zk_session_timeout_ms=args.session_timeout_ms,
-                                timeout=90) as c:
+                                timeout=90, broker_command=command) as c:
             create_partitions(c, prefix, args.partitions, args.per_topic, args.topics_per_request,
                               rows)
             if "idle" in tests:
