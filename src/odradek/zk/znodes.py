@@ -309,15 +309,11 @@ class PartitionState:
 
 
 def encode_partition_state(s: PartitionState) -> bytes:
-    return _dumps(
-        {
-            "controller_epoch": s.controller_epoch,
-            "leader": s.leader,
-            "version": 1,
-            "leader_epoch": s.leader_epoch,
-            "isr": list(s.isr),
-        }
-    )
+    # Kafka's compact JSON, key order included, formatted directly: a controller batch
+    # encodes thousands of these, and json.dumps of a dict costs ~5x more.
+    isr = ",".join(str(int(b)) for b in s.isr)
+    return (f'{{"controller_epoch":{int(s.controller_epoch)},"leader":{int(s.leader)},'
+            f'"version":1,"leader_epoch":{int(s.leader_epoch)},"isr":[{isr}]}}').encode()
 
 
 def decode_partition_state(data: bytes) -> PartitionState:
