@@ -10,9 +10,11 @@ ZooKeeper transactions (SPEC R13: ZooKeeper first). Each transaction also create
 LeaderAndIsr): a controlled shutdown of a broker leading 3,000 partitions is a handful of
 transactions, not 3,000 read-then-write round trips.
 
-* **Controller election**: create the ephemeral ``/controller``; on success bump
-  ``/controller_epoch`` (conditional write) and remember its znode version. Losers watch
-  ``/controller`` and retry when it disappears. A new controller reads everything into
+* **Controller election**: create the ephemeral ``/controller`` and bump
+  ``/controller_epoch`` in one transaction (Kafka's
+  ``registerControllerAndIncrementControllerEpoch``), so whoever sees the new controller
+  sees its epoch; remember the epoch znode's version. Losers watch ``/controller`` and
+  retry when it disappears. A new controller reads everything into
   its context and starts with a full pass, so a batch its predecessor left half done is
   finished from the znodes (SPEC R13; issue 13 item 5).
 * **Fencing** (SPEC scenario 8): every transaction starts with
@@ -240,10 +242,11 @@ class Controller:
                 logger.warning("controller role lost to broker %d", holder)
                 self.ctx = None
             return
-        if not zkc.create_controller(self.broker_id):
+        won = zkc.register_controller(self.broker_id)
+        if won is None:
             self.active = False
             return
-        self.epoch, self._epoch_zk_version = zkc.bump_controller_epoch()
+        self.epoch, self._epoch_zk_version = won
         self.ctx = None  # read everything: our predecessor may have left a batch half done
         self.active = True
         logger.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)

@@ -270,37 +270,39 @@ class KafkaZkClient:
         return [znodes.decode_leader_and_isr(r[0]) for r in results]
 
     # ================================================================= controller
-    def create_controller(self, broker_id: int) -> bool:
-        """Try to become controller: create the ephemeral ``/controller`` (SPEC R13)."""
-        self._count(1)
-        try:
-            self.zk.create(znodes.CONTROLLER, znodes.encode_controller(
-                znodes.ControllerRegistration(broker_id)), ephemeral=True)
-            return True
-        except NodeExistsError:
-            return False
-
-    def bump_controller_epoch(self) -> tuple[int, int]:
-        """-> (our controller epoch, ``/controller_epoch``'s znode version after our
-        conditional write): the version every later controller write is fenced by."""
+    def register_controller(self, broker_id: int) -> tuple[int, int] | None:
+        """Try to become controller (SPEC R13): create the ephemeral ``/controller`` and
+        bump ``/controller_epoch`` in one transaction, as Kafka's
+        ``registerControllerAndIncrementControllerEpoch`` does, so whoever sees the new
+        ``/controller`` also sees its epoch. -> (our controller epoch, the epoch znode's
+        version: every later controller write is fenced by it), or None when another
+        broker holds ``/controller``."""
         while True:
             got = self.get_data(znodes.CONTROLLER_EPOCH)
             if got is None:
                 self._count(1)
-                try:
-                    self.zk.create(znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(1))
-                    return 1, 0
+                try:  # Kafka starts the epoch znode at 0 before the first election
+                    self.zk.create(znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(0))
                 except NodeExistsError:
-                    continue
+                    pass
+                continue
             data, stat = got
             epoch = znodes.decode_controller_epoch(data) + 1
+            tx = self.zk.transaction()
+            tx.create(znodes.CONTROLLER, znodes.encode_controller(
+                znodes.ControllerRegistration(broker_id)), ephemeral=True)
+            tx.set_data(znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(epoch),
+                        version=stat.version)
             self._count(1)
-            try:
-                new = self.zk.set(znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(epoch),
-                                  version=stat.version)
-                return epoch, new.version
-            except BadVersionError:
-                continue
+            res = tx.commit()
+            if not any(isinstance(r, Exception) for r in res):
+                return epoch, res[1].version
+            if isinstance(res[0], NodeExistsError):
+                return None
+            if not isinstance(res[1], BadVersionError):  # pragma: no cover - unexpected
+                raise next(r for r in res if isinstance(r, Exception)
+                           and not isinstance(r, (RolledBackError, RuntimeInconsistency)))
+            # Another controller bumped the epoch meanwhile: read it again.
 
     # ================================================================= writes
     def create_partition_states(self, writes: Sequence[StateWrite], *, fence: int | None,

@@ -167,3 +167,16 @@ def test_many_conflicts_cost_two_rounds_not_one_per_conflict(
     assert set(res.versions) == {(TOPIC, p) for p in range(100) if p not in stale}
     # Two transactions rolled back, their znodes read (two multiReads), two commits.
     assert zkc.stats.requests - before <= 2 + 2 + 2
+
+
+def test_controller_registration_and_epoch_are_one_transaction(
+        zk_connect: Callable[..., KazooClient]) -> None:
+    a, b = KafkaZkClient(zk_connect()), KafkaZkClient(zk_connect())
+    assert a.register_controller(1) == (1, 1)  # epoch znode created at 0, then bumped
+    assert b.register_controller(2) is None  # /controller held: the epoch is untouched
+    data, stat = a.zk.get(znodes.CONTROLLER_EPOCH)
+    assert (znodes.decode_controller_epoch(data), stat.version) == (1, 1)
+    a.zk.stop()  # the controller's session ends: its ephemeral /controller goes with it
+    a.zk.close()
+    assert b.register_controller(2) == (2, 2)
+    assert znodes.decode_controller(b.zk.get(znodes.CONTROLLER)[0]).broker_id == 2
