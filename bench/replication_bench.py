@@ -21,6 +21,7 @@ A benchmark, not a timed test (issue 3, "Benchmark"): run it by hand (bench/READ
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from broker_throughput import PRODUCER_PROPS, _f  # noqa: E402  (bench/ is not a package)
+from broker_throughput import PRODUCER_PROPS, _f, mock_target  # noqa: E402  (bench/ is not a package)
 
 from odradek.cluster.local import LocalCluster  # noqa: E402
 from odradek.perf import make_payload, parse_props, percentile, run_produce  # noqa: E402
@@ -138,12 +139,19 @@ _CONSUMER = r"""
 import struct, sys, time
 from array import array
 from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
-bootstrap, topic, parts, expected, out_path, idle_s = sys.argv[1:7]
+bootstrap, topic, parts, expected, out_path, idle_s, warm = sys.argv[1:8]
 c = Consumer({"bootstrap.servers": bootstrap, "group.id": "e2e", "enable.auto.commit": False,
               "fetch.wait.max.ms": 100, "fetch.min.bytes": 1, "enable.partition.eof": False})
 c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(int(parts))])
+# The warm-up records (one per partition) were produced before we started: once they are
+# read, every partition's fetch session is live, and the clock may start.
+got, deadline = 0, time.monotonic() + 60
+while got < int(warm) and time.monotonic() < deadline:
+    m = c.poll(0.1)
+    if m is not None and m.error() is None:
+        got += 1
+print("ready" if got >= int(warm) else "not ready", flush=True)
 ts_ms, hires_us = array("d"), array("d")
-print("ready", flush=True)
 n, last = 0, time.monotonic()
 while n < int(expected) and time.monotonic() - last < float(idle_s):
     # poll(), not consume(n, t): consume() waits to fill its batch, adding up to t.
@@ -215,52 +223,186 @@ def paced_produce(bootstrap: str, topic: str, rate: float, duration_s: float, si
     return sends, acks, errors[0], sent, fault_at[0]
 
 
-def bench_latency(c: LocalCluster, rate: float, duration_s: float, size: int, props: dict[str, str],
-                  warmup_s: float, rows: list[Row], workdir: Path, *, rf: int = 3,
-                  partitions: int = PARTITIONS) -> None:
-    topic = f"e2e-{int(time.time() * 1000) % 10**8}"
-    create_topic(c.bootstrap_servers, topic, partitions, rf)
-    out = workdir / "e2e.bin"
-    expected = int(rate * duration_s)
-    cons = subprocess.Popen([sys.executable, "-c", _CONSUMER, c.bootstrap_servers, topic,
-                             str(partitions), str(expected), str(out), "15"],
+def delete_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> None:
+    """Delete a run's topic and wait until it is gone: keeping every run's topic fills the
+    page cache and slows each following run (the machine's page cache is the trap)."""
+    a = admin(bootstrap)
+    try:
+        a.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
+    except Exception as e:  # noqa: BLE001 - reported, the next run still starts
+        print(f"  (delete {topic}: {e})", flush=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and topic in a.list_topics(timeout=10).topics:
+        time.sleep(0.2)
+
+
+def warm_up(bootstrap: str, topic: str, partitions: int, acks: str) -> None:
+    """One record per partition before the clock starts (leader connections, metadata)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks})
+    for part in range(partitions):
+        p.produce(topic, b"\0" * 8, partition=part)
+    p.flush(30)
+
+
+def latency_run(bootstrap: str, case: LatencyCase, duration_s: float, size: int,
+                props: dict[str, str], workdir: Path, partitions: int) -> dict[str, float]:
+    """One timed run of ``case``: a consumer process records each record's arrival time
+    minus the µs stamp the producer put in the value at produce()."""
+    topic = f"e2e-{case.target}-rf{case.rf}-{case.rate}-{int(time.time() * 1000) % 10**8}"
+    if case.target == "mock":
+        partitions = MOCK_PARTITIONS  # it auto-creates topics on first produce
+    else:
+        create_topic(bootstrap, topic, partitions, case.rf)
+    warm_up(bootstrap, topic, partitions, case.acks)
+    out = workdir / f"{topic}.bin"
+    expected = int(case.rate * duration_s)
+    cons = subprocess.Popen([sys.executable, "-c", _CONSUMER, bootstrap, topic,
+                             str(partitions), str(expected), str(out), "15", str(partitions)],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert cons.stdout is not None
         if cons.stdout.readline().strip() != "ready":
             raise RuntimeError("e2e consumer did not start")
-        props = dict(props, acks="all")
-        print(f"[latency] {rate:.0f} records/s x {duration_s:.0f} s, {size} B, {props}, "
-              f"{partitions} partitions, RF {rf}", flush=True)
-        sends, acks, errors, sent, _ = paced_produce(c.bootstrap_servers, topic, rate, duration_s,
-                                                     size, props)
-        cons.wait(60)
+        _s, acks, errors, sent, _ = paced_produce(bootstrap, topic, case.rate,
+                                                  duration_s, size,
+                                                  dict(props, acks=case.acks))
+        cons.wait(90)
     finally:
         if cons.poll() is None:
             cons.kill()
             cons.wait()
     raw = out.read_bytes()
     n = STAMP.unpack_from(raw)[0]
-    ts_ms = array("d")
-    ts_ms.frombytes(raw[8:8 + 8 * n])
     hires = array("d")
     hires.frombytes(raw[8 + 8 * n:8 + 16 * n])
-    skip = int(rate * warmup_s)  # the first records include the consumer's first fetches
-    ts_ms, hires = ts_ms[skip:], array("d", (x / 1000.0 for x in hires[skip:]))
-    note = f"{n}/{sent} consumed, {errors} errors, first {warmup_s:.0f} s skipped"
-    setting = f"{rate:.0f} rec/s, {size} B, acks=all"
-    # produce -> acknowledgement (what an acks=all producer waits), same skipped warm-up
-    pairs = sorted(zip(sends, acks))[skip:]
-    ack_ms = array("d", ((a - s) * 1000 for s, a in pairs))
-    for label, v in zip(("p50", "p99", "p99.9"), pct_ms(ack_ms)):
-        rows.append(Row("produce->ack", f"{setting}, {label}", v, "ms"))
-    for label, vals in (("CreateTime", ts_ms), ("µs stamp", hires)):
-        p50, p99, p999 = pct_ms(vals)
-        rows.append(Row("e2e latency", f"{setting}, p50 ({label})", p50, "ms", "Kafka 2 ms", note))
-        rows.append(Row("e2e latency", f"{setting}, p99 ({label})", p99, "ms", "≤ 5 ms (Kafka 3 ms)"))
-        rows.append(Row("e2e latency", f"{setting}, p99.9 ({label})", p999, "ms"))
-    print(f"  consumed {n}/{sent}; CreateTime p50/p99/p99.9 = "
-          f"{'/'.join(f'{x:.2f}' for x in pct_ms(ts_ms))} ms", flush=True)
+    ms = array("d", (x / 1000.0 for x in hires))
+    p50, p99, p999 = pct_ms(ms)
+    if case.target != "mock":
+        delete_topic(bootstrap, topic)
+    return {"p50": p50, "p99": p99, "p99.9": p999, "consumed": len(ms), "sent": sent,
+            "errors": errors}
+
+
+@dataclass(frozen=True)
+class LatencyCase:
+    rf: int
+    acks: str
+    rate: int
+    target: str = "odradek"  # or "mock": the same clients against librdkafka's mock broker
+
+    @property
+    def label(self) -> str:
+        who = "" if self.target == "odradek" else f"{self.target}: "
+        return f"{who}RF {self.rf}, acks={self.acks}, {self.rate:,} rec/s"
+
+
+LATENCY_CASES = (LatencyCase(1, "1", 1000), LatencyCase(3, "all", 1000),
+                 LatencyCase(1, "1", 10000), LatencyCase(3, "all", 10000))
+
+
+def latency_cases(rates: set[int], peer: str | None) -> tuple[LatencyCase, ...]:
+    out = []
+    for case in LATENCY_CASES:
+        if case.rate not in rates:
+            continue
+        if peer and case.rf == 1:
+            out.append(LatencyCase(1, "1", case.rate, peer))
+        out.append(case)
+    return tuple(out)
+
+
+# Peers for a latency floor, off by default (--latency-peer mock): librdkafka's mock
+# broker answers the same clients with p50 in the hundreds of ms at these rates (it
+# returns one batch per partition per fetch), and Tansu as well -- Odradek's own RF 1
+# case is the lower floor.
+MOCK_PARTITIONS = 4  # what librdkafka's mock broker gives an auto-created topic
+LATENCY_AIMS = {(3, 1000): "≤ 5 ms", (3, 10000): "≤ 10 ms (Kafka 3 ms)"}
+
+
+def bench_latency(c: LocalCluster, rounds: int, duration_s: float, size: int,
+                  props: dict[str, str], rows: list[Row], workdir: Path,
+                  partitions: int = 3, cases: tuple[LatencyCase, ...] = LATENCY_CASES) -> None:
+    """End-to-end latency, RF 1 beside RF 3 and the peer -- the same clients against
+    librdkafka's in-memory mock broker, the floor the clients and the machine set (Tansu
+    is no floor here: it answers long polls late, p50 in the hundreds of ms) -- in
+    interleaved rounds; medians reported."""
+    with contextlib.ExitStack() as stack:
+        peers: dict[str, str] = {"odradek": c.bootstrap_servers}
+        if any(k.target == "mock" for k in cases):
+            try:
+                peers["mock"] = stack.enter_context(mock_target()).bootstrap
+            except Exception as e:  # noqa: BLE001 - the peer is optional
+                print(f"[latency] mock broker unavailable ({e}); its cases are skipped",
+                      flush=True)
+                cases = tuple(k for k in cases if k.target != "mock")
+        runs: dict[LatencyCase, list[dict[str, float]]] = {k: [] for k in cases}
+        for rnd in range(1, rounds + 1):
+            for case in cases:
+                print(f"[latency] round {rnd}/{rounds}: {case.label}, {size} B, {props}, "
+                      f"{partitions} partitions, load {os.getloadavg()[0]:.2f}", flush=True)
+                r = latency_run(peers[case.target], case, duration_s, size, props, workdir,
+                                partitions)
+                runs[case].append(r)
+                print(f"  p50/p99/p99.9 = {r['p50']:.2f}/{r['p99']:.2f}/{r['p99.9']:.2f} ms; "
+                      f"{int(r['consumed'])}/{int(r['sent'])} consumed, "
+                      f"{int(r['errors'])} errors", flush=True)
+    for case in cases:
+        rs = runs[case]
+        for key in ("p50", "p99", "p99.9"):
+            vals = sorted(r[key] for r in rs)
+            med = vals[len(vals) // 2]
+            spread = ", ".join(f"{v:.2f}" for v in (r[key] for r in rs))
+            aim = LATENCY_AIMS.get((case.rf, case.rate), "") if key == "p99" \
+                and case.target == "odradek" else ""
+            rows.append(Row("e2e latency", f"{case.label}, {key}", med, "ms", aim,
+                            f"median of {len(rs)}: {spread}"))
+
+
+def trace_report(cluster_dir: Path) -> str:
+    """Per-hop medians (µs after the leader's append) of every traced record, per topic,
+    from the brokers' logs (``odradek.trace.records.every``), and one record's timeline."""
+    from odradek.replication.trace import parse_trace_lines, timeline
+
+    events = []
+    for logf in sorted(cluster_dir.glob("broker-*/broker.log")):
+        events += parse_trace_lines(logf.read_text(errors="replace").splitlines())
+    by_record: dict[tuple[str, int, int], list[Any]] = {}
+    for e in events:
+        by_record.setdefault((e.topic, e.partition, e.offset), []).append(e)
+    out: list[str] = []
+    for topic in sorted({k[0] for k in by_record}):
+        hops: dict[str, list[float]] = {}
+        example = None
+        for (t, part, off), evs in sorted(by_record.items()):
+            if t != topic or off == 0:
+                continue  # offset 0 is a warm-up record
+            tl = timeline(events, t, part, off)
+            if not tl or tl[0][1] != "append":
+                continue
+            seen: set[str] = set()
+            for dt, hop, detail in tl:
+                broker = detail.split()[0].split("=")[1] if detail.startswith("broker=") else "?"
+                key = hop if hop in ("append", "hw", "consumer.out") else f"{hop}@{broker}"
+                if hop == "fetch.out":
+                    key = f"fetch.out→{detail.split('to=')[1]}" if "to=" in detail else key
+                if key not in seen:
+                    seen.add(key)
+                    hops.setdefault(key, []).append(dt / 1000.0)
+            example = example or (part, off, tl)
+        if not hops:
+            continue
+        out.append(f"{topic}: {len(hops.get('append', []))} traced records; median ms after "
+                   f"the leader's append:")
+        for key, vals in sorted(hops.items(), key=lambda kv: sorted(kv[1])[len(kv[1]) // 2]):
+            vals.sort()
+            out.append(f"  {key:<18} {vals[len(vals) // 2]:8.2f}  (n={len(vals)})")
+        if example is not None:
+            part, off, tl = example
+            out.append(f"  one record ({topic}-{part} offset {off}):")
+            out.extend(f"    +{dt / 1000:7.2f} ms  {hop:<13} {detail}" for dt, hop, detail in tl)
+    return "\n".join(out)
 
 
 # --- 3. failover -------------------------------------------------------------------------
@@ -321,14 +463,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated subset of throughput,latency,failover")
     ap.add_argument("--records", type=int, default=500_000,
                     help="1 KB records per throughput run (broker_throughput.py: 500,000)")
-    ap.add_argument("--rate", type=float, default=10_000, help="e2e latency: records/s")
-    ap.add_argument("--duration", type=float, default=30.0, help="e2e latency: seconds")
+    ap.add_argument("--rates", type=lambda v: {int(x) for x in v.split(",")},
+                    default={1000, 10000}, help="e2e latency: records/s, comma-separated")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="e2e latency: interleaved rounds (medians are reported)")
+    ap.add_argument("--duration", type=float, default=20.0, help="e2e latency: seconds per run")
+    ap.add_argument("--latency-peer", choices=["mock"], default=None,
+                    help="e2e latency: also run the RF 1 cases against librdkafka's mock broker")
+    ap.add_argument("--broker-config", nargs="*", metavar="K=V", default=[],
+                    help="extra broker properties, e.g. odradek.trace.records.every=5000")
     ap.add_argument("--e2e-size", type=int, default=100, help="e2e latency: value bytes")
     ap.add_argument("--e2e-producer-props", nargs="*", metavar="K=V",
                     default=["linger.ms=0", "max.in.flight.requests.per.connection=5"],
-                    help="e2e latency producer settings (acks=all always); librdkafka's "
-                         "default in-flight limit (1000000) queues one request per record "
-                         "behind the broker's one-at-a-time acks=all processing")
+                    help="e2e latency producer settings (acks comes from each case); the "
+                         "issue's setting: linger.ms=0 and 5 requests in flight")
     ap.add_argument("--failover-rate", type=float, default=2000)
     ap.add_argument("--session-timeouts", default="6000,3000",
                     help="zookeeper.session.timeout.ms values; one cluster each for failover")
@@ -344,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     started = time.monotonic()
     load0 = os.getloadavg()[0]  # a shared machine: say how busy it was
-    broker_config = {"min.insync.replicas": MIN_ISR, "default.replication.factor": "3"}
+    broker_config = {"min.insync.replicas": MIN_ISR, "default.replication.factor": "3",
+                     **parse_props(args.broker_config)}
     try:
         with tempfile.TemporaryDirectory(prefix="odradek-repl-bench-") as tmp_dir:
             tmp = args.keep or tmp_dir
@@ -358,9 +507,11 @@ def main(argv: list[str] | None = None) -> int:
                     if first and "throughput" in tests:
                         bench_throughput(c, args.records, rows)
                     if first and "latency" in tests:
-                        bench_latency(c, args.rate, args.duration, args.e2e_size,
-                                      parse_props(args.e2e_producer_props),
-                                      2.0, rows, Path(tmp))
+                        bench_latency(c, args.rounds, args.duration, args.e2e_size,
+                                      parse_props(args.e2e_producer_props), rows, Path(tmp),
+                                      cases=latency_cases(args.rates, args.latency_peer))
+                        if "odradek.trace.records.every" in broker_config:
+                            print(trace_report(Path(tmp) / f"c{session_ms}"), flush=True)
                     if "failover" in tests:
                         for sig in sigs:
                             # kill after 5 s; run long enough to see the recovery after a KILL

@@ -198,3 +198,22 @@ def test_stream_replay_after_sink_commit_writes_nothing(spark: Any, cluster: Loc
     assert len(got) == 110
     assert Counter(m.value() for m in got) == Counter(
         [f"v{i}".encode() for i in range(100)] + [f"v{i}".encode() for i in range(10)])
+
+
+def test_replay_with_the_other_client_writes_no_duplicates(spark: Any, cluster: LocalCluster,
+                                                           topic_name: str, tmp_path: Path) -> None:
+    """Both clients tag rows with the same digest (issue 17): an attempt that died on the
+    confluent-kafka client is completed by a replay on the columnar one, exactly once."""
+    bs = cluster.bootstrap_servers
+    src, dst = f"{topic_name}-in", f"{topic_name}-out"
+    create_topic(bs, src, 2)
+    create_topic(bs, dst, 2)
+    produce_values(bs, src, 2, 400)
+    _run_failing(_pipeline(spark, bs, src, dst, tmp_path / "ck", **{
+        "odradek.client": "confluent", "odradek.test.failAfterRecords": "120"}), "failAfterRecords")
+    assert 120 <= len(consume_all(bs, dst, 2, 120, settle=0.5)) < 400
+    q = _pipeline(spark, bs, src, dst, tmp_path / "ck", **{"odradek.client": "columnar"})
+    assert q.awaitTermination(120) and q.exception() is None
+    counts = Counter(m.value() for m in consume_all(bs, dst, 2, 400))
+    assert set(counts) == {f"v{i}".encode() for i in range(400)}
+    assert sum(c - 1 for c in counts.values()) == 0

@@ -85,6 +85,17 @@ def reader(spark: Any, bootstrap: str, *, stream: bool, **opts: Any) -> Any:
     return r.load()
 
 
+def collect_both(spark: Any, bootstrap: str, **opts: Any) -> list[Any]:
+    """A batch read through both clients (issue 17): the columnar client's rows, after
+    checking that confluent-kafka's per-record path returns exactly the same rows."""
+    got = {}
+    for client in ("columnar", "confluent"):
+        rows = reader(spark, bootstrap, stream=False, **{"odradek.client": client}, **opts).collect()
+        got[client] = sorted(rows, key=lambda r: (r.topic, r.partition, r.offset))
+    assert got["columnar"] == got["confluent"]
+    return got["columnar"]
+
+
 class Collector:
     """foreachBatch sink: rows per batch id (a replayed batch replaces its entry)."""
 
@@ -129,7 +140,7 @@ def test_batch_read_schema_and_records(spark: Any, cluster: LocalCluster, topic_
     assert df.schema.simpleString() == (
         "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
         "timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>>")
-    rows = df.collect()
+    rows = collect_both(spark, bs, subscribe=topic_name, includeHeaders="true")
     assert len(rows) == 90
     for r in rows:
         i = int(r.value.decode().split("-")[1])
@@ -144,17 +155,18 @@ def test_batch_read_schema_and_records(spark: Any, cluster: LocalCluster, topic_
     # minPartitions splits ranges into more tasks without changing the result.
     df = reader(spark, bs, stream=False, subscribe=topic_name, minPartitions=6)
     assert df.rdd.getNumPartitions() == 6
-    assert sorted((r.partition, r.offset) for r in df.collect()) == sorted((i % 3, i // 3) for i in range(90))
+    split = collect_both(spark, bs, subscribe=topic_name, minPartitions=6)
+    assert [(r.partition, r.offset) for r in split] == sorted((i % 3, i // 3) for i in range(90))
 
 
 def test_batch_read_offset_ranges(spark: Any, cluster: LocalCluster, topic_name: str) -> None:
     bs = cluster.bootstrap_servers
     create_topic(bs, topic_name, 2)
     produce(bs, topic_name, 2, 40)  # offsets 0..19 in each partition
-    df = reader(spark, bs, stream=False, assign=f'{{"{topic_name}":[0,1]}}',
-                startingOffsets=f'{{"{topic_name}":{{"0":5,"1":-2}}}}',
-                endingOffsets=f'{{"{topic_name}":{{"0":8,"1":-1}}}}')
-    got = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+    rows = collect_both(spark, bs, assign=f'{{"{topic_name}":[0,1]}}',
+                        startingOffsets=f'{{"{topic_name}":{{"0":5,"1":-2}}}}',
+                        endingOffsets=f'{{"{topic_name}":{{"0":8,"1":-1}}}}')
+    got = [(r.partition, r.offset) for r in rows]
     assert got == [(0, o) for o in range(5, 8)] + [(1, o) for o in range(0, 20)]
     with pytest.raises(Exception, match="starting offset can't be latest"):
         reader(spark, bs, stream=False, subscribe=topic_name, startingOffsets="latest").collect()
@@ -168,8 +180,7 @@ def test_batch_read_timestamp_ranges(spark: Any, cluster: LocalCluster, topic_na
     produce(bs, topic_name, 2, 40)  # timestamp of offset o = BASE_TS + o*1000
 
     def read(**opts: Any) -> list[tuple[int, int]]:
-        df = reader(spark, bs, stream=False, subscribe=topic_name, **opts)
-        return sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+        return [(r.partition, r.offset) for r in collect_both(spark, bs, subscribe=topic_name, **opts)]
 
     assert read(startingTimestamp=BASE_TS + 15_000) == [(p, o) for p in (0, 1) for o in range(15, 20)]
     # between timestamps the first offset at or after the timestamp is used
@@ -186,13 +197,15 @@ def test_batch_read_timestamp_ranges(spark: Any, cluster: LocalCluster, topic_na
 
 # --------------------------------------------------------------------------- streaming
 
+@pytest.mark.parametrize("client", ["columnar", "confluent"])
 def test_stream_restart_resumes_exactly(spark: Any, cluster: LocalCluster, topic_name: str,
-                                        tmp_path: Path) -> None:
+                                        tmp_path: Path, client: str) -> None:
     bs = cluster.bootstrap_servers
     create_topic(bs, topic_name, 3)
     produce(bs, topic_name, 3, 150, tag="a")  # 50 per partition
     sink = Collector()
-    df = reader(spark, bs, stream=True, subscribe=topic_name, startingOffsets="earliest")
+    df = reader(spark, bs, stream=True, subscribe=topic_name, startingOffsets="earliest",
+                **{"odradek.client": client})
     q = start_stream(df, sink, tmp_path / "ck")
     try:
         wait_for(lambda: sink.count() >= 150, "first 150 rows")
@@ -201,7 +214,8 @@ def test_stream_restart_resumes_exactly(spark: Any, cluster: LocalCluster, topic
     finally:
         q.stop()
     produce(bs, topic_name, 3, 90, tag="c", first_offset=70)  # while stopped
-    q = start_stream(reader(spark, bs, stream=True, subscribe=topic_name), sink, tmp_path / "ck")
+    q = start_stream(reader(spark, bs, stream=True, subscribe=topic_name,
+                            **{"odradek.client": client}), sink, tmp_path / "ck")
     try:
         wait_for(lambda: sink.count() >= 300, "all 300 rows after restart")
         q.processAllAvailable()
@@ -346,15 +360,17 @@ def test_fail_on_data_loss_when_retention_removed_unread_data(
     # to 35 before the task read it.
     _delete_records(bs, topic_name, 0, 35)
     part = RangePartition(topic_name, 0, 30, 40)
-    strict = SourceOptions.parse({"kafka.bootstrap.servers": bs, "subscribe": topic_name,
-                                  "kafkaConsumer.pollTimeoutMs": "20000"}, streaming=True)
-    with pytest.raises(DataLossError, match="failOnDataLoss"):
-        list(read_range(strict, part))
-    loose = SourceOptions.parse({"kafka.bootstrap.servers": bs, "subscribe": topic_name,
-                                 "failOnDataLoss": "false",
-                                 "kafkaConsumer.pollTimeoutMs": "20000"}, streaming=True)
-    got = [o for batch in read_range(loose, part) for o in batch.column("offset").to_pylist()]
-    assert got == list(range(35, 40))
+    for client in ("columnar", "confluent"):
+        strict = SourceOptions.parse({"kafka.bootstrap.servers": bs, "subscribe": topic_name,
+                                      "kafkaConsumer.pollTimeoutMs": "20000",
+                                      "odradek.client": client}, streaming=True)
+        with pytest.raises(DataLossError, match="failOnDataLoss"):
+            list(read_range(strict, part))
+        loose = SourceOptions.parse({"kafka.bootstrap.servers": bs, "subscribe": topic_name,
+                                     "failOnDataLoss": "false", "odradek.client": client,
+                                     "kafkaConsumer.pollTimeoutMs": "20000"}, streaming=True)
+        got = [o for batch in read_range(loose, part) for o in batch.column("offset").to_pylist()]
+        assert got == list(range(35, 40)), client
 
 
 _CONNECT_SCRIPT = r'''

@@ -12,41 +12,44 @@ import asyncio
 import copy
 import dataclasses
 import logging
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
 
 from odradek.controller.controlled_shutdown import request_controlled_shutdown
 from odradek.controller.controller import Controller
 from odradek.coordinator.group_coordinator import GroupCoordinator  # consumer groups (issue 4)
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.store import MetadataStore
-from odradek.replication.partition import Partition
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.server.context import RequestContext
 from odradek.log_manager.flusher import Flusher
 from odradek.log_manager.log_cleaner import manager_from_config  # compaction (SPEC R25)
-from odradek.replication.replica_manager import (
-    RECOVERY_POINT_CHECKPOINT, IsrUpdateFailed, ReplicaManager,
-)
+from odradek.replication.isr_store import ZkIsrStore
+from odradek.replication.replica_manager import RECOVERY_POINT_CHECKPOINT, ReplicaManager
+from odradek.replication.trace import RecordTracer
 from odradek.server.dispatch import RequestDispatcher
-from odradek.server.network import KafkaConnection, start_listener
-from odradek.config import BrokerConfig, log_config_for_topic
+from odradek.server.network import ConnectionLimits, RequestQueue
+from odradek.server.socket_server import ConnectionQuotas, SocketServer
+from odradek.config import (
+    BrokerConfig, ConfigError, listener_security_errors, log_config_for_topic,
+    parse_connection_overrides,
+)
 from odradek.storage.log import LogConfig
 from odradek.zk import znodes
 from odradek.zk.client import connect_zk
-from odradek.zk.kafka_zk_client import KafkaZkClient, StateWrite
+from odradek.zk.kafka_zk_client import KafkaZkClient
 
 log = logging.getLogger(__name__)
 
 
 HW_CHECKPOINT_INTERVAL_S = 5.0  # replica.high.watermark.checkpoint.interval.ms
-ZK_WRITE_TIMEOUT_S = 2.0  # an ISR write that cannot reach ZooKeeper fails after this
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0  # how long a stopping broker waits for the controller
 _LOG_CONFIG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
 T = TypeVar("T")
@@ -78,6 +81,19 @@ def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) 
         fut.set_result(result)
 
 
+def _resolve_overrides(config: BrokerConfig) -> dict[str, int]:
+    """max.connections.per.ip.overrides with host names resolved (Kafka resolves them with
+    InetAddress.getByName once, when the config is loaded)."""
+    out: dict[str, int] = {}
+    for host, count in parse_connection_overrides(
+            config.get("max.connections.per.ip.overrides")).items():
+        try:
+            out[socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]] = count
+        except OSError:
+            log.warning("max.connections.per.ip.overrides: cannot resolve %s; ignored", host)
+    return out
+
+
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -88,7 +104,11 @@ class Broker:
         self.advertised_host, self.advertised_port = host, port
         self.replicas = ReplicaManager(self.broker_id, Path(config.log_dirs[0]),
                                        self.log_config_for, config=config, source_ip=host,
-                                       isr_writer=self._write_isr)
+                                       isr_store=ZkIsrStore(lambda: self.zkc, self._topic_id,
+                                                            self.broker_id),
+                                       tracer=RecordTracer(
+                                           config.get("odradek.trace.records.every"),
+                                           self.broker_id))
         # Flush policy, odradek.ack.fsync group commit, recovery-point checkpoints
         # (issue 5): fsyncs run in the flusher's thread, never on the event loop.
         self.flusher = Flusher(
@@ -110,14 +130,23 @@ class Broker:
             broker_id=self.broker_id, config=config, replicas=self.replicas,
             groups=self.groups, producer_ids=None, zk=None, metadata=self)
         self.dispatcher = RequestDispatcher(self.context)
-        self.connections: set[KafkaConnection] = set()
-        self._server: asyncio.Server | None = None
+        self.socket_server = SocketServer(
+            self.dispatcher.dispatch,
+            ConnectionLimits(max_frame_bytes=config.socket_request_max_bytes),
+            ConnectionQuotas(config.get("max.connections"), config.get("max.connections.per.ip"),
+                             _resolve_overrides(config)),
+            RequestQueue(config.get("queued.max.requests")),
+            idle_ms=config.get("connections.max.idle.ms"))
         self._image_waiters: list[asyncio.Future[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.stopped = asyncio.Event()
 
     # ------------------------------------------------------------------ configs
+    def _topic_id(self, topic: str) -> uuid.UUID | None:
+        info = self.image.topics.get(topic)
+        return info.topic_id if info is not None else None
+
     def log_config_for(self, topic: str) -> LogConfig:
         """The topic's LogConfig (a copy: logs own theirs). Built once per distinct set of
         topic overrides: building one parses every broker default (~1 ms), which a
@@ -137,15 +166,18 @@ class Broker:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        # Honest listeners (issue 11): a listener Odradek cannot speak stops the broker
+        # before anything is bound, never is served as plaintext.
+        problems = listener_security_errors(self.config)
+        if problems:
+            raise ConfigError("listeners", "; ".join(problems))
         t0 = time.monotonic()
         self.replicas.load_logs()
         self.flusher.start()
         self.cleaner.start(self._loop)  # log compaction threads (SPEC R25)
         log.info("logs loaded in %.2f s", time.monotonic() - t0)
         bind_host, bind_port = self._bind_address()
-        self._server = await start_listener(bind_host, bind_port, self.dispatcher.dispatch,
-                                            self.config.socket_request_max_bytes,
-                                            self.connections)
+        self.socket_server.bind(bind_host, bind_port)
         session_s = self.config.zookeeper_session_timeout_ms / 1000
         self.zk = await asyncio.to_thread(
             connect_zk, self.config.zookeeper_connect, source_ip=self.advertised_host,
@@ -166,7 +198,7 @@ class Broker:
         await asyncio.to_thread(self.store.start, session_s * 2 + 5)
         self.controller.start()
         self.groups.start()  # consumer groups (issue 4)
-        await self._server.start_serving()
+        self.socket_server.start_serving()
         self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
         self._tasks.append(asyncio.create_task(self._isr_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
@@ -207,10 +239,7 @@ class Broker:
                                          self.zk, self.broker_id, CONTROLLED_SHUTDOWN_TIMEOUT_S)
             log.info("controlled shutdown %s in %.2f s", "completed" if moved else "timed out",
                      time.monotonic() - t0)
-        if self._server is not None:
-            self._server.close()
-        for conn in list(self.connections):
-            conn.close()
+        self.socket_server.close()
         for t in self._tasks:
             t.cancel()
         if self.controller is not None:
@@ -273,41 +302,6 @@ class Broker:
                         lg.run_pending_deletions()
             except Exception:
                 log.exception("retention check failed")
-
-    def _write_isr(self, part: Partition, new_isr: list[int]) -> int:
-        """Conditional write of the state znode and its leader_and_isr notification, in
-        one transaction (runs in a worker thread, SPEC R6, R13)."""
-        zk, zkc = self.zk, self.zkc
-        if zk is None or zkc is None:
-            raise IsrUpdateFailed(None)
-        path = znodes.partition_state_path(part.topic, part.index)
-        state = znodes.PartitionState(
-            leader=self.broker_id, leader_epoch=part.leader_epoch, isr=list(new_isr),
-            controller_epoch=part.controller_epoch)
-        topic = self.image.topics.get(part.topic)
-        write = StateWrite(part.topic, part.index, topic.topic_id if topic else None, state,
-                           part.zk_version)
-        if not zk.connected:
-            # SPEC scenarios 4/6: a leader that cannot reach ZooKeeper cannot record an ISR
-            # change, so it must stop accepting writes now; queueing the write until kazoo
-            # reconnects would let it keep acknowledging records that a newly elected
-            # leader does not have.
-            raise IsrUpdateFailed(None)
-        timeout = ZK_WRITE_TIMEOUT_S
-        try:
-            return zkc.update_isr(write, self.broker_id, timeout_s=timeout)
-        except BadVersionError:
-            try:
-                raw, stat = zk.get_async(path).get(timeout=timeout)
-            except NoNodeError:
-                raise IsrUpdateFailed(None) from None
-            except Exception:  # noqa: BLE001 - ZooKeeper unreachable
-                raise IsrUpdateFailed(None) from None
-            cur = znodes.decode_partition_state(raw)
-            raise IsrUpdateFailed((cur.leader, cur.leader_epoch, cur.isr, stat.version)) from None
-        except (KazooException, Exception) as e:  # noqa: BLE001 - includes timeouts
-            log.warning("%s: ISR write failed: %r", part.name, e)
-            raise IsrUpdateFailed(None) from None
 
     # ------------------------------------------------------------------ metadata
     def _publish(self, image: MetadataImage) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from odradek.broker import stall_detector
 from odradek.broker.broker import Broker
-from odradek.config import BrokerConfig
+from odradek.config import BrokerConfig, ConfigError
 
 log = logging.getLogger("odradek.broker")
 
@@ -37,6 +37,10 @@ async def _serve(config: BrokerConfig) -> int:
     stall_detector.maybe_start(loop)  # ODRADEK_LOOP_STALL_MS (off by default)
     try:
         await broker.start()
+    except ConfigError as e:
+        log.error("broker %d cannot start: %s", config.broker_id, e)
+        await broker.shutdown()
+        return 1
     except Exception:
         log.exception("broker %d failed to start", config.broker_id)
         await broker.shutdown()

@@ -35,7 +35,7 @@ from odradek.coordinator.group_state import (
     Effect, Group, GroupConfig, GroupState, JoinRequest, JoinResult, Persist, SyncResult,
 )
 from odradek.replication.partition import Partition, Role
-from odradek.replication.replica_manager import PendingAck, now_ms
+from odradek.replication.replica_manager import now_ms
 from odradek.zk.admin import create_topic, plan_new_topic
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage.batch import CONTROL_BIT, parse_batches
@@ -388,21 +388,14 @@ class GroupCoordinator:
             ErrorCode, int]:
         """Append to our offsets partition and wait until it is replicated (HW past it)."""
         tp = (OFFSETS_TOPIC, idx)
-        part = self.replicas.partitions.get(tp)
-        if part is None or idx not in self.owned:
+        if tp not in self.replicas.partitions or idx not in self.owned:
             return ErrorCode.not_coordinator, -1
-        try:
-            info = part.append_as_leader(encode_batch(records), -1, now_ms())
-        except KafkaError as e:
-            return _APPEND_ERRORS.get(e.code, ErrorCode.unknown_server_error), -1
-        self.replicas.notify_append([tp])
-        errors = await self.replicas.wait_for_acks([PendingAck(part, info.last_offset)],
+        code, first = await self.replicas.append_and_wait(tp, encode_batch(records),
                                                           self.commit_timeout_s)
-        code = errors.get(tp)
-        if code is not None:
+        if code != ErrorCode.none:
             log.info("append to %s-%d not acknowledged: %s", *tp, code.name)
             return _APPEND_ERRORS.get(code, ErrorCode.unknown_server_error), -1
-        return ErrorCode.none, info.first_offset
+        return ErrorCode.none, first
 
     # ================================================================= offsets
     async def commit(self, group_id: str, member_id: str, instance_id: str | None,

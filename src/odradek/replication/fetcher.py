@@ -1,13 +1,22 @@
 """Replica fetchers: followers pull from their leaders (SPEC R3, R16, R17, R19–R21).
 
-One fetcher per leader broker, as in Kafka: a single asyncio task that sends one Fetch
-request at a time covering every partition this broker follows from that leader
-(``replica_id`` = our broker id, long-polling up to ``replica.fetch.wait.max.ms``).
+One fetcher per leader broker, as in Kafka: a single asyncio task that sends one Fetch at
+a time covering every partition this broker follows from that leader (``replica_id`` =
+our broker id, long-polling up to ``replica.fetch.wait.max.ms``), through a
+``LeaderEndpoint`` (TCP in a broker, memory in the replication harness).
 
-A partition enters a fetcher in the *truncating* state: before fetching, the follower
-asks the leader with OffsetsForLeaderEpoch where its latest epoch ends and truncates to
-that point, never blindly to its HW (SPEC R19, R20). Then it appends what it fetches,
-keeping the leader's offsets and epochs, and takes ``min(leader HW, own LEO)`` as its HW.
+A partition enters a fetcher in the *truncating* state: the follower first asks the
+leader with OffsetsForLeaderEpoch where its latest epoch ends and truncates to the point
+``truncation.decide_truncation`` picks, never blindly to its HW (SPEC R19, R20). Then it
+appends what it fetches, keeping the leader's offsets and epochs, takes
+``min(leader HW, own LEO)`` as its HW, and sends its next fetch at once: that fetch's
+offset is the new LEO, which is what lets the leader advance the HW (SPEC R16, R17) --
+one round trip after the data left the leader.
+
+``ReplicaFetcherManager`` keeps the fetchers in step with the metadata: partitions to
+follow are collected while an image is applied and handed to their leader's fetcher
+once for the whole batch (``apply``); a fetcher whose leader moved to another address is
+replaced.
 """
 
 from __future__ import annotations
@@ -19,19 +28,57 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from odradek.replication.broker_connection import BrokerConnection, BrokerConnectionError
 from odradek.errors import ErrorCode, error_name
-from odradek.protocol.client_codec import nested_request, request_entity
+from odradek.replication.leader_endpoint import (
+    EndpointError, EndpointFactory, EpochRequest, FetchRequestPartition, LeaderEndpoint,
+    RemoteLeaderEndpoint,
+)
+from odradek.replication.trace import RecordTracer
+from odradek.replication.truncation import decide_truncation
 
 if TYPE_CHECKING:
+    from odradek.metadata.image import MetadataImage
     from odradek.replication.partition import Partition
     from odradek.storage.log import Log
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
-FETCH_VERSION = 12
-EPOCH_VERSION = 4
-FETCH_BACKOFF_S = 1.0  # replica.fetch.backoff.ms
+__all__ = ["FetchState", "ReplicaFetcher", "ReplicaFetcherManager"]
+
+TopicPartition = tuple[str, int]
+DurableWait = Callable[[list[tuple["Log", int]]], Awaitable[None]]
+
+
+def _setting(config: Any, name: str, default: int) -> int:
+    getter = getattr(config, "get", None)
+    if getter is None:
+        return default
+    try:
+        return int(getter(name))
+    except KeyError:
+        return default
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherSettings:
+    wait_max_ms: int = 500  # replica.fetch.wait.max.ms
+    min_bytes: int = 1  # replica.fetch.min.bytes
+    max_bytes: int = 1048576  # replica.fetch.max.bytes (per partition)
+    response_max_bytes: int = 10485760  # replica.fetch.response.max.bytes
+    backoff_ms: int = 1000  # replica.fetch.backoff.ms
+    socket_timeout_ms: int = 30000  # replica.socket.timeout.ms
+
+    @classmethod
+    def from_config(cls, config: Any) -> FetcherSettings:
+        if config is None:
+            return cls()
+        return cls(
+            wait_max_ms=config.replica_fetch_wait_max_ms,
+            min_bytes=config.replica_fetch_min_bytes,
+            max_bytes=config.replica_fetch_max_bytes,
+            response_max_bytes=_setting(config, "replica.fetch.response.max.bytes", 10485760),
+            backoff_ms=_setting(config, "replica.fetch.backoff.ms", 1000),
+            socket_timeout_ms=config.replica_socket_timeout_ms)
 
 
 @dataclass(slots=True)
@@ -42,26 +89,23 @@ class FetchState:
 
 
 class ReplicaFetcher:
-    def __init__(self, broker_id: int, leader_id: int, host: str, port: int,
-                 source_ip: str | None, config: Any,
-                 on_progress: Callable[[Partition], None]) -> None:
+    def __init__(self, broker_id: int, leader_id: int, endpoint: LeaderEndpoint,
+                 settings: FetcherSettings, on_progress: Callable[[Partition], None],
+                 tracer: RecordTracer | None = None,
+                 wait_durable: DurableWait | None = None) -> None:
         self.broker_id = broker_id
         self.leader_id = leader_id
-        self.config = config
-        self.states: dict[tuple[str, int], FetchState] = {}
-        self._conn = BrokerConnection(host, port, source_ip, f"replica-fetcher-{broker_id}",
-                                      timeout_s=config.replica_socket_timeout_ms / 1000)
+        self.endpoint = endpoint
+        self.settings = settings
+        self.states: dict[TopicPartition, FetchState] = {}
         self._on_progress = on_progress
+        self._tracer = tracer or RecordTracer(0)
         self._wakeup = asyncio.Event()
         self._rotation = 0
         self._task: asyncio.Task[None] | None = None
-        # odradek.ack.fsync: set by the replica manager to the flusher's wait_durable, so
-        # the next fetch offset we report (our LEO) is durable.
-        self.wait_durable: Callable[[list[tuple[Log, int]]], Awaitable[None]] | None = None
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return self._conn.host, self._conn.port
+        # odradek.ack.fsync: the next fetch offset we report (our LEO) must be durable.
+        self.wait_durable = wait_durable
+        self._traced: list[tuple[TopicPartition, int]] = []  # appended, not yet reported
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -73,17 +117,18 @@ class ReplicaFetcher:
                 await self._task
             except (asyncio.CancelledError, Exception):
                 pass
-        self._conn.close()
+        self.endpoint.close()
 
     def add(self, part: Partition) -> None:
         self.states[(part.topic, part.index)] = FetchState(part)
         self._wakeup.set()
 
-    def remove(self, tp: tuple[str, int]) -> None:
+    def remove(self, tp: TopicPartition) -> None:
         self.states.pop(tp, None)
 
     # ------------------------------------------------------------------ loop
     async def _run(self) -> None:
+        backoff_s = self.settings.backoff_ms / 1000
         while True:
             if not self.states:
                 self._wakeup.clear()
@@ -92,17 +137,24 @@ class ReplicaFetcher:
             try:
                 if any(s.truncating for s in self.states.values()):
                     await self._truncate()
-                did = await self._fetch_once()
-                if not did:
-                    await asyncio.sleep(0.05)
-            except BrokerConnectionError as e:
-                log.info("fetcher %d→%d: %s; retrying", self.broker_id, self.leader_id, e)
-                await asyncio.sleep(FETCH_BACKOFF_S)
+                wait_s = await self._fetch_once()
+                if wait_s > 0:
+                    # Every partition is backing off: sleep until the first one may fetch
+                    # again, or until a partition is added.
+                    self._wakeup.clear()
+                    try:
+                        await asyncio.wait_for(self._wakeup.wait(), wait_s)
+                    except asyncio.TimeoutError:
+                        pass
+            except EndpointError as e:
+                logger.info("fetcher %d→%d: %s; retrying", self.broker_id, self.leader_id, e)
+                await asyncio.sleep(backoff_s)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("fetcher %d→%d failed; retrying", self.broker_id, self.leader_id)
-                await asyncio.sleep(FETCH_BACKOFF_S)
+                logger.exception("fetcher %d→%d failed; retrying", self.broker_id,
+                                 self.leader_id)
+                await asyncio.sleep(backoff_s)
 
     async def _truncate(self) -> None:
         """SPEC R19: OffsetsForLeaderEpoch, then truncate to where our epoch ends."""
@@ -118,125 +170,229 @@ class ReplicaFetcher:
             pending.append(s)
         if not pending:
             return
-        by_topic: dict[str, list[Any]] = {}
-        for s in pending:
-            p = s.partition
-            by_topic.setdefault(p.topic, []).append(nested_request(
-                23, EPOCH_VERSION, "OffsetForLeaderPartition", partition=p.index,
-                current_leader_epoch=p.leader_epoch, leader_epoch=p.epochs.latest_epoch))
-        req = request_entity(23, EPOCH_VERSION, replica_id=self.broker_id, topics=tuple(
-            nested_request(23, EPOCH_VERSION, "OffsetForLeaderTopic", topic=t,
-                           partitions=tuple(ps)) for t, ps in by_topic.items()))
-        resp = await self._conn.request(req)
-        for t in resp.topics:
-            for r in t.partitions:
-                st = self.states.get((t.topic, r.partition))
-                if st is None:
-                    continue
-                p = st.partition
-                code = int(r.error_code)
-                if code != 0:
-                    self._backoff(st, code, "OffsetsForLeaderEpoch")
-                    continue
-                if r.leader_epoch < 0 or r.end_offset < 0:
-                    # The leader knows no epoch this old: Kafka's fallback is the HW.
-                    target = p.high_watermark
-                    why = (f"truncate to the high watermark {target}: leader {self.leader_id} "
-                           f"(epoch {p.leader_epoch}) knows no epoch <= {p.epochs.latest_epoch}")
-                else:
-                    _, own_end = p.epochs.end_offset_for(int(r.leader_epoch), p.log_end_offset)
-                    target = min(int(r.end_offset),
-                                 own_end if own_end >= 0 else p.high_watermark)
-                    why = (f"truncate after OffsetsForLeaderEpoch to {target} (leader "
-                           f"{self.leader_id} epoch {p.leader_epoch}: epoch "
-                           f"{r.leader_epoch} ends at {r.end_offset} there)")
-                if target < p.log_end_offset:
-                    log.info("%s: truncating from %d to %d (leader %d epoch %d ends at %d)",
-                             p.name, p.log_end_offset, target, self.leader_id, r.leader_epoch,
-                             r.end_offset)
-                    # The removed suffix goes to the lost-records ledger first (issue 6/5).
-                    p.truncate_to(target, reason=why, leader_id=self.leader_id,
-                                  leader_epoch=p.leader_epoch)
-                st.truncating = False
+        asked = {(s.partition.topic, s.partition.index): s.partition.epochs.latest_epoch
+                 for s in pending}
+        results = await self.endpoint.offsets_for_leader_epoch([
+            EpochRequest(s.partition.topic, s.partition.index, s.partition.leader_epoch,
+                         s.partition.epochs.latest_epoch) for s in pending])
+        for r in results:
+            tp = (r.topic, r.partition)
+            st = self.states.get(tp)
+            if st is None or not st.truncating:
+                continue
+            if r.error_code != 0:
+                self._backoff(st, r.error_code, "OffsetsForLeaderEpoch")
+                continue
+            p = st.partition
+            _, own_end = p.epochs.end_offset_for(r.leader_epoch, p.log_end_offset)
+            decision = decide_truncation(
+                leader_id=self.leader_id, current_leader_epoch=p.leader_epoch,
+                asked_epoch=asked.get(tp, -1), leader_epoch=r.leader_epoch,
+                leader_end_offset=r.end_offset,
+                own_end_offset=own_end if r.leader_epoch >= 0 else -1,
+                log_end_offset=p.log_end_offset, high_watermark=p.high_watermark)
+            if decision.removes_from(p.log_end_offset):
+                logger.info("%s: truncating from %d to %d (leader %d epoch %d ends at %d)",
+                            p.name, p.log_end_offset, decision.offset, self.leader_id,
+                            r.leader_epoch, r.end_offset)
+                # The removed suffix goes to the lost-records ledger first.
+                p.truncate_to(decision.offset, reason=decision.reason,
+                              leader_id=self.leader_id, leader_epoch=p.leader_epoch)
+                self._on_progress(p)
+            st.truncating = False
 
-    async def _fetch_once(self) -> bool:
+    async def _fetch_once(self) -> float:
+        """One fetch round; returns how long to wait before the next (0: at once)."""
         now = time.monotonic()
-        ready = [s for s in self.states.values() if not s.truncating and s.backoff_until <= now]
+        ready = []
+        next_ready = float("inf")
+        for s in self.states.values():
+            if s.truncating:
+                continue
+            if s.backoff_until <= now:
+                ready.append(s)
+            else:
+                next_ready = min(next_ready, s.backoff_until)
         if not ready:
-            return False
+            return max(min(next_ready - now, 1.0), 0.001) if next_ready < float("inf") else 0.05
         # Rotate the order: only the first partition of a response may exceed the byte
         # limits (KIP-74), so a fixed order could starve partitions with large batches.
         self._rotation = (self._rotation + 1) % len(ready)
         ready = ready[self._rotation:] + ready[:self._rotation]
-        cfg = self.config
-        by_topic: dict[str, list[Any]] = {}
-        for s in ready:
-            p = s.partition
-            by_topic.setdefault(p.topic, []).append(nested_request(
-                1, FETCH_VERSION, "FetchPartition", partition=p.index,
-                current_leader_epoch=p.leader_epoch, fetch_offset=p.log_end_offset,
-                last_fetched_epoch=p.epochs.latest_epoch,
-                log_start_offset=p.log.log_start_offset,
-                partition_max_bytes=cfg.replica_fetch_max_bytes))
-        req = request_entity(
-            1, FETCH_VERSION, replica_id=self.broker_id, max_wait=cfg.replica_fetch_wait_max_ms,
-            min_bytes=cfg.replica_fetch_min_bytes, max_bytes=10 * 1024 * 1024,
-            isolation_level=0, session_id=0, session_epoch=-1,
-            topics=tuple(nested_request(1, FETCH_VERSION, "FetchTopic", topic=t,
-                                        partitions=tuple(ps)) for t, ps in by_topic.items()),
-            forgotten_topics_data=(), rack_id="")
-        wait_s = cfg.replica_fetch_wait_max_ms / 1000
-        resp = await self._conn.request(req, timeout_s=wait_s + cfg.replica_socket_timeout_ms / 1000)
-        now_ms = time.time_ns() // 1_000_000
+        cfg = self.settings
+        request = [FetchRequestPartition(
+            topic=p.topic, partition=p.index, fetch_offset=p.log_end_offset,
+            current_leader_epoch=p.leader_epoch, last_fetched_epoch=p.epochs.latest_epoch,
+            log_start_offset=p.log.log_start_offset, partition_max_bytes=cfg.max_bytes)
+            for p in (s.partition for s in ready)]
+        if self._traced:
+            for tp, off in self._traced:
+                self._tracer.hop(tp, off, "next.fetch")
+            self._traced.clear()
+        results = await self.endpoint.fetch(request, max_wait_ms=cfg.wait_max_ms,
+                                            min_bytes=cfg.min_bytes,
+                                            max_bytes=cfg.response_max_bytes)
+        tracing = self._tracer.enabled
+        now_ns = time.time_ns()
+        now_ms = now_ns // 1_000_000
+        received_us = now_ns // 1000
         durable: list[tuple[Log, int]] = []
-        for t in resp.responses:
-            for r in t.partitions:
-                st = self.states.get((t.topic, r.partition_index))
-                if st is None or st.truncating:
-                    continue
-                p = st.partition
-                code = int(r.error_code)
-                if code == ErrorCode.offset_out_of_range:
-                    leader_start = int(r.log_start_offset)
-                    if 0 <= p.log_end_offset < leader_start:
-                        # Below the leader's log start (retention / DeleteRecords while
-                        # we were away): Kafka's handleOffsetOutOfRange restarts the log
-                        # at the leader's log start offset.
-                        log.info("%s: LEO %d below leader %d's log start %d; restarting "
-                                 "the log there", p.name, p.log_end_offset, self.leader_id,
-                                 leader_start)
-                        p.truncate_fully_and_start_at(leader_start)
-                        self._on_progress(p)
-                        continue
-                    # Our LEO is past the leader's (e.g. after an unclean election):
-                    # find the divergence point again.
-                    st.truncating = True
-                    continue
-                if code != 0:
-                    self._backoff(st, code, "Fetch")
-                    continue
-                try:
-                    p.append_as_follower(r.records or b"", int(r.high_watermark), now_ms,
-                                         int(r.log_start_offset))
-                except Exception as e:  # noqa: BLE001
-                    log.warning("%s: follower append failed (%s); re-truncating", p.name, e)
-                    st.truncating = True
-                    continue
-                if r.records and p.log.config.ack_fsync:
+        for r in results:
+            tp = (r.topic, r.partition)
+            st = self.states.get(tp)
+            if st is None or st.truncating:
+                continue
+            p = st.partition
+            code = r.error_code
+            if code == ErrorCode.offset_out_of_range:
+                self._out_of_range(st, r.log_start_offset)
+                continue
+            if code != 0:
+                self._backoff(st, code, "Fetch")
+                continue
+            leo_before = p.log_end_offset
+            try:
+                p.append_as_follower(r.records or b"", r.high_watermark, now_ms,
+                                     r.log_start_offset)
+            except Exception as e:  # noqa: BLE001
+                logger.warning("%s: follower append failed (%s); re-truncating", p.name, e)
+                st.truncating = True
+                continue
+            if r.records:
+                if tracing:
+                    off = self._tracer.sampled(leo_before, p.log_end_offset - 1)
+                    if off is not None:
+                        self._tracer.hop(tp, off, "received", t_us=received_us)
+                        self._tracer.hop(tp, off, "appended")
+                        self._traced.append((tp, off))
+                if p.log.config.ack_fsync:
                     durable.append((p.log, p.log.log_end_offset))
-                self._on_progress(p)
+            self._on_progress(p)
         if durable and self.wait_durable is not None:
             # The leader counts our fetch offset toward its HW (SPEC R16): under
             # odradek.ack.fsync it must be durable. One group-commit fsync per fetch round
             # covers every batch this response brought, for all partitions.
             await self.wait_durable(durable)
-        return True
+        return 0.0
+
+    def _out_of_range(self, st: FetchState, leader_start: int) -> None:
+        p = st.partition
+        if 0 <= p.log_end_offset < leader_start:
+            # Below the leader's log start (retention / DeleteRecords while we were away):
+            # Kafka's handleOffsetOutOfRange restarts the log at the leader's log start.
+            logger.info("%s: LEO %d below leader %d's log start %d; restarting the log "
+                        "there", p.name, p.log_end_offset, self.leader_id, leader_start)
+            p.truncate_fully_and_start_at(leader_start)
+            self._on_progress(p)
+            return
+        # Our LEO is past the leader's (e.g. after an unclean election): find the
+        # divergence point again.
+        st.truncating = True
 
     def _backoff(self, st: FetchState, code: int, what: str) -> None:
         # NOT_LEADER / FENCED / UNKNOWN epoch: our metadata and the leader's disagree;
         # wait for the state znode watch to bring the new leader, retrying meanwhile.
-        st.backoff_until = time.monotonic() + FETCH_BACKOFF_S
+        st.backoff_until = time.monotonic() + self.settings.backoff_ms / 1000
         if code in (ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch):
             st.truncating = True
-        log.info("%s: %s from leader %d: %s", st.partition.name, what, self.leader_id,
-                 error_name(code))
+        logger.info("%s: %s from leader %d: %s", st.partition.name, what, self.leader_id,
+                    error_name(code))
+
+
+class ReplicaFetcherManager:
+    """The follower side of the replica manager: which partitions each leader's fetcher
+    carries (Kafka's ReplicaFetcherManager)."""
+
+    def __init__(self, broker_id: int, config: Any, endpoint_factory: EndpointFactory | None,
+                 *, on_progress: Callable[[Partition], None],
+                 tracer: RecordTracer | None = None, source_ip: str | None = None) -> None:
+        self.broker_id = broker_id
+        self.settings = FetcherSettings.from_config(config)
+        self.enabled = config is not None or endpoint_factory is not None
+        self._endpoint_factory = endpoint_factory
+        self._source_ip = source_ip
+        self._on_progress = on_progress
+        self._tracer = tracer
+        self.wait_durable: DurableWait | None = None
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._addresses: dict[int, tuple[str, int]] = {}
+        self._pending: dict[TopicPartition, Partition] = {}
+        self._stopped = False
+
+    def set_source_ip(self, source_ip: str | None) -> None:
+        self._source_ip = source_ip
+
+    def add(self, part: Partition) -> None:
+        """Follow ``part`` from its leader (applied for the whole batch by ``apply``)."""
+        self._pending[(part.topic, part.index)] = part
+
+    def ensure(self, part: Partition) -> None:
+        tp = (part.topic, part.index)
+        f = self.fetchers.get(part.leader_id)
+        if f is None or tp not in f.states:
+            self._pending.setdefault(tp, part)
+
+    def remove(self, tp: TopicPartition) -> None:
+        self._pending.pop(tp, None)
+        for f in self.fetchers.values():
+            f.remove(tp)
+
+    def fetching(self, tp: TopicPartition) -> bool:
+        return any(tp in f.states for f in self.fetchers.values())
+
+    def apply(self, image: MetadataImage) -> None:
+        """Hand the collected partitions to their leaders' fetchers: one pass per batch,
+        fetchers (re)started once per leader broker."""
+        if not self._pending or self._stopped or not self.enabled:
+            return
+        by_leader: dict[int, list[Partition]] = {}
+        for tp, part in list(self._pending.items()):
+            leader = part.leader_id
+            if leader < 0 or leader == self.broker_id:
+                del self._pending[tp]
+                continue
+            if leader not in image.brokers:
+                continue  # not registered (yet): stays pending for the next image
+            by_leader.setdefault(leader, []).append(part)
+            del self._pending[tp]
+        for leader, parts in by_leader.items():
+            node = image.brokers[leader]
+            fetcher = self._fetcher_for(leader, (node.host, node.port))
+            for part in parts:
+                for other_id, other in self.fetchers.items():
+                    if other_id != leader:
+                        other.remove((part.topic, part.index))
+                fetcher.add(part)
+
+    def _fetcher_for(self, leader: int, address: tuple[str, int]) -> ReplicaFetcher:
+        fetcher = self.fetchers.get(leader)
+        moved: list[Partition] = []
+        if fetcher is not None and self._addresses.get(leader) != address:
+            # The leader re-registered elsewhere: its partitions move to a new fetcher.
+            moved = [st.partition for st in fetcher.states.values()]
+            asyncio.get_running_loop().create_task(fetcher.stop())
+            fetcher = None
+        if fetcher is None:
+            factory = self._endpoint_factory or self._remote_endpoint
+            fetcher = ReplicaFetcher(self.broker_id, leader, factory(leader, *address),
+                                     self.settings, self._on_progress, self._tracer,
+                                     self.wait_durable)
+            self.fetchers[leader] = fetcher
+            self._addresses[leader] = address
+            fetcher.start()
+            for part in moved:
+                fetcher.add(part)
+        return fetcher
+
+    def _remote_endpoint(self, leader: int, host: str, port: int) -> LeaderEndpoint:
+        return RemoteLeaderEndpoint(self.broker_id, host, port, self._source_ip,
+                                    self.settings.socket_timeout_ms)
+
+    async def stop_all(self) -> None:
+        """Shutdown: stop every fetcher; no new one starts afterwards (a metadata image
+        applied during controlled shutdown must not start fetchers)."""
+        self._stopped = True
+        self._pending.clear()
+        for f in list(self.fetchers.values()):
+            await f.stop()
+        self.fetchers.clear()

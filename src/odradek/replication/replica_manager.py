@@ -1,15 +1,25 @@
-"""Requests over many partitions: append, read, delayed produce and delayed fetch.
+"""The replica manager: this broker's replicas, and requests over many partitions.
 
-The replica manager owns this broker's ``Partition`` objects and their logs. It applies
-metadata images (the ZooKeeper-era equivalent of LeaderAndIsr, SPEC R13) and implements
-Kafka's "purgatory" with asyncio futures:
+It owns the ``Partition`` objects and their logs, and is the one place where replication
+decisions (made by ``Partition``, pure) meet I/O (Kafka's ReplicaManager):
 
-* **Delayed fetch** (SPEC R17): a fetch that finds fewer than ``min_bytes`` waits up to
-  ``max_wait_ms``; every append to a partition wakes the fetches waiting on it at once.
-* **Delayed produce** (SPEC R7): an ``acks=all`` produce waits until the HW passes its last
-  offset, or answers REQUEST_TIMED_OUT after the request's timeout; if the ISR shrank
-  below ``min.insync.replicas`` meanwhile the answer is NOT_ENOUGH_REPLICAS_AFTER_APPEND
-  (SPEC R8).
+* **Metadata** (SPEC R13): ``apply_image`` turns each changed partition state znode into a
+  ``LeaderAndIsr`` and lets the partition decide; fetchers are then restarted once per
+  leader broker for the whole batch of changes, not once per partition.
+* **Produce** (SPEC R7, R8): ``append_records`` appends as leader and, for ``acks=all``,
+  parks a ``DelayedProduce`` in the produce purgatory.
+* **Fetch** (SPEC R3, R16, R17): ``fetch_messages`` records a follower's fetch offset (its
+  LEO: the HW may move), reads whole batches as file slices, and parks a ``DelayedFetch``
+  when fewer than ``min_bytes`` are available.
+* **DeleteRecords** (SPEC R24): ``delete_records`` moves the log start offset and parks a
+  ``DelayedDeleteRecords`` until the ISR followed.
+* **ISR writes** (SPEC R6, scenarios 4 and 6): a partition proposes an ``IsrWrite``; it is
+  sent to the ``IsrStore`` (ZooKeeper, conditional on the znode version) in a worker
+  thread and the outcome handed back to the partition (commit, adopt, or fence).
+
+Every event that can complete a delayed operation -- an append, an HW move, a follower's
+log start moving, a role change, a truncation -- calls ``_wake(tp)``, which re-checks
+the three purgatories for that partition (``odradek.replication.purgatory``).
 """
 
 from __future__ import annotations
@@ -20,32 +30,49 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from odradek.replication.fetcher import ReplicaFetcher
+from odradek.errors import ErrorCode, KafkaError
+from odradek.log_limiter import LogLimiter
 from odradek.log_manager.flusher import Flusher
 from odradek.metadata.image import MetadataImage, PartitionInfo
+from odradek.protocol.fetch_response import PartitionFetchResult
+from odradek.protocol.produce_response import PartitionProduceResult
+from odradek.replication.delayed import (
+    DelayedDeleteRecords, DelayedFetch, DelayedProduce, FetchWatch, PendingDelete,
+    PendingProduce,
+)
+from odradek.replication.fetcher import ReplicaFetcherManager
+from odradek.replication.leader_endpoint import EndpointFactory
 from odradek.replication.partition import Partition, Role, rebuild_producer_state
-from odradek.storage.producer_state import ProducerStateManager
-from odradek.errors import ErrorCode, KafkaError
+from odradek.replication.partition_state import (
+    IsrConflict, IsrStore, IsrStoreUnavailable, IsrWrite, LeaderAndIsr, Transition,
+)
+from odradek.replication.purgatory import DelayedOperationPurgatory
+from odradek.replication.trace import RecordTracer
 from odradek.storage.checkpoint import read_checkpoint, write_checkpoint
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import Log, LogConfig
+from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.truncation_ledger import (
     DEFAULT_RETENTION_BYTES, RETENTION_CONFIG, TruncationLedger, ledger_root,
 )
+from odradek.topics import INTERNAL_TOPICS
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
+log = logger  # the name the start-up and checkpoint code below has always used
 
 TopicPartition = tuple[str, int]
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 HW_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+FENCED_RETRY_S = 1.0  # a fenced leader re-asserts its ISR at most this often
+_REJECTED_LOG = LogLimiter(burst=5, interval_s=60.0)
 
 
 def now_ms() -> int:
@@ -72,60 +99,84 @@ def parse_partition_dir(name: str) -> TopicPartition | None:
 
 
 @dataclass(slots=True)
-class PendingAck:
-    """One partition of an acks=all produce waiting for the HW (SPEC R7), or, with
-    ``durable`` (acks=1 on an ``odradek.ack.fsync`` topic), for the leader's fsync."""
+class ProduceEntry:
+    """One partition of a produce request; ``result`` is filled in (the response)."""
 
-    partition: Partition
-    last_offset: int
-    durable: bool = False
-
-    def satisfied(self) -> bool:
-        if self.durable:
-            return self.partition.log.durable_offset > self.last_offset
-        return self.partition.acks_all_satisfied(self.last_offset)
+    topic: str
+    records: Any  # bytes | memoryview | None
+    result: PartitionProduceResult
 
 
-class IsrUpdateFailed(Exception):
-    """The conditional ISR write lost: ``current`` is the znode as it is now (or None
-    when ZooKeeper could not be reached)."""
+@dataclass(slots=True)
+class FetchEntry:
+    """One partition of a fetch request; ``result`` is filled in by each read."""
 
-    def __init__(self, current: tuple[int, int, list[int], int] | None) -> None:
-        super().__init__(current)
-        self.current = current  # (leader, leader_epoch, isr, zk_version)
+    topic: str
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int
+    log_start_offset: int  # a follower's own (DeleteRecords low watermark), else -1
+    result: PartitionFetchResult
+
+
+@dataclass(slots=True)
+class FetchParams:
+    replica_id: int  # >= 0: a follower (reads up to the LEO); -1: a consumer (HW)
+    max_wait_s: float
+    min_bytes: int
+    max_bytes: int
 
 
 class ReplicaManager:
     def __init__(self, broker_id: int, log_dir: Path,
-                 log_config_for: "LogConfigFactory", config: Any = None,
-                 source_ip: str | None = None,
-                 isr_writer: Callable[[Partition, list[int]], int] | None = None) -> None:
+                 log_config_for: Callable[[str], LogConfig], config: Any = None,
+                 source_ip: str | None = None, isr_store: IsrStore | None = None,
+                 endpoint_factory: EndpointFactory | None = None,
+                 tracer: RecordTracer | None = None) -> None:
         self.broker_id = broker_id
         self.log_dir = log_dir
         self.log_config_for = log_config_for
         self.config = config
         self.source_ip = source_ip
-        # Blocking conditional write of the state znode; returns the new znode version or
-        # raises IsrUpdateFailed. Run in a worker thread.
-        self.isr_writer = isr_writer
-        self.fetchers: dict[int, ReplicaFetcher] = {}
-        # Set once shutdown stops the fetchers: a metadata image applied during controlled
-        # shutdown must not start new ones (they would keep the process alive).
-        self._fetching_stopped = False
+        # Conditional writes of the state znode (ZooKeeper in a broker); blocking, run in
+        # a worker thread.
+        self.isr_store = isr_store
+        self.tracer = tracer or RecordTracer(0)
+        self.fetchers = ReplicaFetcherManager(broker_id, config, endpoint_factory,
+                                              on_progress=self._on_follower_progress,
+                                              tracer=self.tracer, source_ip=source_ip)
         self.partitions: dict[TopicPartition, Partition] = {}
         self._logs: dict[TopicPartition, Log] = {}
-        self._waiters: dict[TopicPartition, list[asyncio.Future[None]]] = {}
         self._hw_from_checkpoint: dict[TopicPartition, int] = {}
         self._fenced_retry: dict[TopicPartition, float] = {}
+        self._isr_writes: set[asyncio.Task[None]] = set()
+        self._woken: set[TopicPartition] = set()  # partitions whose waiters must re-check
+        self._wake_scheduled = False
+        self.produce_purgatory: DelayedOperationPurgatory[TopicPartition] = \
+            DelayedOperationPurgatory("Produce")
+        self.fetch_purgatory: DelayedOperationPurgatory[TopicPartition] = \
+            DelayedOperationPurgatory("Fetch")
+        self.delete_records_purgatory: DelayedOperationPurgatory[TopicPartition] = \
+            DelayedOperationPurgatory("DeleteRecords")
         # Set by the broker before load_logs: fsyncs off the event loop (flush policy,
         # odradek.ack.fsync group commit). None: logs flush inline (tools, tests).
-        self.flusher: Flusher | None = None
-        # Truncated suffixes are quarantined here, not discarded (issue 6 item 5).
+        self._flusher: Flusher | None = None
+        # Truncated suffixes are quarantined here, not discarded (the lost-records ledger).
         self.ledger = TruncationLedger(ledger_root(log_dir), broker_id,
                                        _ledger_retention_bytes(config))
         # Topic overrides each local log's LogConfig was last built from (dynamic topic
-        # configs, issue 5): a change swaps log.config in _apply_partition.
+        # configs): a change swaps log.config in _apply_partition.
         self._applied_configs: dict[TopicPartition, dict[str, str]] = {}
+
+    @property
+    def flusher(self) -> Flusher | None:
+        return self._flusher
+
+    @flusher.setter
+    def flusher(self, flusher: Flusher | None) -> None:
+        self._flusher = flusher
+        # odradek.ack.fsync: a follower's next fetch offset (its LEO) must be durable.
+        self.fetchers.wait_durable = flusher.wait_durable if flusher is not None else None
 
     # ----------------------------------------------------------------- start-up
     def load_logs(self) -> None:
@@ -173,225 +224,100 @@ class ReplicaManager:
 
     # ----------------------------------------------------------------- metadata
     def apply_image(self, image: MetadataImage) -> None:
-        """Make local replicas match the image: become leader/follower, delete old logs."""
+        """Make local replicas match the image (SPEC R13): become leader, follower or
+        offline, adopt ISR changes, delete replicas no longer assigned here. Fetchers
+        change once per leader broker for the whole batch."""
         changed = image.changed_topics
+        t = now_ms()
         for name in (image.topics if changed is None else changed):
             topic = image.topics.get(name)
             if topic is None:
                 continue
             for pinfo in topic.partitions.values():
                 if self.broker_id in pinfo.replicas:
-                    self._apply_partition((topic.name, pinfo.index), pinfo, topic.configs,
-                                          image)
-        if not image.complete:
-            return
-        for tp in list(self._logs):
-            if changed is not None and tp[0] not in changed:
-                continue
-            t = image.topics.get(tp[0])
-            pinfo = t.partitions.get(tp[1]) if t is not None else None
-            if pinfo is None or self.broker_id not in pinfo.replicas:
-                self._delete_partition(tp)
+                    self._apply_partition((topic.name, pinfo.index), pinfo, topic.configs, t)
+        if image.complete:
+            for tp in list(self._logs):
+                if changed is not None and tp[0] not in changed:
+                    continue
+                topic = image.topics.get(tp[0])
+                pinfo = topic.partitions.get(tp[1]) if topic is not None else None
+                if pinfo is None or self.broker_id not in pinfo.replicas:
+                    self._delete_partition(tp)
+        self.fetchers.apply(image)
 
     def _apply_partition(self, tp: TopicPartition, pinfo: PartitionInfo,
-                         configs: dict[str, str], image: MetadataImage) -> None:
+                         configs: dict[str, str], t_ms: int) -> None:
         part = self.partitions.get(tp)
         if part is None:
-            lg = self._logs.get(tp)
-            directory = self.log_dir / f"{tp[0]}-{tp[1]}"
-            if lg is None:
-                lg = Log.open(directory, self.log_config_for(tp[0]))
-                self._logs[tp] = lg
-                self._attach_flusher(lg)
-            producers = ProducerStateManager(directory)
-            rebuild_producer_state(producers, lg)
-            part = Partition(topic=tp[0], index=tp[1], log=lg, replicas=list(pinfo.replicas),
-                             local_broker_id=self.broker_id, epochs=LeaderEpochCache(directory),
-                             producers=producers, ledger=self.ledger)
-            part.high_watermark = min(self._hw_from_checkpoint.get(tp, 0), lg.log_end_offset)
-            # Kafka truncates the epoch cache to the LEO on load: after a power cut the
-            # (fsynced) leader-epoch-checkpoint can name epochs starting past the log end.
-            part.epochs.truncate_from_end(lg.log_end_offset)
-            self.partitions[tp] = part
-        part.min_insync_replicas = int(configs.get(
+            part = self._create_partition(tp, pinfo)
+        part.set_min_insync_replicas(int(configs.get(
             "min.insync.replicas",
-            getattr(self.config, "min_insync_replicas", 1) if self.config else 1))
+            getattr(self.config, "min_insync_replicas", 1) if self.config else 1)))
         if self._applied_configs.get(tp) != configs:
-            # Dynamic topic configs (issue 5): logs opened by load_logs (before the first
-            # image) or before an AlterConfigs carry a stale LogConfig. Storage, retention,
+            # Dynamic topic configs: logs opened by load_logs (before the first image) or
+            # before an AlterConfigs carry a stale LogConfig. Storage, retention,
             # compaction and flushing read log.config on each use, so swapping it is the
             # whole change (segment.bytes/segment.ms apply from the next roll, as in Kafka).
             try:
                 part.log.config = self.log_config_for(tp[0])
                 self._applied_configs[tp] = configs
             except KafkaError as e:  # an invalid override written behind our back
-                log.warning("%s: keeping the previous log config: %s", part.name, e)
-        if pinfo.leader_epoch < part.leader_epoch or (
-                pinfo.leader_epoch == part.leader_epoch and pinfo.zk_version <= part.zk_version
-                and part.role is not Role.OFFLINE):
-            return  # stale or already applied (a state older than what we hold)
-        if pinfo.leader == self.broker_id:
-            if part.role is not Role.LEADER or pinfo.leader_epoch != part.leader_epoch:
-                self._stop_fetching(tp)
-                part.make_leader(pinfo.leader_epoch, list(pinfo.isr), list(pinfo.replicas),
-                                 pinfo.zk_version, pinfo.controller_epoch, now_ms())
-                log.info("%s: leader at epoch %d, isr %s", part.name, pinfo.leader_epoch,
-                         list(pinfo.isr))
-            else:
-                # Same epoch, newer znode: an ISR change made by the controller (which
-                # also proves the state still names us: a fenced leader may resume).
-                part.isr = list(pinfo.isr)
-                part.zk_version = pinfo.zk_version
-                part.fenced = False
-                part.maybe_advance_high_watermark()
-        elif pinfo.leader >= 0:
-            if (part.role is not Role.FOLLOWER or pinfo.leader_epoch != part.leader_epoch
-                    or pinfo.leader != part.leader_id):
-                part.make_follower(pinfo.leader, pinfo.leader_epoch, list(pinfo.isr),
-                                   list(pinfo.replicas), pinfo.zk_version)
-                log.info("%s: follower of %d at epoch %d", part.name, pinfo.leader,
-                         pinfo.leader_epoch)
-                self._start_fetching(part, image)
-            else:
-                part.isr = list(pinfo.isr)
-                part.zk_version = pinfo.zk_version
-                if (tp not in self.fetchers.get(part.leader_id, _NO_FETCHER).states):
-                    self._start_fetching(part, image)  # leader's address may be known now
-        else:
-            self._stop_fetching(tp)
-            part.make_offline(pinfo.leader_epoch, pinfo.zk_version)
-        self._wake(tp)
+                logger.warning("%s: keeping the previous log config: %s", part.name, e)
+        tr = part.apply_leader_and_isr(LeaderAndIsr(
+            leader=pinfo.leader, leader_epoch=pinfo.leader_epoch, isr=tuple(pinfo.isr),
+            replicas=tuple(pinfo.replicas), zk_version=pinfo.zk_version,
+            controller_epoch=pinfo.controller_epoch), t_ms)
+        self._apply_transition(part, tr)
+        if part.role is Role.FOLLOWER:
+            # Also when nothing changed: the leader's address may be known only now.
+            self.fetchers.ensure(part)
 
-    # ----------------------------------------------------------------- fetchers
-    def _start_fetching(self, part: Partition, image: MetadataImage) -> None:
+    def _create_partition(self, tp: TopicPartition, pinfo: PartitionInfo) -> Partition:
+        lg = self._logs.get(tp)
+        directory = self.log_dir / f"{tp[0]}-{tp[1]}"
+        if lg is None:
+            lg = Log.open(directory, self.log_config_for(tp[0]))
+            self._logs[tp] = lg
+            self._attach_flusher(lg)
+        producers = ProducerStateManager(directory)
+        rebuild_producer_state(producers, lg)
+        epochs = LeaderEpochCache(directory)
+        # Kafka truncates the epoch cache to the LEO on load: after a power cut the
+        # (fsynced) leader-epoch-checkpoint can name epochs starting past the log end.
+        epochs.truncate_from_end(lg.log_end_offset)
+        part = Partition(tp[0], tp[1], lg, list(pinfo.replicas), self.broker_id, epochs,
+                         producers, ledger=self.ledger,
+                         high_watermark=self._hw_from_checkpoint.get(tp, 0))
+        self.partitions[tp] = part
+        return part
+
+    def _apply_transition(self, part: Partition, t: Transition) -> None:
+        """Carry out what a partition's transition asks for."""
+        if t.note:
+            logger.info("%s: %s", part.name, t.note)
         tp = (part.topic, part.index)
-        self._stop_fetching(tp)
-        leader = image.brokers.get(part.leader_id)
-        if leader is None or self.config is None or self._fetching_stopped:
-            return  # the leader is not registered (yet): retried on the next image
-        fetcher = self.fetchers.get(part.leader_id)
-        if fetcher is not None and fetcher.address != (leader.host, leader.port):
-            asyncio.get_running_loop().create_task(fetcher.stop())
-            fetcher = None
-        if fetcher is None:
-            fetcher = ReplicaFetcher(self.broker_id, part.leader_id, leader.host, leader.port,
-                                     self.source_ip, self.config, self._on_follower_progress)
-            if self.flusher is not None:
-                fetcher.wait_durable = self.flusher.wait_durable  # odradek.ack.fsync
-            self.fetchers[part.leader_id] = fetcher
-            fetcher.start()
-        fetcher.add(part)
-
-    def _stop_fetching(self, tp: TopicPartition) -> None:
-        for f in self.fetchers.values():
-            f.remove(tp)
-
-    def _on_follower_progress(self, part: Partition) -> None:
-        self._wake((part.topic, part.index))
-
-    # ----------------------------------------------------------------- leader side
-    def record_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int,
-                              log_start_offset: int = -1) -> None:
-        st = part.followers.get(replica_id)
-        lso_moved = (log_start_offset >= 0 and st is not None
-                     and log_start_offset > st.log_start_offset)
-        if part.record_follower_fetch(replica_id, fetch_offset, now_ms(), log_start_offset) \
-                or lso_moved:
-            # HW moved: acks=all and consumers; follower log start moved: DeleteRecords.
-            self._wake((part.topic, part.index))
-        if self.config is not None and part.isr_change_wanted(
-                now_ms(), self.config.replica_lag_time_max_ms) is not None:
-            self._schedule_isr_update(part)
-
-    def check_isr(self) -> None:
-        """Periodic ISR shrink check (SPEC R6), every replica.lag.time.max.ms / 2."""
-        if self.config is None:
-            return
-        t = now_ms()
-        for part in self.partitions.values():
-            if part.role is not Role.LEADER:
-                continue
-            if part.fenced or part.isr_change_wanted(
-                    t, self.config.replica_lag_time_max_ms) is not None:
-                self._schedule_isr_update(part)
-
-    def _schedule_isr_update(self, part: Partition) -> None:
-        if part.isr_update_in_flight or self.isr_writer is None:
-            return
-        if part.fenced and not self._may_retry_fenced(part):
-            return
-        part.isr_update_in_flight = True
-        asyncio.get_running_loop().create_task(self._update_isr(part))
-
-    def _may_retry_fenced(self, part: Partition) -> bool:
-        # Re-assert at most once per second per partition.
-        t = time.monotonic()
-        last = self._fenced_retry.get((part.topic, part.index), 0.0)
-        if t - last < 1.0:
-            return False
-        self._fenced_retry[(part.topic, part.index)] = t
-        return True
-
-    async def _update_isr(self, part: Partition) -> None:
-        tp = (part.topic, part.index)
-        try:
-            part.isr_update_in_flight = False
-            # A fenced leader re-asserts its current ISR: success proves the state znode
-            # still names it at this epoch, so it may accept writes again.
-            reassert = part.fenced
-            new_isr = (list(part.isr) if reassert else
-                       part.isr_change_wanted(now_ms(), self.config.replica_lag_time_max_ms))
-            if new_isr is None:
-                return
-            part.isr_update_in_flight = True
-            epoch = part.leader_epoch
-            writer = self.isr_writer
-            assert writer is not None
-            try:
-                version = await asyncio.to_thread(writer, part, new_isr)
-            except IsrUpdateFailed as e:
-                cur = e.current
-                if (cur is not None and cur[0] == self.broker_id and cur[1] == epoch
-                        and part.leader_epoch == epoch):
-                    # The controller changed the ISR meanwhile; adopt it and decide again.
-                    part.isr, part.zk_version = list(cur[2]), cur[3]
-                    part.fenced = False
-                    log.info("%s: ISR write conflicted; adopted %s (version %d)", part.name,
-                             cur[2], cur[3])
-                else:
-                    # SPEC scenarios 4 and 6: we cannot record the ISR change, so we may
-                    # have been replaced. Stop accepting writes until ZooKeeper says again
-                    # that we lead.
-                    part.fence()
-                    log.warning("%s: ISR update to %s failed (%s); no longer accepting "
-                                "writes", part.name, new_isr,
-                                "ZooKeeper unreachable" if cur is None else
-                                f"state now leader {cur[0]} epoch {cur[1]}")
-                return
-            if part.leader_epoch == epoch and part.role is Role.LEADER:
-                if part.fenced:
-                    log.info("%s: state znode still names us leader; accepting writes again",
-                             part.name)
-                part.fenced = False
-                old = part.isr
-                part.isr, part.zk_version = list(new_isr), version
-                part.expand_candidates -= set(new_isr)
-                log.info("%s: ISR %s -> %s", part.name, old, new_isr)
-                part.maybe_advance_high_watermark()
-        finally:
-            part.isr_update_in_flight = False
+        if t.stop_fetching:
+            self.fetchers.remove(tp)
+        if t.start_fetching_from is not None:
+            self.fetchers.remove(tp)
+            self.fetchers.add(part)
+        if t.isr_write is not None:
+            self._submit_isr_write(part, t.isr_write)
+        if t.wakes_waiters:
             self._wake(tp)
 
     def _delete_partition(self, tp: TopicPartition) -> None:
-        self._stop_fetching(tp)
         part = self.partitions.pop(tp, None)
+        self.fetchers.remove(tp)
+        if part is not None:
+            self._apply_transition(part, part.remove())
         lg = self._logs.pop(tp, None)
-        self._wake(tp)
+        self._applied_configs.pop(tp, None)
         if lg is not None:
-            log.info("deleting log of %s-%d (topic deleted)", *tp)
+            logger.info("deleting log of %s-%d (topic deleted)", *tp)
             lg.close()
             shutil.rmtree(self.log_dir / f"{tp[0]}-{tp[1]}", ignore_errors=True)
-        del part
 
     # ----------------------------------------------------------------- lookups
     def leader_partition(self, topic: str, index: int, image: MetadataImage,
@@ -406,69 +332,333 @@ class ReplicaManager:
         return part
 
     # ----------------------------------------------------------------- wake-ups
+    def _wake(self, tp: TopicPartition) -> None:
+        """Something changed on ``tp``: re-check the delayed operations watching it -- at
+        the end of the current event-loop step, once per partition. Several produce
+        requests that arrived in one read are then all in the one fetch response that
+        a waiting follower gets, instead of one follower round trip each; the delay is
+        the rest of this loop step (microseconds)."""
+        self._woken.add(tp)
+        if self._wake_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (tools, unit tests): check at once
+            self._check_woken()
+            return
+        self._wake_scheduled = True
+        loop.call_soon(self._check_woken)
+
+    def _check_woken(self) -> None:
+        self._wake_scheduled = False
+        woken, self._woken = self._woken, set()
+        for tp in woken:
+            self.fetch_purgatory.check_and_complete(tp)
+            self.produce_purgatory.check_and_complete(tp)
+            self.delete_records_purgatory.check_and_complete(tp)
+
     def notify_append(self, tps: Iterable[TopicPartition]) -> None:
+        """Records were appended outside ``append_records`` (the group coordinator)."""
         for tp in tps:
+            part = self.partitions.get(tp)
+            if part is not None:
+                part.hw_after_append()
             self._wake(tp)
 
-    def _wake(self, tp: TopicPartition) -> None:
-        waiters = self._waiters.pop(tp, None)
-        if waiters:
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
+    def _on_follower_progress(self, part: Partition) -> None:
+        """A follower appended (or truncated, or restarted its log): consumers of this
+        replica do not exist (SPEC R3), but DeleteRecords and shutdown waiters might."""
+        self._wake((part.topic, part.index))
 
-    async def wait_for_change(self, tps: Iterable[TopicPartition], timeout_s: float) -> None:
-        """Wait until any of ``tps`` gets an append / HW move / role change, or timeout."""
-        if timeout_s <= 0:
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        keys = list(tps)
-        for tp in keys:
-            self._waiters.setdefault(tp, []).append(fut)
+    # ----------------------------------------------------------------- produce
+    def append_records(self, entries: list[ProduceEntry], acks: int, timeout_s: float,
+                       image: MetadataImage, *, internal: bool = False
+                       ) -> DelayedProduce | None:
+        """Append each entry's records as leader (SPEC R7). Errors are per partition, in
+        each entry's result. Returns the delayed produce to await for ``acks=all`` (or
+        acks=1 on an ``odradek.ack.fsync`` topic), None when every answer is known."""
+        t_now = now_ms()
+        pending: list[PendingProduce] = []
+        tracer = self.tracer
+        for e in entries:
+            res = e.result
+            try:
+                if acks not in (0, 1, -1):
+                    raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
+                if e.records is None:
+                    raise KafkaError(ErrorCode.invalid_record, "null records")
+                if not internal and e.topic in INTERNAL_TOPICS:
+                    # Kafka (ReplicaManager.appendToLocalLog): clients never write to
+                    # internal topics; the coordinators append to them locally.
+                    raise KafkaError(ErrorCode.invalid_topic_exception,
+                                     f"Cannot append to internal topic {e.topic}")
+                p = self.leader_partition(e.topic, res.index, image)
+                info = p.append_as_leader(e.records, acks, t_now)
+                res.base_offset = info.first_offset
+                res.log_append_time_ms = info.log_append_time
+                res.log_start_offset = p.log.log_start_offset
+                tp = (e.topic, res.index)
+                if p.hw_after_append() or info.num_batches:
+                    self._wake(tp)  # followers' long polls (and acks=all if ISR == {me})
+                if tracer.enabled:
+                    tracer.appended_as_leader(tp, info.first_offset, info.last_offset,
+                                              info.max_timestamp)
+                if acks == -1:
+                    pp = PendingProduce(p, info.last_offset, res)
+                    if not pp.check():
+                        pending.append(pp)
+                elif acks == 1 and p.log.config.ack_fsync \
+                        and p.log.durable_offset <= info.last_offset:
+                    # odradek.ack.fsync: acks=1 answers after the leader's (group) fsync.
+                    pending.append(PendingProduce(p, info.last_offset, res, durable=True))
+            except KafkaError as err:
+                res.error_code = int(err.code)
+                res.error_message = err.message or None
+                res.base_offset = -1
+                if err.code not in (ErrorCode.not_leader_or_follower,
+                                    ErrorCode.unknown_topic_or_partition):
+                    # Rate-limited per error code: a client repeating a bad produce must
+                    # not be able to fill the log disk.
+                    _REJECTED_LOG.log(logger, logging.INFO, err.code,
+                                      "produce to %s-%d rejected: %s", e.topic, res.index,
+                                      err)
+            except Exception as err:  # never let one partition take the broker down
+                logger.exception("produce to %s-%d failed", e.topic, res.index)
+                res.error_code = int(ErrorCode.unknown_server_error)
+                res.error_message = str(err)[:200]
+                res.base_offset = -1
+        if not pending:
+            return None
+        op = DelayedProduce(timeout_s, pending)
+        keys = [(pp.partition.topic, pp.partition.index) for pp in pending]
+        self.produce_purgatory.try_complete_else_watch(op, keys)
+        return op
+
+    async def append_and_wait(self, tp: TopicPartition, records: bytes, timeout_s: float,
+                              *, allow_control: bool = False) -> tuple[ErrorCode, int]:
+        """An internal acks=all append (the group coordinator's ``__consumer_offsets``):
+        (error, first offset) once replicated, or the error that stopped it."""
+        part = self.partitions.get(tp)
+        if part is None:
+            return ErrorCode.not_leader_or_follower, -1
         try:
-            await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            for tp in keys:
-                lst = self._waiters.get(tp)
-                if lst is not None:
-                    try:
-                        lst.remove(fut)
-                    except ValueError:
-                        pass
-                    if not lst:
-                        self._waiters.pop(tp, None)
+            info = part.append_as_leader(records, -1, now_ms(), allow_control=allow_control)
+        except KafkaError as e:
+            return e.code, -1
+        res = PartitionProduceResult(index=tp[1], error_code=0, base_offset=info.first_offset)
+        part.hw_after_append()
+        self._wake(tp)
+        pp = PendingProduce(part, info.last_offset, res)
+        if not pp.check():
+            op = DelayedProduce(timeout_s, [pp])
+            self.produce_purgatory.try_complete_else_watch(op, [tp])
+            await op.done
+        return ErrorCode(res.error_code), info.first_offset
 
-    async def wait_for_acks(self, pending: list[PendingAck], timeout_s: float) -> dict[
-            TopicPartition, ErrorCode]:
-        """Delayed produce: wait until the HW passes each batch (SPEC R7) or time out.
+    # ----------------------------------------------------------------- fetch
+    def fetch_messages(self, params: FetchParams,
+                       topics: list[tuple[str, list[FetchEntry]]], image: MetadataImage
+                       ) -> DelayedFetch | None:
+        """Serve a fetch (SPEC R3, R16, R17): record a follower's fetch offsets, read,
+        and return a delayed fetch to await if fewer than ``min_bytes`` are available
+        (None: every result is already filled in)."""
+        follower = params.replica_id >= 0
+        if follower:
+            self._record_follower_fetch(params.replica_id, topics, image)
 
-        Returns the error for each partition that did not complete cleanly.
-        """
-        deadline = time.monotonic() + timeout_s
-        while True:
-            waiting = [p for p in pending if not p.satisfied()
-                       and p.partition.role is Role.LEADER]
-            if not waiting:
-                break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            await self.wait_for_change([(p.partition.topic, p.partition.index)
-                                        for p in waiting], remaining)
-        errors: dict[TopicPartition, ErrorCode] = {}
-        for p in pending:
-            part = p.partition
-            tp = (part.topic, part.index)
+        def read() -> tuple[list[tuple[str, list[FetchEntry]]], int, bool]:
+            total, errored = self._read(params, topics, image)
+            return topics, total, errored
+
+        _, total, errored = read()
+        if total >= params.min_bytes or params.max_wait_s <= 0 or errored:
+            self._trace_fetch(params, topics)
+            return None
+        watches = []
+        for topic, entries in topics:
+            for e in entries:
+                p = self.partitions.get((topic, e.result.index))
+                watches.append(FetchWatch(p, p.leader_epoch if p else -1, e.fetch_offset))
+        op = DelayedFetch(params.max_wait_s, watches, not follower, params.min_bytes, read)
+        keys = [(t, e.result.index) for t, entries in topics for e in entries]
+        self.fetch_purgatory.try_complete_else_watch(op, keys)
+        if self.tracer.enabled:
+            op.done.add_done_callback(lambda _f: self._trace_fetch(params, topics))
+        return op
+
+    def _record_follower_fetch(self, replica_id: int, topics: list[tuple[str, list[FetchEntry]]],
+                               image: MetadataImage) -> None:
+        t = now_ms()
+        for topic, entries in topics:
+            for e in entries:
+                tp = (topic, e.result.index)
+                try:
+                    p = self.leader_partition(topic, tp[1], image, e.current_leader_epoch)
+                except KafkaError:
+                    continue  # the read below reports the error for this partition
+                hw_before = p.high_watermark
+                tr = p.update_follower_fetch_state(replica_id, e.fetch_offset, t,
+                                                   e.log_start_offset)
+                if tr.hw_moved and self.tracer.enabled:
+                    self.tracer.hw_moved(tp, hw_before, p.high_watermark, replica_id)
+                self._apply_transition(p, tr)
+
+    def _read(self, params: FetchParams, topics: list[tuple[str, list[FetchEntry]]],
+              image: MetadataImage) -> tuple[int, bool]:
+        committed_only = params.replica_id < 0  # followers read up to the LEO (SPEC R16)
+        remaining = params.max_bytes
+        total = 0
+        errored = False
+        for topic, entries in topics:
+            for e in entries:
+                res = e.result
+                res.error_code = 0
+                res.records = None
+                res.high_watermark = res.last_stable_offset = res.log_start_offset = -1
+                try:
+                    p = self.leader_partition(topic, res.index, image, e.current_leader_epoch)
+                    res.high_watermark = res.last_stable_offset = p.high_watermark
+                    res.log_start_offset = p.log.log_start_offset
+                    limit = min(e.partition_max_bytes, remaining)
+                    if limit <= 0 and total > 0:
+                        continue
+                    # KIP-74: the first partition with data returns at least one whole
+                    # batch even when it exceeds max_bytes, so a consumer always progresses.
+                    sl = p.read(e.fetch_offset, max(limit, 0), min_one_batch=(total == 0),
+                                committed_only=committed_only)
+                    if sl is not None and sl.size:
+                        res.records = sl
+                        total += sl.size
+                        remaining -= sl.size
+                except KafkaError as err:
+                    errored = True
+                    res.error_code = int(err.code)
+                except Exception:  # noqa: BLE001 - one partition never takes the broker down
+                    errored = True
+                    logger.exception("fetch from %s-%d failed", topic, res.index)
+                    res.error_code = int(ErrorCode.unknown_server_error)
+        return total, errored
+
+    def _trace_fetch(self, params: FetchParams,
+                     topics: list[tuple[str, list[FetchEntry]]]) -> None:
+        if not self.tracer.enabled:
+            return
+        for topic, entries in topics:
+            for e in entries:
+                p = self.partitions.get((topic, e.result.index))
+                if e.result.records is not None and p is not None:
+                    self.tracer.fetch_answered((topic, e.result.index), e.fetch_offset,
+                                               p.readable_end(params.replica_id < 0),
+                                               params.replica_id)
+
+    # ----------------------------------------------------------------- epochs
+    def last_offset_for_leader_epoch(self, topic: str, partition: int,
+                                     current_leader_epoch: int, leader_epoch: int,
+                                     replica_id: int, image: MetadataImage
+                                     ) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch (SPEC R19; KIP-101, KIP-279, KIP-320): (epoch, end offset)
+        of the largest epoch <= ``leader_epoch`` in the leader's cache. Consumers
+        (``replica_id`` < 0) never learn of offsets above the HW. Raises KafkaError."""
+        p = self.leader_partition(topic, partition, image, current_leader_epoch)
+        epoch, end = p.epochs.end_offset_for(leader_epoch, p.log_end_offset)
+        if replica_id < 0 and end > p.high_watermark:
+            end = p.high_watermark
+        return epoch, end
+
+    # ----------------------------------------------------------------- DeleteRecords
+    def delete_records(self, requests: list[tuple[str, list[PendingDelete]]],
+                       offsets: dict[tuple[str, int], int], timeout_s: float,
+                       image: MetadataImage) -> DelayedDeleteRecords | None:
+        """Move each partition's log start offset (SPEC R24, API 21) and return the
+        delayed operation to await until the ISR followed (None if all are known)."""
+        moved = False
+        for topic, plist in requests:
+            for st in plist:
+                try:
+                    if topic in INTERNAL_TOPICS:
+                        # Kafka (ReplicaManager.deleteRecordsOnLocalLog): clients never
+                        # move the log start of internal topics.
+                        raise KafkaError(ErrorCode.invalid_topic_exception,
+                                         f"Cannot delete records of internal topic {topic}")
+                    p = self.leader_partition(topic, st.index, image)
+                    before = p.log.log_start_offset
+                    st.target = p.delete_records_to(offsets[(topic, st.index)])
+                    st.partition = p
+                    moved |= p.log.log_start_offset != before
+                    logger.info("DeleteRecords %s-%d: log start offset %d -> %d", topic,
+                                st.index, before, p.log.log_start_offset)
+                except KafkaError as e:
+                    st.error = e.code
+                except Exception:  # noqa: BLE001 - one partition never takes the broker down
+                    logger.exception("DeleteRecords on %s-%d failed", topic, st.index)
+                    st.error = ErrorCode.unknown_server_error
+        if moved:
+            try:
+                self.checkpoint_log_start_offsets()
+            except Exception:  # noqa: BLE001 - the periodic checkpoint retries
+                logger.exception("log-start-offset checkpoint after DeleteRecords failed")
+        pending = [st for _, plist in requests for st in plist]
+        op = DelayedDeleteRecords(timeout_s, pending)
+        keys = [(st.partition.topic, st.partition.index) for st in pending
+                if st.partition is not None]
+        if self.delete_records_purgatory.try_complete_else_watch(op, keys):
+            return None
+        return op
+
+    # ----------------------------------------------------------------- ISR writes
+    def check_isr(self) -> None:
+        """The periodic ISR check (SPEC R6), every replica.lag.time.max.ms / 2: shrink
+        lagging members; a fenced leader re-asserts its ISR (at most once a second)."""
+        if self.config is None:
+            return
+        t = now_ms()
+        lag = self.config.replica_lag_time_max_ms
+        for tp, part in self.partitions.items():
             if part.role is not Role.LEADER:
-                errors[tp] = ErrorCode.not_leader_or_follower
-            elif not p.satisfied():
-                errors[tp] = ErrorCode.request_timed_out
-            elif not p.durable and len(part.isr) < part.min_insync_replicas:
-                # SPEC R8: the record is stored but the ISR shrank while we waited.
-                errors[tp] = ErrorCode.not_enough_replicas_after_append
-        return errors
+                continue
+            if part.fenced:
+                last = self._fenced_retry.get(tp, 0.0)
+                if time.monotonic() - last < FENCED_RETRY_S:
+                    continue
+                write = part.reassert_isr()
+                if write is not None:
+                    self._fenced_retry[tp] = time.monotonic()
+                    self._submit_isr_write(part, write)
+                continue
+            write = part.maybe_shrink_isr(t, lag)
+            if write is not None:
+                self._submit_isr_write(part, write)
+
+    def _submit_isr_write(self, part: Partition, write: IsrWrite) -> None:
+        if self.isr_store is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._write_isr(part, write))
+        self._isr_writes.add(task)
+        task.add_done_callback(self._isr_writes.discard)
+
+    async def _write_isr(self, part: Partition, write: IsrWrite) -> None:
+        store = self.isr_store
+        assert store is not None
+        try:
+            version = await asyncio.to_thread(store.write_isr, write)
+        except IsrConflict as e:
+            tr = part.isr_write_failed(write, e.current)
+        except IsrStoreUnavailable:
+            tr = part.isr_write_failed(write, None)
+        except Exception:  # noqa: BLE001 - an unknown outcome is treated as unreachable
+            logger.exception("%s: ISR write failed", part.name)
+            tr = part.isr_write_failed(write, None)
+        else:
+            tr = part.isr_write_succeeded(write, version)
+        part.reassert_finished()
+        if (part.topic, part.index) in self.partitions:
+            self._apply_transition(part, tr)
+            # The write may have been superseded while in flight: decide again now rather
+            # than at the next periodic check.
+            if part.is_leader and self.config is not None:
+                nxt = part.maybe_shrink_isr(now_ms(), self.config.replica_lag_time_max_ms)
+                if nxt is not None:
+                    self._submit_isr_write(part, nxt)
 
     # ----------------------------------------------------------------- checkpoints
     def snapshot_producer_state(self) -> None:
@@ -548,22 +738,20 @@ class ReplicaManager:
             lg.flush_listener = self.flusher.mark
 
     def on_log_flushed(self, lg: Log) -> None:
-        """A flush completed (odradek.log_manager.flusher). Under odradek.ack.fsync the leader's
-        HW counts its durable offset, and acks=1 produces wait for it: re-check both."""
+        """A flush completed (odradek.log_manager.flusher). Under odradek.ack.fsync the
+        leader's HW counts its durable offset, and acks=1 produces wait for it: re-check
+        both."""
         if not lg.config.ack_fsync:
             return
         tp = parse_partition_dir(lg.directory.name)
         part = self.partitions.get(tp) if tp is not None else None
         if part is None or part.log is not lg:
             return
-        part.maybe_advance_high_watermark()
-        self._wake((part.topic, part.index))
+        part.on_log_flushed()
+        self._wake(tp)
 
     async def stop_fetchers(self) -> None:
-        self._fetching_stopped = True
-        for f in list(self.fetchers.values()):
-            await f.stop()
-        self.fetchers.clear()
+        await self.fetchers.stop_all()
 
     def shutdown(self) -> None:
         """Clean shutdown: flush everything so the next start needs no recovery scan."""
@@ -574,16 +762,8 @@ class ReplicaManager:
         self.checkpoint_recovery_points()
         for lg in self._logs.values():
             lg.close()
-        for tp in list(self._waiters):
-            self._wake(tp)
+        for purgatory in (self.fetch_purgatory, self.produce_purgatory,
+                          self.delete_records_purgatory):
+            purgatory.check_and_complete_all()
 
 
-class _NoFetcher:
-    states: dict[TopicPartition, Any] = {}
-
-
-_NO_FETCHER = _NoFetcher()
-
-
-class LogConfigFactory:  # pragma: no cover - typing protocol stand-in
-    def __call__(self, topic: str) -> LogConfig: ...

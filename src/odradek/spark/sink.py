@@ -26,7 +26,6 @@ an older batch: normally one small read. Batch (non-streaming) writes are at-lea
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -35,12 +34,18 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from odradek.errors import ErrorCode, KafkaError
 from odradek.spark.offsets import SparkOptionError, parse_bool, parse_positive_int
+from odradek.spark.source import parse_client
 
 __all__ = ["SinkOptions", "OdradekBatchWriter", "OdradekStreamWriter", "SinkCommitMessage",
            "TAG_HEADER", "marker_topic", "row_digest", "read_markers"]
@@ -65,6 +70,7 @@ class SinkOptions:
     # durably written this many records / fail the driver commit after the marker.
     fail_after_records: int | None = None
     fail_after_commit: bool = False
+    client: str = "columnar"  # odradek.client: columnar or confluent (docs/spark.md)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
@@ -77,10 +83,15 @@ class SinkOptions:
                 raise SparkOptionError(f"odradek sink option 'kafka.{k}' is not supported")
         topic = options.get("topic")
         _validate_schema(schema, has_topic_option=topic is not None)
+        client = parse_client(options, conf)
+        if client == "columnar":
+            from odradek.spark.columnar_sink import produce_settings
+            produce_settings(conf)  # option errors at planning time, not in a task
         return cls(conf=conf, topic=str(topic) if topic is not None else None,
                    exactly_once=parse_bool(options, "exactlyOnce", True),
                    fail_after_records=parse_positive_int(options, "odradek.test.failAfterRecords"),
-                   fail_after_commit=parse_bool(options, "odradek.test.failAfterCommit", False))
+                   fail_after_commit=parse_bool(options, "odradek.test.failAfterCommit", False),
+                   client=client)
 
 
 def _validate_schema(schema: StructType, *, has_topic_option: bool) -> None:
@@ -143,13 +154,17 @@ def _rows(batch: pa.RecordBatch, default_topic: str | None) -> Iterator[tuple[
 
 def row_digest(topic: str, key: bytes | None, value: bytes | None, partition: int | None,
                headers: list[tuple[str, bytes | None]]) -> str:
-    """64-bit content digest of a row (length-prefixed fields; None != b"")."""
-    h = hashlib.blake2b(digest_size=8)
-    for part in (topic.encode(), key, value, None if partition is None else str(partition).encode()):
-        h.update(b"\xff" if part is None else len(part).to_bytes(4, "big") + part)
-    for k, v in headers:
-        h.update(k.encode() + b"\x00" + (b"\xff" if v is None else len(v).to_bytes(4, "big") + v))
-    return h.hexdigest()
+    """64-bit content digest of a row (length-prefixed fields; None != b""), as hex.
+
+    XXH64 (``kernels.xxh64_rows``), the same function both clients tag rows with."""
+    batch = pa.RecordBatch.from_pydict(
+        {"topic": [topic], "key": [key], "value": [value], "partition": [partition],
+         "headers": [[{"key": k, "value": v} for k, v in headers] or None]},
+        schema=pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
+                          ("partition", pa.int32()), ("headers", pa.list_(pa.struct(
+                              [("key", pa.string()), ("value", pa.binary())])))]))
+    from odradek.spark.columnar_sink import ArrowRows, batch_digests
+    return f"{int(batch_digests(ArrowRows.from_batch(batch, None))[0]):016x}"
 
 
 # --------------------------------------------------------------------------- cluster helpers
@@ -246,6 +261,7 @@ def _watermarks(admin: Any, topic: str, partition: int,
     up itself; a consumer's cached metadata may not know a just-created topic yet)."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
+
     from odradek.spark.source import list_offsets_retrying
     tp = TopicPartition(topic, partition)
     lo = list_offsets_retrying(admin, {tp: OffsetSpec.earliest()}, 30, 1.0, conf)[tp]
@@ -317,6 +333,17 @@ class _Task:
     written: int = 0
     skipped: int = 0
     _admin_client: Any = None
+    _native: Any = None
+
+    @property
+    def native(self) -> Any:
+        """Marker I/O through Odradek's own client (columnar client only), else None."""
+        if self.opts.client != "columnar":
+            return None
+        if self._native is None:
+            from odradek.spark.sink_markers import NativeMarkers
+            self._native = NativeMarkers(self.opts.conf)
+        return self._native
 
     @property
     def admin(self) -> Any:
@@ -333,21 +360,39 @@ class _Task:
         return f"{self.query_id}:{self.batch_id}:{self.task}"
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        try:
+            return self._run(batches)
+        finally:
+            if self._native is not None:
+                self._native.close()
+
+    def _run(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         if self.exactly_once:
             assert self.query_id is not None and self.batch_id is not None
-            _ensure_marker_topic(self.admin, marker_topic(self.query_id))
-            markers = read_markers(self.opts.conf, self.admin, self.query_id, self.batch_id)
+            topic = marker_topic(self.query_id)
+            if self.native is not None:
+                if not self.native.topic_ready(topic):
+                    _ensure_marker_topic(self.admin, topic)  # created once per query
+                markers = self.native.read(topic, self.batch_id)
+            else:
+                _ensure_marker_topic(self.admin, topic)
+                markers = read_markers(self.opts.conf, self.admin, self.query_id, self.batch_id)
             if any(m["type"] == "commit" for m in markers):
                 log.info("odradek sink: batch %s of query %s already committed; skipping",
                          self.batch_id, self.query_id)
                 return SinkCommitMessage(self.query_id, self.task, 0, 0, skipped_batch=True)
             self._load_previous_attempts([m for m in markers
                                           if m["type"] == "begin" and m["task"] == self.task])
+        if self.opts.client == "columnar":
+            return self._run_columnar(batches)
+        from odradek.spark.columnar_sink import ArrowRows, batch_digests
         producer, delivery = _producer(self.opts.conf), _Delivery()
         for batch in batches:
-            for topic, key, value, partition, headers in _rows(batch, self.opts.topic):
-                if self.exactly_once:
-                    digest = row_digest(topic, key, value, partition, headers)
+            digests = (batch_digests(ArrowRows.from_batch(batch, self.opts.topic)).tolist()
+                       if self.exactly_once else None)
+            for i, (topic, key, value, partition, headers) in enumerate(_rows(batch, self.opts.topic)):
+                if digests is not None:
+                    digest = f"{digests[i]:016x}"
                     if self.already[digest] > 0:
                         self.already[digest] -= 1
                         self.skipped += 1
@@ -364,6 +409,69 @@ class _Task:
                                      f"{self.written} durable records")
         delivery.check(producer)
         return SinkCommitMessage(self.query_id, self.task, self.written, self.skipped)
+
+    def _run_columnar(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        """The columnar client: whole record batches per partition (module doc)."""
+        from odradek.spark.columnar_sink import (
+            ArrowRows,
+            ColumnarWriter,
+            batch_digests,
+            produce_settings,
+        )
+        writer = ColumnarWriter(self.opts.conf["bootstrap.servers"],
+                                produce_settings(self.opts.conf))
+
+        def before_topic(topic: str) -> None:
+            if topic in self.begun:
+                return
+            # The begin marker goes through the same idempotent producer and is flushed
+            # (with everything queued before it) before any record reaches ``topic``.
+            assert self.query_id is not None
+            from odradek.spark.sink_markers import NativeMarkers
+            NativeMarkers.write(writer.producer, marker_topic(self.query_id), {
+                "type": "begin", "batch": self.batch_id, "task": self.task,
+                "attempt": self.attempt, "topic": topic,
+                "offsets": self.native.latest_offsets(topic)})
+            self.begun.add(topic)
+
+        limit = self.opts.fail_after_records
+        prefix = f"{self.tag}:".encode() if self.exactly_once else None
+        try:
+            for batch in batches:
+                rows = ArrowRows.from_batch(batch, self.opts.topic)
+                keep, digests = None, None
+                if self.exactly_once:
+                    digests = batch_digests(rows)
+                    if self.already:
+                        keep = self._not_written_before(digests)
+                if limit is not None:
+                    chosen = np.flatnonzero(keep) if keep is not None else np.arange(rows.n)
+                    chosen = chosen[:max(limit - self.written, 0)]
+                    keep = np.zeros(rows.n, np.bool_)
+                    keep[chosen] = True
+                self.written += writer.write(rows, keep, tag_prefix=prefix, digests=digests,
+                                             before_topic=before_topic if self.exactly_once
+                                             else None)
+                if limit is not None and self.written >= limit:
+                    writer.flush()
+                    raise KafkaError(ErrorCode.unknown_server_error,
+                                     f"odradek.test.failAfterRecords: injected failure after "
+                                     f"{self.written} durable records")
+            writer.flush()
+        finally:
+            writer.close()
+        return SinkCommitMessage(self.query_id, self.task, self.written, self.skipped)
+
+    def _not_written_before(self, digests: np.ndarray) -> np.ndarray:
+        """Rows an earlier attempt did not write (replays only; a multiset, per row)."""
+        keep = np.ones(digests.shape[0], np.bool_)
+        for i, d in enumerate(digests.tolist()):
+            h = f"{d:016x}"
+            if self.already[h] > 0:
+                self.already[h] -= 1
+                self.skipped += 1
+                keep[i] = False
+        return keep
 
     @staticmethod
     def _produce(producer: Any, delivery: _Delivery, topic: str, key: bytes | None,
@@ -442,9 +550,20 @@ class OdradekStreamWriter(DataSourceStreamArrowWriter):
             return
         if any(m.skipped_batch for m in ours):
             return  # the marker is already there
-        _write_marker(_producer(self.opts.conf), qid, {
-            "type": "commit", "batch": batchId, "written": sum(m.written for m in ours),
-            "skipped_replayed": sum(m.skipped_replayed for m in ours)})
+        marker = {"type": "commit", "batch": batchId, "written": sum(m.written for m in ours),
+                  "skipped_replayed": sum(m.skipped_replayed for m in ours)}
+        if self.opts.client == "columnar":
+            from odradek.client.producer import BatchProducer
+            from odradek.spark.columnar_sink import produce_settings
+            from odradek.spark.sink_markers import NativeMarkers
+            producer = BatchProducer(self.opts.conf["bootstrap.servers"],
+                                     produce_settings(self.opts.conf).producer)
+            try:
+                NativeMarkers.write(producer, marker_topic(qid), marker)
+            finally:
+                producer.close()
+        else:
+            _write_marker(_producer(self.opts.conf), qid, marker)
         if self.opts.fail_after_commit:
             raise KafkaError(ErrorCode.unknown_server_error,
                              "odradek.test.failAfterCommit: injected failure after the "

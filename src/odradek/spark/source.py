@@ -29,11 +29,18 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
-    DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter,
-    DataSourceWriter, InputPartition,
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
@@ -43,7 +50,8 @@ from odradek.spark.arrow import messages_to_batch, spark_ddl
 from odradek.spark.offsets import TP, DataLossError, OffsetRange, SparkOptionError
 
 __all__ = ["OdradekDataSource", "SourceOptions", "OdradekStreamReader", "OdradekBatchReader",
-           "RangePartition", "read_range", "client_config"]
+           "RangePartition", "read_range", "client_config", "parse_client", "CLIENTS",
+           "DEFAULT_CLIENT"]
 
 log = logging.getLogger("odradek.spark")
 
@@ -51,6 +59,23 @@ log = logging.getLogger("odradek.spark")
 _FORBIDDEN_KAFKA = ("auto.offset.reset", "enable.auto.commit", "key.deserializer",
                     "value.deserializer", "interceptor.classes")
 _ROWS_PER_BATCH = 8192  # Arrow batch size: large enough to amortize, small enough to stream
+# Which client moves the records (docs/spark.md, "Two clients"); chosen by benchmark.
+CLIENTS = ("columnar", "confluent")
+DEFAULT_CLIENT = "columnar"
+
+
+def parse_client(options: Mapping[str, str], conf: Mapping[str, str]) -> str:
+    """``odradek.client``: columnar (Odradek's Fetch/Produce client, Arrow in and out) or
+    confluent (librdkafka through confluent-kafka, one Python object per record)."""
+    client = str(options.get("odradek.client", DEFAULT_CLIENT)).strip().lower()
+    if client not in CLIENTS:
+        raise SparkOptionError(f"option 'odradek.client' must be one of {', '.join(CLIENTS)}, "
+                               f"got {client!r}")
+    protocol = str(conf.get("security.protocol", "plaintext")).lower()
+    if client == "columnar" and protocol != "plaintext":
+        raise SparkOptionError(f"kafka.security.protocol={protocol} needs "
+                               "odradek.client=confluent (the columnar client speaks PLAINTEXT)")
+    return client
 
 
 def client_config(options: Mapping[str, str]) -> dict[str, str]:
@@ -77,6 +102,7 @@ class SourceOptions:
     poll_timeout_s: float
     fetch_retries: int = 30
     fetch_retry_interval_s: float = 1.0
+    client: str = DEFAULT_CLIENT  # odradek.client: "columnar" or "confluent"
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -100,6 +126,7 @@ class SourceOptions:
             fetch_retries=om.parse_positive_int(options, "fetchOffset.numRetries") or 30,
             fetch_retry_interval_s=(om.parse_positive_int(options, "fetchOffset.retryIntervalMs")
                                     or 1000) / 1000.0,
+            client=parse_client(options, conf),
         )
 
 
@@ -223,6 +250,64 @@ class _ClusterView:
         return om.resolve(spec, tps, earliest, latest, by_ts, is_start=is_start)
 
 
+class _NativeClusterView(_ClusterView):
+    """The same view through Odradek's own client (``odradek.client=columnar``): one
+    connection per broker and synchronous requests; planning a micro-batch costs a few
+    round trips instead of a librdkafka AdminClient's start-up and polling (measured:
+    ~150 ms of a batch read's planning)."""
+
+    def __init__(self, conf: Mapping[str, str], retries: int, retry_interval_s: float) -> None:
+        from odradek.client.cluster import ClusterClient
+        self._cluster = ClusterClient(conf["bootstrap.servers"],
+                                      client_id=conf.get("client.id", "odradek-spark"),
+                                      timeout_s=int(conf.get("socket.timeout.ms", 60_000)) / 1000)
+        self._retries = retries
+        self._retry_interval_s = retry_interval_s
+
+    def partition_counts(self) -> dict[str, int]:
+        md = self._retrying(lambda: self._cluster.refresh(None))
+        counts: dict[str, int] = {}
+        for (topic, _p) in md.partitions:
+            if md.topic_errors.get(topic, 0) == ErrorCode.none:
+                counts[topic] = counts.get(topic, 0) + 1
+        return counts
+
+    def list_offsets(self, queries: Mapping[TP, int]) -> dict[TP, int]:
+        """``{tp: EARLIEST | LATEST | timestamp_ms}`` -> offsets (-1: no match)."""
+        from odradek.client.cluster import EARLIEST, LATEST
+        out: dict[TP, int] = {}
+        todo = dict(queries)
+        for attempt in range(self._retries + 1):
+            got = self._cluster.list_offsets(todo, retries=self._retries,
+                                             retry_interval_s=self._retry_interval_s)
+            # A leader elected a moment ago may answer before it knows its high
+            # watermark; only a timestamp lookup may legitimately answer -1 (no match).
+            bad = {tp for tp, off in got.items() if off < 0 and todo[tp] in (EARLIEST, LATEST)}
+            out.update({tp: off for tp, off in got.items() if tp not in bad})
+            if not bad:
+                return out
+            if attempt == self._retries:
+                raise KafkaError(ErrorCode.offset_not_available,
+                                 f"ListOffsets {sorted(bad)[:3]}: negative offsets")
+            todo = {tp: todo[tp] for tp in bad}
+            time.sleep(min(self._retry_interval_s, 0.1 * 2 ** attempt))
+        return out
+
+    def _retrying(self, call: Any) -> Any:
+        from odradek.client.connection import ConnectionLost
+        for attempt in range(self._retries + 1):
+            try:
+                return call()
+            except (ConnectionLost, KafkaError) as e:
+                if attempt == self._retries or (isinstance(e, KafkaError) and not e.retriable):
+                    raise
+                time.sleep(min(self._retry_interval_s, 0.1 * 2 ** attempt))
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self._cluster.close()
+
+
 class _DriverBase:
     """State shared by both readers; the AdminClient is dropped when pickled."""
 
@@ -237,8 +322,9 @@ class _DriverBase:
     @property
     def view(self) -> _ClusterView:
         if self._view is None:
-            self._view = _ClusterView(self.opts.conf, self.opts.fetch_retries,
-                                      self.opts.fetch_retry_interval_s)
+            cls = _NativeClusterView if self.opts.client == "columnar" else _ClusterView
+            self._view = cls(self.opts.conf, self.opts.fetch_retries,
+                             self.opts.fetch_retry_interval_s)
         return self._view
 
     def current_partitions(self) -> list[TP]:
@@ -308,7 +394,10 @@ class OdradekStreamReader(_DriverBase, DataSourceStreamReader, SupportsTriggerAv
         pass
 
     def stop(self) -> None:
-        self._view = None  # may never be called (FACTS.md); nothing else to release
+        # may never be called (docs/spark.md); the view's connections then close with the process
+        if isinstance(self._view, _NativeClusterView):
+            self._view.close()
+        self._view = None
 
 
 class OdradekBatchReader(_DriverBase, DataSourceReader):
@@ -335,7 +424,15 @@ class OdradekBatchReader(_DriverBase, DataSourceReader):
 # --------------------------------------------------------------------------- executors
 
 def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    """Yield ``[r.start, r.end)`` of one partition as Arrow batches.
+    """Yield ``[start, end)`` of one partition as Arrow batches, with the chosen client."""
+    if opts.client == "columnar":
+        from odradek.spark.columnar_source import read_range_columnar
+        return read_range_columnar(opts, partition)
+    return read_range_confluent(opts, partition)
+
+
+def read_range_confluent(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """Yield ``[r.start, r.end)`` of one partition as Arrow batches (confluent-kafka).
 
     Stops as soon as the position reaches ``r.end`` (offsets may have gaps once
     compaction exists, so "position >= end" rather than counting records). A start

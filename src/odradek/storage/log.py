@@ -206,12 +206,18 @@ class Log:
         now_ms: int,
         *,
         allow_control: bool = False,
+        headers: list[BatchHeader] | None = None,
     ) -> AppendInfo:
-        """Validate, assign offsets from the LEO, stamp the epoch, write once."""
+        """Validate, assign offsets from the LEO, stamp the epoch, write once.
+
+        ``headers``: the batches of ``records`` as the caller already validated them
+        (``parse_batches(..., verify_crc=True, strict_count=True)``), so each batch is
+        parsed once per replica; their offsets and epochs are rewritten here too."""
         cfg = self.config
         buf = bytearray(records)
-        headers = parse_batches(buf, verify_crc=True, max_batch_bytes=cfg.max_message_bytes,
-                                strict_count=True)
+        if headers is None:
+            headers = parse_batches(buf, verify_crc=True,
+                                    max_batch_bytes=cfg.max_message_bytes, strict_count=True)
         if not headers:
             raise KafkaError(ErrorCode.invalid_record, "produce request without record batches")
         if len(buf) > cfg.segment_bytes:
@@ -253,15 +259,19 @@ class Log:
         )
 
     def append_as_follower(
-        self, records: bytes | bytearray | memoryview, now_ms: int = 0
+        self, records: bytes | bytearray | memoryview, now_ms: int = 0, *,
+        headers: list[BatchHeader] | None = None,
     ) -> AppendInfo:
         """Append replicated batches keeping their offsets and epochs (must be >= LEO).
 
         Gaps in offsets (a compacted leader, SPEC R25) are appended as they are, like
         Kafka: segments only require increasing offsets (see odradek.storage.segment).
+        ``headers``: the caller's ``parse_batches(records, verify_crc=True)`` (parse once);
+        their positions are consumed here.
         """
         mv = memoryview(records)
-        headers = parse_batches(mv, verify_crc=True)
+        if headers is None:
+            headers = parse_batches(mv, verify_crc=True)
         if not headers:
             raise KafkaError(ErrorCode.invalid_record, "no record batches")
         if headers[0].base_offset < self.log_end_offset:

@@ -78,7 +78,10 @@ class FileSlice:
     size: int
 
     def read_bytes(self) -> bytes:
-        out = bytearray()
+        data = os.pread(self.fd, self.size, self.position)
+        if len(data) == self.size:
+            return data  # the usual case: one read, no extra copy
+        out = bytearray(data)
         while len(out) < self.size:
             chunk = os.pread(self.fd, self.size - len(out), self.position + len(out))
             if not chunk:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from _storage_helpers import batch, segment_files, small_config, verify_log
+from support.partitions import lead, new_partition
 
 from odradek.log_manager.flusher import Flusher, scheduler_interval_s
 from odradek.errors import KafkaError
@@ -269,31 +270,27 @@ def test_flusher_group_commit_and_flush_ms(tmp_path: Path) -> None:
 def test_durable_leader_counts_its_fsynced_offset_in_the_hw(tmp_path: Path) -> None:
     """odradek.ack.fsync: HW = min over the ISR of *durable* LEOs (followers report durable
     fetch offsets; the leader uses its recovery point), so consumers see only fsynced data."""
-    from odradek.replication.partition import Partition
-    from odradek.storage.producer_state import ProducerStateManager
-    from odradek.storage.leader_epoch import LeaderEpochCache
     from odradek.storage.records import encode_batch
 
     d = tmp_path / "t-0"
     lg = Log.open(d, LogConfig(ack_fsync=True))
     marks: list[Log] = []
     lg.flush_listener = marks.append
-    p = Partition(topic="t", index=0, log=lg, replicas=[1, 2], local_broker_id=1,
-                  epochs=LeaderEpochCache(d), producers=ProducerStateManager(d))
-    p.make_leader(1, [1, 2], [1, 2], zk_version=0, controller_epoch=1, now_ms=0)
+    p = new_partition(d, broker=1, replicas=(1, 2), log=lg)
+    lead(p, 1, [1, 2])
     info = p.append_as_leader(encode_batch([(None, b"a"), (None, b"b")]), -1, now_ms=1)
     assert marks == [lg]  # the append asked the flusher for an fsync
-    p.record_follower_fetch(2, 2, now_ms=2)  # the follower has it durably
+    p.update_follower_fetch_state(2, 2, now_ms=2)  # the follower has it durably
     assert p.high_watermark == 0 and not p.acks_all_satisfied(info.last_offset)
     job = lg.begin_flush(3, with_indexes=False)
     assert job is not None
     job.run()
     lg.complete_flush(job)
-    assert p.maybe_advance_high_watermark() and p.high_watermark == 2
+    assert p.on_log_flushed() and p.high_watermark == 2
     assert p.acks_all_satisfied(info.last_offset)
     lg.config = LogConfig()  # the topic config switched off at runtime: the LEO counts again
     p.append_as_leader(encode_batch([(None, b"c")]), -1, now_ms=4)
-    p.record_follower_fetch(2, 3, now_ms=5)
+    p.update_follower_fetch_state(2, 3, now_ms=5)
     assert p.high_watermark == 3
     lg.close()
 

@@ -169,17 +169,14 @@ def test_compact_policy_ignores_time_and_size(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ replicated log start
 from odradek.replication.partition import Partition  # noqa: E402
-from odradek.storage.producer_state import ProducerStateManager  # noqa: E402
-from odradek.storage.leader_epoch import LeaderEpochCache  # noqa: E402
+from support.partitions import follow, lead, new_partition  # noqa: E402
 from odradek.storage.log import LogConfig  # noqa: E402
 from odradek.storage.records import encode_batch  # noqa: E402
 
 
 def _partition(tmp_path: Path, broker: int, **cfg: object) -> Partition:
-    d = tmp_path / f"t-0-{broker}"
-    return Partition(topic="t", index=0, log=Log.open(d, LogConfig(**cfg)),  # type: ignore[arg-type]
-                     replicas=[1, 2], local_broker_id=broker, epochs=LeaderEpochCache(d),
-                     producers=ProducerStateManager(d))
+    return new_partition(tmp_path / f"t-0-{broker}", broker=broker, replicas=(1, 2),
+                         config=LogConfig(**cfg))  # type: ignore[arg-type]
 
 
 def _records(n: int, base: int = 0) -> bytes:
@@ -190,12 +187,12 @@ def _records(n: int, base: int = 0) -> bytes:
 
 def test_delete_records_low_watermark_and_follower(tmp_path: Path) -> None:
     leader, follower = _partition(tmp_path, 1), _partition(tmp_path, 2)
-    leader.make_leader(1, [1, 2], [1, 2], zk_version=0, controller_epoch=1, now_ms=0)
-    follower.make_follower(1, 1, [1, 2], [1, 2], zk_version=0)
+    lead(leader, 1, [1, 2])
+    follow(follower, 1, 1, [1, 2])
     for _ in range(3):
         leader.append_as_leader(_records(10), 1, now_ms=1)
     follower.append_as_follower(leader.log.read(0, 1 << 20).read_bytes(), 0, 1)
-    leader.record_follower_fetch(2, 30, now_ms=2, log_start_offset=0)
+    leader.update_follower_fetch_state(2, 30, now_ms=2, log_start_offset=0)
     assert leader.high_watermark == 30
 
     with pytest.raises(KafkaError) as e:
@@ -207,11 +204,11 @@ def test_delete_records_low_watermark_and_follower(tmp_path: Path) -> None:
     follower.append_as_follower(b"", leader_hw=30, now_ms=3, leader_log_start=15)
     assert follower.log.log_start_offset == 15
     # ... and reports it in its next fetch: the low watermark reaches 15.
-    leader.record_follower_fetch(2, 30, now_ms=4, log_start_offset=15)
+    leader.update_follower_fetch_state(2, 30, now_ms=4, log_start_offset=15)
     assert leader.low_watermark() == 15
     assert leader.delete_records_to(-1) == 30  # -1 = the HW
     assert leader.delete_records_to(5) == 30  # never backwards
-    follower.make_follower(1, 1, [1, 2], [1, 2], zk_version=0)
+    follow(follower, 1, 1, [1, 2])
     with pytest.raises(KafkaError) as e:
         follower.delete_records_to(5)
     assert e.value.code == ErrorCode.not_leader_or_follower
@@ -219,7 +216,7 @@ def test_delete_records_low_watermark_and_follower(tmp_path: Path) -> None:
 
 def test_delete_records_refused_on_compacted_topic(tmp_path: Path) -> None:
     p = _partition(tmp_path, 1, cleanup_policy=("compact",))
-    p.make_leader(1, [1], [1], zk_version=0, controller_epoch=1, now_ms=0)
+    lead(p, 1, [1])
     with pytest.raises(KafkaError) as e:
         p.delete_records_to(0)
     assert e.value.code == ErrorCode.policy_violation
@@ -230,7 +227,7 @@ def test_follower_restarts_inside_the_first_batch(tmp_path: Path) -> None:
     starting there accepts the batch by restarting at its base (Kafka's
     UnexpectedAppendOffsetException handling), then moves its log start up again."""
     f = _partition(tmp_path, 2)
-    f.make_follower(1, 1, [1, 2], [1, 2], zk_version=0)
+    follow(f, 1, 1, [1, 2])
     f.truncate_fully_and_start_at(15)  # what an OFFSET_OUT_OF_RANGE fetch leads to
     assert (f.log.log_start_offset, f.log.log_end_offset) == (15, 15)
     f.append_as_follower(_records(10, base=10), leader_hw=20, now_ms=1, leader_log_start=15)

@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 
 from odradek.replication.partition import Partition
-from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.batch import parse_batches
-from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import Log
 from odradek.storage.records import encode_batch
 from odradek.storage.truncation_ledger import (
@@ -20,6 +18,7 @@ from odradek.storage.truncation_ledger import (
 )
 
 from _storage_helpers import read_all, small_config
+from support.partitions import new_partition
 
 
 def _fill(lg: Log, batches: int, per_batch: int = 3, epoch: int = 0, tag: str = "r") -> None:
@@ -147,11 +146,13 @@ def test_crash_leftovers_are_not_entries(tmp_path: Path) -> None:
         [e.path.name, e.batches_path.name])
 
 
-def _partition(tmp_path: Path, ledger: TruncationLedger | None) -> Partition:
+def _partition(tmp_path: Path, ledger: TruncationLedger | None, hw: int = 0) -> Partition:
     d = tmp_path / "t-0"
-    return Partition(topic="t", index=0, log=Log.open(d, small_config()), replicas=[1, 2],
-                     local_broker_id=2, epochs=LeaderEpochCache(d),
-                     producers=ProducerStateManager(d), ledger=ledger)
+    lg = Log.open(d, small_config())
+    if hw:
+        _fill(lg, 4, epoch=5)
+    return new_partition(d, broker=2, replicas=(1, 2), log=lg, ledger=ledger,
+                         high_watermark=hw)
 
 
 def test_partition_truncation_is_durable_in_the_ledger_before_the_log_shrinks(
@@ -159,9 +160,7 @@ def test_partition_truncation_is_durable_in_the_ledger_before_the_log_shrinks(
     """fsync-before-truncate ordering: every fsync of the entry and its directory happens
     before the segment file is shortened (a crash in between keeps the evidence)."""
     ledger = TruncationLedger(ledger_root(tmp_path), 2)
-    p = _partition(tmp_path, ledger)
-    _fill(p.log, 4, epoch=5)
-    p.high_watermark = 6
+    p = _partition(tmp_path, ledger, hw=6)
     calls: list[str] = []
     real_fsync, real_ftruncate = os.fsync, os.ftruncate
     monkeypatch.setattr(os, "fsync", lambda fd: (calls.append("fsync"), real_fsync(fd))[1])

@@ -19,106 +19,45 @@ Kafka's ``ReplicaManager.deleteRecords`` + ``DelayedDeleteRecords``:
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Coroutine
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from odradek.replication.partition import Partition, Role
-from odradek.protocol.responses import part, response
-from odradek.errors import ErrorCode, KafkaError
+from odradek.errors import ErrorCode
 from odradek.protocol.codec import RequestHeaderInfo
+from odradek.protocol.responses import part, response
+from odradek.replication.delayed import DelayedDeleteRecords, PendingDelete
 
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext
 
-log = logging.getLogger(__name__)
-
 API_KEY = 21
-
-
-@dataclass(slots=True)
-class _Pending:
-    """One partition of a DeleteRecords request (Kafka's DeleteRecordsPartitionStatus)."""
-
-    index: int
-    partition: Partition | None
-    target: int
-    error: ErrorCode = ErrorCode.none
-    low_watermark: int = -1
-
-    def satisfied(self) -> bool:
-        """Done: an error, or the low watermark reached the target (sets the answer)."""
-        if self.error != ErrorCode.none or self.partition is None:
-            return True
-        p = self.partition
-        if p.role is not Role.LEADER or p.fenced:
-            self.error = ErrorCode.not_leader_or_follower
-            return True
-        low = p.low_watermark()
-        if low >= self.target:
-            self.low_watermark = low
-            return True
-        return False
 
 
 def handle_delete_records(ctx: RequestContext, header: RequestHeaderInfo,
                           req: Any) -> Any | Coroutine[Any, Any, Any]:
-    image = ctx.image
-    results: list[tuple[str, list[_Pending]]] = []
-    moved = False
+    results: list[tuple[str, list[PendingDelete]]] = []
+    offsets: dict[tuple[str, int], int] = {}
     for t in req.topics:
-        plist: list[_Pending] = []
+        plist: list[PendingDelete] = []
         results.append((t.name, plist))
         for rp in t.partitions:
-            st = _Pending(int(rp.partition_index), None, -1)
-            plist.append(st)
-            try:
-                p = ctx.replicas.leader_partition(t.name, st.index, image)
-                before = p.log.log_start_offset
-                st.target = p.delete_records_to(int(rp.offset))
-                st.partition = p
-                moved |= p.log.log_start_offset != before
-                log.info("DeleteRecords %s-%d: log start offset %d -> %d", t.name, st.index,
-                         before, p.log.log_start_offset)
-            except KafkaError as e:
-                st.error = e.code
-            except Exception:  # noqa: BLE001 - one partition never takes the broker down
-                log.exception("DeleteRecords on %s-%d failed", t.name, st.index)
-                st.error = ErrorCode.unknown_server_error
-    if moved:
-        try:
-            ctx.replicas.checkpoint_log_start_offsets()
-        except Exception:  # noqa: BLE001 - the periodic checkpoint retries
-            log.exception("log-start-offset checkpoint after DeleteRecords failed")
-    pending = [st for _, plist in results for st in plist]
-    if all(st.satisfied() for st in pending):
+            plist.append(PendingDelete(int(rp.partition_index), None, -1))
+            offsets[(t.name, int(rp.partition_index))] = int(rp.offset)
+    op = ctx.replicas.delete_records(results, offsets, req.timeout.total_seconds(), ctx.image)
+    if op is None:
         return _response(header.api_version, results)
-    return _delayed(ctx, header.api_version, results, pending,
-                    req.timeout.total_seconds())
+    return _delayed(header.api_version, results, op)
 
 
-async def _delayed(ctx: RequestContext, version: int, results: list[tuple[str, list[_Pending]]],
-                   pending: list[_Pending], timeout_s: float) -> Any:
-    """Kafka's DelayedDeleteRecords: woken when a follower reports a newer log start."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        waiting = [st for st in pending if not st.satisfied()]
-        remaining = deadline - time.monotonic()
-        if not waiting or remaining <= 0:
-            break
-        await ctx.replicas.wait_for_change(
-            [(st.partition.topic, st.partition.index) for st in waiting
-             if st.partition is not None], remaining)
-    for st in pending:
-        if not st.satisfied():
-            st.error = ErrorCode.request_timed_out
-            st.low_watermark = -1
+async def _delayed(version: int, results: list[tuple[str, list[PendingDelete]]],
+                   op: DelayedDeleteRecords) -> Any:
+    """Kafka's DelayedDeleteRecords: completed when a follower reports a newer log start
+    (the purgatory fills in each partition's answer), or REQUEST_TIMED_OUT."""
+    await op.done
     return _response(version, results)
 
 
-def _response(version: int, results: list[tuple[str, list[_Pending]]]) -> Any:
+def _response(version: int, results: list[tuple[str, list[PendingDelete]]]) -> Any:
     topics = []
     for name, plist in results:
         parts = tuple(part(API_KEY, version, "DeleteRecordsPartitionResult",
