@@ -447,6 +447,10 @@ _BROKER_LIST: list[ConfigDef] = [
     _b("zookeeper.connection.timeout.ms", T.INT, None,
        "Max wait to establish the ZooKeeper connection (default: session timeout)."),
     _b("zookeeper.max.in.flight.requests", T.INT, "10", "Unacknowledged ZooKeeper requests.", Range(1)),
+    _b("odradek.zookeeper.multi.max.ops", T.INT, "500",
+       "Beyond Kafka: operations per ZooKeeper transaction or multiRead of the controller "
+       "and the metadata store (partition states are written and read in chunks of this "
+       "size, zookeeper.max.in.flight.requests chunks at once).", Range(3, 5000)),
     _b("log.dir", T.STRING, "/tmp/kafka-logs", "Log directory (used when log.dirs is unset)."),
     _b("log.dirs", T.LIST, None, "Comma-separated log directories."),
     _b("num.partitions", T.INT, "1", "Default partition count of new topics.", Range(1)),
@@ -622,8 +626,6 @@ _BROKER_SUPPORT: dict[str, tuple[Support, str]] = {
     "broker.rack": (Support.IGNORED, "replica assignment is not rack-aware"),
     "inter.broker.listener.name": (Support.IGNORED,
                                    "brokers replicate over the first listener"),
-    "zookeeper.max.in.flight.requests": (Support.IGNORED,
-                                         "kazoo pipelines requests on one session"),
     "socket.send.buffer.bytes": (Support.IGNORED, "sockets keep the OS default buffers"),
     "socket.receive.buffer.bytes": (Support.IGNORED, "sockets keep the OS default buffers"),
     "replica.socket.receive.buffer.bytes": (Support.IGNORED,
@@ -631,8 +633,6 @@ _BROKER_SUPPORT: dict[str, tuple[Support, str]] = {
     "num.network.threads": (Support.IGNORED, _ONE_LOOP),
     "num.io.threads": (Support.IGNORED, _ONE_LOOP),
     "background.threads": (Support.IGNORED, _ONE_LOOP),
-    "num.recovery.threads.per.data.dir": (Support.IGNORED,
-                                          "logs are recovered one after another"),
     "num.replica.fetchers": (Support.IGNORED, "a broker runs one fetcher per source "
                              "broker (one connection, all partitions in each request)"),
     "log.flush.start.offset.checkpoint.interval.ms": (
