@@ -235,7 +235,7 @@ def _slow_follower(ctx: Ctx) -> None:
     ctx.faults.heal(slow)
 
 
-def _p1(ctx: Ctx) -> None:
+def _follower_cut_from_leader(ctx: Ctx) -> None:
     ctx.run_for(1)
     cut = ctx.faults.partition(ctx.X, ctx.L)
     ctx.wait(lambda: ctx.X not in ctx.isr(), 20, f"{ctx.X} to leave the ISR")
@@ -246,7 +246,7 @@ def _p1(ctx: Ctx) -> None:
     ctx.wait_isr([ctx.L, ctx.X, ctx.C], 30)
 
 
-def _p2(ctx: Ctx) -> None:
+def _leader_cut_from_followers(ctx: Ctx) -> None:
     ctx.run_for(1)
     cut = ctx.faults.isolate(ctx.L, from_=[ctx.X, ctx.C])
     ctx.wait_isr([ctx.L])
@@ -257,7 +257,7 @@ def _p2(ctx: Ctx) -> None:
     ctx.wait_isr([ctx.L, ctx.X, ctx.C], 30)
 
 
-def _p3(ctx: Ctx) -> None:
+def _follower_cut_from_zookeeper(ctx: Ctx) -> None:
     ctx.run_for(1)
     cut = ctx.faults.partition(ctx.X, "zk")
     ctx.wait(lambda: not ctx.cluster.is_registered(ctx.X), 20, f"{ctx.X}'s session to expire")
@@ -282,11 +282,11 @@ def _deposed_leader(ctx: Ctx, cut: Callable[[], Any]) -> None:
     ctx.wait(lambda: ctx.cluster.is_registered(ctx.L), 30, f"{ctx.L} to re-register")
 
 
-def _p4(ctx: Ctx) -> None:
+def _leader_cut_from_zookeeper(ctx: Ctx) -> None:
     _deposed_leader(ctx, lambda: ctx.faults.partition(ctx.L, "zk"))
 
 
-def _p5(ctx: Ctx) -> None:
+def _follower_isolated(ctx: Ctx) -> None:
     ctx.run_for(1)
     cut = ctx.faults.isolate(ctx.X)
     ctx.wait(lambda: ctx.X not in ctx.isr(), 20, f"{ctx.X} to leave the ISR")
@@ -298,11 +298,11 @@ def _p5(ctx: Ctx) -> None:
     ctx.wait_isr([ctx.L, ctx.X, ctx.C], 30)
 
 
-def _p6(ctx: Ctx) -> None:
+def _leader_isolated(ctx: Ctx) -> None:
     _deposed_leader(ctx, lambda: ctx.faults.isolate(ctx.L))
 
 
-def _p6_variant(ctx: Ctx) -> None:
+def _leader_isolated_after_isr_shrank(ctx: Ctx) -> None:
     ctx.run_for(1)
     cut = ctx.faults.isolate(ctx.L, from_=[ctx.X, ctx.C])
     ctx.wait_isr([ctx.L])
@@ -318,7 +318,7 @@ def _p6_variant(ctx: Ctx) -> None:
     ctx.wait(lambda: ctx.cluster.is_registered(ctx.L), 30, f"{ctx.L} to re-register")
 
 
-def _p7(ctx: Ctx) -> None:
+def _controller_cut_from_brokers(ctx: Ctx) -> None:
     ctx.run_for(1)
     cut = ctx.faults.isolate(ctx.C, from_=[ctx.L, ctx.X])
     ctx.wait(lambda: ctx.C not in ctx.isr(), 20, f"controller {ctx.C} to leave the ISR")
@@ -333,7 +333,7 @@ def _p7(ctx: Ctx) -> None:
     ctx.phase("healing")
 
 
-def _p8(ctx: Ctx) -> None:
+def _controller_cut_from_zookeeper(ctx: Ctx) -> None:
     ctx.run_for(1)
     cut = ctx.faults.partition(ctx.C, "zk")
     ctx.wait(lambda: ctx.poller.controller not in (None, ctx.C), 25,
@@ -433,17 +433,17 @@ SCENARIOS: list[Scenario] = [
                  *zero_loss(m)], acks="all", rate=250, size=1000, needs_tc=True),
     Scenario("p1-follower-cut-from-leader", "scenario 1: follower cannot reach the leader",
              "REQ-P1, R6, R21", "the follower leaves the ISR, rejoins after healing; "
-             "no split brain, no loss", _p1, lambda m: [
+             "no split brain, no loss", _follower_cut_from_leader, lambda m: [
                  leader_changed(m, False), phase_acks(m, "cut", ">", 0), final_isr_full(m),
                  *zero_loss(m)]),
     Scenario("p2-leader-cut-from-followers", "scenario 2: leader reaches no follower",
              "REQ-P2, R6, R8", "ISR shrinks to the leader; no split brain; writes "
-             "go on without redundancy (min ISR 1); no loss", _p2, lambda m: [
+             "go on without redundancy (min ISR 1); no loss", _leader_cut_from_followers, lambda m: [
                  leader_changed(m, False), phase_acks(m, "isr-leader-only", ">", 0),
                  final_isr_full(m), *zero_loss(m)]),
     Scenario("p3-follower-cut-from-zk", "scenario 3: follower reaches the leader, not ZooKeeper",
              "REQ-P3, R12", "the follower keeps fetching and stays in the ISR; "
-             "ZooKeeper marks it dead; nothing else happens", _p3, lambda m: [
+             "ZooKeeper marks it dead; nothing else happens", _follower_cut_from_zookeeper, lambda m: [
                  leader_changed(m, False), phase_acks(m, "expired", ">", 0),
                  isr_seen(m, "expired", lambda i: len(i) == 3, "follower stays in the ISR"),
                  final_isr_full(m), *zero_loss(m)]),
@@ -451,38 +451,38 @@ SCENARIOS: list[Scenario] = [
              "not ZooKeeper", "REQ-P4, R13",
              "a new leader is elected; the old one accepts acks=1 writes until its ISR shrink "
              "fails, then rejects; those records are lost on healing (brief split brain)",
-             _p4, lambda m: [leader_changed(m), _cmp(m, "lost", ">", 0),
+             _leader_cut_from_zookeeper, lambda m: [leader_changed(m), _cmp(m, "lost", ">", 0),
                              _cmp(m, "split_brain_acks", ">", 0), split_brain_bounded(m),
                              *no_divergence(m), final_isr_full(m),
                              *ledger_accounts(m, with_isr=False)], acks="1"),
     Scenario("p4-leader-cut-from-zk-acksall", "scenario 4, acks=all",
              "REQ-P4, R7", "acks=all writes to the deposed leader fail; no loss",
-             _p4, lambda m: [leader_changed(m), *zero_loss(m), final_isr_full(m)]),
+             _leader_cut_from_zookeeper, lambda m: [leader_changed(m), *zero_loss(m), final_isr_full(m)]),
     Scenario("p5-follower-isolated", "scenario 5: follower cut off from everyone",
              "REQ-P5, R6, R21", "it leaves the ISR and rejoins after healing; no loss",
-             _p5, lambda m: [leader_changed(m, False), phase_acks(m, "isolated", ">", 0),
+             _follower_isolated, lambda m: [leader_changed(m, False), phase_acks(m, "isolated", ">", 0),
                              final_isr_full(m), *zero_loss(m)]),
     Scenario("p6-leader-isolated-acks1", "scenario 6, acks=1: leader cut off from everyone "
              "(clients still reach it)", "REQ-P6",
              "it accepts acks=1 writes briefly, fails to shrink the ISR and stops; a new leader "
              "is elected; on healing it truncates: those records are lost",
-             _p6, lambda m: [leader_changed(m), _cmp(m, "lost", ">", 0),
+             _leader_isolated, lambda m: [leader_changed(m), _cmp(m, "lost", ">", 0),
                              split_brain_bounded(m), *no_divergence(m), final_isr_full(m),
                              *ledger_accounts(m, with_isr=False)],
              acks="1"),
     Scenario("p6-leader-isolated-acksall", "scenario 6, acks=all", "REQ-P6, R7",
              "acks=all writes to the isolated leader fail; no loss",
-             _p6, lambda m: [leader_changed(m), *zero_loss(m), final_isr_full(m)]),
+             _leader_isolated, lambda m: [leader_changed(m), *zero_loss(m), final_isr_full(m)]),
     Scenario("p6-shrunk-isolated-minisr1", "scenario 6 variant: ISR already the leader alone, "
              "then isolated; acks=all, min ISR 1, unclean on", "REQ-P6, R8, R10",
              "the isolated leader keeps accepting even acks=all writes (its ISR is itself); "
-             "all lost once the new leader takes over", _p6_variant, lambda m: [
+             "all lost once the new leader takes over", _leader_isolated_after_isr_shrank, lambda m: [
                  leader_changed(m), _cmp(m, "lost", ">", 0), _cmp(m, "split_brain_acks", ">", 0),
                  *no_divergence(m, unclean=True), *ledger_accounts(m)],
              acks="all", unclean=True),
     Scenario("p6-shrunk-isolated-minisr2", "scenario 6 variant with min ISR 2",
              "REQ-P6, R8", "min.insync.replicas=2 refuses the writes "
-             "(NOT_ENOUGH_REPLICAS): nothing acknowledged, nothing lost", _p6_variant,
+             "(NOT_ENOUGH_REPLICAS): nothing acknowledged, nothing lost", _leader_isolated_after_isr_shrank,
              lambda m: [phase_errors(m, "isr-leader-only", NER, ">", 0),
                         phase_acks(m, "isr-leader-only", "==", 0), _cmp(m, "lost", "==", 0),
                         *no_divergence(m, unclean=True)],
@@ -490,12 +490,12 @@ SCENARIOS: list[Scenario] = [
     Scenario("p7-controller-cut-from-brokers", "scenario 7: controller cannot reach the "
              "brokers; the leader dies meanwhile", "REQ-P7, R13",
              "leadership still changes (propagated through ZooKeeper here); no split brain, "
-             "no loss", _p7, lambda m: [leader_changed(m),
+             "no loss", _controller_cut_from_brokers, lambda m: [leader_changed(m),
                                         phase_acks(m, "failover-during-cut", ">", 0),
                                         _cmp(m, "split_brain_acks", "==", 0), *zero_loss(m)]),
     Scenario("p8-controller-cut-from-zk", "scenario 8: controller cannot reach ZooKeeper",
              "REQ-P8, R12, R13", "ZooKeeper elects a new controller; the old one does "
-             "nothing and rejoins as a normal broker; no leader change, no loss", _p8,
+             "nothing and rejoins as a normal broker; no leader change, no loss", _controller_cut_from_zookeeper,
              lambda m: [Check("a new controller was elected",
                               len(set(m.get("controllers_seen") or [])) >= 2,
                               str(m.get("controllers_seen"))),
