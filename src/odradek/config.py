@@ -53,7 +53,7 @@ __all__ = [
     "log_config_for_topic",
 ]
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class ConfigError(KafkaError):
@@ -324,10 +324,10 @@ class BrokerConfig:
         for key in raw:
             d = BROKER_CONFIGS.get(key)
             if d is None:
-                log.warning("The configuration '%s' was supplied but isn't a known config.", key)
+                logger.warning("The configuration '%s' was supplied but isn't a known config.", key)
             elif d.support is Support.IGNORED:
                 # A setting that changes nothing must say so (docs/configuration.md).
-                log.warning("The configuration '%s' is accepted but ignored by Odradek: %s.",
+                logger.warning("The configuration '%s' is accepted but ignored by Odradek: %s.",
                             key, d.reason)
         values = _typed_broker_values(raw)
         for required in ("broker.id", "zookeeper.connect"):
@@ -553,7 +553,7 @@ def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
         except ConfigValueError as e:
             raise _invalid(str(e)) from None
         if d.support is Support.IGNORED and value != d.default:
-            log.warning("Topic config '%s=%s' is accepted but ignored by Odradek: %s.",
+            logger.warning("Topic config '%s=%s' is accepted but ignored by Odradek: %s.",
                         name, value, d.reason)
         out[name] = value
     min_lag = typed.get("min.compaction.lag.ms", 0)

@@ -49,7 +49,7 @@ from odradek.zk import znodes
 from odradek.zk.client import connect_zk
 from odradek.zk.kafka_zk_client import KafkaZkClient
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0  # how long a stopping broker waits for the controller
@@ -92,7 +92,7 @@ def _resolve_overrides(config: BrokerConfig) -> dict[str, int]:
         try:
             out[str(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0])] = count
         except OSError:
-            log.warning("max.connections.per.ip.overrides: cannot resolve %s; ignored", host)
+            logger.warning("max.connections.per.ip.overrides: cannot resolve %s; ignored", host)
     return out
 
 
@@ -177,7 +177,7 @@ class Broker:
         self.replicas.load_logs()
         self.flusher.start()
         self.cleaner.start(self._loop)  # log compaction threads (REQ-R25)
-        log.info("logs loaded in %.2f s", time.monotonic() - t0)
+        logger.info("logs loaded in %.2f s", time.monotonic() - t0)
         bind_host, bind_port = self._bind_address()
         self.socket_server.bind(bind_host, bind_port)
         session_s = self.config.zookeeper_session_timeout_ms / 1000
@@ -204,7 +204,7 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
         self._tasks.append(asyncio.create_task(self._isr_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
-        log.info("broker %d serving on %s:%d (advertised %s:%d)", self.broker_id, bind_host,
+        logger.info("broker %d serving on %s:%d (advertised %s:%d)", self.broker_id, bind_host,
                  bind_port, self.advertised_host, self.advertised_port)
 
     def _zk_client(self) -> KafkaZkClient:
@@ -225,7 +225,7 @@ class Broker:
         Every step is bounded: a step that hangs is logged and skipped, so a SIGTERM
         never leaves a broker that holds its ZooKeeper session but serves nothing.
         """
-        log.info("broker %d shutting down", self.broker_id)
+        logger.info("broker %d shutting down", self.broker_id)
         # Followers stop fetching first: a fetch that reached a leader after the controller
         # dropped us from its ISR would put us straight back in (and leave a dead broker in
         # the ISR until replica.lag.time.max.ms passes).
@@ -239,7 +239,7 @@ class Broker:
             # of ISR writes (thousands after a restart at scale) this must not wait behind.
             moved = await _in_own_thread("controlled-shutdown", request_controlled_shutdown,
                                          self.zk, self.broker_id, CONTROLLED_SHUTDOWN_TIMEOUT_S)
-            log.info("controlled shutdown %s in %.2f s", "completed" if moved else "timed out",
+            logger.info("controlled shutdown %s in %.2f s", "completed" if moved else "timed out",
                      time.monotonic() - t0)
         self.socket_server.close()
         for t in self._tasks:
@@ -257,15 +257,15 @@ class Broker:
         self.flusher.stop()  # the clean shutdown below flushes every log itself
         self.replicas.shutdown()
         self.stopped.set()
-        log.info("broker %d stopped", self.broker_id)
+        logger.info("broker %d stopped", self.broker_id)
 
     async def _bounded(self, what: str, aw: Any, timeout_s: float = 5.0) -> None:
         try:
             await asyncio.wait_for(aw, timeout_s)
         except TimeoutError:
-            log.warning("shutdown: could not %s within %.0f s; continuing", what, timeout_s)
+            logger.warning("shutdown: could not %s within %.0f s; continuing", what, timeout_s)
         except Exception:
-            log.exception("shutdown: %s failed; continuing", what)
+            logger.exception("shutdown: %s failed; continuing", what)
 
     async def _checkpoint_loop(self) -> None:
         while True:
@@ -275,7 +275,7 @@ class Broker:
             try:
                 await asyncio.to_thread(self.replicas.capture_checkpoints())
             except Exception:
-                log.exception("high-watermark checkpoint failed")
+                logger.exception("high-watermark checkpoint failed")
 
     async def _isr_loop(self) -> None:
         """REQ-R6: look for lagging ISR members every replica.lag.time.max.ms / 2."""
@@ -285,7 +285,7 @@ class Broker:
             try:
                 self.replicas.check_isr()
             except Exception:
-                log.exception("ISR check failed")
+                logger.exception("ISR check failed")
 
     async def _retention_loop(self) -> None:
         """REQ-R24: delete old segments every log.retention.check.interval.ms (Kafka's
@@ -305,7 +305,7 @@ class Broker:
                     for lg in self.replicas.all_logs():
                         lg.run_pending_deletions()
             except Exception:
-                log.exception("retention check failed")
+                logger.exception("retention check failed")
 
     # ------------------------------------------------------------------ metadata
     def _publish(self, image: MetadataImage) -> None:
@@ -318,11 +318,11 @@ class Broker:
         try:
             self.replicas.apply_image(image)
         except Exception:
-            log.exception("applying metadata failed")
+            logger.exception("applying metadata failed")
         try:  # consumer groups (issue 4): load/unload __consumer_offsets partitions
             self.groups.on_metadata()
         except Exception:
-            log.exception("group coordinator: applying metadata failed")
+            logger.exception("group coordinator: applying metadata failed")
         waiters, self._image_waiters = self._image_waiters, []
         for fut in waiters:
             if not fut.done():

@@ -14,7 +14,7 @@ from odradek.broker import stall_detector
 from odradek.broker.broker import Broker
 from odradek.config import BrokerConfig, ConfigError
 
-log = logging.getLogger("odradek.broker")
+logger = logging.getLogger("odradek.broker")
 
 SHUTDOWN_WATCHDOG_S = 45  # controlled shutdown (15 s) + bounded steps
 
@@ -38,11 +38,11 @@ async def _serve(config: BrokerConfig) -> int:
     try:
         await broker.start()
     except ConfigError as e:
-        log.error("broker %d cannot start: %s", config.broker_id, e)
+        logger.error("broker %d cannot start: %s", config.broker_id, e)
         await broker.shutdown()
         return 1
     except Exception:
-        log.exception("broker %d failed to start", config.broker_id)
+        logger.exception("broker %d failed to start", config.broker_id)
         await broker.shutdown()
         return 1
     await stop.wait()
@@ -60,7 +60,7 @@ def run_broker(config_path: str | Path, log_level: str = "INFO") -> int:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     config = BrokerConfig.from_properties_file(config_path)
     loop_kind = _install_event_loop_policy()
-    log.info("starting broker %d with %s from %s", config.broker_id, loop_kind, config_path)
+    logger.info("starting broker %d with %s from %s", config.broker_id, loop_kind, config_path)
     code = asyncio.run(_serve(config))
     logging.shutdown()
     # Worker threads blocked in ZooKeeper calls must not keep a stopped broker alive.

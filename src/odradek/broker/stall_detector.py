@@ -19,7 +19,7 @@ import threading
 import time
 import traceback
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 ENV = "ODRADEK_LOOP_STALL_MS"
 ENV_FILE = "ODRADEK_LOOP_STALL_FILE"
@@ -58,7 +58,7 @@ class StallDetector:
                 self.stalls += 1
                 frame = sys._current_frames().get(self._loop_thread)
                 stack = "".join(traceback.format_stack(frame)) if frame else "(no frame)"
-                log.warning("event loop stalled for %.0f ms so far; loop thread stack:\n%s",
+                logger.warning("event loop stalled for %.0f ms so far; loop thread stack:\n%s",
                             late * 1000, stack)
                 if self.report_file:
                     with open(self.report_file, "a") as f:
@@ -72,5 +72,5 @@ def maybe_start(loop: asyncio.AbstractEventLoop) -> StallDetector | None:
         return None
     det = StallDetector(loop, float(raw))
     det.start()
-    log.info("event-loop stall detector on: threshold %s ms", raw)
+    logger.info("event-loop stall detector on: threshold %s ms", raw)
     return det

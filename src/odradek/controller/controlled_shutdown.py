@@ -37,7 +37,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from odradek.zk.znodes import CONTROLLED_SHUTDOWN_PATH
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 
@@ -75,9 +75,9 @@ def request_controlled_shutdown(zk: KazooClient, broker_id: int, timeout_s: floa
         if time.monotonic() >= deadline:
             break
     if gone.is_set():
-        log.info("controlled shutdown of broker %d completed", broker_id)
+        logger.info("controlled shutdown of broker %d completed", broker_id)
         return True
-    log.warning("controlled shutdown of broker %d timed out after %.1f s", broker_id, timeout_s)
+    logger.warning("controlled shutdown of broker %d timed out after %.1f s", broker_id, timeout_s)
     try:
         zk.delete(path)
     except NoNodeError:

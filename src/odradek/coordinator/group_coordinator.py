@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from odradek.metadata.image import MetadataImage
     from odradek.replication.replica_manager import ReplicaManager
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_METADATA_MAX_BYTES = 4096  # offset.metadata.max.bytes
@@ -158,7 +158,7 @@ class GroupCoordinator:
                     if d is not None and d <= t:
                         self._dispatch(gid, g.expire(t))
             except Exception:
-                log.exception("group timer failed")
+                logger.exception("group timer failed")
 
     # ================================================================= ownership
     def num_partitions(self) -> int | None:
@@ -219,7 +219,7 @@ class GroupCoordinator:
                             group_values[key.group] = (None if rec.value is None
                                                        else decode_group_value(rec.value))
         except Exception:
-            log.exception("loading %s-%d failed at offset %d; loaded what was read",
+            logger.exception("loading %s-%d failed at offset %d; loaded what was read",
                           OFFSETS_TOPIC, idx, offset)
         t = now_ms()
         for gid, gv in group_values.items():
@@ -233,7 +233,7 @@ class GroupCoordinator:
                 self.offsets[gid] = per
                 self.groups.setdefault(gid, Group(gid, self.config))
         self.owned[idx] = part.leader_epoch
-        log.info("coordinator for %s-%d (epoch %d): loaded %d records, %d groups in %d ms",
+        logger.info("coordinator for %s-%d (epoch %d): loaded %d records, %d groups in %d ms",
                  OFFSETS_TOPIC, idx, part.leader_epoch, n,
                  sum(1 for g in self.groups if self._partition_of(g) == idx), t - t0)
 
@@ -248,7 +248,7 @@ class GroupCoordinator:
             self._resolve(self._join_waiters, key, JoinResult(key[1], ErrorCode.not_coordinator))
         for key in [k for k in self._sync_waiters if self._partition_of(k[0]) == idx]:
             self._resolve(self._sync_waiters, key, SyncResult(key[1], ErrorCode.not_coordinator))
-        log.info("no longer coordinator for %s-%d", OFFSETS_TOPIC, idx)
+        logger.info("no longer coordinator for %s-%d", OFFSETS_TOPIC, idx)
 
     def _partition_of(self, group_id: str) -> int:
         n = self.num_partitions() or self.broker_config.offsets_topic_num_partitions
@@ -302,13 +302,13 @@ class GroupCoordinator:
             plan = plan_new_topic(OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, rf,
                                   None, configs, live, 1, 1)
             await asyncio.to_thread(create_topic, zk, plan)
-            log.info("created %s (%d partitions, rf %d)", OFFSETS_TOPIC,
+            logger.info("created %s (%d partitions, rf %d)", OFFSETS_TOPIC,
                      plan.num_partitions, rf)
         except KafkaError as e:
             if e.code != ErrorCode.topic_already_exists:
-                log.warning("creating %s failed: %s", OFFSETS_TOPIC, e)
+                logger.warning("creating %s failed: %s", OFFSETS_TOPIC, e)
         except Exception:
-            log.exception("creating %s failed", OFFSETS_TOPIC)
+            logger.exception("creating %s failed", OFFSETS_TOPIC)
 
     # ================================================================= group protocol
     async def join(self, group_id: str, r: JoinRequest) -> JoinResult:
@@ -408,7 +408,7 @@ class GroupCoordinator:
         code, first = await self.replicas.append_and_wait(tp, encode_batch(records),
                                                           self.commit_timeout_s)
         if code != ErrorCode.none:
-            log.info("append to %s-%d not acknowledged: %s", *tp, code.name)
+            logger.info("append to %s-%d not acknowledged: %s", *tp, code.name)
             return _APPEND_ERRORS.get(code, ErrorCode.unknown_server_error), -1
         return ErrorCode.none, first
 

@@ -18,7 +18,7 @@ import threading
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 BLOCK_SIZE = 1000

@@ -44,7 +44,7 @@ from odradek.storage.log import Log
 
 __all__ = ["Flusher", "scheduler_interval_s", "LONG_MAX"]
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 LONG_MAX = 2**63 - 1
 FLUSH_THREADS = 4  # fsyncs of different logs in parallel (they share journal commits)
@@ -150,7 +150,7 @@ class Flusher:
                 # checked on load); Kafka's flush policy syncs everything.
                 job = lg.begin_flush(now, with_indexes=not lg.config.ack_fsync)
             except Exception:
-                log.exception("flush of %s could not start", lg.directory.name)
+                logger.exception("flush of %s could not start", lg.directory.name)
                 continue
             if job is None:
                 continue
@@ -175,9 +175,9 @@ class Flusher:
             except KafkaError as e:
                 # Kafka takes the log dir offline; we keep the log and retry on the next
                 # scheduler tick (waiters keep waiting meanwhile).
-                log.error("%s", e)
+                logger.error("%s", e)
             except Exception:
-                log.exception("after flushing %s", lg.directory.name)
+                logger.exception("after flushing %s", lg.directory.name)
         else:
             job.close()  # cancelled before it ran
         self._resolve()
@@ -212,7 +212,7 @@ class Flusher:
                                              and lg.durable_offset < lg.log_end_offset):
                         self.mark(lg)
             except Exception:
-                log.exception("flush scheduler failed")
+                logger.exception("flush scheduler failed")
 
     async def _checkpoints(self) -> None:
         """log.flush.offset.checkpoint.interval.ms: the recovery-point checkpoint."""
@@ -226,7 +226,7 @@ class Flusher:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("recovery-point checkpoint failed")
+                logger.exception("recovery-point checkpoint failed")
 
 
 def _settled(lg: Log, end: int) -> bool:

@@ -43,7 +43,7 @@ from odradek.storage.segment import Segment
 __all__ = ["LogCleanerManager", "CleanerCandidate", "choose_log", "cleanable_range",
            "CLEANER_CHECKPOINT"]
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 TopicPartition = tuple[str, int]
@@ -168,7 +168,7 @@ class LogCleanerManager:
         try:
             self._checkpoint = read_checkpoint(self.log_dir / CLEANER_CHECKPOINT)
         except Exception:
-            log.exception("unreadable %s; cleaning from the log starts", CLEANER_CHECKPOINT)
+            logger.exception("unreadable %s; cleaning from the log starts", CLEANER_CHECKPOINT)
             self._checkpoint = {}
         if not self.enabled:
             return
@@ -206,7 +206,7 @@ class LogCleanerManager:
             except CleanerStopped:
                 return
             except Exception:
-                log.exception("log cleaner pass failed")
+                logger.exception("log cleaner pass failed")
             if not worked:
                 self._stop.wait(self.backoff_s)
 
@@ -277,7 +277,7 @@ class LogCleanerManager:
         self.passes += 1
         self.last_stats = stats
         secs = time.monotonic() - t0
-        log.info("cleaned %s-%d [%d, %d): %d -> %d bytes in %.2f s (%.1f MB/s), %d/%d groups "
+        logger.info("cleaned %s-%d [%d, %d): %d -> %d bytes in %.2f s (%.1f MB/s), %d/%d groups "
                  "swapped%s", job.tp[0], job.tp[1], job.first_dirty, omap.end, stats.bytes_read,
                  stats.bytes_written, secs, stats.bytes_read / 1e6 / max(secs, 1e-9), swapped,
                  len(groups), " (map full)" if omap.full else "")

@@ -76,7 +76,6 @@ from odradek.storage.truncation_ledger import (
 from odradek.topics import INTERNAL_TOPICS
 
 logger = logging.getLogger(__name__)
-log = logger  # the name the start-up and checkpoint code below has always used
 
 TopicPartition = tuple[str, int]
 
@@ -213,7 +212,7 @@ class ReplicaManager:
             t0 = time.monotonic()
             lg = Log.open(self.log_dir / entry, copy.copy(configs[tp[0]]),
                           recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp))
-            log.info("loaded %s: log start %d, LEO %d in %.0f ms", entry,
+            logger.info("loaded %s: log start %d, LEO %d in %.0f ms", entry,
                      lg.log_start_offset, lg.log_end_offset, (time.monotonic() - t0) * 1e3)
             return lg
 
@@ -722,7 +721,7 @@ class ReplicaManager:
                 moved |= n > 0 or lg.log_start_offset != before
                 lg.run_pending_deletions(t)
             except Exception:
-                log.exception("retention check of %s-%d failed", *tp)
+                logger.exception("retention check of %s-%d failed", *tp)
         if moved:
             self.checkpoint_log_start_offsets()
         return deleted

@@ -50,7 +50,7 @@ from odradek.spark.source import parse_client
 __all__ = ["SinkOptions", "OdradekBatchWriter", "OdradekStreamWriter", "SinkCommitMessage",
            "TAG_HEADER", "marker_topic", "row_digest", "read_markers"]
 
-log = logging.getLogger("odradek.spark")
+logger = logging.getLogger("odradek.spark")
 
 TAG_HEADER = "odradek.sink"
 MARKER_TOPIC_PREFIX = "__odradek_spark_sink-"
@@ -378,7 +378,7 @@ class _Task:
                 _ensure_marker_topic(self.admin, topic)
                 markers = read_markers(self.opts.conf, self.admin, self.query_id, self.batch_id)
             if any(m["type"] == "commit" for m in markers):
-                log.info("odradek sink: batch %s of query %s already committed; skipping",
+                logger.info("odradek sink: batch %s of query %s already committed; skipping",
                          self.batch_id, self.query_id)
                 return SinkCommitMessage(self.query_id, self.task, 0, 0, skipped_batch=True)
             self._load_previous_attempts([m for m in markers
@@ -518,7 +518,7 @@ class _Task:
                             self.already[v[len(prefix):].decode()] += 1
         finally:
             c.close()
-        log.warning("odradek sink: replay of batch %s task %s: %d records already written by "
+        logger.warning("odradek sink: replay of batch %s task %s: %d records already written by "
                     "earlier attempts will be skipped", self.batch_id, self.task,
                     sum(self.already.values()))
 
@@ -571,7 +571,7 @@ class OdradekStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         # Nothing to undo: records already written stay, and the replay skips them.
-        log.warning("odradek sink: batch %s aborted; a replay will not duplicate its records",
+        logger.warning("odradek sink: batch %s aborted; a replay will not duplicate its records",
                     batchId)
 
 

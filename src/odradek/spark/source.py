@@ -53,7 +53,7 @@ __all__ = ["OdradekDataSource", "SourceOptions", "OdradekStreamReader", "Odradek
            "RangePartition", "read_range", "client_config", "parse_client", "CLIENTS",
            "DEFAULT_CLIENT"]
 
-log = logging.getLogger("odradek.spark")
+logger = logging.getLogger("odradek.spark")
 
 # kafka.* options Spark's Kafka source refuses because the source manages them itself.
 _FORBIDDEN_KAFKA = ("auto.offset.reset", "enable.auto.commit", "key.deserializer",
@@ -201,7 +201,7 @@ def list_offsets_retrying(admin: Any, req: Mapping[Any, Any], retries: int,
                     raise
         if not failed:
             return out
-        log.info("odradek source: ListOffsets retry %d for %d partitions (%s)", attempt + 1,
+        logger.info("odradek source: ListOffsets retry %d for %d partitions (%s)", attempt + 1,
                  len(failed), last)
         todo = failed
         time.sleep(min(interval_s, 0.1 * 2 ** attempt))  # quick first retries
@@ -343,7 +343,7 @@ class _DriverBase:
         ranges, problems = om.plan_ranges(start, end, earliest,
                                           fail_on_data_loss=self.opts.fail_on_data_loss)
         for msg in problems:
-            log.warning("odradek source: %s (failOnDataLoss=false: continuing)", msg)
+            logger.warning("odradek source: %s (failOnDataLoss=false: continuing)", msg)
         return [RangePartition(r.topic, r.partition, r.start, r.end)
                 for r in om.split_ranges(ranges, self.opts.min_partitions)]
 
@@ -487,7 +487,7 @@ def read_range_confluent(opts: SourceOptions, partition: InputPartition) -> Iter
                     pos = r.end
                     break
                 if off > pos and pos == r.start and not opts.fail_on_data_loss:
-                    log.warning("odradek source: %s-%d skipped offsets %d..%d (no longer "
+                    logger.warning("odradek source: %s-%d skipped offsets %d..%d (no longer "
                                 "available; failOnDataLoss=false)", r.topic, r.partition,
                                 pos, off - 1)
                 pending.append(m)
@@ -516,7 +516,7 @@ def read_range_confluent(opts: SourceOptions, partition: InputPartition) -> Iter
                        f"the log now ends at {wm[1]}")
                 if opts.fail_on_data_loss:
                     raise DataLossError(msg)
-                log.warning("odradek source: %s (failOnDataLoss=false: skipping)", msg)
+                logger.warning("odradek source: %s (failOnDataLoss=false: skipping)", msg)
                 break
             if time.monotonic() > deadline:
                 raise KafkaError(ErrorCode.request_timed_out,

@@ -54,7 +54,7 @@ __all__ = [
     "unique_records",
 ]
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 LEDGER_DIR = "lost-records"
 RETENTION_CONFIG = "odradek.lost.records.retention.bytes"
@@ -236,7 +236,7 @@ class TruncationLedger:
         fsync_dir(pdir)
         if created:
             fsync_dir(self.root)
-        log.warning("%s-%d: %d record(s) at offsets [%d, %d) of epoch(s) %s quarantined in %s "
+        logger.warning("%s-%d: %d record(s) at offsets [%d, %d) of epoch(s) %s quarantined in %s "
                     "before truncation (%s)", topic, partition, entry.records, start, leo,
                     epochs, entry.path, reason)
         self.enforce_retention(keep=entry.path)
@@ -255,7 +255,7 @@ class TruncationLedger:
                 break
             if e.path == keep:
                 continue
-            log.warning("lost-records ledger over %s=%d: dropping the oldest entry %s "
+            logger.warning("lost-records ledger over %s=%d: dropping the oldest entry %s "
                         "(%d record(s) of %s-%d)", RETENTION_CONFIG, self.retention_bytes,
                         e.path, e.records, e.topic, e.partition)
             e.path.unlink(missing_ok=True)  # first: the entry no longer exists
@@ -279,7 +279,7 @@ def list_entries(root: Path | str, topic: str | None = None) -> list[LedgerEntry
             try:
                 entry = LedgerEntry.from_json(meta, json.loads(meta.read_text()))
             except (OSError, ValueError, TypeError) as e:
-                log.warning("unreadable ledger entry %s: %s", meta, e)
+                logger.warning("unreadable ledger entry %s: %s", meta, e)
                 continue
             if topic is None or entry.topic == topic:
                 out.append(entry)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 # Kafka's controller refuses a CreateTopics / CreatePartitions whose records exceed
 # QuorumController.MAX_RECORDS_PER_USER_OP with this error for every topic, before
@@ -130,7 +130,7 @@ async def handle_create_topics(ctx: RequestContext, header: RequestHeaderInfo, r
         except KafkaError as e:
             kw.update(error_code=e.code, error_message=e.message or None)
         except Exception:
-            log.exception("creating topic %r failed", t.name)
+            logger.exception("creating topic %r failed", t.name)
             kw.update(error_code=ErrorCode.unknown_server_error,
                       error_message="unexpected error; see broker log")
         results.append(part(19, v, "CreatableTopicResult", **kw))
@@ -162,7 +162,7 @@ async def handle_delete_topics(ctx: RequestContext, header: RequestHeaderInfo, r
         except KafkaError as e:
             code = e.code
         except Exception:
-            log.exception("deleting topic %r failed", name)
+            logger.exception("deleting topic %r failed", name)
             code = ErrorCode.unknown_server_error
         results.append(part(20, v, "DeletableTopicResult", name=name, error_code=code,
                             error_message=None))
@@ -218,7 +218,7 @@ async def handle_create_partitions(ctx: RequestContext, header: RequestHeaderInf
         except KafkaError as e:
             code, msg = e.code, e.message or None
         except Exception:
-            log.exception("adding partitions to %r failed", t.name)
+            logger.exception("adding partitions to %r failed", t.name)
             code, msg = ErrorCode.unknown_server_error, "unexpected error; see broker log"
         results.append(part(37, v, "CreatePartitionsTopicResult", name=t.name, error_code=code,
                             error_message=msg))

@@ -55,7 +55,7 @@ from odradek.zk import znodes
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "OP_SET", "OP_DELETE", "OP_APPEND", "OP_SUBTRACT",
@@ -183,7 +183,7 @@ def write_topic_config(zk: KazooClient, topic: str,
         except (BadVersionError, NodeExistsError, NoNodeError):
             continue  # someone else changed it meanwhile: re-read, re-apply
         _notify(zk, f"topics/{topic}")
-        log.info("topic %s: configs are now %s", topic, new)
+        logger.info("topic %s: configs are now %s", topic, new)
         return new
     raise KafkaError(ErrorCode.request_timed_out,
                      f"Topic '{topic}': configs changed concurrently {_CAS_ATTEMPTS} times; "
@@ -206,7 +206,7 @@ def _notify(zk: KazooClient, entity_path: str) -> None:
     except NoNodeError:
         pass  # purged concurrently by another broker
     except Exception:
-        log.debug("config change purge failed", exc_info=True)
+        logger.debug("config change purge failed", exc_info=True)
 
 
 # =============================================================================== handlers
@@ -241,7 +241,7 @@ async def _alter(ctx: RequestContext, api_key: int, v: int, req: Any,
         except KafkaError as e:
             code, message = e.code, e.message or None
         except Exception:
-            log.exception("altering configs of %s failed", name)
+            logger.exception("altering configs of %s failed", name)
             code, message = ErrorCode.unknown_server_error, "unexpected error; see broker log"
         results.append(part(api_key, v, "AlterConfigsResourceResponse", error_code=code,
                             error_message=message, resource_type=rtype, resource_name=name))

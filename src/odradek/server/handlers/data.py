@@ -24,7 +24,7 @@ from odradek.server.network import CloseConnection
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 Result = bytes | list[Any] | None | Coroutine[Any, Any, Any]
 

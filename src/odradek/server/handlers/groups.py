@@ -21,7 +21,7 @@ from odradek.server import network as server
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH = 10, 8, 9
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
@@ -148,7 +148,7 @@ async def handle_offset_commit(ctx: RequestContext, header: RequestHeaderInfo, r
     except KafkaError as e:
         results = {(t, p): e.code for t, p, *_ in entries}
     except Exception:
-        log.exception("offset commit for group %s failed", req.group_id)
+        logger.exception("offset commit for group %s failed", req.group_id)
         results = {(t, p): ErrorCode.unknown_server_error for t, p, *_ in entries}
     topics = tuple(
         part(OFFSET_COMMIT, v, "OffsetCommitResponseTopic", name=t.name, partitions=tuple(

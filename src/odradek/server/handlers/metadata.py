@@ -22,7 +22,7 @@ from odradek.zk.admin import create_topic, plan_new_topic
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 # Kafka's "authorized operations not requested" sentinel (KIP-430).
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
@@ -80,10 +80,10 @@ async def _auto_create_then_answer(ctx: RequestContext, header: RequestHeaderInf
                                   min(ctx.config.default_replication_factor,
                                       max(1, len(ctx.image.brokers))))
             await asyncio.to_thread(create_topic, ctx.zk, plan)
-            log.info("auto-created topic %s (%d partitions)", name, plan.num_partitions)
+            logger.info("auto-created topic %s (%d partitions)", name, plan.num_partitions)
         except KafkaError as e:
             if e.code != ErrorCode.topic_already_exists:
-                log.info("auto-create of %s failed: %s", name, e)
+                logger.info("auto-create of %s failed: %s", name, e)
         created.add(name)
     return _metadata_response(ctx, header.api_version, ctx.image, names, created)
 
