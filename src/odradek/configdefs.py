@@ -593,16 +593,15 @@ BROKER_CONFIGS: Final[dict[str, ConfigDef]] = {d.name: d for d in _BROKER_LIST}
 _NO_TIERED = "tiered storage is not implemented"
 _ONE_LOOP = "the broker is one asyncio event loop; there are no thread pools to size"
 _ONLY_V2 = "Odradek stores and serves only the v2 record format (no down-conversion)"
-_NO_RECOMPRESSION = ("Odradek keeps each batch as the producer compressed it "
-                     "(compression.type=producer); it never recompresses")
+_NO_LEVELS = ("when compression.type makes Odradek recompress, it uses the codec's "
+              "default level")
 _NO_TS_BOUNDS = ("CreateTime timestamps are stored as the producer sent them; the bound is "
                  "not enforced")
 
 _TOPIC_SUPPORT: dict[str, tuple[Support, str]] = {
-    "compression.type": (Support.REFUSED, _NO_RECOMPRESSION),
-    "compression.gzip.level": (Support.IGNORED, _NO_RECOMPRESSION),
-    "compression.lz4.level": (Support.IGNORED, _NO_RECOMPRESSION),
-    "compression.zstd.level": (Support.IGNORED, _NO_RECOMPRESSION),
+    "compression.gzip.level": (Support.IGNORED, _NO_LEVELS),
+    "compression.lz4.level": (Support.IGNORED, _NO_LEVELS),
+    "compression.zstd.level": (Support.IGNORED, _NO_LEVELS),
     "follower.replication.throttled.replicas": (Support.IGNORED,
                                                 "replication quotas are not implemented"),
     "leader.replication.throttled.replicas": (Support.IGNORED,

@@ -12,7 +12,9 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.cluster.local import LocalCluster
+from odradek.storage.batch import parse_batches
 from odradek.storage.checkpoint import read_checkpoint
+from odradek.storage.records import COMPRESSION_ZSTD
 from tests.integration.clientutil import confluent_create_topic
 from tests.support.polling import wait_until
 
@@ -84,9 +86,40 @@ def test_log_append_time_topic_stamps_the_broker_clock(broker: LocalCluster,
 
 def test_refused_topic_config_is_invalid_config(broker: LocalCluster, topic_name: str) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    fut = admin.create_topics([NewTopic(topic_name, 1, 1, config={"compression.type": "gzip"})],
-                              operation_timeout=20)[topic_name]
+    fut = admin.create_topics(
+        [NewTopic(topic_name, 1, 1, config={"remote.storage.enable": "true"})],
+        operation_timeout=20)[topic_name]
     with pytest.raises(KafkaException) as e:
         fut.result(30)
     assert e.value.args[0].name() == "INVALID_CONFIG"
-    assert "compression.type" in e.value.args[0].str()
+    assert "remote.storage.enable" in e.value.args[0].str()
+
+
+def test_topic_compression_type_recompresses(broker: LocalCluster, topic_name: str) -> None:
+    """compression.type=zstd: an lz4 producer's batches are stored and served as zstd,
+    and a consumer reads the same records."""
+    bootstrap = broker.bootstrap_servers
+    confluent_create_topic(bootstrap, topic_name, config={"compression.type": "zstd"})
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                  "compression.type": "lz4"})
+    values = [b"record-%d-" % i + b"x" * 200 for i in range(300)]
+    for v in values:
+        p.produce(topic_name, value=v)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": topic_name,
+                  "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic_name, 0, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < len(values) and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+    finally:
+        c.close()
+    assert got == values
+    log_dir = Path(broker.broker(1).log_dir) / f"{topic_name}-0"
+    data = b"".join(f.read_bytes() for f in sorted(log_dir.glob("*.log")))
+    codecs = {h.compression for h in parse_batches(data)}
+    assert codecs == {COMPRESSION_ZSTD}

@@ -98,9 +98,6 @@ def test_ignored_and_unknown_broker_settings_warn(caplog: pytest.LogCaptureFixtu
 
 
 def test_refused_settings_are_errors() -> None:
-    with pytest.raises(KafkaError, match="compression.type"):
-        BrokerConfig.from_dict(_props(**{"compression.type": "gzip"}))
-    BrokerConfig.from_dict(_props(**{"compression.type": "producer"}))
     with pytest.raises(KafkaError, match="remote.storage.enable"):
         validate_topic_configs({"remote.storage.enable": "true"})
     assert validate_topic_configs({"remote.storage.enable": "false"}) == {

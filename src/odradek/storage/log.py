@@ -38,6 +38,7 @@ from odradek.storage.batch import (
 from odradek.storage.checkpoint import fsync_dir
 from odradek.storage.durability import FlushJob
 from odradek.storage.log_types import AppendInfo, FileSlice, LogConfig
+from odradek.storage.recompression import needs_recompression, recompress_batches, target_codec
 from odradek.storage.retention import RetentionDecision, SegmentSummary, segments_to_delete
 from odradek.storage.segment import MAX_RELATIVE_OFFSET, Segment
 
@@ -220,6 +221,14 @@ class Log:
                                     max_batch_bytes=cfg.max_message_bytes, strict_count=True)
         if not headers:
             raise KafkaError(ErrorCode.invalid_record, "produce request without record batches")
+        codec = target_codec(cfg.compression_type)
+        if codec is not None and needs_recompression(headers, codec):
+            # compression.type names a codec: the leader rewrites the batches in it once;
+            # followers copy these bytes. max.message.bytes applies to the result, as in
+            # Kafka. The caller's header list is updated in place (offsets land in it).
+            buf = recompress_batches(buf, headers, codec)
+            headers[:] = parse_batches(buf, verify_crc=False,
+                                       max_batch_bytes=cfg.max_message_bytes)
         if len(buf) > cfg.segment_bytes:
             # Kafka: RecordBatchTooLargeException — the set must fit in one segment.
             raise KafkaError(

@@ -27,6 +27,9 @@ class LogConfig:
     segment_index_bytes: int = 10485760
     max_message_bytes: int = 1048588
     message_timestamp_type: str = "CreateTime"
+    # compression.type: "producer" keeps each batch's codec; a codec name makes the
+    # leader recompress batches in another codec (odradek.storage.recompression).
+    compression_type: str = "producer"
     flush_messages: int | None = None
     flush_ms: int | None = None
     # odradek.ack.fsync (beyond Kafka): produce is acknowledged only once durable; the
