@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import socket
-import struct
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +31,6 @@ from typing import Any
 from odradek.cli.common import add_command_config, admin_client
 
 _TIMEOUT_S = 30.0
-_I32 = struct.Struct(">i")
 
 # DescribeConfigs v1+ config_source ids -> Kafka's ConfigEntry.ConfigSource names.
 SOURCE_NAMES: dict[int, str] = {
@@ -131,31 +128,19 @@ def _addresses(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed by the broker")
-        buf += chunk
-    return bytes(buf)
-
-
 def _request(addresses: Sequence[tuple[str, int]], entity: Any) -> Any:
-    """Send one request to the first broker that accepts a connection."""
-    from odradek.protocol.client_codec import decode_response, encode_request  # noqa: PLC0415
+    """Send one request to the first broker that accepts a connection (over the one wire
+    client, odradek.client, that the Spark connector uses too)."""
+    from odradek.client.connection import ConnectionLost, KafkaConnection  # noqa: PLC0415
 
     last: Exception | None = None
-    for addr in addresses:
+    for host, port in addresses:
         try:
-            with socket.create_connection(addr, timeout=_TIMEOUT_S) as s:
-                s.sendall(encode_request(entity, 1, "odradek-configs"))
-                frame = _recv_exact(s, _I32.unpack(_recv_exact(s, 4))[0])
-        except OSError as e:
+            with KafkaConnection(host, port, client_id="odradek-configs",
+                                 timeout_s=_TIMEOUT_S) as conn:
+                return conn.request(entity)
+        except ConnectionLost as e:
             last = e
-            continue
-        cls = type(entity)
-        return decode_response(cls.__api_key__, cls.__version__, frame)[1]
     raise ConfigCommandError(f"no broker reachable in {list(addresses)}: {last}")
 
 
