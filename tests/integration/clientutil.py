@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.support.polling import wait_for
+
 CODECS: tuple[str, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -140,14 +142,7 @@ def assert_contiguous(per_partition_offsets: dict[int, list[int]],
 def poll_until(cond: Callable[[], Any], timeout: float, what: str,
                interval: float = 0.05) -> Any:
     """Poll ``cond`` until it returns a truthy value or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return wait_for(cond, timeout, what, interval)
 
 
 def timestamped(recs: Sequence[Rec], base_ms: int, step_ms: int = 1000) -> list[Rec]:
@@ -159,12 +154,9 @@ def timestamped(recs: Sequence[Rec], base_ms: int, step_ms: int = 1000) -> list[
 # librdkafka-based helpers, shared by the confluent and kcat modules ------------------
 def confluent_create_topic(bootstrap: str, name: str, partitions: int = 1,
                            config: dict[str, str] | None = None) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from tests.support.topics import create_topic  # noqa: PLC0415
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    fut = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})],
-                              operation_timeout=20)[name]
-    fut.result(30)
+    create_topic(bootstrap, name, partitions, 1, config=config)
 
 
 def confluent_consume(bootstrap: str, topic: str, partitions: int, expect: int,

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from tests.support.polling import wait_for
+from tests.support.topics import create_topic as support_create_topic
 
 from odradek.cluster.local import LocalCluster
 from odradek.storage.batch import scan_batches
@@ -17,13 +18,7 @@ from odradek.storage.batch import scan_batches
 def create_topic(bootstrap: str, name: str, partitions: int, rf: int,
                  config: dict[str, str] | None = None,
                  assignment: list[list[int]] | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    if assignment is not None:
-        nt = NewTopic(name, num_partitions=len(assignment), replica_assignment=assignment,
-                      config=config or {})
-    else:
-        nt = NewTopic(name, num_partitions=partitions, replication_factor=rf, config=config or {})
-    admin.create_topics([nt], operation_timeout=30)[name].result(30)
+    support_create_topic(bootstrap, name, partitions, rf, config=config, assignment=assignment)
 
 
 def partition_meta(bootstrap: str, topic: str) -> dict[int, Any]:

@@ -29,19 +29,29 @@ from pathlib import Path
 from typing import Any
 
 from odradek.config import BrokerConfig
+from odradek.errors import KafkaError
 from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from odradek.protocol.fetch_response import PartitionFetchResult
 from odradek.protocol.produce_response import PartitionProduceResult
 from odradek.replication.leader_endpoint import (
-    EndpointError, EpochRequest, EpochResult, FetchedPartition, FetchRequestPartition,
+    EndpointError,
+    EpochRequest,
+    EpochResult,
+    FetchedPartition,
+    FetchRequestPartition,
 )
 from odradek.replication.partition_state import (
-    IsrConflict, IsrStoreUnavailable, IsrWrite, LeaderAndIsr,
+    IsrConflict,
+    IsrStoreUnavailable,
+    IsrWrite,
+    LeaderAndIsr,
 )
 from odradek.replication.replica_manager import (
-    FetchEntry, FetchParams, ProduceEntry, ReplicaManager,
+    FetchEntry,
+    FetchParams,
+    ProduceEntry,
+    ReplicaManager,
 )
-from odradek.errors import KafkaError
 from odradek.storage.log import LogConfig
 
 TOPIC = "t"
