@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Final, TypeVar
 
 __all__ = [
     "ConfigType",
@@ -30,6 +30,9 @@ __all__ = [
     "LONG_MAX",
     "INT_MAX",
     "parse_list",
+    "python_type",
+    "setting",
+    "settings_from",
 ]
 
 LONG_MAX: Final = 9223372036854775807
@@ -678,3 +681,39 @@ def _annotate() -> None:
 
 
 _annotate()
+
+
+# --- typed settings objects ---------------------------------------------------------
+# A component declares a frozen dataclass of just the settings it uses; each field names
+# its table key with ``setting(...)``, which also supplies the table's default, so no
+# default is written twice. ``settings_from`` fills one from a broker's effective values.
+# tests/unit/test_config_table.py checks every such field against the table.
+
+_S = TypeVar("_S")
+
+_PYTHON_TYPES: dict[ConfigType, type] = {
+    ConfigType.BOOLEAN: bool, ConfigType.INT: int, ConfigType.SHORT: int,
+    ConfigType.LONG: int, ConfigType.DOUBLE: float, ConfigType.STRING: str,
+    ConfigType.LIST: list, ConfigType.CLASS: str, ConfigType.PASSWORD: str,
+}
+
+
+def python_type(d: ConfigDef) -> type:
+    """The Python type ``ConfigDef.parse`` returns for this setting."""
+    return _PYTHON_TYPES[d.type]
+
+
+def setting(name: str) -> Any:
+    """A settings-dataclass field holding broker property ``name`` (default: the table's)."""
+    d = BROKER_CONFIGS[name]
+    return field(default=d.parsed_default(), metadata={"setting": name})
+
+
+def settings_from(cls: type[_S], get: Callable[[str], Any] | None = None) -> _S:
+    """An instance of the settings dataclass ``cls`` with each field's effective value
+    (``get`` is ``BrokerConfig.get``; None gives the table's defaults)."""
+    values = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        name = f.metadata["setting"]
+        values[f.name] = get(name) if get is not None else BROKER_CONFIGS[name].parsed_default()
+    return cls(**values)

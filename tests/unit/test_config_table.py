@@ -126,3 +126,36 @@ def test_no_ignored_setting_is_read() -> None:
     read = [n for n, d in [*TOPIC_CONFIGS.items(), *BROKER_CONFIGS.items()]
             if d.support is Support.IGNORED and (f'"{n}"' in code or f"'{n}'" in code)]
     assert read == [], f"ignored settings the code reads (mark them honoured): {read}"
+
+
+def _settings_classes() -> list[type]:
+    from odradek.controller.controller import ControllerSettings  # noqa: PLC0415
+    from odradek.replication.fetcher import FetcherSettings  # noqa: PLC0415
+
+    return [ControllerSettings, FetcherSettings]
+
+
+def test_settings_objects_are_typed_from_the_table() -> None:
+    """Each field of a component's settings object names an honoured table key, has the
+    table's type and default, and is filled from a broker's effective values."""
+    import dataclasses  # noqa: PLC0415
+
+    from odradek.configdefs import python_type, settings_from  # noqa: PLC0415
+
+    config = BrokerConfig.from_dict(_props(**{"replica.fetch.backoff.ms": "250",
+                                              "auto.leader.rebalance.enable": "false"}))
+    for cls in _settings_classes():
+        assert cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
+        built = settings_from(cls, config.get)
+        defaults = settings_from(cls)
+        for f in dataclasses.fields(cls):
+            name = f.metadata["setting"]
+            d = BROKER_CONFIGS[name]
+            assert d.support is Support.HONOURED, name
+            assert f.type == python_type(d).__name__, (cls.__name__, f.name, f.type)
+            assert getattr(defaults, f.name) == d.parsed_default()
+            assert getattr(built, f.name) == config.get(name)
+    from odradek.replication.fetcher import FetcherSettings  # noqa: PLC0415
+
+    assert FetcherSettings.from_config(config).backoff_ms == 250
+    assert FetcherSettings.from_config(None).backoff_ms == 1000

@@ -53,6 +53,7 @@ from typing import Any
 
 from kazoo.exceptions import KazooException
 
+from odradek.configdefs import setting, settings_from
 from odradek.controller import elections
 from odradek.controller.context import ControllerContext, TopicPartition
 from odradek.controller.elections import StateChange
@@ -110,6 +111,18 @@ _WATCHED = (BrokersChanged, TopicsChanged, TopicChanged, DeletionsChanged, Contr
             PartitionStatesChanged, StatesReloaded)
 
 
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """The broker settings the controller uses (names and defaults: the table)."""
+
+    unclean_leader_election_enable: bool = setting("unclean.leader.election.enable")
+    auto_leader_rebalance_enable: bool = setting("auto.leader.rebalance.enable")
+    leader_imbalance_check_interval_seconds: int = setting(
+        "leader.imbalance.check.interval.seconds")
+    leader_imbalance_per_broker_percentage: int = setting(
+        "leader.imbalance.per.broker.percentage")
+
+
 class Controller:
     def __init__(self, zk: KafkaZkClient, broker_id: int, config: Any = None) -> None:
         """``config``: the broker's ``BrokerConfig`` (defaults: Kafka's, if None)."""
@@ -118,12 +131,11 @@ class Controller:
         self.epoch = -1
         self.active = False
         self._epoch_zk_version = -1  # /controller_epoch's version when we won
-        self.unclean_default = bool(getattr(config, "unclean_leader_election_enable", False))
-        self.auto_rebalance = bool(getattr(config, "auto_leader_rebalance_enable", True))
-        self.imbalance_interval_s = float(
-            getattr(config, "leader_imbalance_check_interval_seconds", 300))
-        self.imbalance_percentage = int(
-            getattr(config, "leader_imbalance_per_broker_percentage", 10))
+        settings = settings_from(ControllerSettings, config.get if config is not None else None)
+        self.unclean_default = settings.unclean_leader_election_enable
+        self.auto_rebalance = settings.auto_leader_rebalance_enable
+        self.imbalance_interval_s = float(settings.leader_imbalance_check_interval_seconds)
+        self.imbalance_percentage = settings.leader_imbalance_per_broker_percentage
         self.purge_interval_s = PURGE_INTERVAL_S
         self.ctx: ControllerContext | None = None  # None: (re)load from ZooKeeper first
         self._purge_through = -1  # highest notification seen at the previous purge tick

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from odradek.configdefs import setting, settings_from
 from odradek.errors import ErrorCode, error_name
 from odradek.replication.leader_endpoint import (
     EndpointError,
@@ -41,6 +42,7 @@ from odradek.replication.trace import RecordTracer
 from odradek.replication.truncation import decide_truncation
 
 if TYPE_CHECKING:
+    from odradek.config import BrokerConfig
     from odradek.metadata.image import MetadataImage
     from odradek.replication.partition import Partition
     from odradek.storage.log import Log
@@ -53,36 +55,20 @@ TopicPartition = tuple[str, int]
 DurableWait = Callable[[list[tuple["Log", int]]], Awaitable[None]]
 
 
-def _setting(config: Any, name: str, default: int) -> int:
-    getter = getattr(config, "get", None)
-    if getter is None:
-        return default
-    try:
-        return int(getter(name))
-    except KeyError:
-        return default
-
-
 @dataclass(frozen=True, slots=True)
 class FetcherSettings:
-    wait_max_ms: int = 500  # replica.fetch.wait.max.ms
-    min_bytes: int = 1  # replica.fetch.min.bytes
-    max_bytes: int = 1048576  # replica.fetch.max.bytes (per partition)
-    response_max_bytes: int = 10485760  # replica.fetch.response.max.bytes
-    backoff_ms: int = 1000  # replica.fetch.backoff.ms
-    socket_timeout_ms: int = 30000  # replica.socket.timeout.ms
+    """The broker settings a replica fetcher uses (names and defaults: the table)."""
+
+    wait_max_ms: int = setting("replica.fetch.wait.max.ms")
+    min_bytes: int = setting("replica.fetch.min.bytes")
+    max_bytes: int = setting("replica.fetch.max.bytes")  # per partition
+    response_max_bytes: int = setting("replica.fetch.response.max.bytes")
+    backoff_ms: int = setting("replica.fetch.backoff.ms")
+    socket_timeout_ms: int = setting("replica.socket.timeout.ms")
 
     @classmethod
-    def from_config(cls, config: Any) -> FetcherSettings:
-        if config is None:
-            return cls()
-        return cls(
-            wait_max_ms=config.replica_fetch_wait_max_ms,
-            min_bytes=config.replica_fetch_min_bytes,
-            max_bytes=config.replica_fetch_max_bytes,
-            response_max_bytes=_setting(config, "replica.fetch.response.max.bytes", 10485760),
-            backoff_ms=_setting(config, "replica.fetch.backoff.ms", 1000),
-            socket_timeout_ms=config.replica_socket_timeout_ms)
+    def from_config(cls, config: BrokerConfig | None) -> FetcherSettings:
+        return settings_from(cls, config.get if config is not None else None)
 
 
 @dataclass(slots=True)
