@@ -513,6 +513,10 @@ _BROKER_LIST: list[ConfigDef] = [
        "Beyond Kafka: log the replication timeline (append, follower fetch, HW, consumer "
        "fetch) of each record whose offset is a multiple of N; 0 (default) is off.",
        Range(0)),
+    _b("metrics.listener", T.STRING, None,
+       "Prometheus metrics at http://HOST:PORT/metrics (Kafka's MBean names as the JMX "
+       "exporter maps them); unset (default): no metrics listener and no request "
+       "timing."),
     _b("ssl.keystore.password", T.PASSWORD, None, "Keystore password (TLS is not supported)."),
 ]
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+from odradek.broker import stall_detector
+from odradek.broker.metrics import BrokerMetrics
 from odradek.controller.controlled_shutdown import request_controlled_shutdown
 from odradek.controller.controller import Controller
 from odradek.coordinator.group_coordinator import GroupCoordinator  # consumer groups (issue 4)
@@ -32,6 +34,7 @@ from odradek.replication.trace import RecordTracer
 from odradek.server.dispatch import RequestDispatcher
 from odradek.server.network import KafkaConnection, start_listener
 from odradek.config import BrokerConfig, log_config_for_topic
+from odradek.metrics.http_listener import MetricsListener, parse_listener_url
 from odradek.storage.log import LogConfig
 from odradek.zk import znodes
 from odradek.zk.client import connect_zk
@@ -40,7 +43,10 @@ log = logging.getLogger(__name__)
 
 
 HW_CHECKPOINT_INTERVAL_S = 5.0  # replica.high.watermark.checkpoint.interval.ms
-CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0  # an ISR write that cannot reach ZooKeeper fails after this
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0
+# With a metrics.listener, the stall detector runs at this threshold unless
+# ODRADEK_LOOP_STALL_MS says otherwise (its figures are exported).
+METRICS_STALL_THRESHOLD_MS = 250.0  # an ISR write that cannot reach ZooKeeper fails after this
 _LOG_CONFIG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
 
 
@@ -76,7 +82,19 @@ class Broker:
         self.context = RequestContext(
             broker_id=self.broker_id, config=config, replicas=self.replicas,
             groups=self.groups, producer_ids=None, zk=None, metadata=self)
-        self.dispatcher = RequestDispatcher(self.context)
+        # Metrics (issue 15): only with a metrics.listener; otherwise no request timing
+        # and no per-topic counters, so a broker without metrics pays nothing for them.
+        listener = config.get("metrics.listener")
+        self.metrics_address = parse_listener_url(listener) if listener else None
+        self.metrics: BrokerMetrics | None = None
+        self.metrics_listener: MetricsListener | None = None
+        if self.metrics_address is not None:
+            self.metrics = BrokerMetrics(self)
+            self.replicas.topic_stats = self.metrics.topics
+        self.dispatcher = RequestDispatcher(
+            self.context, self.metrics.requests if self.metrics else None)
+        self.stall_detector: stall_detector.StallDetector | None = None
+        self.stopping = False
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.Server | None = None
         self._image_waiters: list[asyncio.Future[None]] = []
@@ -93,13 +111,22 @@ class Broker:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.stall_detector = stall_detector.maybe_start(  # ODRADEK_LOOP_STALL_MS
+            self._loop, METRICS_STALL_THRESHOLD_MS if self.metrics else None)
+        if self.metrics is not None and self.metrics_address is not None:
+            # Before the logs load: a scrape during a long recovery already answers.
+            self.metrics_listener = MetricsListener(*self.metrics_address,
+                                                    self.metrics.render)
+            await self.metrics_listener.start()
         t0 = time.monotonic()
         self.replicas.load_logs()
         self.flusher.start()
         self.cleaner.start(self._loop)  # log compaction threads (SPEC R25)
         log.info("logs loaded in %.2f s", time.monotonic() - t0)
         bind_host, bind_port = self._bind_address()
-        self._server = await start_listener(bind_host, bind_port, self.dispatcher.dispatch,
+        dispatch = (self.dispatcher.dispatch_metered if self.metrics is not None
+                    else self.dispatcher.dispatch)
+        self._server = await start_listener(bind_host, bind_port, dispatch,
                                             self.config.socket_request_max_bytes,
                                             self.connections)
         session_s = self.config.zookeeper_session_timeout_ms / 1000
@@ -107,6 +134,8 @@ class Broker:
             connect_zk, self.config.zookeeper_connect, source_ip=self.advertised_host,
             session_timeout_s=session_s,
             timeout_s=self.config.zookeeper_connection_timeout() / 1000)
+        if self.metrics is not None:
+            self.zk.add_listener(self.metrics.zk_session.on_state)
         registration = znodes.BrokerRegistration.plaintext(self.broker_id, self.advertised_host,
                                                            self.advertised_port)
         self.store = MetadataStore(self.zk, self.broker_id, registration, self._publish)
@@ -140,6 +169,7 @@ class Broker:
         never leaves a broker that holds its ZooKeeper session but serves nothing.
         """
         log.info("broker %d shutting down", self.broker_id)
+        self.stopping = True
         # Followers stop fetching first: a fetch that reached a leader after the controller
         # dropped us from its ISR would put us straight back in (and leave a dead broker in
         # the ISR until replica.lag.time.max.ms passes).
@@ -171,6 +201,10 @@ class Broker:
         await self._bounded("stop the log cleaner", asyncio.to_thread(self.cleaner.stop))
         self.flusher.stop()  # the clean shutdown below flushes every log itself
         self.replicas.shutdown()
+        if self.metrics_listener is not None:
+            self.metrics_listener.close()
+        if self.stall_detector is not None:
+            self.stall_detector.stop()
         self.stopped.set()
         log.info("broker %d stopped", self.broker_id)
 

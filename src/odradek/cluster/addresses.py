@@ -30,6 +30,8 @@ from odradek.errors import ErrorCode, KafkaError
 __all__ = [
     "CLAIM_DIR",
     "BROKER_PORT",
+    "METRICS_PORT",
+    "CONSOLE_PORT",
     "ZK_PORT",
     "MAX_BROKERS",
     "broker_address",
@@ -41,6 +43,8 @@ __all__ = [
 CLAIM_DIR = Path(os.environ.get("ODRADEK_ADDR_DIR", "/tmp/odradek-addr"))
 ZK_PORT = 2181
 BROKER_PORT = 9092
+METRICS_PORT = 9404  # each broker's metrics.listener, on the broker's own address
+CONSOLE_PORT = 8080  # the console, on the block's first address (ZooKeeper node 1's)
 MAX_BROKERS = 198  # 127.0.k.2 .. 127.0.k.199; .200+ are ZooKeeper ensemble members
 BLOCKS = range(1, 255)
 
@@ -62,6 +66,8 @@ def block_endpoints(block: int, n_brokers: int, zk_nodes: int) -> list[tuple[str
         if zk_nodes > 1:
             eps += [(zk_address(block, j), 2888), (zk_address(block, j), 3888)]
     eps += [(broker_address(block, i), BROKER_PORT) for i in range(1, n_brokers + 1)]
+    eps += [(broker_address(block, i), METRICS_PORT) for i in range(1, n_brokers + 1)]
+    eps.append((zk_address(block, 1), CONSOLE_PORT))
     return eps
 
 

@@ -54,6 +54,7 @@ class BrokerInfo:
     config: str  # server.properties
     log_dir: str  # log.dirs
     log: str  # the process's stdout/stderr
+    metrics_url: str | None = None  # http://HOST:PORT/metrics (metrics.listener)
 
     @property
     def address(self) -> str:
@@ -106,6 +107,7 @@ class LocalCluster:
         self.broker_command: list[str] = list(broker_command or DEFAULT_BROKER_COMMAND)
         self.zookeeper_nodes: list[ZkNodeInfo] = []
         self.brokers: list[BrokerInfo] = []
+        self.metrics = True  # each broker gets a metrics.listener on its own address
         # Children started by *this* process, so we can reap them (FACTS: zombies).
         self._popens: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self._zk: KazooClient | None = None
@@ -148,6 +150,7 @@ class LocalCluster:
         state = json.loads(self.state_path.read_text())
         self.block = state.get("block")
         self.zk_session_timeout_ms = int(state.get("zk_session_timeout_ms", 6000))
+        self.metrics = bool(state.get("metrics", True))
         self.broker_command = list(state.get("broker_command") or DEFAULT_BROKER_COMMAND)
         nodes = state.get("zookeeper_nodes") or [state["zookeeper"]]
         self.zookeeper_nodes = [
@@ -177,6 +180,7 @@ class LocalCluster:
             "block": self.block,
             "bootstrap_servers": self.bootstrap_servers,
             "zk_session_timeout_ms": self.zk_session_timeout_ms,
+            "metrics": self.metrics,
             "broker_command": self.broker_command,
             "zookeeper": zk_json(self.zookeeper_nodes[0]) if self.zookeeper_nodes else None,
             "zookeeper_nodes": [zk_json(z) for z in self.zookeeper_nodes],
@@ -199,9 +203,11 @@ class LocalCluster:
         zk_nodes: int = 1,
         broker_command: Sequence[str] | None = None,
         timeout: float = 60.0,
+        metrics: bool = True,
     ) -> LocalCluster:
         """Create and bring up a cluster; use as a context manager to always ``down()``."""
         c = cls(dir, broker_command=broker_command)
+        c.metrics = metrics
         c.up(
             n_brokers,
             broker_config or {},
@@ -309,6 +315,7 @@ class LocalCluster:
         bdir = self.dir / f"broker-{broker_id}"
         data = bdir / "data"
         data.mkdir(parents=True, exist_ok=True)
+        metrics_url = None
         props: dict[str, str] = {
             "broker.id": str(broker_id),
             "listeners": f"PLAINTEXT://{host}:{addresses.BROKER_PORT}",
@@ -319,7 +326,13 @@ class LocalCluster:
         }
         if partitions_default is not None:
             props["num.partitions"] = str(partitions_default)
+        if self.metrics:
+            # The broker's own address: every broker of every local cluster has its own,
+            # so the same port is free on each.
+            props["metrics.listener"] = f"http://{host}:{addresses.METRICS_PORT}"
         props.update({str(k): str(v) for k, v in overrides.items()})
+        if props.get("metrics.listener"):
+            metrics_url = props["metrics.listener"].rstrip("/") + "/metrics"
         config = bdir / "server.properties"
         body = "".join(f"{k}={v}\n" for k, v in props.items())
         config.write_text(f"# written by `odradek cluster up`\n{body}")
@@ -332,6 +345,7 @@ class LocalCluster:
             config=str(config),
             log_dir=str(data),
             log=str(bdir / "broker.log"),
+            metrics_url=metrics_url,
         )
 
     def _launch_broker(self, b: BrokerInfo) -> None:

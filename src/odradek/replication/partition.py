@@ -410,6 +410,7 @@ class Partition:
             # ISR below min.insync.replicas into one that is not: both re-check.
             t.state_changed = True
             t.note = f"ISR {list(st.isr)} -> {list(write.isr)}"
+            t.isr_change = (st.isr, write.isr)
         elif isinstance(st, Fenced) and st.reasserting and st.leader_epoch == \
                 write.leader_epoch and st.zk_version == write.zk_version:
             self._state = Leader(leader_epoch=st.leader_epoch, isr=write.isr,

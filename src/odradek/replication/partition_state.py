@@ -147,6 +147,9 @@ class Transition:
     stop_fetching: bool = False  # no longer a follower
     log_start_moved: bool = False  # a follower's log start moved (DeleteRecords)
     note: str = ""  # what to log, once (a transition changes one thing)
+    # (old, new) committed ISR when this leader's ISR write was recorded: the replica
+    # manager counts it as an ISR shrink and/or expand (Kafka's IsrShrinksPerSec).
+    isr_change: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     def merge(self, other: Transition) -> Transition:
         self.hw_moved |= other.hw_moved
@@ -157,6 +160,7 @@ class Transition:
         self.stop_fetching |= other.stop_fetching
         self.log_start_moved |= other.log_start_moved
         self.note = "; ".join(n for n in (self.note, other.note) if n)
+        self.isr_change = other.isr_change or self.isr_change
         return self
 
     @property

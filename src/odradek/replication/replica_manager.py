@@ -36,6 +36,7 @@ from typing import Any
 
 from odradek.errors import ErrorCode, KafkaError
 from odradek.log_manager.flusher import Flusher
+from odradek.metrics.stats import BrokerTopicStats, IsrStats
 from odradek.metadata.image import MetadataImage, PartitionInfo
 from odradek.protocol.fetch_response import PartitionFetchResult
 from odradek.protocol.produce_response import PartitionProduceResult
@@ -145,6 +146,10 @@ class ReplicaManager:
         self._hw_from_checkpoint: dict[TopicPartition, int] = {}
         self._fenced_retry: dict[TopicPartition, float] = {}
         self._isr_writes: set[asyncio.Task[None]] = set()
+        # Metrics (odradek.broker.metrics): ISR changes are rare and always counted;
+        # per-topic byte counts only when the broker has a metrics.listener (None: off).
+        self.isr_stats = IsrStats()
+        self.topic_stats: BrokerTopicStats | None = None
         self._woken: set[TopicPartition] = set()  # partitions whose waiters must re-check
         self._wake_scheduled = False
         self.produce_purgatory: DelayedOperationPurgatory[TopicPartition] = \
@@ -275,6 +280,8 @@ class ReplicaManager:
             self.fetchers.add(part)
         if t.isr_write is not None:
             self._submit_isr_write(part, t.isr_write)
+        if t.isr_change is not None:
+            self.isr_stats.record_change(*t.isr_change)
         if t.wakes_waiters:
             self._wake(tp)
 
@@ -351,8 +358,12 @@ class ReplicaManager:
         t_now = now_ms()
         pending: list[PendingProduce] = []
         tracer = self.tracer
+        stats = self.topic_stats
         for e in entries:
             res = e.result
+            if stats is not None:
+                ts = stats.topic(e.topic)
+                ts.produce_requests += 1
             try:
                 if acks not in (0, 1, -1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
@@ -363,6 +374,9 @@ class ReplicaManager:
                 res.base_offset = info.first_offset
                 res.log_append_time_ms = info.log_append_time
                 res.log_start_offset = p.log.log_start_offset
+                if stats is not None:  # Kafka's BytesInPerSec / MessagesInPerSec
+                    ts.bytes_in += info.size_bytes
+                    ts.messages_in += info.last_offset - info.first_offset + 1
                 tp = (e.topic, res.index)
                 if p.hw_after_append() or info.num_batches:
                     self._wake(tp)  # followers' long polls (and acks=all if ISR == {me})
@@ -381,11 +395,15 @@ class ReplicaManager:
                 res.error_code = int(err.code)
                 res.error_message = err.message or None
                 res.base_offset = -1
+                if stats is not None:
+                    ts.failed_produce_requests += 1
                 if err.code not in (ErrorCode.not_leader_or_follower,
                                     ErrorCode.unknown_topic_or_partition):
                     logger.info("produce to %s-%d rejected: %s", e.topic, res.index, err)
             except Exception as err:  # never let one partition take the broker down
                 logger.exception("produce to %s-%d failed", e.topic, res.index)
+                if stats is not None:
+                    ts.failed_produce_requests += 1
                 res.error_code = int(ErrorCode.unknown_server_error)
                 res.error_message = str(err)[:200]
                 res.base_offset = -1
@@ -435,6 +453,8 @@ class ReplicaManager:
         _, total, errored = read()
         if total >= params.min_bytes or params.max_wait_s <= 0 or errored:
             self._trace_fetch(params, topics)
+            if self.topic_stats is not None:
+                self._count_fetched(follower, topics)
             return None
         watches = []
         for topic, entries in topics:
@@ -446,7 +466,29 @@ class ReplicaManager:
         self.fetch_purgatory.try_complete_else_watch(op, keys)
         if self.tracer.enabled:
             op.done.add_done_callback(lambda _f: self._trace_fetch(params, topics))
+        if self.topic_stats is not None:
+            op.done.add_done_callback(lambda _f: self._count_fetched(follower, topics))
         return op
+
+    def _count_fetched(self, follower: bool, topics: list[tuple[str, list[FetchEntry]]]
+                       ) -> None:
+        """Kafka's BytesOutPerSec (consumers) / ReplicationBytesOutPerSec (followers):
+        the record bytes of the answer, once it is final."""
+        stats = self.topic_stats
+        if stats is None:
+            return
+        for topic, entries in topics:
+            ts = stats.topic(topic)
+            ts.fetch_requests += len(entries)
+            n = 0
+            for e in entries:
+                records = e.result.records
+                if records is not None:
+                    n += records.size if hasattr(records, "size") else len(records)
+            if follower:
+                ts.replication_bytes_out += n
+            else:
+                ts.bytes_out += n
 
     def _record_follower_fetch(self, replica_id: int, topics: list[tuple[str, list[FetchEntry]]],
                                image: MetadataImage) -> None:

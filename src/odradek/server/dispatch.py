@@ -9,8 +9,11 @@ or a coroutine when they must wait (delayed operations).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+from odradek.metrics.stats import RequestMetrics
 
 from odradek.protocol.codec import (
     InvalidRequest, RequestHeaderInfo, UnsupportedVersion, api_versions_error_response,
@@ -21,7 +24,7 @@ from odradek.server.context import RequestContext
 from odradek.server.handlers import (
     admin, configs, data, elect, groups, metadata, producers, records,
 )
-from odradek.server.network import CloseConnection, Pipelined
+from odradek.server.network import FRAME_ARRIVED_AT, CloseConnection, Pipelined
 
 __all__ = ["HANDLERS", "RequestDispatcher"]
 
@@ -60,8 +63,10 @@ HANDLERS: dict[int, Handler] = {  # one per API key in protocol.versions.SERVED
 
 
 class RequestDispatcher:
-    def __init__(self, context: RequestContext) -> None:
+    def __init__(self, context: RequestContext,
+                 request_metrics: RequestMetrics | None = None) -> None:
         self.context = context
+        self.request_metrics = request_metrics
 
     def dispatch(self, frame: bytes) -> Any:
         """Decode one request frame and run its handler (see server.KafkaConnection)."""
@@ -91,3 +96,41 @@ class RequestDispatcher:
         if result is None or isinstance(result, (bytes, list)):
             return result
         return encode_response(header, result)
+
+    # ------------------------------------------------------------------ request metrics
+    def dispatch_metered(self, frame: bytes) -> Any:
+        """``dispatch`` plus Kafka's request metrics (RequestsPerSec, TotalTimeMs,
+        RequestQueueTimeMs, LocalTimeMs, RemoteTimeMs). The broker hands this to the
+        listener instead of ``dispatch`` when it has a ``metrics.listener``, so a broker
+        without metrics pays nothing. A request that closes the connection is not
+        counted (Kafka counts only answered requests too)."""
+        start = time.perf_counter()
+        metrics = self.request_metrics
+        assert metrics is not None
+        result = self.dispatch(frame)
+        # The header's first four bytes: api key and version (already validated by
+        # ``dispatch``, which raised otherwise).
+        api_key = (frame[0] << 8) | frame[1]
+        version = (frame[2] << 8) | frame[3]
+        arrived = FRAME_ARRIVED_AT.get() or start
+        local_end = time.perf_counter()
+        if isinstance(result, Pipelined):
+            result.coro = self._meter_wait(metrics, api_key, version, arrived, start,
+                                           local_end, result.coro)
+            return result
+        if isinstance(result, Coroutine):
+            return self._meter_wait(metrics, api_key, version, arrived, start, local_end,
+                                    result)
+        metrics.record(api_key, version, (start - arrived) * 1e3,
+                       (local_end - start) * 1e3, 0.0, (local_end - arrived) * 1e3)
+        return result
+
+    async def _meter_wait(self, metrics: RequestMetrics, api_key: int, version: int,
+                          arrived: float, start: float, local_end: float,
+                          coro: Coroutine[Any, Any, Any]) -> Any:
+        result = await coro  # the purgatory wait, then the response's encoding
+        end = time.perf_counter()
+        metrics.record(api_key, version, (start - arrived) * 1e3,
+                       (local_end - start) * 1e3, (end - local_end) * 1e3,
+                       (end - arrived) * 1e3)
+        return result

@@ -21,6 +21,7 @@ import contextvars
 import logging
 import os
 import socket
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -35,6 +36,10 @@ MAX_PENDING_FRAMES = 100
 # report client hosts, e.g. DescribeGroups, read it; tasks created meanwhile inherit it).
 CURRENT_PEER: contextvars.ContextVar[Any] = contextvars.ContextVar("odradek_peer",
                                                                   default=None)
+# When the frame being dispatched arrived (time.perf_counter()): the request metrics'
+# queue time (RequestQueueTimeMs) starts here, not when its handler starts.
+FRAME_ARRIVED_AT: contextvars.ContextVar[float] = contextvars.ContextVar(
+    "odradek_frame_arrived_at", default=0.0)
 
 
 class CloseConnection(Exception):
@@ -70,6 +75,7 @@ class KafkaConnection(asyncio.Protocol):
         self._dispatch = dispatch
         self._decoder = FrameDecoder(max_frame_bytes)
         self._pending: deque[Any] = deque()
+        self._arrivals: deque[float] = deque()  # perf_counter() of each pending frame
         # Answers not yet written, in request order: tasks (delayed answers) and done
         # futures (immediate answers that must wait for an earlier delayed one).
         self._answers: deque[asyncio.Future[Any]] = deque()
@@ -101,6 +107,7 @@ class KafkaConnection(asyncio.Protocol):
         self._closed = True
         self._connections.discard(self)
         self._pending.clear()
+        self._arrivals.clear()
         answers, self._answers = self._answers, deque()
         for fut in answers:
             if not fut.done():
@@ -117,6 +124,7 @@ class KafkaConnection(asyncio.Protocol):
             return
         if frames:
             self._pending.extend(frames)
+            self._arrivals.extend([time.perf_counter()] * len(frames))
             if self._blocking is None:
                 self._process()
             if len(self._pending) > MAX_PENDING_FRAMES and not self._paused and self._transport:
@@ -134,6 +142,7 @@ class KafkaConnection(asyncio.Protocol):
         while (self._pending and self._blocking is None and not self._closed
                and len(self._answers) < MAX_PENDING_ANSWERS):
             frame = self._pending.popleft()
+            arrived = FRAME_ARRIVED_AT.set(self._arrivals.popleft())
             token = CURRENT_PEER.set(self.peer)
             try:
                 result = self._dispatch(frame)
@@ -156,6 +165,7 @@ class KafkaConnection(asyncio.Protocol):
                 return
             finally:
                 CURRENT_PEER.reset(token)
+                FRAME_ARRIVED_AT.reset(arrived)
             if self._answers:  # an earlier answer is still pending: keep the order
                 done = loop.create_future()
                 done.set_result(result)
