@@ -104,6 +104,52 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_health(args: argparse.Namespace) -> int:
+    """rpk-style health; exit 0 only when healthy. ``--wait S`` polls until healthy
+    (or S seconds passed), so scripts can wait on a cluster."""
+    import time  # noqa: PLC0415
+
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+    from odradek.cluster.health import assess, fetch_view, format_report  # noqa: PLC0415
+
+    bootstrap, known, c = args.bootstrap_server, [], None
+    if args.dir:
+        c = _existing(args)
+        bootstrap = bootstrap or c.bootstrap_servers
+        known = [b.id for b in c.brokers]
+    if not bootstrap:
+        raise SystemExit("error: give --bootstrap-server or --dir")
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0,
+                         "logger": _quiet_logger()})
+    deadline = time.monotonic() + max(args.wait, 0.0)
+    while True:
+        try:
+            view = fetch_view(admin, args.timeout, known)
+            if c is not None:  # a dead or frozen process is down, registered or not
+                view.known_down = {b.id for b in c.brokers if c.broker_state(b.id) != "running"}
+            report = assess(view)
+            lines = format_report(report)
+            healthy = report.healthy
+        except Exception as e:  # noqa: BLE001 - an unreachable cluster is unhealthy
+            lines, healthy = [f"cluster unreachable at {bootstrap}: {e}"], False
+        if healthy or time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
+    print("\n".join(lines))
+    return 0 if healthy else 1
+
+
+def _quiet_logger() -> object:
+    """librdkafka logs (broker down: connection refused) would drown the report."""
+    import logging  # noqa: PLC0415
+
+    lg = logging.getLogger("odradek.cli.health.librdkafka")
+    lg.addHandler(logging.NullHandler())
+    lg.propagate = False
+    return lg
+
+
 def cmd_stop_broker(args: argparse.Namespace) -> int:
     c = _existing(args)
     c.stop_broker(args.broker_id, SIGNALS[args.signal], timeout=args.timeout)
@@ -152,6 +198,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     st.add_argument("--dir", required=True)
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=_guarded(cmd_status))
+
+    he = sub.add_parser("health", help="rpk-style health: controller, nodes down, leaderless, "
+                        "under-replicated and under-min-ISR partitions; exit 0 only if healthy")
+    he.add_argument("--bootstrap-server", default=None, help="any broker(s) of the cluster")
+    he.add_argument("--dir", default=None,
+                    help="a local cluster's directory (its brokers count as known nodes)")
+    he.add_argument("--wait", type=float, default=0.0, metavar="S",
+                    help="poll until healthy, at most S seconds (default: check once)")
+    he.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
+    he.set_defaults(func=_guarded(cmd_health))
 
     sb = sub.add_parser("stop-broker", help="TERM (graceful), KILL (crash) or STOP (freeze) a broker")
     sb.add_argument("--dir", required=True)
