@@ -48,6 +48,7 @@ def _existing(args: argparse.Namespace) -> LocalCluster:
 def cmd_up(args: argparse.Namespace) -> int:
     cmd = shlex.split(args.broker_command) if args.broker_command else None
     c = LocalCluster(Path(args.dir), broker_command=cmd)
+    c.metrics = not args.no_metrics
     bootstrap = c.up(
         args.brokers,
         dict(args.broker_config or []),
@@ -59,7 +60,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     c.close_zk_client()
     print(f"ZooKeeper: {c.zk_connect}", file=sys.stderr)
     for b in c.brokers:
-        print(f"broker {b.id}: {b.address} pid {b.pid} log {b.log}", file=sys.stderr)
+        metrics = f" metrics {b.metrics_url}" if b.metrics_url else ""
+        print(f"broker {b.id}: {b.address} pid {b.pid} log {b.log}{metrics}", file=sys.stderr)
+    if not args.no_console:
+        try:
+            url = c.start_console([Path(r) for r in args.reports] or [c.dir.parent])
+            print(f"console: {url} (log {c.dir / 'console.log'})", file=sys.stderr)
+        except KafkaError as e:  # the cluster is up; the console is an extra
+            print(f"console did not start: {e}", file=sys.stderr)
     print(bootstrap, flush=True)
     return 0
 
@@ -99,6 +107,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"broker {b['id']}  {b['address']}  pid {b['pid']}  {b['state']}  {reg}")
     ctrl = st["controller"]
     print(f"controller {ctrl if ctrl is not None else 'none'}")
+    if c.console:
+        print(f"console {c.console['url']}  pid {c.console['pid']}")
     for line in format_table(parts):
         print(line)
     return 0
@@ -187,6 +197,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
         help="command that runs a broker, config path appended (default: python -m odradek broker --config)",
     )
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster")
+    up.add_argument("--no-metrics", action="store_true",
+                    help="no metrics.listener on the brokers (default: one per broker)")
+    up.add_argument("--no-console", action="store_true", help="do not start the web console")
+    up.add_argument("--reports", action="append", default=[], metavar="DIR",
+                    help="chaos report directories for the console (default: DIR's parent)")
     up.set_defaults(func=_guarded(cmd_up))
 
     down = sub.add_parser("down", help="stop every broker (TERM, then KILL) and ZooKeeper")

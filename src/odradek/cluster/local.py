@@ -108,6 +108,8 @@ class LocalCluster:
         self.zookeeper_nodes: list[ZkNodeInfo] = []
         self.brokers: list[BrokerInfo] = []
         self.metrics = True  # each broker gets a metrics.listener on its own address
+        # The web console process started by `odradek cluster up` (None: not started).
+        self.console: dict[str, Any] | None = None
         # Children started by *this* process, so we can reap them (FACTS: zombies).
         self._popens: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self._zk: KazooClient | None = None
@@ -151,6 +153,7 @@ class LocalCluster:
         self.block = state.get("block")
         self.zk_session_timeout_ms = int(state.get("zk_session_timeout_ms", 6000))
         self.metrics = bool(state.get("metrics", True))
+        self.console = state.get("console")
         self.broker_command = list(state.get("broker_command") or DEFAULT_BROKER_COMMAND)
         nodes = state.get("zookeeper_nodes") or [state["zookeeper"]]
         self.zookeeper_nodes = [
@@ -185,6 +188,7 @@ class LocalCluster:
             "zookeeper": zk_json(self.zookeeper_nodes[0]) if self.zookeeper_nodes else None,
             "zookeeper_nodes": [zk_json(z) for z in self.zookeeper_nodes],
             "brokers": [asdict(b) for b in self.brokers],
+            "console": self.console,
         }
         tmp = self.state_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(state, indent=2) + "\n")
@@ -377,6 +381,7 @@ class LocalCluster:
         """Stop every broker (TERM, then KILL after ``timeout``), then ZooKeeper.
         Idempotent; safe on a half-started cluster."""
         self.close_zk_client()
+        self.stop_console(timeout)
         brokers = [b for b in self.brokers if procs.alive(b.pid, b.start_time)]
         for b in brokers:  # signal all first so they shut down in parallel
             procs._send(b.pid or 0, signal.SIGCONT)
@@ -395,6 +400,41 @@ class LocalCluster:
             self.save()
         if self.block is not None:
             addresses.release_block(self.block, self.dir)
+
+    # ----------------------------------------------------------------- console
+
+    def start_console(self, reports: Sequence[Path] = ()) -> str:
+        """Start ``odradek console`` for this cluster on the block's first address
+        (claimed with the block, so the port is ours); returns its URL."""
+        assert self.block is not None
+        self.stop_console()
+        host = addresses.zk_address(self.block, 1)
+        url = f"http://{host}:{addresses.CONSOLE_PORT}/"
+        log = self.dir / "console.log"
+        cmd = [sys.executable, "-m", "odradek", "console", "--cluster-dir", str(self.dir),
+               "--listen", f"{host}:{addresses.CONSOLE_PORT}", "--log-file", str(log)]
+        for r in reports:
+            cmd += ["--reports", str(r)]
+        with open(self.dir / "console.out", "ab") as out:
+            p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT, cwd=self.dir,
+                                 start_new_session=True)
+        self._popens[("console", 0)] = p
+        self.console = {"pid": p.pid, "start_time": procs.proc_start_time(p.pid),
+                        "url": url, "log": str(log)}
+        self.save()
+        self._poll("the console to accept connections",
+                   lambda: p.poll() is None and _tcp_accepts(host, addresses.CONSOLE_PORT),
+                   30.0)
+        return url
+
+    def stop_console(self, timeout: float = 10.0) -> None:
+        c = self.console
+        if not c:
+            return
+        procs.terminate(c.get("pid"), c.get("start_time"), timeout,
+                        popen=self._popens.pop(("console", 0), None))
+        self.console = None
 
     @staticmethod
     def _remove_cgroup(z: ZkNodeInfo) -> None:
