@@ -22,6 +22,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--record-size", type=int, default=100)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--dir", type=Path, default=None, help="working directory (default: temp)")
+    p.add_argument("--verbose", action="store_true",
+                   help="pipeline: details, librdkafka and Spark output on the terminal too")
+    p.add_argument("--no-console", action="store_true", help="pipeline: no web console")
     p.set_defaults(func=_run)
 
 
@@ -33,4 +36,5 @@ def _run(args: argparse.Namespace) -> int:
                         args.dir)
     from odradek.pipeline_demo import run_pipeline_demo  # noqa: PLC0415
 
-    return run_pipeline_demo(args.seconds, args.rate, args.dir, kill_leader=not args.no_kill)
+    return run_pipeline_demo(args.seconds, args.rate, args.dir, kill_leader=not args.no_kill,
+                             verbose=args.verbose, console=not args.no_console)

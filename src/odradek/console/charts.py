@@ -30,6 +30,17 @@ def _nice(v: float) -> str:
     return f"{v:.0f}"
 
 
+def _segments(points: list[tuple[float, float]], gap_s: float = 5.0
+              ) -> list[list[tuple[float, float]]]:
+    """Split a series where consecutive samples are more than ``gap_s`` apart."""
+    out: list[list[tuple[float, float]]] = []
+    for p in points:
+        if not out or p[0] - out[-1][-1][0] > gap_s:
+            out.append([])
+        out[-1].append(p)
+    return out
+
+
 def rate_chart(brokers: Sequence[BrokerRow], field: str = "bytes_in", width: int = 400,
                height: int = 170) -> Markup:
     if field not in FIELDS:
@@ -58,13 +69,14 @@ def rate_chart(brokers: Sequence[BrokerRow], field: str = "bytes_in", width: int
     parts.append(f'<text x="{pad_l + w}" y="{height - 4}" class="axis" '
                  'text-anchor="end">now</text>')
     for i, (bid, s) in enumerate(series):
-        if len(s) < 2:
-            continue
         color = COLORS[i % len(COLORS)]
-        coords = " ".join(f"{pad_l + (t - t0) / (t1 - t0) * w:.1f},"
-                          f"{pad_t + h - v / top * h:.1f}" for t, v in s)
-        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" '
-                     f'points="{coords}"><title>broker {bid}</title></polyline>')
+        for seg in _segments(s):  # a broker that was down leaves a gap, not a slope
+            if len(seg) < 2:
+                continue
+            coords = " ".join(f"{pad_l + (t - t0) / (t1 - t0) * w:.1f},"
+                              f"{pad_t + h - v / top * h:.1f}" for t, v in seg)
+            parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" '
+                         f'points="{coords}"><title>broker {bid}</title></polyline>')
     legend_x = width - 4 - 62 * len(series)
     for i, (bid, _) in enumerate(series):
         parts.append(f'<text x="{legend_x + i * 62}" y="14" class="legend" '

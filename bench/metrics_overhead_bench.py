@@ -1,0 +1,173 @@
+#!/usr/bin/env python
+"""Does collecting metrics slow the produce path? The perf benchmark, metrics on and off.
+
+A benchmark, not a timed test (issue 15, item 1): run it by hand (bench/README.md).
+
+Each round starts a fresh 3-broker cluster twice -- once with a ``metrics.listener`` on
+every broker (request timing, per-topic counters, the stall detector) and scraped every
+``--scrape-interval`` seconds like Prometheus would, once without any -- and runs the
+same ``odradek perf produce`` workloads on each (the order alternates between rounds, so
+slow drift of the shared machine hits both alike). A fresh cluster per run keeps the
+page cache and log sizes equal. Workloads: 100 B values with acks=1 (the most
+request-bound: metrics cost is per request and per partition) and 1 KB values with
+acks=all, 4 partitions, RF 3, the producer settings of broker_throughput.py.
+
+Reported per run: records/s, MB/s, produce p50/p99, brokers' CPU seconds (utime+stime of
+the three broker processes) per million records; then the medians per mode and the
+on/off ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from broker_throughput import PRODUCER_PROPS  # noqa: E402  (bench/ is not a package)
+
+from odradek.cluster.local import LocalCluster  # noqa: E402
+from odradek.metrics.scrape import scrape  # noqa: E402
+from odradek.perf import proc_cpu_seconds, run_produce  # noqa: E402
+
+PARTITIONS = 4
+WORKLOADS = (("100B acks=1", 100, "1", 1.0), ("1KB acks=all", 1024, "all", 0.25))
+
+
+@dataclass
+class Run:
+    round: int
+    mode: str  # "on" | "off"
+    workload: str
+    records: int
+    records_per_s: float
+    mb_per_s: float
+    p50_ms: float
+    p99_ms: float
+    broker_cpu_s_per_m: float
+    scrapes: int
+
+
+def _create_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    a.create_topics([NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"})],
+                    operation_timeout=30)[topic].result(timeout=60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        md = a.list_topics(topic, timeout=10).topics.get(topic)
+        if md is not None and md.error is None and len(md.partitions) == PARTITIONS and all(
+                p.leader >= 0 and len(p.isrs) == 3 for p in md.partitions.values()):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"topic {topic} not ready")
+
+
+class Scraper:
+    """Scrape every broker every ``interval_s`` (what Prometheus would do)."""
+
+    def __init__(self, urls: list[str], interval_s: float) -> None:
+        self.urls, self.interval_s, self.count = urls, interval_s, 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Scraper:
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for u in self.urls:
+                try:
+                    scrape(u, 5.0)
+                    self.count += 1
+                except OSError:
+                    pass
+
+
+def one_run(base: Path, rnd: int, mode: str, records: int, scrape_s: float) -> list[Run]:
+    d = base / f"r{rnd}-{mode}"
+    out: list[Run] = []
+    with LocalCluster.start(d, 3, metrics=(mode == "on"),
+                            broker_config={"auto.leader.rebalance.enable": "false"}) as c:
+        pids = [b.pid for b in c.brokers if b.pid]
+        urls = [b.metrics_url for b in c.brokers if b.metrics_url]
+        for name, size, acks, scale in WORKLOADS:
+            n = int(records * scale)
+            topic = f"bench-{size}-{acks}"
+            _create_topic(c.bootstrap_servers, topic)
+            time.sleep(1.0)  # let the brokers settle after the topic's creation
+            cpu0 = sum(proc_cpu_seconds(p) for p in pids)
+            with Scraper(urls, scrape_s) if urls else _Nothing() as s:
+                r = run_produce(c.bootstrap_servers, topic, n, size,
+                                producer_props=dict(PRODUCER_PROPS, acks=acks),
+                                report_interval_s=60.0, flush_timeout_s=180.0,
+                                stall_timeout_s=90.0)
+            cpu = sum(proc_cpu_seconds(p) for p in pids) - cpu0
+            run = Run(rnd, mode, name, n, r.records_per_sec, r.mb_per_sec, r.p50_ms,
+                      r.p99_ms, cpu / n * 1e6, getattr(s, "count", 0))
+            print(f"round {rnd} metrics {mode:3} {name:13} {run.records_per_s:>10,.0f} rec/s "
+                  f"{run.mb_per_s:7.1f} MB/s p50 {run.p50_ms:6.1f} p99 {run.p99_ms:7.1f} ms "
+                  f"CPU {run.broker_cpu_s_per_m:5.2f} s/M rec  scrapes {run.scrapes}",
+                  flush=True)
+            out.append(run)
+    shutil.rmtree(d, ignore_errors=True)  # page cache: every run starts alike
+    return out
+
+
+class _Nothing:
+    count = 0
+
+    def __enter__(self) -> _Nothing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=1_000_000,
+                    help="100 B records per run (1 KB runs use a quarter)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--scrape-interval", type=float, default=1.0)
+    ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    base = args.dir or Path(tempfile.mkdtemp(prefix="odradek-metrics-bench-"))
+    runs: list[Run] = []
+    for rnd in range(1, args.rounds + 1):
+        order = ("on", "off") if rnd % 2 else ("off", "on")
+        for mode in order:
+            runs += one_run(base, rnd, mode, args.records, args.scrape_interval)
+    print("\n| workload | metric | off (median) | on (median) | on / off |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, *_ in WORKLOADS:
+        for field, label in (("records_per_s", "records/s"), ("p50_ms", "p50 ms"),
+                             ("p99_ms", "p99 ms"),
+                             ("broker_cpu_s_per_m", "broker CPU s / M records")):
+            off = statistics.median(getattr(r, field) for r in runs
+                                    if r.workload == name and r.mode == "off")
+            on = statistics.median(getattr(r, field) for r in runs
+                                   if r.workload == name and r.mode == "on")
+            print(f"| {name} | {label} | {off:,.2f} | {on:,.2f} | {on / off:.3f} |")
+    if args.json is not None:
+        args.json.write_text(json.dumps([asdict(r) for r in runs], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
