@@ -81,7 +81,10 @@ class RunOutput:
                                markup=True, highlight=False)
 
     def progress(self, description: str, total: float | None) -> TaskID:
-        """Start (or add to) the live progress display; returns the task to update."""
+        """Start (or add to) the live progress display; returns the task to update.
+        Not on a terminal (a pipe, CI): no bar at all, the say() lines tell the story."""
+        if not self.console.is_terminal:
+            return TaskID(-1)
         if self._progress is None:
             self._progress = Progress(
                 SpinnerColumn(), TextColumn("[progress.description]{task.description}"),
@@ -91,11 +94,11 @@ class RunOutput:
         return self._progress.add_task(description, total=total)
 
     def update(self, task: TaskID, **kw: Any) -> None:
-        if self._progress is not None:
+        if self._progress is not None and task >= 0:
             self._progress.update(task, **kw)
 
     def done(self, task: TaskID) -> None:
-        if self._progress is not None:
+        if self._progress is not None and task >= 0:
             self._progress.remove_task(task)
             if not self._progress.task_ids:
                 self._progress.stop()
