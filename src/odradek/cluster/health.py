@@ -16,7 +16,9 @@ Healthy means a controller, no node down and none of those partitions.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,9 +87,14 @@ def fetch_view(admin: Any, timeout_s: float = 10.0, extra_known: Iterable[int] =
         futures = admin.describe_configs(
             [ConfigResource(ResourceType.TOPIC, n) for n in sorted(md.topics)],
             request_timeout=timeout_s)
+        # One deadline for all topics, not one each: a cluster without a controller must
+        # not cost timeout x topics.
+        concurrent.futures.wait(list(futures.values()), timeout=timeout_s)
         for res, fut in futures.items():
+            if not fut.done():
+                continue
             try:
-                entry = fut.result(timeout_s).get("min.insync.replicas")
+                entry = fut.result(0).get("min.insync.replicas")
             except Exception as e:  # noqa: BLE001 - one topic's configs: report, go on
                 logger.info("DescribeConfigs %s failed: %s", res.name, e)
                 continue

@@ -11,6 +11,7 @@ has: the console must keep working while brokers die.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import threading
@@ -128,18 +129,24 @@ class ClusterCollector:
         tps = [(p.topic, p.partition) for p in raw.view.partitions if p.leader >= 0]
         if not tps:
             return
+        sent = []
         for spec, target in ((OffsetSpec.latest(), raw.high_watermarks),
                              (OffsetSpec.earliest(), raw.log_starts)):
             try:
-                futs = self.admin.list_offsets(
+                sent.append((target, self.admin.list_offsets(
                     {TopicPartition(t, p): spec for t, p in tps},
-                    request_timeout=REQUEST_TIMEOUT_S)
+                    request_timeout=REQUEST_TIMEOUT_S)))
             except Exception as e:  # noqa: BLE001
                 raw.errors.append(f"list offsets: {e}")
-                return
+        # Both requests in flight at once, one deadline for every answer.
+        concurrent.futures.wait([f for _, futs in sent for f in futs.values()],
+                                timeout=REQUEST_TIMEOUT_S)
+        for target, futs in sent:
             for tp, fut in futs.items():
+                if not fut.done():
+                    continue
                 try:
-                    target[(tp.topic, tp.partition)] = fut.result(REQUEST_TIMEOUT_S).offset
+                    target[(tp.topic, tp.partition)] = fut.result(0).offset
                 except Exception:  # noqa: BLE001 - a partition without a leader right now
                     continue
 
@@ -160,14 +167,24 @@ class ClusterCollector:
         except Exception as e:  # noqa: BLE001
             raw.errors.append(f"describe groups: {e}")
             return
+        # OffsetFetch is one group per request in librdkafka: send them all, then wait
+        # for every answer with one deadline (a dead coordinator costs one timeout).
+        offs_futs = {}
         for gid in ids:
             try:
-                d = descs[gid].result(REQUEST_TIMEOUT_S)
-                offs = self.admin.list_consumer_group_offsets(
+                offs_futs[gid] = self.admin.list_consumer_group_offsets(
                     [ConsumerGroupTopicPartitions(gid)],
-                    request_timeout=REQUEST_TIMEOUT_S)[gid].result(REQUEST_TIMEOUT_S)
+                    request_timeout=REQUEST_TIMEOUT_S)[gid]
             except Exception as e:  # noqa: BLE001
                 raw.errors.append(f"group {gid}: {e}")
+        concurrent.futures.wait([*descs.values(), *offs_futs.values()],
+                                timeout=REQUEST_TIMEOUT_S)
+        for gid in ids:
+            try:
+                d = descs[gid].result(0)
+                offs = offs_futs[gid].result(0)
+            except Exception as e:  # noqa: BLE001 - not answered in time, or an error
+                raw.errors.append(f"group {gid}: {e or type(e).__name__}")
                 continue
             members = [(m.member_id, m.client_id, m.host or "",
                         [(tp.topic, tp.partition) for tp in
