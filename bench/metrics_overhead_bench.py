@@ -53,6 +53,7 @@ class Run:
     p99_ms: float
     broker_cpu_s_per_m: float
     scrapes: int
+    requests: int = 0  # requests the brokers answered during the run (metrics on only)
 
 
 def _create_topic(bootstrap: str, topic: str) -> None:
@@ -109,6 +110,7 @@ def one_run(base: Path, rnd: int, mode: str, records: int, scrape_s: float) -> l
             topic = f"bench-{size}-{acks}"
             _create_topic(c.bootstrap_servers, topic)
             time.sleep(1.0)  # let the brokers settle after the topic's creation
+            req0 = _requests(urls)
             cpu0 = sum(proc_cpu_seconds(p) for p in pids)
             with Scraper(urls, scrape_s) if urls else _Nothing() as s:
                 r = run_produce(c.bootstrap_servers, topic, n, size,
@@ -117,7 +119,8 @@ def one_run(base: Path, rnd: int, mode: str, records: int, scrape_s: float) -> l
                                 stall_timeout_s=90.0)
             cpu = sum(proc_cpu_seconds(p) for p in pids) - cpu0
             run = Run(rnd, mode, name, n, r.records_per_sec, r.mb_per_sec, r.p50_ms,
-                      r.p99_ms, cpu / n * 1e6, getattr(s, "count", 0))
+                      r.p99_ms, cpu / n * 1e6, getattr(s, "count", 0),
+                      _requests(urls) - req0)
             print(f"round {rnd} metrics {mode:3} {name:13} {run.records_per_s:>10,.0f} rec/s "
                   f"{run.mb_per_s:7.1f} MB/s p50 {run.p50_ms:6.1f} p99 {run.p99_ms:7.1f} ms "
                   f"CPU {run.broker_cpu_s_per_m:5.2f} s/M rec  scrapes {run.scrapes}",
@@ -125,6 +128,58 @@ def one_run(base: Path, rnd: int, mode: str, records: int, scrape_s: float) -> l
             out.append(run)
     shutil.rmtree(d, ignore_errors=True)  # page cache: every run starts alike
     return out
+
+
+def _requests(urls: list[str]) -> int:
+    """Requests of every API answered so far by the brokers (0 without metrics)."""
+    total = 0.0
+    for u in urls:
+        total += sum(scrape(u, 5.0).series("kafka_network_requestmetrics_requests_total")
+                     .values())
+    return int(total)
+
+
+def micro(n: int = 200_000) -> None:
+    """What metrics add to one request on the loop thread, in-process: the arrival
+    stamp (contextvar set/reset, a deque), the metered dispatch's own work (two clocks,
+    the header's api key and version, one record() into four histograms) and the
+    per-partition topic counters of a produce."""
+    import contextvars
+    import timeit
+    from collections import deque
+
+    from odradek.metrics.stats import BrokerTopicStats, RequestMetrics
+
+    cv: contextvars.ContextVar[float] = contextvars.ContextVar("x", default=0.0)
+    arrivals: deque[float] = deque()
+    m = RequestMetrics()
+    stats = BrokerTopicStats()
+    frame = bytes([0, 0, 0, 10, 0, 0, 0, 1]) + b"x" * 64
+
+    def stamp() -> None:
+        arrivals.append(time.perf_counter())
+        tok = cv.set(arrivals.popleft())
+        cv.reset(tok)
+
+    def metered() -> None:
+        start = time.perf_counter()
+        api_key = (frame[0] << 8) | frame[1]
+        version = (frame[2] << 8) | frame[3]
+        arrived = cv.get() or start
+        end = time.perf_counter()
+        m.record(api_key, version, (start - arrived) * 1e3, (end - start) * 1e3, 0.0,
+                 (end - arrived) * 1e3)
+
+    def topic() -> None:
+        ts = stats.topic("page-views")
+        ts.produce_requests += 1
+        ts.bytes_in += 1000
+        ts.messages_in += 10
+
+    for name, fn in (("arrival stamp", stamp), ("metered dispatch + record", metered),
+                     ("topic counters (one partition)", topic)):
+        per = min(timeit.repeat(fn, number=n, repeat=5)) / n
+        print(f"micro: {name:32} {per * 1e9:7.0f} ns", flush=True)
 
 
 class _Nothing:
@@ -146,7 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scrape-interval", type=float, default=1.0)
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--micro", action="store_true", help="only the in-process per-request "
+                    "cost of the metrics hooks")
     args = ap.parse_args(argv)
+    if args.micro:
+        micro()
+        return 0
     base = args.dir or Path(tempfile.mkdtemp(prefix="odradek-metrics-bench-"))
     runs: list[Run] = []
     for rnd in range(1, args.rounds + 1):
@@ -164,6 +224,17 @@ def main(argv: list[str] | None = None) -> int:
             on = statistics.median(getattr(r, field) for r in runs
                                    if r.workload == name and r.mode == "on")
             print(f"| {name} | {label} | {off:,.2f} | {on:,.2f} | {on / off:.3f} |")
+    on = [r for r in runs if r.mode == "on" and r.requests]
+    if on:
+        print("\n| workload | requests per run (median) | brokers' CPU per request, µs (median) |")
+        print("| --- | --- | --- |")
+        for name, *_ in WORKLOADS:
+            rs = [r for r in on if r.workload == name]
+            if rs:
+                per = statistics.median(r.broker_cpu_s_per_m * r.records / r.requests
+                                        for r in rs)
+                print(f"| {name} | {statistics.median(r.requests for r in rs):,.0f} | "
+                      f"{per:,.0f} |")
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(r) for r in runs], indent=1))
     return 0

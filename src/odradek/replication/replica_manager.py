@@ -361,20 +361,23 @@ class ReplicaManager:
         stats = self.topic_stats
         for e in entries:
             res = e.result
-            if stats is not None:
-                ts = stats.topic(e.topic)
-                ts.produce_requests += 1
+            ts = None
             try:
                 if acks not in (0, 1, -1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
                 if e.records is None:
                     raise KafkaError(ErrorCode.invalid_record, "null records")
                 p = self.leader_partition(e.topic, res.index, image)
+                if stats is not None:
+                    # Only topics this broker hosts get series: a client naming random
+                    # topics must not grow the broker's memory (or its scrapes).
+                    ts = stats.topic(e.topic)
+                    ts.produce_requests += 1
                 info = p.append_as_leader(e.records, acks, t_now)
                 res.base_offset = info.first_offset
                 res.log_append_time_ms = info.log_append_time
                 res.log_start_offset = p.log.log_start_offset
-                if stats is not None:  # Kafka's BytesInPerSec / MessagesInPerSec
+                if ts is not None:  # Kafka's BytesInPerSec / MessagesInPerSec
                     ts.bytes_in += info.size_bytes
                     ts.messages_in += info.last_offset - info.first_offset + 1
                 tp = (e.topic, res.index)
@@ -395,14 +398,14 @@ class ReplicaManager:
                 res.error_code = int(err.code)
                 res.error_message = err.message or None
                 res.base_offset = -1
-                if stats is not None:
+                if ts is not None:
                     ts.failed_produce_requests += 1
                 if err.code not in (ErrorCode.not_leader_or_follower,
                                     ErrorCode.unknown_topic_or_partition):
                     logger.info("produce to %s-%d rejected: %s", e.topic, res.index, err)
             except Exception as err:  # never let one partition take the broker down
                 logger.exception("produce to %s-%d failed", e.topic, res.index)
-                if stats is not None:
+                if ts is not None:
                     ts.failed_produce_requests += 1
                 res.error_code = int(ErrorCode.unknown_server_error)
                 res.error_message = str(err)[:200]
@@ -478,6 +481,8 @@ class ReplicaManager:
         if stats is None:
             return
         for topic, entries in topics:
+            if not any((topic, e.result.index) in self.partitions for e in entries):
+                continue  # not hosted here: no series (see append_records)
             ts = stats.topic(topic)
             ts.fetch_requests += len(entries)
             n = 0
