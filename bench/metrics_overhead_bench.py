@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -127,6 +128,10 @@ def one_run(base: Path, rnd: int, mode: str, records: int, scrape_s: float) -> l
                   flush=True)
             out.append(run)
     shutil.rmtree(d, ignore_errors=True)  # page cache: every run starts alike
+    # The deleted logs' writeback and the freed page cache would otherwise land on the
+    # next run (the first run of each round measured slower in either mode).
+    os.sync()
+    time.sleep(3.0)
     return out
 
 
@@ -197,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=1_000_000,
                     help="100 B records per run (1 KB runs use a quarter)")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4,
+                    help="even, so each mode runs first in half the rounds")
     ap.add_argument("--scrape-interval", type=float, default=1.0)
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
@@ -213,8 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         order = ("on", "off") if rnd % 2 else ("off", "on")
         for mode in order:
             runs += one_run(base, rnd, mode, args.records, args.scrape_interval)
-    print("\n| workload | metric | off (median) | on (median) | on / off |")
-    print("| --- | --- | --- | --- | --- |")
+    # Paired by round (both modes ran back to back): the median of the per-round ratios
+    # is less sensitive to the machine's drift than the ratio of medians.
+    print("\n| workload | metric | off (median) | on (median) | on / off (medians) | "
+          "on / off (median of per-round ratios) |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for name, *_ in WORKLOADS:
         for field, label in (("records_per_s", "records/s"), ("p50_ms", "p50 ms"),
                              ("p99_ms", "p99 ms"),
@@ -223,7 +232,13 @@ def main(argv: list[str] | None = None) -> int:
                                     if r.workload == name and r.mode == "off")
             on = statistics.median(getattr(r, field) for r in runs
                                    if r.workload == name and r.mode == "on")
-            print(f"| {name} | {label} | {off:,.2f} | {on:,.2f} | {on / off:.3f} |")
+            paired = statistics.median(
+                getattr(a, field) / getattr(b, field)
+                for a in runs for b in runs
+                if a.workload == b.workload == name and a.round == b.round
+                and a.mode == "on" and b.mode == "off" and getattr(b, field))
+            print(f"| {name} | {label} | {off:,.2f} | {on:,.2f} | {on / off:.3f} | "
+                  f"{paired:.3f} |")
     on = [r for r in runs if r.mode == "on" and r.requests]
     if on:
         print("\n| workload | requests per run (median) | brokers' CPU per request, µs (median) |")
