@@ -19,6 +19,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["ChaosReport", "ChaosReports"]
 
 MAX_DEPTH = 3
+MAX_VISITED = 5000  # directories looked at per listing: a huge --reports dir stays cheap
 
 
 @dataclass(frozen=True)
@@ -38,12 +39,14 @@ class ChaosReports:
 
     def _dirs(self) -> list[Path]:
         found: list[Path] = []
+        visited = 0
         for root in self.roots:
             if not root.is_dir():
                 continue
             stack = [(root, 0)]
-            while stack:
+            while stack and visited < MAX_VISITED:
                 d, depth = stack.pop()
+                visited += 1
                 if (d / "index.html").is_file() and (d / "summary.json").is_file():
                     found.append(d)
                     continue
