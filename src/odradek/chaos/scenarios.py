@@ -28,8 +28,8 @@ from odradek.chaos.expectations import (  # noqa: F401 - Check, Expect, Metrics 
 )
 from odradek.chaos.faults import Faults
 from odradek.chaos.workload import (
-    History, LiveConsumer, MetadataPoller, ProducerWorkload, dump_replicas, final_read,
-    restart_stopped_brokers, wind_down,
+    History, LiveConsumer, MetadataPoller, ProducerWorkload, client_logging, dump_replicas,
+    final_read, restart_stopped_brokers, wind_down,
 )
 
 __all__ = ["Scenario", "Check", "Ctx", "ScenarioResult", "SCENARIOS", "get", "run_scenario",
@@ -527,7 +527,7 @@ def get(name: str) -> Scenario:
 def _create_topic(bootstrap: str, topic: str, assignment: list[int], config: dict[str, str]) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client_logging()})
     nt = NewTopic(topic, num_partitions=1, replica_assignment=[assignment], config=config)
     admin.create_topics([nt], operation_timeout=30)[topic].result(30)
 

@@ -250,12 +250,15 @@ def _run_and_report(names: list[str], args: argparse.Namespace, command: str) ->
     if err:
         print(f"odradek chaos: {err}", file=sys.stderr)
         return 2
-    from odradek.terminal import RunOutput
+    from odradek.chaos.workload import LIBRDKAFKA_LOGGER
+    from odradek.terminal import RunOutput, librdkafka_logger
 
     run_dir = Path(args.dir or f"chaos-{time.strftime('%Y%m%d-%H%M%S')}")
-    with RunOutput(run_dir / "chaos.log", verbose=getattr(args, "verbose", False)) as out:
+    verbose = getattr(args, "verbose", False)
+    with RunOutput(run_dir / "chaos.log", verbose=verbose) as out:
+        librdkafka_logger(run_dir / "librdkafka.log", verbose=verbose, name=LIBRDKAFKA_LOGGER)
         out.say(f"[bold]{command}[/bold]: {len(names)} case(s); run directory {run_dir}")
-        out.say(f"full log: {out.log_path}")
+        out.say(f"full log: {out.log_path}; librdkafka: {run_dir / 'librdkafka.log'}")
         task = out.progress("starting", total=len(names) + 1)
 
         def on_case(i: int, name: str) -> None:
