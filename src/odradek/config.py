@@ -44,6 +44,8 @@ __all__ = [
     "BROKER_CONFIGS",
     "parse_properties",
     "parse_listeners",
+    "parse_connection_overrides",
+    "listener_security_errors",
     "validate_topic_configs",
     "describe_topic_config",
     "describe_broker_config",
@@ -168,6 +170,82 @@ def parse_listeners(value: str, key: str = "listeners") -> list[tuple[str, str, 
     return endpoints
 
 
+# --- connection limits and listener security ---------------------------------------
+
+
+def parse_connection_overrides(value: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count,...`` (Kafka's CSV map; the
+    host may be a name, resolved when the listener starts, or an IP address)."""
+    out: dict[str, int] = {}
+    for item in parse_list(value or ""):
+        host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not sep or not host or not count.strip().isdigit():
+            raise ConfigError("max.connections.per.ip.overrides",
+                              f"Invalid value {value} for configuration "
+                              "max.connections.per.ip.overrides: expected host:count,...")
+        out[host] = int(count)
+    return out
+
+
+# Security protocols a listener can have (Kafka's SecurityProtocol); Odradek serves the
+# first only. TLS and SASL come with issue 14.
+SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def listener_security_errors(config: BrokerConfig) -> list[str]:
+    """Why this broker must not start with its listeners, or [] if it may.
+
+    A listener whose protocol Odradek cannot speak must stop the broker, never be served
+    as plaintext (an ``SSL://`` listener once served plaintext with a keystore that did
+    not exist). Missing key material is reported too, so the operator sees every problem
+    of the listener at once.
+    """
+    raw = config.effective_raw()
+    errors: list[str] = []
+    try:
+        proto_map = {k.strip().upper(): v.strip().upper() for k, v in
+                     (item.split(":", 1) for item in
+                      parse_list(config.get("listener.security.protocol.map")))}
+    except ValueError:
+        return ["listener.security.protocol.map: expected NAME:PROTOCOL,..."]
+    endpoints = config.listener_endpoints()
+    if len(endpoints) > 1:
+        errors.append(f"listeners={config.listeners}: Odradek serves exactly one listener; "
+                      "the others would be silently ignored")
+    for name, host, port in endpoints:
+        where = f"listener {name}://{host}:{port}"
+        proto = proto_map.get(name)
+        if proto is None:
+            errors.append(f"{where}: no security protocol defined for listener {name} in "
+                          "listener.security.protocol.map")
+            continue
+        if proto not in _SECURITY_PROTOCOLS:
+            errors.append(f"{where}: unknown security protocol {proto}")
+            continue
+        if proto in SUPPORTED_SECURITY_PROTOCOLS:
+            continue
+        problem = (f"{where} uses security protocol {proto}, which Odradek does not support "
+                   "yet (only PLAINTEXT); refusing to start rather than serve it as "
+                   "plaintext")
+        if proto.endswith("SSL"):
+            prefix = f"listener.name.{name.lower()}."
+            keystore = raw.get(prefix + "ssl.keystore.location") or raw.get(
+                "ssl.keystore.location")
+            if not keystore:
+                problem += "; its key material is missing too: ssl.keystore.location is not set"
+            elif not Path(keystore).is_file():
+                problem += (f"; its key material is missing too: ssl.keystore.location "
+                            f"{keystore} does not exist")
+        errors.append(problem)
+    inter = config.get("security.inter.broker.protocol")
+    if inter is not None and inter.upper() not in SUPPORTED_SECURITY_PROTOCOLS:
+        errors.append(f"security.inter.broker.protocol={inter} is not supported yet "
+                      "(only PLAINTEXT)")
+    return errors
+
+
 # --- broker config -----------------------------------------------------------------
 
 
@@ -258,6 +336,11 @@ class BrokerConfig:
         log_dirs = values["log.dirs"] if values["log.dirs"] is not None else [values["log.dir"]]
         if not log_dirs:
             raise ConfigError("log.dirs", "log.dirs must contain at least one directory")
+        overrides = parse_connection_overrides(values["max.connections.per.ip.overrides"])
+        if values["max.connections.per.ip"] == 0 and not overrides:
+            raise ConfigError("max.connections.per.ip",
+                              "max.connections.per.ip can be set to zero only if "
+                              "max.connections.per.ip.overrides property is set.")
         roll_ms = values["log.roll.ms"]
         if roll_ms is None:
             roll_ms = values["log.roll.hours"] * 3_600_000

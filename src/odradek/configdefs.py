@@ -427,8 +427,30 @@ _BROKER_LIST: list[ConfigDef] = [
     _b("num.network.threads", T.INT, "3", "Network threads (ignored: asyncio).", Range(1)),
     _b("num.io.threads", T.INT, "8", "I/O threads (ignored: asyncio).", Range(1)),
     _b("background.threads", T.INT, "10", "Background threads (ignored).", Range(1)),
-    _b("queued.max.requests", T.INT, "500", "Queued requests before blocking reads.", Range(1)),
-    _b("connections.max.idle.ms", T.LONG, "600000", "Idle connection timeout."),
+    _b("queued.max.requests", T.INT, "500",
+       "Requests read from sockets but not yet handled, across all connections, before "
+       "connections stop reading.", Range(1)),
+    _b("connections.max.idle.ms", T.LONG, "600000",
+       "Close connections with no bytes read or written for this long (-1: never)."),
+    _b("max.connections", T.INT, str(INT_MAX),
+       "Connections the broker accepts at once; at the limit it stops accepting until one "
+       "closes.", Range(0)),
+    _b("max.connections.per.ip", T.INT, str(INT_MAX),
+       "Connections allowed from one IP address; more are closed as they arrive.", Range(0)),
+    _b("max.connections.per.ip.overrides", T.STRING, "",
+       "Per-IP or hostname limits overriding max.connections.per.ip, e.g. "
+       "'hostName:100,127.0.0.1:200'."),
+    _b("odradek.request.max.elements", T.INT, "200000",
+       "Beyond Kafka: array elements one request may decode to (a decoded element costs "
+       "~50-200 bytes of memory, so this bounds a request's memory beyond "
+       "socket.request.max.bytes); a larger request closes the connection.", Range(1)),
+    _b("odradek.max.partitions.per.request", T.INT, "10000",
+       "Beyond Kafka's configs: new partitions one CreateTopics or CreatePartitions request "
+       "may add (Kafka's controller hard-codes 10,000 records per request and answers "
+       "POLICY_VIOLATION beyond).", Range(1)),
+    _b("odradek.max.partitions", T.INT, "200000",
+       "Beyond Kafka: partitions the whole cluster may have (Kafka's guidance is at most "
+       "200,000); creations past it get POLICY_VIOLATION.", Range(1)),
     _b("log.segment.bytes", T.INT, "1073741824", "Segment file size (R23).", Range(14)),
     _b("log.roll.ms", T.LONG, None, "Segment roll time in ms (overrides log.roll.hours)."),
     _b("log.roll.hours", T.INT, "168", "Segment roll time in hours.", Range(1)),
@@ -517,7 +539,15 @@ _BROKER_LIST: list[ConfigDef] = [
        "Prometheus metrics at http://HOST:PORT/metrics (Kafka's MBean names as the JMX "
        "exporter maps them); unset (default): no metrics listener and no request "
        "timing."),
+    _b("ssl.keystore.location", T.STRING, None,
+       "Keystore file of SSL listeners (SSL listeners are not supported yet)."),
     _b("ssl.keystore.password", T.PASSWORD, None, "Keystore password (TLS is not supported)."),
+    _b("ssl.key.password", T.PASSWORD, None, "Private key password (TLS is not supported)."),
+    _b("ssl.truststore.location", T.STRING, None,
+       "Truststore file of SSL listeners (SSL listeners are not supported yet)."),
+    _b("ssl.truststore.password", T.PASSWORD, None, "Truststore password (TLS is not supported)."),
+    _b("sasl.enabled.mechanisms", T.LIST, "GSSAPI",
+       "SASL mechanisms of SASL listeners (SASL listeners are not supported yet)."),
 ]
 
 BROKER_CONFIGS: Final[dict[str, ConfigDef]] = {d.name: d for d in _BROKER_LIST}

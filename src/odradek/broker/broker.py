@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,12 @@ from odradek.replication.isr_store import ZkIsrStore
 from odradek.replication.replica_manager import RECOVERY_POINT_CHECKPOINT, ReplicaManager
 from odradek.replication.trace import RecordTracer
 from odradek.server.dispatch import RequestDispatcher
-from odradek.server.network import KafkaConnection, start_listener
-from odradek.config import BrokerConfig, log_config_for_topic
+from odradek.server.network import ConnectionLimits, RequestQueue
+from odradek.server.socket_server import ConnectionQuotas, SocketServer
+from odradek.config import (
+    BrokerConfig, ConfigError, listener_security_errors, log_config_for_topic,
+    parse_connection_overrides,
+)
 from odradek.metrics.http_listener import MetricsListener, parse_listener_url
 from odradek.storage.log import LogConfig
 from odradek.zk import znodes
@@ -43,11 +48,24 @@ log = logging.getLogger(__name__)
 
 
 HW_CHECKPOINT_INTERVAL_S = 5.0  # replica.high.watermark.checkpoint.interval.ms
-CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0  # an ISR write that cannot reach ZooKeeper fails after this
 # With a metrics.listener, the stall detector runs at this threshold unless
 # ODRADEK_LOOP_STALL_MS says otherwise (its figures are exported).
-METRICS_STALL_THRESHOLD_MS = 250.0  # an ISR write that cannot reach ZooKeeper fails after this
+METRICS_STALL_THRESHOLD_MS = 250.0
 _LOG_CONFIG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
+
+
+def _resolve_overrides(config: BrokerConfig) -> dict[str, int]:
+    """max.connections.per.ip.overrides with host names resolved (Kafka resolves them with
+    InetAddress.getByName once, when the config is loaded)."""
+    out: dict[str, int] = {}
+    for host, count in parse_connection_overrides(
+            config.get("max.connections.per.ip.overrides")).items():
+        try:
+            out[socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]] = count
+        except OSError:
+            log.warning("max.connections.per.ip.overrides: cannot resolve %s; ignored", host)
+    return out
 
 
 class Broker:
@@ -95,8 +113,14 @@ class Broker:
             self.context, self.metrics.requests if self.metrics else None)
         self.stall_detector: stall_detector.StallDetector | None = None
         self.stopping = False
-        self.connections: set[KafkaConnection] = set()
-        self._server: asyncio.Server | None = None
+        self.socket_server = SocketServer(
+            (self.dispatcher.dispatch_metered if self.metrics is not None
+             else self.dispatcher.dispatch),
+            ConnectionLimits(max_frame_bytes=config.socket_request_max_bytes),
+            ConnectionQuotas(config.get("max.connections"), config.get("max.connections.per.ip"),
+                             _resolve_overrides(config)),
+            RequestQueue(config.get("queued.max.requests")),
+            idle_ms=config.get("connections.max.idle.ms"))
         self._image_waiters: list[asyncio.Future[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -111,6 +135,11 @@ class Broker:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        # Honest listeners (issue 11): a listener Odradek cannot speak stops the broker
+        # before anything is bound, never is served as plaintext.
+        problems = listener_security_errors(self.config)
+        if problems:
+            raise ConfigError("listeners", "; ".join(problems))
         self.stall_detector = stall_detector.maybe_start(  # ODRADEK_LOOP_STALL_MS
             self._loop, METRICS_STALL_THRESHOLD_MS if self.metrics else None)
         if self.metrics is not None and self.metrics_address is not None:
@@ -124,11 +153,7 @@ class Broker:
         self.cleaner.start(self._loop)  # log compaction threads (SPEC R25)
         log.info("logs loaded in %.2f s", time.monotonic() - t0)
         bind_host, bind_port = self._bind_address()
-        dispatch = (self.dispatcher.dispatch_metered if self.metrics is not None
-                    else self.dispatcher.dispatch)
-        self._server = await start_listener(bind_host, bind_port, dispatch,
-                                            self.config.socket_request_max_bytes,
-                                            self.connections)
+        self.socket_server.bind(bind_host, bind_port)
         session_s = self.config.zookeeper_session_timeout_ms / 1000
         self.zk = await asyncio.to_thread(
             connect_zk, self.config.zookeeper_connect, source_ip=self.advertised_host,
@@ -148,7 +173,7 @@ class Broker:
         await asyncio.to_thread(self.store.start, session_s * 2 + 5)
         self.controller.start()
         self.groups.start()  # consumer groups (issue 4)
-        await self._server.start_serving()
+        self.socket_server.start_serving()
         self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
         self._tasks.append(asyncio.create_task(self._isr_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
@@ -183,10 +208,7 @@ class Broker:
                                             self.broker_id, CONTROLLED_SHUTDOWN_TIMEOUT_S)
             log.info("controlled shutdown %s in %.2f s", "completed" if moved else "timed out",
                      time.monotonic() - t0)
-        if self._server is not None:
-            self._server.close()
-        for conn in list(self.connections):
-            conn.close()
+        self.socket_server.close()
         for t in self._tasks:
             t.cancel()
         if self.controller is not None:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from odradek.broker.broker import Broker
-from odradek.config import BrokerConfig
+from odradek.config import BrokerConfig, ConfigError
 
 log = logging.getLogger("odradek.broker")
 
@@ -35,6 +35,10 @@ async def _serve(config: BrokerConfig) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await broker.start()
+    except ConfigError as e:
+        log.error("broker %d cannot start: %s", config.broker_id, e)
+        await broker.shutdown()
+        return 1
     except Exception:
         log.exception("broker %d failed to start", config.broker_id)
         await broker.shutdown()

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from odradek.errors import ErrorCode, KafkaError
+from odradek.log_limiter import LogLimiter
 from odradek.log_manager.flusher import Flusher
 from odradek.metrics.stats import BrokerTopicStats, IsrStats
 from odradek.metadata.image import MetadataImage, PartitionInfo
@@ -59,6 +60,7 @@ from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.truncation_ledger import (
     DEFAULT_RETENTION_BYTES, RETENTION_CONFIG, TruncationLedger, ledger_root,
 )
+from odradek.topics import INTERNAL_TOPICS
 
 logger = logging.getLogger(__name__)
 log = logger  # the name the start-up and checkpoint code below has always used
@@ -69,6 +71,7 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 HW_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 FENCED_RETRY_S = 1.0  # a fenced leader re-asserts its ISR at most this often
+_REJECTED_LOG = LogLimiter(burst=5, interval_s=60.0)
 
 
 def now_ms() -> int:
@@ -367,6 +370,11 @@ class ReplicaManager:
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
                 if e.records is None:
                     raise KafkaError(ErrorCode.invalid_record, "null records")
+                if not internal and e.topic in INTERNAL_TOPICS:
+                    # Kafka (ReplicaManager.appendToLocalLog): clients never write to
+                    # internal topics; the coordinators append to them locally.
+                    raise KafkaError(ErrorCode.invalid_topic_exception,
+                                     f"Cannot append to internal topic {e.topic}")
                 p = self.leader_partition(e.topic, res.index, image)
                 if stats is not None:
                     # Only topics this broker hosts get series: a client naming random
@@ -402,7 +410,11 @@ class ReplicaManager:
                     ts.failed_produce_requests += 1
                 if err.code not in (ErrorCode.not_leader_or_follower,
                                     ErrorCode.unknown_topic_or_partition):
-                    logger.info("produce to %s-%d rejected: %s", e.topic, res.index, err)
+                    # Rate-limited per error code: a client repeating a bad produce must
+                    # not be able to fill the log disk.
+                    _REJECTED_LOG.log(logger, logging.INFO, err.code,
+                                      "produce to %s-%d rejected: %s", e.topic, res.index,
+                                      err)
             except Exception as err:  # never let one partition take the broker down
                 logger.exception("produce to %s-%d failed", e.topic, res.index)
                 if ts is not None:
@@ -584,6 +596,11 @@ class ReplicaManager:
         for topic, plist in requests:
             for st in plist:
                 try:
+                    if topic in INTERNAL_TOPICS:
+                        # Kafka (ReplicaManager.deleteRecordsOnLocalLog): clients never
+                        # move the log start of internal topics.
+                        raise KafkaError(ErrorCode.invalid_topic_exception,
+                                         f"Cannot delete records of internal topic {topic}")
                     p = self.leader_partition(topic, st.index, image)
                     before = p.log.log_start_offset
                     st.target = p.delete_records_to(offsets[(topic, st.index)])

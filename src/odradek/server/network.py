@@ -1,17 +1,33 @@
-"""The thin asyncio layer: sockets in, frames to the broker, responses out.
+"""The thin asyncio layer of one client connection: bytes in, frames to dispatch, responses out.
 
-One ``KafkaConnection`` per client socket. Requests are handled in arrival order and
-responses go out in the same order (clients rely on it). Handlers that finish at once
-are answered inline in ``data_received`` (the hot path creates no task). A handler that
-must wait (delayed fetch, admin writes) returns a coroutine, and like Kafka the
-connection starts no other request until it is answered (backpressure). The one
-exception is Produce (``Pipelined``): its effects happen in order at once, and only its
-wait for the acknowledgement overlaps the next requests, up to ``MAX_PENDING_ANSWERS``.
+One ``KafkaConnection`` per client socket (accepted by ``socket_server.SocketServer``).
+Requests are handled in arrival order and responses go out in the same order (clients
+rely on it). Handlers that finish at once are answered inline in ``data_received`` (the
+hot path creates no task). A handler that must wait (delayed fetch, admin writes) returns
+a coroutine, and like Kafka the connection starts no other request until it is answered.
+The one exception is Produce (``Pipelined``): its effects (the appends) happen in order
+at once and only its wait for the acknowledgement overlaps the next requests, up to
+``MAX_PENDING_ANSWERS``; the answers still leave in request order.
 
-Responses are written with as few copies as possible (SPEC R26): when the transport's
-buffer is empty, byte parts go straight to the socket and record data from segment
-files with ``os.sendfile``; only what the socket does not take at once is copied into
-the transport's buffer.
+Memory per connection is bounded whatever the peer does (issue 11):
+
+* a frame larger than ``socket.request.max.bytes`` closes the connection before its body
+  is buffered (``FrameDecoder``);
+* frames received but not yet handled are bounded in number and bytes per connection,
+  and across the broker by ``queued.max.requests`` (``RequestQueue``): past either bound
+  the connection stops reading and the kernel's socket buffer pushes back on the client;
+* a response the peer does not read stops the connection from handling further requests
+  until it has been written (Kafka mutes a channel while its response is in flight).
+  Unsent record data stays in the segment files: a slice that does not fit in the socket
+  buffer is kept as (fd, position, size), its fd ``dup``-ed so retention or deletion of the
+  segment cannot close it underneath, and ``os.sendfile`` resumes when the socket is
+  writable again (SPEC R26: zero-copy). The old writer ``pread`` the unsent rest of every
+  slice into memory: four 125 MB fetches took a broker from 80 MB to 554 MB.
+
+Writes bypass the transport (uvloop has no ``loop.sendfile``): bytes go out with
+``os.writev``, record data with ``os.sendfile``, both straight to the socket; readiness
+is awaited with ``loop.add_writer`` on a ``dup`` of the socket (the transport already
+polls the socket's own fd for reading).
 """
 
 from __future__ import annotations
@@ -24,13 +40,20 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
-from odradek.protocol.framing import FrameDecoder, FrameError, FrameTooLarge
+from odradek.protocol.framing import (
+    DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, FrameTooLarge,
+)
+from odradek.log_limiter import LogLimiter
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
-MAX_PENDING_FRAMES = 100
+# Linux IOV_MAX: the most buffers one writev takes.
+_IOV_MAX: Final = 1024
+# A FileSlice is sent in pieces of at most this many bytes when sendfile is off.
+_PREAD_CHUNK: Final = 1 << 20
 
 # The peer address of the connection whose request is being handled (handlers that must
 # report client hosts, e.g. DescribeGroups, read it; tasks created meanwhile inherit it).
@@ -40,6 +63,10 @@ CURRENT_PEER: contextvars.ContextVar[Any] = contextvars.ContextVar("odradek_peer
 # queue time (RequestQueueTimeMs) starts here, not when its handler starts.
 FRAME_ARRIVED_AT: contextvars.ContextVar[float] = contextvars.ContextVar(
     "odradek_frame_arrived_at", default=0.0)
+
+# Connection-level events a hostile client can repeat at will (malformed frames, closes):
+# the first few per peer address are logged, then one line a minute with a count.
+CONNECTION_LOG = LogLimiter(burst=5, interval_s=60.0)
 
 
 class CloseConnection(Exception):
@@ -51,7 +78,7 @@ class Pipelined:
 
     The dispatcher returns it for Produce: the append (every effect of the request)
     already happened, in arrival order, before this is returned; only the wait for the
-    acknowledgement (acks=all: the high watermark, SPEC R7) is left. Kafka processes one
+    acknowledgement (acks=all: the high watermark, SPEC R7) is left. Kafka handles one
     request per connection at a time, so a producer's pipelined requests queue behind
     each other's replication round trips; here they wait side by side, and the answers
     still leave in request order (the protocol's guarantee)."""
@@ -62,37 +89,127 @@ class Pipelined:
         self.coro = coro
 
 
-Dispatch = Callable[[bytes], Any]
-
 # Answers a connection may have pending at once (pipelined produces plus what follows
 # them): the idempotent producer's limit of in-flight requests (5) with room to spare.
-MAX_PENDING_ANSWERS = 8
+MAX_PENDING_ANSWERS: Final = 8
+
+
+Dispatch = Callable[[bytes], Any]
+
+
+class FileSliceLike(Protocol):
+    """storage.log_types.FileSlice: whole batches at [position, position+size) of fd."""
+
+    @property
+    def fd(self) -> int: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """Per-connection bounds (Kafka's names where Kafka has the setting)."""
+
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES  # socket.request.max.bytes
+    # Frames received but not handled yet, per connection: past either bound the
+    # connection stops reading until half of them have been handled.
+    max_pending_frames: int = 100
+    max_pending_bytes: int = 4 << 20
+    use_sendfile: bool = True
+
+
+class RequestQueue:
+    """Kafka's ``queued.max.requests``: requests read from sockets but not yet handled,
+    across every connection of the broker. At the bound, connections that receive more
+    stop reading ("parked") until the count falls below it again."""
+
+    __slots__ = ("max_queued", "queued", "_parked")
+
+    def __init__(self, max_queued: int = 500) -> None:
+        self.max_queued = max_queued
+        self.queued = 0
+        self._parked: set[KafkaConnection] = set()
+
+    @property
+    def full(self) -> bool:
+        return self.queued >= self.max_queued
+
+    def change(self, delta: int) -> None:
+        self.queued += delta
+        if delta < 0 and self._parked and self.queued < self.max_queued:
+            parked, self._parked = self._parked, set()
+            for conn in parked:
+                conn.maybe_resume_reading()
+
+    def park(self, conn: KafkaConnection) -> None:
+        self._parked.add(conn)
+
+    def forget(self, conn: KafkaConnection) -> None:
+        self._parked.discard(conn)
+
+
+class ConnectionOwner(Protocol):
+    """What a connection tells the server that accepted it (``SocketServer``)."""
+
+    request_queue: RequestQueue
+
+    def connection_opened(self, conn: KafkaConnection) -> None: ...
+    def connection_closed(self, conn: KafkaConnection) -> None: ...
+
+
+class _PendingFile:
+    """The unsent rest of a FileSlice, with its own fd (a dup: the segment may be
+    closed by retention or deletion while the peer is slow to read)."""
+
+    __slots__ = ("fd", "position", "remaining")
+
+    def __init__(self, fd: int, position: int, remaining: int) -> None:
+        self.fd = fd
+        self.position = position
+        self.remaining = remaining
+
+
+class _Truncated(Exception):
+    """A segment got shorter than the slice being sent (follower truncation)."""
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, dispatch: Dispatch, max_frame_bytes: int,
-                 connections: set[KafkaConnection], use_sendfile: bool = True) -> None:
+    def __init__(self, dispatch: Dispatch, limits: ConnectionLimits,
+                 owner: ConnectionOwner, ip: str | None = None) -> None:
         self._dispatch = dispatch
-        self._decoder = FrameDecoder(max_frame_bytes)
+        self.ip = ip  # the address its connection quota was counted under
+        self._limits = limits
+        self._owner = owner
+        self._requests = owner.request_queue
+        self._decoder = FrameDecoder(limits.max_frame_bytes)
         self._pending: deque[Any] = deque()
         self._arrivals: deque[float] = deque()  # perf_counter() of each pending frame
+        self._pending_bytes = 0
+        self._queued = 0  # len(self._pending) as last reported to the request queue
         # Answers not yet written, in request order: tasks (delayed answers) and done
         # futures (immediate answers that must wait for an earlier delayed one).
         self._answers: deque[asyncio.Future[Any]] = deque()
         # A delayed request that is not pipelined: no further request starts until it
-        # is answered (Kafka's one-request-at-a-time per connection).
+        # is answered (Kafka's one request at a time per connection).
         self._blocking: asyncio.Future[Any] | None = None
-        self._paused = False
+        self._reading_paused = False
         self._closed = False
         self._transport: asyncio.Transport | None = None
         self._sock_fd = -1
-        self._connections = connections
-        self._use_sendfile = use_sendfile
+        # Unsent response parts (memoryview | _PendingFile), in order; non-empty means the
+        # socket is full and no further request is handled until it drains.
+        self._out: deque[Any] = deque()
+        self._wait_fd = -1  # dup of the socket registered with loop.add_writer
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.peer: Any = None
+        self.last_io = time.monotonic()  # for connections.max.idle.ms
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        self._loop = asyncio.get_running_loop()
         self.peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -101,52 +218,115 @@ class KafkaConnection(asyncio.Protocol):
                 self._sock_fd = sock.fileno()
             except OSError:
                 self._sock_fd = -1
-        self._connections.add(self)
+        self._owner.connection_opened(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        self._connections.discard(self)
-        self._pending.clear()
-        self._arrivals.clear()
+        self._release()
+        self._owner.connection_closed(self)
         answers, self._answers = self._answers, deque()
         for fut in answers:
             if not fut.done():
                 fut.cancel()
 
     def data_received(self, data: bytes) -> None:
+        self.last_io = time.monotonic()
         try:
             frames = self._decoder.feed(data)
         except (FrameTooLarge, FrameError) as e:
             # Kafka closes a connection whose size prefix exceeds socket.request.max.bytes
             # or is malformed; nothing sensible can be answered.
-            log.warning("closing connection from %s: %s", self.peer, e)
+            self.log_close(str(e))
             self.close()
             return
         if frames:
             self._pending.extend(frames)
             self._arrivals.extend([time.perf_counter()] * len(frames))
-            if self._blocking is None:
+            self._pending_bytes += sum(len(f) for f in frames)
+            if self._blocking is None and not self._out:
                 self._process()
-            if len(self._pending) > MAX_PENDING_FRAMES and not self._paused and self._transport:
-                self._paused = True
-                self._transport.pause_reading()
+            self._account()
 
     def close(self) -> None:
+        """Close now (responses not yet written are dropped, as Kafka does)."""
         if not self._closed and self._transport is not None:
             self._closed = True
+            self._release()
             self._transport.close()
+
+    def log_close(self, why: str, level: int = logging.WARNING) -> None:
+        host = self.peer[0] if self.peer else None
+        CONNECTION_LOG.log(logger, level, ("close", host, why[:24]),
+                           "closing connection from %s: %s", self.peer, why)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def has_unsent_output(self) -> bool:
+        return bool(self._out)
+
+    def _release(self) -> None:
+        """Drop every queued request and unsent response part; close our fds."""
+        self._pending.clear()
+        self._arrivals.clear()
+        self._pending_bytes = 0
+        self._account()
+        self._requests.forget(self)
+        for part in self._out:
+            if isinstance(part, _PendingFile):
+                os.close(part.fd)
+        self._out.clear()
+        if self._wait_fd >= 0:
+            if self._loop is not None:
+                self._loop.remove_writer(self._wait_fd)
+            os.close(self._wait_fd)
+            self._wait_fd = -1
+
+    # ------------------------------------------------------------------ backpressure
+    def _account(self) -> None:
+        """Report queued frames to the request queue; stop reading past the bounds."""
+        n = len(self._pending)
+        if n != self._queued:
+            self._requests.change(n - self._queued)
+            self._queued = n
+        if self._closed or self._transport is None:
+            return
+        if not self._reading_paused:
+            if (n >= self._limits.max_pending_frames
+                    or self._pending_bytes >= self._limits.max_pending_bytes
+                    or (n and self._requests.full)):
+                self._reading_paused = True
+                self._transport.pause_reading()
+                if self._requests.full:
+                    self._requests.park(self)
+        else:
+            self.maybe_resume_reading()
+
+    def maybe_resume_reading(self) -> None:
+        if not self._reading_paused or self._closed or self._transport is None:
+            return
+        if (len(self._pending) <= self._limits.max_pending_frames // 2
+                and self._pending_bytes <= self._limits.max_pending_bytes // 2):
+            if self._requests.full and self._pending:
+                self._requests.park(self)
+                return
+            self._reading_paused = False
+            self._transport.resume_reading()
 
     # ------------------------------------------------------------------ request loop
     def _process(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         while (self._pending and self._blocking is None and not self._closed
-               and len(self._answers) < MAX_PENDING_ANSWERS):
+               and not self._out and len(self._answers) < MAX_PENDING_ANSWERS):
             frame = self._pending.popleft()
+            self._pending_bytes -= len(frame)
             arrived = FRAME_ARRIVED_AT.set(self._arrivals.popleft())
             token = CURRENT_PEER.set(self.peer)
             try:
                 result = self._dispatch(frame)
-                # Tasks are created here so that they inherit CURRENT_PEER.
+                # Tasks are created here, so that they inherit CURRENT_PEER.
                 if isinstance(result, Pipelined):
                     self._enqueue(loop.create_task(result.coro))
                     continue
@@ -156,11 +336,13 @@ class KafkaConnection(asyncio.Protocol):
                     self._enqueue(task)
                     return
             except CloseConnection as e:
-                log.info("closing connection from %s: %s", self.peer, e)
+                self.log_close(str(e), logging.INFO)
                 self.close()
                 return
             except Exception:
-                log.exception("request from %s failed; closing the connection", self.peer)
+                # dispatch answers handler failures with error codes; reaching here is a
+                # bug in the server itself.
+                logger.exception("request from %s failed; closing the connection", self.peer)
                 self.close()
                 return
             finally:
@@ -172,16 +354,14 @@ class KafkaConnection(asyncio.Protocol):
                 self._answers.append(done)
             else:
                 self._write(result)
-        if self._paused and len(self._pending) < MAX_PENDING_FRAMES // 2 and self._transport:
-            self._paused = False
-            self._transport.resume_reading()
 
     def _enqueue(self, task: asyncio.Future[Any]) -> None:
         self._answers.append(task)
         task.add_done_callback(self._answer_ready)
 
     def _answer_ready(self, _task: asyncio.Future[Any]) -> None:
-        """A delayed answer is ready: write every answer at the head that is ready."""
+        """A delayed answer is ready: write every answer at the head that is ready (a full
+        socket queues them in order in ``_out``), then go on with the next requests."""
         if self._closed:
             return
         answers = self._answers
@@ -194,81 +374,191 @@ class KafkaConnection(asyncio.Protocol):
                 return
             exc = fut.exception()
             if isinstance(exc, CloseConnection):
-                log.info("closing connection from %s: %s", self.peer, exc)
+                self.log_close(str(exc), logging.INFO)
                 self.close()
                 return
             if exc is not None:
-                log.error("request from %s failed; closing the connection", self.peer,
-                          exc_info=exc)
+                logger.error("request from %s failed; closing the connection", self.peer,
+                             exc_info=exc)
                 self.close()
                 return
             self._write(fut.result())
+            if self._closed:
+                return
         self._process()
+        self._account()
 
     # ------------------------------------------------------------------ writes
     def _write(self, result: Any) -> None:
+        """Send a response: bytes, or a list of bytes and FileSlices (in order)."""
         if result is None or self._closed or self._transport is None:
             return
-        transport = self._transport
-        if isinstance(result, (bytes, bytearray)):
-            transport.write(result)
+        if type(result) is bytes and not self._out and self._sock_fd >= 0:
+            # The common case (every non-Fetch response): one write() that takes it all.
+            try:
+                n = os.write(self._sock_fd, result)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError as e:
+                self._broken_write(e)
+                return
+            if n == len(result):
+                self.last_io = time.monotonic()
+                return
+            self._out.append(memoryview(result)[n:])
+            self._wait_writable()
             return
-        # A list of parts: bytes and file slices (fd, position, size).
-        direct = (self._use_sendfile and self._sock_fd >= 0
-                  and transport.get_write_buffer_size() == 0)
-        buffered: list[bytes] = []
-        for p in result:
-            if isinstance(p, (bytes, bytearray, memoryview)):
-                if direct:
-                    p = self._send_direct(p)
-                    if p is None:
-                        continue
-                    direct = False
-                buffered.append(bytes(p))
-            else:
-                if direct:
-                    sent = self._sendfile_direct(p.fd, p.position, p.size)
-                    if sent == p.size:
-                        continue
-                    direct = False
-                    buffered.append(os.pread(p.fd, p.size - sent, p.position + sent))
-                else:
-                    buffered.append(p.read_bytes())
-        if buffered:
-            transport.writelines(buffered)
-
-    def _send_direct(self, data: bytes | bytearray | memoryview) -> bytes | None:
-        """Write to the socket now; return what it did not take (None if all went)."""
+        if isinstance(result, (bytes, bytearray, memoryview)):
+            result = (result,)
+        if self._sock_fd < 0:
+            self._transport.writelines(
+                [p if isinstance(p, (bytes, bytearray, memoryview)) else _read_all(p)
+                 for p in result])
+            return
         try:
-            n = os.write(self._sock_fd, data)
-        except (BlockingIOError, InterruptedError):
-            n = 0
-        except OSError:
-            self.close()
-            return None
-        if n == len(data):
-            return None
-        return bytes(memoryview(data)[n:])
+            if self._out:  # still sending an earlier response: keep the order
+                self._out.extend(self._pin(p) for p in result)
+            else:
+                self._out.extend(self._send_now(result))
+            if self._out:
+                self._wait_writable()
+        except OSError as e:  # os.dup at the fd limit (EMFILE): this connection gives up
+            self._broken_write(e)
 
-    def _sendfile_direct(self, fd: int, position: int, size: int) -> int:
-        """SPEC R26: page cache to socket without passing through our buffers."""
+    def _send_now(self, parts: Any) -> list[Any]:
+        """Write as much of ``parts`` as the socket takes now; return the unsent rest
+        (its file parts pinned by their own fds)."""
+        i, n = 0, len(parts)
+        while i < n:
+            p = parts[i]
+            if isinstance(p, (bytes, bytearray, memoryview)):
+                j = i + 1
+                while (j < n and j - i < _IOV_MAX
+                       and isinstance(parts[j], (bytes, bytearray, memoryview))):
+                    j += 1
+                rest = self._writev(parts[i:j])
+                if rest is None:
+                    return []
+                if rest:
+                    return rest + [self._pin(q) for q in parts[j:]]
+                i = j
+                continue
+            try:
+                sent = self._sendfile(p.fd, p.position, p.size)
+            except (_Truncated, OSError) as e:
+                self._broken_write(e)
+                return []
+            if sent < p.size:
+                left = _PendingFile(os.dup(p.fd), p.position + sent, p.size - sent)
+                return [left] + [self._pin(q) for q in parts[i + 1:]]
+            i += 1
+        self.last_io = time.monotonic()
+        return []
+
+    @staticmethod
+    def _pin(p: Any) -> Any:
+        if isinstance(p, (bytes, bytearray, memoryview)):
+            return memoryview(p)
+        return _PendingFile(os.dup(p.fd), p.position, p.size)
+
+    def _writev(self, bufs: list[Any]) -> list[memoryview] | None:
+        """[] if all written, the unsent rest, or None if the connection broke."""
+        try:
+            written = os.writev(self._sock_fd, bufs)
+        except (BlockingIOError, InterruptedError):
+            written = 0
+        except OSError as e:
+            self._broken_write(e)
+            return None
+        rest: list[memoryview] = []
+        for b in bufs:
+            size = len(b)
+            if written >= size:
+                written -= size
+                continue
+            rest.append(memoryview(b)[written:])
+            written = 0
+        return rest
+
+    def _sendfile(self, fd: int, position: int, size: int) -> int:
+        """SPEC R26: page cache to socket without passing through our buffers. Returns
+        the bytes sent before the socket filled up."""
         sent = 0
         while sent < size:
             try:
-                n = os.sendfile(self._sock_fd, fd, position + sent, size - sent)
+                if self._limits.use_sendfile:
+                    n = os.sendfile(self._sock_fd, fd, position + sent, size - sent)
+                else:
+                    chunk = os.pread(fd, min(size - sent, _PREAD_CHUNK), position + sent)
+                    if not chunk:
+                        raise _Truncated(f"segment ends {size - sent} bytes early")
+                    n = os.write(self._sock_fd, chunk)
             except (BlockingIOError, InterruptedError):
                 break
-            except OSError:
-                break
             if n == 0:
-                break
+                raise _Truncated(f"segment ends {size - sent} bytes early")
             sent += n
         return sent
 
+    def _wait_writable(self) -> None:
+        if self._wait_fd < 0 and self._loop is not None and not self._closed:
+            self._wait_fd = os.dup(self._sock_fd)
+            self._loop.add_writer(self._wait_fd, self._on_writable)
 
-async def start_listener(host: str, port: int, dispatch: Dispatch, max_frame_bytes: int,
-                         connections: set[KafkaConnection]) -> asyncio.Server:
-    loop = asyncio.get_running_loop()
-    return await loop.create_server(
-        lambda: KafkaConnection(dispatch, max_frame_bytes, connections),
-        host=host or None, port=port, reuse_address=True, start_serving=False, backlog=1024)
+    def _on_writable(self) -> None:
+        out = self._out
+        while out and not self._closed:
+            p = out[0]
+            if isinstance(p, memoryview):
+                run: list[memoryview] = []
+                for q in out:
+                    if not isinstance(q, memoryview) or len(run) >= _IOV_MAX:
+                        break
+                    run.append(q)
+                rest = self._writev(run)
+                if rest is None:
+                    return
+                for _ in range(len(run)):
+                    out.popleft()
+                if rest:
+                    out.extendleft(reversed(rest))
+                    return
+                continue
+            try:
+                sent = self._sendfile(p.fd, p.position, p.remaining)
+            except (_Truncated, OSError) as e:
+                self._broken_write(e)
+                return
+            p.position += sent
+            p.remaining -= sent
+            self.last_io = time.monotonic()
+            if p.remaining:
+                return
+            os.close(p.fd)
+            out.popleft()
+        if self._closed:
+            return
+        self.last_io = time.monotonic()
+        if self._wait_fd >= 0 and self._loop is not None:
+            self._loop.remove_writer(self._wait_fd)
+            os.close(self._wait_fd)
+            self._wait_fd = -1
+        self._process()
+        self._account()
+
+    def _broken_write(self, e: BaseException) -> None:
+        # The peer reset the connection, or a segment was truncated under a slice that
+        # was promised in a response whose size prefix is already on the wire: the only
+        # honest ending is closing the connection (Kafka does the same).
+        self.log_close(f"write failed: {e!r}", logging.INFO)
+        self.close()
+
+
+def _read_all(p: FileSliceLike) -> bytes:
+    out = bytearray()
+    while len(out) < p.size:
+        chunk = os.pread(p.fd, p.size - len(out), p.position + len(out))
+        if not chunk:
+            raise _Truncated("segment ends early")
+        out += chunk
+    return bytes(out)

@@ -127,29 +127,56 @@ def _compress(codec: int, data: bytes) -> bytes:
     raise KafkaError(ErrorCode.unsupported_compression_type, f"codec {codec}")
 
 
-def _decompress(codec: int, data: bytes) -> bytes:
+# A decompressed batch may not exceed this (a decompression bomb: 1 MB of gzip can say
+# 1 GB of zeros). Kafka's producers build batches of at most ~1 MB before compression,
+# so 64 MiB leaves ample room; every caller (compacted-topic produce checks, the cleaner,
+# ListOffsets by timestamp, the coordinator's loader) thus allocates a bounded amount.
+MAX_DECOMPRESSED_BATCH_BYTES = 64 << 20
+
+
+def _too_big(limit: int) -> KafkaError:
+    return KafkaError(ErrorCode.corrupt_message,
+                      f"record batch decompresses to more than {limit} bytes")
+
+
+def _decompress(codec: int, data: bytes, limit: int = MAX_DECOMPRESSED_BATCH_BYTES) -> bytes:
+    """The batch payload, decompressed; never more than ``limit`` bytes are produced."""
     if codec == COMPRESSION_NONE:
         return data
     if codec == COMPRESSION_GZIP:
-        return zlib.decompress(data, 47)  # 47: auto-detect gzip/zlib header
+        d = zlib.decompressobj(47)  # 47: auto-detect gzip/zlib header
+        try:
+            out = d.decompress(data, limit + 1)
+        except zlib.error as e:
+            raise KafkaError(ErrorCode.corrupt_message, f"gzip: {e}") from None
+        if len(out) > limit or d.unconsumed_tail:
+            raise _too_big(limit)
+        return out
     import cramjam
 
-    if codec == COMPRESSION_SNAPPY:
-        if data.startswith(_XERIAL_MAGIC):
-            # Java's xerial framing: 16-byte header, then [i32 length][raw block]...
-            out = bytearray()
-            pos = 16
-            while pos < len(data):
-                (n,) = struct.unpack_from(">i", data, pos)
-                pos += 4
-                out += bytes(cramjam.snappy.decompress_raw(data[pos : pos + n]))
-                pos += n
-            return bytes(out)
-        return bytes(cramjam.snappy.decompress_raw(data))
-    if codec == COMPRESSION_LZ4:
-        return bytes(cramjam.lz4.decompress(data))
-    if codec == COMPRESSION_ZSTD:
-        return bytes(cramjam.zstd.decompress(data))
+    try:
+        if codec == COMPRESSION_SNAPPY:
+            if data.startswith(_XERIAL_MAGIC):
+                # Java's xerial framing: 16-byte header, then [i32 length][raw block]...
+                out_buf = bytearray()
+                pos = 16
+                while pos < len(data):
+                    (n,) = struct.unpack_from(">i", data, pos)
+                    pos += 4
+                    block = data[pos : pos + n]
+                    if len(out_buf) + cramjam.snappy.decompress_raw_len(block) > limit:
+                        raise _too_big(limit)
+                    out_buf += bytes(cramjam.snappy.decompress_raw(block))
+                    pos += n
+                return bytes(out_buf)
+            if cramjam.snappy.decompress_raw_len(data) > limit:  # the size is in its header
+                raise _too_big(limit)
+            return bytes(cramjam.snappy.decompress_raw(data))
+        if codec in (COMPRESSION_LZ4, COMPRESSION_ZSTD):
+            return _decompress_into(cramjam.lz4 if codec == COMPRESSION_LZ4 else cramjam.zstd,
+                                    data, limit)
+    except cramjam.DecompressionError as e:
+        raise KafkaError(ErrorCode.corrupt_message, f"codec {codec}: {e}") from None
     raise KafkaError(ErrorCode.unsupported_compression_type, f"codec {codec}")
 
 
@@ -161,6 +188,31 @@ def compress_payload(codec: int, data: bytes) -> bytes:
 def decompress_payload(codec: int, data: bytes) -> bytes:
     """Inverse of ``compress_payload`` (also reads Java's xerial-framed snappy)."""
     return _decompress(codec, data)
+
+
+def _decompress_into(module: object, data: bytes, limit: int) -> bytes:
+    """lz4/zstd frames need not state their size: decompress into a bounded buffer,
+    growing it (x8) up to ``limit``; a frame that does not fit even then is refused."""
+    import cramjam
+
+    cap = limit + 1  # one byte more than allowed: filling it proves the frame too big
+    size = min(cap, max(8 * len(data), 64 << 10))
+    while True:
+        out = bytearray(size)
+        try:
+            n = module.decompress_into(data, out)  # type: ignore[attr-defined]
+        except cramjam.DecompressionError as e:
+            if "whole buffer" not in str(e) and "too small" not in str(e):
+                raise  # corrupt, not merely larger: no point growing the buffer
+            if size >= cap:
+                raise _too_big(limit) from None
+            size = min(cap, size * 8)
+            continue
+        if n < size:
+            return bytes(memoryview(out)[:n])
+        if size >= cap:
+            raise _too_big(limit)
+        size = min(cap, size * 8)
 
 
 # --- encode / decode -------------------------------------------------------------
@@ -262,7 +314,9 @@ def decode_batch_records(batch: bytes | bytearray | memoryview) -> list[Record]:
         for _h in range(nh):
             hk, pos = _read_bytes(payload, pos)
             hv, pos = _read_bytes(payload, pos)
-            headers.append(((hk or b"").decode(), hv))
+            # Java's new String(bytes, UTF_8), as Kafka decodes header keys: malformed
+            # bytes become U+FFFD rather than an exception on a producer's garbage.
+            headers.append(((hk or b"").decode("utf-8", "replace"), hv))
         if pos != end:
             raise KafkaError(ErrorCode.corrupt_message, "record length mismatch")
         ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta

@@ -22,6 +22,19 @@ from odradek.zk import znodes
 from odradek.zk.assignment import assign_replicas
 
 
+# ZooKeeper refuses packets over jute.maxbuffer (1 MiB - 1 by default) by dropping the
+# client's connection, which would suspend this broker's whole session (ISR writes
+# included). An assignment that cannot fit is refused before it is sent.
+MAX_ZNODE_BYTES = 1_000_000
+
+
+def _check_znode_size(topic: str, data: bytes) -> None:
+    if len(data) > MAX_ZNODE_BYTES:
+        raise KafkaError(ErrorCode.policy_violation,
+                         f"The assignment of topic '{topic}' would take {len(data)} bytes, "
+                         f"more than a ZooKeeper znode holds ({MAX_ZNODE_BYTES}).")
+
+
 @dataclass(frozen=True, slots=True)
 class NewTopicPlan:
     name: str
@@ -97,15 +110,17 @@ def create_topic(zk: KazooClient, plan: NewTopicPlan) -> None:
         if existing.replace(".", "_") == canon:
             raise KafkaError(ErrorCode.invalid_topic_exception,
                              f"Topic '{plan.name}' collides with existing topic: {existing}")
+    assignment = znodes.TopicAssignment(plan.name, znodes.new_kafka_uuid(), plan.assignment)
+    encoded = znodes.encode_topic(assignment)
+    _check_znode_size(plan.name, encoded)
     cfg_path = znodes.topic_config_path(plan.name)
     data = znodes.encode_topic_config(plan.configs)
     try:
         zk.create(cfg_path, data, makepath=True)
     except NodeExistsError:
         zk.set(cfg_path, data)
-    assignment = znodes.TopicAssignment(plan.name, znodes.new_kafka_uuid(), plan.assignment)
     try:
-        zk.create(znodes.topic_path(plan.name), znodes.encode_topic(assignment), makepath=True)
+        zk.create(znodes.topic_path(plan.name), encoded, makepath=True)
     except NodeExistsError:
         raise KafkaError(ErrorCode.topic_already_exists,
                          f"Topic '{plan.name}' already exists.") from None
@@ -163,9 +178,10 @@ def add_partitions(zk: KazooClient, topic: str, new_total: int,
                              f"Replication factor {rf} larger than available brokers "
                              f"{len(live_brokers)}")
         new = assign_replicas(sorted(live_brokers), adding, rf, start_partition_id=existing)
-    if validate_only:
-        return
     merged = dict(current.partitions)
     merged.update(new)
-    updated = znodes.TopicAssignment(topic, current.topic_id, merged)
-    zk.set(znodes.topic_path(topic), znodes.encode_topic(updated), version=stat.version)
+    encoded = znodes.encode_topic(znodes.TopicAssignment(topic, current.topic_id, merged))
+    _check_znode_size(topic, encoded)
+    if validate_only:
+        return
+    zk.set(znodes.topic_path(topic), encoded, version=stat.version)

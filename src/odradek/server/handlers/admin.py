@@ -10,12 +10,14 @@ topic and then produces finds a leader (Kafka does the same).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from odradek.metadata.image import MetadataImage
 from odradek.protocol.responses import part, response
+from odradek.topics import topic_name_error
 from odradek.zk.admin import (
     add_partitions, create_topic, mark_topic_for_deletion, plan_new_topic,
 )
@@ -28,6 +30,32 @@ if TYPE_CHECKING:
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+
+log = logging.getLogger(__name__)
+
+# Kafka's controller refuses a CreateTopics / CreatePartitions whose records exceed
+# QuorumController.MAX_RECORDS_PER_USER_OP with this error for every topic, before
+# writing anything (odradek.max.partitions.per.request is that cap, configurable).
+EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
+
+
+def _partition_caps(ctx: RequestContext) -> tuple[int, int]:
+    """(new partitions per request, partitions per cluster)."""
+    return (int(ctx.config.get("odradek.max.partitions.per.request")),
+            int(ctx.config.get("odradek.max.partitions")))
+
+
+def _cluster_partitions(image: MetadataImage) -> int:
+    return sum(len(t.partitions) for t in image.topics.values())
+
+
+def _over_cluster_cap(ctx: RequestContext, total: int, adding: int) -> KafkaError | None:
+    cap = _partition_caps(ctx)[1]
+    if total + adding > cap:
+        return KafkaError(ErrorCode.policy_violation,
+                          f"Adding {adding} partition(s) would bring the cluster to "
+                          f"{total + adding}, above odradek.max.partitions={cap}.")
+    return None
 
 
 async def _wait_image(ctx: RequestContext, ready: Any, timeout_s: float) -> None:
@@ -52,11 +80,22 @@ async def handle_create_topics(ctx: RequestContext, header: RequestHeaderInfo, r
     counts = Counter(t.name for t in req.topics)
     results = []
     created: list[str] = []
+    # Partition caps first, before any assignment is computed (num_partitions=2^31-1 with
+    # validate_only once grew a broker to 3.4 GB): the whole request fails if it adds
+    # more than odradek.max.partitions.per.request, as Kafka's controller does.
+    per_request, _ = _partition_caps(ctx)
+    default = ctx.config.num_partitions
+    too_big = sum(len(t.assignments) if t.assignments
+                  else default if t.num_partitions == -1 else max(int(t.num_partitions), 0)
+                  for t in req.topics) > per_request
+    cluster_total = _cluster_partitions(ctx.image)
     for t in req.topics:
         kw: dict[str, Any] = dict(name=t.name, error_code=ErrorCode.none, error_message=None,
                                   topic_config_error_code=0, num_partitions=-1,
                                   replication_factor=-1, configs=None)
         try:
+            if too_big:
+                raise KafkaError(ErrorCode.policy_violation, EXCESSIVE_BATCH)
             if counts[t.name] > 1:
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"Create topics request from client `{header.client_id}` "
@@ -70,6 +109,10 @@ async def handle_create_topics(ctx: RequestContext, header: RequestHeaderInfo, r
             if t.name in ctx.image.topics:
                 raise KafkaError(ErrorCode.topic_already_exists,
                                  f"Topic '{t.name}' already exists.")
+            over = _over_cluster_cap(ctx, cluster_total, plan.num_partitions)
+            if over is not None:
+                raise over
+            cluster_total += plan.num_partitions
             if not req.validate_only:
                 await asyncio.to_thread(create_topic, ctx.zk, plan)
                 created.append(t.name)
@@ -83,6 +126,10 @@ async def handle_create_topics(ctx: RequestContext, header: RequestHeaderInfo, r
                          is_sensitive=e.is_sensitive) for e in entries)
         except KafkaError as e:
             kw.update(error_code=e.code, error_message=e.message or None)
+        except Exception:  # noqa: BLE001 - one topic's failure never fails the others
+            log.exception("creating topic %r failed", t.name)
+            kw.update(error_code=ErrorCode.unknown_server_error,
+                      error_message="unexpected error; see broker log")
         results.append(part(19, v, "CreatableTopicResult", **kw))
     timeout_s = req.timeout.total_seconds()
     if created and timeout_s > 0:
@@ -101,10 +148,19 @@ async def handle_delete_topics(ctx: RequestContext, header: RequestHeaderInfo, r
         try:
             if not ctx.config.delete_topic_enable:
                 raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable=false")
+            if topic_name_error(name) is not None:
+                # Checked before any znode path is built from it ("..", "../x" used to
+                # reach kazoo and raise ValueError). A name that is not legal cannot
+                # exist: Kafka answers what it answers for any unknown topic.
+                raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                 f"Topic `{name}` to delete does not exist")
             await asyncio.to_thread(mark_topic_for_deletion, ctx.zk, name)
             deleting.append(name)
         except KafkaError as e:
             code = e.code
+        except Exception:  # noqa: BLE001 - one topic's failure never fails the others
+            log.exception("deleting topic %r failed", name)
+            code = ErrorCode.unknown_server_error
         results.append(part(20, v, "DeletableTopicResult", name=name, error_code=code,
                             error_message=None))
     timeout_s = req.timeout.total_seconds()
@@ -125,11 +181,31 @@ async def handle_create_partitions(ctx: RequestContext, header: RequestHeaderInf
     results = []
     changed: list[tuple[str, int]] = []
     counts = Counter(t.name for t in req.topics)
+    image = ctx.image
+    per_request, _ = _partition_caps(ctx)
+
+    def added(t: Any) -> int:
+        # Against this broker's image; a topic it does not know yet counts in full, so
+        # the cap holds even if ZooKeeper is ahead of the image.
+        info = image.topics.get(t.name)
+        return max(int(t.count) - (len(info.partitions) if info else 0), 0)
+
+    too_big = sum(added(t) for t in req.topics) > per_request
+    cluster_total = _cluster_partitions(image)
     for t in req.topics:
         code, msg = ErrorCode.none, None
         try:
+            if too_big:
+                raise KafkaError(ErrorCode.policy_violation, EXCESSIVE_BATCH)
             if counts[t.name] > 1:
                 raise KafkaError(ErrorCode.invalid_request, "Duplicate topic in request.")
+            if topic_name_error(t.name) is not None:  # before any znode path (see above)
+                raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                 f"The topic '{t.name}' does not exist.")
+            over = _over_cluster_cap(ctx, cluster_total, added(t))
+            if over is not None:
+                raise over
+            cluster_total += added(t)
             manual = ([list(a.broker_ids) for a in t.assignments]
                       if t.assignments is not None else None)
             await asyncio.to_thread(add_partitions, ctx.zk, t.name, int(t.count), manual,
@@ -138,6 +214,9 @@ async def handle_create_partitions(ctx: RequestContext, header: RequestHeaderInf
                 changed.append((t.name, int(t.count)))
         except KafkaError as e:
             code, msg = e.code, e.message or None
+        except Exception:  # noqa: BLE001 - one topic's failure never fails the others
+            log.exception("adding partitions to %r failed", t.name)
+            code, msg = ErrorCode.unknown_server_error, "unexpected error; see broker log"
         results.append(part(37, v, "CreatePartitionsTopicResult", name=t.name, error_code=code,
                             error_message=msg))
     timeout_s = req.timeout.total_seconds()

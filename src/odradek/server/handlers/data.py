@@ -82,10 +82,14 @@ def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Re
         # client to send full fetch requests, so an incremental one is a stale session.
         return encode_fetch_response(version, header.correlation_id, [],
                                      error_code=int(ErrorCode.fetch_session_id_not_found))
+    # Kafka (KafkaApis.handleFetchRequest): the broker's fetch.max.bytes caps the
+    # request's max_bytes and min_bytes, for consumers and followers alike (one fetch
+    # with max_bytes=2^31-1 used to return 125 MB).
+    cap = ctx.config.fetch_max_bytes
     params = FetchParams(replica_id=int(req.replica_id),
                          max_wait_s=req.max_wait.total_seconds(),
-                         min_bytes=int(req.min_bytes),
-                         max_bytes=int(getattr(req, "max_bytes", 0x7FFFFFFF)))
+                         min_bytes=min(int(req.min_bytes), cap),
+                         max_bytes=min(int(getattr(req, "max_bytes", 0x7FFFFFFF)), cap))
     topics: list[tuple[str, list[FetchEntry]]] = []
     for t in req.topics:
         entries: list[FetchEntry] = []
