@@ -42,6 +42,10 @@ REQUIRED = [
     "kafka_log_log_logendoffset",
     "kafka_server_sessionexpirelistener_sessionstate",
     "odradek_eventloop_stalls_total",
+    "kafka_server_socket_server_metrics_connection_count",
+    "kafka_server_socket_server_metrics_connection_creation_total",
+    "kafka_server_socket_server_metrics_connection_close_total",
+    "kafka_network_requestchannel_requestqueuesize",
 ]
 
 KILLED = 3
@@ -109,7 +113,20 @@ def test_metrics_follow_produce_kill_and_restart(make_cluster, topic_name) -> No
     for samples in s.values():
         assert samples.get("kafka_server_sessionexpirelistener_sessionstate",
                            state="CONNECTED") == 1
+        # The connection layer's counts: every broker leads a partition of the RF-3
+        # topic, so the two followers' fetchers are connected to it.
+        open_now = samples.get("kafka_server_socket_server_metrics_connection_count",
+                               listener="PLAINTEXT")
+        created = samples.get("kafka_server_socket_server_metrics_connection_creation_total",
+                              listener="PLAINTEXT")
+        closed = samples.get("kafka_server_socket_server_metrics_connection_close_total",
+                             listener="PLAINTEXT")
+        assert open_now is not None and created is not None and closed is not None
+        assert open_now >= 2 and created == open_now + closed
     expands_before = _total(s, "kafka_server_replicamanager_isrexpands_total")
+    closes_before = _total({b: v for b, v in s.items() if b != KILLED},
+                           "kafka_server_socket_server_metrics_connection_close_total",
+                           listener="PLAINTEXT")
 
     c.stop_broker(KILLED, signal.SIGKILL)
     # Every partition of the RF-3 topic loses broker 3 from its ISR (the controller
@@ -121,6 +138,9 @@ def test_metrics_follow_produce_kill_and_restart(make_cluster, topic_name) -> No
                                 KILLED) == 1, 60, "1 offline partition")
     s = _scrape_all(c, KILLED)
     assert _total(s, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    # The killed broker's fetcher connections to the other leaders were closed.
+    assert _total(s, "kafka_server_socket_server_metrics_connection_close_total",
+                  listener="PLAINTEXT") >= closes_before + 2
 
     c.start_broker(KILLED)
     wait_for(lambda: _try_total(c, "kafka_server_replicamanager_underreplicatedpartitions")

@@ -20,6 +20,10 @@ The mapping (lower-cased, like the JMX exporter's Kafka example rules)::
   kafka.log:type=Log,name=Size,topic=T,partition=P kafka_log_log_size{topic,partition}
   kafka.cluster:type=Partition,name=X,topic,partition   kafka_cluster_partition_x
   kafka.server:type=SessionExpireListener,name=X   kafka_server_sessionexpirelistener_x
+  kafka.server:type=socket-server-metrics,listener=L,networkProcessor=N  (attribute A)
+                                                   kafka_server_socket_server_metrics_a{listener}
+  kafka.network:type=RequestChannel,name=RequestQueueSize
+                                                   kafka_network_requestchannel_requestqueuesize
 
 Beyond Kafka: ``odradek_eventloop_*`` (the loop every request runs on).
 """
@@ -127,6 +131,7 @@ class _BrokerCollector(Collector):
         yield from self._controller(b)
         yield from self._topics(b)
         yield from self._requests()
+        yield from self._socket_server(b)
         yield from self._partitions_and_logs(b)
         yield from self._zookeeper(b)
         yield from self._event_loop(b)
@@ -230,6 +235,36 @@ class _BrokerCollector(Collector):
                 h = getattr(m, attr)
                 fam.add_metric([api_name(key)], h.cumulative(), h.sum)
             yield fam
+
+    # ------------------------------------------------------------------ SocketServer
+    def _socket_server(self, b: Broker) -> Iterator[Metric]:
+        """Kafka's socket-server-metrics (one network processor here: the event loop)
+        and RequestChannel's queue (``queued.max.requests``)."""
+        srv = b.socket_server
+        endpoints = b.config.listener_endpoints()
+        listener = endpoints[0][0] if endpoints else "PLAINTEXT"
+        prefix = "kafka_server_socket_server_metrics_"
+        count = GaugeMetricFamily(prefix + "connection_count", "Open client connections",
+                                  labels=["listener"])
+        count.add_metric([listener], len(srv.connections))
+        yield count
+        created = CounterMetricFamily(prefix + "connection_creation",
+                                      "Connections accepted", labels=["listener"])
+        created.add_metric([listener], srv.connections_created)
+        yield created
+        closed = CounterMetricFamily(prefix + "connection_close", "Connections closed",
+                                     labels=["listener"])
+        closed.add_metric([listener], srv.connections_closed)
+        yield closed
+        rejected = CounterMetricFamily(
+            "odradek_socketserver_connections_rejected",
+            "Connections closed at accept: their address had max.connections.per.ip",
+            labels=["listener"])
+        rejected.add_metric([listener], srv.connections_rejected)
+        yield rejected
+        yield _gauge("kafka_network_requestchannel_requestqueuesize",
+                     "Requests read but not yet handled, all connections "
+                     "(bounded by queued.max.requests)", srv.request_queue.queued)
 
     # ------------------------------------------------------------------ Partition, Log
     def _partitions_and_logs(self, b: Broker) -> Iterator[Metric]:

@@ -97,6 +97,11 @@ class SocketServer:
         self._idle_task: asyncio.Task[None] | None = None
         self._slot_freed: asyncio.Event | None = None
         self._on_closed = on_connection_closed
+        # Kafka's socket-server-metrics (connection-creation-total, connection-close-total)
+        # and the per-ip rejections: plain counters, read by the metrics collector.
+        self.connections_created = 0
+        self.connections_closed = 0
+        self.connections_rejected = 0
 
     # ------------------------------------------------------------------ lifecycle
     def bind(self, host: str, port: int, backlog: int = 1024) -> tuple[str, int]:
@@ -161,6 +166,7 @@ class SocketServer:
                                 "Rejected connection from %s, address already has the "
                                 "configured maximum of %d connections.", ip,
                                 self.quotas.limit_for(ip))
+                self.connections_rejected += 1
                 sock.close()
                 continue
             try:
@@ -178,9 +184,11 @@ class SocketServer:
     # ------------------------------------------------------------------ ConnectionOwner
     def connection_opened(self, conn: KafkaConnection) -> None:
         self.connections.add(conn)
+        self.connections_created += 1
 
     def connection_closed(self, conn: KafkaConnection) -> None:
         self.connections.discard(conn)
+        self.connections_closed += 1
         if conn.ip is not None:
             self.quotas.dec(conn.ip)
         if self._slot_freed is not None:
