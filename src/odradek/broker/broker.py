@@ -116,7 +116,8 @@ class Broker:
         self.socket_server = SocketServer(
             (self.dispatcher.dispatch_metered if self.metrics is not None
              else self.dispatcher.dispatch),
-            ConnectionLimits(max_frame_bytes=config.socket_request_max_bytes),
+            ConnectionLimits(max_frame_bytes=config.socket_request_max_bytes,
+                             stamp_arrivals=self.metrics is not None),
             ConnectionQuotas(config.get("max.connections"), config.get("max.connections.per.ip"),
                              _resolve_overrides(config)),
             RequestQueue(config.get("queued.max.requests")),

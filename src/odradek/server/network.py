@@ -118,6 +118,9 @@ class ConnectionLimits:
     max_pending_frames: int = 100
     max_pending_bytes: int = 4 << 20
     use_sendfile: bool = True
+    # Stamp each frame's arrival (FRAME_ARRIVED_AT) for the request metrics' queue time;
+    # only a broker with a metrics.listener pays for it (issue 15).
+    stamp_arrivals: bool = False
 
 
 class RequestQueue:
@@ -241,7 +244,8 @@ class KafkaConnection(asyncio.Protocol):
             return
         if frames:
             self._pending.extend(frames)
-            self._arrivals.extend([time.perf_counter()] * len(frames))
+            if self._limits.stamp_arrivals:
+                self._arrivals.extend([time.perf_counter()] * len(frames))
             self._pending_bytes += sum(len(f) for f in frames)
             if self._blocking is None and not self._out:
                 self._process()
@@ -322,7 +326,8 @@ class KafkaConnection(asyncio.Protocol):
                and not self._out and len(self._answers) < MAX_PENDING_ANSWERS):
             frame = self._pending.popleft()
             self._pending_bytes -= len(frame)
-            arrived = FRAME_ARRIVED_AT.set(self._arrivals.popleft())
+            arrived = (FRAME_ARRIVED_AT.set(self._arrivals.popleft())
+                       if self._arrivals else None)
             token = CURRENT_PEER.set(self.peer)
             try:
                 result = self._dispatch(frame)
@@ -347,7 +352,8 @@ class KafkaConnection(asyncio.Protocol):
                 return
             finally:
                 CURRENT_PEER.reset(token)
-                FRAME_ARRIVED_AT.reset(arrived)
+                if arrived is not None:
+                    FRAME_ARRIVED_AT.reset(arrived)
             if self._answers:  # an earlier answer is still pending: keep the order
                 done = loop.create_future()
                 done.set_result(result)
