@@ -106,6 +106,13 @@ def test_metrics_follow_produce_kill_and_restart(make_cluster, topic_name) -> No
     assert produces >= 3
     assert _total(s, "kafka_network_requestmetrics_totaltimems_count",
                   request="Produce") == produces
+    # Queue time starts at the frame's arrival (stamped by the connection), so it is
+    # never exactly 0; total time covers queue + local + remote.
+    queue_ms = _total(s, "kafka_network_requestmetrics_requestqueuetimems_sum",
+                      request="Produce")
+    assert queue_ms > 0
+    assert _total(s, "kafka_network_requestmetrics_totaltimems_sum",
+                  request="Produce") >= queue_ms
     assert _total(s, "kafka_controller_kafkacontroller_activecontrollercount") == 1
     assert _total(s, "kafka_server_replicamanager_underreplicatedpartitions") == 0
     assert _total(s, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
