@@ -171,15 +171,24 @@ class Partition:
         if s.leader == self.local_broker_id:
             if isinstance(st, (Leader, Fenced)) and s.leader_epoch == st.leader_epoch:
                 # Same epoch, newer znode: an ISR change made by the controller, which
-                # also proves the znode still names us -- a fenced leader resumes. An ISR
-                # write of ours still in flight will fail on the version and be ignored.
+                # also proves the znode still names us -- a fenced leader resumes -- or
+                # our own ISR write, seen through the watch before the write's answer
+                # (which will then be stale and ignored).
+                own_write = (isinstance(st, Leader) and st.proposed == tuple(s.isr)
+                             and s.zk_version == st.zk_version + 1)
                 self._state = Leader(leader_epoch=s.leader_epoch, isr=tuple(s.isr),
                                      zk_version=s.zk_version,
                                      controller_epoch=s.controller_epoch)
                 self._expand_candidates -= set(s.isr)
-                t.state_changed = isinstance(st, Fenced)
+                t.state_changed = isinstance(st, Fenced) or own_write
                 t.hw_moved = self._maybe_advance_hw()
-                if t.state_changed:
+                if own_write:
+                    # As isr_write_succeeded would have: waiters re-check, and the change
+                    # is this leader's (IsrShrinksPerSec / IsrExpandsPerSec count it
+                    # whichever of the two arrives first).
+                    t.note = f"ISR {list(st.isr)} -> {list(s.isr)}"
+                    t.isr_change = (st.isr, tuple(s.isr))
+                elif t.state_changed:
                     t.note = "state znode still names us leader; accepting writes"
                 return t
             self._become_leader(s, now_ms)
