@@ -192,8 +192,30 @@ def test_console_pages_follow_a_broker_kill(console, browser, topic_name, tmp_pa
     topic.screenshot(path=str(shots / "console-isr-shrunk.png"))
 
     c.start_broker(KILLED)
-    brokers.wait_for_selector(f"tr[data-broker='{KILLED}'][data-state='up']", timeout=60_000)
+    try:
+        brokers.wait_for_selector(f"tr[data-broker='{KILLED}'][data-state='up']",
+                                  timeout=60_000)
+    except Exception as e:  # say what the page and the console saw (seen once under load)
+        version = brokers.evaluate("document.body.dataset.liveVersion")
+        stale = brokers.evaluate("document.body.classList.contains('stale')")
+        raise AssertionError(
+            f"broker {KILLED} not shown up again: {e}\npage (version {version}, "
+            f"stale={stale}):\n{brokers.inner_text('body')}\n"
+            f"console /health: {_get(base + '/health')}") from e
     ctx.close()
+
+
+def _get(url: str) -> str:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.read().decode()
+    except urllib.error.HTTPError as e:
+        return f"{e.code} {e.read().decode()}"
+    except OSError as e:
+        return repr(e)
 
 
 def _scrape_console(base: str) -> str:
