@@ -316,7 +316,7 @@ class Broker:
         except Exception:
             log.exception("applying metadata failed")
         try:  # consumer groups (issue 4): load/unload __consumer_offsets partitions
-            self.groups.on_metadata()
+            self.groups.on_metadata(image)
         except Exception:
             log.exception("group coordinator: applying metadata failed")
         waiters, self._image_waiters = self._image_waiters, []
