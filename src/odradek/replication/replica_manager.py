@@ -755,9 +755,11 @@ class ReplicaManager:
         await self.fetchers.stop_all()
 
     def shutdown(self) -> None:
-        """Clean shutdown: flush everything so the next start needs no recovery scan."""
+        """Clean shutdown: flush everything so the next start needs no recovery scan
+        (logs with nothing new since their last flush have nothing to sync)."""
         for lg in self._logs.values():
-            lg.flush()
+            if not lg.unchanged_since_flush:
+                lg.flush()
         self.snapshot_producer_state()
         self.checkpoint_high_watermarks()
         self.checkpoint_recovery_points()
