@@ -145,3 +145,22 @@ def test_isr_expansion_of_many_partitions_is_batched(tmp_path: Path) -> None:
             assert mgr.batches_sent <= 12, (mgr.batches_sent, mgr.writes_sent)
             assert all(h.partition(1, p).isr == (1, 2, 3) for p in range(n))
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_quiesced_fetchers_fetch_nothing_and_start_nothing(tmp_path: Path) -> None:
+    """Controlled shutdown asks the controller right after ``quiesce_fetchers``: from then
+    on the broker sends no fetch (so its leaders drop it from the ISR and never re-admit
+    it) and an image that makes it a follower starts no fetcher."""
+    async def main() -> None:
+        async with ReplicationHarness(tmp_path, lag_ms=300) as h:
+            await h.elect(0, leader=1)
+            rm3 = h.replicas[3]
+            assert rm3.fetchers.fetching((TOPIC, 0))
+            rm3.quiesce_fetchers()
+            assert not rm3.fetchers.fetching((TOPIC, 0))
+            await h.wait_until(lambda: h.controller.znodes[0].isr == (1, 2),
+                               "broker 3 out of the ISR: it fetches no more")
+            await h.elect(0, leader=2, isr=(1, 2))  # broker 3 applies it as a follower
+            assert h.partition(3).leader_id == 2
+            assert not rm3.fetchers.fetching((TOPIC, 0)) and not rm3.fetchers.fetchers.get(2)
+    asyncio.run(asyncio.wait_for(main(), 60))
