@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,11 +32,12 @@ from odradek.config import BrokerConfig
 from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from odradek.protocol.fetch_response import PartitionFetchResult
 from odradek.protocol.produce_response import PartitionProduceResult
+from odradek.replication.alter_partition import write_each
 from odradek.replication.leader_endpoint import (
     EndpointError, EpochRequest, EpochResult, FetchedPartition, FetchRequestPartition,
 )
 from odradek.replication.partition_state import (
-    IsrConflict, IsrStoreUnavailable, IsrWrite, LeaderAndIsr,
+    IsrConflict, IsrOutcome, IsrStoreUnavailable, IsrWrite, LeaderAndIsr,
 )
 from odradek.replication.replica_manager import (
     FetchEntry, FetchParams, ProduceEntry, ReplicaManager,
@@ -131,6 +132,9 @@ class _BrokerIsrStore:
         self._c = controller
         self._broker = broker
         self._loop = loop
+
+    def write_isrs(self, writes: Sequence[IsrWrite]) -> dict[tuple[str, int], IsrOutcome]:
+        return write_each(self.write_isr, writes)
 
     def write_isr(self, write: IsrWrite) -> int:
         c = self._c

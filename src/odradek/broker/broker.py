@@ -256,8 +256,10 @@ class Broker:
         self.stopping = True
         # Followers stop fetching first: a fetch that reached a leader after the controller
         # dropped us from its ISR would put us straight back in (and leave a dead broker in
-        # the ISR until replica.lag.time.max.ms passes).
-        await self._bounded("stop replica fetchers", self.replicas.stop_fetchers())
+        # the ISR until replica.lag.time.max.ms passes). Dropping every partition from the
+        # fetchers does that at once; their tasks are stopped after the controller has
+        # answered (Kafka's order), not before: that took 5 s at 10,000 partitions.
+        self.replicas.quiesce_fetchers()
         if self.config.controlled_shutdown_enable and self.zk is not None and self.store:
             # SPEC R13 / Kafka's controlled shutdown: while we still serve, the controller
             # moves leadership of our partitions to other ISR members and drops us from
@@ -269,6 +271,7 @@ class Broker:
                                          self.zk, self.broker_id, CONTROLLED_SHUTDOWN_TIMEOUT_S)
             log.info("controlled shutdown %s in %.2f s", "completed" if moved else "timed out",
                      time.monotonic() - t0)
+        await self._bounded("stop replica fetchers", self.replicas.stop_fetchers())
         self.socket_server.close()
         for t in self._tasks:
             t.cancel()
@@ -350,7 +353,7 @@ class Broker:
         except Exception:
             log.exception("applying metadata failed")
         try:  # consumer groups (issue 4): load/unload __consumer_offsets partitions
-            self.groups.on_metadata()
+            self.groups.on_metadata(image)
         except Exception:
             log.exception("group coordinator: applying metadata failed")
         waiters, self._image_waiters = self._image_waiters, []

@@ -25,6 +25,7 @@ waiters re-check (the HW moved, data arrived, the role changed), start or stop f
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,6 +33,7 @@ __all__ = [
     "Fenced",
     "Follower",
     "IsrConflict",
+    "IsrOutcome",
     "IsrStore",
     "IsrStoreUnavailable",
     "IsrWrite",
@@ -180,9 +182,16 @@ class IsrStoreUnavailable(Exception):
     """ZooKeeper could not be reached (or the znode is gone): the outcome is unknown."""
 
 
-class IsrStore(Protocol):
-    """Where a leader records ISR changes (ZooKeeper in a broker, memory in the
-    replication harness). Blocking: the replica manager calls it from a worker thread.
-    Returns the znode's new version; raises ``IsrConflict`` or ``IsrStoreUnavailable``."""
+IsrOutcome = int | IsrConflict | IsrStoreUnavailable  # the new znode version, or why not
 
-    def write_isr(self, write: IsrWrite) -> int: ...
+
+class IsrStore(Protocol):
+    """Where leaders record ISR changes (ZooKeeper in a broker, memory in the
+    replication harness). Blocking: the replica manager calls it from a worker thread
+    with a batch of writes (``odradek.replication.alter_partition``), at most one per
+    partition, each conditional on its own znode version. Returns each partition's
+    outcome: its znode's new version, or ``IsrConflict`` / ``IsrStoreUnavailable`` --
+    one partition's failure never fails the others."""
+
+    def write_isrs(self, writes: Sequence[IsrWrite]
+                   ) -> dict[tuple[str, int], IsrOutcome]: ...

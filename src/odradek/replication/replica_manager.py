@@ -13,9 +13,10 @@ decisions (made by ``Partition``, pure) meet I/O (Kafka's ReplicaManager):
   when fewer than ``min_bytes`` are available.
 * **DeleteRecords** (SPEC R24): ``delete_records`` moves the log start offset and parks a
   ``DelayedDeleteRecords`` until the ISR followed.
-* **ISR writes** (SPEC R6, scenarios 4 and 6): a partition proposes an ``IsrWrite``; it is
-  sent to the ``IsrStore`` (ZooKeeper, conditional on the znode version) in a worker
-  thread and the outcome handed back to the partition (commit, adopt, or fence).
+* **ISR writes** (SPEC R6, scenarios 4 and 6): a partition proposes an ``IsrWrite``; the
+  pending writes of all partitions go to the ``IsrStore`` (ZooKeeper, each conditional on
+  its znode version) in batches, in a worker thread (``alter_partition``), and each
+  partition's outcome is handed back to it (commit, adopt, or fence).
 
 Every event that can complete a delayed operation -- an append, an HW move, a follower's
 log start moving, a role change, a truncation -- calls ``_wake(tp)``, which re-checks
@@ -43,6 +44,7 @@ from odradek.metrics.stats import BrokerTopicStats, IsrStats
 from odradek.metadata.image import MetadataImage, PartitionInfo
 from odradek.protocol.fetch_response import PartitionFetchResult
 from odradek.protocol.produce_response import PartitionProduceResult
+from odradek.replication.alter_partition import AlterPartitionManager
 from odradek.replication.delayed import (
     DelayedDeleteRecords, DelayedFetch, DelayedProduce, FetchWatch, PendingDelete,
     PendingProduce,
@@ -51,7 +53,8 @@ from odradek.replication.fetcher import ReplicaFetcherManager
 from odradek.replication.leader_endpoint import EndpointFactory
 from odradek.replication.partition import Partition, Role, rebuild_producer_state
 from odradek.replication.partition_state import (
-    IsrConflict, IsrStore, IsrStoreUnavailable, IsrWrite, LeaderAndIsr, Transition,
+    IsrConflict, IsrOutcome, IsrStore, IsrStoreUnavailable, IsrWrite, LeaderAndIsr,
+    Transition,
 )
 from odradek.replication.purgatory import DelayedOperationPurgatory
 from odradek.replication.trace import RecordTracer
@@ -142,6 +145,12 @@ class ReplicaManager:
         # Conditional writes of the state znode (ZooKeeper in a broker); blocking, run in
         # a worker thread.
         self.isr_store = isr_store
+        # Pending ISR changes go to the store in batches, one batch in flight (Kafka's
+        # AlterPartitionManager): a restart's thousands of ISR expansions share a few
+        # ZooKeeper transactions instead of one each (issue 13).
+        self.alter_partition: AlterPartitionManager[Partition] | None = (
+            AlterPartitionManager(isr_store, self._isr_write_done)
+            if isr_store is not None else None)
         self.tracer = tracer or RecordTracer(0)
         self.fetchers = ReplicaFetcherManager(broker_id, config, endpoint_factory,
                                               on_progress=self._on_follower_progress,
@@ -150,7 +159,6 @@ class ReplicaManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._hw_from_checkpoint: dict[TopicPartition, int] = {}
         self._fenced_retry: dict[TopicPartition, float] = {}
-        self._isr_writes: set[asyncio.Task[None]] = set()
         # Metrics (odradek.broker.metrics): ISR changes are rare and always counted;
         # per-topic byte counts only when the broker has a metrics.listener (None: off).
         self.isr_stats = IsrStats()
@@ -317,6 +325,8 @@ class ReplicaManager:
     def _delete_partition(self, tp: TopicPartition) -> None:
         part = self.partitions.pop(tp, None)
         self.fetchers.remove(tp)
+        if self.alter_partition is not None:
+            self.alter_partition.discard(tp)
         if part is not None:
             self._apply_transition(part, part.remove())
         lg = self._logs.pop(tp, None)
@@ -677,31 +687,22 @@ class ReplicaManager:
                 self._submit_isr_write(part, write)
 
     def _submit_isr_write(self, part: Partition, write: IsrWrite) -> None:
-        if self.isr_store is None:
-            return
-        task = asyncio.get_running_loop().create_task(self._write_isr(part, write))
-        self._isr_writes.add(task)
-        task.add_done_callback(self._isr_writes.discard)
+        if self.alter_partition is not None:
+            self.alter_partition.submit(write, part)
 
-    async def _write_isr(self, part: Partition, write: IsrWrite) -> None:
-        store = self.isr_store
-        assert store is not None
-        try:
-            version = await asyncio.to_thread(store.write_isr, write)
-        except IsrConflict as e:
-            tr = part.isr_write_failed(write, e.current)
-        except IsrStoreUnavailable:
-            tr = part.isr_write_failed(write, None)
-        except Exception:  # noqa: BLE001 - an unknown outcome is treated as unreachable
-            logger.exception("%s: ISR write failed", part.name)
+    def _isr_write_done(self, write: IsrWrite, part: Partition, outcome: IsrOutcome) -> None:
+        """One partition's outcome from a batch of ISR writes, on the loop."""
+        if isinstance(outcome, IsrConflict):
+            tr = part.isr_write_failed(write, outcome.current)
+        elif isinstance(outcome, IsrStoreUnavailable):
             tr = part.isr_write_failed(write, None)
         else:
-            tr = part.isr_write_succeeded(write, version)
+            tr = part.isr_write_succeeded(write, outcome)
         part.reassert_finished()
-        if (part.topic, part.index) in self.partitions:
+        if self.partitions.get((part.topic, part.index)) is part:
             self._apply_transition(part, tr)
             # The write may have been superseded while in flight: decide again now rather
-            # than at the next periodic check.
+            # than at the next periodic check (it joins the next batch).
             if part.is_leader and self.config is not None:
                 nxt = part.maybe_shrink_isr(now_ms(), self.config.replica_lag_time_max_ms)
                 if nxt is not None:
@@ -797,13 +798,32 @@ class ReplicaManager:
         part.on_log_flushed()
         self._wake(tp)
 
+    def quiesce_fetchers(self) -> None:
+        """Controlled shutdown's first step: follow nothing from now on, and start no
+        fetcher for images applied later (the controller is about to make us a follower
+        of every partition we lead). Synchronous, so the broker can ask the controller
+        right after, as Kafka's broker sends ControlledShutdown before it stops its
+        fetchers: stopping the fetcher tasks first took 5 s at 10,000 partitions
+        (issue 13). What it guards against: a fetch of ours reaching a leader after the
+        controller dropped us from its ISR would put us straight back in. Fetchers build
+        each request from the partitions they carry, so none is sent after this; one
+        already sent is recorded by its leader on arrival, long before the controller's
+        ISR change (a ZooKeeper round trip, its decision, a write, a notification) gets
+        there."""
+        self.fetchers.enabled = False  # ReplicaFetcherManager.apply starts nothing now
+        for tp in list(self.partitions):
+            self.fetchers.remove(tp)
+
     async def stop_fetchers(self) -> None:
+        self.quiesce_fetchers()
         await self.fetchers.stop_all()
 
     def shutdown(self) -> None:
-        """Clean shutdown: flush everything so the next start needs no recovery scan."""
+        """Clean shutdown: flush everything so the next start needs no recovery scan
+        (logs with nothing new since their last flush have nothing to sync)."""
         for lg in self._logs.values():
-            lg.flush()
+            if not lg.unchanged_since_flush:
+                lg.flush()
         self.snapshot_producer_state()
         self.checkpoint_high_watermarks()
         self.checkpoint_recovery_points()
