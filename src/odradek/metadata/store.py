@@ -271,7 +271,9 @@ class MetadataStore:
             except (NoNodeError, ValueError):
                 continue
             reg = znodes.decode_broker(int(child), data)
-            brokers[reg.broker_id] = BrokerInfo(reg.broker_id, reg.host, reg.port, reg.rack)
+            brokers[reg.broker_id] = BrokerInfo(
+                reg.broker_id, reg.host, reg.port, reg.rack,
+                tuple(znodes.parse_endpoint(e) for e in reg.endpoints))
         self._brokers = brokers
 
     def _load_controller(self) -> None:

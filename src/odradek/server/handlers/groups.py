@@ -52,6 +52,10 @@ def handle_find_coordinator(ctx: RequestContext, header: RequestHeaderInfo, req:
             raise KafkaError(ErrorCode.transactional_id_authorization_failed,
                              "transactions are not supported")
         node, host, port = ctx.groups.coordinator_for(req.key)
+        info = ctx.image.brokers.get(node)
+        ep = info.endpoint(ctx.session.listener) if info is not None else None
+        if ep is not None:  # the coordinator's address on this client's listener
+            host, port = ep
         kw.update(node_id=node, host=host, port=port)
     except KafkaError as e:
         kw.update(error_code=e.code, error_message=e.message or None)

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from odradek.metadata.image import MetadataImage, TopicInfo
+from odradek.metadata.image import BrokerInfo, MetadataImage, TopicInfo
 from odradek.topics import topic_name_error
 from odradek.protocol.responses import part, response
 from odradek.zk.admin import create_topic, plan_new_topic
@@ -45,11 +45,25 @@ def handle_describe_cluster(ctx: RequestContext, header: RequestHeaderInfo, req:
                         error_message="only broker endpoints are served",
                         cluster_id=image.cluster_id or "", controller_id=-1, brokers=(),
                         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
-    brokers = tuple(part(60, v, "DescribeClusterBroker", broker_id=b.broker_id, host=b.host,
-                         port=b.port, rack=b.rack) for b in image.brokers.values())
+    brokers = tuple(part(60, v, "DescribeClusterBroker", broker_id=b.broker_id, host=ep[0],
+                         port=ep[1], rack=b.rack)
+                    for b, ep in _listener_endpoints(ctx, image))
     return response(60, v, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
                     cluster_id=image.cluster_id or "", controller_id=image.controller_id,
                     brokers=brokers, cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+def _listener_endpoints(ctx: RequestContext, image: MetadataImage
+                        ) -> list[tuple[BrokerInfo, tuple[str, int]]]:
+    """Kafka answers with each broker's endpoint on the listener the request came in on
+    (a broker without that listener is left out)."""
+    listener = ctx.session.listener
+    out = []
+    for b in image.brokers.values():
+        ep = b.endpoint(listener)
+        if ep is not None:
+            out.append((b, ep))
+    return out
 
 
 def handle_metadata(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
@@ -103,8 +117,8 @@ def _metadata_response(ctx: RequestContext, v: int, image: MetadataImage, names:
                                topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
             continue
         topics.append(_topic_entry(v, image, info))
-    brokers = tuple(part(3, v, "MetadataResponseBroker", node_id=b.broker_id, host=b.host,
-                         port=b.port, rack=b.rack) for b in image.brokers.values())
+    brokers = tuple(part(3, v, "MetadataResponseBroker", node_id=b.broker_id, host=ep[0],
+                         port=ep[1], rack=b.rack) for b, ep in _listener_endpoints(ctx, image))
     return response(3, v, throttle_time=0, brokers=brokers, cluster_id=image.cluster_id,
                     controller_id=image.controller_id, topics=tuple(topics),
                     cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
