@@ -578,6 +578,9 @@ _BROKER_LIST: list[ConfigDef] = [
        "listener.name.<listener>.<mechanism>.sasl.jaas.config."),
     _b("sasl.server.max.receive.size", T.INT, "524288",
        "Largest frame accepted before a SASL client is authenticated.", Range(1)),
+    _b("connection.failed.authentication.delay.ms", T.INT, "100",
+       "After a failed authentication the answer is sent and the connection closed this "
+       "much later (slows down password guessing).", Range(0)),
     _b("connections.max.reauth.ms", T.LONG, "0",
        "KIP-368: session lifetime of SASL connections; the client must re-authenticate "
        "before it ends (0: sessions never expire).", Range(0)),

@@ -150,20 +150,20 @@ def _ck(pattern: ResourcePattern, e: AccessControlEntry | None) -> Any:
         AclBinding, AclBindingFilter, AclOperation as CkOp, AclPermissionType as CkPerm,
         ResourcePatternType as CkPattern, ResourceType as CkType,
     )
+    # confluent-kafka's enums carry Kafka's wire values (its BROKER is Kafka's CLUSTER, 4)
+    rtype = CkType(int(pattern.resource_type))
     if e is None:
-        return AclBindingFilter(CkType[pattern.resource_type.name], pattern.name,
-                                CkPattern[pattern.pattern_type.name], None, None, CkOp.ANY,
-                                CkPerm.ANY)
-    return AclBinding(CkType[pattern.resource_type.name], pattern.name,
-                      CkPattern[pattern.pattern_type.name], e.principal, e.host,
-                      CkOp[e.operation.name], CkPerm[e.permission_type.name])
+        return AclBindingFilter(rtype, pattern.name, CkPattern(int(pattern.pattern_type)),
+                                None, None, CkOp.ANY, CkPerm.ANY)
+    return AclBinding(rtype, pattern.name, CkPattern(int(pattern.pattern_type)), e.principal,
+                      e.host, CkOp(int(e.operation)), CkPerm(int(e.permission_type)))
 
 
 def _from_ck(b: Any) -> tuple[ResourcePattern, AccessControlEntry]:
-    return (ResourcePattern(ResourceType[b.restype.name], b.name,
-                            PatternType[b.resource_pattern_type.name]),
-            AccessControlEntry(b.principal, b.host, AclOperation[b.operation.name],
-                               AclPermissionType[b.permission_type.name]))
+    return (ResourcePattern(ResourceType(b.restype.value), b.name,
+                            PatternType(b.resource_pattern_type.value)),
+            AccessControlEntry(b.principal, b.host, AclOperation(b.operation.value),
+                               AclPermissionType(b.permission_type.value)))
 
 
 def _describe(admin: Any, flt: Any) -> dict[ResourcePattern, list[AccessControlEntry]]:
@@ -181,10 +181,10 @@ def _list_filters(args: argparse.Namespace) -> list[Any]:
     )
     ptype = CkPattern[(args.resource_pattern_type or "any").upper()]
     principals = args.principal or [None]
-    res = [(CkType[r.resource_type.name], r.name) for r in _resources(args, PatternType.ANY)]
+    res = [(CkType(int(r.resource_type)), r.name) for r in _resources(args, PatternType.ANY)]
     if not res:
         res = [(CkType.ANY, None)]
-    return [AclBindingFilter(t, n, ptype if t != CkType.CLUSTER else CkPattern.ANY, p, None,
+    return [AclBindingFilter(t, n, ptype if t != CkType.BROKER else CkPattern.ANY, p, None,
                              CkOp.ANY, CkPerm.ANY) for t, n in res for p in principals]
 
 

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["CertificateAuthority", "make_ca"]
+__all__ = ["CertificateAuthority", "load_ca", "make_ca"]
 
 _VALID_DAYS = 825
 
@@ -57,9 +57,11 @@ class CertificateAuthority:
         usages = [ExtendedKeyUsageOID.SERVER_AUTH] + ([ExtendedKeyUsageOID.CLIENT_AUTH]
                                                       if client else [])
         builder = (x509.CertificateBuilder()
+                   # Most general first, as certificates are usually built: the subject
+                   # then reads CN=<name>,O=<organization> in RFC 2253 (Kafka's principal)
                    .subject_name(x509.Name([
-                       x509.NameAttribute(NameOID.COMMON_NAME, common_name),
-                       x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization)]))
+                       x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization),
+                       x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
                    .issuer_name(self.cert.subject)
                    .public_key(key.public_key())
                    .serial_number(x509.random_serial_number())
@@ -96,4 +98,13 @@ def make_ca(directory: Path, name: str = "Odradek local cluster CA") -> Certific
     cert_path = directory / "ca.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     _write_private(directory / "ca-key.pem", _key_pem(key))
+    return CertificateAuthority(key, cert, cert_path)
+
+
+def load_ca(directory: Path) -> CertificateAuthority:
+    """The CA ``make_ca`` wrote in ``directory`` (to issue more certificates)."""
+    cert_path = directory / "ca.pem"
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    key = serialization.load_pem_private_key((directory / "ca-key.pem").read_bytes(), None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
     return CertificateAuthority(key, cert, cert_path)

@@ -207,6 +207,7 @@ class LocalCluster:
         broker_command: Sequence[str] | None = None,
         timeout: float = 60.0,
         security: str = "plaintext",
+        **security_options: Any,
     ) -> LocalCluster:
         """Create and bring up a cluster; use as a context manager to always ``down()``."""
         c = cls(dir, broker_command=broker_command)
@@ -217,6 +218,7 @@ class LocalCluster:
             zk_nodes=zk_nodes,
             timeout=timeout,
             security=security,
+            **security_options,
         )
         return c
 
@@ -247,6 +249,7 @@ class LocalCluster:
         partitions_default: int | None = None,
         timeout: float = 60.0,
         security: str = "plaintext",
+        **security_options: Any,
     ) -> str:
         """Start ZooKeeper and ``n_brokers`` brokers (ids 1..n); wait until every broker
         accepts TCP and is registered in ZooKeeper. Returns bootstrap.servers.
@@ -276,7 +279,8 @@ class LocalCluster:
 
                 hosts = {i: addresses.broker_address(self.block, i)
                          for i in range(1, n_brokers + 1)}
-                setup = prepare(self.dir, hosts, self.zk_client())
+                # extra_listeners / plain_users (security_setup.prepare)
+                setup = prepare(self.dir, hosts, self.zk_client(), **security_options)
                 self.client_properties = str(setup.client_properties)
                 for i, host in hosts.items():
                     # the operator's own overrides win

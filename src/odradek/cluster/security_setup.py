@@ -35,20 +35,45 @@ LISTENER = "SASL_SSL"
 INTER_BROKER_MECHANISM = "SCRAM-SHA-512"
 
 
+# Extra listeners a secured cluster can have besides SASL_SSL (tests, demos of each
+# protocol): name -> port offset from the SASL_SSL port.
+EXTRA_LISTENERS = {"SSL": 1, "SASL_PLAINTEXT": 2, "PLAINTEXT": 3}
+
+
 @dataclass
 class SecuritySetup:
     client_properties: Path
     ca: Path
     keystores: dict[int, Path]
     admin_password: str
+    # extra listener names; SASL_PLAINTEXT serves PLAIN (users below) and SCRAM, SSL
+    # requires client certificates (ssl.client.auth=required: User:<subject DN>)
+    extra_listeners: tuple[str, ...] = ()
+    plain_users: dict[str, str] | None = None
 
     def broker_properties(self, broker_id: int, host: str, port: int) -> dict[str, str]:
         jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
                 f'username="{ADMIN_USER}" password="{self.admin_password}";')
         ln = LISTENER.lower()
+        listeners = [f"{LISTENER}://{host}:{port}"] + [
+            f"{name}://{host}:{port + EXTRA_LISTENERS[name]}" for name in self.extra_listeners]
+        extra: dict[str, str] = {}
+        if "SSL" in self.extra_listeners:
+            extra["listener.name.ssl.ssl.client.auth"] = "required"
+        if "SASL_PLAINTEXT" in self.extra_listeners:
+            users = {ADMIN_USER: self.admin_password, **(self.plain_users or {})}
+            extra["listener.name.sasl_plaintext.sasl.enabled.mechanisms"] = (
+                "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512")
+            extra["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'username="{ADMIN_USER}" password="{self.admin_password}" '
+                + " ".join(f'user_{u}="{p}"' for u, p in users.items()) + ";")
+            for m in ("scram-sha-256", "scram-sha-512"):
+                extra[f"listener.name.sasl_plaintext.{m}.sasl.jaas.config"] = jaas
         return {
-            "listeners": f"{LISTENER}://{host}:{port}",
-            "advertised.listeners": f"{LISTENER}://{host}:{port}",
+            **extra,
+            "listeners": ",".join(listeners),
+            "advertised.listeners": ",".join(listeners),
             "inter.broker.listener.name": LISTENER,
             "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
             "sasl.mechanism.inter.broker.protocol": INTER_BROKER_MECHANISM,
@@ -63,7 +88,9 @@ class SecuritySetup:
         }
 
 
-def prepare(directory: Path, brokers: dict[int, str], zk: KazooClient) -> SecuritySetup:
+def prepare(directory: Path, brokers: dict[int, str], zk: KazooClient, *,
+            extra_listeners: tuple[str, ...] = (),
+            plain_users: dict[str, str] | None = None) -> SecuritySetup:
     """Key material, the admin user in ZooKeeper and client.properties (idempotent for
     the user: a restarted cluster keeps its password)."""
     sec_dir = directory / "security"
@@ -87,7 +114,8 @@ def prepare(directory: Path, brokers: dict[int, str], zk: KazooClient) -> Securi
         f"sasl.password={password}\n"
         f"ssl.ca.location={ca.cert_path}\n")
     props_path.chmod(0o600)
-    return SecuritySetup(props_path, ca.cert_path, keystores, password)
+    return SecuritySetup(props_path, ca.cert_path, keystores, password,
+                         tuple(extra_listeners), plain_users)
 
 
 def client_config(client_properties: str | Path | None) -> dict[str, str]:

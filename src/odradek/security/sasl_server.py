@@ -25,7 +25,7 @@ and SCRAM-SHA-256/512 with ``scramp`` (credentials from ZooKeeper through a look
 from __future__ import annotations
 
 import enum
-import hmac
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -63,6 +63,7 @@ class AuthResult:
     token: bytes
     session_lifetime_ms: int
     close: bool  # the connection is closed once the answer is sent
+    detail: str | None = None  # why it failed, for the broker's log (never a secret)
 
 
 class _Plain:
@@ -100,7 +101,9 @@ class _Scram:
         self._mechanism = mechanism
         self._lookup = lookup
         self._user = ""
-        self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_info)
+        # A server nonce about as long as Kafka's (~26 characters; scramp's default is 64).
+        self._server = scramp.ScramMechanism(mechanism).make_server(
+            self._auth_info, s_nonce=secrets.token_hex(13))
         self._step = 0
         self.complete = False
         self.authorization_id = ""
@@ -114,6 +117,16 @@ class _Scram:
         self._user = username
         return cred.auth_info()
 
+    def _accept_kafka_nonce(self, client_final: str) -> None:
+        """Kafka's ScramSaslServer accepts a client-final nonce that *ends with* the
+        server's nonce; librdkafka 2.0 (Debian's kcat) sends the client nonce twice. The
+        proof covers the message as the client sent it, so accepting its nonce here (as
+        Kafka does) weakens nothing; scramp alone would insist on equality."""
+        attrs = dict(a.split("=", 1) for a in client_final.split(",") if "=" in a)
+        sent, expected = attrs.get("r", ""), str(getattr(self._server, "nonce", ""))
+        if sent != expected and expected and sent.endswith(expected):
+            self._server.nonce = type(self._server.nonce)(sent)
+
     def evaluate(self, token: bytes) -> bytes:
         try:
             text = token.decode("utf-8")
@@ -126,6 +139,7 @@ class _Scram:
                 return self._server.get_server_first().encode()
             if self._step == 1:
                 self._step = 2
+                self._accept_kafka_nonce(text)
                 self._server.set_client_final(text)
                 out = self._server.get_server_final().encode()
                 self.authorization_id = self._user
@@ -216,7 +230,8 @@ class SaslServerAuthenticator:
             message = str(e) if plain else (
                 f"Authentication failed during {'re' if reauth else ''}authentication due to "
                 f"invalid credentials with SASL mechanism {self.mechanism}")
-            return AuthResult(ErrorCode.sasl_authentication_failed, message, b"", 0, True)
+            return AuthResult(ErrorCode.sasl_authentication_failed, message, b"", 0, True,
+                              str(e))
         lifetime = 0
         if server.complete:
             self.principal = principal

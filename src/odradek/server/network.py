@@ -86,11 +86,14 @@ class CloseAfter:
     """A response after which the connection closes (Kafka's answer to a failed SASL
     authentication or a request sent before authenticating: the error, then close)."""
 
-    __slots__ = ("response", "reason")
+    __slots__ = ("response", "reason", "delay_s")
 
-    def __init__(self, response: bytes | None, reason: str) -> None:
+    def __init__(self, response: bytes | None, reason: str, delay_s: float = 0.0) -> None:
         self.response = response
         self.reason = reason
+        # Kafka's connection.failed.authentication.delay.ms: the close waits, which slows
+        # down password guessing and lets the client read the answer first.
+        self.delay_s = delay_s
 
 
 class Pipelined:
@@ -213,6 +216,7 @@ class KafkaConnection(asyncio.Protocol):
         self._tls = False
         self._write_paused = False  # TLS: the transport's buffer is above its high water
         self._close_reason: str | None = None  # close once the queued output is sent
+        self._close_delay_s = 0.0
         self._pending: deque[Any] = deque()
         self._pending_bytes = 0
         self._queued = 0  # len(self._pending) as last reported to the request queue
@@ -400,6 +404,7 @@ class KafkaConnection(asyncio.Protocol):
                 if isinstance(result, CloseAfter):
                     self.log_close(result.reason, logging.INFO)
                     self._close_reason = result.reason
+                    self._close_delay_s = result.delay_s
                     result = result.response
                 # Tasks are created here, so that they inherit CURRENT_PEER.
                 if isinstance(result, Pipelined):
@@ -435,6 +440,12 @@ class KafkaConnection(asyncio.Protocol):
         """A CloseAfter answer is fully handed over: close (a TLS transport flushes its
         buffer before closing; a plaintext socket already took every byte)."""
         if self._close_reason is not None and not self._out and not self._answers:
+            if self._close_delay_s > 0 and self._loop is not None:
+                delay, self._close_delay_s = self._close_delay_s, 0.0
+                if self._transport is not None:
+                    self._transport.pause_reading()
+                self._loop.call_later(delay, self.close)
+                return
             self.close()
 
     def _enqueue(self, task: asyncio.Future[Any]) -> None:
