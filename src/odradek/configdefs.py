@@ -578,6 +578,10 @@ _BROKER_LIST: list[ConfigDef] = [
        "listener.name.<listener>.<mechanism>.sasl.jaas.config."),
     _b("sasl.server.max.receive.size", T.INT, "524288",
        "Largest frame accepted before a SASL client is authenticated.", Range(1)),
+    _b("odradek.authentication.timeout.ms", T.INT, "10000",
+       "Odradek's own: a TLS handshake, and then a SASL authentication, must each complete "
+       "within this long after the connection is accepted, or it is closed (Kafka bounds "
+       "both by connections.max.idle.ms only).", Range(1)),
     _b("connection.failed.authentication.delay.ms", T.INT, "100",
        "After a failed authentication the answer is sent and the connection closed this "
        "much later (slows down password guessing).", Range(0)),

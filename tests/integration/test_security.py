@@ -21,6 +21,8 @@ import json
 import logging
 import shutil
 import socket
+import ssl
+import struct
 import subprocess
 import time
 import uuid
@@ -37,12 +39,15 @@ from confluent_kafka.admin import (
 
 from odradek.client.connection import ConnectionLost
 from odradek.client.wire import FetchPartitionRequest, decode_fetch_response, encode_fetch_request
+from odradek.cluster.certs import make_ca
 from odradek.cluster.local import LocalCluster
+from odradek.cluster.security_setup import EXTRA_LISTENERS
 from odradek.protocol.client_codec import request_entity
 from odradek.security.client_security import ClientSecurity
 
 from security_util import (
-    CLIENT_DN, PLAIN_USERS, Access, access, odradek, raw_connection,
+    CLIENT_DN, PLAIN_USERS, Access, access, ca_file, client_certificate, odradek,
+    raw_connection,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -50,6 +55,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 N = 60  # records per round trip
 SASL_AUTHENTICATION_FAILED, TOPIC_AUTHORIZATION_FAILED = 58, 29
 GROUP_AUTHORIZATION_FAILED = 30
+AUTH_TIMEOUT_S = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +64,10 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                            extra_listeners=("SSL", "SASL_PLAINTEXT"), plain_users=PLAIN_USERS,
                            broker_config={"offsets.topic.replication.factor": "3",
                                           "offsets.topic.num.partitions": "6",
-                                          "group.initial.rebalance.delay.ms": "0"})
+                                          "group.initial.rebalance.delay.ms": "0",
+                                          # short, so the hostile-input tests wait little
+                                          "odradek.authentication.timeout.ms": str(
+                                              int(AUTH_TIMEOUT_S * 1000))})
     try:
         admin = AdminClient(access(c, "SASL_SSL", "SCRAM-SHA-512").confluent())
         # The mTLS principal may use every topic and group (it is not a super user).
@@ -425,3 +434,128 @@ def _wait(cond: Any, timeout: float, what: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+# =============================================================================== hostile input
+def _frame(api_key: int, version: int, body: bytes = b"", corr: int = 7) -> bytes:
+    """A request with header v1 (client id "t")."""
+    payload = struct.pack(">hhih", api_key, version, corr, 1) + b"t" + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _tls(c: LocalCluster, listener: str, cert: tuple[str, str] | None = None,
+         ca: str | None = None) -> ssl.SSLSocket:
+    b = c.brokers[0]
+    port = b.port + (0 if listener == "SASL_SSL" else EXTRA_LISTENERS[listener])
+    ctx = ssl.create_default_context(cafile=ca or ca_file(c))
+    ctx.check_hostname = False
+    if cert:
+        ctx.load_cert_chain(*cert)
+    return ctx.wrap_socket(socket.create_connection((b.host, port), timeout=15),
+                           server_hostname=b.host)
+
+
+def _answer(s: socket.socket) -> tuple[int, bytes]:
+    """(correlation id, body) of one response."""
+    head = b""
+    while len(head) < 4:
+        chunk = s.recv(4 - len(head))
+        assert chunk, "the broker closed the connection instead of answering"
+        head += chunk
+    (size,) = struct.unpack(">i", head)
+    data = b""
+    while len(data) < size:
+        chunk = s.recv(size - len(data))
+        assert chunk
+        data += chunk
+    return struct.unpack_from(">i", data)[0], data[4:]
+
+
+def _closed_after(s: socket.socket, limit: float) -> tuple[float, bytes]:
+    """Seconds until the broker closed ``s`` and whatever it sent first."""
+    t0 = time.monotonic()
+    s.settimeout(limit)
+    got = b""
+    try:
+        while chunk := s.recv(4096):
+            got += chunk
+    except (TimeoutError, socket.timeout):
+        raise AssertionError(f"still open after {limit} s") from None
+    except (ssl.SSLError, ConnectionResetError):
+        pass  # a TLS alert or a reset is a close too
+    return time.monotonic() - t0, got
+
+
+def test_unauthenticated_clients_get_only_the_handshake_apis(secure: LocalCluster) -> None:
+    """Before SASL completes only ApiVersions, SaslHandshake and SaslAuthenticate are
+    served (Kafka's SaslServerAuthenticator); anything else closes the connection unanswered."""
+    with _tls(secure, "SASL_SSL") as s:
+        s.sendall(_frame(18, 0))
+        corr, body = _answer(s)
+        assert corr == 7 and struct.unpack_from(">h", body)[0] == 0
+        mech = b"SCRAM-SHA-256"
+        s.sendall(_frame(17, 1, struct.pack(">h", len(mech)) + mech, corr=8))
+        corr, body = _answer(s)
+        assert corr == 8 and struct.unpack_from(">h", body)[0] == 0
+        s.sendall(_frame(3, 1, struct.pack(">i", -1), corr=9))  # Metadata, all topics
+        took, got = _closed_after(s, 10)
+        assert got == b"" and took < AUTH_TIMEOUT_S - 1, took  # not the timeout
+    # Produce straight away, without even a handshake: closed, nothing written.
+    with socket.create_connection((secure.brokers[0].host, secure.brokers[0].port
+                                   + EXTRA_LISTENERS["SASL_PLAINTEXT"]), timeout=15) as s:
+        s.sendall(_frame(0, 3, struct.pack(">hii", -1, 1, 1000) + struct.pack(">i", 0)))
+        took, got = _closed_after(s, 10)
+        assert got == b"" and took < AUTH_TIMEOUT_S - 1, took
+
+
+def test_sasl_frames_are_bounded_before_authentication(secure: LocalCluster) -> None:
+    """sasl.server.max.receive.size (512 KiB): a bigger frame before authentication
+    closes the connection as soon as its size prefix arrives, before its body is read."""
+    with _tls(secure, "SASL_SSL") as s:
+        s.sendall(struct.pack(">i", 600_000) + b"\0" * 1000)
+        took, got = _closed_after(s, 10)
+        # at once, not by the authentication timeout
+        assert got == b"" and took < AUTH_TIMEOUT_S - 1, took
+    with _tls(secure, "SASL_SSL") as s:  # the broker serves on
+        s.sendall(_frame(18, 0))
+        assert _answer(s)[0] == 7
+
+
+def test_stalled_handshakes_are_closed(secure: LocalCluster) -> None:
+    """odradek.authentication.timeout.ms bounds a TLS handshake that stops half-way and a
+    TLS connection that never authenticates with SASL: neither holds its slot longer."""
+    b = secure.brokers[0]
+    with socket.create_connection((b.host, b.port), timeout=15) as raw:
+        raw.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a cut ClientHello
+        took, _ = _closed_after(raw, AUTH_TIMEOUT_S + 10)
+        assert AUTH_TIMEOUT_S - 1 <= took, took
+    with _tls(secure, "SASL_SSL") as s:
+        s.sendall(_frame(18, 0))  # answered, but it never authenticates
+        _answer(s)
+        took, _ = _closed_after(s, AUTH_TIMEOUT_S + 10)
+        assert AUTH_TIMEOUT_S - 1.5 <= took, took
+    log = Path(b.log).read_text(errors="replace")
+    assert "SASL authentication did not complete within 3 s" in log
+
+
+def test_bad_client_certificates_close_the_connection(secure: LocalCluster,
+                                                      tmp_path: Path) -> None:
+    """ssl.client.auth=required: a certificate from another CA, or none, ends the TLS
+    handshake with an alert -- no Kafka byte is answered -- and the broker serves on."""
+    other = make_ca(tmp_path, "Not the cluster's CA")
+    pem = other.issue(tmp_path / "mallory.pem", "client", [])
+    for cert in ((str(pem), str(pem)), None):
+        try:
+            s = _tls(secure, "SSL", cert)
+        except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+            continue  # refused during the handshake (TLS 1.2)
+        with s:
+            try:
+                s.sendall(_frame(18, 0))
+            except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+                continue
+            _, got = _closed_after(s, 10)
+            assert got == b""
+    with _tls(secure, "SSL", client_certificate(secure)) as s:
+        s.sendall(_frame(18, 0))
+        assert _answer(s)[0] == 7

@@ -113,7 +113,8 @@ class Broker:
         self.dispatcher = RequestDispatcher(self.context)
         self._limits = ConnectionLimits(
             max_frame_bytes=config.socket_request_max_bytes,
-            max_unauthenticated_frame_bytes=config.get("sasl.server.max.receive.size"))
+            max_unauthenticated_frame_bytes=config.get("sasl.server.max.receive.size"),
+            authentication_timeout_s=config.get("odradek.authentication.timeout.ms") / 1000)
         self._quotas = ConnectionQuotas(config.get("max.connections"),
                                         config.get("max.connections.per.ip"),
                                         _resolve_overrides(config))

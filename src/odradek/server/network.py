@@ -143,6 +143,9 @@ class ConnectionLimits:
     use_sendfile: bool = True
     # sasl.server.max.receive.size: frames before a SASL client has authenticated.
     max_unauthenticated_frame_bytes: int = 524288
+    # odradek.authentication.timeout.ms: a TLS handshake, and then a SASL authentication,
+    # must each complete within this long, or the connection is closed.
+    authentication_timeout_s: float = 10.0
 
 
 class RequestQueue:
@@ -217,6 +220,7 @@ class KafkaConnection(asyncio.Protocol):
         self._write_paused = False  # TLS: the transport's buffer is above its high water
         self._close_reason: str | None = None  # close once the queued output is sent
         self._close_delay_s = 0.0
+        self._auth_deadline: asyncio.TimerHandle | None = None
         self._pending: deque[Any] = deque()
         self._pending_bytes = 0
         self._queued = 0  # len(self._pending) as last reported to the request queue
@@ -259,6 +263,10 @@ class KafkaConnection(asyncio.Protocol):
             self._decoder.max_frame_bytes = min(self._limits.max_frame_bytes,
                                                 self._limits.max_unauthenticated_frame_bytes)
             self.session.on_authenticated.append(self._authenticated)
+            # An unauthenticated peer may hold a connection slot only briefly (Kafka
+            # bounds it by connections.max.idle.ms alone, 10 minutes by default).
+            self._auth_deadline = self._loop.call_later(
+                self._limits.authentication_timeout_s, self._authentication_overdue)
         if self._tls:
             # Writing to the socket's fd would bypass the encryption: the transport's
             # buffer (bounded through pause_writing) carries every byte instead.
@@ -278,6 +286,9 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._auth_deadline is not None:
+            self._auth_deadline.cancel()
+            self._auth_deadline = None
         self._release()
         self._owner.connection_closed(self)
         answers, self._answers = self._answers, deque()
@@ -287,6 +298,17 @@ class KafkaConnection(asyncio.Protocol):
 
     def _authenticated(self) -> None:
         self._decoder.max_frame_bytes = self._limits.max_frame_bytes
+        if self._auth_deadline is not None:
+            self._auth_deadline.cancel()
+            self._auth_deadline = None
+
+    def _authentication_overdue(self) -> None:
+        self._auth_deadline = None
+        if not self._closed and not self.session.authenticated:
+            self.log_close(f"SASL authentication did not complete within "
+                           f"{self._limits.authentication_timeout_s:g} s "
+                           "(odradek.authentication.timeout.ms)", logging.INFO)
+            self.close()
 
     # TLS transports call these when their buffer crosses the high/low water marks.
     def pause_writing(self) -> None:

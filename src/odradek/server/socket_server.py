@@ -18,7 +18,7 @@ applies them (``kafka.network.ConnectionQuotas``, ``Acceptor``):
 A broker has one ``SocketServer`` per listener (issue 14); the limits above are shared
 by all of them, as Kafka's are. On a TLS listener the handshake runs in its own task
 (never in the accept loop, so a peer that stops half-way through a handshake delays
-nobody else), bounded by ``TLS_HANDSHAKE_TIMEOUT_S``; a failed handshake -- a plaintext
+nobody else), bounded by ``odradek.authentication.timeout.ms``; a failed handshake -- a plaintext
 client, a wrong certificate -- closes that connection with one rate-limited log line.
 The connection counts against the quotas from the moment it is accepted.
 
@@ -45,9 +45,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["ConnectionQuotas", "SocketServer"]
 
 _REJECT_LOG = LogLimiter(burst=5, interval_s=60.0)
-# Kafka has no separate setting: its handshake is bounded by connections.max.idle.ms. A
-# shorter bound frees the connection slot of a stalled handshake sooner.
-TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 SessionFactory = Callable[[str, "ssl.SSLObject | None"], Session]
 
@@ -206,7 +203,9 @@ class SocketServer:
             else:
                 await loop.connect_accepted_socket(
                     make, sock, ssl=self.ssl_context,
-                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+                    # Kafka has no separate setting (connections.max.idle.ms bounds
+                    # it); a shorter bound frees a stalled handshake's slot sooner.
+                    ssl_handshake_timeout=self.limits.authentication_timeout_s)
         except asyncio.CancelledError:
             sock.close()
             if not (holder and holder[0].made):
