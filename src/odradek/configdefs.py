@@ -599,10 +599,12 @@ _BROKER_LIST: list[ConfigDef] = [
     # --- ZooKeeper security (issue 14) ---
     _b("zookeeper.set.acl", T.BOOLEAN, "false",
        "Create znodes with ACLs: creator-only write (and no world read of user "
-       "credentials); needs ZooKeeper authentication."),
+       "credentials); needs ZooKeeper authentication. Not implemented yet: true stops "
+       "the broker at start."),
     _b("odradek.zookeeper.auth", T.PASSWORD, None,
        "Beyond Kafka's properties (Kafka takes it from a JAAS file): ZooKeeper "
-       "authentication as scheme:credentials, e.g. digest:kafka:secret."),
+       "authentication as scheme:credentials, e.g. digest:kafka:secret. Not implemented "
+       "yet: setting it stops the broker at start."),
 ]
 
 BROKER_CONFIGS: Final[dict[str, ConfigDef]] = {d.name: d for d in _BROKER_LIST}

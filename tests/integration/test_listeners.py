@@ -99,3 +99,13 @@ def test_mapped_listener_names_and_sasl_settings(tmp_path: Path) -> None:
                              "authorizer.class.name": "com.example.MyAuthorizer"})
     assert proc.returncode == 1
     assert "Odradek provides" in proc.stdout + proc.stderr
+
+
+def test_zookeeper_acls_are_refused_until_implemented(tmp_path: Path) -> None:
+    """zookeeper.set.acl is not built yet: the broker says so instead of running with
+    znodes every ZooKeeper client may rewrite."""
+    proc = _start(tmp_path, {"listeners": "PLAINTEXT://127.0.0.1:19095",
+                             "zookeeper.set.acl": "true"})
+    assert proc.returncode == 1
+    assert "ZooKeeper authentication and znode ACLs are not implemented yet" \
+        in proc.stdout + proc.stderr
