@@ -218,7 +218,8 @@ def test_ssl_principal_is_the_certificate_subject(secure: LocalCluster) -> None:
 
 
 # =============================================================================== failures
-@pytest.mark.parametrize("user,password", [("admin", "wrong"), ("mallory", "whatever")])
+@pytest.mark.parametrize("user,password", [("admin", "wrong-pw-3f9a"),
+                                           ("mallory", "whatever-7c1e")])
 def test_bad_credentials_are_refused(secure: LocalCluster, user: str, password: str,
                                      caplog: pytest.LogCaptureFixture) -> None:
     a = access(secure, "SASL_SSL", "SCRAM-SHA-256", user, password)
@@ -256,7 +257,7 @@ def test_bad_credentials_are_refused(secure: LocalCluster, user: str, password: 
     from kafka.admin import KafkaAdminClient
     caplog.set_level(logging.WARNING, logger="kafka")
     with pytest.raises(kafka.errors.KafkaError) as ei:
-        KafkaAdminClient(**a.kafka_python(), request_timeout_ms=5000)
+        KafkaAdminClient(**a.kafka_python(), request_timeout_ms=5000, bootstrap_timeout_ms=5000)
     reported = repr(ei.value) + caplog.text
     assert "[Error 58] SaslAuthenticationFailedError" in reported, reported[-2000:]
     assert "invalid credentials with SASL mechanism SCRAM-SHA-256" in reported
@@ -559,3 +560,18 @@ def test_bad_client_certificates_close_the_connection(secure: LocalCluster,
     with _tls(secure, "SSL", client_certificate(secure)) as s:
         s.sendall(_frame(18, 0))
         assert _answer(s)[0] == 7
+
+
+def test_failed_logins_are_logged_without_the_secret(secure: LocalCluster) -> None:
+    """PLAIN carries the password itself in its token: a refused PLAIN login is logged
+    with the client's address and listener, never the password (nor a SCRAM proof)."""
+    secret = "plain-secret-b41d"
+    a = access(secure, "SASL_PLAINTEXT", "PLAIN", "carol", secret)
+    for b in secure.brokers:
+        with pytest.raises(ConnectionLost, match="SASL_AUTHENTICATION_FAILED|58|"
+                                                  "Authentication failed"):
+            raw_connection(a, f"{b.host}:{b.port + EXTRA_LISTENERS['SASL_PLAINTEXT']}")
+    logs = "".join(Path(b.log).read_text(errors="replace") for b in secure.brokers)
+    assert "Failed authentication with" in logs
+    for leaked in (secret, "wrong-pw-3f9a", "whatever-7c1e"):
+        assert leaked not in logs
