@@ -28,8 +28,9 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float
 
 def create_topic(bootstrap: str, name: str, partitions: int, rf: int,
                  config: dict[str, str] | None = None,
-                 assignment: list[list[int]] | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+                 assignment: list[list[int]] | None = None,
+                 security: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(security or {})})
     if assignment is not None:
         nt = NewTopic(name, num_partitions=len(assignment), replica_assignment=assignment,
                       config=config or {})
@@ -38,8 +39,9 @@ def create_topic(bootstrap: str, name: str, partitions: int, rf: int,
     admin.create_topics([nt], operation_timeout=30)[name].result(30)
 
 
-def partition_meta(bootstrap: str, topic: str) -> dict[int, Any]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def partition_meta(bootstrap: str, topic: str,
+                   security: dict[str, str] | None = None) -> dict[int, Any]:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(security or {})})
     md = admin.list_topics(topic, timeout=10)
     return dict(md.topics[topic].partitions)
 
@@ -75,10 +77,12 @@ def produce(bootstrap: str, topic: str, values: list[bytes], *, acks: str = "all
 
 
 def consume_all(bootstrap: str, topic: str, partitions: list[int],
-                timeout: float = 30) -> dict[int, list[tuple[int, bytes]]]:
+                timeout: float = 30, security: dict[str, str] | None = None,
+                ) -> dict[int, list[tuple[int, bytes]]]:
     """Read every partition from offset 0 up to its current end (HW)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "replication-test",
-                  "enable.auto.commit": False, "enable.partition.eof": True})
+                  "enable.auto.commit": False, "enable.partition.eof": True,
+                  **(security or {})})
     ends = {}
     for p in partitions:
         # A broker that just came back may answer from stale metadata (NOT_LEADER) until

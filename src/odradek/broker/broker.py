@@ -2,7 +2,15 @@
 
 Start-up follows Kafka's order: recover local logs, bind the listener (not yet serving),
 connect to ZooKeeper and register ``/brokers/ids/N``, load metadata, start the
-controller election, then start serving requests. Shutdown reverses it and flushes
+controller election, then start serving requests.
+
+Listeners (issue 14): one ``SocketServer`` per entry of ``listeners``, sharing the
+connection quotas and the request queue; each TLS listener gets its SSL context, each
+connection a ``Session`` (principal from the client certificate, or a SASL
+authenticator). Every advertised listener is registered in ``/brokers/ids/N``; followers
+connect to leaders on ``inter.broker.listener.name`` with its protocol. With
+``authorizer.class.name`` the ACL authorizer loads and follows ``/kafka-acl``; with a
+SCRAM listener the credential cache follows ``/config/users`` -- both before serving. Shutdown reverses it and flushes
 every log so the next start needs no recovery scan.
 """
 
@@ -11,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import hmac
 import logging
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -36,7 +46,13 @@ from odradek.log_manager.log_cleaner import manager_from_config  # compaction (S
 from odradek.replication.isr_store import ZkIsrStore
 from odradek.replication.replica_manager import RECOVERY_POINT_CHECKPOINT, ReplicaManager
 from odradek.replication.trace import RecordTracer
+from odradek.security import listener_config as lc
+from odradek.security.client_security import ClientSecurity
+from odradek.security.principal import ANONYMOUS, principal_from_certificate
+from odradek.security.sasl_server import SaslServerAuthenticator
+from odradek.server.authorizer import Authorizer, CredentialCache, parse_super_users
 from odradek.server.dispatch import RequestDispatcher
+from odradek.server.session import Session
 from odradek.server.network import ConnectionLimits, RequestQueue
 from odradek.server.socket_server import ConnectionQuotas, SocketServer
 from odradek.config import (
@@ -148,15 +164,17 @@ class Broker:
             self.context, self.metrics.requests if self.metrics else None)
         self.stall_detector: stall_detector.StallDetector | None = None
         self.stopping = False
-        self.socket_server = SocketServer(
-            (self.dispatcher.dispatch_metered if self.metrics is not None
-             else self.dispatcher.dispatch),
-            ConnectionLimits(max_frame_bytes=config.socket_request_max_bytes,
-                             stamp_arrivals=self.metrics is not None),
-            ConnectionQuotas(config.get("max.connections"), config.get("max.connections.per.ip"),
-                             _resolve_overrides(config)),
-            RequestQueue(config.get("queued.max.requests")),
-            idle_ms=config.get("connections.max.idle.ms"))
+        self._limits = ConnectionLimits(
+            max_frame_bytes=config.socket_request_max_bytes,
+            stamp_arrivals=self.metrics is not None,
+            max_unauthenticated_frame_bytes=config.get("sasl.server.max.receive.size"),
+            authentication_timeout_s=config.get("odradek.authentication.timeout.ms") / 1000)
+        self._quotas = ConnectionQuotas(config.get("max.connections"),
+                                        config.get("max.connections.per.ip"),
+                                        _resolve_overrides(config))
+        self._request_queue = RequestQueue(config.get("queued.max.requests"))
+        # One SocketServer per listener, made in start() once the settings are checked.
+        self.socket_servers: dict[str, SocketServer] = {}
         self._image_waiters: list[asyncio.Future[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -198,13 +216,14 @@ class Broker:
             self.metrics_listener = MetricsListener(*self.metrics_address,
                                                     self.metrics.render)
             await self.metrics_listener.start()
+        self._make_socket_servers()
         t0 = time.monotonic()
         self.replicas.load_logs()
         self.flusher.start()
         self.cleaner.start(self._loop)  # log compaction threads (SPEC R25)
         log.info("logs loaded in %.2f s", time.monotonic() - t0)
-        bind_host, bind_port = self._bind_address()
-        self.socket_server.bind(bind_host, bind_port)
+        for spec in lc.listeners(self.config):
+            self.socket_servers[spec.name].bind(spec.host, spec.port)
         session_s = self.config.zookeeper_session_timeout_ms / 1000
         self.zk = await asyncio.to_thread(
             connect_zk, self.config.zookeeper_connect, source_ip=self.advertised_host,
@@ -212,8 +231,7 @@ class Broker:
             timeout_s=self.config.zookeeper_connection_timeout() / 1000)
         if self.metrics is not None:
             self.zk.add_listener(self.metrics.zk_session.on_state)
-        registration = znodes.BrokerRegistration.plaintext(self.broker_id, self.advertised_host,
-                                                           self.advertised_port)
+        registration = self._registration()
         self.zkc = self._zk_client()
         # The store and the controller run on their own threads: one client each.
         self.store = MetadataStore(self._zk_client(), self.broker_id, registration,
@@ -225,26 +243,97 @@ class Broker:
         # A stale registration from our own previous (killed) session lasts at most one
         # session timeout.
         await asyncio.to_thread(self.store.start, session_s * 2 + 5)
+        await self._start_security()
         self.controller.start()
         self.groups.start()  # consumer groups (issue 4)
-        self.socket_server.start_serving()
+        for server in self.socket_servers.values():
+            server.start_serving()
         self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
         self._tasks.append(asyncio.create_task(self._isr_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
-        log.info("broker %d serving on %s:%d (advertised %s:%d)", self.broker_id, bind_host,
-                 bind_port, self.advertised_host, self.advertised_port)
+        log.info("broker %d serving on %s (advertised %s)", self.broker_id,
+                 ", ".join(f"{s} ({s.protocol})" for s in lc.listeners(self.config)),
+                 ", ".join(str(s) for s in lc.advertised_listeners(self.config)))
+
+    # ------------------------------------------------------------------ listeners
+    def _make_socket_servers(self) -> None:
+        config = self.config
+        for spec in lc.listeners(config):
+            ctx: ssl.SSLContext | None = (lc.server_ssl_context(config, spec.name)
+                                          if spec.tls else None)
+            self.socket_servers[spec.name] = SocketServer(
+                (self.dispatcher.dispatch_metered if self.metrics is not None
+                 else self.dispatcher.dispatch), self._limits, self._quotas, self._request_queue,
+                idle_ms=config.get("connections.max.idle.ms"), name=spec.name,
+                ssl_context=ctx, session_factory=self._session_factory(spec))
+        inter = lc.inter_broker_listener(config)
+        self.replicas.fetchers.listener = inter
+        self.replicas.fetchers.security = ClientSecurity.for_inter_broker(config)
+
+    def _session_factory(self, spec: lc.ListenerSpec) -> Any:
+        config = self.config
+        mechanisms = lc.enabled_mechanisms(config, spec.name) if spec.sasl else ()
+        plain_users: dict[str, str] = {}
+        if "PLAIN" in mechanisms:
+            jaas = lc.jaas_entry(config, spec.name, "PLAIN")
+            plain_users = jaas.plain_users if jaas is not None else {}
+
+        def plain_check(user: str, password: str) -> bool:
+            expected = plain_users.get(user)
+            # compare_digest: the time taken does not reveal how much of it matched
+            return expected is not None and hmac.compare_digest(expected.encode(),
+                                                                password.encode())
+
+        def scram_lookup(mechanism: str, user: str) -> Any:
+            cache = self.context.credentials
+            return cache.lookup(mechanism, user) if cache is not None else None
+        reauth_ms = config.get("connections.max.reauth.ms")
+
+        def factory(ip: str, ssl_object: ssl.SSLObject | None) -> Session:
+            if spec.sasl:
+                return Session(spec.name, spec.protocol, ip, None, SaslServerAuthenticator(
+                    mechanisms, scram_lookup=scram_lookup, plain_check=plain_check,
+                    max_reauth_ms=reauth_ms))
+            principal = ANONYMOUS
+            if ssl_object is not None:
+                principal = principal_from_certificate(ssl_object.getpeercert(binary_form=True))
+            return Session(spec.name, spec.protocol, ip, principal)
+        return factory
+
+    def _registration(self) -> znodes.BrokerRegistration:
+        adv = lc.advertised_listeners(self.config)
+        return znodes.BrokerRegistration(
+            self.broker_id, self.advertised_host, self.advertised_port,
+            tuple(str(s) for s in adv), listener_security_protocol_map={
+                s.name: s.protocol for s in adv})
+
+    async def _start_security(self) -> None:
+        """The authorizer and the SCRAM credential cache, loaded before serving."""
+        assert self.zk is not None and self._loop is not None
+        config = self.config
+        if config.get("authorizer.class.name"):
+            auth = Authorizer(self.zk, self._loop,
+                              super_users=parse_super_users(config.get("super.users")),
+                              allow_if_no_acl=config.get("allow.everyone.if.no.acl.found"))
+            await asyncio.to_thread(auth.start)
+            self.context.authorizer = auth
+        scram = any(m.startswith("SCRAM-") for s in lc.listeners(config) if s.sasl
+                    for m in lc.enabled_mechanisms(config, s.name))
+        if scram or config.get("authorizer.class.name"):
+            creds = CredentialCache(self.zk, self._loop)
+            await asyncio.to_thread(creds.start)
+            self.context.credentials = creds
+        await asyncio.sleep(0)  # the loads scheduled with call_soon_threadsafe run first
+
+    @property
+    def socket_server(self) -> SocketServer:
+        """The first listener's server (single-listener callers and tests)."""
+        return next(iter(self.socket_servers.values()))
 
     def _zk_client(self) -> KafkaZkClient:
         assert self.zk is not None
         return KafkaZkClient(self.zk, max_ops=self.config.get("odradek.zookeeper.multi.max.ops"),
                              max_in_flight=self.config.get("zookeeper.max.in.flight.requests"))
-
-    def _bind_address(self) -> tuple[str, int]:
-        endpoints = self.config.listener_endpoints()
-        if not endpoints:
-            raise ValueError("listeners is empty")
-        _, host, port = endpoints[0]
-        return host, port
 
     async def shutdown(self) -> None:
         """Stop serving, leave ZooKeeper (so failover starts at once), flush the logs.
@@ -272,7 +361,8 @@ class Broker:
             log.info("controlled shutdown %s in %.2f s", "completed" if moved else "timed out",
                      time.monotonic() - t0)
         await self._bounded("stop replica fetchers", self.replicas.stop_fetchers())
-        self.socket_server.close()
+        for server in self.socket_servers.values():
+            server.close()
         for t in self._tasks:
             t.cancel()
         if self.controller is not None:

@@ -238,33 +238,34 @@ class _BrokerCollector(Collector):
 
     # ------------------------------------------------------------------ SocketServer
     def _socket_server(self, b: Broker) -> Iterator[Metric]:
-        """Kafka's socket-server-metrics (one network processor here: the event loop)
-        and RequestChannel's queue (``queued.max.requests``)."""
-        srv = b.socket_server
-        endpoints = b.config.listener_endpoints()
-        listener = endpoints[0][0] if endpoints else "PLAINTEXT"
+        """Kafka's socket-server-metrics per listener (one network processor each here:
+        the event loop) and RequestChannel's queue (``queued.max.requests``, shared)."""
         prefix = "kafka_server_socket_server_metrics_"
         count = GaugeMetricFamily(prefix + "connection_count", "Open client connections",
                                   labels=["listener"])
-        count.add_metric([listener], len(srv.connections))
-        yield count
         created = CounterMetricFamily(prefix + "connection_creation",
                                       "Connections accepted", labels=["listener"])
-        created.add_metric([listener], srv.connections_created)
-        yield created
         closed = CounterMetricFamily(prefix + "connection_close", "Connections closed",
                                      labels=["listener"])
-        closed.add_metric([listener], srv.connections_closed)
-        yield closed
         rejected = CounterMetricFamily(
             "odradek_socketserver_connections_rejected",
             "Connections closed at accept: their address had max.connections.per.ip",
             labels=["listener"])
-        rejected.add_metric([listener], srv.connections_rejected)
+        queue = None
+        for listener, srv in b.socket_servers.items():
+            count.add_metric([listener], len(srv.connections))
+            created.add_metric([listener], srv.connections_created)
+            closed.add_metric([listener], srv.connections_closed)
+            rejected.add_metric([listener], srv.connections_rejected)
+            queue = srv.request_queue
+        yield count
+        yield created
+        yield closed
         yield rejected
-        yield _gauge("kafka_network_requestchannel_requestqueuesize",
-                     "Requests read but not yet handled, all connections "
-                     "(bounded by queued.max.requests)", srv.request_queue.queued)
+        if queue is not None:
+            yield _gauge("kafka_network_requestchannel_requestqueuesize",
+                         "Requests read but not yet handled, all connections "
+                         "(bounded by queued.max.requests)", queue.queued)
 
     # ------------------------------------------------------------------ Partition, Log
     def _partitions_and_logs(self, b: Broker) -> Iterator[Metric]:

@@ -56,12 +56,18 @@ def cmd_up(args: argparse.Namespace) -> int:
         zk_nodes=args.zookeepers,
         partitions_default=args.partitions_default,
         timeout=args.timeout,
+        security=args.security,
     )
     c.close_zk_client()
     print(f"ZooKeeper: {c.zk_connect}", file=sys.stderr)
     for b in c.brokers:
         metrics = f" metrics {b.metrics_url}" if b.metrics_url else ""
         print(f"broker {b.id}: {b.address} pid {b.pid} log {b.log}{metrics}", file=sys.stderr)
+    if c.client_properties:
+        # Kafka's tools take it as --command-config; confluent-kafka, kcat -F and Spark's
+        # kafka.* options take the same settings.
+        print(f"client properties (admin user, {args.security.upper()}): "
+              f"{c.client_properties}", file=sys.stderr)
     if not args.no_console:
         try:
             url = c.start_console([Path(r) for r in args.reports] or [c.dir.parent])
@@ -89,7 +95,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if st["controller"] is not None:
             try:
                 parts = collect(c.zk_client(), {b.id: b.log_dir for b in c.brokers},
-                                c.bootstrap_servers)
+                                c.bootstrap_servers, c.client_config())
             except Exception as e:  # noqa: BLE001 - status must still print the rest
                 print(f"partitions unavailable: {e}")
         st["partitions"] = [vars(p) for p in parts]
@@ -99,6 +105,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(st, indent=2))
         return 0
     print(f"cluster {st['dir']}  bootstrap.servers={st['bootstrap_servers']}")
+    if c.client_properties:
+        print(f"security {c.security}  client properties {c.client_properties}")
     for z in st["zookeeper"]:
         mode = z["mode"] or "-"
         print(f"zookeeper {z['id']}  {z['address']}:{z['port']}  pid {z['pid']}  {z['state']}  mode={mode}")
@@ -188,6 +196,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     up.add_argument("--partitions-default", type=int, default=None, help="num.partitions for the brokers")
     up.add_argument("--zk-session-timeout-ms", type=int, default=6000, help="zookeeper.session.timeout.ms")
     up.add_argument("--zookeepers", type=int, default=1, help="ZooKeeper ensemble size (default 1)")
+    up.add_argument("--security", choices=("plaintext", "sasl_ssl"), default="plaintext",
+                    help="sasl_ssl: TLS + SCRAM listeners, ACLs, an admin super user and "
+                         "DIR/client.properties (default plaintext)")
     up.add_argument(
         "--broker-config", type=_kv, action="append", metavar="K=V", help="extra server.properties entry (repeatable)"
     )

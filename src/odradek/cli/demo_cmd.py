@@ -25,6 +25,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--verbose", action="store_true",
                    help="pipeline: details, librdkafka and Spark output on the terminal too")
     p.add_argument("--no-console", action="store_true", help="pipeline: no web console")
+    p.add_argument("--security", choices=("plaintext", "sasl_ssl"), default="plaintext",
+                   help="--basic only: sasl_ssl runs it on a secured cluster (TLS, SCRAM, "
+                        "ACLs) as its admin user")
     p.set_defaults(func=_run)
 
 
@@ -33,7 +36,11 @@ def _run(args: argparse.Namespace) -> int:
         from odradek.demo import run_demo  # noqa: PLC0415
 
         return run_demo(args.brokers, args.records, args.record_size, args.partitions,
-                        args.dir)
+                        args.dir, security=args.security)
+    if args.security != "plaintext":
+        print("odradek demo: the Spark pipeline demo runs on a plaintext cluster only; "
+              "use --basic --security sasl_ssl")
+        return 2
     from odradek.pipeline_demo import run_pipeline_demo  # noqa: PLC0415
 
     return run_pipeline_demo(args.seconds, args.rate, args.dir, kill_leader=not args.no_kill,

@@ -117,6 +117,9 @@ class LocalCluster:
         # a registration left by the previous incarnation's not-yet-expired session must
         # not count as "the new process registered".
         self._stale_owner: dict[int, int] = {}
+        # "plaintext" or "sasl_ssl" (issue 14); the latter with DIR/client.properties.
+        self.security = "plaintext"
+        self.client_properties: str | None = None
         if self.state_path.exists():
             self._load()
             if broker_command is not None:
@@ -155,6 +158,8 @@ class LocalCluster:
         self.metrics = bool(state.get("metrics", True))
         self.console = state.get("console")
         self.broker_command = list(state.get("broker_command") or DEFAULT_BROKER_COMMAND)
+        self.security = state.get("security", "plaintext")
+        self.client_properties = state.get("client_properties")
         nodes = state.get("zookeeper_nodes") or [state["zookeeper"]]
         self.zookeeper_nodes = [
             ZkNodeInfo(
@@ -185,6 +190,8 @@ class LocalCluster:
             "zk_session_timeout_ms": self.zk_session_timeout_ms,
             "metrics": self.metrics,
             "broker_command": self.broker_command,
+            "security": self.security,
+            "client_properties": self.client_properties,
             "zookeeper": zk_json(self.zookeeper_nodes[0]) if self.zookeeper_nodes else None,
             "zookeeper_nodes": [zk_json(z) for z in self.zookeeper_nodes],
             "brokers": [asdict(b) for b in self.brokers],
@@ -208,6 +215,8 @@ class LocalCluster:
         broker_command: Sequence[str] | None = None,
         timeout: float = 60.0,
         metrics: bool = True,
+        security: str = "plaintext",
+        **security_options: Any,
     ) -> LocalCluster:
         """Create and bring up a cluster; use as a context manager to always ``down()``."""
         c = cls(dir, broker_command=broker_command)
@@ -218,8 +227,17 @@ class LocalCluster:
             zk_session_timeout_ms,
             zk_nodes=zk_nodes,
             timeout=timeout,
+            security=security,
+            **security_options,
         )
         return c
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings a client needs besides bootstrap.servers: {} for a
+        plaintext cluster, the admin user's SASL_SSL settings for a secured one."""
+        from odradek.cluster.security_setup import client_config
+
+        return client_config(self.client_properties)
 
     def __enter__(self) -> LocalCluster:
         return self
@@ -240,6 +258,8 @@ class LocalCluster:
         zk_nodes: int = 1,
         partitions_default: int | None = None,
         timeout: float = 60.0,
+        security: str = "plaintext",
+        **security_options: Any,
     ) -> str:
         """Start ZooKeeper and ``n_brokers`` brokers (ids 1..n); wait until every broker
         accepts TCP and is registered in ZooKeeper. Returns bootstrap.servers.
@@ -248,6 +268,9 @@ class LocalCluster:
             raise ValueError(f"--brokers must be in 1..{addresses.MAX_BROKERS}")
         if zk_nodes < 1:
             raise ValueError("zk_nodes must be >= 1")
+        if security not in ("plaintext", "sasl_ssl"):
+            raise ValueError("--security must be plaintext or sasl_ssl")
+        self.security = security
         if self.state_path.exists() and self.any_alive():
             raise KafkaError(
                 ErrorCode.unknown_server_error,
@@ -259,10 +282,24 @@ class LocalCluster:
         self.zk_session_timeout_ms = zk_session_timeout_ms
         try:
             self._start_zookeeper_nodes(zk_nodes, deadline)
+            overrides: dict[int, dict[str, str]] = {
+                i: dict(broker_config or {}) for i in range(1, n_brokers + 1)}
+            if security == "sasl_ssl":
+                from odradek.cluster.security_setup import prepare
+
+                hosts = {i: addresses.broker_address(self.block, i)
+                         for i in range(1, n_brokers + 1)}
+                # extra_listeners / plain_users (security_setup.prepare)
+                setup = prepare(self.dir, hosts, self.zk_client(), **security_options)
+                self.client_properties = str(setup.client_properties)
+                for i, host in hosts.items():
+                    # the operator's own overrides win
+                    overrides[i] = {**setup.broker_properties(i, host, addresses.BROKER_PORT),
+                                    **overrides[i]}
             self.brokers = []
             for i in range(1, n_brokers + 1):
                 self.brokers.append(
-                    self._write_broker_config(i, broker_config or {}, partitions_default)
+                    self._write_broker_config(i, overrides[i], partitions_default)
                 )
             self.save()
             for b in self.brokers:

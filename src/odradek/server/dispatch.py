@@ -12,11 +12,19 @@ escaping it, synchronously or from its coroutine, or a response that fails to en
 is answered with UNKNOWN_SERVER_ERROR for every resource the request names (a
 ``KafkaError`` that escaped gets its own code), the connection stays open, and the
 traceback is logged once per failure site (issue 11, item 3).
+
+On a SASL listener (issue 14) the dispatcher is also the gate of Kafka's
+``SaslServerAuthenticator``: until the connection's session is authenticated only
+ApiVersions, SaslHandshake and SaslAuthenticate are served -- anything else closes the
+connection before it is decoded -- and after a SaslHandshake v0 the next frames are raw
+SASL tokens. An authenticated session past its KIP-368 lifetime is closed at its next
+request other than a re-authentication.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 import time
 import traceback
 from collections.abc import Callable, Coroutine
@@ -36,7 +44,8 @@ from odradek.server.handlers import (
     admin, configs, data, elect, groups, metadata, producers, records, security,
 )
 from odradek.log_limiter import LogLimiter
-from odradek.server.network import FRAME_ARRIVED_AT, CloseConnection, Pipelined
+from odradek.server.network import FRAME_ARRIVED_AT, CloseAfter, CloseConnection, Pipelined
+from odradek.server.session import current_session
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +54,9 @@ __all__ = ["HANDLERS", "RequestDispatcher"]
 Handler = Callable[[RequestContext, RequestHeaderInfo, Any], Any]
 
 PRODUCE = 0
+API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
+_PRE_AUTH_APIS = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+_API_KEY = struct.Struct(">h")
 
 HANDLERS: dict[int, Handler] = {  # one per API key in protocol.versions.SERVED
     0: data.handle_produce,
@@ -77,6 +89,8 @@ HANDLERS: dict[int, Handler] = {  # one per API key in protocol.versions.SERVED
     42: groups.handle_delete_groups,
     43: elect.handle_elect_leaders,
     44: configs.handle_incremental_alter_configs,
+    50: security.handle_describe_user_scram_credentials,
+    51: security.handle_alter_user_scram_credentials,
     60: metadata.handle_describe_cluster,
 }
 
@@ -98,6 +112,11 @@ class RequestDispatcher:
 
     def dispatch(self, frame: bytes) -> Any:
         """Decode one request frame and run its handler (see server.KafkaConnection)."""
+        auth = current_session().authenticator
+        if auth is not None and (not auth.authenticated or auth.session_expires_ms):
+            early = self._sasl_gate(frame, auth)
+            if early is not None:
+                return early
         try:
             header, req = decode_request(frame, self.max_elements)
         except UnsupportedVersion as e:
@@ -121,6 +140,31 @@ class RequestDispatcher:
             raise
         except Exception as e:  # noqa: BLE001 - the point: nothing escapes as a crash
             return self._failed(header, req, e)
+
+    def _sasl_gate(self, frame: bytes, auth: Any) -> Any:
+        """What Kafka's SaslServerAuthenticator does before a request reaches KafkaApis;
+        None lets the frame through to its handler."""
+        if auth.raw_tokens and not auth.authenticated:
+            # After SaslHandshake v0 (Kafka 0.10 clients): a bare token, answered bare.
+            result = auth.authenticate(bytes(frame), 0, int(time.time() * 1000))
+            if result.close:
+                return CloseAfter(None, f"SASL authentication failed: {result.error_message}")
+            security.authentication_progress(current_session(), result)
+            return struct.pack(">i", len(result.token)) + result.token
+        if len(frame) < 2:
+            raise CloseConnection("frame too short for a request header")
+        (api_key,) = _API_KEY.unpack_from(frame)
+        if not auth.authenticated:
+            if api_key not in _PRE_AUTH_APIS:
+                raise CloseConnection(f"Unexpected Kafka request of type {api_name(api_key)} "
+                                      "during SASL handshake.")
+            return None
+        if api_key not in (SASL_HANDSHAKE, SASL_AUTHENTICATE) and auth.expired(
+                int(time.time() * 1000)):
+            # KIP-368: the client did not re-authenticate within its session lifetime.
+            raise CloseConnection("SASL session expired (connections.max.reauth.ms); the "
+                                  "client did not re-authenticate")
+        return None
 
     async def _finish_later(self, header: RequestHeaderInfo, req: Any,
                             coro: Coroutine[Any, Any, Any]) -> Any:
@@ -195,5 +239,9 @@ class RequestDispatcher:
 
 def _encoded(header: RequestHeaderInfo, result: Any) -> Any:
     if result is None or isinstance(result, (bytes, list)):
+        return result
+    if isinstance(result, CloseAfter):
+        if result.response is not None and not isinstance(result.response, bytes):
+            result.response = encode_response(header, result.response)
         return result
     return encode_response(header, result)

@@ -216,6 +216,14 @@ def _delete_acls(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> 
              matching_acls=()) for _ in _seq(req.filters)))
 
 
+def _alter_scram(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
+    users = dict.fromkeys([d.name for d in _seq(req.deletions)] +
+                          [u.name for u in _seq(req.upsertions)])
+    return response(51, h.api_version, results=tuple(
+        part(51, h.api_version, "AlterUserScramCredentialsResult", user=u, error_code=code,
+             error_message=msg) for u in users))
+
+
 ERROR_RESPONSES: dict[int, Builder] = {
     0: _produce,
     1: _fetch,
@@ -248,6 +256,8 @@ ERROR_RESPONSES: dict[int, Builder] = {
     42: _delete_groups,
     43: _elect_leaders,
     44: _alter_configs(44),
+    50: _top_level(50, results=()),
+    51: _alter_scram,
     60: _top_level(60, endpoint_type=1, cluster_id="", controller_id=-1, brokers=(),
                    cluster_authorized_operations=_OPS_OMITTED),
 }

@@ -214,12 +214,27 @@ class _ClusterView:
     def __init__(self, conf: Mapping[str, str], retries: int, retry_interval_s: float) -> None:
         from confluent_kafka.admin import AdminClient
         self._conf = dict(conf)
-        self._admin = AdminClient(self._conf)
+        # librdkafka reports a refused SASL login only to error_cb; list_topics then fails
+        # with a bare "transport failure". Kept, so the job says why it failed.
+        self._auth_error: Any = None
+        self._admin = AdminClient({**self._conf, "error_cb": self._on_error})
         self._retries = retries
         self._retry_interval_s = retry_interval_s
 
+    def _on_error(self, err: Any) -> None:
+        from confluent_kafka import KafkaError
+        if err.code() == KafkaError._AUTHENTICATION:
+            self._auth_error = err
+
     def partition_counts(self) -> dict[str, int]:
-        md = self._admin.list_topics(timeout=30)
+        from confluent_kafka import KafkaException
+        try:
+            md = self._admin.list_topics(timeout=30)
+        except KafkaException as e:
+            self._admin.poll(0.5)  # serves error_cb (librdkafka queues it)
+            if self._auth_error is not None:
+                raise KafkaException(self._auth_error) from e
+            raise
         return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
 
     def list_offsets(self, queries: Mapping[TP, int]) -> dict[TP, int]:

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from typing import Any
 
+from odradek.security.acl import AclOperation
 from odradek.errors import ErrorCode
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import response
@@ -25,6 +26,13 @@ async def handle_init_producer_id(ctx: RequestContext, header: RequestHeaderInfo
     if req.transactional_id is not None:
         return response(22, v, throttle_time=0,
                         error_code=ErrorCode.transactional_id_authorization_failed,
+                        producer_id=-1, producer_epoch=-1)
+    # KIP-679: an idempotent producer needs IDEMPOTENT_WRITE on the cluster, or WRITE on
+    # some topic.
+    if not (ctx.authorize_cluster(AclOperation.IDEMPOTENT_WRITE)
+            or ctx.authorize_any_topic(AclOperation.WRITE)):
+        return response(22, v, throttle_time=0,
+                        error_code=ErrorCode.cluster_authorization_failed,
                         producer_id=-1, producer_epoch=-1)
     try:
         pid = await asyncio.to_thread(ctx.producer_ids.next_id)
