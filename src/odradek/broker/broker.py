@@ -28,6 +28,7 @@ from odradek.coordinator.group_coordinator import GroupCoordinator  # consumer g
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.store import MetadataStore
 from odradek.coordinator.producer_ids import ProducerIdManager
+from odradek.coordinator.transaction_coordinator import TransactionCoordinator
 from odradek.server.context import RequestContext
 from odradek.log_manager.flusher import Flusher
 from odradek.log_manager.log_cleaner import manager_from_config  # compaction (SPEC R25)
@@ -124,11 +125,15 @@ class Broker:
         self.store: MetadataStore | None = None
         self.controller: Controller | None = None
         self.groups = GroupCoordinator(self.broker_id, config, self.replicas, self)
+        self.producer_ids: ProducerIdManager | None = None
+        # Transactions (issue 18): __transaction_state, markers to partition leaders.
+        self.txns = TransactionCoordinator(self.broker_id, config, self.replicas,
+                                           self.groups, self, source_ip=host)
         # Handlers see this narrow view, not the broker (the ZooKeeper client and producer
         # ids are filled in once connected, before the listener starts serving).
         self.context = RequestContext(
             broker_id=self.broker_id, config=config, replicas=self.replicas,
-            groups=self.groups, producer_ids=None, zk=None, metadata=self)
+            groups=self.groups, producer_ids=None, zk=None, metadata=self, txns=self.txns)
         self.dispatcher = RequestDispatcher(self.context)
         self.socket_server = SocketServer(
             self.dispatcher.dispatch,
@@ -198,6 +203,7 @@ class Broker:
         await asyncio.to_thread(self.store.start, session_s * 2 + 5)
         self.controller.start()
         self.groups.start()  # consumer groups (issue 4)
+        self.txns.start()  # transactions (issue 18)
         self.socket_server.start_serving()
         self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
         self._tasks.append(asyncio.create_task(self._isr_loop()))
@@ -251,6 +257,7 @@ class Broker:
             await self._bounded("close the ZooKeeper session",
                                 asyncio.to_thread(lambda: (zk.stop(), zk.close())))
         self.groups.stop()  # consumer groups (issue 4)
+        self.txns.stop()
         await self._bounded("stop the log cleaner", asyncio.to_thread(self.cleaner.stop))
         self.flusher.stop()  # the clean shutdown below flushes every log itself
         self.replicas.shutdown()
@@ -319,6 +326,10 @@ class Broker:
             self.groups.on_metadata()
         except Exception:
             log.exception("group coordinator: applying metadata failed")
+        try:  # transactions (issue 18): load/unload __transaction_state partitions
+            self.txns.on_metadata()
+        except Exception:
+            log.exception("transaction coordinator: applying metadata failed")
         waiters, self._image_waiters = self._image_waiters, []
         for fut in waiters:
             if not fut.done():

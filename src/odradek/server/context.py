@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from odradek.config import BrokerConfig
     from odradek.coordinator.group_coordinator import GroupCoordinator
     from odradek.coordinator.producer_ids import ProducerIdManager
+    from odradek.coordinator.transaction_coordinator import TransactionCoordinator
     from odradek.metadata.image import MetadataImage
     from odradek.replication.replica_manager import ReplicaManager
 
@@ -34,11 +35,12 @@ class MetadataSource(Protocol):
 
 class RequestContext:
     __slots__ = ("broker_id", "config", "replicas", "groups", "producer_ids", "zk",
-                 "_metadata")
+                 "txns", "_metadata")
 
     def __init__(self, *, broker_id: int, config: BrokerConfig, replicas: ReplicaManager,
                  groups: GroupCoordinator, producer_ids: ProducerIdManager | None,
-                 zk: KazooClient | None, metadata: MetadataSource) -> None:
+                 zk: KazooClient | None, metadata: MetadataSource,
+                 txns: TransactionCoordinator | None = None) -> None:
         self.broker_id = broker_id
         self.config = config
         self.replicas = replicas
@@ -47,6 +49,7 @@ class RequestContext:
         # Admin writes (topics, configs, elections) go to ZooKeeper as Kafka's
         # AdminZkClient does; None only before the broker connected.
         self.zk = zk
+        self.txns: TransactionCoordinator = txns  # type: ignore[assignment]
         self._metadata = metadata
 
     @property
