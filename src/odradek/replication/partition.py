@@ -536,6 +536,11 @@ class Partition:
         first = self.producers.first_unstable_offset()
         return self._hw if first is None else min(first, self._hw)
 
+    def aborted_ranges(self) -> list[tuple[int, int, int]]:
+        """(producer id, first, last offset) of every aborted transaction (the cleaner)."""
+        return [(a.producer_id, a.first_offset, a.last_offset)
+                for a in list(self.producers.aborted)]
+
     def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
         """Aborted transactions overlapping [start, end), for a read_committed fetch."""
         self.producers.trim_aborted(self.log.log_start_offset)
