@@ -58,7 +58,7 @@ def txn_producer(bootstrap: str, txn_id: str, **conf: Any) -> Producer:
     return p
 
 
-def read_all(bootstrap: str, topic: str, isolation: str, *, until_eof: bool = True,
+def read_all(bootstrap: str, topic: str, isolation: str, *, partitions: int = PARTITIONS,
              timeout: float = 30.0) -> list[tuple[int, bytes]]:
     """Every record of every partition from the beginning, up to each partition's end
     (the LSO for read_committed), as (partition, value) in per-partition order."""
@@ -66,11 +66,11 @@ def read_all(bootstrap: str, topic: str, isolation: str, *, until_eof: bool = Tr
                   "isolation.level": isolation, "enable.partition.eof": True,
                   "enable.auto.commit": False})
     try:
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         got: list[tuple[int, bytes]] = []
         eof: set[int] = set()
         deadline = time.monotonic() + timeout
-        while len(eof) < PARTITIONS and time.monotonic() < deadline:
+        while len(eof) < partitions and time.monotonic() < deadline:
             m = c.poll(0.5)
             if m is None:
                 continue
@@ -81,7 +81,7 @@ def read_all(bootstrap: str, topic: str, isolation: str, *, until_eof: bool = Tr
                 raise KafkaException(m.error())
             eof.discard(m.partition())
             got.append((m.partition(), m.value()))
-        assert len(eof) == PARTITIONS, f"no EOF on every partition within {timeout}s"
+        assert len(eof) == partitions, f"no EOF on every partition within {timeout}s"
         return got
     finally:
         c.close()
