@@ -199,3 +199,39 @@ def test_offsets_committed_in_the_transaction(txn_cluster: LocalCluster) -> None
         assert c.committed([TopicPartition(topic, 0)], 30)[0].offset == 7
     finally:
         c.close()
+
+
+def test_cli_lists_and_describes_transactions(txn_cluster: LocalCluster,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from odradek.cli.main import main
+
+    bs = txn_cluster.bootstrap_servers
+    topic = create_topic(bs)
+    tid = f"tx-cli-{uuid.uuid4().hex[:6]}"
+    p = txn_producer(bs, tid)
+    p.begin_transaction()
+    p.produce(topic, b"v", partition=2)
+    p.flush(30)
+    assert main(["transactions", "--bootstrap-server", bs, "--list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    row = next(line.split() for line in out if line.startswith(tid + " "))
+    assert row[3] == "Ongoing"
+    assert main(["transactions", "--bootstrap-server", bs, "--describe",
+                 "--transactional-id", tid]) == 0
+    head, vals = [line.split() for line in capsys.readouterr().out.splitlines()]
+    desc = dict(zip(head, vals))
+    assert desc["TransactionState"] == "Ongoing" and desc["ProducerEpoch"] == "0"
+    assert desc["TopicPartitions"] == f"{topic}-2" and desc["CoordinatorId"] == row[1]
+    p.commit_transaction(30)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        assert main(["transactions", "--bootstrap-server", bs, "--describe",
+                     "--transactional-id", tid]) == 0
+        head, vals = [line.split() for line in capsys.readouterr().out.splitlines()]
+        if dict(zip(head, vals))["TransactionState"] == "CompleteCommit":
+            break
+        time.sleep(0.1)
+    assert dict(zip(head, vals))["TransactionState"] == "CompleteCommit"
+    assert main(["transactions", "--bootstrap-server", bs, "--describe",
+                 "--transactional-id", "no-such-id"]) == 1
