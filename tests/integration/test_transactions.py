@@ -235,3 +235,64 @@ def test_cli_lists_and_describes_transactions(txn_cluster: LocalCluster,
     assert dict(zip(head, vals))["TransactionState"] == "CompleteCommit"
     assert main(["transactions", "--bootstrap-server", bs, "--describe",
                  "--transactional-id", "no-such-id"]) == 1
+
+
+def test_kafka_python_and_aiokafka_transactions(txn_cluster: LocalCluster) -> None:
+    """The same commit/abort semantics through kafka-python's and aiokafka's
+    transactional producers, read back by their read_committed consumers."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as ATP
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTP
+
+    bs = txn_cluster.bootstrap_servers
+    topic = create_topic(bs, partitions=1)
+    kp = KafkaProducer(bootstrap_servers=bs, transactional_id=f"kp-{uuid.uuid4().hex[:6]}")
+    kp.init_transactions()
+    kp.begin_transaction()
+    kp.send(topic, b"kp-aborted", partition=0)
+    kp.flush()
+    kp.abort_transaction()
+    kp.begin_transaction()
+    kp.send(topic, b"kp-committed", partition=0)
+    kp.commit_transaction()
+    kp.close()
+
+    async def aio() -> list[bytes]:
+        p = AIOKafkaProducer(bootstrap_servers=bs,
+                             transactional_id=f"aio-{uuid.uuid4().hex[:6]}")
+        await p.start()
+        try:
+            async with p.transaction():
+                await p.send_and_wait(topic, b"aio-committed", partition=0)
+            await p.begin_transaction()
+            await p.send_and_wait(topic, b"aio-aborted", partition=0)
+            await p.abort_transaction()
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer(bootstrap_servers=bs, isolation_level="read_committed",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+        await c.start()
+        try:
+            c.assign([ATP(topic, 0)])
+            await c.seek_to_beginning()
+            got: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while len(got) < 2 and time.monotonic() < deadline:
+                for msgs in (await c.getmany(timeout_ms=500)).values():
+                    got += [m.value for m in msgs]
+            return got
+        finally:
+            await c.stop()
+
+    assert asyncio.run(aio()) == [b"kp-committed", b"aio-committed"]
+    kc = KafkaConsumer(bootstrap_servers=bs, isolation_level="read_committed",
+                       auto_offset_reset="earliest", enable_auto_commit=False,
+                       consumer_timeout_ms=3000)
+    kc.assign([KTP(topic, 0)])
+    assert [m.value for m in kc] == [b"kp-committed", b"aio-committed"]
+    kc.close()
+    assert values(read_all(bs, topic, "read_uncommitted", partitions=1)) == {
+        b"kp-aborted", b"kp-committed", b"aio-committed", b"aio-aborted"}
