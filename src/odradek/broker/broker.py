@@ -40,6 +40,7 @@ from odradek.coordinator.group_coordinator import GroupCoordinator  # consumer g
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.store import MetadataStore
 from odradek.coordinator.producer_ids import ProducerIdManager
+from odradek.coordinator.transaction_coordinator import TransactionCoordinator
 from odradek.server.context import RequestContext
 from odradek.log_manager.flusher import Flusher
 from odradek.log_manager.log_cleaner import manager_from_config  # compaction (SPEC R25)
@@ -146,11 +147,15 @@ class Broker:
         self.store: MetadataStore | None = None
         self.controller: Controller | None = None
         self.groups = GroupCoordinator(self.broker_id, config, self.replicas, self)
+        self.producer_ids: ProducerIdManager | None = None
+        # Transactions (issue 18): __transaction_state, markers to partition leaders.
+        self.txns = TransactionCoordinator(self.broker_id, config, self.replicas,
+                                           self.groups, self, source_ip=host)
         # Handlers see this narrow view, not the broker (the ZooKeeper client and producer
         # ids are filled in once connected, before the listener starts serving).
         self.context = RequestContext(
             broker_id=self.broker_id, config=config, replicas=self.replicas,
-            groups=self.groups, producer_ids=None, zk=None, metadata=self)
+            groups=self.groups, producer_ids=None, zk=None, metadata=self, txns=self.txns)
         # Metrics (issue 15): only with a metrics.listener; otherwise no request timing
         # and no per-topic counters, so a broker without metrics pays nothing for them.
         listener = config.get("metrics.listener")
@@ -246,6 +251,7 @@ class Broker:
         await self._start_security()
         self.controller.start()
         self.groups.start()  # consumer groups (issue 4)
+        self.txns.start()  # transactions (issue 18)
         for server in self.socket_servers.values():
             server.start_serving()
         self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
@@ -374,6 +380,7 @@ class Broker:
             await self._bounded("close the ZooKeeper session",
                                 asyncio.to_thread(lambda: (zk.stop(), zk.close())))
         self.groups.stop()  # consumer groups (issue 4)
+        self.txns.stop()
         await self._bounded("stop the log cleaner", asyncio.to_thread(self.cleaner.stop))
         self.flusher.stop()  # the clean shutdown below flushes every log itself
         self.replicas.shutdown()
@@ -446,6 +453,10 @@ class Broker:
             self.groups.on_metadata(image)
         except Exception:
             log.exception("group coordinator: applying metadata failed")
+        try:  # transactions (issue 18): load/unload __transaction_state partitions
+            self.txns.on_metadata()
+        except Exception:
+            log.exception("transaction coordinator: applying metadata failed")
         waiters, self._image_waiters = self._image_waiters, []
         for fut in waiters:
             if not fut.done():

@@ -20,6 +20,7 @@ _SUBCOMMAND_MODULES = (
     "odradek.cli.chaos_cmd",
     "odradek.cli.lost_records_cmd",
     "odradek.cli.console_cmd",
+    "odradek.cli.transactions_cmd",
 )
 
 

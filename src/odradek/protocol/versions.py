@@ -43,8 +43,15 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     19: (2, 5),  # CreateTopics
     20: (1, 4),  # DeleteTopics
     21: (0, 2),  # DeleteRecords (SPEC R24, handlers_records; v2 flexible)
-    22: (0, 4),  # InitProducerId (idempotent producers; no transactions)
+    22: (0, 4),  # InitProducerId (idempotent and transactional producers)
     23: (2, 4),  # OffsetForLeaderEpoch (followers, SPEC R19; consumers, KIP-320)
+    # Transactions (KIP-98). AddPartitionsToTxn v4+ is the broker-batched form (KIP-890)
+    # and EndTxn v4+ the KIP-890 epoch bump per transaction: not served.
+    24: (0, 3),  # AddPartitionsToTxn
+    25: (0, 3),  # AddOffsetsToTxn
+    26: (0, 3),  # EndTxn
+    27: (1, 1),  # WriteTxnMarkers (coordinator -> leaders); kio has no v0
+    28: (0, 3),  # TxnOffsetCommit (v3: KIP-447 group metadata)
     # ACL APIs (SECURITY_DISABLED without an authorizer). kio has no v0. DescribeAcls
     # stops at v2: kafka-python infers the broker version from it and v3 means "3.3".
     29: (1, 2),  # DescribeAcls
@@ -60,6 +67,8 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     50: (0, 0),  # DescribeUserScramCredentials (KIP-554)
     51: (0, 0),  # AlterUserScramCredentials (KIP-554)
     60: (0, 1),  # DescribeCluster
+    65: (0, 0),  # DescribeTransactions (kafka-transactions --describe)
+    66: (0, 0),  # ListTransactions (kafka-transactions --list)
 }
 
 # Ranges advertised beyond what is served (see module docstring).

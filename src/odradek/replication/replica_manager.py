@@ -129,6 +129,7 @@ class FetchParams:
     max_wait_s: float
     min_bytes: int
     max_bytes: int
+    isolation_level: int = 0  # 1: read_committed (KIP-98), consumers only
 
 
 class ReplicaManager:
@@ -473,7 +474,8 @@ class ReplicaManager:
         if part is None:
             return ErrorCode.not_leader_or_follower, -1
         try:
-            info = part.append_as_leader(records, -1, now_ms(), allow_control=allow_control)
+            info = part.append_as_leader(records, -1, now_ms(), allow_control=allow_control,
+                                         from_coordinator=True)
         except KafkaError as e:
             return e.code, -1
         res = PartitionProduceResult(index=tp[1], error_code=0, base_offset=info.first_offset)
@@ -563,6 +565,7 @@ class ReplicaManager:
     def _read(self, params: FetchParams, topics: list[tuple[str, list[FetchEntry]]],
               image: MetadataImage) -> tuple[int, bool]:
         committed_only = params.replica_id < 0  # followers read up to the LEO (SPEC R16)
+        read_committed = committed_only and params.isolation_level == 1
         remaining = params.max_bytes
         total = 0
         errored = False
@@ -574,17 +577,25 @@ class ReplicaManager:
                 res.high_watermark = res.last_stable_offset = res.log_start_offset = -1
                 try:
                     p = self.leader_partition(topic, res.index, image, e.current_leader_epoch)
-                    res.high_watermark = res.last_stable_offset = p.high_watermark
+                    res.high_watermark = p.high_watermark
+                    res.last_stable_offset = p.last_stable_offset
                     res.log_start_offset = p.log.log_start_offset
+                    res.aborted_transactions = None
                     limit = min(e.partition_max_bytes, remaining)
                     if limit <= 0 and total > 0:
                         continue
                     # KIP-74: the first partition with data returns at least one whole
                     # batch even when it exceeds max_bytes, so a consumer always progresses.
                     sl = p.read(e.fetch_offset, max(limit, 0), min_one_batch=(total == 0),
-                                committed_only=committed_only)
+                                committed_only=committed_only,
+                                read_committed=read_committed)
                     if sl is not None and sl.size:
                         res.records = sl
+                        if read_committed:
+                            # KIP-98: the aborted transactions overlapping what is returned,
+                            # so the consumer can drop their batches.
+                            res.aborted_transactions = p.aborted_transactions(
+                                e.fetch_offset, res.last_stable_offset)
                         total += sl.size
                         remaining -= sl.size
                 except KafkaError as err:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from odradek.config import BrokerConfig
     from odradek.coordinator.group_coordinator import GroupCoordinator
     from odradek.coordinator.producer_ids import ProducerIdManager
+    from odradek.coordinator.transaction_coordinator import TransactionCoordinator
     from odradek.metadata.image import MetadataImage
     from odradek.replication.replica_manager import ReplicaManager
     from odradek.server.authorizer import Authorizer, CredentialCache
@@ -43,11 +44,12 @@ class MetadataSource(Protocol):
 
 class RequestContext:
     __slots__ = ("broker_id", "config", "replicas", "groups", "producer_ids", "zk",
-                 "_metadata", "authorizer", "credentials")
+                 "_metadata", "authorizer", "credentials", "txns")
 
     def __init__(self, *, broker_id: int, config: BrokerConfig, replicas: ReplicaManager,
                  groups: GroupCoordinator, producer_ids: ProducerIdManager | None,
-                 zk: KazooClient | None, metadata: MetadataSource) -> None:
+                 zk: KazooClient | None, metadata: MetadataSource,
+                 txns: TransactionCoordinator | None = None) -> None:
         self.broker_id = broker_id
         self.config = config
         self.replicas = replicas
@@ -56,6 +58,7 @@ class RequestContext:
         # Admin writes (topics, configs, elections) go to ZooKeeper as Kafka's
         # AdminZkClient does; None only before the broker connected.
         self.zk = zk
+        self.txns: TransactionCoordinator = txns  # type: ignore[assignment]
         self._metadata = metadata
         # Filled in by the broker once connected to ZooKeeper (None: no authorizer /
         # no SCRAM listener).

@@ -42,6 +42,7 @@ from odradek.server.context import RequestContext
 from odradek.server.error_responses import error_response
 from odradek.server.handlers import (
     admin, configs, data, elect, groups, metadata, producers, records, security,
+    transactions,
 )
 from odradek.log_limiter import LogLimiter
 from odradek.server.network import FRAME_ARRIVED_AT, CloseAfter, CloseConnection, Pipelined
@@ -79,6 +80,11 @@ HANDLERS: dict[int, Handler] = {  # one per API key in protocol.versions.SERVED
     21: records.handle_delete_records,
     22: producers.handle_init_producer_id,
     23: data.handle_offset_for_leader_epoch,
+    24: transactions.handle_add_partitions_to_txn,
+    25: transactions.handle_add_offsets_to_txn,
+    26: transactions.handle_end_txn,
+    27: transactions.handle_write_txn_markers,
+    28: transactions.handle_txn_offset_commit,
     29: security.handle_describe_acls,
     30: security.handle_create_acls,
     31: security.handle_delete_acls,
@@ -92,6 +98,8 @@ HANDLERS: dict[int, Handler] = {  # one per API key in protocol.versions.SERVED
     50: security.handle_describe_user_scram_credentials,
     51: security.handle_alter_user_scram_credentials,
     60: metadata.handle_describe_cluster,
+    65: transactions.handle_describe_transactions,
+    66: transactions.handle_list_transactions,
 }
 
 # Unexpected handler failures: the first tracebacks of each site are logged in full, then

@@ -58,16 +58,10 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
             else:
                 res.error_code = int(ErrorCode.topic_authorization_failed)
                 denied += 1
-    if req.transactional_id is not None:
-        # Transactions are not implemented; say so instead of storing records whose
-        # commit markers would never come.
-        for e in entries:
-            e.result.error_code = int(ErrorCode.transactional_id_authorization_failed)
-            e.result.error_message = "transactions are not supported"
-        op = None
-    else:
-        op = ctx.replicas.append_records(entries, acks, req.timeout.total_seconds(),
-                                         ctx.image)
+    # Transactional batches (KIP-98) are appended like idempotent ones; the partition's
+    # producer state opens the transaction and holds the LSO at its first offset until
+    # the coordinator's marker closes it.
+    op = ctx.replicas.append_records(entries, acks, req.timeout.total_seconds(), ctx.image)
     if acks == 0:
         if denied or any(e.result.error_code for e in entries):
             # Kafka: with acks=0 the client gets no response, so the only way to tell it
@@ -102,7 +96,8 @@ def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Re
     params = FetchParams(replica_id=int(req.replica_id),
                          max_wait_s=req.max_wait.total_seconds(),
                          min_bytes=min(int(req.min_bytes), cap),
-                         max_bytes=min(int(getattr(req, "max_bytes", 0x7FFFFFFF)), cap))
+                         max_bytes=min(int(getattr(req, "max_bytes", 0x7FFFFFFF)), cap),
+                         isolation_level=int(getattr(req, "isolation_level", 0)))
     topics: list[tuple[str, list[FetchEntry]]] = []
     allowed_topics: list[tuple[str, list[FetchEntry]]] = []
     # A follower's fetch needs CLUSTER_ACTION on the cluster, a consumer's READ per topic.
@@ -187,8 +182,11 @@ def handle_list_offsets(ctx: RequestContext, header: RequestHeaderInfo, req: Any
                 ts = int(lp.timestamp)
                 kw["leader_epoch"] = p.leader_epoch
                 if ts == LATEST_TIMESTAMP:
-                    # Consumers see only committed records: "latest" is the HW (SPEC R16).
-                    kw["offset"] = p.high_watermark
+                    # Consumers see only committed records: "latest" is the HW (SPEC R16),
+                    # the LSO for read_committed ones (KIP-98).
+                    kw["offset"] = (p.last_stable_offset
+                                    if int(getattr(req, "isolation_level", 0)) == 1
+                                    else p.high_watermark)
                 elif ts == EARLIEST_TIMESTAMP:
                     kw["offset"] = p.log.log_start_offset
                 elif ts == MAX_TIMESTAMP:

@@ -28,6 +28,7 @@ FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH = 10, 8, 9
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
 KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
 
 
 def _client_host() -> str:
@@ -54,14 +55,16 @@ def handle_find_coordinator(ctx: RequestContext, header: RequestHeaderInfo, req:
     kw: dict[str, Any] = dict(error_code=ErrorCode.none, error_message=None, node_id=-1,
                               host="", port=-1)
     try:
-        if int(getattr(req, "key_type", KEY_TYPE_GROUP)) != KEY_TYPE_GROUP:
-            # Transactions are not implemented: a non-retriable error makes a
-            # transactional producer fail fast instead of looking for a coordinator forever
-            # (the same error Produce gives transactional batches).
-            raise KafkaError(ErrorCode.transactional_id_authorization_failed,
-                             "transactions are not supported")
-        _require_group(ctx, AclOperation.DESCRIBE, req.key)
-        node, host, port = ctx.groups.coordinator_for(req.key)
+        key_type = int(getattr(req, "key_type", KEY_TYPE_GROUP))
+        if key_type == KEY_TYPE_TRANSACTION:
+            if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, req.key):
+                raise KafkaError(ErrorCode.transactional_id_authorization_failed)
+            node, host, port = ctx.txns.coordinator_for(req.key)
+        elif key_type == KEY_TYPE_GROUP:
+            _require_group(ctx, AclOperation.DESCRIBE, req.key)
+            node, host, port = ctx.groups.coordinator_for(req.key)
+        else:
+            raise KafkaError(ErrorCode.invalid_request, f"unknown key type {key_type}")
         info = ctx.image.brokers.get(node)
         ep = info.endpoint(ctx.session.listener) if info is not None else None
         if ep is not None:  # the coordinator's address on this client's listener
@@ -206,13 +209,22 @@ def handle_offset_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any
         found = [(t, ps) for t, ps in found if t in visible]
     # v1 has no top-level error: the coordinator error goes to every partition.
     part_error = top if v < 2 else ErrorCode.none
+    # KIP-447: a read_committed consumer asks for stable offsets; while a transaction
+    # holds an offset for the partition, it gets UNSTABLE_OFFSET_COMMIT and retries.
+    unstable = (ctx.groups.pending_txn_partitions(req.group_id)
+                if getattr(req, "require_stable", False) and top is ErrorCode.none else set())
+
+    def code(t: str, p: int) -> ErrorCode:
+        return ErrorCode.unstable_offset_commit if (t, p) in unstable else part_error
+
     topics = tuple(
         part(OFFSET_FETCH, v, "OffsetFetchResponseTopic", name=t, partitions=tuple(
             part(OFFSET_FETCH, v, "OffsetFetchResponsePartition", partition_index=p,
-                 committed_offset=val.offset if val and t in visible else -1,
+                 committed_offset=(val.offset if val and t in visible
+                                   and (t, p) not in unstable else -1),
                  committed_leader_epoch=val.leader_epoch if val and t in visible else -1,
                  metadata=val.metadata if val and t in visible else "",
-                 error_code=part_error if t in visible or top
+                 error_code=code(t, p) if t in visible or top
                  else ErrorCode.topic_authorization_failed)
             for p, val in ps))
         for t, ps in found)
