@@ -55,6 +55,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         zk_nodes=args.zookeepers,
         partitions_default=args.partitions_default,
         timeout=args.timeout,
+        hosts=args.hosts,
     )
     c.close_zk_client()
     print(f"ZooKeeper: {c.zk_connect}", file=sys.stderr)
@@ -141,6 +142,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
         help="command that runs a broker, config path appended (default: python -m odradek broker --config)",
     )
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster")
+    up.add_argument(
+        "--hosts",
+        choices=("loopback", "netns"),
+        default="loopback",
+        help="loopback: every node on its own 127.0.k.x address (default); netns (root): "
+        "every node in its own network namespace on a private bridge, 10.209.k.0/24",
+    )
     up.set_defaults(func=_guarded(cmd_up))
 
     down = sub.add_parser("down", help="stop every broker (TERM, then KILL) and ZooKeeper")
