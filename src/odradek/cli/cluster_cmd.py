@@ -1,4 +1,4 @@
-"""``odradek cluster {up,down,status,stop-broker,start-broker}`` -- the local cluster manager.
+"""``odradek cluster {up,down,status,stop-broker,start-broker,roll}`` -- the local cluster manager.
 
 ``up`` prints bootstrap.servers as its last stdout line so scripts can capture it::
 
@@ -123,6 +123,29 @@ def cmd_start_broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_roll(args: argparse.Namespace) -> int:
+    from odradek.cluster import roll  # noqa: PLC0415
+
+    if args.print_steps:
+        if args.dir:
+            c = _existing(args)
+            hosts = [(b.id, b.host) for b in c.brokers]
+            bootstrap = c.bootstrap_servers
+        else:
+            hosts = [(i, h) for i, h in enumerate(args.hosts.split(","), start=1)]
+            bootstrap = ",".join(f"{h}:9092" for _, h in hosts)
+        print(roll.procedure_text(hosts, bootstrap))
+        return 0
+    if not args.dir:
+        raise SystemExit("error: --dir is required unless --print-steps")
+    c = _existing(args)
+    try:
+        roll.roll(c, isr_timeout=args.timeout, say=lambda m: print(m, flush=True))
+    finally:
+        c.close_zk_client()
+    return 0
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("cluster", help="run a local ZooKeeper + N brokers cluster")
     sub = p.add_subparsers(dest="cluster_command", required=True)
@@ -174,6 +197,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     rb.add_argument("--timeout", type=float, default=30.0)
     rb.add_argument("--no-wait", action="store_true", help="do not wait for TCP + ZooKeeper registration")
     rb.set_defaults(func=_guarded(cmd_start_broker))
+
+    ro = sub.add_parser(
+        "roll",
+        help="rolling restart: full ISR, controlled shutdown, restart, full ISR, next broker",
+    )
+    ro.add_argument("--dir", default=None, help="the local cluster to roll")
+    ro.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for a full ISR")
+    ro.add_argument(
+        "--print-steps",
+        action="store_true",
+        help="print the procedure for brokers run by systemd on real hosts instead",
+    )
+    ro.add_argument(
+        "--hosts",
+        default="host1,host2,host3",
+        help="with --print-steps and no --dir: broker hosts in broker-id order",
+    )
+    ro.set_defaults(func=_guarded(cmd_roll))
 
 
 def _guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
