@@ -22,6 +22,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--record-size", type=int, default=100)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--dir", type=Path, default=None, help="working directory (default: temp)")
+    p.add_argument("--spark-master", default=None,
+                   help="pipeline: run on this Spark standalone master (spark://host:port) "
+                   "instead of local[2]; the connector ships to executors as a zip")
+    p.add_argument("--spark-driver-host", default="127.0.0.1",
+                   help="with --spark-master: the address executors reach the driver on")
     p.set_defaults(func=_run)
 
 
@@ -33,4 +38,6 @@ def _run(args: argparse.Namespace) -> int:
                         args.dir)
     from odradek.pipeline_demo import run_pipeline_demo  # noqa: PLC0415
 
-    return run_pipeline_demo(args.seconds, args.rate, args.dir, kill_leader=not args.no_kill)
+    return run_pipeline_demo(args.seconds, args.rate, args.dir, kill_leader=not args.no_kill,
+                             spark_master=args.spark_master,
+                             driver_host=args.spark_driver_host)
