@@ -125,6 +125,14 @@ def test_netns_hosts_survive_broker_and_zookeeper_leader_kill(tmp_path: Path) ->
     assert block is not None and _leftovers(block) == []
 
 
+def _reaches(c: LocalCluster, src: str, address: str, port: int) -> bool:
+    """Can host ``src`` open a TCP connection to ``address:port``? (run inside its namespace)"""
+    probe = (f"import socket; socket.create_connection(({address!r}, {port}), timeout=1.5).close()")
+    r = subprocess.run([*c.exec_prefix(src), sys.executable, "-c", probe],
+                       capture_output=True, timeout=30)
+    return r.returncode == 0
+
+
 @pytest.mark.timeout(120)
 def test_down_removes_namespaces_after_a_crashed_manager(tmp_path: Path) -> None:
     """Processes killed behind the manager's back (as after a crash of `cluster up`'s
@@ -136,6 +144,31 @@ def test_down_removes_namespaces_after_a_crashed_manager(tmp_path: Path) -> None
     assert block is not None
     try:
         assert len(_leftovers(block)) > 0
+        # The fault hooks act on this block's objects only, and each one heals.
+        hosts, b1 = c.netns_hosts(), c.broker(1)
+        assert _reaches(c, "c1", b1.host, b1.port)
+        hosts.link_down("b1")
+        try:
+            assert not _reaches(c, "c1", b1.host, b1.port)
+        finally:
+            hosts.link_up("b1")
+        assert _reaches(c, "c1", b1.host, b1.port)
+        hosts.cut("c1", "b1")
+        try:
+            assert not _reaches(c, "c1", b1.host, b1.port)
+            assert _reaches(c, "c2", b1.host, b1.port)  # only that link is cut
+        finally:
+            hosts.heal("c1", "b1")
+        assert _reaches(c, "c1", b1.host, b1.port)
+        kind = hosts.shape("b1", delay_ms=50, rate_kbit=2000)  # netem if present, else htb
+        try:
+            dev = netns.veth_names(block, "b1")[0]
+            shown = subprocess.run(["tc", "qdisc", "show", "dev", dev], capture_output=True,
+                                   text=True).stdout
+            assert kind in shown
+            assert _reaches(c, "c1", b1.host, b1.port)
+        finally:
+            hosts.unshape("b1")
         for m in [*c.brokers, *c.zookeeper_nodes]:
             os.kill(m.pid or 0, signal.SIGKILL)
     finally:
