@@ -135,9 +135,19 @@ def _watermark_ms(q: Any) -> int:
     return int(datetime.datetime.fromisoformat(w.replace("Z", "+00:00")).timestamp() * 1000)
 
 
+def _executor_sources(spark: Any) -> list[str]:
+    """Where each executor's Python imports odradek from (the shipped zip, if any)."""
+    rdd = spark.sparkContext.parallelize(range(2), 2)
+    return sorted(set(rdd.map(lambda _: __import__("odradek").__file__).collect()))
+
+
 def run_pipeline_demo(seconds: int = 20, rate: int = 1000, directory: Path | None = None,
                       kill_leader: bool = True, *, verbose: bool = False,
-                      console: bool = True) -> int:
+                      console: bool = True, spark_master: str | None = None,
+                      driver_host: str = "127.0.0.1") -> int:
+    """``spark_master`` None: ``local[2]``. Else a ``spark://`` standalone master: the
+    connector ships to its executors as a zip (``spark.archives``), the way a
+    deployment would, and executors reach the brokers by their own addresses."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     workdir = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="odradek-pipeline-"))
     for old in ("out", "cluster"):  # a fresh run: no topics or checkpoints from before
@@ -145,13 +155,14 @@ def run_pipeline_demo(seconds: int = 20, rate: int = 1000, directory: Path | Non
     workdir.mkdir(parents=True, exist_ok=True)
     out = RunOutput(workdir / "demo.log", verbose=verbose)
     try:
-        return _run(out, workdir, seconds, rate, kill_leader, verbose, console)
+        return _run(out, workdir, seconds, rate, kill_leader, verbose, console,
+                    spark_master, driver_host)
     finally:
         out.close()
 
 
 def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bool,
-         verbose: bool, console: bool) -> int:
+         verbose: bool, console: bool, spark_master: str | None, driver_host: str) -> int:
     from pyspark.sql import SparkSession  # noqa: PLC0415
     from pyspark.sql import functions as F  # noqa: PLC0415
 
@@ -183,13 +194,28 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
             f.result(30)
         _say("topics page-views (4 partitions, RF 3, min ISR 2) and url-counts created")
 
-        spark = quiet_spark(SparkSession.builder.master("local[2]")
-                            .appName("odradek-pipeline-demo")
-                            .config("spark.sql.shuffle.partitions", "4")
-                            .config("spark.ui.enabled", "false"),
-                            workdir / "spark.log", verbose=verbose)
+        builder = (SparkSession.builder.master(spark_master or "local[2]")
+                   .appName("odradek-pipeline-demo")
+                   .config("spark.sql.shuffle.partitions", "4")
+                   .config("spark.ui.enabled", "false"))
+        if spark_master:
+            from odradek.cluster.spark_standalone import connector_zip  # noqa: PLC0415
+
+            pyfile = connector_zip(workdir / "dist" / "odradek-connector.zip")
+            # 1 core and 512 MB per executor, 2 cores in all: a shared 2-core machine.
+            # Executors unpack it into ./odradek-connector (see connector_zip for why
+            # not --py-files); the driver uses the installed package.
+            builder = (builder.config("spark.archives", f"{pyfile}#odradek-connector")
+                       .config("spark.executorEnv.PYTHONPATH", "odradek-connector")
+                       .config("spark.executor.cores", "1").config("spark.cores.max", "2")
+                       .config("spark.executor.memory", "512m")
+                       .config("spark.driver.host", driver_host)
+                       .config("spark.driver.bindAddress", driver_host))
+        spark = quiet_spark(builder, workdir / "spark.log", verbose=verbose)
         register(spark)
-        _say(f"Spark {spark.version} session started")
+        _say(f"Spark {spark.version} session started on {spark.sparkContext.master}")
+        if spark_master:
+            _say(f"executors import odradek from {', '.join(_executor_sources(spark))}")
 
         stream = (spark.readStream.format("odradek").option("kafka.bootstrap.servers", bs)
                   .option("subscribe", "page-views").option("startingOffsets", "earliest")

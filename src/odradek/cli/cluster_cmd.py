@@ -1,4 +1,4 @@
-"""``odradek cluster {up,down,status,stop-broker,start-broker}`` -- the local cluster manager.
+"""``odradek cluster {up,down,status,stop-broker,start-broker,roll}`` -- the local cluster manager.
 
 ``up`` prints bootstrap.servers as its last stdout line so scripts can capture it::
 
@@ -57,6 +57,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         partitions_default=args.partitions_default,
         timeout=args.timeout,
         security=args.security,
+        hosts=args.hosts,
     )
     c.close_zk_client()
     print(f"ZooKeeper: {c.zk_connect}", file=sys.stderr)
@@ -186,6 +187,29 @@ def cmd_start_broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_roll(args: argparse.Namespace) -> int:
+    from odradek.cluster import roll  # noqa: PLC0415
+
+    if args.print_steps:
+        if args.dir:
+            c = _existing(args)
+            hosts = [(b.id, b.host) for b in c.brokers]
+            bootstrap = c.bootstrap_servers
+        else:
+            hosts = [(i, h) for i, h in enumerate(args.hosts.split(","), start=1)]
+            bootstrap = ",".join(f"{h}:9092" for _, h in hosts)
+        print(roll.procedure_text(hosts, bootstrap))
+        return 0
+    if not args.dir:
+        raise SystemExit("error: --dir is required unless --print-steps")
+    c = _existing(args)
+    try:
+        roll.roll(c, isr_timeout=args.timeout, say=lambda m: print(m, flush=True))
+    finally:
+        c.close_zk_client()
+    return 0
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("cluster", help="run a local ZooKeeper + N brokers cluster")
     sub = p.add_subparsers(dest="cluster_command", required=True)
@@ -213,6 +237,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     up.add_argument("--no-console", action="store_true", help="do not start the web console")
     up.add_argument("--reports", action="append", default=[], metavar="DIR",
                     help="chaos report directories for the console (default: DIR's parent)")
+    up.add_argument(
+        "--hosts",
+        choices=("loopback", "netns"),
+        default="loopback",
+        help="loopback: every node on its own 127.0.k.x address (default); netns (root): "
+        "every node in its own network namespace on a private bridge, 10.209.k.0/24",
+    )
     up.set_defaults(func=_guarded(cmd_up))
 
     down = sub.add_parser("down", help="stop every broker (TERM, then KILL) and ZooKeeper")
@@ -248,6 +279,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     rb.add_argument("--timeout", type=float, default=30.0)
     rb.add_argument("--no-wait", action="store_true", help="do not wait for TCP + ZooKeeper registration")
     rb.set_defaults(func=_guarded(cmd_start_broker))
+
+    ro = sub.add_parser(
+        "roll",
+        help="rolling restart: full ISR, controlled shutdown, restart, full ISR, next broker",
+    )
+    ro.add_argument("--dir", default=None, help="the local cluster to roll")
+    ro.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for a full ISR")
+    ro.add_argument(
+        "--print-steps",
+        action="store_true",
+        help="print the procedure for brokers run by systemd on real hosts instead",
+    )
+    ro.add_argument(
+        "--hosts",
+        default="host1,host2,host3",
+        help="with --print-steps and no --dir: broker hosts in broker-id order",
+    )
+    ro.set_defaults(func=_guarded(cmd_roll))
 
 
 def _guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

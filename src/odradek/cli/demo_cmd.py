@@ -28,6 +28,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--security", choices=("plaintext", "sasl_ssl"), default="plaintext",
                    help="--basic only: sasl_ssl runs it on a secured cluster (TLS, SCRAM, "
                         "ACLs) as its admin user")
+    p.add_argument("--spark-master", default=None,
+                   help="pipeline: run on this Spark standalone master (spark://host:port) "
+                   "instead of local[2]; the connector ships to executors as a zip")
+    p.add_argument("--spark-driver-host", default="127.0.0.1",
+                   help="with --spark-master: the address executors reach the driver on")
     p.set_defaults(func=_run)
 
 
@@ -44,4 +49,6 @@ def _run(args: argparse.Namespace) -> int:
     from odradek.pipeline_demo import run_pipeline_demo  # noqa: PLC0415
 
     return run_pipeline_demo(args.seconds, args.rate, args.dir, kill_leader=not args.no_kill,
-                             verbose=args.verbose, console=not args.no_console)
+                             verbose=args.verbose, console=not args.no_console,
+                             spark_master=args.spark_master,
+                             driver_host=args.spark_driver_host)

@@ -122,17 +122,25 @@ def _claim_live(block: int) -> bool:
 
 
 def claim_block(
-    owner_dir: Path, n_brokers: int, zk_nodes: int = 1, *, prefer: int | None = None
+    owner_dir: Path,
+    n_brokers: int,
+    zk_nodes: int = 1,
+    *,
+    prefer: int | None = None,
+    check_ports: bool = True,
 ) -> int:
     """Claim a free block for the cluster in ``owner_dir``; ``prefer`` (its previous
-    block) is tried first so a restarted cluster keeps its addresses."""
+    block) is tried first so a restarted cluster keeps its addresses. ``check_ports``
+    False: the cluster runs in its own network namespaces (``odradek.cluster.netns``),
+    where the block's loopback ports are irrelevant; the claim still reserves the
+    block's namespace and link names."""
     owner = str(Path(owner_dir).resolve())
     order = ([prefer] if prefer in BLOCKS else []) + [b for b in BLOCKS if b != prefer]
     with _global_lock():
         for block in order:
             if _claim_live(block) and not _owned_by(block, owner):
                 continue
-            if not _ports_free(block_endpoints(block, n_brokers, zk_nodes)):
+            if check_ports and not _ports_free(block_endpoints(block, n_brokers, zk_nodes)):
                 continue
             _claim_path(block).write_text(
                 json.dumps(

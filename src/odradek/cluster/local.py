@@ -12,11 +12,15 @@ manage a cluster started by another one::
 Layout of DIR: ``cluster.json``, ``zookeeper[-<n>]/`` (zoo.cfg, data, zookeeper.log),
 ``broker-<id>/`` (server.properties, broker.log, data/ = log.dirs).
 Addresses: see ``odradek.cluster.addresses`` (one /24 loopback block per cluster).
+With ``hosts="netns"`` (root only) every node runs in its own network namespace on a
+private bridge instead (``odradek.cluster.netns``): same block number, same last
+octets, subnet 10.209.<block>.0/24; ``down`` removes the namespaces by name.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -32,7 +36,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from odradek.cluster import addresses, procs
+from odradek.cluster import addresses, netns, procs
 from odradek.errors import ErrorCode, KafkaError
 from odradek.zk import znodes
 from odradek.zk.client import connect_zk
@@ -40,8 +44,12 @@ from odradek.zk.server import ZooKeeperServer, cgroup2_root
 
 __all__ = ["BrokerInfo", "ZkNodeInfo", "LocalCluster", "DEFAULT_BROKER_COMMAND"]
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_BROKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "odradek", "broker", "--config")
 STATE_FILE = "cluster.json"
+HOSTS_MODES = ("loopback", "netns")
+CLIENT_HOSTS = 2  # netns client hosts c1, c2: producers/consumers "on other machines"
 
 
 @dataclass
@@ -103,6 +111,7 @@ class LocalCluster:
     def __init__(self, dir: Path, *, broker_command: Sequence[str] | None = None) -> None:
         self.dir = Path(dir).resolve()
         self.block: int | None = None
+        self.hosts = "loopback"  # or "netns": see the module doc
         self.zk_session_timeout_ms = 6000
         self.broker_command: list[str] = list(broker_command or DEFAULT_BROKER_COMMAND)
         self.zookeeper_nodes: list[ZkNodeInfo] = []
@@ -154,6 +163,7 @@ class LocalCluster:
     def _load(self) -> None:
         state = json.loads(self.state_path.read_text())
         self.block = state.get("block")
+        self.hosts = state.get("hosts", "loopback")
         self.zk_session_timeout_ms = int(state.get("zk_session_timeout_ms", 6000))
         self.metrics = bool(state.get("metrics", True))
         self.console = state.get("console")
@@ -186,6 +196,7 @@ class LocalCluster:
             "version": 1,
             "dir": str(self.dir),
             "block": self.block,
+            "hosts": self.hosts,
             "bootstrap_servers": self.bootstrap_servers,
             "zk_session_timeout_ms": self.zk_session_timeout_ms,
             "metrics": self.metrics,
@@ -216,6 +227,7 @@ class LocalCluster:
         timeout: float = 60.0,
         metrics: bool = True,
         security: str = "plaintext",
+        hosts: str = "loopback",
         **security_options: Any,
     ) -> LocalCluster:
         """Create and bring up a cluster; use as a context manager to always ``down()``."""
@@ -228,6 +240,7 @@ class LocalCluster:
             zk_nodes=zk_nodes,
             timeout=timeout,
             security=security,
+            hosts=hosts,
             **security_options,
         )
         return c
@@ -259,6 +272,7 @@ class LocalCluster:
         partitions_default: int | None = None,
         timeout: float = 60.0,
         security: str = "plaintext",
+        hosts: str = "loopback",
         **security_options: Any,
     ) -> str:
         """Start ZooKeeper and ``n_brokers`` brokers (ids 1..n); wait until every broker
@@ -271,6 +285,12 @@ class LocalCluster:
         if security not in ("plaintext", "sasl_ssl"):
             raise ValueError("--security must be plaintext or sasl_ssl")
         self.security = security
+        if hosts not in HOSTS_MODES:
+            raise ValueError(f"hosts must be one of {HOSTS_MODES}")
+        if hosts == "netns":
+            why = netns.available()
+            if why is not None:
+                raise KafkaError(ErrorCode.unknown_server_error, f"--hosts netns: {why}")
         if self.state_path.exists() and self.any_alive():
             raise KafkaError(
                 ErrorCode.unknown_server_error,
@@ -278,21 +298,29 @@ class LocalCluster:
             )
         deadline = time.monotonic() + timeout
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.block = addresses.claim_block(self.dir, n_brokers, zk_nodes, prefer=self.block)
+        self.hosts = hosts
+        self.block = addresses.claim_block(
+            self.dir, n_brokers, zk_nodes, prefer=self.block, check_ports=hosts == "loopback"
+        )
         self.zk_session_timeout_ms = zk_session_timeout_ms
         try:
+            if hosts == "netns":
+                roles = [f"zk{j}" for j in range(1, zk_nodes + 1)]
+                roles += [f"b{i}" for i in range(1, n_brokers + 1)]
+                roles += [f"c{n}" for n in range(1, CLIENT_HOSTS + 1)]
+                self.save()  # hosts + block on disk first: a crash below is still cleanable
+                netns.NetnsHosts(self.block, roles).up()
             self._start_zookeeper_nodes(zk_nodes, deadline)
             overrides: dict[int, dict[str, str]] = {
                 i: dict(broker_config or {}) for i in range(1, n_brokers + 1)}
             if security == "sasl_ssl":
                 from odradek.cluster.security_setup import prepare
 
-                hosts = {i: addresses.broker_address(self.block, i)
-                         for i in range(1, n_brokers + 1)}
+                broker_hosts = {i: self._broker_address(i) for i in range(1, n_brokers + 1)}
                 # extra_listeners / plain_users (security_setup.prepare)
-                setup = prepare(self.dir, hosts, self.zk_client(), **security_options)
+                setup = prepare(self.dir, broker_hosts, self.zk_client(), **security_options)
                 self.client_properties = str(setup.client_properties)
-                for i, host in hosts.items():
+                for i, host in broker_hosts.items():
                     # the operator's own overrides win
                     overrides[i] = {**setup.broker_properties(i, host, addresses.BROKER_PORT),
                                     **overrides[i]}
@@ -314,17 +342,18 @@ class LocalCluster:
 
     def _start_zookeeper_nodes(self, n: int, deadline: float) -> None:
         assert self.block is not None
-        peers = [(j, addresses.zk_address(self.block, j)) for j in range(1, n + 1)] if n > 1 else None
+        peers = [(j, self._zk_address(j)) for j in range(1, n + 1)] if n > 1 else None
         servers: list[ZooKeeperServer] = []
         self.zookeeper_nodes = []
         for j in range(1, n + 1):
             data_dir = self.dir / ("zookeeper" if n == 1 else f"zookeeper-{j}")
             srv = ZooKeeperServer(
                 data_dir,
-                addresses.zk_address(self.block, j),
+                self._zk_address(j),
                 addresses.ZK_PORT,
                 server_id=j if peers else None,
                 peers=peers,
+                command_prefix=self.exec_prefix(f"zk{j}"),
             )
             srv.start()
             servers.append(srv)
@@ -352,7 +381,7 @@ class LocalCluster:
         self, broker_id: int, overrides: Mapping[str, str], partitions_default: int | None
     ) -> BrokerInfo:
         assert self.block is not None
-        host = addresses.broker_address(self.block, broker_id)
+        host = self._broker_address(broker_id)
         bdir = self.dir / f"broker-{broker_id}"
         data = bdir / "data"
         data.mkdir(parents=True, exist_ok=True)
@@ -401,7 +430,7 @@ class LocalCluster:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(b.log, "ab") as log:
             p = subprocess.Popen(
-                [*self.broker_command, b.config],
+                [*self.exec_prefix(f"b{b.id}"), *self.broker_command, b.config],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -436,6 +465,11 @@ class LocalCluster:
         if self.state_path.exists():
             self.save()
         if self.block is not None:
+            if self.hosts == "netns":
+                # By name, so namespaces of a crashed `up` go too (issue 19).
+                removed = netns.teardown(self.block)
+                if removed:
+                    logger.info("removed %s", " ".join(removed))
             addresses.release_block(self.block, self.dir)
 
     # ----------------------------------------------------------------- console
@@ -472,6 +506,35 @@ class LocalCluster:
         procs.terminate(c.get("pid"), c.get("start_time"), timeout,
                         popen=self._popens.pop(("console", 0), None))
         self.console = None
+    # ----------------------------------------------------------------- hosts
+
+    def _broker_address(self, broker_id: int) -> str:
+        assert self.block is not None
+        if self.hosts == "netns":
+            return netns.host_address(self.block, f"b{broker_id}")
+        return addresses.broker_address(self.block, broker_id)
+
+    def _zk_address(self, node_id: int) -> str:
+        assert self.block is not None
+        if self.hosts == "netns":
+            return netns.host_address(self.block, f"zk{node_id}")
+        return addresses.zk_address(self.block, node_id)
+
+    def netns_hosts(self) -> netns.NetnsHosts:
+        """The namespaces of a running ``hosts="netns"`` cluster (faults, client hosts)."""
+        if self.hosts != "netns" or self.block is None:
+            raise KafkaError(ErrorCode.unknown_server_error, "not a --hosts netns cluster")
+        roles = [f"zk{z.id}" for z in self.zookeeper_nodes] + [f"b{b.id}" for b in self.brokers]
+        roles += [f"c{n}" for n in range(1, CLIENT_HOSTS + 1)]
+        return netns.NetnsHosts(self.block, roles)
+
+    def exec_prefix(self, role: str) -> list[str]:
+        """Command prefix that runs a process on host ``role`` (b<i>, zk<j>, c<n>):
+        empty on loopback, ``ip netns exec <ns>`` on netns hosts."""
+        if self.hosts != "netns":
+            return []
+        assert self.block is not None
+        return netns.NetnsHosts(self.block).exec_prefix(role)
 
     @staticmethod
     def _remove_cgroup(z: ZkNodeInfo) -> None:
@@ -642,7 +705,12 @@ class LocalCluster:
         n = len(self.zookeeper_nodes)
         peers = [(x.id, x.address) for x in self.zookeeper_nodes] if n > 1 else None
         srv = ZooKeeperServer(
-            Path(z.data_dir), z.address, z.port, server_id=z.id if peers else None, peers=peers
+            Path(z.data_dir),
+            z.address,
+            z.port,
+            server_id=z.id if peers else None,
+            peers=peers,
+            command_prefix=self.exec_prefix(f"zk{z.id}"),
         )
         srv.start()
         assert srv._proc is not None
@@ -693,6 +761,7 @@ class LocalCluster:
         return {
             "dir": str(self.dir),
             "block": self.block,
+            "hosts": self.hosts,
             "bootstrap_servers": self.bootstrap_servers,
             "zookeeper": zks,
             "brokers": brokers,
