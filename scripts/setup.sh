@@ -11,6 +11,8 @@ command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
 command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
+# The console's browser tests drive Debian's Chromium (Playwright never downloads one).
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         echo "setup: apt-get install ${need_apt[*]}"

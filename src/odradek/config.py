@@ -189,62 +189,13 @@ def parse_connection_overrides(value: str) -> dict[str, int]:
     return out
 
 
-# Security protocols a listener can have (Kafka's SecurityProtocol); Odradek serves the
-# first only. TLS and SASL come with issue 14.
-SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
-_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-
-
 def listener_security_errors(config: BrokerConfig) -> list[str]:
-    """Why this broker must not start with its listeners, or [] if it may.
+    """Why this broker must not start with its listener, TLS, SASL and authorizer
+    settings, or [] if it may (``odradek.security.listener_config``): a listener is never
+    served with less security than configured."""
+    from odradek.security.listener_config import listener_security_errors as errors
 
-    A listener whose protocol Odradek cannot speak must stop the broker, never be served
-    as plaintext (an ``SSL://`` listener once served plaintext with a keystore that did
-    not exist). Missing key material is reported too, so the operator sees every problem
-    of the listener at once.
-    """
-    raw = config.effective_raw()
-    errors: list[str] = []
-    try:
-        proto_map = {k.strip().upper(): v.strip().upper() for k, v in
-                     (item.split(":", 1) for item in
-                      parse_list(config.get("listener.security.protocol.map")))}
-    except ValueError:
-        return ["listener.security.protocol.map: expected NAME:PROTOCOL,..."]
-    endpoints = config.listener_endpoints()
-    if len(endpoints) > 1:
-        errors.append(f"listeners={config.listeners}: Odradek serves exactly one listener; "
-                      "the others would be silently ignored")
-    for name, host, port in endpoints:
-        where = f"listener {name}://{host}:{port}"
-        proto = proto_map.get(name)
-        if proto is None:
-            errors.append(f"{where}: no security protocol defined for listener {name} in "
-                          "listener.security.protocol.map")
-            continue
-        if proto not in _SECURITY_PROTOCOLS:
-            errors.append(f"{where}: unknown security protocol {proto}")
-            continue
-        if proto in SUPPORTED_SECURITY_PROTOCOLS:
-            continue
-        problem = (f"{where} uses security protocol {proto}, which Odradek does not support "
-                   "yet (only PLAINTEXT); refusing to start rather than serve it as "
-                   "plaintext")
-        if proto.endswith("SSL"):
-            prefix = f"listener.name.{name.lower()}."
-            keystore = raw.get(prefix + "ssl.keystore.location") or raw.get(
-                "ssl.keystore.location")
-            if not keystore:
-                problem += "; its key material is missing too: ssl.keystore.location is not set"
-            elif not Path(keystore).is_file():
-                problem += (f"; its key material is missing too: ssl.keystore.location "
-                            f"{keystore} does not exist")
-        errors.append(problem)
-    inter = config.get("security.inter.broker.protocol")
-    if inter is not None and inter.upper() not in SUPPORTED_SECURITY_PROTOCOLS:
-        errors.append(f"security.inter.broker.protocol={inter} is not supported yet "
-                      "(only PLAINTEXT)")
-    return errors
+    return errors(config)
 
 
 # --- broker config -----------------------------------------------------------------
@@ -324,11 +275,14 @@ class BrokerConfig:
         for key in raw:
             d = BROKER_CONFIGS.get(key)
             if d is None:
-                logger.warning("The configuration '%s' was supplied but isn't a known config.", key)
+                # listener.name.<listener>.<setting> are Kafka's per-listener overrides.
+                if not key.startswith("listener.name."):
+                    logger.warning("The configuration '%s' was supplied but isn't a known "
+                                   "config.", key)
             elif d.support is Support.IGNORED:
                 # A setting that changes nothing must say so (docs/configuration.md).
                 logger.warning("The configuration '%s' is accepted but ignored by Odradek: %s.",
-                            key, d.reason)
+                               key, d.reason)
         values = _typed_broker_values(raw)
         for required in ("broker.id", "zookeeper.connect"):
             if required not in raw or not raw[required].strip():

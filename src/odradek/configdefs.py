@@ -566,6 +566,16 @@ _BROKER_LIST: list[ConfigDef] = [
     _b("transaction.state.log.replication.factor", T.SHORT, "3", "Transaction log RF.", Range(1)),
     _b("transaction.state.log.min.isr", T.INT, "2", "Transaction log min ISR.", Range(1)),
     _b("transaction.state.log.num.partitions", T.INT, "50", "Transaction log partitions.", Range(1)),
+    _b("transaction.state.log.segment.bytes", T.INT, "104857600",
+       "__transaction_state segment size.", Range(1)),
+    _b("transaction.max.timeout.ms", T.INT, "900000",
+       "Largest transaction.timeout.ms a producer may ask for.", Range(1)),
+    _b("transaction.abort.timed.out.transaction.cleanup.interval.ms", T.INT, "10000",
+       "How often the coordinator looks for timed-out transactions to abort.", Range(1)),
+    _b("transactional.id.expiration.ms", T.INT, "604800000",
+       "Idle time after which a transactional id is forgotten.", Range(1)),
+    _b("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, "3600000",
+       "How often the coordinator looks for expired transactional ids.", Range(1)),
     _b("fetch.max.bytes", T.INT, "57671680", "Largest Fetch response.", Range(1024)),
     _b("odradek.lost.records.retention.bytes", T.LONG, "1073741824",
        "Beyond Kafka: size cap of the lost-records ledger of a log dir (truncated batches "
@@ -575,15 +585,80 @@ _BROKER_LIST: list[ConfigDef] = [
        "Beyond Kafka: log the replication timeline (append, follower fetch, HW, consumer "
        "fetch) of each record whose offset is a multiple of N; 0 (default) is off.",
        Range(0)),
+    _b("metrics.listener", T.STRING, None,
+       "Prometheus metrics at http://HOST:PORT/metrics (Kafka's MBean names as the JMX "
+       "exporter maps them); unset (default): no metrics listener and no request "
+       "timing."),
+    # --- TLS (issue 14): PEM key material; listener.name.<l>.<setting> overrides ---
+    _b("ssl.keystore.type", T.STRING, "JKS",
+       "Keystore format; Odradek reads PEM only (set PEM: a file with the private key and "
+       "the certificate chain, or ssl.keystore.key + ssl.keystore.certificate.chain)."),
     _b("ssl.keystore.location", T.STRING, None,
-       "Keystore file of SSL listeners (SSL listeners are not supported yet)."),
-    _b("ssl.keystore.password", T.PASSWORD, None, "Keystore password (TLS is not supported)."),
-    _b("ssl.key.password", T.PASSWORD, None, "Private key password (TLS is not supported)."),
+       "PEM file with the listener's private key and certificate chain."),
+    _b("ssl.keystore.password", T.PASSWORD, None,
+       "Password of the key in ssl.keystore.location when ssl.key.password is unset."),
+    _b("ssl.key.password", T.PASSWORD, None, "Password of an encrypted private key."),
+    _b("ssl.keystore.key", T.PASSWORD, None, "The private key itself, as PEM text."),
+    _b("ssl.keystore.certificate.chain", T.PASSWORD, None,
+       "The certificate chain itself, as PEM text."),
+    _b("ssl.truststore.type", T.STRING, "JKS",
+       "Truststore format; Odradek reads PEM only (set PEM)."),
     _b("ssl.truststore.location", T.STRING, None,
-       "Truststore file of SSL listeners (SSL listeners are not supported yet)."),
-    _b("ssl.truststore.password", T.PASSWORD, None, "Truststore password (TLS is not supported)."),
+       "PEM file of the CA certificates trusted for client certificates and for "
+       "inter-broker connections."),
+    _b("ssl.truststore.password", T.PASSWORD, None, "Unused for PEM truststores."),
+    _b("ssl.truststore.certificates", T.PASSWORD, None,
+       "The trusted CA certificates themselves, as PEM text."),
+    _b("ssl.client.auth", T.STRING, "none",
+       "Client certificates: required, requested or none. A verified client certificate "
+       "makes the principal User:<subject DN> on SSL listeners.",
+       ValidString(("required", "requested", "none"))),
+    _b("ssl.enabled.protocols", T.LIST, "TLSv1.2,TLSv1.3", "TLS versions accepted."),
+    _b("ssl.protocol", T.STRING, "TLSv1.3", "Highest TLS version (informational)."),
+    _b("ssl.cipher.suites", T.LIST, "",
+       "TLS 1.2 cipher suites in OpenSSL's names (empty: Python's secure default)."),
+    _b("ssl.endpoint.identification.algorithm", T.STRING, "https",
+       "Host name verification of the broker a broker connects to (empty: off)."),
+    _b("ssl.principal.mapping.rules", T.STRING, "DEFAULT",
+       "Certificate subject to principal; only DEFAULT (the full RFC 2253 DN)."),
+    # --- SASL (issue 14) ---
     _b("sasl.enabled.mechanisms", T.LIST, "GSSAPI",
-       "SASL mechanisms of SASL listeners (SASL listeners are not supported yet)."),
+       "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
+       "(Kafka's default GSSAPI is not supported and must be replaced)."),
+    _b("sasl.mechanism.inter.broker.protocol", T.STRING, "GSSAPI",
+       "Mechanism brokers use on a SASL inter-broker listener."),
+    _b("sasl.jaas.config", T.PASSWORD, None,
+       "JAAS login entry; usually set per listener and mechanism as "
+       "listener.name.<listener>.<mechanism>.sasl.jaas.config."),
+    _b("sasl.server.max.receive.size", T.INT, "524288",
+       "Largest frame accepted before a SASL client is authenticated.", Range(1)),
+    _b("odradek.authentication.timeout.ms", T.INT, "10000",
+       "Odradek's own: a TLS handshake, and then a SASL authentication, must each complete "
+       "within this long after the connection is accepted, or it is closed (Kafka bounds "
+       "both by connections.max.idle.ms only).", Range(1)),
+    _b("connection.failed.authentication.delay.ms", T.INT, "100",
+       "After a failed authentication the answer is sent and the connection closed this "
+       "much later (slows down password guessing).", Range(0)),
+    _b("connections.max.reauth.ms", T.LONG, "0",
+       "KIP-368: session lifetime of SASL connections; the client must re-authenticate "
+       "before it ends (0: sessions never expire).", Range(0)),
+    # --- authorization (issue 14) ---
+    _b("authorizer.class.name", T.STRING, "",
+       "kafka.security.authorizer.AclAuthorizer enables ACLs kept in ZooKeeper "
+       "(/kafka-acl); empty: no authorizer (every client may do everything)."),
+    _b("super.users", T.STRING, "",
+       "Principals allowed everything, separated by ';' (User:admin;User:broker)."),
+    _b("allow.everyone.if.no.acl.found", T.BOOLEAN, "false",
+       "Allow an operation on a resource that has no ACL at all."),
+    # --- ZooKeeper security (issue 14) ---
+    _b("zookeeper.set.acl", T.BOOLEAN, "false",
+       "Create znodes with ACLs: creator-only write (and no world read of user "
+       "credentials); needs ZooKeeper authentication. Not implemented yet: true stops "
+       "the broker at start."),
+    _b("odradek.zookeeper.auth", T.PASSWORD, None,
+       "Beyond Kafka's properties (Kafka takes it from a JAAS file): ZooKeeper "
+       "authentication as scheme:credentials, e.g. digest:kafka:secret. Not implemented "
+       "yet: setting it stops the broker at start."),
 ]
 
 BROKER_CONFIGS: Final[dict[str, ConfigDef]] = {d.name: d for d in _BROKER_LIST}

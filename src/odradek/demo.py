@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from odradek.cluster.local import LocalCluster
+from odradek.cluster.security_setup import client_config
 
 
 def _value(i: int, size: int) -> bytes:
@@ -22,7 +23,8 @@ def _value(i: int, size: int) -> bytes:
 
 
 def run_demo(n_brokers: int = 3, records: int = 100_000, record_size: int = 100,
-             partitions: int = 4, directory: Path | None = None) -> int:
+             partitions: int = 4, directory: Path | None = None,
+             security: str = "plaintext") -> int:
     from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: PLC0415
     from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415
 
@@ -30,13 +32,18 @@ def run_demo(n_brokers: int = 3, records: int = 100_000, record_size: int = 100,
     print(f"== Odradek demo: {n_brokers} broker(s), {records:,} records of {record_size} B")
     print(f"   working directory: {workdir}")
     t0 = time.monotonic()
-    with LocalCluster.start(workdir, n_brokers) as cluster:
+    with LocalCluster.start(workdir, n_brokers, security=security) as cluster:
         bootstrap = cluster.bootstrap_servers
+        # sasl_ssl: every client is the admin user of DIR/client.properties, over TLS
+        sec = client_config(cluster.client_properties)
         print(f"-- cluster up in {time.monotonic() - t0:.1f} s: ZooKeeper {cluster.zk_connect}, "
               f"bootstrap.servers={bootstrap}")
+        if sec:
+            print(f"   security {sec.get('security.protocol')} "
+                  f"{sec.get('sasl.mechanism', '')}: {cluster.client_properties}")
         for b in cluster.brokers:
             print(f"   broker {b.id}: {b.host}:{b.port} pid {b.pid}")
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = AdminClient({"bootstrap.servers": bootstrap, **sec})
         rf = min(3, n_brokers)
         topic = "demo-events"
         admin.create_topics([NewTopic(topic, num_partitions=partitions,
@@ -57,7 +64,7 @@ def run_demo(n_brokers: int = 3, records: int = 100_000, record_size: int = 100,
             acked.setdefault(msg.partition(), []).append(
                 (msg.offset(), int(msg.key())))
 
-        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+        producer = Producer({**sec, "bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                              "compression.type": "lz4", "enable.idempotence": False})
         t1 = time.monotonic()
         for i in range(records):
@@ -76,7 +83,7 @@ def run_demo(n_brokers: int = 3, records: int = 100_000, record_size: int = 100,
               f"{n_acked / dt:,.0f} records/s, {n_acked * record_size / dt / 1e6:.1f} MB/s; "
               f"errors {len(errors)}, unsent {remaining}")
 
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "odradek-demo",
+        consumer = Consumer({**sec, "bootstrap.servers": bootstrap, "group.id": "odradek-demo",
                              "enable.auto.commit": False, "enable.partition.eof": False})
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         seen: dict[int, list[tuple[int, int]]] = {}

@@ -17,12 +17,15 @@ from odradek.storage.batch import scan_batches
 
 def create_topic(bootstrap: str, name: str, partitions: int, rf: int,
                  config: dict[str, str] | None = None,
-                 assignment: list[list[int]] | None = None) -> None:
-    support_create_topic(bootstrap, name, partitions, rf, config=config, assignment=assignment)
+                 assignment: list[list[int]] | None = None,
+                 security: dict[str, str] | None = None) -> None:
+    support_create_topic(bootstrap, name, partitions, rf, config=config, assignment=assignment,
+                         security=security)
 
 
-def partition_meta(bootstrap: str, topic: str) -> dict[int, Any]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def partition_meta(bootstrap: str, topic: str,
+                   security: dict[str, str] | None = None) -> dict[int, Any]:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(security or {})})
     md = admin.list_topics(topic, timeout=10)
     return dict(md.topics[topic].partitions)
 
@@ -58,10 +61,12 @@ def produce(bootstrap: str, topic: str, values: list[bytes], *, acks: str = "all
 
 
 def consume_all(bootstrap: str, topic: str, partitions: list[int],
-                timeout: float = 30) -> dict[int, list[tuple[int, bytes]]]:
+                timeout: float = 30, security: dict[str, str] | None = None,
+                ) -> dict[int, list[tuple[int, bytes]]]:
     """Read every partition from offset 0 up to its current end (HW)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "replication-test",
-                  "enable.auto.commit": False, "enable.partition.eof": True})
+                  "enable.auto.commit": False, "enable.partition.eof": True,
+                  **(security or {})})
     ends = {}
     for p in partitions:
         # A broker that just came back may answer from stale metadata (NOT_LEADER) until
@@ -69,7 +74,7 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int],
         def hw(p: int = p) -> int | None:
             try:
                 return c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            except Exception:  # noqa: BLE001
+            except Exception:
                 return None
         ends[p] = wait_for(lambda: (lambda v: (v,) if v is not None else None)(hw()),
                            30, f"the high watermark of {topic}-{p}")[0]

@@ -161,10 +161,10 @@ def test_oversized_request_with_body_closes(rc: RawClient) -> None:
 
 
 # =============================================================================== API/versions
-@pytest.mark.parametrize("api_key", [999, 32767, -1, 24])
+@pytest.mark.parametrize("api_key", [999, 32767, -1, 48])
 def test_unknown_or_unserved_api_key_closes(rc: RawClient, api_key: int) -> None:
-    # 24 (AddPartitionsToTxn) is a real Kafka API this broker does not serve (no
-    # transactions, not advertised).
+    # 48 (DescribeClientQuotas) is a real Kafka API this broker does not serve (no
+    # quotas, not advertised).
     rc.send_raw(frame(struct.pack(">hhih", api_key, 0, 1, -1) + b"\x00" * 16))
     expect_closed(rc)
 

@@ -3,7 +3,7 @@
 aiokafka picks each request's version from the broker's ApiVersions answer. Proves the
 byte-exact ordered round trip (REQ-R7, R8), every codec (R23), acks 0/1/all, ListOffsets
 by timestamp, the admin APIs and the opt-in idempotent producer; a transactional
-producer fails fast (gap in docs/compatibility.md).
+producer commits and aborts (issue 18).
 """
 
 from __future__ import annotations
@@ -204,24 +204,36 @@ def test_idempotent_producer(cluster: LocalCluster, topic_name: str) -> None:
     assert_contiguous(offsets, {p: len(rs) for p, rs in by_partition(recs).items()})
 
 
-def test_transactional_producer_fails_fast(cluster: LocalCluster, topic_name: str) -> None:
-    """Gap: transactions are not implemented; a transactional producer must fail fast
-    (no FindCoordinator advertised), not hang; the broker stays up."""
+def test_transactional_producer(cluster: LocalCluster, topic_name: str) -> None:
+    """Transactions (issue 18): aiokafka's transactional producer; a read_committed
+    consumer sees the committed transaction only."""
     b = cluster.bootstrap_servers
 
-    async def go() -> None:
+    async def go() -> list[bytes]:
         await create(b, topic_name, 1)
         p = AIOKafkaProducer(bootstrap_servers=b, transactional_id=f"tx-{topic_name}")
-        t0 = time.monotonic()
+        await p.start()
         try:
-            with pytest.raises(KafkaError):
-                await p.start()
-                async with p.transaction():
-                    await asyncio.wait_for(p.send_and_wait(topic_name, b"x"), 20)
-            assert time.monotonic() - t0 < 15
+            await p.begin_transaction()
+            await p.send_and_wait(topic_name, b"aborted", partition=0)
+            await p.abort_transaction()
+            async with p.transaction():
+                for i in range(10):
+                    await p.send(topic_name, b"v%d" % i, partition=0)
         finally:
             await p.stop()
-        recs = make_records(10, 1, seed=38)
-        await produce_all(b, topic_name, recs)
-        assert_round_trip(recs, await consume_all(b, topic_name, 1, len(recs)))
-    run(go())
+        c = AIOKafkaConsumer(bootstrap_servers=b, isolation_level="read_committed",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+        await c.start()
+        try:
+            c.assign([TopicPartition(topic_name, 0)])
+            await c.seek_to_beginning()
+            got: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while len(got) < 10 and time.monotonic() < deadline:
+                for msgs in (await c.getmany(timeout_ms=500)).values():
+                    got += [m.value for m in msgs]
+            return got
+        finally:
+            await c.stop()
+    assert run(go()) == [b"v%d" % i for i in range(10)]

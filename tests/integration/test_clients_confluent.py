@@ -215,19 +215,25 @@ def test_idempotent_producer(cluster: LocalCluster, topic_name: str) -> None:
     assert_round_trip(recs, confluent_consume(b, topic_name, PARTITIONS, len(recs)))
 
 
-def test_transactional_producer_fails_fast(cluster: LocalCluster, topic_name: str) -> None:
-    """Gap: transactions are not implemented (no FindCoordinator/AddPartitionsToTxn):
-    init_transactions() must fail within its timeout, not hang; the broker stays up."""
+def test_transactional_producer(cluster: LocalCluster, topic_name: str) -> None:
+    """Transactions (issue 18) on one broker: an aborted and a committed transaction; a
+    read_committed consumer sees the committed records only (more in
+    test_transactions.py)."""
     b = cluster.bootstrap_servers
     confluent_create_topic(b, topic_name, 1)
     p = Producer({"bootstrap.servers": b, "transactional.id": f"tx-{topic_name}"})
-    t0 = time.monotonic()
-    with pytest.raises(KafkaException):
-        p.init_transactions(10)
-    assert time.monotonic() - t0 < 15
+    p.init_transactions(30)
     recs = make_records(10, 1, seed=12)
-    produce_all(b, topic_name, recs)
-    assert_round_trip(recs, confluent_consume(b, topic_name, 1, len(recs)))
+    p.begin_transaction()
+    p.produce(topic_name, b"aborted", partition=0)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    for r in recs:
+        p.produce(topic_name, r.value, r.key, partition=0, headers=list(r.headers) or None,
+                  timestamp=r.timestamp_ms or 0)
+    p.commit_transaction(30)
+    assert_round_trip(recs, confluent_consume(b, topic_name, 1, len(recs),
+                                              **{"isolation.level": "read_committed"}))
 
 
 def test_consumer_from_offset(cluster: LocalCluster, topic_name: str) -> None:

@@ -217,3 +217,35 @@ def test_replay_with_the_other_client_writes_no_duplicates(spark: Any, cluster: 
     counts = Counter(m.value() for m in consume_all(bs, dst, 2, 400))
     assert set(counts) == {f"v{i}".encode() for i in range(400)}
     assert sum(c - 1 for c in counts.values()) == 0
+
+
+def test_transactional_sink_replay_after_task_failure(spark: Any, cluster: LocalCluster,
+                                                      topic_name: str, tmp_path: Path) -> None:
+    """odradek.sink.guarantee=transactional (issue 18): the failed attempt's records sit in
+    a transaction that is never committed; the replay fences it (aborting it) and
+    commits its own. read_committed readers see every record exactly once; the aborted
+    attempt is visible only to read_uncommitted readers."""
+    bs = cluster.bootstrap_servers
+    src, dst = f"{topic_name}-in", f"{topic_name}-out"
+    create_topic(bs, src, 2)
+    create_topic(bs, dst, 2)
+    produce_values(bs, src, 2, 400)
+    opts = {"odradek.sink.guarantee": "transactional", "odradek.client": "confluent"}
+    _run_failing(_pipeline(spark, bs, src, dst, tmp_path / "ck", **opts,
+                           **{"odradek.test.failAfterRecords": "120"}), "failAfterRecords")
+    q = _pipeline(spark, bs, src, dst, tmp_path / "ck", **opts)
+    assert q.awaitTermination(120) and q.exception() is None
+    counts = Counter(m.value() for m in consume_all(bs, dst, 2, 400))
+    assert set(counts) == {f"v{i}".encode() for i in range(400)}
+    assert sum(c - 1 for c in counts.values()) == 0
+    c = Consumer({"bootstrap.servers": bs, "group.id": "odradek-sink-test-ru",
+                  "isolation.level": "read_uncommitted", "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(dst, p, OFFSET_BEGINNING) for p in range(2)])
+        seen = 0
+        deadline = time.monotonic() + 30
+        while seen < 400 + 120 and time.monotonic() < deadline:
+            seen += sum(1 for m in c.consume(1000, 0.2) if m.error() is None)
+        assert seen >= 400 + 120  # the aborted attempt's records are in the log
+    finally:
+        c.close()

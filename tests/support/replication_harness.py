@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from odradek.errors import KafkaError
 from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from odradek.protocol.fetch_response import PartitionFetchResult
 from odradek.protocol.produce_response import PartitionProduceResult
+from odradek.replication.alter_partition import write_each
 from odradek.replication.leader_endpoint import (
     EndpointError,
     EpochRequest,
@@ -42,6 +43,7 @@ from odradek.replication.leader_endpoint import (
 )
 from odradek.replication.partition_state import (
     IsrConflict,
+    IsrOutcome,
     IsrStoreUnavailable,
     IsrWrite,
     LeaderAndIsr,
@@ -141,6 +143,9 @@ class _BrokerIsrStore:
         self._c = controller
         self._broker = broker
         self._loop = loop
+
+    def write_isrs(self, writes: Sequence[IsrWrite]) -> dict[tuple[str, int], IsrOutcome]:
+        return write_each(self.write_isr, writes)
 
     def write_isr(self, write: IsrWrite) -> int:
         c = self._c

@@ -11,10 +11,12 @@ __all__ = ["create_topic", "wait_for_leaders"]
 def create_topic(bootstrap: str, name: str, partitions: int = 1, rf: int = 1, *,
                  config: dict[str, str] | None = None,
                  assignment: list[list[int]] | None = None,
-                 wait_leaders: bool = False, timeout: float = 30.0) -> None:
+                 wait_leaders: bool = False, timeout: float = 30.0,
+                 security: dict[str, str] | None = None) -> None:
     """CreateTopics (partitions x rf, or an explicit replica ``assignment``); with
-    ``wait_leaders`` also wait until Metadata names a leader for every partition."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    ``wait_leaders`` also wait until Metadata names a leader for every partition.
+    ``security``: client properties of a secured listener (TLS, SASL)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(security or {})})
     if assignment is not None:
         topic = NewTopic(name, num_partitions=len(assignment), replica_assignment=assignment,
                          config=config or {})

@@ -2,7 +2,15 @@
 
 Start-up follows Kafka's order: recover local logs, bind the listener (not yet serving),
 connect to ZooKeeper and register ``/brokers/ids/N``, load metadata, start the
-controller election, then start serving requests. Shutdown reverses it and flushes
+controller election, then start serving requests.
+
+Listeners (issue 14): one ``SocketServer`` per entry of ``listeners``, sharing the
+connection quotas and the request queue; each TLS listener gets its SSL context, each
+connection a ``Session`` (principal from the client certificate, or a SASL
+authenticator). Every advertised listener is registered in ``/brokers/ids/N``; followers
+connect to leaders on ``inter.broker.listener.name`` with its protocol. With
+``authorizer.class.name`` the ACL authorizer loads and follows ``/kafka-acl``; with a
+SCRAM listener the credential cache follows ``/config/users`` -- both before serving. Shutdown reverses it and flushes
 every log so the next start needs no recovery scan.
 """
 
@@ -11,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import hmac
 import logging
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -22,6 +32,8 @@ from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 
+from odradek.broker import stall_detector
+from odradek.broker.metrics import BrokerMetrics
 from odradek.config import (
     BrokerConfig,
     ConfigError,
@@ -33,16 +45,24 @@ from odradek.controller.controlled_shutdown import request_controlled_shutdown
 from odradek.controller.controller import Controller
 from odradek.coordinator.group_coordinator import GroupCoordinator  # consumer groups (issue 4)
 from odradek.coordinator.producer_ids import ProducerIdManager
+from odradek.coordinator.transaction_coordinator import TransactionCoordinator
 from odradek.log_manager.flusher import Flusher
 from odradek.log_manager.log_cleaner import manager_from_config  # compaction (REQ-R25)
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.store import MetadataStore
+from odradek.metrics.http_listener import MetricsListener, parse_listener_url
 from odradek.replication.isr_store import ZkIsrStore
 from odradek.replication.replica_manager import RECOVERY_POINT_CHECKPOINT, ReplicaManager
 from odradek.replication.trace import RecordTracer
+from odradek.security import listener_config as lc
+from odradek.security.client_security import ClientSecurity
+from odradek.security.principal import ANONYMOUS, principal_from_certificate
+from odradek.security.sasl_server import SaslServerAuthenticator
+from odradek.server.authorizer import Authorizer, CredentialCache, parse_super_users
 from odradek.server.context import RequestContext
 from odradek.server.dispatch import RequestDispatcher
 from odradek.server.network import ConnectionLimits, RequestQueue
+from odradek.server.session import Session
 from odradek.server.socket_server import ConnectionQuotas, SocketServer
 from odradek.storage.log import LogConfig
 from odradek.zk import znodes
@@ -53,6 +73,9 @@ logger = logging.getLogger(__name__)
 
 
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0  # how long a stopping broker waits for the controller
+# With a metrics.listener, the stall detector runs at this threshold unless
+# ODRADEK_LOOP_STALL_MS says otherwise (its figures are exported).
+METRICS_STALL_THRESHOLD_MS = 250.0
 _LOG_CONFIG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
 T = TypeVar("T")
 
@@ -126,19 +149,39 @@ class Broker:
         self.store: MetadataStore | None = None
         self.controller: Controller | None = None
         self.groups = GroupCoordinator(self.broker_id, config, self.replicas, self)
+        self.producer_ids: ProducerIdManager | None = None
+        # Transactions (issue 18): __transaction_state, markers to partition leaders.
+        self.txns = TransactionCoordinator(self.broker_id, config, self.replicas,
+                                           self.groups, self, source_ip=host)
         # Handlers see this narrow view, not the broker (the ZooKeeper client and producer
         # ids are filled in once connected, before the listener starts serving).
         self.context = RequestContext(
             broker_id=self.broker_id, config=config, replicas=self.replicas,
-            groups=self.groups, producer_ids=None, zk=None, metadata=self)
-        self.dispatcher = RequestDispatcher(self.context)
-        self.socket_server = SocketServer(
-            self.dispatcher.dispatch,
-            ConnectionLimits(max_frame_bytes=config.socket_request_max_bytes),
-            ConnectionQuotas(config.get("max.connections"), config.get("max.connections.per.ip"),
-                             _resolve_overrides(config)),
-            RequestQueue(config.get("queued.max.requests")),
-            idle_ms=config.get("connections.max.idle.ms"))
+            groups=self.groups, producer_ids=None, zk=None, metadata=self, txns=self.txns)
+        # Metrics (issue 15): only with a metrics.listener; otherwise no request timing
+        # and no per-topic counters, so a broker without metrics pays nothing for them.
+        listener = config.get("metrics.listener")
+        self.metrics_address = parse_listener_url(listener) if listener else None
+        self.metrics: BrokerMetrics | None = None
+        self.metrics_listener: MetricsListener | None = None
+        if self.metrics_address is not None:
+            self.metrics = BrokerMetrics(self)
+            self.replicas.topic_stats = self.metrics.topics
+        self.dispatcher = RequestDispatcher(
+            self.context, self.metrics.requests if self.metrics else None)
+        self.stall_detector: stall_detector.StallDetector | None = None
+        self.stopping = False
+        self._limits = ConnectionLimits(
+            max_frame_bytes=config.socket_request_max_bytes,
+            stamp_arrivals=self.metrics is not None,
+            max_unauthenticated_frame_bytes=config.get("sasl.server.max.receive.size"),
+            authentication_timeout_s=config.get("odradek.authentication.timeout.ms") / 1000)
+        self._quotas = ConnectionQuotas(config.get("max.connections"),
+                                        config.get("max.connections.per.ip"),
+                                        _resolve_overrides(config))
+        self._request_queue = RequestQueue(config.get("queued.max.requests"))
+        # One SocketServer per listener, made in start() once the settings are checked.
+        self.socket_servers: dict[str, SocketServer] = {}
         self._image_waiters: list[asyncio.Future[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -173,20 +216,29 @@ class Broker:
         problems = listener_security_errors(self.config)
         if problems:
             raise ConfigError("listeners", "; ".join(problems))
+        self.stall_detector = stall_detector.maybe_start(  # ODRADEK_LOOP_STALL_MS
+            self._loop, METRICS_STALL_THRESHOLD_MS if self.metrics else None)
+        if self.metrics is not None and self.metrics_address is not None:
+            # Before the logs load: a scrape during a long recovery already answers.
+            self.metrics_listener = MetricsListener(*self.metrics_address,
+                                                    self.metrics.render)
+            await self.metrics_listener.start()
+        self._make_socket_servers()
         t0 = time.monotonic()
         self.replicas.load_logs()
         self.flusher.start()
         self.cleaner.start(self._loop)  # log compaction threads (REQ-R25)
         logger.info("logs loaded in %.2f s", time.monotonic() - t0)
-        bind_host, bind_port = self._bind_address()
-        self.socket_server.bind(bind_host, bind_port)
+        for spec in lc.listeners(self.config):
+            self.socket_servers[spec.name].bind(spec.host, spec.port)
         session_s = self.config.zookeeper_session_timeout_ms / 1000
         self.zk = await asyncio.to_thread(
             connect_zk, self.config.zookeeper_connect, source_ip=self.advertised_host,
             session_timeout_s=session_s,
             timeout_s=self.config.zookeeper_connection_timeout() / 1000)
-        registration = znodes.BrokerRegistration.plaintext(self.broker_id, self.advertised_host,
-                                                           self.advertised_port)
+        if self.metrics is not None and self.zk is not None:
+            self.zk.add_listener(self.metrics.zk_session.on_state)
+        registration = self._registration()
         self.zkc = self._zk_client()
         # The store and the controller run on their own threads: one client each.
         self.store = MetadataStore(self._zk_client(), self.broker_id, registration,
@@ -198,26 +250,98 @@ class Broker:
         # A stale registration from our own previous (killed) session lasts at most one
         # session timeout.
         await asyncio.to_thread(self.store.start, session_s * 2 + 5)
+        await self._start_security()
         self.controller.start()
         self.groups.start()  # consumer groups (issue 4)
-        self.socket_server.start_serving()
+        self.txns.start()  # transactions (issue 18)
+        for server in self.socket_servers.values():
+            server.start_serving()
         self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
         self._tasks.append(asyncio.create_task(self._isr_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
-        logger.info("broker %d serving on %s:%d (advertised %s:%d)", self.broker_id, bind_host,
-                 bind_port, self.advertised_host, self.advertised_port)
+        logger.info("broker %d serving on %s (advertised %s)", self.broker_id,
+                 ", ".join(f"{s} ({s.protocol})" for s in lc.listeners(self.config)),
+                 ", ".join(str(s) for s in lc.advertised_listeners(self.config)))
+
+    # ------------------------------------------------------------------ listeners
+    def _make_socket_servers(self) -> None:
+        config = self.config
+        for spec in lc.listeners(config):
+            ctx: ssl.SSLContext | None = (lc.server_ssl_context(config, spec.name)
+                                          if spec.tls else None)
+            self.socket_servers[spec.name] = SocketServer(
+                (self.dispatcher.dispatch_metered if self.metrics is not None
+                 else self.dispatcher.dispatch), self._limits, self._quotas, self._request_queue,
+                idle_ms=config.get("connections.max.idle.ms"), name=spec.name,
+                ssl_context=ctx, session_factory=self._session_factory(spec))
+        inter = lc.inter_broker_listener(config)
+        self.replicas.fetchers.listener = inter
+        self.replicas.fetchers.security = ClientSecurity.for_inter_broker(config)
+
+    def _session_factory(self, spec: lc.ListenerSpec) -> Any:
+        config = self.config
+        mechanisms = lc.enabled_mechanisms(config, spec.name) if spec.sasl else ()
+        plain_users: dict[str, str] = {}
+        if "PLAIN" in mechanisms:
+            jaas = lc.jaas_entry(config, spec.name, "PLAIN")
+            plain_users = jaas.plain_users if jaas is not None else {}
+
+        def plain_check(user: str, password: str) -> bool:
+            expected = plain_users.get(user)
+            # compare_digest: the time taken does not reveal how much of it matched
+            return expected is not None and hmac.compare_digest(expected.encode(),
+                                                                password.encode())
+
+        def scram_lookup(mechanism: str, user: str) -> Any:
+            cache = self.context.credentials
+            return cache.lookup(mechanism, user) if cache is not None else None
+        reauth_ms = config.get("connections.max.reauth.ms")
+
+        def factory(ip: str, ssl_object: ssl.SSLObject | None) -> Session:
+            if spec.sasl:
+                return Session(spec.name, spec.protocol, ip, None, SaslServerAuthenticator(
+                    mechanisms, scram_lookup=scram_lookup, plain_check=plain_check,
+                    max_reauth_ms=reauth_ms))
+            principal = ANONYMOUS
+            if ssl_object is not None:
+                principal = principal_from_certificate(ssl_object.getpeercert(binary_form=True))
+            return Session(spec.name, spec.protocol, ip, principal)
+        return factory
+
+    def _registration(self) -> znodes.BrokerRegistration:
+        adv = lc.advertised_listeners(self.config)
+        return znodes.BrokerRegistration(
+            self.broker_id, self.advertised_host, self.advertised_port,
+            tuple(str(s) for s in adv), listener_security_protocol_map={
+                s.name: s.protocol for s in adv})
+
+    async def _start_security(self) -> None:
+        """The authorizer and the SCRAM credential cache, loaded before serving."""
+        assert self.zk is not None and self._loop is not None
+        config = self.config
+        if config.get("authorizer.class.name"):
+            auth = Authorizer(self.zk, self._loop,
+                              super_users=parse_super_users(config.get("super.users")),
+                              allow_if_no_acl=config.get("allow.everyone.if.no.acl.found"))
+            await asyncio.to_thread(auth.start)
+            self.context.authorizer = auth
+        scram = any(m.startswith("SCRAM-") for s in lc.listeners(config) if s.sasl
+                    for m in lc.enabled_mechanisms(config, s.name))
+        if scram or config.get("authorizer.class.name"):
+            creds = CredentialCache(self.zk, self._loop)
+            await asyncio.to_thread(creds.start)
+            self.context.credentials = creds
+        await asyncio.sleep(0)  # the loads scheduled with call_soon_threadsafe run first
+
+    @property
+    def socket_server(self) -> SocketServer:
+        """The first listener's server (single-listener callers and tests)."""
+        return next(iter(self.socket_servers.values()))
 
     def _zk_client(self) -> KafkaZkClient:
         assert self.zk is not None
         return KafkaZkClient(self.zk, max_ops=self.config.get("odradek.zookeeper.multi.max.ops"),
                              max_in_flight=self.config.get("zookeeper.max.in.flight.requests"))
-
-    def _bind_address(self) -> tuple[str, int]:
-        endpoints = self.config.listener_endpoints()
-        if not endpoints:
-            raise ValueError("listeners is empty")
-        _, host, port = endpoints[0]
-        return host, port
 
     async def shutdown(self) -> None:
         """Stop serving, leave ZooKeeper (so failover starts at once), flush the logs.
@@ -226,10 +350,13 @@ class Broker:
         never leaves a broker that holds its ZooKeeper session but serves nothing.
         """
         logger.info("broker %d shutting down", self.broker_id)
+        self.stopping = True
         # Followers stop fetching first: a fetch that reached a leader after the controller
         # dropped us from its ISR would put us straight back in (and leave a dead broker in
-        # the ISR until replica.lag.time.max.ms passes).
-        await self._bounded("stop replica fetchers", self.replicas.stop_fetchers())
+        # the ISR until replica.lag.time.max.ms passes). Dropping every partition from the
+        # fetchers does that at once; their tasks are stopped after the controller has
+        # answered (Kafka's order), not before: that took 5 s at 10,000 partitions.
+        self.replicas.quiesce_fetchers()
         if self.config.controlled_shutdown_enable and self.zk is not None and self.store:
             # REQ-R13 / Kafka's controlled shutdown: while we still serve, the controller
             # moves leadership of our partitions to other ISR members and drops us from
@@ -241,7 +368,9 @@ class Broker:
                                          self.zk, self.broker_id, CONTROLLED_SHUTDOWN_TIMEOUT_S)
             logger.info("controlled shutdown %s in %.2f s", "completed" if moved else "timed out",
                      time.monotonic() - t0)
-        self.socket_server.close()
+        await self._bounded("stop replica fetchers", self.replicas.stop_fetchers())
+        for server in self.socket_servers.values():
+            server.close()
         for t in self._tasks:
             t.cancel()
         if self.controller is not None:
@@ -253,9 +382,14 @@ class Broker:
             await self._bounded("close the ZooKeeper session",
                                 asyncio.to_thread(lambda: (zk.stop(), zk.close())))
         self.groups.stop()  # consumer groups (issue 4)
+        self.txns.stop()
         await self._bounded("stop the log cleaner", asyncio.to_thread(self.cleaner.stop))
         self.flusher.stop()  # the clean shutdown below flushes every log itself
         self.replicas.shutdown()
+        if self.metrics_listener is not None:
+            self.metrics_listener.close()
+        if self.stall_detector is not None:
+            self.stall_detector.stop()
         self.stopped.set()
         logger.info("broker %d stopped", self.broker_id)
 
@@ -320,9 +454,13 @@ class Broker:
         except Exception:
             logger.exception("applying metadata failed")
         try:  # consumer groups (issue 4): load/unload __consumer_offsets partitions
-            self.groups.on_metadata()
+            self.groups.on_metadata(image)
         except Exception:
             logger.exception("group coordinator: applying metadata failed")
+        try:  # transactions (issue 18): load/unload __transaction_state partitions
+            self.txns.on_metadata()
+        except Exception:
+            logger.exception("transaction coordinator: applying metadata failed")
         waiters, self._image_waiters = self._image_waiters, []
         for fut in waiters:
             if not fut.done():

@@ -10,7 +10,6 @@ import signal
 import sys
 from pathlib import Path
 
-from odradek.broker import stall_detector
 from odradek.broker.broker import Broker
 from odradek.config import BrokerConfig, ConfigError
 
@@ -34,7 +33,6 @@ async def _serve(config: BrokerConfig) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    stall_detector.maybe_start(loop)  # ODRADEK_LOOP_STALL_MS (off by default)
     try:
         await broker.start()
     except ConfigError as e:

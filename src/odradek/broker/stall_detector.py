@@ -31,6 +31,7 @@ class StallDetector:
         self.threshold_s = threshold_ms / 1000
         self.last_tick = time.monotonic()
         self.stalls = 0
+        self.max_lag_s = 0.0  # largest lateness of a heartbeat since take_max_lag()
         self.report_file = os.environ.get(ENV_FILE)  # also append reports here
         self._loop_thread = threading.get_ident()
         self._stop = threading.Event()
@@ -44,9 +45,19 @@ class StallDetector:
         self._stop.set()
 
     def _tick(self) -> None:
-        self.last_tick = time.monotonic()
+        now = time.monotonic()
+        # How late this heartbeat ran: the loop's scheduling lag (metrics).
+        lag = now - self.last_tick - self.threshold_s / 4
+        if lag > self.max_lag_s:
+            self.max_lag_s = lag
+        self.last_tick = now
         if not self._stop.is_set():
             self.loop.call_later(self.threshold_s / 4, self._tick)
+
+    def take_max_lag(self) -> float:
+        """The largest lag since the previous call (a scrape), then start over."""
+        lag, self.max_lag_s = self.max_lag_s, 0.0
+        return max(lag, 0.0)
 
     def _watch(self) -> None:
         reported_for = 0.0
@@ -65,9 +76,11 @@ class StallDetector:
                         f.write(f"--- pid {os.getpid()} stalled {late * 1000:.0f} ms\n{stack}")
 
 
-def maybe_start(loop: asyncio.AbstractEventLoop) -> StallDetector | None:
-    """Start a detector if ``ODRADEK_LOOP_STALL_MS`` is set (see module doc)."""
-    raw = os.environ.get(ENV)
+def maybe_start(loop: asyncio.AbstractEventLoop,
+                default_ms: float | None = None) -> StallDetector | None:
+    """Start a detector if ``ODRADEK_LOOP_STALL_MS`` is set (see module doc), else with
+    ``default_ms`` if given (a broker with metrics exports the detector's figures)."""
+    raw = os.environ.get(ENV) or (str(default_ms) if default_ms else None)
     if not raw:
         return None
     det = StallDetector(loop, float(raw))

@@ -38,24 +38,28 @@ __all__ = ["spark_session", "check_run", "BIN_S"]
 BIN_S = 0.5
 
 
-def spark_session() -> Any:
-    """A local SparkSession whose Python workers are this interpreter (platform-notes: else the
-    workers lack pyarrow)."""
+def spark_session(log_path: Path | None = None) -> Any:
+    """A local SparkSession whose Python workers are this interpreter (platform-notes: else
+    the workers lack pyarrow); quiet (no progress bars, WARN), the JVM's output in
+    ``log_path``."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("odradek-chaos-checker")
-             .config("spark.ui.enabled", "false")
-             # Histories are small: one task per stage keeps the ~100 stages cheap.
-             .config("spark.sql.shuffle.partitions", "1")
-             .config("spark.default.parallelism", "2")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.driver.memory", "1g")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    from odradek.terminal import quiet_spark
+
+    builder = (SparkSession.builder.master("local[2]").appName("odradek-chaos-checker")
+               .config("spark.ui.enabled", "false")
+               # Histories are small: one task per stage keeps the ~100 stages cheap.
+               .config("spark.sql.shuffle.partitions", "1")
+               .config("spark.default.parallelism", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.driver.memory", "1g"))
+    if log_path is None:
+        spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
+        spark.sparkContext.setLogLevel("WARN")
+        return spark
+    return quiet_spark(builder, log_path)
 
 
 def check_run(run_dir: Path, spark: Any | None = None) -> dict[str, dict[str, Any]]:
@@ -69,7 +73,7 @@ def check_run(run_dir: Path, spark: Any | None = None) -> dict[str, dict[str, An
     if not names:
         return {}
     own = spark is None
-    spark = spark or spark_session()
+    spark = spark or spark_session(run_dir / "spark.log")
     try:
         def load(table: str) -> Any:
             return spark.read.parquet(*[str(run_dir / n / f"{table}.parquet") for n in names])

@@ -310,7 +310,9 @@ def run_schedule(ops: Sequence[Op], faults: Any, history: Any,
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    from odradek.chaos.workload import client_logging
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client_logging()})
     nt = NewTopic(topic, num_partitions=partitions, replication_factor=3,
                   config=SAFE_TOPIC_CONFIG)
     admin.create_topics([nt], operation_timeout=30)[topic].result(30)

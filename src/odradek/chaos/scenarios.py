@@ -45,6 +45,7 @@ from odradek.chaos.workload import (
     LiveConsumer,
     MetadataPoller,
     ProducerWorkload,
+    client_logging,
     dump_replicas,
     final_read,
     restart_stopped_brokers,
@@ -546,7 +547,7 @@ def get(name: str) -> Scenario:
 def _create_topic(bootstrap: str, topic: str, assignment: list[int], config: dict[str, str]) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client_logging()})
     nt = NewTopic(topic, num_partitions=1, replica_assignment=[assignment], config=config)
     admin.create_topics([nt], operation_timeout=30)[topic].result(30)
 

@@ -17,12 +17,26 @@ Tables written per scenario directory (one row per event; ``ts`` = Unix seconds)
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+LIBRDKAFKA_LOGGER = "odradek.librdkafka"
+
+
+def client_logging() -> dict[str, Any]:
+    """librdkafka's logging for the workload's clients: through the Python logger that
+    ``odradek chaos`` points at RUN_DIR/librdkafka.log (everything kept there); without
+    that file, critical lines only, since faults make librdkafka chatty and the history
+    has the errors anyway."""
+    lg = logging.getLogger(LIBRDKAFKA_LOGGER)
+    if lg.handlers:
+        return {"logger": lg}
+    return {"logger": lg, "log_level": 2}
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -136,7 +150,7 @@ class ProducerWorkload:
             "linger.ms": 5, "message.timeout.ms": 10000, "request.timeout.ms": 5000,
             "retry.backoff.ms": 100, "retry.backoff.max.ms": 500,
             "socket.timeout.ms": 5000, "topic.metadata.refresh.interval.ms": 60000,
-            "log_level": 2,  # faults make librdkafka chatty; the history has the errors
+            **client_logging(),
         }
         conf.update(extra or {})
         self._p = Producer(conf)
@@ -210,7 +224,7 @@ class LiveConsumer:
         self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{topic}",
                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
                             "socket.timeout.ms": 5000, "session.timeout.ms": 10000,
-                            "log_level": 2})
+                            **client_logging()})
         self._c.assign([TopicPartition(topic, p, 0) for p in range(max(1, partitions))])
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, name=f"consumer-{topic}", daemon=True)
@@ -296,7 +310,7 @@ def final_read(history: History, bootstrap: str, topic: str, partitions: int = 1
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-final-{topic}",
                   "enable.auto.commit": False, "enable.partition.eof": True,
-                  "log_level": 2})
+                  **client_logging()})
     try:
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
                 for p in range(partitions)}

@@ -50,6 +50,9 @@ def _common(p: Any) -> None:
                    help="a directory: HTML page + timeline PNGs + summary.json/.md; a FILE "
                         "ending in .json or .md: the results in that format")
     p.add_argument("--no-plots", action="store_true", help="report without PNGs")
+    p.add_argument("--verbose", action="store_true",
+                   help="every step and each scenario's details on the terminal too "
+                        "(always in RUN_DIR/chaos.log)")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -99,21 +102,28 @@ def _as_dict(r: Any, titles: dict[str, str], schedules: dict[str, list[str]]) ->
 
 
 def run_cases(names: list[str], run_dir: Path, *, duration: float = 30.0,
-              log: Any = print, spark: Any | None = None) -> list[Any]:
+              log: Any = print, spark: Any | None = None,
+              on_case: Any = None) -> list[Any]:
     """Run scenarios and ``nemesis:SEED`` cases one after another, then check them all
-    in ONE Spark session; returns ``ScenarioResult`` s in the given order."""
+    in ONE Spark session; returns ``ScenarioResult`` s in the given order.
+    ``on_case(i, name)`` is called before each case (and with ``i == len(names)``
+    before the check)."""
     from odradek.chaos.checker import check_run
     from odradek.chaos.nemesis import NemesisCase, evaluate_nemesis, parse_case, run_nemesis
     from odradek.chaos.scenarios import evaluate, get, run_scenario
 
     run_dir.mkdir(parents=True, exist_ok=True)
     results: list[Any] = []
-    for n in names:
+    for i, n in enumerate(names):
+        if on_case is not None:
+            on_case(i, n)
         seed = parse_case(n)
         if seed is not None:
             results.append(run_nemesis(NemesisCase(seed, duration), run_dir, log=log))
         else:
             results.append(run_scenario(get(n), run_dir, log=log))
+    if on_case is not None:
+        on_case(len(names), "checking the histories on Spark")
     log("== checking the histories on Spark")
     metrics = check_run(run_dir, spark=spark)
     for n, r in zip(names, results):
@@ -150,13 +160,12 @@ def _titles_and_schedules(run_dir: Path, names: list[str]) -> tuple[dict[str, st
 
 
 def _finish(names: list[str], results: list[Any], run_dir: Path, args: argparse.Namespace,
-            command: str) -> int:
+            command: str, out: Any) -> int:
     from odradek.chaos.report import format_summary, gap_of, summarize, write_report
 
-    print()
-    for r in results:
-        print(format_result(r))
-        print()
+    for r in results:  # each scenario's details: the log (and --verbose)
+        for line in format_result(r).splitlines():
+            out.detail(line)
     titles, schedules = _titles_and_schedules(run_dir, names)
     dicts = [_as_dict(r, titles, schedules) for r in results]
     (run_dir / "results.json").write_text(json.dumps(
@@ -171,13 +180,18 @@ def _finish(names: list[str], results: list[Any], run_dir: Path, args: argparse.
         else:
             rows = write_report(run_dir, dicts, rep, command=command,
                                 plots=not args.no_plots)
-            print(f"report: {rep / 'index.html'}")
     if rows is None:
         rows = [summarize(d, gap_of(run_dir / d["name"])) for d in dicts]
-    print(format_summary(rows))
+    out.console.print(format_summary(rows), markup=False, highlight=False)
     failed = [r.name for r in results if not r.ok]
-    print(f"{len(results) - len(failed)} passed, {len(failed)} failed"
-          + (f": {', '.join(failed)}" if failed else ""))
+    out.say(f"{len(results) - len(failed)} passed, {len(failed)} failed"
+            + (f": {', '.join(failed)}" if failed else ""),
+            style="red" if failed else "green")
+    if args.report:
+        rep = Path(args.report)
+        out.say(f"report: {rep / 'index.html' if rep.suffix not in ('.md', '.json') else rep}")
+    out.say(f"results: {run_dir / 'results.json'}; full log: {out.log_path}; "
+            f"Spark: {run_dir / 'spark.log'}")
     return 1 if failed else 0
 
 
@@ -236,12 +250,34 @@ def _run_and_report(names: list[str], args: argparse.Namespace, command: str) ->
     if err:
         print(f"odradek chaos: {err}", file=sys.stderr)
         return 2
+    from odradek.chaos.workload import LIBRDKAFKA_LOGGER
+    from odradek.terminal import RunOutput, librdkafka_logger
+
     run_dir = Path(args.dir or f"chaos-{time.strftime('%Y%m%d-%H%M%S')}")
-    t0 = time.monotonic()
-    results = run_cases(names, run_dir, duration=args.duration,
-                        log=lambda s: print(s, flush=True))
-    rc = _finish(names, results, run_dir, args, command + _flags(args))
-    print(f"wall time {time.monotonic() - t0:.0f} s")
+    verbose = getattr(args, "verbose", False)
+    with RunOutput(run_dir / "chaos.log", verbose=verbose) as out:
+        librdkafka_logger(run_dir / "librdkafka.log", verbose=verbose, name=LIBRDKAFKA_LOGGER)
+        out.say(f"[bold]{command}[/bold]: {len(names)} case(s); run directory {run_dir}")
+        out.say(f"full log: {out.log_path}; librdkafka: {run_dir / 'librdkafka.log'}")
+        task = out.progress("starting", total=len(names) + 1)
+
+        def on_case(i: int, name: str) -> None:
+            out.update(task, completed=i, description=name if i == len(names)
+                       else f"case {i + 1}/{len(names)}: {name}")
+            if i < len(names):
+                out.detail(f"== case {i + 1}/{len(names)}: {name}")
+
+        def log(line: str) -> None:
+            # Headlines on the screen, every step in the log file.
+            if line.startswith("=="):
+                out.say(line.lstrip("= "))
+            else:
+                out.detail(line)
+
+        results = run_cases(names, run_dir, duration=args.duration, log=log, on_case=on_case)
+        out.done(task)
+        rc = _finish(names, results, run_dir, args, command + _flags(args), out)
+        out.say(f"wall time {out.elapsed():.0f} s")
     return rc
 
 

@@ -4,6 +4,14 @@
     --entity-type topics  --entity-name T --alter --add-config k1=v1,k2=[a,b]
                                                   [--add-config-file F] --delete-config k3
     --entity-type brokers [--entity-name N] --describe [--all]
+    --entity-type users   [--entity-name U] --describe
+    --entity-type users   --entity-name U --alter
+                          --add-config 'SCRAM-SHA-256=[iterations=8192,password=secret]'
+                          --delete-config SCRAM-SHA-512
+
+Users' SCRAM credentials go through AlterUserScramCredentials / DescribeUserScramCredentials
+(APIs 51/50, KIP-554) with confluent-kafka's AdminClient: the client salts and hashes the
+password, which never reaches the broker.
 
 Alterations go through confluent-kafka's AdminClient (a real Kafka client sending
 IncrementalAlterConfigs, as kafka-configs.sh does since Kafka 2.3). Descriptions send
@@ -28,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from odradek.cli.common import add_command_config, admin_client
+from odradek.cli.common import add_command_config, admin_client, client_security
 
 _TIMEOUT_S = 30.0
 
@@ -44,8 +52,9 @@ SOURCE_NAMES: dict[int, str] = {
     7: "CLIENT_METRICS_CONFIG",
     8: "GROUP_CONFIG",
 }
-_RESOURCE_TYPES = {"topics": 2, "brokers": 4}
-_SINGULAR = {"topics": "topic", "brokers": "broker"}
+_RESOURCE_TYPES = {"topics": 2, "brokers": 4, "users": -1}
+_SINGULAR = {"topics": "topic", "brokers": "broker", "users": "user"}
+_SCRAM_DEFAULT_ITERATIONS = 4096  # kafka-configs' default
 # What "--describe" (without --all) shows per entity type: its dynamic layer only.
 _DYNAMIC_SOURCE = {"topics": 1, "brokers": 2}
 
@@ -128,16 +137,19 @@ def _addresses(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-def _request(addresses: Sequence[tuple[str, int]], entity: Any) -> Any:
+def _request(addresses: Sequence[tuple[str, int]], entity: Any,
+             security: Any = None) -> Any:
     """Send one request to the first broker that accepts a connection (over the one wire
-    client, odradek.client, that the Spark connector uses too)."""
+    client, odradek.client, that the Spark connector uses too; TLS and SASL as the
+    --command-config client properties say)."""
     from odradek.client.connection import ConnectionLost, KafkaConnection  # noqa: PLC0415
+    from odradek.security.client_security import PLAINTEXT  # noqa: PLC0415
 
     last: Exception | None = None
     for host, port in addresses:
         try:
-            with KafkaConnection(host, port, client_id="odradek-configs",
-                                 timeout_s=_TIMEOUT_S) as conn:
+            with KafkaConnection(host, port, client_id="odradek-configs", timeout_s=_TIMEOUT_S,
+                                 security=security or PLAINTEXT) as conn:
                 return conn.request(entity)
         except ConnectionLost as e:
             last = e
@@ -145,7 +157,7 @@ def _request(addresses: Sequence[tuple[str, int]], entity: Any) -> Any:
 
 
 def describe_configs(addresses: Sequence[tuple[str, int]], resource_type: int,
-                     names: Sequence[str]) -> dict[str, list[Entry]]:
+                     names: Sequence[str], security: Any = None) -> dict[str, list[Entry]]:
     """DescribeConfigs v4 with synonyms; raises ConfigCommandError on a resource error."""
     from odradek.errors import error_name  # noqa: PLC0415
     from odradek.protocol.client_codec import nested_request, request_entity  # noqa: PLC0415
@@ -154,7 +166,7 @@ def describe_configs(addresses: Sequence[tuple[str, int]], resource_type: int,
         nested_request(32, 4, "DescribeConfigsResource", resource_type=resource_type,
                        resource_name=n, configuration_keys=None) for n in names),
         include_synonyms=True, include_documentation=False)
-    resp = _request(addresses, req)
+    resp = _request(addresses, req, security)
     out: dict[str, list[Entry]] = {}
     for r in resp.results:
         if int(r.error_code) != 0:
@@ -188,6 +200,8 @@ def add_parser(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
+        if args.entity_type == "users":
+            return _describe_users(args) if args.describe else _alter_users(args)
         if args.describe:
             return _describe(args)
         return _alter(args)
@@ -199,6 +213,78 @@ def _run(args: argparse.Namespace) -> int:
               f"'{' '.join(sys.argv[1:])}'", file=sys.stderr)
         print(_client_error_text(e), file=sys.stderr)
         return 1
+
+
+def parse_scram_configs(to_add: dict[str, str]) -> dict[str, tuple[int, str]]:
+    """``{"SCRAM-SHA-256": "iterations=8192,password=x"}`` -> {mechanism: (iterations,
+    password)} (kafka-configs' syntax for user credentials)."""
+    out = {}
+    for mech, spec in to_add.items():
+        if mech.upper() not in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            raise ConfigCommandError(f"Invalid config(s): {mech} (users take SCRAM-SHA-256 "
+                                     "and SCRAM-SHA-512)")
+        fields: dict[str, str] = {}
+        for kv in spec.split(","):
+            k, sep, v = kv.partition("=")
+            if not sep:
+                raise ConfigCommandError(f"Invalid SCRAM credential {mech}: expected "
+                                         "[iterations=N,]password=P")
+            fields[k.strip()] = v
+        if "password" not in fields:
+            raise ConfigCommandError(f"Invalid SCRAM credential {mech}: password is missing")
+        out[mech.upper()] = (int(fields.get("iterations", _SCRAM_DEFAULT_ITERATIONS)),
+                             fields["password"])
+    return out
+
+
+def _describe_users(args: argparse.Namespace) -> int:
+    admin = admin_client(args)
+    users = [args.entity_name] if args.entity_name else None
+    fut = admin.describe_user_scram_credentials(users, request_timeout=_TIMEOUT_S)
+    results = ({u: f.result(_TIMEOUT_S) for u, f in fut.items()} if isinstance(fut, dict)
+               else fut.result(_TIMEOUT_S))
+    for user in sorted(results):
+        desc = results[user]
+        infos = ", ".join(f"{i.mechanism.name.replace('_', '-')}=iterations={i.iterations}"
+                          for i in desc.scram_credential_infos)
+        print(f"SCRAM credential configs for user-principal '{user}' are {infos}")
+    return 0
+
+
+def _alter_users(args: argparse.Namespace) -> int:
+    import secrets  # noqa: PLC0415
+
+    from confluent_kafka.admin import (  # noqa: PLC0415
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    if not args.entity_name:
+        raise ConfigCommandError("an entity name must be specified with --alter of users")
+    to_add = parse_scram_configs(parse_add_config(args.add_config))
+    to_delete = [m.upper() for m in parse_delete_config(args.delete_config)]
+    if not to_add and not to_delete:
+        raise ConfigCommandError("At least one of --add-config or --delete-config must be "
+                                 "specified with --alter")
+    mech = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256,
+            "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}
+    alterations: list[Any] = []
+    for m, (iterations, password) in to_add.items():
+        alterations.append(UserScramCredentialUpsertion(
+            args.entity_name, ScramCredentialInfo(mech[m], iterations), password.encode(),
+            secrets.token_bytes(32)))
+    for m in to_delete:
+        if m not in mech:
+            raise ConfigCommandError(f"Invalid config(s): {m}")
+        alterations.append(UserScramCredentialDeletion(args.entity_name, mech[m]))
+    admin = admin_client(args)
+    for fut in admin.alter_user_scram_credentials(alterations,
+                                                  request_timeout=_TIMEOUT_S).values():
+        fut.result(_TIMEOUT_S * 2)
+    print(f"Completed updating config for user {args.entity_name}.")
+    return 0
 
 
 def _client_error_text(e: Exception) -> str:
@@ -222,7 +308,8 @@ def _describe(args: argparse.Namespace) -> int:
         else:
             md = admin_client(args).list_topics(timeout=_TIMEOUT_S)
             names = sorted(md.topics)
-        described = describe_configs(bootstrap, 2, names) if names else {}
+        described = (describe_configs(bootstrap, 2, names, client_security(args)) if names
+                     else {})
         for n in names:
             print("\n".join(describe_lines(et, n, described.get(n, []), args.all)))
         return 0
@@ -232,7 +319,7 @@ def _describe(args: argparse.Namespace) -> int:
     for bid in ids:
         if bid not in brokers:
             raise ConfigCommandError(f"The broker {bid} is not registered in the cluster.")
-        entries = describe_configs([brokers[bid]], 4, [bid])[bid]
+        entries = describe_configs([brokers[bid]], 4, [bid], client_security(args))[bid]
         print("\n".join(describe_lines(et, bid, entries, args.all)))
     return 0
 
@@ -260,7 +347,7 @@ def _alter(args: argparse.Namespace) -> int:
     if et == "topics":
         # Kafka's ConfigCommand refuses to delete what is not set on the entity.
         current = describe_configs(_addresses(args.bootstrap_server), 2,
-                                   [args.entity_name])[args.entity_name]
+                                   [args.entity_name], client_security(args))[args.entity_name]
         dynamic = {e.name for e in current if e.source == _DYNAMIC_SOURCE[et]}
         missing = [k for k in to_delete if k not in dynamic]
         if missing:

@@ -12,6 +12,8 @@ Exit status 1 if any partition failed (Kafka's tool throws AdminCommandFailedExc
 
 from __future__ import annotations
 
+from odradek.cli.common import add_command_config, client_config
+
 import argparse
 import json
 import sys
@@ -32,7 +34,8 @@ def add_parser(sub: Any) -> None:
                        help='{"partitions": [{"topic": "t", "partition": 0}, ...]}')
     p.add_argument("--partition", type=int)
     p.add_argument("--admin.config", dest="admin_config", type=Path,
-                   help="client properties file")
+                   help="client properties file (same as --command-config)")
+    add_command_config(p)
     p.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
     p.set_defaults(func=_run)
 
@@ -43,14 +46,9 @@ def _partitions_from_json(path: Path) -> list[tuple[str, int]]:
 
 
 def _client_conf(args: argparse.Namespace) -> dict[str, str]:
-    conf = {"bootstrap.servers": args.bootstrap_server}
     if args.admin_config is not None:
-        for line in args.admin_config.read_text().splitlines():
-            line = line.strip()
-            if line and not line.startswith(("#", "!")) and "=" in line:
-                k, v = line.split("=", 1)
-                conf[k.strip()] = v.strip()
-    return conf
+        args.command_config = [str(args.admin_config), *args.command_config]
+    return client_config(args)
 
 
 def _run(args: argparse.Namespace) -> int:

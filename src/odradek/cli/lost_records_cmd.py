@@ -77,6 +77,9 @@ def add_parser(subparsers: Any) -> None:
     rep.add_argument("--target-topic", default=None,
                      help="produce to this topic instead of the original one")
     rep.add_argument("--dry-run", action="store_true", help="show what would be produced")
+    from odradek.cli.common import add_command_config  # noqa: PLC0415
+
+    add_command_config(rep)
     rep.add_argument("--force", action="store_true", help="also replay entries marked replayed")
     rep.add_argument("--timeout", type=float, default=60.0, help="delivery timeout (s)")
     rep.set_defaults(func=cmd_replay)
@@ -212,7 +215,8 @@ RecordId = tuple[tuple[str, int, int, int, int], int]  # (batch key, offset)
 
 def replay(entries: list[LedgerEntry], bootstrap: str, *, partition_mode: str = "same",
            target_topic: str | None = None, dry_run: bool = False, force: bool = False,
-           timeout_s: float = 60.0, out: Any = None) -> tuple[int, int]:
+           timeout_s: float = 60.0, out: Any = None,
+           client_conf: dict[str, str] | None = None) -> tuple[int, int]:
     """Re-produce the entries' records; returns (delivered, failed). Marks entries."""
     out = sys.stdout if out is None else out  # looked up per call, not at import
     todo = [e for e in entries if force or e.replayed is None]
@@ -247,7 +251,7 @@ def replay(entries: list[LedgerEntry], bootstrap: str, *, partition_mode: str = 
 
         p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                       "acks": "all", "message.timeout.ms": int(timeout_s * 1000),
-                      "log_level": 3})
+                      "log_level": 3, **(client_conf or {})})
         for r, _e in plan:
             rid: RecordId = (r.batch_key, r.offset)
 
@@ -292,7 +296,11 @@ def replay(entries: list[LedgerEntry], bootstrap: str, *, partition_mode: str = 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     entries = load_entries(log_dirs_of(args), args.topic)
+    from odradek.cli.common import client_config  # noqa: PLC0415
+
+    conf = client_config(args)
+    conf.pop("bootstrap.servers", None)
     _, failed = replay(entries, args.bootstrap_server, partition_mode=args.partition_mode,
                        target_topic=args.target_topic, dry_run=args.dry_run, force=args.force,
-                       timeout_s=args.timeout)
+                       timeout_s=args.timeout, client_conf=conf)
     return 1 if failed else 0

@@ -18,8 +18,11 @@ _SUBCOMMAND_MODULES = (
     "odradek.cli.leader_election_cmd",
     "odradek.cli.consumer_groups_cmd",
     "odradek.cli.configs_cmd",
+    "odradek.cli.acls_cmd",
     "odradek.cli.chaos_cmd",
     "odradek.cli.lost_records_cmd",
+    "odradek.cli.console_cmd",
+    "odradek.cli.transactions_cmd",
 )
 
 

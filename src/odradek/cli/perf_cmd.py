@@ -10,7 +10,16 @@ import argparse
 import sys
 from typing import Any
 
+from odradek.cli.common import add_command_config, client_config
+
 __all__ = ["add_parser", "cmd_produce", "cmd_consume"]
+
+
+def _security(args: argparse.Namespace) -> dict[str, str]:
+    """--command-config as librdkafka settings (bootstrap comes from its own option)."""
+    conf = client_config(args)
+    conf.pop("bootstrap.servers", None)
+    return conf
 
 
 def add_parser(subparsers: Any) -> None:
@@ -29,6 +38,7 @@ def add_parser(subparsers: Any) -> None:
                    help="librdkafka producer properties (default acks=1 linger.ms=5)")
     p.add_argument("--reporting-interval", type=float, default=5.0, metavar="SECONDS")
     p.add_argument("--json", action="store_true", help="print a JSON summary last")
+    add_command_config(p)
     p.set_defaults(func=cmd_produce)
 
     c = sub.add_parser("consume", help="like kafka-consumer-perf-test")
@@ -39,6 +49,7 @@ def add_parser(subparsers: Any) -> None:
     c.add_argument("--timeout", type=float, default=10.0,
                    help="give up after this many seconds without records")
     c.add_argument("--json", action="store_true", help="print a JSON summary last")
+    add_command_config(c)
     c.set_defaults(func=cmd_consume)
 
 
@@ -46,7 +57,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     from odradek.perf import parse_props, run_produce
 
     try:
-        props = parse_props(args.producer_props)
+        props = {**_security(args), **parse_props(args.producer_props)}
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
@@ -69,7 +80,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
     from odradek.perf import CONSUME_CSV_HEADER, format_consume_csv, parse_props, run_consume
 
     try:
-        props = parse_props(args.consumer_props)
+        props = {**_security(args), **parse_props(args.consumer_props)}
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2

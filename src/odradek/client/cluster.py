@@ -24,6 +24,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.types import BrokerId, ProducerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
+from odradek.security.client_security import PLAINTEXT, ClientSecurity
 from odradek.client.connection import ConnectionLost, KafkaConnection, parse_address
 from odradek.errors import ErrorCode, KafkaError
 
@@ -67,7 +68,9 @@ class ClusterClient:
     """Connections to the brokers of one cluster (one owner thread)."""
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "odradek",
-                 timeout_s: float = 30.0, max_response_bytes: int = 128 << 20) -> None:
+                 timeout_s: float = 30.0, max_response_bytes: int = 128 << 20,
+                 security: ClientSecurity = PLAINTEXT) -> None:
+        self.security = security
         self.bootstrap = [parse_address(a) for a in bootstrap_servers.split(",") if a.strip()]
         if not self.bootstrap:
             raise ValueError("bootstrap.servers is empty")
@@ -96,7 +99,8 @@ class ClusterClient:
 
     def _connect(self, host: str, port: int) -> KafkaConnection:
         return KafkaConnection(host, port, client_id=self.client_id, timeout_s=self.timeout_s,
-                               max_response_bytes=self.max_response_bytes)
+                               max_response_bytes=self.max_response_bytes,
+                               security=self.security)
 
     def any_connection(self) -> KafkaConnection:
         """A live connection to some broker: a known one first, then the bootstrap list."""

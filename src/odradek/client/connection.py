@@ -12,6 +12,12 @@ the connection before anything is allocated for it, and the receive buffer grows
 with the bytes that actually arrived. Every blocking call is bounded by the socket
 timeout; a timeout, EOF or reset closes the connection and raises ``ConnectionLost``.
 
+Security (issue 14): with a ``ClientSecurity`` the socket is wrapped in TLS (host names
+checked against the certificate unless ``ssl.endpoint.identification.algorithm`` is
+empty) and/or authenticated with SaslHandshake v1 + SaslAuthenticate v2 (PLAIN,
+SCRAM-SHA-256/512 through ``odradek.security.sasl_client``) before the connection is
+handed out. On TLS the gathered ``sendmsg`` gives way to one ``sendall``.
+
 Request bodies are either kio entities (encoded by ``odradek.protocol.client_codec``) or
 bytes that a caller hand-encoded with ``struct`` (Fetch and Produce, the hot paths);
 ``request_header`` builds the header for the latter.
@@ -27,7 +33,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from odradek.protocol.client_codec import decode_response, encode_request
+from odradek.protocol.client_codec import decode_response, encode_request, request_entity
+from odradek.security.client_security import PLAINTEXT, ClientSecurity
+from odradek.security.sasl_client import SaslClient, SaslClientError
 
 __all__ = ["ConnectionLost", "KafkaConnection", "request_header", "parse_address"]
 
@@ -69,7 +77,8 @@ class KafkaConnection:
 
     def __init__(self, host: str, port: int, *, client_id: str = "odradek",
                  timeout_s: float = 30.0, max_response_bytes: int = 128 << 20,
-                 source_address: tuple[str, int] | None = None) -> None:
+                 source_address: tuple[str, int] | None = None,
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self.host, self.port = host, port
         self.client_id = client_id
         self._client_id_raw = client_id.encode()
@@ -84,6 +93,31 @@ class KafkaConnection:
             raise ConnectionLost(f"connect to {host}:{port}: {e}") from e
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock.settimeout(timeout_s)
+        self._tls = False
+        ctx = security.ssl_context()
+        try:
+            if ctx is not None:
+                self._sock = ctx.wrap_socket(self._sock, server_hostname=host)
+                self._tls = True
+            if security.sasl:
+                self._authenticate(security)
+        except (OSError, SaslClientError) as e:
+            self.close()
+            raise ConnectionLost(f"{security.protocol} connection to {host}:{port}: {e}") \
+                from e
+
+    def _authenticate(self, security: ClientSecurity) -> None:
+        mech = security.sasl_mechanism or ""
+        hs = self.request(request_entity(17, 1, mechanism=mech))
+        if int(hs.error_code):
+            raise SaslClientError(f"SaslHandshake error {int(hs.error_code)}; the broker "
+                                  f"enables {list(hs.mechanisms)}")
+        client = SaslClient(mech, security.sasl_username or "", security.sasl_password or "")
+        while not client.complete:
+            resp = self.request(request_entity(36, 2, auth_bytes=client.next_token()))
+            if int(resp.error_code):
+                raise SaslClientError(f"SASL authentication failed: {resp.error_message}")
+            client.receive(bytes(resp.auth_bytes))
 
     def __repr__(self) -> str:
         return f"KafkaConnection({self.host}:{self.port}, in_flight={len(self._in_flight)})"
@@ -142,7 +176,9 @@ class KafkaConnection:
                     api_version: int) -> None:
         sock = self._require()
         try:
-            if isinstance(data, list):
+            if isinstance(data, list) and self._tls:
+                sock.sendall(b"".join(data))  # SSLSocket has no sendmsg
+            elif isinstance(data, list):
                 # One sendmsg (writev) for header + record batches: no concatenation.
                 total = sum(len(p) for p in data)
                 sent = sock.sendmsg(data)

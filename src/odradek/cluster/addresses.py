@@ -30,6 +30,8 @@ from odradek.errors import ErrorCode, KafkaError
 __all__ = [
     "CLAIM_DIR",
     "BROKER_PORT",
+    "METRICS_PORT",
+    "CONSOLE_PORT",
     "ZK_PORT",
     "MAX_BROKERS",
     "broker_address",
@@ -41,6 +43,8 @@ __all__ = [
 CLAIM_DIR = Path(os.environ.get("ODRADEK_ADDR_DIR", "/tmp/odradek-addr"))
 ZK_PORT = 2181
 BROKER_PORT = 9092
+METRICS_PORT = 9404  # each broker's metrics.listener, on the broker's own address
+CONSOLE_PORT = 8080  # the console, on the block's first address (ZooKeeper node 1's)
 MAX_BROKERS = 198  # 127.0.k.2 .. 127.0.k.199; .200+ are ZooKeeper ensemble members
 BLOCKS = range(1, 255)
 
@@ -62,6 +66,8 @@ def block_endpoints(block: int, n_brokers: int, zk_nodes: int) -> list[tuple[str
         if zk_nodes > 1:
             eps += [(zk_address(block, j), 2888), (zk_address(block, j), 3888)]
     eps += [(broker_address(block, i), BROKER_PORT) for i in range(1, n_brokers + 1)]
+    eps += [(broker_address(block, i), METRICS_PORT) for i in range(1, n_brokers + 1)]
+    eps.append((zk_address(block, 1), CONSOLE_PORT))
     return eps
 
 
@@ -116,17 +122,25 @@ def _claim_live(block: int) -> bool:
 
 
 def claim_block(
-    owner_dir: Path, n_brokers: int, zk_nodes: int = 1, *, prefer: int | None = None
+    owner_dir: Path,
+    n_brokers: int,
+    zk_nodes: int = 1,
+    *,
+    prefer: int | None = None,
+    check_ports: bool = True,
 ) -> int:
     """Claim a free block for the cluster in ``owner_dir``; ``prefer`` (its previous
-    block) is tried first so a restarted cluster keeps its addresses."""
+    block) is tried first so a restarted cluster keeps its addresses. ``check_ports``
+    False: the cluster runs in its own network namespaces (``odradek.cluster.netns``),
+    where the block's loopback ports are irrelevant; the claim still reserves the
+    block's namespace and link names."""
     owner = str(Path(owner_dir).resolve())
     order = ([prefer] if prefer in BLOCKS else []) + [b for b in BLOCKS if b != prefer]
     with _global_lock():
         for block in order:
             if _claim_live(block) and not _owned_by(block, owner):
                 continue
-            if not _ports_free(block_endpoints(block, n_brokers, zk_nodes)):
+            if check_ports and not _ports_free(block_endpoints(block, n_brokers, zk_nodes)):
                 continue
             _claim_path(block).write_text(
                 json.dumps(

@@ -12,11 +12,15 @@ manage a cluster started by another one::
 Layout of DIR: ``cluster.json``, ``zookeeper[-<n>]/`` (zoo.cfg, data, zookeeper.log),
 ``broker-<id>/`` (server.properties, broker.log, data/ = log.dirs).
 Addresses: see ``odradek.cluster.addresses`` (one /24 loopback block per cluster).
+With ``hosts="netns"`` (root only) every node runs in its own network namespace on a
+private bridge instead (``odradek.cluster.netns``): same block number, same last
+octets, subnet 10.209.<block>.0/24; ``down`` removes the namespaces by name.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -32,7 +36,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from odradek.cluster import addresses, procs
+from odradek.cluster import addresses, netns, procs
 from odradek.errors import ErrorCode, KafkaError
 from odradek.zk import znodes
 from odradek.zk.client import connect_zk
@@ -40,8 +44,12 @@ from odradek.zk.server import ZooKeeperServer, cgroup2_root
 
 __all__ = ["BrokerInfo", "ZkNodeInfo", "LocalCluster", "DEFAULT_BROKER_COMMAND"]
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_BROKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "odradek", "broker", "--config")
 STATE_FILE = "cluster.json"
+HOSTS_MODES = ("loopback", "netns")
+CLIENT_HOSTS = 2  # netns client hosts c1, c2: producers/consumers "on other machines"
 
 
 @dataclass
@@ -54,6 +62,7 @@ class BrokerInfo:
     config: str  # server.properties
     log_dir: str  # log.dirs
     log: str  # the process's stdout/stderr
+    metrics_url: str | None = None  # http://HOST:PORT/metrics (metrics.listener)
 
     @property
     def address(self) -> str:
@@ -102,10 +111,14 @@ class LocalCluster:
     def __init__(self, dir: Path, *, broker_command: Sequence[str] | None = None) -> None:
         self.dir = Path(dir).resolve()
         self.block: int | None = None
+        self.hosts = "loopback"  # or "netns": see the module doc
         self.zk_session_timeout_ms = 6000
         self.broker_command: list[str] = list(broker_command or DEFAULT_BROKER_COMMAND)
         self.zookeeper_nodes: list[ZkNodeInfo] = []
         self.brokers: list[BrokerInfo] = []
+        self.metrics = True  # each broker gets a metrics.listener on its own address
+        # The web console process started by `odradek cluster up` (None: not started).
+        self.console: dict[str, Any] | None = None
         # Children started by *this* process, so we can reap them (platform-notes: zombies).
         self._popens: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self._zk: KazooClient | None = None
@@ -113,6 +126,9 @@ class LocalCluster:
         # a registration left by the previous incarnation's not-yet-expired session must
         # not count as "the new process registered".
         self._stale_owner: dict[int, int] = {}
+        # "plaintext" or "sasl_ssl" (issue 14); the latter with DIR/client.properties.
+        self.security = "plaintext"
+        self.client_properties: str | None = None
         if self.state_path.exists():
             self._load()
             if broker_command is not None:
@@ -147,8 +163,13 @@ class LocalCluster:
     def _load(self) -> None:
         state = json.loads(self.state_path.read_text())
         self.block = state.get("block")
+        self.hosts = state.get("hosts", "loopback")
         self.zk_session_timeout_ms = int(state.get("zk_session_timeout_ms", 6000))
+        self.metrics = bool(state.get("metrics", True))
+        self.console = state.get("console")
         self.broker_command = list(state.get("broker_command") or DEFAULT_BROKER_COMMAND)
+        self.security = state.get("security", "plaintext")
+        self.client_properties = state.get("client_properties")
         nodes = state.get("zookeeper_nodes") or [state["zookeeper"]]
         self.zookeeper_nodes = [
             ZkNodeInfo(
@@ -175,12 +196,17 @@ class LocalCluster:
             "version": 1,
             "dir": str(self.dir),
             "block": self.block,
+            "hosts": self.hosts,
             "bootstrap_servers": self.bootstrap_servers,
             "zk_session_timeout_ms": self.zk_session_timeout_ms,
+            "metrics": self.metrics,
             "broker_command": self.broker_command,
+            "security": self.security,
+            "client_properties": self.client_properties,
             "zookeeper": zk_json(self.zookeeper_nodes[0]) if self.zookeeper_nodes else None,
             "zookeeper_nodes": [zk_json(z) for z in self.zookeeper_nodes],
             "brokers": [asdict(b) for b in self.brokers],
+            "console": self.console,
         }
         tmp = self.state_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(state, indent=2) + "\n")
@@ -199,17 +225,32 @@ class LocalCluster:
         zk_nodes: int = 1,
         broker_command: Sequence[str] | None = None,
         timeout: float = 60.0,
+        metrics: bool = True,
+        security: str = "plaintext",
+        hosts: str = "loopback",
+        **security_options: Any,
     ) -> LocalCluster:
         """Create and bring up a cluster; use as a context manager to always ``down()``."""
         c = cls(dir, broker_command=broker_command)
+        c.metrics = metrics
         c.up(
             n_brokers,
             broker_config or {},
             zk_session_timeout_ms,
             zk_nodes=zk_nodes,
             timeout=timeout,
+            security=security,
+            hosts=hosts,
+            **security_options,
         )
         return c
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings a client needs besides bootstrap.servers: {} for a
+        plaintext cluster, the admin user's SASL_SSL settings for a secured one."""
+        from odradek.cluster.security_setup import client_config
+
+        return client_config(self.client_properties)
 
     def __enter__(self) -> LocalCluster:
         return self
@@ -230,6 +271,9 @@ class LocalCluster:
         zk_nodes: int = 1,
         partitions_default: int | None = None,
         timeout: float = 60.0,
+        security: str = "plaintext",
+        hosts: str = "loopback",
+        **security_options: Any,
     ) -> str:
         """Start ZooKeeper and ``n_brokers`` brokers (ids 1..n); wait until every broker
         accepts TCP and is registered in ZooKeeper. Returns bootstrap.servers.
@@ -238,6 +282,15 @@ class LocalCluster:
             raise ValueError(f"--brokers must be in 1..{addresses.MAX_BROKERS}")
         if zk_nodes < 1:
             raise ValueError("zk_nodes must be >= 1")
+        if security not in ("plaintext", "sasl_ssl"):
+            raise ValueError("--security must be plaintext or sasl_ssl")
+        self.security = security
+        if hosts not in HOSTS_MODES:
+            raise ValueError(f"hosts must be one of {HOSTS_MODES}")
+        if hosts == "netns":
+            why = netns.available()
+            if why is not None:
+                raise KafkaError(ErrorCode.unknown_server_error, f"--hosts netns: {why}")
         if self.state_path.exists() and self.any_alive():
             raise KafkaError(
                 ErrorCode.unknown_server_error,
@@ -245,14 +298,36 @@ class LocalCluster:
             )
         deadline = time.monotonic() + timeout
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.block = addresses.claim_block(self.dir, n_brokers, zk_nodes, prefer=self.block)
+        self.hosts = hosts
+        self.block = addresses.claim_block(
+            self.dir, n_brokers, zk_nodes, prefer=self.block, check_ports=hosts == "loopback"
+        )
         self.zk_session_timeout_ms = zk_session_timeout_ms
         try:
+            if hosts == "netns":
+                roles = [f"zk{j}" for j in range(1, zk_nodes + 1)]
+                roles += [f"b{i}" for i in range(1, n_brokers + 1)]
+                roles += [f"c{n}" for n in range(1, CLIENT_HOSTS + 1)]
+                self.save()  # hosts + block on disk first: a crash below is still cleanable
+                netns.NetnsHosts(self.block, roles).up()
             self._start_zookeeper_nodes(zk_nodes, deadline)
+            overrides: dict[int, dict[str, str]] = {
+                i: dict(broker_config or {}) for i in range(1, n_brokers + 1)}
+            if security == "sasl_ssl":
+                from odradek.cluster.security_setup import prepare
+
+                broker_hosts = {i: self._broker_address(i) for i in range(1, n_brokers + 1)}
+                # extra_listeners / plain_users (security_setup.prepare)
+                setup = prepare(self.dir, broker_hosts, self.zk_client(), **security_options)
+                self.client_properties = str(setup.client_properties)
+                for i, host in broker_hosts.items():
+                    # the operator's own overrides win
+                    overrides[i] = {**setup.broker_properties(i, host, addresses.BROKER_PORT),
+                                    **overrides[i]}
             self.brokers = []
             for i in range(1, n_brokers + 1):
                 self.brokers.append(
-                    self._write_broker_config(i, broker_config or {}, partitions_default)
+                    self._write_broker_config(i, overrides[i], partitions_default)
                 )
             self.save()
             for b in self.brokers:
@@ -267,17 +342,18 @@ class LocalCluster:
 
     def _start_zookeeper_nodes(self, n: int, deadline: float) -> None:
         assert self.block is not None
-        peers = [(j, addresses.zk_address(self.block, j)) for j in range(1, n + 1)] if n > 1 else None
+        peers = [(j, self._zk_address(j)) for j in range(1, n + 1)] if n > 1 else None
         servers: list[ZooKeeperServer] = []
         self.zookeeper_nodes = []
         for j in range(1, n + 1):
             data_dir = self.dir / ("zookeeper" if n == 1 else f"zookeeper-{j}")
             srv = ZooKeeperServer(
                 data_dir,
-                addresses.zk_address(self.block, j),
+                self._zk_address(j),
                 addresses.ZK_PORT,
                 server_id=j if peers else None,
                 peers=peers,
+                command_prefix=self.exec_prefix(f"zk{j}"),
             )
             srv.start()
             servers.append(srv)
@@ -305,10 +381,11 @@ class LocalCluster:
         self, broker_id: int, overrides: Mapping[str, str], partitions_default: int | None
     ) -> BrokerInfo:
         assert self.block is not None
-        host = addresses.broker_address(self.block, broker_id)
+        host = self._broker_address(broker_id)
         bdir = self.dir / f"broker-{broker_id}"
         data = bdir / "data"
         data.mkdir(parents=True, exist_ok=True)
+        metrics_url = None
         props: dict[str, str] = {
             "broker.id": str(broker_id),
             "listeners": f"PLAINTEXT://{host}:{addresses.BROKER_PORT}",
@@ -319,7 +396,13 @@ class LocalCluster:
         }
         if partitions_default is not None:
             props["num.partitions"] = str(partitions_default)
+        if self.metrics:
+            # The broker's own address: every broker of every local cluster has its own,
+            # so the same port is free on each.
+            props["metrics.listener"] = f"http://{host}:{addresses.METRICS_PORT}"
         props.update({str(k): str(v) for k, v in overrides.items()})
+        if props.get("metrics.listener"):
+            metrics_url = props["metrics.listener"].rstrip("/") + "/metrics"
         config = bdir / "server.properties"
         body = "".join(f"{k}={v}\n" for k, v in props.items())
         config.write_text(f"# written by `odradek cluster up`\n{body}")
@@ -332,6 +415,7 @@ class LocalCluster:
             config=str(config),
             log_dir=str(data),
             log=str(bdir / "broker.log"),
+            metrics_url=metrics_url,
         )
 
     def _launch_broker(self, b: BrokerInfo) -> None:
@@ -346,7 +430,7 @@ class LocalCluster:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(b.log, "ab") as log:
             p = subprocess.Popen(
-                [*self.broker_command, b.config],
+                [*self.exec_prefix(f"b{b.id}"), *self.broker_command, b.config],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -363,6 +447,7 @@ class LocalCluster:
         """Stop every broker (TERM, then KILL after ``timeout``), then ZooKeeper.
         Idempotent; safe on a half-started cluster."""
         self.close_zk_client()
+        self.stop_console(timeout)
         brokers = [b for b in self.brokers if procs.alive(b.pid, b.start_time)]
         for b in brokers:  # signal all first so they shut down in parallel
             procs._send(b.pid or 0, signal.SIGCONT)
@@ -380,7 +465,76 @@ class LocalCluster:
         if self.state_path.exists():
             self.save()
         if self.block is not None:
+            if self.hosts == "netns":
+                # By name, so namespaces of a crashed `up` go too (issue 19).
+                removed = netns.teardown(self.block)
+                if removed:
+                    logger.info("removed %s", " ".join(removed))
             addresses.release_block(self.block, self.dir)
+
+    # ----------------------------------------------------------------- console
+
+    def start_console(self, reports: Sequence[Path] = ()) -> str:
+        """Start ``odradek console`` for this cluster on the block's first address
+        (claimed with the block, so the port is ours); returns its URL."""
+        assert self.block is not None
+        self.stop_console()
+        host = addresses.zk_address(self.block, 1)
+        url = f"http://{host}:{addresses.CONSOLE_PORT}/"
+        log = self.dir / "console.log"
+        cmd = [sys.executable, "-m", "odradek", "console", "--cluster-dir", str(self.dir),
+               "--listen", f"{host}:{addresses.CONSOLE_PORT}", "--log-file", str(log)]
+        for r in reports:
+            cmd += ["--reports", str(r)]
+        with open(self.dir / "console.out", "ab") as out:
+            p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT, cwd=self.dir,
+                                 start_new_session=True)
+        self._popens[("console", 0)] = p
+        self.console = {"pid": p.pid, "start_time": procs.proc_start_time(p.pid),
+                        "url": url, "log": str(log)}
+        self.save()
+        self._poll("the console to accept connections",
+                   lambda: p.poll() is None and _tcp_accepts(host, addresses.CONSOLE_PORT),
+                   30.0)
+        return url
+
+    def stop_console(self, timeout: float = 10.0) -> None:
+        c = self.console
+        if not c:
+            return
+        procs.terminate(c.get("pid"), c.get("start_time"), timeout,
+                        popen=self._popens.pop(("console", 0), None))
+        self.console = None
+    # ----------------------------------------------------------------- hosts
+
+    def _broker_address(self, broker_id: int) -> str:
+        assert self.block is not None
+        if self.hosts == "netns":
+            return netns.host_address(self.block, f"b{broker_id}")
+        return addresses.broker_address(self.block, broker_id)
+
+    def _zk_address(self, node_id: int) -> str:
+        assert self.block is not None
+        if self.hosts == "netns":
+            return netns.host_address(self.block, f"zk{node_id}")
+        return addresses.zk_address(self.block, node_id)
+
+    def netns_hosts(self) -> netns.NetnsHosts:
+        """The namespaces of a running ``hosts="netns"`` cluster (faults, client hosts)."""
+        if self.hosts != "netns" or self.block is None:
+            raise KafkaError(ErrorCode.unknown_server_error, "not a --hosts netns cluster")
+        roles = [f"zk{z.id}" for z in self.zookeeper_nodes] + [f"b{b.id}" for b in self.brokers]
+        roles += [f"c{n}" for n in range(1, CLIENT_HOSTS + 1)]
+        return netns.NetnsHosts(self.block, roles)
+
+    def exec_prefix(self, role: str) -> list[str]:
+        """Command prefix that runs a process on host ``role`` (b<i>, zk<j>, c<n>):
+        empty on loopback, ``ip netns exec <ns>`` on netns hosts."""
+        if self.hosts != "netns":
+            return []
+        assert self.block is not None
+        return netns.NetnsHosts(self.block).exec_prefix(role)
 
     @staticmethod
     def _remove_cgroup(z: ZkNodeInfo) -> None:
@@ -551,7 +705,12 @@ class LocalCluster:
         n = len(self.zookeeper_nodes)
         peers = [(x.id, x.address) for x in self.zookeeper_nodes] if n > 1 else None
         srv = ZooKeeperServer(
-            Path(z.data_dir), z.address, z.port, server_id=z.id if peers else None, peers=peers
+            Path(z.data_dir),
+            z.address,
+            z.port,
+            server_id=z.id if peers else None,
+            peers=peers,
+            command_prefix=self.exec_prefix(f"zk{z.id}"),
         )
         srv.start()
         assert srv._proc is not None
@@ -602,6 +761,7 @@ class LocalCluster:
         return {
             "dir": str(self.dir),
             "block": self.block,
+            "hosts": self.hosts,
             "bootstrap_servers": self.bootstrap_servers,
             "zookeeper": zks,
             "brokers": brokers,

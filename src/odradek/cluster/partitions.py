@@ -66,7 +66,8 @@ def peek_log_end_offset(partition_dir: Path) -> int | None:
     return base
 
 
-def collect(zk: Any, log_dirs: dict[int, str], bootstrap: str | None) -> list[PartitionStatus]:
+def collect(zk: Any, log_dirs: dict[int, str], bootstrap: str | None,
+            client_conf: dict[str, str] | None = None) -> list[PartitionStatus]:
     out: list[PartitionStatus] = []
     for topic in sorted(zk.get_children(znodes.BROKER_TOPICS)):
         try:
@@ -87,17 +88,18 @@ def collect(zk: Any, log_dirs: dict[int, str], bootstrap: str | None) -> list[Pa
                 st.leo[r] = peek_log_end_offset(Path(d) / f"{topic}-{p}") if d else None
             out.append(st)
     if bootstrap and out:
-        _fill_high_watermarks(bootstrap, out)
+        _fill_high_watermarks(bootstrap, out, client_conf or {})
     return out
 
 
-def _fill_high_watermarks(bootstrap: str, parts: list[PartitionStatus]) -> None:
+def _fill_high_watermarks(bootstrap: str, parts: list[PartitionStatus],
+                          client_conf: dict[str, str]) -> None:
     try:
         from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
     except ImportError:
         return
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "odradek-status",
-                  "enable.auto.commit": False, "log_level": 0})
+                  "enable.auto.commit": False, "log_level": 0, **client_conf})
     try:
         for st in parts:
             if st.leader < 0:

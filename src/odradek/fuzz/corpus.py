@@ -171,8 +171,11 @@ class _Values:
             return rnd.choice(("", "m-1", "fuzz-" + str(rnd.randrange(10))))
         if name == "states_filter":
             return rnd.choice(("Stable", "Empty"))
-        if name == "transactional_id":
-            return None if rnd.random() < 0.9 else "fz-txn"
+        if name == "transactional_id" and owner in ("ProduceRequest",
+                                                     "InitProducerIdRequest"):
+            return None if rnd.random() < 0.9 else "fz-txn"  # nullable only there
+        if name.endswith("transactional_id") or name == "transactional_ids":
+            return "fz-txn"
         if name == "mechanism":
             return rnd.choice(("PLAIN", "SCRAM-SHA-256"))
         return "".join(rnd.choice("abcxyz-_.0") for _ in range(rnd.randrange(0, 12)))

@@ -128,6 +128,11 @@ class CleanableReplica(Protocol):
     @property
     def high_watermark(self) -> int: ...
 
+    @property
+    def last_stable_offset(self) -> int: ...
+
+    def aborted_ranges(self) -> list[tuple[int, int, int]]: ...
+
 
 class ReplicaLogs(Protocol):
     """The replica manager as the cleaner sees it (it must not import replication:
@@ -238,7 +243,8 @@ class LogCleanerManager:
     def _clean(self, job: _Job) -> None:
         stats = CleanStats()
         t0 = time.monotonic()
-        omap = build_offset_map(job.views, job.first_dirty, job.stop, job.params.max_map_entries)
+        omap = build_offset_map(job.views, job.first_dirty, job.stop, job.params.max_map_entries,
+                                job.params.aborted)
         stats.map_seconds = time.monotonic() - t0
         if omap.end <= job.first_dirty:
             return
@@ -299,7 +305,9 @@ class LogCleanerManager:
             lg = part.log
             if tp in busy or lg.closed or not lg.config.compact:
                 continue
-            c = cleanable_range(tp, lg, ckpt.get(tp), part.high_watermark, now)
+            # KIP-98: never clean past the LSO (an open transaction may still abort).
+            c = cleanable_range(tp, lg, ckpt.get(tp),
+                                min(part.high_watermark, _lso(part)), now)
             if c is not None:
                 cands.append(c)
                 ratios[tp] = lg.config.min_cleanable_dirty_ratio
@@ -315,7 +323,8 @@ class LogCleanerManager:
         params = CleanParams(
             segment_bytes=cfg.segment_bytes, index_interval_bytes=cfg.index_interval_bytes,
             delete_retention_ms=cfg.delete_retention_ms, now_ms=now,
-            dedupe_buffer_bytes=max(1, self.dedupe_buffer_bytes // max(self.threads, 1)))
+            dedupe_buffer_bytes=max(1, self.dedupe_buffer_bytes // max(self.threads, 1)),
+            aborted=_aborted(self.replicas.partitions.get(best.tp)))
         with self._lock:
             self._busy.add(best.tp)
         return _Job(best.tp, lg, best.first_dirty, best.stop, views, segs, params,
@@ -345,3 +354,13 @@ def manager_from_config(replicas: ReplicaLogs, log_dir: Path, config: Any) -> Lo
         backoff_ms=int(config.get("log.cleaner.backoff.ms")),
         dedupe_buffer_bytes=int(config.get("log.cleaner.dedupe.buffer.size")),
     )
+
+
+def _lso(part: CleanableReplica) -> int:
+    lso = getattr(part, "last_stable_offset", None)
+    return part.high_watermark if lso is None else int(lso)
+
+
+def _aborted(part: CleanableReplica | None) -> tuple[tuple[int, int, int], ...]:
+    ranges = getattr(part, "aborted_ranges", None)
+    return tuple(ranges()) if ranges is not None else ()

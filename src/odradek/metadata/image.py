@@ -18,6 +18,19 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None = None
+    # Every advertised listener: (listener name, host, port) (issue 14).
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        """This broker's address on ``listener`` (Kafka answers each client with the
+        endpoints of the listener it connected to); None if it has no such listener.
+        A broker registered without endpoints is reachable at (host, port)."""
+        if not self.endpoints:
+            return self.host, self.port
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass(frozen=True, slots=True)

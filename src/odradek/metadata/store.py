@@ -318,7 +318,8 @@ class MetadataStore:
         self._load_topic_list()
 
     def _load_brokers(self) -> None:
-        brokers = {b: BrokerInfo(reg.broker_id, reg.host, reg.port, reg.rack)
+        brokers = {b: BrokerInfo(reg.broker_id, reg.host, reg.port, reg.rack,
+                                 tuple(znodes.parse_endpoint(e) for e in reg.endpoints))
                    for b, reg in self.zkc.get_broker_registrations().items()}
         changed = {b for b in brokers.keys() | self._brokers.keys()
                    if brokers.get(b) != self._brokers.get(b)}

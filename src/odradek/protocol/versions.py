@@ -38,26 +38,37 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     14: (0, 5),  # SyncGroup
     15: (0, 5),  # DescribeGroups
     16: (0, 4),  # ListGroups
-    17: (0, 1),  # SaslHandshake: ILLEGAL_SASL_STATE (no SASL listener yet, handlers.security)
+    17: (0, 1),  # SaslHandshake (v0: raw tokens follow; v1: SaslAuthenticate)
     18: (0, 4),  # ApiVersions
     19: (2, 5),  # CreateTopics
     20: (1, 4),  # DeleteTopics
     21: (0, 2),  # DeleteRecords (REQ-R24, handlers_records; v2 flexible)
-    22: (0, 4),  # InitProducerId (idempotent producers; no transactions)
+    22: (0, 4),  # InitProducerId (idempotent and transactional producers)
     23: (2, 4),  # OffsetForLeaderEpoch (followers, REQ-R19; consumers, KIP-320)
-    # ACL APIs answer SECURITY_DISABLED (no authorizer yet). kio has no v0. DescribeAcls
+    # Transactions (KIP-98). AddPartitionsToTxn v4+ is the broker-batched form (KIP-890)
+    # and EndTxn v4+ the KIP-890 epoch bump per transaction: not served.
+    24: (0, 3),  # AddPartitionsToTxn
+    25: (0, 3),  # AddOffsetsToTxn
+    26: (0, 3),  # EndTxn
+    27: (1, 1),  # WriteTxnMarkers (coordinator -> leaders); kio has no v0
+    28: (0, 3),  # TxnOffsetCommit (v3: KIP-447 group metadata)
+    # ACL APIs (SECURITY_DISABLED without an authorizer). kio has no v0. DescribeAcls
     # stops at v2: kafka-python infers the broker version from it and v3 means "3.3".
     29: (1, 2),  # DescribeAcls
     30: (1, 3),  # CreateAcls
     31: (1, 3),  # DeleteAcls
     32: (1, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs (topic overrides, handlers_configs)
-    36: (0, 2),  # SaslAuthenticate: ILLEGAL_SASL_STATE (no SASL listener yet)
+    36: (0, 2),  # SaslAuthenticate (v1+: session lifetime, KIP-368 re-authentication)
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
     43: (0, 2),  # ElectLeaders (v2 flexible)
     44: (0, 1),  # IncrementalAlterConfigs (v1 flexible)
+    50: (0, 0),  # DescribeUserScramCredentials (KIP-554)
+    51: (0, 0),  # AlterUserScramCredentials (KIP-554)
     60: (0, 1),  # DescribeCluster
+    65: (0, 0),  # DescribeTransactions (kafka-transactions --describe)
+    66: (0, 0),  # ListTransactions (kafka-transactions --list)
 }
 
 # Ranges advertised beyond what is served (see module docstring).

@@ -8,6 +8,10 @@ It is an ``asyncio.Protocol`` with the same framing as the server side
 (``protocol.framing.FrameDecoder``): a request is one ``transport.write`` and its answer
 one future, timed out with a loop timer -- no stream objects and no ``wait_for`` tasks on
 the replication round trip, which a follower makes thousands of times a second.
+
+It speaks the inter-broker listener's protocol (issue 14, ``ClientSecurity``): TLS
+through asyncio's SSL transport, then SaslHandshake v1 and SaslAuthenticate v2 with the
+broker's own credentials (``odradek.security.sasl_client``) before the first request.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ import logging
 import struct
 from typing import Any
 
-from odradek.protocol.client_codec import decode_response, encode_request
+from odradek.protocol.client_codec import decode_response, encode_request, request_entity
 from odradek.protocol.framing import FrameDecoder, FrameError, FrameTooLarge
+from odradek.security.client_security import PLAINTEXT, ClientSecurity
+from odradek.security.sasl_client import SaslClient, SaslClientError
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +79,9 @@ class _ClientProtocol(asyncio.Protocol):
 
 class BrokerConnection:
     def __init__(self, host: str, port: int, source_ip: str | None, client_id: str,
-                 timeout_s: float) -> None:
+                 timeout_s: float, security: ClientSecurity = PLAINTEXT) -> None:
         self.host, self.port = host, port
+        self.security = security
         self.source_ip = source_ip
         self.client_id = client_id
         self.timeout_s = timeout_s
@@ -88,13 +95,42 @@ class BrokerConnection:
     async def connect(self) -> None:
         local = (self.source_ip, 0) if self.source_ip else None
         loop = asyncio.get_running_loop()
+        ctx = self.security.ssl_context()
         try:
             _, proto = await asyncio.wait_for(loop.create_connection(
-                _ClientProtocol, self.host, self.port, local_addr=local), self.timeout_s)
+                _ClientProtocol, self.host, self.port, local_addr=local, ssl=ctx,
+                server_hostname=self.host if ctx is not None else None), self.timeout_s)
         except (TimeoutError, OSError) as e:
             self.close()
             raise BrokerConnectionError(f"connect to {self.host}:{self.port}: {e!r}") from e
         self._proto = proto
+        if self.security.sasl:
+            try:
+                await self._authenticate()
+            except BaseException:
+                self.close()
+                raise
+
+    async def _authenticate(self) -> None:
+        sec = self.security
+        mech = sec.sasl_mechanism or ""
+        hs = await self.request(request_entity(17, 1, mechanism=mech))
+        if int(hs.error_code):
+            raise BrokerConnectionError(f"SASL handshake with {self.host}:{self.port} "
+                                        f"failed: error {int(hs.error_code)}, mechanisms "
+                                        f"{list(hs.mechanisms)}")
+        try:
+            client = SaslClient(mech, sec.sasl_username or "", sec.sasl_password or "")
+            while not client.complete:
+                resp = await self.request(request_entity(36, 2,
+                                                         auth_bytes=client.next_token()))
+                if int(resp.error_code):
+                    raise BrokerConnectionError(
+                        f"SASL authentication with {self.host}:{self.port} failed: "
+                        f"{resp.error_message}")
+                client.receive(bytes(resp.auth_bytes))
+        except SaslClientError as e:
+            raise BrokerConnectionError(f"SASL with {self.host}:{self.port}: {e}") from e
 
     def next_correlation_id(self) -> int:
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF

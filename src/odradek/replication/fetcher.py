@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.configdefs import setting, settings_from
 from odradek.errors import ErrorCode, error_name
+from odradek.security.client_security import PLAINTEXT, ClientSecurity
 from odradek.replication.leader_endpoint import (
     EndpointError,
     EndpointFactory,
@@ -308,6 +309,11 @@ class ReplicaFetcherManager:
         self._addresses: dict[int, tuple[str, int]] = {}
         self._pending: dict[TopicPartition, Partition] = {}
         self._stopped = False
+        # The inter-broker listener (issue 14): followers connect to the leader's
+        # endpoint of this listener, speaking its protocol (None: the registered host:port,
+        # plaintext -- the harness and old registrations).
+        self.listener: str | None = None
+        self.security: ClientSecurity = PLAINTEXT
 
     def set_source_ip(self, source_ip: str | None) -> None:
         self._source_ip = source_ip
@@ -343,16 +349,24 @@ class ReplicaFetcherManager:
                 continue
             if leader not in image.brokers:
                 continue  # not registered (yet): stays pending for the next image
+            if self._address(image.brokers[leader]) is None:
+                continue  # no inter-broker listener registered: stays pending
             by_leader.setdefault(leader, []).append(part)
             del self._pending[tp]
         for leader, parts in by_leader.items():
-            node = image.brokers[leader]
-            fetcher = self._fetcher_for(leader, (node.host, node.port))
+            address = self._address(image.brokers[leader])
+            assert address is not None
+            fetcher = self._fetcher_for(leader, address)
             for part in parts:
                 for other_id, other in self.fetchers.items():
                     if other_id != leader:
                         other.remove((part.topic, part.index))
                 fetcher.add(part)
+
+    def _address(self, node: Any) -> tuple[str, int] | None:
+        if self.listener is None:
+            return node.host, node.port
+        return node.endpoint(self.listener)
 
     def _fetcher_for(self, leader: int, address: tuple[str, int]) -> ReplicaFetcher:
         fetcher = self.fetchers.get(leader)
@@ -376,7 +390,7 @@ class ReplicaFetcherManager:
 
     def _remote_endpoint(self, leader: int, host: str, port: int) -> LeaderEndpoint:
         return RemoteLeaderEndpoint(self.broker_id, host, port, self._source_ip,
-                                    self.settings.socket_timeout_ms)
+                                    self.settings.socket_timeout_ms, self.security)
 
     async def stop_all(self) -> None:
         """Shutdown: stop every fetcher; no new one starts afterwards (a metadata image

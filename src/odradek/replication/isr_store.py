@@ -1,13 +1,16 @@
 """The ISR store of a broker: conditional writes of the partition state znode (REQ-R6,
 R13), the only ZooKeeper write a leader makes on its own.
 
-``ZkIsrStore.write_isr`` writes ``/brokers/topics/T/partitions/P/state`` with the
-leader's epoch and the new ISR, conditional on the znode version the leader last saw,
-together with a ``leader_and_isr`` notification in one ZooKeeper transaction
-(``KafkaZkClient.update_isr``): brokers learn partition states from those notifications,
+``ZkIsrStore.write_isrs`` writes a batch of ``/brokers/topics/T/partitions/P/state``
+znodes (a leader's pending ISR changes, ``odradek.replication.alter_partition``), each
+with the leader's epoch and the new ISR, conditional on the znode version the leader last
+saw, together with a ``leader_and_isr`` notification in the same ZooKeeper transaction
+(``KafkaZkClient.update_partition_states``: chunked multi transactions, so N partitions
+cost O(N / chunk) requests, not N): brokers learn partition states from those notifications,
 never by watching the state znodes, so an ISR change without one would stay invisible to
 the other brokers (REQ-R13). It runs in a worker thread (the replica manager's
-``asyncio.to_thread``):
+``asyncio.to_thread``). Each partition has its own outcome -- one partition's conflict
+does not fail the others (``KafkaZkClient`` resends the rest of a rolled-back chunk):
 
 * success → the new version;
 * the version moved (the controller wrote meanwhile) → ``IsrConflict`` with the znode as
@@ -24,12 +27,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
-
-from kazoo.exceptions import BadVersionError, NoNodeError
+from collections.abc import Callable, Sequence
 
 from odradek.replication.partition_state import (
     IsrConflict,
+    IsrOutcome,
     IsrStoreUnavailable,
     IsrWrite,
     LeaderAndIsr,
@@ -40,6 +42,8 @@ from odradek.zk.kafka_zk_client import KafkaZkClient, StateWrite
 logger = logging.getLogger(__name__)
 
 __all__ = ["ZkIsrStore"]
+
+TopicPartition = tuple[str, int]
 
 ZK_WRITE_TIMEOUT_S = 2.0  # an ISR write that cannot reach ZooKeeper fails after this
 
@@ -54,31 +58,60 @@ class ZkIsrStore:
         self.timeout_s = timeout_s
 
     def write_isr(self, write: IsrWrite) -> int:
+        """One write: the new version, or raises ``IsrConflict`` / ``IsrStoreUnavailable``."""
+        got = self.write_isrs([write])[(write.topic, write.partition)]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def write_isrs(self, writes: Sequence[IsrWrite]) -> dict[TopicPartition, IsrOutcome]:
+        """A batch of ISR writes in chunked multi transactions, each conditional on its
+        own znode version; outcomes per partition (see the module docstring)."""
+        if not writes:
+            return {}
         zkc = self._zkc()
         if zkc is None or not zkc.zk.connected:
-            raise IsrStoreUnavailable("not connected to ZooKeeper")
-        zk = zkc.zk
-        path = znodes.partition_state_path(write.topic, write.partition)
-        state = znodes.PartitionState(
-            leader=write.leader, leader_epoch=write.leader_epoch, isr=list(write.isr),
-            controller_epoch=write.controller_epoch)
+            return _all(writes, IsrStoreUnavailable("not connected to ZooKeeper"))
+        batch = [StateWrite(w.topic, w.partition, self._topic_id(w.topic),
+                            znodes.PartitionState(leader=w.leader, leader_epoch=w.leader_epoch,
+                                                  isr=list(w.isr),
+                                                  controller_epoch=w.controller_epoch),
+                            w.zk_version)
+                 for w in writes]
         try:
-            return zkc.update_isr(StateWrite(write.topic, write.partition,
-                                             self._topic_id(write.topic), state,
-                                             write.zk_version),
-                                  self.writer, timeout_s=self.timeout_s)
-        except BadVersionError:
-            try:
-                raw, stat = zk.get_async(path).get(timeout=self.timeout_s)
-            except Exception as e:  # noqa: BLE001 - NoNode or unreachable
-                raise IsrStoreUnavailable(repr(e)) from None
-            cur = znodes.decode_partition_state(raw)
-            raise IsrConflict(LeaderAndIsr(
-                leader=cur.leader, leader_epoch=cur.leader_epoch, isr=tuple(cur.isr),
-                replicas=(), zk_version=stat.version,
-                controller_epoch=cur.controller_epoch)) from None
-        except NoNodeError:
-            raise IsrStoreUnavailable(f"{path} does not exist") from None
+            result = zkc.update_partition_states(batch, fence=None, writer=self.writer,
+                                                 timeout_s=self.timeout_s)
         except Exception as e:  # noqa: BLE001 - kazoo errors and timeouts alike
-            logger.warning("%s-%d: ISR write failed: %r", write.topic, write.partition, e)
-            raise IsrStoreUnavailable(repr(e)) from None
+            # Chunks already committed before the failure are reported unavailable too:
+            # the leader fences itself and its re-assertion finds the znode as it is.
+            logger.warning("ISR write of %d partitions failed: %r", len(writes), e)
+            return _all(writes, IsrStoreUnavailable(repr(e)))
+        out: dict[TopicPartition, IsrOutcome] = dict(result.versions)
+        for tp in result.missing:
+            out[tp] = IsrStoreUnavailable(
+                f"{znodes.partition_state_path(*tp)} does not exist")
+        if result.conflicts:
+            # The version moved: read the znodes as they are now (one multiRead), so each
+            # leader can tell "the controller changed my ISR" from "someone else leads".
+            try:
+                current = zkc.get_partition_states(sorted(result.conflicts),
+                                                   timeout_s=self.timeout_s)
+            except Exception as e:  # noqa: BLE001 - unreachable meanwhile
+                current = {}
+                logger.warning("reading %d conflicting state znodes failed: %r",
+                               len(result.conflicts), e)
+            for tp in result.conflicts:
+                got = current.get(tp)
+                if got is None:
+                    out[tp] = IsrStoreUnavailable(
+                        f"{znodes.partition_state_path(*tp)} could not be read")
+                    continue
+                cur, version = got
+                out[tp] = IsrConflict(LeaderAndIsr(
+                    leader=cur.leader, leader_epoch=cur.leader_epoch, isr=tuple(cur.isr),
+                    replicas=(), zk_version=version, controller_epoch=cur.controller_epoch))
+        return out
+
+
+def _all(writes: Sequence[IsrWrite], e: IsrStoreUnavailable) -> dict[TopicPartition, IsrOutcome]:
+    return {(w.topic, w.partition): e for w in writes}

@@ -23,6 +23,7 @@ from odradek.protocol.replica_fetch import (
     encode_replica_fetch_request,
 )
 from odradek.replication.broker_connection import BrokerConnection, BrokerConnectionError
+from odradek.security.client_security import PLAINTEXT, ClientSecurity
 
 logger = logging.getLogger(__name__)
 
@@ -92,11 +93,11 @@ class RemoteLeaderEndpoint:
     replica fetcher thread)."""
 
     def __init__(self, broker_id: int, host: str, port: int, source_ip: str | None,
-                 socket_timeout_ms: int) -> None:
+                 socket_timeout_ms: int, security: ClientSecurity = PLAINTEXT) -> None:
         self.broker_id = broker_id
         self.socket_timeout_s = socket_timeout_ms / 1000
         self._conn = BrokerConnection(host, port, source_ip, f"replica-fetcher-{broker_id}",
-                                      timeout_s=self.socket_timeout_s)
+                                      timeout_s=self.socket_timeout_s, security=security)
 
     async def fetch(self, partitions: list[FetchRequestPartition], *, max_wait_ms: int,
                     min_bytes: int, max_bytes: int) -> list[FetchedPartition]:

@@ -179,15 +179,24 @@ class Partition:
         if s.leader == self.local_broker_id:
             if isinstance(st, (Leader, Fenced)) and s.leader_epoch == st.leader_epoch:
                 # Same epoch, newer znode: an ISR change made by the controller, which
-                # also proves the znode still names us -- a fenced leader resumes. An ISR
-                # write of ours still in flight will fail on the version and be ignored.
+                # also proves the znode still names us -- a fenced leader resumes -- or
+                # our own ISR write, seen through the watch before the write's answer
+                # (which will then be stale and ignored).
+                own_write = (isinstance(st, Leader) and st.proposed == tuple(s.isr)
+                             and s.zk_version == st.zk_version + 1)
                 self._state = Leader(leader_epoch=s.leader_epoch, isr=tuple(s.isr),
                                      zk_version=s.zk_version,
                                      controller_epoch=s.controller_epoch)
                 self._expand_candidates -= set(s.isr)
-                t.state_changed = isinstance(st, Fenced)
+                t.state_changed = isinstance(st, Fenced) or own_write
                 t.hw_moved = self._maybe_advance_hw()
-                if t.state_changed:
+                if own_write:
+                    # As isr_write_succeeded would have: waiters re-check, and the change
+                    # is this leader's (IsrShrinksPerSec / IsrExpandsPerSec count it
+                    # whichever of the two arrives first).
+                    t.note = f"ISR {list(st.isr)} -> {list(s.isr)}"
+                    t.isr_change = (st.isr, tuple(s.isr))
+                elif t.state_changed:
                     t.note = "state znode still names us leader; accepting writes"
                 return t
             self._become_leader(s, now_ms)
@@ -254,7 +263,8 @@ class Partition:
 
     # ================================================================= leader: appends
     def append_as_leader(self, records: bytes | bytearray | memoryview, required_acks: int,
-                         now_ms: int, *, allow_control: bool = False) -> AppendInfo:
+                         now_ms: int, *, allow_control: bool = False,
+                         from_coordinator: bool = False) -> AppendInfo:
         """Validate, deduplicate (idempotent producers), assign offsets, write once.
         The caller wakes the fetches waiting on this partition; ``acks=1`` and the HW
         are its business too (``hw_after_append``)."""
@@ -276,7 +286,10 @@ class Partition:
             if h.producer_id >= 0:
                 idempotent = True
                 break
-        if idempotent:
+        if idempotent and not from_coordinator:
+            # Coordinator appends (transaction markers, transactional offset commits)
+            # carry no sequence numbers: Kafka validates them only for client produces
+            # (AppendOrigin.Coordinator).
             dup = self.producers.check(headers)
             if dup is not None:
                 # A retry of a batch we already have: success with its original offsets.
@@ -293,7 +306,7 @@ class Partition:
         if st.leader_epoch > self.epochs.latest_epoch:
             self.epochs.assign(st.leader_epoch, leo_before)  # REQ-R19
         if idempotent:
-            self.producers.update(headers)
+            self.producers.update(headers, records)
         return info
 
     def hw_after_append(self) -> bool:
@@ -418,6 +431,7 @@ class Partition:
             # ISR below min.insync.replicas into one that is not: both re-check.
             t.state_changed = True
             t.note = f"ISR {list(st.isr)} -> {list(write.isr)}"
+            t.isr_change = (st.isr, write.isr)
         elif isinstance(st, Fenced) and st.reasserting and st.leader_epoch == \
                 write.leader_epoch and st.zk_version == write.zk_version:
             self._state = Leader(leader_epoch=st.leader_epoch, isr=write.isr,
@@ -533,10 +547,31 @@ class Partition:
         """Where a fetch may read up to: the HW for consumers, the LEO for followers."""
         return self._hw if committed_only else self.log.log_end_offset
 
+    @property
+    def last_stable_offset(self) -> int:
+        """KIP-98: read_committed consumers read below the first offset of the oldest
+        open transaction, and never past the HW."""
+        first = self.producers.first_unstable_offset()
+        return self._hw if first is None else min(first, self._hw)
+
+    def aborted_ranges(self) -> list[tuple[int, int, int]]:
+        """(producer id, first, last offset) of every aborted transaction (the cleaner)."""
+        return [(a.producer_id, a.first_offset, a.last_offset)
+                for a in list(self.producers.aborted)]
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """Aborted transactions overlapping [start, end), for a read_committed fetch."""
+        self.producers.trim_aborted(self.log.log_start_offset)
+        return self.producers.aborted_between(start, end)
+
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool,
-             committed_only: bool = True) -> FileSlice | None:
-        """Consumers read below the HW only (REQ-R16); followers up to the LEO."""
+             committed_only: bool = True, read_committed: bool = False
+             ) -> FileSlice | None:
+        """Consumers read below the HW only (REQ-R16), read_committed ones below the
+        LSO (KIP-98); followers up to the LEO."""
         max_offset = self._hw if committed_only else self.log.log_end_offset
+        if read_committed:
+            max_offset = self.last_stable_offset
         if offset >= max_offset and offset <= self.log.log_end_offset:
             return None
         return self.log.read(offset, max_bytes, max_offset=max_offset,
@@ -565,7 +600,7 @@ class Partition:
                     if h.partition_leader_epoch > latest:
                         self.epochs.assign(h.partition_leader_epoch, h.base_offset)
                         latest = h.partition_leader_epoch
-                self.producers.update(headers)  # so a new leader still deduplicates
+                self.producers.update(headers, records)  # a new leader still deduplicates
         hw = min(leader_hw, lg.log_end_offset)
         if hw > self._hw:
             self._hw = hw
@@ -643,10 +678,11 @@ def rebuild_producer_state(producers: ProducerStateManager, log: Log) -> None:
         sl = log.read(offset, 8 * 1024 * 1024, max_offset=log.log_end_offset)
         if sl is None:
             break
-        headers = parse_batches(sl.read_bytes(), verify_crc=False)
+        data = sl.read_bytes()
+        headers = parse_batches(data, verify_crc=False)
         if not headers:
             break
-        producers.update(headers)
+        producers.update(headers, data)
         offset = headers[-1].last_offset + 1
     producers.dirty = False
 

@@ -25,6 +25,7 @@ waiters re-check (the HW moved, data arrived, the role changed), start or stop f
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,6 +33,7 @@ __all__ = [
     "Fenced",
     "Follower",
     "IsrConflict",
+    "IsrOutcome",
     "IsrStore",
     "IsrStoreUnavailable",
     "IsrWrite",
@@ -147,6 +149,9 @@ class Transition:
     stop_fetching: bool = False  # no longer a follower
     log_start_moved: bool = False  # a follower's log start moved (DeleteRecords)
     note: str = ""  # what to log, once (a transition changes one thing)
+    # (old, new) committed ISR when this leader's ISR write was recorded: the replica
+    # manager counts it as an ISR shrink and/or expand (Kafka's IsrShrinksPerSec).
+    isr_change: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     def merge(self, other: Transition) -> Transition:
         self.hw_moved |= other.hw_moved
@@ -157,6 +162,7 @@ class Transition:
         self.stop_fetching |= other.stop_fetching
         self.log_start_moved |= other.log_start_moved
         self.note = "; ".join(n for n in (self.note, other.note) if n)
+        self.isr_change = other.isr_change or self.isr_change
         return self
 
     @property
@@ -176,9 +182,16 @@ class IsrStoreUnavailable(Exception):
     """ZooKeeper could not be reached (or the znode is gone): the outcome is unknown."""
 
 
-class IsrStore(Protocol):
-    """Where a leader records ISR changes (ZooKeeper in a broker, memory in the
-    replication harness). Blocking: the replica manager calls it from a worker thread.
-    Returns the znode's new version; raises ``IsrConflict`` or ``IsrStoreUnavailable``."""
+IsrOutcome = int | IsrConflict | IsrStoreUnavailable  # the new znode version, or why not
 
-    def write_isr(self, write: IsrWrite) -> int: ...
+
+class IsrStore(Protocol):
+    """Where leaders record ISR changes (ZooKeeper in a broker, memory in the
+    replication harness). Blocking: the replica manager calls it from a worker thread
+    with a batch of writes (``odradek.replication.alter_partition``), at most one per
+    partition, each conditional on its own znode version. Returns each partition's
+    outcome: its znode's new version, or ``IsrConflict`` / ``IsrStoreUnavailable`` --
+    one partition's failure never fails the others."""
+
+    def write_isrs(self, writes: Sequence[IsrWrite]
+                   ) -> dict[tuple[str, int], IsrOutcome]: ...

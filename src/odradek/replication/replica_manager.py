@@ -13,9 +13,10 @@ decisions (made by ``Partition``, pure) meet I/O (Kafka's ReplicaManager):
   when fewer than ``min_bytes`` are available.
 * **DeleteRecords** (REQ-R24): ``delete_records`` moves the log start offset and parks a
   ``DelayedDeleteRecords`` until the ISR followed.
-* **ISR writes** (REQ-R6, REQ-P4, REQ-P6): a partition proposes an ``IsrWrite``; it is
-  sent to the ``IsrStore`` (ZooKeeper, conditional on the znode version) in a worker
-  thread and the outcome handed back to the partition (commit, adopt, or fence).
+* **ISR writes** (REQ-R6, REQ-P4, REQ-P6): a partition proposes an ``IsrWrite``; the
+  pending writes of all partitions go to the ``IsrStore`` (ZooKeeper, each conditional on
+  its znode version) in batches, in a worker thread (``alter_partition``), and each
+  partition's outcome is handed back to it (commit, adopt, or fence).
 
 Every event that can complete a delayed operation -- an append, an HW move, a follower's
 log start moving, a role change, a truncation -- calls ``_wake(tp)``, which re-checks
@@ -40,8 +41,10 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.log_limiter import LogLimiter
 from odradek.log_manager.flusher import Flusher
 from odradek.metadata.image import MetadataImage, PartitionInfo
+from odradek.metrics.stats import BrokerTopicStats, IsrStats
 from odradek.protocol.fetch_response import PartitionFetchResult
 from odradek.protocol.produce_response import PartitionProduceResult
+from odradek.replication.alter_partition import AlterPartitionManager
 from odradek.replication.delayed import (
     DelayedDeleteRecords,
     DelayedFetch,
@@ -55,6 +58,7 @@ from odradek.replication.leader_endpoint import EndpointFactory
 from odradek.replication.partition import Partition, Role, rebuild_producer_state
 from odradek.replication.partition_state import (
     IsrConflict,
+    IsrOutcome,
     IsrStore,
     IsrStoreUnavailable,
     IsrWrite,
@@ -136,6 +140,7 @@ class FetchParams:
     max_wait_s: float
     min_bytes: int
     max_bytes: int
+    isolation_level: int = 0  # 1: read_committed (KIP-98), consumers only
 
 
 class ReplicaManager:
@@ -152,6 +157,12 @@ class ReplicaManager:
         # Conditional writes of the state znode (ZooKeeper in a broker); blocking, run in
         # a worker thread.
         self.isr_store = isr_store
+        # Pending ISR changes go to the store in batches, one batch in flight (Kafka's
+        # AlterPartitionManager): a restart's thousands of ISR expansions share a few
+        # ZooKeeper transactions instead of one each (issue 13).
+        self.alter_partition: AlterPartitionManager[Partition] | None = (
+            AlterPartitionManager(isr_store, self._isr_write_done)
+            if isr_store is not None else None)
         self.tracer = tracer or RecordTracer(0)
         self.fetchers = ReplicaFetcherManager(broker_id, config, endpoint_factory,
                                               on_progress=self._on_follower_progress,
@@ -160,7 +171,10 @@ class ReplicaManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._hw_from_checkpoint: dict[TopicPartition, int] = {}
         self._fenced_retry: dict[TopicPartition, float] = {}
-        self._isr_writes: set[asyncio.Task[None]] = set()
+        # Metrics (odradek.broker.metrics): ISR changes are rare and always counted;
+        # per-topic byte counts only when the broker has a metrics.listener (None: off).
+        self.isr_stats = IsrStats()
+        self.topic_stats: BrokerTopicStats | None = None
         self._woken: set[TopicPartition] = set()  # partitions whose waiters must re-check
         self._wake_scheduled = False
         self.produce_purgatory: DelayedOperationPurgatory[TopicPartition] = \
@@ -315,12 +329,16 @@ class ReplicaManager:
             self.fetchers.add(part)
         if t.isr_write is not None:
             self._submit_isr_write(part, t.isr_write)
+        if t.isr_change is not None:
+            self.isr_stats.record_change(*t.isr_change)
         if t.wakes_waiters:
             self._wake(tp)
 
     def _delete_partition(self, tp: TopicPartition) -> None:
         part = self.partitions.pop(tp, None)
         self.fetchers.remove(tp)
+        if self.alter_partition is not None:
+            self.alter_partition.discard(tp)
         if part is not None:
             self._apply_transition(part, part.remove())
         lg = self._logs.pop(tp, None)
@@ -391,8 +409,10 @@ class ReplicaManager:
         t_now = now_ms()
         pending: list[PendingProduce] = []
         tracer = self.tracer
+        stats = self.topic_stats
         for e in entries:
             res = e.result
+            ts = None
             try:
                 if acks not in (0, 1, -1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
@@ -404,10 +424,18 @@ class ReplicaManager:
                     raise KafkaError(ErrorCode.invalid_topic_exception,
                                      f"Cannot append to internal topic {e.topic}")
                 p = self.leader_partition(e.topic, res.index, image)
+                if stats is not None:
+                    # Only topics this broker hosts get series: a client naming random
+                    # topics must not grow the broker's memory (or its scrapes).
+                    ts = stats.topic(e.topic)
+                    ts.produce_requests += 1
                 info = p.append_as_leader(e.records, acks, t_now)
                 res.base_offset = info.first_offset
                 res.log_append_time_ms = info.log_append_time
                 res.log_start_offset = p.log.log_start_offset
+                if ts is not None:  # Kafka's BytesInPerSec / MessagesInPerSec
+                    ts.bytes_in += info.size_bytes
+                    ts.messages_in += info.last_offset - info.first_offset + 1
                 tp = (e.topic, res.index)
                 if p.hw_after_append() or info.num_batches:
                     self._wake(tp)  # followers' long polls (and acks=all if ISR == {me})
@@ -426,6 +454,8 @@ class ReplicaManager:
                 res.error_code = int(err.code)
                 res.error_message = err.message or None
                 res.base_offset = -1
+                if ts is not None:
+                    ts.failed_produce_requests += 1
                 if err.code not in (ErrorCode.not_leader_or_follower,
                                     ErrorCode.unknown_topic_or_partition):
                     # Rate-limited per error code: a client repeating a bad produce must
@@ -435,6 +465,8 @@ class ReplicaManager:
                                       err)
             except Exception as err:  # never let one partition take the broker down
                 logger.exception("produce to %s-%d failed", e.topic, res.index)
+                if ts is not None:
+                    ts.failed_produce_requests += 1
                 res.error_code = int(ErrorCode.unknown_server_error)
                 res.error_message = str(err)[:200]
                 res.base_offset = -1
@@ -453,7 +485,8 @@ class ReplicaManager:
         if part is None:
             return ErrorCode.not_leader_or_follower, -1
         try:
-            info = part.append_as_leader(records, -1, now_ms(), allow_control=allow_control)
+            info = part.append_as_leader(records, -1, now_ms(), allow_control=allow_control,
+                                         from_coordinator=True)
         except KafkaError as e:
             return e.code, -1
         res = PartitionProduceResult(index=tp[1], error_code=0, base_offset=info.first_offset)
@@ -484,6 +517,8 @@ class ReplicaManager:
         _, total, errored = read()
         if total >= params.min_bytes or params.max_wait_s <= 0 or errored:
             self._trace_fetch(params, topics)
+            if self.topic_stats is not None:
+                self._count_fetched(follower, topics)
             return None
         watches = []
         for topic, entries in topics:
@@ -495,7 +530,31 @@ class ReplicaManager:
         self.fetch_purgatory.try_complete_else_watch(op, keys)
         if self.tracer.enabled:
             op.done.add_done_callback(lambda _f: self._trace_fetch(params, topics))
+        if self.topic_stats is not None:
+            op.done.add_done_callback(lambda _f: self._count_fetched(follower, topics))
         return op
+
+    def _count_fetched(self, follower: bool, topics: list[tuple[str, list[FetchEntry]]]
+                       ) -> None:
+        """Kafka's BytesOutPerSec (consumers) / ReplicationBytesOutPerSec (followers):
+        the record bytes of the answer, once it is final."""
+        stats = self.topic_stats
+        if stats is None:
+            return
+        for topic, entries in topics:
+            if not any((topic, e.result.index) in self.partitions for e in entries):
+                continue  # not hosted here: no series (see append_records)
+            ts = stats.topic(topic)
+            ts.fetch_requests += len(entries)
+            n = 0
+            for e in entries:
+                records = e.result.records
+                if records is not None:
+                    n += records.size if hasattr(records, "size") else len(records)
+            if follower:
+                ts.replication_bytes_out += n
+            else:
+                ts.bytes_out += n
 
     def _record_follower_fetch(self, replica_id: int, topics: list[tuple[str, list[FetchEntry]]],
                                image: MetadataImage) -> None:
@@ -517,6 +576,7 @@ class ReplicaManager:
     def _read(self, params: FetchParams, topics: list[tuple[str, list[FetchEntry]]],
               image: MetadataImage) -> tuple[int, bool]:
         committed_only = params.replica_id < 0  # followers read up to the LEO (REQ-R16)
+        read_committed = committed_only and params.isolation_level == 1
         remaining = params.max_bytes
         total = 0
         errored = False
@@ -528,17 +588,25 @@ class ReplicaManager:
                 res.high_watermark = res.last_stable_offset = res.log_start_offset = -1
                 try:
                     p = self.leader_partition(topic, res.index, image, e.current_leader_epoch)
-                    res.high_watermark = res.last_stable_offset = p.high_watermark
+                    res.high_watermark = p.high_watermark
+                    res.last_stable_offset = p.last_stable_offset
                     res.log_start_offset = p.log.log_start_offset
+                    res.aborted_transactions = None
                     limit = min(e.partition_max_bytes, remaining)
                     if limit <= 0 and total > 0:
                         continue
                     # KIP-74: the first partition with data returns at least one whole
                     # batch even when it exceeds max_bytes, so a consumer always progresses.
                     sl = p.read(e.fetch_offset, max(limit, 0), min_one_batch=(total == 0),
-                                committed_only=committed_only)
+                                committed_only=committed_only,
+                                read_committed=read_committed)
                     if sl is not None and sl.size:
                         res.records = sl
+                        if read_committed:
+                            # KIP-98: the aborted transactions overlapping what is returned,
+                            # so the consumer can drop their batches.
+                            res.aborted_transactions = p.aborted_transactions(
+                                e.fetch_offset, res.last_stable_offset)
                         total += sl.size
                         remaining -= sl.size
                 except KafkaError as err:
@@ -641,31 +709,22 @@ class ReplicaManager:
                 self._submit_isr_write(part, write)
 
     def _submit_isr_write(self, part: Partition, write: IsrWrite) -> None:
-        if self.isr_store is None:
-            return
-        task = asyncio.get_running_loop().create_task(self._write_isr(part, write))
-        self._isr_writes.add(task)
-        task.add_done_callback(self._isr_writes.discard)
+        if self.alter_partition is not None:
+            self.alter_partition.submit(write, part)
 
-    async def _write_isr(self, part: Partition, write: IsrWrite) -> None:
-        store = self.isr_store
-        assert store is not None
-        try:
-            version = await asyncio.to_thread(store.write_isr, write)
-        except IsrConflict as e:
-            tr = part.isr_write_failed(write, e.current)
-        except IsrStoreUnavailable:
-            tr = part.isr_write_failed(write, None)
-        except Exception:
-            logger.exception("%s: ISR write failed", part.name)
+    def _isr_write_done(self, write: IsrWrite, part: Partition, outcome: IsrOutcome) -> None:
+        """One partition's outcome from a batch of ISR writes, on the loop."""
+        if isinstance(outcome, IsrConflict):
+            tr = part.isr_write_failed(write, outcome.current)
+        elif isinstance(outcome, IsrStoreUnavailable):
             tr = part.isr_write_failed(write, None)
         else:
-            tr = part.isr_write_succeeded(write, version)
+            tr = part.isr_write_succeeded(write, outcome)
         part.reassert_finished()
-        if (part.topic, part.index) in self.partitions:
+        if self.partitions.get((part.topic, part.index)) is part:
             self._apply_transition(part, tr)
             # The write may have been superseded while in flight: decide again now rather
-            # than at the next periodic check.
+            # than at the next periodic check (it joins the next batch).
             if part.is_leader and self.config is not None:
                 nxt = part.maybe_shrink_isr(now_ms(), self.config.replica_lag_time_max_ms)
                 if nxt is not None:
@@ -761,13 +820,32 @@ class ReplicaManager:
         part.on_log_flushed()
         self._wake(tp)
 
+    def quiesce_fetchers(self) -> None:
+        """Controlled shutdown's first step: follow nothing from now on, and start no
+        fetcher for images applied later (the controller is about to make us a follower
+        of every partition we lead). Synchronous, so the broker can ask the controller
+        right after, as Kafka's broker sends ControlledShutdown before it stops its
+        fetchers: stopping the fetcher tasks first took 5 s at 10,000 partitions
+        (issue 13). What it guards against: a fetch of ours reaching a leader after the
+        controller dropped us from its ISR would put us straight back in. Fetchers build
+        each request from the partitions they carry, so none is sent after this; one
+        already sent is recorded by its leader on arrival, long before the controller's
+        ISR change (a ZooKeeper round trip, its decision, a write, a notification) gets
+        there."""
+        self.fetchers.enabled = False  # ReplicaFetcherManager.apply starts nothing now
+        for tp in list(self.partitions):
+            self.fetchers.remove(tp)
+
     async def stop_fetchers(self) -> None:
+        self.quiesce_fetchers()
         await self.fetchers.stop_all()
 
     def shutdown(self) -> None:
-        """Clean shutdown: flush everything so the next start needs no recovery scan."""
+        """Clean shutdown: flush everything so the next start needs no recovery scan
+        (logs with nothing new since their last flush have nothing to sync)."""
         for lg in self._logs.values():
-            lg.flush()
+            if not lg.unchanged_since_flush:
+                lg.flush()
         self.snapshot_producer_state()
         self.checkpoint_high_watermarks()
         self.checkpoint_recovery_points()

@@ -5,11 +5,19 @@ in the layering checked by import-linter: they receive a ``RequestContext`` with
 services a request can need -- the metadata image, the replica manager, the group
 coordinator, producer ids, the ZooKeeper admin client and the broker's configuration --
 and nothing that starts, stops or rewires the process.
+
+Security (issue 14): ``ctx.session`` is the session of the connection whose request is
+being handled (principal, client host, listener); ``ctx.authorize(op, type, name)``
+asks the broker's authorizer about it -- always True when no authorizer is configured
+(``authorizer.class.name`` empty), as in Kafka.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
+
+from odradek.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from odradek.server.session import Session, current_session
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -17,8 +25,10 @@ if TYPE_CHECKING:
     from odradek.config import BrokerConfig
     from odradek.coordinator.group_coordinator import GroupCoordinator
     from odradek.coordinator.producer_ids import ProducerIdManager
+    from odradek.coordinator.transaction_coordinator import TransactionCoordinator
     from odradek.metadata.image import MetadataImage
     from odradek.replication.replica_manager import ReplicaManager
+    from odradek.server.authorizer import Authorizer, CredentialCache
 
 __all__ = ["MetadataSource", "RequestContext"]
 
@@ -34,11 +44,12 @@ class MetadataSource(Protocol):
 
 class RequestContext:
     __slots__ = ("broker_id", "config", "replicas", "groups", "producer_ids", "zk",
-                 "_metadata")
+                 "_metadata", "authorizer", "credentials", "txns")
 
     def __init__(self, *, broker_id: int, config: BrokerConfig, replicas: ReplicaManager,
                  groups: GroupCoordinator, producer_ids: ProducerIdManager | None,
-                 zk: KazooClient | None, metadata: MetadataSource) -> None:
+                 zk: KazooClient | None, metadata: MetadataSource,
+                 txns: TransactionCoordinator | None = None) -> None:
         self.broker_id = broker_id
         self.config = config
         self.replicas = replicas
@@ -47,7 +58,36 @@ class RequestContext:
         # Admin writes (topics, configs, elections) go to ZooKeeper as Kafka's
         # AdminZkClient does; None only before the broker connected.
         self.zk = zk
+        self.txns: TransactionCoordinator = txns  # type: ignore[assignment]
         self._metadata = metadata
+        # Filled in by the broker once connected to ZooKeeper (None: no authorizer /
+        # no SCRAM listener).
+        self.authorizer: Authorizer | None = None
+        self.credentials: CredentialCache | None = None
+
+    # ------------------------------------------------------------------ security
+    @property
+    def session(self) -> Session:
+        return current_session()
+
+    def authorize(self, op: AclOperation, rtype: ResourceType, name: str) -> bool:
+        auth = self.authorizer
+        if auth is None:
+            return True
+        s = current_session()
+        return auth.cache.authorize(s.principal_or_anonymous, s.client_host, op, rtype, name)
+
+    def authorize_cluster(self, op: AclOperation) -> bool:
+        return self.authorize(op, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def authorize_any_topic(self, op: AclOperation) -> bool:
+        """Kafka's authorizeByResourceType(TOPIC) (KIP-679)."""
+        auth = self.authorizer
+        if auth is None:
+            return True
+        s = current_session()
+        return auth.cache.authorize_by_resource_type(s.principal_or_anonymous, s.client_host,
+                                                     op, ResourceType.TOPIC)
 
     @property
     def image(self) -> MetadataImage:

@@ -12,17 +12,27 @@ escaping it, synchronously or from its coroutine, or a response that fails to en
 is answered with UNKNOWN_SERVER_ERROR for every resource the request names (a
 ``KafkaError`` that escaped gets its own code), the connection stays open, and the
 traceback is logged once per failure site (issue 11, item 3).
+
+On a SASL listener (issue 14) the dispatcher is also the gate of Kafka's
+``SaslServerAuthenticator``: until the connection's session is authenticated only
+ApiVersions, SaslHandshake and SaslAuthenticate are served -- anything else closes the
+connection before it is decoded -- and after a SaslHandshake v0 the next frames are raw
+SASL tokens. An authenticated session past its KIP-368 lifetime is closed at its next
+request other than a re-authentication.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
+import time
 import traceback
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from odradek.errors import ErrorCode, KafkaError
 from odradek.log_limiter import LogLimiter
+from odradek.metrics.stats import RequestMetrics
 from odradek.protocol.codec import (
     InvalidRequest,
     RequestHeaderInfo,
@@ -45,8 +55,10 @@ from odradek.server.handlers import (
     producers,
     records,
     security,
+    transactions,
 )
-from odradek.server.network import CloseConnection, Pipelined
+from odradek.server.network import FRAME_ARRIVED_AT, CloseAfter, CloseConnection, Pipelined
+from odradek.server.session import current_session
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +67,9 @@ __all__ = ["HANDLERS", "RequestDispatcher"]
 Handler = Callable[[RequestContext, RequestHeaderInfo, Any], Any]
 
 PRODUCE = 0
+API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
+_PRE_AUTH_APIS = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+_API_KEY = struct.Struct(">h")
 
 HANDLERS: dict[int, Handler] = {  # one per API key in protocol.versions.SERVED
     0: data.handle_produce,
@@ -77,6 +92,11 @@ HANDLERS: dict[int, Handler] = {  # one per API key in protocol.versions.SERVED
     21: records.handle_delete_records,
     22: producers.handle_init_producer_id,
     23: data.handle_offset_for_leader_epoch,
+    24: transactions.handle_add_partitions_to_txn,
+    25: transactions.handle_add_offsets_to_txn,
+    26: transactions.handle_end_txn,
+    27: transactions.handle_write_txn_markers,
+    28: transactions.handle_txn_offset_commit,
     29: security.handle_describe_acls,
     30: security.handle_create_acls,
     31: security.handle_delete_acls,
@@ -87,7 +107,11 @@ HANDLERS: dict[int, Handler] = {  # one per API key in protocol.versions.SERVED
     42: groups.handle_delete_groups,
     43: elect.handle_elect_leaders,
     44: configs.handle_incremental_alter_configs,
+    50: security.handle_describe_user_scram_credentials,
+    51: security.handle_alter_user_scram_credentials,
     60: metadata.handle_describe_cluster,
+    65: transactions.handle_describe_transactions,
+    66: transactions.handle_list_transactions,
 }
 
 # Unexpected handler failures: the first tracebacks of each site are logged in full, then
@@ -97,8 +121,10 @@ FAILURE_LOG = LogLimiter(burst=1, interval_s=60.0)
 
 
 class RequestDispatcher:
-    def __init__(self, context: RequestContext) -> None:
+    def __init__(self, context: RequestContext,
+                 request_metrics: RequestMetrics | None = None) -> None:
         self.context = context
+        self.request_metrics = request_metrics
         try:
             self.max_elements = int(context.config.get("odradek.request.max.elements"))
         except (AttributeError, KeyError):  # a bare config object in unit tests
@@ -106,6 +132,11 @@ class RequestDispatcher:
 
     def dispatch(self, frame: bytes) -> Any:
         """Decode one request frame and run its handler (see server.KafkaConnection)."""
+        auth = current_session().authenticator
+        if auth is not None and (not auth.authenticated or auth.session_expires_ms):
+            early = self._sasl_gate(frame, auth)
+            if early is not None:
+                return early
         try:
             header, req = decode_request(frame, self.max_elements)
         except UnsupportedVersion as e:
@@ -129,6 +160,31 @@ class RequestDispatcher:
             raise
         except Exception as e:  # noqa: BLE001 - the point: nothing escapes as a crash
             return self._failed(header, req, e)
+
+    def _sasl_gate(self, frame: bytes, auth: Any) -> Any:
+        """What Kafka's SaslServerAuthenticator does before a request reaches KafkaApis;
+        None lets the frame through to its handler."""
+        if auth.raw_tokens and not auth.authenticated:
+            # After SaslHandshake v0 (Kafka 0.10 clients): a bare token, answered bare.
+            result = auth.authenticate(bytes(frame), 0, int(time.time() * 1000))
+            if result.close:
+                return CloseAfter(None, f"SASL authentication failed: {result.error_message}")
+            security.authentication_progress(current_session(), result)
+            return struct.pack(">i", len(result.token)) + result.token
+        if len(frame) < 2:
+            raise CloseConnection("frame too short for a request header")
+        (api_key,) = _API_KEY.unpack_from(frame)
+        if not auth.authenticated:
+            if api_key not in _PRE_AUTH_APIS:
+                raise CloseConnection(f"Unexpected Kafka request of type {api_name(api_key)} "
+                                      "during SASL handshake.")
+            return None
+        if api_key not in (SASL_HANDSHAKE, SASL_AUTHENTICATE) and auth.expired(
+                int(time.time() * 1000)):
+            # KIP-368: the client did not re-authenticate within its session lifetime.
+            raise CloseConnection("SASL session expired (connections.max.reauth.ms); the "
+                                  "client did not re-authenticate")
+        return None
 
     async def _finish_later(self, header: RequestHeaderInfo, req: Any,
                             coro: Coroutine[Any, Any, Any]) -> Any:
@@ -162,8 +218,50 @@ class RequestDispatcher:
                              api_name(header.api_key), header.api_version)
             raise CloseConnection(f"handler failed and no error response: {e!r}") from e
 
+    # ------------------------------------------------------------------ request metrics
+    def dispatch_metered(self, frame: bytes) -> Any:
+        """``dispatch`` plus Kafka's request metrics (RequestsPerSec, TotalTimeMs,
+        RequestQueueTimeMs, LocalTimeMs, RemoteTimeMs). The broker hands this to the
+        listener instead of ``dispatch`` when it has a ``metrics.listener``, so a broker
+        without metrics pays nothing. A request that closes the connection is not
+        counted (Kafka counts only answered requests too)."""
+        start = time.perf_counter()
+        metrics = self.request_metrics
+        assert metrics is not None
+        result = self.dispatch(frame)
+        # The header's first four bytes: api key and version (already validated by
+        # ``dispatch``, which raised otherwise).
+        api_key = (frame[0] << 8) | frame[1]
+        version = (frame[2] << 8) | frame[3]
+        arrived = FRAME_ARRIVED_AT.get() or start
+        local_end = time.perf_counter()
+        if isinstance(result, Pipelined):
+            result.coro = self._meter_wait(metrics, api_key, version, arrived, start,
+                                           local_end, result.coro)
+            return result
+        if isinstance(result, Coroutine):
+            return self._meter_wait(metrics, api_key, version, arrived, start, local_end,
+                                    result)
+        metrics.record(api_key, version, (start - arrived) * 1e3,
+                       (local_end - start) * 1e3, 0.0, (local_end - arrived) * 1e3)
+        return result
+
+    async def _meter_wait(self, metrics: RequestMetrics, api_key: int, version: int,
+                          arrived: float, start: float, local_end: float,
+                          coro: Coroutine[Any, Any, Any]) -> Any:
+        result = await coro  # the purgatory wait, then the response's encoding
+        end = time.perf_counter()
+        metrics.record(api_key, version, (start - arrived) * 1e3,
+                       (local_end - start) * 1e3, (end - local_end) * 1e3,
+                       (end - arrived) * 1e3)
+        return result
+
 
 def _encoded(header: RequestHeaderInfo, result: Any) -> Any:
     if result is None or isinstance(result, (bytes, list)):
+        return result
+    if isinstance(result, CloseAfter):
+        if result.response is not None and not isinstance(result.response, bytes):
+            result.response = encode_response(header, result.response)
         return result
     return encode_response(header, result)

@@ -105,6 +105,47 @@ def _top_level(api_key: int, **fixed: Any) -> Builder:
     return build
 
 
+def _add_partitions_to_txn(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
+    v = h.api_version
+    return response(24, v, results_by_topic_v3_and_below=tuple(
+        part(24, v, "AddPartitionsToTxnTopicResult", name=t.name, results_by_partition=tuple(
+            part(24, v, "AddPartitionsToTxnPartitionResult", partition_index=p,
+                 partition_error_code=code) for p in _seq(t.partitions)))
+        for t in _seq(req.v3_and_below_topics)))
+
+
+def _write_txn_markers(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
+    v = h.api_version
+    return response(27, v, markers=tuple(
+        part(27, v, "WritableTxnMarkerResult", producer_id=m.producer_id, topics=tuple(
+            part(27, v, "WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(
+                part(27, v, "WritableTxnMarkerPartitionResult", partition_index=p,
+                     error_code=code) for p in _seq(t.partition_indexes)))
+            for t in _seq(m.topics)))
+        for m in _seq(req.markers)))
+
+
+def _txn_offset_commit(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
+    v = h.api_version
+    return response(28, v, topics=tuple(
+        part(28, v, "TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
+            part(28, v, "TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
+                 error_code=code) for p in _seq(t.partitions)))
+        for t in _seq(req.topics)))
+
+
+def _describe_transactions(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
+    import datetime
+
+    v = h.api_version
+    epoch = datetime.datetime.fromtimestamp(0, tz=datetime.timezone.utc)
+    return response(65, v, transaction_states=tuple(
+        part(65, v, "TransactionState", error_code=code, transactional_id=t,
+             transaction_state="", transaction_timeout=0, transaction_start_time=epoch,
+             producer_id=-1, producer_epoch=-1, topics=())
+        for t in _seq(req.transactional_ids)))
+
+
 def _join_group(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
     return response(11, v, error_code=code, generation_id=-1, protocol_type=None,
@@ -216,6 +257,14 @@ def _delete_acls(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> 
              matching_acls=()) for _ in _seq(req.filters)))
 
 
+def _alter_scram(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
+    users = dict.fromkeys([d.name for d in _seq(req.deletions)] +
+                          [u.name for u in _seq(req.upsertions)])
+    return response(51, h.api_version, results=tuple(
+        part(51, h.api_version, "AlterUserScramCredentialsResult", user=u, error_code=code,
+             error_message=msg) for u in users))
+
+
 ERROR_RESPONSES: dict[int, Builder] = {
     0: _produce,
     1: _fetch,
@@ -248,6 +297,15 @@ ERROR_RESPONSES: dict[int, Builder] = {
     42: _delete_groups,
     43: _elect_leaders,
     44: _alter_configs(44),
+    50: _top_level(50, results=()),
+    51: _alter_scram,
+    24: _add_partitions_to_txn,
+    25: _top_level(25),
+    26: _top_level(26),
+    27: _write_txn_markers,
+    28: _txn_offset_commit,
+    65: _describe_transactions,
+    66: _top_level(66, unknown_state_filters=(), transaction_states=()),
     60: _top_level(60, endpoint_type=1, cluster_id="", controller_id=-1, brokers=(),
                    cluster_authorized_operations=_OPS_OMITTED),
 }

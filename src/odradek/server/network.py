@@ -28,6 +28,14 @@ Writes bypass the transport (uvloop has no ``loop.sendfile``): bytes go out with
 ``os.writev``, record data with ``os.sendfile``, both straight to the socket; readiness
 is awaited with ``loop.add_writer`` on a ``dup`` of the socket (the transport already
 polls the socket's own fd for reading).
+
+On a TLS connection (issue 14) zero copy gives way to encryption: every byte must pass
+through the SSL object, so responses go to the transport, and record data is read from
+the segment in pieces of ``_TLS_CHUNK`` bytes, each encrypted as it is written. The
+transport's ``pause_writing`` / ``resume_writing`` take the place of the socket's
+readiness: while the transport buffer is above its high-water mark no further piece is
+read and no further request is handled, so a TLS peer that does not read costs at most
+the buffer, like a plaintext one.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ from odradek.protocol.framing import (
     FrameError,
     FrameTooLarge,
 )
+from odradek.server.session import CURRENT_SESSION, Session
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +66,19 @@ logger = logging.getLogger(__name__)
 _IOV_MAX: Final = 1024
 # A FileSlice is sent in pieces of at most this many bytes when sendfile is off.
 _PREAD_CHUNK: Final = 1 << 20
+# TLS: record data is read and encrypted this many bytes at a time, and the transport
+# buffers at most _TLS_HIGH_WATER bytes before the connection stops producing more.
+_TLS_CHUNK: Final = 256 << 10
+_TLS_HIGH_WATER: Final = 1 << 20
 
 # The peer address of the connection whose request is being handled (handlers that must
 # report client hosts, e.g. DescribeGroups, read it; tasks created meanwhile inherit it).
 CURRENT_PEER: contextvars.ContextVar[Any] = contextvars.ContextVar("odradek_peer",
                                                                   default=None)
+# When the frame being dispatched arrived (time.perf_counter()): the request metrics'
+# queue time (RequestQueueTimeMs) starts here, not when its handler starts.
+FRAME_ARRIVED_AT: contextvars.ContextVar[float] = contextvars.ContextVar(
+    "odradek_frame_arrived_at", default=0.0)
 
 # Connection-level events a hostile client can repeat at will (malformed frames, closes):
 # the first few per peer address are logged, then one line a minute with a count.
@@ -70,6 +87,20 @@ CONNECTION_LOG = LogLimiter(burst=5, interval_s=60.0)
 
 class CloseConnection(Exception):
     """Raised by dispatch when Kafka would close the connection instead of answering."""
+
+
+class CloseAfter:
+    """A response after which the connection closes (Kafka's answer to a failed SASL
+    authentication or a request sent before authenticating: the error, then close)."""
+
+    __slots__ = ("response", "reason", "delay_s")
+
+    def __init__(self, response: bytes | None, reason: str, delay_s: float = 0.0) -> None:
+        self.response = response
+        self.reason = reason
+        # Kafka's connection.failed.authentication.delay.ms: the close waits, which slows
+        # down password guessing and lets the client read the answer first.
+        self.delay_s = delay_s
 
 
 class Pipelined:
@@ -117,6 +148,14 @@ class ConnectionLimits:
     max_pending_frames: int = 100
     max_pending_bytes: int = 4 << 20
     use_sendfile: bool = True
+    # Stamp each frame's arrival (FRAME_ARRIVED_AT) for the request metrics' queue time;
+    # only a broker with a metrics.listener pays for it (issue 15).
+    stamp_arrivals: bool = False
+    # sasl.server.max.receive.size: frames before a SASL client has authenticated.
+    max_unauthenticated_frame_bytes: int = 524288
+    # odradek.authentication.timeout.ms: a TLS handshake, and then a SASL authentication,
+    # must each complete within this long, or the connection is closed.
+    authentication_timeout_s: float = 10.0
 
 
 class RequestQueue:
@@ -176,14 +215,24 @@ class _Truncated(Exception):
 
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, dispatch: Dispatch, limits: ConnectionLimits,
-                 owner: ConnectionOwner, ip: str | None = None) -> None:
+                 owner: ConnectionOwner, ip: str | None = None,
+                 session_factory: Callable[[str, Any], Session] | None = None) -> None:
         self._dispatch = dispatch
         self.ip = ip  # the address its connection quota was counted under
         self._limits = limits
         self._owner = owner
         self._requests = owner.request_queue
+        self._session_factory = session_factory
+        self.session = Session(client_host=ip or "")
+        self.made = False
         self._decoder = FrameDecoder(limits.max_frame_bytes)
+        self._tls = False
+        self._write_paused = False  # TLS: the transport's buffer is above its high water
+        self._close_reason: str | None = None  # close once the queued output is sent
+        self._close_delay_s = 0.0
+        self._auth_deadline: asyncio.TimerHandle | None = None
         self._pending: deque[Any] = deque()
+        self._arrivals: deque[float] = deque()  # perf_counter() of each pending frame
         self._pending_bytes = 0
         self._queued = 0  # len(self._pending) as last reported to the request queue
         # Answers not yet written, in request order: tasks (delayed answers) and done
@@ -206,11 +255,39 @@ class KafkaConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.made = True
         self._transport = transport  # type: ignore[assignment]
         self._loop = asyncio.get_running_loop()
         self.peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("socket")
-        if sock is not None:
+        ssl_object = transport.get_extra_info("ssl_object")
+        self._tls = ssl_object is not None
+        if self._session_factory is not None:
+            # Built here, before any byte is read: the principal of an SSL client comes
+            # from its certificate, a SASL listener's session carries its authenticator.
+            self.session = self._session_factory(self.ip or "", ssl_object)
+        if self.session.authenticator is not None:
+            # Until a SASL client has authenticated, its frames are bounded by
+            # sasl.server.max.receive.size (Kafka's SaslServerAuthenticator), not by
+            # socket.request.max.bytes: an unauthenticated peer cannot make us buffer
+            # 100 MB.
+            self._decoder.max_frame_bytes = min(self._limits.max_frame_bytes,
+                                                self._limits.max_unauthenticated_frame_bytes)
+            self.session.on_authenticated.append(self._authenticated)
+            # An unauthenticated peer may hold a connection slot only briefly (Kafka
+            # bounds it by connections.max.idle.ms alone, 10 minutes by default).
+            self._auth_deadline = self._loop.call_later(
+                self._limits.authentication_timeout_s, self._authentication_overdue)
+        if self._tls:
+            # Writing to the socket's fd would bypass the encryption: the transport's
+            # buffer (bounded through pause_writing) carries every byte instead.
+            transport.set_write_buffer_limits(high=_TLS_HIGH_WATER)  # type: ignore[attr-defined]
+            if sock is not None:
+                try:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                except OSError:
+                    pass
+        elif sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self._sock_fd = sock.fileno()
@@ -220,12 +297,44 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._auth_deadline is not None:
+            self._auth_deadline.cancel()
+            self._auth_deadline = None
         self._release()
         self._owner.connection_closed(self)
         answers, self._answers = self._answers, deque()
         for fut in answers:
             if not fut.done():
                 fut.cancel()
+
+    def _authenticated(self) -> None:
+        self._decoder.max_frame_bytes = self._limits.max_frame_bytes
+        if self._auth_deadline is not None:
+            self._auth_deadline.cancel()
+            self._auth_deadline = None
+
+    def _authentication_overdue(self) -> None:
+        self._auth_deadline = None
+        if not self._closed and not self.session.authenticated:
+            self.log_close(f"SASL authentication did not complete within "
+                           f"{self._limits.authentication_timeout_s:g} s "
+                           "(odradek.authentication.timeout.ms)", logging.INFO)
+            self.close()
+
+    # TLS transports call these when their buffer crosses the high/low water marks.
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._closed:
+            return
+        self._pump_tls()
+        if not self._out and not self._write_paused:
+            self._maybe_close_after()
+            if not self._closed:
+                self._process()
+                self._account()
 
     def data_received(self, data: bytes) -> None:
         self.last_io = time.monotonic()
@@ -239,6 +348,8 @@ class KafkaConnection(asyncio.Protocol):
             return
         if frames:
             self._pending.extend(frames)
+            if self._limits.stamp_arrivals:
+                self._arrivals.extend([time.perf_counter()] * len(frames))
             self._pending_bytes += sum(len(f) for f in frames)
             if self._blocking is None and not self._out:
                 self._process()
@@ -266,7 +377,9 @@ class KafkaConnection(asyncio.Protocol):
 
     def _release(self) -> None:
         """Drop every queued request and unsent response part; close our fds."""
+        self._close_reason = None
         self._pending.clear()
+        self._arrivals.clear()
         self._pending_bytes = 0
         self._account()
         self._requests.forget(self)
@@ -315,12 +428,22 @@ class KafkaConnection(asyncio.Protocol):
     def _process(self) -> None:
         loop = self._loop or asyncio.get_running_loop()
         while (self._pending and self._blocking is None and not self._closed
-               and not self._out and len(self._answers) < MAX_PENDING_ANSWERS):
+               and not self._out and not self._write_paused
+               and self._close_reason is None
+               and len(self._answers) < MAX_PENDING_ANSWERS):
             frame = self._pending.popleft()
             self._pending_bytes -= len(frame)
+            arrived = (FRAME_ARRIVED_AT.set(self._arrivals.popleft())
+                       if self._arrivals else None)
             token = CURRENT_PEER.set(self.peer)
+            stoken = CURRENT_SESSION.set(self.session)
             try:
                 result = self._dispatch(frame)
+                if isinstance(result, CloseAfter):
+                    self.log_close(result.reason, logging.INFO)
+                    self._close_reason = result.reason
+                    self._close_delay_s = result.delay_s
+                    result = result.response
                 # Tasks are created here, so that they inherit CURRENT_PEER.
                 if isinstance(result, Pipelined):
                     self._enqueue(loop.create_task(result.coro))
@@ -341,13 +464,29 @@ class KafkaConnection(asyncio.Protocol):
                 self.close()
                 return
             finally:
+                CURRENT_SESSION.reset(stoken)
                 CURRENT_PEER.reset(token)
+                if arrived is not None:
+                    FRAME_ARRIVED_AT.reset(arrived)
             if self._answers:  # an earlier answer is still pending: keep the order
                 done = loop.create_future()
                 done.set_result(result)
                 self._answers.append(done)
             else:
                 self._write(result)
+                self._maybe_close_after()
+
+    def _maybe_close_after(self) -> None:
+        """A CloseAfter answer is fully handed over: close (a TLS transport flushes its
+        buffer before closing; a plaintext socket already took every byte)."""
+        if self._close_reason is not None and not self._out and not self._answers:
+            if self._close_delay_s > 0 and self._loop is not None:
+                delay, self._close_delay_s = self._close_delay_s, 0.0
+                if self._transport is not None:
+                    self._transport.pause_reading()
+                self._loop.call_later(delay, self.close)
+                return
+            self.close()
 
     def _enqueue(self, task: asyncio.Future[Any]) -> None:
         self._answers.append(task)
@@ -379,6 +518,9 @@ class KafkaConnection(asyncio.Protocol):
             self._write(fut.result())
             if self._closed:
                 return
+        self._maybe_close_after()
+        if self._closed:
+            return
         self._process()
         self._account()
 
@@ -386,6 +528,9 @@ class KafkaConnection(asyncio.Protocol):
     def _write(self, result: Any) -> None:
         """Send a response: bytes, or a list of bytes and FileSlices (in order)."""
         if result is None or self._closed or self._transport is None:
+            return
+        if self._tls:
+            self._write_tls(result)
             return
         if type(result) is bytes and not self._out and self._sock_fd >= 0:
             # The common case (every non-Fetch response): one write() that takes it all.
@@ -418,6 +563,49 @@ class KafkaConnection(asyncio.Protocol):
                 self._wait_writable()
         except OSError as e:  # os.dup at the fd limit (EMFILE): this connection gives up
             self._broken_write(e)
+
+    def _write_tls(self, result: Any) -> None:
+        """TLS: bytes to the transport; record data read in chunks as the transport
+        drains (``_pump_tls``). Order is kept: once something waits in ``_out``,
+        everything after it waits too."""
+        if isinstance(result, (bytes, bytearray, memoryview)):
+            result = (result,)
+        try:
+            for p in result:
+                if self._out or not isinstance(p, (bytes, bytearray, memoryview)):
+                    self._out.append(self._pin(p))
+                else:
+                    self._transport.write(p)  # type: ignore[union-attr]
+        except OSError as e:  # os.dup at the fd limit
+            self._broken_write(e)
+            return
+        self.last_io = time.monotonic()
+        self._pump_tls()
+
+    def _pump_tls(self) -> None:
+        out = self._out
+        transport = self._transport
+        while out and not self._write_paused and not self._closed and transport is not None:
+            p = out[0]
+            if isinstance(p, memoryview):
+                transport.write(p)
+                out.popleft()
+                continue
+            try:
+                chunk = os.pread(p.fd, min(p.remaining, _TLS_CHUNK), p.position)
+            except OSError as e:
+                self._broken_write(e)
+                return
+            if not chunk:
+                self._broken_write(_Truncated(f"segment ends {p.remaining} bytes early"))
+                return
+            transport.write(chunk)
+            p.position += len(chunk)
+            p.remaining -= len(chunk)
+            self.last_io = time.monotonic()
+            if not p.remaining:
+                os.close(p.fd)
+                out.popleft()
 
     def _send_now(self, parts: Any) -> list[Any]:
         """Write as much of ``parts`` as the socket takes now; return the unsent rest
@@ -537,6 +725,9 @@ class KafkaConnection(asyncio.Protocol):
             self._loop.remove_writer(self._wait_fd)
             os.close(self._wait_fd)
             self._wait_fd = -1
+        self._maybe_close_after()
+        if self._closed:
+            return
         self._process()
         self._account()
 

@@ -15,6 +15,13 @@ applies them (``kafka.network.ConnectionQuotas``, ``Acceptor``):
   is closed (Kafka's Selector expires idle channels whatever they are waiting for).
 * ``queued.max.requests``: the ``RequestQueue`` shared by every connection.
 
+A broker has one ``SocketServer`` per listener (issue 14); the limits above are shared
+by all of them, as Kafka's are. On a TLS listener the handshake runs in its own task
+(never in the accept loop, so a peer that stops half-way through a handshake delays
+nobody else), bounded by ``odradek.authentication.timeout.ms``; a failed handshake -- a plaintext
+client, a wrong certificate -- closes that connection with one rate-limited log line.
+The connection counts against the quotas from the moment it is accepted.
+
 ``ConnectionQuotas`` is pure (counts in, decisions out) and unit-tested.
 """
 
@@ -23,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from functools import partial
@@ -30,12 +38,15 @@ from typing import Any
 
 from odradek.log_limiter import LogLimiter
 from odradek.server.network import ConnectionLimits, Dispatch, KafkaConnection, RequestQueue
+from odradek.server.session import Session
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ConnectionQuotas", "SocketServer"]
 
 _REJECT_LOG = LogLimiter(burst=5, interval_s=60.0)
+
+SessionFactory = Callable[[str, "ssl.SSLObject | None"], Session]
 
 
 class ConnectionQuotas:
@@ -85,8 +96,15 @@ class SocketServer:
 
     def __init__(self, dispatch: Dispatch, limits: ConnectionLimits, quotas: ConnectionQuotas,
                  request_queue: RequestQueue, idle_ms: int,
-                 on_connection_closed: Callable[[KafkaConnection], None] | None = None) -> None:
+                 on_connection_closed: Callable[[KafkaConnection], None] | None = None,
+                 *, name: str = "PLAINTEXT", ssl_context: ssl.SSLContext | None = None,
+                 session_factory: SessionFactory | None = None) -> None:
         self._dispatch = dispatch
+        self.name = name
+        self.ssl_context = ssl_context
+        self._session_factory = session_factory
+        self._setups: set[asyncio.Task[None]] = set()
+        self.handshake_failures = 0
         self.limits = limits
         self.quotas = quotas
         self.request_queue = request_queue
@@ -97,6 +115,11 @@ class SocketServer:
         self._idle_task: asyncio.Task[None] | None = None
         self._slot_freed: asyncio.Event | None = None
         self._on_closed = on_connection_closed
+        # Kafka's socket-server-metrics (connection-creation-total, connection-close-total)
+        # and the per-ip rejections: plain counters, read by the metrics collector.
+        self.connections_created = 0
+        self.connections_closed = 0
+        self.connections_rejected = 0
 
     # ------------------------------------------------------------------ lifecycle
     def bind(self, host: str, port: int, backlog: int = 1024) -> tuple[str, int]:
@@ -126,7 +149,7 @@ class SocketServer:
 
     def close(self) -> None:
         """Stop accepting and close every connection."""
-        for t in (self._accept_task, self._idle_task):
+        for t in (self._accept_task, self._idle_task, *self._setups):
             if t is not None:
                 t.cancel()
         if self._sock is not None:
@@ -161,26 +184,58 @@ class SocketServer:
                                 "Rejected connection from %s, address already has the "
                                 "configured maximum of %d connections.", ip,
                                 self.quotas.limit_for(ip))
+                self.connections_rejected += 1
                 sock.close()
                 continue
-            try:
-                await loop.connect_accepted_socket(partial(
-                    KafkaConnection, self._dispatch, self.limits, self, ip), sock)
-            except asyncio.CancelledError:
-                sock.close()
+            if self.ssl_context is None:
+                await self._set_up(sock, ip)
+            else:
+                task = asyncio.create_task(self._set_up(sock, ip), name="tls-handshake")
+                self._setups.add(task)
+                task.add_done_callback(self._setups.discard)
+
+    async def _set_up(self, sock: socket.socket, ip: str) -> None:
+        loop = asyncio.get_running_loop()
+        holder: list[KafkaConnection] = []
+
+        def make() -> KafkaConnection:
+            conn = KafkaConnection(self._dispatch, self.limits, self, ip,
+                                   session_factory=self._session_factory)
+            holder.append(conn)
+            return conn
+        try:
+            if self.ssl_context is None:
+                await loop.connect_accepted_socket(make, sock)
+            else:
+                await loop.connect_accepted_socket(
+                    make, sock, ssl=self.ssl_context,
+                    # Kafka has no separate setting (connections.max.idle.ms bounds
+                    # it); a shorter bound frees a stalled handshake's slot sooner.
+                    ssl_handshake_timeout=self.limits.authentication_timeout_s)
+        except asyncio.CancelledError:
+            sock.close()
+            if not (holder and holder[0].made):
                 self.quotas.dec(ip)
-                raise
-            except Exception as e:  # noqa: BLE001 - one bad socket never stops accepting
-                logger.info("could not set up the connection from %s: %r", ip, e)
-                sock.close()
+            raise
+        except Exception as e:  # noqa: BLE001 - one bad socket never stops accepting
+            self.handshake_failures += self.ssl_context is not None
+            _REJECT_LOG.log(logger, logging.INFO, ("setup", ip),
+                            "could not set up the connection from %s on listener %s: %r",
+                            ip, self.name, e)
+            sock.close()
+            if not (holder and holder[0].made):
+                # connection_made never ran, so connection_closed will not give the
+                # quota back
                 self.quotas.dec(ip)
 
     # ------------------------------------------------------------------ ConnectionOwner
     def connection_opened(self, conn: KafkaConnection) -> None:
         self.connections.add(conn)
+        self.connections_created += 1
 
     def connection_closed(self, conn: KafkaConnection) -> None:
         self.connections.discard(conn)
+        self.connections_closed += 1
         if conn.ip is not None:
             self.quotas.dec(conn.ip)
         if self._slot_freed is not None:

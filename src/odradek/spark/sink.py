@@ -71,6 +71,9 @@ class SinkOptions:
     fail_after_records: int | None = None
     fail_after_commit: bool = False
     client: str = "columnar"  # odradek.client: columnar or confluent (docs/spark.md)
+    # odradek.sink.guarantee (docs/spark.md): "dedupe" (replays skip rows already
+    # written) or "transactional" (one Kafka transaction per task and micro-batch)
+    transactional: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
@@ -91,7 +94,7 @@ class SinkOptions:
                    exactly_once=parse_bool(options, "exactlyOnce", True),
                    fail_after_records=parse_positive_int(options, "odradek.test.failAfterRecords"),
                    fail_after_commit=parse_bool(options, "odradek.test.failAfterCommit", False),
-                   client=client)
+                   client=client, transactional=_parse_guarantee(options))
 
 
 def _validate_schema(schema: StructType, *, has_topic_option: bool) -> None:
@@ -168,6 +171,20 @@ def row_digest(topic: str, key: bytes | None, value: bytes | None, partition: in
 
 
 # --------------------------------------------------------------------------- cluster helpers
+
+def _parse_guarantee(options: Mapping[str, str]) -> bool:
+    g = str(options.get("odradek.sink.guarantee", "dedupe")).lower()
+    if g not in ("dedupe", "transactional"):
+        raise SparkOptionError("option 'odradek.sink.guarantee' must be dedupe or "
+                               f"transactional, not {g!r}")
+    return g == "transactional"
+
+
+def transactional_id(query_id: str, task: int) -> str:
+    """One id per query and Spark partition: a retry or replay of the task reuses it, so
+    its InitProducerId fences the earlier attempt and aborts its open transaction."""
+    return f"odradek-spark-{query_id}-{task}"
+
 
 def _producer(conf: Mapping[str, str]) -> Any:
     from confluent_kafka import Producer
@@ -251,6 +268,11 @@ def _read_range(consumer: Any, topic: str, partition: int, start: int, end: int)
                 pos = m.offset() + 1
                 deadline = time.monotonic() + 60
                 yield m
+        # A read_committed consumer never returns transaction markers or aborted
+        # records: its position moves past them, and so does ours.
+        at = consumer.position([TopicPartition(topic, partition)])[0].offset
+        if at > pos:
+            pos, deadline = at, time.monotonic() + 60
         if time.monotonic() > deadline:
             raise KafkaError(ErrorCode.request_timed_out, f"scan {topic}-{partition} stuck at {pos}")
 
@@ -262,10 +284,11 @@ def _watermarks(admin: Any, topic: str, partition: int,
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
-    from odradek.spark.source import list_offsets_retrying
+    from odradek.spark.source import list_offsets_retrying, read_committed
     tp = TopicPartition(topic, partition)
     lo = list_offsets_retrying(admin, {tp: OffsetSpec.earliest()}, 30, 1.0, conf)[tp]
-    hi = list_offsets_retrying(admin, {tp: OffsetSpec.latest()}, 30, 1.0, conf)[tp]
+    hi = list_offsets_retrying(admin, {tp: OffsetSpec.latest()}, 30, 1.0, conf,
+                               committed=read_committed(conf))[tp]
     return lo, hi
 
 
@@ -311,9 +334,10 @@ def _latest_offsets(admin: Any, topic: str, conf: Mapping[str, str]) -> dict[str
     t = admin.list_topics(topic, timeout=30).topics.get(topic)
     if t is None or t.error is not None:
         raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {topic} does not exist")
-    from odradek.spark.source import list_offsets_retrying
+    from odradek.spark.source import list_offsets_retrying, read_committed
     got = list_offsets_retrying(admin, {TopicPartition(topic, p): OffsetSpec.latest()
-                                        for p in t.partitions}, 30, 1.0, conf)
+                                        for p in t.partitions}, 30, 1.0, conf,
+                                committed=read_committed(conf))
     return {str(tp.partition): off for tp, off in got.items()}
 
 
@@ -367,6 +391,8 @@ class _Task:
                 self._native.close()
 
     def _run(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        if self.exactly_once and self.opts.transactional:
+            return self._run_transactional(batches)
         if self.exactly_once:
             assert self.query_id is not None and self.batch_id is not None
             topic = marker_topic(self.query_id)
@@ -381,6 +407,7 @@ class _Task:
                 logger.info("odradek sink: batch %s of query %s already committed; skipping",
                          self.batch_id, self.query_id)
                 return SinkCommitMessage(self.query_id, self.task, 0, 0, skipped_batch=True)
+
             self._load_previous_attempts([m for m in markers
                                           if m["type"] == "begin" and m["task"] == self.task])
         if self.opts.client == "columnar":
@@ -409,6 +436,48 @@ class _Task:
                                      f"{self.written} durable records")
         delivery.check(producer)
         return SinkCommitMessage(self.query_id, self.task, self.written, self.skipped)
+
+    def _run_transactional(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        """odradek.sink.guarantee=transactional: the task's records and its ``task``
+        marker are written in one transaction (KIP-98). A replay finds the marker (read
+        read_committed) and writes nothing; an attempt that died before committing left
+        an open transaction that this attempt's InitProducerId aborts (same
+        transactional.id), so read_committed consumers never see it."""
+        assert self.query_id is not None and self.batch_id is not None
+        from confluent_kafka import Producer
+        _ensure_marker_topic(self.admin, marker_topic(self.query_id))
+        producer = Producer({"acks": "all", "linger.ms": 5, "partitioner": "murmur2_random",
+                             **self.opts.conf,
+                             "transactional.id": transactional_id(self.query_id, self.task)})
+        # First fence and abort an earlier attempt of this task, then read the markers
+        # (read_committed, up to the LSO): only committed transactions count.
+        producer.init_transactions(120)
+        conf = {**self.opts.conf, "isolation.level": "read_committed"}
+        markers = read_markers(conf, self.admin, self.query_id, self.batch_id)
+        if any(m["type"] == "commit" or (m["type"] == "task" and m["task"] == self.task)
+               for m in markers):
+            logger.info("odradek sink: task %d of batch %s already committed; skipping",
+                        self.task, self.batch_id)
+            return SinkCommitMessage(self.query_id, self.task, 0, 0,
+                                     skipped_batch=any(m["type"] == "commit" for m in markers))
+        producer.begin_transaction()
+        delivery = _Delivery()
+        for batch in batches:
+            for topic, key, value, partition, headers in _rows(batch, self.opts.topic):
+                self._produce(producer, delivery, topic, key, value, partition, headers)
+                self.written += 1
+                if self.opts.fail_after_records and self.written >= self.opts.fail_after_records:
+                    delivery.check(producer)  # durable, but in a transaction never committed
+                    raise KafkaError(ErrorCode.unknown_server_error,
+                                     f"odradek.test.failAfterRecords: injected failure after "
+                                     f"{self.written} records")
+        marker = {"type": "task", "batch": self.batch_id, "task": self.task,
+                  "written": self.written}
+        producer.produce(marker_topic(self.query_id), json.dumps(marker).encode(),
+                         str(self.batch_id).encode(), partition=0, on_delivery=delivery)
+        delivery.check(producer)
+        producer.commit_transaction(120)
+        return SinkCommitMessage(self.query_id, self.task, self.written, 0)
 
     def _run_columnar(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         """The columnar client: whole record batches per partition (module doc)."""

@@ -155,8 +155,14 @@ def _transient(err: Any) -> bool:
         CKError._NOENT)  # _NOENT: "No leaders found" while the admin's metadata catches up
 
 
+def read_committed(conf: Mapping[str, str]) -> bool:
+    """``kafka.isolation.level`` (librdkafka's default, read_committed, when absent)."""
+    return str(conf.get("isolation.level", "read_committed")).lower() == "read_committed"
+
+
 def list_offsets_retrying(admin: Any, req: Mapping[Any, Any], retries: int,
-                          interval_s: float, conf: Mapping[str, str] | None = None) -> dict[Any, int]:
+                          interval_s: float, conf: Mapping[str, str] | None = None,
+                          *, committed: bool = False) -> dict[Any, int]:
     """AdminClient.list_offsets, retrying partitions that fail with a retriable error.
 
     A topic created a moment ago, or a partition whose leader just died, answers
@@ -171,6 +177,10 @@ def list_offsets_retrying(admin: Any, req: Mapping[Any, Any], retries: int,
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.admin._listoffsets import TimestampSpec
+    from confluent_kafka import IsolationLevel
+    # KIP-98: under read_committed "latest" is the last stable offset, so a micro-batch
+    # never ends inside an open transaction (its reader would wait for it to finish).
+    iso = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
     out: dict[Any, int] = {}
     todo = dict(req)
     for attempt in range(retries + 1):
@@ -178,7 +188,8 @@ def list_offsets_retrying(admin: Any, req: Mapping[Any, Any], retries: int,
         last: Exception | None = None
         if attempt and conf is not None:
             admin = AdminClient(dict(conf))
-        for tp, fut in admin.list_offsets(todo, request_timeout=10).items():
+        for tp, fut in admin.list_offsets(todo, request_timeout=10,
+                                          isolation_level=iso).items():
             try:
                 off = int(fut.result().offset)
                 if off < 0 and not isinstance(todo[tp], TimestampSpec):
@@ -214,12 +225,27 @@ class _ClusterView:
     def __init__(self, conf: Mapping[str, str], retries: int, retry_interval_s: float) -> None:
         from confluent_kafka.admin import AdminClient
         self._conf = dict(conf)
-        self._admin = AdminClient(self._conf)
+        # librdkafka reports a refused SASL login only to error_cb; list_topics then fails
+        # with a bare "transport failure". Kept, so the job says why it failed.
+        self._auth_error: Any = None
+        self._admin = AdminClient({**self._conf, "error_cb": self._on_error})
         self._retries = retries
         self._retry_interval_s = retry_interval_s
 
+    def _on_error(self, err: Any) -> None:
+        from confluent_kafka import KafkaError
+        if err.code() == KafkaError._AUTHENTICATION:
+            self._auth_error = err
+
     def partition_counts(self) -> dict[str, int]:
-        md = self._admin.list_topics(timeout=30)
+        from confluent_kafka import KafkaException
+        try:
+            md = self._admin.list_topics(timeout=30)
+        except KafkaException as e:
+            self._admin.poll(0.5)  # serves error_cb (librdkafka queues it)
+            if self._auth_error is not None:
+                raise KafkaException(self._auth_error) from e
+            raise
         return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
 
     def list_offsets(self, queries: Mapping[TP, int]) -> dict[TP, int]:
@@ -234,7 +260,7 @@ class _ClusterView:
                     OffsetSpec.latest() if q == om.LATEST else OffsetSpec.for_timestamp(q))
             req[TopicPartition(topic, p)] = spec
         got = list_offsets_retrying(self._admin, req, self._retries, self._retry_interval_s,
-                                    self._conf)
+                                    self._conf, committed=read_committed(self._conf))
         return {(tp.topic, tp.partition): off for tp, off in got.items()}
 
     def earliest(self, tps: list[TP]) -> dict[TP, int]:
@@ -258,6 +284,7 @@ class _NativeClusterView(_ClusterView):
 
     def __init__(self, conf: Mapping[str, str], retries: int, retry_interval_s: float) -> None:
         from odradek.client.cluster import ClusterClient
+        self._isolation = 1 if read_committed(conf) else 0
         self._cluster = ClusterClient(conf["bootstrap.servers"],
                                       client_id=conf.get("client.id", "odradek-spark"),
                                       timeout_s=int(conf.get("socket.timeout.ms", 60_000)) / 1000)
@@ -279,7 +306,8 @@ class _NativeClusterView(_ClusterView):
         todo = dict(queries)
         for attempt in range(self._retries + 1):
             got = self._cluster.list_offsets(todo, retries=self._retries,
-                                             retry_interval_s=self._retry_interval_s)
+                                             retry_interval_s=self._retry_interval_s,
+                                             isolation_level=self._isolation)
             # A leader elected a moment ago may answer before it knows its high
             # watermark; only a timestamp lookup may legitimately answer -1 (no match).
             bad = {tp for tp, off in got.items() if off < 0 and todo[tp] in (EARLIEST, LATEST)}

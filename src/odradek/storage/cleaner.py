@@ -19,7 +19,10 @@ segment meanwhile never invalidates our reads):
    epoch and the compression codec of every retained batch are preserved; so are
    ``baseOffset`` and ``lastOffsetDelta`` (Kafka keeps a batch's original offset range),
    so a cleaned log has offset *gaps* but never reorders. Emptied batches are dropped,
-   control batches kept. Records are decompressed only here, one batch at a time
+   control batches kept. Transactions (Kafka's cleaner rules, KIP-98): the dirty section
+   ends at the last stable offset (an open transaction's records may still be aborted),
+   and records of aborted transactions are neither counted in the offset map (an aborted
+   value never shadows an older committed one) nor retained. Records are decompressed only here, one batch at a time
    (bounded memory), and a batch whose records all survive is copied byte for byte.
 
 The swap of the cleaned files into the log happens on the event loop
@@ -113,6 +116,8 @@ class CleanParams:
     delete_retention_ms: int
     now_ms: int
     dedupe_buffer_bytes: int = 128 * 1024 * 1024
+    # (producer id, first offset, last offset) of the log's aborted transactions
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def max_map_entries(self) -> int:
@@ -295,10 +300,20 @@ def iter_segment_batches(seg: SegmentView, start_pos: int = 0) -> Iterator[tuple
 # ----------------------------------------------------------------------------- phase 1
 
 
+def is_aborted(h: BatchHeader, aborted: tuple[tuple[int, int, int], ...]) -> bool:
+    """A data batch of a transaction that was aborted."""
+    if not h.is_transactional or h.is_control or not aborted:
+        return False
+    pid, off = h.producer_id, h.base_offset
+    return any(p == pid and first <= off <= last for p, first, last in aborted)
+
+
 def build_offset_map(
-    segments: list[SegmentView], start: int, stop: int, max_entries: int
+    segments: list[SegmentView], start: int, stop: int, max_entries: int,
+    aborted: tuple[tuple[int, int, int], ...] = (),
 ) -> OffsetMap:
-    """Latest offset per key over ``[start, stop)`` of ``segments`` (ascending)."""
+    """Latest offset per key over ``[start, stop)`` of ``segments`` (ascending); records
+    of ``aborted`` transactions do not count."""
     omap = OffsetMap(start=start, end=start)
     latest = omap.latest
     for seg in segments:
@@ -311,7 +326,9 @@ def build_offset_map(
                 continue
             if h.base_offset >= stop:
                 break
-            if h.is_control:  # control records carry no user key (Kafka skips them too)
+            if h.is_control or is_aborted(h, aborted):
+                # Control records carry no user key (Kafka skips them too); aborted
+                # records must not shadow committed ones.
                 omap.end = max(omap.end, min(h.next_offset, stop))
                 continue
             payload = _decompress(h.compression, batch[BATCH_HEADER_SIZE:])
@@ -502,6 +519,8 @@ def clean_segments(
                     if h.is_control:
                         w.append(batch, h.last_offset, h.max_timestamp)
                         continue
+                    if is_aborted(h, params.aborted):
+                        continue  # Kafka's cleaner discards aborted transactions' records
                     drop_below = omap.start if h.max_timestamp < horizon else -1
                     kept = _filter_batch(h, batch, omap, drop_below, stats)
                     if kept is not None:

@@ -62,6 +62,7 @@ class FlushJob:
     index_paths: list[Path] = field(default_factory=list)
     fsync_dir: bool = False
     fsync_parent: bool = False
+    covers_active: bool = False  # the active segment's file is synced (truncations stick)
     done: bool = False
     error: BaseException | None = None
 

@@ -24,6 +24,15 @@ becomes leader already knows every producer: a retry that reaches the new leader
 a failover is still recognised as a duplicate. The state is snapshotted to
 ``<offset>.snapshot`` (JSON) on clean shutdown and periodically, and rebuilt on start-up
 from the newest snapshot plus the batches after it (never a rescan of the whole log).
+
+Transactions (KIP-98, Kafka's ProducerStateManager): a transactional batch opens a
+transaction for its producer id at its first offset; a COMMIT or ABORT control batch
+(written by the transaction coordinator's WriteTxnMarkers) closes it. The first offset
+of the oldest open transaction bounds the last stable offset (LSO) that read_committed
+consumers may read to; every ABORT adds an ``AbortedTxn`` (producer id, first offset,
+last offset = the marker's offset, LSO after it -- the fields of Kafka's .txnindex entry)
+that a read_committed fetch returns so the consumer drops the aborted batches. Markers
+carry the producer's (possibly bumped) epoch, so they also fence older producers.
 """
 
 from __future__ import annotations
@@ -37,6 +46,9 @@ from pathlib import Path
 
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage.batch import BatchHeader
+
+CONTROL_TYPE_ABORT = 0  # Kafka's ControlRecordType
+CONTROL_TYPE_COMMIT = 1
 
 NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NumBatchesToRetain
 INT32_MAX = 2**31 - 1
@@ -65,10 +77,32 @@ def _next_seq(seq: int) -> int:
     return 0 if seq == INT32_MAX else seq + 1
 
 
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """Kafka's AbortedTxn (one .txnindex entry)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+def control_type(batch: bytes | bytearray | memoryview) -> int:
+    """COMMIT or ABORT, from a control batch's record key (version i16, type i16)."""
+    from odradek.storage.records import decode_batch_records
+
+    rec = decode_batch_records(batch)[0]
+    if rec.key is None or len(rec.key) < 4:
+        return -1
+    return int.from_bytes(rec.key[2:4], "big", signed=True)
+
+
 class ProducerStateManager:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
         self.producers: dict[int, ProducerEntry] = {}
+        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open txn
+        self.aborted: list[AbortedTxn] = []  # in last-offset order
         self.last_offset = -1  # offsets up to this one are reflected in the state
         self.dirty = False
         self._write_lock = threading.Lock()  # periodic writes run in a worker thread
@@ -124,18 +158,56 @@ class ProducerStateManager:
         return duplicate
 
     # ------------------------------------------------------------------ updates
-    def update(self, batches: list[BatchHeader]) -> None:
-        """Record appended batches (offsets assigned). Leaders and followers alike."""
+    def update(self, batches: list[BatchHeader],
+               buf: bytes | bytearray | memoryview | None = None) -> None:
+        """Record appended batches (offsets assigned). Leaders and followers alike.
+        ``buf`` holds the batches (control batches are read from it)."""
         for h in batches:
-            if h.producer_id >= 0 and not h.is_control:
-                entry = self.producers.get(h.producer_id)
+            pid = h.producer_id
+            if pid >= 0 and h.is_control:
+                kind = -1
+                if buf is not None:
+                    kind = control_type(memoryview(buf)[h.position:h.position + h.size])
+                self._complete_txn(pid, h.producer_epoch, kind, h.last_offset)
+            elif pid >= 0:
+                entry = self.producers.get(pid)
                 if entry is None or h.producer_epoch > entry.epoch:
-                    entry = self.producers[h.producer_id] = ProducerEntry(h.producer_epoch)
+                    entry = self.producers[pid] = ProducerEntry(h.producer_epoch)
                 entry.batches.append(BatchMeta(h.base_sequence,
                                                h.base_sequence + h.last_offset_delta,
                                                h.base_offset, h.last_offset))
+                if h.is_transactional and pid not in self.ongoing:
+                    self.ongoing[pid] = h.base_offset
             self.last_offset = max(self.last_offset, h.last_offset)
         self.dirty = True
+
+    def _complete_txn(self, pid: int, epoch: int, kind: int, marker_offset: int) -> None:
+        entry = self.producers.get(pid)
+        if entry is None or epoch > entry.epoch:
+            # A marker's epoch fences every older producer with this id (zombie fencing).
+            entry = self.producers[pid] = ProducerEntry(epoch)
+        first = self.ongoing.pop(pid, None)
+        if first is not None and kind == CONTROL_TYPE_ABORT:
+            # The LSO recorded is the one after this transaction completes (Kafka's
+            # lastStableOffset in the .txnindex entry).
+            lso = min(self.ongoing.values(), default=marker_offset + 1)
+            self.aborted.append(AbortedTxn(pid, first, marker_offset, lso))
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (None: nothing open)."""
+        return min(self.ongoing.values(), default=None)
+
+    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of aborted transactions overlapping
+        ``[start, end)``: what a read_committed fetch returns (Kafka's
+        collectAbortedTransactions)."""
+        return [(a.producer_id, a.first_offset) for a in self.aborted
+                if a.last_offset >= start and a.first_offset < end]
+
+    def trim_aborted(self, log_start_offset: int) -> None:
+        """Forget aborted transactions wholly below the log start (their segments went)."""
+        if self.aborted and self.aborted[0].last_offset < log_start_offset:
+            self.aborted = [a for a in self.aborted if a.last_offset >= log_start_offset]
 
     def truncate_to(self, offset: int) -> None:
         """Forget batches at or above ``offset`` (the caller replays the log if needed)."""
@@ -146,6 +218,13 @@ class ProducerStateManager:
                 del self.producers[pid]
             else:
                 entry.batches = deque(kept, maxlen=NUM_BATCHES_TO_RETAIN)
+        self.ongoing = {pid: first for pid, first in self.ongoing.items() if first < offset}
+        for a in self.aborted:
+            if a.last_offset >= offset and a.first_offset < offset:
+                # The abort marker is gone but the transaction's start is kept: it is
+                # open again until the coordinator rewrites the marker.
+                self.ongoing[a.producer_id] = a.first_offset
+        self.aborted = [a for a in self.aborted if a.last_offset < offset]
         self.last_offset = min(self.last_offset, offset - 1)
 
     # ------------------------------------------------------------------ snapshots
@@ -164,7 +243,10 @@ class ProducerStateManager:
             "version": 1, "offset": offset,
             "producers": {str(pid): {"epoch": e.epoch, "batches": [
                 [b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches]}
-                for pid, e in self.producers.items()}})
+                for pid, e in self.producers.items()},
+            "ongoing": {str(pid): first for pid, first in self.ongoing.items()},
+            "aborted": [[a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset]
+                        for a in self.aborted]})
         self.dirty = False
         return self.snapshot_path(offset), body
 
@@ -196,6 +278,8 @@ class ProducerStateManager:
             if off <= max_offset and (best is None or off > best[0]):
                 best = (off, p)
         self.producers = {}
+        self.ongoing = {}
+        self.aborted = []
         self.last_offset = -1
         if best is None:
             return 0
@@ -208,5 +292,7 @@ class ProducerStateManager:
             for fs, ls, fo, lo in e["batches"]:
                 entry.batches.append(BatchMeta(fs, ls, fo, lo))
             self.producers[int(pid)] = entry
+        self.ongoing = {int(pid): int(first) for pid, first in data.get("ongoing", {}).items()}
+        self.aborted = [AbortedTxn(*map(int, a)) for a in data.get("aborted", [])]
         self.last_offset = best[0] - 1
         return best[0]

@@ -128,20 +128,21 @@ class KafkaZkClient:
         self._multi_read = True  # False once the server said it has no multiRead (< 3.6)
 
     # ================================================================= reads
-    def read(self, ops: Sequence[ReadOp]) -> list[ReadResult]:
+    def read(self, ops: Sequence[ReadOp], timeout_s: float = REQUEST_TIMEOUT_S,
+             ) -> list[ReadResult]:
         """Results of ``ops`` in order: ``(data, stat)``, a list of children, or the
         exception for that slot (``NoNodeError()``). Pipelined multiReads."""
         if not ops:
             return []
         if self._multi_read:
             try:
-                return self._read_multi(ops)
+                return self._read_multi(ops, timeout_s)
             except UnimplementedError:
                 logger.warning("ZooKeeper has no multiRead (3.6+); reading znode by znode")
                 self._multi_read = False
-        return self._read_single(ops)
+        return self._read_single(ops, timeout_s)
 
-    def _read_multi(self, ops: Sequence[ReadOp]) -> list[ReadResult]:
+    def _read_multi(self, ops: Sequence[ReadOp], timeout_s: float) -> list[ReadResult]:
         chunks = [ops[i:i + self.max_ops] for i in range(0, len(ops), self.max_ops)]
         out: list[ReadResult] = []
         for w in range(0, len(chunks), self.max_in_flight):
@@ -151,10 +152,10 @@ class KafkaZkClient:
             self.stats.ops += sum(len(c) for c in window)
             self.stats.round_trips += 1
             for f in futures:
-                out.extend(f.get(timeout=REQUEST_TIMEOUT_S))
+                out.extend(f.get(timeout=timeout_s))
         return out
 
-    def _read_single(self, ops: Sequence[ReadOp]) -> list[ReadResult]:
+    def _read_single(self, ops: Sequence[ReadOp], timeout_s: float) -> list[ReadResult]:
         futures = []
         for kind, path in ops:
             if kind == GET_DATA:
@@ -167,7 +168,7 @@ class KafkaZkClient:
         out: list[ReadResult] = []
         for f in futures:
             try:
-                out.append(f.get(timeout=REQUEST_TIMEOUT_S))
+                out.append(f.get(timeout=timeout_s))
             except NoNodeError as e:
                 out.append(e)
         return out
@@ -195,10 +196,12 @@ class KafkaZkClient:
 
     # ----------------------------------------------------------------- typed reads
     def get_partition_states(self, tps: Iterable[TopicPartition],
+                             timeout_s: float = REQUEST_TIMEOUT_S,
                              ) -> dict[TopicPartition, tuple[znodes.PartitionState, int]]:
         """State and znode version of each partition that has a state znode."""
         keys = list(tps)
-        results = self.read([(GET_DATA, znodes.partition_state_path(t, p)) for t, p in keys])
+        results = self.read([(GET_DATA, znodes.partition_state_path(t, p)) for t, p in keys],
+                            timeout_s)
         out: dict[TopicPartition, tuple[znodes.PartitionState, int]] = {}
         for tp, r in zip(keys, results):
             if isinstance(r, tuple):

@@ -100,8 +100,11 @@ class ZooKeeperServer:
         server_id: int | None = None,
         peers: list[tuple[int, str]] | None = None,
         tick_time: int = 500,
+        command_prefix: list[str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        # e.g. ``ip netns exec <ns>``: run the node on another (namespace) host.
+        self.command_prefix = list(command_prefix or [])
         self.address = address
         self.port = port
         self.server_id = server_id
@@ -220,6 +223,7 @@ class ZooKeeperServer:
                 str(cg / "cgroup.procs"),
                 *cmd,
             ]
+        cmd = [*self.command_prefix, *cmd]
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
                 cmd,

@@ -134,7 +134,12 @@ def server() -> Iterator[tuple[socket.socket, list[bytes]]]:
                 conn.recv(65536)
                 for r in replies:
                     conn.sendall(r)
-                conn.recv(1)  # until the client closes
+                # End of the replies (EOF for the client), then read until the client
+                # closes: closing with unread requests in the buffer would send an RST
+                # and fail the client's next send at random.
+                conn.shutdown(socket.SHUT_WR)
+                while conn.recv(65536):
+                    pass
             except OSError:
                 pass
 

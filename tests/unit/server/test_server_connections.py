@@ -225,3 +225,39 @@ def test_idle_expiry_closes_only_idle_connections() -> None:
             srv.close()
 
     asyncio.run(main())
+
+
+def test_connection_counters_for_metrics() -> None:
+    """The counters behind kafka_server_socket_server_metrics_connection_* (issue 15):
+    accepted, closed and rejected (max.connections.per.ip) connections, over real
+    sockets."""
+    async def main() -> None:
+        srv = SocketServer(lambda frame: b"ok", ConnectionLimits(), ConnectionQuotas(100, 1),
+                           RequestQueue(500), idle_ms=-1)
+        addr = srv.bind("127.0.0.1", 0)
+        srv.start_serving()
+        deadline = time.monotonic() + 5
+
+        async def until(cond: Any) -> None:
+            while not cond():
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+
+        try:
+            a = socket.create_connection(addr)
+            await until(lambda: srv.connections_created == 1)
+            b = socket.create_connection(addr)  # over the per-ip limit of 1
+            await until(lambda: srv.connections_rejected == 1)
+            assert srv.connections_created == 1 and len(srv.connections) == 1
+            a.close()
+            await until(lambda: srv.connections_closed == 1)
+            b.close()
+            c = socket.create_connection(addr)  # the slot is free again
+            await until(lambda: srv.connections_created == 2)
+            assert len(srv.connections) == 1 and srv.connections_rejected == 1
+            c.close()
+            await until(lambda: srv.connections_closed == 2)
+        finally:
+            srv.close()
+
+    asyncio.run(main())

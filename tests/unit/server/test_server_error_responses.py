@@ -34,8 +34,8 @@ def _error_codes(entity: Any) -> Iterator[int]:
         if f.name.startswith("__"):
             continue
         value = getattr(entity, f.name)
-        if f.name == "error_code":
-            yield int(value)
+        if f.name in ("error_code", "partition_error_code"):
+            yield int(value)  # AddPartitionsToTxn: partition_error_code
         fc = classify_field(f)
         if isinstance(fc, EntityField) and value is not None:
             yield from _error_codes(value)

@@ -20,6 +20,7 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.metadata.image import MetadataImage
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import part, response
+from odradek.security.acl import AclOperation, ResourceType
 from odradek.topics import topic_name_error
 from odradek.zk.admin import (
     add_partitions,
@@ -40,6 +41,12 @@ logger = logging.getLogger(__name__)
 # QuorumController.MAX_RECORDS_PER_USER_OP with this error for every topic, before
 # writing anything (odradek.max.partitions.per.request is that cap, configurable).
 EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
+
+
+def _require_topic(ctx: RequestContext, op: AclOperation, topic: str) -> None:
+    if not ctx.authorize(op, ResourceType.TOPIC, topic):
+        raise KafkaError(ErrorCode.topic_authorization_failed,
+                         f"Authorization failed for topic {topic}.")
 
 
 def _partition_caps(ctx: RequestContext) -> tuple[int, int]:
@@ -92,11 +99,15 @@ async def handle_create_topics(ctx: RequestContext, header: RequestHeaderInfo, r
                   else default if t.num_partitions == -1 else max(int(t.num_partitions), 0)
                   for t in req.topics) > per_request
     cluster_total = _cluster_partitions(ctx.image)
+    # Kafka: CREATE on the cluster, or else CREATE on each topic.
+    cluster_create = ctx.authorize_cluster(AclOperation.CREATE)
     for t in req.topics:
         kw: dict[str, Any] = dict(name=t.name, error_code=ErrorCode.none, error_message=None,
                                   topic_config_error_code=0, num_partitions=-1,
                                   replication_factor=-1, configs=None)
         try:
+            if not cluster_create:
+                _require_topic(ctx, AclOperation.CREATE, t.name)
             if too_big:
                 raise KafkaError(ErrorCode.policy_violation, EXCESSIVE_BATCH)
             if counts[t.name] > 1:
@@ -149,6 +160,7 @@ async def handle_delete_topics(ctx: RequestContext, header: RequestHeaderInfo, r
     for name in names:
         code = ErrorCode.none
         try:
+            _require_topic(ctx, AclOperation.DELETE, name)
             if not ctx.config.delete_topic_enable:
                 raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable=false")
             if topic_name_error(name) is not None:
@@ -198,6 +210,7 @@ async def handle_create_partitions(ctx: RequestContext, header: RequestHeaderInf
     for t in req.topics:
         code, msg = ErrorCode.none, None
         try:
+            _require_topic(ctx, AclOperation.ALTER, t.name)
             if too_big:
                 raise KafkaError(ErrorCode.policy_violation, EXCESSIVE_BATCH)
             if counts[t.name] > 1:
@@ -244,12 +257,16 @@ def handle_describe_configs(ctx: RequestContext, header: RequestHeaderInfo, req:
                                   resource_name=res.resource_name, configs=())
         try:
             if res.resource_type == RESOURCE_TOPIC:
+                _require_topic(ctx, AclOperation.DESCRIBE_CONFIGS, res.resource_name)
                 topic = ctx.image.topics.get(res.resource_name)
                 if topic is None:
                     raise KafkaError(ErrorCode.unknown_topic_or_partition,
                                      f"Topic '{res.resource_name}' does not exist.")
                 entries = describe_topic_config(ctx.config, topic.configs)
             elif res.resource_type == RESOURCE_BROKER:
+                if not ctx.authorize_cluster(AclOperation.DESCRIBE_CONFIGS):
+                    raise KafkaError(ErrorCode.cluster_authorization_failed,
+                                     "Cluster authorization failed.")
                 if res.resource_name not in ("", str(ctx.broker_id)):
                     raise KafkaError(ErrorCode.invalid_request,
                                      f"Unexpected broker id, expected {ctx.broker_id} or "

@@ -46,6 +46,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from odradek.config import validate_topic_configs
 from odradek.configdefs import TOPIC_CONFIGS, ConfigType, parse_list
+from odradek.security.acl import AclOperation, ResourceType
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import part, response
@@ -222,6 +223,9 @@ async def _alter(ctx: RequestContext, api_key: int, v: int, req: Any,
             if counts[(rtype, name)] > 1:
                 raise _invalid_request("Each resource must appear at most once.")
             if rtype == RESOURCE_TOPIC:
+                if not ctx.authorize(AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, name):
+                    raise KafkaError(ErrorCode.topic_authorization_failed,
+                                     f"Authorization failed for topic {name}.")
                 why = topic_name_error(name)
                 if why:
                     raise KafkaError(ErrorCode.invalid_topic_exception, why)
@@ -232,6 +236,9 @@ async def _alter(ctx: RequestContext, api_key: int, v: int, req: Any,
                 if not req.validate_only:
                     written[name] = new
             elif rtype in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+                if not ctx.authorize_cluster(AclOperation.ALTER_CONFIGS):
+                    raise KafkaError(ErrorCode.cluster_authorization_failed,
+                                     "Cluster authorization failed.")
                 raise _invalid_request("dynamic broker configs are not supported by Odradek; "
                                        "set them in server.properties and restart the broker")
             else:

@@ -4,6 +4,12 @@ Produce and Fetch responses are encoded by the hand-written encoders in
 ``odradek.protocol`` (no kio on the hot path); record batches are never decompressed.
 A handler returns the encoded response (``bytes`` or a list of parts for the writer),
 ``None`` for no response (acks=0), or a coroutine when it must wait (delayed operations).
+
+Authorization (issue 14, Kafka's KafkaApis): Produce needs WRITE on each topic; a
+consumer's Fetch READ, a follower's Fetch and OffsetForLeaderEpoch CLUSTER_ACTION on the
+cluster; ListOffsets and a consumer's OffsetForLeaderEpoch DESCRIBE. A topic the
+principal may not use gets TOPIC_AUTHORIZATION_FAILED (CLUSTER_AUTHORIZATION_FAILED for
+a follower) and is neither written nor read. Each topic is checked once per request.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from odradek.protocol.produce_response import PartitionProduceResult, encode_pro
 from odradek.protocol.responses import part, response
 from odradek.replication.delayed import DelayedFetch, DelayedProduce
 from odradek.replication.replica_manager import FetchEntry, FetchParams, ProduceEntry
+from odradek.security.acl import AclOperation, ResourceType
 from odradek.server.network import CloseConnection
 
 if TYPE_CHECKING:
@@ -38,25 +45,25 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
     acks = int(req.acks)
     results: list[tuple[str, list[PartitionProduceResult]]] = []
     entries: list[ProduceEntry] = []
+    denied = 0
     for topic in req.topic_data:
         presults: list[PartitionProduceResult] = []
         results.append((topic.name, presults))
+        allowed = ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, topic.name)
         for pd in topic.partition_data:
             res = PartitionProduceResult(index=pd.index, error_code=0, base_offset=-1)
             presults.append(res)
-            entries.append(ProduceEntry(topic.name, pd.records, res))
-    if req.transactional_id is not None:
-        # Transactions are not implemented; say so instead of storing records whose
-        # commit markers would never come.
-        for e in entries:
-            e.result.error_code = int(ErrorCode.transactional_id_authorization_failed)
-            e.result.error_message = "transactions are not supported"
-        op = None
-    else:
-        op = ctx.replicas.append_records(entries, acks, req.timeout.total_seconds(),
-                                         ctx.image)
+            if allowed:
+                entries.append(ProduceEntry(topic.name, pd.records, res))
+            else:
+                res.error_code = int(ErrorCode.topic_authorization_failed)
+                denied += 1
+    # Transactional batches (KIP-98) are appended like idempotent ones; the partition's
+    # producer state opens the transaction and holds the LSO at its first offset until
+    # the coordinator's marker closes it.
+    op = ctx.replicas.append_records(entries, acks, req.timeout.total_seconds(), ctx.image)
     if acks == 0:
-        if any(e.result.error_code for e in entries):
+        if denied or any(e.result.error_code for e in entries):
             # Kafka: with acks=0 the client gets no response, so the only way to tell it
             # something went wrong is to close the connection (it then refreshes metadata).
             raise CloseConnection("acks=0 produce failed")
@@ -89,11 +96,21 @@ def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Re
     params = FetchParams(replica_id=int(req.replica_id),
                          max_wait_s=req.max_wait.total_seconds(),
                          min_bytes=min(int(req.min_bytes), cap),
-                         max_bytes=min(int(getattr(req, "max_bytes", 0x7FFFFFFF)), cap))
+                         max_bytes=min(int(getattr(req, "max_bytes", 0x7FFFFFFF)), cap),
+                         isolation_level=int(getattr(req, "isolation_level", 0)))
     topics: list[tuple[str, list[FetchEntry]]] = []
+    allowed_topics: list[tuple[str, list[FetchEntry]]] = []
+    # A follower's fetch needs CLUSTER_ACTION on the cluster, a consumer's READ per topic.
+    cluster_ok = params.replica_id >= 0 and ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
+    denial = (ErrorCode.cluster_authorization_failed if params.replica_id >= 0
+              else ErrorCode.topic_authorization_failed)
     for t in req.topics:
         entries: list[FetchEntry] = []
         topics.append((t.topic, entries))
+        allowed = (cluster_ok if params.replica_id >= 0 else
+                   ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.topic))
+        if allowed:
+            allowed_topics.append((t.topic, entries))
         for fp in t.partitions:
             entries.append(FetchEntry(
                 t.topic, int(fp.fetch_offset), int(fp.partition_max_bytes),
@@ -102,7 +119,14 @@ def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Re
                 PartitionFetchResult(index=fp.partition, error_code=0, high_watermark=-1,
                                      last_stable_offset=-1, log_start_offset=-1,
                                      records=None)))
-    op = ctx.replicas.fetch_messages(params, topics, ctx.image)
+            if not allowed:
+                entries[-1].result.error_code = int(denial)
+    if len(allowed_topics) < len(topics):
+        if not allowed_topics:
+            return _encode_fetch(header, topics)
+        op = ctx.replicas.fetch_messages(params, allowed_topics, ctx.image)
+    else:
+        op = ctx.replicas.fetch_messages(params, topics, ctx.image)
     if op is None or op.completed:
         return _encode_fetch(header, topics)
     return _delayed_fetch(header, topics, op)
@@ -143,9 +167,14 @@ def handle_list_offsets(ctx: RequestContext, header: RequestHeaderInfo, req: Any
     topics = []
     for t in req.topics:
         parts = []
+        allowed = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
         for lp in t.partitions:
             kw: dict[str, Any] = dict(partition_index=lp.partition_index, error_code=ErrorCode.none,
                                       timestamp=-1, offset=-1, leader_epoch=-1)
+            if not allowed:
+                kw["error_code"] = ErrorCode.topic_authorization_failed
+                parts.append(part(2, v, "ListOffsetsPartitionResponse", **kw))
+                continue
             try:
                 p = ctx.replicas.leader_partition(
                     t.name, lp.partition_index, image,
@@ -153,8 +182,11 @@ def handle_list_offsets(ctx: RequestContext, header: RequestHeaderInfo, req: Any
                 ts = int(lp.timestamp)
                 kw["leader_epoch"] = p.leader_epoch
                 if ts == LATEST_TIMESTAMP:
-                    # Consumers see only committed records: "latest" is the HW (REQ-R16).
-                    kw["offset"] = p.high_watermark
+                    # Consumers see only committed records: "latest" is the HW (REQ-R16),
+                    # the LSO for read_committed ones (KIP-98).
+                    kw["offset"] = (p.last_stable_offset
+                                    if int(getattr(req, "isolation_level", 0)) == 1
+                                    else p.high_watermark)
                 elif ts == EARLIEST_TIMESTAMP:
                     kw["offset"] = p.log.log_start_offset
                 elif ts == MAX_TIMESTAMP:
@@ -180,11 +212,22 @@ def handle_offset_for_leader_epoch(ctx: RequestContext, header: RequestHeaderInf
     v = header.api_version
     image = ctx.image
     topics = []
+    replica_id = int(getattr(req, "replica_id", -1))
     for t in req.topics:
         parts = []
+        if replica_id >= 0:
+            denial = ErrorCode.cluster_authorization_failed
+            allowed = ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
+        else:
+            denial = ErrorCode.topic_authorization_failed
+            allowed = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic)
         for rp in t.partitions:
             kw: dict[str, Any] = dict(error_code=ErrorCode.none, partition=rp.partition,
                                       leader_epoch=-1, end_offset=-1)
+            if not allowed:
+                kw["error_code"] = denial
+                parts.append(part(23, v, "EpochEndOffset", **kw))
+                continue
             try:
                 epoch, end = ctx.replicas.last_offset_for_leader_epoch(
                     t.topic, rp.partition, int(getattr(rp, "current_leader_epoch", -1)),

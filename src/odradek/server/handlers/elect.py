@@ -35,6 +35,7 @@ from odradek.errors import ErrorCode
 from odradek.metadata.image import MetadataImage
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import part, response
+from odradek.security.acl import AclOperation
 from odradek.zk import znodes
 
 if TYPE_CHECKING:
@@ -112,6 +113,12 @@ async def handle_elect_leaders(ctx: RequestContext, header: RequestHeaderInfo, r
             wanted.extend((tps.topic, int(p)) for p in tps.partitions)
     wanted = list(dict.fromkeys(wanted))  # duplicates answered once
 
+    if not ctx.authorize_cluster(AclOperation.ALTER):
+        # Kafka: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED for everything.
+        return _response(v, wanted, {tp: (ErrorCode.cluster_authorization_failed,
+                                          "Cluster authorization failed.") for tp in wanted},
+                         top=ErrorCode.cluster_authorization_failed)
+
     outcomes: dict[TopicPartition, Outcome] = {}
     if election_type not in (PREFERRED, UNCLEAN):
         outcomes = {tp: (ErrorCode.invalid_request, f"unknown election type {election_type}")
@@ -162,7 +169,8 @@ async def handle_elect_leaders(ctx: RequestContext, header: RequestHeaderInfo, r
 
 
 def _response(v: int, wanted: list[TopicPartition],
-              outcomes: dict[TopicPartition, Outcome]) -> Any:
+              outcomes: dict[TopicPartition, Outcome],
+              top: ErrorCode = ErrorCode.none) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for topic, p in wanted:
         code, msg = outcomes.get((topic, p), (ErrorCode.none, None))
@@ -172,5 +180,5 @@ def _response(v: int, wanted: list[TopicPartition],
     results = tuple(
         part(API_KEY, v, "ReplicaElectionResult", topic=t, partition_result=tuple(rs))
         for t, rs in by_topic.items())
-    return response(API_KEY, v, throttle_time=0, error_code=ErrorCode.none,
+    return response(API_KEY, v, throttle_time=0, error_code=top,
                     replica_election_results=results)

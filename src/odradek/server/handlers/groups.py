@@ -16,6 +16,7 @@ from odradek.coordinator.group_state import GroupState, JoinRequest
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import part, response
+from odradek.security.acl import AclOperation, ResourceType
 from odradek.server import network as server
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH = 10, 8, 9
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
 KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
 
 
 def _client_host() -> str:
@@ -39,19 +41,34 @@ def _ms(value: Any) -> int:
     return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
 
 
+def _require_group(ctx: RequestContext, op: AclOperation, group_id: str) -> None:
+    """Kafka's group checks (issue 14): READ to join, sync, heartbeat, leave and commit;
+    DESCRIBE to find the coordinator, describe and fetch offsets; DELETE to delete."""
+    if not ctx.authorize(op, ResourceType.GROUP, group_id):
+        raise KafkaError(ErrorCode.group_authorization_failed,
+                         f"Not authorized to access group: {group_id}")
+
+
 # =============================================================================== FindCoordinator
 def handle_find_coordinator(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     kw: dict[str, Any] = dict(error_code=ErrorCode.none, error_message=None, node_id=-1,
                               host="", port=-1)
     try:
-        if int(getattr(req, "key_type", KEY_TYPE_GROUP)) != KEY_TYPE_GROUP:
-            # Transactions are not implemented: a non-retriable error makes a
-            # transactional producer fail fast instead of looking for a coordinator forever
-            # (the same error Produce gives transactional batches).
-            raise KafkaError(ErrorCode.transactional_id_authorization_failed,
-                             "transactions are not supported")
-        node, host, port = ctx.groups.coordinator_for(req.key)
+        key_type = int(getattr(req, "key_type", KEY_TYPE_GROUP))
+        if key_type == KEY_TYPE_TRANSACTION:
+            if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, req.key):
+                raise KafkaError(ErrorCode.transactional_id_authorization_failed)
+            node, host, port = ctx.txns.coordinator_for(req.key)
+        elif key_type == KEY_TYPE_GROUP:
+            _require_group(ctx, AclOperation.DESCRIBE, req.key)
+            node, host, port = ctx.groups.coordinator_for(req.key)
+        else:
+            raise KafkaError(ErrorCode.invalid_request, f"unknown key type {key_type}")
+        info = ctx.image.brokers.get(node)
+        ep = info.endpoint(ctx.session.listener) if info is not None else None
+        if ep is not None:  # the coordinator's address on this client's listener
+            host, port = ep
         kw.update(node_id=node, host=host, port=port)
     except KafkaError as e:
         kw.update(error_code=e.code, error_message=e.message or None)
@@ -71,6 +88,7 @@ async def handle_join_group(ctx: RequestContext, header: RequestHeaderInfo, req:
         protocols=tuple((p.name, bytes(p.metadata)) for p in req.protocols),
         require_known_member_id=v >= 4)
     try:
+        _require_group(ctx, AclOperation.READ, req.group_id)
         res = await ctx.groups.join(req.group_id, r)
     except KafkaError as e:
         return response(JOIN_GROUP, v, error_code=e.code, generation_id=-1,
@@ -93,6 +111,7 @@ async def handle_sync_group(ctx: RequestContext, header: RequestHeaderInfo, req:
     v = header.api_version
     assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
     try:
+        _require_group(ctx, AclOperation.READ, req.group_id)
         res = await ctx.groups.sync(
             req.group_id, req.member_id, getattr(req, "group_instance_id", None),
             int(req.generation_id), getattr(req, "protocol_type", None),
@@ -108,6 +127,7 @@ async def handle_sync_group(ctx: RequestContext, header: RequestHeaderInfo, req:
 # =============================================================================== Heartbeat
 def handle_heartbeat(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     try:
+        _require_group(ctx, AclOperation.READ, req.group_id)
         code = ctx.groups.heartbeat(req.group_id, req.member_id,
                                        getattr(req, "group_instance_id", None),
                                        int(req.generation_id))
@@ -124,6 +144,7 @@ def handle_leave_group(ctx: RequestContext, header: RequestHeaderInfo, req: Any)
     else:
         who = [(req.member_id, None)]
     try:
+        _require_group(ctx, AclOperation.READ, req.group_id)
         errors = ctx.groups.leave(req.group_id, who)
         top = ErrorCode.none
     except KafkaError as e:
@@ -138,15 +159,22 @@ def handle_leave_group(ctx: RequestContext, header: RequestHeaderInfo, req: Any)
 # =============================================================================== OffsetCommit
 async def handle_offset_commit(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
+    readable = {t.name for t in req.topics
+                if ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name)}
     entries = [(t.name, int(p.partition_index), int(p.committed_offset),
                 int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata)
-               for t in req.topics for p in t.partitions]
+               for t in req.topics for p in t.partitions if t.name in readable]
+    denied = {(t.name, int(p.partition_index)): ErrorCode.topic_authorization_failed
+              for t in req.topics for p in t.partitions if t.name not in readable}
     try:
+        _require_group(ctx, AclOperation.READ, req.group_id)
         results = await ctx.groups.commit(
             req.group_id, req.member_id, getattr(req, "group_instance_id", None),
-            int(req.generation_id_or_member_epoch), entries)
+            int(req.generation_id_or_member_epoch), entries) if entries else {}
+        results.update(denied)
     except KafkaError as e:
-        results = {(t, p): e.code for t, p, *_ in entries}
+        results = {(t.name, int(p.partition_index)): e.code
+                   for t in req.topics for p in t.partitions}
     except Exception:
         logger.exception("offset commit for group %s failed", req.group_id)
         results = {(t, p): ErrorCode.unknown_server_error for t, p, *_ in entries}
@@ -168,18 +196,36 @@ def handle_offset_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any
               else [(t.name, [int(p) for p in t.partition_indexes]) for t in req.topics])
     top = ErrorCode.none
     try:
+        _require_group(ctx, AclOperation.DESCRIBE, req.group_id)
         found = ctx.groups.fetch_offsets(req.group_id, wanted)
     except KafkaError as e:
         top = e.code
         found = [(t, [(p, None) for p in ps]) for t, ps in (wanted or [])]
+    # Topics the principal may not describe: named ones answer TOPIC_AUTHORIZATION_FAILED,
+    # and "all topics" leaves them out (Kafka's handleOffsetFetchRequest).
+    visible = {t for t, _ in found
+               if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t)}
+    if wanted is None:
+        found = [(t, ps) for t, ps in found if t in visible]
     # v1 has no top-level error: the coordinator error goes to every partition.
     part_error = top if v < 2 else ErrorCode.none
+    # KIP-447: a read_committed consumer asks for stable offsets; while a transaction
+    # holds an offset for the partition, it gets UNSTABLE_OFFSET_COMMIT and retries.
+    unstable = (ctx.groups.pending_txn_partitions(req.group_id)
+                if getattr(req, "require_stable", False) and top is ErrorCode.none else set())
+
+    def code(t: str, p: int) -> ErrorCode:
+        return ErrorCode.unstable_offset_commit if (t, p) in unstable else part_error
+
     topics = tuple(
         part(OFFSET_FETCH, v, "OffsetFetchResponseTopic", name=t, partitions=tuple(
             part(OFFSET_FETCH, v, "OffsetFetchResponsePartition", partition_index=p,
-                 committed_offset=val.offset if val else -1,
-                 committed_leader_epoch=val.leader_epoch if val else -1,
-                 metadata=val.metadata if val else "", error_code=part_error)
+                 committed_offset=(val.offset if val and t in visible
+                                   and (t, p) not in unstable else -1),
+                 committed_leader_epoch=val.leader_epoch if val and t in visible else -1,
+                 metadata=val.metadata if val and t in visible else "",
+                 error_code=code(t, p) if t in visible or top
+                 else ErrorCode.topic_authorization_failed)
             for p, val in ps))
         for t, ps in found)
     return response(OFFSET_FETCH, v, throttle_time=0, topics=topics, error_code=top)
@@ -195,6 +241,7 @@ def handle_describe_groups(ctx: RequestContext, header: RequestHeaderInfo, req: 
                                   protocol_data="", members=(),
                                   authorized_operations=-2147483648)
         try:
+            _require_group(ctx, AclOperation.DESCRIBE, gid)
             g = ctx.groups.describe(gid)
             if g is not None and g.state is not GroupState.DEAD:
                 stable = g.state is GroupState.STABLE
@@ -217,9 +264,14 @@ def handle_describe_groups(ctx: RequestContext, header: RequestHeaderInfo, req: 
 def handle_list_groups(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     states = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
+    # DESCRIBE on the cluster lists every group; otherwise the groups the principal may
+    # describe (Kafka's handleListGroupsRequest).
+    every = ctx.authorize_cluster(AclOperation.DESCRIBE)
     groups = tuple(part(LIST_GROUPS, v, "ListedGroup", group_id=g.group_id,
                         protocol_type=g.protocol_type or "", group_state=g.state.value)
-                   for g in ctx.groups.list_groups(states or None))
+                   for g in ctx.groups.list_groups(states or None)
+                   if every or ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP,
+                                             g.group_id))
     return response(LIST_GROUPS, v, throttle_time=0, error_code=ErrorCode.none, groups=groups)
 
 
@@ -228,7 +280,10 @@ async def handle_delete_groups(ctx: RequestContext, header: RequestHeaderInfo, r
     v = header.api_version
     results = []
     for gid in req.groups_names:
-        code = await ctx.groups.delete(gid)
+        if ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, gid):
+            code = await ctx.groups.delete(gid)
+        else:
+            code = ErrorCode.group_authorization_failed
         results.append(part(DELETE_GROUPS, v, "DeletableGroupResult", group_id=gid,
                             error_code=code))
     return response(DELETE_GROUPS, v, throttle_time=0, results=tuple(results))

@@ -3,6 +3,13 @@
 Metadata may auto-create topics (``auto.create.topics.enable``, ``num.partitions``,
 ``default.replication.factor``), answering LEADER_NOT_AVAILABLE for them in that response
 as Kafka does; clients retry and find the leader on their next request.
+
+Authorization (issue 14, Kafka's handleTopicMetadataRequest): a request for all topics
+lists only those the principal may DESCRIBE; a named topic it may not describe is
+answered TOPIC_AUTHORIZATION_FAILED whether it exists or not (so its existence is not
+revealed); auto-creation needs CREATE on the cluster or the topic. When the client asks
+(v8+), ``topic_authorized_operations`` / ``cluster_authorized_operations`` carry the
+bit field of the operations allowed (KIP-430).
 """
 
 from __future__ import annotations
@@ -12,10 +19,11 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from odradek.errors import ErrorCode, KafkaError
-from odradek.metadata.image import MetadataImage, TopicInfo
+from odradek.metadata.image import BrokerInfo, MetadataImage, TopicInfo
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import part, response
 from odradek.protocol.versions import ADVERTISED
+from odradek.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from odradek.topics import topic_name_error
 from odradek.zk.admin import create_topic, plan_new_topic
 
@@ -45,33 +53,66 @@ def handle_describe_cluster(ctx: RequestContext, header: RequestHeaderInfo, req:
                         error_message="only broker endpoints are served",
                         cluster_id=image.cluster_id or "", controller_id=-1, brokers=(),
                         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
-    brokers = tuple(part(60, v, "DescribeClusterBroker", broker_id=b.broker_id, host=b.host,
-                         port=b.port, rack=b.rack) for b in image.brokers.values())
+    brokers = tuple(part(60, v, "DescribeClusterBroker", broker_id=b.broker_id, host=ep[0],
+                         port=ep[1], rack=b.rack)
+                    for b, ep in _listener_endpoints(ctx, image))
     return response(60, v, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
                     cluster_id=image.cluster_id or "", controller_id=image.controller_id,
                     brokers=brokers, cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+def _listener_endpoints(ctx: RequestContext, image: MetadataImage
+                        ) -> list[tuple[BrokerInfo, tuple[str, int]]]:
+    """Kafka answers with each broker's endpoint on the listener the request came in on
+    (a broker without that listener is left out)."""
+    listener = ctx.session.listener
+    out = []
+    for b in image.brokers.values():
+        ep = b.endpoint(listener)
+        if ep is not None:
+            out.append((b, ep))
+    return out
+
+
+def authorized_operations(ctx: RequestContext, rtype: ResourceType, name: str) -> int:
+    """KIP-430's bit field: bit N set when operation N is allowed."""
+    bits = 0
+    for op in SUPPORTED_OPERATIONS[rtype]:
+        if ctx.authorize(op, rtype, name):
+            bits |= 1 << int(op)
+    return bits
 
 
 def handle_metadata(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     image = ctx.image
     requested = req.topics
+    denied: set[str] = set()
     if requested is None or (v == 0 and len(requested) == 0):
-        names: list[str] = sorted(image.topics)  # all topics
+        names: list[str] = [n for n in sorted(image.topics)  # all topics it may describe
+                            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, n)]
         explicit = False
     else:
         names = [t.name for t in requested if t.name is not None]
+        denied = {n for n in names
+                  if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, n)}
         explicit = True
     auto_create = (explicit and ctx.config.auto_create_topics_enable
                    and bool(getattr(req, "allow_auto_topic_creation", True)))
-    missing = [n for n in names if n not in image.topics and topic_name_error(n) is None]
+    missing = [n for n in names if n not in image.topics and topic_name_error(n) is None
+               and n not in denied]
+    if missing and ctx.authorizer is not None and not ctx.authorize_cluster(
+            AclOperation.CREATE):
+        missing = [n for n in missing
+                   if ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, n)]
     if auto_create and missing:
-        return _auto_create_then_answer(ctx, header, req, names, missing)
-    return _metadata_response(ctx, v, image, names, set())
+        return _auto_create_then_answer(ctx, header, req, names, missing, denied)
+    return _metadata_response(ctx, v, image, names, set(), denied, req)
 
 
 async def _auto_create_then_answer(ctx: RequestContext, header: RequestHeaderInfo, req: Any,
-                                   names: list[str], missing: list[str]) -> Any:
+                                   names: list[str], missing: list[str],
+                                   denied: set[str]) -> Any:
     created: set[str] = set()
     for name in missing:
         try:
@@ -85,14 +126,21 @@ async def _auto_create_then_answer(ctx: RequestContext, header: RequestHeaderInf
             if e.code != ErrorCode.topic_already_exists:
                 logger.info("auto-create of %s failed: %s", name, e)
         created.add(name)
-    return _metadata_response(ctx, header.api_version, ctx.image, names, created)
+    return _metadata_response(ctx, header.api_version, ctx.image, names, created, denied, req)
 
 
 def _metadata_response(ctx: RequestContext, v: int, image: MetadataImage, names: list[str],
-                       just_created: set[str]) -> Any:
+                       just_created: set[str], denied: set[str], req: Any) -> Any:
     topics = []
+    want_topic_ops = bool(getattr(req, "include_topic_authorized_operations", False))
     for name in names:
         info = image.topics.get(name)
+        if name in denied:
+            topics.append(part(3, v, "MetadataResponseTopic",
+                               error_code=ErrorCode.topic_authorization_failed, name=name,
+                               topic_id=None, is_internal=False, partitions=(),
+                               topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+            continue
         if info is None:
             why = topic_name_error(name)
             code = (ErrorCode.invalid_topic_exception if why else
@@ -102,15 +150,21 @@ def _metadata_response(ctx: RequestContext, v: int, image: MetadataImage, names:
                                topic_id=None, is_internal=False, partitions=(),
                                topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
             continue
-        topics.append(_topic_entry(v, image, info))
-    brokers = tuple(part(3, v, "MetadataResponseBroker", node_id=b.broker_id, host=b.host,
-                         port=b.port, rack=b.rack) for b in image.brokers.values())
+        ops = (authorized_operations(ctx, ResourceType.TOPIC, name) if want_topic_ops
+               else AUTHORIZED_OPERATIONS_OMITTED)
+        topics.append(_topic_entry(v, image, info, ops))
+    brokers = tuple(part(3, v, "MetadataResponseBroker", node_id=b.broker_id, host=ep[0],
+                         port=ep[1], rack=b.rack) for b, ep in _listener_endpoints(ctx, image))
+    cluster_ops = (authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+                   if getattr(req, "include_cluster_authorized_operations", False)
+                   else AUTHORIZED_OPERATIONS_OMITTED)
     return response(3, v, throttle_time=0, brokers=brokers, cluster_id=image.cluster_id,
                     controller_id=image.controller_id, topics=tuple(topics),
-                    cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+                    cluster_authorized_operations=cluster_ops)
 
 
-def _topic_entry(v: int, image: MetadataImage, info: TopicInfo) -> Any:
+def _topic_entry(v: int, image: MetadataImage, info: TopicInfo,
+                 authorized_ops: int = AUTHORIZED_OPERATIONS_OMITTED) -> Any:
     parts = []
     for p in sorted(info.partitions.values(), key=lambda x: x.index):
         offline = tuple(r for r in p.replicas if r not in image.brokers)
@@ -129,4 +183,4 @@ def _topic_entry(v: int, image: MetadataImage, info: TopicInfo) -> Any:
                           replica_nodes=p.replicas, isr_nodes=p.isr, offline_replicas=offline))
     return part(3, v, "MetadataResponseTopic", error_code=ErrorCode.none, name=info.name,
                 topic_id=info.topic_id, is_internal=info.is_internal, partitions=tuple(parts),
-                topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+                topic_authorized_operations=authorized_ops)

@@ -1,9 +1,10 @@
-"""InitProducerId (API 22) for idempotent producers (KIP-98).
+"""InitProducerId (API 22) (KIP-98).
 
 InitProducerId with a null transactional id is what an idempotent producer sends: it
 gets a fresh producer id at epoch 0 (as Kafka does; KIP-360's epoch bump applies to
-transactional ids). Transactions are not implemented, so a transactional id is refused.
-Ids come from ``odradek.coordinator.producer_ids`` (blocks claimed in ZooKeeper).
+transactional ids). With a transactional id the transaction coordinator answers
+(``handlers.transactions``: epoch bump, fencing). Ids come from
+``odradek.coordinator.producer_ids`` (blocks claimed in ZooKeeper).
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ import asyncio
 import logging
 from typing import Any
 
+from odradek.security.acl import AclOperation, ResourceType
 from odradek.errors import ErrorCode
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import response
 from odradek.server.context import RequestContext
+from odradek.server.handlers.transactions import init_producer_id
 
 logger = logging.getLogger(__name__)
 
@@ -23,8 +26,19 @@ logger = logging.getLogger(__name__)
 async def handle_init_producer_id(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     if req.transactional_id is not None:
+        # Kafka's KafkaApis: WRITE on the TransactionalId resource.
+        if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                             req.transactional_id):
+            return response(22, v, throttle_time=0,
+                            error_code=ErrorCode.transactional_id_authorization_failed,
+                            producer_id=-1, producer_epoch=-1)
+        return await init_producer_id(ctx, header, req)
+    # KIP-679: an idempotent producer needs IDEMPOTENT_WRITE on the cluster, or WRITE on
+    # some topic.
+    if not (ctx.authorize_cluster(AclOperation.IDEMPOTENT_WRITE)
+            or ctx.authorize_any_topic(AclOperation.WRITE)):
         return response(22, v, throttle_time=0,
-                        error_code=ErrorCode.transactional_id_authorization_failed,
+                        error_code=ErrorCode.cluster_authorization_failed,
                         producer_id=-1, producer_epoch=-1)
     ids = ctx.producer_ids
     try:

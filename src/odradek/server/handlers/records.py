@@ -26,6 +26,7 @@ from odradek.errors import ErrorCode
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import part, response
 from odradek.replication.delayed import DelayedDeleteRecords, PendingDelete
+from odradek.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext
@@ -36,14 +37,22 @@ API_KEY = 21
 def handle_delete_records(ctx: RequestContext, header: RequestHeaderInfo,
                           req: Any) -> Any | Coroutine[Any, Any, Any]:
     results: list[tuple[str, list[PendingDelete]]] = []
+    allowed: list[tuple[str, list[PendingDelete]]] = []
     offsets: dict[tuple[str, int], int] = {}
     for t in req.topics:
         plist: list[PendingDelete] = []
         results.append((t.name, plist))
+        # Kafka: DELETE on the topic (issue 14).
+        ok = ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, t.name)
+        if ok:
+            allowed.append((t.name, plist))
         for rp in t.partitions:
             plist.append(PendingDelete(int(rp.partition_index), None, -1))
-            offsets[(t.name, int(rp.partition_index))] = int(rp.offset)
-    op = ctx.replicas.delete_records(results, offsets, req.timeout.total_seconds(), ctx.image)
+            if ok:
+                offsets[(t.name, int(rp.partition_index))] = int(rp.offset)
+            else:
+                plist[-1].error = ErrorCode.topic_authorization_failed
+    op = ctx.replicas.delete_records(allowed, offsets, req.timeout.total_seconds(), ctx.image)
     if op is None:
         return _response(header.api_version, results)
     return _delayed(header.api_version, results, op)

@@ -1,0 +1,195 @@
+"""``odradek transactions``: kafka-transactions.sh's ``list`` and ``describe``.
+
+    --list                                   every transactional id, from every broker
+                                             (each coordinator lists its own, ListTransactions)
+    --describe --transactional-id ID         FindCoordinator(TRANSACTION) then
+                                             DescribeTransactions on that coordinator
+
+Output columns are kafka-transactions.sh's. It speaks the protocol with Odradek's wire
+client (confluent-kafka's AdminClient has no transaction admin APIs), so it works
+against any broker serving ListTransactions/DescribeTransactions (Kafka 3.0+).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import struct
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+from kio.schema.list_transactions.v0.request import ListTransactionsRequest
+from kio.schema.types import TransactionalId
+from kio.static.primitive import i8
+
+from odradek.client.cluster import ClusterClient
+from odradek.errors import ErrorCode
+
+logger = logging.getLogger(__name__)
+
+KEY_TYPE_TRANSACTION = 1
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("transactions", help="list and describe transactions",
+                       description="Like kafka-transactions.sh (list, describe).")
+    p.add_argument("--bootstrap-server", required=True)
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--list", action="store_true")
+    action.add_argument("--describe", action="store_true")
+    p.add_argument("--transactional-id")
+    p.set_defaults(func=_run)
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.describe and not args.transactional_id:
+        print("Option --transactional-id is required with --describe", file=sys.stderr)
+        return 2
+    with ClusterClient(args.bootstrap_server, client_id="odradek-transactions") as cc:
+        md = cc.refresh(())
+        if args.list:
+            return _list(cc, sorted(md.brokers))
+        return _describe(cc, args.transactional_id)
+
+
+def list_transactions(cc: ClusterClient, brokers: list[int]) -> list[tuple[str, int, int, str]]:
+    """(transactional id, coordinator, producer id, state) from every broker."""
+    rows: list[tuple[str, int, int, str]] = []
+    for b in brokers:
+        resp = cc.connection(b).request(ListTransactionsRequest())
+        if int(resp.error_code) != 0:
+            raise RuntimeError(f"broker {b}: {ErrorCode(int(resp.error_code)).name}")
+        rows += [(str(s.transactional_id), b, int(s.producer_id), s.transaction_state)
+                 for s in resp.transaction_states]
+    return sorted(rows)
+
+
+def _list(cc: ClusterClient, brokers: list[int]) -> int:
+    rows = [["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]]
+    rows += [[t, str(b), str(p), s] for t, b, p, s in list_transactions(cc, brokers)]
+    print(_table(rows))
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Described:
+    """One DescribeTransactions result (v0)."""
+
+    error_code: int
+    transactional_id: str
+    state: str
+    timeout_ms: int
+    start_ms: int  # -1: no transaction in progress
+    producer_id: int
+    producer_epoch: int
+    partitions: list[tuple[str, int]]
+
+
+class _Reader:
+    """Bounded reader for the flexible DescribeTransactions v0 response. Decoded by hand:
+    kio refuses the -1 ``transaction_start_time`` Kafka sends when no transaction is in
+    progress."""
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf, self.pos = buf, 0
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise ValueError("truncated DescribeTransactions response")
+        b = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+    def int(self, fmt: str) -> int:
+        st = struct.Struct(fmt)
+        return int(st.unpack(self.take(st.size))[0])
+
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            b = self.take(1)[0]
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise ValueError("varint too long")
+
+    def string(self) -> str:
+        return self.take(self.uvarint() - 1).decode()
+
+    def count(self) -> int:
+        n = self.uvarint() - 1
+        if n > len(self.buf) - self.pos:
+            raise ValueError("count exceeds the response")
+        return max(n, 0)
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.take(self.uvarint())
+
+
+def parse_describe_transactions(body: bytes) -> list[Described]:
+    r = _Reader(body)
+    r.skip_tags()  # response header v1
+    r.int(">i")  # throttle time
+    out = []
+    for _ in range(r.count()):
+        code = r.int(">h")
+        tid, state = r.string(), r.string()
+        timeout, start, pid, epoch = r.int(">i"), r.int(">q"), r.int(">q"), r.int(">h")
+        parts: list[tuple[str, int]] = []
+        for _ in range(r.count()):
+            topic = r.string()
+            parts += [(topic, r.int(">i")) for _ in range(r.count())]
+            r.skip_tags()
+        r.skip_tags()
+        out.append(Described(code, tid, state, timeout, start, pid, epoch, parts))
+    return out
+
+
+def describe_transaction(cc: ClusterClient, txn_id: str) -> tuple[int, Described]:
+    """(coordinator id, DescribeTransactions result) of one id."""
+    deadline = time.monotonic() + 30
+    while True:
+        fc = cc.any_connection().request(FindCoordinatorRequest(
+            key=txn_id, key_type=i8(KEY_TYPE_TRANSACTION)))
+        code = ErrorCode(int(fc.error_code))
+        if code is ErrorCode.none:
+            break
+        if code is not ErrorCode.coordinator_not_available or time.monotonic() > deadline:
+            raise RuntimeError(f"FindCoordinator: {code.name}")
+        time.sleep(0.5)
+    coordinator = int(fc.node_id)
+    conn = cc.connection(coordinator)
+    conn.send(DescribeTransactionsRequest(transactional_ids=(TransactionalId(txn_id),)))
+    _key, _version, body = conn.receive_frame()
+    return coordinator, parse_describe_transactions(bytes(body))[0]
+
+
+def _describe(cc: ClusterClient, txn_id: str) -> int:
+    coordinator, s = describe_transaction(cc, txn_id)
+    code = ErrorCode(s.error_code)
+    if code is not ErrorCode.none:
+        print(f"Error: {code.name} for transactional id {txn_id}", file=sys.stderr)
+        return 1
+    duration = str(int(time.time() * 1000) - s.start_ms) if s.start_ms >= 0 else "None"
+    parts = ",".join(f"{t}-{p}" for t, p in s.partitions)
+    rows = [["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
+             "TransactionState", "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
+             "TransactionDurationMs", "TopicPartitions"],
+            [str(coordinator), s.transactional_id, str(s.producer_id), str(s.producer_epoch),
+             s.state, str(s.timeout_ms), str(s.start_ms) if s.start_ms >= 0 else "None",
+             duration, parts]]
+    print(_table(rows))
+    return 0

@@ -1,0 +1,1 @@
+"""The web console (``odradek console``): brokers, topics, groups, messages, chaos reports."""

@@ -1,0 +1,62 @@
+"""Run the console: the collector thread feeds snapshots to the aiohttp app's loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from aiohttp import web
+
+from odradek.console.app import ConsoleState, make_app
+from odradek.console.collector import ClusterCollector
+from odradek.console.reports import ChaosReports
+from odradek.console.snapshot import Snapshot
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["parse_listen", "serve"]
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--listen must be HOST:PORT, got {value!r}")
+    return host, int(port)
+
+
+async def serve(bootstrap: str, host: str, port: int, *, cluster_dir: Path | None,
+                reports: list[Path], interval_s: float = 1.0,
+                started: asyncio.Event | None = None) -> None:
+    """Serve until SIGTERM/SIGINT (or cancellation)."""
+    loop = asyncio.get_running_loop()
+    state = ConsoleState()
+
+    def on_snapshot(snap: Snapshot) -> None:  # the collector's thread
+        asyncio.run_coroutine_threadsafe(state.publish(snap), loop)
+
+    collector = ClusterCollector(bootstrap, on_snapshot, interval_s=interval_s,
+                                 cluster_dir=cluster_dir)
+    app = make_app(state, bootstrap, ChaosReports(reports))
+    # Keep-alive bounded; aiohttp already bounds request lines (8 KiB) and headers.
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=15,
+                           shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=128)
+    await site.start()
+    collector.start()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread
+            pass
+    logger.info("console at http://%s:%d/ for %s", host, port, bootstrap)
+    if started is not None:
+        started.set()
+    try:
+        await stop.wait()
+    finally:
+        collector.stop()
+        await runner.cleanup()

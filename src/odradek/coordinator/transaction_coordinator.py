@@ -1,0 +1,444 @@
+"""The transaction coordinator: asyncio around the pure ``txn_state`` decisions (KIP-98).
+
+Kafka's TransactionCoordinator + TransactionStateManager. A transactional id belongs to
+partition ``abs(java_hashCode(id)) % partitions`` of the compacted ``__transaction_state``
+topic (like groups on ``__consumer_offsets``); the leader of that partition is the id's
+coordinator. Every state change is a record (``txn_codec``, Kafka's TransactionLog
+format) appended with acks=all before it takes effect or is answered, so a new leader of
+the partition -- after a failover -- replays the partition and knows every transaction.
+Transactions it finds in PrepareCommit/PrepareAbort are resumed: the markers are sent
+again (they are idempotent at the partitions: a second marker for a closed transaction
+changes nothing) and the transaction is completed.
+
+Timers (one ticker): Ongoing transactions older than their transaction.timeout.ms are
+aborted with a bumped epoch (the producer is fenced; Kafka's proactive abort), and ids
+idle for transactional.id.expiration.ms are removed with a tombstone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Protocol
+
+from odradek.coordinator.group_coordinator import (
+    OFFSETS_TOPIC, java_string_hashcode, partition_for,
+)
+from odradek.coordinator.txn_codec import (
+    decode_txn_key, decode_txn_value, encode_txn_key, encode_txn_value,
+)
+from odradek.coordinator.txn_markers import TxnMarkerChannel
+from odradek.coordinator.txn_state import PREPARE, Transition, TxnMetadata, TxnState
+from odradek.errors import ErrorCode, KafkaError
+from odradek.replication.partition import Partition, Role
+from odradek.replication.replica_manager import now_ms
+from odradek.storage.batch import CONTROL_BIT, parse_batches
+from odradek.storage.records import decode_batch_records, encode_batch
+from odradek.zk.admin import create_topic, plan_new_topic
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+    from odradek.config import BrokerConfig
+    from odradek.coordinator.group_coordinator import GroupCoordinator
+    from odradek.coordinator.producer_ids import ProducerIdManager
+    from odradek.metadata.image import MetadataImage
+    from odradek.replication.replica_manager import ReplicaManager
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TRANSACTION_TOPIC", "TransactionCoordinator", "txn_partition_for"]
+
+TRANSACTION_TOPIC = "__transaction_state"
+TICK_S = 0.1
+_READ_CHUNK = 4 * 1024 * 1024
+
+_APPEND_ERRORS = {  # Kafka's TransactionStateManager: log errors -> coordinator errors
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.fenced_leader_epoch: ErrorCode.not_coordinator,
+}
+
+
+def txn_partition_for(transactional_id: str, num_partitions: int) -> int:
+    h = java_string_hashcode(transactional_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+class TxnClusterView(Protocol):
+    @property
+    def image(self) -> MetadataImage: ...
+
+    @property
+    def zk(self) -> KazooClient | None: ...
+
+    @property
+    def producer_ids(self) -> ProducerIdManager | None: ...
+
+
+class TransactionCoordinator:
+    def __init__(self, broker_id: int, config: BrokerConfig, replicas: ReplicaManager,
+                 groups: GroupCoordinator, cluster: TxnClusterView,
+                 source_ip: str | None) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.replicas = replicas
+        self.groups = groups
+        self.cluster = cluster
+        self.txns: dict[str, TxnMetadata] = {}
+        self.owned: dict[int, int] = {}  # txn log partition -> leader epoch loaded at
+        self.max_timeout_ms = int(config.get("transaction.max.timeout.ms"))
+        self.abort_interval_ms = int(
+            config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"))
+        self.expiration_ms = int(config.get("transactional.id.expiration.ms"))
+        self.expire_interval_ms = int(
+            config.get("transaction.remove.expired.transaction.cleanup.interval.ms"))
+        self.write_timeout_s = int(config.get("offsets.commit.timeout.ms")) / 1000
+        self.markers = TxnMarkerChannel(broker_id, replicas, groups,
+                                        lambda: self.cluster.image, source_ip)
+        self._completing: dict[str, asyncio.Task[None]] = {}
+        self._ticker: asyncio.Task[None] | None = None
+        self._creating: asyncio.Task[None] | None = None
+
+    # ================================================================= lifecycle
+    def start(self) -> None:
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
+        self.on_metadata()
+
+    def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+        for idx in list(self.owned):
+            self._unload(idx)
+        self.markers.close()
+
+    async def _tick_loop(self) -> None:
+        next_abort = next_expire = 0
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                t = now_ms()
+                if t >= next_abort:
+                    next_abort = t + self.abort_interval_ms
+                    self._abort_timed_out(t)
+                if t >= next_expire:
+                    next_expire = t + self.expire_interval_ms
+                    self._expire_ids(t)
+            except Exception:
+                logger.exception("transaction timer failed")
+
+    def _abort_timed_out(self, t: int) -> None:
+        for tid, m in list(self.txns.items()):
+            if m.timed_out(t):
+                logger.info("transaction %s (producer %d epoch %d) timed out after %d ms: "
+                            "aborting", tid, m.producer_id, m.producer_epoch, m.timeout_ms)
+                self._spawn(self._fence_and_abort(tid, m))
+
+    def _expire_ids(self, t: int) -> None:
+        for tid, m in list(self.txns.items()):
+            if m.expired(t, self.expiration_ms):
+                self._spawn(self._remove_expired(tid, m))
+
+    def _spawn(self, coro: object) -> None:
+        asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+
+    # ================================================================= ownership
+    def num_partitions(self) -> int | None:
+        topic = self.cluster.image.topics.get(TRANSACTION_TOPIC)
+        return len(topic.partitions) if topic is not None and topic.partitions else None
+
+    def partition_of(self, transactional_id: str) -> int:
+        n = self.num_partitions() or int(config_num_partitions(self.config))
+        return txn_partition_for(transactional_id, n)
+
+    def on_metadata(self) -> None:
+        parts = self.replicas.partitions
+        for (topic, idx), part in list(parts.items()):
+            if topic != TRANSACTION_TOPIC:
+                continue
+            leading = part.role is Role.LEADER
+            if leading and self.owned.get(idx) != part.leader_epoch:
+                if idx in self.owned:
+                    self._unload(idx)
+                self._load(idx, part)
+            elif not leading and idx in self.owned:
+                self._unload(idx)
+        for idx in list(self.owned):
+            if (TRANSACTION_TOPIC, idx) not in parts:
+                self._unload(idx)
+
+    def _load(self, idx: int, part: Partition) -> None:
+        values: dict[str, TxnMetadata | None] = {}
+        lg = part.log
+        offset, end = lg.log_start_offset, lg.log_end_offset
+        try:
+            while offset < end:
+                sl = lg.read(offset, _READ_CHUNK, max_offset=end)
+                if sl is None:
+                    break
+                data = sl.read_bytes()
+                headers = parse_batches(data, verify_crc=False)
+                if not headers:
+                    break
+                for h in headers:
+                    offset = h.last_offset + 1
+                    if h.attributes & CONTROL_BIT:
+                        continue
+                    for rec in decode_batch_records(memoryview(data)[h.position:
+                                                                     h.position + h.size]):
+                        if rec.key is None:
+                            continue
+                        tid = decode_txn_key(rec.key)
+                        values[tid] = (None if rec.value is None else TxnMetadata.from_value(
+                            tid, decode_txn_value(rec.value)))
+        except Exception:
+            logger.exception("loading %s-%d failed at offset %d; loaded what was read",
+                             TRANSACTION_TOPIC, idx, offset)
+        self.owned[idx] = part.leader_epoch
+        resumed = 0
+        for tid, m in values.items():
+            if m is None:
+                self.txns.pop(tid, None)
+                continue
+            self.txns[tid] = m
+            if m.state in PREPARE:
+                # Fail-over (KIP-98): the previous coordinator wrote PrepareCommit/Abort
+                # but may not have written every marker; finish the transaction.
+                resumed += 1
+                self._start_completion(tid, m)
+        logger.info("transaction coordinator for %s-%d (epoch %d): %d ids, %d resumed",
+                    TRANSACTION_TOPIC, idx, part.leader_epoch,
+                    sum(1 for t in values if values[t] is not None), resumed)
+
+    def _unload(self, idx: int) -> None:
+        self.owned.pop(idx, None)
+        for tid in [t for t in self.txns if self.partition_of(t) == idx]:
+            del self.txns[tid]
+            task = self._completing.pop(tid, None)
+            if task is not None:
+                task.cancel()
+        logger.info("no longer transaction coordinator for %s-%d", TRANSACTION_TOPIC, idx)
+
+    def _check_owner(self, transactional_id: str) -> int:
+        if not transactional_id:
+            raise KafkaError(ErrorCode.invalid_request, "empty transactional id")
+        n = self.num_partitions()
+        if n is None:
+            raise KafkaError(ErrorCode.coordinator_not_available, f"{TRANSACTION_TOPIC} not ready")
+        idx = txn_partition_for(transactional_id, n)
+        if idx not in self.owned:
+            raise KafkaError(ErrorCode.not_coordinator,
+                             f"broker {self.broker_id} is not the transaction coordinator")
+        return idx
+
+    # ================================================================= FindCoordinator
+    def coordinator_for(self, transactional_id: str) -> tuple[int, str, int]:
+        image = self.cluster.image
+        topic = image.topics.get(TRANSACTION_TOPIC)
+        if topic is None or not topic.partitions:
+            self._ensure_topic()
+            raise KafkaError(ErrorCode.coordinator_not_available,
+                             f"{TRANSACTION_TOPIC} is being created")
+        pinfo = topic.partitions.get(txn_partition_for(transactional_id, len(topic.partitions)))
+        node = image.brokers.get(pinfo.leader) if pinfo is not None else None
+        if node is None:
+            raise KafkaError(ErrorCode.coordinator_not_available, "no leader for the id")
+        return node.broker_id, node.host, node.port
+
+    def _ensure_topic(self) -> None:
+        if self._creating is not None and not self._creating.done():
+            return
+        self._creating = asyncio.get_running_loop().create_task(self._create_topic())
+
+    async def _create_topic(self) -> None:
+        cfg = self.config
+        live = self.cluster.image.live_broker_ids()
+        zk = self.cluster.zk
+        if not live or zk is None:
+            return
+        rf = min(int(cfg.get("transaction.state.log.replication.factor")), len(live))
+        min_isr = min(int(cfg.get("transaction.state.log.min.isr")), rf)
+        configs = {"cleanup.policy": "compact", "min.insync.replicas": str(min_isr),
+                   "unclean.leader.election.enable": "false",
+                   "segment.bytes": str(cfg.get("transaction.state.log.segment.bytes"))}
+        try:
+            plan = plan_new_topic(TRANSACTION_TOPIC, config_num_partitions(cfg), rf, None,
+                                  configs, live, 1, 1)
+            await asyncio.to_thread(create_topic, zk, plan)
+            logger.info("created %s (%d partitions, rf %d)", TRANSACTION_TOPIC,
+                        plan.num_partitions, rf)
+        except KafkaError as e:
+            if e.code != ErrorCode.topic_already_exists:
+                logger.warning("creating %s failed: %s", TRANSACTION_TOPIC, e)
+        except Exception:
+            logger.exception("creating %s failed", TRANSACTION_TOPIC)
+
+    # ================================================================= persistence
+    async def _write(self, tid: str, m: TxnMetadata, t: Transition | None) -> ErrorCode:
+        """Append the transition (acks=all), then apply it. ``None``: a tombstone."""
+        idx = self._check_owner(tid)
+        epoch = self.owned[idx]
+        m.pending = True
+        try:
+            record = (encode_txn_key(tid), None if t is None else encode_txn_value(t.value))
+            code, _ = await self.replicas.append_and_wait(
+                (TRANSACTION_TOPIC, idx), encode_batch([record]), self.write_timeout_s)
+        finally:
+            m.pending = False
+        if code is not ErrorCode.none:
+            logger.info("transaction state write for %s failed: %s", tid, code.name)
+            return _APPEND_ERRORS.get(code, ErrorCode.unknown_server_error)
+        if self.owned.get(idx) != epoch or self.txns.get(tid) is not m:
+            return ErrorCode.not_coordinator  # lost the partition while waiting
+        if t is None:
+            del self.txns[tid]
+        else:
+            m.apply(t)
+        return ErrorCode.none
+
+    # ================================================================= requests
+    async def init_producer_id(self, tid: str, timeout_ms: int, producer_id: int,
+                               epoch: int) -> tuple[ErrorCode, int, int]:
+        self._check_owner(tid)
+        if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
+            return ErrorCode.invalid_transaction_timeout, -1, -1
+        m = self.txns.get(tid)
+        t = now_ms()
+        if m is None:
+            pid = await self._new_producer_id()
+            m = self.txns[tid] = TxnMetadata(tid, pid, -1, timeout_ms)
+            tr: ErrorCode | Transition = m._value(TxnState.EMPTY, t, epoch=0,
+                                                  partitions=set(), start_ms=-1)
+        else:
+            if m.state is TxnState.ONGOING and not m.pending:
+                # A new instance of the producer: abort the zombie's transaction with a
+                # bumped epoch first; the client retries on CONCURRENT_TRANSACTIONS.
+                self._spawn(self._fence_and_abort(tid, m))
+                return ErrorCode.concurrent_transactions, -1, -1
+            new_pid = await self._new_producer_id() if m.needs_epoch_bump() else None
+            tr = m.init_producer_id(timeout_ms, producer_id, epoch, t, new_pid)
+        if isinstance(tr, ErrorCode):
+            return tr, -1, -1
+        code = await self._write(tid, m, tr)
+        if code is not ErrorCode.none:
+            if m.producer_epoch < 0:
+                self.txns.pop(tid, None)  # never written: forget the new id
+            return code, -1, -1
+        return ErrorCode.none, m.producer_id, m.producer_epoch
+
+    async def _new_producer_id(self) -> int:
+        ids = self.cluster.producer_ids
+        if ids is None:
+            raise KafkaError(ErrorCode.coordinator_not_available, "not connected")
+        return await asyncio.to_thread(ids.next_id)
+
+    async def add_partitions(self, tid: str, producer_id: int, epoch: int,
+                             parts: set[tuple[str, int]]) -> ErrorCode:
+        self._check_owner(tid)
+        m = self.txns.get(tid)
+        if m is None:
+            return ErrorCode.invalid_producer_id_mapping
+        tr = m.add_partitions(producer_id, epoch, parts, now_ms())
+        if tr is None:
+            return ErrorCode.none
+        if isinstance(tr, ErrorCode):
+            return tr
+        return await self._write(tid, m, tr)
+
+    def offsets_partition(self, group_id: str) -> tuple[str, int]:
+        n = self.groups.num_partitions() or self.config.offsets_topic_num_partitions
+        return OFFSETS_TOPIC, partition_for(group_id, n)
+
+    async def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool
+                      ) -> ErrorCode:
+        self._check_owner(tid)
+        m = self.txns.get(tid)
+        if m is None:
+            return ErrorCode.invalid_producer_id_mapping
+        tr = m.end_txn(producer_id, epoch, commit, now_ms())
+        if tr is None:
+            return ErrorCode.none
+        if isinstance(tr, ErrorCode):
+            return tr
+        code = await self._write(tid, m, tr)
+        if code is ErrorCode.none:
+            # Kafka answers EndTxn once PrepareCommit/Abort is in the log: the outcome
+            # is decided; the markers follow asynchronously (and survive a failover).
+            self._start_completion(tid, m)
+        return code
+
+    async def _fence_and_abort(self, tid: str, m: TxnMetadata) -> None:
+        tr = m.abort_for_fence(now_ms())
+        if tr is None:
+            return
+        try:
+            code = await self._write(tid, m, tr)
+        except KafkaError as e:
+            code = e.code
+        if code is ErrorCode.none:
+            self._start_completion(tid, m)
+
+    async def _remove_expired(self, tid: str, m: TxnMetadata) -> None:
+        try:
+            if await self._write(tid, m, None) is ErrorCode.none:
+                logger.info("transactional id %s expired", tid)
+        except KafkaError:
+            pass
+
+    # ================================================================= markers
+    def _start_completion(self, tid: str, m: TxnMetadata) -> None:
+        if tid in self._completing and not self._completing[tid].done():
+            return
+        self._completing[tid] = asyncio.get_running_loop().create_task(
+            self._complete(tid, m))
+
+    async def _complete(self, tid: str, m: TxnMetadata) -> None:
+        commit = m.state is TxnState.PREPARE_COMMIT
+        idx = self.partition_of(tid)
+        coordinator_epoch = self.owned.get(idx, -1)
+
+        def still_owner() -> bool:
+            return self.owned.get(idx) == coordinator_epoch and self.txns.get(tid) is m
+
+        try:
+            done = await self.markers.send(m.producer_id, m.producer_epoch, commit,
+                                           coordinator_epoch, set(m.partitions), still_owner)
+            if not done:
+                return
+            while still_owner():
+                tr = m.complete(now_ms())
+                if tr is None:
+                    return
+                code = await self._write(tid, m, tr)
+                if code is ErrorCode.none:
+                    logger.info("transaction %s (producer %d epoch %d) %s", tid,
+                                m.producer_id, m.producer_epoch,
+                                "committed" if commit else "aborted")
+                    return
+                await asyncio.sleep(0.1)
+        except asyncio.CancelledError:
+            raise
+        except KafkaError as e:
+            logger.info("completing transaction %s stopped: %s", tid, e)
+        except Exception:
+            logger.exception("completing transaction %s failed", tid)
+        finally:
+            if self._completing.get(tid) is asyncio.current_task():
+                del self._completing[tid]
+
+    # ================================================================= admin
+    def describe(self, tid: str) -> TxnMetadata | None:
+        self._check_owner(tid)
+        return self.txns.get(tid)
+
+    def list(self) -> list[TxnMetadata]:
+        return [m for tid, m in self.txns.items() if self.partition_of(tid) in self.owned]
+
+
+def config_num_partitions(config: BrokerConfig) -> int:
+    return int(config.get("transaction.state.log.num.partitions"))
+

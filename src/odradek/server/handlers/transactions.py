@@ -1,0 +1,217 @@
+"""Transaction APIs (KIP-98): InitProducerId with a transactional id, AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn, TxnOffsetCommit, WriteTxnMarkers, DescribeTransactions and
+ListTransactions.
+
+Thin: decode the request fields, ask ``ctx.txns`` (the ``TransactionCoordinator``), the
+group coordinator (TxnOffsetCommit) or the partitions (WriteTxnMarkers, sent by
+coordinators), and build the response with ``responses.part/response``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from typing import TYPE_CHECKING, Any
+
+from odradek.coordinator.txn_markers import write_marker_locally
+from odradek.coordinator.txn_state import TxnState
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol.codec import RequestHeaderInfo
+from odradek.protocol.responses import part, response
+
+if TYPE_CHECKING:
+    from odradek.server.context import RequestContext
+
+logger = logging.getLogger(__name__)
+
+INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 22, 24, 25, 26
+WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT, DESCRIBE_TXNS, LIST_TXNS = 27, 28, 65, 66
+MARKER_TIMEOUT_S = 30.0
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+
+
+def _fenced(code: ErrorCode, version: int, fenced_from: int) -> ErrorCode:
+    """PRODUCER_FENCED (KIP-588) only for request versions that know it; older clients
+    get INVALID_PRODUCER_EPOCH, as Kafka answers them."""
+    if code is ErrorCode.producer_fenced and version < fenced_from:
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
+# =============================================================================== InitProducerId
+async def init_producer_id(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    try:
+        code, pid, epoch = await ctx.txns.init_producer_id(
+            req.transactional_id, _ms(req.transaction_timeout),
+            int(getattr(req, "producer_id", -1)), int(getattr(req, "producer_epoch", -1)))
+    except KafkaError as e:
+        code, pid, epoch = e.code, -1, -1
+    return response(INIT_PRODUCER_ID, v, throttle_time=0,
+                    error_code=_fenced(code, v, 4), producer_id=pid, producer_epoch=epoch)
+
+
+# =============================================================================== AddPartitionsToTxn
+async def handle_add_partitions_to_txn(ctx: RequestContext, header: RequestHeaderInfo,
+                                       req: Any) -> Any:
+    v = header.api_version
+    topics = [(str(t.name), [int(p) for p in t.partitions]) for t in req.v3_and_below_topics]
+    image = ctx.image
+    wanted = {(t, p) for t, ps in topics for p in ps}
+    unknown = {tp for tp in wanted if image.partition(*tp) is None}
+    if unknown:
+        # Kafka: nothing is added; unknown partitions get UNKNOWN_TOPIC_OR_PARTITION and
+        # the others OPERATION_NOT_ATTEMPTED.
+        codes = {tp: (ErrorCode.unknown_topic_or_partition if tp in unknown
+                      else ErrorCode.operation_not_attempted) for tp in wanted}
+    else:
+        try:
+            code = await ctx.txns.add_partitions(
+                req.v3_and_below_transactional_id, int(req.v3_and_below_producer_id),
+                int(req.v3_and_below_producer_epoch), wanted)
+        except KafkaError as e:
+            code = e.code
+        codes = {tp: _fenced(code, v, 2) for tp in wanted}
+    return response(ADD_PARTITIONS, v, throttle_time=0, results_by_topic_v3_and_below=tuple(
+        part(ADD_PARTITIONS, v, "AddPartitionsToTxnTopicResult", name=t,
+             results_by_partition=tuple(
+                 part(ADD_PARTITIONS, v, "AddPartitionsToTxnPartitionResult",
+                      partition_index=p, partition_error_code=codes[(t, p)]) for p in ps))
+        for t, ps in topics))
+
+
+# =============================================================================== AddOffsetsToTxn
+async def handle_add_offsets_to_txn(ctx: RequestContext, header: RequestHeaderInfo,
+                                    req: Any) -> Any:
+    v = header.api_version
+    try:
+        tp = ctx.txns.offsets_partition(req.group_id)
+        code = await ctx.txns.add_partitions(req.transactional_id, int(req.producer_id),
+                                             int(req.producer_epoch), {tp})
+    except KafkaError as e:
+        code = e.code
+    return response(ADD_OFFSETS, v, throttle_time=0, error_code=_fenced(code, v, 2))
+
+
+# =============================================================================== EndTxn
+async def handle_end_txn(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    try:
+        code = await ctx.txns.end_txn(req.transactional_id, int(req.producer_id),
+                                      int(req.producer_epoch), bool(req.committed))
+    except KafkaError as e:
+        code = e.code
+    return response(END_TXN, v, throttle_time=0, error_code=_fenced(code, v, 2))
+
+
+# =============================================================================== TxnOffsetCommit
+async def handle_txn_offset_commit(ctx: RequestContext, header: RequestHeaderInfo,
+                                   req: Any) -> Any:
+    v = header.api_version
+    entries = [(str(t.name), int(p.partition_index), int(p.committed_offset),
+                int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata)
+               for t in req.topics for p in t.partitions]
+    try:
+        results = await ctx.groups.txn_commit(
+            req.group_id, int(req.producer_id), int(req.producer_epoch),
+            getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
+            int(getattr(req, "generation_id", -1)), entries)
+    except KafkaError as e:
+        results = {(t, p): e.code for t, p, *_ in entries}
+    by_topic: dict[str, list[Any]] = {}
+    for t, p, *_ in entries:
+        by_topic.setdefault(t, []).append(part(
+            TXN_OFFSET_COMMIT, v, "TxnOffsetCommitResponsePartition", partition_index=p,
+            error_code=_fenced(results.get((t, p), ErrorCode.none), v, 3)))
+    return response(TXN_OFFSET_COMMIT, v, throttle_time=0, topics=tuple(
+        part(TXN_OFFSET_COMMIT, v, "TxnOffsetCommitResponseTopic", name=t, partitions=tuple(ps))
+        for t, ps in by_topic.items()))
+
+
+# =============================================================================== WriteTxnMarkers
+async def handle_write_txn_markers(ctx: RequestContext, header: RequestHeaderInfo,
+                                   req: Any) -> Any:
+    """From a transaction coordinator: append a COMMIT/ABORT control batch to each
+    partition we lead (acks=all), answering per partition."""
+    v = header.api_version
+
+    async def one(m: Any, topic: str, p: int) -> ErrorCode:
+        try:
+            ctx.replicas.leader_partition(topic, p, ctx.image)
+        except KafkaError as e:
+            return e.code
+        return await write_marker_locally(
+            ctx.replicas, ctx.groups, (topic, p), int(m.producer_id), int(m.producer_epoch),
+            bool(m.transaction_result), int(m.coordinator_epoch), MARKER_TIMEOUT_S)
+
+    results = []
+    for m in req.markers:
+        topics = [(str(t.name), [int(p) for p in t.partition_indexes]) for t in m.topics]
+        codes = await asyncio.gather(*(one(m, t, p) for t, ps in topics for p in ps))
+        it = iter(codes)
+        results.append(part(WRITE_TXN_MARKERS, v, "WritableTxnMarkerResult",
+                            producer_id=m.producer_id, topics=tuple(
+            part(WRITE_TXN_MARKERS, v, "WritableTxnMarkerTopicResult", name=t,
+                 partitions=tuple(part(WRITE_TXN_MARKERS, v, "WritableTxnMarkerPartitionResult",
+                                       partition_index=p, error_code=next(it)) for p in ps))
+            for t, ps in topics)))
+    return response(WRITE_TXN_MARKERS, v, markers=tuple(results))
+
+
+# =============================================================================== Describe/List
+def handle_describe_transactions(ctx: RequestContext, header: RequestHeaderInfo,
+                                 req: Any) -> Any:
+    v = header.api_version
+    states = []
+    for tid in req.transactional_ids:
+        kw: dict[str, Any] = dict(error_code=ErrorCode.none, transactional_id=tid,
+                                  transaction_state="", transaction_timeout=0,
+                                  transaction_start_time=_when(-1), producer_id=-1,
+                                  producer_epoch=-1, topics=())
+        try:
+            m = ctx.txns.describe(tid)
+            if m is None:
+                kw["error_code"] = ErrorCode.transactional_id_not_found
+            else:
+                by_topic: dict[str, list[int]] = {}
+                for t, p in sorted(m.partitions):
+                    by_topic.setdefault(t, []).append(p)
+                kw.update(transaction_state=m.state.kafka_name, transaction_timeout=m.timeout_ms,
+                          transaction_start_time=_when(m.start_ms), producer_id=m.producer_id,
+                          producer_epoch=m.producer_epoch, topics=tuple(
+                              part(DESCRIBE_TXNS, v, "TopicData", topic=t, partitions=tuple(ps))
+                              for t, ps in by_topic.items()))
+        except KafkaError as e:
+            kw["error_code"] = e.code
+        states.append(part(DESCRIBE_TXNS, v, "TransactionState", **kw))
+    return response(DESCRIBE_TXNS, v, throttle_time=0, transaction_states=tuple(states))
+
+
+def _when(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(max(ms, -1) / 1000, tz=datetime.timezone.utc)
+
+
+def handle_list_transactions(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
+    v = header.api_version
+    known = {s.kafka_name for s in TxnState}
+    filters = set(req.state_filters)
+    pids = set(int(p) for p in req.producer_id_filters)
+    duration = int(getattr(req, "duration_filter", -1))
+    now = int(datetime.datetime.now(datetime.timezone.utc).timestamp() * 1000)
+    out = []
+    for m in ctx.txns.list():
+        if filters and m.state.kafka_name not in filters:
+            continue
+        if pids and m.producer_id not in pids:
+            continue
+        if duration >= 0 and (m.state is not TxnState.ONGOING or now - m.start_ms < duration):
+            continue
+        out.append(part(LIST_TXNS, v, "TransactionState", transactional_id=m.transactional_id,
+                        producer_id=m.producer_id, transaction_state=m.state.kafka_name))
+    return response(LIST_TXNS, v, throttle_time=0, error_code=ErrorCode.none,
+                    unknown_state_filters=tuple(sorted(filters - known)),
+                    transaction_states=tuple(out))

@@ -1,0 +1,298 @@
+"""Transactions (issue 18, KIP-98) with confluent-kafka against a 3-broker cluster.
+
+Proves: commit and abort, read_committed consumers see only committed records in order
+while read_uncommitted ones see everything; offsets committed inside a transaction
+(TxnOffsetCommit) become visible only with the commit; a zombie producer is fenced; a
+transaction left open past transaction.timeout.ms is aborted by the coordinator. The
+topic's partitions are led by different brokers, so markers travel coordinator -> leader
+over WriteTxnMarkers as well as locally.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import (
+    OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from odradek.cluster.local import LocalCluster
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+BROKER_CONFIG = {
+    "transaction.state.log.num.partitions": "3",
+    "offsets.topic.num.partitions": "3",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+
+@pytest.fixture(scope="module")
+def txn_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster.start(tmp_path_factory.mktemp("txn"), 3, broker_config=BROKER_CONFIG)
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def create_topic(bootstrap: str, partitions: int = PARTITIONS, rf: int = 3) -> str:
+    name = f"txn-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, rf)], operation_timeout=20)[name].result(30)
+    return name
+
+
+def txn_producer(bootstrap: str, txn_id: str, **conf: Any) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                  "linger.ms": 5, **conf})
+    p.init_transactions(60)
+    return p
+
+
+def read_all(bootstrap: str, topic: str, isolation: str, *, partitions: int = PARTITIONS,
+             timeout: float = 30.0) -> list[tuple[int, bytes]]:
+    """Every record of every partition from the beginning, up to each partition's end
+    (the LSO for read_committed), as (partition, value) in per-partition order."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                  "isolation.level": isolation, "enable.partition.eof": True,
+                  "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        got: list[tuple[int, bytes]] = []
+        eof: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(eof) < partitions and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    eof.add(m.partition())
+                    continue
+                raise KafkaException(m.error())
+            eof.discard(m.partition())
+            got.append((m.partition(), m.value()))
+        assert len(eof) == partitions, f"no EOF on every partition within {timeout}s"
+        return got
+    finally:
+        c.close()
+
+
+def values(got: list[tuple[int, bytes]]) -> set[bytes]:
+    return {v for _, v in got}
+
+
+def test_commit_and_abort_read_committed_and_uncommitted(txn_cluster: LocalCluster) -> None:
+    bs = txn_cluster.bootstrap_servers
+    topic = create_topic(bs)
+    p = txn_producer(bs, f"tx-{uuid.uuid4().hex[:6]}")
+    committed = [b"c1-%d" % i for i in range(30)]
+    aborted = [b"a-%d" % i for i in range(30)]
+    committed2 = [b"c2-%d" % i for i in range(30)]
+    for batch, commit in ((committed, True), (aborted, False), (committed2, True)):
+        p.begin_transaction()
+        for i, v in enumerate(batch):
+            p.produce(topic, v, key=b"k%d" % i, partition=i % PARTITIONS)
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.flush(30)  # the aborted records are in the logs before the abort
+            p.abort_transaction(30)
+    rc = read_all(bs, topic, "read_committed")
+    assert values(rc) == set(committed + committed2)
+    for part in range(PARTITIONS):  # in order within each partition
+        seq = [v for p_, v in rc if p_ == part]
+        assert seq == [v for i, v in enumerate(committed + committed2)
+                       if i % 30 % PARTITIONS == part]
+    ru = read_all(bs, topic, "read_uncommitted")
+    assert values(ru) == set(committed + aborted + committed2)
+
+
+def test_open_transaction_holds_read_committed_at_the_lso(txn_cluster: LocalCluster) -> None:
+    bs = txn_cluster.bootstrap_servers
+    topic = create_topic(bs, partitions=PARTITIONS)
+    p = txn_producer(bs, f"tx-{uuid.uuid4().hex[:6]}")
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, b"open-%d" % i, partition=i % PARTITIONS)
+    p.flush(30)
+    # Records of the open transaction are below the HW but above the LSO.
+    assert read_all(bs, topic, "read_committed") == []
+    assert len(read_all(bs, topic, "read_uncommitted")) == 10
+    p.commit_transaction(30)
+    assert len(read_all(bs, topic, "read_committed")) == 10
+
+
+def test_zombie_producer_is_fenced(txn_cluster: LocalCluster) -> None:
+    bs = txn_cluster.bootstrap_servers
+    topic = create_topic(bs)
+    tid = f"tx-{uuid.uuid4().hex[:6]}"
+    zombie = txn_producer(bs, tid)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"zombie", partition=0)
+    zombie.flush(30)
+    fresh = txn_producer(bs, tid)  # bumps the epoch and aborts the zombie's transaction
+    fresh.begin_transaction()
+    fresh.produce(topic, b"fresh", partition=0)
+    fresh.commit_transaction(30)
+    with pytest.raises(KafkaException) as exc:
+        zombie.produce(topic, b"zombie-2", partition=0)
+        zombie.commit_transaction(30)
+    assert exc.value.args[0].code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                        KafkaError.INVALID_PRODUCER_EPOCH), exc.value
+    assert values(read_all(bs, topic, "read_committed")) == {b"fresh"}
+
+
+def test_timed_out_transaction_is_aborted(txn_cluster: LocalCluster) -> None:
+    bs = txn_cluster.bootstrap_servers
+    topic = create_topic(bs)
+    p = txn_producer(bs, f"tx-{uuid.uuid4().hex[:6]}", **{"transaction.timeout.ms": 2000})
+    p.begin_transaction()
+    p.produce(topic, b"late", partition=1)
+    p.flush(30)
+    # The coordinator aborts it after 2 s (ticker every 0.5 s): the LSO moves past it and
+    # a record committed afterwards by another producer becomes readable.
+    other = txn_producer(bs, f"tx-{uuid.uuid4().hex[:6]}")
+    other.begin_transaction()
+    other.produce(topic, b"other", partition=1)
+    other.commit_transaction(30)
+    deadline = time.monotonic() + 30
+    got: set[bytes] = set()
+    while time.monotonic() < deadline:
+        got = values(read_all(bs, topic, "read_committed"))
+        if b"other" in got:
+            break
+    assert got == {b"other"}
+    with pytest.raises(KafkaException):
+        p.commit_transaction(30)
+
+
+def test_offsets_committed_in_the_transaction(txn_cluster: LocalCluster) -> None:
+    """TxnOffsetCommit: invisible while the transaction is open or aborted, committed
+    with the transaction."""
+    bs = txn_cluster.bootstrap_servers
+    topic = create_topic(bs)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    c = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False})
+    try:
+        meta = c.consumer_group_metadata()
+        p = txn_producer(bs, f"tx-{uuid.uuid4().hex[:6]}")
+        tps = [TopicPartition(topic, 0, 5)]
+        p.begin_transaction()
+        p.produce(topic, b"x", partition=0)
+        p.send_offsets_to_transaction(tps, meta, 30)
+        p.abort_transaction(30)
+        assert c.committed([TopicPartition(topic, 0)], 30)[0].offset < 0
+        p.begin_transaction()
+        p.produce(topic, b"y", partition=0)
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], meta, 30)
+        p.commit_transaction(30)
+        assert c.committed([TopicPartition(topic, 0)], 30)[0].offset == 7
+    finally:
+        c.close()
+
+
+def test_cli_lists_and_describes_transactions(txn_cluster: LocalCluster,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from odradek.cli.main import main
+
+    bs = txn_cluster.bootstrap_servers
+    topic = create_topic(bs)
+    tid = f"tx-cli-{uuid.uuid4().hex[:6]}"
+    p = txn_producer(bs, tid)
+    p.begin_transaction()
+    p.produce(topic, b"v", partition=2)
+    p.flush(30)
+    assert main(["transactions", "--bootstrap-server", bs, "--list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    row = next(line.split() for line in out if line.startswith(tid + " "))
+    assert row[3] == "Ongoing"
+    assert main(["transactions", "--bootstrap-server", bs, "--describe",
+                 "--transactional-id", tid]) == 0
+    head, vals = [line.split() for line in capsys.readouterr().out.splitlines()]
+    desc = dict(zip(head, vals))
+    assert desc["TransactionState"] == "Ongoing" and desc["ProducerEpoch"] == "0"
+    assert desc["TopicPartitions"] == f"{topic}-2" and desc["CoordinatorId"] == row[1]
+    p.commit_transaction(30)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        assert main(["transactions", "--bootstrap-server", bs, "--describe",
+                     "--transactional-id", tid]) == 0
+        head, vals = [line.split() for line in capsys.readouterr().out.splitlines()]
+        if dict(zip(head, vals))["TransactionState"] == "CompleteCommit":
+            break
+        time.sleep(0.1)
+    assert dict(zip(head, vals))["TransactionState"] == "CompleteCommit"
+    assert main(["transactions", "--bootstrap-server", bs, "--describe",
+                 "--transactional-id", "no-such-id"]) == 1
+
+
+def test_kafka_python_and_aiokafka_transactions(txn_cluster: LocalCluster) -> None:
+    """The same commit/abort semantics through kafka-python's and aiokafka's
+    transactional producers, read back by their read_committed consumers."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as ATP
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTP
+
+    bs = txn_cluster.bootstrap_servers
+    topic = create_topic(bs, partitions=1)
+    kp = KafkaProducer(bootstrap_servers=bs, transactional_id=f"kp-{uuid.uuid4().hex[:6]}")
+    kp.init_transactions()
+    kp.begin_transaction()
+    kp.send(topic, b"kp-aborted", partition=0)
+    kp.flush()
+    kp.abort_transaction()
+    kp.begin_transaction()
+    kp.send(topic, b"kp-committed", partition=0)
+    kp.commit_transaction()
+    kp.close()
+
+    async def aio() -> list[bytes]:
+        p = AIOKafkaProducer(bootstrap_servers=bs,
+                             transactional_id=f"aio-{uuid.uuid4().hex[:6]}")
+        await p.start()
+        try:
+            async with p.transaction():
+                await p.send_and_wait(topic, b"aio-committed", partition=0)
+            await p.begin_transaction()
+            await p.send_and_wait(topic, b"aio-aborted", partition=0)
+            await p.abort_transaction()
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer(bootstrap_servers=bs, isolation_level="read_committed",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+        await c.start()
+        try:
+            c.assign([ATP(topic, 0)])
+            await c.seek_to_beginning()
+            got: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while len(got) < 2 and time.monotonic() < deadline:
+                for msgs in (await c.getmany(timeout_ms=500)).values():
+                    got += [m.value for m in msgs]
+            return got
+        finally:
+            await c.stop()
+
+    assert asyncio.run(aio()) == [b"kp-committed", b"aio-committed"]
+    kc = KafkaConsumer(bootstrap_servers=bs, isolation_level="read_committed",
+                       auto_offset_reset="earliest", enable_auto_commit=False,
+                       consumer_timeout_ms=3000)
+    kc.assign([KTP(topic, 0)])
+    assert [m.value for m in kc] == [b"kp-committed", b"aio-committed"]
+    kc.close()
+    assert values(read_all(bs, topic, "read_uncommitted", partitions=1)) == {
+        b"kp-aborted", b"kp-committed", b"aio-committed", b"aio-aborted"}

@@ -1,0 +1,60 @@
+"""Pure parts of odradek.cluster.netns: names, addresses, setup and teardown plans."""
+
+from __future__ import annotations
+
+import pytest
+
+from odradek.cluster import netns
+
+
+def test_addresses_mirror_the_loopback_layout() -> None:
+    assert netns.host_address(7, "zk1") == "10.209.7.1"
+    assert netns.host_address(7, "zk3") == "10.209.7.203"
+    assert netns.host_address(7, "b1") == "10.209.7.2"
+    assert netns.host_address(7, "b3") == "10.209.7.4"
+    assert netns.host_address(7, "c2") == "10.209.7.182"
+
+
+@pytest.mark.parametrize("role", ["x1", "b0", "zk0", "zk10", "c0", "c20", "b", "b1 ", "B1"])
+def test_bad_roles_are_rejected(role: str) -> None:
+    with pytest.raises(ValueError):
+        netns.role_octet(role)
+
+
+@pytest.mark.parametrize("block", [0, 255, -1])
+def test_block_out_of_range(block: int) -> None:
+    with pytest.raises(ValueError):
+        netns.namespace_name(block, "b1")
+
+
+def test_interface_names_fit_the_kernel_limit() -> None:
+    for role in ("b178", "zk9", "c19"):
+        for name in (*netns.veth_names(254, role), netns.bridge_name(254)):
+            assert len(name) <= 15, name
+
+
+def test_setup_never_touches_other_interfaces_or_routes() -> None:
+    cmds = netns.setup_commands(3, ["zk1", "b1", "c1"])
+    flat = [" ".join(c) for c in cmds]
+    assert not any("route" in c or "eth0" in c or "default" in c for c in flat)
+    # every link or namespace argument carries the block's prefix
+    for c in cmds:
+        for word in c:
+            if word.startswith("odx"):
+                assert word.startswith("odx3"), word
+    assert ["ip", "-n", "odx3-b1", "addr", "add", "10.209.3.2/24", "dev", "odx3pb1"] in cmds
+    assert ["ip", "link", "set", "odx3vb1", "master", "odx3br"] in cmds
+
+
+def test_teardown_removes_only_this_blocks_objects() -> None:
+    namespaces = ["odx3-b1", "odx3-zk2", "odx33-b1", "odx3-b1x", "other", "odx3-c1"]
+    links = ["lo", "eth0", "odx3br", "odx3vb1", "odx3vzk2", "odx31br", "odx3vb1x", "odx3pb1"]
+    cmds = netns.teardown_commands(3, namespaces, links)
+    assert cmds == [
+        ["ip", "netns", "del", "odx3-b1"],
+        ["ip", "netns", "del", "odx3-c1"],
+        ["ip", "netns", "del", "odx3-zk2"],
+        ["ip", "link", "del", "odx3vb1"],
+        ["ip", "link", "del", "odx3vzk2"],
+        ["ip", "link", "del", "odx3br"],  # the bridge last
+    ]

@@ -1,0 +1,183 @@
+"""Transactions (issue 18), pure parts: the ``__transaction_state`` record format, the
+coordinator's state machine, and the partition side (open transactions, LSO, aborted
+transactions, truncation and snapshots) of ``ProducerStateManager``."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from odradek.coordinator.txn_codec import (
+    TxnLogValue, decode_txn_key, decode_txn_value, encode_txn_key, encode_txn_value,
+)
+from odradek.coordinator.txn_markers import control_batch
+from odradek.coordinator.txn_state import Transition, TxnMetadata, TxnState
+from odradek.errors import ErrorCode
+from odradek.storage.batch import parse_batches
+from odradek.storage.cleaner import is_aborted
+from odradek.storage.producer_state import AbortedTxn, ProducerStateManager
+from odradek.storage.records import encode_batch
+
+
+# ----------------------------------------------------------------------------- codec
+def test_key_and_value_in_kafkas_layout() -> None:
+    assert encode_txn_key("tx") == b"\x00\x00\x00\x02tx"
+    v = TxnLogValue(7, 3, 60000, int(TxnState.ONGOING), (("b", 1), ("a", 0), ("a", 2)),
+                    1000, 900)
+    raw = encode_txn_value(v)
+    # version 0, pid, epoch, timeout, status, then topics sorted with their partitions
+    assert raw[:17] == struct.pack(">hqhib", 0, 7, 3, 60000, 1)
+    assert raw[17:21] == struct.pack(">i", 2)
+    assert raw[21:24] == b"\x00\x01a" and raw[24:36] == struct.pack(">iii", 2, 0, 2)
+    back = decode_txn_value(raw)
+    assert back.partitions is not None and sorted(back.partitions) == sorted(v.partitions or ())
+    assert (back.producer_id, back.producer_epoch, back.last_update_ms, back.start_ms) == (
+        7, 3, 1000, 900)
+    empty = encode_txn_value(TxnLogValue(1, 0, 10, 0, None, 5, -1))
+    assert decode_txn_value(empty).partitions is None
+    assert decode_txn_key(encode_txn_key("tx")) == "tx"
+
+
+@given(st.binary(max_size=64))
+def test_corrupt_values_raise_value_error_without_allocating(data: bytes) -> None:
+    try:
+        decode_txn_value(data)
+    except ValueError:
+        pass
+
+
+def test_huge_count_is_refused() -> None:
+    raw = struct.pack(">hqhib", 0, 1, 0, 1, 1) + struct.pack(">i", 2**31 - 1)
+    with pytest.raises(ValueError):
+        decode_txn_value(raw)
+
+
+# ----------------------------------------------------------------------------- state machine
+def _apply(m: TxnMetadata, r: object) -> None:
+    assert isinstance(r, Transition), r
+    m.apply(r)
+
+
+def test_transaction_life_cycle_and_retries() -> None:
+    m = TxnMetadata("tx", 5, 0, 60000)
+    tp = ("t", 0)
+    _apply(m, m.add_partitions(5, 0, {tp}, 100))
+    assert m.state is TxnState.ONGOING and m.start_ms == 100
+    assert m.add_partitions(5, 0, {tp}, 200) is None  # already in the transaction
+    _apply(m, m.end_txn(5, 0, True, 300))
+    assert m.state is TxnState.PREPARE_COMMIT
+    assert m.end_txn(5, 0, True, 301) is ErrorCode.concurrent_transactions
+    assert m.end_txn(5, 0, False, 301) is ErrorCode.invalid_txn_state
+    assert m.add_partitions(5, 0, {tp}, 301) is ErrorCode.concurrent_transactions
+    _apply(m, m.complete(400))
+    assert m.state is TxnState.COMPLETE_COMMIT and not m.partitions
+    assert m.end_txn(5, 0, True, 401) is None  # a retried commit succeeds
+    assert m.end_txn(5, 0, False, 401) is ErrorCode.invalid_txn_state
+
+
+def test_fencing_and_epoch_bump() -> None:
+    m = TxnMetadata("tx", 5, 0, 60000)
+    _apply(m, m.init_producer_id(60000, -1, -1, 10, None))
+    assert m.producer_epoch == 1 and m.state is TxnState.EMPTY
+    assert m.add_partitions(5, 0, {("t", 0)}, 11) is ErrorCode.producer_fenced
+    assert m.end_txn(5, 0, True, 11) is ErrorCode.producer_fenced
+    assert m.add_partitions(6, 1, {("t", 0)}, 11) is ErrorCode.invalid_producer_id_mapping
+    assert m.end_txn(5, 1, True, 11) is ErrorCode.invalid_txn_state  # nothing to end
+    # KIP-360: a producer recovering with a stale epoch is fenced
+    assert m.init_producer_id(60000, 5, 0, 12, None) is ErrorCode.producer_fenced
+
+
+def test_ongoing_transaction_is_aborted_with_a_bumped_epoch_on_timeout() -> None:
+    m = TxnMetadata("tx", 5, 2, 1000)
+    _apply(m, m.add_partitions(5, 2, {("t", 0)}, 100))
+    assert not m.timed_out(1100) and m.timed_out(1101)
+    assert m.init_producer_id(1000, -1, -1, 1101, None) is ErrorCode.concurrent_transactions
+    _apply(m, m.abort_for_fence(1101))
+    assert m.state is TxnState.PREPARE_ABORT and m.producer_epoch == 3
+    assert m.partitions == {("t", 0)}  # the markers still go there
+    _apply(m, m.complete(1200))
+    assert m.state is TxnState.COMPLETE_ABORT
+    assert m.expired(1200 + 5001, 5000) and not m.expired(1200 + 4999, 5000)
+
+
+def test_exhausted_epoch_gets_a_new_producer_id() -> None:
+    m = TxnMetadata("tx", 5, 32765, 1000)
+    assert m.needs_epoch_bump()
+    _apply(m, m.init_producer_id(1000, -1, -1, 1, 9))
+    assert (m.producer_id, m.producer_epoch) == (9, 0)
+
+
+def test_state_round_trips_through_the_log_record() -> None:
+    m = TxnMetadata("tx", 5, 1, 1000)
+    t = m.add_partitions(5, 1, {("t", 0), ("u", 3)}, 50)
+    assert isinstance(t, Transition)
+    back = TxnMetadata.from_value("tx", decode_txn_value(encode_txn_value(t.value)))
+    assert back.state is TxnState.ONGOING and back.partitions == {("t", 0), ("u", 3)}
+    assert TxnState.PREPARE_COMMIT.kafka_name == "PrepareCommit"
+
+
+# ----------------------------------------------------------------------------- partition side
+def _batch(base: int, pid: int, epoch: int, seq: int, n: int = 2) -> bytes:
+    return encode_batch([(b"k", b"v")] * n, base_offset=base, producer_id=pid,
+                        producer_epoch=epoch, base_sequence=seq, transactional=True)
+
+
+def _marker(base: int, pid: int, epoch: int, commit: bool) -> bytes:
+    raw = bytearray(control_batch(pid, epoch, commit, 0))
+    struct.pack_into(">q", raw, 0, base)
+    return bytes(raw)
+
+
+def _feed(ps: ProducerStateManager, raw: bytes) -> None:
+    ps.update(parse_batches(raw, verify_crc=False), raw)
+
+
+def test_lso_and_aborted_index(tmp_path: Path) -> None:
+    ps = ProducerStateManager(tmp_path)
+    _feed(ps, _batch(0, 1, 0, 0))          # pid 1: offsets 0-1
+    _feed(ps, _batch(2, 2, 0, 0))          # pid 2: offsets 2-3
+    assert ps.first_unstable_offset() == 0
+    _feed(ps, _marker(4, 1, 0, False))     # abort pid 1 at offset 4
+    assert ps.first_unstable_offset() == 2
+    assert ps.aborted == [AbortedTxn(1, 0, 4, 2)]
+    _feed(ps, _marker(5, 2, 0, True))      # commit pid 2
+    assert ps.first_unstable_offset() is None
+    assert ps.aborted_between(0, 6) == [(1, 0)]
+    assert ps.aborted_between(5, 6) == []
+    ps.trim_aborted(5)
+    assert ps.aborted == []
+
+
+def test_marker_with_a_bumped_epoch_fences_the_old_producer(tmp_path: Path) -> None:
+    from odradek.errors import KafkaError
+
+    ps = ProducerStateManager(tmp_path)
+    _feed(ps, _batch(0, 1, 0, 0))
+    _feed(ps, _marker(2, 1, 1, False))  # the coordinator aborted with epoch 1
+    with pytest.raises(KafkaError) as e:
+        ps.check(parse_batches(_batch(3, 1, 0, 2), verify_crc=False))
+    assert e.value.code is ErrorCode.invalid_producer_epoch
+
+
+def test_truncating_a_marker_reopens_its_transaction_and_snapshots_keep_state(
+        tmp_path: Path) -> None:
+    ps = ProducerStateManager(tmp_path)
+    _feed(ps, _batch(0, 1, 0, 0))
+    _feed(ps, _batch(2, 2, 0, 0))
+    _feed(ps, _marker(4, 1, 0, False))
+    ps.write_snapshot()
+    fresh = ProducerStateManager(tmp_path)
+    fresh.load_latest_snapshot(100)
+    assert fresh.ongoing == {2: 2} and fresh.aborted == [AbortedTxn(1, 0, 4, 2)]
+    ps.truncate_to(4)  # the abort marker is gone (leader-epoch truncation)
+    assert ps.aborted == [] and ps.first_unstable_offset() == 0
+
+
+def test_cleaner_recognises_aborted_batches() -> None:
+    h = parse_batches(_batch(10, 7, 0, 0), verify_crc=False)[0]
+    assert is_aborted(h, ((7, 10, 12),))
+    assert not is_aborted(h, ((7, 0, 5),)) and not is_aborted(h, ((8, 10, 12),))
