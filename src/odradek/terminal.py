@@ -25,7 +25,12 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.progress import (
-    BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn,
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
     TimeElapsedColumn,
 )
 

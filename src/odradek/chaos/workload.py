@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 LIBRDKAFKA_LOGGER = "odradek.librdkafka"
 
 
@@ -38,8 +41,6 @@ def client_logging() -> dict[str, Any]:
         return {"logger": lg}
     return {"logger": lg, "log_level": 2}
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 __all__ = [
     "History",

@@ -26,8 +26,15 @@ from typing import Any
 
 from odradek.cli.common import add_command_config, admin_client
 from odradek.security.acl import (
-    CLUSTER_NAME, SUPPORTED_OPERATIONS, AccessControlEntry, AclOperation, AclPermissionType,
-    PatternType, ResourcePattern, ResourceType, parse_enum,
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AccessControlEntry,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    parse_enum,
 )
 
 __all__ = ["add_parser", "plan_bindings"]
@@ -147,8 +154,20 @@ def format_resource(header: str, pattern: ResourcePattern,
 # =============================================================================== confluent
 def _ck(pattern: ResourcePattern, e: AccessControlEntry | None) -> Any:
     from confluent_kafka.admin import (  # noqa: PLC0415
-        AclBinding, AclBindingFilter, AclOperation as CkOp, AclPermissionType as CkPerm,
-        ResourcePatternType as CkPattern, ResourceType as CkType,
+        AclBinding,
+        AclBindingFilter,
+    )
+    from confluent_kafka.admin import (
+        AclOperation as CkOp,
+    )
+    from confluent_kafka.admin import (
+        AclPermissionType as CkPerm,
+    )
+    from confluent_kafka.admin import (
+        ResourcePatternType as CkPattern,
+    )
+    from confluent_kafka.admin import (
+        ResourceType as CkType,
     )
     # confluent-kafka's enums carry Kafka's wire values (its BROKER is Kafka's CLUSTER, 4)
     rtype = CkType(int(pattern.resource_type))
@@ -176,8 +195,19 @@ def _describe(admin: Any, flt: Any) -> dict[ResourcePattern, list[AccessControlE
 
 def _list_filters(args: argparse.Namespace) -> list[Any]:
     from confluent_kafka.admin import (  # noqa: PLC0415
-        AclBindingFilter, AclOperation as CkOp, AclPermissionType as CkPerm,
-        ResourcePatternType as CkPattern, ResourceType as CkType,
+        AclBindingFilter,
+    )
+    from confluent_kafka.admin import (
+        AclOperation as CkOp,
+    )
+    from confluent_kafka.admin import (
+        AclPermissionType as CkPerm,
+    )
+    from confluent_kafka.admin import (
+        ResourcePatternType as CkPattern,
+    )
+    from confluent_kafka.admin import (
+        ResourceType as CkType,
     )
     ptype = CkPattern[(args.resource_pattern_type or "any").upper()]
     principals = args.principal or [None]

@@ -65,4 +65,6 @@ def admin_client(args: argparse.Namespace) -> Any:
     """A confluent-kafka AdminClient for ``--bootstrap-server`` and ``--command-config``."""
     from confluent_kafka.admin import AdminClient  # noqa: PLC0415 - keep CLI start fast
 
-    return AdminClient(client_config(args))
+    # librdkafka takes str values; the stub's dict[str, str | int | float | bool] is invariant.
+    conf: dict[str, Any] = client_config(args)
+    return AdminClient(conf)

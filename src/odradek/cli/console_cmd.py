@@ -17,7 +17,7 @@ from pathlib import Path
 __all__ = ["add_parser"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("console", help="web console: brokers, topics, groups, messages, "
                        "chaos reports (live)")
     p.add_argument("--bootstrap-server", default=None,

@@ -12,13 +12,13 @@ Exit status 1 if any partition failed (Kafka's tool throws AdminCommandFailedExc
 
 from __future__ import annotations
 
-from odradek.cli.common import add_command_config, client_config
-
 import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from odradek.cli.common import add_command_config, client_config
 
 
 def add_parser(sub: Any) -> None:

@@ -109,7 +109,7 @@ class _Reader:
         self.pos += n
         return b
 
-    def int(self, fmt: str) -> int:
+    def fixed(self, fmt: str) -> int:
         st = struct.Struct(fmt)
         return int(st.unpack(self.take(st.size))[0])
 
@@ -142,16 +142,16 @@ class _Reader:
 def parse_describe_transactions(body: bytes) -> list[Described]:
     r = _Reader(body)
     r.skip_tags()  # response header v1
-    r.int(">i")  # throttle time
+    r.fixed(">i")  # throttle time
     out = []
     for _ in range(r.count()):
-        code = r.int(">h")
+        code = r.fixed(">h")
         tid, state = r.string(), r.string()
-        timeout, start, pid, epoch = r.int(">i"), r.int(">q"), r.int(">q"), r.int(">h")
+        timeout, start, pid, epoch = r.fixed(">i"), r.fixed(">q"), r.fixed(">q"), r.fixed(">h")
         parts: list[tuple[str, int]] = []
         for _ in range(r.count()):
             topic = r.string()
-            parts += [(topic, r.int(">i")) for _ in range(r.count())]
+            parts += [(topic, r.fixed(">i")) for _ in range(r.count())]
             r.skip_tags()
         r.skip_tags()
         out.append(Described(code, tid, state, timeout, start, pid, epoch, parts))

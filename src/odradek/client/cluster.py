@@ -24,9 +24,9 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.types import BrokerId, ProducerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
-from odradek.security.client_security import PLAINTEXT, ClientSecurity
 from odradek.client.connection import ConnectionLost, KafkaConnection, parse_address
 from odradek.errors import ErrorCode, KafkaError
+from odradek.security.client_security import PLAINTEXT, ClientSecurity
 
 __all__ = ["ClusterClient", "PartitionInfo", "Metadata", "STALE_METADATA", "EARLIEST",
            "LATEST"]

@@ -47,7 +47,7 @@ class CertificateAuthority:
               organization: str = "Odradek", client: bool = True) -> Path:
         """A keystore PEM (key + certificate + CA certificate) for ``hosts``."""
         key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         sans: list[x509.GeneralName] = []
         for h in hosts:
             try:
@@ -80,7 +80,7 @@ class CertificateAuthority:
 def make_ca(directory: Path, name: str = "Odradek local cluster CA") -> CertificateAuthority:
     directory.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     cert = (x509.CertificateBuilder()
             .subject_name(subject).issuer_name(subject)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,7 +94,7 @@ def fetch_view(admin: Any, timeout_s: float = 10.0, extra_known: Iterable[int] =
                 continue
             try:
                 entry = fut.result(0).get("min.insync.replicas")
-            except Exception as e:  # noqa: BLE001 - one topic's configs: report, go on
+            except Exception as e:
                 logger.info("DescribeConfigs %s failed: %s", res.name, e)
                 continue
             if entry is not None and entry.value is not None:

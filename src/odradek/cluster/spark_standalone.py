@@ -101,14 +101,12 @@ class SparkStandalone:
             SPARK_LOG_DIR=str(self.dir / "logs"),
             SPARK_WORKER_DIR=str(self.dir / "work"),
         )
-        log = open(self.dir / f"{name}.log", "ab")
-        try:
+        # The child keeps its own copy of the descriptor; ours is closed on leaving.
+        with open(self.dir / f"{name}.log", "ab") as log_file:
             p = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                cwd=self.dir, start_new_session=True,
+                cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                env=env, cwd=self.dir, start_new_session=True,
             )
-        finally:
-            log.close()
         self._procs.append(p)
         return p
 
@@ -142,7 +140,7 @@ class SparkStandalone:
             for p in self._procs:
                 if p.poll() is not None:
                     raise KafkaError(ErrorCode.unknown_server_error,
-                                     f"a Spark daemon exited ({p.args}); see {self.dir}")
+                                     f"a Spark daemon exited ({p.args!r}); see {self.dir}")
             try:
                 n = len(re.findall(r"Registering worker", log.read_text(errors="replace")))
             except FileNotFoundError:

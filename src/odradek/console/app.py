@@ -60,7 +60,7 @@ class ConsoleState:
             try:
                 await asyncio.wait_for(
                     self._changed.wait_for(lambda: self.snapshot.version > version), timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return None
             return self.snapshot
 
@@ -79,7 +79,7 @@ def _fmt_bytes(n: float | int | None) -> str:
 def _fmt_ts(ms: int | None) -> str:
     if ms is None or ms < 0:
         return "-"
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc) \
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC) \
         .strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 

@@ -87,7 +87,7 @@ def read_messages(bootstrap: str, topic: str, partition: int, *, offset: int | N
                   timeout_s: float = READ_TIMEOUT_S) -> tuple[int, list[BrowsedRecord]]:
     """(start offset, records) from ``offset`` (or the first at/after ``timestamp_ms``;
     neither: the last ``limit`` records). Blocking: run it in a thread."""
-    from confluent_kafka import OFFSET_END, Consumer, TopicPartition  # noqa: PLC0415
+    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
 
     limit = max(1, min(limit, MAX_MESSAGES))
     c = Consumer({"bootstrap.servers": bootstrap,
@@ -115,8 +115,9 @@ def read_messages(bootstrap: str, topic: str, partition: int, *, offset: int | N
         while len(out) < want and time.monotonic() < deadline:
             msgs = c.consume(num_messages=want - len(out), timeout=0.5)
             for m in msgs:
-                if m.error() is not None:
-                    if m.error().code() == -191:  # _PARTITION_EOF
+                err = m.error()
+                if err is not None:
+                    if err.code() == -191:  # _PARTITION_EOF
                         deadline = 0.0
                         break
                     raise RuntimeError(str(m.error()))

@@ -90,7 +90,7 @@ class ClusterCollector:
             t0 = time.monotonic()
             try:
                 self.on_snapshot(self.builder.build(self.collect()))
-            except Exception:  # noqa: BLE001 - the console outlives any one bad round
+            except Exception:
                 logger.exception("collection round failed")
             self._stop.wait(max(self.interval_s - (time.monotonic() - t0), 0.05))
 

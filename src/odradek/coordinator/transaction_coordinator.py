@@ -22,10 +22,15 @@ import logging
 from typing import TYPE_CHECKING, Protocol
 
 from odradek.coordinator.group_coordinator import (
-    OFFSETS_TOPIC, java_string_hashcode, partition_for,
+    OFFSETS_TOPIC,
+    java_string_hashcode,
+    partition_for,
 )
 from odradek.coordinator.txn_codec import (
-    decode_txn_key, decode_txn_value, encode_txn_key, encode_txn_value,
+    decode_txn_key,
+    decode_txn_value,
+    encode_txn_key,
+    encode_txn_value,
 )
 from odradek.coordinator.txn_markers import TxnMarkerChannel
 from odradek.coordinator.txn_state import PREPARE, Transition, TxnMetadata, TxnState

@@ -23,10 +23,12 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.write_txn_markers.v1.request import (
-    WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest,
-)
 from kio.schema.types import ProducerId, TopicName
+from kio.schema.write_txn_markers.v1.request import (
+    WritableTxnMarker,
+    WritableTxnMarkerTopic,
+    WriteTxnMarkersRequest,
+)
 from kio.static.primitive import i16, i32
 
 from odradek.errors import ErrorCode
@@ -139,7 +141,7 @@ class TxnMarkerChannel:
                          for t, ps in by_topic.items())),))
         try:
             resp = await self._request(leader, req)
-        except (BrokerConnectionError, OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, BrokerConnectionError, OSError) as e:
             logger.info("WriteTxnMarkers to broker %d failed: %r; retrying", leader, e)
             self._drop(leader)
             return set()

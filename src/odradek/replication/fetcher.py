@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.configdefs import setting, settings_from
 from odradek.errors import ErrorCode, error_name
-from odradek.security.client_security import PLAINTEXT, ClientSecurity
 from odradek.replication.leader_endpoint import (
     EndpointError,
     EndpointFactory,
@@ -41,6 +40,7 @@ from odradek.replication.leader_endpoint import (
 )
 from odradek.replication.trace import RecordTracer
 from odradek.replication.truncation import decide_truncation
+from odradek.security.client_security import PLAINTEXT, ClientSecurity
 
 if TYPE_CHECKING:
     from odradek.config import BrokerConfig

@@ -193,5 +193,4 @@ class IsrStore(Protocol):
     outcome: its znode's new version, or ``IsrConflict`` / ``IsrStoreUnavailable`` --
     one partition's failure never fails the others."""
 
-    def write_isrs(self, writes: Sequence[IsrWrite]
-                   ) -> dict[tuple[str, int], IsrOutcome]: ...
+    def write_isrs(self, writes: Sequence[IsrWrite]) -> dict[tuple[str, int], IsrOutcome]: ...

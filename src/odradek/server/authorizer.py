@@ -70,7 +70,7 @@ class _ZkFollower:
                     apply = await asyncio.to_thread(self.read)
                     apply()
                     self.refreshes += 1
-                except Exception:  # noqa: BLE001 - a bad znode must not stop following
+                except Exception:
                     logger.exception("refresh from ZooKeeper failed")
                 if not self._again:
                     return

@@ -138,7 +138,7 @@ def _describe_transactions(h: RequestHeaderInfo, req: Any, code: int, msg: str |
     import datetime
 
     v = h.api_version
-    epoch = datetime.datetime.fromtimestamp(0, tz=datetime.timezone.utc)
+    epoch = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
     return response(65, v, transaction_states=tuple(
         part(65, v, "TransactionState", error_code=code, transactional_id=t,
              transaction_state="", transaction_timeout=0, transaction_start_time=epoch,

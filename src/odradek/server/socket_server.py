@@ -33,7 +33,6 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from odradek.log_limiter import LogLimiter

@@ -174,10 +174,9 @@ def list_offsets_retrying(admin: Any, req: Mapping[Any, Any], retries: int,
     (OFFSET_INVALID) without an error, for minutes; a fresh client finds the new leader
     at once. So every retry uses a fresh AdminClient (when ``conf`` is given).
     """
-    from confluent_kafka import KafkaException
+    from confluent_kafka import IsolationLevel, KafkaException
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.admin._listoffsets import TimestampSpec
-    from confluent_kafka import IsolationLevel
     # KIP-98: under read_committed "latest" is the last stable offset, so a micro-batch
     # never ends inside an open transaction (its reader would wait for it to finish).
     iso = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED

@@ -34,8 +34,14 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from odradek.security.acl import (
-    AccessControlEntry, AclOperation, AclPermissionType, PatternType, ResourcePattern,
-    ResourceType, parse_enum, pascal_name,
+    AccessControlEntry,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    parse_enum,
+    pascal_name,
 )
 from odradek.zk import znodes
 
@@ -178,13 +184,15 @@ def _seq(child: str) -> int:
         return -1
 
 
-def changes_after(zk: KazooClient, root: str, after: int) -> list[tuple[int, ResourcePattern]]:
+def changes_after(
+    zk: KazooClient, root: str, after: int
+) -> list[tuple[int, ResourcePattern | None]]:
     """Notifications newer than ``after``, in order, decoded (unreadable ones skipped)."""
     try:
         children = zk.get_children(root)
     except NoNodeError:
         return []
-    out = []
+    out: list[tuple[int, ResourcePattern | None]] = []
     for child in sorted(children, key=_seq):
         n = _seq(child)
         if n <= after:
@@ -197,7 +205,7 @@ def changes_after(zk: KazooClient, root: str, after: int) -> list[tuple[int, Res
         except (ValueError, KeyError) as e:
             logger.warning("ignoring unreadable ACL change %s/%s: %s", root, child, e)
             out.append((n, None))
-    return out  # type: ignore[return-value]
+    return out
 
 
 def update_acls(zk: KazooClient, pattern: ResourcePattern,
@@ -242,7 +250,7 @@ def _purge_expired(zk: KazooClient, root: str) -> None:
             zk.delete(f"{root}/{child}")
     except NoNodeError:
         pass
-    except Exception:  # noqa: BLE001 - housekeeping only
+    except Exception:
         logger.debug("ACL change purge failed", exc_info=True)
 
 

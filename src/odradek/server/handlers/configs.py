@@ -46,10 +46,10 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from odradek.config import validate_topic_configs
 from odradek.configdefs import TOPIC_CONFIGS, ConfigType, parse_list
-from odradek.security.acl import AclOperation, ResourceType
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import part, response
+from odradek.security.acl import AclOperation, ResourceType
 from odradek.topics import topic_name_error
 from odradek.zk import znodes
 

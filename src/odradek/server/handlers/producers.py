@@ -13,10 +13,10 @@ import asyncio
 import logging
 from typing import Any
 
-from odradek.security.acl import AclOperation, ResourceType
 from odradek.errors import ErrorCode
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import response
+from odradek.security.acl import AclOperation, ResourceType
 from odradek.server.context import RequestContext
 from odradek.server.handlers.transactions import init_producer_id
 

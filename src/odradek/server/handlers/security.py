@@ -29,8 +29,16 @@ from odradek.errors import ErrorCode
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import part, response
 from odradek.security.acl import (
-    CLUSTER_NAME, SUPPORTED_OPERATIONS, AccessControlEntry, AclBinding, AclBindingFilter,
-    AclOperation, AclPermissionType, PatternType, ResourcePattern, ResourceType,
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
 )
 from odradek.security.principal import parse_principal
 from odradek.security.sasl_server import AuthResult
@@ -222,8 +230,8 @@ async def _create_acls(ctx: RequestContext, v: int, creations: list[Any]) -> Any
             logger.warning("adding ACLs for %s failed: %r", pattern, e)
             failed[pattern] = f"Failed to update ACLs for {pattern}: {e}"
     out = []
-    for (code, msg), pattern in zip(results, slots):
-        if pattern is not None and pattern in failed:
+    for (code, msg), slot in zip(results, slots):
+        if slot is not None and slot in failed:
             code, msg = ErrorCode.unknown_server_error, failed[pattern]
         out.append(part(CREATE_ACLS, v, "AclCreationResult", error_code=code,
                         error_message=msg))

@@ -192,7 +192,7 @@ def handle_describe_transactions(ctx: RequestContext, header: RequestHeaderInfo,
 
 
 def _when(ms: int) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(max(ms, -1) / 1000, tz=datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(max(ms, -1) / 1000, tz=datetime.UTC)
 
 
 def handle_list_transactions(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
@@ -201,7 +201,7 @@ def handle_list_transactions(ctx: RequestContext, header: RequestHeaderInfo, req
     filters = set(req.state_filters)
     pids = set(int(p) for p in req.producer_id_filters)
     duration = int(getattr(req, "duration_filter", -1))
-    now = int(datetime.datetime.now(datetime.timezone.utc).timestamp() * 1000)
+    now = int(datetime.datetime.now(datetime.UTC).timestamp() * 1000)
     out = []
     for m in ctx.txns.list():
         if filters and m.state.kafka_name not in filters:
