@@ -701,8 +701,6 @@ _TOPIC_SUPPORT: dict[str, tuple[Support, str]] = {
 
 _BROKER_SUPPORT: dict[str, tuple[Support, str]] = {
     "broker.rack": (Support.IGNORED, "replica assignment is not rack-aware"),
-    "inter.broker.listener.name": (Support.IGNORED,
-                                   "brokers replicate over the first listener"),
     "socket.send.buffer.bytes": (Support.IGNORED, "sockets keep the OS default buffers"),
     "socket.receive.buffer.bytes": (Support.IGNORED, "sockets keep the OS default buffers"),
     "replica.socket.receive.buffer.bytes": (Support.IGNORED,
@@ -724,17 +722,12 @@ _BROKER_SUPPORT: dict[str, tuple[Support, str]] = {
     "offsets.retention.minutes": (Support.IGNORED,
                                   "committed offsets are kept until the group is deleted"),
     "group.max.size": (Support.IGNORED, "group size is not limited"),
-    "transaction.state.log.replication.factor": (Support.IGNORED,
-                                                 "transactions are not implemented"),
-    "transaction.state.log.min.isr": (Support.IGNORED, "transactions are not implemented"),
-    "transaction.state.log.num.partitions": (Support.IGNORED,
-                                             "transactions are not implemented"),
-    "ssl.keystore.location": (Support.IGNORED, "SSL listeners are refused at start"),
-    "ssl.keystore.password": (Support.IGNORED, "SSL listeners are refused at start"),
-    "ssl.key.password": (Support.IGNORED, "SSL listeners are refused at start"),
-    "ssl.truststore.location": (Support.IGNORED, "SSL listeners are refused at start"),
-    "ssl.truststore.password": (Support.IGNORED, "SSL listeners are refused at start"),
-    "sasl.enabled.mechanisms": (Support.IGNORED, "SASL listeners are refused at start"),
+    "ssl.protocol": (Support.IGNORED, "the TLS versions offered are ssl.enabled.protocols; "
+                     "the handshake picks the highest both sides support"),
+    "zookeeper.set.acl": (Support.REFUSED, "ZooKeeper authentication and znode ACLs are "
+                          "not implemented; true stops the broker at start"),
+    "odradek.zookeeper.auth": (Support.REFUSED, "ZooKeeper authentication is not "
+                               "implemented; setting it stops the broker at start"),
 }
 
 

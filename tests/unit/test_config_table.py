@@ -70,7 +70,8 @@ _CLIENT_SETTINGS = {"bootstrap.servers", "group.id", "auto.offset.reset", "enabl
                     "message.send.max.retries", "batch.num.messages", "client.id",
                     "message.timeout.ms", "fetch.queue.backoff.ms",
                     "test.mock.num.brokers",  # librdkafka mock cluster (benchmarks)
-                    "odradek.client"}  # the Spark source's option (docs/spark.md)
+                    "odradek.client",  # the Spark source's option (docs/spark.md)
+                    "odradek.sink.guarantee"}  # the Spark sink's option (docs/spark.md)
 
 
 def test_every_setting_the_docs_assign_is_in_the_table() -> None:
