@@ -4,7 +4,7 @@ Root only (skipped otherwise). Three brokers and three ZooKeeper servers, each i
 own namespace on a private bridge; an idempotent acks=all producer on client host c1
 and a consumer group member on c2 -- processes in other namespaces that reach the
 brokers by their host addresses. A broker is SIGKILLed, then the ZooKeeper ensemble
-leader; no acknowledged record may be lost (SPEC R1: acks=all records are committed
+leader; no acknowledged record may be lost (REQ-R1: acks=all records are committed
 on every ISR member, min.insync.replicas=2). ``cluster down`` must leave no namespace,
 veth or bridge of the block behind, even after the processes were killed.
 """

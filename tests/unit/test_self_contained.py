@@ -7,8 +7,9 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-_TREES = ["src", "tests", "docs", "bench", "scripts"]
-_SUFFIXES = {".py", ".md", ".sh", ".toml", ".txt", ".dot", ".cfg", ".ini"}
+_TREES = ["src", "tests", "docs", "bench", "scripts", "deploy"]
+_SUFFIXES = {".py", ".md", ".sh", ".toml", ".txt", ".dot", ".cfg", ".ini", ".properties",
+             ".service"}
 # Spelled in pieces so this file does not match itself.
 _OUTSIDE = re.compile("|".join([r"shared" + "/", r"\bSP" + r"EC\b", r"FAC" + r"TS\b"]))
 

@@ -6,10 +6,10 @@ The procedure Kafka operators follow, as ``odradek cluster roll``:
    stopping one broker leaves every partition with ``RF - 1`` in-sync copies and
    acks=all producers with ``min.insync.replicas <= RF - 1`` keep being acknowledged;
 2. stop the broker with SIGTERM: the broker's controlled shutdown moves leadership of
-   its partitions to other ISR members *before* it closes its sockets (SPEC R13), so
+   its partitions to other ISR members *before* it closes its sockets (REQ-R13), so
    clients see NOT_LEADER and retry instead of timing out;
 3. start it again and wait until it is registered and serving;
-4. wait for a full ISR again (it has caught up, SPEC R7) before the next broker;
+4. wait for a full ISR again (it has caught up, REQ-R7) before the next broker;
 5. the controller goes last, so leadership of the cluster moves once, not per step;
 6. finally a preferred-leader election gives leadership back to the first replicas.
 
@@ -42,7 +42,7 @@ __all__ = ["roll_order", "under_replicated", "partition_isrs", "roll", "procedur
 def roll_order(broker_ids: Sequence[int], controller: int | None) -> list[int]:
     """Ascending ids, the controller last (one controller move per roll)."""
     rest = sorted(b for b in broker_ids if b != controller)
-    return rest + ([controller] if controller in broker_ids else [])
+    return rest + ([controller] if controller is not None and controller in broker_ids else [])
 
 
 def under_replicated(states: dict[tuple[str, int], tuple[list[int], list[int]]]) -> list[tuple[str, int]]:
@@ -79,7 +79,7 @@ def _wait_full_isr(c: LocalCluster, timeout: float, say: Callable[[str], None]) 
     while True:
         try:
             last = under_replicated(partition_isrs(c.zk_client()))
-        except Exception as e:  # noqa: BLE001 - ZooKeeper hiccup: "not yet"
+        except Exception as e:
             last = [("?", -1)]
             logger.debug("ISR check: %s", e)
         if not last:
@@ -103,7 +103,7 @@ def _preferred_election(bootstrap: str, say: Callable[[str], None]) -> None:
     try:
         admin.elect_leaders(ElectionType.PREFERRED, None).result(30)
         say("preferred leaders elected")
-    except Exception as e:  # noqa: BLE001 - ELECTION_NOT_NEEDED and friends are fine
+    except Exception as e:
         say(f"preferred-leader election: {e}")
 
 

@@ -8,7 +8,7 @@ changes in one AlterPartition request, and a change proposed while one is in fli
 for the next; here the batch goes to ``IsrStore.write_isrs``, which writes it as chunked
 ZooKeeper multi transactions (``KafkaZkClient.update_partition_states``).
 
-What does not change (SPEC R6, R13, scenarios 4 and 6): each write stays conditional on
+What does not change (REQ-R6, REQ-R13, REQ-P4, REQ-P6): each write stays conditional on
 the znode version its leader decided from, and its outcome is per partition -- a conflict
 or an unreachable ZooKeeper for one partition is handed to that partition alone, which
 adopts the controller's ISR or fences itself exactly as it did for a single write.
@@ -26,7 +26,11 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from odradek.replication.partition_state import (
-    IsrConflict, IsrOutcome, IsrStore, IsrStoreUnavailable, IsrWrite,
+    IsrConflict,
+    IsrOutcome,
+    IsrStore,
+    IsrStoreUnavailable,
+    IsrWrite,
 )
 
 logger = logging.getLogger(__name__)
@@ -139,7 +143,7 @@ class AlterPartitionManager(Generic[P]):
         writes = [w for w, _ in batch]
         try:
             results = await asyncio.to_thread(self.store.write_isrs, writes)
-        except Exception as e:  # noqa: BLE001 - an unknown outcome is treated as unreachable
+        except Exception as e:
             logger.exception("ISR write batch of %d partitions failed", len(writes))
             results = {(w.topic, w.partition): IsrStoreUnavailable(repr(e)) for w in writes}
         finally:
@@ -147,7 +151,7 @@ class AlterPartitionManager(Generic[P]):
         for write, payload in batch:
             try:
                 self._on_outcome(write, payload, outcome_of(write, results))
-            except Exception:  # noqa: BLE001 - one partition must not strand the others
+            except Exception:
                 logger.exception("%s-%d: applying the ISR write outcome failed",
                                  write.topic, write.partition)
         if len(self.queue):

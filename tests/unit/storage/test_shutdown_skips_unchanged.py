@@ -1,7 +1,7 @@
 """A clean shutdown syncs only logs that changed since their last flush (issue 13: the
 fsyncs of thousands of idle logs took 2-11 s at shutdown), and the recovery-point
 checkpoint written then stays true: after a simulated power loss every log reopens with
-what it had, truncations included (SPEC R18, R27)."""
+what it had, truncations included (REQ-R18, REQ-R27)."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def test_lost_race_and_missing_znode(zk_connect: Callable[..., KazooClient]) -> 
 def test_a_batch_is_chunked_and_one_conflict_fails_no_other(
         zk_connect: Callable[..., KazooClient]) -> None:
     """Issue 13: N ISR writes cost O(N / chunk) ZooKeeper requests, each write still
-    conditional on its own version (SPEC R13): the one decided from a stale version gets
+    conditional on its own version (REQ-R13): the one decided from a stale version gets
     its conflict with the znode as it is now, a missing znode is unreachable, and the
     rest commit, each with its notification entry."""
     zk = zk_connect()
