@@ -725,9 +725,10 @@ _BROKER_SUPPORT: dict[str, tuple[Support, str]] = {
     "ssl.protocol": (Support.IGNORED, "the TLS versions offered are ssl.enabled.protocols; "
                      "the handshake picks the highest both sides support"),
     "zookeeper.set.acl": (Support.REFUSED, "ZooKeeper authentication and znode ACLs are "
-                          "not implemented; true stops the broker at start"),
-    "odradek.zookeeper.auth": (Support.REFUSED, "ZooKeeper authentication is not "
-                               "implemented; setting it stops the broker at start"),
+                          "not implemented yet"),
+    "odradek.zookeeper.auth": (Support.REFUSED, "ZooKeeper authentication and znode ACLs "
+                               "are not implemented yet (any value stops the broker at "
+                               "start)"),
 }
 
 

@@ -56,7 +56,12 @@ def run_broker(config_path: str | Path, log_level: str = "INFO") -> int:
         level=getattr(logging, log_level.upper(), logging.INFO), stream=sys.stderr,
         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
-    config = BrokerConfig.from_properties_file(config_path)
+    try:
+        config = BrokerConfig.from_properties_file(config_path)
+    except ConfigError as e:
+        # Kafka logs the ConfigException and exits 1; a traceback would bury the reason.
+        logger.error("cannot start: %s", e)
+        return 1
     loop_kind = _install_event_loop_policy()
     logger.info("starting broker %d with %s from %s", config.broker_id, loop_kind, config_path)
     code = asyncio.run(_serve(config))
