@@ -179,8 +179,14 @@ class FetchSessionCache:
     """Kafka's FetchSessionCache + FetchManager.newContext (see the module docstring)."""
 
     def __init__(self, max_slots: int = 1000, eviction_ms: int = 120_000,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, max_partitions: int = 200_000) -> None:
         self.max_slots = max_slots
+        # Hostile input: an incremental fetch may name any partition, known or not, and the
+        # session keeps it. The partitions cached over all sessions are bounded (by default
+        # at odradek.max.partitions, what the cluster may have); a fetch that would pass the
+        # bound is served without a session, or loses its session (FETCH_SESSION_ID_NOT_FOUND:
+        # the client starts over with a full fetch).
+        self.max_partitions = max_partitions
         self.eviction_ms = eviction_ms
         self.sessions: dict[int, FetchSession] = {}  # insertion order = LRU order
         self._rng = rng or random.SystemRandom()
@@ -188,6 +194,9 @@ class FetchSessionCache:
 
     def __len__(self) -> int:
         return len(self.sessions)
+
+    def cached_partitions(self) -> int:
+        return sum(len(s.partitions) for s in self.sessions.values())
 
     def new_context(self, session_id: int, epoch: int, requested: Topics,
                     forgotten: Iterable[tuple[str, Iterable[int]]], *, follower: bool,
@@ -211,6 +220,12 @@ class FetchSessionCache:
         if session.epoch != epoch:
             return FetchContext(FetchKind.ERROR,
                                 error_code=int(ErrorCode.invalid_fetch_session_epoch))
+        added = sum(1 for topic, entries in requested for e in entries
+                    if (topic, e.result.index) not in session.partitions)
+        if added and self.cached_partitions() + added > self.max_partitions:
+            self.remove(session_id)
+            return FetchContext(FetchKind.ERROR,
+                                error_code=int(ErrorCode.fetch_session_id_not_found))
         for topic, entries in requested:
             for e in entries:
                 tp = (topic, e.result.index)
@@ -238,6 +253,8 @@ class FetchSessionCache:
         if self.max_slots <= 0:
             return None
         size = sum(len(entries) for _, entries in requested)
+        if self.cached_partitions() + size > self.max_partitions:
+            return None  # served without a session (see max_partitions)
         if len(self.sessions) >= self.max_slots and not self._evict_one(follower, size,
                                                                          now_ms):
             return None

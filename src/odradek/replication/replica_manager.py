@@ -159,7 +159,8 @@ class ReplicaManager:
         # KIP-227 incremental fetch sessions, for followers and consumers alike.
         self.fetch_sessions = FetchSessionCache(
             _int_setting(config, "max.incremental.fetch.session.cache.slots", 1000),
-            _int_setting(config, "min.incremental.fetch.session.eviction.ms", 120_000))
+            _int_setting(config, "min.incremental.fetch.session.eviction.ms", 120_000),
+            max_partitions=_int_setting(config, "odradek.max.partitions", 200_000))
         self.partitions: dict[TopicPartition, Partition] = {}
         self._logs: dict[TopicPartition, Log] = {}
         self._hw_from_checkpoint: dict[TopicPartition, int] = {}

@@ -193,3 +193,27 @@ def test_handler_and_cache_agree_on_every_partitions_fetch_state(
         if ctx.kind is not FetchKind.SESSIONLESS:
             answer(ctx.topics)
             ctx.response_topics()
+
+
+def test_cached_partitions_are_bounded_over_all_sessions() -> None:
+    """Hostile input: incremental fetches naming ever more (even unknown) partitions cannot
+    grow the cache past ``max_partitions``: the session is dropped (the client starts over
+    with a full fetch), and a full fetch too big for what is left gets no session."""
+    cache = FetchSessionCache(max_partitions=5)
+    full = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 0), ("a", 1, 0), ("a", 2, 0)),
+                             [], follower=False, now_ms=0)
+    assert full.kind is FetchKind.FULL and cache.cached_partitions() == 3
+    inc = cache.new_context(full.session_id, 1, topics(("x", 0, 0), ("x", 1, 0)), [],
+                            follower=False, now_ms=1)
+    assert inc.kind is FetchKind.INCREMENTAL and cache.cached_partitions() == 5
+    inc = cache.new_context(full.session_id, 2, topics(("a", 0, 4)), [], follower=False,
+                            now_ms=2)  # a partition already cached: no growth, fine
+    assert inc.kind is FetchKind.INCREMENTAL
+    bad = cache.new_context(full.session_id, 3, topics(("y", 0, 0)), [], follower=False,
+                            now_ms=3)
+    assert bad.kind is FetchKind.ERROR
+    assert bad.error_code == int(ErrorCode.fetch_session_id_not_found)
+    assert full.session_id not in cache.sessions and cache.cached_partitions() == 0
+    big = cache.new_context(0, INITIAL_EPOCH, topics(*[("z", i, 0) for i in range(6)]), [],
+                            follower=False, now_ms=4)
+    assert big.kind is FetchKind.SESSIONLESS and len(cache) == 0
