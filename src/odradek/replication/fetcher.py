@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.errors import ErrorCode, error_name
 from odradek.security.client_security import PLAINTEXT, ClientSecurity
+from odradek.replication.fetch_session_handler import FetchSessionHandler
 from odradek.replication.leader_endpoint import (
     EndpointError, EndpointFactory, EpochRequest, FetchRequestPartition, LeaderEndpoint,
     RemoteLeaderEndpoint,
@@ -48,6 +49,10 @@ __all__ = ["FetchState", "ReplicaFetcher", "ReplicaFetcherManager"]
 
 TopicPartition = tuple[str, int]
 DurableWait = Callable[[list[tuple["Log", int]]], Awaitable[None]]
+# A fetch session the leader no longer knows (evicted, leader restarted) or a lost
+# response: the next fetch is full, sent at once (no backoff, KIP-227).
+_SESSION_ERRORS = frozenset({ErrorCode.fetch_session_id_not_found,
+                             ErrorCode.invalid_fetch_session_epoch})
 
 
 def _setting(config: Any, name: str, default: int) -> int:
@@ -107,6 +112,7 @@ class ReplicaFetcher:
         # odradek.ack.fsync: the next fetch offset we report (our LEO) must be durable.
         self.wait_durable = wait_durable
         self._traced: list[tuple[TopicPartition, int]] = []  # appended, not yet reported
+        self.session = FetchSessionHandler(f"fetcher {broker_id}→{leader_id}")
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -230,9 +236,22 @@ class ReplicaFetcher:
             for tp, off in self._traced:
                 self._tracer.hop(tp, off, "next.fetch")
             self._traced.clear()
-        results = await self.endpoint.fetch(request, max_wait_ms=cfg.wait_max_ms,
-                                            min_bytes=cfg.min_bytes,
-                                            max_bytes=cfg.response_max_bytes)
+        # KIP-227: after the first (full) fetch, name only the partitions whose fetch
+        # state changed; the leader remembers the others.
+        fetch = self.session.build(request)
+        try:
+            response = await self.endpoint.fetch(fetch, max_wait_ms=cfg.wait_max_ms,
+                                                 min_bytes=cfg.min_bytes,
+                                                 max_bytes=cfg.response_max_bytes)
+        except BaseException:
+            self.session.handle_error()
+            raise
+        if not self.session.handle_response(fetch, response.error_code,
+                                            response.session_id):
+            if response.error_code in _SESSION_ERRORS:
+                return 0.0  # start over at once with a full fetch
+            raise EndpointError(f"fetch failed: {error_name(response.error_code)}")
+        results = response.partitions
         tracing = self._tracer.enabled
         now_ns = time.time_ns()
         now_ms = now_ns // 1_000_000

@@ -56,6 +56,7 @@ from odradek.replication.partition_state import (
     IsrConflict, IsrOutcome, IsrStore, IsrStoreUnavailable, IsrWrite, LeaderAndIsr,
     Transition,
 )
+from odradek.replication.fetch_session import FetchSessionCache
 from odradek.replication.purgatory import DelayedOperationPurgatory
 from odradek.replication.trace import RecordTracer
 from odradek.storage.checkpoint import read_checkpoint, write_checkpoint
@@ -92,6 +93,16 @@ def _ledger_retention_bytes(config: Any) -> int:
         return int(getter(RETENTION_CONFIG))
     except KeyError:  # an older config table without the property
         return DEFAULT_RETENTION_BYTES
+
+
+def _int_setting(config: Any, name: str, default: int) -> int:
+    getter = getattr(config, "get", None)
+    if getter is None:
+        return default
+    try:
+        return int(getter(name))
+    except KeyError:  # an older config table without the property
+        return default
 
 
 def parse_partition_dir(name: str) -> TopicPartition | None:
@@ -156,6 +167,11 @@ class ReplicaManager:
         self.fetchers = ReplicaFetcherManager(broker_id, config, endpoint_factory,
                                               on_progress=self._on_follower_progress,
                                               tracer=self.tracer, source_ip=source_ip)
+        # KIP-227 incremental fetch sessions, for followers and consumers alike.
+        self.fetch_sessions = FetchSessionCache(
+            _int_setting(config, "max.incremental.fetch.session.cache.slots", 1000),
+            _int_setting(config, "min.incremental.fetch.session.eviction.ms", 120_000),
+            max_partitions=_int_setting(config, "odradek.max.partitions", 200_000))
         self.partitions: dict[TopicPartition, Partition] = {}
         self._logs: dict[TopicPartition, Log] = {}
         self._hw_from_checkpoint: dict[TopicPartition, int] = {}
