@@ -30,6 +30,10 @@ every broker's watch on the state znode is Odradek's LeaderAndIsr).
   ``leader.imbalance.per.broker.percentage`` get their preferred partitions back.
 * **Controlled shutdown** (SPEC R13): see ``controlled_shutdown.py``.
 * **Topic deletion**: topics listed under ``/admin/delete_topics`` lose their znodes.
+* **Partition reassignment** (KIP-455): ``reassigner.py`` moves
+  ``/admin/reassign_partitions`` into the topic znodes and completes each move once the
+  target replicas are in the ISR; a change of a moving partition's state znode (the
+  leader's ISR expansion) triggers that check without a full pass.
 """
 
 from __future__ import annotations
@@ -49,9 +53,11 @@ from kazoo.exceptions import (
 
 from odradek.controller import elections
 from odradek.controller.elections import StateChange
+from odradek.controller.reassigner import Reassigner
 from odradek.metadata.store import (
     AdminRequestsChanged, BrokersChanged, ControllerChanged, DeletionsChanged, MetadataEvent,
-    SessionReestablished, Stop, TopicChanged, TopicConfigChanged, TopicsChanged,
+    PartitionStateChanged, SessionReestablished, Stop, TopicChanged, TopicConfigChanged,
+    TopicsChanged,
 )
 from odradek.zk import znodes
 
@@ -97,6 +103,8 @@ class Controller:
         self._shutting_down: set[int] = set()
         self._events: queue.Queue[Any] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
+        self._reassigner = Reassigner(self)
+        self._topic_znodes: dict[str, znodes.TopicAssignment] = {}  # from the last pass
 
     def start(self) -> None:
         self._events.put(ControllerChanged())
@@ -127,6 +135,10 @@ class Controller:
                            ControllerChanged, SessionReestablished, TopicConfigChanged,
                            AdminRequestsChanged)):
             self._events.put(ev)
+        elif (isinstance(ev, PartitionStateChanged)
+              and (ev.topic, ev.partition) in self._reassigner.in_progress):
+            # A moving partition's ISR changed: its reassignment may be complete.
+            self._events.put(ev)
 
     # ------------------------------------------------------------------ loop
     def _run(self) -> None:
@@ -152,8 +164,14 @@ class Controller:
                     self._elect()
                 if not self.active:
                     continue
-                if any(not isinstance(e, _RebalanceTick) for e in batch):
+                if any(not isinstance(e, (_RebalanceTick, PartitionStateChanged))
+                       for e in batch):
                     self._full_pass()
+                elif any(isinstance(e, PartitionStateChanged) for e in batch):
+                    self._reassigner.check(
+                        {(e.topic, e.partition) for e in batch
+                         if isinstance(e, PartitionStateChanged)},
+                        self._registered_brokers())
                 if any(isinstance(e, _RebalanceTick) for e in batch):
                     self._auto_rebalance()
             except NotController:
@@ -221,6 +239,7 @@ class Controller:
     def _assignments(self) -> dict[str, dict[int, list[int]]]:
         deleting = set(self.zk.get_children(znodes.DELETE_TOPICS))
         out: dict[str, dict[int, list[int]]] = {}
+        topic_znodes: dict[str, znodes.TopicAssignment] = {}
         for topic in self.zk.get_children(znodes.BROKER_TOPICS):
             if topic in deleting:
                 continue
@@ -228,7 +247,9 @@ class Controller:
                 data, _ = self.zk.get(znodes.topic_path(topic))
             except NoNodeError:
                 continue
-            out[topic] = znodes.decode_topic(topic, data).partitions
+            topic_znodes[topic] = znodes.decode_topic(topic, data)
+            out[topic] = topic_znodes[topic].partitions
+        self._topic_znodes = topic_znodes
         return out
 
     def _read_state(self, topic: str, p: int) -> tuple[znodes.PartitionState, int] | None:
@@ -313,6 +334,8 @@ class Controller:
                 self._reconcile(topic, p, replicas, registered, eligible, unclean)
         self._process_elections(znodes.PREFERRED_REPLICA_ELECTION, assignments, registered)
         self._process_elections(znodes.UNCLEAN_LEADER_ELECTION_PATH, assignments, registered)
+        self._reassigner.check_all(self._topic_znodes, registered)
+        self._reassigner.process_requests(registered)
         for broker_id in shutdown_requests:
             # Every partition has been reconciled with the broker shutting down: done.
             try:

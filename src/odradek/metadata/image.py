@@ -31,6 +31,10 @@ class PartitionInfo:
     isr: tuple[int, ...] = ()
     controller_epoch: int = -1
     zk_version: int = -1
+    # KIP-455: during a reassignment ``replicas`` is the full set (target + original);
+    # these are the target's new members and the original's leaving members.
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

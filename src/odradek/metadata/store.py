@@ -79,7 +79,8 @@ class SessionReestablished:
 @dataclass(frozen=True, slots=True)
 class AdminRequestsChanged:
     """A controller request znode changed (SPEC R5, R13): /admin/preferred_replica_election,
-    /admin/unclean_leader_election or a child of /admin/controlled_shutdown."""
+    /admin/unclean_leader_election, /admin/reassign_partitions (KIP-455) or a child of
+    /admin/controlled_shutdown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,8 @@ class _TopicState:
     assignment: dict[int, list[int]]
     states: dict[int, tuple[znodes.PartitionState | None, int]] = field(default_factory=dict)
     configs: dict[str, str] = field(default_factory=dict)
+    adding: dict[int, list[int]] = field(default_factory=dict)
+    removing: dict[int, list[int]] = field(default_factory=dict)
 
 
 class MetadataStore:
@@ -139,7 +142,8 @@ class MetadataStore:
         self.zk.DataWatch(znodes.CONTROLLER, self._watch_data(ControllerChanged()))
         # Controller requests (controller.py): watched here so they arrive as events.
         self.zk.ensure_path(znodes.CONTROLLED_SHUTDOWN_PATH)
-        for path in (znodes.PREFERRED_REPLICA_ELECTION, znodes.UNCLEAN_LEADER_ELECTION_PATH):
+        for path in (znodes.PREFERRED_REPLICA_ELECTION, znodes.UNCLEAN_LEADER_ELECTION_PATH,
+                     znodes.REASSIGN_PARTITIONS):
             self.zk.DataWatch(path, self._watch_data(AdminRequestsChanged()))
         self.zk.ChildrenWatch(znodes.CONTROLLED_SHUTDOWN_PATH,
                               self._watch_children(AdminRequestsChanged()))
@@ -309,6 +313,8 @@ class MetadataStore:
             self._topics[topic] = ts
             self._load_config(topic)
         ts.assignment = assignment.partitions
+        ts.adding = assignment.adding_replicas
+        ts.removing = assignment.removing_replicas
         if topic not in self._watched_topics:
             self._watched_topics.add(topic)
             alive = lambda t=topic: t in self._topics  # noqa: E731
@@ -361,11 +367,15 @@ class MetadataStore:
         parts: dict[int, PartitionInfo] = {}
         for p, replicas in ts.assignment.items():
             state, version = ts.states.get(p, (None, -1))
+            adding = tuple(ts.adding.get(p, ()))
+            removing = tuple(ts.removing.get(p, ()))
             if state is None:
-                parts[p] = PartitionInfo(p, tuple(replicas))
+                parts[p] = PartitionInfo(p, tuple(replicas), adding_replicas=adding,
+                                         removing_replicas=removing)
             else:
                 parts[p] = PartitionInfo(p, tuple(replicas), state.leader, state.leader_epoch,
-                                         tuple(state.isr), state.controller_epoch, version)
+                                         tuple(state.isr), state.controller_epoch, version,
+                                         adding, removing)
         return TopicInfo(name, ts.topic_id, parts, dict(ts.configs), name in self._deleting)
 
     def _emit(self) -> None:

@@ -57,6 +57,8 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     42: (0, 2),  # DeleteGroups
     43: (0, 2),  # ElectLeaders (v2 flexible)
     44: (0, 1),  # IncrementalAlterConfigs (v1 flexible)
+    45: (0, 1),  # AlterPartitionReassignments (KIP-455; v1: allow_replication_factor_change)
+    46: (0, 0),  # ListPartitionReassignments
     60: (0, 1),  # DescribeCluster
 }
 

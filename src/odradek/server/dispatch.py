@@ -31,7 +31,7 @@ from odradek.protocol.versions import api_name
 from odradek.server.context import RequestContext
 from odradek.server.error_responses import error_response
 from odradek.server.handlers import (
-    admin, configs, data, elect, groups, metadata, producers, records, security,
+    admin, configs, data, elect, groups, metadata, producers, reassign, records, security,
 )
 from odradek.log_limiter import LogLimiter
 from odradek.server.network import CloseConnection, Pipelined
@@ -75,6 +75,8 @@ HANDLERS: dict[int, Handler] = {  # one per API key in protocol.versions.SERVED
     42: groups.handle_delete_groups,
     43: elect.handle_elect_leaders,
     44: configs.handle_incremental_alter_configs,
+    45: reassign.handle_alter_partition_reassignments,
+    46: reassign.handle_list_partition_reassignments,
     60: metadata.handle_describe_cluster,
 }
 

@@ -216,6 +216,15 @@ def _delete_acls(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> 
              matching_acls=()) for _ in _seq(req.filters)))
 
 
+def _alter_reassignments(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
+    v = h.api_version
+    return response(45, v, error_code=code, error_message=msg, responses=tuple(
+        part(45, v, "ReassignableTopicResponse", name=t.name, partitions=tuple(
+            part(45, v, "ReassignablePartitionResponse", partition_index=p.partition_index,
+                 error_code=code, error_message=msg) for p in _seq(t.partitions)))
+        for t in _seq(req.topics)))
+
+
 ERROR_RESPONSES: dict[int, Builder] = {
     0: _produce,
     1: _fetch,
@@ -248,6 +257,8 @@ ERROR_RESPONSES: dict[int, Builder] = {
     42: _delete_groups,
     43: _elect_leaders,
     44: _alter_configs(44),
+    45: _alter_reassignments,
+    46: _top_level(46, topics=()),
     60: _top_level(60, endpoint_type=1, cluster_id="", controller_id=-1, brokers=(),
                    cluster_authorized_operations=_OPS_OMITTED),
 }
