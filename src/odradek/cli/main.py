@@ -18,6 +18,7 @@ _SUBCOMMAND_MODULES = (
     "odradek.cli.configs_cmd",
     "odradek.cli.chaos_cmd",
     "odradek.cli.lost_records_cmd",
+    "odradek.cli.reassign_partitions_cmd",
 )
 
 

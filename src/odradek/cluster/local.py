@@ -98,6 +98,20 @@ def _tail(path: str | Path, n: int = 20) -> str:
         return "(no log)"
 
 
+# server.properties keys that differ per broker (add_broker does not copy them).
+_PER_BROKER_KEYS = frozenset({"broker.id", "listeners", "advertised.listeners", "log.dirs"})
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", "!")) and "=" in line:
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
 class LocalCluster:
     def __init__(self, dir: Path, *, broker_command: Sequence[str] | None = None) -> None:
         self.dir = Path(dir).resolve()
@@ -199,6 +213,7 @@ class LocalCluster:
         zk_nodes: int = 1,
         broker_command: Sequence[str] | None = None,
         timeout: float = 60.0,
+        first_broker_id: int = 1,
     ) -> LocalCluster:
         """Create and bring up a cluster; use as a context manager to always ``down()``."""
         c = cls(dir, broker_command=broker_command)
@@ -208,6 +223,7 @@ class LocalCluster:
             zk_session_timeout_ms,
             zk_nodes=zk_nodes,
             timeout=timeout,
+            first_broker_id=first_broker_id,
         )
         return c
 
@@ -230,12 +246,16 @@ class LocalCluster:
         zk_nodes: int = 1,
         partitions_default: int | None = None,
         timeout: float = 60.0,
+        first_broker_id: int = 1,
     ) -> str:
-        """Start ZooKeeper and ``n_brokers`` brokers (ids 1..n); wait until every broker
-        accepts TCP and is registered in ZooKeeper. Returns bootstrap.servers.
-        On failure everything started is stopped again."""
+        """Start ZooKeeper and ``n_brokers`` brokers (ids ``first_broker_id`` ..
+        ``first_broker_id + n - 1``; Kafka's own tests and tools often assume ids from 0);
+        wait until every broker accepts TCP and is registered in ZooKeeper. Returns
+        bootstrap.servers. On failure everything started is stopped again."""
         if not 1 <= n_brokers <= addresses.MAX_BROKERS:
             raise ValueError(f"--brokers must be in 1..{addresses.MAX_BROKERS}")
+        if first_broker_id < 0:
+            raise ValueError("--first-broker-id must be >= 0")
         if zk_nodes < 1:
             raise ValueError("zk_nodes must be >= 1")
         if self.state_path.exists() and self.any_alive():
@@ -250,10 +270,10 @@ class LocalCluster:
         try:
             self._start_zookeeper_nodes(zk_nodes, deadline)
             self.brokers = []
-            for i in range(1, n_brokers + 1):
-                self.brokers.append(
-                    self._write_broker_config(i, broker_config or {}, partitions_default)
-                )
+            for slot in range(1, n_brokers + 1):
+                self.brokers.append(self._write_broker_config(
+                    first_broker_id + slot - 1, broker_config or {}, partitions_default,
+                    slot=slot))
             self.save()
             for b in self.brokers:
                 self._launch_broker(b)
@@ -301,11 +321,32 @@ class LocalCluster:
             cgroup=srv.cgroup,
         )
 
+    def add_broker(self, overrides: Mapping[str, str] | None = None,
+                   timeout: float = 30.0) -> BrokerInfo:
+        """Start one more broker (the next id, the next address of the block), e.g. to
+        reassign partitions onto it; its config repeats the first broker's overrides."""
+        assert self.block is not None and self.brokers
+        first = self.brokers[0]
+        base = {k: v for k, v in _read_properties(Path(first.config)).items()
+                if k not in _PER_BROKER_KEYS}
+        base.update(overrides or {})
+        b = self._write_broker_config(max(x.id for x in self.brokers) + 1, base, None,
+                                      slot=len(self.brokers) + 1)
+        self.brokers.append(b)
+        self.save()
+        self._launch_broker(b)
+        self.save()
+        self.wait_broker_ready(b.id, timeout)
+        return b
+
     def _write_broker_config(
-        self, broker_id: int, overrides: Mapping[str, str], partitions_default: int | None
+        self, broker_id: int, overrides: Mapping[str, str], partitions_default: int | None,
+        *, slot: int | None = None,
     ) -> BrokerInfo:
+        """``slot``: the broker's place in the address block (1..), which is its id
+        unless the ids start elsewhere (--first-broker-id)."""
         assert self.block is not None
-        host = addresses.broker_address(self.block, broker_id)
+        host = addresses.broker_address(self.block, broker_id if slot is None else slot)
         bdir = self.dir / f"broker-{broker_id}"
         data = bdir / "data"
         data.mkdir(parents=True, exist_ok=True)
