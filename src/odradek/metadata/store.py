@@ -67,6 +67,11 @@ class ControllerChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerConfigChanged:
+    """``/config/brokers/<id>`` or ``/config/brokers/<default>`` changed (KIP-226)."""
+
+
+@dataclass(frozen=True, slots=True)
 class DeletionsChanged:
     pass
 
@@ -90,6 +95,7 @@ class Stop:
 
 MetadataEvent = (BrokersChanged | TopicsChanged | TopicChanged | PartitionStateChanged
                  | TopicConfigChanged | ControllerChanged | DeletionsChanged
+                 | BrokerConfigChanged
                  | SessionReestablished | AdminRequestsChanged | Stop)
 
 
@@ -119,6 +125,8 @@ class MetadataStore:
         self._deleting: set[str] = set()
         self._controller_id = -1
         self._cluster_id: str | None = None
+        self._broker_overrides: dict[str, str] = {}
+        self._default_broker_overrides: dict[str, str] = {}
         self._watched_topics: set[str] = set()
         self._watched_states: set[tuple[str, int]] = set()
         # Incremental images: a topic's TopicInfo is rebuilt only when something of it
@@ -140,6 +148,9 @@ class MetadataStore:
         self.zk.ChildrenWatch(znodes.BROKER_TOPICS, self._watch_children(TopicsChanged()))
         self.zk.ChildrenWatch(znodes.DELETE_TOPICS, self._watch_children(DeletionsChanged()))
         self.zk.DataWatch(znodes.CONTROLLER, self._watch_data(ControllerChanged()))
+        for entity in (str(self.broker_id), znodes.DEFAULT_BROKER_ENTITY):
+            self.zk.DataWatch(znodes.broker_config_path(entity),
+                              self._watch_data(BrokerConfigChanged()))
         # Controller requests (controller.py): watched here so they arrive as events.
         self.zk.ensure_path(znodes.CONTROLLED_SHUTDOWN_PATH)
         for path in (znodes.PREFERRED_REPLICA_ELECTION, znodes.UNCLEAN_LEADER_ELECTION_PATH,
@@ -246,6 +257,8 @@ class MetadataStore:
             self._load_brokers()
         if ControllerChanged in kinds:
             self._load_controller()
+        if BrokerConfigChanged in kinds:
+            self._load_broker_configs()
         if TopicsChanged in kinds or DeletionsChanged in kinds:
             self._load_topic_list()
         for e in batch:
@@ -261,6 +274,7 @@ class MetadataStore:
         self._everything_changed = True
         self._load_brokers()
         self._load_controller()
+        self._load_broker_configs()
         self._topics.clear()
         self._watched_topics.clear()
         self._watched_states.clear()
@@ -284,6 +298,16 @@ class MetadataStore:
             self._controller_id = znodes.decode_controller(data).broker_id
         except NoNodeError:
             self._controller_id = -1
+
+    def _load_broker_configs(self) -> None:
+        def read(entity: str) -> dict[str, str]:
+            try:
+                data, _ = self.zk.get(znodes.broker_config_path(entity))
+            except NoNodeError:
+                return {}
+            return znodes.decode_topic_config(data)  # same JSON as topic configs
+        self._broker_overrides = read(str(self.broker_id))
+        self._default_broker_overrides = read(znodes.DEFAULT_BROKER_ENTITY)
 
     def _load_topic_list(self) -> None:
         names = set(self.zk.get_children(znodes.BROKER_TOPICS))
@@ -361,7 +385,9 @@ class MetadataStore:
         self._dirty.clear()
         self._everything_changed = False
         return MetadataImage(self._cluster_id, self._controller_id, dict(self._brokers),
-                             topics, complete=True, changed_topics=changed)
+                             topics, complete=True, changed_topics=changed,
+                             broker_overrides=dict(self._broker_overrides),
+                             default_broker_overrides=dict(self._default_broker_overrides))
 
     def _topic_info(self, name: str, ts: _TopicState) -> TopicInfo:
         parts: dict[int, PartitionInfo] = {}

@@ -95,6 +95,16 @@ def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
 
 
+CONFIG_BROKERS = "/config/brokers"
+DEFAULT_BROKER_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default
+
+
+def broker_config_path(entity: str) -> str:
+    """``/config/brokers/<id>`` or ``/config/brokers/<default>`` (dynamic broker configs,
+    KIP-226; same JSON as ``/config/topics/T``)."""
+    return f"{CONFIG_BROKERS}/{entity}"
+
+
 def delete_topic_path(topic: str) -> str:
     return f"{DELETE_TOPICS}/{topic}"
 

@@ -1,0 +1,192 @@
+"""Partition reassignment (KIP-455) on a real cluster, driven by ``odradek reassign-partitions``.
+
+* Every partition of a topic moves onto a newly added 4th broker while an idempotent
+  acks=all producer keeps writing: each partition's current leader is dropped from its
+  replicas, so leadership moves too. ``--verify`` reports completion, the dropped
+  replicas' logs are deleted, and every acknowledged record is read back exactly once.
+* A reassignment that cannot finish (its new replica's broker is frozen) is listed by
+  ``--list`` / ListPartitionReassignments and ``--cancel`` restores the original replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from odradek.cluster.local import LocalCluster
+from odradek.zk import znodes
+
+from replication_util import consume_all, create_topic, partition_meta, wait_for
+
+pytestmark = pytest.mark.integration
+
+BASE = {"zookeeper.session.timeout.ms": "6000", "auto.leader.rebalance.enable": "false"}
+
+
+def odradek(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "odradek", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Three brokers; the first test adds the fourth."""
+    c = LocalCluster.start(tmp_path_factory.mktemp("reassign"), 3, broker_config=BASE)
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+class LoadProducer(threading.Thread):
+    """Idempotent acks=all producer writing numbered records until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                           "enable.idempotence": True, "linger.ms": 5,
+                           "message.timeout.ms": 120000})
+        self.topic = topic
+        self.stop = threading.Event()
+        self.acked: set[bytes] = set()
+        self.errors: list[str] = []
+        self.sent = 0
+
+    def _cb(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+        else:
+            self.acked.add(msg.value())
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for _ in range(200):
+                v = b"rec-%09d" % self.sent
+                try:
+                    self.p.produce(self.topic, key=v, value=v, on_delivery=self._cb)
+                    self.sent += 1
+                except BufferError:
+                    break
+            self.p.poll(0.01)
+        self.p.flush(120)
+
+
+def _write_json(path: Path, obj: Any) -> Path:
+    path.write_text(json.dumps(obj))
+    return path
+
+
+def test_reassign_onto_new_broker_under_load(four: LocalCluster, tmp_path: Path) -> None:
+    topic = "moving"
+    create_topic(four.bootstrap_servers, topic, 4, 3)
+    load = LoadProducer(four.bootstrap_servers, topic)
+    load.start()
+    try:
+        wait_for(lambda: len(load.acked) >= 20000, 120, "20,000 acknowledged records")
+        b4 = four.add_broker()
+        assert b4.id == 4
+        meta = partition_meta(four.bootstrap_servers, topic)
+        target = {p: [4] + [r for r in m.replicas if r != m.leader] for p, m in meta.items()}
+        plan = _write_json(tmp_path / "plan.json", {"version": 1, "partitions": [
+            {"topic": topic, "partition": p, "replicas": r} for p, r in target.items()]})
+        out = odradek("reassign-partitions", "--bootstrap-server", four.bootstrap_servers,
+                      "--execute", "--reassignment-json-file", str(plan))
+        assert out.returncode == 0, out.stderr
+        assert "Successfully started partition reassignments for " + ",".join(
+            f"{topic}-{p}" for p in sorted(target)) in out.stdout
+        assert "Save this to use as the --reassignment-json-file option during rollback" \
+            in out.stdout
+
+        def verified() -> bool:
+            v = odradek("reassign-partitions", "--bootstrap-server", four.bootstrap_servers,
+                        "--verify", "--reassignment-json-file", str(plan))
+            assert v.returncode == 0, v.stderr
+            return all(f"Reassignment of partition {topic}-{p} is completed." in v.stdout
+                       for p in target)
+        wait_for(verified, 120, "--verify to report every partition completed", interval=1)
+    finally:
+        load.stop.set()
+        load.join(150)
+    assert not load.is_alive()
+    assert not load.errors, load.errors[:5]
+
+    meta = partition_meta(four.bootstrap_servers, topic)
+    for p, m in meta.items():
+        assert list(m.replicas) == target[p]
+        assert m.leader in target[p]
+        assert sorted(m.isrs) == sorted(target[p])
+    listed = odradek("reassign-partitions", "--bootstrap-server", four.bootstrap_servers,
+                     "--list")
+    assert listed.stdout.strip() == "No partition reassignments found."
+    # The dropped replicas stop and their logs are deleted; the new broker has them all.
+    for p, m in meta.items():
+        for b in (1, 2, 3, 4):
+            d = Path(four.broker(b).log_dir) / f"{topic}-{p}"
+            wait_for(lambda d=d, b=b: d.exists() == (b in target[p]), 30,
+                     f"{d} to {'exist' if b in target[p] else 'be deleted'}")
+    got = consume_all(four.bootstrap_servers, topic, sorted(meta), timeout=120)
+    values = [v for recs in got.values() for _, v in recs]
+    assert len(values) == len(set(values)), "duplicates"
+    missing = load.acked - set(values)
+    assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:3]}"
+    for p, recs in got.items():
+        offsets = [o for o, _ in recs]
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets))), p
+
+
+def test_cancel_restores_original_replicas(four: LocalCluster, tmp_path: Path) -> None:
+    if len(four.brokers) < 4:
+        four.add_broker()
+    topic = "cancelled"
+    create_topic(four.bootstrap_servers, topic, 1, 2, assignment=[[1, 2]])
+    create_topic_data = [b"x%05d" % i for i in range(500)]
+    p = Producer({"bootstrap.servers": four.bootstrap_servers, "acks": "all"})
+    for v in create_topic_data:
+        p.produce(topic, value=v, partition=0)
+    assert p.flush(30) == 0
+    plan = _write_json(tmp_path / "plan.json", {"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [3, 2], "log_dirs": ["any", "any"]}]})
+    pid3 = four.broker(3).pid
+    assert pid3 is not None
+    os.kill(pid3, signal.SIGSTOP)  # broker 3 cannot catch up: the move stays in progress
+    try:
+        out = odradek("reassign-partitions", "--bootstrap-server", "127.0.0.1:1," +
+                      four.broker(1).address, "--execute", "--reassignment-json-file",
+                      str(plan))
+        assert out.returncode == 0, out.stderr
+        listed = odradek("reassign-partitions", "--bootstrap-server",
+                         four.broker(1).address, "--list")
+        assert f"{topic}-0: replicas: 3,2,1. adding: 3. removing: 1." in listed.stdout, listed
+        zk = four.zk_client()
+        ta = znodes.decode_topic(topic, zk.get(znodes.topic_path(topic))[0])
+        assert ta.partitions[0] == [3, 2, 1]
+        assert ta.adding_replicas == {0: [3]} and ta.removing_replicas == {0: [1]}
+        v = odradek("reassign-partitions", "--bootstrap-server", four.broker(1).address,
+                    "--verify", "--preserve-throttles", "--reassignment-json-file", str(plan))
+        assert f"Reassignment of partition {topic}-0 is still in progress." in v.stdout
+        c = odradek("reassign-partitions", "--bootstrap-server", four.broker(1).address,
+                    "--cancel", "--reassignment-json-file", str(plan))
+        assert c.returncode == 0, c.stderr
+        assert f"Successfully cancelled partition reassignments for: {topic}-0" in c.stdout
+    finally:
+        os.kill(pid3, signal.SIGCONT)
+    wait_for(lambda: list(partition_meta(four.bootstrap_servers, topic)[0].replicas) == [1, 2],
+             30, "the original replicas back")
+    ta = znodes.decode_topic(topic, four.zk_client().get(znodes.topic_path(topic))[0])
+    assert ta.partitions[0] == [1, 2] and not ta.adding_replicas and not ta.removing_replicas
+    d3 = Path(four.broker(3).log_dir) / f"{topic}-0"
+    wait_for(lambda: not d3.exists(), 30, "the cancelled replica's log deleted")
+    again = odradek("reassign-partitions", "--bootstrap-server", four.broker(1).address,
+                    "--cancel", "--reassignment-json-file", str(plan))
+    assert "None of the specified partition reassignments are active." in again.stdout
+    got = consume_all(four.bootstrap_servers, topic, [0])
+    assert [v for _, v in got[0]] == create_topic_data
