@@ -4,18 +4,18 @@
   acks=all producer keeps writing: each partition's current leader is dropped from its
   replicas, so leadership moves too. ``--verify`` reports completion, the dropped
   replicas' logs are deleted, and every acknowledged record is read back exactly once.
-* A reassignment that cannot finish (its new replica's broker is frozen) is listed by
-  ``--list`` / ListPartitionReassignments and ``--cancel`` restores the original replicas.
+* A move throttled with ``--throttle`` (KIP-73 quotas) copies at most what the quota
+  allows, is listed by ``--list`` / ListPartitionReassignments, and ``--cancel``
+  restores the original replicas and clears the throttles.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,50 +143,94 @@ def test_reassign_onto_new_broker_under_load(four: LocalCluster, tmp_path: Path)
         assert offsets == list(range(offsets[0], offsets[0] + len(offsets))), p
 
 
-def test_cancel_restores_original_replicas(four: LocalCluster, tmp_path: Path) -> None:
+def _log_bytes(c: LocalCluster, broker: int, topic: str, p: int) -> int:
+    d = Path(c.broker(broker).log_dir) / f"{topic}-{p}"
+    return sum(f.stat().st_size for f in d.glob("*.log")) if d.exists() else 0
+
+
+def _describe_config(c: LocalCluster, rtype: Any, name: str, address: str) -> dict[str, str]:
+    """The dynamic (DescribeConfigs source 1 or 2) configs of a topic or broker."""
+    from confluent_kafka.admin import AdminClient, ConfigResource  # noqa: PLC0415
+
+    admin = AdminClient({"bootstrap.servers": address})
+    res = ConfigResource(rtype, name)
+    entries = admin.describe_configs([res])[res].result(30)
+    return {k: e.value for k, e in entries.items() if int(e.source) in (1, 2)}
+
+
+def test_throttled_move_is_limited_then_cancelled(four: LocalCluster, tmp_path: Path) -> None:
+    """--throttle 2000 B/s: the new replica gets the first fetch (the quota's rate starts
+    at zero), then stays far behind; --cancel restores the original replicas, deletes
+    the new replica's log and clears the throttles."""
+    from confluent_kafka.admin import ResourceType  # noqa: PLC0415
+
     if len(four.brokers) < 4:
         four.add_broker()
-    topic = "cancelled"
+    topic = "throttled"
     create_topic(four.bootstrap_servers, topic, 1, 2, assignment=[[1, 2]])
-    create_topic_data = [b"x%05d" % i for i in range(500)]
-    p = Producer({"bootstrap.servers": four.bootstrap_servers, "acks": "all"})
-    for v in create_topic_data:
-        p.produce(topic, value=v, partition=0)
-    assert p.flush(30) == 0
+    values = [b"%06d" % i + b"x" * 1018 for i in range(4000)]  # ~4 MB
+    p = Producer({"bootstrap.servers": four.bootstrap_servers, "acks": "all",
+                  "linger.ms": 20})
+    for v in values:
+        while True:
+            try:
+                p.produce(topic, value=v, partition=0)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+    full = _log_bytes(four, 1, topic, 0)
+    assert full > 4_000_000
     plan = _write_json(tmp_path / "plan.json", {"version": 1, "partitions": [
         {"topic": topic, "partition": 0, "replicas": [3, 2], "log_dirs": ["any", "any"]}]})
-    pid3 = four.broker(3).pid
-    assert pid3 is not None
-    os.kill(pid3, signal.SIGSTOP)  # broker 3 cannot catch up: the move stays in progress
-    try:
-        out = odradek("reassign-partitions", "--bootstrap-server", "127.0.0.1:1," +
-                      four.broker(1).address, "--execute", "--reassignment-json-file",
-                      str(plan))
-        assert out.returncode == 0, out.stderr
-        listed = odradek("reassign-partitions", "--bootstrap-server",
-                         four.broker(1).address, "--list")
-        assert f"{topic}-0: replicas: 3,2,1. adding: 3. removing: 1." in listed.stdout, listed
-        zk = four.zk_client()
-        ta = znodes.decode_topic(topic, zk.get(znodes.topic_path(topic))[0])
-        assert ta.partitions[0] == [3, 2, 1]
-        assert ta.adding_replicas == {0: [3]} and ta.removing_replicas == {0: [1]}
-        v = odradek("reassign-partitions", "--bootstrap-server", four.broker(1).address,
-                    "--verify", "--preserve-throttles", "--reassignment-json-file", str(plan))
-        assert f"Reassignment of partition {topic}-0 is still in progress." in v.stdout
-        c = odradek("reassign-partitions", "--bootstrap-server", four.broker(1).address,
-                    "--cancel", "--reassignment-json-file", str(plan))
-        assert c.returncode == 0, c.stderr
-        assert f"Successfully cancelled partition reassignments for: {topic}-0" in c.stdout
-    finally:
-        os.kill(pid3, signal.SIGCONT)
-    wait_for(lambda: list(partition_meta(four.bootstrap_servers, topic)[0].replicas) == [1, 2],
+    out = odradek("reassign-partitions", "--bootstrap-server", "127.0.0.1:1," +
+                  four.broker(1).address, "--execute", "--throttle", "2000",
+                  "--reassignment-json-file", str(plan))
+    assert out.returncode == 0, out.stderr
+    assert "The inter-broker throttle limit was set to 2000 B/s" in out.stdout
+    listed = odradek("reassign-partitions", "--bootstrap-server", four.broker(1).address,
+                     "--list")
+    assert f"{topic}-0: replicas: 3,2,1. adding: 3. removing: 1." in listed.stdout, listed
+    ta = znodes.decode_topic(topic, four.zk_client().get(znodes.topic_path(topic))[0])
+    assert ta.partitions[0] == [3, 2, 1]
+    assert ta.adding_replicas == {0: [3]} and ta.removing_replicas == {0: [1]}
+    assert _describe_config(four, ResourceType.TOPIC, topic, four.broker(1).address) == {
+        "leader.replication.throttled.replicas": "0:1,0:2",
+        "follower.replication.throttled.replicas": "0:3"}
+    assert _describe_config(four, ResourceType.BROKER, "3", four.broker(3).address) == {
+        "leader.replication.throttled.rate": "2000",
+        "follower.replication.throttled.rate": "2000"}
+    # The catch-up starts (one fetch of at most replica.fetch.max.bytes, 1 MiB), then
+    # the quota holds it: after 4 s the new replica has at most ~2 fetches' worth.
+    wait_for(lambda: _log_bytes(four, 3, topic, 0) > 0, 30, "the new replica's first fetch")
+    t0 = _log_bytes(four, 3, topic, 0)
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+    copied = _log_bytes(four, 3, topic, 0)
+    assert copied <= 2 * 1048576 + 65536, (t0, copied, full)
+    assert copied < full
+    v = odradek("reassign-partitions", "--bootstrap-server", four.broker(1).address,
+                "--verify", "--reassignment-json-file", str(plan))
+    assert f"Reassignment of partition {topic}-0 is still in progress." in v.stdout
+    assert "Clearing" not in v.stdout  # throttles stay until the move is done
+    c = odradek("reassign-partitions", "--bootstrap-server", four.broker(1).address,
+                "--cancel", "--reassignment-json-file", str(plan))
+    assert c.returncode == 0, c.stderr
+    assert f"Successfully cancelled partition reassignments for: {topic}-0" in c.stdout
+    assert "Clearing broker-level throttles on brokers 1,2,3,4" in c.stdout
+    # Kafka's ORS is RS minus the adding replicas, in RS's order (target first): the
+    # original brokers come back as [2, 1], as they do in Kafka.
+    wait_for(lambda: list(partition_meta(four.bootstrap_servers, topic)[0].replicas) == [2, 1],
              30, "the original replicas back")
     ta = znodes.decode_topic(topic, four.zk_client().get(znodes.topic_path(topic))[0])
-    assert ta.partitions[0] == [1, 2] and not ta.adding_replicas and not ta.removing_replicas
+    assert ta.partitions[0] == [2, 1] and not ta.adding_replicas and not ta.removing_replicas
     d3 = Path(four.broker(3).log_dir) / f"{topic}-0"
     wait_for(lambda: not d3.exists(), 30, "the cancelled replica's log deleted")
+    assert _describe_config(four, ResourceType.TOPIC, topic, four.broker(1).address) == {}
+    assert _describe_config(four, ResourceType.BROKER, "3", four.broker(3).address) == {}
     again = odradek("reassign-partitions", "--bootstrap-server", four.broker(1).address,
-                    "--cancel", "--reassignment-json-file", str(plan))
+                    "--cancel", "--preserve-throttles", "--reassignment-json-file", str(plan))
     assert "None of the specified partition reassignments are active." in again.stdout
     got = consume_all(four.bootstrap_servers, topic, [0])
-    assert [v for _, v in got[0]] == create_topic_data
+    assert [v for _, v in got[0]] == values

@@ -165,6 +165,8 @@ class _Admin:
         else:
             raise ReassignError(f"no broker reachable: {last}")
         self.timeout_ms = int(timeout_s * 1000)
+        self.timeout_s = timeout_s
+        self.addresses: dict[int, tuple[str, int]] = {}
 
     def assignment(self, topics: list[str] | None) -> tuple[Assignment, list[int]]:
         req = request_entity(3, 12, topics=None if topics is None else tuple(
@@ -172,6 +174,7 @@ class _Admin:
             for t in topics), allow_auto_topic_creation=False,
             include_topic_authorized_operations=False)
         resp = self.conn.request(req)
+        self.addresses = {int(b.node_id): (b.host, int(b.port)) for b in resp.brokers}
         out: Assignment = {}
         for t in resp.topics:
             if int(t.error_code) != 0:
@@ -211,6 +214,25 @@ class _Admin:
 
     def alter_configs(self, resources: list[tuple[int, str, list[tuple[str, int, str | None]]]]
                       ) -> None:
+        """Topic resources go to any broker; a broker's own configs to that broker (Kafka
+        requires it, as its AdminClient routes them)."""
+        topics = [r for r in resources if r[0] != RESOURCE_BROKER]
+        if topics:
+            self._alter_configs_on(self.conn, topics)
+        for r in resources:
+            if r[0] != RESOURCE_BROKER:
+                continue
+            addr = self.addresses.get(int(r[1]))
+            if addr is None:
+                raise ReassignError(f"broker {r[1]} is not registered")
+            with KafkaConnection(*addr, timeout_s=self.timeout_s,
+                                 client_id="odradek-reassign-partitions") as conn:
+                self._alter_configs_on(conn, [r])
+
+    @staticmethod
+    def _alter_configs_on(conn: KafkaConnection,
+                          resources: list[tuple[int, str, list[tuple[str, int, str | None]]]]
+                          ) -> None:
         req = request_entity(44, 0, validate_only=False, resources=tuple(
             nested_request(44, 0, "AlterConfigsResource", resource_type=rtype,
                            resource_name=name, configs=tuple(
@@ -218,7 +240,7 @@ class _Admin:
                                               config_operation=op, value=v)
                                for k, op, v in ops))
             for rtype, name, ops in resources))
-        resp = self.conn.request(req)
+        resp = conn.request(req)
         for r in resp.responses:
             if int(r.error_code) != 0:
                 raise ReassignError(f"altering configs of {r.resource_name} failed: "

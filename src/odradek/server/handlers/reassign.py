@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 ALTER = 45
 LIST = 46
+_OWN_IMAGE_WAIT_S = 5.0
 
 TopicPartition = tuple[str, int]
 Outcome = tuple[ErrorCode, str | None]
@@ -74,6 +75,18 @@ def check_request(image: MetadataImage, topic: str, p: int, target: Target,
         return (ErrorCode.invalid_replication_factor,
                 f"The replication factor is changed from {len(original)} to {len(target)}.")
     return None
+
+
+def applied(image: MetadataImage, tp: TopicPartition, target: Target) -> bool:
+    """The image shows the controller took the request for ``tp``. Pure."""
+    info = image.partition(*tp)
+    if info is None:
+        return True
+    moving = bool(info.adding_replicas or info.removing_replicas)
+    if target is None:
+        return not moving
+    return [r for r in info.replicas if r not in info.removing_replicas] == target or (
+        not moving and sorted(info.replicas) == sorted(target))
 
 
 def merge_request(zk: KazooClient, entries: dict[TopicPartition, Target]) -> None:
@@ -152,6 +165,22 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, header: Requ
                                     "The controller did not take the reassignment in time.")
                 break
             await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        else:
+            # Read-your-writes: a ListPartitionReassignments or Metadata sent to this
+            # broker right after our answer must see the move (Kafka answers both from
+            # the controller's state, which is already updated).
+            grace = min(deadline, time.monotonic() + _OWN_IMAGE_WAIT_S)
+            while not all(applied(ctx.image, tp, t) for tp, t in accepted.items()):
+                if time.monotonic() >= grace:
+                    # The controller skips what it finds invalid by then (e.g. a target
+                    # broker whose session ended): answer with the check's error now.
+                    for tp, t in accepted.items():
+                        if not applied(ctx.image, tp, t):
+                            again = check_request(ctx.image, tp[0], tp[1], t, True)
+                            if again is not None:
+                                outcomes[tp] = again
+                    break
+                await ctx.wait_for_image(max(0.0, grace - time.monotonic()))
     by_topic: dict[str, list[Any]] = {}
     for topic, p in order:
         code, msg = outcomes.get((topic, p), (ErrorCode.none, None))
