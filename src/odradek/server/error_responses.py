@@ -21,6 +21,7 @@ from typing import Any
 from odradek.errors import ErrorCode
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
+from odradek.protocol.list_offsets_v0 import encode_response as encode_list_offsets_v0
 from odradek.protocol.produce_response import PartitionProduceResult, encode_produce_response
 from odradek.protocol.responses import part, response
 
@@ -58,6 +59,10 @@ def _fetch(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
 
 def _list_offsets(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
+    if v == 0:  # hand-encoded (kio has no v0)
+        return encode_list_offsets_v0(h.correlation_id, [
+            (t.name, [(p.partition_index, int(code), []) for p in t.partitions])
+            for t in req.topics])
     return response(2, v, topics=tuple(
         part(2, v, "ListOffsetsTopicResponse", name=t.name, partitions=tuple(
             part(2, v, "ListOffsetsPartitionResponse", partition_index=p.partition_index,
