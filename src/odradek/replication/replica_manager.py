@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from odradek.configdefs import LONG_MAX
-from odradek.errors import ErrorCode, KafkaError
+from odradek.errors import ErrorCode, InvalidRecordsError, KafkaError
 from odradek.log_limiter import LogLimiter
 from odradek.log_manager.flusher import Flusher
 from odradek.metadata.image import MetadataImage, PartitionInfo
@@ -434,6 +434,8 @@ class ReplicaManager:
                 res.error_code = int(err.code)
                 res.error_message = err.message or None
                 res.base_offset = -1
+                if isinstance(err, InvalidRecordsError):
+                    res.record_errors = err.record_errors
                 if err.code not in (ErrorCode.not_leader_or_follower,
                                     ErrorCode.unknown_topic_or_partition):
                     # Rate-limited per error code: a client repeating a bad produce must
