@@ -415,6 +415,10 @@ _BROKER_LIST: list[ConfigDef] = [
     _b("zookeeper.connection.timeout.ms", T.INT, None,
        "Max wait to establish the ZooKeeper connection (default: session timeout)."),
     _b("zookeeper.max.in.flight.requests", T.INT, "10", "Unacknowledged ZooKeeper requests.", Range(1)),
+    _b("odradek.zookeeper.multi.max.ops", T.INT, "500",
+       "Beyond Kafka: operations per ZooKeeper transaction or multiRead of the controller "
+       "and the metadata store (partition states are written and read in chunks of this "
+       "size, zookeeper.max.in.flight.requests chunks at once).", Range(3, 5000)),
     _b("log.dir", T.STRING, "/tmp/kafka-logs", "Log directory (used when log.dirs is unset)."),
     _b("log.dirs", T.LIST, None, "Comma-separated log directories."),
     _b("num.partitions", T.INT, "1", "Default partition count of new topics.", Range(1)),

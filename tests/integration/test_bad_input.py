@@ -38,6 +38,7 @@ from odradek.cluster.local import LocalCluster
 from odradek.errors import ErrorCode
 from odradek.storage.records import encode_batch
 from odradek.zk import znodes
+from odradek.zk.kafka_zk_client import KafkaZkClient, StateWrite
 from rawclient import (
     RawClient,
     create_topics_request,
@@ -327,9 +328,13 @@ def test_fetch_with_fenced_or_unknown_leader_epoch(broker: LocalCluster, rc: Raw
     # state znode (Kafka's layout); the broker follows the znode.
     zk = broker.zk_client()
     path = znodes.partition_state_path(topic_name, 0)
-    state = znodes.decode_partition_state(zk.get(path)[0])
+    raw, stat = zk.get(path)
+    state = znodes.decode_partition_state(raw)
     state = dataclasses.replace(state, leader_epoch=state.leader_epoch + 2)
-    zk.set(path, znodes.encode_partition_state(state))
+    topic_id = znodes.decode_topic(topic_name, zk.get(znodes.topic_path(topic_name))[0]).topic_id
+    # Brokers learn states from leader_and_isr notifications: write both, as it does.
+    KafkaZkClient(zk).update_partition_states(
+        [StateWrite(topic_name, 0, topic_id, state, stat.version)], fence=None, writer=-1)
     deadline = time.monotonic() + 15
     while _leader_epoch(rc, topic_name, 0) != state.leader_epoch:
         assert time.monotonic() < deadline, "the broker did not follow the new leader epoch"

@@ -28,6 +28,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 from odradek.controller.controlled_shutdown import request_controlled_shutdown
 from odradek.cluster.local import LocalCluster
 from odradek.zk import znodes
+from odradek.zk.kafka_zk_client import KafkaZkClient, StateWrite
 
 pytestmark = pytest.mark.integration
 
@@ -101,6 +102,8 @@ def ensure_full_isr(c: LocalCluster, topic: str, wait_s: float = 10.0) -> None:
         if full():
             return
         time.sleep(0.2)
+    topic_id = znodes.decode_topic(topic, data).topic_id
+    zkc = KafkaZkClient(zk)
     for p, replicas in assignment.items():
         path = znodes.partition_state_path(topic, p)
         while True:
@@ -110,8 +113,9 @@ def ensure_full_isr(c: LocalCluster, topic: str, wait_s: float = 10.0) -> None:
                 break
             isr = list(s.isr) + [r for r in replicas if r not in s.isr]
             new = znodes.PartitionState(s.leader, s.leader_epoch, isr, s.controller_epoch)
+            # As the leader would: the state znode and its leader_and_isr notification.
             try:
-                zk.set(path, znodes.encode_partition_state(new), version=stat.version)
+                zkc.update_isr(StateWrite(topic, p, topic_id, new, stat.version), writer=-1)
                 break
             except BadVersionError:
                 continue

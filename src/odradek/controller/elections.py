@@ -132,6 +132,44 @@ class StateChange:
     kind: str  # "election" | "unclean" | "offline" | "isr" | "controlled-shutdown"
 
 
+def initial_leader_and_isr(replicas: Sequence[int],
+                           eligible: Collection[int]) -> ElectionResult | None:
+    """A new partition (SPEC R2, R13): the first eligible replica in assignment order
+    leads (the preferred one when it can), and every eligible replica starts in the ISR
+    (Kafka's initial ISR: followers that do not keep up are dropped by the leader after
+    ``replica.lag.time.max.ms``, SPEC R6). None: no replica can lead yet; the partition
+    stays new until one registers."""
+    live = [r for r in replicas if r in eligible]
+    return ElectionResult(live[0], live) if live else None
+
+
+def preferred_change(replicas: Sequence[int], leader: int, leader_epoch: int,
+                     isr: Sequence[int], eligible: Collection[int]) -> StateChange | None:
+    """Preferred election of one partition (SPEC R5); None when the preferred replica
+    already leads (ELECTION_NOT_NEEDED) or cannot (PREFERRED_LEADER_NOT_AVAILABLE)."""
+    if is_preferred_leader(replicas, leader):
+        return None
+    res = preferred_election(replicas, isr, eligible)
+    if res is None:
+        return None
+    return StateChange(res.leader, leader_epoch + 1, res.isr, "preferred")
+
+
+def unclean_change(replicas: Sequence[int], leader: int, leader_epoch: int,
+                   isr: Sequence[int], registered: Collection[int],
+                   eligible: Collection[int]) -> StateChange | None:
+    """ElectLeaders UNCLEAN for one partition (SPEC R10): only a partition without a live
+    leader; an ISR member is still preferred, else any live replica (records it lacks
+    are lost). None: it has a leader, or no replica is live."""
+    if leader in registered:
+        return None
+    res = offline_election(replicas, isr, eligible, unclean_enabled=True)
+    if res is None:
+        return None
+    return StateChange(res.leader, leader_epoch + 1, res.isr,
+                       "unclean" if res.unclean else "election")
+
+
 def reconcile_partition(replicas: Sequence[int], leader: int, leader_epoch: int,
                         isr: Sequence[int], registered: Collection[int],
                         shutting_down: Collection[int],

@@ -4,29 +4,34 @@ Requests arrive in ``/admin/reassign_partitions`` (Kafka's JSON; written by
 AlterPartitionReassignments on any broker, ``server/handlers/reassign.py``). The
 controller moves each entry into the topic znode (RS, ``adding_replicas``,
 ``removing_replicas``: the durable state, so a new controller resumes a move) and deletes
-the request znode. Completion is checked on every full pass and whenever the state znode
-of a partition being moved changes (the leader's ISR expansion is what completes it).
+the request znode. Completion is checked on every full pass and whenever a
+``leader_and_isr`` notification names a partition being moved (the leader's ISR
+expansion is what completes it).
 
 Each step is one ZooKeeper transaction fenced by the controller epoch (SPEC R13,
-scenario 8): the state znode (new leader epoch, ISR ∩ TRS, leader moved) and the topic
-znode change together, conditional on both znode versions, so no crash between two writes
-can leave a half-finished step, and no step is decided on stale data.
+scenario 8): the state znodes (new leader epoch, ISR ∩ TRS, leader moved), their
+``leader_and_isr`` notification (how brokers learn states) and the topic znode change
+together, each conditional on its znode version (``KafkaZkClient.update_topic_and_states``),
+so no crash between two writes can leave a half-finished step, and no step is decided on
+stale data. The controller's context is updated from what was written.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from odradek.controller import reassignment
+from odradek.controller.context import ControllerContext
 from odradek.controller.elections import StateChange
 from odradek.controller.reassignment import ReplicaSets
 from odradek.errors import KafkaError
 from odradek.zk import znodes
+from odradek.zk.kafka_zk_client import ControllerMovedError, StateWrite
 
 if TYPE_CHECKING:
     from odradek.controller.controller import Controller
@@ -50,7 +55,9 @@ class _Step:
     what: str
 
 
-Decide = Callable[[znodes.TopicAssignment], list[_Step]]
+# (topic znode, its partitions' states) -> the steps to write.
+Decide = Callable[[znodes.TopicAssignment, dict[int, tuple[znodes.PartitionState, int]]],
+                  list[_Step]]
 
 
 def replica_sets(ta: znodes.TopicAssignment, p: int) -> ReplicaSets:
@@ -74,24 +81,21 @@ def _with_sets(ta: znodes.TopicAssignment, steps: list[_Step]) -> znodes.TopicAs
 
 
 class Reassigner:
-    """Runs on the controller's thread; uses its fenced ``_commit``."""
+    """Runs on the controller's thread, with its context and fenced KafkaZkClient."""
 
     def __init__(self, controller: Controller) -> None:
         self._ctl = controller
-        # Partitions being moved, for the controller's event filter (read from the
-        # metadata thread: replaced as a whole, never mutated).
-        self.in_progress: frozenset[TopicPartition] = frozenset()
 
     # ------------------------------------------------------------------ requests
-    def process_requests(self, registered: Collection[int]) -> None:
+    def process_requests(self, ctx: ControllerContext) -> None:
         """Move ``/admin/reassign_partitions`` into the topic znodes, then delete it
         (conditionally: a request merged in meanwhile is processed by the next round)."""
-        zk = self._ctl.zk
+        zkc = self._ctl.zkc
         for _ in range(_MAX_CAS_ATTEMPTS):
-            try:
-                data, stat = zk.get(znodes.REASSIGN_PARTITIONS)
-            except NoNodeError:
+            got = zkc.get_data(znodes.REASSIGN_PARTITIONS)
+            if got is None:
                 return
+            data, stat = got
             try:
                 entries = znodes.decode_reassignment(data)
             except KafkaError as e:
@@ -101,22 +105,24 @@ class Reassigner:
             for (topic, p), target in entries.items():
                 by_topic.setdefault(topic, {})[p] = target
             for topic, wanted in sorted(by_topic.items()):
-                self._update_topic(topic, self._request_decider(topic, wanted, registered))
+                self._update_topic(ctx, topic, self._request_decider(ctx, topic, wanted))
             # A target inside the ISR already (e.g. a smaller replication factor) is
             # complete at once: no ISR change will come to tell us.
-            self.check([tp for tp, target in entries.items() if target is not None],
-                       registered)
+            self.check(ctx, [tp for tp, target in entries.items() if target is not None])
             try:
-                zk.delete(znodes.REASSIGN_PARTITIONS, version=stat.version)
+                zkc.zk.delete(znodes.REASSIGN_PARTITIONS, version=stat.version)
                 return
             except NoNodeError:
                 return
             except BadVersionError:
                 continue  # a new request was merged in: process the znode again
 
-    def _request_decider(self, topic: str, wanted: dict[int, list[int] | None],
-                         live: Collection[int]) -> Decide:
-        def decide(ta: znodes.TopicAssignment) -> list[_Step]:
+    def _request_decider(self, ctx: ControllerContext, topic: str,
+                         wanted: dict[int, list[int] | None]) -> Decide:
+        live = ctx.live_brokers
+
+        def decide(ta: znodes.TopicAssignment,
+                   states: dict[int, tuple[znodes.PartitionState, int]]) -> list[_Step]:
             steps: list[_Step] = []
             for p, target in sorted(wanted.items()):
                 if p not in ta.partitions:
@@ -126,14 +132,11 @@ class Reassigner:
                 if target is None:
                     if not cur.in_progress:
                         continue
-                    read = self._ctl._read_state(topic, p)
-                    change = None
-                    if read is not None:
-                        st, _ = read
-                        change = reassignment.revert(cur.original, st.leader, st.leader_epoch,
-                                                     st.isr, live)
+                    sv = states.get(p)
+                    change = None if sv is None else reassignment.revert(
+                        cur.original, sv[0].leader, sv[0].leader_epoch, sv[0].isr, live)
                     steps.append(_Step(p, reassignment.cancel(cur), change,
-                                       read[0] if read else None, read[1] if read else -1,
+                                       sv[0] if sv else None, sv[1] if sv else -1,
                                        "cancelled"))
                     continue
                 if not target or any(b not in live for b in target):
@@ -147,40 +150,31 @@ class Reassigner:
         return decide
 
     # ------------------------------------------------------------------ completion
-    def check_all(self, topic_znodes: dict[str, znodes.TopicAssignment],
-                  live: Collection[int]) -> None:
-        """Complete what can be completed; remember what is still moving."""
-        moving: set[TopicPartition] = set()
-        for topic, ta in sorted(topic_znodes.items()):
-            parts = [p for p in ta.partitions if replica_sets(ta, p).in_progress]
-            if parts:
-                self._update_topic(topic, self._completion_decider(topic, parts, live))
-        for topic, ta in topic_znodes.items():
-            moving.update((topic, p) for p in ta.partitions if replica_sets(ta, p).in_progress)
-        self._refresh_moving(moving)
+    def check_all(self, ctx: ControllerContext) -> None:
+        """Complete every move that can be completed."""
+        self.check(ctx, sorted(ctx.moving()))
 
-    def check(self, partitions: Iterable[TopicPartition], live: Collection[int]) -> None:
+    def check(self, ctx: ControllerContext, partitions: Iterable[TopicPartition]) -> None:
         by_topic: dict[str, list[int]] = {}
         for topic, p in partitions:
             by_topic.setdefault(topic, []).append(p)
         for topic, parts in sorted(by_topic.items()):
-            self._update_topic(topic, self._completion_decider(topic, parts, live))
+            self._update_topic(ctx, topic, self._completion_decider(ctx, parts))
 
-    def _refresh_moving(self, moving: set[TopicPartition]) -> None:
-        self.in_progress = frozenset(moving)
+    @staticmethod
+    def _completion_decider(ctx: ControllerContext, parts: list[int]) -> Decide:
+        live = ctx.live_brokers
 
-    def _completion_decider(self, topic: str, parts: list[int],
-                            live: Collection[int]) -> Decide:
-        def decide(ta: znodes.TopicAssignment) -> list[_Step]:
+        def decide(ta: znodes.TopicAssignment,
+                   states: dict[int, tuple[znodes.PartitionState, int]]) -> list[_Step]:
             steps: list[_Step] = []
             for p in sorted(set(parts)):
-                if p not in ta.partitions:
+                if p not in ta.partitions or p not in states:
                     continue
                 cur = replica_sets(ta, p)
-                read = self._ctl._read_state(topic, p)
-                if not cur.in_progress or read is None:
+                if not cur.in_progress:
                     continue
-                st, version = read
+                st, version = states[p]
                 change = reassignment.completion(cur, st.leader, st.leader_epoch, st.isr, live)
                 if change is not None:
                     steps.append(_Step(p, ReplicaSets(cur.target), change, st, version,
@@ -189,42 +183,43 @@ class Reassigner:
         return decide
 
     # ------------------------------------------------------------------ writing
-    def _update_topic(self, topic: str, decide: Decide) -> None:
-        """Read the topic znode, decide, write everything in one fenced transaction;
-        re-read and decide again when a znode changed underneath (BadVersion)."""
-        zk = self._ctl.zk
+    def _update_topic(self, ctx: ControllerContext, topic: str, decide: Decide) -> None:
+        """Read the topic znode and its states, decide, write everything in one fenced
+        transaction; re-read and decide again when a znode changed underneath."""
+        ctl = self._ctl
+        zkc = ctl.zkc
         for _ in range(_MAX_CAS_ATTEMPTS):
-            try:
-                data, stat = zk.get(znodes.topic_path(topic))
-            except NoNodeError:
+            got = zkc.get_data(znodes.topic_path(topic))
+            if got is None:
                 return
+            data, stat = got
             ta = znodes.decode_topic(topic, data)
-            steps = decide(ta)
+            read = zkc.get_partition_states([(topic, p) for p in ta.partitions])
+            states = {p: sv for (_, p), sv in read.items()}
+            steps = decide(ta, states)
             if not steps:
                 return
-            new_topic = znodes.encode_topic(_with_sets(ta, steps))
-            epoch = self._ctl.epoch
+            new_ta = _with_sets(ta, steps)
+            writes = [StateWrite(topic, s.partition, ta.topic_id,
+                                 znodes.PartitionState(s.state.leader, s.state.leader_epoch,
+                                                       s.state.isr, ctl.epoch),
+                                 s.state_version)
+                      for s in steps if s.state is not None and s.old_state is not None]
+            try:
+                ok = zkc.update_topic_and_states(topic, znodes.encode_topic(new_ta),
+                                                 stat.version, writes,
+                                                 fence=ctl._epoch_zk_version,
+                                                 writer=ctl.broker_id)
+            except ControllerMovedError:
+                from odradek.controller.controller import NotController  # noqa: PLC0415
 
-            def ops(tx: Any, steps: list[_Step] = steps, version: int = stat.version) -> None:
-                for s in steps:
-                    if s.state is not None and s.old_state is not None:
-                        tx.set_data(znodes.partition_state_path(topic, s.partition),
-                                    znodes.encode_partition_state(znodes.PartitionState(
-                                        s.state.leader, s.state.leader_epoch, s.state.isr,
-                                        epoch)),
-                                    s.state_version)
-                tx.set_data(znodes.topic_path(topic), new_topic, version)
-
-            if self._ctl._commit(ops):
+                raise NotController() from None
+            if ok:
+                ctx.set_topic(new_ta)
+                for w in writes:
+                    ctx.states[w.tp] = (w.state, w.expected_version + 1)
                 for s in steps:
                     self._log_step(topic, s)
-                moving = set(self.in_progress)
-                for s in steps:
-                    if s.sets.in_progress:
-                        moving.add((topic, s.partition))
-                    else:
-                        moving.discard((topic, s.partition))
-                self._refresh_moving(moving)
                 return
         logger.warning("topic %s: reassignment step gave up after %d conflicting writes",
                        topic, _MAX_CAS_ATTEMPTS)

@@ -2,8 +2,12 @@
 R13), the only ZooKeeper write a leader makes on its own.
 
 ``ZkIsrStore.write_isr`` writes ``/brokers/topics/T/partitions/P/state`` with the
-leader's epoch and the new ISR, conditional on the znode version the leader last saw. It
-runs in a worker thread (the replica manager's ``asyncio.to_thread``):
+leader's epoch and the new ISR, conditional on the znode version the leader last saw,
+together with a ``leader_and_isr`` notification in one ZooKeeper transaction
+(``KafkaZkClient.update_isr``): brokers learn partition states from those notifications,
+never by watching the state znodes, so an ISR change without one would stay invisible to
+the other brokers (SPEC R13). It runs in a worker thread (the replica manager's
+``asyncio.to_thread``):
 
 * success → the new version;
 * the version moved (the controller wrote meanwhile) → ``IsrConflict`` with the znode as
@@ -19,15 +23,16 @@ runs in a worker thread (the replica manager's ``asyncio.to_thread``):
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from odradek.replication.partition_state import (
     IsrConflict, IsrStoreUnavailable, IsrWrite, LeaderAndIsr,
 )
 from odradek.zk import znodes
+from odradek.zk.kafka_zk_client import KafkaZkClient, StateWrite
 
 logger = logging.getLogger(__name__)
 
@@ -37,22 +42,28 @@ ZK_WRITE_TIMEOUT_S = 2.0  # an ISR write that cannot reach ZooKeeper fails after
 
 
 class ZkIsrStore:
-    def __init__(self, zk: Callable[[], KazooClient | None],
+    def __init__(self, zkc: Callable[[], KafkaZkClient | None],
+                 topic_id: Callable[[str], uuid.UUID | None], writer: int,
                  timeout_s: float = ZK_WRITE_TIMEOUT_S) -> None:
-        self._zk = zk  # the broker's current session (None before it connected)
+        self._zkc = zkc  # over the broker's current session (None before it connected)
+        self._topic_id = topic_id  # carried in the notification (a recreated topic's check)
+        self.writer = writer  # this broker's id, recorded in the notification
         self.timeout_s = timeout_s
 
     def write_isr(self, write: IsrWrite) -> int:
-        zk = self._zk()
-        if zk is None or not zk.connected:
+        zkc = self._zkc()
+        if zkc is None or not zkc.zk.connected:
             raise IsrStoreUnavailable("not connected to ZooKeeper")
+        zk = zkc.zk
         path = znodes.partition_state_path(write.topic, write.partition)
-        data = znodes.encode_partition_state(znodes.PartitionState(
+        state = znodes.PartitionState(
             leader=write.leader, leader_epoch=write.leader_epoch, isr=list(write.isr),
-            controller_epoch=write.controller_epoch))
+            controller_epoch=write.controller_epoch)
         try:
-            return zk.set_async(path, data, version=write.zk_version).get(
-                timeout=self.timeout_s).version
+            return zkc.update_isr(StateWrite(write.topic, write.partition,
+                                             self._topic_id(write.topic), state,
+                                             write.zk_version),
+                                  self.writer, timeout_s=self.timeout_s)
         except BadVersionError:
             try:
                 raw, stat = zk.get_async(path).get(timeout=self.timeout_s)

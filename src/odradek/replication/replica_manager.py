@@ -25,12 +25,14 @@ the three purgatories for that partition (``odradek.replication.purgatory``).
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import math
 import os
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,23 +199,47 @@ class ReplicaManager:
 
     # ----------------------------------------------------------------- start-up
     def load_logs(self) -> None:
-        """Open (and, past the recovery point, recover) every partition dir on disk."""
+        """Open (and, past the recovery point, recover) every partition dir on disk,
+        with ``num.recovery.threads.per.data.dir`` threads (Kafka's; default 1): recovery
+        scans of large logs wait on the disk, which threads overlap."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         recovery = read_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
         starts = read_checkpoint(self.log_dir / LOG_START_CHECKPOINT)
         self._hw_from_checkpoint = read_checkpoint(self.log_dir / HW_CHECKPOINT)
-        for entry in sorted(os.listdir(self.log_dir)):
-            tp = parse_partition_dir(entry)
-            if tp is None or not (self.log_dir / entry).is_dir():
-                continue
+        entries = [(entry, tp) for entry in sorted(os.listdir(self.log_dir))
+                   if (tp := parse_partition_dir(entry)) is not None
+                   and (self.log_dir / entry).is_dir()]
+        # One LogConfig per topic, copied per log: building one from the broker and topic
+        # configs costs ~1 ms, which 3,000 partitions of 30 topics paid 3,000 times.
+        configs: dict[str, LogConfig] = {}
+        for _, (topic, _p) in entries:
+            if topic not in configs:
+                configs[topic] = self.log_config_for(topic)
+
+        def open_one(entry: str, tp: TopicPartition) -> Log:
             t0 = time.monotonic()
-            lg = Log.open(self.log_dir / entry, self.log_config_for(tp[0]),
-                          recovery_point=recovery.get(tp, 0),
-                          log_start_offset=starts.get(tp))
-            self._logs[tp] = lg
-            self._attach_flusher(lg)
+            lg = Log.open(self.log_dir / entry, copy.copy(configs[tp[0]]),
+                          recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp))
             log.info("loaded %s: log start %d, LEO %d in %.0f ms", entry,
                      lg.log_start_offset, lg.log_end_offset, (time.monotonic() - t0) * 1e3)
+            return lg
+
+        threads = self._recovery_threads()
+        if threads > 1 and len(entries) > 1:
+            with ThreadPoolExecutor(threads, thread_name_prefix="log-recovery") as pool:
+                opened = list(pool.map(lambda e: open_one(*e), entries))
+        else:
+            opened = [open_one(entry, tp) for entry, tp in entries]
+        for (_, tp), lg in zip(entries, opened):
+            self._logs[tp] = lg
+            self._attach_flusher(lg)
+
+    def _recovery_threads(self) -> int:
+        getter = getattr(self.config, "get", None)
+        try:
+            return max(1, int(getter("num.recovery.threads.per.data.dir"))) if getter else 1
+        except KeyError:
+            return 1
 
     # ----------------------------------------------------------------- metadata
     def apply_image(self, image: MetadataImage) -> None:

@@ -54,6 +54,14 @@ REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 CLUSTER_ID = "/cluster/id"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "/isr_change_notification/isr_change_"  # sequential znodes
+# Odradek's stand-in for Kafka's LeaderAndIsr/UpdateMetadata requests (brokers learn
+# leader and ISR changes from ZooKeeper, SPEC R12-R13): every write of partition state
+# znodes creates, in the same ZooKeeper transaction, one sequential child here listing
+# the new states. Brokers watch this one directory instead of every state znode, so a
+# batch of N state writes costs them O(N / chunk) reads. The directory's own data says
+# up to which sequence number notifications were purged (see ``LeaderAndIsrPurge``).
+LEADER_AND_ISR_NOTIFICATION = "/leader_and_isr_notification"
+LEADER_AND_ISR_PREFIX = "/leader_and_isr_notification/leader_and_isr_"  # sequential
 
 # Kafka's ZkData.PersistentZkPaths (the subset we use), created at startup by every
 # broker so watches can be set on them before any topic exists.
@@ -67,6 +75,7 @@ BASE_PATHS: tuple[str, ...] = (
     "/config/users",
     DELETE_TOPICS,
     ISR_CHANGE_NOTIFICATION,
+    LEADER_AND_ISR_NOTIFICATION,
     "/cluster",
 )
 
@@ -310,15 +319,11 @@ class PartitionState:
 
 
 def encode_partition_state(s: PartitionState) -> bytes:
-    return _dumps(
-        {
-            "controller_epoch": s.controller_epoch,
-            "leader": s.leader,
-            "version": 1,
-            "leader_epoch": s.leader_epoch,
-            "isr": list(s.isr),
-        }
-    )
+    # Kafka's compact JSON, key order included, formatted directly: a controller batch
+    # encodes thousands of these, and json.dumps of a dict costs ~5x more.
+    isr = ",".join(str(int(b)) for b in s.isr)
+    return (f'{{"controller_epoch":{int(s.controller_epoch)},"leader":{int(s.leader)},'
+            f'"version":1,"leader_epoch":{int(s.leader_epoch)},"isr":[{isr}]}}').encode()
 
 
 def decode_partition_state(data: bytes) -> PartitionState:
@@ -330,6 +335,94 @@ def decode_partition_state(data: bytes) -> PartitionState:
         isr=[int(b) for b in _field(obj, "isr", what)],
         controller_epoch=int(_field(obj, "controller_epoch", what)),
     )
+
+
+# --------------------------------------------------------------------------- leader_and_isr
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStateChange:
+    """One entry of a ``/leader_and_isr_notification`` child: the state a write left in
+    ``/brokers/topics/T/partitions/P/state`` and that znode's version after it."""
+
+    topic: str
+    topic_id: uuid.UUID | None
+    partition: int
+    state: PartitionState
+    zk_version: int
+
+
+def encode_leader_and_isr(changes: list[PartitionStateChange], writer: int) -> bytes:
+    """Body of a ``leader_and_isr_N`` notification; ``writer`` is the broker that wrote
+    (the controller, or a leader changing its ISR). Grouped by topic, like Kafka's
+    LeaderAndIsrRequest."""
+    by_topic: dict[str, dict[str, Any]] = {}
+    for ch in changes:
+        entry = by_topic.get(ch.topic)
+        if entry is None:
+            entry = by_topic[ch.topic] = {
+                "topic": ch.topic,
+                "topic_id": uuid_to_kafka(ch.topic_id) if ch.topic_id else None,
+                "partitions": []}
+        s = ch.state
+        entry["partitions"].append({
+            "partition": ch.partition, "controller_epoch": s.controller_epoch,
+            "leader": s.leader, "leader_epoch": s.leader_epoch, "isr": list(s.isr),
+            "zk_version": ch.zk_version})
+    return _dumps({"version": 1, "broker": writer, "topics": list(by_topic.values())})
+
+
+def decode_leader_and_isr(data: bytes) -> list[PartitionStateChange]:
+    what = "leader_and_isr notification"
+    obj = _loads(data, what)
+    out: list[PartitionStateChange] = []
+    try:
+        for t in _field(obj, "topics", what):
+            topic = str(_field(t, "topic", what))
+            tid = t.get("topic_id")
+            topic_id = uuid_from_kafka(tid) if tid else None
+            for p in _field(t, "partitions", what):
+                state = PartitionState(
+                    leader=int(_field(p, "leader", what)),
+                    leader_epoch=int(_field(p, "leader_epoch", what)),
+                    isr=[int(b) for b in _field(p, "isr", what)],
+                    controller_epoch=int(_field(p, "controller_epoch", what)))
+                out.append(PartitionStateChange(topic, topic_id, int(_field(p, "partition", what)),
+                                                state, int(_field(p, "zk_version", what))))
+    except (TypeError, ValueError, AttributeError) as e:
+        raise KafkaError(ErrorCode.unknown_server_error, f"{what}: {e}") from e
+    return out
+
+
+def leader_and_isr_name(sequence: int) -> str:
+    """42 -> ``leader_and_isr_0000000042`` (the child name ZooKeeper gives it)."""
+    return f"{LEADER_AND_ISR_PREFIX.rsplit('/', 1)[1]}{sequence:010d}"
+
+
+def leader_and_isr_sequence(name: str) -> int:
+    """``leader_and_isr_0000000042`` -> 42 (ZooKeeper's 10-digit sequential suffix);
+    -1 for a name that is not a notification."""
+    prefix = LEADER_AND_ISR_PREFIX.rsplit("/", 1)[1]
+    if not name.startswith(prefix) or not name[len(prefix):].isdigit():
+        return -1
+    return int(name[len(prefix):])
+
+
+def encode_leader_and_isr_purge(purged_through: int) -> bytes:
+    """Data of ``/leader_and_isr_notification``: every notification with a sequence
+    number <= ``purged_through`` has been deleted (-1: none yet). A reader that has
+    not processed that far may have missed some and must re-read every state znode."""
+    return _dumps({"version": 1, "purged_through": purged_through})
+
+
+def decode_leader_and_isr_purge(data: bytes | None) -> int:
+    if not data:
+        return -1
+    try:
+        return int(_loads(data, "leader_and_isr purge").get("purged_through", -1))
+    except (TypeError, ValueError):
+        raise KafkaError(ErrorCode.unknown_server_error,
+                         f"leader_and_isr purge: {data[:100]!r}") from None
 
 
 # --------------------------------------------------------------------------- configs

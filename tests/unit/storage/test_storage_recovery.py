@@ -319,3 +319,43 @@ def test_recovery_with_batches_straddling_read_windows(tmp_path: Path, monkeypat
     log = Log.open(d, cfg, recovery_point=0)
     assert verify_log(log) == values
     log.close()
+
+
+@pytest.mark.parametrize("how", ["clean", "crash"])
+def test_reopening_an_empty_log_costs_no_fsync(tmp_path: Path, how: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13 (fast start): a log with nothing written past its recovery point has
+    nothing to check or make durable; an fsync per empty log made a broker with 3,000
+    partitions take a minute to start."""
+    d = tmp_path / "t-0"
+    log = Log.open(d, CFG)
+    if how == "clean":
+        log.close()
+    else:
+        crash(log)
+    syncs: list[int] = []
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda fd, _real=real: (syncs.append(fd), _real(fd))[1])
+    files = {p.name: p.stat().st_mtime_ns for p in d.iterdir()}
+    log = Log.open(d, CFG, recovery_point=0)
+    assert syncs == []
+    assert {p.name: p.stat().st_mtime_ns for p in d.iterdir()} == files  # nothing rewritten
+    assert (log.log_start_offset, log.log_end_offset, log.recovery_point) == (0, 0, 0)
+    monkeypatch.undo()
+    assert log.append_as_leader(batch(2), 0, 1).first_offset == 0
+    log.close()
+
+
+def test_data_past_the_recovery_point_is_still_checked_and_flushed(tmp_path: Path) -> None:
+    """The empty-log shortcut must not skip a segment that holds anything: a crash after
+    appends (recovery point 0) still scans every batch and moves the recovery point."""
+    d = tmp_path / "t-0"
+    log, values = fill(d, n=5)
+    crash(log)
+    with open(segment_files(d)[-1], "ab") as f:
+        f.write(b"\x00" * 40)  # a torn tail past the valid batches
+    log = Log.open(d, CFG, recovery_point=0)
+    assert verify_log(log) == values
+    assert log.recovery_point == log.log_end_offset == values[-1][0] + 1
+    log.close()

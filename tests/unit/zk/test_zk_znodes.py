@@ -124,3 +124,16 @@ def test_parse_endpoint() -> None:
     assert znodes.parse_endpoint("PLAINTEXT://[::1]:9092") == ("PLAINTEXT", "::1", 9092)
     with pytest.raises(KafkaError):
         znodes.parse_endpoint("127.0.0.2:9092")
+
+
+@pytest.mark.parametrize("state", [
+    znodes.PartitionState(-1, 0, [], 1), znodes.PartitionState(3, 12, [3], 7),
+    znodes.PartitionState(1001, 2**31 - 1, [1001, 2, 30], 2**31 - 1)])
+def test_partition_state_encoding_is_kafkas_compact_json(state: znodes.PartitionState) -> None:
+    """The hand-formatted encoder (issue 13: thousands per controller batch) writes what
+    json.dumps of Kafka's layout writes, byte for byte."""
+    expected = json.dumps({"controller_epoch": state.controller_epoch, "leader": state.leader,
+                           "version": 1, "leader_epoch": state.leader_epoch,
+                           "isr": state.isr}, separators=(",", ":")).encode()
+    assert znodes.encode_partition_state(state) == expected
+    assert znodes.decode_partition_state(expected) == state

@@ -1,0 +1,147 @@
+"""The metadata store against a real ZooKeeper: images follow leader_and_isr notifications
+incrementally (issue 13 item 2) — untouched topics and partitions are shared with the
+previous image, broker membership rebuilds nothing — and a store that missed purged
+notifications re-reads every state.
+
+The store is driven step by step (``_handle`` on the test's thread) so each step's image
+is known; watches still fire, into a queue nobody drains.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import pytest
+from kazoo.client import KazooClient
+
+from odradek.metadata.image import MetadataImage
+from odradek.metadata.store import (
+    BrokersChanged, LeaderAndIsrNotified, MetadataStore, PartitionStatesChanged,
+    StatesReloaded, TopicConfigChanged,
+)
+from odradek.zk import admin, znodes
+from odradek.zk.kafka_zk_client import KafkaZkClient, StateWrite
+
+TOPICS = {"a": 4, "b": 4, "c": 4}
+
+
+class Harness:
+    def __init__(self, connect: Callable[..., KazooClient]) -> None:
+        self.connect = connect
+        self.zk = connect()
+        znodes.ensure_base_paths(self.zk)
+        self.zk.create(znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(1))
+        self.writer = KafkaZkClient(self.zk, max_ops=5)
+        self.ids: dict[str, uuid.UUID | None] = {}
+        for t, n in TOPICS.items():
+            admin.create_topic(self.zk, admin.NewTopicPlan(t, {p: [1, 2, 3] for p in range(n)}, {}))
+            self.ids[t] = znodes.decode_topic(t, self.zk.get(znodes.topic_path(t))[0]).topic_id
+            self.writer.create_partition_states(
+                [StateWrite(t, p, self.ids[t], znodes.PartitionState(1, 0, [1, 2, 3], 1), -1)
+                 for p in range(n)], fence=0, writer=1)
+        self.images: list[MetadataImage] = []
+        reg = znodes.BrokerRegistration.plaintext(1, "127.0.0.1", 9092)
+        self.store = MetadataStore(KafkaZkClient(connect(), max_ops=5), 1, reg, self.images.append)
+        znodes.ensure_base_paths(self.store.zk)
+        self.store.register(5)
+        self.store._reload_all()  # noqa: SLF001 - what start() does before its thread runs
+        self.store._emit()  # noqa: SLF001
+
+    def step(self, *events: object) -> MetadataImage:
+        """Handle events as the store's thread would; the image it published."""
+        before = len(self.images)
+        self.store._outbox = []  # noqa: SLF001
+        self.store._handle(list(events))  # type: ignore[arg-type]  # noqa: SLF001
+        if self.store._has_changes():  # noqa: SLF001
+            self.store._emit()  # noqa: SLF001
+        assert len(self.images) == before + 1, "no new image"
+        return self.images[-1]
+
+    def move(self, topic: str, partitions: list[int], leader: int, epoch: int) -> None:
+        cur = self.writer.get_partition_states([(topic, p) for p in partitions])
+        self.writer.update_partition_states(
+            [StateWrite(topic, p, self.ids[topic], znodes.PartitionState(leader, epoch, [leader], 1),
+                        cur[(topic, p)][1]) for p in partitions], fence=0, writer=9)
+
+
+@pytest.fixture
+def h(zk_connect: Callable[..., KazooClient]) -> Harness:
+    return Harness(zk_connect)
+
+
+def test_first_image_is_complete(h: Harness) -> None:
+    img = h.images[-1]
+    assert img.changed_topics is None and set(img.topics) == set(TOPICS)
+    assert img.partition("b", 3).leader == 1 and img.partition("b", 3).isr == (1, 2, 3)  # type: ignore[union-attr]
+    assert set(img.brokers) == {1}
+
+
+def test_state_changes_touch_only_their_partitions(h: Harness) -> None:
+    old = h.images[-1]
+    h.move("b", [1, 2], leader=2, epoch=1)
+    img = h.step(LeaderAndIsrNotified())
+    assert img.changed_topics == frozenset({"b"})
+    assert img.topics["a"] is old.topics["a"] and img.topics["c"] is old.topics["c"]
+    b = img.topics["b"].partitions
+    assert b[0] is old.topics["b"].partitions[0] and b[3] is old.topics["b"].partitions[3]
+    assert (b[1].leader, b[1].leader_epoch, b[1].isr, b[1].zk_version) == (2, 1, (2,), 1)
+    assert h.store._outbox and isinstance(h.store._outbox[0], PartitionStatesChanged)  # noqa: SLF001
+    assert {(c.topic, c.partition) for c in h.store._outbox[0].changes} == {("b", 1), ("b", 2)}  # noqa: SLF001
+
+
+def test_a_batch_of_many_notifications_is_one_image(h: Harness) -> None:
+    for t in TOPICS:  # 12 partitions in chunks of 3: 4 notifications per call
+        h.move(t, list(range(4)), leader=3, epoch=1)
+    img = h.step(LeaderAndIsrNotified())
+    assert img.changed_topics == frozenset(TOPICS)
+    assert all(p.leader == 3 for t in img.topics.values() for p in t.partitions.values())
+
+
+def test_broker_membership_rebuilds_no_topic(h: Harness) -> None:
+    old = h.images[-1]
+    other = h.connect()
+    other.create(znodes.broker_path(2), znodes.encode_broker(
+        znodes.BrokerRegistration.plaintext(2, "127.0.0.2", 9092)), ephemeral=True)
+    img = h.step(BrokersChanged())
+    assert set(img.brokers) == {1, 2}
+    assert all(img.topics[t] is old.topics[t] for t in TOPICS)
+    assert img.changed_topics == frozenset()  # nobody leads anything on broker 2 yet
+    h.move("c", [0], leader=2, epoch=1)
+    h.step(LeaderAndIsrNotified())
+    other.stop()
+    other.close()
+    img = h.step(BrokersChanged())
+    assert set(img.brokers) == {1}
+    assert img.changed_topics == frozenset({"c"})  # its leader's registration went away
+
+
+def test_config_change_keeps_the_partitions(h: Harness) -> None:
+    old = h.images[-1]
+    h.zk.set(znodes.topic_config_path("a"), znodes.encode_topic_config({"retention.ms": "1"}))
+    img = h.step(TopicConfigChanged("a"))
+    assert img.topics["a"].configs == {"retention.ms": "1"}
+    assert img.topics["a"].partitions is old.topics["a"].partitions
+    assert img.changed_topics == frozenset({"a"})
+
+
+def test_purged_notifications_make_the_store_reread_every_state(h: Harness) -> None:
+    h.move("a", [0, 1, 2, 3], leader=2, epoch=1)
+    h.move("c", [3], leader=3, epoch=1)
+    names, _ = h.writer.list_leader_and_isr_notifications()
+    h.writer.purge_leader_and_isr_notifications(names, fence=0)  # before the store read them
+    img = h.step(LeaderAndIsrNotified())
+    assert any(isinstance(e, StatesReloaded) for e in h.store._outbox)  # noqa: SLF001
+    assert [img.partition("a", p).leader for p in range(4)] == [2, 2, 2, 2]  # type: ignore[union-attr]
+    assert img.partition("c", 3).leader == 3 and img.partition("c", 2).leader == 1  # type: ignore[union-attr]
+    assert img.changed_topics == frozenset({"a", "c"})
+
+
+def test_a_notification_of_an_older_incarnation_is_ignored(h: Harness) -> None:
+    stale = znodes.PartitionStateChange("a", uuid.uuid4(), 0,
+                                        znodes.PartitionState(3, 7, [3], 1), 99)
+    h.zk.create(znodes.LEADER_AND_ISR_PREFIX, znodes.encode_leader_and_isr([stale], 9),
+                sequence=True)
+    h.move("b", [0], leader=2, epoch=1)  # something real in the same batch
+    img = h.step(LeaderAndIsrNotified())
+    assert img.partition("a", 0).leader == 1 and img.partition("b", 0).leader == 2  # type: ignore[union-attr]
