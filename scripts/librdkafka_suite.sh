@@ -105,8 +105,8 @@ for line in sys.stdin:
     m = re.search(r"Test (\S+) (PASSED|FAILED|SKIPPED)", line)
     if m:
         verdict.setdefault(m.group(1), set()).add(m.group(2))
-    m = re.search(r"### Test \"(\S+)[ \"]", line)
-    if m:
+    m = re.search(r"### Test \"([^\" ]+)", line)
+    if m and not m.group(1).startswith("<"):
         verdict.setdefault(m.group(1), set()).add("FAILED")
 for name in sorted(verdict):
     v = verdict[name]
