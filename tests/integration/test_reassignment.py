@@ -4,6 +4,7 @@
   acks=all producer keeps writing: each partition's current leader is dropped from its
   replicas, so leadership moves too. ``--verify`` reports completion, the dropped
   replicas' logs are deleted, and every acknowledged record is read back exactly once.
+* A controller SIGKILLed during a move is replaced by one that completes it.
 * A move throttled with ``--throttle`` (KIP-73 quotas) copies at most what the quota
   allows, is listed by ``--list`` / ListPartitionReassignments, and ``--cancel``
   restores the original replicas and clears the throttles.
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -234,3 +236,56 @@ def test_throttled_move_is_limited_then_cancelled(four: LocalCluster, tmp_path: 
     assert "None of the specified partition reassignments are active." in again.stdout
     got = consume_all(four.bootstrap_servers, topic, [0])
     assert [v for _, v in got[0]] == values
+
+
+def test_move_resumes_after_controller_failover(four: LocalCluster, tmp_path: Path) -> None:
+    """SPEC R13 for KIP-455: the move's state lives in the topic znode, so a controller
+    SIGKILLed mid-move is replaced by one that completes it (once the throttle that held
+    it is lifted)."""
+    if len(four.brokers) < 4:
+        four.add_broker()
+    ctrl = wait_for(four.controller_id, 30, "a controller")
+    a, b, c = [x for x in (1, 2, 3, 4) if x != ctrl]
+    topic = "resumed"
+    create_topic(four.bootstrap_servers, topic, 1, 2, assignment=[[a, b]])
+    values = [b"%06d" % i + b"y" * 1018 for i in range(3000)]
+    p = Producer({"bootstrap.servers": four.bootstrap_servers, "acks": "all",
+                  "linger.ms": 20})
+    for v in values:
+        while True:
+            try:
+                p.produce(topic, value=v, partition=0)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+    plan = _write_json(tmp_path / "plan.json", {"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [c, b]}]})
+    alive = four.broker(a).address
+    out = odradek("reassign-partitions", "--bootstrap-server", alive, "--execute",
+                  "--throttle", "2000", "--reassignment-json-file", str(plan))
+    assert out.returncode == 0, out.stderr
+    four.stop_broker(ctrl, signal.SIGKILL)
+    try:
+        wait_for(lambda: four.controller_id() not in (None, ctrl), 60, "a new controller")
+        v = odradek("reassign-partitions", "--bootstrap-server", alive, "--verify",
+                    "--reassignment-json-file", str(plan))
+        assert f"Reassignment of partition {topic}-0 is still in progress." in v.stdout, v
+        # Lift the throttle (the topic's throttled replicas): the new controller, which
+        # learnt of the move from the topic znode, completes it.
+        r = odradek("configs", "--bootstrap-server", alive, "--entity-type", "topics",
+                    "--entity-name", topic, "--alter", "--delete-config",
+                    "leader.replication.throttled.replicas,"
+                    "follower.replication.throttled.replicas")
+        assert r.returncode == 0, r.stderr
+
+        def verified() -> bool:
+            v = odradek("reassign-partitions", "--bootstrap-server", alive, "--verify",
+                        "--reassignment-json-file", str(plan))
+            return f"Reassignment of partition {topic}-0 is completed." in v.stdout
+        wait_for(verified, 120, "the move completed by the new controller", interval=1)
+        assert list(partition_meta(alive, topic)[0].replicas) == [c, b]
+        got = consume_all(alive, topic, [0])
+        assert [v for _, v in got[0]] == values
+    finally:
+        four.start_broker(ctrl)
