@@ -240,6 +240,7 @@ def test_throttled_move_is_limited_then_cancelled(four: LocalCluster, tmp_path: 
     assert [v for _, v in got[0]] == values
 
 
+@pytest.mark.slow  # ~10 s more: CI keeps the two moves above within its budget
 def test_move_resumes_after_controller_failover(four: LocalCluster, tmp_path: Path) -> None:
     """SPEC R13 for KIP-455: the move's state lives in the topic znode, so a controller
     SIGKILLed mid-move is replaced by one that completes it (once the throttle that held
