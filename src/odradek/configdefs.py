@@ -26,6 +26,7 @@ __all__ = [
     "ValidList",
     "TOPIC_CONFIGS",
     "BROKER_CONFIGS",
+    "DYNAMIC_BROKER_CONFIGS",
     "LONG_MAX",
     "INT_MAX",
     "parse_list",
@@ -515,6 +516,17 @@ _BROKER_LIST: list[ConfigDef] = [
     _b("replica.socket.receive.buffer.bytes", T.INT, "65536", "Follower SO_RCVBUF."),
     _b("replica.high.watermark.checkpoint.interval.ms", T.LONG, "5000", "HW checkpoint period."),
     _b("num.replica.fetchers", T.INT, "1", "Fetcher threads per source broker."),
+    # KIP-73 replication throttles. The two rates are dynamic broker configs (set with
+    # IncrementalAlterConfigs on /config/brokers/<id> or <default>, like Kafka's
+    # DynamicConfig.Broker); Long.MAX_VALUE means unthrottled.
+    _b("leader.replication.throttled.rate", T.LONG, "9223372036854775807",
+       "Bytes/s a leader serves to throttled, out-of-sync followers.", Range(0)),
+    _b("follower.replication.throttled.rate", T.LONG, "9223372036854775807",
+       "Bytes/s a follower fetches for throttled, out-of-sync replicas.", Range(0)),
+    _b("replication.quota.window.num", T.INT, "11",
+       "Samples kept for replication quotas.", Range(1)),
+    _b("replication.quota.window.size.seconds", T.INT, "1",
+       "Span of each replication quota sample.", Range(1)),
     _b("auto.leader.rebalance.enable", T.BOOLEAN, "true", "Preferred leader election (R5)."),
     _b("leader.imbalance.check.interval.seconds", T.LONG, "300", "Imbalance check period.", Range(1)),
     _b("leader.imbalance.per.broker.percentage", T.INT, "10", "Allowed imbalance (R5)."),
@@ -630,3 +642,10 @@ _BROKER_LIST: list[ConfigDef] = [
 ]
 
 BROKER_CONFIGS: Final[dict[str, ConfigDef]] = {d.name: d for d in _BROKER_LIST}
+
+# Broker configs that may change at runtime (IncrementalAlterConfigs/AlterConfigs on a
+# BROKER resource); every other broker property is read-only, as it is static in Odradek.
+DYNAMIC_BROKER_CONFIGS: Final[frozenset[str]] = frozenset({
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+})

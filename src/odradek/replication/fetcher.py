@@ -35,6 +35,7 @@ from odradek.replication.leader_endpoint import (
     EndpointError, EndpointFactory, EpochRequest, FetchRequestPartition, LeaderEndpoint,
     RemoteLeaderEndpoint,
 )
+from odradek.replication.quota import ReplicationQuota
 from odradek.replication.trace import RecordTracer
 from odradek.replication.truncation import decide_truncation
 
@@ -48,6 +49,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["FetchState", "ReplicaFetcher", "ReplicaFetcherManager"]
 
 TopicPartition = tuple[str, int]
+_THROTTLE_RECHECK_S = 0.1  # how often a throttled follower looks at its quota again
 DurableWait = Callable[[list[tuple["Log", int]]], Awaitable[None]]
 # A fetch session the leader no longer knows (evicted, leader restarted) or a lost
 # response: the next fetch is full, sent at once (no backoff, KIP-227).
@@ -113,6 +115,7 @@ class ReplicaFetcher:
         self.wait_durable = wait_durable
         self._traced: list[tuple[TopicPartition, int]] = []  # appended, not yet reported
         self.session = FetchSessionHandler(f"fetcher {broker_id}→{leader_id}")
+        self.quota: ReplicationQuota | None = None  # follower throttle (KIP-73)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -220,6 +223,21 @@ class ReplicaFetcher:
                 ready.append(s)
             else:
                 next_ready = min(next_ready, s.backoff_until)
+        throttled: set[TopicPartition] = set()
+        quota = self.quota
+        if quota is not None and quota.rate_limit != float("inf"):
+            # KIP-73 (Kafka's shouldFollowerThrottle): a throttled replica outside the ISR
+            # is left out of the fetch while the follower quota is exceeded.
+            kept = []
+            for s in ready:
+                p = s.partition
+                if quota.is_throttled(p.topic, p.index) and self.broker_id not in p.isr:
+                    if quota.is_exceeded(now):
+                        next_ready = min(next_ready, now + _THROTTLE_RECHECK_S)
+                        continue
+                    throttled.add((p.topic, p.index))
+                kept.append(s)
+            ready = kept
         if not ready:
             return max(min(next_ready - now, 1.0), 0.001) if next_ready < float("inf") else 0.05
         # Rotate the order: only the first partition of a response may exceed the byte
@@ -279,6 +297,9 @@ class ReplicaFetcher:
                 st.truncating = True
                 continue
             if r.records:
+                if tp in throttled:
+                    assert quota is not None
+                    quota.record(len(r.records), time.monotonic())
                 if tracing:
                     off = self._tracer.sampled(leo_before, p.log_end_offset - 1)
                     if off is not None:
@@ -334,6 +355,7 @@ class ReplicaFetcherManager:
         self._on_progress = on_progress
         self._tracer = tracer
         self.wait_durable: DurableWait | None = None
+        self.quota: ReplicationQuota | None = None  # follower throttle (KIP-73)
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._addresses: dict[int, tuple[str, int]] = {}
         self._pending: dict[TopicPartition, Partition] = {}
@@ -410,6 +432,7 @@ class ReplicaFetcherManager:
             fetcher = ReplicaFetcher(self.broker_id, leader, factory(leader, *address),
                                      self.settings, self._on_progress, self._tracer,
                                      self.wait_durable)
+            fetcher.quota = self.quota
             self.fetchers[leader] = fetcher
             self._addresses[leader] = address
             fetcher.start()

@@ -41,7 +41,7 @@ from odradek.protocol.versions import api_name
 from odradek.server.context import RequestContext
 from odradek.server.error_responses import error_response
 from odradek.server.handlers import (
-    admin, configs, data, elect, groups, metadata, producers, records, security,
+    admin, configs, data, elect, groups, metadata, producers, reassign, records, security,
     transactions,
 )
 from odradek.log_limiter import LogLimiter
@@ -97,6 +97,8 @@ HANDLERS: dict[int, Handler] = {  # one per API key in protocol.versions.SERVED
     44: configs.handle_incremental_alter_configs,
     50: security.handle_describe_user_scram_credentials,
     51: security.handle_alter_user_scram_credentials,
+    45: reassign.handle_alter_partition_reassignments,
+    46: reassign.handle_list_partition_reassignments,
     60: metadata.handle_describe_cluster,
     65: transactions.handle_describe_transactions,
     66: transactions.handle_list_transactions,

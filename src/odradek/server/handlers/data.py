@@ -26,6 +26,7 @@ from odradek.replication.replica_manager import FetchEntry, FetchParams, Produce
 from odradek.server.network import CloseConnection
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
+from odradek.protocol import list_offsets_v0
 from odradek.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
 from odradek.protocol.produce_response import PartitionProduceResult, encode_produce_response
 from odradek.security.acl import AclOperation, ResourceType
@@ -170,8 +171,46 @@ def _encode_fetch(header: RequestHeaderInfo, fctx: FetchContext) -> list[Any]:
 
 
 # =============================================================================== ListOffsets
+def legacy_offsets(p: Any, timestamp: int, max_num_offsets: int) -> list[int]:
+    """ListOffsets v0 (Kafka's ``legacyFetchOffsetsBefore``, as a consumer sees it):
+    latest (-1) → the HW, then the base offsets of the segments below it, newest first;
+    earliest (-2) → the log start offset; a timestamp → the base offsets of the segments
+    whose records are all older, newest first. At most ``max_num_offsets``."""
+    hw = p.high_watermark
+    log = p.log
+    bases = [max(s.base_offset, log.log_start_offset) for s in log.segments]
+    if timestamp == LATEST_TIMESTAMP:
+        offsets = [hw] + [b for b in reversed(bases) if b < hw]
+    elif timestamp == EARLIEST_TIMESTAMP:
+        offsets = [log.log_start_offset]
+    elif timestamp < 0:
+        raise KafkaError(ErrorCode.invalid_request, f"timestamp {timestamp}")
+    else:
+        offsets = [max(s.base_offset, log.log_start_offset) for s in reversed(log.segments)
+                   if s.base_offset < hw and s.max_timestamp <= timestamp]
+    return list(dict.fromkeys(offsets))[:max(0, max_num_offsets)]
+
+
+def _list_offsets_v0(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> bytes:
+    image = ctx.image
+    topics: list[tuple[str, list[tuple[int, int, list[int]]]]] = []
+    for t in req.topics:
+        parts: list[tuple[int, int, list[int]]] = []
+        for lp in t.partitions:
+            try:
+                p = ctx.replicas.leader_partition(t.name, lp.partition_index, image)
+                parts.append((lp.partition_index, 0,
+                              legacy_offsets(p, lp.timestamp, lp.max_num_offsets)))
+            except KafkaError as e:
+                parts.append((lp.partition_index, int(e.code), []))
+        topics.append((t.name, parts))
+    return list_offsets_v0.encode_response(header.correlation_id, topics)
+
+
 def handle_list_offsets(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
+    if v == 0:
+        return _list_offsets_v0(ctx, header, req)
     image = ctx.image
     topics = []
     for t in req.topics:
