@@ -108,7 +108,8 @@ def _tail(path: str | Path, n: int = 20) -> str:
 
 
 # server.properties keys that differ per broker (add_broker does not copy them).
-_PER_BROKER_KEYS = frozenset({"broker.id", "listeners", "advertised.listeners", "log.dirs"})
+_PER_BROKER_KEYS = frozenset({"broker.id", "listeners", "advertised.listeners", "log.dirs",
+                              "metrics.listener"})
 
 
 def _read_properties(path: Path) -> dict[str, str]:
