@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from odradek.configdefs import (
     BROKER_CONFIGS,
+    DYNAMIC_BROKER_CONFIGS,
     LONG_MAX,
     TOPIC_CONFIGS,
     ConfigDef,
@@ -454,33 +456,62 @@ def _synonym_to_topic_value(syn: Synonym, d: ConfigDef, broker_value: str) -> st
     return str(ms)
 
 
+Synonyms = list[tuple[str, str | None, int]]
+
+
+def kafka_synonyms(name: str, names: Sequence[str],
+                   layers: Sequence[tuple[Mapping[str, str], ConfigSource]],
+                   sensitive: bool = False) -> Synonyms:
+    """Kafka's ``configSynonyms``: for each layer in precedence order (dynamic broker,
+    dynamic default, static, default), the synonym names it sets in ``names`` order;
+    then everything before the first entry named ``name`` is dropped (Kafka drops
+    e.g. ``log.retention.hours`` when describing ``log.retention.ms``, so a
+    ``retention.ms`` resting on the hours default has no synonyms at all)."""
+    out: Synonyms = []
+    for values, source in layers:
+        for n in names:
+            if n in values:
+                out.append((n, None if sensitive else values[n], int(source)))
+    while out and out[0][0] != name:
+        out.pop(0)
+    return out
+
+
+def _static_defaults() -> dict[str, str]:
+    return {n: d.default for n, d in BROKER_CONFIGS.items() if d.default is not None}
+
+
 def _broker_topic_value(
     d: ConfigDef, raw: dict[str, str]
 ) -> tuple[str, ConfigSource, list[tuple[str, str | None, int]]]:
     """(value, source, synonyms) of topic config ``d`` before any topic override.
 
-    Synonyms are listed the way Kafka's DescribeConfigs lists them: per broker name in
-    precedence order, its STATIC_BROKER_CONFIG value when set, then its default.
+    The value follows the broker's precedence (the first synonym name set, e.g.
+    log.retention.ms over .minutes over .hours; then their defaults); synonyms and source
+    are Kafka's (``kafka_synonyms`` over the static and default layers; source
+    DEFAULT_CONFIG when there are none).
     """
-    synonyms: list[tuple[str, str | None, int]] = []
-    chosen: tuple[str, ConfigSource] | None = None
+    chosen: str | None = None
     for syn in d.synonyms:
-        bdef = BROKER_CONFIGS.get(syn.name)
         if syn.name in raw:
-            synonyms.append((syn.name, raw[syn.name], ConfigSource.STATIC_BROKER_CONFIG))
-            if chosen is None:
-                chosen = (_synonym_to_topic_value(syn, d, raw[syn.name]), ConfigSource.STATIC_BROKER_CONFIG)
-        if bdef is not None and bdef.default is not None:
-            synonyms.append((syn.name, bdef.default, ConfigSource.DEFAULT_CONFIG))
+            chosen = _synonym_to_topic_value(syn, d, raw[syn.name])
+            break
     if chosen is None:
         for syn in d.synonyms:
             bdef = BROKER_CONFIGS.get(syn.name)
             if bdef is not None and bdef.default is not None:
-                chosen = (_synonym_to_topic_value(syn, d, bdef.default), ConfigSource.DEFAULT_CONFIG)
+                chosen = _synonym_to_topic_value(syn, d, bdef.default)
                 break
     if chosen is None:
-        chosen = (d.default if d.default is not None else "", ConfigSource.DEFAULT_CONFIG)
-    return chosen[0], chosen[1], synonyms
+        chosen = d.default if d.default is not None else ""
+    synonyms: Synonyms = []
+    if d.synonyms:
+        names = [s.name for s in d.synonyms]
+        synonyms = kafka_synonyms(names[0], names, [
+            (raw, ConfigSource.STATIC_BROKER_CONFIG),
+            (_static_defaults(), ConfigSource.DEFAULT_CONFIG)], d.sensitive)
+    source = ConfigSource(synonyms[0][2]) if synonyms else ConfigSource.DEFAULT_CONFIG
+    return chosen, source, synonyms
 
 
 def _invalid(message: str) -> KafkaError:
@@ -562,31 +593,61 @@ def describe_topic_config(broker: BrokerConfig, overrides: dict[str, str]) -> li
     return entries
 
 
-def describe_broker_config(broker: BrokerConfig) -> list[ConfigEntry]:
+# Kafka's DynamicBrokerConfig.brokerConfigSynonyms: names that set the same property.
+_BROKER_SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+
+
+def broker_synonyms(name: str) -> list[str]:
+    for group in _BROKER_SYNONYM_GROUPS:
+        if name in group:
+            return list(group)
+    return [name]
+
+
+def describe_broker_config(broker: BrokerConfig, dynamic: Mapping[str, str] | None = None,
+                           dynamic_default: Mapping[str, str] | None = None,
+                           *, per_broker: bool = True) -> list[ConfigEntry]:
     """The broker properties Odradek knows, like Kafka's DescribeConfigs(BROKER).
 
-    All are read-only (no dynamic broker configs). Passwords are never returned.
+    ``dynamic`` / ``dynamic_default``: the overrides of ``/config/brokers/<id>`` and
+    ``<default>``. ``per_broker`` False describes the ``<default>`` resource (empty
+    name): only the dynamic defaults are listed and per-broker values are left out of
+    the synonyms, as Kafka does. Values follow the precedence dynamic > dynamic default
+    > static > default; synonyms and source are Kafka's (``kafka_synonyms``). Only
+    ``DYNAMIC_BROKER_CONFIGS`` are writable. Passwords are never returned.
     """
-    entries: list[ConfigEntry] = []
+    dyn = dict(dynamic or {}) if per_broker else {}
+    dyn_default = dict(dynamic_default or {})
     raw = broker.effective_raw()
-    for name in sorted(BROKER_CONFIGS):
+    layers: list[tuple[Mapping[str, str], ConfigSource]] = [
+        (dyn, ConfigSource.DYNAMIC_BROKER_CONFIG),
+        (dyn_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        (raw, ConfigSource.STATIC_BROKER_CONFIG),
+        (_static_defaults(), ConfigSource.DEFAULT_CONFIG),
+    ]
+    names = sorted(BROKER_CONFIGS) if per_broker else sorted(
+        n for n in dyn_default if n in BROKER_CONFIGS)
+    entries: list[ConfigEntry] = []
+    for name in names:
         d = BROKER_CONFIGS[name]
-        synonyms: list[tuple[str, str | None, int]] = []
-        if name in raw:
-            value: str | None = raw[name]
-            source = ConfigSource.STATIC_BROKER_CONFIG
-            synonyms.append((name, None if d.sensitive else value, int(source)))
-        else:
-            value = d.default
-            source = ConfigSource.DEFAULT_CONFIG
-        if d.default is not None:
-            synonyms.append((name, None if d.sensitive else d.default, int(ConfigSource.DEFAULT_CONFIG)))
+        value: str | None = None
+        for values, _ in layers:
+            if name in values:
+                value = values[name]
+                break
+        synonyms = kafka_synonyms(name, broker_synonyms(name), layers, d.sensitive)
+        source = ConfigSource(synonyms[0][2]) if synonyms else ConfigSource.DEFAULT_CONFIG
         entries.append(
             ConfigEntry(
                 name=name,
                 value=None if d.sensitive else value,
                 source=int(source),
-                read_only=True,
+                read_only=name not in DYNAMIC_BROKER_CONFIGS,
                 is_default=source is ConfigSource.DEFAULT_CONFIG,
                 is_sensitive=d.sensitive,
                 synonyms=synonyms,

@@ -27,6 +27,7 @@ __all__ = [
     "ValidList",
     "TOPIC_CONFIGS",
     "BROKER_CONFIGS",
+    "DYNAMIC_BROKER_CONFIGS",
     "LONG_MAX",
     "INT_MAX",
     "parse_list",
@@ -544,9 +545,24 @@ _BROKER_LIST: list[ConfigDef] = [
     _b("replica.fetch.response.max.bytes", T.INT, "10485760", "Follower fetch total.", Range(0)),
     _b("replica.fetch.backoff.ms", T.INT, "1000", "Follower backoff on error.", Range(0)),
     _b("replica.socket.timeout.ms", T.INT, "30000", "Follower socket timeout."),
+    _b("max.incremental.fetch.session.cache.slots", T.INT, "1000",
+       "Fetch sessions (KIP-227) the broker keeps.", Range(0)),
+    _b("min.incremental.fetch.session.eviction.ms", T.INT, "120000",
+       "Idle time after which any new fetch session may take a session's slot.", Range(0)),
     _b("replica.socket.receive.buffer.bytes", T.INT, "65536", "Follower SO_RCVBUF."),
     _b("replica.high.watermark.checkpoint.interval.ms", T.LONG, "5000", "HW checkpoint period."),
     _b("num.replica.fetchers", T.INT, "1", "Fetcher threads per source broker."),
+    # KIP-73 replication throttles. The two rates are dynamic broker configs (set with
+    # IncrementalAlterConfigs on /config/brokers/<id> or <default>, like Kafka's
+    # DynamicConfig.Broker); Long.MAX_VALUE means unthrottled.
+    _b("leader.replication.throttled.rate", T.LONG, "9223372036854775807",
+       "Bytes/s a leader serves to throttled, out-of-sync followers.", Range(0)),
+    _b("follower.replication.throttled.rate", T.LONG, "9223372036854775807",
+       "Bytes/s a follower fetches for throttled, out-of-sync replicas.", Range(0)),
+    _b("replication.quota.window.num", T.INT, "11",
+       "Samples kept for replication quotas.", Range(1)),
+    _b("replication.quota.window.size.seconds", T.INT, "1",
+       "Span of each replication quota sample.", Range(1)),
     _b("auto.leader.rebalance.enable", T.BOOLEAN, "true", "Preferred leader election (REQ-R5)."),
     _b("leader.imbalance.check.interval.seconds", T.LONG, "300", "Imbalance check period.", Range(1)),
     _b("leader.imbalance.per.broker.percentage", T.INT, "10", "Allowed imbalance (REQ-R5)."),
@@ -663,6 +679,12 @@ _BROKER_LIST: list[ConfigDef] = [
 
 BROKER_CONFIGS: Final[dict[str, ConfigDef]] = {d.name: d for d in _BROKER_LIST}
 
+# Broker configs that may change at runtime (IncrementalAlterConfigs/AlterConfigs on a
+# BROKER resource); every other broker property is read-only, as it is static in Odradek.
+DYNAMIC_BROKER_CONFIGS: Final[frozenset[str]] = frozenset({
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+})
 
 # --- what Odradek does with each setting --------------------------------------------
 # Every key above is HONOURED unless listed here. tests/unit/test_config_table.py proves
@@ -680,10 +702,6 @@ _TOPIC_SUPPORT: dict[str, tuple[Support, str]] = {
     "compression.gzip.level": (Support.IGNORED, _NO_LEVELS),
     "compression.lz4.level": (Support.IGNORED, _NO_LEVELS),
     "compression.zstd.level": (Support.IGNORED, _NO_LEVELS),
-    "follower.replication.throttled.replicas": (Support.IGNORED,
-                                                "replication quotas are not implemented"),
-    "leader.replication.throttled.replicas": (Support.IGNORED,
-                                              "replication quotas are not implemented"),
     "local.retention.bytes": (Support.IGNORED, _NO_TIERED),
     "local.retention.ms": (Support.IGNORED, _NO_TIERED),
     "remote.log.copy.disable": (Support.IGNORED, _NO_TIERED),
@@ -746,7 +764,8 @@ def _annotate() -> None:
     for name, d in list(BROKER_CONFIGS.items()):
         support, reason = _BROKER_SUPPORT.get(name) or inherited.get(
             name, (Support.HONOURED, ""))
-        BROKER_CONFIGS[name] = replace(d, support=support, reason=reason)
+        BROKER_CONFIGS[name] = replace(d, support=support, reason=reason,
+                                       dynamic=name in DYNAMIC_BROKER_CONFIGS)
 
 
 _annotate()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-__all__ = ["ErrorCode", "KafkaError", "error_name"]
+__all__ = ["ErrorCode", "InvalidRecordsError", "KafkaError", "error_name"]
 
 
 def error_name(code: int) -> str:
@@ -37,3 +37,15 @@ class KafkaError(Exception):
     @property
     def retriable(self) -> bool:
         return bool(self.code.retriable)
+
+
+class InvalidRecordsError(KafkaError):
+    """INVALID_RECORD naming the offending records of the batch (KIP-467: Produce v8+
+    ``record_errors``; clients fail those records with INVALID_RECORD and the rest of
+    the batch with a retriable "different record" error)."""
+
+    __slots__ = ("record_errors",)
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str | None]]) -> None:
+        super().__init__(ErrorCode.invalid_record, message)
+        self.record_errors = record_errors

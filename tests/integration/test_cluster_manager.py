@@ -204,3 +204,30 @@ def test_real_broker_registers(tmp_path: Path) -> None:
         assert st["brokers"][0]["registered"] is True
         c.stop_broker(1, signal.SIGTERM)
         assert c.broker_state(1) == "dead"
+
+
+def test_first_broker_id_and_add_broker(tmp_path: Path) -> None:
+    """``cluster up --first-broker-id 0`` (Kafka's tests and tools often assume ids from
+    0) and ``cluster add-broker``: ids 0, 1, then 2, each on its own address."""
+    from confluent_kafka.admin import AdminClient
+
+    d = tmp_path / "c0"
+    r = subprocess.run([sys.executable, "-m", "odradek", "cluster", "up", "--brokers", "2",
+                        "--first-broker-id", "0", "--dir", str(d)],
+                       capture_output=True, text=True, timeout=120)
+    try:
+        assert r.returncode == 0, r.stderr
+        c = LocalCluster(d)
+        assert [b.id for b in c.brokers] == [0, 1]
+        assert len({b.host for b in c.brokers}) == 2
+        r = subprocess.run([sys.executable, "-m", "odradek", "cluster", "add-broker",
+                            "--dir", str(d)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("broker 2: running")
+        c = LocalCluster(d)
+        assert [b.id for b in c.brokers] == [0, 1, 2]
+        md = AdminClient({"bootstrap.servers": c.bootstrap_servers}).list_topics(timeout=20)
+        assert sorted(md.brokers) == [0, 1, 2]
+    finally:
+        subprocess.run([sys.executable, "-m", "odradek", "cluster", "down", "--dir", str(d)],
+                       capture_output=True, timeout=120)

@@ -208,14 +208,16 @@ def test_errors_and_validate_only(cluster2: LocalCluster, topic: str) -> None:
                                            validate_only=True))
     assert name == "INVALID_CONFIG"
 
-    # Dynamic broker configs are not supported: a clear error, nothing changes.
+    # Only the dynamic broker configs may change at runtime: a static one is refused
+    # with Kafka's message, nothing changes.
     res = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
         ConfigEntry("log.retention.ms", "1000", incremental_operation=set_)])
     a = admin(cluster2)
     with pytest.raises(KafkaException) as ei:
         a.incremental_alter_configs([res], request_timeout=30)[res].result(60)
     assert ei.value.args[0].name() == "INVALID_REQUEST"
-    assert "dynamic broker configs are not supported" in ei.value.args[0].str()
+    assert "Cannot update these configs dynamically: Set(log.retention.ms)" \
+        in ei.value.args[0].str()
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -237,8 +239,10 @@ def test_cli_describe_alter_delete(cluster2: LocalCluster, topic: str) -> None:
         f"Dynamic configs for topic {topic} are:",
         "  cleanup.policy=compact,delete sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:"
         "cleanup.policy=compact,delete, DEFAULT_CONFIG:log.cleanup.policy=delete}",
+        # Kafka's configSynonyms drops log.retention.hours (it precedes the first
+        # synonym named log.retention.ms, which is unset): only the topic override.
         "  retention.ms=3600000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:"
-        "retention.ms=3600000, DEFAULT_CONFIG:log.retention.hours=168}",
+        "retention.ms=3600000}",
     ]
     r = odradek(*base, "--describe", "--all")
     assert r.stdout.startswith(f"All configs for topic {topic} are:\n")
@@ -320,3 +324,39 @@ def test_unclean_election_enabled_at_runtime_and_overrides_survive_restart(
                             extra={"linger.ms": 0, "batch.size": 400})
     assert len(acked) == 20 and not errors, errors
     assert segment_count(c, 2, topic_name) >= 4  # segment.bytes=1024 after the restart
+
+
+def test_cli_dynamic_broker_configs(cluster2: LocalCluster) -> None:
+    """KIP-226 in ZooKeeper mode: /config/brokers/<id> and <default>, with Kafka's
+    sources and synonyms; per-broker values win over the cluster default."""
+    bs = cluster2.bootstrap_servers
+    rate = "follower.replication.throttled.rate"
+    base = ("configs", "--bootstrap-server", bs, "--entity-type", "brokers")
+    r = odradek(*base, "--entity-default", "--alter", "--add-config", f"{rate}=5000")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "Completed updating default config for brokers in the cluster.\n"
+    r = odradek(*base, "--entity-name", "2", "--alter", "--add-config", f"{rate}=1000")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "Completed updating config for broker 2.\n"
+    data, _ = cluster2.zk_client().get(znodes.broker_config_path("2"))
+    assert znodes.decode_topic_config(data) == {rate: "1000"}
+    r = odradek(*base, "--entity-name", "2", "--describe")
+    assert r.stdout == (
+        "Dynamic configs for broker 2 are:\n"
+        f"  {rate}=1000 sensitive=false synonyms={{DYNAMIC_BROKER_CONFIG:{rate}=1000, "
+        f"DYNAMIC_DEFAULT_BROKER_CONFIG:{rate}=5000, "
+        f"DEFAULT_CONFIG:{rate}=9223372036854775807}}\n"), r.stdout
+    r = odradek(*base, "--entity-default", "--describe")
+    assert r.stdout == (
+        "Default configs for brokers in the cluster are:\n"
+        f"  {rate}=5000 sensitive=false synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:{rate}=5000, "
+        f"DEFAULT_CONFIG:{rate}=9223372036854775807}}\n"), r.stdout
+    r = odradek(*base, "--entity-name", "1", "--describe", "--all")
+    assert f"  {rate}=5000 sensitive=false" in r.stdout
+    r = odradek(*base, "--entity-name", "2", "--alter", "--add-config", f"{rate}=-5")
+    assert r.returncode == 1 and "INVALID_CONFIG" in r.stderr
+    for args in (("--entity-name", "2"), ("--entity-default",)):
+        r = odradek(*base, *args, "--alter", "--delete-config", rate)
+        assert r.returncode == 0, r.stderr
+    r = odradek(*base, "--entity-name", "2", "--describe")
+    assert r.stdout == "Dynamic configs for broker 2 are:\n"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,12 +35,14 @@ from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, Top
 from odradek.protocol.fetch_response import PartitionFetchResult
 from odradek.protocol.produce_response import PartitionProduceResult
 from odradek.replication.alter_partition import write_each
+from odradek.replication.fetch_session import FetchKind
 from odradek.replication.leader_endpoint import (
     EndpointError,
     EpochRequest,
     EpochResult,
     FetchedPartition,
-    FetchRequestPartition,
+    FetchRequestData,
+    FetchResult,
 )
 from odradek.replication.partition_state import (
     IsrConflict,
@@ -171,27 +174,37 @@ class MemoryLeaderEndpoint:
         self.h = harness
         self.follower = follower
         self.leader = leader
+        # The last fetches (request, how the leader took it), for session tests.
+        self.requests: deque[tuple[FetchRequestData, FetchKind]] = deque(maxlen=1000)
 
-    async def fetch(self, partitions: list[FetchRequestPartition], *, max_wait_ms: int,
-                    min_bytes: int, max_bytes: int) -> list[FetchedPartition]:
+    async def fetch(self, request: FetchRequestData, *, max_wait_ms: int,
+                    min_bytes: int, max_bytes: int) -> FetchResult:
+        """What the broker's Fetch handler does: the leader's fetch session cache
+        (KIP-227) picks the partitions to read and those the response carries."""
         await self.h.net.hop(self.follower, self.leader)
         rm = self.h.replicas[self.leader]
-        entries = [FetchEntry(p.topic, p.fetch_offset, p.partition_max_bytes,
-                              p.current_leader_epoch,
-                              p.log_start_offset,
-                              PartitionFetchResult(p.partition, 0, -1, -1, -1, None))
-                   for p in partitions]
-        topics = [(TOPIC, entries)]
+        topics: dict[str, list[FetchEntry]] = {}
+        for p in request.partitions:
+            topics.setdefault(p.topic, []).append(FetchEntry(
+                p.topic, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
+                p.log_start_offset, PartitionFetchResult(p.partition, 0, -1, -1, -1, None)))
+        fctx = rm.fetch_sessions.new_context(
+            request.session_id, request.epoch, list(topics.items()),
+            request.forgotten, follower=True, now_ms=time.time_ns() // 1_000_000)
+        self.requests.append((request, fctx.kind))
+        if fctx.kind is FetchKind.ERROR:
+            await self.h.net.hop(self.leader, self.follower)
+            return FetchResult(fctx.error_code, 0, [])
         op = rm.fetch_messages(FetchParams(self.follower, max_wait_ms / 1000, min_bytes,
-                                           max_bytes), topics, self.h.images[self.leader])
+                                           max_bytes), fctx.topics, self.h.images[self.leader])
         if op is not None:
             await op.done
-        out = [FetchedPartition(e.topic, e.result.index, e.result.error_code,
+        out = [FetchedPartition(topic, e.result.index, e.result.error_code,
                                 e.result.high_watermark, e.result.log_start_offset,
                                 e.result.records.read_bytes() if e.result.records else None)
-               for e in entries]
+               for topic, es in fctx.response_topics() for e in es]
         await self.h.net.hop(self.leader, self.follower)
-        return out
+        return FetchResult(0, fctx.session_id, out)
 
     async def offsets_for_leader_epoch(self, requests: list[EpochRequest]) -> list[EpochResult]:
         await self.h.net.hop(self.follower, self.leader)

@@ -300,13 +300,25 @@ def test_describe_topic_sources_and_synonyms() -> None:
     assert seg.synonyms[0] == ("segment.bytes", "1048576", ConfigSource.DYNAMIC_TOPIC_CONFIG)
     assert seg.config_type == ConfigType.INT
 
+    # Kafka's configSynonyms drops every synonym before the first one named like the
+    # primary broker property (log.retention.ms): resting on log.retention.hours, the
+    # topic's retention.ms has no synonyms and DEFAULT_CONFIG as its source, although
+    # its value follows the static hours.
     ret = entries["retention.ms"]
-    assert (ret.value, ret.source) == ("86400000", ConfigSource.STATIC_BROKER_CONFIG)
+    assert (ret.value, ret.source, ret.synonyms) == ("86400000", ConfigSource.DEFAULT_CONFIG, [])
+    assert ret.config_type == ConfigType.LONG
+    seg_bytes_default = {e.name: e for e in describe_topic_config(cfg, {})}["segment.bytes"]
+    assert seg_bytes_default.synonyms == [
+        ("log.segment.bytes", "1073741824", ConfigSource.DEFAULT_CONFIG)]
+
+    cfg_ms = broker(**{"log.retention.ms": "1000", "log.retention.hours": "24"})
+    ret = {e.name: e for e in describe_topic_config(cfg_ms, {})}["retention.ms"]
+    assert (ret.value, ret.source) == ("1000", ConfigSource.STATIC_BROKER_CONFIG)
     assert ret.synonyms == [
+        ("log.retention.ms", "1000", ConfigSource.STATIC_BROKER_CONFIG),
         ("log.retention.hours", "24", ConfigSource.STATIC_BROKER_CONFIG),
         ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG),
     ]
-    assert ret.config_type == ConfigType.LONG
 
     pol = entries["cleanup.policy"]
     assert (pol.value, pol.source, pol.is_default) == ("delete", ConfigSource.DEFAULT_CONFIG, True)
@@ -325,6 +337,31 @@ def test_describe_broker_sources_and_passwords() -> None:
     rf = entries["default.replication.factor"]
     assert (rf.value, rf.source, rf.is_default) == ("1", ConfigSource.DEFAULT_CONFIG, True)
     assert entries["log.retention.ms"].value is None  # no default, like Kafka
+    hours = entries["log.retention.hours"]
+    assert hours.synonyms == [("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG)]
     pw = entries["ssl.keystore.password"]
     assert pw.value is None and pw.is_sensitive and pw.config_type == ConfigType.PASSWORD
     assert all(v is None for _, v, _ in pw.synonyms)
+
+
+def test_describe_broker_dynamic_layers() -> None:
+    cfg = broker(**{"log.retention.hours": "24"})
+    rate = "follower.replication.throttled.rate"
+    entries = {e.name: e for e in describe_broker_config(
+        cfg, {rate: "1000"}, {rate: "5000", "leader.replication.throttled.rate": "7"})}
+    e = entries[rate]
+    assert (e.value, e.source, e.read_only) == ("1000", ConfigSource.DYNAMIC_BROKER_CONFIG, False)
+    assert e.synonyms == [
+        (rate, "1000", ConfigSource.DYNAMIC_BROKER_CONFIG),
+        (rate, "5000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        (rate, "9223372036854775807", ConfigSource.DEFAULT_CONFIG),
+    ]
+    lead = entries["leader.replication.throttled.rate"]
+    assert (lead.value, lead.source) == ("7", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert entries["num.partitions"].read_only
+    # The <default> resource lists only the dynamic defaults, without per-broker values.
+    defaults = {e.name: e for e in describe_broker_config(
+        cfg, {rate: "1000"}, {rate: "5000"}, per_broker=False)}
+    assert list(defaults) == [rate]
+    assert defaults[rate].value == "5000"
+    assert defaults[rate].synonyms[0] == (rate, "5000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)

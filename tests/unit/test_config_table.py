@@ -71,7 +71,9 @@ _CLIENT_SETTINGS = {"bootstrap.servers", "group.id", "auto.offset.reset", "enabl
                     "message.timeout.ms", "fetch.queue.backoff.ms",
                     "test.mock.num.brokers",  # librdkafka mock cluster (benchmarks)
                     "odradek.client",  # the Spark source's option (docs/spark.md)
-                    "odradek.sink.guarantee"}  # the Spark sink's option (docs/spark.md)
+                    "odradek.sink.guarantee",  # the Spark sink's option (docs/spark.md)
+                    # librdkafka's own test suite's test.conf (docs/compatibility.md)
+                    "test.timeout.multiplier", "test.topic.random"}
 
 
 def test_every_setting_the_docs_assign_is_in_the_table() -> None:

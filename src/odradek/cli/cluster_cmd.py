@@ -58,6 +58,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         security=args.security,
         hosts=args.hosts,
+        first_broker_id=args.first_broker_id,
     )
     c.close_zk_client()
     print(f"ZooKeeper: {c.zk_connect}", file=sys.stderr)
@@ -210,12 +211,24 @@ def cmd_roll(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_add_broker(args: argparse.Namespace) -> int:
+    c = _existing(args)
+    try:
+        b = c.add_broker(dict(args.broker_config or []), timeout=args.timeout)
+    finally:
+        c.close_zk_client()
+    print(f"broker {b.id}: {c.broker_state(b.id)} pid {b.pid} {b.address}")
+    return 0
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("cluster", help="run a local ZooKeeper + N brokers cluster")
     sub = p.add_subparsers(dest="cluster_command", required=True)
 
     up = sub.add_parser("up", help="start ZooKeeper and N brokers; prints bootstrap.servers")
     up.add_argument("--brokers", type=int, required=True, help="number of brokers (ids 1..N)")
+    up.add_argument("--first-broker-id", type=int, default=1,
+                    help="id of the first broker (default 1; 0 as Kafka's tests assume)")
     up.add_argument("--dir", required=True, help="cluster directory (configs, logs, data, cluster.json)")
     up.add_argument("--partitions-default", type=int, default=None, help="num.partitions for the brokers")
     up.add_argument("--zk-session-timeout-ms", type=int, default=6000, help="zookeeper.session.timeout.ms")
@@ -272,6 +285,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sb.add_argument("--signal", choices=sorted(SIGNALS), default="TERM")
     sb.add_argument("--timeout", type=float, default=30.0, help="TERM: seconds before SIGKILL")
     sb.set_defaults(func=_guarded(cmd_stop_broker))
+
+    ab = sub.add_parser("add-broker", help="start one more broker (next id and address)")
+    ab.add_argument("--dir", required=True)
+    ab.add_argument("--broker-config", action="append", type=_kv, metavar="K=V",
+                    help="server.properties override for the new broker")
+    ab.add_argument("--timeout", type=float, default=30.0)
+    ab.set_defaults(func=_guarded(cmd_add_broker))
 
     rb = sub.add_parser("start-broker", help="resume (SIGCONT) a frozen broker or relaunch a dead one")
     rb.add_argument("--dir", required=True)

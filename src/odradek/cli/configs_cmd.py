@@ -12,6 +12,8 @@
 Users' SCRAM credentials go through AlterUserScramCredentials / DescribeUserScramCredentials
 (APIs 51/50, KIP-554) with confluent-kafka's AdminClient: the client salts and hashes the
 password, which never reaches the broker.
+    --entity-type brokers --entity-name N | --entity-default --alter --add-config \
+        follower.replication.throttled.rate=1048576 (dynamic broker configs, KIP-226)
 
 Alterations go through confluent-kafka's AdminClient (a real Kafka client sending
 IncrementalAlterConfigs, as kafka-configs.sh does since Kafka 2.3). Descriptions send
@@ -120,8 +122,12 @@ def describe_lines(entity_type: str, entity_name: str, entries: Sequence[Entry],
                    describe_all: bool) -> list[str]:
     """kafka-configs --describe output for one entity: header, then sorted entries."""
     kind = "All" if describe_all else "Dynamic"
-    lines = [f"{kind} configs for {_SINGULAR[entity_type]} {entity_name} are:"]
-    dynamic = _DYNAMIC_SOURCE[entity_type]
+    if entity_type == "brokers" and entity_name == "":
+        lines = ["Default configs for brokers in the cluster are:"]
+        dynamic = 3  # DYNAMIC_DEFAULT_BROKER_CONFIG
+    else:
+        lines = [f"{kind} configs for {_SINGULAR[entity_type]} {entity_name} are:"]
+        dynamic = _DYNAMIC_SOURCE[entity_type]
     for e in sorted(entries, key=lambda x: x.name):
         if describe_all or e.source == dynamic:
             lines.append(format_entry(e))
@@ -156,6 +162,23 @@ def _request(addresses: Sequence[tuple[str, int]], entity: Any,
     raise ConfigCommandError(f"no broker reachable in {list(addresses)}: {last}")
 
 
+def alter_default_broker_configs(addresses: Sequence[tuple[str, int]],
+                                 ops: Sequence[tuple[str, int, str | None]]) -> None:
+    """IncrementalAlterConfigs v1 on the ``<default>`` broker resource (empty name), which
+    confluent-kafka's AdminClient cannot name; raises ConfigCommandError on failure."""
+    from odradek.errors import error_name  # noqa: PLC0415
+    from odradek.protocol.client_codec import nested_request, request_entity  # noqa: PLC0415
+
+    req = request_entity(44, 1, validate_only=False, resources=(
+        nested_request(44, 1, "AlterConfigsResource", resource_type=4, resource_name="",
+                       configs=tuple(nested_request(44, 1, "AlterableConfig", name=k,
+                                                    config_operation=op, value=v)
+                                     for k, op, v in ops)),))
+    for r in _request(addresses, req).responses:
+        if int(r.error_code) != 0:
+            raise ConfigCommandError(f"{error_name(int(r.error_code))}: {r.error_message}")
+
+
 def describe_configs(addresses: Sequence[tuple[str, int]], resource_type: int,
                      names: Sequence[str], security: Any = None) -> dict[str, list[Entry]]:
     """DescribeConfigs v4 with synonyms; raises ConfigCommandError on a resource error."""
@@ -186,6 +209,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--bootstrap-server", required=True)
     p.add_argument("--entity-type", required=True, choices=sorted(_RESOURCE_TYPES))
     p.add_argument("--entity-name")
+    p.add_argument("--entity-default", action="store_true",
+                   help="brokers: the cluster-wide default (/config/brokers/<default>)")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true")
     action.add_argument("--alter", action="store_true")
@@ -314,6 +339,10 @@ def _describe(args: argparse.Namespace) -> int:
             print("\n".join(describe_lines(et, n, described.get(n, []), args.all)))
         return 0
     # Brokers: each answers DescribeConfigs only for itself (as in Kafka).
+    if args.entity_default:
+        entries = describe_configs(bootstrap, 4, [""])[""]
+        print("\n".join(describe_lines(et, "", entries, args.all)))
+        return 0
     brokers = _broker_addresses(args)
     ids = [args.entity_name] if args.entity_name else sorted(brokers, key=int)
     for bid in ids:
@@ -333,7 +362,9 @@ def _alter(args: argparse.Namespace) -> int:
     )
 
     et = args.entity_type
-    if not args.entity_name:
+    if args.entity_default and et == "brokers":
+        args.entity_name = ""
+    elif not args.entity_name:
         raise ConfigCommandError(f"an entity name must be specified with --alter of {et}")
     to_add = parse_add_config(args.add_config)
     if args.add_config_file:
@@ -352,6 +383,12 @@ def _alter(args: argparse.Namespace) -> int:
         missing = [k for k in to_delete if k not in dynamic]
         if missing:
             raise ConfigCommandError(f"Invalid config(s): {','.join(missing)}")
+    if et == "brokers" and args.entity_name == "":
+        alter_default_broker_configs(
+            _addresses(args.bootstrap_server),
+            [(k, 0, v) for k, v in to_add.items()] + [(k, 1, None) for k in to_delete])
+        print("Completed updating default config for brokers in the cluster.")
+        return 0
     rtype = ResourceType.TOPIC if et == "topics" else ResourceType.BROKER
     ops = ([ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
             for k, v in to_add.items()]
@@ -362,5 +399,8 @@ def _alter(args: argparse.Namespace) -> int:
     futures = admin.incremental_alter_configs([resource], request_timeout=_TIMEOUT_S)
     for fut in futures.values():
         fut.result(_TIMEOUT_S * 2)
-    print(f"Completed updating config for {_SINGULAR[et]} {args.entity_name}.")
+    if et == "brokers" and args.entity_name == "":
+        print("Completed updating default config for brokers in the cluster.")
+    else:
+        print(f"Completed updating config for {_SINGULAR[et]} {args.entity_name}.")
     return 0

@@ -23,6 +23,7 @@ _SUBCOMMAND_MODULES = (
     "odradek.cli.lost_records_cmd",
     "odradek.cli.console_cmd",
     "odradek.cli.transactions_cmd",
+    "odradek.cli.reassign_partitions_cmd",
 )
 
 

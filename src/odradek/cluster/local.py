@@ -107,6 +107,21 @@ def _tail(path: str | Path, n: int = 20) -> str:
         return "(no log)"
 
 
+# server.properties keys that differ per broker (add_broker does not copy them).
+_PER_BROKER_KEYS = frozenset({"broker.id", "listeners", "advertised.listeners", "log.dirs",
+                              "metrics.listener"})
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", "!")) and "=" in line:
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
 class LocalCluster:
     def __init__(self, dir: Path, *, broker_command: Sequence[str] | None = None) -> None:
         self.dir = Path(dir).resolve()
@@ -228,6 +243,7 @@ class LocalCluster:
         metrics: bool = True,
         security: str = "plaintext",
         hosts: str = "loopback",
+        first_broker_id: int = 1,
         **security_options: Any,
     ) -> LocalCluster:
         """Create and bring up a cluster; use as a context manager to always ``down()``."""
@@ -241,6 +257,7 @@ class LocalCluster:
             timeout=timeout,
             security=security,
             hosts=hosts,
+            first_broker_id=first_broker_id,
             **security_options,
         )
         return c
@@ -273,13 +290,17 @@ class LocalCluster:
         timeout: float = 60.0,
         security: str = "plaintext",
         hosts: str = "loopback",
+        first_broker_id: int = 1,
         **security_options: Any,
     ) -> str:
-        """Start ZooKeeper and ``n_brokers`` brokers (ids 1..n); wait until every broker
-        accepts TCP and is registered in ZooKeeper. Returns bootstrap.servers.
-        On failure everything started is stopped again."""
+        """Start ZooKeeper and ``n_brokers`` brokers (ids ``first_broker_id`` ..
+        ``first_broker_id + n - 1``; Kafka's own tests and tools often assume ids from 0);
+        wait until every broker accepts TCP and is registered in ZooKeeper. Returns
+        bootstrap.servers. On failure everything started is stopped again."""
         if not 1 <= n_brokers <= addresses.MAX_BROKERS:
             raise ValueError(f"--brokers must be in 1..{addresses.MAX_BROKERS}")
+        if first_broker_id < 0:
+            raise ValueError("--first-broker-id must be >= 0")
         if zk_nodes < 1:
             raise ValueError("zk_nodes must be >= 1")
         if security not in ("plaintext", "sasl_ssl"):
@@ -311,12 +332,15 @@ class LocalCluster:
                 self.save()  # hosts + block on disk first: a crash below is still cleanable
                 netns.NetnsHosts(self.block, roles).up()
             self._start_zookeeper_nodes(zk_nodes, deadline)
+            # by broker id; addresses by slot (1..n) in the block (--first-broker-id)
             overrides: dict[int, dict[str, str]] = {
-                i: dict(broker_config or {}) for i in range(1, n_brokers + 1)}
+                first_broker_id + slot - 1: dict(broker_config or {})
+                for slot in range(1, n_brokers + 1)}
             if security == "sasl_ssl":
                 from odradek.cluster.security_setup import prepare
 
-                broker_hosts = {i: self._broker_address(i) for i in range(1, n_brokers + 1)}
+                broker_hosts = {first_broker_id + slot - 1: self._broker_address(slot)
+                                for slot in range(1, n_brokers + 1)}
                 # extra_listeners / plain_users (security_setup.prepare)
                 setup = prepare(self.dir, broker_hosts, self.zk_client(), **security_options)
                 self.client_properties = str(setup.client_properties)
@@ -325,10 +349,10 @@ class LocalCluster:
                     overrides[i] = {**setup.broker_properties(i, host, addresses.BROKER_PORT),
                                     **overrides[i]}
             self.brokers = []
-            for i in range(1, n_brokers + 1):
-                self.brokers.append(
-                    self._write_broker_config(i, overrides[i], partitions_default)
-                )
+            for slot in range(1, n_brokers + 1):
+                self.brokers.append(self._write_broker_config(
+                    first_broker_id + slot - 1, overrides[first_broker_id + slot - 1],
+                    partitions_default, slot=slot))
             self.save()
             for b in self.brokers:
                 self._launch_broker(b)
@@ -377,11 +401,32 @@ class LocalCluster:
             cgroup=srv.cgroup,
         )
 
+    def add_broker(self, overrides: Mapping[str, str] | None = None,
+                   timeout: float = 30.0) -> BrokerInfo:
+        """Start one more broker (the next id, the next address of the block), e.g. to
+        reassign partitions onto it; its config repeats the first broker's overrides."""
+        assert self.block is not None and self.brokers
+        first = self.brokers[0]
+        base = {k: v for k, v in _read_properties(Path(first.config)).items()
+                if k not in _PER_BROKER_KEYS}
+        base.update(overrides or {})
+        b = self._write_broker_config(max(x.id for x in self.brokers) + 1, base, None,
+                                      slot=len(self.brokers) + 1)
+        self.brokers.append(b)
+        self.save()
+        self._launch_broker(b)
+        self.save()
+        self.wait_broker_ready(b.id, timeout)
+        return b
+
     def _write_broker_config(
-        self, broker_id: int, overrides: Mapping[str, str], partitions_default: int | None
+        self, broker_id: int, overrides: Mapping[str, str], partitions_default: int | None,
+        *, slot: int | None = None,
     ) -> BrokerInfo:
+        """``slot``: the broker's place in the address block (1..), which is its id
+        unless the ids start elsewhere (--first-broker-id)."""
         assert self.block is not None
-        host = self._broker_address(broker_id)
+        host = self._broker_address(broker_id if slot is None else slot)
         bdir = self.dir / f"broker-{broker_id}"
         data = bdir / "data"
         data.mkdir(parents=True, exist_ok=True)
@@ -508,11 +553,13 @@ class LocalCluster:
         self.console = None
     # ----------------------------------------------------------------- hosts
 
-    def _broker_address(self, broker_id: int) -> str:
+    def _broker_address(self, slot: int) -> str:
+        """The address of the broker in ``slot`` (1..) of the block: its id unless the
+        ids start elsewhere (--first-broker-id)."""
         assert self.block is not None
         if self.hosts == "netns":
-            return netns.host_address(self.block, f"b{broker_id}")
-        return addresses.broker_address(self.block, broker_id)
+            return netns.host_address(self.block, f"b{slot}")
+        return addresses.broker_address(self.block, slot)
 
     def _zk_address(self, node_id: int) -> str:
         assert self.block is not None

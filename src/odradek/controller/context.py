@@ -37,6 +37,9 @@ class ControllerContext:
     configs: dict[str, dict[str, str]] = field(default_factory=dict)
     states: dict[TopicPartition, StateAndVersion] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
+    # KIP-455: the topic znodes' adding/removing replicas of partitions being moved.
+    adding: dict[str, dict[int, list[int]]] = field(default_factory=dict)
+    removing: dict[str, dict[int, list[int]]] = field(default_factory=dict)
 
     @property
     def eligible(self) -> set[int]:
@@ -65,10 +68,23 @@ class ControllerContext:
     def set_topic(self, assignment: znodes.TopicAssignment) -> None:
         self.assignments[assignment.topic] = assignment.partitions
         self.topic_ids[assignment.topic] = assignment.topic_id
+        for moving, given in ((self.adding, assignment.adding_replicas),
+                              (self.removing, assignment.removing_replicas)):
+            if given:
+                moving[assignment.topic] = given
+            else:
+                moving.pop(assignment.topic, None)
+
+    def moving(self) -> set[TopicPartition]:
+        """Partitions with a reassignment in progress."""
+        return {(t, p) for m in (self.adding, self.removing) for t, parts in m.items()
+                for p in parts}
 
     def remove_topic(self, topic: str) -> None:
         self.assignments.pop(topic, None)
         self.topic_ids.pop(topic, None)
+        self.adding.pop(topic, None)
+        self.removing.pop(topic, None)
         self.configs.pop(topic, None)
         for tp in [tp for tp in self.states if tp[0] == topic]:
             del self.states[tp]

@@ -39,6 +39,10 @@ transactions, not 3,000 read-then-write round trips.
 * **Topic deletion**: topics listed under ``/admin/delete_topics`` lose their znodes.
 * **Notification purge**: ``leader_and_isr`` notifications older than one purge interval
   are deleted (a broker that fell further behind re-reads every state znode).
+* **Partition reassignment** (KIP-455): ``reassigner.py`` moves
+  ``/admin/reassign_partitions`` into the topic znodes and completes each move once the
+  target replicas are in the ISR; a notification naming a moving partition (the leader's
+  ISR expansion) triggers that check without a full pass.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from odradek.configdefs import setting, settings_from
 from odradek.controller import elections
 from odradek.controller.context import ControllerContext, TopicPartition
 from odradek.controller.elections import StateChange
+from odradek.controller.reassigner import Reassigner
 from odradek.metadata.store import (
     AdminRequestsChanged,
     BrokersChanged,
@@ -141,6 +146,7 @@ class Controller:
         self._purge_through = -1  # highest notification seen at the previous purge tick
         self._events: queue.Queue[Any] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
+        self._reassigner = Reassigner(self)
 
     def start(self) -> None:
         self._events.put(ControllerChanged())
@@ -243,6 +249,14 @@ class Controller:
             self._full_pass(ctx)
             self._process_elections(ctx, znodes.PREFERRED_REPLICA_ELECTION)
             self._process_elections(ctx, znodes.UNCLEAN_LEADER_ELECTION_PATH)
+            self._reassigner.check_all(ctx)
+            self._reassigner.process_requests(ctx)
+        else:
+            moving = ctx.moving()
+            named = {(ch.topic, ch.partition) for e in batch
+                     if isinstance(e, PartitionStatesChanged) for ch in e.changes}
+            if moving & named:  # a moving partition's ISR changed: maybe complete
+                self._reassigner.check(ctx, sorted(moving & named))
         if any(isinstance(e, _RebalanceTick) for e in batch):
             self._auto_rebalance(ctx)
         if any(isinstance(e, _PurgeTick) for e in batch):

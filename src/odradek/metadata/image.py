@@ -44,6 +44,10 @@ class PartitionInfo:
     isr: tuple[int, ...] = ()
     controller_epoch: int = -1
     zk_version: int = -1
+    # KIP-455: during a reassignment ``replicas`` is the full set (target + original);
+    # these are the target's new members and the original's leaving members.
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,15 @@ class MetadataImage:
     # Topics that differ from the previous image (None: anything may have changed, e.g.
     # broker membership); lets appliers skip untouched topics.
     changed_topics: frozenset[str] | None = None
+    # Dynamic broker configs (KIP-226, ZooKeeper mode): this broker's
+    # /config/brokers/<id> and the cluster-wide /config/brokers/<default>.
+    broker_overrides: dict[str, str] = field(default_factory=dict)
+    default_broker_overrides: dict[str, str] = field(default_factory=dict)
+
+    def dynamic_broker_config(self, name: str) -> str | None:
+        """The dynamic value of a broker config: per-broker over cluster default."""
+        value = self.broker_overrides.get(name)
+        return value if value is not None else self.default_broker_overrides.get(name)
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         t = self.topics.get(topic)

@@ -97,6 +97,11 @@ class ControllerChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerConfigChanged:
+    """``/config/brokers/<id>`` or ``/config/brokers/<default>`` changed (KIP-226)."""
+
+
+@dataclass(frozen=True, slots=True)
 class DeletionsChanged:
     pass
 
@@ -109,7 +114,8 @@ class SessionReestablished:
 @dataclass(frozen=True, slots=True)
 class AdminRequestsChanged:
     """A controller request znode changed (REQ-R5, R13): /admin/preferred_replica_election,
-    /admin/unclean_leader_election or a child of /admin/controlled_shutdown."""
+    /admin/unclean_leader_election, /admin/reassign_partitions (KIP-455) or a child of
+    /admin/controlled_shutdown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +126,7 @@ class Stop:
 MetadataEvent = (BrokersChanged | TopicsChanged | TopicChanged | LeaderAndIsrNotified
                  | PartitionStatesChanged | StatesReloaded | TopicConfigChanged
                  | ControllerChanged | DeletionsChanged | SessionReestablished
-                 | AdminRequestsChanged | Stop)
+                 | AdminRequestsChanged | BrokerConfigChanged | Stop)
 
 StateAndVersion = tuple[znodes.PartitionState, int]
 
@@ -131,6 +137,8 @@ class _TopicState:
     assignment: dict[int, list[int]]
     states: dict[int, StateAndVersion] = field(default_factory=dict)  # with a state znode
     configs: dict[str, str] = field(default_factory=dict)
+    adding: dict[int, list[int]] = field(default_factory=dict)  # KIP-455, per partition
+    removing: dict[int, list[int]] = field(default_factory=dict)
 
 
 class MetadataStore:
@@ -151,6 +159,8 @@ class MetadataStore:
         self._deleting: set[str] = set()
         self._controller_id = -1
         self._cluster_id: str | None = None
+        self._broker_overrides: dict[str, str] = {}  # /config/brokers/<id> (KIP-226)
+        self._default_broker_overrides: dict[str, str] = {}  # /config/brokers/<default>
         self._watched_topics: set[str] = set()
         # Highest leader_and_isr notification applied (or reflected in states read after
         # listing it): the next listing applies only newer ones.
@@ -179,9 +189,13 @@ class MetadataStore:
         self.zk.ChildrenWatch(znodes.BROKER_TOPICS, self._watch_children(TopicsChanged()))
         self.zk.ChildrenWatch(znodes.DELETE_TOPICS, self._watch_children(DeletionsChanged()))
         self.zk.DataWatch(znodes.CONTROLLER, self._watch_data(ControllerChanged()))
+        for entity in (str(self.broker_id), znodes.DEFAULT_BROKER_ENTITY):
+            self.zk.DataWatch(znodes.broker_config_path(entity),
+                              self._watch_data(BrokerConfigChanged()))
         # Controller requests (controller.py): watched here so they arrive as events.
         self.zk.ensure_path(znodes.CONTROLLED_SHUTDOWN_PATH)
-        for path in (znodes.PREFERRED_REPLICA_ELECTION, znodes.UNCLEAN_LEADER_ELECTION_PATH):
+        for path in (znodes.PREFERRED_REPLICA_ELECTION, znodes.UNCLEAN_LEADER_ELECTION_PATH,
+                     znodes.REASSIGN_PARTITIONS):
             self.zk.DataWatch(path, self._watch_data(AdminRequestsChanged()))
         self.zk.ChildrenWatch(znodes.CONTROLLED_SHUTDOWN_PATH,
                               self._watch_children(AdminRequestsChanged()))
@@ -291,6 +305,8 @@ class MetadataStore:
             self._load_brokers()
         if ControllerChanged in kinds:
             self._load_controller()
+        if BrokerConfigChanged in kinds:
+            self._load_broker_configs()
         if TopicsChanged in kinds or DeletionsChanged in kinds:
             self._load_topic_list()
         changed = sorted({e.topic for e in batch if isinstance(e, TopicChanged)
@@ -313,6 +329,7 @@ class MetadataStore:
         self._notification_seq = max([purged] + [s for s, _ in names])
         self._load_brokers()
         self._load_controller()
+        self._load_broker_configs()
         self._topics.clear()
         self._watched_topics.clear()
         self._load_topic_list()
@@ -339,6 +356,15 @@ class MetadataStore:
         controller_id = znodes.decode_controller(got[0]).broker_id if got else -1
         self._cluster_changed |= controller_id != self._controller_id
         self._controller_id = controller_id
+
+    def _load_broker_configs(self) -> None:
+        def read(entity: str) -> dict[str, str]:
+            got = self.zkc.get_data(znodes.broker_config_path(entity))
+            return znodes.decode_topic_config(got[0]) if got else {}  # topic configs' JSON
+        mine, default = read(str(self.broker_id)), read(znodes.DEFAULT_BROKER_ENTITY)
+        self._cluster_changed |= (mine, default) != (self._broker_overrides,
+                                                     self._default_broker_overrides)
+        self._broker_overrides, self._default_broker_overrides = mine, default
 
     def _load_topic_list(self) -> None:
         names = set(self.zkc.get_children(znodes.BROKER_TOPICS))
@@ -368,10 +394,14 @@ class MetadataStore:
             elif set(ts.assignment) - set(a.partitions):
                 self._rebuild.add(t)  # partitions removed (Kafka never does): start over
             else:  # partitions added (CreatePartitions) or reassigned
-                changed = {p for p, r in a.partitions.items() if ts.assignment.get(p) != r}
+                changed = {p for p, r in a.partitions.items()
+                           if ts.assignment.get(p) != r
+                           or ts.adding.get(p) != a.adding_replicas.get(p)
+                           or ts.removing.get(p) != a.removing_replicas.get(p)}
                 if changed:
                     self._dirty_parts.setdefault(t, set()).update(changed)
             ts.assignment = a.partitions
+            ts.adding, ts.removing = a.adding_replicas, a.removing_replicas
         if new:
             self._load_configs(new)
         missing = [(t, p) for t, a in assignments.items() for p in a.partitions
@@ -481,17 +511,21 @@ class MetadataStore:
         self._touched.clear()
         self._everything_changed = self._cluster_changed = False
         return MetadataImage(self._cluster_id, self._controller_id, dict(self._brokers),
-                             topics, complete=True, changed_topics=changed)
+                             topics, complete=True, changed_topics=changed,
+                             broker_overrides=dict(self._broker_overrides),
+                             default_broker_overrides=dict(self._default_broker_overrides))
 
     @staticmethod
     def _partition_info(ts: _TopicState, p: int) -> PartitionInfo:
         replicas = tuple(ts.assignment[p])
+        adding = tuple(ts.adding.get(p, ()))
+        removing = tuple(ts.removing.get(p, ()))
         sv = ts.states.get(p)
         if sv is None:
-            return PartitionInfo(p, replicas)
+            return PartitionInfo(p, replicas, adding_replicas=adding, removing_replicas=removing)
         state, version = sv
         return PartitionInfo(p, replicas, state.leader, state.leader_epoch, tuple(state.isr),
-                             state.controller_epoch, version)
+                             state.controller_epoch, version, adding, removing)
 
     def _topic_info(self, name: str, ts: _TopicState) -> TopicInfo:
         parts = {p: self._partition_info(ts, p) for p in ts.assignment}

@@ -33,6 +33,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from odradek.errors import ErrorCode
+from odradek.protocol import list_offsets_v0
 from odradek.protocol.tagged import strip_unknown_tags
 from odradek.protocol.validator import (
     DEFAULT_MAX_ELEMENTS,
@@ -41,7 +42,7 @@ from odradek.protocol.validator import (
     Validator,
     request_validator,
 )
-from odradek.protocol.versions import ADVERTISED, SERVED, api_name
+from odradek.protocol.versions import ADVERTISED, HAND_CODED, SERVED, api_name
 
 __all__ = [
     "API_VERSIONS_KEY",
@@ -249,6 +250,18 @@ def _read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, i
             raise InvalidRequest("varint too long")
 
 
+def _list_offsets_v0(frame: bytes | bytearray | memoryview, header: RequestHeaderInfo,
+                     max_elements: int) -> Any:
+    """ListOffsets v0: kio has no schema for it (``list_offsets_v0``)."""
+    try:
+        req = list_offsets_v0.decode_request(memoryview(frame)[header.header_size:])
+    except (ValueError, struct.error) as e:  # UnicodeDecodeError is a ValueError
+        raise InvalidRequest(f"malformed ListOffsets v0: {e}", header) from None
+    if len(req.topics) + sum(len(t.partitions) for t in req.topics) > max_elements:
+        raise InvalidRequest(f"ListOffsets v0: more than {max_elements} elements", header)
+    return req
+
+
 def decode_request(frame: bytes | bytearray | memoryview,
                    max_elements: int = DEFAULT_MAX_ELEMENTS) -> tuple[RequestHeaderInfo, Any]:
     """Decode one request frame into (header, kio request entity).
@@ -261,9 +274,12 @@ def decode_request(frame: bytes | bytearray | memoryview,
     if len(frame) >= _HEADER_FIXED:
         api_key, api_version, _, _ = _HEADER.unpack_from(frame, 0)
         rng = SERVED.get(api_key)
-        if rng is None or not rng[0] <= api_version <= rng[1]:
+        if (rng is None or not rng[0] <= api_version <= rng[1]) \
+                and (api_key, api_version) not in HAND_CODED:
             raise UnsupportedVersion(_peek(frame, strict=False))
     header = _peek(frame, strict=True)
+    if (header.api_key, header.api_version) == (2, 0):
+        return header, _list_offsets_v0(frame, header, max_elements)
     validate, reader = _decoder(header.api_key, header.api_version)
     try:
         validate(frame, header.header_size, len(frame), max_elements)

@@ -8,7 +8,8 @@ precompiled structs. Layout (Kafka's ProduceResponse.json):
       partition_responses[]
         index i32, error_code i16, base_offset i64,
         log_append_time_ms i64 (v2+), log_start_offset i64 (v5+),
-        record_errors[] (v8+, always empty here), error_message nullable string (v8+)
+        record_errors[] (v8+: batch_index i32, batch_index_error_message nullable string;
+        KIP-467), error_message nullable string (v8+)
         [tagged fields]    (v9+; current_leader v10+ left at its default -> omitted)
       [tagged fields]
     throttle_time_ms i32
@@ -21,6 +22,7 @@ Verified byte-for-byte against kio in tests/unit/protocol/test_produce_response.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -46,10 +48,34 @@ class PartitionProduceResult:
     log_append_time_ms: int = -1  # -1 unless the topic uses LogAppendTime
     log_start_offset: int = -1
     error_message: str | None = None
+    record_errors: list[tuple[int, str | None]] | None = None  # (batch index, message)
 
 
 
 
+
+
+def _append_nullable(append: Callable[[bytes], None], flexible: bool,
+                     value: str | None) -> None:
+    if value is None:
+        append(b"\x00" if flexible else b"\xff\xff")
+        return
+    raw = value.encode()
+    append((uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw)
+
+
+def _append_record_errors(append: Callable[[bytes], None], flexible: bool,
+                          errors: list[tuple[int, str | None]], message: str | None) -> None:
+    """record_errors[] then error_message (the rare INVALID_RECORD path: not hot)."""
+    append(uvarint(len(errors) + 1) if flexible else _I32.pack(len(errors)))
+    for index, msg in errors:
+        append(_I32.pack(index))
+        _append_nullable(append, flexible, msg)
+        if flexible:
+            append(b"\x00")  # element tagged fields
+    _append_nullable(append, flexible, message)
+    if flexible:
+        append(b"\x00")  # partition tagged fields
 
 
 def encode_produce_response(
@@ -82,7 +108,9 @@ def encode_produce_response(
                 )
             else:
                 append(part_struct.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms))
-            if has_v8:
+            if has_v8 and p.record_errors:
+                _append_record_errors(append, flexible, p.record_errors, p.error_message)
+            elif has_v8:
                 msg = p.error_message
                 if flexible:
                     # record_errors: empty compact array; error_message: compact nullable.

@@ -17,7 +17,8 @@ Request (header v2, FetchRequest v12)::
     topics compact[]: topic compact-string, partitions compact[]: partition i32,
       current_leader_epoch i32, fetch_offset i64, last_fetched_epoch i32,
       log_start_offset i64, partition_max_bytes i32, tags; tags
-    forgotten_topics_data compact[] (empty), rack_id compact-string (""), tags
+    forgotten_topics_data compact[]: topic compact-string, partitions compact[] i32, tags;
+    rack_id compact-string (""), tags
 
 Response (header v1, FetchResponse v12): correlation_id i32, header tags,
 throttle_time_ms i32, error_code i16, session_id i32, responses compact[]: topic
@@ -104,16 +105,20 @@ def _compact_string(s: str) -> bytes:
 
 def encode_replica_fetch_request(
     correlation_id: int, client_id: str, replica_id: int, max_wait_ms: int, min_bytes: int,
-    max_bytes: int, partitions: Sequence[ReplicaFetchPartition],
+    max_bytes: int, partitions: Sequence[ReplicaFetchPartition], *,
+    session_id: int = 0, session_epoch: int = -1,
+    forgotten: Sequence[tuple[str, Sequence[int]]] = (),
 ) -> bytes:
-    """Size prefix + header v2 + FetchRequest v12 body (no fetch session); partitions
-    are grouped by topic in first-seen order."""
+    """Size prefix + header v2 + FetchRequest v12 body; partitions are grouped by topic
+    in first-seen order. ``session_id``/``session_epoch``/``forgotten`` are the KIP-227
+    fetch session fields (defaults: no session)."""
     topics: dict[str, list[ReplicaFetchPartition]] = {}
     for p in partitions:
         topics.setdefault(p.topic, []).append(p)
     cid = client_id.encode()
     parts: list[bytes] = [b"", _I16.pack(len(cid)), cid, b"\x00",
-                          _TOP.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, 0, -1),
+                          _TOP.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, session_id,
+                                    session_epoch),
                           uvarint(len(topics) + 1)]
     append = parts.append
     pack = _PART.pack
@@ -125,7 +130,14 @@ def encode_replica_fetch_request(
                         p.last_fetched_epoch, p.log_start_offset, p.partition_max_bytes))
             append(b"\x00")
         append(b"\x00")
-    append(b"\x01\x01\x00")  # no forgotten topics, rack "", no tags
+    append(uvarint(len(forgotten) + 1))
+    for topic, indexes in forgotten:
+        append(_compact_string(topic))
+        append(uvarint(len(indexes) + 1))
+        for i in indexes:
+            append(_I32.pack(i))
+        append(b"\x00")
+    append(b"\x01\x00")  # rack "", no tags
     body_len = sum(map(len, parts)) + 8  # + api key, version, correlation id
     parts[0] = _HEADER.pack(body_len, _API_FETCH, FETCH_V12, correlation_id)
     return b"".join(parts)
@@ -179,14 +191,14 @@ class _Reader:
 
 
 def decode_fetch_response_v12(frame: bytes | memoryview
-                              ) -> tuple[int, int, list[FetchPartitionData]]:
-    """(correlation_id, top-level error code, partitions) from a frame without its size
-    prefix. Records are views of ``frame`` (keep it alive while they are used)."""
+                              ) -> tuple[int, int, int, list[FetchPartitionData]]:
+    """(correlation_id, top-level error code, session id, partitions) from a frame
+    without its size prefix. Records are views of ``frame`` (keep it alive while they are used)."""
     buf = memoryview(frame)
     r = _Reader(buf, 0)
     (correlation_id,) = _I32.unpack_from(buf, r.take(4))
     r.skip_tags()
-    _throttle, error, _session = _RESP_TOP.unpack_from(buf, r.take(_RESP_TOP.size))
+    _throttle, error, session_id = _RESP_TOP.unpack_from(buf, r.take(_RESP_TOP.size))
     out: list[FetchPartitionData] = []
     for _ in range(r.count(3)):
         n = r.uvarint() - 1
@@ -205,4 +217,4 @@ def decode_fetch_response_v12(frame: bytes | memoryview
             out.append(FetchPartitionData(topic, idx, err, hw, lso, start, records))
         r.skip_tags()
     r.skip_tags()
-    return correlation_id, error, out
+    return correlation_id, error, session_id, out

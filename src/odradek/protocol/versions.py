@@ -21,13 +21,13 @@ from typing import Final
 
 from kio.schema.index import api_key_map
 
-__all__ = ["SERVED", "ADVERTISED", "API_NAMES", "api_name", "is_served"]
+__all__ = ["SERVED", "ADVERTISED", "HAND_CODED", "API_NAMES", "api_name", "is_served"]
 
 # api_key -> (min, max) version we decode and handle.
 SERVED: Final[dict[int, tuple[int, int]]] = {
     0: (3, 10),  # Produce (v9+ flexible); v0-2 are message-format v0/v1 only
     1: (4, 12),  # Fetch (v12 flexible; v13+ need topic ids)
-    2: (1, 7),  # ListOffsets
+    2: (1, 7),  # ListOffsets (v0: HAND_CODED)
     3: (0, 12),  # Metadata (v13 would need topic-id-only semantics)
     8: (2, 8),  # OffsetCommit (consumer groups; v9+ is the KIP-848 member epoch)
     9: (1, 7),  # OffsetFetch (v8+ batches groups)
@@ -66,6 +66,8 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     44: (0, 1),  # IncrementalAlterConfigs (v1 flexible)
     50: (0, 0),  # DescribeUserScramCredentials (KIP-554)
     51: (0, 0),  # AlterUserScramCredentials (KIP-554)
+    45: (0, 1),  # AlterPartitionReassignments (KIP-455; v1: allow_replication_factor_change)
+    46: (0, 0),  # ListPartitionReassignments
     60: (0, 1),  # DescribeCluster
     65: (0, 0),  # DescribeTransactions (kafka-transactions --describe)
     66: (0, 0),  # ListTransactions (kafka-transactions --list)
@@ -74,7 +76,12 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
 # Ranges advertised beyond what is served (see module docstring).
 _ADVERTISED_ONLY: Final[dict[int, tuple[int, int]]] = {
     0: (0, 10),  # Produce: librdkafka 2.0.2 needs an overlap from v0
+    2: (0, 7),  # ListOffsets: v0 is HAND_CODED
 }
+
+# (api_key, version) pairs served without kio (it has no schema for them): decoded and
+# encoded by hand. ListOffsets v0 (Kafka serves it until 4.0): protocol/list_offsets_v0.
+HAND_CODED: Final[frozenset[tuple[int, int]]] = frozenset({(2, 0)})
 
 ADVERTISED: Final[dict[int, tuple[int, int]]] = {
     key: _ADVERTISED_ONLY.get(key, rng) for key, rng in sorted(SERVED.items())
@@ -96,4 +103,7 @@ def api_name(api_key: int) -> str:
 
 def is_served(api_key: int, api_version: int) -> bool:
     rng = SERVED.get(api_key)
-    return rng is not None and rng[0] <= api_version <= rng[1]
+    return (rng is not None and rng[0] <= api_version <= rng[1]) or (
+        api_key,
+        api_version,
+    ) in HAND_CODED

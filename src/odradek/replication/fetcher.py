@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.configdefs import setting, settings_from
 from odradek.errors import ErrorCode, error_name
+from odradek.replication.fetch_session_handler import FetchSessionHandler
 from odradek.replication.leader_endpoint import (
     EndpointError,
     EndpointFactory,
@@ -38,6 +39,7 @@ from odradek.replication.leader_endpoint import (
     LeaderEndpoint,
     RemoteLeaderEndpoint,
 )
+from odradek.replication.quota import ReplicationQuota
 from odradek.replication.trace import RecordTracer
 from odradek.replication.truncation import decide_truncation
 from odradek.security.client_security import PLAINTEXT, ClientSecurity
@@ -53,7 +55,12 @@ logger = logging.getLogger(__name__)
 __all__ = ["FetchState", "ReplicaFetcher", "ReplicaFetcherManager"]
 
 TopicPartition = tuple[str, int]
+_THROTTLE_RECHECK_S = 0.1  # how often a throttled follower looks at its quota again
 DurableWait = Callable[[list[tuple["Log", int]]], Awaitable[None]]
+# A fetch session the leader no longer knows (evicted, leader restarted) or a lost
+# response: the next fetch is full, sent at once (no backoff, KIP-227).
+_SESSION_ERRORS = frozenset({ErrorCode.fetch_session_id_not_found,
+                             ErrorCode.invalid_fetch_session_epoch})
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +104,8 @@ class ReplicaFetcher:
         # odradek.ack.fsync: the next fetch offset we report (our LEO) must be durable.
         self.wait_durable = wait_durable
         self._traced: list[tuple[TopicPartition, int]] = []  # appended, not yet reported
+        self.session = FetchSessionHandler(f"fetcher {broker_id}→{leader_id}")
+        self.quota: ReplicationQuota | None = None  # follower throttle (KIP-73)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -204,6 +213,21 @@ class ReplicaFetcher:
                 ready.append(s)
             else:
                 next_ready = min(next_ready, s.backoff_until)
+        throttled: set[TopicPartition] = set()
+        quota = self.quota
+        if quota is not None and quota.rate_limit != float("inf"):
+            # KIP-73 (Kafka's shouldFollowerThrottle): a throttled replica outside the ISR
+            # is left out of the fetch while the follower quota is exceeded.
+            kept = []
+            for s in ready:
+                p = s.partition
+                if quota.is_throttled(p.topic, p.index) and self.broker_id not in p.isr:
+                    if quota.is_exceeded(now):
+                        next_ready = min(next_ready, now + _THROTTLE_RECHECK_S)
+                        continue
+                    throttled.add((p.topic, p.index))
+                kept.append(s)
+            ready = kept
         if not ready:
             return max(min(next_ready - now, 1.0), 0.001) if next_ready < float("inf") else 0.05
         # Rotate the order: only the first partition of a response may exceed the byte
@@ -220,9 +244,22 @@ class ReplicaFetcher:
             for tp, off in self._traced:
                 self._tracer.hop(tp, off, "next.fetch")
             self._traced.clear()
-        results = await self.endpoint.fetch(request, max_wait_ms=cfg.wait_max_ms,
-                                            min_bytes=cfg.min_bytes,
-                                            max_bytes=cfg.response_max_bytes)
+        # KIP-227: after the first (full) fetch, name only the partitions whose fetch
+        # state changed; the leader remembers the others.
+        fetch = self.session.build(request)
+        try:
+            response = await self.endpoint.fetch(fetch, max_wait_ms=cfg.wait_max_ms,
+                                                 min_bytes=cfg.min_bytes,
+                                                 max_bytes=cfg.response_max_bytes)
+        except BaseException:
+            self.session.handle_error()
+            raise
+        if not self.session.handle_response(fetch, response.error_code,
+                                            response.session_id):
+            if response.error_code in _SESSION_ERRORS:
+                return 0.0  # start over at once with a full fetch
+            raise EndpointError(f"fetch failed: {error_name(response.error_code)}")
+        results = response.partitions
         tracing = self._tracer.enabled
         now_ns = time.time_ns()
         now_ms = now_ns // 1_000_000
@@ -250,6 +287,9 @@ class ReplicaFetcher:
                 st.truncating = True
                 continue
             if r.records:
+                if tp in throttled:
+                    assert quota is not None
+                    quota.record(len(r.records), time.monotonic())
                 if tracing:
                     sampled = self._tracer.sampled(leo_before, p.log_end_offset - 1)
                     if sampled is not None:
@@ -305,6 +345,7 @@ class ReplicaFetcherManager:
         self._on_progress = on_progress
         self._tracer = tracer
         self.wait_durable: DurableWait | None = None
+        self.quota: ReplicationQuota | None = None  # follower throttle (KIP-73)
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._addresses: dict[int, tuple[str, int]] = {}
         self._pending: dict[TopicPartition, Partition] = {}
@@ -381,6 +422,7 @@ class ReplicaFetcherManager:
             fetcher = ReplicaFetcher(self.broker_id, leader, factory(leader, *address),
                                      self.settings, self._on_progress, self._tracer,
                                      self.wait_durable)
+            fetcher.quota = self.quota
             self.fetchers[leader] = fetcher
             self._addresses[leader] = address
             fetcher.start()

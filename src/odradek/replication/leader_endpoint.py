@@ -2,7 +2,7 @@
 OffsetsForLeaderEpoch, behind a small interface.
 
 ``RemoteLeaderEndpoint`` speaks the Kafka protocol over TCP (Fetch v12 with our broker id
-as ``replica_id``, OffsetForLeaderEpoch v4), binding this broker's own address first so
+as ``replica_id`` and a KIP-227 fetch session, OffsetForLeaderEpoch v4), binding this broker's own address first so
 that source-based iptables rules of the fault tests match. The replication harness
 (tests) plugs in an in-memory endpoint with fault hooks instead, so the follower logic is
 the same code in both.
@@ -23,6 +23,7 @@ from odradek.protocol.replica_fetch import (
     encode_replica_fetch_request,
 )
 from odradek.replication.broker_connection import BrokerConnection, BrokerConnectionError
+from odradek.replication.fetch_session_handler import FetchRequestData
 from odradek.security.client_security import PLAINTEXT, ClientSecurity
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ __all__ = [
     "EpochRequest",
     "EpochResult",
     "FetchRequestPartition",
+    "FetchRequestData",
+    "FetchResult",
     "FetchedPartition",
     "LeaderEndpoint",
     "RemoteLeaderEndpoint",
@@ -74,9 +77,19 @@ class EpochResult:
     end_offset: int
 
 
+@dataclass(slots=True)
+class FetchResult:
+    """A fetch response: its top-level error (a session error, KIP-227), the session id
+    the leader answered and the partitions it carried (incremental: only those with news)."""
+
+    error_code: int
+    session_id: int
+    partitions: list[FetchedPartition]
+
+
 class LeaderEndpoint(Protocol):
-    async def fetch(self, partitions: list[FetchRequestPartition], *, max_wait_ms: int,
-                    min_bytes: int, max_bytes: int) -> list[FetchedPartition]: ...
+    async def fetch(self, request: FetchRequestData, *, max_wait_ms: int,
+                    min_bytes: int, max_bytes: int) -> FetchResult: ...
 
     async def offsets_for_leader_epoch(self, requests: list[EpochRequest]
                                        ) -> list[EpochResult]: ...
@@ -99,25 +112,26 @@ class RemoteLeaderEndpoint:
         self._conn = BrokerConnection(host, port, source_ip, f"replica-fetcher-{broker_id}",
                                       timeout_s=self.socket_timeout_s, security=security)
 
-    async def fetch(self, partitions: list[FetchRequestPartition], *, max_wait_ms: int,
-                    min_bytes: int, max_bytes: int) -> list[FetchedPartition]:
+    async def fetch(self, request: FetchRequestData, *, max_wait_ms: int,
+                    min_bytes: int, max_bytes: int) -> FetchResult:
         conn = self._conn
         corr = conn.next_correlation_id()
-        data = encode_replica_fetch_request(corr, conn.client_id, self.broker_id, max_wait_ms,
-                                            min_bytes, max_bytes, partitions)
+        data = encode_replica_fetch_request(
+            corr, conn.client_id, self.broker_id, max_wait_ms, min_bytes, max_bytes,
+            request.partitions, session_id=request.session_id, session_epoch=request.epoch,
+            forgotten=request.forgotten)
         frame = await conn.send(data, corr, max_wait_ms / 1000 + self.socket_timeout_s)
         try:
-            got, error, parts = decode_fetch_response_v12(frame)
+            got, error, session_id, parts = decode_fetch_response_v12(frame)
         except MalformedResponse as e:
             conn.close()
             raise EndpointError(f"malformed fetch response from {conn.host}: {e}") from e
         if got != corr:
             conn.close()
             raise EndpointError(f"correlation id {got} != {corr}")
-        if error:
-            raise EndpointError(f"fetch failed: error {error}")
-        return [FetchedPartition(p.topic, p.partition, p.error_code, p.high_watermark,
-                                 p.log_start_offset, p.records) for p in parts]
+        return FetchResult(error, session_id, [
+            FetchedPartition(p.topic, p.partition, p.error_code, p.high_watermark,
+                             p.log_start_offset, p.records) for p in parts])
 
     async def offsets_for_leader_epoch(self, requests: list[EpochRequest]
                                        ) -> list[EpochResult]:

@@ -39,7 +39,7 @@ import logging
 from dataclasses import replace
 from typing import Final
 
-from odradek.errors import ErrorCode, KafkaError
+from odradek.errors import ErrorCode, InvalidRecordsError, KafkaError
 from odradek.replication.partition_state import (
     Fenced,
     Follower,
@@ -656,18 +656,19 @@ def _require_keys(records: bytes | bytearray | memoryview, name: str) -> None:
     """Kafka's LogValidator: a compacted topic rejects records without a key (the cleaner
     could never dedupe them). Decodes record keys -- done only for cleanup.policy=compact
     topics, so the ordinary produce path stays header-only."""
-    from odradek.storage.cleaner import record_key_check
+    from odradek.storage.cleaner import keyless_records
 
     try:
-        ok = record_key_check(records if isinstance(records, bytes) else bytes(records))
+        keyless = keyless_records(records if isinstance(records, bytes) else bytes(records))
     except KafkaError:
         raise
     except Exception as e:  # undecodable compressed payload
         raise KafkaError(ErrorCode.corrupt_message, f"cannot decode records: {e!r}") from e
-    if not ok:
-        raise KafkaError(ErrorCode.invalid_record,
-                         f"Compacted topic cannot accept message without key in topic "
-                         f"partition {name}.")
+    if keyless:
+        message = (f"Compacted topic cannot accept message without key in topic "
+                   f"partition {name}.")
+        # KIP-467: name the records, so the client fails only those with INVALID_RECORD.
+        raise InvalidRecordsError(message, [(i, message) for i in keyless])
 
 
 def rebuild_producer_state(producers: ProducerStateManager, log: Log) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import math
 import os
 import shutil
 import time
@@ -37,7 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from odradek.errors import ErrorCode, KafkaError
+from odradek.configdefs import LONG_MAX
+from odradek.errors import ErrorCode, InvalidRecordsError, KafkaError
 from odradek.log_limiter import LogLimiter
 from odradek.log_manager.flusher import Flusher
 from odradek.metadata.image import MetadataImage, PartitionInfo
@@ -53,6 +55,7 @@ from odradek.replication.delayed import (
     PendingDelete,
     PendingProduce,
 )
+from odradek.replication.fetch_session import FetchSessionCache
 from odradek.replication.fetcher import ReplicaFetcherManager
 from odradek.replication.leader_endpoint import EndpointFactory
 from odradek.replication.partition import Partition, Role, rebuild_producer_state
@@ -66,6 +69,7 @@ from odradek.replication.partition_state import (
     Transition,
 )
 from odradek.replication.purgatory import DelayedOperationPurgatory
+from odradek.replication.quota import ReplicationQuota, throttled_partitions
 from odradek.replication.trace import RecordTracer
 from odradek.storage.checkpoint import read_checkpoint, write_checkpoint
 from odradek.storage.leader_epoch import LeaderEpochCache
@@ -90,6 +94,16 @@ FENCED_RETRY_S = 1.0  # a fenced leader re-asserts its ISR at most this often
 _REJECTED_LOG = LogLimiter(burst=5, interval_s=60.0)
 
 
+def _config_int(config: Any, name: str, default: int) -> int:
+    getter = getattr(config, "get", None)
+    if getter is None:
+        return default
+    try:
+        return int(getter(name))
+    except KeyError:
+        return default
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -103,6 +117,16 @@ def _ledger_retention_bytes(config: Any) -> int:
         return int(getter(RETENTION_CONFIG))
     except KeyError:  # an older config table without the property
         return DEFAULT_RETENTION_BYTES
+
+
+def _int_setting(config: Any, name: str, default: int) -> int:
+    getter = getattr(config, "get", None)
+    if getter is None:
+        return default
+    try:
+        return int(getter(name))
+    except KeyError:  # an older config table without the property
+        return default
 
 
 def parse_partition_dir(name: str) -> TopicPartition | None:
@@ -167,6 +191,17 @@ class ReplicaManager:
         self.fetchers = ReplicaFetcherManager(broker_id, config, endpoint_factory,
                                               on_progress=self._on_follower_progress,
                                               tracer=self.tracer, source_ip=source_ip)
+        # KIP-227 incremental fetch sessions, for followers and consumers alike.
+        self.fetch_sessions = FetchSessionCache(
+            _int_setting(config, "max.incremental.fetch.session.cache.slots", 1000),
+            _int_setting(config, "min.incremental.fetch.session.eviction.ms", 120_000),
+            max_partitions=_int_setting(config, "odradek.max.partitions", 200_000))
+        # KIP-73 replication throttles (replication/quota.py).
+        window_s = float(_config_int(config, "replication.quota.window.size.seconds", 1))
+        windows = _config_int(config, "replication.quota.window.num", 11)
+        self.leader_quota = ReplicationQuota(window_s, windows)
+        self.follower_quota = ReplicationQuota(window_s, windows)
+        self.fetchers.quota = self.follower_quota
         self.partitions: dict[TopicPartition, Partition] = {}
         self._logs: dict[TopicPartition, Log] = {}
         self._hw_from_checkpoint: dict[TopicPartition, int] = {}
@@ -254,10 +289,12 @@ class ReplicaManager:
         change once per leader broker for the whole batch."""
         changed = image.changed_topics
         t = now_ms()
+        self._apply_throttle_rates(image)
         for name in (image.topics if changed is None else changed):
             topic = image.topics.get(name)
             if topic is None:
                 continue
+            self._apply_throttled_replicas(name, topic.configs)
             for pinfo in topic.partitions.values():
                 if self.broker_id in pinfo.replicas:
                     self._apply_partition((topic.name, pinfo.index), pinfo, topic.configs, t)
@@ -270,6 +307,30 @@ class ReplicaManager:
                 if assigned is None or self.broker_id not in assigned.replicas:
                     self._delete_partition(tp)
         self.fetchers.apply(image)
+
+    def _apply_throttle_rates(self, image: MetadataImage) -> None:
+        for quota, key in ((self.leader_quota, "leader.replication.throttled.rate"),
+                           (self.follower_quota, "follower.replication.throttled.rate")):
+            raw = image.dynamic_broker_config(key)
+            try:
+                rate = int(raw) if raw is not None else None
+            except ValueError:
+                logger.warning("ignoring malformed %s=%r", key, raw)
+                rate = None
+            if rate is not None and rate >= LONG_MAX:
+                rate = None  # Kafka's default: unthrottled
+            if (None if quota.rate_limit == math.inf else quota.rate_limit) != rate:
+                logger.info("%s is now %s", key, "unlimited" if rate is None else f"{rate} B/s")
+                quota.set_rate(rate)
+        if image.changed_topics is None:
+            self.leader_quota.retain_topics(image.topics)
+            self.follower_quota.retain_topics(image.topics)
+
+    def _apply_throttled_replicas(self, topic: str, configs: dict[str, str]) -> None:
+        self.leader_quota.set_throttled(topic, throttled_partitions(
+            configs.get("leader.replication.throttled.replicas"), self.broker_id))
+        self.follower_quota.set_throttled(topic, throttled_partitions(
+            configs.get("follower.replication.throttled.replicas"), self.broker_id))
 
     def _apply_partition(self, tp: TopicPartition, pinfo: PartitionInfo,
                          configs: dict[str, str], t_ms: int) -> None:
@@ -456,6 +517,8 @@ class ReplicaManager:
                 res.base_offset = -1
                 if ts is not None:
                     ts.failed_produce_requests += 1
+                if isinstance(err, InvalidRecordsError):
+                    res.record_errors = err.record_errors
                 if err.code not in (ErrorCode.not_leader_or_follower,
                                     ErrorCode.unknown_topic_or_partition):
                     # Rate-limited per error code: a client repeating a bad produce must
@@ -577,6 +640,8 @@ class ReplicaManager:
               image: MetadataImage) -> tuple[int, bool]:
         committed_only = params.replica_id < 0  # followers read up to the LEO (REQ-R16)
         read_committed = committed_only and params.isolation_level == 1
+        quota = self.leader_quota
+        now_s = time.monotonic()
         remaining = params.max_bytes
         total = 0
         errored = False
@@ -595,6 +660,12 @@ class ReplicaManager:
                     limit = min(e.partition_max_bytes, remaining)
                     if limit <= 0 and total > 0:
                         continue
+                    # KIP-73: a throttled replica outside the ISR gets nothing while the
+                    # leader's replication quota is exceeded (Kafka's shouldLeaderThrottle).
+                    throttled = (not committed_only and quota.is_throttled(topic, res.index)
+                                 and params.replica_id not in p.isr)
+                    if throttled and quota.is_exceeded(now_s):
+                        continue
                     # KIP-74: the first partition with data returns at least one whole
                     # batch even when it exceeds max_bytes, so a consumer always progresses.
                     sl = p.read(e.fetch_offset, max(limit, 0), min_one_batch=(total == 0),
@@ -609,6 +680,8 @@ class ReplicaManager:
                                 e.fetch_offset, res.last_stable_offset)
                         total += sl.size
                         remaining -= sl.size
+                        if throttled:
+                            quota.record(sl.size, now_s)
                 except KafkaError as err:
                     errored = True
                     res.error_code = int(err.code)

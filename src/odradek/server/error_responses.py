@@ -21,6 +21,7 @@ from typing import Any
 from odradek.errors import ErrorCode
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
+from odradek.protocol.list_offsets_v0 import encode_response as encode_list_offsets_v0
 from odradek.protocol.produce_response import PartitionProduceResult, encode_produce_response
 from odradek.protocol.responses import part, response
 
@@ -58,6 +59,10 @@ def _fetch(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
 
 def _list_offsets(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
+    if v == 0:  # hand-encoded (kio has no v0)
+        return encode_list_offsets_v0(h.correlation_id, [
+            (t.name, [(p.partition_index, int(code), []) for p in t.partitions])
+            for t in req.topics])
     return response(2, v, topics=tuple(
         part(2, v, "ListOffsetsTopicResponse", name=t.name, partitions=tuple(
             part(2, v, "ListOffsetsPartitionResponse", partition_index=p.partition_index,
@@ -263,6 +268,13 @@ def _alter_scram(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> 
     return response(51, h.api_version, results=tuple(
         part(51, h.api_version, "AlterUserScramCredentialsResult", user=u, error_code=code,
              error_message=msg) for u in users))
+def _alter_reassignments(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
+    v = h.api_version
+    return response(45, v, error_code=code, error_message=msg, responses=tuple(
+        part(45, v, "ReassignableTopicResponse", name=t.name, partitions=tuple(
+            part(45, v, "ReassignablePartitionResponse", partition_index=p.partition_index,
+                 error_code=code, error_message=msg) for p in _seq(t.partitions)))
+        for t in _seq(req.topics)))
 
 
 ERROR_RESPONSES: dict[int, Builder] = {
@@ -306,6 +318,8 @@ ERROR_RESPONSES: dict[int, Builder] = {
     28: _txn_offset_commit,
     65: _describe_transactions,
     66: _top_level(66, unknown_state_filters=(), transaction_states=()),
+    45: _alter_reassignments,
+    46: _top_level(46, topics=()),
     60: _top_level(60, endpoint_type=1, cluster_id="", controller_id=-1, brokers=(),
                    cluster_authorized_operations=_OPS_OMITTED),
 }

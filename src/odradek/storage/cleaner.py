@@ -70,6 +70,7 @@ __all__ = [
     "clean_segments",
     "complete_swaps",
     "record_key_check",
+    "keyless_records",
     "cleaned_paths",
     "discard_cleaned",
     "clean_log",
@@ -253,22 +254,30 @@ def iter_records(payload: bytes, count: int) -> list[tuple[int, int, int, int, b
     return out
 
 
-def record_key_check(records: bytes | bytearray | memoryview) -> bool:
-    """True if every non-control record in ``records`` (one produce request's batches)
-    has a key. Kafka rejects keyless records on compacted topics (INVALID_RECORD,
-    "Compacted topic cannot accept message without key"). Decompresses: call it only for
-    topics whose cleanup.policy contains compact — never on the ordinary hot path."""
+def keyless_records(records: bytes | bytearray | memoryview) -> list[int]:
+    """Indexes (within their batch, Kafka's ``batchIndex``) of the non-control records
+    without a key in ``records`` (one produce request's batches). Kafka rejects those on
+    compacted topics (INVALID_RECORD, "Compacted topic cannot accept message without
+    key"). Decompresses: call it only for topics whose cleanup.policy contains compact —
+    never on the ordinary hot path."""
     mv = memoryview(records)
     pos = 0
+    out: list[int] = []
     while pos + BATCH_HEADER_SIZE <= len(mv):
         h = BatchHeader.unpack(mv, pos)
         if not h.is_control:
             payload = _decompress(h.compression, bytes(mv[pos + BATCH_HEADER_SIZE : pos + h.size]))
-            for _s, _e, _o, _t, key, _tomb in iter_records(payload, h.records_count):
+            for i, (_s, _e, _o, _t, key, _tomb) in enumerate(
+                    iter_records(payload, h.records_count)):
                 if key is None:
-                    return False
+                    out.append(i)
         pos += h.size
-    return True
+    return out
+
+
+def record_key_check(records: bytes | bytearray | memoryview) -> bool:
+    """True if every non-control record in ``records`` has a key (``keyless_records``)."""
+    return not keyless_records(records)
 
 
 def iter_segment_batches(seg: SegmentView, start_pos: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:

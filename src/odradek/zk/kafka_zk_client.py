@@ -376,6 +376,33 @@ class KafkaZkClient:
             raise BadVersionError()
         raise NoNodeError()
 
+    def update_topic_and_states(self, topic: str, topic_data: bytes, topic_version: int,
+                                writes: Sequence[StateWrite], *, fence: int,
+                                writer: int) -> bool:
+        """One fenced transaction: the topic znode (conditional on ``topic_version``),
+        the state znodes of ``writes`` (each conditional) and their ``leader_and_isr``
+        notification -- a reassignment step (KIP-455) that must land whole. False: some
+        znode changed meanwhile (re-read and decide again)."""
+        tx = self.zk.transaction()
+        tx.check(znodes.CONTROLLER_EPOCH, fence)
+        notes = []
+        for w in writes:
+            tx.set_data(znodes.partition_state_path(w.topic, w.partition),
+                        znodes.encode_partition_state(w.state), version=w.expected_version)
+            notes.append(znodes.PartitionStateChange(w.topic, w.topic_id, w.partition, w.state,
+                                                     w.expected_version + 1))
+        tx.set_data(znodes.topic_path(topic), topic_data, version=topic_version)
+        if notes:
+            tx.create(znodes.LEADER_AND_ISR_PREFIX, znodes.encode_leader_and_isr(notes, writer),
+                      sequence=True)
+        self.stats.ops += len(tx.operations)
+        self._count(1)
+        res = tx.commit()
+        if isinstance(res[0], Exception) and not isinstance(
+                res[0], (RolledBackError, RuntimeInconsistency)):
+            raise ControllerMovedError()
+        return not any(isinstance(r, Exception) for r in res)
+
     def delete_paths(self, paths: Sequence[str], *, fence: int | None) -> None:
         """Delete znodes in the order given (children before their parents); absent
         ones are skipped."""

@@ -104,6 +104,16 @@ def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
 
 
+CONFIG_BROKERS = "/config/brokers"
+DEFAULT_BROKER_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default
+
+
+def broker_config_path(entity: str) -> str:
+    """``/config/brokers/<id>`` or ``/config/brokers/<default>`` (dynamic broker configs,
+    KIP-226; same JSON as ``/config/topics/T``)."""
+    return f"{CONFIG_BROKERS}/{entity}"
+
+
 def delete_topic_path(topic: str) -> str:
     return f"{DELETE_TOPICS}/{topic}"
 
@@ -531,4 +541,38 @@ def decode_partition_list(data: bytes) -> list[tuple[str, int]]:
     out: list[tuple[str, int]] = []
     for item in _field(obj, "partitions", what):
         out.append((str(_field(item, "topic", what)), int(_field(item, "partition", what))))
+    return out
+
+
+# --------------------------------------------------------------------------- reassignments
+
+
+def encode_reassignment(entries: dict[tuple[str, int], list[int] | None]) -> bytes:
+    """``/admin/reassign_partitions`` (Kafka's ReassignPartitionsZNode, KIP-455):
+    ``{"version":1,"partitions":[{"topic":..,"partition":..,"replicas":[..]}]}``.
+
+    ``"replicas": null`` asks the controller to cancel the partition's reassignment: an
+    Odradek extension of the same JSON (Kafka's brokers pass cancellations to their
+    controller over RPC; ours talk to it through ZooKeeper)."""
+    return _dumps({"version": 1, "partitions": [
+        {"topic": t, "partition": p, "replicas": None if r is None else list(r)}
+        for (t, p), r in sorted(entries.items())]})
+
+
+def decode_reassignment(data: bytes) -> dict[tuple[str, int], list[int] | None]:
+    what = "reassign partitions"
+    obj = _loads(data, what)
+    out: dict[tuple[str, int], list[int] | None] = {}
+    items = _field(obj, "partitions", what)
+    if not isinstance(items, list):
+        raise KafkaError(ErrorCode.unknown_server_error, f"{what}: partitions not a list")
+    for item in items:
+        if not isinstance(item, dict):
+            raise KafkaError(ErrorCode.unknown_server_error, f"{what}: bad entry {item!r}")
+        replicas = item.get("replicas")
+        try:
+            key = (str(_field(item, "topic", what)), int(_field(item, "partition", what)))
+            out[key] = None if replicas is None else [int(b) for b in replicas]
+        except (TypeError, ValueError) as e:
+            raise KafkaError(ErrorCode.unknown_server_error, f"{what}: {e}") from e
     return out

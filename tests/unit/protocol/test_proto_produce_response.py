@@ -19,6 +19,8 @@ TOPICS = [
         [
             PartitionProduceResult(0, 0, 1234, -1, 0),
             PartitionProduceResult(3, 6, -1, -1, -1, "not the leader: broker 2 leads"),
+            PartitionProduceResult(4, 87, -1, -1, -1, "keyless",
+                                   [(0, "no key"), (10, None)]),
         ],
     ),
     ("ünïcode-topic", [PartitionProduceResult(1, 0, 2**40, 1_700_000_000_123, 17)]),
@@ -44,7 +46,11 @@ def _kio_response(version: int, topics: list, throttle_ms: int):  # type: ignore
         if "log_start_offset" in names:
             kw["log_start_offset"] = p.log_start_offset
         if "record_errors" in names:
-            kw["record_errors"] = ()
+            rec_cls = [f for f in fields(part_cls)
+                       if f.name == "record_errors"][0].type.__args__[0]
+            kw["record_errors"] = tuple(
+                rec_cls(batch_index=i, batch_index_error_message=m)
+                for i, m in (p.record_errors or []))
             kw["error_message"] = p.error_message
         return part_cls(**kw)
 

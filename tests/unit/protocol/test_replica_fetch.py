@@ -25,10 +25,12 @@ def _part(topic: str, partition: int, epoch: int, offset: int, last_epoch: int, 
                                  log_start_offset=start, partition_max_bytes=max_bytes)
 
 
-def _kio_request(corr: int, parts: dict[str, list[ReplicaFetchPartition]]) -> bytes:
+def _kio_request(corr: int, parts: dict[str, list[ReplicaFetchPartition]],
+                 session_id: int = 0, session_epoch: int = -1,
+                 forgotten: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> bytes:
     req = request_entity(
         1, 12, replica_id=2, max_wait=500, min_bytes=1, max_bytes=10485760, isolation_level=0,
-        session_id=0, session_epoch=-1,
+        session_id=session_id, session_epoch=session_epoch,
         topics=tuple(nested_request(1, 12, "FetchTopic", topic=t, partitions=tuple(
             nested_request(1, 12, "FetchPartition", partition=p.partition,
                            current_leader_epoch=p.current_leader_epoch,
@@ -37,7 +39,9 @@ def _kio_request(corr: int, parts: dict[str, list[ReplicaFetchPartition]]) -> by
                            log_start_offset=p.log_start_offset,
                            partition_max_bytes=p.partition_max_bytes) for p in ps))
             for t, ps in parts.items()),
-        forgotten_topics_data=(), rack_id="")
+        forgotten_topics_data=tuple(nested_request(1, 12, "ForgottenTopic", topic=t,
+                                                   partitions=ps) for t, ps in forgotten),
+        rack_id="")
     return encode_request(req, corr, "replica-fetcher-2")
 
 
@@ -48,6 +52,25 @@ def test_request_matches_kio_byte_for_byte() -> None:
     ours = encode_replica_fetch_request(42, "replica-fetcher-2", 2, 500, 1, 10485760,
                                         [p for ps in parts.values() for p in ps])
     assert ours == _kio_request(42, parts)
+
+
+def test_session_fields_and_forgotten_topics_match_kio() -> None:
+    """KIP-227: an incremental fetch names its session and the partitions it drops."""
+    parts = {"orders": [_part("orders", 1, 5, 99, 4, 0, 1048576)]}
+    forgotten = (("orders", (0, 3)), ("gone", (7,)))
+    ours = encode_replica_fetch_request(
+        43, "replica-fetcher-2", 2, 500, 1, 10485760, parts["orders"], session_id=123456,
+        session_epoch=9, forgotten=[(t, list(ps)) for t, ps in forgotten])
+    assert ours == _kio_request(43, parts, 123456, 9, forgotten)
+    assert encode_replica_fetch_request(44, "replica-fetcher-2", 2, 500, 1, 10485760, [],
+                                        session_id=5, session_epoch=2) == \
+        _kio_request(44, {}, 5, 2)
+
+
+def test_the_session_id_is_decoded() -> None:
+    frame = b"".join(p if isinstance(p, bytes) else p.data
+                     for p in encode_fetch_response(12, 3, [], session_id=31337))[4:]
+    assert decode_fetch_response_v12(frame)[:3] == (3, 0, 31337)
 
 
 def _response(topics: list[tuple[str, list[PartitionFetchResult]]], corr: int = 7) -> bytes:
@@ -61,7 +84,7 @@ def test_decodes_the_brokers_own_response() -> None:
         PartitionFetchResult(0, 0, 100, 100, 3, b"\x01" * 70),
         PartitionFetchResult(1, 6, -1, -1, -1, None),
         PartitionFetchResult(2, 0, 9, 9, 0, b"", aborted_transactions=[(5, 6)])])])
-    corr, err, parts = decode_fetch_response_v12(frame)
+    corr, err, _session, parts = decode_fetch_response_v12(frame)
     assert (corr, err) == (7, 0)
     assert [(p.topic, p.partition, p.error_code, p.high_watermark, p.log_start_offset)
             for p in parts] == [("orders", 0, 0, 100, 3), ("orders", 1, 6, -1, -1),
@@ -76,7 +99,7 @@ def test_unknown_tagged_fields_are_skipped() -> None:
     # level's: replace it with one unknown tag (tag 9, 3 bytes).
     assert frame[-3:] == b"\x00\x00\x00"
     frame[-3:-2] = b"\x01\x09\x03abc"
-    _, _, parts = decode_fetch_response_v12(bytes(frame))
+    _, _, _, parts = decode_fetch_response_v12(bytes(frame))
     assert bytes(parts[0].records) == b"xy"  # type: ignore[arg-type]
 
 

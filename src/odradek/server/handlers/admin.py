@@ -271,7 +271,10 @@ def handle_describe_configs(ctx: RequestContext, header: RequestHeaderInfo, req:
                     raise KafkaError(ErrorCode.invalid_request,
                                      f"Unexpected broker id, expected {ctx.broker_id} or "
                                      f"empty string, but received {res.resource_name}")
-                entries = describe_broker_config(ctx.config)
+                image = ctx.image
+                entries = describe_broker_config(
+                    ctx.config, image.broker_overrides, image.default_broker_overrides,
+                    per_broker=res.resource_name != "")
             else:
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"Unsupported resource type {res.resource_type}")

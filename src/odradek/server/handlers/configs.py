@@ -24,8 +24,15 @@ Semantics, as in Kafka:
   validates and writes nothing.
 * The write is conditional on the znode version (a concurrent change makes us re-read
   and re-apply the operations), like every other read-modify-write of Odradek's znodes.
-* Broker resources: Kafka has dynamic broker configs (KIP-226); Odradek does not, and
-  answers INVALID_REQUEST (docs/compatibility.md).
+* Broker resources (dynamic broker configs, KIP-226, ZooKeeper mode): the overrides of
+  ``/config/brokers/<id>`` (resource name = this broker's id: as in Kafka, a per-broker
+  change must be sent to that broker, else INVALID_REQUEST "Unexpected broker id") or
+  ``/config/brokers/<default>`` (empty resource name: every broker), with the change
+  notification ``brokers/<id>`` / ``brokers/<default>``. Only the configs in
+  ``configdefs.DYNAMIC_BROKER_CONFIGS`` may change (the replication throttle rates);
+  other broker properties answer INVALID_REQUEST "Cannot update these configs
+  dynamically", unknown names INVALID_CONFIG. Every broker watches both znodes; the
+  replica manager applies the rates from its metadata image.
 
 The pure parts (``apply_incremental``, ``replace_all``) are unit-tested in
 tests/unit/test_configs_ops.py; the ZooKeeper write is ``write_topic_config`` (blocking,
@@ -45,7 +52,14 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from odradek.config import validate_topic_configs
-from odradek.configdefs import TOPIC_CONFIGS, ConfigType, parse_list
+from odradek.configdefs import (
+    BROKER_CONFIGS,
+    DYNAMIC_BROKER_CONFIGS,
+    TOPIC_CONFIGS,
+    ConfigType,
+    ConfigValueError,
+    parse_list,
+)
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import part, response
@@ -191,6 +205,61 @@ def write_topic_config(zk: KazooClient, topic: str,
                      "retry")
 
 
+def validate_broker_configs(configs: Mapping[str, str]) -> dict[str, str]:
+    """Dynamic broker overrides: only DYNAMIC_BROKER_CONFIGS, each a valid value."""
+    static = sorted(n for n in configs if n in BROKER_CONFIGS and n not in DYNAMIC_BROKER_CONFIGS)
+    if static:
+        raise _invalid_request(f"Cannot update these configs dynamically: Set({', '.join(static)})")
+    unknown = sorted(n for n in configs if n not in BROKER_CONFIGS)
+    if unknown:
+        raise KafkaError(ErrorCode.invalid_config,
+                         f"Unknown broker config(s): {', '.join(unknown)}")
+    for name, value in configs.items():
+        try:
+            BROKER_CONFIGS[name].parse(value)
+        except ConfigValueError as e:
+            raise KafkaError(ErrorCode.invalid_config, str(e)) from None
+    return dict(configs)
+
+
+def broker_entity(name: str, own_id: int) -> str:
+    """The ``/config/brokers`` child a BROKER resource names (Kafka's getBrokerId)."""
+    if not name:
+        return znodes.DEFAULT_BROKER_ENTITY
+    if name != str(own_id):
+        raise _invalid_request(f"Unexpected broker id, expected {own_id}, but received {name}")
+    return name
+
+
+def write_broker_config(zk: KazooClient, entity: str,
+                        change: Callable[[dict[str, str]], dict[str, str]],
+                        validate_only: bool) -> dict[str, str]:
+    """``write_topic_config`` for ``/config/brokers/<entity>``. Blocking."""
+    path = znodes.broker_config_path(entity)
+    for _ in range(_CAS_ATTEMPTS):
+        try:
+            data, stat = zk.get(path)
+            version: int | None = stat.version
+        except NoNodeError:
+            data, version = None, None
+        new = validate_broker_configs(change(znodes.decode_topic_config(data)))
+        if validate_only:
+            return new
+        encoded = znodes.encode_topic_config(new)
+        try:
+            if version is None:
+                zk.create(path, encoded, makepath=True)
+            else:
+                zk.set(path, encoded, version=version)
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            continue
+        _notify(zk, f"brokers/{entity}")
+        logger.info("broker configs %s are now %s", entity, new)
+        return new
+    raise KafkaError(ErrorCode.request_timed_out,
+                     f"Broker configs {entity} changed concurrently {_CAS_ATTEMPTS} times; retry")
+
+
 def _notify(zk: KazooClient, entity_path: str) -> None:
     """Kafka's config change notification (persistent sequential), plus a bounded purge
     of expired ones (Kafka's brokers purge them after 15 minutes)."""
@@ -216,6 +285,7 @@ async def _alter(ctx: RequestContext, api_key: int, v: int, req: Any,
     results = []
     counts = Counter((int(r.resource_type), r.resource_name) for r in req.resources)
     written: dict[str, dict[str, str]] = {}
+    brokers_written: dict[str, dict[str, str]] = {}
     for res in req.resources:
         rtype, name = int(res.resource_type), res.resource_name
         code, message = ErrorCode.none, None
@@ -239,8 +309,15 @@ async def _alter(ctx: RequestContext, api_key: int, v: int, req: Any,
                 if not ctx.authorize_cluster(AclOperation.ALTER_CONFIGS):
                     raise KafkaError(ErrorCode.cluster_authorization_failed,
                                      "Cluster authorization failed.")
-                raise _invalid_request("dynamic broker configs are not supported by Odradek; "
-                                       "set them in server.properties and restart the broker")
+                if rtype == RESOURCE_BROKER_LOGGER:
+                    raise _invalid_request("broker loggers are not configurable in Odradek")
+                entity = broker_entity(name, ctx.broker_id)
+                change = change_for(res)
+                change({})
+                new = await asyncio.to_thread(write_broker_config, ctx.zk, entity, change,
+                                              bool(req.validate_only))
+                if not req.validate_only:
+                    brokers_written[entity] = new
             else:
                 raise _invalid_request(
                     f"AlterConfigs is only supported for topics and brokers, but resource "
@@ -252,15 +329,24 @@ async def _alter(ctx: RequestContext, api_key: int, v: int, req: Any,
             code, message = ErrorCode.unknown_server_error, "unexpected error; see broker log"
         results.append(part(api_key, v, "AlterConfigsResourceResponse", error_code=code,
                             error_message=message, resource_type=rtype, resource_name=name))
-    if written:
-        await _wait_own_image(ctx, written)
+    if written or brokers_written:
+        await _wait_own_image(ctx, written, brokers_written)
     return response(api_key, v, throttle_time=0, responses=tuple(results))
 
 
-async def _wait_own_image(ctx: RequestContext, written: dict[str, dict[str, str]]) -> None:
+async def _wait_own_image(ctx: RequestContext, written: dict[str, dict[str, str]],
+                          brokers_written: dict[str, dict[str, str]]) -> None:
     def ready() -> bool:
-        topics = ctx.image.topics
-        return all(t not in topics or topics[t].configs == c for t, c in written.items())
+        image = ctx.image
+        topics = image.topics
+        if any(t in topics and topics[t].configs != c for t, c in written.items()):
+            return False
+        for entity, c in brokers_written.items():
+            mine = (image.default_broker_overrides if entity == znodes.DEFAULT_BROKER_ENTITY
+                    else image.broker_overrides)
+            if mine != c:
+                return False
+        return True
     deadline = time.monotonic() + _OWN_IMAGE_WAIT_S
     while not ready() and time.monotonic() < deadline:
         await ctx.wait_for_image(deadline - time.monotonic())

@@ -15,15 +15,18 @@ a follower) and is neither written nor read. Each topic is checked once per requ
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol import list_offsets_v0
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
 from odradek.protocol.produce_response import PartitionProduceResult, encode_produce_response
 from odradek.protocol.responses import part, response
 from odradek.replication.delayed import DelayedFetch, DelayedProduce
+from odradek.replication.fetch_session import FetchContext, FetchKind
 from odradek.replication.replica_manager import FetchEntry, FetchParams, ProduceEntry
 from odradek.security.acl import AclOperation, ResourceType
 from odradek.server.network import CloseConnection
@@ -83,34 +86,20 @@ async def _delayed_produce(header: RequestHeaderInfo,
 # =============================================================================== Fetch
 def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Result:
     version = header.api_version
-    session_id = int(getattr(req, "session_id", 0))
-    if session_id != 0:
-        # We never create fetch sessions (KIP-227): answering session id 0 tells the
-        # client to send full fetch requests, so an incremental one is a stale session.
-        return encode_fetch_response(version, header.correlation_id, [],
-                                     error_code=int(ErrorCode.fetch_session_id_not_found))
     # Kafka (KafkaApis.handleFetchRequest): the broker's fetch.max.bytes caps the
     # request's max_bytes and min_bytes, for consumers and followers alike (one fetch
     # with max_bytes=2^31-1 used to return 125 MB).
     cap = ctx.config.fetch_max_bytes
-    params = FetchParams(replica_id=int(req.replica_id),
+    replica_id = int(req.replica_id)
+    params = FetchParams(replica_id=replica_id,
                          max_wait_s=req.max_wait.total_seconds(),
                          min_bytes=min(int(req.min_bytes), cap),
                          max_bytes=min(int(getattr(req, "max_bytes", 0x7FFFFFFF)), cap),
                          isolation_level=int(getattr(req, "isolation_level", 0)))
-    topics: list[tuple[str, list[FetchEntry]]] = []
-    allowed_topics: list[tuple[str, list[FetchEntry]]] = []
-    # A follower's fetch needs CLUSTER_ACTION on the cluster, a consumer's READ per topic.
-    cluster_ok = params.replica_id >= 0 and ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
-    denial = (ErrorCode.cluster_authorization_failed if params.replica_id >= 0
-              else ErrorCode.topic_authorization_failed)
+    requested: list[tuple[str, list[FetchEntry]]] = []
     for t in req.topics:
         entries: list[FetchEntry] = []
-        topics.append((t.topic, entries))
-        allowed = (cluster_ok if params.replica_id >= 0 else
-                   ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.topic))
-        if allowed:
-            allowed_topics.append((t.topic, entries))
+        requested.append((t.topic, entries))
         for fp in t.partitions:
             entries.append(FetchEntry(
                 t.topic, int(fp.fetch_offset), int(fp.partition_max_bytes),
@@ -119,25 +108,44 @@ def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Re
                 PartitionFetchResult(index=fp.partition, error_code=0, high_watermark=-1,
                                      last_stable_offset=-1, log_start_offset=-1,
                                      records=None)))
-            if not allowed:
-                entries[-1].result.error_code = int(denial)
-    if len(allowed_topics) < len(topics):
-        if not allowed_topics:
-            return _encode_fetch(header, topics)
-        op = ctx.replicas.fetch_messages(params, allowed_topics, ctx.image)
-    else:
-        op = ctx.replicas.fetch_messages(params, topics, ctx.image)
+    # KIP-227: v7+ fetches may name a session; older ones are always sessionless.
+    fctx = ctx.replicas.fetch_sessions.new_context(
+        int(getattr(req, "session_id", 0)), int(getattr(req, "session_epoch", -1)),
+        requested, ((f.topic, f.partitions) for f in getattr(req, "forgotten_topics_data", ())),
+        follower=replica_id >= 0, now_ms=time.time_ns() // 1_000_000)
+    if fctx.kind is FetchKind.ERROR:
+        return encode_fetch_response(version, header.correlation_id, [],
+                                     error_code=fctx.error_code)
+    # A follower's fetch needs CLUSTER_ACTION on the cluster, a consumer's READ per topic;
+    # every partition of the fetch (with a session: of the session) is checked, and the
+    # denied ones are answered with the error instead of being read.
+    cluster_ok = replica_id >= 0 and ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
+    denial = int(ErrorCode.cluster_authorization_failed if replica_id >= 0
+                 else ErrorCode.topic_authorization_failed)
+    readable: list[tuple[str, list[FetchEntry]]] = []
+    for topic, entries in fctx.topics:
+        allowed = (cluster_ok if replica_id >= 0 else
+                   ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic))
+        if allowed:
+            readable.append((topic, entries))
+        else:
+            for e in entries:
+                e.result.error_code = denial
+    if not readable:
+        return _encode_fetch(header, fctx)
+    op = ctx.replicas.fetch_messages(params, readable, ctx.image)
     if op is None or op.completed:
-        return _encode_fetch(header, topics)
-    return _delayed_fetch(header, topics, op)
+        return _encode_fetch(header, fctx)
+    return _delayed_fetch(header, fctx, op)
 
 
-async def _delayed_fetch(header: RequestHeaderInfo, topics: list[tuple[str, list[FetchEntry]]],
+async def _delayed_fetch(header: RequestHeaderInfo, fctx: FetchContext,
                          op: DelayedFetch) -> list[Any]:
-    """REQ-R17: answered when data arrives (or the HW moves) on any requested partition,
-    or after max_wait (the purgatory re-reads every partition at completion)."""
+    """REQ-R17: answered when data arrives (or the HW moves) on any partition of the
+    fetch -- with a session, any partition of the session, named or not -- or after
+    max_wait (the purgatory re-reads every partition at completion)."""
     await op.done
-    return _encode_fetch(header, topics)
+    return _encode_fetch(header, fctx)
 
 
 # Below this many record bytes in a whole response, the records are read (from the page
@@ -149,20 +157,60 @@ async def _delayed_fetch(header: RequestHeaderInfo, topics: list[tuple[str, list
 SMALL_RESPONSE_BYTES = 16 * 1024
 
 
-def _encode_fetch(header: RequestHeaderInfo,
-                  topics: list[tuple[str, list[FetchEntry]]]) -> list[Any]:
+def _encode_fetch(header: RequestHeaderInfo, fctx: FetchContext) -> list[Any]:
+    # An incremental response carries only the partitions with news (KIP-227).
+    topics = fctx.response_topics()
     slices = [e.result for _, entries in topics for e in entries
               if e.result.records is not None]
     if slices and sum(r.records.size for r in slices) <= SMALL_RESPONSE_BYTES:
         for r in slices:
             r.records = r.records.read_bytes()
     return encode_fetch_response(header.api_version, header.correlation_id,
-                                 [(t, [e.result for e in entries]) for t, entries in topics])
+                                 [(t, [e.result for e in entries]) for t, entries in topics],
+                                 session_id=fctx.session_id)
 
 
 # =============================================================================== ListOffsets
+def legacy_offsets(p: Any, timestamp: int, max_num_offsets: int) -> list[int]:
+    """ListOffsets v0 (Kafka's ``legacyFetchOffsetsBefore``, as a consumer sees it):
+    latest (-1) → the HW, then the base offsets of the segments below it, newest first;
+    earliest (-2) → the log start offset; a timestamp → the base offsets of the segments
+    whose records are all older, newest first. At most ``max_num_offsets``."""
+    hw = p.high_watermark
+    log = p.log
+    bases = [max(s.base_offset, log.log_start_offset) for s in log.segments]
+    if timestamp == LATEST_TIMESTAMP:
+        offsets = [hw] + [b for b in reversed(bases) if b < hw]
+    elif timestamp == EARLIEST_TIMESTAMP:
+        offsets = [log.log_start_offset]
+    elif timestamp < 0:
+        raise KafkaError(ErrorCode.invalid_request, f"timestamp {timestamp}")
+    else:
+        offsets = [max(s.base_offset, log.log_start_offset) for s in reversed(log.segments)
+                   if s.base_offset < hw and s.max_timestamp <= timestamp]
+    return list(dict.fromkeys(offsets))[:max(0, max_num_offsets)]
+
+
+def _list_offsets_v0(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> bytes:
+    image = ctx.image
+    topics: list[tuple[str, list[tuple[int, int, list[int]]]]] = []
+    for t in req.topics:
+        parts: list[tuple[int, int, list[int]]] = []
+        for lp in t.partitions:
+            try:
+                p = ctx.replicas.leader_partition(t.name, lp.partition_index, image)
+                parts.append((lp.partition_index, 0,
+                              legacy_offsets(p, lp.timestamp, lp.max_num_offsets)))
+            except KafkaError as e:
+                parts.append((lp.partition_index, int(e.code), []))
+        topics.append((t.name, parts))
+    return list_offsets_v0.encode_response(header.correlation_id, topics)
+
+
 def handle_list_offsets(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
+    if v == 0:
+        return _list_offsets_v0(ctx, header, req)
     image = ctx.image
     topics = []
     for t in req.topics:

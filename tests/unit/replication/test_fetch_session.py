@@ -1,0 +1,219 @@
+"""KIP-227 fetch sessions, the pure parts: the leader's session cache (FetchSession.scala)
+and the follower's session handler (FetchSessionHandler.java), alone and talking to each
+other (hypothesis drives random fetch-state changes, removals and evictions)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from odradek.errors import ErrorCode
+from odradek.protocol.fetch_response import PartitionFetchResult
+from odradek.protocol.replica_fetch import ReplicaFetchPartition
+from odradek.replication.fetch_session import (
+    FINAL_EPOCH, INITIAL_EPOCH, FetchKind, FetchSessionCache, next_epoch,
+)
+from odradek.replication.fetch_session_handler import FetchRequestData, FetchSessionHandler
+from odradek.replication.replica_manager import FetchEntry
+
+Topics = list[tuple[str, list[FetchEntry]]]
+
+
+def entry(topic: str, index: int, offset: int = 0) -> FetchEntry:
+    return FetchEntry(topic, offset, 1 << 20, 0, 0,
+                      PartitionFetchResult(index, 0, -1, -1, -1, None))
+
+
+def topics(*tps: tuple[str, int, int]) -> Topics:
+    out: dict[str, list[FetchEntry]] = {}
+    for t, i, off in tps:
+        out.setdefault(t, []).append(entry(t, i, off))
+    return list(out.items())
+
+
+def answer(ts: Topics, hw: int = 10, records: dict[tuple[str, int], bytes] | None = None,
+           errors: dict[tuple[str, int], int] | None = None) -> None:
+    """What the replica manager's read leaves in each result."""
+    for t, es in ts:
+        for e in es:
+            r = e.result
+            r.high_watermark = r.last_stable_offset = hw
+            r.log_start_offset = 0
+            r.records = (records or {}).get((t, r.index))
+            r.error_code = (errors or {}).get((t, r.index), 0)
+
+
+def names(ts: Topics) -> list[tuple[str, int]]:
+    return [(t, e.result.index) for t, es in ts for e in es]
+
+
+def test_a_full_fetch_opens_a_session_and_incremental_ones_answer_only_news() -> None:
+    cache = FetchSessionCache()
+    full = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 5), ("a", 1, 7), ("b", 0, 1)),
+                             [], follower=True, now_ms=0)
+    assert full.kind is FetchKind.FULL and full.session_id != 0
+    answer(full.topics)
+    assert names(full.response_topics()) == [("a", 0), ("a", 1), ("b", 0)]
+    # Nothing named: every partition is still read (with its cached offset)...
+    inc = cache.new_context(full.session_id, 1, [], [], follower=True, now_ms=1)
+    assert inc.kind is FetchKind.INCREMENTAL
+    assert sorted(names(inc.topics)) == [("a", 0), ("a", 1), ("b", 0)]
+    assert {e.fetch_offset for _, es in inc.topics for e in es} == {5, 7, 1}
+    # ...but only news is answered: records on a-1, a new HW nowhere else.
+    answer(inc.topics, records={("a", 1): b"x"})
+    assert names(inc.response_topics()) == [("a", 1)]
+    inc = cache.new_context(full.session_id, 2, topics(("a", 1, 8)), [], follower=True,
+                            now_ms=2)
+    assert {(t, e.result.index): e.fetch_offset for t, es in inc.topics
+            for e in es}[("a", 1)] == 8
+    answer(inc.topics, hw=11, errors={("b", 0): int(ErrorCode.not_leader_or_follower)})
+    assert sorted(names(inc.response_topics())) == [("a", 0), ("a", 1), ("b", 0)]
+    inc = cache.new_context(full.session_id, 3, [], [("a", [0, 1])], follower=True, now_ms=3)
+    answer(inc.topics, hw=11, errors={("b", 0): int(ErrorCode.not_leader_or_follower)})
+    assert names(inc.response_topics()) == [("b", 0)]  # errors are always answered
+    assert list(cache.sessions[full.session_id].partitions) == [("b", 0)]
+
+
+def test_session_errors_and_closing() -> None:
+    cache = FetchSessionCache()
+    ctx = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 0)), [], follower=False,
+                            now_ms=0)
+    sid = ctx.session_id
+    assert cache.new_context(sid + 1, 1, [], [], follower=False, now_ms=1).error_code == \
+        ErrorCode.fetch_session_id_not_found
+    assert cache.new_context(sid, 2, [], [], follower=False, now_ms=1).error_code == \
+        ErrorCode.invalid_fetch_session_epoch
+    assert cache.new_context(sid, 1, [], [], follower=False, now_ms=1).kind is \
+        FetchKind.INCREMENTAL
+    # A replayed epoch is refused (the epoch moved on).
+    assert cache.new_context(sid, 1, [], [], follower=False, now_ms=1).error_code == \
+        ErrorCode.invalid_fetch_session_epoch
+    # Epoch 0 with the old id: the old session goes, a new one comes.
+    again = cache.new_context(sid, INITIAL_EPOCH, topics(("a", 0, 0)), [], follower=False,
+                              now_ms=2)
+    assert again.kind is FetchKind.FULL and again.session_id != sid
+    assert list(cache.sessions) == [again.session_id]
+    # Epoch -1: sessionless; with an id, that session is closed.
+    closed = cache.new_context(again.session_id, FINAL_EPOCH, topics(("a", 0, 0)), [],
+                               follower=False, now_ms=3)
+    assert closed.kind is FetchKind.SESSIONLESS and closed.session_id == 0
+    assert len(cache) == 0
+
+
+def test_next_epoch_wraps_to_one() -> None:
+    assert next_epoch(0) == 1 and next_epoch(41) == 42
+    assert next_epoch(0x7FFFFFFF) == 1 and next_epoch(-1) == -1
+
+
+def test_eviction_stale_first_followers_privileged_bigger_consumers_win() -> None:
+    cache = FetchSessionCache(max_slots=2, eviction_ms=1000)
+    f = cache.new_context(0, 0, topics(("a", 0, 0)), [], follower=True, now_ms=0).session_id
+    c = cache.new_context(0, 0, topics(("a", 0, 0), ("a", 1, 0)), [], follower=False,
+                          now_ms=0).session_id
+    # Full, nothing stale: a consumer with no more partitions gets no session.
+    small = cache.new_context(0, 0, topics(("a", 0, 0)), [], follower=False, now_ms=10)
+    assert small.kind is FetchKind.SESSIONLESS and set(cache.sessions) == {f, c}
+    # A consumer with more partitions takes the smaller consumer's slot, never a follower's.
+    big = cache.new_context(0, 0, topics(("a", 0, 0), ("a", 1, 0), ("a", 2, 0)), [],
+                            follower=False, now_ms=20).session_id
+    assert set(cache.sessions) == {f, big}
+    # A follower takes a consumer's slot whatever its size.
+    f2 = cache.new_context(0, 0, topics(("b", 0, 0)), [], follower=True, now_ms=30).session_id
+    assert set(cache.sessions) == {f, f2}
+    # Two followers: neither goes until one is idle for eviction_ms (LRU first).
+    assert cache.new_context(0, 0, topics(("c", 0, 0)), [], follower=True,
+                             now_ms=40).kind is FetchKind.SESSIONLESS
+    cache.new_context(f, 1, [], [], follower=True, now_ms=1500)  # f used: f2 is the LRU
+    f3 = cache.new_context(0, 0, topics(("c", 0, 0)), [], follower=True, now_ms=1500)
+    assert f3.kind is FetchKind.FULL and set(cache.sessions) == {f, f3.session_id}
+    assert cache.evictions == 3
+    assert FetchSessionCache(max_slots=0).new_context(
+        0, 0, topics(("a", 0, 0)), [], follower=True, now_ms=0).kind is FetchKind.SESSIONLESS
+
+
+def rfp(topic: str, index: int, offset: int) -> ReplicaFetchPartition:
+    return ReplicaFetchPartition(topic, index, offset, 0, 0, 0, 1 << 20)
+
+
+def test_handler_full_then_only_changes_then_full_after_an_error() -> None:
+    h = FetchSessionHandler("test")
+    first = h.build([rfp("a", 0, 0), rfp("a", 1, 0)])
+    assert first.full and first.epoch == 0 and len(first.partitions) == 2
+    assert h.handle_response(first, 0, 77)
+    second = h.build([rfp("a", 0, 3), rfp("a", 1, 0)])
+    assert (second.session_id, second.epoch) == (77, 1)
+    assert [(p.partition, p.fetch_offset) for p in second.partitions] == [(0, 3)]
+    assert h.handle_response(second, 0, 77)
+    third = h.build([rfp("a", 0, 3)])  # a-1 stopped (backing off, or moved away)
+    assert third.epoch == 2 and third.partitions == [] and third.forgotten == [("a", [1])]
+    assert not h.handle_response(third, int(ErrorCode.invalid_fetch_session_epoch), 0)
+    fourth = h.build([rfp("a", 0, 3)])
+    assert fourth.full and fourth.session_id == 77  # names the old id: the leader frees it
+    assert h.handle_response(fourth, 0, 0)  # the leader has no slot: stay full
+    assert h.build([rfp("a", 0, 3)]).full
+    h.handle_error()
+    assert h.build([rfp("a", 0, 3)]).full
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["advance", "drop", "add", "evict", "lose"]),
+                          st.integers(0, 5)), max_size=40))
+def test_handler_and_cache_agree_on_every_partitions_fetch_state(
+        steps: list[tuple[str, int]]) -> None:
+    """Whatever happens, after each accepted fetch the leader's session holds exactly the
+    partitions the follower fetches, each at the follower's current offset (nothing is
+    lost or stale), and a session error costs one full fetch."""
+    cache = FetchSessionCache(max_slots=4)
+    h = FetchSessionHandler("model")
+    offsets = {i: 0 for i in range(3)}
+    for op, i in steps:
+        if op == "advance" and i in offsets:
+            offsets[i] += 1 + i
+        elif op == "drop":
+            offsets.pop(i, None)
+        elif op == "add":
+            offsets.setdefault(i, 0)
+        elif op == "evict":
+            cache.sessions.clear()
+        req: FetchRequestData = h.build([rfp("t", p, o) for p, o in sorted(offsets.items())])
+        requested = topics(*[("t", p.partition, p.fetch_offset) for p in req.partitions])
+        ctx = cache.new_context(req.session_id, req.epoch, requested, req.forgotten,
+                                follower=True, now_ms=0)
+        if op == "lose":  # the response never arrives
+            h.handle_error()
+            continue
+        ok = h.handle_response(req, ctx.error_code, ctx.session_id)
+        if ctx.kind is FetchKind.ERROR:
+            assert not ok and h.build([]).full
+            h.handle_error()
+            continue
+        assert ok
+        read = {e.result.index: e.fetch_offset for _, es in ctx.topics for e in es}
+        assert read == offsets
+        if ctx.kind is not FetchKind.SESSIONLESS:
+            answer(ctx.topics)
+            ctx.response_topics()
+
+
+def test_cached_partitions_are_bounded_over_all_sessions() -> None:
+    """Hostile input: incremental fetches naming ever more (even unknown) partitions cannot
+    grow the cache past ``max_partitions``: the session is dropped (the client starts over
+    with a full fetch), and a full fetch too big for what is left gets no session."""
+    cache = FetchSessionCache(max_partitions=5)
+    full = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 0), ("a", 1, 0), ("a", 2, 0)),
+                             [], follower=False, now_ms=0)
+    assert full.kind is FetchKind.FULL and cache.cached_partitions() == 3
+    inc = cache.new_context(full.session_id, 1, topics(("x", 0, 0), ("x", 1, 0)), [],
+                            follower=False, now_ms=1)
+    assert inc.kind is FetchKind.INCREMENTAL and cache.cached_partitions() == 5
+    inc = cache.new_context(full.session_id, 2, topics(("a", 0, 4)), [], follower=False,
+                            now_ms=2)  # a partition already cached: no growth, fine
+    assert inc.kind is FetchKind.INCREMENTAL
+    bad = cache.new_context(full.session_id, 3, topics(("y", 0, 0)), [], follower=False,
+                            now_ms=3)
+    assert bad.kind is FetchKind.ERROR
+    assert bad.error_code == int(ErrorCode.fetch_session_id_not_found)
+    assert full.session_id not in cache.sessions and cache.cached_partitions() == 0
+    big = cache.new_context(0, INITIAL_EPOCH, topics(*[("z", i, 0) for i in range(6)]), [],
+                            follower=False, now_ms=4)
+    assert big.kind is FetchKind.SESSIONLESS and len(cache) == 0

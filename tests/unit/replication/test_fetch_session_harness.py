@@ -1,0 +1,104 @@
+"""KIP-227 fetch sessions end to end in one process (tests/support/replication_harness.py):
+three replica managers whose followers keep a session with each leader. Each test is an
+edge case of the session: idle partitions, a lost wake-up, an evicted session, a leader
+change (the partition is forgotten by one session and joins another)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from support.replication_harness import TOPIC, MemoryLeaderEndpoint, ReplicationHarness
+
+from odradek.replication.fetch_session import FetchKind
+from odradek.storage.records import encode_batch
+
+
+def recs(n: int = 3, tag: str = "v") -> bytes:
+    return encode_batch([(None, f"{tag}{i}".encode()) for i in range(n)])
+
+
+def run(coro: object) -> None:
+    asyncio.run(asyncio.wait_for(coro, 60))  # type: ignore[arg-type]
+
+
+def endpoint(h: ReplicationHarness, follower: int, leader: int) -> MemoryLeaderEndpoint:
+    ep = h.replicas[follower].fetchers.fetchers[leader].endpoint
+    assert isinstance(ep, MemoryLeaderEndpoint)
+    return ep
+
+
+def test_incremental_fetches_name_only_the_partition_that_moved(tmp_path: Path) -> None:
+    """After one full fetch, a follower names only partitions whose offset changed; the
+    leader still reads (and wakes on) the unnamed ones: a produce on partition 3 while
+    the follower's fetch names nothing completes within 1 s although replica.fetch.wait.max.ms is
+    2 s (and replica.lag.time.max.ms 5 s), so the delayed fetch watched the whole session (REQ-R17)."""
+    async def main() -> None:
+        async with ReplicationHarness(tmp_path, partitions=4, fetch_wait_ms=2_000,
+                                      lag_ms=5_000) as h:
+            for p in range(4):
+                await h.elect(p, leader=1)
+            for p in range(4):
+                res = await h.produce(1, recs(2), partition=p, timeout_s=3)
+                assert res.error_code == 0, p
+            ep = endpoint(h, 2, 1)
+            ep.requests.clear()
+            for i in range(3):
+                res = await h.produce(1, recs(1, f"x{i}"), partition=3, timeout_s=1)
+                assert res.error_code == 0
+            await h.wait_until(lambda: h.partition(2, 3).high_watermark == 5,
+                               "the follower learns partition 3's HW")
+            kinds = {k for _, k in ep.requests}
+            assert kinds == {FetchKind.INCREMENTAL}, kinds
+            named = {(p.topic, p.partition) for r, _ in ep.requests for p in r.partitions}
+            assert named == {(TOPIC, 3)}, named
+            for p in range(4):
+                assert h.log_bytes(1, p) == h.log_bytes(2, p) == h.log_bytes(3, p)
+            # The idle partitions still count as fetched: nobody left the ISR.
+            assert [h.partition(1, p).isr for p in range(4)] == [(1, 2, 3)] * 4
+    run(main())
+
+
+def test_an_evicted_session_costs_one_full_fetch(tmp_path: Path) -> None:
+    """The leader lost the session (eviction, restart): FETCH_SESSION_ID_NOT_FOUND, then
+    a full fetch at once (no backoff), and replication goes on."""
+    async def main() -> None:
+        async with ReplicationHarness(tmp_path, partitions=2, backoff_ms=5_000) as h:
+            for p in range(2):
+                await h.elect(p, leader=1)
+            assert (await h.produce(1, recs(2))).error_code == 0
+            ep = endpoint(h, 2, 1)
+            h.replicas[1].fetch_sessions.sessions.clear()
+            ep.requests.clear()
+            res = await h.produce(1, recs(2, "after"), partition=1, timeout_s=3)
+            assert res.error_code == 0
+            kinds = [k for _, k in ep.requests]
+            assert kinds[:2] == [FetchKind.ERROR, FetchKind.FULL], kinds
+            assert h.log_bytes(1, 1) == h.log_bytes(2, 1) == h.log_bytes(3, 1)
+    run(main())
+
+
+def test_leader_change_forgets_the_partition_in_the_old_session(tmp_path: Path) -> None:
+    """Partition 1 moves from leader 1 to leader 2: broker 3's session with 1 forgets it,
+    its new fetcher for 2 opens a session with a full fetch, and both partitions keep
+    replicating."""
+    async def main() -> None:
+        async with ReplicationHarness(tmp_path, partitions=2) as h:
+            for p in range(2):
+                await h.elect(p, leader=1)
+            assert (await h.produce(1, recs(2), partition=1)).error_code == 0
+            await h.elect(1, leader=2)
+            assert (await h.produce(2, recs(2, "new"), partition=1, timeout_s=3)
+                    ).error_code == 0
+            assert (await h.produce(1, recs(2, "p0"), partition=0, timeout_s=3)
+                    ).error_code == 0
+
+            def forgotten() -> bool:
+                sessions = h.replicas[1].fetch_sessions.sessions.values()
+                return all((TOPIC, 1) not in s.partitions for s in sessions)
+            await h.wait_until(forgotten, "leader 1's sessions forget partition 1")
+            assert any(r.forgotten == [(TOPIC, [1])] for r, _ in endpoint(h, 3, 1).requests)
+            assert [k for _, k in endpoint(h, 3, 2).requests][0] is FetchKind.FULL
+            for p in range(2):
+                assert h.log_bytes(1, p) == h.log_bytes(2, p) == h.log_bytes(3, p)
+    run(main())
