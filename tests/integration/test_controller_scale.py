@@ -271,7 +271,15 @@ def test_controller_killed_in_the_middle_of_a_batch(
         # The next controller (after the old one's session expires) finishes the batch
         # and answers the shutdown request; the leaving broker then exits.
         wait_for(lambda: c.broker_state(leaving) == "dead", 60, "the leaving broker to exit")
-    after = zk_states(c)
+    # The exit deregisters the leaving broker; the controller then takes it (and the
+    # killed one, once its session expires) out of every ISR it is still in -- e.g. after
+    # a fetch it sent just before the shutdown reached a leader: poll for that final state.
+    def settled() -> States | None:
+        states = zk_states(c)
+        return states if all(st.leader == staying and st.isr == [staying]
+                             for st, _ in states.values()) else None
+
+    after = wait_for(settled, 30, f"broker {staying} alone leading every partition")
     new_epoch = znodes.decode_controller_epoch(zk.get(znodes.CONTROLLER_EPOCH)[0])
     assert c.controller_id() == staying and new_epoch > old_epoch
     log = (c.dir / f"broker-{leaving}" / "broker.log").read_text()
