@@ -463,6 +463,28 @@ class GroupCoordinator:
         err = g.validate_commit(member_id, instance_id, generation, t)
         if err is not ErrorCode.none:
             return {(e[0], e[1]): err for e in entries}
+        results, records, values = self._offset_records(group_id, entries, t)
+        if records:
+            code, first = await self._append(idx, records)
+            if code is ErrorCode.none and self.owned.get(idx) == epoch:
+                per = self.offsets.setdefault(group_id, {})
+                for i, (tp, v) in enumerate(values):
+                    old = per.get(tp)
+                    if old is None or old[1] < first + i:
+                        per[tp] = (v, first + i)
+            elif code is ErrorCode.none:
+                code = ErrorCode.not_coordinator  # lost the partition while waiting
+            for tp, _ in values:
+                results[tp] = code
+        return results
+
+    def _offset_records(self, group_id: str, entries: list[CommitEntry], t: int
+                        ) -> tuple[dict[TopicPartition, ErrorCode],
+                                   list[tuple[bytes, bytes | None]],
+                                   list[tuple[TopicPartition, OffsetValue]]]:
+        """OffsetCommit and TxnOffsetCommit alike: the entries refused at once (metadata
+        too large, unknown partition) with their errors, and the offset records (key,
+        value) to append for the others, with the values they carry."""
         results: dict[TopicPartition, ErrorCode] = {}
         records: list[tuple[bytes, bytes | None]] = []
         values: list[tuple[TopicPartition, OffsetValue]] = []
@@ -478,19 +500,7 @@ class GroupCoordinator:
                 records.append((encode_offset_key(group_id, topic, partition),
                                 encode_offset_value(v)))
                 values.append((tp, v))
-        if records:
-            code, first = await self._append(idx, records)
-            if code is ErrorCode.none and self.owned.get(idx) == epoch:
-                per = self.offsets.setdefault(group_id, {})
-                for i, (tp, v) in enumerate(values):
-                    old = per.get(tp)
-                    if old is None or old[1] < first + i:
-                        per[tp] = (v, first + i)
-            elif code is ErrorCode.none:
-                code = ErrorCode.not_coordinator  # lost the partition while waiting
-            for tp, _ in values:
-                results[tp] = code
-        return results
+        return results, records, values
 
     async def txn_commit(self, group_id: str, producer_id: int, epoch: int, member_id: str,
                          instance_id: str | None, generation: int,
@@ -507,21 +517,7 @@ class GroupCoordinator:
             err = g.validate_commit(member_id, instance_id, generation, t)
             if err is not ErrorCode.none:
                 return {(e[0], e[1]): err for e in entries}
-        results: dict[TopicPartition, ErrorCode] = {}
-        records: list[tuple[bytes, bytes | None]] = []
-        values: list[tuple[TopicPartition, OffsetValue]] = []
-        image = self.cluster.image
-        for topic, partition, offset, leader_epoch, metadata in entries:
-            tp = (topic, partition)
-            if metadata is not None and len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
-                results[tp] = ErrorCode.offset_metadata_too_large
-            elif image.partition(topic, partition) is None:
-                results[tp] = ErrorCode.unknown_topic_or_partition
-            else:
-                v = OffsetValue(offset, leader_epoch, metadata or "", t)
-                records.append((encode_offset_key(group_id, topic, partition),
-                                encode_offset_value(v)))
-                values.append((tp, v))
+        results, records, values = self._offset_records(group_id, entries, t)
         if records:
             tpo = (OFFSETS_TOPIC, idx)
             if tpo not in self.replicas.partitions:
