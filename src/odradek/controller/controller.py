@@ -99,19 +99,6 @@ class _PurgeTick:
     pass
 
 
-# A safety net, not the mechanism: topics are learnt from the /brokers/topics watch, but a
-# topic created while the controller was loading its context was seen missed (CreateTopics
-# then timed out: its partitions got no leader). Every few seconds the controller compares
-# the topic names with its context (one getChildren) and re-reads when they differ, with a
-# warning, so a lost watch costs seconds and is visible in the log.
-TOPICS_CHECK_INTERVAL_S = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class _TopicsCheckTick:
-    pass
-
-
 @dataclass(frozen=True, slots=True)
 class _Retry:
     """Redo a full pass (after winning the election, or after a failed step)."""
@@ -194,8 +181,7 @@ class Controller:
 
     # ------------------------------------------------------------------ loop
     def _run(self) -> None:
-        timers: dict[type, float] = {_PurgeTick: time.monotonic() + self.purge_interval_s,
-                                     _TopicsCheckTick: time.monotonic() + TOPICS_CHECK_INTERVAL_S}
+        timers: dict[type, float] = {_PurgeTick: time.monotonic() + self.purge_interval_s}
         if self.auto_rebalance:
             timers[_RebalanceTick] = time.monotonic() + self.imbalance_interval_s
         while True:
@@ -211,8 +197,6 @@ class Controller:
                     # Due again one interval from now whatever our role: a non-controller
                     # that skipped this would spin on an expired timer.
                     timers[kind] = now + (self.imbalance_interval_s if kind is _RebalanceTick
-                                          else TOPICS_CHECK_INTERVAL_S
-                                          if kind is _TopicsCheckTick
                                           else self.purge_interval_s)
             try:
                 while True:
@@ -252,17 +236,8 @@ class Controller:
             self._elect()
         if not self.active:
             return
-        if self.ctx is not None and any(isinstance(e, _TopicsCheckTick) for e in batch):
-            names = set(self.zkc.get_children(znodes.BROKER_TOPICS))
-            known = set(self.ctx.assignments)
-            if names != known:
-                logger.warning("controller: topic watch missed %s (new) / %s (gone); "
-                               "re-reading the topics", sorted(names - known)[:5],
-                               sorted(known - names)[:5])
-                batch = [*batch, TopicsChanged()]
         full_pass = self.ctx is None or any(
-            not isinstance(e, (PartitionStatesChanged, _RebalanceTick, _PurgeTick,
-                               _TopicsCheckTick))
+            not isinstance(e, (PartitionStatesChanged, _RebalanceTick, _PurgeTick))
             for e in batch)
         if self.ctx is None:
             self.ctx = self._load_context()
