@@ -360,3 +360,21 @@ def test_cli_dynamic_broker_configs(cluster2: LocalCluster) -> None:
         assert r.returncode == 0, r.stderr
     r = odradek(*base, "--entity-name", "2", "--describe")
     assert r.stdout == "Dynamic configs for broker 2 are:\n"
+
+
+def test_describe_on_any_broker_reads_the_write(cluster2: LocalCluster, topic: str) -> None:
+    """A DescribeConfigs answered by a broker other than the one that took the change
+    shows the change at once: topic configs are read from ZooKeeper, as Kafka does,
+    not from a metadata image that may still wait for the change notification."""
+    per_broker = [AdminClient({"bootstrap.servers": cluster2.broker(b).address})
+                  for b in (1, 2)]
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    for i in range(8):
+        writer, reader = per_broker[i % 2], per_broker[(i + 1) % 2]
+        value = str(3_600_000 + i)
+        change = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+            ConfigEntry("retention.ms", value, incremental_operation=AlterConfigOpType.SET)])
+        for fut in writer.incremental_alter_configs([change], request_timeout=30).values():
+            fut.result(60)
+        got = reader.describe_configs([res], request_timeout=30)[res].result(60)
+        assert got["retention.ms"].value == value, f"round {i}"

@@ -28,6 +28,7 @@ from odradek.zk.admin import (
     mark_topic_for_deletion,
     plan_new_topic,
 )
+from odradek.zk.kafka_zk_client import KafkaZkClient
 
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext
@@ -246,8 +247,25 @@ async def handle_create_partitions(ctx: RequestContext, header: RequestHeaderInf
 
 
 # =============================================================================== DescribeConfigs
-def handle_describe_configs(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
+def _topic_overrides(ctx: RequestContext, names: list[str]) -> dict[str, dict[str, str]]:
+    """Each topic's overrides as ZooKeeper has them now. Blocking.
+
+    Kafka (ZooKeeper mode) answers DescribeConfigs from ``/config/topics/T``, not from the
+    metadata cache: the image of a broker other than the one that took an AlterConfigs
+    may lag its change notification, and an admin client must read its own write
+    (REQ-R27 tooling; a describe after an alter is how kafka-python's legacy
+    alter_configs fills in the keys it did not name)."""
+    if ctx.zk is None or not names:
+        return {t: dict(ctx.image.topics[t].configs) for t in names if t in ctx.image.topics}
+    return KafkaZkClient(ctx.zk).get_topic_configs(names)
+
+
+async def handle_describe_configs(ctx: RequestContext, header: RequestHeaderInfo,
+                                  req: Any) -> Any:
     v = header.api_version
+    wanted = [r.resource_name for r in req.resources
+              if r.resource_type == RESOURCE_TOPIC and r.resource_name in ctx.image.topics]
+    overrides = await asyncio.to_thread(_topic_overrides, ctx, wanted) if wanted else {}
     include_synonyms = bool(getattr(req, "include_synonyms", False))
     include_docs = bool(getattr(req, "include_documentation", False))
     results = []
@@ -262,7 +280,8 @@ def handle_describe_configs(ctx: RequestContext, header: RequestHeaderInfo, req:
                 if topic is None:
                     raise KafkaError(ErrorCode.unknown_topic_or_partition,
                                      f"Topic '{res.resource_name}' does not exist.")
-                entries = describe_topic_config(ctx.config, topic.configs)
+                entries = describe_topic_config(
+                    ctx.config, overrides.get(res.resource_name, topic.configs))
             elif res.resource_type == RESOURCE_BROKER:
                 if not ctx.authorize_cluster(AclOperation.DESCRIBE_CONFIGS):
                     raise KafkaError(ErrorCode.cluster_authorization_failed,
