@@ -15,6 +15,7 @@ Precedence rules copied from Kafka:
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -36,7 +37,7 @@ from odradek.configdefs import (
     parse_list,
 )
 from odradek.errors import ErrorCode, KafkaError
-from odradek.zk.acls import parse_zk_auth
+from odradek.security.zookeeper_auth import parse_zk_auth
 
 __all__ = [
     "BrokerConfig",
@@ -227,12 +228,9 @@ def _check_zookeeper_security(values: Mapping[str, Any]) -> None:
         raise ConfigError("zookeeper.set.acl",
                           "zookeeper.set.acl is true, but no ZooKeeper authentication is "
                           "configured (set odradek.zookeeper.auth)")
-    if auth is not None and auth.scheme == "sasl":
-        try:
-            import puresasl  # noqa: F401  (kazoo's SASL implementation)
-        except ImportError:
-            raise ConfigError("odradek.zookeeper.auth", "ZooKeeper SASL needs the "
-                              "pure-sasl package (pip install pure-sasl)") from None
+    if auth is not None and auth.scheme == "sasl" and importlib.util.find_spec("puresasl") is None:
+        raise ConfigError("odradek.zookeeper.auth", "ZooKeeper SASL needs the pure-sasl "
+                          "package (kazoo's SASL client): pip install pure-sasl")
 
 
 @dataclass

@@ -32,19 +32,40 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "zookeeper-security-migration",
         help="set or remove Kafka's secure ACLs on every znode of a cluster",
-        description="Like zookeeper-security-migration.sh (ZkSecurityMigrator).")
-    p.add_argument("--zookeeper.acl", dest="acl", required=True, type=str.lower,
-                   choices=["secure", "unsecure"],
-                   help="secure: creator-all + world-read (creator only for sensitive "
-                        "paths); unsecure: world:anyone all")
-    p.add_argument("--zookeeper.connect", dest="connect", required=True,
-                   help="host:port[,host:port][/chroot]")
-    p.add_argument("--zookeeper.session.timeout", dest="session_timeout", type=int,
-                   default=30000, help="ms (default 30000)")
-    p.add_argument("--zookeeper.connection.timeout", dest="connection_timeout", type=int,
-                   default=30000, help="ms (default 30000)")
-    p.add_argument("--zookeeper.auth-file", dest="auth_file", type=Path,
-                   help=f"file with digest:<user>:<password> (or sasl:...); default ${ENV_AUTH}")
+        description="Like zookeeper-security-migration.sh (ZkSecurityMigrator).",
+    )
+    p.add_argument(
+        "--zookeeper.acl",
+        dest="acl",
+        required=True,
+        type=str.lower,
+        choices=["secure", "unsecure"],
+        help="secure: creator-all + world-read (creator only for sensitive "
+        "paths); unsecure: world:anyone all",
+    )
+    p.add_argument(
+        "--zookeeper.connect", dest="connect", required=True, help="host:port[,host:port][/chroot]"
+    )
+    p.add_argument(
+        "--zookeeper.session.timeout",
+        dest="session_timeout",
+        type=int,
+        default=30000,
+        help="ms (default 30000)",
+    )
+    p.add_argument(
+        "--zookeeper.connection.timeout",
+        dest="connection_timeout",
+        type=int,
+        default=30000,
+        help="ms (default 30000)",
+    )
+    p.add_argument(
+        "--zookeeper.auth-file",
+        dest="auth_file",
+        type=Path,
+        help=f"file with digest:<user>:<password> (or sasl:...); default ${ENV_AUTH}",
+    )
     p.add_argument("--verbose", action="store_true", help="print every znode and its ACL")
     p.set_defaults(func=_run)
 
@@ -67,19 +88,28 @@ def _run(args: argparse.Namespace) -> int:
     secure = args.acl == "secure"
     if secure and auth is None:
         # Kafka: "zookeeper.acl can only be secure if a JAAS configuration is provided".
-        print("zookeeper-security-migration: --zookeeper.acl secure needs ZooKeeper "
-              f"authentication (--zookeeper.auth-file or ${ENV_AUTH})", file=sys.stderr)
+        print(
+            "zookeeper-security-migration: --zookeeper.acl secure needs ZooKeeper "
+            f"authentication (--zookeeper.auth-file or ${ENV_AUTH})",
+            file=sys.stderr,
+        )
         return 1
     try:
-        zk = connect_zk(args.connect, source_ip=None,
-                        session_timeout_s=args.session_timeout / 1000,
-                        timeout_s=args.connection_timeout / 1000,
-                        auth=auth, secure_acls=secure)
+        zk = connect_zk(
+            args.connect,
+            source_ip=None,
+            session_timeout_s=args.session_timeout / 1000,
+            timeout_s=args.connection_timeout / 1000,
+            auth=auth,
+            secure_acls=secure,
+        )
     except Exception as e:  # noqa: BLE001  (kazoo's timeout, connection refused)
-        print(f"zookeeper-security-migration: cannot connect to {args.connect}: {e}",
-              file=sys.stderr)
+        print(
+            f"zookeeper-security-migration: cannot connect to {args.connect}: {e}", file=sys.stderr
+        )
         return 1
     try:
+
         def show(path: str, acls: list[Any]) -> None:
             if args.verbose:
                 print(f"{path} {[f'{a.id.scheme}:{a.id.id}:{a.perms}' for a in acls]}")

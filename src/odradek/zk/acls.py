@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import NoNodeError
 from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
+
+from odradek.security.zookeeper_auth import ZkAuth, parse_zk_auth
 
 __all__ = [
     "AclKazooClient",
@@ -53,10 +54,6 @@ CONSUMERS_PATH = "/consumers"
 # ZooKeeper's own subtree (quotas, config): never re-ACLed by the migration.
 _ZOOKEEPER_PATH = "/zookeeper"
 
-# The digest and SASL schemes are the ones ZooKeeper ships with; Kafka uses SASL
-# (DIGEST-MD5 or GSSAPI) from a JAAS ``Client`` section.
-_SCHEMES = ("digest", "sasl")
-
 
 def is_sensitive_path(path: str) -> bool:
     """Kafka's ``ZkData.sensitivePath``: a prefix test on the root paths (so
@@ -74,51 +71,23 @@ def default_acls(secure: bool, path: str) -> list[ACL]:
     return acls
 
 
-@dataclass(frozen=True)
-class ZkAuth:
-    """How a broker or tool authenticates to ZooKeeper (``odradek.zookeeper.auth``)."""
-
-    scheme: str  # "digest" or "sasl"
-    username: str
-    password: str
-
-    def kazoo_options(self) -> dict[str, Any]:
-        """Keyword arguments for :class:`kazoo.client.KazooClient`."""
-        if self.scheme == "digest":
-            return {"auth_data": [("digest", f"{self.username}:{self.password}")]}
-        # SASL DIGEST-MD5 against the server's JAAS ``Server`` section (Kafka's way);
-        # kazoo needs the pure-sasl package for it.
-        return {"sasl_options": {"mechanism": "DIGEST-MD5", "username": self.username,
-                                 "password": self.password}}
-
-    def __repr__(self) -> str:  # never print the password
-        return f"ZkAuth({self.scheme}:{self.username}:***)"
-
-
-def parse_zk_auth(value: str | None) -> ZkAuth | None:
-    """``digest:user:password`` or ``sasl:user:password`` -> :class:`ZkAuth`; None or
-    empty -> None. Raises ValueError (without echoing the password) otherwise."""
-    if not value:
-        return None
-    scheme, _, rest = value.partition(":")
-    username, sep, password = rest.partition(":")
-    if scheme not in _SCHEMES or not sep or not username or not password:
-        raise ValueError("expected digest:<user>:<password> or sasl:<user>:<password> "
-                         f"(scheme {scheme!r})")
-    return ZkAuth(scheme, username, password)
-
-
 class _AclTransactionRequest(TransactionRequest):
     """A ZooKeeper multi whose creates get the client's per-path ACL."""
 
-    def create(self, path: str, value: bytes = b"", acl: Any = None,
-               ephemeral: bool = False, sequence: bool = False) -> None:
+    def create(
+        self,
+        path: str,
+        value: bytes = b"",
+        acl: Any = None,
+        ephemeral: bool = False,
+        sequence: bool = False,
+    ) -> None:
         if acl is None:
             acl = self.client.acl_for(path)
         super().create(path, value, acl=acl, ephemeral=ephemeral, sequence=sequence)
 
 
-class AclKazooClient(KazooClient):  # type: ignore[misc]  # kazoo is untyped
+class AclKazooClient(KazooClient):
     """A kazoo client that creates every znode with :func:`default_acls` for its path
     (relative to the chroot, which is what Kafka's rules name)."""
 
@@ -129,21 +98,35 @@ class AclKazooClient(KazooClient):  # type: ignore[misc]  # kazoo is untyped
     def acl_for(self, path: str) -> list[ACL]:
         return default_acls(self.secure_acls, path)
 
-    def create_async(self, path: str, value: bytes = b"", acl: Any = None,
-                     ephemeral: bool = False, sequence: bool = False,
-                     makepath: bool = False, include_data: bool = False) -> Any:
+    def create_async(
+        self,
+        path: str,
+        value: bytes = b"",
+        acl: Any = None,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+        include_data: bool = False,
+    ) -> Any:
         if acl is None:
             acl = self.acl_for(path)
-        return super().create_async(path, value, acl=acl, ephemeral=ephemeral,
-                                    sequence=sequence, makepath=makepath,
-                                    include_data=include_data)
+        return super().create_async(
+            path,
+            value,
+            acl=acl,
+            ephemeral=ephemeral,
+            sequence=sequence,
+            makepath=makepath,
+            include_data=include_data,
+        )
 
     def transaction(self) -> _AclTransactionRequest:
         return _AclTransactionRequest(self)
 
 
-def migrate_acls(zk: KazooClient, secure: bool, *,
-                 on_path: Callable[[str, list[ACL]], None] | None = None) -> int:
+def migrate_acls(
+    zk: KazooClient, secure: bool, *, on_path: Callable[[str, list[ACL]], None] | None = None
+) -> int:
     """Kafka's ``ZkSecurityMigrator``: set :func:`default_acls` on every znode under the
     client's root (its chroot), ``/zookeeper`` excepted; returns the number of znodes set.
 

@@ -10,10 +10,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError
+from kazoo.exceptions import AuthFailedError, NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE, Permissions
 
 from odradek.cli.main import main
+from odradek.cluster import addresses
 from odradek.config import BrokerConfig, ConfigError
 from odradek.zk.acls import default_acls, is_sensitive_path, migrate_acls, parse_zk_auth
 from odradek.zk.client import connect_zk
@@ -166,3 +167,48 @@ def test_migrate_acls_counts_every_znode(sessions: Callable[..., KazooClient]) -
     seen: list[str] = []
     assert migrate_acls(zk, True, on_path=lambda p, _a: seen.append(p)) == 6  # + chroot
     assert sorted(seen) == ["/a", "/a/b", "/a/b/c", "/a/d", "/e", zk.chroot]
+
+
+@pytest.fixture(scope="module")
+def sasl_zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper with SASL DIGEST-MD5 (JAAS Server section with user kafka): Kafka's
+    way of authenticating brokers to ZooKeeper."""
+    owner = tmp_path_factory.mktemp("sasl-zk-owner")
+    block = addresses.claim_block(owner, n_brokers=8)
+    try:
+        with ZooKeeperServer(tmp_path_factory.mktemp("sasl-zk"), addresses.zk_address(block),
+                             addresses.ZK_PORT, sasl_users={"kafka": "kafka-secret"}) as srv:
+            yield srv
+    finally:
+        addresses.release_block(block, owner)
+
+
+def test_sasl_digest_md5_authentication(sasl_zk_server: ZooKeeperServer,
+                                        request: pytest.FixtureRequest) -> None:
+    assert (sasl_zk_server.jaas_path.stat().st_mode & 0o077) == 0
+    connect = sasl_zk_server.connect + "/" + request.node.name
+    made: list[KazooClient] = []
+    try:
+        broker = connect_zk(connect, source_ip=None, session_timeout_s=4.0,
+                            auth=parse_zk_auth("sasl:kafka:kafka-secret"), secure_acls=True)
+        made.append(broker)
+        broker.create("/brokers/ids/1", b"{}", makepath=True)
+        broker.create("/config/users/alice", b"creds", makepath=True)
+        acls, _ = broker.get_acls("/brokers/ids/1")
+        assert sorted((a.id.scheme, a.id.id, a.perms) for a in acls) == [
+            ("sasl", "kafka", Permissions.ALL), ("world", "anyone", Permissions.READ)]
+        anyone = connect_zk(connect, source_ip=None, session_timeout_s=4.0)
+        made.append(anyone)
+        with pytest.raises(NoAuthError):
+            anyone.set("/brokers/ids/1", b"x")
+        with pytest.raises(NoAuthError):
+            anyone.get("/config/users/alice")
+        # A wrong password gets no session at all (ZooKeeper ends the SASL exchange).
+        with pytest.raises(AuthFailedError):
+            made.append(connect_zk(connect, source_ip=None, session_timeout_s=4.0,
+                                   timeout_s=5.0,
+                                   auth=parse_zk_auth("sasl:kafka:wrong"), secure_acls=True))
+    finally:
+        for zk in made:
+            zk.stop()
+            zk.close()
