@@ -7,7 +7,10 @@ confluent-kafka's transactional producer on a SASL_SSL cluster (ZooKeeper secure
 * AddOffsetsToTxn without READ on the group -> GROUP_AUTHORIZATION_FAILED;
 * TxnOffsetCommit without READ on a topic -> TOPIC_AUTHORIZATION_FAILED;
 * EndTxn after WRITE on the TransactionalId was revoked ->
-  TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+* DescribeTransactions of an id without DESCRIBE -> TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+  ListTransactions leaves such ids out, WriteTxnMarkers from a client (no CLUSTER_ACTION)
+  -> CLUSTER_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
@@ -39,8 +42,19 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+from kio.schema.list_transactions.v0.request import ListTransactionsRequest
+from kio.schema.types import ProducerId, TopicName, TransactionalId
+from kio.schema.write_txn_markers.v1.request import (
+    WritableTxnMarker,
+    WritableTxnMarkerTopic,
+    WriteTxnMarkersRequest,
+)
+from kio.static.primitive import i16, i32
+
+from odradek.cli.transactions_cmd import parse_describe_transactions
 from odradek.cluster.local import LocalCluster
-from security_util import access
+from security_util import access, raw_connection
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -111,6 +125,23 @@ def _started(p: Producer, topic: str) -> None:
     assert p.flush(30) == 0
 
 
+TXN_ID_DENIED = 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def _described(conn: Any, txn_id: str) -> int:
+    # Parsed by hand (odradek transactions' parser): kio's decoder refuses the -1 start
+    # time Kafka sends for a transaction that is not ongoing.
+    conn.send(DescribeTransactionsRequest(transactional_ids=(TransactionalId(txn_id),)))
+    _key, _version, body = conn.receive_frame()
+    return int(parse_describe_transactions(bytes(body))[0].error_code)
+
+
+def _listed(conn: Any) -> set[str]:
+    r = conn.request(ListTransactionsRequest(state_filters=(), producer_id_filters=()))
+    assert int(r.error_code) == 0
+    return {str(x.transactional_id) for x in r.transaction_states}
+
+
 def _code(e: KafkaException) -> int:
     return int(e.args[0].code())
 
@@ -161,6 +192,8 @@ def test_transaction_apis_check_acls(secure: LocalCluster) -> None:
     with pytest.raises(KafkaException) as e:
         p.commit_transaction(30)
     assert _code(e.value) == KafkaError.TOPIC_AUTHORIZATION_FAILED, e.value
+    # refused by AddPartitionsToTxn itself, not only later by the Produce
+    assert "add partition" in e.value.args[0].str().lower(), e.value
     assert e.value.args[0].txn_requires_abort()
     p.abort_transaction(30)
 
@@ -181,6 +214,31 @@ def test_transaction_apis_check_acls(secure: LocalCluster) -> None:
     assert _code(e.value) == KafkaError.TOPIC_AUTHORIZATION_FAILED, e.value
     p.abort_transaction(30)
     p.flush(10)
+
+    # Describe/ListTransactions (DESCRIBE on the TransactionalId; WRITE implies it) and
+    # WriteTxnMarkers (CLUSTER_ACTION: brokers only), over bob's own SASL_SSL connection.
+    bob_conn = raw_connection(access(c, "SASL_SSL", "SCRAM-SHA-512", "bob", "bob-secret"))
+    admin_conn = raw_connection(access(c, "SASL_SSL", "SCRAM-SHA-512"))
+    other = f"tx-other-{uuid.uuid4().hex[:6]}"
+    try:
+        other_p = Producer({**access(c, "SASL_SSL", "SCRAM-SHA-512").confluent(),
+                            "transactional.id": other})
+        other_p.init_transactions(30)  # a transaction bob may not see
+        assert _described(bob_conn, txn) == 0
+        assert _described(bob_conn, other) == TXN_ID_DENIED
+        assert _described(admin_conn, other) == 0
+        assert txn in _listed(bob_conn) and other not in _listed(bob_conn)
+        assert {txn, other} <= _listed(admin_conn)
+        markers = bob_conn.request(WriteTxnMarkersRequest(markers=(WritableTxnMarker(
+            producer_id=ProducerId(1), producer_epoch=i16(0), transaction_result=True,
+            topics=(WritableTxnMarkerTopic(name=TopicName(t), partition_indexes=(i32(0),)),),
+            coordinator_epoch=i32(0)),)))
+        codes = [int(pp.error_code) for m in markers.markers for tt in m.topics
+                 for pp in tt.partitions]
+        assert codes == [KafkaError.CLUSTER_AUTHORIZATION_FAILED]
+    finally:
+        bob_conn.close()
+        admin_conn.close()
 
     # EndTxn: WRITE on the TransactionalId revoked in the middle of a transaction.
     p.begin_transaction()
