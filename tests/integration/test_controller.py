@@ -290,3 +290,33 @@ def test_controlled_shutdown_moves_leadership(make_cluster: Any, topic_name: str
     for p in (0, 3):
         assert after[p].leader_epoch == before[p].leader_epoch + 1  # type: ignore[union-attr]
     assert c.zk_client().exists("/admin/controlled_shutdown/1") is None
+
+
+def test_a_starting_broker_serves_once_it_knows_the_controller(make_cluster: Any) -> None:
+    """A broker answers its first request only once its image names a registered
+    controller: a Metadata answer without one (controller_id -1, or a broker that is not
+    there) makes librdkafka's admin client wait for a broker state change before
+    sending CreateTopics to the controller — the first CreateTopics of a fresh cluster
+    used to time out after 30 s. ZooKeeper holds /controller for a broker id that does
+    not exist while broker 1 restarts; a Metadata request sent while it is held is
+    answered, once it is released, naming broker 1."""
+    import json
+
+    from rawclient import RawClient, metadata_request
+
+    c = make_cluster(1, broker_config=BASE)
+    c.stop_broker(1)
+    holder = c.zk_client()
+    wait_for(lambda: not holder.exists(znodes.CONTROLLER), 10, "/controller to go")
+    holder.create(znodes.CONTROLLER, json.dumps(
+        {"version": 1, "brokerid": 99, "timestamp": "0"}).encode(), ephemeral=True)
+    try:
+        c.start_broker(1)  # TCP accepts (listen backlog) and registered
+        raw = RawClient.to(c.broker(1).address, timeout=30)
+        cid = raw.send(metadata_request(None))
+    finally:
+        holder.delete(znodes.CONTROLLER)  # broker 1 elects itself now
+    with raw:
+        answer = raw.receive(3, 12, cid)
+    assert answer.controller_id == 1
+    assert [b.node_id for b in answer.brokers] == [1]

@@ -77,6 +77,10 @@ CONTROLLED_SHUTDOWN_TIMEOUT_S = 15.0  # how long a stopping broker waits for the
 # With a metrics.listener, the stall detector runs at this threshold unless
 # ODRADEK_LOOP_STALL_MS says otherwise (its figures are exported).
 METRICS_STALL_THRESHOLD_MS = 250.0
+# How long a starting broker waits for the image to name a controller before it serves
+# (``_await_controller``): an election takes milliseconds unless a stale /controller
+# waits for its session to expire.
+_CONTROLLER_WAIT_S = 10.0
 _LOG_CONFIG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
 T = TypeVar("T")
 
@@ -257,6 +261,7 @@ class Broker:
         self.controller.start()
         self.groups.start()  # consumer groups (issue 4)
         self.txns.start()  # transactions (issue 18)
+        await self._await_controller(min(session_s, _CONTROLLER_WAIT_S))
         for server in self.socket_servers.values():
             server.start_serving()
         self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
@@ -265,6 +270,28 @@ class Broker:
         logger.info("broker %d serving on %s (advertised %s)", self.broker_id,
                  ", ".join(f"{s} ({s.protocol})" for s in lc.listeners(self.config)),
                  ", ".join(str(s) for s in lc.advertised_listeners(self.config)))
+
+    async def _await_controller(self, timeout_s: float) -> None:
+        """Serve only once the image names a registered controller (bounded).
+
+        A Kafka broker learns the cluster from the controller's UpdateMetadata, so its
+        Metadata never lists brokers without a controller. Ours reads ZooKeeper and could:
+        a broker that started just before the first election answered Metadata with
+        ``controller_id=-1``, and librdkafka's admin client then waits for a broker state
+        change that may never come before sending CreateTopics to the controller (seen in
+        CI: the first CreateTopics of a fresh cluster timed out after 30 s). After the
+        bound the broker serves anyway: a cluster without a controller must still answer
+        produce and fetch (REQ-R12 failover does not wait for this broker)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            image = self.context.image
+            if image.controller_id in image.brokers:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                logger.warning("no controller known after %.1f s: serving anyway", timeout_s)
+                return
+            await self.wait_for_image(min(left, 0.5))
 
     # ------------------------------------------------------------------ listeners
     def _make_socket_servers(self) -> None:

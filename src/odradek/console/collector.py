@@ -3,8 +3,9 @@ Prometheus, and publishes snapshots (kafka-exporter does the same for consumer l
 
 One thread, one round every ``interval_s``: Metadata + topic configs (``fetch_view``),
 ListOffsets (earliest, latest) for every partition, ListGroups / DescribeGroups /
-OffsetFetch for every consumer group, and a scrape of each broker's ``/metrics``
-(concurrently, each with its own deadline, so one hung broker costs one timeout).
+OffsetFetch for every consumer group (console/groups.py, Odradek's own client), and a
+scrape of each broker's ``/metrics`` (concurrently, each with its own deadline, so one
+hung broker costs one timeout).
 Failures are recorded in the snapshot's ``errors`` and the round goes on with what it
 has: the console must keep working while brokers die.
 """
@@ -19,11 +20,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from odradek.cluster import procs
 from odradek.cluster.health import fetch_view
-from odradek.console.snapshot import RawGroup, RawState, Snapshot, SnapshotBuilder
+from odradek.console.groups import GroupReader
+from odradek.console.snapshot import RawState, Snapshot, SnapshotBuilder
 from odradek.metrics.scrape import Samples, scrape
 
 logger = logging.getLogger(__name__)
@@ -47,14 +48,6 @@ def local_cluster_brokers(cluster_dir: Path) -> tuple[dict[int, str], dict[int, 
     return urls, pids
 
 
-def _group_state(desc: Any) -> str:
-    s = desc.state
-    name = getattr(s, "name", str(s))
-    return {"STABLE": "Stable", "EMPTY": "Empty", "DEAD": "Dead",
-            "PREPARING_REBALANCING": "PreparingRebalance",
-            "COMPLETING_REBALANCING": "CompletingRebalance"}.get(name, name.title())
-
-
 class ClusterCollector:
     def __init__(self, bootstrap: str, on_snapshot: Callable[[Snapshot], None], *,
                  interval_s: float = 1.0, cluster_dir: Path | None = None,
@@ -71,6 +64,9 @@ class ClusterCollector:
         self.admin = AdminClient({"bootstrap.servers": bootstrap,
                                   "logger": logging.getLogger("odradek.console.librdkafka"),
                                   "socket.connection.setup.timeout.ms": 3000})
+        # Consumer groups through Odradek's own client: librdkafka's group admin calls
+        # can abort the process when a coordinator dies (console/groups.py says why).
+        self.group_reader = GroupReader(bootstrap, REQUEST_TIMEOUT_S)
         self.builder = SnapshotBuilder()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="console-scrape")
         self._stop = threading.Event()
@@ -84,6 +80,8 @@ class ClusterCollector:
         self._stop.set()
         self._thread.join(timeout=REQUEST_TIMEOUT_S * 3)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if not self._thread.is_alive():  # else the round still owns the client
+            self.group_reader.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -151,50 +149,9 @@ class ClusterCollector:
                     continue
 
     def _groups(self, raw: RawState) -> None:
-        from confluent_kafka import ConsumerGroupTopicPartitions  # noqa: PLC0415
-
-        try:
-            listing = self.admin.list_consumer_groups(
-                request_timeout=REQUEST_TIMEOUT_S).result(REQUEST_TIMEOUT_S)
-            ids = sorted(g.group_id for g in listing.valid)
-        except Exception as e:  # noqa: BLE001
-            raw.errors.append(f"list groups: {e}")
-            return
-        if not ids:
-            return
-        try:
-            descs = self.admin.describe_consumer_groups(ids, request_timeout=REQUEST_TIMEOUT_S)
-        except Exception as e:  # noqa: BLE001
-            raw.errors.append(f"describe groups: {e}")
-            return
-        # OffsetFetch is one group per request in librdkafka: send them all, then wait
-        # for every answer with one deadline (a dead coordinator costs one timeout).
-        offs_futs = {}
-        for gid in ids:
-            try:
-                offs_futs[gid] = self.admin.list_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(gid)],
-                    request_timeout=REQUEST_TIMEOUT_S)[gid]
-            except Exception as e:  # noqa: BLE001
-                raw.errors.append(f"group {gid}: {e}")
-        concurrent.futures.wait([*descs.values(), *offs_futs.values()],
-                                timeout=REQUEST_TIMEOUT_S)
-        for gid in ids:
-            try:
-                d = descs[gid].result(0)
-                offs = offs_futs[gid].result(0)
-            except Exception as e:  # noqa: BLE001 - not answered in time, or an error
-                raw.errors.append(f"group {gid}: {e or type(e).__name__}")
-                continue
-            members = [(m.member_id, m.client_id, m.host or "",
-                        [(tp.topic, tp.partition) for tp in
-                         (m.assignment.topic_partitions if m.assignment else [])])
-                       for m in d.members]
-            committed = {(tp.topic, tp.partition): tp.offset
-                         for tp in offs.topic_partitions if tp.offset >= 0}
-            coord = d.coordinator.id if d.coordinator is not None else -1
-            raw.groups.append(RawGroup(gid, _group_state(d), d.partition_assignor or "",
-                                       coord, members, committed))
+        groups, errors = self.group_reader.read()
+        raw.groups.extend(groups)
+        raw.errors.extend(errors)
 
 
 def _scrape_or_none(url: str) -> Samples | None:

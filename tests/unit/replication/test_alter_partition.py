@@ -135,9 +135,13 @@ def test_isr_expansion_of_many_partitions_is_batched(tmp_path: Path) -> None:
         async with ReplicationHarness(tmp_path, partitions=n) as h:
             for p in range(n):
                 h.controller.elect(p, leader=1, isr=(1,))
+            # The leader applies a write's outcome after the store answered: wait for both
+            # the znodes and the leader's own view (checking the second after the first
+            # raced under load).
             await h.wait_until(lambda: all(
-                h.controller.znodes[p].isr == (1, 2, 3) for p in range(n)),
-                "every ISR full", timeout_s=20)
+                h.controller.znodes[p].isr == (1, 2, 3) and h.partition(1, p).isr == (1, 2, 3)
+                for p in range(n)), "every ISR full, in ZooKeeper and at the leader",
+                timeout_s=20)
             mgr = h.replicas[1].alter_partition
             assert mgr is not None
             expansions = [x for x in h.controller.writes if x.topic == TOPIC]
