@@ -5,10 +5,12 @@ manager authenticate with one digest identity and create every znode with Kafka'
 secure ACLs (zookeeper.set.acl=true). A ZooKeeper client without that identity must not
 be able to rewrite broker registrations, partition state, the controller, topic configs
 or admin requests, nor read the SCRAM credentials -- while the cluster still elects,
-fails over after a SIGKILL, and serves clients."""
+fails over after a SIGKILL, serves clients, and takes a new broker (cluster add-broker on
+a secured cluster) that partitions are reassigned onto."""
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,7 @@ from odradek.cluster.security_setup import client_config
 from odradek.zk.client import connect_zk
 
 from replication_util import consume_all, create_topic, partition_meta, produce
+from security_util import odradek
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -47,7 +50,7 @@ def anyone(secured: LocalCluster) -> Iterator[KazooClient]:
 
 
 def test_unauthenticated_zookeeper_client_cannot_rewrite_the_cluster(
-        secured: LocalCluster, anyone: KazooClient) -> None:
+        secured: LocalCluster, anyone: KazooClient, tmp_path: Path) -> None:
     c, topic = secured, "zk-acl"
     sec = client_config(c.client_properties)
     bs = c.bootstrap_servers
@@ -108,5 +111,17 @@ def test_unauthenticated_zookeeper_client_cannot_rewrite_the_cluster(
     read = consume_all(bs, topic, [0, 1], security=sec)
     values = {v for recs in read.values() for _, v in recs}
     assert set(acked) | set(acked2) <= values
+
+    # A broker added to the running secured cluster (its own certificate from the
+    # cluster's CA, the SCRAM inter-broker user, the ZooKeeper identity) takes replicas.
+    new = c.add_broker()
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [new.id, *sorted(meta()[0].replicas)[:2]]}]}))
+    r = odradek("reassign-partitions", "--bootstrap-server", bs, "--command-config",
+                str(c.client_properties), "--execute", "--reassignment-json-file", str(plan))
+    assert r.returncode == 0, r.stdout + r.stderr
+    wait_for(lambda: new.id in meta()[0].isrs and len(meta()[0].replicas) == 3, 60,
+             "the added broker to join partition 0's ISR over SASL_SSL")
     for b in c.brokers:  # no broker was refused by its own ACLs
         assert "NoAuth" not in Path(b.log).read_text(errors="replace"), b.id

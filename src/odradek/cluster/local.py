@@ -427,9 +427,18 @@ class LocalCluster:
         first = self.brokers[0]
         base = {k: v for k, v in _read_properties(Path(first.config)).items()
                 if k not in _PER_BROKER_KEYS}
+        new_id, slot = max(x.id for x in self.brokers) + 1, len(self.brokers) + 1
+        if self.security == "sasl_ssl":
+            from odradek.cluster.security_setup import added_broker_properties
+
+            # Its own certificate from the cluster's CA and the first broker's listeners
+            # on its own address (the SCRAM inter-broker user and ZooKeeper identity
+            # come with the copied properties).
+            base.update(added_broker_properties(
+                self.dir, _read_properties(Path(first.config)), new_id, first.host,
+                self._broker_address(slot)))
         base.update(overrides or {})
-        b = self._write_broker_config(max(x.id for x in self.brokers) + 1, base, None,
-                                      slot=len(self.brokers) + 1)
+        b = self._write_broker_config(new_id, base, None, slot=slot)
         self.brokers.append(b)
         self.save()
         self._launch_broker(b)
