@@ -15,6 +15,7 @@ Precedence rules copied from Kafka:
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -36,6 +37,7 @@ from odradek.configdefs import (
     parse_list,
 )
 from odradek.errors import ErrorCode, KafkaError
+from odradek.security.zookeeper_auth import parse_zk_auth
 
 __all__ = [
     "BrokerConfig",
@@ -214,6 +216,23 @@ def _retention_ms(values: dict[str, Any]) -> int:
     return -1 if ms < 0 else ms
 
 
+def _check_zookeeper_security(values: Mapping[str, Any]) -> None:
+    """``zookeeper.set.acl=true`` without ZooKeeper authentication stops the broker, as
+    in Kafka ("zookeeper.set.acl is true, but ZooKeeper client TLS configuration
+    identifying at least ... was not present"): creator-only ACLs need a creator."""
+    try:
+        auth = parse_zk_auth(values["odradek.zookeeper.auth"])
+    except ValueError as e:
+        raise ConfigError("odradek.zookeeper.auth", f"Invalid odradek.zookeeper.auth: {e}") from None
+    if values["zookeeper.set.acl"] and auth is None:
+        raise ConfigError("zookeeper.set.acl",
+                          "zookeeper.set.acl is true, but no ZooKeeper authentication is "
+                          "configured (set odradek.zookeeper.auth)")
+    if auth is not None and auth.scheme == "sasl" and importlib.util.find_spec("puresasl") is None:
+        raise ConfigError("odradek.zookeeper.auth", "ZooKeeper SASL needs the pure-sasl "
+                          "package (kazoo's SASL client): pip install pure-sasl")
+
+
 @dataclass
 class BrokerConfig:
     """A broker's ``server.properties``, typed, with Kafka's defaults."""
@@ -303,6 +322,7 @@ class BrokerConfig:
             raise ConfigError("max.connections.per.ip",
                               "max.connections.per.ip can be set to zero only if "
                               "max.connections.per.ip.overrides property is set.")
+        _check_zookeeper_security(values)
         roll_ms = values["log.roll.ms"]
         if roll_ms is None:
             roll_ms = values["log.roll.hours"] * 3_600_000

@@ -668,13 +668,15 @@ _BROKER_LIST: list[ConfigDef] = [
        "Allow an operation on a resource that has no ACL at all."),
     # --- ZooKeeper security (issue 14) ---
     _b("zookeeper.set.acl", T.BOOLEAN, "false",
-       "Create znodes with ACLs: creator-only write (and no world read of user "
-       "credentials); needs ZooKeeper authentication. Not implemented yet: true stops "
-       "the broker at start."),
+       "Create every znode with Kafka's secure ACLs: all rights for the creating "
+       "(authenticated) identity, world read except for /config/users, /config/brokers "
+       "and /delegation_token (creator only). Needs odradek.zookeeper.auth. Existing "
+       "znodes keep their ACLs: see odradek zookeeper-security-migration."),
     _b("odradek.zookeeper.auth", T.PASSWORD, None,
-       "Beyond Kafka's properties (Kafka takes it from a JAAS file): ZooKeeper "
-       "authentication as scheme:credentials, e.g. digest:kafka:secret. Not implemented "
-       "yet: setting it stops the broker at start."),
+       "Beyond Kafka's properties (Kafka takes it from a JAAS Client section): how the "
+       "broker authenticates to ZooKeeper, digest:<user>:<password> (ZooKeeper's digest "
+       "scheme) or sasl:<user>:<password> (SASL DIGEST-MD5 against the server's JAAS "
+       "Server section). Every broker must use the same identity."),
 ]
 
 BROKER_CONFIGS: Final[dict[str, ConfigDef]] = {d.name: d for d in _BROKER_LIST}
@@ -742,11 +744,6 @@ _BROKER_SUPPORT: dict[str, tuple[Support, str]] = {
     "group.max.size": (Support.IGNORED, "group size is not limited"),
     "ssl.protocol": (Support.IGNORED, "the TLS versions offered are ssl.enabled.protocols; "
                      "the handshake picks the highest both sides support"),
-    "zookeeper.set.acl": (Support.REFUSED, "ZooKeeper authentication and znode ACLs are "
-                          "not implemented yet"),
-    "odradek.zookeeper.auth": (Support.REFUSED, "ZooKeeper authentication and znode ACLs "
-                               "are not implemented yet (any value stops the broker at "
-                               "start)"),
 }
 
 

@@ -101,11 +101,17 @@ def test_mapped_listener_names_and_sasl_settings(tmp_path: Path) -> None:
     assert "Odradek provides" in proc.stdout + proc.stderr
 
 
-def test_zookeeper_acls_are_refused_until_implemented(tmp_path: Path) -> None:
-    """zookeeper.set.acl is not built yet: the broker says so instead of running with
-    znodes every ZooKeeper client may rewrite."""
+def test_zookeeper_acls_without_zookeeper_authentication_stop_the_broker(
+        tmp_path: Path) -> None:
+    """zookeeper.set.acl=true needs an authenticated creator (Kafka refuses it without a
+    JAAS Client section too): the broker says so instead of starting."""
     proc = _start(tmp_path, {"listeners": "PLAINTEXT://127.0.0.1:19095",
                              "zookeeper.set.acl": "true"})
     assert proc.returncode == 1
-    assert "ZooKeeper authentication and znode ACLs are not implemented yet" \
+    assert "zookeeper.set.acl is true, but no ZooKeeper authentication is configured" \
         in proc.stdout + proc.stderr
+    proc = _start(tmp_path, {"listeners": "PLAINTEXT://127.0.0.1:19095",
+                             "odradek.zookeeper.auth": "kafka:no-scheme"})
+    assert proc.returncode == 1
+    assert "Invalid odradek.zookeeper.auth" in proc.stdout + proc.stderr
+    assert "no-scheme" not in proc.stdout + proc.stderr  # the secret is not echoed

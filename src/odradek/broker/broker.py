@@ -66,6 +66,7 @@ from odradek.server.session import Session
 from odradek.server.socket_server import ConnectionQuotas, SocketServer
 from odradek.storage.log import LogConfig
 from odradek.zk import znodes
+from odradek.zk.acls import parse_zk_auth
 from odradek.zk.client import connect_zk
 from odradek.zk.kafka_zk_client import KafkaZkClient
 
@@ -239,7 +240,9 @@ class Broker:
         self.zk = await asyncio.to_thread(
             connect_zk, self.config.zookeeper_connect, source_ip=self.advertised_host,
             session_timeout_s=session_s,
-            timeout_s=self.config.zookeeper_connection_timeout() / 1000)
+            timeout_s=self.config.zookeeper_connection_timeout() / 1000,
+            auth=parse_zk_auth(self.config.get("odradek.zookeeper.auth")),
+            secure_acls=self.config.get("zookeeper.set.acl"))
         if self.metrics is not None and self.zk is not None:
             self.zk.add_listener(self.metrics.zk_session.on_state)
         registration = self._registration()

@@ -24,6 +24,7 @@ _SUBCOMMAND_MODULES = (
     "odradek.cli.console_cmd",
     "odradek.cli.transactions_cmd",
     "odradek.cli.reassign_partitions_cmd",
+    "odradek.cli.zookeeper_security_cmd",
 )
 
 

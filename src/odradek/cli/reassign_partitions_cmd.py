@@ -30,8 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from odradek.cli.common import add_command_config, command_properties
 from odradek.client.connection import KafkaConnection, parse_address
 from odradek.protocol.client_codec import nested_request, request_entity
+from odradek.security.client_security import PLAINTEXT, ClientSecurity
 from odradek.zk.assignment import assign_replicas
 
 TopicPartition = tuple[str, int]
@@ -68,6 +70,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--topics-to-move-json-file", type=Path)
     p.add_argument("--broker-list", help="comma-separated broker ids (--generate)")
     p.add_argument("--reassignment-json-file", type=Path)
+    add_command_config(p)
     p.add_argument(
         "--throttle",
         type=int,
@@ -179,7 +182,10 @@ def throttle_configs(current: Assignment, proposed: Assignment) -> dict[str, tup
 
 # =============================================================================== wire
 class _Admin:
-    def __init__(self, bootstrap: str, timeout_s: float) -> None:
+    def __init__(
+        self, bootstrap: str, timeout_s: float, security: ClientSecurity = PLAINTEXT
+    ) -> None:
+        self.security = security
         last: Exception | None = None
         for addr in bootstrap.split(","):
             try:
@@ -187,6 +193,7 @@ class _Admin:
                     *parse_address(addr.strip()),
                     timeout_s=timeout_s,
                     client_id="odradek-reassign-partitions",
+                    security=security,
                 )
                 break
             except OSError as e:
@@ -279,7 +286,10 @@ class _Admin:
             if addr is None:
                 raise ReassignError(f"broker {r[1]} is not registered")
             with KafkaConnection(
-                *addr, timeout_s=self.timeout_s, client_id="odradek-reassign-partitions"
+                *addr,
+                timeout_s=self.timeout_s,
+                client_id="odradek-reassign-partitions",
+                security=self.security,
             ) as conn:
                 self._alter_configs_on(conn, [r])
 
@@ -333,7 +343,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    admin = _Admin(args.bootstrap_server, args.timeout)
+    try:
+        security = ClientSecurity.from_properties(command_properties(args))
+    except ValueError as e:
+        raise ReassignError(f"--command-config: {e}") from None
+    admin = _Admin(args.bootstrap_server, args.timeout, security)
     if args.list:
         moving = admin.ongoing()
         if not moving:

@@ -45,6 +45,7 @@ from odradek.client.wire import (
     encode_fetch_request,
 )
 from odradek.errors import ErrorCode, KafkaError, error_name
+from odradek.security.client_security import PLAINTEXT, ClientSecurity
 
 __all__ = ["FetchConfig", "PartitionFetcher"]
 
@@ -66,6 +67,8 @@ class FetchConfig:
     hw_grace_s: float = 30.0
     socket_timeout_s: float = 60.0
     client_id: str = "odradek"
+    # TLS / SASL of the connections (security.protocol, sasl.*, ssl.*: issue 14).
+    security: ClientSecurity = PLAINTEXT
 
 
 class PartitionFetcher:
@@ -83,7 +86,7 @@ class PartitionFetcher:
         self.cluster = ClusterClient(
             bootstrap_servers, client_id=config.client_id,
             timeout_s=config.socket_timeout_s + config.max_wait_ms / 1000,
-            max_response_bytes=fetch_bytes + _RESPONSE_SLACK)
+            max_response_bytes=fetch_bytes + _RESPONSE_SLACK, security=config.security)
         self.fetch_bytes = fetch_bytes
         self.position = start
         self.fetches = 0

@@ -40,6 +40,7 @@ from odradek.client.wire import (
     encode_produce_request,
 )
 from odradek.errors import ErrorCode, KafkaError, error_name
+from odradek.security.client_security import PLAINTEXT, ClientSecurity
 from odradek.storage.batch import ATTRIBUTES_OFFSET, BATCH_HEADER_SIZE, HEADER_STRUCT
 
 __all__ = ["ProduceConfig", "BatchProducer", "ProduceFailed"]
@@ -70,6 +71,8 @@ class ProduceConfig:
     buffer_bytes: int = 64 << 20  # queued, unacknowledged bytes before append blocks
     client_id: str = "odradek"
     socket_timeout_s: float = 60.0
+    # TLS / SASL of the connections (security.protocol, sasl.*, ssl.*: issue 14).
+    security: ClientSecurity = PLAINTEXT
 
 
 @dataclass(slots=True)
@@ -104,7 +107,8 @@ class BatchProducer:
         if not 1 <= self.config.max_in_flight <= 5:
             raise ValueError("max_in_flight must be 1..5 for an idempotent producer (KIP-98)")
         self.cluster = ClusterClient(bootstrap_servers, client_id=self.config.client_id,
-                                     timeout_s=self.config.socket_timeout_s)
+                                     timeout_s=self.config.socket_timeout_s,
+                                     security=self.config.security)
         self.producer_id, self.producer_epoch = self.cluster.init_producer_id()
         self._parts: dict[TP, _PartitionState] = {}
         self._requests: dict[int, deque[_Request]] = {}  # broker -> in flight, oldest first

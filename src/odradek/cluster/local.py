@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -39,6 +40,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from odradek.cluster import addresses, netns, procs
 from odradek.errors import ErrorCode, KafkaError
 from odradek.zk import znodes
+from odradek.zk.acls import parse_zk_auth
 from odradek.zk.client import connect_zk
 from odradek.zk.server import ZooKeeperServer, cgroup2_root
 
@@ -48,6 +50,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_BROKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "odradek", "broker", "--config")
 STATE_FILE = "cluster.json"
+# The ZooKeeper digest user of a `--security sasl_ssl` cluster (brokers and manager).
+ZK_DIGEST_USER = "odradek"
 HOSTS_MODES = ("loopback", "netns")
 CLIENT_HOSTS = 2  # netns client hosts c1, c2: producers/consumers "on other machines"
 
@@ -144,6 +148,11 @@ class LocalCluster:
         # "plaintext" or "sasl_ssl" (issue 14); the latter with DIR/client.properties.
         self.security = "plaintext"
         self.client_properties: str | None = None
+        # ZooKeeper authentication of the brokers and of this manager (issue 14 item 5):
+        # a 0600 file holding ``odradek.zookeeper.auth`` (the secret stays out of
+        # cluster.json), and whether znodes are created with Kafka's secure ACLs.
+        self.zk_auth_file: str | None = None
+        self.zk_set_acl = False
         if self.state_path.exists():
             self._load()
             if broker_command is not None:
@@ -185,6 +194,8 @@ class LocalCluster:
         self.broker_command = list(state.get("broker_command") or DEFAULT_BROKER_COMMAND)
         self.security = state.get("security", "plaintext")
         self.client_properties = state.get("client_properties")
+        self.zk_auth_file = state.get("zk_auth_file")
+        self.zk_set_acl = bool(state.get("zk_set_acl", False))
         nodes = state.get("zookeeper_nodes") or [state["zookeeper"]]
         self.zookeeper_nodes = [
             ZkNodeInfo(
@@ -218,6 +229,8 @@ class LocalCluster:
             "broker_command": self.broker_command,
             "security": self.security,
             "client_properties": self.client_properties,
+            "zk_auth_file": self.zk_auth_file,
+            "zk_set_acl": self.zk_set_acl,
             "zookeeper": zk_json(self.zookeeper_nodes[0]) if self.zookeeper_nodes else None,
             "zookeeper_nodes": [zk_json(z) for z in self.zookeeper_nodes],
             "brokers": [asdict(b) for b in self.brokers],
@@ -336,6 +349,11 @@ class LocalCluster:
             overrides: dict[int, dict[str, str]] = {
                 first_broker_id + slot - 1: dict(broker_config or {})
                 for slot in range(1, n_brokers + 1)}
+            self._configure_zk_security(broker_config or {}, security)
+            if self.zk_auth_file is not None:
+                for props in overrides.values():
+                    props.setdefault("odradek.zookeeper.auth", self._zk_auth_value() or "")
+                    props.setdefault("zookeeper.set.acl", str(self.zk_set_acl).lower())
             if security == "sasl_ssl":
                 from odradek.cluster.security_setup import prepare
 
@@ -409,9 +427,18 @@ class LocalCluster:
         first = self.brokers[0]
         base = {k: v for k, v in _read_properties(Path(first.config)).items()
                 if k not in _PER_BROKER_KEYS}
+        new_id, slot = max(x.id for x in self.brokers) + 1, len(self.brokers) + 1
+        if self.security == "sasl_ssl":
+            from odradek.cluster.security_setup import added_broker_properties
+
+            # Its own certificate from the cluster's CA and the first broker's listeners
+            # on its own address (the SCRAM inter-broker user and ZooKeeper identity
+            # come with the copied properties).
+            base.update(added_broker_properties(
+                self.dir, _read_properties(Path(first.config)), new_id, first.host,
+                self._broker_address(slot)))
         base.update(overrides or {})
-        b = self._write_broker_config(max(x.id for x in self.brokers) + 1, base, None,
-                                      slot=len(self.brokers) + 1)
+        b = self._write_broker_config(new_id, base, None, slot=slot)
         self.brokers.append(b)
         self.save()
         self._launch_broker(b)
@@ -594,12 +621,48 @@ class LocalCluster:
 
     # ----------------------------------------------------------------- ZooKeeper client
 
+    def _configure_zk_security(self, broker_config: Mapping[str, str], security: str) -> None:
+        """Decide how brokers and this manager authenticate to ZooKeeper: the
+        operator's ``odradek.zookeeper.auth`` / ``zookeeper.set.acl`` if given; for
+        ``--security sasl_ssl`` a digest identity of the cluster's own (kept in
+        ``DIR/security/zookeeper.auth``, reused by a restart) with secure ACLs, so a
+        ZooKeeper client cannot rewrite partition state or read SCRAM credentials."""
+        auth = broker_config.get("odradek.zookeeper.auth")
+        set_acl = broker_config.get("zookeeper.set.acl", "").strip().lower() == "true"
+        path = self.dir / "security" / "zookeeper.auth"
+        if auth is None and security == "sasl_ssl":
+            if path.exists():
+                auth = path.read_text().strip()
+            else:
+                auth = f"digest:{ZK_DIGEST_USER}:{secrets.token_urlsafe(18)}"
+            set_acl = set_acl or "zookeeper.set.acl" not in broker_config
+        if auth is None:
+            self.zk_auth_file, self.zk_set_acl = None, set_acl
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.chmod(0o600)
+        path.write_text(auth + "\n")
+        self.zk_auth_file, self.zk_set_acl = str(path), set_acl
+        self.close_zk_client()  # reconnect authenticated
+
+    def _zk_auth_value(self) -> str | None:
+        if self.zk_auth_file is None:
+            return None
+        try:
+            return Path(self.zk_auth_file).read_text().strip() or None
+        except OSError:
+            return None
+
     def zk_client(self) -> KazooClient:
         """The manager's own ZooKeeper session (from 127.0.0.1, outside every block, so
-        fault rules on a block's addresses do not cut the manager off)."""
+        fault rules on a block's addresses do not cut the manager off). It authenticates
+        as the brokers do, so the znodes it creates (the admin's SCRAM credentials) are
+        theirs too."""
         if self._zk is None:
             self._zk = connect_zk(
-                self.zk_connect, source_ip=None, session_timeout_s=10.0, timeout_s=5.0
+                self.zk_connect, source_ip=None, session_timeout_s=10.0, timeout_s=5.0,
+                auth=parse_zk_auth(self._zk_auth_value()), secure_acls=self.zk_set_acl,
             )
         return self._zk
 

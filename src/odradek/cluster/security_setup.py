@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from odradek.cluster.certs import make_ca
+from odradek.cluster.certs import load_ca, make_ca
 from odradek.config import parse_properties
 from odradek.security.client_security import ClientSecurity
 from odradek.security.scram import MECHANISMS, credential_from_password
@@ -116,6 +116,21 @@ def prepare(directory: Path, brokers: dict[int, str], zk: KazooClient, *,
     props_path.chmod(0o600)
     return SecuritySetup(props_path, ca.cert_path, keystores, password,
                          tuple(extra_listeners), plain_users)
+
+
+def added_broker_properties(directory: Path, first: dict[str, str], broker_id: int,
+                            first_host: str, host: str) -> dict[str, str]:
+    """Properties of a broker added to a running ``sasl_ssl`` cluster: a keystore for
+    ``host`` issued by the cluster's CA (hostname verification between brokers must
+    pass) and the first broker's listeners moved to ``host``."""
+    sec_dir = directory / "security"
+    keystore = load_ca(sec_dir).issue(sec_dir / f"broker-{broker_id}.pem",
+                                      f"broker-{broker_id}", [host])
+    out = {"ssl.keystore.location": str(keystore)}
+    for key in ("listeners", "advertised.listeners"):
+        if key in first:
+            out[key] = first[key].replace(f"//{first_host}:", f"//{host}:")
+    return out
 
 
 def client_config(client_properties: str | Path | None) -> dict[str, str]:

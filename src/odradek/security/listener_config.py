@@ -262,12 +262,6 @@ def listener_security_errors(config: BrokerConfig) -> list[str]:
     if authorizer and authorizer != ACL_AUTHORIZER:
         errors.append(f"authorizer.class.name={authorizer}: Odradek provides "
                       f"{ACL_AUTHORIZER} (ZooKeeper-based ACLs) only")
-    if config.get("zookeeper.set.acl") or config.get("odradek.zookeeper.auth"):
-        # Issue 14 item 5 is not built yet: starting would leave the znodes as writable
-        # as before while the operator believes them protected.
-        errors.append("zookeeper.set.acl / odradek.zookeeper.auth: ZooKeeper "
-                      "authentication and znode ACLs are not implemented yet; refusing to "
-                      "start rather than leave the znodes writable by every ZooKeeper client")
     rules = config.get("ssl.principal.mapping.rules") or "DEFAULT"
     if rules.strip() != "DEFAULT":
         errors.append("ssl.principal.mapping.rules: only DEFAULT (the full subject DN) is "

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from odradek.client.producer import BatchProducer, ProduceConfig
 from odradek.errors import ErrorCode, KafkaError
-from odradek.spark.offsets import SparkOptionError
+from odradek.spark.offsets import SparkOptionError, client_security
 from odradek.storage.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -221,6 +221,7 @@ def produce_settings(conf: Mapping[str, str]) -> ProduceSettings:
             max_request_bytes=max_message,
             client_id=str(conf.get("client.id", "odradek-spark-sink")),
             socket_timeout_s=_positive(conf, "socket.timeout.ms", 60_000) / 1000,
+            security=client_security(conf),
         ))
 
 

@@ -20,7 +20,12 @@ from pyspark.sql.datasource import InputPartition
 
 from odradek.client.fetcher import FetchConfig, PartitionFetcher
 from odradek.spark.arrow import columns_to_batch
-from odradek.spark.offsets import DataLossError, OffsetRange, SparkOptionError
+from odradek.spark.offsets import (
+    DataLossError,
+    OffsetRange,
+    SparkOptionError,
+    client_security,
+)
 
 __all__ = ["read_range_columnar", "fetch_config"]
 
@@ -63,6 +68,7 @@ def fetch_config(opts: object) -> FetchConfig:
         hw_grace_s=min(poll_s, grace),
         socket_timeout_s=_int(conf, "socket.timeout.ms", 60_000) / 1000,
         client_id=str(conf.get("client.id", "odradek-spark")),
+        security=client_security(conf),
     )
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from odradek.errors import ErrorCode, KafkaError
+from odradek.security.client_security import ClientSecurity
 
 __all__ = [
     "TP", "EARLIEST", "LATEST", "SparkOptionError", "DataLossError", "OffsetSpec",
@@ -422,3 +423,13 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
                 out.append(OffsetRange(r.topic, r.partition, at, at + n))
             at += n
     return out
+
+
+def client_security(conf: Mapping[str, str]) -> ClientSecurity:
+    """The columnar client's TLS / SASL from librdkafka's names (``kafka.security.protocol``,
+    ``kafka.sasl.mechanism``, ``kafka.sasl.username``/``password``, ``kafka.ssl.ca.location``,
+    ...), as the confluent path would read them."""
+    try:
+        return ClientSecurity.from_properties(dict(conf))
+    except ValueError as e:
+        raise SparkOptionError(f"option 'kafka.security.protocol': {e}") from None

@@ -23,6 +23,7 @@ from odradek.client.cluster import EARLIEST, LATEST, ClusterClient
 from odradek.client.fetcher import FetchConfig, PartitionFetcher
 from odradek.client.producer import BatchProducer
 from odradek.errors import ErrorCode, KafkaError
+from odradek.spark.offsets import client_security
 from odradek.storage.batch import BATCH_HEADER_SIZE
 from odradek.storage.records import encode_batch
 
@@ -36,8 +37,10 @@ class NativeMarkers:
 
     def __init__(self, conf: Mapping[str, str]) -> None:
         self.bootstrap = conf["bootstrap.servers"]
+        self.security = client_security(conf)
         self.cluster = ClusterClient(self.bootstrap,
-                                     client_id=str(conf.get("client.id", "odradek-spark-sink")))
+                                     client_id=str(conf.get("client.id", "odradek-spark-sink")),
+                                     security=self.security)
 
     def close(self) -> None:
         self.cluster.close()
@@ -82,7 +85,8 @@ class NativeMarkers:
 
         out: list[dict[str, Any]] = []
         fetcher = PartitionFetcher(self.bootstrap, topic, 0, start, end,
-                                   FetchConfig(poll_timeout_s=60, client_id="odradek-spark-sink"),
+                                   FetchConfig(poll_timeout_s=60, client_id="odradek-spark-sink",
+                                               security=self.security),
                                    lost)
         for cols in fetcher:
             for i in range(cols.n):

@@ -47,7 +47,13 @@ from pyspark.sql.types import StructType
 from odradek.errors import ErrorCode, KafkaError
 from odradek.spark import offsets as om
 from odradek.spark.arrow import messages_to_batch, spark_ddl
-from odradek.spark.offsets import TP, DataLossError, OffsetRange, SparkOptionError
+from odradek.spark.offsets import (
+    TP,
+    DataLossError,
+    OffsetRange,
+    SparkOptionError,
+    client_security,
+)
 
 __all__ = ["OdradekDataSource", "SourceOptions", "OdradekStreamReader", "OdradekBatchReader",
            "RangePartition", "read_range", "client_config", "parse_client", "CLIENTS",
@@ -71,11 +77,10 @@ def parse_client(options: Mapping[str, str], conf: Mapping[str, str]) -> str:
     if client not in CLIENTS:
         raise SparkOptionError(f"option 'odradek.client' must be one of {', '.join(CLIENTS)}, "
                                f"got {client!r}")
-    protocol = str(conf.get("security.protocol", "plaintext")).lower()
-    if client == "columnar" and protocol != "plaintext":
-        raise SparkOptionError(f"kafka.security.protocol={protocol} needs "
-                               "odradek.client=confluent (the columnar client speaks PLAINTEXT)")
+    if client == "columnar":
+        client_security(conf)  # a bad security setting fails the query at once
     return client
+
 
 
 def client_config(options: Mapping[str, str]) -> dict[str, str]:
@@ -286,7 +291,8 @@ class _NativeClusterView(_ClusterView):
         self._isolation = 1 if read_committed(conf) else 0
         self._cluster = ClusterClient(conf["bootstrap.servers"],
                                       client_id=conf.get("client.id", "odradek-spark"),
-                                      timeout_s=int(conf.get("socket.timeout.ms", 60_000)) / 1000)
+                                      timeout_s=int(conf.get("socket.timeout.ms", 60_000)) / 1000,
+                                      security=client_security(conf))
         self._retries = retries
         self._retry_interval_s = retry_interval_s
 

@@ -15,6 +15,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import SequentialThreadingHandler
 
+from odradek.zk.acls import AclKazooClient, ZkAuth
+
 __all__ = ["BoundThreadingHandler", "connect_zk", "split_chroot"]
 
 
@@ -57,18 +59,28 @@ def connect_zk(
     source_ip: str | None,
     session_timeout_s: float,
     timeout_s: float = 10.0,
+    auth: ZkAuth | None = None,
+    secure_acls: bool = False,
 ) -> KazooClient:
     """Start a kazoo client (reconnecting forever) and wait up to ``timeout_s`` for a session.
 
     ``hosts`` is Kafka's ``zookeeper.connect``; a chroot is created if missing, as Kafka
-    does. Raises kazoo's ``timeout_exception`` if no session could be established (the
+    does. ``auth`` authenticates the session (digest or SASL DIGEST-MD5); with
+    ``secure_acls`` every znode the client creates gets Kafka's secure ACLs
+    (``zookeeper.set.acl``, see :mod:`odradek.zk.acls`). Raises kazoo's ``timeout_exception`` if no session could be established (the
     client is stopped and closed first, so no thread leaks).
     """
     base, chroot = split_chroot(hosts)
-    zk = KazooClient(
+    if secure_acls and auth is None:
+        # CREATOR_ALL_ACL needs an authenticated creator; ZooKeeper would answer
+        # InvalidACL to the first create. Kafka refuses this configuration at start too.
+        raise ValueError("zookeeper.set.acl=true needs ZooKeeper authentication")
+    zk = AclKazooClient(
         hosts=base,
         timeout=session_timeout_s,
         handler=BoundThreadingHandler(source_ip),
+        secure_acls=secure_acls,
+        **(auth.kazoo_options() if auth is not None else {}),
     )
     try:
         zk.start(timeout=timeout_s)

@@ -340,8 +340,17 @@ def watch_paths() -> tuple[str, ...]:
     return (LITERAL_CHANGES, EXTENDED_CHANGES, USERS_ROOT)
 
 
+def acl_store_paths() -> tuple[str, ...]:
+    """Kafka's ``KafkaZkClient.createAclPaths``: both ACL stores and a znode per resource
+    type. Created at start so that, with ``zookeeper.set.acl``, they carry the brokers'
+    ACLs: a path left to be created on the first CreateAcls could be created first by
+    any ZooKeeper client (the ZooKeeper root is world-writable) with its own ACL."""
+    return tuple(f"{root}/{pascal_name(t)}" for root in (LITERAL_ACL_ROOT, PREFIXED_ACL_ROOT)
+                 for t in _STORABLE_TYPES)
+
+
 def ensure_paths(zk: KazooClient) -> None:
-    for p in watch_paths():
+    for p in (*watch_paths(), *acl_store_paths()):
         zk.ensure_path(p)
 
 

@@ -101,6 +101,7 @@ class ZooKeeperServer:
         peers: list[tuple[int, str]] | None = None,
         tick_time: int = 500,
         command_prefix: list[str] | None = None,
+        sasl_users: dict[str, str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         # e.g. ``ip netns exec <ns>``: run the node on another (namespace) host.
@@ -112,6 +113,9 @@ class ZooKeeperServer:
         self.tick_time = tick_time
         self._proc: subprocess.Popen[bytes] | None = None
         self.cgroup: str | None = None  # path relative to the cgroup2 root, for iptables
+        # SASL DIGEST-MD5 users (name -> password) of the server's JAAS ``Server``
+        # section: what Kafka's brokers log in as with ``sasl:`` ZooKeeper auth.
+        self.sasl_users = dict(sasl_users) if sasl_users else None
 
     # ----------------------------------------------------------------- config
 
@@ -122,6 +126,10 @@ class ZooKeeperServer:
     @property
     def config_path(self) -> Path:
         return self.data_dir / "zoo.cfg"
+
+    @property
+    def jaas_path(self) -> Path:
+        return self.data_dir / "zookeeper_jaas.conf"
 
     @property
     def log_path(self) -> Path:
@@ -151,6 +159,14 @@ class ZooKeeperServer:
             "preAllocSize=4096",
             "snapCount=10000",
         ]
+        if self.sasl_users:
+            # ZooKeeper's SASL provider (DIGEST-MD5 with the users of the JAAS Server
+            # section). Unauthenticated clients may still connect: what they may do is
+            # decided by each znode's ACL (zookeeper.set.acl on the brokers).
+            lines.append(
+                "authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
+            )
+            self._write_jaas()
         if self.peers:
             if self.server_id is None:
                 raise ValueError("an ensemble member needs server_id")
@@ -159,6 +175,21 @@ class ZooKeeperServer:
             (self.data_dir / "myid").write_text(f"{self.server_id}\n")
         self.config_path.write_text("\n".join(lines) + "\n")
         return self.config_path
+
+    def _write_jaas(self) -> None:
+        assert self.sasl_users
+        for name, password in self.sasl_users.items():
+            if not name.isidentifier() or '"' in password or "\\" in password:
+                raise ValueError(
+                    f"ZooKeeper SASL user {name!r}: name must be an identifier "
+                    "and the password free of quotes and backslashes"
+                )
+        users = " ".join(f'user_{n}="{p}"' for n, p in self.sasl_users.items())
+        self.jaas_path.touch(mode=0o600)
+        self.jaas_path.write_text(
+            "Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+            f"  {users};\n}};\n"
+        )
 
     def command(self) -> list[str]:
         jar = zookeeper_jar()
@@ -174,6 +205,11 @@ class ZooKeeperServer:
             classpath,
             "-Dzookeeper.root.logger=INFO,CONSOLE",
             "-Dzookeeper.admin.enableServer=false",
+            *(
+                [f"-Djava.security.auth.login.config={self.jaas_path.resolve()}"]
+                if self.sasl_users
+                else []
+            ),
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
             str(self.config_path),
         ]

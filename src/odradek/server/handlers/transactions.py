@@ -19,9 +19,18 @@ from odradek.coordinator.txn_state import TxnState
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import part, response
+from odradek.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext
+
+# ACL checks (issue 14): the operations Kafka's KafkaApis checks, at the top of each
+# handler, before the coordinator is asked anything.
+_TXN_DENIED = ErrorCode.transactional_id_authorization_failed
+
+
+def _txn_write_allowed(ctx: RequestContext, transactional_id: str) -> bool:
+    return ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
 logger = logging.getLogger(__name__)
 
@@ -62,11 +71,19 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, header: RequestHeade
     topics = [(str(t.name), [int(p) for p in t.partitions]) for t in req.v3_and_below_topics]
     image = ctx.image
     wanted = {(t, p) for t, ps in topics for p in ps}
-    unknown = {tp for tp in wanted if image.partition(*tp) is None}
-    if unknown:
-        # Kafka: nothing is added; unknown partitions get UNKNOWN_TOPIC_OR_PARTITION and
-        # the others OPERATION_NOT_ATTEMPTED.
-        codes = {tp: (ErrorCode.unknown_topic_or_partition if tp in unknown
+    # Kafka: WRITE on the TransactionalId, else every partition gets
+    # TRANSACTIONAL_ID_AUTHORIZATION_FAILED; then WRITE on each topic.
+    txn_allowed = _txn_write_allowed(ctx, req.v3_and_below_transactional_id)
+    denied = {tp for tp in wanted
+              if txn_allowed and not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, tp[0])}
+    unknown = {tp for tp in wanted if tp not in denied and image.partition(*tp) is None}
+    if not txn_allowed:
+        codes = {tp: _TXN_DENIED for tp in wanted}
+    elif denied or unknown:
+        # Kafka: nothing is added; unauthorized topics get TOPIC_AUTHORIZATION_FAILED,
+        # unknown partitions UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED.
+        codes = {tp: (ErrorCode.topic_authorization_failed if tp in denied
+                      else ErrorCode.unknown_topic_or_partition if tp in unknown
                       else ErrorCode.operation_not_attempted) for tp in wanted}
     else:
         try:
@@ -88,6 +105,12 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, header: RequestHeade
 async def handle_add_offsets_to_txn(ctx: RequestContext, header: RequestHeaderInfo,
                                     req: Any) -> Any:
     v = header.api_version
+    # Kafka: WRITE on the TransactionalId, then READ on the group.
+    if not _txn_write_allowed(ctx, req.transactional_id):
+        return response(ADD_OFFSETS, v, throttle_time=0, error_code=_TXN_DENIED)
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return response(ADD_OFFSETS, v, throttle_time=0,
+                        error_code=ErrorCode.group_authorization_failed)
     try:
         tp = ctx.txns.offsets_partition(req.group_id)
         code = await ctx.txns.add_partitions(req.transactional_id, int(req.producer_id),
@@ -100,6 +123,8 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, header: RequestHeaderIn
 # =============================================================================== EndTxn
 async def handle_end_txn(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
+    if not _txn_write_allowed(ctx, req.transactional_id):  # Kafka: WRITE TransactionalId
+        return response(END_TXN, v, throttle_time=0, error_code=_TXN_DENIED)
     try:
         code = await ctx.txns.end_txn(req.transactional_id, int(req.producer_id),
                                       int(req.producer_epoch), bool(req.committed))
@@ -115,13 +140,27 @@ async def handle_txn_offset_commit(ctx: RequestContext, header: RequestHeaderInf
     entries = [(str(t.name), int(p.partition_index), int(p.committed_offset),
                 int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata)
                for t in req.topics for p in t.partitions]
-    try:
-        results = await ctx.groups.txn_commit(
-            req.group_id, int(req.producer_id), int(req.producer_epoch),
-            getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
-            int(getattr(req, "generation_id", -1)), entries)
-    except KafkaError as e:
-        results = {(t, p): e.code for t, p, *_ in entries}
+    # Kafka: READ on the group (else every partition fails), then READ on each topic and
+    # a known partition; only the partitions that pass are committed.
+    results: dict[tuple[str, int], ErrorCode] = {}
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
+        results = {(t, p): ErrorCode.group_authorization_failed for t, p, *_ in entries}
+    else:
+        image = ctx.image
+        for t, p, *_ in entries:
+            if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t):
+                results[(t, p)] = ErrorCode.topic_authorization_failed
+            elif image.partition(t, p) is None:
+                results[(t, p)] = ErrorCode.unknown_topic_or_partition
+    allowed = [e for e in entries if (e[0], e[1]) not in results]
+    if allowed:
+        try:
+            results.update(await ctx.groups.txn_commit(
+                req.group_id, int(req.producer_id), int(req.producer_epoch),
+                getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
+                int(getattr(req, "generation_id", -1)), allowed))
+        except KafkaError as e:
+            results.update({(t, p): e.code for t, p, *_ in allowed})
     by_topic: dict[str, list[Any]] = {}
     for t, p, *_ in entries:
         by_topic.setdefault(t, []).append(part(
@@ -138,8 +177,12 @@ async def handle_write_txn_markers(ctx: RequestContext, header: RequestHeaderInf
     """From a transaction coordinator: append a COMMIT/ABORT control batch to each
     partition we lead (acks=all), answering per partition."""
     v = header.api_version
+    # Kafka: only brokers (CLUSTER_ACTION) may write markers; else every partition fails.
+    cluster_action = ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
 
     async def one(m: Any, topic: str, p: int) -> ErrorCode:
+        if not cluster_action:
+            return ErrorCode.cluster_authorization_failed
         try:
             ctx.replicas.leader_partition(topic, p, ctx.image)
         except KafkaError as e:
@@ -173,13 +216,18 @@ def handle_describe_transactions(ctx: RequestContext, header: RequestHeaderInfo,
                                   transaction_start_time=_when(-1), producer_id=-1,
                                   producer_epoch=-1, topics=())
         try:
+            # Kafka: DESCRIBE on the TransactionalId; topics the client may not describe
+            # are left out of the answer.
+            if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+                raise KafkaError(_TXN_DENIED)
             m = ctx.txns.describe(tid)
             if m is None:
                 kw["error_code"] = ErrorCode.transactional_id_not_found
             else:
                 by_topic: dict[str, list[int]] = {}
                 for t, p in sorted(m.partitions):
-                    by_topic.setdefault(t, []).append(p)
+                    if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t):
+                        by_topic.setdefault(t, []).append(p)
                 kw.update(transaction_state=m.state.kafka_name, transaction_timeout=m.timeout_ms,
                           transaction_start_time=_when(m.start_ms), producer_id=m.producer_id,
                           producer_epoch=m.producer_epoch, topics=tuple(
@@ -209,6 +257,10 @@ def handle_list_transactions(ctx: RequestContext, header: RequestHeaderInfo, req
         if pids and m.producer_id not in pids:
             continue
         if duration >= 0 and (m.state is not TxnState.ONGOING or now - m.start_ms < duration):
+            continue
+        # Kafka: only the transactional ids the client may DESCRIBE are listed.
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                             m.transactional_id):
             continue
         out.append(part(LIST_TXNS, v, "TransactionState", transactional_id=m.transactional_id,
                         producer_id=m.producer_id, transaction_state=m.state.kafka_name))
