@@ -80,9 +80,14 @@ def test_netns_hosts_survive_broker_and_zookeeper_leader_kill(tmp_path: Path) ->
         topic = "netns-acks-all"
         create_topic(c.bootstrap_servers, topic, 3, 3, {"min.insync.replicas": "2"})
         acked, consumed, stop = tmp_path / "acked", tmp_path / "consumed", tmp_path / "stop"
-        common = ["--bootstrap", c.bootstrap_servers, "--topic", topic, "--stop", str(stop)]
-        for host, args in (("c1", ["produce", "--out", str(acked)]),
-                           ("c2", ["consume", "--out", str(consumed), "--expect-file", str(acked)])):
+        # The consumer stops only once the producer has exited: its last acks (records
+        # that waited for an election) reach the acked file during its final flush, and
+        # a consumer that compared against the file before that stopped short.
+        produced = tmp_path / "produced"
+        common = ["--bootstrap", c.bootstrap_servers, "--topic", topic]
+        for host, args in (("c1", ["produce", "--out", str(acked), "--stop", str(stop)]),
+                           ("c2", ["consume", "--out", str(consumed), "--expect-file", str(acked),
+                                   "--stop", str(produced)])):
             log = open(tmp_path / f"{host}.log", "wb")
             clients.append(subprocess.Popen(
                 [*c.exec_prefix(host), sys.executable, str(CLIENTS), *args, *common],
@@ -103,6 +108,7 @@ def test_netns_hosts_survive_broker_and_zookeeper_leader_kill(tmp_path: Path) ->
 
         stop.touch()
         assert clients[0].wait(150) == 0
+        produced.touch()
         errors = _lines(Path(str(acked) + ".errors"))
         assert errors == [], errors  # idempotent acks=all: every record acknowledged
         assert clients[1].wait(150) == 0
