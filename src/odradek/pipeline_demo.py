@@ -48,7 +48,8 @@ WINDOW = "5 seconds"
 class EventProducer:
     """Page views at a steady rate; event times follow wall time."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: int, client_logger: Any) -> None:
+    def __init__(self, bootstrap: str, topic: str, rate: int, client_logger: Any,
+                 security: dict[str, str] | None = None) -> None:
         from confluent_kafka import Producer  # noqa: PLC0415
 
         self.topic, self.rate = topic, rate
@@ -57,7 +58,7 @@ class EventProducer:
         self.flush_ts = 0
         self._p = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                             "enable.idempotence": True, "linger.ms": 5,
-                            "logger": client_logger})
+                            "logger": client_logger, **(security or {})})
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
         self._rnd = random.Random(7)
@@ -144,10 +145,13 @@ def _executor_sources(spark: Any) -> list[str]:
 def run_pipeline_demo(seconds: int = 20, rate: int = 1000, directory: Path | None = None,
                       kill_leader: bool = True, *, verbose: bool = False,
                       console: bool = True, spark_master: str | None = None,
-                      driver_host: str = "127.0.0.1") -> int:
+                      driver_host: str = "127.0.0.1", security: str = "plaintext") -> int:
     """``spark_master`` None: ``local[2]``. Else a ``spark://`` standalone master: the
     connector ships to its executors as a zip (``spark.archives``), the way a
-    deployment would, and executors reach the brokers by their own addresses."""
+    deployment would, and executors reach the brokers by their own addresses.
+    ``security="sasl_ssl"``: the cluster has TLS + SCRAM listeners and ZooKeeper
+    authentication; every client (the producer, Spark's source and sink through
+    ``kafka.*`` options, the console) connects as the cluster's admin user."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     workdir = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="odradek-pipeline-"))
     for old in ("out", "cluster"):  # a fresh run: no topics or checkpoints from before
@@ -156,13 +160,14 @@ def run_pipeline_demo(seconds: int = 20, rate: int = 1000, directory: Path | Non
     out = RunOutput(workdir / "demo.log", verbose=verbose)
     try:
         return _run(out, workdir, seconds, rate, kill_leader, verbose, console,
-                    spark_master, driver_host)
+                    spark_master, driver_host, security)
     finally:
         out.close()
 
 
 def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bool,
-         verbose: bool, console: bool, spark_master: str | None, driver_host: str) -> int:
+         verbose: bool, console: bool, spark_master: str | None, driver_host: str,
+         security: str = "plaintext") -> int:
     from pyspark.sql import SparkSession  # noqa: PLC0415
     from pyspark.sql import functions as F  # noqa: PLC0415
 
@@ -176,9 +181,14 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
          f"{workdir / 'spark.log'}, {workdir / 'cluster'}/broker-N/broker.log")
     with LocalCluster.start(workdir / "cluster", 3,
                             broker_config={"replica.lag.time.max.ms": "5000"},
-                            zk_session_timeout_ms=4000) as cluster:
+                            zk_session_timeout_ms=4000, security=security) as cluster:
         bs = cluster.bootstrap_servers
-        _say(f"cluster up: bootstrap.servers={bs}")
+        sec = cluster.client_config()  # {} on a plaintext cluster
+        # The Spark source and sink take client settings as kafka.* options.
+        kafka = {"kafka.bootstrap.servers": bs, **{f"kafka.{k}": v for k, v in sec.items()}}
+        _say(f"cluster up: bootstrap.servers={bs}"
+             + (f" ({sec['security.protocol']}, user {sec.get('sasl.username')})"
+                if sec else ""))
         if console:
             try:
                 _say(f"web console: [link]{cluster.start_console()}[/link]")
@@ -186,7 +196,7 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
                 out.detail(f"console did not start: {e}")
         from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415
 
-        admin = AdminClient({"bootstrap.servers": bs, "logger": rdk})
+        admin = AdminClient({"bootstrap.servers": bs, "logger": rdk, **sec})
         futs = admin.create_topics([
             NewTopic("page-views", 4, 3, config={"min.insync.replicas": "2"}),
             NewTopic("url-counts", 2, 3, config={"min.insync.replicas": "2"})])
@@ -217,7 +227,7 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
         if spark_master:
             _say(f"executors import odradek from {', '.join(_executor_sources(spark))}")
 
-        stream = (spark.readStream.format("odradek").option("kafka.bootstrap.servers", bs)
+        stream = (spark.readStream.format("odradek").options(**kafka)
                   .option("subscribe", "page-views").option("startingOffsets", "earliest")
                   .option("maxOffsetsPerTrigger", 20000).load())
         counts = _counts(_parse(stream).withWatermark("event_time", "2 seconds"),
@@ -227,7 +237,7 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
             F.to_json(F.struct(F.col("window.start").alias("start"), "url", "count"))
             .alias("value"))
         q_topic = (rows_out.writeStream.format("odradek").outputMode("append")
-                   .option("kafka.bootstrap.servers", bs).option("topic", "url-counts")
+                   .options(**kafka).option("topic", "url-counts")
                    .option("checkpointLocation", str(workdir / "out" / "ck-topic"))
                    .trigger(processingTime="2 seconds").start())
         q_parquet = (counts.select(F.col("window.start").alias("start"), "url", "count")
@@ -237,7 +247,7 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
                      .trigger(processingTime="2 seconds").start())
         _say("streaming queries started: windowed counts -> topic url-counts and Parquet")
 
-        prod = EventProducer(bs, "page-views", rate, rdk)
+        prod = EventProducer(bs, "page-views", rate, rdk, sec)
         prod.start()
         t_prod = time.monotonic()
         deadline = t_prod + seconds
@@ -270,7 +280,7 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
         # Wait until both queries have consumed everything (the flush event included).
         from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
 
-        c = Consumer({"bootstrap.servers": bs, "group.id": "demo-check", "logger": rdk})
+        c = Consumer({"bootstrap.servers": bs, "group.id": "demo-check", "logger": rdk, **sec})
         ends = {p: c.get_watermark_offsets(TopicPartition("page-views", p), timeout=10)[1]
                 for p in range(4)}
         c.close()
@@ -323,7 +333,7 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
         q_parquet.stop()
         _say("streaming queries stopped; recomputing the same counts as a batch job")
 
-        batch = (spark.read.format("odradek").option("kafka.bootstrap.servers", bs)
+        batch = (spark.read.format("odradek").options(**kafka)
                  .option("subscribe", "page-views").load())
         all_windows = {(r["start"], r["url"], r["end"]): r["count"]
                        for r in _counts(_parse(batch), streaming=False).select(
@@ -338,7 +348,7 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
         parquet = {(r["start"], r["url"]): r["count"]
                    for r in spark.read.parquet(str(workdir / "out" / "parquet")).collect()
                    if (r["start"], r["url"]) in expected}
-        topic_rows = (spark.read.format("odradek").option("kafka.bootstrap.servers", bs)
+        topic_rows = (spark.read.format("odradek").options(**kafka)
                       .option("subscribe", "url-counts").load()
                       .select(F.from_json(F.col("value").cast("string"),
                                           "start TIMESTAMP, url STRING, count LONG").alias("r"))

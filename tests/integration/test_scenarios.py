@@ -24,8 +24,9 @@ def spark(chaos_spark: Any) -> Any:
     return chaos_spark
 
 
-def _run(name: str, tmp_path: Path, spark: Any) -> None:
-    (res,) = run_scenarios([name], tmp_path, spark=spark, log=lambda s: None)
+def _run(name: str, tmp_path: Path, spark: Any, security: str = "plaintext") -> None:
+    (res,) = run_scenarios([name], tmp_path, spark=spark, log=lambda s: None,
+                           security=security)
     failed = [f"{c.what}: observed {c.observed}" for c in res.checks if not c.ok]
     assert res.error is None, f"{name}: {res.error}"
     assert res.ok, f"{name} ({get(name).expected}) failed:\n" + "\n".join(failed)
@@ -34,6 +35,16 @@ def _run(name: str, tmp_path: Path, spark: Any) -> None:
 @pytest.mark.timeout(240)
 def test_safe_configuration_loses_nothing_on_leader_kill(tmp_path: Path, spark: Any) -> None:
     _run("safe-leader-kill", tmp_path, spark)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_safe_leader_kill_on_a_secured_cluster(tmp_path: Path, spark: Any) -> None:
+    """The same scenario with TLS + SCRAM listeners and ZooKeeper authentication: the
+    faults and the loss checker work unchanged, every client authenticates."""
+    _run("safe-leader-kill", tmp_path, spark, security="sasl_ssl")
+    cfg = (tmp_path / "safe-leader-kill" / "cluster" / "broker-1" / "server.properties")
+    assert "SASL_SSL://" in cfg.read_text()
 
 
 @pytest.mark.slow

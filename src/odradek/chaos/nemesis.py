@@ -307,12 +307,13 @@ def run_schedule(ops: Sequence[Op], faults: Any, history: Any,
             log(f"   op {i} {what} failed: {e!r}")
 
 
-def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def _create_topic(bootstrap: str, topic: str, partitions: int,
+                  security: dict[str, str] | None = None) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from odradek.chaos.workload import client_logging
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, **client_logging()})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client_logging(), **(security or {})})
     nt = NewTopic(topic, num_partitions=partitions, replication_factor=3,
                   config=SAFE_TOPIC_CONFIG)
     admin.create_topics([nt], operation_timeout=30)[topic].result(30)
@@ -330,11 +331,11 @@ def _wait(cond: Callable[[], Any], timeout: float, what: str, history: Any) -> N
 
 
 def run_nemesis(case: NemesisCase, run_dir: Path, *,
-                log: Callable[[str], None] = print) -> Any:
+                log: Callable[[str], None] = print, security: str = "plaintext") -> Any:
     """Run one seed on a fresh cluster; the histories go to ``run_dir/nemesis-<seed>/``
     with ``schedule.json``. Returns a ``ScenarioResult`` (checks are added by
     ``evaluate_nemesis`` once the checker ran). Faults are always healed and the cluster
-    always brought down."""
+    always brought down. ``security``: ``sasl_ssl`` for a secured cluster."""
     from odradek.chaos.faults import Faults
     from odradek.chaos.scenarios import FAST_BROKER_CONFIG, ZK_SESSION_MS, ScenarioResult
     from odradek.chaos.workload import (
@@ -360,7 +361,7 @@ def run_nemesis(case: NemesisCase, run_dir: Path, *,
         f"{n} partitions, safe configuration")
     try:
         with LocalCluster.start(d / "cluster", 3, broker_config=FAST_BROKER_CONFIG,
-                                zk_session_timeout_ms=ZK_SESSION_MS) as c:
+                                zk_session_timeout_ms=ZK_SESSION_MS, security=security) as c:
             nodes = [f"b{b.id}" for b in c.brokers] + [
                 "zk" if z.id == 1 else f"zk{z.id}" for z in c.zookeeper_nodes]
             ops = schedule(case.seed, case.duration_s, nodes)
@@ -406,14 +407,15 @@ def _drive(case: NemesisCase, c: Any, faults: Any, h: Any, res: Any, topic: str,
         deadline = time.monotonic() + 20
         while c.controller_id() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        _create_topic(c.bootstrap_servers, topic, n)
+        sec = c.client_config()  # {} on a plaintext cluster
+        _create_topic(c.bootstrap_servers, topic, n, sec)
         poller.start()
         _wait(all_full, 30, "every partition led with a full ISR", h)
         h.phase("steady")
         producer = ProducerWorkload(h, c.bootstrap_servers, topic, acks="all",
                                     idempotence=True, rate=case.rate, size=100,
-                                    partitions=n, extra=NEMESIS_PRODUCER).start()
-        consumer = LiveConsumer(h, c.bootstrap_servers, topic, partitions=n).start()
+                                    partitions=n, extra={**NEMESIS_PRODUCER, **sec}).start()
+        consumer = LiveConsumer(h, c.bootstrap_servers, topic, partitions=n, extra=sec).start()
         _wait(lambda: producer.acked >= 50, 30, "50 acknowledged records", h)
         h.phase("nemesis")
         run_schedule(ops, faults, h, log)
@@ -445,7 +447,7 @@ def _drive(case: NemesisCase, c: Any, faults: Any, h: Any, res: Any, topic: str,
                 poller.poll_once()
                 time.sleep(0.1)
             poller.poll_once()
-            final_read(h, c.bootstrap_servers, topic, n)
+            final_read(h, c.bootstrap_servers, topic, n, extra=c.client_config())
         except Exception as e:
             h.event("note", f"final read failed: {e!r}")
             res.error = res.error or f"final read failed: {e!r}"

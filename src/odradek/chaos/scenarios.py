@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -544,17 +544,21 @@ def get(name: str) -> Scenario:
 # ----------------------------------------------------------------- running
 
 
-def _create_topic(bootstrap: str, topic: str, assignment: list[int], config: dict[str, str]) -> None:
+def _create_topic(bootstrap: str, topic: str, assignment: list[int], config: dict[str, str],
+                  security: Mapping[str, str] | None = None) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, **client_logging()})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client_logging(), **(security or {})})
     nt = NewTopic(topic, num_partitions=1, replica_assignment=[assignment], config=config)
     admin.create_topics([nt], operation_timeout=30)[topic].result(30)
 
 
-def run_scenario(scn: Scenario, run_dir: Path, *, log: Callable[[str], None] = print) -> ScenarioResult:
+def run_scenario(scn: Scenario, run_dir: Path, *, log: Callable[[str], None] = print,
+                 security: str = "plaintext") -> ScenarioResult:
     """Run one scenario; its history goes to ``run_dir/<name>/``. Faults are always
-    healed and the cluster always brought down, even on failure."""
+    healed and the cluster always brought down, even on failure. ``security``:
+    ``sasl_ssl`` runs it on a secured cluster (TLS + SCRAM, as ``cluster up
+    --security sasl_ssl``): the same faults, every client authenticated."""
     d = Path(run_dir) / scn.name
     if d.exists():
         shutil.rmtree(d)
@@ -570,7 +574,7 @@ def run_scenario(scn: Scenario, run_dir: Path, *, log: Callable[[str], None] = p
     if scn.fsync_ledger:
         os.environ[LEDGER_ENV] = "1"  # inherited by every broker process of this run
     try:
-        _run_on_cluster(scn, d, h, res, topic, log)
+        _run_on_cluster(scn, d, h, res, topic, log, security)
     except Exception as e:  # the cluster did not start, faults unavailable...
         res.error = res.error or f"{type(e).__name__}: {e}"
         log(f"   error: {res.error}")
@@ -586,11 +590,12 @@ def run_scenario(scn: Scenario, run_dir: Path, *, log: Callable[[str], None] = p
 
 
 def _run_on_cluster(scn: Scenario, d: Path, h: History, res: ScenarioResult, topic: str,
-                    log: Callable[[str], None]) -> None:
+                    log: Callable[[str], None], security: str = "plaintext") -> None:
     from odradek.cluster.local import LocalCluster
 
     with LocalCluster.start(d / "cluster", 3, broker_config=FAST_BROKER_CONFIG,
-                            zk_session_timeout_ms=ZK_SESSION_MS) as c:
+                            zk_session_timeout_ms=ZK_SESSION_MS, security=security) as c:
+        sec = c.client_config()  # {} on a plaintext cluster
         faults = Faults(c, on_event=lambda k, detail: h.event(k, detail), need_tc=scn.needs_tc)
         poller = MetadataPoller(h, c, topic)
         producer: ProducerWorkload | None = None
@@ -604,16 +609,16 @@ def _run_on_cluster(scn: Scenario, d: Path, h: History, res: ScenarioResult, top
             _create_topic(c.bootstrap_servers, topic, [L, X, ctl], {
                 "min.insync.replicas": str(scn.min_isr),
                 "unclean.leader.election.enable": str(scn.unclean).lower(),
-                **scn.topic_config})
+                **scn.topic_config}, sec)
             poller.start()
             producer = ProducerWorkload(h, c.bootstrap_servers, topic, acks=scn.acks,
                                         idempotence=scn.idempotence, rate=scn.rate,
-                                        size=scn.size, extra=scn.producer_extra)
+                                        size=scn.size, extra={**scn.producer_extra, **sec})
             ctx = Ctx(scn, c, faults, h, poller, producer, topic, L, X, ctl)
             ctx.wait(lambda: ctx.leader() == L and len(ctx.isr()) == 3, 30,
                      f"leader {L} with a full ISR")
             h.event("note", f"roles: leader {L}, follower {X}, controller {ctl}")
-            consumer = LiveConsumer(h, c.bootstrap_servers, topic).start()
+            consumer = LiveConsumer(h, c.bootstrap_servers, topic, extra=sec).start()
             ctx.phase("steady")
             producer.start()
             ctx.wait(lambda: producer.acked >= 50, 30, "50 acknowledged records")
@@ -641,7 +646,7 @@ def _run_on_cluster(scn: Scenario, d: Path, h: History, res: ScenarioResult, top
                     if len(poller.state.get(0, (0, 0, []))[2]) == 3:
                         break
                     time.sleep(0.1)
-                final_read(h, c.bootstrap_servers, topic)
+                final_read(h, c.bootstrap_servers, topic, extra=sec)
             except Exception as e:
                 h.event("note", f"final read failed: {e!r}")
                 res.error = res.error or f"final read failed: {e!r}"
@@ -687,14 +692,14 @@ def evaluate(scn: Scenario, res: ScenarioResult, metrics: Metrics) -> None:
 
 
 def run_scenarios(names: list[str], run_dir: Path, *, log: Callable[[str], None] = print,
-                  spark: Any | None = None) -> list[ScenarioResult]:
+                  spark: Any | None = None, security: str = "plaintext") -> list[ScenarioResult]:
     """Run the scenarios one after another, then check all of them in one Spark session."""
     from odradek.chaos.checker import check_run
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     scns = [get(n) for n in names]
-    results = [run_scenario(s, run_dir, log=log) for s in scns]
+    results = [run_scenario(s, run_dir, log=log, security=security) for s in scns]
     log("== checking the histories on Spark")
     metrics = check_run(run_dir, spark=spark)
     for s, r in zip(scns, results):

@@ -20,7 +20,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,14 +218,15 @@ class LiveConsumer:
     """Reads partitions 0..partitions-1 from the start while the scenario runs (reads
     below the HW)."""
 
-    def __init__(self, history: History, bootstrap: str, topic: str, partitions: int = 1) -> None:
+    def __init__(self, history: History, bootstrap: str, topic: str, partitions: int = 1,
+                 extra: Mapping[str, Any] | None = None) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
         self.h = history
         self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{topic}",
                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
                             "socket.timeout.ms": 5000, "session.timeout.ms": 10000,
-                            **client_logging()})
+                            **client_logging(), **(extra or {})})
         self._c.assign([TopicPartition(topic, p, 0) for p in range(max(1, partitions))])
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, name=f"consumer-{topic}", daemon=True)
@@ -304,14 +305,14 @@ class MetadataPoller:
 
 
 def final_read(history: History, bootstrap: str, topic: str, partitions: int = 1,
-               timeout: float = 30.0) -> dict[int, int]:
+               timeout: float = 30.0, extra: Mapping[str, Any] | None = None) -> dict[int, int]:
     """Read every partition from offset 0 to its HW after the faults healed; returns the
-    high watermarks."""
+    high watermarks. ``extra``: client properties (a secured cluster's TLS/SASL)."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-final-{topic}",
                   "enable.auto.commit": False, "enable.partition.eof": True,
-                  **client_logging()})
+                  **client_logging(), **(extra or {})})
     try:
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
                 for p in range(partitions)}

@@ -14,6 +14,8 @@ import logging
 import sys
 from pathlib import Path
 
+from odradek.cli.common import add_command_config, command_properties
+
 __all__ = ["add_parser"]
 
 
@@ -31,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-file", default=None,
                    help="log file (default: CLUSTER_DIR/console.log or ./odradek-console.log)")
     p.add_argument("--verbose", action="store_true", help="also log to the terminal")
+    add_command_config(p)
     p.set_defaults(func=_run)
 
 
@@ -63,7 +66,7 @@ def _run(args: argparse.Namespace) -> int:
           flush=True)
     try:
         asyncio.run(serve(bootstrap, host, port, cluster_dir=cluster_dir, reports=reports,
-                          interval_s=args.refresh))
+                          interval_s=args.refresh, client_props=command_properties(args)))
     except OSError as e:
         print(f"error: cannot serve on {args.listen}: {e}", file=sys.stderr)
         return 1

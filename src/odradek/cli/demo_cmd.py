@@ -26,8 +26,8 @@ def add_parser(sub: Any) -> None:
                    help="pipeline: details, librdkafka and Spark output on the terminal too")
     p.add_argument("--no-console", action="store_true", help="pipeline: no web console")
     p.add_argument("--security", choices=("plaintext", "sasl_ssl"), default="plaintext",
-                   help="--basic only: sasl_ssl runs it on a secured cluster (TLS, SCRAM, "
-                        "ACLs) as its admin user")
+                   help="sasl_ssl runs it on a secured cluster (TLS, SCRAM, ACLs, "
+                        "ZooKeeper authentication) as its admin user")
     p.add_argument("--spark-master", default=None,
                    help="pipeline: run on this Spark standalone master (spark://host:port) "
                    "instead of local[2]; the connector ships to executors as a zip")
@@ -42,13 +42,9 @@ def _run(args: argparse.Namespace) -> int:
 
         return run_demo(args.brokers, args.records, args.record_size, args.partitions,
                         args.dir, security=args.security)
-    if args.security != "plaintext":
-        print("odradek demo: the Spark pipeline demo runs on a plaintext cluster only; "
-              "use --basic --security sasl_ssl")
-        return 2
     from odradek.pipeline_demo import run_pipeline_demo  # noqa: PLC0415
 
     return run_pipeline_demo(args.seconds, args.rate, args.dir, kill_leader=not args.no_kill,
                              verbose=args.verbose, console=not args.no_console,
                              spark_master=args.spark_master,
-                             driver_host=args.spark_driver_host)
+                             driver_host=args.spark_driver_host, security=args.security)

@@ -558,6 +558,8 @@ class LocalCluster:
                "--listen", f"{host}:{addresses.CONSOLE_PORT}", "--log-file", str(log)]
         for r in reports:
             cmd += ["--reports", str(r)]
+        if self.client_properties:  # a secured cluster: its admin user's settings
+            cmd += ["--command-config", self.client_properties]
         with open(self.dir / "console.out", "ab") as out:
             p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
                                  stderr=subprocess.STDOUT, cwd=self.dir,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +115,10 @@ def _int_param(request: web.Request, name: str, lo: int, hi: int) -> int | None:
 
 def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
              *, title: str = "Odradek console",
-             read: Callable[..., Any] = read_messages) -> web.Application:
+             read: Callable[..., Any] = read_messages,
+             client_conf: Mapping[str, str] | None = None) -> web.Application:
+    """``client_conf``: librdkafka security settings of a secured cluster (the message
+    browser's consumer)."""
     env = _templates()
     app = web.Application(client_max_size=64 * 1024)  # no uploads: small bodies only
     streams: set[web.StreamResponse] = set()
@@ -184,7 +187,8 @@ def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
                     try:
                         start, records = await asyncio.to_thread(
                             read, bootstrap, topic_name, partition, offset=offset,
-                            timestamp_ms=timestamp_ms, limit=limit, fmt=fmt)
+                            timestamp_ms=timestamp_ms, limit=limit, fmt=fmt,
+                            **({"client_conf": client_conf} if client_conf else {}))
                     except Exception as e:  # noqa: BLE001 - shown on the page
                         error = str(e)
         return page("messages.html", heading="Messages", topic=topic_name,

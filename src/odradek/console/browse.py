@@ -13,6 +13,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,7 +85,9 @@ class BrowsedRecord:
 
 def read_messages(bootstrap: str, topic: str, partition: int, *, offset: int | None = None,
                   timestamp_ms: int | None = None, limit: int = 20, fmt: str = "auto",
-                  timeout_s: float = READ_TIMEOUT_S) -> tuple[int, list[BrowsedRecord]]:
+                  timeout_s: float = READ_TIMEOUT_S,
+                  client_conf: Mapping[str, str] | None = None,
+                  ) -> tuple[int, list[BrowsedRecord]]:
     """(start offset, records) from ``offset`` (or the first at/after ``timestamp_ms``;
     neither: the last ``limit`` records). Blocking: run it in a thread."""
     from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
@@ -94,7 +97,8 @@ def read_messages(bootstrap: str, topic: str, partition: int, *, offset: int | N
                   "group.id": f"odradek-console-browser-{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "enable.partition.eof": True,
                   "auto.offset.reset": "earliest",
-                  "logger": logging.getLogger("odradek.console.librdkafka")})
+                  "logger": logging.getLogger("odradek.console.librdkafka"),
+                  **(client_conf or {})})
     try:
         low, high = c.get_watermark_offsets(TopicPartition(topic, partition),
                                             timeout=timeout_s)

@@ -26,6 +26,7 @@ from odradek.cluster.health import fetch_view
 from odradek.console.groups import GroupReader
 from odradek.console.snapshot import RawState, Snapshot, SnapshotBuilder
 from odradek.metrics.scrape import Samples, scrape
+from odradek.security.client_security import PLAINTEXT, ClientSecurity
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,8 @@ def local_cluster_brokers(cluster_dir: Path) -> tuple[dict[int, str], dict[int, 
 class ClusterCollector:
     def __init__(self, bootstrap: str, on_snapshot: Callable[[Snapshot], None], *,
                  interval_s: float = 1.0, cluster_dir: Path | None = None,
-                 metrics_urls: dict[int, str] | None = None) -> None:
+                 metrics_urls: dict[int, str] | None = None,
+                 security: ClientSecurity = PLAINTEXT) -> None:
         from confluent_kafka.admin import AdminClient  # noqa: PLC0415
 
         self.bootstrap = bootstrap
@@ -63,10 +65,11 @@ class ClusterCollector:
         # console's log file through this logger, never to the terminal.
         self.admin = AdminClient({"bootstrap.servers": bootstrap,
                                   "logger": logging.getLogger("odradek.console.librdkafka"),
-                                  "socket.connection.setup.timeout.ms": 3000})
+                                  "socket.connection.setup.timeout.ms": 3000,
+                                  **security.librdkafka_config()})
         # Consumer groups through Odradek's own client: librdkafka's group admin calls
         # can abort the process when a coordinator dies (console/groups.py says why).
-        self.group_reader = GroupReader(bootstrap, REQUEST_TIMEOUT_S)
+        self.group_reader = GroupReader(bootstrap, REQUEST_TIMEOUT_S, security)
         self.builder = SnapshotBuilder()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="console-scrape")
         self._stop = threading.Event()

@@ -29,6 +29,7 @@ from odradek.client.connection import ConnectionLost, KafkaConnection
 from odradek.console.snapshot import RawGroup
 from odradek.errors import ErrorCode, KafkaError, error_name
 from odradek.protocol.client_codec import request_entity
+from odradek.security.client_security import PLAINTEXT, ClientSecurity
 
 logger = logging.getLogger(__name__)
 
@@ -81,9 +82,15 @@ class GroupReader:
     """Reads every consumer group of a cluster, once per collection round. One owner
     thread (the collector's)."""
 
-    def __init__(self, bootstrap: str, timeout_s: float) -> None:
+    def __init__(
+        self, bootstrap: str, timeout_s: float, security: ClientSecurity = PLAINTEXT
+    ) -> None:
         self.client = ClusterClient(
-            bootstrap, client_id="odradek-console", timeout_s=timeout_s, max_response_bytes=16 << 20
+            bootstrap,
+            client_id="odradek-console",
+            timeout_s=timeout_s,
+            max_response_bytes=16 << 20,
+            security=security,
         )
 
     def close(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Mapping
 from pathlib import Path
 
 from aiohttp import web
@@ -13,6 +14,7 @@ from odradek.console.app import ConsoleState, make_app
 from odradek.console.collector import ClusterCollector
 from odradek.console.reports import ChaosReports
 from odradek.console.snapshot import Snapshot
+from odradek.security.client_security import ClientSecurity
 
 logger = logging.getLogger(__name__)
 
@@ -28,17 +30,21 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 async def serve(bootstrap: str, host: str, port: int, *, cluster_dir: Path | None,
                 reports: list[Path], interval_s: float = 1.0,
-                started: asyncio.Event | None = None) -> None:
-    """Serve until SIGTERM/SIGINT (or cancellation)."""
+                started: asyncio.Event | None = None,
+                client_props: Mapping[str, str] | None = None) -> None:
+    """Serve until SIGTERM/SIGINT (or cancellation). ``client_props``: a Kafka client
+    properties file's settings (security.protocol, sasl.*, ssl.*) for a secured cluster."""
     loop = asyncio.get_running_loop()
     state = ConsoleState()
 
     def on_snapshot(snap: Snapshot) -> None:  # the collector's thread
         asyncio.run_coroutine_threadsafe(state.publish(snap), loop)
 
+    security = ClientSecurity.from_properties(dict(client_props or {}))
     collector = ClusterCollector(bootstrap, on_snapshot, interval_s=interval_s,
-                                 cluster_dir=cluster_dir)
-    app = make_app(state, bootstrap, ChaosReports(reports))
+                                 cluster_dir=cluster_dir, security=security)
+    app = make_app(state, bootstrap, ChaosReports(reports),
+                   client_conf=security.librdkafka_config() if client_props else None)
     # Keep-alive bounded; aiohttp already bounds request lines (8 KiB) and headers.
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=15,
                            shutdown_timeout=2.0)
