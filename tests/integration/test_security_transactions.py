@@ -14,6 +14,8 @@ confluent-kafka's transactional producer on a SASL_SSL cluster (ZooKeeper secure
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -229,6 +231,13 @@ def test_transaction_apis_check_acls(secure: LocalCluster) -> None:
         assert _described(admin_conn, other) == 0
         assert txn in _listed(bob_conn) and other not in _listed(bob_conn)
         assert {txn, other} <= _listed(admin_conn)
+        # The command line tool, as the admin user through --command-config.
+        cli = subprocess.run([sys.executable, "-m", "odradek", "transactions", "--list",
+                              "--bootstrap-server", c.bootstrap_servers,
+                              "--command-config", str(c.client_properties)],
+                             capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 0, cli.stderr
+        assert txn in cli.stdout and other in cli.stdout
         markers = bob_conn.request(WriteTxnMarkersRequest(markers=(WritableTxnMarker(
             producer_id=ProducerId(1), producer_epoch=i16(0), transaction_result=True,
             topics=(WritableTxnMarkerTopic(name=TopicName(t), partition_indexes=(i32(0),)),),

@@ -26,6 +26,7 @@ from kio.schema.list_transactions.v0.request import ListTransactionsRequest
 from kio.schema.types import TransactionalId
 from kio.static.primitive import i8
 
+from odradek.cli.common import add_command_config, client_security
 from odradek.client.cluster import ClusterClient
 from odradek.errors import ErrorCode
 
@@ -42,6 +43,7 @@ def add_parser(sub: Any) -> None:
     action.add_argument("--list", action="store_true")
     action.add_argument("--describe", action="store_true")
     p.add_argument("--transactional-id")
+    add_command_config(p)
     p.set_defaults(func=_run)
 
 
@@ -54,7 +56,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.describe and not args.transactional_id:
         print("Option --transactional-id is required with --describe", file=sys.stderr)
         return 2
-    with ClusterClient(args.bootstrap_server, client_id="odradek-transactions") as cc:
+    with ClusterClient(args.bootstrap_server, client_id="odradek-transactions",
+                       security=client_security(args)) as cc:
         md = cc.refresh(())
         if args.list:
             return _list(cc, sorted(md.brokers))
