@@ -233,48 +233,55 @@ def _check_zookeeper_security(values: Mapping[str, Any]) -> None:
                           "package (kazoo's SASL client): pip install pure-sasl")
 
 
+def _default(name: str) -> Any:
+    """A broker setting's default, parsed, from the one table (configdefs.py): the typed
+    fields below never write a default a second time (issue 16, REQ-R27 tooling)."""
+    d = BROKER_CONFIGS[name]
+    return d.parse(d.default)
+
+
 @dataclass
 class BrokerConfig:
     """A broker's ``server.properties``, typed, with Kafka's defaults."""
 
     broker_id: int
     zookeeper_connect: str
-    listeners: str = "PLAINTEXT://:9092"
-    advertised_listeners: str | None = None
-    log_dirs: list[str] = field(default_factory=lambda: ["/tmp/kafka-logs"])
-    zookeeper_session_timeout_ms: int = 18000
-    zookeeper_connection_timeout_ms: int | None = None
-    num_partitions: int = 1
-    default_replication_factor: int = 1
-    auto_create_topics_enable: bool = True
-    delete_topic_enable: bool = True
-    message_max_bytes: int = 1048588
-    socket_request_max_bytes: int = 104857600
-    log_segment_bytes: int = 1073741824
-    log_roll_ms: int = 168 * 3_600_000
-    log_retention_ms: int = 168 * 3_600_000
-    log_retention_bytes: int = -1
-    log_flush_interval_messages: int = LONG_MAX
-    log_flush_interval_ms: int | None = None
-    log_index_interval_bytes: int = 4096
-    log_index_size_max_bytes: int = 10485760
-    log_message_timestamp_type: str = "CreateTime"
-    log_cleanup_policy: str = "delete"
-    min_insync_replicas: int = 1
-    unclean_leader_election_enable: bool = False
-    replica_lag_time_max_ms: int = 30000
-    replica_fetch_wait_max_ms: int = 500
-    replica_fetch_min_bytes: int = 1
-    replica_fetch_max_bytes: int = 1048576
-    replica_socket_timeout_ms: int = 30000
-    auto_leader_rebalance_enable: bool = True
-    leader_imbalance_check_interval_seconds: int = 300
-    leader_imbalance_per_broker_percentage: int = 10
-    controlled_shutdown_enable: bool = True
-    offsets_topic_num_partitions: int = 50
-    offsets_topic_replication_factor: int = 3
-    group_initial_rebalance_delay_ms: int = 3000
-    fetch_max_bytes: int = 57671680
+    listeners: str = _default("listeners")
+    advertised_listeners: str | None = _default("advertised.listeners")
+    log_dirs: list[str] = field(default_factory=lambda: [_default("log.dir")])
+    zookeeper_session_timeout_ms: int = _default("zookeeper.session.timeout.ms")
+    zookeeper_connection_timeout_ms: int | None = _default("zookeeper.connection.timeout.ms")
+    num_partitions: int = _default("num.partitions")
+    default_replication_factor: int = _default("default.replication.factor")
+    auto_create_topics_enable: bool = _default("auto.create.topics.enable")
+    delete_topic_enable: bool = _default("delete.topic.enable")
+    message_max_bytes: int = _default("message.max.bytes")
+    socket_request_max_bytes: int = _default("socket.request.max.bytes")
+    log_segment_bytes: int = _default("log.segment.bytes")
+    log_roll_ms: int = _default("log.roll.hours") * 3_600_000
+    log_retention_ms: int = _default("log.retention.hours") * 3_600_000
+    log_retention_bytes: int = _default("log.retention.bytes")
+    log_flush_interval_messages: int = _default("log.flush.interval.messages")
+    log_flush_interval_ms: int | None = _default("log.flush.interval.ms")
+    log_index_interval_bytes: int = _default("log.index.interval.bytes")
+    log_index_size_max_bytes: int = _default("log.index.size.max.bytes")
+    log_message_timestamp_type: str = _default("log.message.timestamp.type")
+    log_cleanup_policy: str = ",".join(_default("log.cleanup.policy"))
+    min_insync_replicas: int = _default("min.insync.replicas")
+    unclean_leader_election_enable: bool = _default("unclean.leader.election.enable")
+    replica_lag_time_max_ms: int = _default("replica.lag.time.max.ms")
+    replica_fetch_wait_max_ms: int = _default("replica.fetch.wait.max.ms")
+    replica_fetch_min_bytes: int = _default("replica.fetch.min.bytes")
+    replica_fetch_max_bytes: int = _default("replica.fetch.max.bytes")
+    replica_socket_timeout_ms: int = _default("replica.socket.timeout.ms")
+    auto_leader_rebalance_enable: bool = _default("auto.leader.rebalance.enable")
+    leader_imbalance_check_interval_seconds: int = _default("leader.imbalance.check.interval.seconds")
+    leader_imbalance_per_broker_percentage: int = _default("leader.imbalance.per.broker.percentage")
+    controlled_shutdown_enable: bool = _default("controlled.shutdown.enable")
+    offsets_topic_num_partitions: int = _default("offsets.topic.num.partitions")
+    offsets_topic_replication_factor: int = _default("offsets.topic.replication.factor")
+    group_initial_rebalance_delay_ms: int = _default("group.initial.rebalance.delay.ms")
+    fetch_max_bytes: int = _default("fetch.max.bytes")
     raw: dict[str, str] = field(default_factory=dict)
 
     # -- construction ---------------------------------------------------------------

@@ -162,3 +162,46 @@ def test_settings_objects_are_typed_from_the_table() -> None:
 
     assert FetcherSettings.from_config(config).backoff_ms == 250
     assert FetcherSettings.from_config(None).backoff_ms == 1000
+
+
+def test_typed_settings_take_their_defaults_from_the_table() -> None:
+    """BrokerConfig and LogConfig write no default of their own: every field's default is
+    read from configdefs.py through ``_default`` (or is None / an empty container), so
+    the table stays the one place a default lives (issue 16 item 1)."""
+    import ast
+    import dataclasses
+
+    from odradek import config as config_module
+    from odradek.config import BrokerConfig
+    from odradek.storage import log_types
+
+    def field_defaults(module: object, cls: str) -> dict[str, ast.expr]:
+        tree = ast.parse(Path(module.__file__).read_text())  # type: ignore[attr-defined]
+        node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
+        return {s.target.id: s.value for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                and s.value is not None}
+
+    def from_table(value: ast.expr) -> bool:
+        if isinstance(value, ast.Constant) and value.value is None:
+            return True
+        calls = [n for n in ast.walk(value) if isinstance(n, ast.Call)]
+        if any(isinstance(c.func, ast.Name) and c.func.id == "_default" for c in calls):
+            return True
+        # field(default_factory=dict|list): an empty container, not a setting's default
+        return (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+                and value.func.id == "field" and all(
+                    isinstance(k.value, ast.Name) and k.value.id in ("dict", "list")
+                    for k in value.keywords))
+
+    for module, cls in ((config_module, "BrokerConfig"), (log_types, "LogConfig")):
+        written = [name for name, v in field_defaults(module, cls).items() if not from_table(v)]
+        assert written == [], f"{cls} writes its own defaults for {written}"
+
+    # And the mapping is right: a BrokerConfig built directly equals one read from an
+    # empty properties file (every default through the table's parser).
+    direct = BrokerConfig(broker_id=0, zookeeper_connect="zk:2181")
+    parsed = BrokerConfig.from_dict({"broker.id": "0", "zookeeper.connect": "zk:2181"})
+    for f in dataclasses.fields(BrokerConfig):
+        if f.name != "raw":
+            assert getattr(direct, f.name) == getattr(parsed, f.name), f.name

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from odradek.configdefs import LONG_MAX
+from odradek.configdefs import BROKER_CONFIGS, LONG_MAX
 from odradek.errors import ErrorCode, InvalidRecordsError, KafkaError
 from odradek.log_limiter import LogLimiter
 from odradek.log_manager.flusher import Flusher
@@ -76,7 +76,6 @@ from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import Log, LogConfig
 from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.truncation_ledger import (
-    DEFAULT_RETENTION_BYTES,
     RETENTION_CONFIG,
     TruncationLedger,
     ledger_root,
@@ -94,39 +93,20 @@ FENCED_RETRY_S = 1.0  # a fenced leader re-asserts its ISR at most this often
 _REJECTED_LOG = LogLimiter(burst=5, interval_s=60.0)
 
 
-def _config_int(config: Any, name: str, default: int) -> int:
-    getter = getattr(config, "get", None)
-    if getter is None:
-        return default
-    try:
-        return int(getter(name))
-    except KeyError:
-        return default
+def _setting(config: Any, name: str) -> Any:
+    """A broker setting's value: from the BrokerConfig, or the table's default when the
+    manager runs without one (harness tests). One place, so no default is written twice
+    (issue 16)."""
+    if config is not None:
+        return config.get(name)
+    d = BROKER_CONFIGS[name]
+    return d.parse(d.default)
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _ledger_retention_bytes(config: Any) -> int:
-    """``odradek.lost.records.retention.bytes`` from a BrokerConfig (default otherwise)."""
-    getter = getattr(config, "get", None)
-    if getter is None:
-        return DEFAULT_RETENTION_BYTES
-    try:
-        return int(getter(RETENTION_CONFIG))
-    except KeyError:  # an older config table without the property
-        return DEFAULT_RETENTION_BYTES
-
-
-def _int_setting(config: Any, name: str, default: int) -> int:
-    getter = getattr(config, "get", None)
-    if getter is None:
-        return default
-    try:
-        return int(getter(name))
-    except KeyError:  # an older config table without the property
-        return default
 
 
 def parse_partition_dir(name: str) -> TopicPartition | None:
@@ -193,12 +173,12 @@ class ReplicaManager:
                                               tracer=self.tracer, source_ip=source_ip)
         # KIP-227 incremental fetch sessions, for followers and consumers alike.
         self.fetch_sessions = FetchSessionCache(
-            _int_setting(config, "max.incremental.fetch.session.cache.slots", 1000),
-            _int_setting(config, "min.incremental.fetch.session.eviction.ms", 120_000),
-            max_partitions=_int_setting(config, "odradek.max.partitions", 200_000))
+            _setting(config, "max.incremental.fetch.session.cache.slots"),
+            _setting(config, "min.incremental.fetch.session.eviction.ms"),
+            max_partitions=_setting(config, "odradek.max.partitions"))
         # KIP-73 replication throttles (replication/quota.py).
-        window_s = float(_config_int(config, "replication.quota.window.size.seconds", 1))
-        windows = _config_int(config, "replication.quota.window.num", 11)
+        window_s = float(_setting(config, "replication.quota.window.size.seconds"))
+        windows = _setting(config, "replication.quota.window.num")
         self.leader_quota = ReplicationQuota(window_s, windows)
         self.follower_quota = ReplicationQuota(window_s, windows)
         self.fetchers.quota = self.follower_quota
@@ -223,7 +203,7 @@ class ReplicaManager:
         self._flusher: Flusher | None = None
         # Truncated suffixes are quarantined here, not discarded (the lost-records ledger).
         self.ledger = TruncationLedger(ledger_root(log_dir), broker_id,
-                                       _ledger_retention_bytes(config))
+                                       _setting(config, RETENTION_CONFIG))
         # Topic overrides each local log's LogConfig was last built from (dynamic topic
         # configs): a change swaps log.config in _apply_partition.
         self._applied_configs: dict[TopicPartition, dict[str, str]] = {}
@@ -276,11 +256,7 @@ class ReplicaManager:
             self._attach_flusher(lg)
 
     def _recovery_threads(self) -> int:
-        getter = getattr(self.config, "get", None)
-        try:
-            return max(1, int(getter("num.recovery.threads.per.data.dir"))) if getter else 1
-        except KeyError:
-            return 1
+        return max(1, int(_setting(self.config, "num.recovery.threads.per.data.dir")))
 
     # ----------------------------------------------------------------- metadata
     def apply_image(self, image: MetadataImage) -> None:
@@ -339,7 +315,8 @@ class ReplicaManager:
             part = self._create_partition(tp, pinfo)
         part.set_min_insync_replicas(int(configs.get(
             "min.insync.replicas",
-            getattr(self.config, "min_insync_replicas", 1) if self.config else 1)))
+            self.config.min_insync_replicas if self.config is not None
+            else _setting(None, "min.insync.replicas"))))
         if self._applied_configs.get(tp) != configs:
             # Dynamic topic configs: logs opened by load_logs (before the first image) or
             # before an AlterConfigs carry a stale LogConfig. Storage, retention,

@@ -9,10 +9,20 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from odradek.configdefs import TOPIC_CONFIGS
 from odradek.errors import ErrorCode, KafkaError
 
 __all__ = ["LogConfig", "AppendInfo", "FileSlice"]
+
+
+def _default(name: str) -> Any:
+    """A topic setting's default, parsed, from the one table (configdefs.py), so no
+    default is written twice (issue 16). flush.messages / flush.ms stay None here:
+    Kafka's default (Long.MAX_VALUE) means "leave flushing to the OS"."""
+    d = TOPIC_CONFIGS[name]
+    return d.parse(d.default)
 
 
 @dataclass
@@ -21,34 +31,34 @@ class LogConfig:
     segment.index.bytes, max.message.bytes, message.timestamp.type,
     flush.messages, flush.ms (None = leave flushing to the OS, Kafka's default)."""
 
-    segment_bytes: int = 1073741824
-    segment_ms: int = 604800000
-    index_interval_bytes: int = 4096
-    segment_index_bytes: int = 10485760
-    max_message_bytes: int = 1048588
-    message_timestamp_type: str = "CreateTime"
+    segment_bytes: int = _default("segment.bytes")
+    segment_ms: int = _default("segment.ms")
+    index_interval_bytes: int = _default("index.interval.bytes")
+    segment_index_bytes: int = _default("segment.index.bytes")
+    max_message_bytes: int = _default("max.message.bytes")
+    message_timestamp_type: str = _default("message.timestamp.type")
     # compression.type: "producer" keeps each batch's codec; a codec name makes the
     # leader recompress batches in another codec (odradek.storage.recompression).
-    compression_type: str = "producer"
+    compression_type: str = _default("compression.type")
     flush_messages: int | None = None
     flush_ms: int | None = None
     # odradek.ack.fsync (beyond Kafka): produce is acknowledged only once durable; the
     # broker's group-commit flusher (odradek.log_manager.flusher) fsyncs after every append.
-    ack_fsync: bool = False
+    ack_fsync: bool = _default("odradek.ack.fsync")
     # Log compaction (REQ-R25, odradek.storage.cleaner): cleanup.policy is Kafka's LIST
     # ("compact", "delete" or both); the rest are the cleaner's topic-level settings.
-    cleanup_policy: Sequence[str] = ("delete",)
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = 9223372036854775807
-    delete_retention_ms: int = 86400000
+    cleanup_policy: Sequence[str] = tuple(_default("cleanup.policy"))
+    min_cleanable_dirty_ratio: float = _default("min.cleanable.dirty.ratio")
+    min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
+    delete_retention_ms: int = _default("delete.retention.ms")
     # Retention (REQ-R24, odradek.storage.retention): -1 = unlimited. Read from
     # ``log.config`` at every check (dynamic topic configs replace the LogConfig).
-    retention_ms: int = 604800000
-    retention_bytes: int = -1
+    retention_ms: int = _default("retention.ms")
+    retention_bytes: int = _default("retention.bytes")
     # file.delete.delay.ms: a deleted segment's files are renamed to .deleted at once
     # and closed/unlinked this much later (a FileSlice may still be being sent).
-    file_delete_delay_ms: int = 60000
+    file_delete_delay_ms: int = _default("file.delete.delay.ms")
 
     @property
     def compact(self) -> bool:
