@@ -18,15 +18,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.exceptions import BadVersionError, NoNodeError
+from tests.support.polling import wait_for as support_wait_for
 
-from odradek.controller.controlled_shutdown import request_controlled_shutdown
 from odradek.cluster.local import LocalCluster
+from odradek.controller.controlled_shutdown import request_controlled_shutdown
 from odradek.zk import znodes
 from odradek.zk.kafka_zk_client import KafkaZkClient, StateWrite
 
@@ -39,18 +40,8 @@ BASE = {"zookeeper.session.timeout.ms": str(SESSION_MS),
 SPREAD = [[1, 2, 3], [2, 3, 1], [3, 1, 2], [1, 3, 2]]
 
 
-def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            v = cond()
-        except Exception:  # noqa: BLE001 - ZooKeeper hiccup during a fault: "not yet"
-            v = None
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
+# A ZooKeeper hiccup or a broker going away during a fault means "not yet".
+wait_for = partial(support_wait_for, retry_on=(Exception,))
 
 
 def create_topic(c: LocalCluster, name: str, assignment: list[list[int]],

@@ -19,19 +19,20 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.exceptions import KazooException
+from rawclient import RawClient, _module, metadata_request
+from tests.support.polling import wait_for as support_wait_for
 
 from odradek.cluster.local import LocalCluster
 from odradek.errors import ErrorCode
 from odradek.zk import znodes
 from odradek.zk.kafka_zk_client import KafkaZkClient
-from rawclient import RawClient, _module, metadata_request
 
 pytestmark = pytest.mark.integration
 
@@ -45,18 +46,8 @@ TP = tuple[str, int]
 States = dict[TP, tuple[znodes.PartitionState, int]]
 
 
-def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            v = cond()
-        except (KazooException, OSError):  # a broker or session going away: "not yet"
-            v = None
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
+# A broker or session going away means "not yet".
+wait_for = partial(support_wait_for, retry_on=(KazooException, OSError))
 
 
 def zk_states(c: LocalCluster) -> States:

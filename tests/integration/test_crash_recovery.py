@@ -24,19 +24,19 @@ import signal
 import struct
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from rawclient import RawClient, create_topics_request, fetch_request, produce_request
+from tests.support.polling import wait_until
 
 from odradek.cluster.local import LocalCluster
 from odradek.errors import ErrorCode
 from odradek.storage.batch import LOG_OVERHEAD, parse_batches, scan_batches
 from odradek.storage.log import Log, LogConfig
 from odradek.storage.records import COMPRESSION_LZ4, decode_batch_records, encode_batch
-from rawclient import RawClient, create_topics_request, fetch_request, produce_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -187,11 +187,7 @@ def check_index_files(seg: Path, base: int, starts: dict[int, int], next_offset:
 
 
 # =============================================================================== reading back
-def wait_until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+
 
 
 def fetch_partition(rc: RawClient, topic: str, partition: int, offset: int) -> Any:

@@ -18,9 +18,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
+from tests.support.polling import wait_until
 
 pyspark = pytest.importorskip("pyspark")
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
@@ -40,12 +42,7 @@ def spark() -> Iterator[Any]:
     yield from local_spark("odradek-columnar-tests")
 
 
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+wait_for = partial(wait_until, timeout=60.0, interval=0.1)
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, rf: int = 1,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,9 @@ import pytest
 pyspark = pytest.importorskip("pyspark")
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from spark_util import local_spark  # noqa: E402
 
 from odradek.cluster.local import LocalCluster  # noqa: E402
-from spark_util import local_spark  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -75,12 +75,7 @@ def produce_values(bootstrap: str, topic: str, partitions: int, n: int) -> None:
     assert p.flush(30) == 0
 
 
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+
 
 
 def user_headers(m: Any) -> list[tuple[str, bytes | None]]:

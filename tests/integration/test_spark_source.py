@@ -11,19 +11,20 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.polling import wait_until
 
 pyspark = pytest.importorskip("pyspark")
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: E402
+from spark_util import local_spark  # noqa: E402
 
 from odradek.cluster.local import LocalCluster  # noqa: E402
-from spark_util import local_spark  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -69,12 +70,7 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int, *, tag: str = "
     assert p.flush(30) == 0 and not errors, errors[:3]
 
 
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+wait_for = partial(wait_until, timeout=60.0, interval=0.2)  # Spark micro-batches: slower
 
 
 def reader(spark: Any, bootstrap: str, *, stream: bool, **opts: Any) -> Any:
