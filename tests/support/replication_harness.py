@@ -190,13 +190,15 @@ class MemoryLeaderEndpoint:
                 p.log_start_offset, PartitionFetchResult(p.partition, 0, -1, -1, -1, None)))
         fctx = rm.fetch_sessions.new_context(
             request.session_id, request.epoch, list(topics.items()),
-            request.forgotten, follower=True, now_ms=time.time_ns() // 1_000_000)
+            request.forgotten, follower=True, now_ms=time.time_ns() // 1_000_000,
+            replica_id=self.follower)
         self.requests.append((request, fctx.kind))
         if fctx.kind is FetchKind.ERROR:
             await self.h.net.hop(self.leader, self.follower)
             return FetchResult(fctx.error_code, 0, [])
         op = rm.fetch_messages(FetchParams(self.follower, max_wait_ms / 1000, min_bytes,
-                                           max_bytes), fctx.topics, self.h.images[self.leader])
+                                           max_bytes), fctx.topics_to_read(),
+                               self.h.images[self.leader], fctx)
         if op is not None:
             await op.done
         out = [FetchedPartition(topic, e.result.index, e.result.error_code,

@@ -141,6 +141,9 @@ class GroupCoordinator:
         self._sync_waiters: dict[tuple[str, str], asyncio.Future[SyncResult]] = {}
         self._creating: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
+        # Set while this coordinator has groups: without any, the timer loop sleeps
+        # instead of waking 20 times a second for nothing (an idle broker's CPU, issue 13).
+        self._has_groups = asyncio.Event()
 
     # ================================================================= lifecycle
     def start(self) -> None:
@@ -153,8 +156,16 @@ class GroupCoordinator:
         for idx in list(self.owned):
             self._unload(idx)
 
+    def _add_group(self, group: Group) -> Group:
+        self.groups[group.group_id] = group
+        self._has_groups.set()  # the timer loop watches it from now on
+        return group
+
     async def _tick_loop(self) -> None:
         while True:
+            if not self.groups:
+                self._has_groups.clear()
+                await self._has_groups.wait()
             await asyncio.sleep(TICK_S)
             try:
                 t = now_ms()
@@ -256,11 +267,12 @@ class GroupCoordinator:
                 self.groups.pop(gid, None)
                 offsets.pop(gid, None)
             else:
-                self.groups[gid] = Group.restore(gid, gv, self.config, t)
+                self._add_group(Group.restore(gid, gv, self.config, t))
         for gid, per in offsets.items():
             if per:
                 self.offsets[gid] = per
-                self.groups.setdefault(gid, Group(gid, self.config))
+                if gid not in self.groups:
+                    self._add_group(Group(gid, self.config))
         for pid, txn in pending.items():
             self.pending_txn.setdefault(pid, {}).update(txn)
         self.owned[idx] = part.leader_epoch
@@ -351,7 +363,7 @@ class GroupCoordinator:
         if g is None or g.state is GroupState.DEAD:
             if r.member_id:
                 return JoinResult(r.member_id, ErrorCode.unknown_member_id)
-            g = self.groups[group_id] = Group(group_id, self.config)
+            g = self._add_group(Group(group_id, self.config))
         if r.member_id:
             # A retry of a join still parked replaces it.
             self._resolve(self._join_waiters, (group_id, r.member_id),
@@ -457,7 +469,7 @@ class GroupCoordinator:
         g = self.groups.get(group_id)
         if g is None:
             if generation < 0 and member_id == "":
-                g = self.groups[group_id] = Group(group_id, self.config)
+                g = self._add_group(Group(group_id, self.config))
             else:
                 return {(e[0], e[1]): ErrorCode.illegal_generation for e in entries}
         err = g.validate_commit(member_id, instance_id, generation, t)

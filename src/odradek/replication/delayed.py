@@ -26,6 +26,7 @@ from odradek.replication.purgatory import DelayedOperation
 
 if TYPE_CHECKING:
     from odradek.protocol.produce_response import PartitionProduceResult
+    from odradek.replication.fetch_session import FetchSession
     from odradek.replication.partition import Partition
 
 class _PartitionWait(Protocol):
@@ -113,19 +114,31 @@ class FetchWatch:
 
 
 class DelayedFetch(DelayedOperation[Any]):
-    """``read()`` re-reads every partition of the fetch and returns (result, bytes)."""
+    """``read()`` re-reads the partitions of the fetch and returns (result, bytes,
+    errored). A follower's session fetch (``session``) has no per-partition watches: the
+    session's change count says when a re-read (of its active partitions) is due."""
 
-    __slots__ = ("watches", "committed_only", "min_bytes", "read")
+    __slots__ = ("watches", "committed_only", "min_bytes", "read", "session", "_marks")
 
     def __init__(self, timeout_s: float, watches: list[FetchWatch], committed_only: bool,
-                 min_bytes: int, read: Callable[[], tuple[Any, int, bool]]) -> None:
+                 min_bytes: int, read: Callable[[], tuple[Any, int, bool]],
+                 session: FetchSession | None = None) -> None:
         super().__init__(timeout_s)
         self.watches = watches
         self.committed_only = committed_only
         self.min_bytes = min_bytes
         self.read = read
+        self.session = session
+        self._marks = session.marks if session is not None else 0
 
     def try_complete(self) -> Any:
+        session = self.session
+        if session is not None:
+            if session.marks == self._marks:
+                return None
+            self._marks = session.marks
+            result, total, errored = self.read()
+            return result if total >= max(self.min_bytes, 1) or errored else None
         changed = False
         for w in self.watches:
             p = w.partition

@@ -14,10 +14,19 @@ A fetch names a session by (``session_id``, ``session_epoch``):
   stable offset or log start offset. An unknown id answers FETCH_SESSION_ID_NOT_FOUND, a
   wrong epoch INVALID_FETCH_SESSION_EPOCH; the client then starts over with a full fetch.
 
-Every partition of the session is read on every fetch (not only the named ones), as in
-Kafka: a follower's fetch must still count for the partitions it did not name (its fetch
-offset there is the cached one, and it keeps the follower caught up, REQ-R6, R16), and
-a delayed fetch must wake up for data on any of them (REQ-R17).
+A consumer's session is read whole on every fetch (not only the named partitions), as in
+Kafka. A *follower's* session is not: with thousands of idle partitions per leader that
+visit was most of an idle broker's CPU (issue 13). The session keeps an ``active`` set --
+the partitions the next fetch must read: named ones, ones whose last read had something
+to say (records, an error, or a follower not yet at the log end), and ones the replica
+manager marks when something changes on them (an append, an HW, log start or role
+change: the same events that wake the purgatory). The rest are *idle*: their last read
+found the follower at the log end and nothing changed since, so a read now would return
+nothing new. They are skipped, and still count as fetched (REQ-R6, R16): the replica
+manager credits the follower with being caught up as of the session's last fetch
+(``last_used_ms``) when the ISR is checked, and when a partition leaves the idle set. A
+delayed follower fetch watches the session as a whole (``marks``), so data on any of its
+partitions, named or not, completes it (REQ-R17).
 
 FETCH_SESSION_TOPIC_ID_ERROR belongs to Fetch v13+ (topic ids); the broker serves Fetch up
 to v12, where topics are named, so it never arises here.
@@ -117,13 +126,65 @@ class FetchSession:
     epoch: int  # the epoch the next incremental fetch must carry
     created_ms: int
     last_used_ms: int
+    replica_id: int = -1
+    # Follower sessions: the partitions the next read must visit (see the module
+    # docstring), in rotation order (a dict: insertion-ordered, O(1) moves).
+    active: dict[TopicPartition, None] = field(default_factory=dict)
+    marks: int = 0  # changes marked so far (a delayed fetch compares it)
 
-    def topics(self) -> Topics:
-        """Every partition of the session, grouped by topic (the fetch reads them all)."""
+    @property
+    def skips_idle(self) -> bool:
+        """Only follower sessions skip idle partitions (see the module docstring)."""
+        return self.privileged
+
+    def topics(self, only: Iterable[TopicPartition] | None = None) -> Topics:
+        """The session's partitions (or ``only`` those), grouped by topic."""
         out: dict[str, list[FetchEntry]] = {}
-        for cp in self.partitions.values():
-            out.setdefault(cp.topic, []).append(cp.entry)
+        if only is None:
+            for cp in self.partitions.values():
+                out.setdefault(cp.topic, []).append(cp.entry)
+        else:
+            for tp in only:
+                held = self.partitions.get(tp)
+                if held is not None:
+                    out.setdefault(held.topic, []).append(held.entry)
         return list(out.items())
+
+    def mark(self, tp: TopicPartition) -> bool:
+        """Something changed on ``tp`` at the leader: the next read visits it. True when
+        it was idle until now (the follower was caught up as of ``last_used_ms``)."""
+        self.marks += 1
+        if tp in self.active or tp not in self.partitions:
+            return False
+        self.active[tp] = None
+        return True
+
+    def is_idle(self, tp: TopicPartition) -> bool:
+        return tp not in self.active and tp in self.partitions
+
+    def idle_fetch_offset(self, tp: TopicPartition) -> int | None:
+        """The follower's fetch offset on an idle partition (None: not idle)."""
+        if tp in self.active:
+            return None
+        cp = self.partitions.get(tp)
+        return None if cp is None else cp.entry.fetch_offset
+
+    def settle(self, topics: Topics) -> None:
+        """After a read: partitions whose read found nothing to say become idle; the
+        others stay active, those that returned records moving to the back (the next
+        fetch serves the others first under a byte limit, KIP-74)."""
+        active = self.active
+        for topic, entries in topics:
+            for e in entries:
+                tp = (topic, e.result.index)
+                if tp not in self.partitions:
+                    continue
+                if e.idle:
+                    active.pop(tp, None)
+                else:
+                    if e.result.records is not None:
+                        active.pop(tp, None)
+                    active[tp] = None
 
 
 class FetchKind(Enum):
@@ -143,6 +204,32 @@ class FetchContext:
     error_code: int = 0
     topics: Topics = field(default_factory=list)
     session: FetchSession | None = None
+    # A follower session's partitions read so far by this fetch (it may read again while
+    # it waits): the incremental response considers these only.
+    read: dict[TopicPartition, None] = field(default_factory=dict)
+    reads: int = 0
+
+    @property
+    def follower_session(self) -> FetchSession | None:
+        """The session, when it skips idle partitions (a follower's)."""
+        s = self.session
+        return s if s is not None and s.skips_idle else None
+
+    def topics_to_read(self) -> Topics:
+        """What the next read of this fetch visits: every partition, or for a follower
+        session its active ones (recorded in ``read``)."""
+        session = self.follower_session
+        if session is None:
+            return self.topics
+        if self.reads == 0:  # the first read: what new_context chose
+            topics = self.topics
+        else:
+            topics = session.topics(session.active)
+        self.reads += 1
+        for topic, entries in topics:
+            for e in entries:
+                self.read[(topic, e.result.index)] = None
+        return topics
 
     def response_topics(self) -> Topics:
         """The partitions the response carries (call after the final read). A full
@@ -154,24 +241,32 @@ class FetchContext:
         if self.kind is FetchKind.FULL:
             for cp in session.partitions.values():
                 cp.must_respond()
-            self._rotate()
+            if not session.skips_idle:
+                self._rotate(session.partitions)
             return self.topics
         grouped: dict[str, list[FetchEntry]] = {}
+        if session.skips_idle:
+            # Idle partitions were not read: nothing about them changed (see the module
+            # docstring), so they have nothing to say. Rotation is the active set's.
+            for tp in self.read:
+                read = session.partitions.get(tp)
+                if read is not None and read.must_respond():
+                    grouped.setdefault(read.topic, []).append(read.entry)
+            return list(grouped.items())
         for cp in session.partitions.values():
             if cp.must_respond():
                 grouped.setdefault(cp.topic, []).append(cp.entry)
-        self._rotate()
+        self._rotate(session.partitions)
         return list(grouped.items())
 
-    def _rotate(self) -> None:
+    @staticmethod
+    def _rotate(partitions: dict[TopicPartition, CachedPartition]) -> None:
         """Kafka moves the partitions that returned records to the end of the session, so
         that under a byte limit the next fetches serve the others first (no starvation)."""
-        session = self.session
-        assert session is not None
-        moved = [tp for tp, cp in session.partitions.items() if cp.entry.result.records is not None]
-        if moved and len(moved) < len(session.partitions):
+        moved = [tp for tp, cp in partitions.items() if cp.entry.result.records is not None]
+        if moved and len(moved) < len(partitions):
             for tp in moved:
-                session.partitions[tp] = session.partitions.pop(tp)
+                partitions[tp] = partitions.pop(tp)
 
 
 class FetchSessionCache:
@@ -193,6 +288,9 @@ class FetchSessionCache:
         self.max_partitions = max_partitions
         self.eviction_ms = eviction_ms
         self.sessions: dict[int, FetchSession] = {}  # insertion order = LRU order
+        # Follower sessions by partition, so a change on a partition reaches the sessions
+        # that hold it in O(sessions) (``holders``).
+        self._holders: dict[TopicPartition, dict[int, FetchSession]] = {}
         self._rng = rng or random.SystemRandom()
         self.evictions = 0
 
@@ -201,6 +299,13 @@ class FetchSessionCache:
 
     def cached_partitions(self) -> int:
         return sum(len(s.partitions) for s in self.sessions.values())
+
+    def holders(self, tp: TopicPartition) -> Iterable[FetchSession]:
+        """The follower sessions holding ``tp``."""
+        held = self._holders.get(tp)
+        if not held:
+            return ()
+        return [s for s in held.values() if self.sessions.get(s.id) is s]
 
     def new_context(
         self,
@@ -211,6 +316,7 @@ class FetchSessionCache:
         *,
         follower: bool,
         now_ms: int,
+        replica_id: int = -1,
     ) -> FetchContext:
         if epoch == FINAL_EPOCH:
             if session_id != INVALID_SESSION_ID:
@@ -219,7 +325,7 @@ class FetchSessionCache:
         if epoch == INITIAL_EPOCH:
             if session_id != INVALID_SESSION_ID:
                 self.remove(session_id)  # the client starts over: its old session goes
-            session = self._create(requested, follower, now_ms)
+            session = self._create(requested, follower, now_ms, replica_id)
             if session is None:
                 return FetchContext(FetchKind.SESSIONLESS, topics=requested)
             return FetchContext(FetchKind.FULL, session.id, topics=requested, session=session)
@@ -243,31 +349,56 @@ class FetchSessionCache:
             return FetchContext(
                 FetchKind.ERROR, error_code=int(ErrorCode.fetch_session_id_not_found)
             )
+        skips = session.skips_idle
         for topic, entries in requested:
             for e in entries:
                 tp = (topic, e.result.index)
                 cp = session.partitions.get(tp)
                 if cp is None:
                     session.partitions[tp] = CachedPartition(topic, e)
+                    if skips:
+                        self._holders.setdefault(tp, {})[session.id] = session
                 else:
                     # The client's new fetch state; what it was last told stays cached.
                     cp.entry = e
+                if skips:
+                    session.active[tp] = None  # a named partition is always read
         for topic, indexes in forgotten:
             for i in indexes:
-                session.partitions.pop((topic, i), None)
+                tp = (topic, i)
+                if session.partitions.pop(tp, None) is not None and skips:
+                    session.active.pop(tp, None)
+                    self._unhold(tp, session.id)
         session.epoch = next_epoch(session.epoch)
         session.last_used_ms = now_ms
         self.sessions.pop(session.id)  # move to the most recently used end
         self.sessions[session.id] = session
-        return FetchContext(
-            FetchKind.INCREMENTAL, session.id, topics=session.topics(), session=session
-        )
+        # A follower's session reads only its active partitions (see the module docstring).
+        topics = session.topics(session.active) if skips else session.topics()
+        return FetchContext(FetchKind.INCREMENTAL, session.id, topics=topics, session=session)
 
     def remove(self, session_id: int) -> FetchSession | None:
-        return self.sessions.pop(session_id, None)
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            self._forget_holder(session)
+        return session
+
+    def _forget_holder(self, session: FetchSession) -> None:
+        if session.skips_idle:
+            for tp in session.partitions:
+                self._unhold(tp, session.id)
+
+    def _unhold(self, tp: TopicPartition, session_id: int) -> None:
+        held = self._holders.get(tp)
+        if held is not None:
+            held.pop(session_id, None)
+            if not held:
+                del self._holders[tp]
 
     # ------------------------------------------------------------------ internals
-    def _create(self, requested: Topics, follower: bool, now_ms: int) -> FetchSession | None:
+    def _create(
+        self, requested: Topics, follower: bool, now_ms: int, replica_id: int = -1
+    ) -> FetchSession | None:
         if self.max_slots <= 0:
             return None
         size = sum(len(entries) for _, entries in requested)
@@ -282,8 +413,18 @@ class FetchSessionCache:
             for e in entries
         }
         session = FetchSession(
-            session_id, follower, partitions, next_epoch(INITIAL_EPOCH), now_ms, now_ms
+            session_id,
+            follower,
+            partitions,
+            next_epoch(INITIAL_EPOCH),
+            now_ms,
+            now_ms,
+            replica_id=replica_id if follower else -1,
         )
+        if follower:
+            session.active = dict.fromkeys(partitions)  # a full fetch reads them all
+            for tp in partitions:
+                self._holders.setdefault(tp, {})[session_id] = session
         self.sessions[session_id] = session
         return session
 
@@ -305,6 +446,7 @@ class FetchSessionCache:
             return False
         logger.debug("evicting fetch session %d (%d partitions)", victim.id, len(victim.partitions))
         del self.sessions[victim.id]
+        self._forget_holder(victim)
         self.evictions += 1
         return True
 

@@ -17,7 +17,7 @@ makes the next fetch full again (epoch 0, naming the old id so the leader frees 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from odradek.errors import ErrorCode, error_name
@@ -75,20 +75,35 @@ class FetchSessionHandler:
     def build(self, partitions: Iterable[ReplicaFetchPartition]) -> FetchRequestData:
         """The next fetch for the partitions to fetch now (all of them, in order)."""
         wanted = {(p.topic, p.partition): p for p in partitions}
+        return self.build_from_states(
+            {tp: _state(p) for tp, p in wanted.items()}, wanted.__getitem__
+        )
+
+    def build_from_states(
+        self,
+        states: dict[TopicPartition, _State],
+        make: Callable[[TopicPartition], ReplicaFetchPartition],
+    ) -> FetchRequestData:
+        """``build`` for a fetcher with thousands of partitions: ``states`` holds each
+        partition's fetch state as a plain tuple (fetch offset, current leader epoch,
+        last fetched epoch, log start offset, partition max bytes), and ``make`` builds
+        the request entry only for the partitions the fetch names -- on an idle
+        incremental fetch, none (issue 13)."""
         if self.session_id == INVALID_SESSION_ID or self.epoch == INITIAL_EPOCH:
-            self._sent = {tp: _state(p) for tp, p in wanted.items()}
+            self._sent = dict(states)
             self.full_fetches += 1
-            return FetchRequestData(self.session_id, INITIAL_EPOCH, list(wanted.values()))
+            return FetchRequestData(self.session_id, INITIAL_EPOCH, [make(tp) for tp in states])
+        sent = self._sent
         changed = []
-        for tp, p in wanted.items():
-            state = _state(p)
-            if self._sent.get(tp) != state:
-                self._sent[tp] = state
-                changed.append(p)
+        for tp, state in states.items():
+            if sent.get(tp) != state:
+                sent[tp] = state
+                changed.append(make(tp))
         forgotten: dict[str, list[int]] = {}
-        for tp in [tp for tp in self._sent if tp not in wanted]:
-            del self._sent[tp]
-            forgotten.setdefault(tp[0], []).append(tp[1])
+        if len(sent) != len(states):
+            for tp in [tp for tp in sent if tp not in states]:
+                del sent[tp]
+                forgotten.setdefault(tp[0], []).append(tp[1])
         self.incremental_fetches += 1
         return FetchRequestData(self.session_id, self.epoch, changed, list(forgotten.items()))
 

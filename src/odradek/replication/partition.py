@@ -379,6 +379,21 @@ class Partition:
             t.isr_write = self._propose_isr(now_ms, None)
         return t
 
+    def note_idle_fetch(self, replica_id: int, fetch_offset: int, at_ms: int) -> None:
+        """A follower's fetch session skipped this partition as idle (its last read here
+        found the follower at the log end, and nothing changed since): the follower's
+        fetch at ``at_ms`` counts as one at ``fetch_offset``, the log end then -- it was
+        caught up (REQ-R6), without visiting the partition on every fetch (issue 13)."""
+        if not isinstance(self._state, (Leader, Fenced)):
+            return
+        fs = self._followers.get(replica_id)
+        if fs is None or fs.log_end_offset != fetch_offset:
+            return  # not what this follower last reported here: decide on its next fetch
+        if at_ms > fs.last_caught_up_ms:
+            fs.last_caught_up_ms = at_ms
+        if at_ms > fs.last_fetch_ms:
+            fs.last_fetch_ms = at_ms
+
     def _caught_up_in_epoch(self, fs: ReplicaState) -> bool:
         # Kafka also requires the follower to have reached the start of the current
         # leader epoch, so a replica is never in sync on the strength of an old epoch.

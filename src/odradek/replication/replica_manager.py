@@ -55,7 +55,7 @@ from odradek.replication.delayed import (
     PendingDelete,
     PendingProduce,
 )
-from odradek.replication.fetch_session import FetchSessionCache
+from odradek.replication.fetch_session import FetchContext, FetchSessionCache
 from odradek.replication.fetcher import ReplicaFetcherManager
 from odradek.replication.leader_endpoint import EndpointFactory
 from odradek.replication.partition import Partition, Role, rebuild_producer_state
@@ -107,6 +107,12 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def session_key(session_id: int) -> TopicPartition:
+    """The fetch purgatory's key for a follower fetch session as a whole. Kafka refuses
+    empty topic names, so ("", id) never collides with a partition."""
+    return ("", session_id)
+
+
 
 
 def parse_partition_dir(name: str) -> TopicPartition | None:
@@ -136,6 +142,9 @@ class FetchEntry:
     current_leader_epoch: int
     log_start_offset: int  # a follower's own (DeleteRecords low watermark), else -1
     result: PartitionFetchResult
+    # Set by each read: nothing to return and the fetcher is at the readable end (a
+    # follower session then skips the partition until it changes: fetch_session.py).
+    idle: bool = False
 
 
 @dataclass(slots=True)
@@ -186,11 +195,15 @@ class ReplicaManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._hw_from_checkpoint: dict[TopicPartition, int] = {}
         self._fenced_retry: dict[TopicPartition, float] = {}
+        # What the checkpoint files hold (capture_checkpoints skips unchanged rewrites).
+        self._written_hws: dict[TopicPartition, int] | None = None
+        self._written_starts: dict[TopicPartition, int] | None = None
         # Metrics (odradek.broker.metrics): ISR changes are rare and always counted;
         # per-topic byte counts only when the broker has a metrics.listener (None: off).
         self.isr_stats = IsrStats()
         self.topic_stats: BrokerTopicStats | None = None
         self._woken: set[TopicPartition] = set()  # partitions whose waiters must re-check
+        self._woken_sessions: set[int] = set()  # follower fetch sessions to re-check
         self._wake_scheduled = False
         self.produce_purgatory: DelayedOperationPurgatory[TopicPartition] = \
             DelayedOperationPurgatory("Produce")
@@ -405,6 +418,16 @@ class ReplicaManager:
         requests that arrived in one read are then all in the one fetch response that
         a waiting follower gets, instead of one follower round trip each; the delay is
         the rest of this loop step (microseconds)."""
+        # Follower fetch sessions holding tp read it at their next fetch (or at once, if
+        # one is waiting); leaving the idle set credits the follower (see check_isr).
+        for session in self.fetch_sessions.holders(tp):
+            offset = session.idle_fetch_offset(tp)
+            session.mark(tp)
+            self._woken_sessions.add(session.id)
+            if offset is not None:
+                part = self.partitions.get(tp)
+                if part is not None:
+                    part.note_idle_fetch(session.replica_id, offset, session.last_used_ms)
         self._woken.add(tp)
         if self._wake_scheduled:
             return
@@ -423,6 +446,9 @@ class ReplicaManager:
             self.fetch_purgatory.check_and_complete(tp)
             self.produce_purgatory.check_and_complete(tp)
             self.delete_records_purgatory.check_and_complete(tp)
+        sessions, self._woken_sessions = self._woken_sessions, set()
+        for session_id in sessions:
+            self.fetch_purgatory.check_and_complete(session_key(session_id))
 
     def notify_append(self, tps: Iterable[TopicPartition]) -> None:
         """Records were appended outside ``append_records`` (the group coordinator)."""
@@ -541,37 +567,62 @@ class ReplicaManager:
 
     # ----------------------------------------------------------------- fetch
     def fetch_messages(self, params: FetchParams,
-                       topics: list[tuple[str, list[FetchEntry]]], image: MetadataImage
-                       ) -> DelayedFetch | None:
+                       topics: list[tuple[str, list[FetchEntry]]], image: MetadataImage,
+                       fctx: FetchContext | None = None) -> DelayedFetch | None:
         """Serve a fetch (REQ-R3, R16, R17): record a follower's fetch offsets, read,
         and return a delayed fetch to await if fewer than ``min_bytes`` are available
-        (None: every result is already filled in)."""
+        (None: every result is already filled in). With a follower's fetch session
+        (``fctx``), ``topics`` are the session's active partitions and each re-read
+        visits the partitions that became active meanwhile (fetch_session.py)."""
         follower = params.replica_id >= 0
         if follower:
             self._record_follower_fetch(params.replica_id, topics, image)
+        session = fctx.follower_session if fctx is not None else None
+        first = [True]
 
         def read() -> tuple[list[tuple[str, list[FetchEntry]]], int, bool]:
-            total, errored = self._read(params, topics, image)
-            return topics, total, errored
+            if session is None or first[0]:
+                first[0] = False
+                visited = topics
+            else:
+                assert fctx is not None
+                visited = fctx.topics_to_read()
+            total, errored = self._read(params, visited, image)
+            if session is not None:
+                session.settle(visited)
+            return visited, total, errored
 
         _, total, errored = read()
+
+        def answered() -> list[tuple[str, list[FetchEntry]]]:
+            if session is None or fctx is None:
+                return topics
+            return session.topics(fctx.read)
+
         if total >= params.min_bytes or params.max_wait_s <= 0 or errored:
-            self._trace_fetch(params, topics)
+            self._trace_fetch(params, answered())
             if self.topic_stats is not None:
-                self._count_fetched(follower, topics)
+                self._count_fetched(follower, answered())
             return None
-        watches = []
-        for topic, entries in topics:
-            for e in entries:
-                p = self.partitions.get((topic, e.result.index))
-                watches.append(FetchWatch(p, p.leader_epoch if p else -1, e.fetch_offset))
-        op = DelayedFetch(params.max_wait_s, watches, not follower, params.min_bytes, read)
-        keys = [(t, e.result.index) for t, entries in topics for e in entries]
+        if session is not None:
+            # The session as a whole is watched: any of its partitions changing (named
+            # in this fetch or not) marks it (``_wake``) and re-checks this fetch.
+            op = DelayedFetch(params.max_wait_s, [], not follower, params.min_bytes, read,
+                              session=session)
+            keys = [session_key(session.id)]
+        else:
+            watches = []
+            for topic, entries in topics:
+                for e in entries:
+                    p = self.partitions.get((topic, e.result.index))
+                    watches.append(FetchWatch(p, p.leader_epoch if p else -1, e.fetch_offset))
+            op = DelayedFetch(params.max_wait_s, watches, not follower, params.min_bytes, read)
+            keys = [(t, e.result.index) for t, entries in topics for e in entries]
         self.fetch_purgatory.try_complete_else_watch(op, keys)
         if self.tracer.enabled:
-            op.done.add_done_callback(lambda _f: self._trace_fetch(params, topics))
+            op.done.add_done_callback(lambda _f: self._trace_fetch(params, answered()))
         if self.topic_stats is not None:
-            op.done.add_done_callback(lambda _f: self._count_fetched(follower, topics))
+            op.done.add_done_callback(lambda _f: self._count_fetched(follower, answered()))
         return op
 
     def _count_fetched(self, follower: bool, topics: list[tuple[str, list[FetchEntry]]]
@@ -627,6 +678,7 @@ class ReplicaManager:
                 res = e.result
                 res.error_code = 0
                 res.records = None
+                e.idle = False
                 res.high_watermark = res.last_stable_offset = res.log_start_offset = -1
                 try:
                     p = self.leader_partition(topic, res.index, image, e.current_leader_epoch)
@@ -648,6 +700,10 @@ class ReplicaManager:
                     sl = p.read(e.fetch_offset, max(limit, 0), min_one_batch=(total == 0),
                                 committed_only=committed_only,
                                 read_committed=read_committed)
+                    if sl is None:
+                        # Nothing to return, the fetcher at the readable end: a follower
+                        # session may skip the partition until it changes.
+                        e.idle = e.fetch_offset >= p.readable_end(committed_only)
                     if sl is not None and sl.size:
                         res.records = sl
                         if read_committed:
@@ -713,6 +769,8 @@ class ReplicaManager:
                     before = p.log.log_start_offset
                     st.target = p.delete_records_to(offsets[(topic, st.index)])
                     st.partition = p
+                    if p.log.log_start_offset != before:
+                        self._wake((topic, st.index))  # followers learn the log start
                     moved |= p.log.log_start_offset != before
                     logger.info("DeleteRecords %s-%d: log start offset %d -> %d", topic,
                                 st.index, before, p.log.log_start_offset)
@@ -754,9 +812,19 @@ class ReplicaManager:
                     self._fenced_retry[tp] = time.monotonic()
                     self._submit_isr_write(part, write)
                 continue
+            self._credit_idle_followers(tp, part)
             write = part.maybe_shrink_isr(t, lag)
             if write is not None:
                 self._submit_isr_write(part, write)
+
+    def _credit_idle_followers(self, tp: TopicPartition, part: Partition) -> None:
+        """A follower session skips idle partitions (fetch_session.py): its fetches count
+        as fetching them at the log end (REQ-R6) -- credited here, before the ISR check,
+        instead of on every fetch."""
+        for session in self.fetch_sessions.holders(tp):
+            offset = session.idle_fetch_offset(tp)
+            if offset is not None:
+                part.note_idle_fetch(session.replica_id, offset, session.last_used_ms)
 
     def _submit_isr_write(self, part: Partition, write: IsrWrite) -> None:
         if self.alter_partition is not None:
@@ -776,6 +844,7 @@ class ReplicaManager:
             # The write may have been superseded while in flight: decide again now rather
             # than at the next periodic check (it joins the next batch).
             if part.is_leader and self.config is not None:
+                self._credit_idle_followers((part.topic, part.index), part)
                 nxt = part.maybe_shrink_isr(now_ms(), self.config.replica_lag_time_max_ms)
                 if nxt is not None:
                     self._submit_isr_write(part, nxt)
@@ -798,10 +867,19 @@ class ReplicaManager:
         starts = {tp: lg.log_start_offset for tp, lg in self._logs.items()}
         snaps = [(p.producers, *p.producers.capture_snapshot())
                  for p in self.partitions.values() if producers and p.producers.dirty]
+        # A file whose content would not change is not rewritten: with thousands of idle
+        # partitions the two fsynced rewrites every few seconds were a visible share of
+        # an idle broker's CPU (issue 13). What is on disk is what was last written.
+        hw_due = hws != self._written_hws
+        starts_due = starts != self._written_starts
 
         def write() -> None:
-            write_checkpoint(self.log_dir / HW_CHECKPOINT, hws)
-            write_checkpoint(self.log_dir / LOG_START_CHECKPOINT, starts)
+            if hw_due:
+                write_checkpoint(self.log_dir / HW_CHECKPOINT, hws)
+                self._written_hws = hws
+            if starts_due:
+                write_checkpoint(self.log_dir / LOG_START_CHECKPOINT, starts)
+                self._written_starts = starts
             for mgr, path, body in snaps:
                 mgr.write_snapshot_file(path, body)
         return write
@@ -827,7 +905,11 @@ class ReplicaManager:
                 before = lg.log_start_offset
                 n = lg.delete_old_segments(hw, t).count
                 deleted += n
-                moved |= n > 0 or lg.log_start_offset != before
+                if lg.log_start_offset != before:
+                    moved = True
+                    self._wake(tp)  # fetchers learn the new log start (sessions: marked)
+                    self.fetchers.touch(tp)  # a follower reports it in its next fetch
+                moved |= n > 0
                 lg.run_pending_deletions(t)
             except Exception:
                 logger.exception("retention check of %s-%d failed", *tp)
@@ -836,8 +918,9 @@ class ReplicaManager:
         return deleted
 
     def checkpoint_log_start_offsets(self) -> None:
-        write_checkpoint(self.log_dir / LOG_START_CHECKPOINT,
-                         {tp: lg.log_start_offset for tp, lg in self._logs.items()})
+        starts = {tp: lg.log_start_offset for tp, lg in self._logs.items()}
+        write_checkpoint(self.log_dir / LOG_START_CHECKPOINT, starts)
+        self._written_starts = starts
 
     def checkpoint_recovery_points(self) -> None:
         write_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT, self.recovery_points())

@@ -11,7 +11,7 @@ from odradek.errors import ErrorCode
 from odradek.protocol.fetch_response import PartitionFetchResult
 from odradek.protocol.replica_fetch import ReplicaFetchPartition
 from odradek.replication.fetch_session import (
-    FINAL_EPOCH, INITIAL_EPOCH, FetchKind, FetchSessionCache, next_epoch,
+    FINAL_EPOCH, INITIAL_EPOCH, FetchContext, FetchKind, FetchSessionCache, next_epoch,
 )
 from odradek.replication.fetch_session_handler import FetchRequestData, FetchSessionHandler
 from odradek.replication.replica_manager import FetchEntry
@@ -48,30 +48,94 @@ def names(ts: Topics) -> list[tuple[str, int]]:
 
 
 def test_a_full_fetch_opens_a_session_and_incremental_ones_answer_only_news() -> None:
+    """A consumer's session (followers': the next test)."""
     cache = FetchSessionCache()
     full = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 5), ("a", 1, 7), ("b", 0, 1)),
-                             [], follower=True, now_ms=0)
+                             [], follower=False, now_ms=0)
     assert full.kind is FetchKind.FULL and full.session_id != 0
     answer(full.topics)
     assert names(full.response_topics()) == [("a", 0), ("a", 1), ("b", 0)]
     # Nothing named: every partition is still read (with its cached offset)...
-    inc = cache.new_context(full.session_id, 1, [], [], follower=True, now_ms=1)
+    inc = cache.new_context(full.session_id, 1, [], [], follower=False, now_ms=1)
     assert inc.kind is FetchKind.INCREMENTAL
     assert sorted(names(inc.topics)) == [("a", 0), ("a", 1), ("b", 0)]
     assert {e.fetch_offset for _, es in inc.topics for e in es} == {5, 7, 1}
     # ...but only news is answered: records on a-1, a new HW nowhere else.
     answer(inc.topics, records={("a", 1): b"x"})
     assert names(inc.response_topics()) == [("a", 1)]
-    inc = cache.new_context(full.session_id, 2, topics(("a", 1, 8)), [], follower=True,
+    inc = cache.new_context(full.session_id, 2, topics(("a", 1, 8)), [], follower=False,
                             now_ms=2)
     assert {(t, e.result.index): e.fetch_offset for t, es in inc.topics
             for e in es}[("a", 1)] == 8
     answer(inc.topics, hw=11, errors={("b", 0): int(ErrorCode.not_leader_or_follower)})
     assert sorted(names(inc.response_topics())) == [("a", 0), ("a", 1), ("b", 0)]
-    inc = cache.new_context(full.session_id, 3, [], [("a", [0, 1])], follower=True, now_ms=3)
+    inc = cache.new_context(full.session_id, 3, [], [("a", [0, 1])], follower=False, now_ms=3)
     answer(inc.topics, hw=11, errors={("b", 0): int(ErrorCode.not_leader_or_follower)})
     assert names(inc.response_topics()) == [("b", 0)]  # errors are always answered
     assert list(cache.sessions[full.session_id].partitions) == [("b", 0)]
+
+
+def read(ctx: FetchContext, idle: set[tuple[str, int]], hw: int = 10,
+         records: dict[tuple[str, int], bytes] | None = None) -> list[tuple[str, int]]:
+    """What ReplicaManager.fetch_messages does with a follower's session: read what the
+    context says, flag the partitions found idle, settle the session."""
+    visited = ctx.topics_to_read()
+    answer(visited, hw=hw, records=records)
+    for t, es in visited:
+        for e in es:
+            e.idle = (t, e.result.index) in idle
+    assert ctx.session is not None
+    ctx.session.settle(visited)
+    return names(visited)
+
+
+def test_a_follower_session_reads_only_partitions_that_changed() -> None:
+    """Issue 13: a follower's incremental fetch visits its named partitions, those whose
+    last read had something to say, and those marked changed -- not the idle rest, which
+    keep their cached fetch offset (the ISR credit uses it) and answer nothing."""
+    cache = FetchSessionCache()
+    tps = [("a", 0), ("a", 1), ("b", 0)]
+    full = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 5), ("a", 1, 7), ("b", 0, 1)),
+                             [], follower=True, now_ms=0, replica_id=2)
+    session = full.session
+    assert session is not None and session.replica_id == 2 and session.skips_idle
+    assert read(full, idle={("a", 0), ("b", 0)}, records={("a", 1): b"x"}) == tps
+    assert names(full.response_topics()) == tps
+    assert [list(cache.holders(tp)) for tp in tps] == [[session]] * 3
+    # a-1 returned records: still active; the idle ones are skipped.
+    inc = cache.new_context(full.session_id, 1, [], [], follower=True, now_ms=1, replica_id=2)
+    assert read(inc, idle={("a", 1)}) == [("a", 1)]
+    assert names(inc.response_topics()) == []  # no records, HW unchanged
+    assert session.idle_fetch_offset(("a", 0)) == 5 and session.last_used_ms == 1
+    # Nothing active, nothing named: the fetch reads nothing at all.
+    inc = cache.new_context(full.session_id, 2, [], [], follower=True, now_ms=2, replica_id=2)
+    assert read(inc, idle=set(tps)) == []
+    # An append on b-0 (the replica manager marks it): read, answered, idle again.
+    assert session.mark(("b", 0)) is True and session.mark(("b", 0)) is False
+    assert session.idle_fetch_offset(("b", 0)) is None
+    inc = cache.new_context(full.session_id, 3, [], [], follower=True, now_ms=3, replica_id=2)
+    assert read(inc, idle=set(), records={("b", 0): b"y"}) == [("b", 0)]
+    assert names(inc.response_topics()) == [("b", 0)]
+    # A marked partition read again during the same fetch (a delayed re-read) joins it.
+    inc = cache.new_context(full.session_id, 4, topics(("b", 0, 2)), [], follower=True,
+                            now_ms=4, replica_id=2)
+    assert read(inc, idle={("b", 0)}, hw=12) == [("b", 0)]
+    session.mark(("a", 0))
+    assert read(inc, idle={("a", 0)}, hw=12) == [("a", 0)]
+    assert sorted(names(inc.response_topics())) == [("a", 0), ("b", 0)]  # new HW
+    # Forgetting and closing drop the partitions from the index.
+    inc = cache.new_context(full.session_id, 5, [], [("a", [0])], follower=True, now_ms=5,
+                            replica_id=2)
+    assert list(cache.holders(("a", 0))) == [] and session.mark(("a", 0)) is False
+    cache.remove(full.session_id)
+    assert [list(cache.holders(tp)) for tp in tps] == [[], [], []]
+
+
+def test_consumer_sessions_are_not_indexed() -> None:
+    cache = FetchSessionCache()
+    ctx = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 0)), [], follower=False,
+                            now_ms=0)
+    assert ctx.follower_session is None and list(cache.holders(("a", 0))) == []
 
 
 def test_session_errors_and_closing() -> None:

@@ -102,3 +102,82 @@ def test_leader_change_forgets_the_partition_in_the_old_session(tmp_path: Path) 
             for p in range(2):
                 assert h.log_bytes(1, p) == h.log_bytes(2, p) == h.log_bytes(3, p)
     run(main())
+
+
+async def _settled(h: ReplicationHarness, partitions: int) -> None:
+    """Every partition led by 1, replicated, and both followers' sessions idle."""
+    for p in range(partitions):
+        await h.elect(p, leader=1)
+        assert (await h.produce(1, recs(1), partition=p, timeout_s=3)).error_code == 0
+
+    def idle() -> bool:
+        sessions = list(h.replicas[1].fetch_sessions.sessions.values())
+        return len(sessions) == 2 and all(
+            not s.active and len(s.partitions) == partitions for s in sessions)
+    await h.wait_until(idle, "both followers' sessions idle")
+
+
+def test_idle_partitions_are_not_read_and_stay_in_the_isr(tmp_path: Path) -> None:
+    """Issue 13: once replicated, idle partitions cost a follower's fetch nothing -- the
+    leader reads none of them -- and still count as fetched: over 6 lag periods nobody
+    leaves the ISR (the credit comes from the session's last fetch, REQ-R6)."""
+    async def main() -> None:
+        async with ReplicationHarness(tmp_path, partitions=6) as h:
+            await _settled(h, 6)
+            leader = h.replicas[1]
+            visited: list[int] = []
+            real_read = leader._read
+
+            def counting_read(params, topics, image):  # type: ignore[no-untyped-def]
+                visited.append(sum(len(es) for _, es in topics))
+                return real_read(params, topics, image)
+            leader._read = counting_read  # type: ignore[method-assign]
+            ep = endpoint(h, 2, 1)
+            ep.requests.clear()
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 6 * h.lag_ms / 1000
+            while loop.time() < end:
+                assert [h.partition(1, p).isr for p in range(6)] == [(1, 2, 3)] * 6
+                await asyncio.sleep(0.05)
+            assert len(ep.requests) >= 5  # the follower kept fetching...
+            assert sum(visited) == 0, visited  # ...and no partition was read
+    run(main())
+
+
+def test_data_on_an_idle_partition_completes_the_waiting_fetch(tmp_path: Path) -> None:
+    """REQ-R17 with idle partitions: the followers' fetches wait 3 s and name nothing;
+    an acks=all produce to one idle partition is replicated well within 1 s, so the
+    parked fetches were woken through their session, not by their timeout."""
+    async def main() -> None:
+        async with ReplicationHarness(tmp_path, partitions=4, fetch_wait_ms=3_000,
+                                      lag_ms=10_000) as h:
+            await _settled(h, 4)
+            # Each follower's current fetch started with nothing to read (it was sent after
+            # every partition went idle): a re-read must look at what changed since.
+            sent = {f: len(endpoint(h, f, 1).requests) for f in (2, 3)}
+            await h.wait_until(lambda: all(len(endpoint(h, f, 1).requests) > sent[f]
+                                           for f in (2, 3)), "a fetch sent while idle",
+                               timeout_s=8)
+            for i in range(3):
+                res = await h.produce(1, recs(1, f"late{i}"), partition=i + 1, timeout_s=1)
+                assert res.error_code == 0, i
+                assert h.log_bytes(1, i + 1) == h.log_bytes(2, i + 1) == h.log_bytes(3, i + 1)
+    run(main())
+
+
+def test_a_follower_that_stops_fetching_leaves_the_isr_of_idle_partitions(
+        tmp_path: Path) -> None:
+    """The idle credit must not outlive the follower: once broker 3 stops fetching (its
+    link to the leader cut), every idle partition drops it from the ISR after
+    replica.lag.time.max.ms, and takes it back when it returns (REQ-R6)."""
+    async def main() -> None:
+        async with ReplicationHarness(tmp_path, partitions=4) as h:
+            await _settled(h, 4)
+            h.net.cut(1, 3)
+            await h.wait_until(lambda: all(h.partition(1, p).isr == (1, 2) for p in range(4)),
+                               "broker 3 leaves every ISR", timeout_s=5)
+            h.net.heal()
+            await h.wait_until(
+                lambda: all(h.partition(1, p).isr == (1, 2, 3) for p in range(4)),
+                "broker 3 rejoins every ISR", timeout_s=5)
+    run(main())

@@ -112,7 +112,7 @@ def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Re
     fctx = ctx.replicas.fetch_sessions.new_context(
         int(getattr(req, "session_id", 0)), int(getattr(req, "session_epoch", -1)),
         requested, ((f.topic, f.partitions) for f in getattr(req, "forgotten_topics_data", ())),
-        follower=replica_id >= 0, now_ms=time.time_ns() // 1_000_000)
+        follower=replica_id >= 0, now_ms=time.time_ns() // 1_000_000, replica_id=replica_id)
     if fctx.kind is FetchKind.ERROR:
         return encode_fetch_response(version, header.correlation_id, [],
                                      error_code=fctx.error_code)
@@ -123,7 +123,7 @@ def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Re
     denial = int(ErrorCode.cluster_authorization_failed if replica_id >= 0
                  else ErrorCode.topic_authorization_failed)
     readable: list[tuple[str, list[FetchEntry]]] = []
-    for topic, entries in fctx.topics:
+    for topic, entries in fctx.topics_to_read():
         allowed = (cluster_ok if replica_id >= 0 else
                    ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic))
         if allowed:
@@ -131,9 +131,11 @@ def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Re
         else:
             for e in entries:
                 e.result.error_code = denial
-    if not readable:
+    # A follower's session with nothing to read now still waits (up to max_wait) for any
+    # of its partitions to change: answering at once would make an idle follower spin.
+    if not readable and (fctx.follower_session is None or not cluster_ok):
         return _encode_fetch(header, fctx)
-    op = ctx.replicas.fetch_messages(params, readable, ctx.image)
+    op = ctx.replicas.fetch_messages(params, readable, ctx.image, fctx)
     if op is None or op.completed:
         return _encode_fetch(header, fctx)
     return _delayed_fetch(header, fctx, op)
