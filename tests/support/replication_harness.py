@@ -51,12 +51,8 @@ from odradek.replication.partition_state import (
     IsrWrite,
     LeaderAndIsr,
 )
-from odradek.replication.replica_manager import (
-    FetchEntry,
-    FetchParams,
-    ProduceEntry,
-    ReplicaManager,
-)
+from odradek.replication.fetch_serving import FetchEntry, FetchParams
+from odradek.replication.replica_manager import ProduceEntry, ReplicaManager
 from odradek.storage.log import LogConfig
 
 TOPIC = "t"

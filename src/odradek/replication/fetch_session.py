@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING
 from odradek.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from odradek.replication.replica_manager import FetchEntry
+    from odradek.replication.fetch_serving import FetchEntry
 
 logger = logging.getLogger(__name__)
 

@@ -44,18 +44,19 @@ from odradek.log_limiter import LogLimiter
 from odradek.log_manager.flusher import Flusher
 from odradek.metadata.image import MetadataImage, PartitionInfo
 from odradek.metrics.stats import BrokerTopicStats, IsrStats
-from odradek.protocol.fetch_response import PartitionFetchResult
 from odradek.protocol.produce_response import PartitionProduceResult
 from odradek.replication.alter_partition import AlterPartitionManager
 from odradek.replication.delayed import (
     DelayedDeleteRecords,
-    DelayedFetch,
     DelayedProduce,
-    FetchWatch,
     PendingDelete,
     PendingProduce,
 )
-from odradek.replication.fetch_session import FetchContext, FetchSessionCache
+from odradek.replication.fetch_serving import (
+    FetchServing,
+    session_key,
+)
+from odradek.replication.fetch_session import FetchSessionCache
 from odradek.replication.fetcher import ReplicaFetcherManager
 from odradek.replication.leader_endpoint import EndpointFactory
 from odradek.replication.partition import Partition, Role, rebuild_producer_state
@@ -107,14 +108,6 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def session_key(session_id: int) -> TopicPartition:
-    """The fetch purgatory's key for a follower fetch session as a whole. Kafka refuses
-    empty topic names, so ("", id) never collides with a partition."""
-    return ("", session_id)
-
-
-
-
 def parse_partition_dir(name: str) -> TopicPartition | None:
     """``my-topic-3`` → ("my-topic", 3); None for anything else (Kafka's dir naming)."""
     topic, sep, index = name.rpartition("-")
@@ -132,31 +125,7 @@ class ProduceEntry:
     result: PartitionProduceResult
 
 
-@dataclass(slots=True)
-class FetchEntry:
-    """One partition of a fetch request; ``result`` is filled in by each read."""
-
-    topic: str
-    fetch_offset: int
-    partition_max_bytes: int
-    current_leader_epoch: int
-    log_start_offset: int  # a follower's own (DeleteRecords low watermark), else -1
-    result: PartitionFetchResult
-    # Set by each read: nothing to return and the fetcher is at the readable end (a
-    # follower session then skips the partition until it changes: fetch_session.py).
-    idle: bool = False
-
-
-@dataclass(slots=True)
-class FetchParams:
-    replica_id: int  # >= 0: a follower (reads up to the LEO); -1: a consumer (HW)
-    max_wait_s: float
-    min_bytes: int
-    max_bytes: int
-    isolation_level: int = 0  # 1: read_committed (KIP-98), consumers only
-
-
-class ReplicaManager:
+class ReplicaManager(FetchServing):
     def __init__(self, broker_id: int, log_dir: Path,
                  log_config_for: Callable[[str], LogConfig], config: Any = None,
                  source_ip: str | None = None, isr_store: IsrStore | None = None,
@@ -565,177 +534,6 @@ class ReplicaManager:
             await op.done
         return ErrorCode(res.error_code), info.first_offset
 
-    # ----------------------------------------------------------------- fetch
-    def fetch_messages(self, params: FetchParams,
-                       topics: list[tuple[str, list[FetchEntry]]], image: MetadataImage,
-                       fctx: FetchContext | None = None) -> DelayedFetch | None:
-        """Serve a fetch (REQ-R3, R16, R17): record a follower's fetch offsets, read,
-        and return a delayed fetch to await if fewer than ``min_bytes`` are available
-        (None: every result is already filled in). With a follower's fetch session
-        (``fctx``), ``topics`` are the session's active partitions and each re-read
-        visits the partitions that became active meanwhile (fetch_session.py)."""
-        follower = params.replica_id >= 0
-        if follower:
-            self._record_follower_fetch(params.replica_id, topics, image)
-        session = fctx.follower_session if fctx is not None else None
-        first = [True]
-
-        def read() -> tuple[list[tuple[str, list[FetchEntry]]], int, bool]:
-            if session is None or first[0]:
-                first[0] = False
-                visited = topics
-            else:
-                assert fctx is not None
-                visited = fctx.topics_to_read()
-            total, errored = self._read(params, visited, image)
-            if session is not None:
-                session.settle(visited)
-            return visited, total, errored
-
-        _, total, errored = read()
-
-        def answered() -> list[tuple[str, list[FetchEntry]]]:
-            if session is None or fctx is None:
-                return topics
-            return session.topics(fctx.read)
-
-        if total >= params.min_bytes or params.max_wait_s <= 0 or errored:
-            self._trace_fetch(params, answered())
-            if self.topic_stats is not None:
-                self._count_fetched(follower, answered())
-            return None
-        if session is not None:
-            # The session as a whole is watched: any of its partitions changing (named
-            # in this fetch or not) marks it (``_wake``) and re-checks this fetch.
-            op = DelayedFetch(params.max_wait_s, [], not follower, params.min_bytes, read,
-                              session=session)
-            keys = [session_key(session.id)]
-        else:
-            watches = []
-            for topic, entries in topics:
-                for e in entries:
-                    p = self.partitions.get((topic, e.result.index))
-                    watches.append(FetchWatch(p, p.leader_epoch if p else -1, e.fetch_offset))
-            op = DelayedFetch(params.max_wait_s, watches, not follower, params.min_bytes, read)
-            keys = [(t, e.result.index) for t, entries in topics for e in entries]
-        self.fetch_purgatory.try_complete_else_watch(op, keys)
-        if self.tracer.enabled:
-            op.done.add_done_callback(lambda _f: self._trace_fetch(params, answered()))
-        if self.topic_stats is not None:
-            op.done.add_done_callback(lambda _f: self._count_fetched(follower, answered()))
-        return op
-
-    def _count_fetched(self, follower: bool, topics: list[tuple[str, list[FetchEntry]]]
-                       ) -> None:
-        """Kafka's BytesOutPerSec (consumers) / ReplicationBytesOutPerSec (followers):
-        the record bytes of the answer, once it is final."""
-        stats = self.topic_stats
-        if stats is None:
-            return
-        for topic, entries in topics:
-            if not any((topic, e.result.index) in self.partitions for e in entries):
-                continue  # not hosted here: no series (see append_records)
-            ts = stats.topic(topic)
-            ts.fetch_requests += len(entries)
-            n = 0
-            for e in entries:
-                records = e.result.records
-                if records is not None:
-                    n += records.size if hasattr(records, "size") else len(records)
-            if follower:
-                ts.replication_bytes_out += n
-            else:
-                ts.bytes_out += n
-
-    def _record_follower_fetch(self, replica_id: int, topics: list[tuple[str, list[FetchEntry]]],
-                               image: MetadataImage) -> None:
-        t = now_ms()
-        for topic, entries in topics:
-            for e in entries:
-                tp = (topic, e.result.index)
-                try:
-                    p = self.leader_partition(topic, tp[1], image, e.current_leader_epoch)
-                except KafkaError:
-                    continue  # the read below reports the error for this partition
-                hw_before = p.high_watermark
-                tr = p.update_follower_fetch_state(replica_id, e.fetch_offset, t,
-                                                   e.log_start_offset)
-                if tr.hw_moved and self.tracer.enabled:
-                    self.tracer.hw_moved(tp, hw_before, p.high_watermark, replica_id)
-                self._apply_transition(p, tr)
-
-    def _read(self, params: FetchParams, topics: list[tuple[str, list[FetchEntry]]],
-              image: MetadataImage) -> tuple[int, bool]:
-        committed_only = params.replica_id < 0  # followers read up to the LEO (REQ-R16)
-        read_committed = committed_only and params.isolation_level == 1
-        quota = self.leader_quota
-        now_s = time.monotonic()
-        remaining = params.max_bytes
-        total = 0
-        errored = False
-        for topic, entries in topics:
-            for e in entries:
-                res = e.result
-                res.error_code = 0
-                res.records = None
-                e.idle = False
-                res.high_watermark = res.last_stable_offset = res.log_start_offset = -1
-                try:
-                    p = self.leader_partition(topic, res.index, image, e.current_leader_epoch)
-                    res.high_watermark = p.high_watermark
-                    res.last_stable_offset = p.last_stable_offset
-                    res.log_start_offset = p.log.log_start_offset
-                    res.aborted_transactions = None
-                    limit = min(e.partition_max_bytes, remaining)
-                    if limit <= 0 and total > 0:
-                        continue
-                    # KIP-73: a throttled replica outside the ISR gets nothing while the
-                    # leader's replication quota is exceeded (Kafka's shouldLeaderThrottle).
-                    throttled = (not committed_only and quota.is_throttled(topic, res.index)
-                                 and params.replica_id not in p.isr)
-                    if throttled and quota.is_exceeded(now_s):
-                        continue
-                    # KIP-74: the first partition with data returns at least one whole
-                    # batch even when it exceeds max_bytes, so a consumer always progresses.
-                    sl = p.read(e.fetch_offset, max(limit, 0), min_one_batch=(total == 0),
-                                committed_only=committed_only,
-                                read_committed=read_committed)
-                    if sl is None:
-                        # Nothing to return, the fetcher at the readable end: a follower
-                        # session may skip the partition until it changes.
-                        e.idle = e.fetch_offset >= p.readable_end(committed_only)
-                    if sl is not None and sl.size:
-                        res.records = sl
-                        if read_committed:
-                            # KIP-98: the aborted transactions overlapping what is returned,
-                            # so the consumer can drop their batches.
-                            res.aborted_transactions = p.aborted_transactions(
-                                e.fetch_offset, res.last_stable_offset)
-                        total += sl.size
-                        remaining -= sl.size
-                        if throttled:
-                            quota.record(sl.size, now_s)
-                except KafkaError as err:
-                    errored = True
-                    res.error_code = int(err.code)
-                except Exception:
-                    errored = True
-                    logger.exception("fetch from %s-%d failed", topic, res.index)
-                    res.error_code = int(ErrorCode.unknown_server_error)
-        return total, errored
-
-    def _trace_fetch(self, params: FetchParams,
-                     topics: list[tuple[str, list[FetchEntry]]]) -> None:
-        if not self.tracer.enabled:
-            return
-        for topic, entries in topics:
-            for e in entries:
-                p = self.partitions.get((topic, e.result.index))
-                if e.result.records is not None and p is not None:
-                    self.tracer.fetch_answered((topic, e.result.index), e.fetch_offset,
-                                               p.readable_end(params.replica_id < 0),
-                                               params.replica_id)
-
     # ----------------------------------------------------------------- epochs
     def last_offset_for_leader_epoch(self, topic: str, partition: int,
                                      current_leader_epoch: int, leader_epoch: int,
@@ -816,15 +614,6 @@ class ReplicaManager:
             write = part.maybe_shrink_isr(t, lag)
             if write is not None:
                 self._submit_isr_write(part, write)
-
-    def _credit_idle_followers(self, tp: TopicPartition, part: Partition) -> None:
-        """A follower session skips idle partitions (fetch_session.py): its fetches count
-        as fetching them at the log end (REQ-R6) -- credited here, before the ISR check,
-        instead of on every fetch."""
-        for session in self.fetch_sessions.holders(tp):
-            offset = session.idle_fetch_offset(tp)
-            if offset is not None:
-                part.note_idle_fetch(session.replica_id, offset, session.last_used_ms)
 
     def _submit_isr_write(self, part: Partition, write: IsrWrite) -> None:
         if self.alter_partition is not None:

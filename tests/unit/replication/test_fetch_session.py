@@ -14,7 +14,7 @@ from odradek.replication.fetch_session import (
     FINAL_EPOCH, INITIAL_EPOCH, FetchContext, FetchKind, FetchSessionCache, next_epoch,
 )
 from odradek.replication.fetch_session_handler import FetchRequestData, FetchSessionHandler
-from odradek.replication.replica_manager import FetchEntry
+from odradek.replication.fetch_serving import FetchEntry
 
 Topics = list[tuple[str, list[FetchEntry]]]
 

@@ -26,8 +26,9 @@ from odradek.protocol.fetch_response import PartitionFetchResult, encode_fetch_r
 from odradek.protocol.produce_response import PartitionProduceResult, encode_produce_response
 from odradek.protocol.responses import part, response
 from odradek.replication.delayed import DelayedFetch, DelayedProduce
+from odradek.replication.fetch_serving import FetchEntry, FetchParams
 from odradek.replication.fetch_session import FetchContext, FetchKind
-from odradek.replication.replica_manager import FetchEntry, FetchParams, ProduceEntry
+from odradek.replication.replica_manager import ProduceEntry
 from odradek.security.acl import AclOperation, ResourceType
 from odradek.server.network import CloseConnection
 
