@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,7 +29,7 @@ from odradek.replication.fetch_session import FetchContext
 if TYPE_CHECKING:
     from odradek.metadata.image import MetadataImage
     from odradek.metrics.stats import BrokerTopicStats
-    from odradek.replication.fetch_session import FetchSessionCache
+    from odradek.replication.fetch_session import FetchSession, FetchSessionCache
     from odradek.replication.partition import Partition
     from odradek.replication.partition_state import Transition
     from odradek.replication.purgatory import DelayedOperationPurgatory
@@ -272,11 +272,14 @@ class FetchServing:
                         params.replica_id,
                     )
 
-    def _credit_idle_followers(self, tp: TopicPartition, part: Partition) -> None:
+    def _credit_idle_followers(
+        self, tp: TopicPartition, part: Partition, sessions: Iterable[FetchSession] | None = None
+    ) -> None:
         """A follower session skips idle partitions (fetch_session.py): its fetches count
-        as fetching them at the log end (REQ-R6) -- credited here, before the ISR check,
-        instead of on every fetch."""
-        for session in self.fetch_sessions.holders(tp):
+        as fetching them at the log end (REQ-R6) -- credited here, before the ISR check
+        and when a change ends the idle spell (``sessions``: the holders of ``tp``, known
+        to the caller), instead of on every fetch."""
+        for session in self.fetch_sessions.holders(tp) if sessions is None else sessions:
             offset = session.idle_fetch_offset(tp)
             if offset is not None:
                 part.note_idle_fetch(session.replica_id, offset, session.last_used_ms)

@@ -159,9 +159,6 @@ class FetchSession:
         self.active[tp] = None
         return True
 
-    def is_idle(self, tp: TopicPartition) -> bool:
-        return tp not in self.active and tp in self.partitions
-
     def idle_fetch_offset(self, tp: TopicPartition) -> int | None:
         """The follower's fetch offset on an idle partition (None: not idle)."""
         if tp in self.active:
@@ -300,11 +297,11 @@ class FetchSessionCache:
     def cached_partitions(self) -> int:
         return sum(len(s.partitions) for s in self.sessions.values())
 
-    def holders(self, tp: TopicPartition) -> Iterable[FetchSession]:
+    def holders(self, tp: TopicPartition) -> list[FetchSession]:
         """The follower sessions holding ``tp``."""
         held = self._holders.get(tp)
         if not held:
-            return ()
+            return []
         return [s for s in held.values() if self.sessions.get(s.id) is s]
 
     def new_context(

@@ -389,14 +389,14 @@ class ReplicaManager(FetchServing):
         the rest of this loop step (microseconds)."""
         # Follower fetch sessions holding tp read it at their next fetch (or at once, if
         # one is waiting); leaving the idle set credits the follower (see check_isr).
-        for session in self.fetch_sessions.holders(tp):
-            offset = session.idle_fetch_offset(tp)
-            session.mark(tp)
-            self._woken_sessions.add(session.id)
-            if offset is not None:
-                part = self.partitions.get(tp)
-                if part is not None:
-                    part.note_idle_fetch(session.replica_id, offset, session.last_used_ms)
+        sessions = self.fetch_sessions.holders(tp)
+        if sessions:
+            part = self.partitions.get(tp)
+            if part is not None:
+                self._credit_idle_followers(tp, part, sessions)  # before marking
+            for session in sessions:
+                session.mark(tp)
+                self._woken_sessions.add(session.id)
         self._woken.add(tp)
         if self._wake_scheduled:
             return
