@@ -7,6 +7,7 @@ restart). Each test checks every acknowledged record against what consumers read
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from odradek.zk import znodes
 from replication_util import (
     consume_all, create_topic, partition_meta, produce, replica_log_bytes, wait_for,
 )
@@ -74,6 +76,13 @@ def _check_acked_present(acked: list[tuple[int, int, bytes]],
 
 def _leader(bootstrap: str, topic: str, partition: int = 0) -> int:
     return partition_meta(bootstrap, topic)[partition].leader
+
+
+def _zk_leader(c: Any, topic: str, partition: int = 0) -> int:
+    """The leader in the partition state znode: the controller's decision, which a paused
+    broker's stale metadata cannot hide (REQ-R13)."""
+    data, _ = c.zk_client().get(znodes.partition_state_path(topic, partition))
+    return int(json.loads(data)["leader"])
 
 
 @pytest.mark.parametrize("idempotent", [False, True])
@@ -217,8 +226,13 @@ def test_idempotent_retries_after_leader_pause_no_duplicates_no_gaps(make_cluste
     with SteadyProducer(c.bootstrap_servers, topic_name, conf) as prod:
         wait_for(lambda: len(prod.acked) > 1000, 20, "acks before the pause")
         c.stop_broker(1, signal.SIGSTOP)
-        n = len(prod.acked)
         # Longer than request.timeout.ms and the ZooKeeper session: retries and a failover.
+        # Wait for the failover itself: acks alone can grow past any bound while librdkafka
+        # delivers the reports of batches the leader answered just before it froze, and a
+        # pause that ends there tests no failover at all (CI saw exactly that).
+        wait_for(lambda: _zk_leader(c, topic_name) not in (1, -1), 30,
+                 "the controller to elect a new leader")
+        n = len(prod.acked)
         # librdkafka drains what it had in flight to the paused broker before it resumes
         # on the new leader (idempotence), bounded by its socket timeout.
         wait_for(lambda: len(prod.acked) > n + 1000, 60, "acks from the new leader")
