@@ -58,3 +58,58 @@ def test_teardown_removes_only_this_blocks_objects() -> None:
         ["ip", "link", "del", "odx3vzk2"],
         ["ip", "link", "del", "odx3br"],  # the bridge last
     ]
+
+
+def test_a_cut_drops_on_the_receiving_side_inside_the_namespaces() -> None:
+    cmds = netns.cut_commands(3, "b1", "zk1", op="-I", comment="t1")
+    assert cmds == [
+        ["ip", "netns", "exec", "odx3-zk1", "iptables", "-w", "5", "-I", "INPUT",
+         "-s", "10.209.3.2/32", "-m", "comment", "--comment", "t1", "-j", "DROP"],
+        ["ip", "netns", "exec", "odx3-b1", "iptables", "-w", "5", "-I", "INPUT",
+         "-s", "10.209.3.1/32", "-m", "comment", "--comment", "t1", "-j", "DROP"],
+    ]
+    # Healing deletes exactly those rules.
+    heal = netns.cut_commands(3, "b1", "zk1", op="-D", comment="t1")
+    assert [[("-I" if w == "-D" else w) for w in c] for c in heal] == cmds
+    # Never a rule in the host's own tables: every command runs inside a namespace.
+    for c in cmds + netns.cut_commands(3, "b2", netns.MANAGER, op="-I"):
+        assert c[:3] == ["ip", "netns", "exec"] and c[3].startswith("odx3-")
+
+
+def test_one_way_and_lossy_cuts() -> None:
+    (only,) = netns.cut_commands(3, "b1", "b2", op="-I", direction="a->b")
+    assert only[3] == "odx3-b2" and "10.209.3.2/32" in only  # b1's packets dropped at b2
+    (back,) = netns.cut_commands(3, "b1", "b2", op="-I", direction="b->a")
+    assert back[3] == "odx3-b1" and "10.209.3.3/32" in back
+    (lossy, _) = netns.cut_commands(3, "b1", "b2", op="-I", probability=0.25)
+    assert lossy[-8:-2] == ["-m", "statistic", "--mode", "random", "--probability", "0.25000"]
+
+
+def test_the_manager_side_is_cut_in_the_hosts_namespace() -> None:
+    """The scenarios' clients live in the manager's namespace (behind the bridge, .254):
+    packets to it are dropped on the way out of the broker's namespace."""
+    to_broker, to_manager = netns.cut_commands(3, netns.MANAGER, "b1", op="-I")
+    assert to_broker[3:] == ["odx3-b1", "iptables", "-w", "5", "-I", "INPUT",
+                             "-s", "10.209.3.254/32", "-j", "DROP"]
+    assert to_manager[3:] == ["odx3-b1", "iptables", "-w", "5", "-I", "OUTPUT",
+                              "-d", "10.209.3.254/32", "-j", "DROP"]
+
+
+@pytest.mark.parametrize("kw", [{"op": "-A"}, {"op": "-F"}, {"op": "-I", "direction": "up"},
+                                {"op": "-I", "probability": 0.0}])
+def test_bad_cuts_are_refused(kw: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        netns.cut_commands(3, "b1", "b2", **kw)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        netns.cut_commands(3, "b1", "b1", op="-I")
+
+
+def test_rates_in_kbit() -> None:
+    from odradek.chaos.netns_faults import rate_kbit
+
+    assert rate_kbit("400kbit") == 400
+    assert rate_kbit("1mbit") == 1000
+    assert rate_kbit("2.5Mbit") == 2500
+    assert rate_kbit("100bit") == 1
+    with pytest.raises(ValueError):
+        rate_kbit("fast")

@@ -10,6 +10,8 @@
 * Lossy links: the same rules with ``-m statistic --mode random --probability P``.
 * Slow links: tc htb on ``lo``, one rate-limited class + u32 filter per destination
   address (netem is not in this kernel).
+* On netns hosts (``cluster up --hosts netns``) partitions and slow links are made
+  inside the namespaces instead (:mod:`odradek.chaos.netns_faults`); signals are the same.
 
 Safety rules (shared machine): only 127.0.0.0/8 addresses; every rule carries a comment
 ``odradek-chaos-<pid>-<n>`` and is deleted by its exact spec, never by flushing; tc
@@ -452,6 +454,8 @@ class Faults:
         self.cluster = cluster
         self.on_event = on_event or (lambda kind, detail: None)
         self.faults: list[Fault] = []
+        # Hosts as namespaces (issue 19): links are cut inside the namespaces, not on lo.
+        self.hosts = cluster.netns_hosts() if cluster.hosts == "netns" else None
 
     # -- naming
     def _parse(self, node: Node) -> tuple[str, int]:
@@ -466,9 +470,20 @@ class Faults:
             return "broker", int(n[1:])
         return "broker", int(n)
 
+    def role(self, node: Node) -> str:
+        """The netns host role of ``node`` (``b3``, ``zk1``; the clients: the manager)."""
+        from odradek.cluster.netns import MANAGER
+
+        kind, i = self._parse(node)
+        return {"client": MANAGER, "zk": f"zk{i}", "broker": f"b{i}"}[kind]
+
     def address(self, node: Node) -> str:
         kind, i = self._parse(node)
         if kind == "client":
+            if self.hosts is not None:
+                from odradek.cluster.netns import MANAGER, endpoint_address
+
+                return endpoint_address(self.hosts.block, MANAGER)
             return "127.0.0.1"  # where the scenario's own clients connect from
         if kind == "zk":
             return self.cluster.zookeeper(i).address
@@ -502,6 +517,8 @@ class Faults:
         name = f"{what} {a} {arrow} {b}"
         if probability is not None:
             name += f" p={probability}"
+        if self.hosts is not None:
+            return self._add(self._netns_cut(name, [(a, b, direction)], probability))
         return self._add(IptablesFault(name, lambda tag: partition_rules(
             aa, ba, tag, direction=direction, probability=probability,
             a_cgroup=self._cgroup(a), b_cgroup=self._cgroup(b))))
@@ -514,6 +531,9 @@ class Faults:
         me = self.address(node)
         others = list(from_) if from_ is not None else [n for n in self.nodes()
                                                          if self.address(n) != me]
+        name = f"isolate {node} from {','.join(map(str, others))}"
+        if self.hosts is not None:
+            return self._add(self._netns_cut(name, [(node, o, "both") for o in others]))
         addrs = [(self.address(o), self._cgroup(o)) for o in others]
         mycg = self._cgroup(node)
 
@@ -522,10 +542,27 @@ class Faults:
             for oa, ocg in addrs:
                 rules += partition_rules(me, oa, tag, a_cgroup=mycg, b_cgroup=ocg)
             return rules
-        return self._add(IptablesFault(f"isolate {node} from {','.join(map(str, others))}", build))
+        return self._add(IptablesFault(name, build))
+
+    def _netns_cut(self, name: str, links: Sequence[tuple[Node, Node, str]],
+                   probability: float | None = None) -> Fault:
+        from odradek.chaos.netns_faults import NetnsCutFault
+
+        assert self.hosts is not None
+        return NetnsCutFault(name, self.hosts,
+                             [(self.role(a), self.role(b), d) for a, b, d in links], probability)
 
     def slow(self, dst: Node, *, rate: str = "1mbit", src: Node | None = None) -> Fault:
         name = f"slow link to {dst}" + (f" from {src}" if src is not None else "") + f" {rate}"
+        if self.hosts is not None:
+            from odradek.chaos.netns_faults import NetnsShapeFault
+
+            if src is not None:
+                # A veth's qdisc shapes everything into its host; one link alone would
+                # need per-source filters there, which nothing here asks for yet.
+                raise FaultsUnavailable("netns hosts: a slow link shapes all traffic into "
+                                        "a host; a single source is not supported")
+            return self._add(NetnsShapeFault(name, self.hosts, self.role(dst), rate))
         return self._add(SlowLinkFault(name, self.address(dst), rate,
                                        self.address(src) if src is not None else None))
 

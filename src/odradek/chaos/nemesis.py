@@ -331,11 +331,13 @@ def _wait(cond: Callable[[], Any], timeout: float, what: str, history: Any) -> N
 
 
 def run_nemesis(case: NemesisCase, run_dir: Path, *,
-                log: Callable[[str], None] = print, security: str = "plaintext") -> Any:
+                log: Callable[[str], None] = print, security: str = "plaintext",
+                hosts: str = "loopback") -> Any:
     """Run one seed on a fresh cluster; the histories go to ``run_dir/nemesis-<seed>/``
     with ``schedule.json``. Returns a ``ScenarioResult`` (checks are added by
     ``evaluate_nemesis`` once the checker ran). Faults are always healed and the cluster
-    always brought down. ``security``: ``sasl_ssl`` for a secured cluster."""
+    always brought down. ``security``: ``sasl_ssl`` for a secured cluster; ``hosts``:
+    ``netns`` for nodes in their own network namespaces."""
     from odradek.chaos.faults import Faults
     from odradek.chaos.scenarios import FAST_BROKER_CONFIG, ZK_SESSION_MS, ScenarioResult
     from odradek.chaos.workload import (
@@ -361,7 +363,8 @@ def run_nemesis(case: NemesisCase, run_dir: Path, *,
         f"{n} partitions, safe configuration")
     try:
         with LocalCluster.start(d / "cluster", 3, broker_config=FAST_BROKER_CONFIG,
-                                zk_session_timeout_ms=ZK_SESSION_MS, security=security) as c:
+                                zk_session_timeout_ms=ZK_SESSION_MS, security=security,
+                                hosts=hosts) as c:
             nodes = [f"b{b.id}" for b in c.brokers] + [
                 "zk" if z.id == 1 else f"zk{z.id}" for z in c.zookeeper_nodes]
             ops = schedule(case.seed, case.duration_s, nodes)

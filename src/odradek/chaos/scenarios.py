@@ -554,11 +554,13 @@ def _create_topic(bootstrap: str, topic: str, assignment: list[int], config: dic
 
 
 def run_scenario(scn: Scenario, run_dir: Path, *, log: Callable[[str], None] = print,
-                 security: str = "plaintext") -> ScenarioResult:
+                 security: str = "plaintext", hosts: str = "loopback") -> ScenarioResult:
     """Run one scenario; its history goes to ``run_dir/<name>/``. Faults are always
     healed and the cluster always brought down, even on failure. ``security``:
     ``sasl_ssl`` runs it on a secured cluster (TLS + SCRAM, as ``cluster up
-    --security sasl_ssl``): the same faults, every client authenticated."""
+    --security sasl_ssl``): the same faults, every client authenticated. ``hosts``:
+    ``netns`` puts every node in its own network namespace (``cluster up --hosts
+    netns``); links are then cut inside the namespaces."""
     d = Path(run_dir) / scn.name
     if d.exists():
         shutil.rmtree(d)
@@ -574,7 +576,7 @@ def run_scenario(scn: Scenario, run_dir: Path, *, log: Callable[[str], None] = p
     if scn.fsync_ledger:
         os.environ[LEDGER_ENV] = "1"  # inherited by every broker process of this run
     try:
-        _run_on_cluster(scn, d, h, res, topic, log, security)
+        _run_on_cluster(scn, d, h, res, topic, log, security, hosts)
     except Exception as e:  # the cluster did not start, faults unavailable...
         res.error = res.error or f"{type(e).__name__}: {e}"
         log(f"   error: {res.error}")
@@ -590,11 +592,13 @@ def run_scenario(scn: Scenario, run_dir: Path, *, log: Callable[[str], None] = p
 
 
 def _run_on_cluster(scn: Scenario, d: Path, h: History, res: ScenarioResult, topic: str,
-                    log: Callable[[str], None], security: str = "plaintext") -> None:
+                    log: Callable[[str], None], security: str = "plaintext",
+                    hosts: str = "loopback") -> None:
     from odradek.cluster.local import LocalCluster
 
     with LocalCluster.start(d / "cluster", 3, broker_config=FAST_BROKER_CONFIG,
-                            zk_session_timeout_ms=ZK_SESSION_MS, security=security) as c:
+                            zk_session_timeout_ms=ZK_SESSION_MS, security=security,
+                            hosts=hosts) as c:
         sec = c.client_config()  # {} on a plaintext cluster
         faults = Faults(c, on_event=lambda k, detail: h.event(k, detail), need_tc=scn.needs_tc)
         poller = MetadataPoller(h, c, topic)
@@ -692,14 +696,15 @@ def evaluate(scn: Scenario, res: ScenarioResult, metrics: Metrics) -> None:
 
 
 def run_scenarios(names: list[str], run_dir: Path, *, log: Callable[[str], None] = print,
-                  spark: Any | None = None, security: str = "plaintext") -> list[ScenarioResult]:
+                  spark: Any | None = None, security: str = "plaintext",
+                  hosts: str = "loopback") -> list[ScenarioResult]:
     """Run the scenarios one after another, then check all of them in one Spark session."""
     from odradek.chaos.checker import check_run
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     scns = [get(n) for n in names]
-    results = [run_scenario(s, run_dir, log=log, security=security) for s in scns]
+    results = [run_scenario(s, run_dir, log=log, security=security, hosts=hosts) for s in scns]
     log("== checking the histories on Spark")
     metrics = check_run(run_dir, spark=spark)
     for s, r in zip(scns, results):

@@ -53,6 +53,9 @@ def _common(p: Any) -> None:
     p.add_argument("--security", choices=("plaintext", "sasl_ssl"), default="plaintext",
                    help="sasl_ssl: each case on a cluster with TLS + SCRAM listeners and "
                         "ZooKeeper authentication, as `cluster up --security sasl_ssl`")
+    p.add_argument("--hosts", choices=("loopback", "netns"), default="loopback",
+                   help="netns: each node in its own network namespace, as `cluster up "
+                        "--hosts netns`; faults cut links inside the namespaces (root)")
     p.add_argument("--verbose", action="store_true",
                    help="every step and each scenario's details on the terminal too "
                         "(always in RUN_DIR/chaos.log)")
@@ -106,11 +109,13 @@ def _as_dict(r: Any, titles: dict[str, str], schedules: dict[str, list[str]]) ->
 
 def run_cases(names: list[str], run_dir: Path, *, duration: float = 30.0,
               log: Any = print, spark: Any | None = None,
-              on_case: Any = None, security: str = "plaintext") -> list[Any]:
+              on_case: Any = None, security: str = "plaintext",
+              hosts: str = "loopback") -> list[Any]:
     """Run scenarios and ``nemesis:SEED`` cases one after another, then check them all
     in ONE Spark session; returns ``ScenarioResult`` s in the given order.
     ``on_case(i, name)`` is called before each case (and with ``i == len(names)``
-    before the check). ``security``: ``sasl_ssl`` runs every case on a secured cluster."""
+    before the check). ``security``: ``sasl_ssl`` runs every case on a secured cluster;
+    ``hosts``: ``netns`` runs it on hosts that are network namespaces."""
     from odradek.chaos.checker import check_run
     from odradek.chaos.nemesis import NemesisCase, evaluate_nemesis, parse_case, run_nemesis
     from odradek.chaos.scenarios import evaluate, get, run_scenario
@@ -123,9 +128,10 @@ def run_cases(names: list[str], run_dir: Path, *, duration: float = 30.0,
         seed = parse_case(n)
         if seed is not None:
             results.append(run_nemesis(NemesisCase(seed, duration), run_dir, log=log,
-                                       security=security))
+                                       security=security, hosts=hosts))
         else:
-            results.append(run_scenario(get(n), run_dir, log=log, security=security))
+            results.append(run_scenario(get(n), run_dir, log=log, security=security,
+                                        hosts=hosts))
     if on_case is not None:
         on_case(len(names), "checking the histories on Spark")
     log("== checking the histories on Spark")
@@ -279,7 +285,7 @@ def _run_and_report(names: list[str], args: argparse.Namespace, command: str) ->
                 out.detail(line)
 
         results = run_cases(names, run_dir, duration=args.duration, log=log, on_case=on_case,
-                            security=args.security)
+                            security=args.security, hosts=args.hosts)
         out.done(task)
         rc = _finish(names, results, run_dir, args, command + _flags(args), out)
         out.say(f"wall time {out.elapsed():.0f} s")
@@ -294,6 +300,8 @@ def _flags(args: argparse.Namespace) -> str:
         out += f" --dir {args.dir}"
     if getattr(args, "security", "plaintext") != "plaintext":
         out += f" --security {args.security}"
+    if getattr(args, "hosts", "loopback") != "loopback":
+        out += f" --hosts {args.hosts}"
     if args.report:
         out += f" --report {args.report}"
     return out

@@ -44,10 +44,13 @@ from odradek.errors import ErrorCode, KafkaError
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "MANAGER",
     "SUBNET_PREFIX",
     "NetnsHosts",
     "available",
     "bridge_name",
+    "cut_commands",
+    "endpoint_address",
     "host_address",
     "namespace_name",
     "role_octet",
@@ -57,6 +60,7 @@ __all__ = [
 
 SUBNET_PREFIX = "10.209"  # private (RFC 1918); one /24 per cluster block
 BRIDGE_OCTET = 254
+MANAGER = "host"  # the manager's own namespace, on the host side of the bridge
 _ROLE = re.compile(r"(b|zk|c)([0-9]{1,3})")
 
 
@@ -104,6 +108,67 @@ def veth_names(block: int, role: str) -> tuple[str, str]:
     return f"{p}v{role}", f"{p}p{role}"
 
 
+def endpoint_address(block: int, role: str) -> str:
+    """A host's address; :data:`MANAGER` is the bridge address, where traffic from the
+    manager's own namespace (the chaos scenarios' clients) comes from."""
+    if role == MANAGER:
+        _prefix(block)
+        return f"{SUBNET_PREFIX}.{block}.{BRIDGE_OCTET}"
+    return host_address(block, role)
+
+
+def cut_commands(
+    block: int,
+    a: str,
+    b: str,
+    *,
+    op: str,
+    direction: str = "both",
+    probability: float | None = None,
+    comment: str | None = None,
+) -> list[list[str]]:
+    """The iptables commands (``op``: ``-I`` to cut, ``-D`` to heal) that drop packets
+    from ``a`` to ``b`` and/or from ``b`` to ``a``.
+
+    Each rule lives in a namespace this block made, never in the host's tables: in the
+    receiver's INPUT chain, or, when the receiver is :data:`MANAGER` (the host side of
+    the bridge), in the sender's OUTPUT chain. Dropping one direction of TCP also stops
+    new connections the other way (the SYN-ACK is lost), as on loopback.
+    """
+    if op not in ("-I", "-D"):
+        raise ValueError(f"op must be -I or -D, not {op!r}")
+    pairs = {"both": [(a, b), (b, a)], "a->b": [(a, b)], "b->a": [(b, a)]}.get(direction)
+    if pairs is None:
+        raise ValueError(f"direction must be both, a->b or b->a, not {direction!r}")
+    if a == b:
+        raise ValueError("a cut needs two different hosts")
+    cmds: list[list[str]] = []
+    for src, dst in pairs:
+        if dst != MANAGER:
+            ns, chain, match = namespace_name(block, dst), "INPUT", "-s"
+            peer = endpoint_address(block, src)
+        else:
+            ns, chain, match = namespace_name(block, src), "OUTPUT", "-d"
+            peer = endpoint_address(block, dst)
+        cmd = ["ip", "netns", "exec", ns, "iptables", "-w", "5", op, chain, match, f"{peer}/32"]
+        if probability is not None:
+            if not 0.0 < probability <= 1.0:
+                raise ValueError(f"probability {probability} outside (0, 1]")
+            if probability < 1.0:
+                cmd += [
+                    "-m",
+                    "statistic",
+                    "--mode",
+                    "random",
+                    "--probability",
+                    f"{probability:.5f}",
+                ]
+        if comment is not None:
+            cmd += ["-m", "comment", "--comment", comment]
+        cmds.append([*cmd, "-j", "DROP"])
+    return cmds
+
+
 def setup_commands(block: int, roles: Sequence[str]) -> list[list[str]]:
     """The ``ip`` commands that build the bridge and one namespace per role."""
     br = bridge_name(block)
@@ -127,7 +192,9 @@ def setup_commands(block: int, roles: Sequence[str]) -> list[list[str]]:
     return cmds
 
 
-def teardown_commands(block: int, namespaces: Iterable[str], links: Iterable[str]) -> list[list[str]]:
+def teardown_commands(
+    block: int, namespaces: Iterable[str], links: Iterable[str]
+) -> list[list[str]]:
     """Delete commands for the existing objects (``ip netns list`` / ``ip link`` names)
     that carry this block's prefix, and nothing else."""
     p = _prefix(block)
@@ -224,22 +291,46 @@ class NetnsHosts:
     def link_up(self, role: str) -> None:
         _run(["ip", "link", "set", veth_names(self.block, role)[0], "up"])
 
-    def _cut_rules(self, a: str, b: str) -> list[list[str]]:
-        rules = []
-        for here, there in ((a, b), (b, a)):
-            ns = namespace_name(self.block, here)
-            src = host_address(self.block, there)
-            rules.append(["ip", "netns", "exec", ns, "iptables", "{op}", "INPUT", "-s", src, "-j", "DROP"])
-        return rules
+    def cut(
+        self,
+        a: str,
+        b: str,
+        *,
+        direction: str = "both",
+        probability: float | None = None,
+        comment: str | None = None,
+    ) -> None:
+        """Partition hosts ``a`` and ``b`` (roles, or :data:`MANAGER`) from each other:
+        both directions, or one (``a->b``, ``b->a``); ``probability`` drops only that
+        share of the packets (a lossy link)."""
+        cmds = cut_commands(
+            self.block, a, b, op="-I", direction=direction, probability=probability, comment=comment
+        )
+        done: list[list[str]] = []
+        try:
+            for cmd in cmds:
+                _run(cmd)
+                done.append(cmd)
+        except BaseException:
+            for cmd in done:  # all or nothing: a half-made cut is removed at once
+                _run([("-D" if x == "-I" else x) for x in cmd], check=False)
+            raise
 
-    def cut(self, a: str, b: str) -> None:
-        """Partition hosts ``a`` and ``b`` from each other, in both directions."""
-        for rule in self._cut_rules(a, b):
-            _run([("-A" if x == "{op}" else x) for x in rule])
-
-    def heal(self, a: str, b: str) -> None:
-        for rule in self._cut_rules(a, b):
-            _run([("-D" if x == "{op}" else x) for x in rule], check=False)
+    def heal(
+        self,
+        a: str,
+        b: str,
+        *,
+        direction: str = "both",
+        probability: float | None = None,
+        comment: str | None = None,
+    ) -> None:
+        """Remove what :meth:`cut` with the same arguments added (missing rules are
+        ignored: healing twice is harmless)."""
+        for cmd in cut_commands(
+            self.block, a, b, op="-D", direction=direction, probability=probability, comment=comment
+        ):
+            _run(cmd, check=False)
 
     def shape(self, role: str, *, delay_ms: int | None = None, rate_kbit: int | None = None) -> str:
         """Slow traffic *to* host ``role`` (egress of its bridge-side veth). Uses netem
@@ -261,8 +352,24 @@ class NetnsHosts:
         if rate_kbit is None:
             raise ValueError("shape needs delay_ms or rate_kbit")
         _run(["tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10"])
-        _run(["tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb",
-              "rate", f"{rate_kbit}kbit", "ceil", f"{rate_kbit}kbit"])
+        _run(
+            [
+                "tc",
+                "class",
+                "add",
+                "dev",
+                dev,
+                "parent",
+                "1:",
+                "classid",
+                "1:10",
+                "htb",
+                "rate",
+                f"{rate_kbit}kbit",
+                "ceil",
+                f"{rate_kbit}kbit",
+            ]
+        )
         return "htb"
 
     def unshape(self, role: str) -> None:
