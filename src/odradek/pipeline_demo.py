@@ -22,6 +22,7 @@ printed).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -145,10 +146,15 @@ def _executor_sources(spark: Any) -> list[str]:
 def run_pipeline_demo(seconds: int = 20, rate: int = 1000, directory: Path | None = None,
                       kill_leader: bool = True, *, verbose: bool = False,
                       console: bool = True, spark_master: str | None = None,
-                      driver_host: str = "127.0.0.1", security: str = "plaintext") -> int:
+                      driver_host: str = "127.0.0.1", security: str = "plaintext",
+                      hosts: str = "loopback") -> int:
     """``spark_master`` None: ``local[2]``. Else a ``spark://`` standalone master: the
     connector ships to its executors as a zip (``spark.archives``), the way a
     deployment would, and executors reach the brokers by their own addresses.
+    ``spark_master="standalone"`` starts a master and two workers for the run
+    (:meth:`SparkStandalone.beside`). ``hosts="netns"``: every broker and ZooKeeper
+    server in its own network namespace; with ``standalone`` the workers, and so the
+    executors, run on the client hosts c1 and c2.
     ``security="sasl_ssl"``: the cluster has TLS + SCRAM listeners and ZooKeeper
     authentication; every client (the producer, Spark's source and sink through
     ``kafka.*`` options, the console) connects as the cluster's admin user."""
@@ -160,14 +166,14 @@ def run_pipeline_demo(seconds: int = 20, rate: int = 1000, directory: Path | Non
     out = RunOutput(workdir / "demo.log", verbose=verbose)
     try:
         return _run(out, workdir, seconds, rate, kill_leader, verbose, console,
-                    spark_master, driver_host, security)
+                    spark_master, driver_host, security, hosts)
     finally:
         out.close()
 
 
 def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bool,
          verbose: bool, console: bool, spark_master: str | None, driver_host: str,
-         security: str = "plaintext") -> int:
+         security: str = "plaintext", hosts: str = "loopback") -> int:
     from pyspark.sql import SparkSession  # noqa: PLC0415
     from pyspark.sql import functions as F  # noqa: PLC0415
 
@@ -181,7 +187,8 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
          f"{workdir / 'spark.log'}, {workdir / 'cluster'}/broker-N/broker.log")
     with LocalCluster.start(workdir / "cluster", 3,
                             broker_config={"replica.lag.time.max.ms": "5000"},
-                            zk_session_timeout_ms=4000, security=security) as cluster:
+                            zk_session_timeout_ms=4000, security=security,
+                            hosts=hosts) as cluster, contextlib.ExitStack() as stack:
         bs = cluster.bootstrap_servers
         sec = cluster.client_config()  # {} on a plaintext cluster
         # The Spark source and sink take client settings as kafka.* options.
@@ -204,6 +211,15 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
             f.result(30)
         _say("topics page-views (4 partitions, RF 3, min ISR 2) and url-counts created")
 
+        if spark_master == "standalone":
+            # Left before the cluster goes down: executors first, then the brokers.
+            from odradek.cluster.spark_standalone import SparkStandalone  # noqa: PLC0415
+
+            standalone = stack.enter_context(
+                SparkStandalone.beside(cluster, workdir / "spark-standalone"))
+            spark_master, driver_host = standalone.start(), standalone.host
+            _say(f"Spark standalone: master {spark_master}, workers on "
+                 f"{', '.join(standalone.worker_hosts)}")
         builder = (SparkSession.builder.master(spark_master or "local[2]")
                    .appName("odradek-pipeline-demo")
                    .config("spark.sql.shuffle.partitions", "4")

@@ -30,7 +30,12 @@ def add_parser(sub: Any) -> None:
                         "ZooKeeper authentication) as its admin user")
     p.add_argument("--spark-master", default=None,
                    help="pipeline: run on this Spark standalone master (spark://host:port) "
-                   "instead of local[2]; the connector ships to executors as a zip")
+                   "instead of local[2], or 'standalone' to start a master and two workers "
+                   "for the run; the connector ships to executors as a zip")
+    p.add_argument("--hosts", choices=("loopback", "netns"), default="loopback",
+                   help="netns (root): brokers and ZooKeeper as separate hosts (network "
+                   "namespaces); with --spark-master standalone the Spark workers run on "
+                   "client hosts c1 and c2")
     p.add_argument("--spark-driver-host", default="127.0.0.1",
                    help="with --spark-master: the address executors reach the driver on")
     p.set_defaults(func=_run)
@@ -47,4 +52,5 @@ def _run(args: argparse.Namespace) -> int:
     return run_pipeline_demo(args.seconds, args.rate, args.dir, kill_leader=not args.no_kill,
                              verbose=args.verbose, console=not args.no_console,
                              spark_master=args.spark_master,
-                             driver_host=args.spark_driver_host, security=args.security)
+                             driver_host=args.spark_driver_host, security=args.security,
+                             hosts=args.hosts)

@@ -21,9 +21,13 @@ import subprocess
 import time
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from odradek.cluster import procs
 from odradek.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from odradek.cluster.local import LocalCluster
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +91,23 @@ class SparkStandalone:
         self.worker_hosts = worker_hosts or [host] * workers
         self.port = 0
         self._procs: list[subprocess.Popen[bytes]] = []
+
+    @classmethod
+    def beside(cls, cluster: LocalCluster, dir: Path, workers: int = 2) -> SparkStandalone:
+        """A Spark cluster placed next to an Odradek ``cluster``: on loopback, every
+        daemon on 127.0.0.1; on netns hosts, the master on the bridge (the manager's
+        side, where the driver runs too) and worker *i* on client host ``c<i>``, so its
+        executors are processes on another host that reach the brokers, and the
+        driver, by their addresses."""
+        if cluster.hosts != "netns":
+            return cls(dir, workers=workers)
+        from odradek.cluster import netns  # noqa: PLC0415
+
+        hosts = cluster.netns_hosts()
+        roles = [f"c{i}" for i in range(1, workers + 1)]
+        return cls(dir, host=netns.endpoint_address(hosts.block, netns.MANAGER),
+                   workers=workers, worker_prefixes=[cluster.exec_prefix(r) for r in roles],
+                   worker_hosts=[hosts.address(r) for r in roles])
 
     @property
     def master_url(self) -> str:
