@@ -11,6 +11,7 @@ veth or bridge of the block behind, even after the processes were killed.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,7 +24,7 @@ import pytest
 from odradek.cluster import netns
 from odradek.cluster.local import LocalCluster
 from odradek.zk.server import four_letter_word
-from replication_util import consume_all, create_topic, wait_for
+from replication_util import consume_all, create_topic, partition_meta, produce, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -179,5 +180,52 @@ def test_down_removes_namespaces_after_a_crashed_manager(tmp_path: Path) -> None
             os.kill(m.pid or 0, signal.SIGKILL)
     finally:
         LocalCluster(tmp_path / "c").down()  # a new process's view: state file only
+        c.down()
+    assert _leftovers(block) == []
+
+
+@pytest.mark.timeout(240)
+def test_a_broker_added_on_its_own_host_takes_a_reassigned_partition(tmp_path: Path) -> None:
+    """``add_broker`` on netns hosts makes a new host (namespace + veth on the bridge)
+    and starts broker 4 there; `odradek reassign-partitions` moves a partition onto it,
+    every record is still read once, and ``down`` removes the new host with the rest."""
+    if (why := netns.available()) is not None:
+        pytest.skip(why)
+    c = LocalCluster.start(tmp_path / "c", 3, broker_config=FAST, hosts="netns")
+    block = c.block
+    assert block is not None
+    try:
+        topic = "netns-moving"
+        create_topic(c.bootstrap_servers, topic, 2, 2, assignment=[[1, 2], [2, 3]])
+        values = [b"m%05d" % i for i in range(2000)]
+        acked, errors = produce(c.bootstrap_servers, topic, values)
+        assert not errors and len(acked) == len(values)
+        b4 = c.add_broker()
+        assert (b4.id, b4.host) == (4, f"10.209.{block}.5")
+        ns = subprocess.run(["ip", "netns", "identify", str(b4.pid)],
+                            capture_output=True, text=True).stdout.strip()
+        assert ns == netns.namespace_name(block, "b4")
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": topic, "partition": 0, "replicas": [4, 2]}]}))
+        odradek = [sys.executable, "-m", "odradek", "reassign-partitions",
+                   "--bootstrap-server", c.bootstrap_servers, "--reassignment-json-file",
+                   str(plan)]
+        out = subprocess.run([*odradek, "--execute"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+
+        def completed() -> bool:
+            v = subprocess.run([*odradek, "--verify"], capture_output=True, text=True,
+                               timeout=60)
+            return f"Reassignment of partition {topic}-0 is completed." in v.stdout
+        wait_for(completed, 90, "--verify to report the move completed")
+        wait_for(lambda: partition_meta(c.bootstrap_servers, topic)[0].replicas == [4, 2], 30,
+                 "metadata to show replicas [4, 2]")
+        got = consume_all(c.bootstrap_servers, topic, [0, 1], 60)
+        read = [v for recs in got.values() for _, v in recs]
+        assert sorted(read) == sorted(values)
+        # Broker 4's own copy, on its own host's disk, holds the moved partition.
+        assert (Path(b4.log_dir) / f"{topic}-0").is_dir()
+    finally:
         c.down()
     assert _leftovers(block) == []

@@ -475,7 +475,9 @@ class Faults:
         from odradek.cluster.netns import MANAGER
 
         kind, i = self._parse(node)
-        return {"client": MANAGER, "zk": f"zk{i}", "broker": f"b{i}"}[kind]
+        if kind == "broker":
+            return self.cluster.broker_role(i)
+        return MANAGER if kind == "client" else f"zk{i}"
 
     def address(self, node: Node) -> str:
         kind, i = self._parse(node)

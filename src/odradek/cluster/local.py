@@ -428,6 +428,9 @@ class LocalCluster:
         base = {k: v for k, v in _read_properties(Path(first.config)).items()
                 if k not in _PER_BROKER_KEYS}
         new_id, slot = max(x.id for x in self.brokers) + 1, len(self.brokers) + 1
+        if self.hosts == "netns":
+            # A new host: its namespace and veth on the cluster's bridge (issue 19).
+            self.netns_hosts().add_host(f"b{slot}")
         if self.security == "sasl_ssl":
             from odradek.cluster.security_setup import added_broker_properties
 
@@ -502,7 +505,7 @@ class LocalCluster:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(b.log, "ab") as log:
             p = subprocess.Popen(
-                [*self.exec_prefix(f"b{b.id}"), *self.broker_command, b.config],
+                [*self.exec_prefix(self.broker_role(b.id)), *self.broker_command, b.config],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -600,9 +603,19 @@ class LocalCluster:
         """The namespaces of a running ``hosts="netns"`` cluster (faults, client hosts)."""
         if self.hosts != "netns" or self.block is None:
             raise KafkaError(ErrorCode.unknown_server_error, "not a --hosts netns cluster")
-        roles = [f"zk{z.id}" for z in self.zookeeper_nodes] + [f"b{b.id}" for b in self.brokers]
+        roles = [f"zk{z.id}" for z in self.zookeeper_nodes]
+        roles += [self.broker_role(b.id) for b in self.brokers]
         roles += [f"c{n}" for n in range(1, CLIENT_HOSTS + 1)]
         return netns.NetnsHosts(self.block, roles)
+
+    def broker_role(self, broker_id: int) -> str:
+        """The host role (``b<slot>``) of a broker: its place in the block, which is its
+        id unless the ids start elsewhere (--first-broker-id 0 puts broker 0 on b1)."""
+        b = self.broker(broker_id)
+        if self.hosts == "netns":
+            # Broker slot i lives on .(1+i) (netns.role_octet).
+            return f"b{int(b.host.rsplit('.', 1)[1]) - 1}"
+        return f"b{self.brokers.index(b) + 1}"
 
     def exec_prefix(self, role: str) -> list[str]:
         """Command prefix that runs a process on host ``role`` (b<i>, zk<j>, c<n>):

@@ -50,6 +50,7 @@ __all__ = [
     "available",
     "bridge_name",
     "cut_commands",
+    "host_commands",
     "endpoint_address",
     "host_address",
     "namespace_name",
@@ -178,18 +179,23 @@ def setup_commands(block: int, roles: Sequence[str]) -> list[list[str]]:
         ["ip", "link", "set", br, "up"],
     ]
     for role in roles:
-        ns = namespace_name(block, role)
-        outer, inner = veth_names(block, role)
-        cmds += [
-            ["ip", "netns", "add", ns],
-            ["ip", "-n", ns, "link", "set", "lo", "up"],
-            ["ip", "link", "add", outer, "type", "veth", "peer", "name", inner, "netns", ns],
-            ["ip", "link", "set", outer, "master", br],
-            ["ip", "link", "set", outer, "up"],
-            ["ip", "-n", ns, "addr", "add", f"{host_address(block, role)}/24", "dev", inner],
-            ["ip", "-n", ns, "link", "set", inner, "up"],
-        ]
+        cmds += host_commands(block, role)
     return cmds
+
+
+def host_commands(block: int, role: str) -> list[list[str]]:
+    """The ``ip`` commands that add one host (namespace + veth) to an existing bridge."""
+    ns = namespace_name(block, role)
+    outer, inner = veth_names(block, role)
+    return [
+        ["ip", "netns", "add", ns],
+        ["ip", "-n", ns, "link", "set", "lo", "up"],
+        ["ip", "link", "add", outer, "type", "veth", "peer", "name", inner, "netns", ns],
+        ["ip", "link", "set", outer, "master", bridge_name(block)],
+        ["ip", "link", "set", outer, "up"],
+        ["ip", "-n", ns, "addr", "add", f"{host_address(block, role)}/24", "dev", inner],
+        ["ip", "-n", ns, "link", "set", inner, "up"],
+    ]
 
 
 def teardown_commands(
@@ -274,6 +280,19 @@ class NetnsHosts:
 
     def down(self) -> list[str]:
         return teardown(self.block)
+
+    def add_host(self, role: str) -> None:
+        """One more host on the running bridge (e.g. a broker added for a reassignment).
+        Half-made, it is removed again; ``down`` removes it by name like the others."""
+        ns = namespace_name(self.block, role)
+        try:
+            for cmd in host_commands(self.block, role):
+                _run(cmd)
+        except BaseException:
+            _run(["ip", "netns", "del", ns], check=False)
+            _run(["ip", "link", "del", veth_names(self.block, role)[0]], check=False)
+            raise
+        self.roles.append(role)
 
     def address(self, role: str) -> str:
         return host_address(self.block, role)
