@@ -320,3 +320,86 @@ def test_far_behind_follower_replicates_a_compacted_leader(make_cluster, topic_n
     follower = {o: (k, v) for o, k, v in _disk_records(d3) if o >= 150}
     assert set(follower) <= set(range(150, total)) and len(follower) < total - 150
     assert all(leader.get(o, kv) == kv for o, kv in follower.items())
+
+
+def _markers_on_disk(log_dir: Path) -> dict[str, int] | None:
+    """COMMIT / ABORT control batches in a replica's segment files (None mid-swap)."""
+    out = {"abort": 0, "commit": 0}
+    try:
+        for f in sorted(log_dir.glob("*.log")):
+            data = f.read_bytes()
+            for h in scan_batches(data, verify_crc=True).batches:
+                if h.is_control:
+                    key = decode_batch_records(data[h.position:h.position + h.size])[0].key
+                    out["abort" if key is not None and key[2:4] == b"\x00\x00" else "commit"] += 1
+    except FileNotFoundError:
+        return None
+    return out
+
+
+@pytest.mark.timeout(180)
+def test_cleaner_removes_aborted_records_then_their_markers(make_cluster, topic_name) -> None:
+    """KIP-98's cleaner rules on a real broker: an aborted transaction's records go at the
+    first pass, its ABORT marker once delete.retention.ms has passed, and the aborted
+    entry goes with the marker -- else a read_committed consumer reading from the start
+    would wait for that marker and drop the producer's later committed records."""
+    c = make_cluster(1, broker_config=CLEANER)
+    create_topic(c.bootstrap_servers, topic_name, 1, 1,
+                 {**TOPIC_CONFIG, "delete.retention.ms": "300"})
+    txn = Producer({"bootstrap.servers": c.bootstrap_servers, "transactional.id": "clean-me"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    for i in range(20):
+        txn.produce(topic_name, key=b"aborted-%d" % i, value=b"never")
+    assert txn.flush(30) == 0  # written before the abort: else librdkafka just drops them
+    txn.abort_transaction(30)
+    txn.begin_transaction()
+    txn.produce(topic_name, key=b"kept", value=b"committed-1")
+    txn.commit_transaction(30)
+    log_dir = Path(c.broker(1).log_dir) / f"{topic_name}-0"
+    # Batches well under segment.bytes (16 KiB), or the broker refuses them.
+    plain = Producer({"bootstrap.servers": c.bootstrap_servers, "linger.ms": 5,
+                      "batch.size": 4096})
+    n = 0
+    errors: list[Any] = []
+    assert _markers_on_disk(log_dir) == {"abort": 1, "commit": 1}
+
+    def abort_marker_gone() -> bool:
+        nonlocal n
+        # Keyed updates roll segments, so the cleaner keeps running passes.
+        for _ in range(200):
+            plain.produce(topic_name, key=b"filler-%d" % (n % 50), value=_value(b"f", n),
+                          on_delivery=lambda err, _m: errors.append(err) if err else None)
+            n += 1
+        plain.flush(30)
+        assert errors == [], errors[:3]
+        m = _markers_on_disk(log_dir)
+        return m is not None and m["abort"] == 0
+    wait_for(abort_marker_gone, 90, "the ABORT marker to be cleaned away", interval=0.3)
+    m = _markers_on_disk(log_dir)
+    assert m is not None and m["commit"] >= 1, m  # "kept" still has its record: COMMIT stays
+    keys = {k for _, k, _ in _disk_records(log_dir)}
+    assert not any(k.startswith(b"aborted-") for k in keys if k)
+    # The same producer commits again, after the cleaned-away abort.
+    txn.begin_transaction()
+    txn.produce(topic_name, key=b"later", value=b"committed-2")
+    txn.commit_transaction(30)
+    cons = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": "rc",
+                     "isolation.level": "read_committed", "enable.partition.eof": True,
+                     "auto.offset.reset": "earliest"})
+    cons.assign([TopicPartition(topic_name, 0, 0)])
+    got: dict[bytes, bytes] = {}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        msg = cons.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error() is not None:
+            if msg.error().code() == -191:  # _PARTITION_EOF
+                break
+            continue
+        got[msg.key()] = msg.value()
+    cons.close()
+    assert got.get(b"kept") == b"committed-1"
+    assert got.get(b"later") == b"committed-2", sorted(got)[:5]
+    assert not any(k.startswith(b"aborted-") for k in got)

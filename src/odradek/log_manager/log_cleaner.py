@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 
 from odradek.storage.checkpoint import read_checkpoint, write_checkpoint
 from odradek.storage.cleaner import (
+    CleanedGroup,
     CleanParams,
     CleanStats,
     SegmentView,
@@ -132,6 +133,8 @@ class CleanableReplica(Protocol):
     def last_stable_offset(self) -> int: ...
 
     def aborted_ranges(self) -> list[tuple[int, int, int]]: ...
+
+    def forget_aborted(self, markers: list[tuple[int, int]]) -> None: ...
 
 
 class ReplicaLogs(Protocol):
@@ -263,7 +266,7 @@ class LogCleanerManager:
                 discard_cleaned(job.lg.directory, g.base_offset)
                 continue
             try:
-                ok = self._on_loop(lambda: self._swap(job.lg, olds, snap, g.base_offset))  # noqa: B023
+                ok = self._on_loop(lambda: self._swap(job, olds, snap, g))  # noqa: B023
             except CleanerStopped:
                 stopped = True
                 discard_cleaned(job.lg.directory, g.base_offset)
@@ -330,13 +333,21 @@ class LogCleanerManager:
         return _Job(best.tp, lg, best.first_dirty, best.stop, views, segs, params,
                     [(s.size, s.next_offset) for s in segs])
 
-    @staticmethod
-    def _swap(lg: Log, olds: list[Segment], snap: list[tuple[int, int]], base: int) -> bool:
-        """On the loop: the segments must be unchanged (no truncation) and still present."""
+    def _swap(self, job: _Job, olds: list[Segment], snap: list[tuple[int, int]],
+              g: CleanedGroup) -> bool:
+        """On the loop: the segments must be unchanged (no truncation) and still present.
+        The ABORT markers the group dropped leave the partition's aborted list in the
+        same loop step, so no fetch sees one without the other."""
+        lg = job.lg
         if any((s.size, s.next_offset) != sn or s.closed for s, sn in zip(olds, snap)):
-            discard_cleaned(lg.directory, base)
+            discard_cleaned(lg.directory, g.base_offset)
             return False
-        return lg.replace_segments(olds, base)
+        if not lg.replace_segments(olds, g.base_offset):
+            return False
+        part = self.replicas.partitions.get(job.tp)
+        if g.dropped_aborts and part is not None:
+            part.forget_aborted(g.dropped_aborts)
+        return True
 
 
 def _dup(fd: int) -> int:

@@ -574,6 +574,11 @@ class Partition:
         return [(a.producer_id, a.first_offset, a.last_offset)
                 for a in list(self.producers.aborted)]
 
+    def forget_aborted(self, markers: list[tuple[int, int]]) -> None:
+        """The cleaner removed these ABORT markers (producer id, offset) with the last
+        of their transactions' batches (KIP-98 cleaner rules)."""
+        self.producers.forget_aborted(markers)
+
     def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
         """Aborted transactions overlapping [start, end), for a read_committed fetch."""
         self.producers.trim_aborted(self.log.log_start_offset)

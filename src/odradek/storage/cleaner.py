@@ -18,11 +18,13 @@ segment meanwhile never invalidates our reads):
    ``delete.retention.ms``. Offsets, timestamps, producer id/epoch/sequence, the leader
    epoch and the compression codec of every retained batch are preserved; so are
    ``baseOffset`` and ``lastOffsetDelta`` (Kafka keeps a batch's original offset range),
-   so a cleaned log has offset *gaps* but never reorders. Emptied batches are dropped,
-   control batches kept. Transactions (Kafka's cleaner rules, KIP-98): the dirty section
+   so a cleaned log has offset *gaps* but never reorders. Emptied batches are dropped.
+   Transactions (Kafka's cleaner rules, KIP-98): the dirty section
    ends at the last stable offset (an open transaction's records may still be aborted),
    and records of aborted transactions are neither counted in the offset map (an aborted
-   value never shadows an older committed one) nor retained. Records are decompressed only here, one batch at a time
+   value never shadows an older committed one) nor retained; a COMMIT/ABORT marker is
+   kept until no batch of its transaction is left and it has spent
+   ``delete.retention.ms`` in the cleaned section. Records are decompressed only here, one batch at a time
    (bounded memory), and a batch whose records all survive is copied byte for byte.
 
 The swap of the cleaned files into the log happens on the event loop
@@ -38,7 +40,7 @@ import hashlib
 import os
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,6 +56,7 @@ from odradek.storage.batch import (
     BatchHeader,
 )
 from odradek.storage.index import OffsetIndex, TimeIndex
+from odradek.storage.producer_state import CONTROL_TYPE_ABORT, control_type
 from odradek.storage.records import _compress, _decompress
 
 if TYPE_CHECKING:
@@ -145,6 +148,9 @@ class CleanedGroup:
     base_offset: int
     sources: list[SegmentView]
     size: int = 0
+    # (producer id, marker offset) of the ABORT markers this group drops: their entries
+    # leave the aborted-transaction list when the group is swapped in.
+    dropped_aborts: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -157,6 +163,7 @@ class CleanStats:
     batches_copied: int = 0
     batches_dropped: int = 0
     tombstones_dropped: int = 0
+    markers_dropped: int = 0
     map_seconds: float = 0.0
     clean_seconds: float = 0.0
 
@@ -315,6 +322,17 @@ def is_aborted(h: BatchHeader, aborted: tuple[tuple[int, int, int], ...]) -> boo
         return False
     pid, off = h.producer_id, h.base_offset
     return any(p == pid and first <= off <= last for p, first, last in aborted)
+
+
+def _marker_expired(h: BatchHeader, txn_remains: dict[int, bool], cleaned_upto: int,
+                    horizon: int) -> bool:
+    """May this COMMIT/ABORT marker go? Kafka's rule (CleanedTransactionMetadata): once
+    no batch of its transaction is left in the log -- a read_committed consumer needs the
+    marker only to close batches it read -- and, like a tombstone, only after it was in
+    the cleaned section for ``delete.retention.ms``, so a consumer that read the
+    transaction's batches before they went still reads the marker after them."""
+    remains = txn_remains.pop(h.producer_id, False)
+    return not remains and h.last_offset < cleaned_upto and h.max_timestamp < horizon
 
 
 def build_offset_map(
@@ -518,6 +536,9 @@ def clean_segments(
     # whose batch is older than delete.retention.ms are removed (Kafka's delete horizon).
     horizon = params.now_ms - params.delete_retention_ms
     out: list[CleanedGroup] = []
+    # Producer id -> whether a batch of its current transaction is still in the log (a
+    # pass reads every segment from the log start, so it sees each transaction whole).
+    txn_remains: dict[int, bool] = {}
     for group in group_segments(segments, params.segment_bytes):
         cg = CleanedGroup(group[0].base_offset, group)
         w = _SegmentWriter(directory, cg.base_offset, params.index_interval_bytes)
@@ -526,12 +547,23 @@ def clean_segments(
                 for h, batch in iter_segment_batches(seg):
                     stats.bytes_read += len(batch)
                     if h.is_control:
+                        if _marker_expired(h, txn_remains, omap.start, horizon):
+                            stats.markers_dropped += 1
+                            if control_type(batch) == CONTROL_TYPE_ABORT:
+                                cg.dropped_aborts.append((h.producer_id, h.last_offset))
+                            continue
                         w.append(batch, h.last_offset, h.max_timestamp)
                         continue
                     if is_aborted(h, params.aborted):
-                        continue  # Kafka's cleaner discards aborted transactions' records
+                        # Kafka's cleaner discards aborted transactions' records; their
+                        # marker stays at least until a later pass finds none left.
+                        txn_remains[h.producer_id] = True
+                        continue
                     drop_below = omap.start if h.max_timestamp < horizon else -1
                     kept = _filter_batch(h, batch, omap, drop_below, stats)
+                    if h.is_transactional:
+                        txn_remains[h.producer_id] = (kept is not None
+                                                      or txn_remains.get(h.producer_id, False))
                     if kept is not None:
                         w.append(kept, h.last_offset, HEADER_STRUCT.unpack_from(kept, 0)[8])
             w.finish()
@@ -616,11 +648,16 @@ def clean_log(
     high_watermark: int | None = None,
     dedupe_buffer_bytes: int = 128 * 1024 * 1024,
     stats: CleanStats | None = None,
+    aborted: tuple[tuple[int, int, int], ...] = (),
+    forget_aborted: Callable[[list[tuple[int, int]]], None] | None = None,
 ) -> int:
     """One synchronous pass over ``log`` (tools, tests, benchmarks): map, rewrite and swap
     every non-active segment below ``high_watermark`` (default: the LEO). Returns the new
-    first dirty offset (the cleaner checkpoint). The broker splits these steps between
-    its cleaner thread and event loop (odradek.log_manager.log_cleaner)."""
+    first dirty offset (the cleaner checkpoint). ``aborted``: the log's aborted
+    transactions (producer id, first, last offset); ``forget_aborted`` receives the
+    (producer id, marker offset) of the ABORT markers a swapped group dropped. The broker
+    splits these steps between its cleaner thread and event loop
+    (odradek.log_manager.log_cleaner)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     hw = log.log_end_offset if high_watermark is None else high_watermark
     start = log.log_start_offset if first_dirty is None else max(first_dirty, log.log_start_offset)
@@ -629,12 +666,13 @@ def clean_log(
         return start
     cfg = log.config
     params = CleanParams(cfg.segment_bytes, cfg.index_interval_bytes, cfg.delete_retention_ms,
-                         now, dedupe_buffer_bytes)
+                         now, dedupe_buffer_bytes, aborted=aborted)
     views = [SegmentView(s.base_offset, s.next_offset, s.size, s.max_timestamp, os.dup(s.fd))
              for s in segs]
     try:
         t0 = time.monotonic()
-        omap = build_offset_map(views, start, segs[-1].next_offset, params.max_map_entries)
+        omap = build_offset_map(views, start, segs[-1].next_offset, params.max_map_entries,
+                                aborted)
         if stats is not None:
             stats.map_seconds += time.monotonic() - t0
         if omap.end <= start:
@@ -642,8 +680,10 @@ def clean_log(
         n = sum(1 for v in views if v.base_offset < omap.end)
         k = 0
         for g in clean_segments(log.directory, views[:n], omap, params, stats):
-            log.replace_segments(segs[k : k + len(g.sources)], g.base_offset)
+            swapped = log.replace_segments(segs[k : k + len(g.sources)], g.base_offset)
             k += len(g.sources)
+            if swapped and g.dropped_aborts and forget_aborted is not None:
+                forget_aborted(g.dropped_aborts)
         return omap.end
     finally:
         for v in views:

@@ -209,6 +209,18 @@ class ProducerStateManager:
         if self.aborted and self.aborted[0].last_offset < log_start_offset:
             self.aborted = [a for a in self.aborted if a.last_offset >= log_start_offset]
 
+    def forget_aborted(self, markers: list[tuple[int, int]]) -> None:
+        """Drop the entries whose ABORT marker (producer id, marker offset) the cleaner
+        removed with the last of the transaction's batches. An entry left behind would
+        make a read_committed consumer skip that producer's later batches while it waits
+        for a marker that no longer exists (Kafka rewrites the cleaned segment's
+        .txnindex the same way)."""
+        gone = set(markers)
+        kept = [a for a in self.aborted if (a.producer_id, a.last_offset) not in gone]
+        if len(kept) != len(self.aborted):
+            self.aborted = kept
+            self.dirty = True
+
     def truncate_to(self, offset: int) -> None:
         """Forget batches at or above ``offset`` (the caller replays the log if needed)."""
         for pid in list(self.producers):

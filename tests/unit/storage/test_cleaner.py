@@ -364,3 +364,89 @@ def test_cleaner_manager_cleans_while_the_loop_appends(tmp_path: Path) -> None:
     below = [k for o, k, _ in check_compacted_prefix if o < ckpt]
     assert len(below) == len(set(below))
     log.close()
+
+
+# ----------------------------------------------------------------- transaction markers
+# KIP-98's cleaner rules: aborted records go at once; a COMMIT/ABORT marker goes only
+# when no batch of its transaction is left and it has spent delete.retention.ms
+# (cfg(): 1,000,000 ms) in the cleaned section, like a tombstone.
+
+PID = 7
+
+
+def _marker(kind: int, ts: int) -> bytes:
+    # Control record: key = version i16 + type i16, value = version i16 + coordinator epoch i32.
+    return encode_batch([(kind.to_bytes(4, "big"), b"\x00\x00\x00\x00\x00\x00")],
+                        timestamp_ms=ts, producer_id=PID, producer_epoch=0, transactional=True,
+                        control=True)
+
+
+def _txn_batch(key: bytes, value: bytes, seq: int, ts: int) -> bytes:
+    return encode_batch([(key, value)], timestamp_ms=ts, producer_id=PID, producer_epoch=0,
+                        base_sequence=seq, transactional=True)
+
+
+def _layout(log: Log) -> list[tuple[int, bool, bool]]:
+    return [(h.base_offset, h.is_control, h.is_transactional)
+            for h in parse_batches(b"".join(read_all(log)))]
+
+
+def test_aborted_records_go_first_their_marker_after_the_delete_horizon(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", cfg())
+    t0 = 1_000
+    log.append_as_leader(_txn_batch(b"a", b"aborted-1", 0, t0), 0, 0)  # offset 0
+    log.append_as_leader(_txn_batch(b"b", b"aborted-2", 1, t0), 0, 0)  # 1
+    log.append_as_leader(_marker(0, t0), 0, 0, allow_control=True)  # 2: ABORT
+    log.append_as_leader(encode_batch([(b"c", b"plain")], timestamp_ms=t0), 0, 0)  # 3
+    log.roll()
+    aborted = ((PID, 0, 2),)
+    forgotten: list[list[tuple[int, int]]] = []
+    # First pass, inside the horizon: the aborted records go, the marker stays.
+    end = clean_log(log, now_ms=t0 + 10, aborted=aborted, forget_aborted=forgotten.append)
+    assert _layout(log) == [(2, True, True), (3, False, False)]
+    assert forgotten == []
+    # Past the horizon but the marker is not yet in the cleaned section of a pass that
+    # starts below it: this pass starts at `end` (4), so it is, and it goes.
+    stats = CleanStats()
+    log.append_as_leader(encode_batch([(b"c", b"newer")], timestamp_ms=t0), 0, 0)  # 4
+    log.roll()
+    clean_log(log, end, now_ms=t0 + 2_000_000, aborted=aborted, forget_aborted=forgotten.append,
+              stats=stats)
+    assert _layout(log) == [(4, False, False)]
+    assert stats.markers_dropped == 1
+    assert forgotten == [[(PID, 2)]]
+    log.close()
+
+
+def test_a_marker_stays_while_its_transactions_records_do(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", cfg())
+    t0 = 1_000
+    log.append_as_leader(_txn_batch(b"k1", b"committed", 0, t0), 0, 0)  # 0: stays (latest k1)
+    log.append_as_leader(_marker(1, t0), 0, 0, allow_control=True)  # 1: COMMIT
+    log.append_as_leader(_txn_batch(b"k2", b"old", 1, t0), 0, 0)  # 2: superseded below
+    log.append_as_leader(_marker(1, t0), 0, 0, allow_control=True)  # 3: COMMIT
+    log.append_as_leader(encode_batch([(b"k2", b"new")], timestamp_ms=t0), 0, 0)  # 4
+    log.roll()
+    end = clean_log(log, now_ms=t0 + 10)
+    # Inside the horizon: both markers stay; the superseded record is gone.
+    assert _layout(log) == [(0, False, True), (1, True, True), (3, True, True), (4, False, False)]
+    log.append_as_leader(encode_batch([(b"k3", b"x")], timestamp_ms=t0), 0, 0)  # 5
+    log.roll()
+    clean_log(log, end, now_ms=t0 + 2_000_000)
+    # The first transaction still has a record: its COMMIT stays. The second has none.
+    assert _layout(log) == [(0, False, True), (1, True, True), (4, False, False),
+                            (5, False, False)]
+    log.close()
+
+
+def test_markers_above_the_cleaned_section_stay_past_the_horizon(tmp_path: Path) -> None:
+    """A marker first met in this pass's dirty section is kept: consumers get
+    delete.retention.ms from its first cleaning to read it."""
+    log = Log.open(tmp_path / "t-0", cfg())
+    log.append_as_leader(_txn_batch(b"a", b"x", 0, 1_000), 0, 0)  # 0
+    log.append_as_leader(encode_batch([(b"a", b"y")], timestamp_ms=1_000), 0, 0)  # 1
+    log.append_as_leader(_marker(1, 1_000), 0, 0, allow_control=True)  # 2: COMMIT
+    log.roll()
+    clean_log(log, now_ms=10_000_000)
+    assert _layout(log) == [(1, False, False), (2, True, True)]
+    log.close()
