@@ -71,8 +71,12 @@ CLUSTER="$OUT/cluster"
 cleanup() { "$PY" -m odradek cluster down --dir "$CLUSTER" > /dev/null 2>&1 || true; }
 trap cleanup EXIT
 # auto.create.topics.enable and num.partitions=4: what librdkafka's trivup clusters use.
+# An ACL authorizer that allows what no ACL names: 0081_admin creates, describes and
+# deletes ACLs (SECURITY_DISABLED without an authorizer), and nothing else is denied.
 BOOTSTRAP="$("$PY" -m odradek cluster up --brokers 3 --dir "$CLUSTER" \
   --broker-config auto.create.topics.enable=true --broker-config num.partitions=4 \
+  --broker-config authorizer.class.name=kafka.security.authorizer.AclAuthorizer \
+  --broker-config allow.everyone.if.no.acl.found=true \
   2> "$OUT/cluster-up.log")"
 
 cat > "$OUT/test.conf" <<EOF

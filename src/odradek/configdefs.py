@@ -646,6 +646,19 @@ _BROKER_LIST: list[ConfigDef] = [
     _b("sasl.jaas.config", T.PASSWORD, None,
        "JAAS login entry; usually set per listener and mechanism as "
        "listener.name.<listener>.<mechanism>.sasl.jaas.config."),
+    # Kafka's Kerberos (GSSAPI) settings: accepted, dynamic as in Kafka (librdkafka's
+    # 0081_admin alters one on a broker), and ignored: GSSAPI is not offered.
+    _b("sasl.kerberos.service.name", T.STRING, None,
+       "Kerberos principal name that Kafka runs as."),
+    _b("sasl.kerberos.kinit.cmd", T.STRING, "/usr/bin/kinit", "Kerberos kinit command path."),
+    _b("sasl.kerberos.min.time.before.relogin", T.LONG, "60000",
+       "Login thread sleep time between refresh attempts."),
+    _b("sasl.kerberos.ticket.renew.window.factor", T.DOUBLE, "0.8",
+       "Share of the ticket's lifetime after which the login thread renews it."),
+    _b("sasl.kerberos.ticket.renew.jitter", T.DOUBLE, "0.05",
+       "Random jitter added to the renewal time."),
+    _b("sasl.kerberos.principal.to.local.rules", T.LIST, "DEFAULT",
+       "Rules mapping Kerberos principal names to short names."),
     _b("sasl.server.max.receive.size", T.INT, "524288",
        "Largest frame accepted before a SASL client is authenticated.", Range(1)),
     _b("odradek.authentication.timeout.ms", T.INT, "10000",
@@ -686,6 +699,13 @@ BROKER_CONFIGS: Final[dict[str, ConfigDef]] = {d.name: d for d in _BROKER_LIST}
 DYNAMIC_BROKER_CONFIGS: Final[frozenset[str]] = frozenset({
     "leader.replication.throttled.rate",
     "follower.replication.throttled.rate",
+    # Dynamic in Kafka too (DynamicListenerConfig); ignored here (no GSSAPI).
+    "sasl.kerberos.service.name",
+    "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.min.time.before.relogin",
+    "sasl.kerberos.ticket.renew.window.factor",
+    "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.principal.to.local.rules",
 })
 
 # --- what Odradek does with each setting --------------------------------------------
@@ -697,6 +717,8 @@ _ONE_LOOP = "the broker is one asyncio event loop; there are no thread pools to 
 _ONLY_V2 = "Odradek stores and serves only the v2 record format (no down-conversion)"
 _NO_LEVELS = ("when compression.type makes Odradek recompress, it uses the codec's "
               "default level")
+_NO_GSSAPI = ("GSSAPI (Kerberos) is not offered; SASL listeners take PLAIN and "
+              "SCRAM-SHA-256/512")
 _NO_TS_BOUNDS = ("CreateTime timestamps are stored as the producer sent them; the bound is "
                  "not enforced")
 
@@ -744,6 +766,10 @@ _BROKER_SUPPORT: dict[str, tuple[Support, str]] = {
     "group.max.size": (Support.IGNORED, "group size is not limited"),
     "ssl.protocol": (Support.IGNORED, "the TLS versions offered are ssl.enabled.protocols; "
                      "the handshake picks the highest both sides support"),
+    **{name: (Support.IGNORED, _NO_GSSAPI) for name in (
+        "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd",
+        "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.ticket.renew.window.factor",
+        "sasl.kerberos.ticket.renew.jitter", "sasl.kerberos.principal.to.local.rules")},
 }
 
 
