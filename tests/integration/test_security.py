@@ -33,9 +33,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
-    AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType,
+    AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType,
     ResourceType,
 )
+from tests.support.polling import wait_until
+from tests.support.topics import create_topic
 
 from odradek.client.connection import ConnectionLost
 from odradek.client.wire import FetchPartitionRequest, decode_fetch_response, encode_fetch_request
@@ -87,10 +89,8 @@ def _admin(c: LocalCluster) -> AdminClient:
 
 def _topic(c: LocalCluster, partitions: int = 2, rf: int = 3) -> str:
     name = f"sec-{uuid.uuid4().hex[:8]}"
-    admin = _admin(c)  # referenced until the futures complete (a collected client fails them)
-    for f in admin.create_topics([NewTopic(name, partitions, rf)],
-                                 operation_timeout=30).values():
-        f.result(60)
+    a = access(c, "SASL_SSL", "SCRAM-SHA-512")
+    create_topic(a.bootstrap, name, partitions, rf, security=a.confluent(), timeout=60)
     return name
 
 
@@ -369,8 +369,8 @@ def test_alice_acls(secure: LocalCluster, tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr
         # (a broker that does not lead t answers NOT_LEADER_OR_FOLLOWER once authorized:
         # the authorization check comes first, so every broker shows its ACL cache)
-        _wait(lambda: all(_fetch_error(cn, t) != TOPIC_AUTHORIZATION_FAILED for cn in conns),
-              10, "READ granted")
+        wait_until(lambda: all(_fetch_error(cn, t) != TOPIC_AUTHORIZATION_FAILED
+                               for cn in conns), "READ granted", 10)
         c = Consumer({**alice.confluent(), "group.id": group, "auto.offset.reset": "earliest"})
         c.subscribe([t])
         got = []
@@ -426,15 +426,6 @@ def test_acl_apis_need_cluster_alter_and_znodes_are_kafkas(secure: LocalCluster)
     user = json.loads(zk.get("/config/users/admin")[0])
     assert set(user["config"]) == {"SCRAM-SHA-256", "SCRAM-SHA-512"}
     assert "password" not in json.dumps(user)
-
-
-def _wait(cond: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # =============================================================================== hostile input
