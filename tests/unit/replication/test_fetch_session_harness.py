@@ -68,7 +68,9 @@ def test_an_evicted_session_costs_one_full_fetch(tmp_path: Path) -> None:
                 await h.elect(p, leader=1)
             assert (await h.produce(1, recs(2))).error_code == 0
             ep = endpoint(h, 2, 1)
-            h.replicas[1].fetch_sessions.sessions.clear()
+            cache = h.replicas[1].fetch_sessions
+            for sid in list(cache.sessions):
+                cache.remove(sid)
             ep.requests.clear()
             res = await h.produce(1, recs(2, "after"), partition=1, timeout_s=3)
             assert res.error_code == 0
