@@ -33,8 +33,22 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
-    AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
     ResourceType,
+)
+from security_util import (
+    CLIENT_DN,
+    PLAIN_USERS,
+    Access,
+    access,
+    ca_file,
+    client_certificate,
+    odradek,
+    raw_connection,
 )
 from tests.support.polling import wait_until
 from tests.support.topics import create_topic
@@ -46,11 +60,6 @@ from odradek.cluster.local import LocalCluster
 from odradek.cluster.security_setup import EXTRA_LISTENERS
 from odradek.protocol.client_codec import request_entity
 from odradek.security.client_security import ClientSecurity
-
-from security_util import (
-    CLIENT_DN, PLAIN_USERS, Access, access, ca_file, client_certificate, odradek,
-    raw_connection,
-)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -204,7 +213,7 @@ def test_ssl_principal_is_the_certificate_subject(secure: LocalCluster) -> None:
     """mTLS: the principal is User:<subject DN> -- an ACL on that DN is what lets the
     client in (the round trips above), and without a certificate the handshake fails."""
     a = access(secure, "SSL")
-    host, port = a.bootstrap.split(",")[0].rsplit(":", 1)
+    _, port = a.bootstrap.split(",")[0].rsplit(":", 1)
     anonymous = ClientSecurity("SSL", ca_location=a.ca)
     with pytest.raises(ConnectionLost):
         conn = raw_connection(Access("SSL", a.bootstrap, ca=a.ca))
@@ -471,7 +480,7 @@ def _closed_after(s: socket.socket, limit: float) -> tuple[float, bytes]:
     try:
         while chunk := s.recv(4096):
             got += chunk
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         raise AssertionError(f"still open after {limit} s") from None
     except (ssl.SSLError, ConnectionResetError):
         pass  # a TLS alert or a reset is a close too
@@ -559,8 +568,8 @@ def test_failed_logins_are_logged_without_the_secret(secure: LocalCluster) -> No
     secret = "plain-secret-b41d"
     a = access(secure, "SASL_PLAINTEXT", "PLAIN", "carol", secret)
     for b in secure.brokers:
-        with pytest.raises(ConnectionLost, match="SASL_AUTHENTICATION_FAILED|58|"
-                                                  "Authentication failed"):
+        with pytest.raises(ConnectionLost, match=r"SASL_AUTHENTICATION_FAILED|58|"
+                                                  r"Authentication failed"):
             raw_connection(a, f"{b.host}:{b.port + EXTRA_LISTENERS['SASL_PLAINTEXT']}")
     logs = "".join(Path(b.log).read_text(errors="replace") for b in secure.brokers)
     assert "Failed authentication with" in logs

@@ -26,11 +26,11 @@ from tests.support.polling import wait_until
 from tests.support.topics import create_topic as support_create_topic
 
 pyspark = pytest.importorskip("pyspark")
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
-from spark_util import local_spark
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
+from spark_util import local_spark  # noqa: E402
 
-from odradek.cluster.local import LocalCluster
+from odradek.cluster.local import LocalCluster  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -264,10 +264,10 @@ def test_same_key_same_partition_on_both_clients(spark: Any, cluster: LocalClust
 
 def test_client_option_is_validated(spark: Any, cluster: LocalCluster, topic_name: str) -> None:
     bs = cluster.bootstrap_servers
-    with pytest.raises(Exception, match="odradek.client"):
+    with pytest.raises(Exception, match=r"odradek\.client"):
         (spark.read.format("odradek").option("kafka.bootstrap.servers", bs)
          .option("subscribe", topic_name).option("odradek.client", "fast").load().collect())
-    with pytest.raises(Exception, match="compression.type"):
+    with pytest.raises(Exception, match=r"compression\.type"):
         (spark.createDataFrame([("x",)], "value string").write.format("odradek")
          .option("kafka.bootstrap.servers", bs).option("topic", topic_name)
          .option("kafka.compression.type", "brotli").mode("append").save())

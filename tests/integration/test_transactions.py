@@ -13,12 +13,16 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import (
-    OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition,
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
 )
 from tests.support.topics import create_topic
 

@@ -17,13 +17,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from test_transactions import read_all, txn_producer
 from tests.support.polling import wait_for
 from tests.support.topics import create_topic
 
 from odradek.chaos.faults import Faults, FaultsUnavailable, require_available
 from odradek.cluster.local import LocalCluster
-
-from test_transactions import read_all, txn_producer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -10,11 +10,16 @@ from hypothesis import strategies as st
 from odradek.errors import ErrorCode
 from odradek.protocol.fetch_response import PartitionFetchResult
 from odradek.protocol.replica_fetch import ReplicaFetchPartition
+from odradek.replication.fetch_serving import FetchEntry
 from odradek.replication.fetch_session import (
-    FINAL_EPOCH, INITIAL_EPOCH, FetchContext, FetchKind, FetchSessionCache, next_epoch,
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    FetchContext,
+    FetchKind,
+    FetchSessionCache,
+    next_epoch,
 )
 from odradek.replication.fetch_session_handler import FetchRequestData, FetchSessionHandler
-from odradek.replication.fetch_serving import FetchEntry
 
 Topics = list[tuple[str, list[FetchEntry]]]
 
