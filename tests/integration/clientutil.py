@@ -13,11 +13,9 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from tests.support.polling import wait_for
 
 CODECS: tuple[str, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
 
@@ -137,12 +135,6 @@ def assert_contiguous(per_partition_offsets: dict[int, list[int]],
     for p, n in counts.items():
         assert sorted(per_partition_offsets.get(p, [])) == list(range(n)), \
             f"partition {p}: producer offsets not contiguous"
-
-
-def poll_until(cond: Callable[[], Any], timeout: float, what: str,
-               interval: float = 0.05) -> Any:
-    """Poll ``cond`` until it returns a truthy value or the deadline passes."""
-    return wait_for(cond, timeout, what, interval)
 
 
 def timestamped(recs: Sequence[Rec], base_ms: int, step_ms: int = 1000) -> list[Rec]:

@@ -1,4 +1,7 @@
-"""Helpers for replication tests: produce with a real client, read replicas from disk."""
+"""Helpers for replication tests: produce with a real client, read replicas from disk.
+
+``create_topic`` and ``wait_for`` are tests.support's, re-exported: most replication
+modules import them from here with the helpers below."""
 
 from __future__ import annotations
 
@@ -9,18 +12,10 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from tests.support.polling import wait_for
-from tests.support.topics import create_topic as support_create_topic
+from tests.support.topics import create_topic as create_topic
 
 from odradek.cluster.local import LocalCluster
 from odradek.storage.batch import scan_batches
-
-
-def create_topic(bootstrap: str, name: str, partitions: int, rf: int,
-                 config: dict[str, str] | None = None,
-                 assignment: list[list[int]] | None = None,
-                 security: dict[str, str] | None = None) -> None:
-    support_create_topic(bootstrap, name, partitions, rf, config=config, assignment=assignment,
-                         security=security)
 
 
 def partition_meta(bootstrap: str, topic: str,

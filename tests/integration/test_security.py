@@ -33,9 +33,25 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
-    AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
     ResourceType,
 )
+from security_util import (
+    CLIENT_DN,
+    PLAIN_USERS,
+    Access,
+    access,
+    ca_file,
+    client_certificate,
+    odradek,
+    raw_connection,
+)
+from tests.support.polling import wait_until
+from tests.support.topics import create_topic
 
 from odradek.client.connection import ConnectionLost
 from odradek.client.wire import FetchPartitionRequest, decode_fetch_response, encode_fetch_request
@@ -44,11 +60,6 @@ from odradek.cluster.local import LocalCluster
 from odradek.cluster.security_setup import EXTRA_LISTENERS
 from odradek.protocol.client_codec import request_entity
 from odradek.security.client_security import ClientSecurity
-
-from security_util import (
-    CLIENT_DN, PLAIN_USERS, Access, access, ca_file, client_certificate, odradek,
-    raw_connection,
-)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -87,10 +98,8 @@ def _admin(c: LocalCluster) -> AdminClient:
 
 def _topic(c: LocalCluster, partitions: int = 2, rf: int = 3) -> str:
     name = f"sec-{uuid.uuid4().hex[:8]}"
-    admin = _admin(c)  # referenced until the futures complete (a collected client fails them)
-    for f in admin.create_topics([NewTopic(name, partitions, rf)],
-                                 operation_timeout=30).values():
-        f.result(60)
+    a = access(c, "SASL_SSL", "SCRAM-SHA-512")
+    create_topic(a.bootstrap, name, partitions, rf, security=a.confluent(), timeout=60)
     return name
 
 
@@ -204,7 +213,7 @@ def test_ssl_principal_is_the_certificate_subject(secure: LocalCluster) -> None:
     """mTLS: the principal is User:<subject DN> -- an ACL on that DN is what lets the
     client in (the round trips above), and without a certificate the handshake fails."""
     a = access(secure, "SSL")
-    host, port = a.bootstrap.split(",")[0].rsplit(":", 1)
+    _, port = a.bootstrap.split(",")[0].rsplit(":", 1)
     anonymous = ClientSecurity("SSL", ca_location=a.ca)
     with pytest.raises(ConnectionLost):
         conn = raw_connection(Access("SSL", a.bootstrap, ca=a.ca))
@@ -369,8 +378,8 @@ def test_alice_acls(secure: LocalCluster, tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr
         # (a broker that does not lead t answers NOT_LEADER_OR_FOLLOWER once authorized:
         # the authorization check comes first, so every broker shows its ACL cache)
-        _wait(lambda: all(_fetch_error(cn, t) != TOPIC_AUTHORIZATION_FAILED for cn in conns),
-              10, "READ granted")
+        wait_until(lambda: all(_fetch_error(cn, t) != TOPIC_AUTHORIZATION_FAILED
+                               for cn in conns), "READ granted", 10)
         c = Consumer({**alice.confluent(), "group.id": group, "auto.offset.reset": "earliest"})
         c.subscribe([t])
         got = []
@@ -428,15 +437,6 @@ def test_acl_apis_need_cluster_alter_and_znodes_are_kafkas(secure: LocalCluster)
     assert "password" not in json.dumps(user)
 
 
-def _wait(cond: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 # =============================================================================== hostile input
 def _frame(api_key: int, version: int, body: bytes = b"", corr: int = 7) -> bytes:
     """A request with header v1 (client id "t")."""
@@ -480,7 +480,7 @@ def _closed_after(s: socket.socket, limit: float) -> tuple[float, bytes]:
     try:
         while chunk := s.recv(4096):
             got += chunk
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         raise AssertionError(f"still open after {limit} s") from None
     except (ssl.SSLError, ConnectionResetError):
         pass  # a TLS alert or a reset is a close too
@@ -568,8 +568,8 @@ def test_failed_logins_are_logged_without_the_secret(secure: LocalCluster) -> No
     secret = "plain-secret-b41d"
     a = access(secure, "SASL_PLAINTEXT", "PLAIN", "carol", secret)
     for b in secure.brokers:
-        with pytest.raises(ConnectionLost, match="SASL_AUTHENTICATION_FAILED|58|"
-                                                  "Authentication failed"):
+        with pytest.raises(ConnectionLost, match=r"SASL_AUTHENTICATION_FAILED|58|"
+                                                  r"Authentication failed"):
             raw_connection(a, f"{b.host}:{b.port + EXTRA_LISTENERS['SASL_PLAINTEXT']}")
     logs = "".join(Path(b.log).read_text(errors="replace") for b in secure.brokers)
     assert "Failed authentication with" in logs

@@ -23,13 +23,14 @@ from typing import Any
 
 import pytest
 from tests.support.polling import wait_until
+from tests.support.topics import create_topic as support_create_topic
 
 pyspark = pytest.importorskip("pyspark")
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from spark_util import local_spark
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
+from spark_util import local_spark  # noqa: E402
 
-from odradek.cluster.local import LocalCluster
+from odradek.cluster.local import LocalCluster  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -45,17 +46,8 @@ def spark() -> Iterator[Any]:
 wait_for = partial(wait_until, timeout=60.0, interval=0.1)
 
 
-def create_topic(bootstrap: str, name: str, partitions: int, rf: int = 1,
-                 config: dict[str, str] | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, rf, config=config or {})],
-                        operation_timeout=20)[name].result(30)
-
-    def ready() -> bool:
-        t = admin.list_topics(name, timeout=10).topics.get(name)
-        return (t is not None and t.error is None and len(t.partitions) == partitions
-                and all(p.leader >= 0 for p in t.partitions.values()))
-    wait_for(ready, f"leaders of {name}")
+# Spark reads or writes a topic as soon as it exists: wait for its leaders.
+create_topic = partial(support_create_topic, wait_leaders=True, timeout=60.0)
 
 
 def leader_of(bootstrap: str, topic: str, partition: int) -> int:
@@ -272,10 +264,10 @@ def test_same_key_same_partition_on_both_clients(spark: Any, cluster: LocalClust
 
 def test_client_option_is_validated(spark: Any, cluster: LocalCluster, topic_name: str) -> None:
     bs = cluster.bootstrap_servers
-    with pytest.raises(Exception, match="odradek.client"):
+    with pytest.raises(Exception, match=r"odradek\.client"):
         (spark.read.format("odradek").option("kafka.bootstrap.servers", bs)
          .option("subscribe", topic_name).option("odradek.client", "fast").load().collect())
-    with pytest.raises(Exception, match="compression.type"):
+    with pytest.raises(Exception, match=r"compression\.type"):
         (spark.createDataFrame([("x",)], "value string").write.format("odradek")
          .option("kafka.bootstrap.servers", bs).option("topic", topic_name)
          .option("kafka.compression.type", "brotli").mode("append").save())

@@ -12,14 +12,15 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.topics import create_topic as support_create_topic
 
 pyspark = pytest.importorskip("pyspark")
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from spark_util import local_spark  # noqa: E402
 
 from odradek.cluster.local import LocalCluster  # noqa: E402
@@ -34,16 +35,8 @@ def spark() -> Iterator[Any]:
                            **{"spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=20)[name].result(30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        t = admin.list_topics(name, timeout=10).topics.get(name)
-        if t is not None and t.error is None and all(p.leader >= 0 for p in t.partitions.values()):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"no leaders for {name}")
+# A query writes to a topic as soon as it exists: wait for its leaders.
+create_topic = partial(support_create_topic, wait_leaders=True)
 
 
 def consume_all(bootstrap: str, topic: str, partitions: int, expect_at_least: int,

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 from tests.support.polling import wait_until
+from tests.support.topics import create_topic as support_create_topic
+from tests.support.topics import wait_for_leaders
 
 pyspark = pytest.importorskip("pyspark")
 from confluent_kafka import Producer  # noqa: E402
@@ -38,16 +40,8 @@ def spark() -> Iterator[Any]:
     yield from local_spark("odradek-source-tests")
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=20)[name].result(30)
-    wait_for(lambda: _leaders(admin, name, partitions), "topic leaders")
-
-
-def _leaders(admin: AdminClient, name: str, partitions: int) -> bool:
-    t = admin.list_topics(name, timeout=10).topics.get(name)
-    return (t is not None and t.error is None and len(t.partitions) == partitions
-            and all(p.leader >= 0 for p in t.partitions.values()))
+# A query reads a topic as soon as it exists: wait for its leaders.
+create_topic = partial(support_create_topic, wait_leaders=True, timeout=60.0)
 
 
 def produce(bootstrap: str, topic: str, partitions: int, n: int, *, tag: str = "r",
@@ -259,7 +253,7 @@ def test_subscribe_pattern_picks_up_new_topics_and_partitions(
         wait_for(lambda: sink.count() >= 30, "rows of the new topic, from its earliest offset")
         admin = AdminClient({"bootstrap.servers": bs})
         admin.create_partitions([NewPartitions(first, 2)])[first].result(30)
-        wait_for(lambda: _leaders(admin, first, 2), "new partition leader")
+        wait_for_leaders(admin, first, 2, timeout=60.0)
         p = Producer({"bootstrap.servers": bs})
         for i in range(5):
             p.produce(first, f"new-{i}".encode(), partition=1)
@@ -285,7 +279,7 @@ def test_fail_on_data_loss_when_offsets_go_backwards(spark: Any, cluster: LocalC
     admin = AdminClient({"bootstrap.servers": bs})
     admin.delete_topics([topic_name], operation_timeout=30)[topic_name].result(30)
     wait_for(lambda: _recreate(admin, topic_name), "topic recreated", timeout=60)
-    wait_for(lambda: _leaders(admin, topic_name, 1), "leader of the recreated topic")
+    wait_for_leaders(admin, topic_name, 1, timeout=60.0)
     produce(bs, topic_name, 1, 10, tag="new")  # offsets 0..9 < checkpointed 30
     q = start_stream(df, sink, tmp_path / "ck", availableNow=True)
     with pytest.raises(Exception, match="offset was changed from 30 to 10"):

@@ -13,14 +13,18 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import (
-    OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition,
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from tests.support.topics import create_topic
 
 from odradek.cluster.local import LocalCluster
 
@@ -44,10 +48,10 @@ def txn_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClust
         c.down()
 
 
-def create_topic(bootstrap: str, partitions: int = PARTITIONS, rf: int = 3) -> str:
+def new_topic(bootstrap: str, partitions: int = PARTITIONS, rf: int = 3) -> str:
+    """A topic with a fresh name (returned)."""
     name = f"txn-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, rf)], operation_timeout=20)[name].result(30)
+    create_topic(bootstrap, name, partitions, rf)
     return name
 
 
@@ -93,7 +97,7 @@ def values(got: list[tuple[int, bytes]]) -> set[bytes]:
 
 def test_commit_and_abort_read_committed_and_uncommitted(txn_cluster: LocalCluster) -> None:
     bs = txn_cluster.bootstrap_servers
-    topic = create_topic(bs)
+    topic = new_topic(bs)
     p = txn_producer(bs, f"tx-{uuid.uuid4().hex[:6]}")
     committed = [b"c1-%d" % i for i in range(30)]
     aborted = [b"a-%d" % i for i in range(30)]
@@ -119,7 +123,7 @@ def test_commit_and_abort_read_committed_and_uncommitted(txn_cluster: LocalClust
 
 def test_open_transaction_holds_read_committed_at_the_lso(txn_cluster: LocalCluster) -> None:
     bs = txn_cluster.bootstrap_servers
-    topic = create_topic(bs, partitions=PARTITIONS)
+    topic = new_topic(bs, partitions=PARTITIONS)
     p = txn_producer(bs, f"tx-{uuid.uuid4().hex[:6]}")
     p.begin_transaction()
     for i in range(10):
@@ -134,7 +138,7 @@ def test_open_transaction_holds_read_committed_at_the_lso(txn_cluster: LocalClus
 
 def test_zombie_producer_is_fenced(txn_cluster: LocalCluster) -> None:
     bs = txn_cluster.bootstrap_servers
-    topic = create_topic(bs)
+    topic = new_topic(bs)
     tid = f"tx-{uuid.uuid4().hex[:6]}"
     zombie = txn_producer(bs, tid)
     zombie.begin_transaction()
@@ -154,7 +158,7 @@ def test_zombie_producer_is_fenced(txn_cluster: LocalCluster) -> None:
 
 def test_timed_out_transaction_is_aborted(txn_cluster: LocalCluster) -> None:
     bs = txn_cluster.bootstrap_servers
-    topic = create_topic(bs)
+    topic = new_topic(bs)
     p = txn_producer(bs, f"tx-{uuid.uuid4().hex[:6]}", **{"transaction.timeout.ms": 2000})
     p.begin_transaction()
     p.produce(topic, b"late", partition=1)
@@ -180,7 +184,7 @@ def test_offsets_committed_in_the_transaction(txn_cluster: LocalCluster) -> None
     """TxnOffsetCommit: invisible while the transaction is open or aborted, committed
     with the transaction."""
     bs = txn_cluster.bootstrap_servers
-    topic = create_topic(bs)
+    topic = new_topic(bs)
     group = f"g-{uuid.uuid4().hex[:6]}"
     c = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False})
     try:
@@ -206,7 +210,7 @@ def test_cli_lists_and_describes_transactions(txn_cluster: LocalCluster,
     from odradek.cli.main import main
 
     bs = txn_cluster.bootstrap_servers
-    topic = create_topic(bs)
+    topic = new_topic(bs)
     tid = f"tx-cli-{uuid.uuid4().hex[:6]}"
     p = txn_producer(bs, tid)
     p.begin_transaction()
@@ -248,7 +252,7 @@ def test_kafka_python_and_aiokafka_transactions(txn_cluster: LocalCluster) -> No
     from kafka import TopicPartition as KTP
 
     bs = txn_cluster.bootstrap_servers
-    topic = create_topic(bs, partitions=1)
+    topic = new_topic(bs, partitions=1)
     kp = KafkaProducer(bootstrap_servers=bs, transactional_id=f"kp-{uuid.uuid4().hex[:6]}")
     kp.init_transactions()
     kp.begin_transaction()

@@ -8,20 +8,21 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from test_transactions import read_all, txn_producer
+from tests.support.polling import wait_for
+from tests.support.topics import create_topic
 
 from odradek.chaos.faults import Faults, FaultsUnavailable, require_available
 from odradek.cluster.local import LocalCluster
-
-from test_transactions import read_all, txn_producer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -40,16 +41,8 @@ def _leader(c: LocalCluster, topic: str, partition: int) -> int:
     return md.topics[topic].partitions[partition].leader
 
 
-def _wait(pred, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if pred():
-                return
-        except Exception:  # noqa: BLE001 - a cluster in failover answers errors meanwhile
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+# A cluster in failover answers errors meanwhile: they mean "not yet".
+_wait = partial(wait_for, interval=0.2, retry_on=(Exception,))
 
 
 @pytest.fixture
@@ -70,9 +63,7 @@ def test_coordinator_killed_between_prepare_commit_and_markers(faults: Faults) -
     coord = _leader(c, "__transaction_state", 0)
     data_broker = next(b.id for b in c.brokers if b.id != coord)
     topic = f"txf-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": bs})
-    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[data_broker]])],
-                        operation_timeout=30)[topic].result(30)
+    create_topic(bs, topic, assignment=[[data_broker]])
     _wait(lambda: _leader(c, topic, 0) == data_broker, 30, "topic leader")
     p.begin_transaction()
     for i in range(20):
@@ -105,9 +96,8 @@ def test_consume_transform_produce_exactly_once_across_kills(make_cluster, tmp_p
     c: LocalCluster = make_cluster(3, broker_config=CONFIG)
     bs = c.bootstrap_servers
     src, dst, group, n = f"in-{uuid.uuid4().hex[:6]}", f"out-{uuid.uuid4().hex[:6]}", "cp", 3
-    admin = AdminClient({"bootstrap.servers": bs})
     for t in (src, dst):
-        admin.create_topics([NewTopic(t, n, 3, config={"min.insync.replicas": "2"})])[t].result(30)
+        create_topic(bs, t, n, 3, {"min.insync.replicas": "2"})
     total = 3000
     prod = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "linger.ms": 5})
     for i in range(total):

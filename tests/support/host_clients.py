@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer
 
@@ -27,23 +28,22 @@ def produce(args: argparse.Namespace) -> int:
         "linger.ms": 5,
         "message.timeout.ms": 120000,
     })
-    out = open(args.out, "a", buffering=1)
-    errors = open(args.out + ".errors", "a", buffering=1)
+    with open(args.out, "a", buffering=1) as out, \
+            open(args.out + ".errors", "a", buffering=1) as errors:
 
-    def on_delivery(err: KafkaError | None, msg: object) -> None:
-        if err is None:
-            out.write(msg.value().decode() + "\n")  # type: ignore[attr-defined]
-        else:
-            errors.write(f"{err}\n")
+        def on_delivery(err: KafkaError | None, msg: object) -> None:
+            if err is None:
+                out.write(msg.value().decode() + "\n")  # type: ignore[attr-defined]
+            else:
+                errors.write(f"{err}\n")
 
-    i = 0
-    while not os.path.exists(args.stop):
-        p.produce(args.topic, b"v%07d" % i, on_delivery=on_delivery)
-        i += 1
-        p.poll(0.002)  # ~a few hundred records/s: enough load, little CPU
-    remaining = p.flush(120)
-    errors.write(f"sent {i} unflushed {remaining}\n" if remaining else "")
-    out.close()
+        i = 0
+        while not os.path.exists(args.stop):
+            p.produce(args.topic, b"v%07d" % i, on_delivery=on_delivery)
+            i += 1
+            p.poll(0.002)  # ~a few hundred records/s: enough load, little CPU
+        remaining = p.flush(120)
+        errors.write(f"sent {i} unflushed {remaining}\n" if remaining else "")
     return 0
 
 
@@ -56,25 +56,25 @@ def consume(args: argparse.Namespace) -> int:
         "session.timeout.ms": 10000,
     })
     c.subscribe([args.topic])
-    out = open(args.out, "a", buffering=1)
     seen: set[str] = set()
     deadline = time.monotonic() + args.deadline
-    while time.monotonic() < deadline:
-        msgs = c.consume(500, 0.5)
-        for m in msgs:
-            if m.error() is None:
-                v = m.value().decode()
-                seen.add(v)
-                out.write(v + "\n")
-        if msgs:
-            try:
-                c.commit(asynchronous=False)
-            except Exception as e:
-                print(f"commit: {e}", file=sys.stderr)
-        if os.path.exists(args.stop) and os.path.exists(args.expect_file):
-            want = {ln for ln in open(args.expect_file).read().splitlines() if ln}
-            if want and want <= seen:
-                break
+    with open(args.out, "a", buffering=1) as out:
+        while time.monotonic() < deadline:
+            msgs = c.consume(500, 0.5)
+            for m in msgs:
+                if m.error() is None:
+                    v = m.value().decode()
+                    seen.add(v)
+                    out.write(v + "\n")
+            if msgs:
+                try:
+                    c.commit(asynchronous=False)
+                except Exception as e:
+                    print(f"commit: {e}", file=sys.stderr)
+            if os.path.exists(args.stop) and os.path.exists(args.expect_file):
+                want = {ln for ln in Path(args.expect_file).read_text().splitlines() if ln}
+                if want and want <= seen:
+                    break
     c.close()
     return 0
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +35,7 @@ from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, Top
 from odradek.protocol.fetch_response import PartitionFetchResult
 from odradek.protocol.produce_response import PartitionProduceResult
 from odradek.replication.alter_partition import write_each
+from odradek.replication.fetch_serving import FetchEntry, FetchParams
 from odradek.replication.fetch_session import FetchKind
 from odradek.replication.leader_endpoint import (
     EndpointError,
@@ -51,7 +52,6 @@ from odradek.replication.partition_state import (
     IsrWrite,
     LeaderAndIsr,
 )
-from odradek.replication.fetch_serving import FetchEntry, FetchParams
 from odradek.replication.replica_manager import ProduceEntry, ReplicaManager
 from odradek.storage.log import LogConfig
 

@@ -8,14 +8,15 @@ from tests.support.polling import wait_until
 __all__ = ["create_topic", "wait_for_leaders"]
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 1, rf: int = 1, *,
-                 config: dict[str, str] | None = None,
+def create_topic(bootstrap: str, name: str, partitions: int = 1, rf: int = 1,
+                 config: dict[str, str] | None = None, *,
                  assignment: list[list[int]] | None = None,
                  wait_leaders: bool = False, timeout: float = 30.0,
                  security: dict[str, str] | None = None) -> None:
-    """CreateTopics (partitions x rf, or an explicit replica ``assignment``); with
-    ``wait_leaders`` also wait until Metadata names a leader for every partition.
-    ``security``: client properties of a secured listener (TLS, SASL)."""
+    """CreateTopics (partitions x rf, or an explicit replica ``assignment``) with topic
+    ``config``; with ``wait_leaders`` also wait until Metadata names a leader for every
+    partition. ``timeout`` bounds the request and the wait. ``security``: client
+    properties of a secured listener (TLS, SASL)."""
     admin = AdminClient({"bootstrap.servers": bootstrap, **(security or {})})
     if assignment is not None:
         topic = NewTopic(name, num_partitions=len(assignment), replica_assignment=assignment,

@@ -284,7 +284,9 @@ class FetchSessionCache:
         # the client starts over with a full fetch).
         self.max_partitions = max_partitions
         self.eviction_ms = eviction_ms
-        self.sessions: dict[int, FetchSession] = {}  # insertion order = LRU order
+        # Insertion order = LRU order. Read-only outside this class: a session leaves it
+        # only through ``remove`` or eviction, which also take it out of ``_holders``.
+        self.sessions: dict[int, FetchSession] = {}
         # Follower sessions by partition, so a change on a partition reaches the sessions
         # that hold it in O(sessions) (``holders``).
         self._holders: dict[TopicPartition, dict[int, FetchSession]] = {}
@@ -300,9 +302,7 @@ class FetchSessionCache:
     def holders(self, tp: TopicPartition) -> list[FetchSession]:
         """The follower sessions holding ``tp``."""
         held = self._holders.get(tp)
-        if not held:
-            return []
-        return [s for s in held.values() if self.sessions.get(s.id) is s]
+        return list(held.values()) if held else []
 
     def new_context(
         self,

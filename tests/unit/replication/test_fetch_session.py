@@ -10,11 +10,16 @@ from hypothesis import strategies as st
 from odradek.errors import ErrorCode
 from odradek.protocol.fetch_response import PartitionFetchResult
 from odradek.protocol.replica_fetch import ReplicaFetchPartition
+from odradek.replication.fetch_serving import FetchEntry
 from odradek.replication.fetch_session import (
-    FINAL_EPOCH, INITIAL_EPOCH, FetchContext, FetchKind, FetchSessionCache, next_epoch,
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    FetchContext,
+    FetchKind,
+    FetchSessionCache,
+    next_epoch,
 )
 from odradek.replication.fetch_session_handler import FetchRequestData, FetchSessionHandler
-from odradek.replication.fetch_serving import FetchEntry
 
 Topics = list[tuple[str, list[FetchEntry]]]
 
@@ -191,8 +196,17 @@ def test_eviction_stale_first_followers_privileged_bigger_consumers_win() -> Non
     f3 = cache.new_context(0, 0, topics(("c", 0, 0)), [], follower=True, now_ms=1500)
     assert f3.kind is FetchKind.FULL and set(cache.sessions) == {f, f3.session_id}
     assert cache.evictions == 3
+    assert_index_agrees(cache, [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("c", 0)])
     assert FetchSessionCache(max_slots=0).new_context(
         0, 0, topics(("a", 0, 0)), [], follower=True, now_ms=0).kind is FetchKind.SESSIONLESS
+
+
+def assert_index_agrees(cache: FetchSessionCache, tps: list[tuple[str, int]]) -> None:
+    """``holders`` names exactly the cached follower sessions holding each partition (an
+    evicted or removed session is never among them)."""
+    for tp in tps:
+        want = {s.id for s in cache.sessions.values() if s.skips_idle and tp in s.partitions}
+        assert {s.id for s in cache.holders(tp)} == want, tp
 
 
 def rfp(topic: str, index: int, offset: int) -> ReplicaFetchPartition:
@@ -237,12 +251,14 @@ def test_handler_and_cache_agree_on_every_partitions_fetch_state(
             offsets.pop(i, None)
         elif op == "add":
             offsets.setdefault(i, 0)
-        elif op == "evict":
-            cache.sessions.clear()
+        elif op == "evict":  # the leader loses every session (eviction, restart)
+            for sid in list(cache.sessions):
+                cache.remove(sid)
         req: FetchRequestData = h.build([rfp("t", p, o) for p, o in sorted(offsets.items())])
         requested = topics(*[("t", p.partition, p.fetch_offset) for p in req.partitions])
         ctx = cache.new_context(req.session_id, req.epoch, requested, req.forgotten,
                                 follower=True, now_ms=0)
+        assert_index_agrees(cache, [("t", i) for i in range(6)])
         if op == "lose":  # the response never arrives
             h.handle_error()
             continue

@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from support.replication_harness import TOPIC, MemoryLeaderEndpoint, ReplicationHarness
-
 from odradek.replication.fetch_session import FetchKind
 from odradek.storage.records import encode_batch
+from support.replication_harness import TOPIC, MemoryLeaderEndpoint, ReplicationHarness
 
 
 def recs(n: int = 3, tag: str = "v") -> bytes:
@@ -68,7 +67,9 @@ def test_an_evicted_session_costs_one_full_fetch(tmp_path: Path) -> None:
                 await h.elect(p, leader=1)
             assert (await h.produce(1, recs(2))).error_code == 0
             ep = endpoint(h, 2, 1)
-            h.replicas[1].fetch_sessions.sessions.clear()
+            cache = h.replicas[1].fetch_sessions
+            for sid in list(cache.sessions):
+                cache.remove(sid)
             ep.requests.clear()
             res = await h.produce(1, recs(2, "after"), partition=1, timeout_s=3)
             assert res.error_code == 0
@@ -98,7 +99,7 @@ def test_leader_change_forgets_the_partition_in_the_old_session(tmp_path: Path) 
                 return all((TOPIC, 1) not in s.partitions for s in sessions)
             await h.wait_until(forgotten, "leader 1's sessions forget partition 1")
             assert any(r.forgotten == [(TOPIC, [1])] for r, _ in endpoint(h, 3, 1).requests)
-            assert [k for _, k in endpoint(h, 3, 2).requests][0] is FetchKind.FULL
+            assert next(k for _, k in endpoint(h, 3, 2).requests) is FetchKind.FULL
             for p in range(2):
                 assert h.log_bytes(1, p) == h.log_bytes(2, p) == h.log_bytes(3, p)
     run(main())
