@@ -247,3 +247,34 @@ def test_transactional_producer(cluster: LocalCluster, admin: KafkaAdminClient,
     c.assign([TopicPartition(topic_name, 0)])
     assert [m.value for m in c] == [b"v%d" % i for i in range(10)]
     c.close()
+
+
+def test_offset_delete(cluster: LocalCluster, admin: KafkaAdminClient, topic_name: str) -> None:
+    """OffsetDelete (KIP-496) with kafka-python's admin client: an active member keeps
+    the offsets of the topics it subscribes to; once the group is empty they go, and a
+    partition of an unknown topic is answered per partition."""
+    from kafka.structs import OffsetAndMetadata
+
+    create(admin, topic_name, 2)
+    group = topic_name + "-g"
+    c = KafkaConsumer(topic_name, bootstrap_servers=cluster.bootstrap_servers, group_id=group,
+                      enable_auto_commit=False, session_timeout_ms=10000)
+    tp0, tp1 = TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)
+    try:
+        deadline = time.monotonic() + 30
+        while not c.assignment() and time.monotonic() < deadline:
+            c.poll(timeout_ms=200)
+        assert c.assignment() == {tp0, tp1}
+        c.commit({tp0: OffsetAndMetadata(5, "", -1), tp1: OffsetAndMetadata(7, "", -1)})
+        res = admin.delete_group_offsets(group, [tp0])
+        assert res == {tp0: kerr.GroupSubscribedToTopicError}
+        listed = admin.list_group_offsets(group)[group]
+        assert tp0 in listed and listed[tp0].offset == 5, listed
+    finally:
+        c.close()  # LeaveGroup: the group is empty now
+    missing = TopicPartition(topic_name + "-missing", 0)
+    res = admin.delete_group_offsets(group, [tp0, missing])
+    assert res == {tp0: kerr.NoError, missing: kerr.UnknownTopicOrPartitionError}
+    assert set(admin.list_group_offsets(group)[group]) == {tp1}
+    with pytest.raises(kerr.GroupIdNotFoundError):
+        admin.delete_group_offsets(topic_name + "-no-such-group", [tp0])

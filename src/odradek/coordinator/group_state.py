@@ -53,6 +53,7 @@ Stable with unchanged metadata it gets the current generation without a rebalanc
 from __future__ import annotations
 
 import enum
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -139,6 +140,30 @@ class Member:
             if name == protocol:
                 return meta
         return b""
+
+
+def subscription_topics(metadata: bytes) -> set[str]:
+    """The topics of a consumer-protocol member subscription (``ConsumerProtocol
+    Subscription`` v0-3 starts with version i16 and [topic string]). The bytes come from
+    a client: every count is checked against the bytes there, and anything malformed
+    reads as no topics."""
+    buf = memoryview(metadata)
+    try:
+        (n,) = struct.unpack_from(">i", buf, 2)
+        pos = 6
+        if n < 0 or n * 2 > len(buf) - pos:
+            return set()
+        out: set[str] = set()
+        for _ in range(n):
+            (size,) = struct.unpack_from(">h", buf, pos)
+            pos += 2
+            if size < 0 or size > len(buf) - pos:
+                return set()
+            out.add(bytes(buf[pos:pos + size]).decode())
+            pos += size
+        return out
+    except (struct.error, UnicodeDecodeError):
+        return set()
 
 
 @dataclass
@@ -525,6 +550,14 @@ class Group:
         m = self.members[member_id]
         m.session_deadline_ms = now_ms + m.session_timeout_ms  # a commit is a sign of life
         return ErrorCode.none
+
+    def subscribed_topics(self) -> set[str]:
+        """Topics the members of a consumer-protocol group subscribe to (OffsetDelete
+        may not delete their offsets while the group is active, KIP-496)."""
+        out: set[str] = set()
+        for m in self.members.values():
+            out |= subscription_topics(m.metadata_for(self.protocol))
+        return out
 
     def delete_error(self) -> ErrorCode:
         if self.state is GroupState.DEAD:

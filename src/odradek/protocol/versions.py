@@ -62,6 +62,7 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     36: (0, 2),  # SaslAuthenticate (v1+: session lifetime, KIP-368 re-authentication)
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
+    47: (0, 0),  # OffsetDelete (KIP-496)
     43: (0, 2),  # ElectLeaders (v2 flexible)
     44: (0, 1),  # IncrementalAlterConfigs (v1 flexible)
     50: (0, 0),  # DescribeUserScramCredentials (KIP-554)

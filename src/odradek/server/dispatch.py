@@ -106,6 +106,7 @@ HANDLERS: dict[int, Handler] = {  # one per API key in protocol.versions.SERVED
     36: security.handle_sasl_authenticate,
     37: admin.handle_create_partitions,
     42: groups.handle_delete_groups,
+    47: groups.handle_offset_delete,
     43: elect.handle_elect_leaders,
     44: configs.handle_incremental_alter_configs,
     50: security.handle_describe_user_scram_credentials,

@@ -239,6 +239,10 @@ def _delete_groups(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -
         for g in _seq(req.groups_names)))
 
 
+def _offset_delete(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
+    return response(47, h.api_version, error_code=code, throttle_time=0, topics=())
+
+
 def _elect_leaders(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
     return response(43, v, error_code=code, replica_election_results=tuple(
@@ -307,6 +311,7 @@ ERROR_RESPONSES: dict[int, Builder] = {
     36: _top_level(36, auth_bytes=b"", session_lifetime=0),
     37: _create_partitions,
     42: _delete_groups,
+    47: _offset_delete,
     43: _elect_leaders,
     44: _alter_configs(44),
     50: _top_level(50, results=()),

@@ -1,5 +1,5 @@
 """Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups.
+OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
 
 Thin: decode the version-specific request fields, ask ``ctx.groups`` (the
 ``GroupCoordinator``), build the response with ``responses.part/response`` (fields a
@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH = 10, 8, 9
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
-DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 
@@ -287,3 +287,39 @@ async def handle_delete_groups(ctx: RequestContext, header: RequestHeaderInfo, r
         results.append(part(DELETE_GROUPS, v, "DeletableGroupResult", group_id=gid,
                             error_code=code))
     return response(DELETE_GROUPS, v, throttle_time=0, results=tuple(results))
+
+
+# =============================================================================== OffsetDelete
+async def handle_offset_delete(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
+    """KIP-496, as Kafka's handleDeleteConsumerGroupOffsetsRequest: DELETE on the group,
+    READ on each topic; partitions of unknown topics are answered without asking the
+    coordinator."""
+    v = header.api_version
+
+    def answer(code: ErrorCode, per: dict[tuple[str, int], ErrorCode]) -> Any:
+        topics = tuple(part(OFFSET_DELETE, v, "OffsetDeleteResponseTopic", name=t.name,
+                            partitions=tuple(part(OFFSET_DELETE, v,
+                                                  "OffsetDeleteResponsePartition",
+                                                  partition_index=int(p.partition_index),
+                                                  error_code=per.get((t.name, int(
+                                                      p.partition_index)), ErrorCode.none))
+                                             for p in t.partitions))
+                       for t in (req.topics if code is ErrorCode.none else ()))
+        return response(OFFSET_DELETE, v, error_code=code, throttle_time=0, topics=topics)
+
+    if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, req.group_id):
+        return answer(ErrorCode.group_authorization_failed, {})
+    per: dict[tuple[str, int], ErrorCode] = {}
+    wanted: list[tuple[str, int]] = []
+    for t in req.topics:
+        for p in t.partitions:
+            tp = (t.name, int(p.partition_index))
+            if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name):
+                per[tp] = ErrorCode.topic_authorization_failed
+            elif t.name not in ctx.image.topics:
+                per[tp] = ErrorCode.unknown_topic_or_partition
+            else:
+                wanted.append(tp)
+    code, results = await ctx.groups.delete_offsets(req.group_id, wanted)
+    per.update(results)
+    return answer(code, per)
