@@ -15,7 +15,7 @@ A benchmark, not a timed test: run it by hand (bench/README.md). One run measure
    times are taken: *decided* — every partition it led has another leader in its state
    znode (polled with ZooKeeper multiReads in a thread of its own, ~20 ms per poll at
    3,000); *re-led* — every surviving broker's own metadata shows it (a Metadata request
-   to each over a plain socket; the row's value; issue 13 aim ≤ 1 s at 1,000 leaders,
+   to each on its own connection; the row's value; issue 13 aim ≤ 1 s at 1,000 leaders,
    ≤ 3 s at 3,333 of 10,000, Kafka 1.1's figure); *exit* — the process is gone (it
    flushes every log first).
 4. failover after SIGKILL: the broker is restarted, the ISR allowed to fill again, then
@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -173,32 +172,19 @@ def busiest(s: Leaders) -> tuple[int, set[tuple[str, int]]]:
 
 def broker_leaders(address: str, topics: list[str]) -> dict[tuple[str, int], int]:
     """Leader of every partition of ``topics`` in ONE broker's metadata (Metadata v12
-    over a plain socket: no client library deciding which broker to ask)."""
-    from odradek.protocol.client_codec import (  # noqa: PLC0415
-        decode_response, encode_request, nested_request, request_entity,
-    )
+    on one connection to that broker: no client library deciding which broker to ask)."""
+    from odradek.client.connection import KafkaConnection, parse_address  # noqa: PLC0415
+    from odradek.protocol.client_codec import nested_request, request_entity  # noqa: PLC0415
 
     req = request_entity(3, 12, topics=tuple(nested_request(3, 12, "MetadataRequestTopic",
                                                             topic_id=None, name=t)
                                              for t in topics),
                          allow_auto_topic_creation=False,
                          include_topic_authorized_operations=False)
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall(encode_request(req, 1, "scale-bench"))
-        size = int.from_bytes(_recv_exact(sock, 4), "big")
-        _, resp = decode_response(3, 12, _recv_exact(sock, size))
+    host, port = parse_address(address)
+    with KafkaConnection(host, port, client_id="scale-bench", timeout_s=5.0) as conn:
+        resp = conn.request(req)
     return {(t.name, p.partition_index): p.leader_id for t in resp.topics for p in t.partitions}
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
 
 
 def zk_leaders(c: LocalCluster, tps: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
