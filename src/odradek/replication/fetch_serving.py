@@ -234,9 +234,14 @@ class FetchServing:
                         read_committed=read_committed,
                     )
                     if sl is None:
-                        # Nothing to return, the fetcher at the readable end: a follower
-                        # session may skip the partition until it changes.
-                        e.idle = e.fetch_offset >= p.readable_end(committed_only)
+                        # Nothing to return, the fetcher at the readable end and its fetch
+                        # recorded here: a follower session may skip the partition until
+                        # it changes. A fetch the leader ignored (a replica it does not
+                        # know yet) must come back, or the replica never joins the ISR.
+                        e.idle = e.fetch_offset >= p.readable_end(committed_only) and (
+                            committed_only
+                            or p.follower_recorded_at(params.replica_id, e.fetch_offset)
+                        )
                     if sl is not None and sl.size:
                         res.records = sl
                         if read_committed:

@@ -379,6 +379,15 @@ class Partition:
             t.isr_write = self._propose_isr(now_ms, None)
         return t
 
+    def follower_recorded_at(self, replica_id: int, fetch_offset: int) -> bool:
+        """Has this leader taken ``replica_id``'s fetch at ``fetch_offset`` into account?
+        Not when the follower is not (yet) one of its replicas -- a reassignment's new
+        replica can fetch before the leader learns the new replica set -- and then its
+        fetches must keep visiting the partition, or it never joins the ISR."""
+        fs = self._followers.get(replica_id)
+        return (replica_id in self._replicas and fs is not None
+                and fs.log_end_offset == fetch_offset)
+
     def note_idle_fetch(self, replica_id: int, fetch_offset: int, at_ms: int) -> None:
         """A follower's fetch session skipped this partition as idle (its last read here
         found the follower at the log end, and nothing changed since): the follower's

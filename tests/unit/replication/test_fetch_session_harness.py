@@ -182,3 +182,40 @@ def test_a_follower_that_stops_fetching_leaves_the_isr_of_idle_partitions(
                 lambda: all(h.partition(1, p).isr == (1, 2, 3) for p in range(4)),
                 "broker 3 rejoins every ISR", timeout_s=5)
     run(main())
+
+
+def test_a_replica_the_leader_does_not_know_yet_keeps_fetching_until_it_joins(
+        tmp_path: Path) -> None:
+    """A reassignment's new replica may fetch before the leader has the new replica set:
+    the leader then ignores its fetch offset. Its session must not skip the partition as
+    idle after catching up, or the leader never records it and it never joins the ISR
+    (CI saw a reassignment onto an added broker hang so)."""
+    from dataclasses import replace
+
+    async def main() -> None:
+        async with ReplicationHarness(tmp_path, fetch_wait_ms=100, lag_ms=5_000) as h:
+            z = h.controller.znodes[0]
+            z.leader, z.leader_epoch, z.isr, z.version = 1, 0, (1, 2), 1
+            full = h.controller.image()  # replicas (1, 2, 3)
+            topic = full.topics[TOPIC]
+            narrow = replace(full, topics={TOPIC: replace(topic, partitions={
+                0: replace(topic.partitions[0], replicas=(1, 2))})})
+            for b, image in ((1, narrow), (2, narrow), (3, full)):
+                h.images[b] = image
+                h.replicas[b].apply_image(image)
+            res = await h.produce(1, recs(5), timeout_s=3)
+            assert res.error_code == 0
+            leo = h.partition(1).log.log_end_offset
+            await h.wait_until(lambda: h.partition(3).log.log_end_offset == leo,
+                               "the unknown replica to copy the log")
+            ep = endpoint(h, 3, 1)
+            seen = len(ep.requests)
+            await h.wait_until(lambda: len(ep.requests) >= seen + 3,
+                               "three more fetches at the log end")
+            assert h.partition(1).isr == (1, 2)
+            for b in (1, 2):  # the leader learns the new replica set, same epoch
+                h.images[b] = full
+                h.replicas[b].apply_image(full)
+            await h.wait_until(lambda: 3 in h.partition(1).isr,
+                               "the new replica to join the ISR", timeout_s=5)
+    run(main())
