@@ -208,23 +208,3 @@ def test_unload_answers_parked_requests() -> None:
     assert joins(eff)["a"].error is ErrorCode.not_coordinator
     assert g.state is GroupState.DEAD
 
-
-def test_subscription_topics_are_read_within_the_bytes_sent() -> None:
-    import struct
-
-    from odradek.coordinator.group_state import subscription_topics
-
-    def sub(*topics: bytes, version: int = 1) -> bytes:
-        body = struct.pack(">hi", version, len(topics))
-        for t in topics:
-            body += struct.pack(">h", len(t)) + t
-        return body + struct.pack(">i", -1)  # user data: null
-
-    assert subscription_topics(sub(b"a", b"bb")) == {"a", "bb"}
-    assert subscription_topics(sub()) == set()
-    # Hostile counts and lengths read as nothing, without allocating by the count.
-    assert subscription_topics(struct.pack(">hi", 0, 2**31 - 1)) == set()
-    assert subscription_topics(struct.pack(">hih", 0, 1, 30000) + b"x") == set()
-    assert subscription_topics(struct.pack(">hi", 0, -5)) == set()
-    assert subscription_topics(b"") == set()
-    assert subscription_topics(struct.pack(">hih", 0, 1, 2) + b"\xff\xfe") == set()

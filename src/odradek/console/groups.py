@@ -18,7 +18,6 @@ not answer costs one timeout per round and is skipped for the rest of it.
 from __future__ import annotations
 
 import logging
-import struct
 from collections import defaultdict
 from collections.abc import Callable
 from functools import partial
@@ -29,53 +28,18 @@ from odradek.client.connection import ConnectionLost, KafkaConnection
 from odradek.console.snapshot import RawGroup
 from odradek.errors import ErrorCode, KafkaError, error_name
 from odradek.protocol.client_codec import request_entity
+from odradek.protocol.consumer_protocol import assignment_partitions
 from odradek.security.client_security import PLAINTEXT, ClientSecurity
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GroupReader", "decode_assignment"]
-
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
+__all__ = ["GroupReader"]
 
 # Request versions: within what Odradek serves and kio decodes, and what Kafka 3.x's
 # admin client sends to a ZooKeeper-mode broker.
 _LIST_GROUPS_V, _FIND_COORDINATOR_V, _DESCRIBE_GROUPS_V, _OFFSET_FETCH_V = 4, 3, 5, 7
 
 _STATES = {"PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty"}
-
-
-def decode_assignment(data: bytes | None) -> list[tuple[str, int]]:
-    """The partitions of a consumer-protocol member assignment (``ConsumerProtocol
-    Assignment`` v0–3: version, [topic, [partition]], user data). Every count is checked
-    against the bytes that are there; anything malformed reads as no partitions (the
-    bytes come from a client, through the coordinator, and only describe it)."""
-    if not data:
-        return []
-    buf = memoryview(data)
-    pos = 2  # version: every version starts with the same topic list
-    out: list[tuple[str, int]] = []
-    try:
-        (n_topics,) = _I32.unpack_from(buf, pos)
-        pos += 4
-        if n_topics < 0 or n_topics * 6 > len(buf) - pos:
-            return []
-        for _ in range(n_topics):
-            (name_len,) = _I16.unpack_from(buf, pos)
-            pos += 2
-            if name_len < 0 or name_len > len(buf) - pos:
-                return []
-            name = bytes(buf[pos : pos + name_len]).decode()
-            pos += name_len
-            (n_parts,) = _I32.unpack_from(buf, pos)
-            pos += 4
-            if n_parts < 0 or n_parts * 4 > len(buf) - pos:
-                return []
-            out.extend((name, p) for p in struct.unpack_from(f">{n_parts}i", buf, pos))
-            pos += 4 * n_parts
-    except (struct.error, UnicodeDecodeError):
-        return []
-    return out
 
 
 class GroupReader:
@@ -160,7 +124,7 @@ class GroupReader:
                         m.member_id,
                         m.client_id,
                         m.client_host,
-                        decode_assignment(m.member_assignment),
+                        assignment_partitions(m.member_assignment),
                     )
                     for m in d.members
                 ]

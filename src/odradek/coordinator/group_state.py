@@ -53,12 +53,12 @@ Stable with unchanged metadata it gets the current generation without a rebalanc
 from __future__ import annotations
 
 import enum
-import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
 from odradek.coordinator.group_codec import GroupValue, MemberValue
 from odradek.errors import ErrorCode
+from odradek.protocol.consumer_protocol import subscription_topics
 
 
 class GroupState(enum.Enum):
@@ -140,30 +140,6 @@ class Member:
             if name == protocol:
                 return meta
         return b""
-
-
-def subscription_topics(metadata: bytes) -> set[str]:
-    """The topics of a consumer-protocol member subscription (``ConsumerProtocol
-    Subscription`` v0-3 starts with version i16 and [topic string]). The bytes come from
-    a client: every count is checked against the bytes there, and anything malformed
-    reads as no topics."""
-    buf = memoryview(metadata)
-    try:
-        (n,) = struct.unpack_from(">i", buf, 2)
-        pos = 6
-        if n < 0 or n * 2 > len(buf) - pos:
-            return set()
-        out: set[str] = set()
-        for _ in range(n):
-            (size,) = struct.unpack_from(">h", buf, pos)
-            pos += 2
-            if size < 0 or size > len(buf) - pos:
-                return set()
-            out.add(bytes(buf[pos:pos + size]).decode())
-            pos += size
-        return out
-    except (struct.error, UnicodeDecodeError):
-        return set()
 
 
 @dataclass
