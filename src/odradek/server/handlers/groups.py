@@ -297,15 +297,18 @@ async def handle_offset_delete(ctx: RequestContext, header: RequestHeaderInfo, r
     v = header.api_version
 
     def answer(code: ErrorCode, per: dict[tuple[str, int], ErrorCode]) -> Any:
-        topics = tuple(part(OFFSET_DELETE, v, "OffsetDeleteResponseTopic", name=t.name,
-                            partitions=tuple(part(OFFSET_DELETE, v,
-                                                  "OffsetDeleteResponsePartition",
-                                                  partition_index=int(p.partition_index),
-                                                  error_code=per.get((t.name, int(
-                                                      p.partition_index)), ErrorCode.none))
-                                             for p in t.partitions))
-                       for t in (req.topics if code is ErrorCode.none else ()))
-        return response(OFFSET_DELETE, v, error_code=code, throttle_time=0, topics=topics)
+        topics = []
+        for t in req.topics if code is ErrorCode.none else ():
+            parts = []
+            for p in t.partitions:
+                index = int(p.partition_index)
+                parts.append(part(OFFSET_DELETE, v, "OffsetDeleteResponsePartition",
+                                  partition_index=index,
+                                  error_code=per.get((t.name, index), ErrorCode.none)))
+            topics.append(part(OFFSET_DELETE, v, "OffsetDeleteResponseTopic", name=t.name,
+                               partitions=tuple(parts)))
+        return response(OFFSET_DELETE, v, error_code=code, throttle_time=0,
+                        topics=tuple(topics))
 
     if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, req.group_id):
         return answer(ErrorCode.group_authorization_failed, {})
