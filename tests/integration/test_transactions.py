@@ -10,6 +10,8 @@ over WriteTxnMarkers as well as locally.
 
 from __future__ import annotations
 
+import json
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,6 +26,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from tests.support.polling import wait_for
 from tests.support.topics import create_topic
 
 from odradek.cluster.local import LocalCluster
@@ -300,3 +303,66 @@ def test_kafka_python_and_aiokafka_transactions(txn_cluster: LocalCluster) -> No
     kc.close()
     assert values(read_all(bs, topic, "read_uncommitted", partitions=1)) == {
         b"kp-aborted", b"kp-committed", b"aio-committed", b"aio-aborted"}
+
+
+def _leader_and_isr(c: LocalCluster, topic: str) -> tuple[int, list[int]]:
+    st = json.loads(c.zk_client().get(f"/brokers/topics/{topic}/partitions/0/state")[0])
+    return int(st["leader"]), [int(b) for b in st["isr"]]
+
+
+def test_aborted_transactions_are_served_by_every_replica_and_after_restarts(
+        txn_cluster: LocalCluster) -> None:
+    """The .txnindex entries are written by followers as they replicate the ABORT
+    markers, and read back from disk after a crash: a read_committed consumer still
+    drops the aborted records when the leader is killed and when the killed broker,
+    restarted, leads again."""
+    c = txn_cluster
+    bs = c.bootstrap_servers
+    topic = new_topic(bs, partitions=1)
+    p = txn_producer(bs, f"tx-{uuid.uuid4().hex[:6]}")
+    committed = []
+    for t in range(6):  # committed and aborted transactions, interleaved
+        vals = [b"t%d-%d" % (t, i) for i in range(20)]
+        p.begin_transaction()
+        for v in vals:
+            p.produce(topic, v, partition=0)
+        p.flush(30)
+        if t % 2 == 0:
+            p.commit_transaction(30)
+            committed += vals
+        else:
+            p.abort_transaction(30)
+
+    def committed_only() -> None:
+        got = [v for _, v in read_all(bs, topic, "read_committed", partitions=1)]
+        assert got == committed
+        assert len(read_all(bs, topic, "read_uncommitted", partitions=1)) == 120
+
+    committed_only()
+    first, _ = _leader_and_isr(c, topic)
+    c.stop_broker(first, signal.SIGKILL)
+    try:
+        wait_for(lambda: _leader_and_isr(c, topic)[0] not in (first, -1), 30,
+                 "a follower to lead")
+        committed_only()  # a follower's own index
+    finally:
+        c.start_broker(first)
+    # The restarted broker rebuilt its state from its files; once back in the ISR, make
+    # it lead by stopping whichever other broker leads (a clean stop moves leadership).
+    wait_for(lambda: sorted(_leader_and_isr(c, topic)[1]) == [1, 2, 3], 60,
+             f"broker {first} back in the ISR")
+    stopped: list[int] = []
+    try:
+        for _ in range(2):
+            leader = _leader_and_isr(c, topic)[0]
+            if leader == first:
+                break
+            c.stop_broker(leader)
+            stopped.append(leader)
+            wait_for(lambda gone=leader: _leader_and_isr(c, topic)[0] not in (gone, -1), 30,
+                     f"leadership to leave broker {leader}")
+        assert _leader_and_isr(c, topic)[0] == first
+        committed_only()
+    finally:
+        for b in stopped:
+            c.start_broker(b)

@@ -132,24 +132,20 @@ def _marker(base: int, pid: int, epoch: int, commit: bool) -> bytes:
     return bytes(raw)
 
 
-def _feed(ps: ProducerStateManager, raw: bytes) -> None:
-    ps.update(parse_batches(raw, verify_crc=False), raw)
+def _feed(ps: ProducerStateManager, raw: bytes) -> list[AbortedTxn]:
+    return ps.update(parse_batches(raw, verify_crc=False), raw)
 
 
-def test_lso_and_aborted_index(tmp_path: Path) -> None:
+def test_lso_and_the_aborted_transactions_an_update_completes(tmp_path: Path) -> None:
     ps = ProducerStateManager(tmp_path)
-    _feed(ps, _batch(0, 1, 0, 0))          # pid 1: offsets 0-1
+    assert _feed(ps, _batch(0, 1, 0, 0)) == []  # pid 1: offsets 0-1
     _feed(ps, _batch(2, 2, 0, 0))          # pid 2: offsets 2-3
     assert ps.first_unstable_offset() == 0
-    _feed(ps, _marker(4, 1, 0, False))     # abort pid 1 at offset 4
+    # Abort pid 1 at offset 4: pid 2's open transaction bounds the entry's LSO.
+    assert _feed(ps, _marker(4, 1, 0, False)) == [AbortedTxn(1, 0, 4, 2)]
     assert ps.first_unstable_offset() == 2
-    assert ps.aborted == [AbortedTxn(1, 0, 4, 2)]
-    _feed(ps, _marker(5, 2, 0, True))      # commit pid 2
+    assert _feed(ps, _marker(5, 2, 0, True)) == []  # a commit is not indexed
     assert ps.first_unstable_offset() is None
-    assert ps.aborted_between(0, 6) == [(1, 0)]
-    assert ps.aborted_between(5, 6) == []
-    ps.trim_aborted(5)
-    assert ps.aborted == []
 
 
 def test_marker_with_a_bumped_epoch_fences_the_old_producer(tmp_path: Path) -> None:
@@ -168,16 +164,27 @@ def test_truncating_a_marker_reopens_its_transaction_and_snapshots_keep_state(
     ps = ProducerStateManager(tmp_path)
     _feed(ps, _batch(0, 1, 0, 0))
     _feed(ps, _batch(2, 2, 0, 0))
-    _feed(ps, _marker(4, 1, 0, False))
+    [entry] = _feed(ps, _marker(4, 1, 0, False))
     ps.write_snapshot()
     fresh = ProducerStateManager(tmp_path)
     fresh.load_latest_snapshot(100)
-    assert fresh.ongoing == {2: 2} and fresh.aborted == [AbortedTxn(1, 0, 4, 2)]
-    ps.truncate_to(4)  # the abort marker is gone (leader-epoch truncation)
-    assert ps.aborted == [] and ps.first_unstable_offset() == 0
+    assert fresh.ongoing == {2: 2} and fresh.unindexed == []
+    ps.truncate_to(4, [entry])  # the abort marker is gone (leader-epoch truncation)
+    assert ps.first_unstable_offset() == 0 and ps.ongoing == {1: 0, 2: 2}
+
+
+def test_a_version_1_snapshots_aborted_list_is_handed_over_for_indexing(
+        tmp_path: Path) -> None:
+    (tmp_path / f"{5:020d}.snapshot").write_text(
+        '{"version": 1, "offset": 5, "producers": {}, "ongoing": {},'
+        ' "aborted": [[1, 0, 4, 5]]}')
+    ps = ProducerStateManager(tmp_path)
+    assert ps.load_latest_snapshot(10) == 5
+    assert ps.unindexed == [AbortedTxn(1, 0, 4, 5)]
 
 
 def test_cleaner_recognises_aborted_batches() -> None:
     h = parse_batches(_batch(10, 7, 0, 0), verify_crc=False)[0]
-    assert is_aborted(h, ((7, 10, 12),))
-    assert not is_aborted(h, ((7, 0, 5),)) and not is_aborted(h, ((8, 10, 12),))
+    assert is_aborted(h, (AbortedTxn(7, 10, 12, 13),))
+    assert not is_aborted(h, (AbortedTxn(7, 0, 5, 6),))
+    assert not is_aborted(h, (AbortedTxn(8, 10, 12, 13),))

@@ -132,10 +132,6 @@ class CleanableReplica(Protocol):
     @property
     def last_stable_offset(self) -> int: ...
 
-    def aborted_ranges(self) -> list[tuple[int, int, int]]: ...
-
-    def forget_aborted(self, markers: list[tuple[int, int]]) -> None: ...
-
 
 class ReplicaLogs(Protocol):
     """The replica manager as the cleaner sees it (it must not import replication:
@@ -327,7 +323,7 @@ class LogCleanerManager:
             segment_bytes=cfg.segment_bytes, index_interval_bytes=cfg.index_interval_bytes,
             delete_retention_ms=cfg.delete_retention_ms, now_ms=now,
             dedupe_buffer_bytes=max(1, self.dedupe_buffer_bytes // max(self.threads, 1)),
-            aborted=_aborted(self.replicas.partitions.get(best.tp)))
+            aborted=tuple(lg.aborted_entries()))
         with self._lock:
             self._busy.add(best.tp)
         return _Job(best.tp, lg, best.first_dirty, best.stop, views, segs, params,
@@ -336,18 +332,13 @@ class LogCleanerManager:
     def _swap(self, job: _Job, olds: list[Segment], snap: list[tuple[int, int]],
               g: CleanedGroup) -> bool:
         """On the loop: the segments must be unchanged (no truncation) and still present.
-        The ABORT markers the group dropped leave the partition's aborted list in the
-        same loop step, so no fetch sees one without the other."""
+        The cleaned segment's .txnindex, written with it, leaves out the ABORT markers
+        the group dropped, so no fetch sees one without the other."""
         lg = job.lg
         if any((s.size, s.next_offset) != sn or s.closed for s, sn in zip(olds, snap)):
             discard_cleaned(lg.directory, g.base_offset)
             return False
-        if not lg.replace_segments(olds, g.base_offset):
-            return False
-        part = self.replicas.partitions.get(job.tp)
-        if g.dropped_aborts and part is not None:
-            part.forget_aborted(g.dropped_aborts)
-        return True
+        return lg.replace_segments(olds, g.base_offset)
 
 
 def _dup(fd: int) -> int:
@@ -371,7 +362,3 @@ def _lso(part: CleanableReplica) -> int:
     lso = getattr(part, "last_stable_offset", None)
     return part.high_watermark if lso is None else int(lso)
 
-
-def _aborted(part: CleanableReplica | None) -> tuple[tuple[int, int, int], ...]:
-    ranges = getattr(part, "aborted_ranges", None)
-    return tuple(ranges()) if ranges is not None else ()

@@ -57,6 +57,7 @@ from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import AppendInfo, FileSlice, Log
 from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.truncation_ledger import TruncationLedger
+from odradek.storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -306,7 +307,9 @@ class Partition:
         if st.leader_epoch > self.epochs.latest_epoch:
             self.epochs.assign(st.leader_epoch, leo_before)  # REQ-R19
         if idempotent:
-            self.producers.update(headers, records)
+            aborted = self.producers.update(headers, records)
+            if aborted:
+                lg.record_aborted(aborted)
         return info
 
     def hw_after_append(self) -> bool:
@@ -578,20 +581,10 @@ class Partition:
         first = self.producers.first_unstable_offset()
         return self._hw if first is None else min(first, self._hw)
 
-    def aborted_ranges(self) -> list[tuple[int, int, int]]:
-        """(producer id, first, last offset) of every aborted transaction (the cleaner)."""
-        return [(a.producer_id, a.first_offset, a.last_offset)
-                for a in list(self.producers.aborted)]
-
-    def forget_aborted(self, markers: list[tuple[int, int]]) -> None:
-        """The cleaner removed these ABORT markers (producer id, offset) with the last
-        of their transactions' batches (KIP-98 cleaner rules)."""
-        self.producers.forget_aborted(markers)
-
     def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
-        """Aborted transactions overlapping [start, end), for a read_committed fetch."""
-        self.producers.trim_aborted(self.log.log_start_offset)
-        return self.producers.aborted_between(start, end)
+        """(producer id, first offset) of the aborted transactions overlapping
+        [start, end), for a read_committed fetch (the log's .txnindex files)."""
+        return [(a.producer_id, a.first_offset) for a in self.log.collect_aborted(start, end)]
 
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool,
              committed_only: bool = True, read_committed: bool = False
@@ -629,7 +622,10 @@ class Partition:
                     if h.partition_leader_epoch > latest:
                         self.epochs.assign(h.partition_leader_epoch, h.base_offset)
                         latest = h.partition_leader_epoch
-                self.producers.update(headers, records)  # a new leader still deduplicates
+                # A new leader still deduplicates, and serves the aborted transactions.
+                aborted = self.producers.update(headers, records)
+                if aborted:
+                    lg.record_aborted(aborted)
         hw = min(leader_hw, lg.log_end_offset)
         if hw > self._hw:
             self._hw = hw
@@ -647,12 +643,15 @@ class Partition:
 
         The suffix is first copied, durably, to the lost-records ledger with ``reason``
         and the new leader's id/epoch (``quarantine``)."""
+        aborted_above: list[AbortedTxn] = []
         if offset < self.log.log_end_offset:
             self.quarantine(offset, reason=reason, leader_id=leader_id,
                             leader_epoch=leader_epoch)
-            self.log.truncate_to(max(offset, self.log.log_start_offset))
+            offset = max(offset, self.log.log_start_offset)
+            aborted_above = self.log.aborted_entries(offset)  # they go with the log
+            self.log.truncate_to(offset)
         self.epochs.truncate_from_end(self.log.log_end_offset)
-        self.producers.truncate_to(self.log.log_end_offset)
+        self.producers.truncate_to(self.log.log_end_offset, aborted_above)
         self._hw = min(self._hw, self.log.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -703,6 +702,9 @@ def _require_keys(records: bytes | bytearray | memoryview, name: str) -> None:
 def rebuild_producer_state(producers: ProducerStateManager, log: Log) -> None:
     """Newest snapshot plus the batches after it (never a rescan of the whole log)."""
     start = max(producers.load_latest_snapshot(log.log_end_offset), log.log_start_offset)
+    if producers.unindexed:  # a snapshot written before .txnindex files existed
+        log.record_aborted(producers.unindexed)
+        producers.unindexed = []
     offset = start
     while offset < log.log_end_offset:
         sl = log.read(offset, 8 * 1024 * 1024, max_offset=log.log_end_offset)
@@ -712,7 +714,8 @@ def rebuild_producer_state(producers: ProducerStateManager, log: Log) -> None:
         headers = parse_batches(data, verify_crc=False)
         if not headers:
             break
-        producers.update(headers, data)
+        # Entries the .txnindex already has (written before the restart) are skipped.
+        log.record_aborted(producers.update(headers, data))
         offset = headers[-1].last_offset + 1
     producers.dirty = False
 

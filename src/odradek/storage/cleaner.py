@@ -40,7 +40,7 @@ import hashlib
 import os
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,6 +58,7 @@ from odradek.storage.batch import (
 from odradek.storage.index import OffsetIndex, TimeIndex
 from odradek.storage.producer_state import CONTROL_TYPE_ABORT, control_type
 from odradek.storage.records import _compress, _decompress
+from odradek.storage.txn_index import AbortedTxn, write_txn_index
 
 if TYPE_CHECKING:
     from odradek.storage.log import Log
@@ -83,7 +84,7 @@ __all__ = [
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-_FILE_SUFFIXES = (".log", ".index", ".timeindex")
+_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 _READ_CHUNK = 1 << 20  # pread window while scanning a segment
 _WRITE_CHUNK = 1 << 20  # output buffer flushed with one write
 # Approximate cost of one map entry in CPython (16-byte digest bytes object ~49 B, int
@@ -120,8 +121,8 @@ class CleanParams:
     delete_retention_ms: int
     now_ms: int
     dedupe_buffer_bytes: int = 128 * 1024 * 1024
-    # (producer id, first offset, last offset) of the log's aborted transactions
-    aborted: tuple[tuple[int, int, int], ...] = ()
+    # The log's aborted transactions (its .txnindex entries), in marker order
+    aborted: tuple[AbortedTxn, ...] = ()
 
     @property
     def max_map_entries(self) -> int:
@@ -149,7 +150,7 @@ class CleanedGroup:
     sources: list[SegmentView]
     size: int = 0
     # (producer id, marker offset) of the ABORT markers this group drops: their entries
-    # leave the aborted-transaction list when the group is swapped in.
+    # are left out of the cleaned segment's .txnindex.
     dropped_aborts: list[tuple[int, int]] = field(default_factory=list)
 
 
@@ -316,12 +317,13 @@ def iter_segment_batches(seg: SegmentView, start_pos: int = 0) -> Iterator[tuple
 # ----------------------------------------------------------------------------- phase 1
 
 
-def is_aborted(h: BatchHeader, aborted: tuple[tuple[int, int, int], ...]) -> bool:
+def is_aborted(h: BatchHeader, aborted: tuple[AbortedTxn, ...]) -> bool:
     """A data batch of a transaction that was aborted."""
     if not h.is_transactional or h.is_control or not aborted:
         return False
     pid, off = h.producer_id, h.base_offset
-    return any(p == pid and first <= off <= last for p, first, last in aborted)
+    return any(a.producer_id == pid and a.first_offset <= off <= a.last_offset
+               for a in aborted)
 
 
 def _marker_expired(h: BatchHeader, txn_remains: dict[int, bool], cleaned_upto: int,
@@ -337,7 +339,7 @@ def _marker_expired(h: BatchHeader, txn_remains: dict[int, bool], cleaned_upto: 
 
 def build_offset_map(
     segments: list[SegmentView], start: int, stop: int, max_entries: int,
-    aborted: tuple[tuple[int, int, int], ...] = (),
+    aborted: tuple[AbortedTxn, ...] = (),
 ) -> OffsetMap:
     """Latest offset per key over ``[start, stop)`` of ``segments`` (ascending); records
     of ``aborted`` transactions do not count."""
@@ -416,7 +418,7 @@ class _SegmentWriter:
 
     def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
         discard_cleaned(directory, base_offset)
-        log_p, idx_p, tidx_p = cleaned_paths(directory, base_offset)
+        log_p, idx_p, tidx_p, self.txn_path = cleaned_paths(directory, base_offset)
         self.fd = os.open(log_p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.index = OffsetIndex(idx_p, base_offset)
         self.time_index = TimeIndex(tidx_p, base_offset)
@@ -446,7 +448,10 @@ class _SegmentWriter:
             mv = mv[os.write(self.fd, mv) :]
         self.buf = bytearray()
 
-    def finish(self) -> None:
+    def finish(self, aborted: list[AbortedTxn]) -> None:
+        """Complete the files; ``aborted`` is the cleaned segment's .txnindex (no file if
+        empty: the swap renames it only if it exists)."""
+        write_txn_index(self.txn_path, aborted)
         try:
             self._drain()
             os.fsync(self.fd)
@@ -566,7 +571,12 @@ def clean_segments(
                                                       or txn_remains.get(h.producer_id, False))
                     if kept is not None:
                         w.append(kept, h.last_offset, HEADER_STRUCT.unpack_from(kept, 0)[8])
-            w.finish()
+            # The surviving .txnindex entries of the group's segments: the ABORT markers
+            # kept (Kafka's cleaner rebuilds the cleaned segment's index the same way).
+            dropped = set(cg.dropped_aborts)
+            end = group[-1].next_offset
+            w.finish([a for a in params.aborted if cg.base_offset <= a.last_offset < end
+                      and (a.producer_id, a.last_offset) not in dropped])
         except BaseException:
             w.abort()
             discard_cleaned(directory, cg.base_offset)
@@ -620,7 +630,8 @@ def complete_swaps(directory: Path) -> list[int]:
         last = max(base, _last_offset(swap_log))
         for n in os.listdir(directory):
             stem, _, ext = n.partition(".")
-            if not stem.isdigit() or len(stem) != 20 or ext not in ("log", "index", "timeindex"):
+            if not stem.isdigit() or len(stem) != 20 or ext not in ("log", "index", "timeindex",
+                                                                    "txnindex"):
                 continue
             if base <= int(stem) <= last:
                 (directory / n).unlink()
@@ -648,16 +659,12 @@ def clean_log(
     high_watermark: int | None = None,
     dedupe_buffer_bytes: int = 128 * 1024 * 1024,
     stats: CleanStats | None = None,
-    aborted: tuple[tuple[int, int, int], ...] = (),
-    forget_aborted: Callable[[list[tuple[int, int]]], None] | None = None,
 ) -> int:
     """One synchronous pass over ``log`` (tools, tests, benchmarks): map, rewrite and swap
     every non-active segment below ``high_watermark`` (default: the LEO). Returns the new
-    first dirty offset (the cleaner checkpoint). ``aborted``: the log's aborted
-    transactions (producer id, first, last offset); ``forget_aborted`` receives the
-    (producer id, marker offset) of the ABORT markers a swapped group dropped. The broker
-    splits these steps between its cleaner thread and event loop
-    (odradek.log_manager.log_cleaner)."""
+    first dirty offset (the cleaner checkpoint). The log's aborted transactions come
+    from its .txnindex files. The broker splits these steps between its cleaner thread
+    and event loop (odradek.log_manager.log_cleaner)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     hw = log.log_end_offset if high_watermark is None else high_watermark
     start = log.log_start_offset if first_dirty is None else max(first_dirty, log.log_start_offset)
@@ -665,6 +672,7 @@ def clean_log(
     if not segs or segs[-1].next_offset <= start:
         return start
     cfg = log.config
+    aborted = tuple(log.aborted_entries())
     params = CleanParams(cfg.segment_bytes, cfg.index_interval_bytes, cfg.delete_retention_ms,
                          now, dedupe_buffer_bytes, aborted=aborted)
     views = [SegmentView(s.base_offset, s.next_offset, s.size, s.max_timestamp, os.dup(s.fd))
@@ -680,10 +688,8 @@ def clean_log(
         n = sum(1 for v in views if v.base_offset < omap.end)
         k = 0
         for g in clean_segments(log.directory, views[:n], omap, params, stats):
-            swapped = log.replace_segments(segs[k : k + len(g.sources)], g.base_offset)
+            log.replace_segments(segs[k : k + len(g.sources)], g.base_offset)
             k += len(g.sources)
-            if swapped and g.dropped_aborts and forget_aborted is not None:
-                forget_aborted(g.dropped_aborts)
         return omap.end
     finally:
         for v in views:

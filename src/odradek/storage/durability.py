@@ -43,7 +43,7 @@ __all__ = [
 
 LEDGER_ENV = "ODRADEK_FSYNC_LEDGER"
 LEDGER_NAME = "odradek-fsync-ledger"
-_SEGMENT_FILE_RE = re.compile(r"^\d{20}\.(log|index|timeindex)$")
+_SEGMENT_FILE_RE = re.compile(r"^\d{20}\.(log|index|timeindex|txnindex)$")
 
 
 def ledger_enabled() -> bool:

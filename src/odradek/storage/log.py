@@ -41,12 +41,13 @@ from odradek.storage.log_types import AppendInfo, FileSlice, LogConfig
 from odradek.storage.recompression import needs_recompression, recompress_batches, target_codec
 from odradek.storage.retention import RetentionDecision, SegmentSummary, segments_to_delete
 from odradek.storage.segment import MAX_RELATIVE_OFFSET, Segment
+from odradek.storage.txn_index import AbortedTxn
 
 __all__ = ["Log", "LogConfig", "AppendInfo", "FileSlice"]
 
 _logger = logging.getLogger(__name__)
 
-_SEGMENT_RE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_SEGMENT_RE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 # Leftovers of interrupted cleaner/retention/index rewrites; Kafka deletes them on load.
 _STRAY_SUFFIXES = (".cleaned", ".deleted", ".swap", ".tmp")
 
@@ -153,6 +154,7 @@ class Log:
                 if seg.next_offset > recovery_point or not seg.consistent:
                     damaged = seg.load(recover=True, max_batch_bytes=max_batch)
                     recovered = True
+                    seg.txn_index.truncate_to(seg.next_offset)
             elif seg.size == 0:
                 # Nothing was written past the recovery point: nothing to check, and no
                 # flush to pay for (an fsync per empty log made a broker with 3,000
@@ -164,6 +166,9 @@ class Log:
             elif next_base is None or next_base > recovery_point:
                 damaged = seg.load(recover=True, max_batch_bytes=max_batch)
                 recovered = True
+                # Entries of markers the scan cut off go with them; entries the crash
+                # lost come back when the producer state is replayed over the segment.
+                seg.txn_index.truncate_to(seg.next_offset)
             else:
                 seg.load(recover=False, max_batch_bytes=max_batch)
             segments.append(seg)
@@ -430,6 +435,36 @@ class Log:
             end = start + seg.batch_size_at(start)
         return FileSlice(seg.fd, start, end - start)
 
+    # ------------------------------------------------------------------ aborted transactions
+
+    def record_aborted(self, entries: Sequence[AbortedTxn]) -> None:
+        """Index aborted transactions with the segment holding their ABORT marker (KIP-98,
+        Kafka's ``updateTxnIndex``). Entries already indexed are skipped (a replay)."""
+        for a in entries:
+            if a.last_offset < self.log_start_offset or a.last_offset >= self.log_end_offset:
+                continue  # the marker is not in this log (deleted, or truncated meanwhile)
+            if self.segments[self._segment_for(a.last_offset)].txn_index.append(a):
+                self._dir_dirty = self._dir_changed = True
+
+    def collect_aborted(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[start, end)``, for a read_committed fetch
+        (Kafka's ``collectAbortedTransactions``): the indexes of the segment holding
+        ``start`` and of the later ones, until an entry shows the search is complete."""
+        out: list[AbortedTxn] = []
+        if start >= end:
+            return out
+        for seg in self.segments[self._segment_for(start):]:
+            if seg.txn_index.collect(start, end, out):
+                break
+        return out
+
+    def aborted_entries(self, start: int = 0) -> list[AbortedTxn]:
+        """Every indexed aborted transaction whose marker is at or above ``start``."""
+        out: list[AbortedTxn] = []
+        for seg in self.segments[self._segment_for(start):]:
+            out.extend(a for a in seg.txn_index.entries() if a.last_offset >= start)
+        return out
+
     def offset_of_max_timestamp(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the batch holding the largest timestamp (KIP-734)."""
         best: tuple[int, int] | None = None
@@ -525,6 +560,11 @@ class Log:
         active = self.active_segment
         job = FlushJob(self.directory, leo, self._generation)
         for seg in self.segments:
+            if seg.txn_index.unsynced:
+                # Always, group commit included: the entries of every marker below the
+                # recovery point must be durable (odradek.storage.txn_index).
+                seg.txn_index.unsynced = False
+                job.index_paths.append(seg.txn_index.path)
             is_active = seg is active
             if not (seg.next_offset > rp or (is_active and with_indexes)):
                 continue
@@ -539,7 +579,7 @@ class Log:
         job.fsync_dir, self._dir_dirty = self._dir_dirty, False
         self._dir_changed = False
         job.fsync_parent, self._parent_dirty = self._parent_dirty, False
-        if not job.files and not job.fsync_dir and not job.fsync_parent:
+        if not job.files and not job.index_paths and not job.fsync_dir and not job.fsync_parent:
             return None
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms
@@ -734,16 +774,17 @@ class Log:
         cleaned = cleaned_paths(self.directory, cleaned_base)
         swaps = cleaned_paths(self.directory, cleaned_base, SWAP_SUFFIX)
         finals = cleaned_paths(self.directory, cleaned_base, "")
-        # Indexes first, the .log last: .log.swap is the commit point for recovery.
+        # Indexes first, the .log last: .log.swap is the commit point for recovery. A
+        # cleaned segment without aborted transactions has no .txnindex.
         for src, dst in zip(reversed(cleaned), reversed(swaps)):
-            os.replace(src, dst)
+            _replace_if_exists(src, dst)
         fsync_dir(self.directory)
         for seg in old:
             # Renamed to .deleted now (frees the base-offset name for the new segment);
             # closed after file.delete.delay.ms, so in-flight FileSlices stay valid.
             self.schedule_delete(seg)
         for src, dst in zip(reversed(swaps), reversed(finals)):
-            os.replace(src, dst)
+            _replace_if_exists(src, dst)
         fsync_dir(self.directory)
         new = Segment(self.directory, cleaned_base, self.config.index_interval_bytes)
         new.load(recover=False,
@@ -762,6 +803,14 @@ class Log:
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _replace_if_exists(src: Path, dst: Path) -> None:
+    try:
+        os.replace(src, dst)
+    except FileNotFoundError:
+        if not src.name.endswith((".txnindex.cleaned", ".txnindex.swap")):
+            raise
 
 
 def _unlink(path: Path) -> None:

@@ -29,10 +29,11 @@ Transactions (KIP-98, Kafka's ProducerStateManager): a transactional batch opens
 transaction for its producer id at its first offset; a COMMIT or ABORT control batch
 (written by the transaction coordinator's WriteTxnMarkers) closes it. The first offset
 of the oldest open transaction bounds the last stable offset (LSO) that read_committed
-consumers may read to; every ABORT adds an ``AbortedTxn`` (producer id, first offset,
-last offset = the marker's offset, LSO after it -- the fields of Kafka's .txnindex entry)
-that a read_committed fetch returns so the consumer drops the aborted batches. Markers
-carry the producer's (possibly bumped) epoch, so they also fence older producers.
+consumers may read to; every ABORT completes an ``AbortedTxn`` (producer id, first
+offset, last offset = the marker's offset, LSO after it) that ``update`` returns: the
+caller indexes it with the segment holding the marker (odradek.storage.txn_index), where
+a read_committed fetch finds it. Markers carry the producer's (possibly bumped) epoch, so
+they also fence older producers.
 """
 
 from __future__ import annotations
@@ -41,11 +42,16 @@ import json
 import os
 import threading
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage.batch import BatchHeader
+from odradek.storage.txn_index import AbortedTxn
+
+__all__ = ["AbortedTxn", "BatchMeta", "ProducerEntry", "ProducerStateManager",
+           "CONTROL_TYPE_ABORT", "CONTROL_TYPE_COMMIT", "control_type"]
 
 CONTROL_TYPE_ABORT = 0  # Kafka's ControlRecordType
 CONTROL_TYPE_COMMIT = 1
@@ -77,16 +83,6 @@ def _next_seq(seq: int) -> int:
     return 0 if seq == INT32_MAX else seq + 1
 
 
-@dataclass(frozen=True, slots=True)
-class AbortedTxn:
-    """Kafka's AbortedTxn (one .txnindex entry)."""
-
-    producer_id: int
-    first_offset: int
-    last_offset: int
-    last_stable_offset: int
-
-
 def control_type(batch: bytes | bytearray | memoryview) -> int:
     """COMMIT or ABORT, from a control batch's record key (version i16, type i16)."""
     from odradek.storage.records import decode_batch_records
@@ -102,7 +98,9 @@ class ProducerStateManager:
         self.directory = Path(directory)
         self.producers: dict[int, ProducerEntry] = {}
         self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open txn
-        self.aborted: list[AbortedTxn] = []  # in last-offset order
+        # Aborted transactions a version-1 snapshot carried (before .txnindex files):
+        # the caller indexes them once, then they are dropped.
+        self.unindexed: list[AbortedTxn] = []
         self.last_offset = -1  # offsets up to this one are reflected in the state
         self.dirty = False
         self._write_lock = threading.Lock()  # periodic writes run in a worker thread
@@ -159,16 +157,20 @@ class ProducerStateManager:
 
     # ------------------------------------------------------------------ updates
     def update(self, batches: list[BatchHeader],
-               buf: bytes | bytearray | memoryview | None = None) -> None:
+               buf: bytes | bytearray | memoryview | None = None) -> list[AbortedTxn]:
         """Record appended batches (offsets assigned). Leaders and followers alike.
-        ``buf`` holds the batches (control batches are read from it)."""
+        ``buf`` holds the batches (control batches are read from it). Returns the
+        transactions the batches' ABORT markers completed, for the log's .txnindex."""
+        aborted: list[AbortedTxn] = []
         for h in batches:
             pid = h.producer_id
             if pid >= 0 and h.is_control:
                 kind = -1
                 if buf is not None:
                     kind = control_type(memoryview(buf)[h.position:h.position + h.size])
-                self._complete_txn(pid, h.producer_epoch, kind, h.last_offset)
+                done = self._complete_txn(pid, h.producer_epoch, kind, h.last_offset)
+                if done is not None:
+                    aborted.append(done)
             elif pid >= 0:
                 entry = self.producers.get(pid)
                 if entry is None or h.producer_epoch > entry.epoch:
@@ -180,8 +182,10 @@ class ProducerStateManager:
                     self.ongoing[pid] = h.base_offset
             self.last_offset = max(self.last_offset, h.last_offset)
         self.dirty = True
+        return aborted
 
-    def _complete_txn(self, pid: int, epoch: int, kind: int, marker_offset: int) -> None:
+    def _complete_txn(self, pid: int, epoch: int, kind: int,
+                      marker_offset: int) -> AbortedTxn | None:
         entry = self.producers.get(pid)
         if entry is None or epoch > entry.epoch:
             # A marker's epoch fences every older producer with this id (zombie fencing).
@@ -191,38 +195,16 @@ class ProducerStateManager:
             # The LSO recorded is the one after this transaction completes (Kafka's
             # lastStableOffset in the .txnindex entry).
             lso = min(self.ongoing.values(), default=marker_offset + 1)
-            self.aborted.append(AbortedTxn(pid, first, marker_offset, lso))
+            return AbortedTxn(pid, first, marker_offset, lso)
+        return None
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest open transaction (None: nothing open)."""
         return min(self.ongoing.values(), default=None)
 
-    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
-        """(producer id, first offset) of aborted transactions overlapping
-        ``[start, end)``: what a read_committed fetch returns (Kafka's
-        collectAbortedTransactions)."""
-        return [(a.producer_id, a.first_offset) for a in self.aborted
-                if a.last_offset >= start and a.first_offset < end]
-
-    def trim_aborted(self, log_start_offset: int) -> None:
-        """Forget aborted transactions wholly below the log start (their segments went)."""
-        if self.aborted and self.aborted[0].last_offset < log_start_offset:
-            self.aborted = [a for a in self.aborted if a.last_offset >= log_start_offset]
-
-    def forget_aborted(self, markers: list[tuple[int, int]]) -> None:
-        """Drop the entries whose ABORT marker (producer id, marker offset) the cleaner
-        removed with the last of the transaction's batches. An entry left behind would
-        make a read_committed consumer skip that producer's later batches while it waits
-        for a marker that no longer exists (Kafka rewrites the cleaned segment's
-        .txnindex the same way)."""
-        gone = set(markers)
-        kept = [a for a in self.aborted if (a.producer_id, a.last_offset) not in gone]
-        if len(kept) != len(self.aborted):
-            self.aborted = kept
-            self.dirty = True
-
-    def truncate_to(self, offset: int) -> None:
-        """Forget batches at or above ``offset`` (the caller replays the log if needed)."""
+    def truncate_to(self, offset: int, aborted_above: Sequence[AbortedTxn] = ()) -> None:
+        """Forget batches at or above ``offset``. ``aborted_above``: the .txnindex
+        entries of the ABORT markers being truncated with them."""
         for pid in list(self.producers):
             entry = self.producers[pid]
             kept = [b for b in entry.batches if b.last_offset < offset]
@@ -231,12 +213,11 @@ class ProducerStateManager:
             else:
                 entry.batches = deque(kept, maxlen=NUM_BATCHES_TO_RETAIN)
         self.ongoing = {pid: first for pid, first in self.ongoing.items() if first < offset}
-        for a in self.aborted:
+        for a in aborted_above:
             if a.last_offset >= offset and a.first_offset < offset:
                 # The abort marker is gone but the transaction's start is kept: it is
                 # open again until the coordinator rewrites the marker.
                 self.ongoing[a.producer_id] = a.first_offset
-        self.aborted = [a for a in self.aborted if a.last_offset < offset]
         self.last_offset = min(self.last_offset, offset - 1)
 
     # ------------------------------------------------------------------ snapshots
@@ -252,13 +233,11 @@ class ProducerStateManager:
         after); clears ``dirty``. ``write_snapshot_file`` does the blocking part."""
         offset = self.last_offset + 1
         body = json.dumps({
-            "version": 1, "offset": offset,
+            "version": 2, "offset": offset,
             "producers": {str(pid): {"epoch": e.epoch, "batches": [
                 [b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches]}
                 for pid, e in self.producers.items()},
-            "ongoing": {str(pid): first for pid, first in self.ongoing.items()},
-            "aborted": [[a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset]
-                        for a in self.aborted]})
+            "ongoing": {str(pid): first for pid, first in self.ongoing.items()}})
         self.dirty = False
         return self.snapshot_path(offset), body
 
@@ -291,7 +270,7 @@ class ProducerStateManager:
                 best = (off, p)
         self.producers = {}
         self.ongoing = {}
-        self.aborted = []
+        self.unindexed = []
         self.last_offset = -1
         if best is None:
             return 0
@@ -305,6 +284,6 @@ class ProducerStateManager:
                 entry.batches.append(BatchMeta(fs, ls, fo, lo))
             self.producers[int(pid)] = entry
         self.ongoing = {int(pid): int(first) for pid, first in data.get("ongoing", {}).items()}
-        self.aborted = [AbortedTxn(*map(int, a)) for a in data.get("aborted", [])]
+        self.unindexed = [AbortedTxn(*map(int, a)) for a in data.get("aborted", [])]
         self.last_offset = best[0] - 1
         return best[0]

@@ -1,4 +1,5 @@
-"""One log segment: ``%020d.log`` plus its sparse ``.index`` and ``.timeindex`` (REQ-R23).
+"""One log segment: ``%020d.log`` plus its sparse ``.index`` and ``.timeindex`` (REQ-R23),
+and the ``.txnindex`` of the transactions aborted in it (odradek.storage.txn_index).
 
 Invariant kept by ``Log`` and checked by recovery: inside a segment, batch offsets
 strictly increase and the first batch starts at or after the segment's base offset.
@@ -31,6 +32,7 @@ from odradek.storage.batch import (
     scan_batches,
 )
 from odradek.storage.index import OffsetIndex, TimeIndex, _write_all
+from odradek.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 __all__ = ["Segment", "segment_file_name", "MAX_RELATIVE_OFFSET"]
 
@@ -54,6 +56,8 @@ class Segment:
         self.time_index = TimeIndex(
             directory / segment_file_name(base_offset, ".timeindex"), base_offset
         )
+        self.txn_index = TransactionIndex(directory / segment_file_name(base_offset,
+                                                                        TXN_INDEX_SUFFIX))
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.next_offset = base_offset  # last offset + 1
@@ -318,6 +322,7 @@ class Segment:
 
     def truncate_to(self, offset: int) -> int:
         """Drop every batch with last_offset >= offset; return bytes removed."""
+        self.txn_index.truncate_to(offset)
         cut = self.locate(offset)
         if cut >= self.size:
             return 0
@@ -375,6 +380,7 @@ class Segment:
                 pass
         self.index.delete_file()
         self.time_index.delete_file()
+        self.txn_index.delete()
 
     def rename_to_deleted(self) -> None:
         """First half of an asynchronous delete (Kafka's ``changeFileSuffixes("",
@@ -392,3 +398,4 @@ class Segment:
             except FileNotFoundError:
                 pass
             setattr(obj, attr, new)
+        self.txn_index.rename(self.txn_index.path.with_name(self.txn_index.path.name + ".deleted"))

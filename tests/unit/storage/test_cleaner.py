@@ -22,6 +22,7 @@ from odradek.storage.cleaner import (
     record_key_check,
 )
 from odradek.storage.log import Log, LogConfig
+from odradek.storage.txn_index import AbortedTxn
 from odradek.storage.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -234,15 +235,18 @@ def test_crash_during_swap_recovers(tmp_path: Path, stage: str) -> None:
     cleaned = cleaned_paths(d, g.base_offset)
     swaps = cleaned_paths(d, g.base_offset, ".swap")
     finals = cleaned_paths(d, g.base_offset, "")
+    # No transactions here: the cleaned group has no .txnindex (it exists only with
+    # entries), like the segments it replaces.
+    assert not cleaned[3].exists()
     if stage != "cleaned":
-        for a, b in zip(cleaned, swaps):
+        for a, b in zip(cleaned[:3], swaps):
             os.replace(a, b)
     if stage in ("swap+deleted", "index-final"):
         for s in g.sources:
-            for p in cleaned_paths(d, s.base_offset, ""):
+            for p in cleaned_paths(d, s.base_offset, "")[:3]:
                 os.replace(p, str(p) + ".deleted")
     if stage == "index-final":
-        for a, b in list(zip(swaps, finals))[1:]:
+        for a, b in list(zip(swaps, finals))[1:3]:
             os.replace(a, b)
     log = Log.open(d, cfg(), recovery_point=0)
     after = contents(log)
@@ -398,23 +402,26 @@ def test_aborted_records_go_first_their_marker_after_the_delete_horizon(tmp_path
     log.append_as_leader(_txn_batch(b"b", b"aborted-2", 1, t0), 0, 0)  # 1
     log.append_as_leader(_marker(0, t0), 0, 0, allow_control=True)  # 2: ABORT
     log.append_as_leader(encode_batch([(b"c", b"plain")], timestamp_ms=t0), 0, 0)  # 3
+    log.record_aborted([AbortedTxn(PID, 0, 2, 3)])
     log.roll()
-    aborted = ((PID, 0, 2),)
-    forgotten: list[list[tuple[int, int]]] = []
-    # First pass, inside the horizon: the aborted records go, the marker stays.
-    end = clean_log(log, now_ms=t0 + 10, aborted=aborted, forget_aborted=forgotten.append)
+    # First pass, inside the horizon: the aborted records go, the marker stays, and so
+    # does its .txnindex entry, now in the cleaned segment's index.
+    end = clean_log(log, now_ms=t0 + 10)
     assert _layout(log) == [(2, True, True), (3, False, False)]
-    assert forgotten == []
+    assert log.aborted_entries() == [AbortedTxn(PID, 0, 2, 3)]
+    assert (log.directory / f"{0:020d}.txnindex").stat().st_size == 34
     # Past the horizon but the marker is not yet in the cleaned section of a pass that
     # starts below it: this pass starts at `end` (4), so it is, and it goes.
     stats = CleanStats()
     log.append_as_leader(encode_batch([(b"c", b"newer")], timestamp_ms=t0), 0, 0)  # 4
     log.roll()
-    clean_log(log, end, now_ms=t0 + 2_000_000, aborted=aborted, forget_aborted=forgotten.append,
-              stats=stats)
+    clean_log(log, end, now_ms=t0 + 2_000_000, stats=stats)
     assert _layout(log) == [(4, False, False)]
     assert stats.markers_dropped == 1
-    assert forgotten == [[(PID, 2)]]
+    # The entry went with its marker: a read_committed consumer waiting for a marker
+    # that no longer exists would skip the producer's later batches.
+    assert log.aborted_entries() == [] and log.collect_aborted(0, 5) == []
+    assert not (log.directory / f"{0:020d}.txnindex").exists()
     log.close()
 
 

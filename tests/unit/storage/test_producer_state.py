@@ -108,17 +108,3 @@ def test_snapshot_captured_on_the_loop_written_later(tmp_path: Path) -> None:
         m.write_snapshot_file(tmp_path / "missing-dir" / "x.snapshot", body)
     assert m.dirty
 
-
-def test_forget_aborted_drops_exactly_the_cleaned_markers(tmp_path: Path) -> None:
-    from odradek.storage.producer_state import AbortedTxn
-
-    m = ProducerStateManager(tmp_path)
-    m.aborted = [AbortedTxn(1, 0, 5, 6), AbortedTxn(2, 3, 9, 10), AbortedTxn(1, 12, 14, 15)]
-    m.dirty = False
-    m.forget_aborted([(1, 5), (2, 99)])  # (2, 99) names no entry: nothing else goes
-    assert m.aborted == [AbortedTxn(2, 3, 9, 10), AbortedTxn(1, 12, 14, 15)]
-    assert m.dirty  # the next snapshot no longer carries it
-    assert m.aborted_between(0, 20) == [(2, 3), (1, 12)]
-    m.dirty = False
-    m.forget_aborted([(3, 1)])
-    assert not m.dirty
