@@ -588,6 +588,11 @@ _BROKER_LIST: list[ConfigDef] = [
        "Largest transaction.timeout.ms a producer may ask for.", Range(1)),
     _b("transaction.abort.timed.out.transaction.cleanup.interval.ms", T.INT, "10000",
        "How often the coordinator looks for timed-out transactions to abort.", Range(1)),
+    _b("transaction.partition.verification.enable", T.BOOLEAN, "true",
+       "KIP-890: before a transactional batch opens a transaction on a partition, its "
+       "leader asks the transaction coordinator whether the partition is in the "
+       "producer's transaction (a late batch would otherwise hang read_committed "
+       "consumers)."),
     _b("transactional.id.expiration.ms", T.INT, "604800000",
        "Idle time after which a transactional id is forgotten.", Range(1)),
     _b("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, "3600000",
@@ -699,6 +704,7 @@ BROKER_CONFIGS: Final[dict[str, ConfigDef]] = {d.name: d for d in _BROKER_LIST}
 DYNAMIC_BROKER_CONFIGS: Final[frozenset[str]] = frozenset({
     "leader.replication.throttled.rate",
     "follower.replication.throttled.rate",
+    "transaction.partition.verification.enable",
     # Dynamic in Kafka too (DynamicListenerConfig); ignored here (no GSSAPI).
     "sasl.kerberos.service.name",
     "sasl.kerberos.kinit.cmd",

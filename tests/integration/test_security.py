@@ -575,3 +575,40 @@ def test_failed_logins_are_logged_without_the_secret(secure: LocalCluster) -> No
     assert "Failed authentication with" in logs
     for leaked in (secret, "wrong-pw-3f9a", "whatever-7c1e"):
         assert leaked not in logs
+
+
+def test_transactions_cross_the_secured_inter_broker_listener(secure: LocalCluster) -> None:
+    """The coordinator's WriteTxnMarkers and the leaders' KIP-890 verification requests
+    go to the other brokers' inter-broker listener (SASL_SSL here), authenticated as the
+    broker: a transaction over partitions led by every broker commits and aborts."""
+    a = access(secure, "SASL_SSL", "SCRAM-SHA-512")
+    topic = _topic(secure, partitions=3)
+    p = Producer({**a.confluent(), "transactional.id": f"sec-tx-{uuid.uuid4().hex[:6]}",
+                  "linger.ms": 5})
+    p.init_transactions(60)
+    for commit, tag in ((True, "c1"), (False, "a"), (True, "c2")):
+        p.begin_transaction()
+        for i in range(30):
+            p.produce(topic, f"{tag}-{i}".encode(), partition=i % 3)
+        p.flush(60)
+        if commit:
+            p.commit_transaction(60)
+        else:
+            p.abort_transaction(60)
+    c = Consumer({**a.confluent(), "group.id": "unused", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, i, 0) for i in range(3)])
+    got: list[bytes] = []
+    eof: set[int] = set()
+    deadline = time.monotonic() + 60
+    while len(eof) < 3 and time.monotonic() < deadline:
+        m = c.poll(1.0)
+        if m is None:
+            continue
+        if m.error():
+            eof.add(m.partition())
+            continue
+        got.append(m.value())
+    c.close()
+    assert len(eof) == 3
+    assert sorted(got) == sorted(f"{t}-{i}".encode() for t in ("c1", "c2") for i in range(30))

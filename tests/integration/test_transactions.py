@@ -10,8 +10,12 @@ over WriteTxnMarkers as well as locally.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,10 +30,12 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from rawclient import RawClient, list_offsets_request, produce_request, request_cls
 from tests.support.polling import wait_for
 from tests.support.topics import create_topic
 
 from odradek.cluster.local import LocalCluster
+from odradek.storage.records import encode_batch
 
 pytestmark = pytest.mark.integration
 
@@ -366,3 +372,157 @@ def test_aborted_transactions_are_served_by_every_replica_and_after_restarts(
     finally:
         for b in stopped:
             c.start_broker(b)
+
+
+# ====================================================================== KIP-890 part 1
+INVALID_TXN_STATE, TRANSACTION_ABORTABLE = 48, 120
+
+
+def _ask(address: str, entity: Any) -> Any:
+    with RawClient.to(address) as client:
+        return client.request(entity)
+
+
+def _txn_coordinator(bootstrap: str, tid: str) -> Any:
+    req = request_cls(10, 3)(key=tid, key_type=1)
+
+    def found() -> Any:
+        r = _ask(bootstrap, req)
+        return r if int(r.error_code) == 0 else None
+    return wait_for(found, 30, f"a coordinator for {tid}")
+
+
+def _init_producer(coordinator: str, tid: str) -> tuple[int, int]:
+    init = _ask(coordinator, request_cls(22, 3)(
+        transactional_id=tid, transaction_timeout=datetime.timedelta(seconds=60),
+        producer_id=-1, producer_epoch=-1))
+    assert int(init.error_code) == 0
+    return int(init.producer_id), int(init.producer_epoch)
+
+
+def _add_partition(coordinator: str, tid: str, pid: int, epoch: int, topic: str) -> int:
+    m = sys.modules[request_cls(24, 3).__module__]
+    r = _ask(coordinator, m.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=(m.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),)))
+    return int(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
+
+
+def _end_txn(coordinator: str, tid: str, pid: int, epoch: int, commit: bool) -> int:
+    return int(_ask(coordinator, request_cls(26, 3)(
+        transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+        committed=commit)).error_code)
+
+
+def _produce_txn(leader: str, tid: str, pid: int, epoch: int, topic: str, seq: int) -> int:
+    batch = encode_batch([(b"k", b"v%d" % seq)], producer_id=pid, producer_epoch=epoch,
+                         base_sequence=seq, transactional=True)
+    req = dataclasses.replace(produce_request(topic, 0, batch), transactional_id=tid)
+    return int(_ask(leader, req).responses[0].partition_responses[0].error_code)
+
+
+def _end_offset(address: str, topic: str, isolation_level: int) -> int:
+    req = dataclasses.replace(list_offsets_request(topic, 0, -1), isolation_level=isolation_level)
+    p = _ask(address, req).topics[0].partitions[0]
+    assert int(p.error_code) == 0
+    return int(p.offset)
+
+
+def test_a_batch_outside_its_transaction_is_refused_by_the_leader(
+        txn_cluster: LocalCluster) -> None:
+    """KIP-890 part 1: a transactional batch that would open a transaction on a partition
+    is appended only if the coordinator confirms the partition is in the producer's
+    transaction. Otherwise (never added, or a late batch after the abort) it gets
+    INVALID_TXN_STATE and nothing is appended, so no transaction is left open that no
+    marker will close (read_committed consumers would stop there for good). The
+    coordinator is another broker than the leader: the leader asks it over the network
+    (AddPartitionsToTxn v4, verify only)."""
+    c = txn_cluster
+    bs = c.bootstrap_servers.split(",")[0]
+    topic = new_topic(c.bootstrap_servers, partitions=1)
+    leader, _ = _leader_and_isr(c, topic)
+    at_leader = c.broker(leader).address
+    tid, fc = "", None
+    for i in range(100):
+        tid = f"kip890-{uuid.uuid4().hex[:6]}-{i}"
+        fc = _txn_coordinator(bs, tid)
+        if int(fc.node_id) != leader:
+            break
+    assert fc is not None and int(fc.node_id) != leader
+    coordinator = f"{fc.host}:{fc.port}"
+    pid, epoch = _init_producer(coordinator, tid)
+
+    def produce(seq: int) -> int:
+        return _produce_txn(at_leader, tid, pid, epoch, topic, seq)
+
+    # 1. Never added to the transaction: refused, nothing appended.
+    assert produce(0) == INVALID_TXN_STATE
+    assert _end_offset(at_leader, topic, 0) == 0
+    # 2. Added, as a client does first: accepted.
+    assert _add_partition(coordinator, tid, pid, epoch, topic) == 0
+    assert produce(0) == 0
+    # 3. The broker-to-broker form: the coordinator answers per partition (v5:
+    # TRANSACTION_ABORTABLE for one not in the transaction; v4: INVALID_TXN_STATE).
+    for version, not_in in ((5, TRANSACTION_ABORTABLE), (4, INVALID_TXN_STATE)):
+        m = sys.modules[request_cls(24, version).__module__]
+        verify = _ask(coordinator, m.AddPartitionsToTxnRequest(transactions=(
+            m.AddPartitionsToTxnTransaction(
+                transactional_id=tid, producer_id=pid, producer_epoch=epoch, verify_only=True,
+                topics=(m.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),
+                        m.AddPartitionsToTxnTopic(name="elsewhere", partitions=(0,)))),)))
+        assert int(verify.error_code) == 0
+        got = {str(t.name): int(t.results_by_partition[0].partition_error_code)
+               for t in verify.results_by_transaction[0].topic_results}
+        assert got == {topic: 0, "elsewhere": not_in}, version
+    # 4. Aborted; a late batch of the same producer and epoch is refused.
+    assert _end_txn(coordinator, tid, pid, epoch, commit=False) == 0
+    wait_for(lambda: _end_offset(at_leader, topic, 1) == 2, 30, "the abort marker")
+    assert produce(1) == INVALID_TXN_STATE
+    # Nothing is left open: the last stable offset is the high watermark (record+marker).
+    assert _end_offset(at_leader, topic, 1) == _end_offset(at_leader, topic, 0) == 2
+    assert [v for _, v in read_all(c.bootstrap_servers, topic, "read_committed",
+                                   partitions=1)] == []
+
+
+def test_verification_can_be_switched_off_as_a_dynamic_broker_config(
+        txn_cluster: LocalCluster) -> None:
+    """transaction.partition.verification.enable=false (cluster default, dynamic): the
+    leader appends without asking, as before KIP-890."""
+    c = txn_cluster
+    bs = c.bootstrap_servers
+    topic = new_topic(bs, partitions=1)
+    leader, _ = _leader_and_isr(c, topic)
+    key = "transaction.partition.verification.enable"
+
+    def set_default(value: str | None) -> None:
+        # kafka-configs --entity-type brokers --entity-default (Kafka's "" resource)
+        change = (("--add-config", f"{key}={value}") if value is not None
+                  else ("--delete-config", key))
+        r = subprocess.run([sys.executable, "-m", "odradek", "configs", "--bootstrap-server",
+                            bs, "--entity-type", "brokers", "--entity-default", "--alter",
+                            *change], capture_output=True, text=True, timeout=90)
+        assert r.returncode == 0, r.stderr
+
+    tid = f"kip890-off-{uuid.uuid4().hex[:6]}"
+    fc = _txn_coordinator(bs.split(",")[0], tid)
+    coordinator = f"{fc.host}:{fc.port}"
+    pid, epoch = _init_producer(coordinator, tid)
+    at_leader = c.broker(leader).address
+    set_default("false")
+    try:
+        # Accepted once the leader has the new default (a metadata update away).
+        wait_for(lambda: _produce_txn(at_leader, tid, pid, epoch, topic, 0) == 0, 30,
+                 "the unverified batch to be appended")
+    finally:
+        set_default(None)
+    # What verification prevents: a transaction the coordinator does not know holds
+    # read_committed consumers at its first offset.
+    assert _end_offset(at_leader, topic, 1) == 0 < _end_offset(at_leader, topic, 0)
+    # Closed the only way there is: add the partition and abort, so a marker is written.
+    assert _add_partition(coordinator, tid, pid, epoch, topic) == 0
+    assert _end_txn(coordinator, tid, pid, epoch, commit=False) == 0
+    wait_for(lambda: _end_offset(at_leader, topic, 1) == 2, 30, "the abort marker")
+    # And with the default back, the next unverified batch is refused again.
+    wait_for(lambda: _produce_txn(at_leader, tid, pid, epoch, topic, 1) == INVALID_TXN_STATE,
+             30, "verification to be back on")

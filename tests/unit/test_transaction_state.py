@@ -188,3 +188,77 @@ def test_cleaner_recognises_aborted_batches() -> None:
     assert is_aborted(h, (AbortedTxn(7, 10, 12, 13),))
     assert not is_aborted(h, (AbortedTxn(7, 0, 5, 6),))
     assert not is_aborted(h, (AbortedTxn(8, 10, 12, 13),))
+
+
+# ----------------------------------------------------------------------------- KIP-890 part 1
+def test_verify_partitions_answers_in_kafkas_order() -> None:
+    """Kafka's handleVerifyPartitionsInTransaction: producer id, epoch, a transaction
+    being completed, then membership per partition."""
+    m = TxnMetadata("tx", 5, 0, 60000)
+    inside, outside = ("t", 0), ("t", 1)
+    both = {inside, outside}
+    assert m.verify_partitions(5, 0, both) == {inside: ErrorCode.transaction_abortable,
+                                               outside: ErrorCode.transaction_abortable}
+    _apply(m, m.add_partitions(5, 0, {inside}, 100))
+    assert m.verify_partitions(5, 0, both) == {inside: ErrorCode.none,
+                                               outside: ErrorCode.transaction_abortable}
+    assert set(m.verify_partitions(6, 0, both).values()) == {
+        ErrorCode.invalid_producer_id_mapping}
+    assert set(m.verify_partitions(5, 1, both).values()) == {ErrorCode.producer_fenced}
+    m.pending = True  # a write in flight is not a refusal (the append checks again)
+    assert m.verify_partitions(5, 0, {inside}) == {inside: ErrorCode.none}
+    m.pending = False
+    _apply(m, m.end_txn(5, 0, False, 200))
+    assert set(m.verify_partitions(5, 0, both).values()) == {
+        ErrorCode.concurrent_transactions}
+    _apply(m, m.complete(300))  # ended: a late batch's partition is no longer in it
+    assert m.verify_partitions(5, 0, {inside}) == {inside: ErrorCode.transaction_abortable}
+
+
+def test_verification_answers_become_produce_errors_as_in_kafka() -> None:
+    from odradek.coordinator.txn_verifier import produce_error
+
+    E = ErrorCode
+    assert produce_error(E.producer_fenced) is E.invalid_producer_epoch
+    assert produce_error(E.transaction_abortable) is E.invalid_txn_state
+    assert produce_error(E.cluster_authorization_failed) is E.invalid_txn_state
+    for retriable in (E.concurrent_transactions, E.coordinator_load_in_progress,
+                      E.coordinator_not_available, E.not_coordinator):
+        assert produce_error(retriable) is E.not_enough_replicas
+    assert produce_error(E.network_exception) is E.network_exception
+    assert produce_error(E.invalid_producer_id_mapping) is E.invalid_producer_id_mapping
+
+
+def _headers(raw: bytes) -> list:
+    return parse_batches(raw, verify_crc=False)
+
+
+def test_a_transaction_opens_only_with_its_verification_guard(tmp_path: Path) -> None:
+    from odradek.errors import KafkaError
+    from odradek.storage.producer_state import ONGOING_AT_REQUEST
+
+    ps = ProducerStateManager(tmp_path)
+    first = _headers(_batch(0, 1, 0, 0))
+    with pytest.raises(KafkaError) as e:  # nobody verified it
+        ps.check_verified(first, object())
+    assert e.value.code is ErrorCode.invalid_txn_state
+    guard = ps.start_verification(1)
+    assert ps.start_verification(1) is guard  # concurrent requests share it
+    ps.check_verified(first, guard)
+    with pytest.raises(KafkaError):
+        ps.check_verified(first, ONGOING_AT_REQUEST)  # the transaction is not ongoing
+    _feed(ps, _batch(0, 1, 0, 0))  # appended: the transaction is open, the guard used up
+    assert 1 not in ps.verifying
+    ps.check_verified(_headers(_batch(2, 1, 0, 2)), ONGOING_AT_REQUEST)
+    # A batch verified while the coordinator was aborting: the marker voids its guard.
+    late = ps.start_verification(1)
+    _feed(ps, _marker(4, 1, 0, False))
+    with pytest.raises(KafkaError) as e:
+        ps.check_verified(_headers(_batch(5, 1, 0, 4)), late)
+    assert e.value.code is ErrorCode.invalid_txn_state
+    # A failed verification leaves nothing behind; idempotent batches never need one.
+    g = ps.start_verification(2)
+    ps.end_verification(2, g)
+    assert 2 not in ps.verifying
+    plain = encode_batch([(b"k", b"v")], producer_id=3, producer_epoch=0, base_sequence=0)
+    ps.check_verified(_headers(plain), object())

@@ -27,14 +27,17 @@ from odradek.coordinator.group_coordinator import (
     partition_for,
 )
 from odradek.coordinator.txn_codec import (
+    TRANSACTION_TOPIC,
     decode_txn_key,
     decode_txn_value,
     encode_txn_key,
     encode_txn_value,
 )
-from odradek.coordinator.txn_markers import TxnMarkerChannel
+from odradek.coordinator.txn_markers import MARKER_TIMEOUT_S, TxnMarkerChannel
 from odradek.coordinator.txn_state import PREPARE, Transition, TxnMetadata, TxnState
+from odradek.coordinator.txn_verifier import TxnVerifier
 from odradek.errors import ErrorCode, KafkaError
+from odradek.replication.broker_connection import BrokerConnectionPool
 from odradek.replication.partition import Partition, Role
 from odradek.replication.replica_manager import now_ms
 from odradek.storage.batch import CONTROL_BIT, parse_batches
@@ -54,7 +57,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["TRANSACTION_TOPIC", "TransactionCoordinator", "txn_partition_for"]
 
-TRANSACTION_TOPIC = "__transaction_state"
 TICK_S = 0.1
 IDLE_TICK_S = 1.0  # the longest sleep of the timer loop
 _READ_CHUNK = 4 * 1024 * 1024
@@ -104,8 +106,13 @@ class TransactionCoordinator:
         self.expire_interval_ms = int(
             config.get("transaction.remove.expired.transaction.cleanup.interval.ms"))
         self.write_timeout_s = int(config.get("offsets.commit.timeout.ms")) / 1000
+        # Requests to other brokers go to their inter-broker listener, in its protocol.
+        self.pool = BrokerConnectionPool(self._inter_broker_address, source_ip,
+                                         f"txn-coordinator-{broker_id}", MARKER_TIMEOUT_S,
+                                         security=lambda: replicas.fetchers.security)
         self.markers = TxnMarkerChannel(broker_id, replicas, groups,
-                                        lambda: self.cluster.image, source_ip)
+                                        lambda: self.cluster.image, self.pool)
+        self.verifier = TxnVerifier(broker_id, self, lambda: self.cluster.image, self.pool)
         self._completing: dict[str, asyncio.Task[None]] = {}
         self._ticker: asyncio.Task[None] | None = None
         self._creating: asyncio.Task[None] | None = None
@@ -120,7 +127,7 @@ class TransactionCoordinator:
             self._ticker.cancel()
         for idx in list(self.owned):
             self._unload(idx)
-        self.markers.close()
+        self.pool.close()
 
     async def _tick_loop(self) -> None:
         next_abort = next_expire = 0
@@ -154,6 +161,10 @@ class TransactionCoordinator:
 
     def _spawn(self, coro: object) -> None:
         asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+
+    def _inter_broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        node = self.cluster.image.brokers.get(broker_id)
+        return None if node is None else self.replicas.fetchers.address_of(node)
 
     # ================================================================= ownership
     def num_partitions(self) -> int | None:
@@ -357,6 +368,19 @@ class TransactionCoordinator:
         if isinstance(tr, ErrorCode):
             return tr
         return await self._write(tid, m, tr)
+
+    def verify_partitions(self, tid: str, producer_id: int, epoch: int,
+                          parts: set[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        """KIP-890: is each partition in the producer's ongoing transaction? (Kafka's
+        handleVerifyPartitionsInTransaction; ownership errors are per partition too.)"""
+        try:
+            self._check_owner(tid)
+        except KafkaError as e:
+            return dict.fromkeys(parts, e.code)
+        m = self.txns.get(tid)
+        if m is None:
+            return dict.fromkeys(parts, ErrorCode.invalid_producer_id_mapping)
+        return m.verify_partitions(producer_id, epoch, parts)
 
     def offsets_partition(self, group_id: str) -> tuple[str, int]:
         n = self.groups.num_partitions() or self.config.offsets_topic_num_partitions

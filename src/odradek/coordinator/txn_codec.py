@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TxnLogValue", "encode_txn_key", "decode_txn_key", "encode_txn_value",
-           "decode_txn_value"]
+__all__ = ["TRANSACTION_TOPIC", "TxnLogValue", "encode_txn_key", "decode_txn_key",
+           "encode_txn_value", "decode_txn_value"]
+
+TRANSACTION_TOPIC = "__transaction_state"
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")

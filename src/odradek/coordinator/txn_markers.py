@@ -21,7 +21,7 @@ import asyncio
 import logging
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kio.schema.types import ProducerId, TopicName
 from kio.schema.write_txn_markers.v1.request import (
@@ -32,7 +32,7 @@ from kio.schema.write_txn_markers.v1.request import (
 from kio.static.primitive import i16, i32
 
 from odradek.errors import ErrorCode
-from odradek.replication.broker_connection import BrokerConnection, BrokerConnectionError
+from odradek.replication.broker_connection import BrokerConnectionError, BrokerConnectionPool
 from odradek.storage.producer_state import CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT
 from odradek.storage.records import encode_batch
 
@@ -79,19 +79,12 @@ class TxnMarkerChannel:
     """Sends one transaction's markers to every partition's leader until all succeed."""
 
     def __init__(self, broker_id: int, replicas: ReplicaManager, groups: GroupCoordinator,
-                 image: Callable[[], MetadataImage], source_ip: str | None) -> None:
+                 image: Callable[[], MetadataImage], pool: BrokerConnectionPool) -> None:
         self.broker_id = broker_id
         self.replicas = replicas
         self.groups = groups
         self._image = image
-        self._source_ip = source_ip
-        self._conns: dict[int, BrokerConnection] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
-
-    def close(self) -> None:
-        for c in self._conns.values():
-            c.close()
-        self._conns.clear()
+        self._pool = pool  # the coordinator's, shared with its KIP-890 verifier
 
     async def send(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
                    partitions: set[tuple[str, int]], still_owner: Callable[[], bool]) -> bool:
@@ -140,10 +133,9 @@ class TxnMarkerChannel:
                                                 partition_indexes=tuple(i32(p) for p in ps))
                          for t, ps in by_topic.items())),))
         try:
-            resp = await self._request(leader, req)
+            resp = await self._pool.request(leader, req)
         except (TimeoutError, BrokerConnectionError, OSError) as e:
             logger.info("WriteTxnMarkers to broker %d failed: %r; retrying", leader, e)
-            self._drop(leader)
             return set()
         done: set[tuple[str, int]] = set()
         for m in resp.markers:
@@ -156,23 +148,3 @@ class TxnMarkerChannel:
                         logger.info("marker for %s-%d on broker %d: %s; retrying", t.name,
                                     pr.partition_index, leader, code.name)
         return done
-
-    async def _request(self, leader: int, req: Any) -> Any:
-        lock = self._locks.setdefault(leader, asyncio.Lock())
-        async with lock:  # one request at a time per connection
-            conn = self._conns.get(leader)
-            if conn is None or not conn.connected:
-                node = self._image().brokers.get(leader)
-                if node is None:
-                    raise BrokerConnectionError(f"broker {leader} is not registered")
-                conn = BrokerConnection(node.host, node.port, self._source_ip,
-                                        f"txn-marker-sender-{self.broker_id}",
-                                        timeout_s=MARKER_TIMEOUT_S)
-                await conn.connect()
-                self._conns[leader] = conn
-            return await conn.request(req, MARKER_TIMEOUT_S)
-
-    def _drop(self, leader: int) -> None:
-        conn = self._conns.pop(leader, None)
-        if conn is not None:
-            conn.close()

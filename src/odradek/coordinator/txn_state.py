@@ -145,6 +145,25 @@ class TxnMetadata:
         return self._value(TxnState.ONGOING, now_ms, partitions=self.partitions | parts,
                            start_ms=start)
 
+    def verify_partitions(self, producer_id: int, epoch: int, parts: set[tuple[str, int]]
+                          ) -> dict[tuple[str, int], ErrorCode]:
+        """KIP-890 verification (AddPartitionsToTxn v4+, verify_only), asked by a leader
+        before a transactional batch opens a transaction on one of its partitions.
+        Kafka's order of checks; a write in flight is not a reason to refuse (the
+        leader's append checks again). A partition not in the transaction -- never
+        added, or the transaction already ended: a late or stray batch -- gets
+        TRANSACTION_ABORTABLE."""
+        if producer_id != self.producer_id:
+            err = ErrorCode.invalid_producer_id_mapping
+        elif epoch != self.producer_epoch:
+            err = ErrorCode.producer_fenced
+        elif self.state in PREPARE:
+            err = ErrorCode.concurrent_transactions
+        else:
+            return {tp: ErrorCode.none if tp in self.partitions
+                    else ErrorCode.transaction_abortable for tp in parts}
+        return dict.fromkeys(parts, err)
+
     def end_txn(self, producer_id: int, epoch: int, commit: bool, now_ms: int
                 ) -> ErrorCode | Transition | None:
         """EndTxn. None: already complete in the requested way (a retry): success."""

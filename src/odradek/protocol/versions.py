@@ -11,6 +11,11 @@ v2, the only format we store, REQ-R23). kio cannot decode Produce v0-2 anyway. A
 request at an advertised-but-not-served version is rejected by ``codec.decode_request``
 with ``UnsupportedVersion``.
 
+ADVERTISED can also be narrower: AddPartitionsToTxn v4-5 are the broker-to-broker form
+(KIP-890 verification, CLUSTER_ACTION). Kafka's clients never send them, and kafka-python
+reads "AddPartitionsToTxn v4" as "the broker is Kafka 3.6" (and then uses what that
+implies), so only our own brokers, which know, use them.
+
 Telemetry (71/72) is deliberately absent: advertising it makes librdkafka 2.16 start a
 telemetry exchange we do not implement.
 """
@@ -45,9 +50,10 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     21: (0, 2),  # DeleteRecords (REQ-R24, handlers_records; v2 flexible)
     22: (0, 4),  # InitProducerId (idempotent and transactional producers)
     23: (2, 4),  # OffsetForLeaderEpoch (followers, REQ-R19; consumers, KIP-320)
-    # Transactions (KIP-98). AddPartitionsToTxn v4+ is the broker-batched form (KIP-890)
-    # and EndTxn v4+ the KIP-890 epoch bump per transaction: not served.
-    24: (0, 3),  # AddPartitionsToTxn
+    # Transactions (KIP-98). AddPartitionsToTxn v4+ is the broker-batched form (KIP-890
+    # part 1: leaders verify partitions; CLUSTER_ACTION); EndTxn v4+ (the KIP-890 part 2
+    # epoch bump per transaction) is not served.
+    24: (0, 5),  # AddPartitionsToTxn
     25: (0, 3),  # AddOffsetsToTxn
     26: (0, 3),  # EndTxn
     27: (1, 1),  # WriteTxnMarkers (coordinator -> leaders); kio has no v0
@@ -74,10 +80,11 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     66: (0, 0),  # ListTransactions (kafka-transactions --list)
 }
 
-# Ranges advertised beyond what is served (see module docstring).
+# Ranges advertised other than what is served (see module docstring).
 _ADVERTISED_ONLY: Final[dict[int, tuple[int, int]]] = {
     0: (0, 10),  # Produce: librdkafka 2.0.2 needs an overlap from v0
     2: (0, 7),  # ListOffsets: v0 is HAND_CODED
+    24: (0, 3),  # AddPartitionsToTxn: v4+ between brokers only (module docstring)
 }
 
 # (api_key, version) pairs served without kio (it has no schema for them): decoded and

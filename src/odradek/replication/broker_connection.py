@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from odradek.protocol.client_codec import decode_response, encode_request, request_entity
@@ -28,7 +29,7 @@ from odradek.security.sasl_client import SaslClient, SaslClientError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BrokerConnection", "BrokerConnectionError"]
+__all__ = ["BrokerConnection", "BrokerConnectionError", "BrokerConnectionPool"]
 
 _I32 = struct.Struct(">i")
 # Responses are bounded by replica.fetch.response.max.bytes (+ one oversized batch, KIP-74)
@@ -181,3 +182,53 @@ class BrokerConnection:
 def _expire(fut: asyncio.Future[Any]) -> None:
     if not fut.done():
         fut.set_exception(TimeoutError())
+
+
+class BrokerConnectionPool:
+    """One connection per destination broker, one request at a time on each: the
+    transaction coordinator's requests to other brokers (WriteTxnMarkers) and the
+    leaders' KIP-890 verification requests to it. ``address`` finds a broker's endpoint
+    on the inter-broker listener in the current metadata (None: not registered);
+    ``security`` is that listener's protocol, read at each new connection."""
+
+    def __init__(self, address: Callable[[int], tuple[str, int] | None],
+                 source_ip: str | None, client_id: str, timeout_s: float,
+                 security: Callable[[], ClientSecurity] = lambda: PLAINTEXT) -> None:
+        self._address = address
+        self._security = security
+        self._source_ip = source_ip
+        self._client_id = client_id
+        self._timeout_s = timeout_s
+        self._conns: dict[int, BrokerConnection] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    async def request(self, broker_id: int, entity: Any, timeout_s: float | None = None) -> Any:
+        """Send ``entity`` to ``broker_id``; a failed connection is dropped (the next
+        request reconnects). Raises BrokerConnectionError, TimeoutError or OSError."""
+        lock = self._locks.setdefault(broker_id, asyncio.Lock())
+        async with lock:
+            conn = self._conns.get(broker_id)
+            try:
+                if conn is None or not conn.connected:
+                    addr = self._address(broker_id)
+                    if addr is None:
+                        raise BrokerConnectionError(f"broker {broker_id} is not registered")
+                    conn = BrokerConnection(addr[0], addr[1], self._source_ip,
+                                            self._client_id, timeout_s=self._timeout_s,
+                                            security=self._security())
+                    await conn.connect()
+                    self._conns[broker_id] = conn
+                return await conn.request(entity, timeout_s or self._timeout_s)
+            except BaseException:
+                self.drop(broker_id)
+                raise
+
+    def drop(self, broker_id: int) -> None:
+        conn = self._conns.pop(broker_id, None)
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()

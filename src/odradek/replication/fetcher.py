@@ -427,12 +427,12 @@ class ReplicaFetcherManager:
                 continue
             if leader not in image.brokers:
                 continue  # not registered (yet): stays pending for the next image
-            if self._address(image.brokers[leader]) is None:
+            if self.address_of(image.brokers[leader]) is None:
                 continue  # no inter-broker listener registered: stays pending
             by_leader.setdefault(leader, []).append(part)
             del self._pending[tp]
         for leader, parts in by_leader.items():
-            address = self._address(image.brokers[leader])
+            address = self.address_of(image.brokers[leader])
             assert address is not None
             fetcher = self._fetcher_for(leader, address)
             for part in parts:
@@ -441,7 +441,9 @@ class ReplicaFetcherManager:
                         other.remove((part.topic, part.index))
                 fetcher.add(part)
 
-    def _address(self, node: Any) -> tuple[str, int] | None:
+    def address_of(self, node: Any) -> tuple[str, int] | None:
+        """A broker's endpoint on the inter-broker listener (also the coordinators'
+        requests to other brokers)."""
         if self.listener is None:
             return node.host, node.port
         return node.endpoint(self.listener)

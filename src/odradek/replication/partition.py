@@ -265,10 +265,12 @@ class Partition:
     # ================================================================= leader: appends
     def append_as_leader(self, records: bytes | bytearray | memoryview, required_acks: int,
                          now_ms: int, *, allow_control: bool = False,
-                         from_coordinator: bool = False) -> AppendInfo:
+                         from_coordinator: bool = False,
+                         verification_guard: object | None = None) -> AppendInfo:
         """Validate, deduplicate (idempotent producers), assign offsets, write once.
         The caller wakes the fetches waiting on this partition; ``acks=1`` and the HW
-        are its business too (``hw_after_append``)."""
+        are its business too (``hw_after_append``). ``verification_guard``: KIP-890 is
+        in effect for this produce (see ``ProducerStateManager.check_verified``)."""
         st = self._state
         if type(st) is not Leader:
             self.check_leader()
@@ -292,6 +294,8 @@ class Partition:
             # carry no sequence numbers: Kafka validates them only for client produces
             # (AppendOrigin.Coordinator).
             dup = self.producers.check(headers)
+            if verification_guard is not None and dup is None:
+                self.producers.check_verified(headers, verification_guard)
             if dup is not None:
                 # A retry of a batch we already have: success with its original offsets.
                 return AppendInfo(first_offset=dup.first_offset, last_offset=dup.last_offset,

@@ -123,6 +123,9 @@ class ProduceEntry:
     topic: str
     records: Any  # bytes | memoryview | None
     result: PartitionProduceResult
+    # KIP-890: set when the produce's transaction was verified (or needed no
+    # verification); the partition checks it again at the append.
+    verification_guard: object | None = None
 
 
 class ReplicaManager(FetchServing):
@@ -462,7 +465,8 @@ class ReplicaManager(FetchServing):
                     # topics must not grow the broker's memory (or its scrapes).
                     ts = stats.topic(e.topic)
                     ts.produce_requests += 1
-                info = p.append_as_leader(e.records, acks, t_now)
+                info = p.append_as_leader(e.records, acks, t_now,
+                                          verification_guard=e.verification_guard)
                 res.base_offset = info.first_offset
                 res.log_append_time_ms = info.log_append_time
                 res.log_start_offset = p.log.log_start_offset

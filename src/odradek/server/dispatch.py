@@ -58,7 +58,13 @@ from odradek.server.handlers import (
     security,
     transactions,
 )
-from odradek.server.network import FRAME_ARRIVED_AT, CloseAfter, CloseConnection, Pipelined
+from odradek.server.network import (
+    FRAME_ARRIVED_AT,
+    CloseAfter,
+    CloseConnection,
+    InOrder,
+    Pipelined,
+)
 from odradek.server.session import current_session
 
 logger = logging.getLogger(__name__)
@@ -154,6 +160,8 @@ class RequestDispatcher:
             raise CloseConnection(f"no handler for {api_name(header.api_key)}")
         try:
             result = handler(self.context, header, req)
+            if isinstance(result, InOrder):
+                return self._finish_later(header, req, result.coro)
             if isinstance(result, Coroutine):
                 if header.api_key == PRODUCE:
                     # The appends are done; only the acks wait (see network.Pipelined).

@@ -112,11 +112,19 @@ def _top_level(api_key: int, **fixed: Any) -> Builder:
 
 def _add_partitions_to_txn(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(24, v, results_by_topic_v3_and_below=tuple(
-        part(24, v, "AddPartitionsToTxnTopicResult", name=t.name, results_by_partition=tuple(
+
+    def topics(ts: Any) -> tuple[Any, ...]:
+        return tuple(part(24, v, "AddPartitionsToTxnTopicResult", name=t.name,
+                          results_by_partition=tuple(
             part(24, v, "AddPartitionsToTxnPartitionResult", partition_index=p,
                  partition_error_code=code) for p in _seq(t.partitions)))
-        for t in _seq(req.v3_and_below_topics)))
+            for t in _seq(ts))
+    if v <= 3:
+        return response(24, v, results_by_topic_v3_and_below=topics(req.v3_and_below_topics))
+    # v4+ (between brokers, KIP-890): the top-level code, and each partition's.
+    return response(24, v, error_code=code, results_by_transaction=tuple(
+        part(24, v, "AddPartitionsToTxnResult", transactional_id=txn.transactional_id,
+             topic_results=topics(txn.topics)) for txn in _seq(req.transactions)))
 
 
 def _write_txn_markers(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:

@@ -119,6 +119,18 @@ class Pipelined:
         self.coro = coro
 
 
+class InOrder:
+    """A delayed Produce answer that must *not* overlap the connection's next requests:
+    its appends wait for something first (KIP-890 verification with the transaction
+    coordinator), and a producer's next pipelined batches must not be appended before
+    them. Handled like any other delayed answer (``Coroutine``)."""
+
+    __slots__ = ("coro",)
+
+    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self.coro = coro
+
+
 # Answers a connection may have pending at once (pipelined produces plus what follows
 # them): the idempotent producer's limit of in-flight requests (5) with room to spare.
 MAX_PENDING_ANSWERS: Final = 8

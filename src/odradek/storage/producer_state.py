@@ -34,6 +34,13 @@ offset, last offset = the marker's offset, LSO after it) that ``update`` returns
 caller indexes it with the segment holding the marker (odradek.storage.txn_index), where
 a read_committed fetch finds it. Markers carry the producer's (possibly bumped) epoch, so
 they also fence older producers.
+
+Verification guards (KIP-890, odradek.coordinator.txn_verifier): before a leader asks
+the coordinator whether a transactional batch may open a transaction here, it registers
+a guard for the producer id (``start_verification``). A marker for the producer removes
+it; the append (``check_verified``) needs the guard it was given, so a batch whose
+transaction ended while it was being verified is refused with INVALID_TXN_STATE instead
+of opening a transaction nothing will close.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ from odradek.storage.batch import BatchHeader
 from odradek.storage.txn_index import AbortedTxn
 
 __all__ = ["AbortedTxn", "BatchMeta", "ProducerEntry", "ProducerStateManager",
-           "CONTROL_TYPE_ABORT", "CONTROL_TYPE_COMMIT", "control_type"]
+           "CONTROL_TYPE_ABORT", "CONTROL_TYPE_COMMIT", "ONGOING_AT_REQUEST", "control_type"]
 
 CONTROL_TYPE_ABORT = 0  # Kafka's ControlRecordType
 CONTROL_TYPE_COMMIT = 1
@@ -59,6 +66,10 @@ CONTROL_TYPE_COMMIT = 1
 NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NumBatchesToRetain
 INT32_MAX = 2**31 - 1
 SNAPSHOT_SUFFIX = ".snapshot"
+# The guard of a produce whose producer had an ongoing transaction here when the
+# request came (no verification needed); never registered, so it holds only while the
+# transaction is still ongoing at the append.
+ONGOING_AT_REQUEST = object()
 
 
 @dataclass(slots=True)
@@ -101,6 +112,7 @@ class ProducerStateManager:
         # Aborted transactions a version-1 snapshot carried (before .txnindex files):
         # the caller indexes them once, then they are dropped.
         self.unindexed: list[AbortedTxn] = []
+        self.verifying: dict[int, object] = {}  # producer id -> verification guard
         self.last_offset = -1  # offsets up to this one are reflected in the state
         self.dirty = False
         self._write_lock = threading.Lock()  # periodic writes run in a worker thread
@@ -155,6 +167,27 @@ class ProducerStateManager:
                              "request mixes duplicate and new batches")
         return duplicate
 
+    def start_verification(self, producer_id: int) -> object:
+        """The guard for a verification of ``producer_id``'s transaction starting here
+        (an existing one is shared: concurrent requests verify the same thing)."""
+        return self.verifying.setdefault(producer_id, object())
+
+    def end_verification(self, producer_id: int, guard: object) -> None:
+        """A verification failed: forget its guard (unless a newer one replaced it)."""
+        if self.verifying.get(producer_id) is guard:
+            del self.verifying[producer_id]
+
+    def check_verified(self, batches: list[BatchHeader], guard: object) -> None:
+        """A transactional batch may open a transaction only with the guard registered
+        for its producer, still in place (no marker since); else INVALID_TXN_STATE."""
+        for h in batches:
+            pid = h.producer_id
+            if (h.is_transactional and not h.is_control and pid >= 0
+                    and pid not in self.ongoing and self.verifying.get(pid) is not guard):
+                raise KafkaError(ErrorCode.invalid_txn_state,
+                                 f"producer {pid}: the partition was not verified to be in "
+                                 "the transaction (it may have ended)")
+
     # ------------------------------------------------------------------ updates
     def update(self, batches: list[BatchHeader],
                buf: bytes | bytearray | memoryview | None = None) -> list[AbortedTxn]:
@@ -180,12 +213,14 @@ class ProducerStateManager:
                                                h.base_offset, h.last_offset))
                 if h.is_transactional and pid not in self.ongoing:
                     self.ongoing[pid] = h.base_offset
+                    self.verifying.pop(pid, None)  # the guard did its job
             self.last_offset = max(self.last_offset, h.last_offset)
         self.dirty = True
         return aborted
 
     def _complete_txn(self, pid: int, epoch: int, kind: int,
                       marker_offset: int) -> AbortedTxn | None:
+        self.verifying.pop(pid, None)  # a batch verified before this marker is too late
         entry = self.producers.get(pid)
         if entry is None or epoch > entry.epoch:
             # A marker's epoch fences every older producer with this id (zombie fencing).

@@ -14,11 +14,13 @@ a follower) and is neither written nor read. Each topic is checked once per requ
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
+from odradek.coordinator.txn_verifier import verification_enabled
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import list_offsets_v0
 from odradek.protocol.codec import RequestHeaderInfo
@@ -30,14 +32,16 @@ from odradek.replication.fetch_serving import FetchEntry, FetchParams
 from odradek.replication.fetch_session import FetchContext, FetchKind
 from odradek.replication.replica_manager import ProduceEntry
 from odradek.security.acl import AclOperation, ResourceType
-from odradek.server.network import CloseConnection
+from odradek.server.network import CloseConnection, InOrder
+from odradek.storage.batch import BATCH_HEADER_SIZE, BatchHeader
+from odradek.storage.producer_state import ONGOING_AT_REQUEST
 
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext
 
 logger = logging.getLogger(__name__)
 
-Result = bytes | list[Any] | None | Coroutine[Any, Any, Any]
+Result = bytes | list[Any] | None | Coroutine[Any, Any, Any] | InOrder
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -64,8 +68,24 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
                 denied += 1
     # Transactional batches (KIP-98) are appended like idempotent ones; the partition's
     # producer state opens the transaction and holds the LSO at its first offset until
-    # the coordinator's marker closes it.
-    op = ctx.replicas.append_records(entries, acks, req.timeout.total_seconds(), ctx.image)
+    # the coordinator's marker closes it. One that would open a transaction on a
+    # partition is first verified with the coordinator (KIP-890).
+    timeout_s = req.timeout.total_seconds()
+    tid = getattr(req, "transactional_id", None)  # Produce v3+
+    if tid and entries:
+        verifying = _start_verification(ctx, entries)
+        if verifying:
+            # In order: the connection starts no other request until this one is
+            # appended, so a producer's next batches cannot overtake it.
+            return InOrder(_verified_produce(ctx, header, results, entries, verifying, tid,
+                                             acks, timeout_s, denied))
+    return _append(ctx, header, results, entries, acks, timeout_s, denied)
+
+
+def _append(ctx: RequestContext, header: RequestHeaderInfo,
+            results: list[tuple[str, list[PartitionProduceResult]]],
+            entries: list[ProduceEntry], acks: int, timeout_s: float, denied: int) -> Result:
+    op = ctx.replicas.append_records(entries, acks, timeout_s, ctx.image)
     if acks == 0:
         if denied or any(e.result.error_code for e in entries):
             # Kafka: with acks=0 the client gets no response, so the only way to tell it
@@ -75,6 +95,68 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
     if op is None or op.completed:
         return encode_produce_response(header.api_version, header.correlation_id, results)
     return _delayed_produce(header, results, op)
+
+
+_Verifying = dict[tuple[int, int], list[tuple[ProduceEntry, Any]]]
+
+
+def _first_batch(records: Any) -> BatchHeader | None:
+    """The header of a produce's first v2 batch, unvalidated (the append validates)."""
+    if records is None or len(records) < BATCH_HEADER_SIZE:
+        return None
+    h = BatchHeader.unpack(records, 0)
+    return h if h.magic == 2 else None
+
+
+def _start_verification(ctx: RequestContext, entries: list[ProduceEntry]) -> _Verifying:
+    """KIP-890: give each transactional entry its verification guard; return the
+    entries that would open a transaction on their partition (by producer id and
+    epoch, with their partition), which the coordinator must confirm first."""
+    image = ctx.image
+    if not verification_enabled(ctx.config, image):
+        return {}
+    verifying: _Verifying = {}
+    for e in entries:
+        h = _first_batch(e.records)
+        if h is None or not h.is_transactional or h.is_control or h.producer_id < 0:
+            continue
+        p = ctx.replicas.partitions.get((e.topic, e.result.index))
+        if p is None or not p.is_leader:
+            continue  # the append answers NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC
+        if h.producer_id in p.producers.ongoing:
+            e.verification_guard = ONGOING_AT_REQUEST
+        else:
+            e.verification_guard = p.producers.start_verification(h.producer_id)
+            verifying.setdefault((h.producer_id, h.producer_epoch), []).append((e, p))
+    return verifying
+
+
+async def _verified_produce(ctx: RequestContext, header: RequestHeaderInfo,
+                            results: list[tuple[str, list[PartitionProduceResult]]],
+                            entries: list[ProduceEntry], verifying: _Verifying, tid: str,
+                            acks: int, timeout_s: float, denied: int) -> Any:
+    keys = list(verifying)
+    answers = await asyncio.gather(*(
+        ctx.txns.verifier.verify(tid, pid, epoch,
+                                 [(e.topic, e.result.index) for e, _ in verifying[(pid, epoch)]],
+                                 timeout_s) for pid, epoch in keys))
+    for (pid, _epoch), failed in zip(keys, answers):
+        for e, p in verifying[(pid, _epoch)]:
+            code = failed.get((e.topic, e.result.index))
+            if code is None:
+                continue
+            p.producers.end_verification(pid, e.verification_guard)
+            e.result.error_code = int(code)
+            e.result.base_offset = -1
+            if code is ErrorCode.invalid_txn_state:
+                e.result.error_message = "Partition was not added to the transaction"
+    remaining = [e for e in entries if not e.result.error_code]
+    failed_any = len(remaining) < len(entries)
+    result = _append(ctx, header, results, remaining, acks, timeout_s,
+                     denied + int(failed_any))
+    if isinstance(result, Coroutine):
+        return await result
+    return result
 
 
 async def _delayed_produce(header: RequestHeaderInfo,

@@ -67,38 +67,77 @@ async def init_producer_id(ctx: RequestContext, header: RequestHeaderInfo, req: 
 # =============================================================================== AddPartitionsToTxn
 async def handle_add_partitions_to_txn(ctx: RequestContext, header: RequestHeaderInfo,
                                        req: Any) -> Any:
+    """v0-3: a client adds partitions to its transaction. v4+ (KIP-890, brokers only,
+    CLUSTER_ACTION): a batch of transactions, each either added or -- ``verify_only`` --
+    checked by a partition leader before a transactional batch opens a transaction
+    there (odradek.coordinator.txn_verifier)."""
     v = header.api_version
-    topics = [(str(t.name), [int(p) for p in t.partitions]) for t in req.v3_and_below_topics]
+    if v <= 3:
+        topics = [(str(t.name), [int(p) for p in t.partitions]) for t in req.v3_and_below_topics]
+        codes = await _add_partitions(ctx, v, req.v3_and_below_transactional_id,
+                                      int(req.v3_and_below_producer_id),
+                                      int(req.v3_and_below_producer_epoch), topics)
+        return response(ADD_PARTITIONS, v, throttle_time=0,
+                        results_by_topic_v3_and_below=_topic_results(v, topics, codes))
+    if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
+        return response(ADD_PARTITIONS, v, throttle_time=0,
+                        error_code=ErrorCode.cluster_authorization_failed,
+                        results_by_transaction=())
+    results = []
+    for txn in req.transactions:
+        tid = str(txn.transactional_id)
+        topics = [(str(t.name), [int(p) for p in t.partitions]) for t in txn.topics]
+        if txn.verify_only:
+            codes = ctx.txns.verify_partitions(tid, int(txn.producer_id),
+                                               int(txn.producer_epoch),
+                                               {(t, p) for t, ps in topics for p in ps})
+            if v == 4:  # TRANSACTION_ABORTABLE came with v5
+                codes = {tp: ErrorCode.invalid_txn_state
+                         if c is ErrorCode.transaction_abortable else c
+                         for tp, c in codes.items()}
+        else:
+            codes = await _add_partitions(ctx, v, tid, int(txn.producer_id),
+                                          int(txn.producer_epoch), topics)
+        results.append(part(ADD_PARTITIONS, v, "AddPartitionsToTxnResult",
+                            transactional_id=tid, topic_results=_topic_results(v, topics, codes)))
+    return response(ADD_PARTITIONS, v, throttle_time=0, error_code=ErrorCode.none,
+                    results_by_transaction=tuple(results))
+
+
+async def _add_partitions(ctx: RequestContext, v: int, tid: str, producer_id: int, epoch: int,
+                          topics: list[tuple[str, list[int]]]
+                          ) -> dict[tuple[str, int], ErrorCode]:
     image = ctx.image
     wanted = {(t, p) for t, ps in topics for p in ps}
     # Kafka: WRITE on the TransactionalId, else every partition gets
     # TRANSACTIONAL_ID_AUTHORIZATION_FAILED; then WRITE on each topic.
-    txn_allowed = _txn_write_allowed(ctx, req.v3_and_below_transactional_id)
+    txn_allowed = _txn_write_allowed(ctx, tid)
     denied = {tp for tp in wanted
               if txn_allowed and not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, tp[0])}
     unknown = {tp for tp in wanted if tp not in denied and image.partition(*tp) is None}
     if not txn_allowed:
-        codes = {tp: _TXN_DENIED for tp in wanted}
-    elif denied or unknown:
+        return dict.fromkeys(wanted, _TXN_DENIED)
+    if denied or unknown:
         # Kafka: nothing is added; unauthorized topics get TOPIC_AUTHORIZATION_FAILED,
         # unknown partitions UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED.
-        codes = {tp: (ErrorCode.topic_authorization_failed if tp in denied
-                      else ErrorCode.unknown_topic_or_partition if tp in unknown
-                      else ErrorCode.operation_not_attempted) for tp in wanted}
-    else:
-        try:
-            code = await ctx.txns.add_partitions(
-                req.v3_and_below_transactional_id, int(req.v3_and_below_producer_id),
-                int(req.v3_and_below_producer_epoch), wanted)
-        except KafkaError as e:
-            code = e.code
-        codes = {tp: _fenced(code, v, 2) for tp in wanted}
-    return response(ADD_PARTITIONS, v, throttle_time=0, results_by_topic_v3_and_below=tuple(
+        return {tp: (ErrorCode.topic_authorization_failed if tp in denied
+                     else ErrorCode.unknown_topic_or_partition if tp in unknown
+                     else ErrorCode.operation_not_attempted) for tp in wanted}
+    try:
+        code = await ctx.txns.add_partitions(tid, producer_id, epoch, wanted)
+    except KafkaError as e:
+        code = e.code
+    return dict.fromkeys(wanted, _fenced(code, v, 2))
+
+
+def _topic_results(v: int, topics: list[tuple[str, list[int]]],
+                   codes: dict[tuple[str, int], ErrorCode]) -> tuple[Any, ...]:
+    return tuple(
         part(ADD_PARTITIONS, v, "AddPartitionsToTxnTopicResult", name=t,
              results_by_partition=tuple(
                  part(ADD_PARTITIONS, v, "AddPartitionsToTxnPartitionResult",
                       partition_index=p, partition_error_code=codes[(t, p)]) for p in ps))
-        for t, ps in topics))
+        for t, ps in topics)
 
 
 # =============================================================================== AddOffsetsToTxn
