@@ -9,6 +9,9 @@ committed (transactional). Prints each run, the per-round ratio and the medians.
     .venv/bin/python bench/transactions_bench.py --rounds 3 --seconds 10
 
 Kafka reports a few percent of overhead for transactions; the aim here is >= 0.8x.
+``--unverified`` adds a third run per round, the transactional producer with KIP-890
+verification switched off (``transaction.partition.verification.enable=false`` as the
+brokers' dynamic default, restored after the run): the cost of verification.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -89,12 +94,23 @@ def run_transactional(bs: str, topic: str, seconds: float, commit_ms: int) -> fl
     return committed / (time.monotonic() - t0)
 
 
+def _verification(bs: str, on: bool) -> None:
+    key = "transaction.partition.verification.enable"
+    change = ("--delete-config", key) if on else ("--add-config", f"{key}=false")
+    subprocess.run([sys.executable, "-m", "odradek", "configs", "--bootstrap-server", bs,
+                    "--entity-type", "brokers", "--entity-default", "--alter", *change],
+                   check=True, capture_output=True, timeout=90)
+    time.sleep(1.0)  # the brokers apply it at their next metadata update (well under 1 s)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--commit-ms", type=int, default=100)
     ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--unverified", action="store_true",
+                    help="also run the transactional producer without KIP-890 verification")
     args = ap.parse_args()
     base = args.dir or Path(tempfile.mkdtemp(prefix="txbench-"))
     c = LocalCluster.start(base / "cluster", 3, broker_config={
@@ -102,18 +118,23 @@ def main() -> None:
     try:
         bs = c.bootstrap_servers
         admin = AdminClient({"bootstrap.servers": bs})
-        idem: list[float] = []
-        txn: list[float] = []
+        kinds = ["idempotent", "transactional"] + (["unverified"] if args.unverified else [])
+        rates: dict[str, list[float]] = {k: [] for k in kinds}
+        idem, txn = rates["idempotent"], rates["transactional"]
         for r in range(args.rounds):
-            for kind in (("idempotent", "transactional") if r % 2 == 0
-                         else ("transactional", "idempotent")):
+            for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:  # interleaved
                 topic = _topic(admin)
                 if kind == "idempotent":
                     rate = run_idempotent(bs, topic, args.seconds)
-                    idem.append(rate)
-                else:
+                elif kind == "transactional":
                     rate = run_transactional(bs, topic, args.seconds, args.commit_ms)
-                    txn.append(rate)
+                else:
+                    _verification(bs, on=False)
+                    try:
+                        rate = run_transactional(bs, topic, args.seconds, args.commit_ms)
+                    finally:
+                        _verification(bs, on=True)
+                rates[kind].append(rate)
                 admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
                 print(f"round {r + 1} {kind:13s} {rate:10.0f} records/s "
                       f"({rate * len(VALUE) / 1e6:.1f} MB/s)", flush=True)
@@ -122,6 +143,12 @@ def main() -> None:
         print(f"median transactional  {statistics.median(txn):10.0f} records/s")
         print(f"per-round ratios {[f'{x:.2f}' for x in ratios]}, "
               f"median {statistics.median(ratios):.2f}x (aim >= 0.8x)")
+        if args.unverified:
+            unv = rates["unverified"]
+            vr = [t / u for t, u in zip(txn, unv)]
+            print(f"median unverified     {statistics.median(unv):10.0f} records/s")
+            print(f"verified / unverified per round {[f'{x:.2f}' for x in vr]}, "
+                  f"median {statistics.median(vr):.2f}x")
     finally:
         c.down()
 
