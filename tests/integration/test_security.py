@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -612,3 +618,64 @@ def test_transactions_cross_the_secured_inter_broker_listener(secure: LocalClust
     c.close()
     assert len(eof) == 3
     assert sorted(got) == sorted(f"{t}-{i}".encode() for t in ("c1", "c2") for i in range(30))
+
+
+def test_offset_delete_needs_delete_on_the_group_and_read_on_each_topic(
+        secure: LocalCluster) -> None:
+    """OffsetDelete (KIP-496) under ACLs, as Kafka's KafkaApis: without DELETE on the
+    group the whole request is GROUP_AUTHORIZATION_FAILED and nothing goes; with it, a
+    topic the principal may not READ is TOPIC_AUTHORIZATION_FAILED per partition and
+    keeps its offset, while the readable one's offset is deleted."""
+    from kio.schema.offset_delete.v0.request import (
+        OffsetDeleteRequest,
+        OffsetDeleteRequestPartition,
+        OffsetDeleteRequestTopic,
+    )
+
+    props = secure.client_properties
+    assert props is not None
+    b0 = secure.brokers[0]
+    readable, hidden = _topic(secure, 1), _topic(secure, 1)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    su = access(secure, "SASL_SSL", "SCRAM-SHA-512")
+    c = Consumer({**su.confluent(), "group.id": group, "enable.auto.commit": False})
+    c.commit(offsets=[TopicPartition(readable, 0, 5), TopicPartition(hidden, 0, 7)],
+             asynchronous=False)
+    c.close()
+    r = odradek("configs", "--bootstrap-server", b0.address, "--command-config", props,
+                "--entity-type", "users", "--entity-name", "dave", "--alter",
+                "--add-config", "SCRAM-SHA-512=[iterations=8192,password=dave-secret]")
+    assert r.returncode == 0, r.stderr
+
+    def grant(*args: str) -> None:
+        r = odradek("acls", "--bootstrap-server", b0.address, "--command-config", props,
+                    "--add", "--allow-principal", "User:dave", *args)
+        assert r.returncode == 0, r.stderr
+
+    grant("--operation", "Read", "--topic", readable)
+    dave = access(secure, "SASL_SSL", "SCRAM-SHA-512", "dave", "dave-secret")
+    req = OffsetDeleteRequest(group_id=group, topics=tuple(
+        OffsetDeleteRequestTopic(name=t, partitions=(OffsetDeleteRequestPartition(
+            partition_index=0),)) for t in (readable, hidden)))
+
+    def ask() -> Any:
+        # The coordinator answers; any broker checks the ACLs the same way, so ask each
+        # until one is the coordinator (the others answer NOT_COORDINATOR once allowed).
+        for b in secure.brokers:
+            with raw_connection(dave, f"{b.host}:{b.port}") as cn:
+                resp = cn.request(req)
+            if int(resp.error_code) != 16:  # NOT_COORDINATOR
+                return resp
+        raise AssertionError("no broker answered as the coordinator")
+
+    assert int(ask().error_code) == GROUP_AUTHORIZATION_FAILED
+    grant("--operation", "Delete", "--group", group)
+    wait_until(lambda: int(ask().error_code) == 0, "DELETE on the group granted", 10)
+    resp = ask()
+    per = {str(t.name): int(t.partitions[0].error_code) for t in resp.topics}
+    assert per == {readable: 0, hidden: TOPIC_AUTHORIZATION_FAILED}
+    admin = AdminClient(su.confluent())
+    [fut] = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)]).values()
+    left = {tp.topic: tp.offset for tp in fut.result(30).topic_partitions}
+    assert left.get(hidden) == 7 and left.get(readable, -1001) == -1001, left
