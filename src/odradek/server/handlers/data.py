@@ -140,12 +140,12 @@ async def _verified_produce(ctx: RequestContext, header: RequestHeaderInfo,
         ctx.txns.verifier.verify(tid, pid, epoch,
                                  [(e.topic, e.result.index) for e, _ in verifying[(pid, epoch)]],
                                  timeout_s) for pid, epoch in keys))
-    for (pid, _epoch), failed in zip(keys, answers):
-        for e, p in verifying[(pid, _epoch)]:
+    for key, failed in zip(keys, answers):
+        for e, p in verifying[key]:
             code = failed.get((e.topic, e.result.index))
             if code is None:
                 continue
-            p.producers.end_verification(pid, e.verification_guard)
+            p.producers.end_verification(key[0], e.verification_guard)
             e.result.error_code = int(code)
             e.result.base_offset = -1
             if code is ErrorCode.invalid_txn_state:
