@@ -156,3 +156,26 @@ def test_request_elements_limit_from_config() -> None:
     decode_request(frame)  # fine with the default limit
     with pytest.raises(CloseConnection, match="odradek.request.max.elements"):
         RequestDispatcher(Ctx()).dispatch(frame)  # type: ignore[arg-type]
+
+
+def test_a_produce_under_verification_holds_the_connection(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Produce whose appends wait (KIP-890 verification) is answered like any delayed
+    request -- the connection handles nothing else meanwhile -- while an ordinary
+    delayed Produce only overlaps its wait for acks with the next requests."""
+    from odradek.server.network import InOrder, Pipelined
+
+    async def answer() -> bytes:
+        return b"answer"
+
+    req = sample_entity(load_request_schema(0, 9), 3)
+    frame = request_frame(req)
+    d = RequestDispatcher(_Context())  # type: ignore[arg-type]
+    monkeypatch.setitem(HANDLERS, 0, lambda ctx, h, r: answer())
+    pipelined = d.dispatch(frame)
+    assert isinstance(pipelined, Pipelined)
+    monkeypatch.setitem(HANDLERS, 0, lambda ctx, h, r: InOrder(answer()))
+    held = d.dispatch(frame)
+    assert asyncio.iscoroutine(held) and not isinstance(held, Pipelined)
+    assert asyncio.run(held) == b"answer"
+    asyncio.run(pipelined.coro)
