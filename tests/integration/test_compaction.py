@@ -58,10 +58,17 @@ def _disk_records(log_dir: Path) -> list[tuple[int, bytes | None, bytes | None]]
     return out
 
 
-def _replica_matches(log_dir: Path, model: dict[bytes, bytes | None], max_records: int) -> Any:
+def _disk_records_or_none(log_dir: Path) -> list[tuple[int, bytes | None, bytes | None]] | None:
+    """``_disk_records``, or None while the cleaner swaps segments."""
     try:
-        recs = _disk_records(log_dir)
+        return _disk_records(log_dir)
     except (FileNotFoundError, AssertionError):
+        return None
+
+
+def _replica_matches(log_dir: Path, model: dict[bytes, bytes | None], max_records: int) -> Any:
+    recs = _disk_records_or_none(log_dir)
+    if recs is None:
         return None  # a swap in progress: look again
     offsets = [o for o, _, _ in recs]
     assert offsets == sorted(set(offsets)), f"{log_dir}: offsets not strictly increasing"
@@ -376,10 +383,12 @@ def test_cleaner_removes_aborted_records_then_their_markers(make_cluster, topic_
         m = _markers_on_disk(log_dir)
         return m is not None and m["abort"] == 0
     wait_for(abort_marker_gone, 90, "the ABORT marker to be cleaned away", interval=0.3)
-    m = _markers_on_disk(log_dir)
-    assert m is not None and m["commit"] >= 1, m  # "kept" still has its record: COMMIT stays
-    keys = {k for _, k, _ in _disk_records(log_dir)}
-    assert not any(k.startswith(b"aborted-") for k in keys if k)
+    # The cleaner may still be swapping segments: read the files again until one read
+    # sees a consistent set (a file renamed away, or read mid-write, means "look again").
+    m = wait_for(lambda: _markers_on_disk(log_dir), 20, "a consistent read of the segments")
+    assert m["commit"] >= 1, m  # "kept" still has its record: COMMIT stays
+    records = wait_for(lambda: _disk_records_or_none(log_dir), 20, "the records on disk")
+    assert not any(k.startswith(b"aborted-") for _, k, _ in records if k)
     # The same producer commits again, after the cleaned-away abort.
     txn.begin_transaction()
     txn.produce(topic_name, key=b"later", value=b"committed-2")

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from odradek.config import BrokerConfig
     from odradek.coordinator.group_coordinator import GroupCoordinator
     from odradek.coordinator.producer_ids import ProducerIdManager
-    from odradek.metadata.image import MetadataImage
+    from odradek.metadata.image import BrokerInfo, MetadataImage
     from odradek.replication.replica_manager import ReplicaManager
 
 logger = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class TransactionCoordinator:
                                          security=lambda: replicas.fetchers.security)
         self.markers = TxnMarkerChannel(broker_id, replicas, groups,
                                         lambda: self.cluster.image, self.pool)
-        self.verifier = TxnVerifier(broker_id, self, lambda: self.cluster.image, self.pool)
+        self.verifier = TxnVerifier(broker_id, self, self.pool)
         self._completing: dict[str, asyncio.Task[None]] = {}
         self._ticker: asyncio.Task[None] | None = None
         self._creating: asyncio.Task[None] | None = None
@@ -257,17 +257,25 @@ class TransactionCoordinator:
 
     # ================================================================= FindCoordinator
     def coordinator_for(self, transactional_id: str) -> tuple[int, str, int]:
-        image = self.cluster.image
-        topic = image.topics.get(TRANSACTION_TOPIC)
+        topic = self.cluster.image.topics.get(TRANSACTION_TOPIC)
         if topic is None or not topic.partitions:
             self._ensure_topic()
             raise KafkaError(ErrorCode.coordinator_not_available,
                              f"{TRANSACTION_TOPIC} is being created")
-        pinfo = topic.partitions.get(txn_partition_for(transactional_id, len(topic.partitions)))
-        node = image.brokers.get(pinfo.leader) if pinfo is not None else None
+        node = self.coordinator_node(transactional_id)
         if node is None:
             raise KafkaError(ErrorCode.coordinator_not_available, "no leader for the id")
         return node.broker_id, node.host, node.port
+
+    def coordinator_node(self, transactional_id: str) -> BrokerInfo | None:
+        """The registered broker leading the id's ``__transaction_state`` partition, if
+        any (no side effect: FindCoordinator creates the topic, this does not)."""
+        image = self.cluster.image
+        topic = image.topics.get(TRANSACTION_TOPIC)
+        if topic is None or not topic.partitions:
+            return None
+        pinfo = topic.partitions.get(txn_partition_for(transactional_id, len(topic.partitions)))
+        return image.brokers.get(pinfo.leader) if pinfo is not None else None
 
     def _ensure_topic(self) -> None:
         if self._creating is not None and not self._creating.done():

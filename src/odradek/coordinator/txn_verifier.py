@@ -24,7 +24,6 @@ retriable NOT_ENOUGH_REPLICAS.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.add_partitions_to_txn.v4.request import (
@@ -35,7 +34,6 @@ from kio.schema.add_partitions_to_txn.v4.request import (
 from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i16, i32
 
-from odradek.coordinator.txn_codec import TRANSACTION_TOPIC
 from odradek.errors import ErrorCode
 from odradek.replication.broker_connection import BrokerConnectionError, BrokerConnectionPool
 
@@ -90,12 +88,10 @@ class TxnVerifier:
         self,
         broker_id: int,
         coordinator: TransactionCoordinator,
-        image: Callable[[], MetadataImage],
         pool: BrokerConnectionPool,
     ) -> None:
         self.broker_id = broker_id
         self.coordinator = coordinator
-        self._image = image
         self._pool = pool  # the coordinator's connections to other brokers
 
     async def verify(
@@ -128,11 +124,10 @@ class TxnVerifier:
         partitions: list[TopicPartition],
         timeout_s: float,
     ) -> dict[TopicPartition, ErrorCode]:
-        image = self._image()
-        pinfo = image.partition(TRANSACTION_TOPIC, self.coordinator.partition_of(tid))
-        leader = pinfo.leader if pinfo is not None else -1
-        if leader < 0:
+        node = self.coordinator.coordinator_node(tid)
+        if node is None:
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
+        leader = node.broker_id
         if leader == self.broker_id:
             return self.coordinator.verify_partitions(tid, producer_id, epoch, set(partitions))
         by_topic: dict[str, list[int]] = {}

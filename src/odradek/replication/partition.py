@@ -311,10 +311,16 @@ class Partition:
         if st.leader_epoch > self.epochs.latest_epoch:
             self.epochs.assign(st.leader_epoch, leo_before)  # REQ-R19
         if idempotent:
-            aborted = self.producers.update(headers, records)
-            if aborted:
-                lg.record_aborted(aborted)
+            self._update_producers(headers, records)
         return info
+
+    def _update_producers(self, headers: list[BatchHeader],
+                          records: bytes | bytearray | memoryview) -> None:
+        """Appended batches into the producer state (leaders and followers alike); the
+        transactions their ABORT markers completed into the log's .txnindex."""
+        aborted = self.producers.update(headers, records)
+        if aborted:
+            self.log.record_aborted(aborted)
 
     def hw_after_append(self) -> bool:
         """After an append: with an ISR of one (or acks counted on the leader alone) the
@@ -627,9 +633,7 @@ class Partition:
                         self.epochs.assign(h.partition_leader_epoch, h.base_offset)
                         latest = h.partition_leader_epoch
                 # A new leader still deduplicates, and serves the aborted transactions.
-                aborted = self.producers.update(headers, records)
-                if aborted:
-                    lg.record_aborted(aborted)
+                self._update_producers(headers, records)
         hw = min(leader_hw, lg.log_end_offset)
         if hw > self._hw:
             self._hw = hw

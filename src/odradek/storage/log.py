@@ -154,7 +154,6 @@ class Log:
                 if seg.next_offset > recovery_point or not seg.consistent:
                     damaged = seg.load(recover=True, max_batch_bytes=max_batch)
                     recovered = True
-                    seg.txn_index.truncate_to(seg.next_offset)
             elif seg.size == 0:
                 # Nothing was written past the recovery point: nothing to check, and no
                 # flush to pay for (an fsync per empty log made a broker with 3,000
@@ -166,9 +165,6 @@ class Log:
             elif next_base is None or next_base > recovery_point:
                 damaged = seg.load(recover=True, max_batch_bytes=max_batch)
                 recovered = True
-                # Entries of markers the scan cut off go with them; entries the crash
-                # lost come back when the producer state is replayed over the segment.
-                seg.txn_index.truncate_to(seg.next_offset)
             else:
                 seg.load(recover=False, max_batch_bytes=max_batch)
             segments.append(seg)

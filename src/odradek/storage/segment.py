@@ -182,6 +182,9 @@ class Segment:
         self.size = pos
         self.index.write_pending()
         self.time_index.write_pending()
+        # Entries of markers the scan cut off go with them (entries a crash lost come
+        # back when the producer state is replayed over this segment).
+        self.txn_index.truncate_to(self.next_offset)
         self._reset_lookup_sparse()
         return truncated
 

@@ -41,6 +41,11 @@ def _append(log: Log, ps: ProducerStateManager, raw: bytes) -> None:
     log.record_aborted(ps.update(parse_batches(data, verify_crc=False), data))
 
 
+def _new_log(tmp_path: Path) -> tuple[Log, ProducerStateManager]:
+    log = Log.open(tmp_path / "t-0", small_config())
+    return log, ProducerStateManager(log.directory)
+
+
 def _txn_files(log: Log) -> dict[int, int]:
     return {int(p.name[:20]): p.stat().st_size for p in log.directory.glob("*.txnindex")}
 
@@ -63,8 +68,7 @@ def test_a_torn_or_invalid_tail_is_cut_on_load(tmp_path: Path) -> None:
 
 
 def test_entries_live_with_the_segment_holding_the_marker(tmp_path: Path) -> None:
-    log = Log.open(tmp_path / "t-0", small_config())
-    ps = ProducerStateManager(log.directory)
+    log, ps = _new_log(tmp_path)
     _append(log, ps, _data(1, 0))  # 0: pid 1 opens a transaction
     _append(log, ps, _data(2, 0))  # 1: pid 2 opens one
     log.roll()
@@ -87,8 +91,7 @@ def test_entries_live_with_the_segment_holding_the_marker(tmp_path: Path) -> Non
 
 
 def test_the_search_stops_at_an_entry_whose_lso_reaches_the_upper_bound(tmp_path: Path) -> None:
-    log = Log.open(tmp_path / "t-0", small_config())
-    ps = ProducerStateManager(log.directory)
+    log, ps = _new_log(tmp_path)
     _append(log, ps, _data(1, 0))  # 0
     _append(log, ps, _marker(1, ABORT))  # 1: LSO after it 2 >= any bound <= 2
     log.roll()
@@ -102,8 +105,7 @@ def test_the_search_stops_at_an_entry_whose_lso_reaches_the_upper_bound(tmp_path
 
 
 def test_replay_after_a_restart_indexes_nothing_twice(tmp_path: Path) -> None:
-    log = Log.open(tmp_path / "t-0", small_config())
-    ps = ProducerStateManager(log.directory)
+    log, ps = _new_log(tmp_path)
     _append(log, ps, _data(1, 0))
     ps.write_snapshot()  # older than the abort below: a restart replays over it
     _append(log, ps, _marker(1, ABORT))
@@ -120,8 +122,7 @@ def test_replay_after_a_restart_indexes_nothing_twice(tmp_path: Path) -> None:
 
 
 def test_entries_of_a_version_1_snapshot_move_to_the_index(tmp_path: Path) -> None:
-    log = Log.open(tmp_path / "t-0", small_config())
-    ps = ProducerStateManager(log.directory)
+    log, ps = _new_log(tmp_path)
     _append(log, ps, _data(1, 0))
     _append(log, ps, _marker(1, ABORT))
     # What a broker before .txnindex files left: the entry only in the snapshot.
@@ -139,8 +140,7 @@ def test_entries_of_a_version_1_snapshot_move_to_the_index(tmp_path: Path) -> No
 
 
 def test_truncating_a_marker_cuts_its_entry_and_reopens_the_transaction(tmp_path: Path) -> None:
-    log = Log.open(tmp_path / "t-0", small_config())
-    ps = ProducerStateManager(log.directory)
+    log, ps = _new_log(tmp_path)
     _append(log, ps, _data(1, 0))  # 0
     _append(log, ps, _marker(1, ABORT))  # 1
     _append(log, ps, _data(1, 1))  # 2
@@ -156,8 +156,7 @@ def test_truncating_a_marker_cuts_its_entry_and_reopens_the_transaction(tmp_path
 
 
 def test_recovery_drops_the_entries_of_markers_it_cut_off(tmp_path: Path) -> None:
-    log = Log.open(tmp_path / "t-0", small_config())
-    ps = ProducerStateManager(log.directory)
+    log, ps = _new_log(tmp_path)
     _append(log, ps, _data(1, 0))  # 0
     _append(log, ps, _marker(1, ABORT))  # 1
     marker_at = log.active_segment.size - len(_marker(1, ABORT))
@@ -171,8 +170,7 @@ def test_recovery_drops_the_entries_of_markers_it_cut_off(tmp_path: Path) -> Non
 
 
 def test_retention_takes_the_entries_with_their_segment(tmp_path: Path) -> None:
-    log = Log.open(tmp_path / "t-0", small_config())
-    ps = ProducerStateManager(log.directory)
+    log, ps = _new_log(tmp_path)
     _append(log, ps, _data(1, 0))
     _append(log, ps, _marker(1, ABORT))
     log.roll()
@@ -185,8 +183,7 @@ def test_retention_takes_the_entries_with_their_segment(tmp_path: Path) -> None:
 
 
 def test_every_flush_syncs_a_written_index_group_commit_included(tmp_path: Path) -> None:
-    log = Log.open(tmp_path / "t-0", small_config())
-    ps = ProducerStateManager(log.directory)
+    log, ps = _new_log(tmp_path)
     log.flush()
     _append(log, ps, _data(1, 0))
     _append(log, ps, _marker(1, ABORT))
