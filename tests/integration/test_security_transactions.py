@@ -10,10 +10,14 @@ confluent-kafka's transactional producer on a SASL_SSL cluster (ZooKeeper secure
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
 * DescribeTransactions of an id without DESCRIBE -> TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
   ListTransactions leaves such ids out, WriteTxnMarkers from a client (no CLUSTER_ACTION)
-  -> CLUSTER_AUTHORIZATION_FAILED."""
+  -> CLUSTER_AUTHORIZATION_FAILED;
+* a transactional Produce without WRITE on its TransactionalId (WRITE on the topic only)
+  -> TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition, nothing appended."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import subprocess
 import sys
 import time
@@ -266,3 +270,55 @@ def test_transaction_apis_check_acls(secure: LocalCluster) -> None:
     with pytest.raises(KafkaException) as e:
         p.commit_transaction(30)
     assert _code(e.value) == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, e.value
+
+
+def test_transactional_produce_needs_write_on_its_transactional_id(
+        secure: LocalCluster) -> None:
+    """Kafka's KafkaApis.handleProduceRequest: a produce of transactional records needs
+    WRITE on the request's TransactionalId besides WRITE on the topic. Without it every
+    partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is appended, even
+    inside a transaction the coordinator knows (opened here by the superuser, over raw
+    requests: a client without WRITE on the id could not even initialise it)."""
+    from rawclient import list_offsets_request, produce_request, request_cls
+
+    from odradek.storage.records import encode_batch
+
+    c = secure
+    (t,) = _topics(c, 1)
+    txn = f"tx-raw-{uuid.uuid4().hex[:6]}"
+    admin_access = access(c, "SASL_SSL", "SCRAM-SHA-512")
+    bob_access = access(c, "SASL_SSL", "SCRAM-SHA-512", "bob", "bob-secret")
+    _grant(c, (ResourceType.TOPIC, t, AclOperation.WRITE))
+
+    def ask(a: Any, req: Any) -> Any:
+        with raw_connection(a) as conn:  # one broker: leader and both coordinators
+            return conn.request(req)
+
+    init = ask(admin_access, request_cls(22, 3)(
+        transactional_id=txn, transaction_timeout=datetime.timedelta(seconds=60),
+        producer_id=-1, producer_epoch=-1))
+    assert int(init.error_code) == 0
+    pid, epoch = int(init.producer_id), int(init.producer_epoch)
+    m = sys.modules[request_cls(24, 3).__module__]
+    added = ask(admin_access, m.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=txn, v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=(m.AddPartitionsToTxnTopic(name=t, partitions=(0,)),)))
+    assert int(added.results_by_topic_v3_and_below[0].results_by_partition[0]
+               .partition_error_code) == 0
+
+    def produce(seq: int) -> int:
+        batch = encode_batch([(b"k", b"v%d" % seq)], producer_id=pid, producer_epoch=epoch,
+                             base_sequence=seq, transactional=True)
+        req = dataclasses.replace(produce_request(t, 0, batch), transactional_id=txn)
+        return int(ask(bob_access, req).responses[0].partition_responses[0].error_code)
+
+    assert produce(0) == TXN_ID_DENIED
+    _grant(c, (ResourceType.TRANSACTIONAL_ID, txn, AclOperation.WRITE))
+    deadline = time.monotonic() + 10
+    while (code := produce(0)) != 0:
+        assert code == TXN_ID_DENIED and time.monotonic() < deadline, code
+        time.sleep(0.05)
+    # Only the authorized batch was appended: the refused ones left nothing behind.
+    end = ask(admin_access, list_offsets_request(t, 0, -1)).topics[0].partitions[0]
+    assert int(end.offset) == 1

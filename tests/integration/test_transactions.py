@@ -375,7 +375,7 @@ def test_aborted_transactions_are_served_by_every_replica_and_after_restarts(
 
 
 # ====================================================================== KIP-890 part 1
-INVALID_TXN_STATE, TRANSACTION_ABORTABLE = 48, 120
+INVALID_TXN_STATE, TRANSACTION_ABORTABLE, UNSTABLE_OFFSET_COMMIT = 48, 120, 88
 
 
 def _ask(address: str, entity: Any) -> Any:
@@ -383,13 +383,14 @@ def _ask(address: str, entity: Any) -> Any:
         return client.request(entity)
 
 
-def _txn_coordinator(bootstrap: str, tid: str) -> Any:
-    req = request_cls(10, 3)(key=tid, key_type=1)
+def _find_coordinator(bootstrap: str, key: str, key_type: int = 1) -> Any:
+    """FindCoordinator for a transactional id (key type 1) or a group (0)."""
+    req = request_cls(10, 3)(key=key, key_type=key_type)
 
     def found() -> Any:
         r = _ask(bootstrap, req)
         return r if int(r.error_code) == 0 else None
-    return wait_for(found, 30, f"a coordinator for {tid}")
+    return wait_for(found, 30, f"a coordinator for {key}")
 
 
 def _init_producer(coordinator: str, tid: str) -> tuple[int, int]:
@@ -446,7 +447,7 @@ def test_a_batch_outside_its_transaction_is_refused_by_the_leader(
     tid, fc = "", None
     for i in range(100):
         tid = f"kip890-{uuid.uuid4().hex[:6]}-{i}"
-        fc = _txn_coordinator(bs, tid)
+        fc = _find_coordinator(bs, tid)
         if int(fc.node_id) != leader:
             break
     assert fc is not None and int(fc.node_id) != leader
@@ -485,6 +486,89 @@ def test_a_batch_outside_its_transaction_is_refused_by_the_leader(
                                    partitions=1)] == []
 
 
+def test_a_transactional_batch_without_a_transactional_id_is_refused(
+        txn_cluster: LocalCluster) -> None:
+    """A produce whose records are transactional but whose request names no
+    transactional id cannot be verified with any coordinator, and no marker would ever
+    close what it opened: as in Kafka, every partition of the request gets
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is appended."""
+    c = txn_cluster
+    topic = new_topic(c.bootstrap_servers, partitions=1)
+    leader, _ = _leader_and_isr(c, topic)
+    at_leader = c.broker(leader).address
+    batch = encode_batch([(b"k", b"stray")], producer_id=4242, producer_epoch=0,
+                         base_sequence=0, transactional=True)
+    r = _ask(at_leader, produce_request(topic, 0, batch))
+    assert int(r.responses[0].partition_responses[0].error_code) == 53
+    assert _end_offset(at_leader, topic, 0) == 0
+    # A plain batch in the same form is appended as usual.
+    plain = encode_batch([(b"k", b"fine")], producer_id=-1, producer_epoch=-1,
+                         base_sequence=-1)
+    r = _ask(at_leader, produce_request(topic, 0, plain))
+    assert int(r.responses[0].partition_responses[0].error_code) == 0
+    assert _end_offset(at_leader, topic, 1) == _end_offset(at_leader, topic, 0) == 1
+
+
+def test_transactional_offsets_outside_their_transaction_are_refused(
+        txn_cluster: LocalCluster) -> None:
+    """KIP-890 for TxnOffsetCommit (Kafka's GroupCoordinator): the group coordinator
+    writes a transaction's first offsets only once the transaction coordinator (another
+    broker here) confirms the group's __consumer_offsets partition is in it. Without
+    AddOffsetsToTxn, or after the abort, the commit is INVALID_TXN_STATE and nothing is
+    left pending: OffsetFetch with require_stable (KIP-447) answers at once instead of
+    UNSTABLE_OFFSET_COMMIT for good."""
+    c = txn_cluster
+    bs = c.bootstrap_servers.split(",")[0]
+    topic = new_topic(c.bootstrap_servers, partitions=1)
+    tid, group, gc, tc = "", "", None, None
+    for i in range(100):
+        tid, group = f"kip890-o-{uuid.uuid4().hex[:6]}-{i}", f"g-{uuid.uuid4().hex[:6]}"
+        tc = _find_coordinator(bs, tid)
+        gc = _find_coordinator(bs, group, key_type=0)
+        if int(gc.node_id) != int(tc.node_id):
+            break
+    assert gc is not None and tc is not None and int(gc.node_id) != int(tc.node_id)
+    coordinator, group_coordinator = f"{tc.host}:{tc.port}", f"{gc.host}:{gc.port}"
+    pid, epoch = _init_producer(coordinator, tid)
+    commit_mod = sys.modules[request_cls(28, 3).__module__]
+    fetch_mod = sys.modules[request_cls(9, 7).__module__]
+
+    def commit(offset: int) -> int:
+        r = _ask(group_coordinator, commit_mod.TxnOffsetCommitRequest(
+            transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch,
+            generation_id=-1, member_id="", group_instance_id=None,
+            topics=(commit_mod.TxnOffsetCommitRequestTopic(name=topic, partitions=(
+                commit_mod.TxnOffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+                    committed_metadata=""),)),)))
+        return int(r.topics[0].partitions[0].error_code)
+
+    def stable_offset() -> tuple[int, int]:
+        r = _ask(group_coordinator, fetch_mod.OffsetFetchRequest(
+            group_id=group, require_stable=True, topics=(
+                fetch_mod.OffsetFetchRequestTopic(name=topic, partition_indexes=(0,)),)))
+        p = r.topics[0].partitions[0]
+        return int(p.error_code), int(p.committed_offset)
+
+    def add_offsets() -> int:
+        return int(_ask(coordinator, request_cls(25, 3)(
+            transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+            group_id=group)).error_code)
+
+    # 1. The group's offsets partition was never added: refused, nothing pending.
+    assert commit(5) == INVALID_TXN_STATE
+    assert stable_offset() == (0, -1)
+    # 2. Added (AddOffsetsToTxn), as a client does first: pending until the marker.
+    assert add_offsets() == 0
+    assert commit(5) == 0
+    assert stable_offset()[0] == UNSTABLE_OFFSET_COMMIT
+    # 3. Aborted; a late commit of the same producer and epoch is refused.
+    assert _end_txn(coordinator, tid, pid, epoch, commit=False) == 0
+    wait_for(lambda: stable_offset() == (0, -1), 30, "the abort to reach the group")
+    assert commit(7) == INVALID_TXN_STATE
+    assert stable_offset() == (0, -1)
+
+
 def test_verification_can_be_switched_off_as_a_dynamic_broker_config(
         txn_cluster: LocalCluster) -> None:
     """transaction.partition.verification.enable=false (cluster default, dynamic): the
@@ -505,7 +589,7 @@ def test_verification_can_be_switched_off_as_a_dynamic_broker_config(
         assert r.returncode == 0, r.stderr
 
     tid = f"kip890-off-{uuid.uuid4().hex[:6]}"
-    fc = _txn_coordinator(bs.split(",")[0], tid)
+    fc = _find_coordinator(bs.split(",")[0], tid)
     coordinator = f"{fc.host}:{fc.port}"
     pid, epoch = _init_producer(coordinator, tid)
     at_leader = c.broker(leader).address

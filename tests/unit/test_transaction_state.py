@@ -229,6 +229,23 @@ def test_verification_answers_become_produce_errors_as_in_kafka() -> None:
     assert produce_error(E.invalid_producer_id_mapping) is E.invalid_producer_id_mapping
 
 
+def test_verification_answers_become_offset_commit_errors_as_in_kafka() -> None:
+    """TxnOffsetCommit (Kafka's maybeConvertOffsetCommitError over the produce mapping):
+    an unreachable transaction coordinator is COORDINATOR_LOAD_IN_PROGRESS (retried
+    without a new lookup), a retriable answer COORDINATOR_NOT_AVAILABLE, and the
+    transaction's own errors reach the producer unchanged."""
+    from odradek.coordinator.group_coordinator import _commit_error
+    from odradek.coordinator.txn_verifier import produce_error
+
+    E = ErrorCode
+    assert _commit_error(produce_error(E.network_exception)) is E.coordinator_load_in_progress
+    assert _commit_error(produce_error(E.concurrent_transactions)) is E.coordinator_not_available
+    assert _commit_error(produce_error(E.transaction_abortable)) is E.invalid_txn_state
+    assert _commit_error(produce_error(E.producer_fenced)) is E.invalid_producer_epoch
+    assert _commit_error(E.not_leader_or_follower) is E.not_coordinator
+    assert _commit_error(E.corrupt_message) is E.unknown_server_error
+
+
 def _headers(raw: bytes) -> list:
     return parse_batches(raw, verify_crc=False)
 

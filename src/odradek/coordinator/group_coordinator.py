@@ -54,7 +54,7 @@ from odradek.metadata.image import MetadataImage
 from odradek.replication.partition import Partition, Role
 from odradek.replication.replica_manager import now_ms
 from odradek.storage.batch import CONTROL_BIT, parse_batches
-from odradek.storage.producer_state import CONTROL_TYPE_COMMIT, control_type
+from odradek.storage.producer_state import CONTROL_TYPE_COMMIT, ONGOING_AT_REQUEST, control_type
 from odradek.storage.records import decode_batch_records, encode_batch
 from odradek.zk.admin import create_topic, plan_new_topic
 
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
     from odradek.config import BrokerConfig
+    from odradek.coordinator.txn_verifier import TxnVerifier
     from odradek.metadata.image import MetadataImage
     from odradek.replication.replica_manager import ReplicaManager
 
@@ -104,6 +105,19 @@ _APPEND_ERRORS = {
     ErrorCode.message_too_large: ErrorCode.invalid_commit_offset_size,
     ErrorCode.record_list_too_large: ErrorCode.invalid_commit_offset_size,
 }
+# What a transactional offset commit's verification may answer besides (KIP-890), kept.
+_TXN_ERRORS = frozenset({ErrorCode.invalid_txn_state, ErrorCode.invalid_producer_epoch,
+                         ErrorCode.producer_fenced, ErrorCode.coordinator_load_in_progress})
+
+
+def _commit_error(code: ErrorCode) -> ErrorCode:
+    """Kafka's GroupMetadataManager.maybeConvertOffsetCommitError: append errors become
+    coordinator errors; a verification that could not reach the transaction coordinator
+    (NETWORK_EXCEPTION, which older clients do not retry) becomes
+    COORDINATOR_LOAD_IN_PROGRESS, which they retry without a new coordinator lookup."""
+    if code is ErrorCode.network_exception:
+        return ErrorCode.coordinator_load_in_progress
+    return _APPEND_ERRORS.get(code, code if code in _TXN_ERRORS else ErrorCode.unknown_server_error)
 
 
 class ClusterView(Protocol):
@@ -529,11 +543,14 @@ class GroupCoordinator:
 
     async def txn_commit(self, group_id: str, producer_id: int, epoch: int, member_id: str,
                          instance_id: str | None, generation: int,
-                         entries: list[CommitEntry]) -> dict[TopicPartition, ErrorCode]:
+                         entries: list[CommitEntry], *, transactional_id: str | None = None,
+                         verifier: TxnVerifier | None = None
+                         ) -> dict[TopicPartition, ErrorCode]:
         """TxnOffsetCommit (KIP-98, KIP-447): the offsets are written as a transactional
         batch of the producer and stay pending until its marker arrives
         (``complete_txn_offsets``). Generation checks apply only when the client sent
-        them (KIP-447; a -1 generation is an old client)."""
+        them (KIP-447; a -1 generation is an old client). ``verifier``: KIP-890 is on
+        (``_verify_txn``)."""
         idx = self.check(group_id)
         epoch_loaded = self.owned[idx]
         t = now_ms()
@@ -545,15 +562,21 @@ class GroupCoordinator:
         results, records, values = self._offset_records(group_id, entries, t)
         if records:
             tpo = (OFFSETS_TOPIC, idx)
-            if tpo not in self.replicas.partitions:
-                code, first = ErrorCode.not_coordinator, -1
+            part = self.replicas.partitions.get(tpo)
+            first = -1
+            if part is None:
+                code = ErrorCode.not_coordinator
             else:
-                code, first = await self.replicas.append_and_wait(
-                    tpo, encode_batch(records, producer_id=producer_id, producer_epoch=epoch,
-                                      base_sequence=-1, transactional=True),
-                    self.commit_timeout_s)
+                code, guard = await self._verify_txn(part, transactional_id, producer_id,
+                                                     epoch, verifier)
+                if code is ErrorCode.none:
+                    code, first = await self.replicas.append_and_wait(
+                        tpo, encode_batch(records, producer_id=producer_id,
+                                          producer_epoch=epoch, base_sequence=-1,
+                                          transactional=True),
+                        self.commit_timeout_s, verification_guard=guard)
                 if code is not ErrorCode.none:
-                    code = _APPEND_ERRORS.get(code, ErrorCode.unknown_server_error)
+                    code = _commit_error(code)
             if code is ErrorCode.none and self.owned.get(idx) == epoch_loaded:
                 per = self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
                 for i, (tp, v) in enumerate(values):
@@ -564,6 +587,28 @@ class GroupCoordinator:
             for tp, _ in values:
                 results[tp] = code
         return results
+
+    async def _verify_txn(self, part: Partition, tid: str | None, producer_id: int, epoch: int,
+                          verifier: TxnVerifier | None) -> tuple[ErrorCode, object | None]:
+        """KIP-890 for TxnOffsetCommit, as Kafka's GroupCoordinator: a transaction's first
+        offsets in the group's ``__consumer_offsets`` partition are written only once its
+        coordinator confirms the partition is in the transaction (AddOffsetsToTxn put it
+        there). A commit arriving after the abort would otherwise leave pending offsets
+        that no marker resolves: OffsetFetch with require_stable would answer
+        UNSTABLE_OFFSET_COMMIT for the group's partitions for good."""
+        if verifier is None or not tid:
+            return ErrorCode.none, None
+        ps = part.producers
+        if producer_id in ps.ongoing:
+            return ErrorCode.none, ONGOING_AT_REQUEST  # a marker before the append voids it
+        guard = ps.start_verification(producer_id)
+        failed = await verifier.verify(tid, producer_id, epoch, [(part.topic, part.index)],
+                                       self.commit_timeout_s)
+        code = failed.get((part.topic, part.index))
+        if code is None:
+            return ErrorCode.none, guard
+        ps.end_verification(producer_id, guard)
+        return code, None
 
     def pending_txn_partitions(self, group_id: str) -> set[TopicPartition]:
         """Partitions with an offset of ``group_id`` in an open transaction."""

@@ -248,7 +248,7 @@ class FetchServing:
                             # KIP-98: the aborted transactions overlapping what is returned,
                             # so the consumer can drop their batches.
                             res.aborted_transactions = p.aborted_transactions(
-                                e.fetch_offset, res.last_stable_offset
+                                e.fetch_offset, sl, res.last_stable_offset
                             )
                         total += sl.size
                         remaining -= sl.size

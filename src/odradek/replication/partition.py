@@ -289,11 +289,11 @@ class Partition:
             if h.producer_id >= 0:
                 idempotent = True
                 break
-        if idempotent and not from_coordinator:
+        if idempotent:
             # Coordinator appends (transaction markers, transactional offset commits)
             # carry no sequence numbers: Kafka validates them only for client produces
-            # (AppendOrigin.Coordinator).
-            dup = self.producers.check(headers)
+            # (AppendOrigin.Coordinator). A transactional offset commit is verified.
+            dup = None if from_coordinator else self.producers.check(headers)
             if verification_guard is not None and dup is None:
                 self.producers.check_verified(headers, verification_guard)
             if dup is not None:
@@ -591,9 +591,13 @@ class Partition:
         first = self.producers.first_unstable_offset()
         return self._hw if first is None else min(first, self._hw)
 
-    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
-        """(producer id, first offset) of the aborted transactions overlapping
-        [start, end), for a read_committed fetch (the log's .txnindex files)."""
+    def aborted_transactions(self, start: int, returned: FileSlice,
+                             lso: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping what a
+        read_committed fetch from ``start`` returns (the log's .txnindex files). As in
+        Kafka, the search stops past the returned batches, not at the LSO: a consumer
+        far behind is sent the transactions of its fetch, not of the whole backlog."""
+        end = min(lso, self.log.fetch_upper_bound(start, returned))
         return [(a.producer_id, a.first_offset) for a in self.log.collect_aborted(start, end)]
 
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool,

@@ -517,15 +517,19 @@ class ReplicaManager(FetchServing):
         return op
 
     async def append_and_wait(self, tp: TopicPartition, records: bytes, timeout_s: float,
-                              *, allow_control: bool = False) -> tuple[ErrorCode, int]:
+                              *, allow_control: bool = False,
+                              verification_guard: object | None = None
+                              ) -> tuple[ErrorCode, int]:
         """An internal acks=all append (the group coordinator's ``__consumer_offsets``):
-        (error, first offset) once replicated, or the error that stopped it."""
+        (error, first offset) once replicated, or the error that stopped it.
+        ``verification_guard``: a transactional offset commit's (KIP-890)."""
         part = self.partitions.get(tp)
         if part is None:
             return ErrorCode.not_leader_or_follower, -1
         try:
             info = part.append_as_leader(records, -1, now_ms(), allow_control=allow_control,
-                                         from_coordinator=True)
+                                         from_coordinator=True,
+                                         verification_guard=verification_guard)
         except KafkaError as e:
             return e.code, -1
         res = PartitionProduceResult(index=tp[1], error_code=0, base_offset=info.first_offset)

@@ -5,9 +5,10 @@
   (``flush_messages``/``flush_ms``; Kafka's default leaves it to the OS).
 * Reads return a ``FileSlice`` (fd, position, size) of whole batches so the server can
   ``sendfile``/``pread`` without the bytes passing through Python objects (R26).
-* Crash recovery: every segment holding data at or after the recovery point is scanned
-  batch by batch; the first torn, oversized, non-v2, CRC-invalid or discontinuous batch
-  and everything after it are removed, and indexes are rebuilt for scanned segments.
+* Crash recovery happens at ``open`` (``log_loader``, Kafka's ``LogLoader``): every
+  segment holding data at or after the recovery point is scanned batch by batch; the
+  first torn, oversized, non-v2, CRC-invalid or discontinuous batch and everything after
+  it are removed, and indexes are rebuilt for scanned segments.
 
 Thread model: sans-asyncio, no locks. The broker calls it from its event loop; slices
 handed out stay valid because bytes below the high watermark are never rewritten or
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import time
 from bisect import bisect_right
@@ -37,6 +37,7 @@ from odradek.storage.batch import (
 )
 from odradek.storage.checkpoint import fsync_dir
 from odradek.storage.durability import FlushJob
+from odradek.storage.log_loader import load_segments
 from odradek.storage.log_types import AppendInfo, FileSlice, LogConfig
 from odradek.storage.recompression import needs_recompression, recompress_batches, target_codec
 from odradek.storage.retention import RetentionDecision, SegmentSummary, segments_to_delete
@@ -46,22 +47,6 @@ from odradek.storage.txn_index import AbortedTxn
 __all__ = ["Log", "LogConfig", "AppendInfo", "FileSlice"]
 
 _logger = logging.getLogger(__name__)
-
-_SEGMENT_RE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
-# Leftovers of interrupted cleaner/retention/index rewrites; Kafka deletes them on load.
-_STRAY_SUFFIXES = (".cleaned", ".deleted", ".swap", ".tmp")
-
-
-
-def _index_files_empty(seg: Segment) -> bool:
-    """Both index files of ``seg`` absent or empty (what an empty segment's are)."""
-    for path in (seg.index.path, seg.time_index.path):
-        try:
-            if os.stat(path).st_size:
-                return False
-        except FileNotFoundError:
-            pass
-    return True
 
 class Log:
     def __init__(
@@ -112,65 +97,8 @@ class Log:
         log_start_offset: int | None = None,
     ) -> Log:
         directory = Path(directory)
-        created = not directory.is_dir()
-        directory.mkdir(parents=True, exist_ok=True)
-        max_batch = max(config.max_message_bytes, config.segment_bytes)
-        if not created:
-            # A crash in the middle of a cleaner swap: a .log.swap file is the commit
-            # point; finish it before stray suffixes are deleted (Kafka's LogLoader).
-            from odradek.storage.cleaner import complete_swaps
-
-            complete_swaps(directory)
-        bases: set[int] = set()
-        for entry in os.scandir(directory):
-            name = entry.name
-            if name.endswith(_STRAY_SUFFIXES):
-                _unlink(directory / name)
-                continue
-            m = _SEGMENT_RE.match(name)
-            if m and m.group(2) == "log":
-                bases.add(int(m.group(1)))
-        # Index files without a .log file are orphans.
-        for entry in os.scandir(directory):
-            m = _SEGMENT_RE.match(entry.name)
-            if m and m.group(2) != "log" and int(m.group(1)) not in bases:
-                _unlink(directory / entry.name)
-
-        segments: list[Segment] = []
-        ordered = sorted(bases)
-        damaged = False
-        recovered = False
-        for i, base in enumerate(ordered):
-            seg = Segment(directory, base, config.index_interval_bytes)
-            if damaged or (segments and base < segments[-1].next_offset):
-                seg.delete()  # after a truncation point, or overlapping: not trustworthy
-                damaged = True
-                continue
-            next_base = ordered[i + 1] if i + 1 < len(ordered) else None
-            if next_base is None and recovery_point > base:
-                # Active segment after a clean shutdown: if a (header-checked) load shows
-                # no data at or past the recovery point, skip the full CRC scan.
-                seg.load(recover=False, max_batch_bytes=max_batch)
-                if seg.next_offset > recovery_point or not seg.consistent:
-                    damaged = seg.load(recover=True, max_batch_bytes=max_batch)
-                    recovered = True
-            elif seg.size == 0:
-                # Nothing was written past the recovery point: nothing to check, and no
-                # flush to pay for (an fsync per empty log made a broker with 3,000
-                # mostly empty partitions take a minute to start, issue 13). Index files
-                # that are absent or empty are what a new segment has: nothing to load
-                # or rewrite either.
-                if not _index_files_empty(seg):
-                    seg.load(recover=False, max_batch_bytes=max_batch)
-            elif next_base is None or next_base > recovery_point:
-                damaged = seg.load(recover=True, max_batch_bytes=max_batch)
-                recovered = True
-            else:
-                seg.load(recover=False, max_batch_bytes=max_batch)
-            segments.append(seg)
-        if not segments:
-            start = log_start_offset or 0
-            segments.append(Segment(directory, start, config.index_interval_bytes))
+        loaded = load_segments(directory, config, recovery_point, log_start_offset)
+        segments = loaded.segments
         active = segments[-1]
         if active.size:
             active.rolling_base_ms = active.header_at(0).max_timestamp
@@ -182,10 +110,10 @@ class Log:
         # them (it may have crashed first), so the first flush after open does both.
         log._dir_dirty = True
         log._parent_dirty = True
-        log._dir_changed = created  # a new partition directory is a change of ours
+        log._dir_changed = loaded.created  # a new partition directory is a change of ours
         if lso > log.log_end_offset:
             log.truncate_fully_and_start_at(lso)
-        if recovered and (damaged or log.log_end_offset > recovery_point):
+        if loaded.recovered and (loaded.damaged or log.log_end_offset > recovery_point):
             # Everything up to the LEO is now verified; make it durable so the
             # recovery point can move to the LEO (and a truncation of a torn tail sticks).
             log._dir_dirty = True
@@ -453,6 +381,12 @@ class Log:
             if seg.txn_index.collect(start, end, out):
                 break
         return out
+
+    def fetch_upper_bound(self, offset: int, returned: FileSlice) -> int:
+        """An offset past every batch of ``returned`` (what ``read(offset, ...)`` gave):
+        the bound of the aborted transactions sent with it."""
+        seg = self.segments[self._segment_for(offset)]
+        return seg.fetch_upper_bound(returned.position + returned.size)
 
     def aborted_entries(self, start: int = 0) -> list[AbortedTxn]:
         """Every indexed aborted transaction whose marker is at or above ``start``."""
@@ -808,11 +742,3 @@ def _replace_if_exists(src: Path, dst: Path) -> None:
         if not src.name.endswith((".txnindex.cleaned", ".txnindex.swap")):
             raise
 
-
-def _unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-    except IsADirectoryError:
-        shutil.rmtree(path, ignore_errors=True)

@@ -307,6 +307,15 @@ class Segment:
             best = end
         return best
 
+    def fetch_upper_bound(self, position: int) -> int:
+        """An offset past every batch that starts before ``position`` (Kafka's
+        ``LogSegment.fetchUpperBoundOffset``), from the lookup arrays without I/O: one
+        past the last offset of the first indexed batch at or after it, else the end."""
+        if position >= self.size:
+            return self.next_offset
+        j = bisect_left(self._pos, position)
+        return self._offs[j] + 1 if j < len(self._offs) else self.next_offset
+
     def batch_size_at(self, position: int) -> int:
         return self.header_at(position).size
 

@@ -31,7 +31,9 @@ def test_reports_a_blocking_call_with_its_stack(tmp_path: Path,
         det.stop()
         return det.stalls
 
-    assert asyncio.run(main()) == 1
+    # At least the one stall (a loaded machine may pause the loop past 50 ms elsewhere
+    # too), and the report names the blocking call.
+    assert asyncio.run(main()) >= 1
     assert "block_the_loop" in report.read_text()
 
 

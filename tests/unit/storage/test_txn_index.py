@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import os
 import struct
+import uuid
 from pathlib import Path
 
+import pytest
 from _storage_helpers import small_config
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from odradek.replication.partition import rebuild_producer_state
 from odradek.storage.batch import parse_batches
+from odradek.storage.durability import LEDGER_ENV, simulate_power_loss
 from odradek.storage.log import Log
 from odradek.storage.producer_state import ProducerStateManager
-from odradek.storage.records import encode_batch
+from odradek.storage.records import decode_batch_records, encode_batch
 from odradek.storage.txn_index import ENTRY_SIZE, AbortedTxn, TransactionIndex
 
 ABORT, COMMIT = 0, 1
@@ -199,4 +204,102 @@ def test_every_flush_syncs_a_written_index_group_commit_included(tmp_path: Path)
     job.run()
     log.complete_flush(job)
     assert os.path.getsize(txn) == ENTRY_SIZE
+    log.close()
+
+
+def test_a_fetch_is_sent_the_aborted_transactions_of_its_batches_only(tmp_path: Path) -> None:
+    """Kafka's fetchUpperBoundOffset: a read_committed fetch's aborted transactions are
+    looked up below an offset past its returned batches, not up to the LSO, so a
+    consumer far behind gets (and the broker reads) those of its fetch only."""
+    log = Log.open(tmp_path / "t-0", small_config(segment_bytes=1 << 20))
+    ps = ProducerStateManager(log.directory)
+    for pid in range(1, 31):  # 30 aborted transactions: one data batch, then its marker
+        _append(log, ps, _data(pid, 0))
+        _append(log, ps, _marker(pid, ABORT))
+    for sparse in (False, True):  # the active segment's dense lookup, then the index
+        if sparse:
+            log.roll()
+        sl = log.read(0, 500)  # a few batches of ~200 bytes
+        assert sl is not None
+        batches = parse_batches(sl.read_bytes(), verify_crc=False)
+        bound = log.fetch_upper_bound(0, sl)
+        assert batches[-1].last_offset < bound < 60, (sparse, bound)
+        got = log.collect_aborted(0, bound)
+        assert [a.producer_id for a in got] == list(range(1, len(got) + 1))
+        # Every transaction with a batch in the fetch is there; none far past it is.
+        assert {h.producer_id for h in batches} <= {a.producer_id for a in got}
+        assert len(got) <= bound // 2 + 1
+        whole = log.read(0, 1 << 20)
+        assert whole is not None and log.fetch_upper_bound(0, whole) == 60
+        assert len(log.collect_aborted(0, 60)) == 30
+
+
+_OPS = ("data", "data", "abort", "commit", "roll", "group", "flush", "snapshot")
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from(_OPS), st.integers(1, 3)), max_size=40))
+def test_after_a_power_loss_every_surviving_abort_has_its_entry_and_no_other(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        ops: list[tuple[str, int]]) -> None:
+    """Power loss at any point of appends, rolls, group commits, full flushes and
+    producer-state snapshots (simulate_power_loss cuts every file back to its last
+    fsync, .txnindex included), then what a broker does at start: open the log at its
+    durable offset and replay the producer state from the newest usable snapshot. The
+    index then holds one entry per ABORT marker that survived, with its transaction's
+    first offset, and none for a marker that was lost."""
+    monkeypatch.setenv(LEDGER_ENV, "1")
+    root = tmp_path / uuid.uuid4().hex
+    config = small_config(segment_bytes=1500)
+    log = Log.open(root / "t-0", config)
+    ps = ProducerStateManager(log.directory)
+    seq = dict.fromkeys(range(1, 4), 0)
+    open_txns: set[int] = set()
+    for op, pid in ops:
+        if op == "data":
+            _append(log, ps, _data(pid, seq[pid]))
+            seq[pid] += 1
+            open_txns.add(pid)
+        elif op in ("abort", "commit") and open_txns:
+            pid = sorted(open_txns)[pid % len(open_txns)]
+            _append(log, ps, _marker(pid, ABORT if op == "abort" else COMMIT))
+            open_txns.discard(pid)
+        elif op == "roll" and log.active_segment.size:
+            log.roll()
+        elif op in ("group", "flush"):
+            job = log.begin_flush(with_indexes=op == "flush")
+            if job is not None:
+                job.run()
+                log.complete_flush(job)
+        elif op == "snapshot":
+            ps.write_snapshot()
+    durable = log.durable_offset
+    for s in log.segments:  # the "crashed" process's descriptors
+        os.close(s.fd)
+    simulate_power_loss(root)
+    log = Log.open(root / "t-0", config, recovery_point=durable)
+    rebuild_producer_state(ProducerStateManager(log.directory), log)
+    # The model: the aborted transactions of the surviving log, read batch by batch.
+    expected: list[tuple[int, int, int]] = []
+    first: dict[int, int] = {}
+    sl = log.read(log.log_start_offset, 1 << 30, max_offset=log.log_end_offset)
+    offset = log.log_start_offset
+    while sl is not None:
+        data = sl.read_bytes()
+        for h in parse_batches(data, verify_crc=True):
+            if not h.is_control:
+                first.setdefault(h.producer_id, h.base_offset)
+            elif h.producer_id in first:
+                start = first.pop(h.producer_id)
+                key = decode_batch_records(data[h.position:h.position + h.size])[0].key
+                if key is not None and key[2:4] == ABORT.to_bytes(2, "big"):
+                    expected.append((h.producer_id, start, h.base_offset))
+            offset = h.next_offset
+        sl = log.read(offset, 1 << 30, max_offset=log.log_end_offset) \
+            if offset < log.log_end_offset else None
+    got = [(a.producer_id, a.first_offset, a.last_offset) for a in log.aborted_entries()]
+    assert got == expected
+    assert [(a.producer_id, a.first_offset) for a in log.collect_aborted(
+        0, log.log_end_offset)] == [(p, f) for p, f, _ in expected]
     log.close()

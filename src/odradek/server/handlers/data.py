@@ -10,6 +10,9 @@ consumer's Fetch READ, a follower's Fetch and OffsetForLeaderEpoch CLUSTER_ACTIO
 cluster; ListOffsets and a consumer's OffsetForLeaderEpoch DESCRIBE. A topic the
 principal may not use gets TOPIC_AUTHORIZATION_FAILED (CLUSTER_AUTHORIZATION_FAILED for
 a follower) and is neither written nor read. Each topic is checked once per request.
+A produce of transactional records also needs WRITE on its TransactionalId, else every
+partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED (as in Kafka, also when the
+request names no transactional id).
 """
 
 from __future__ import annotations
@@ -33,7 +36,14 @@ from odradek.replication.fetch_session import FetchContext, FetchKind
 from odradek.replication.replica_manager import ProduceEntry
 from odradek.security.acl import AclOperation, ResourceType
 from odradek.server.network import CloseConnection, InOrder
-from odradek.storage.batch import BATCH_HEADER_SIZE, BatchHeader
+from odradek.storage.batch import (
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER_SIZE,
+    CURRENT_MAGIC,
+    MAGIC_OFFSET,
+    TRANSACTIONAL_BIT,
+    BatchHeader,
+)
 from odradek.storage.producer_state import ONGOING_AT_REQUEST
 
 if TYPE_CHECKING:
@@ -51,6 +61,9 @@ MAX_TIMESTAMP = -3  # KIP-734 (ListOffsets v7)
 # =============================================================================== Produce
 def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Result:
     acks = int(req.acks)
+    tid = getattr(req, "transactional_id", None)  # Produce v3+
+    if _transactional_id_denied(ctx, req, tid):
+        return _refuse_all(header, req, acks, ErrorCode.transactional_id_authorization_failed)
     results: list[tuple[str, list[PartitionProduceResult]]] = []
     entries: list[ProduceEntry] = []
     denied = 0
@@ -71,7 +84,6 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
     # the coordinator's marker closes it. One that would open a transaction on a
     # partition is first verified with the coordinator (KIP-890).
     timeout_s = req.timeout.total_seconds()
-    tid = getattr(req, "transactional_id", None)  # Produce v3+
     if tid and entries:
         verifying = _start_verification(ctx, entries)
         if verifying:
@@ -80,6 +92,35 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
             return InOrder(_verified_produce(ctx, header, results, entries, verifying, tid,
                                              acks, timeout_s, denied))
     return _append(ctx, header, results, entries, acks, timeout_s, denied)
+
+
+def _transactional_id_denied(ctx: RequestContext, req: Any, tid: str | None) -> bool:
+    """Kafka's KafkaApis.handleProduceRequest: a produce whose records are transactional
+    needs WRITE on its TransactionalId, and needs a transactional id at all (a
+    transactional batch no coordinator knows of would hold the partition's LSO for
+    good). As in Kafka's RequestUtils.hasTransactionalRecords, each partition's first
+    batch tells; it is only looked at when the id is missing or not authorized."""
+    if tid and ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+        return False
+    for topic in req.topic_data:
+        for pd in topic.partition_data:
+            r = pd.records
+            if (r is not None and len(r) > ATTRIBUTES_OFFSET + 1
+                    and r[MAGIC_OFFSET] == CURRENT_MAGIC
+                    and r[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_BIT):
+                return True
+    return False
+
+
+def _refuse_all(header: RequestHeaderInfo, req: Any, acks: int, code: ErrorCode) -> Result:
+    """Kafka's ProduceRequest.getErrorResponse: every partition gets ``code``."""
+    if acks == 0:
+        raise CloseConnection(f"acks=0 produce refused: {code.name}")
+    results = [(topic.name, [PartitionProduceResult(index=pd.index, error_code=int(code),
+                                                    base_offset=-1)
+                             for pd in topic.partition_data])
+               for topic in req.topic_data]
+    return encode_produce_response(header.api_version, header.correlation_id, results)
 
 
 def _append(ctx: RequestContext, header: RequestHeaderInfo,
