@@ -25,11 +25,13 @@ import pytest
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
+    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient
 from rawclient import RawClient, list_offsets_request, produce_request, request_cls
 from tests.support.polling import wait_for
 from tests.support.topics import create_topic
@@ -252,13 +254,16 @@ def test_cli_lists_and_describes_transactions(txn_cluster: LocalCluster,
 
 def test_kafka_python_and_aiokafka_transactions(txn_cluster: LocalCluster) -> None:
     """The same commit/abort semantics through kafka-python's and aiokafka's
-    transactional producers, read back by their read_committed consumers."""
+    transactional producers, read back by their read_committed consumers; each commits
+    a group's offsets in its transaction (AddOffsetsToTxn, then a TxnOffsetCommit that
+    the group coordinator verifies with the transaction coordinator, KIP-890)."""
     import asyncio
 
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka import TopicPartition as ATP
     from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KTP
+    from kafka.structs import OffsetAndMetadata
 
     bs = txn_cluster.bootstrap_servers
     topic = new_topic(bs, partitions=1)
@@ -270,6 +275,8 @@ def test_kafka_python_and_aiokafka_transactions(txn_cluster: LocalCluster) -> No
     kp.abort_transaction()
     kp.begin_transaction()
     kp.send(topic, b"kp-committed", partition=0)
+    kp_group, aio_group = f"kp-g-{uuid.uuid4().hex[:6]}", f"aio-g-{uuid.uuid4().hex[:6]}"
+    kp.send_offsets_to_transaction({KTP(topic, 0): OffsetAndMetadata(11, "", -1)}, kp_group)
     kp.commit_transaction()
     kp.close()
 
@@ -280,6 +287,7 @@ def test_kafka_python_and_aiokafka_transactions(txn_cluster: LocalCluster) -> No
         try:
             async with p.transaction():
                 await p.send_and_wait(topic, b"aio-committed", partition=0)
+                await p.send_offsets_to_transaction({ATP(topic, 0): 12}, aio_group)
             await p.begin_transaction()
             await p.send_and_wait(topic, b"aio-aborted", partition=0)
             await p.abort_transaction()
@@ -309,6 +317,12 @@ def test_kafka_python_and_aiokafka_transactions(txn_cluster: LocalCluster) -> No
     kc.close()
     assert values(read_all(bs, topic, "read_uncommitted", partitions=1)) == {
         b"kp-aborted", b"kp-committed", b"aio-committed", b"aio-aborted"}
+    admin = AdminClient({"bootstrap.servers": bs})
+    for group, offset in ((kp_group, 11), (aio_group, 12)):
+        [fut] = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)]).values()
+        assert [(tp.topic, tp.offset) for tp in fut.result(30).topic_partitions] == [
+            (topic, offset)], group
 
 
 def _leader_and_isr(c: LocalCluster, topic: str) -> tuple[int, list[int]]:
