@@ -238,7 +238,32 @@ def test_cli_lists_and_describes_transactions(txn_cluster: LocalCluster,
     desc = dict(zip(head, vals))
     assert desc["TransactionState"] == "Ongoing" and desc["ProducerEpoch"] == "0"
     assert desc["TopicPartitions"] == f"{topic}-2" and desc["CoordinatorId"] == row[1]
+
+    def producers(*extra: str) -> dict[str, dict[str, str]]:
+        # Kafka's form: the command as a positional argument.
+        assert main(["transactions", "--bootstrap-server", bs, "describe-producers",
+                     "--topic", topic, "--partition", "2", *extra]) == 0
+        head, *rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+        assert head == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch",
+                        "LastSequence", "LastTimestamp", "CurrentTransactionStartOffset"]
+        return {r[0]: dict(zip(head, r)) for r in rows}
+
+    # KIP-664: the leader's producer state shows the open transaction's first offset.
+    ongoing = producers()[desc["ProducerId"]]
+    assert ongoing["CurrentTransactionStartOffset"] == "0"
+    assert ongoing["ProducerEpoch"] == "0" and ongoing["LastSequence"] == "0"
+    assert abs(int(ongoing["LastTimestamp"]) - time.time() * 1000) < 60_000
     p.commit_transaction(30)
+    wait_for(lambda: producers()[desc["ProducerId"]]["CurrentTransactionStartOffset"] == "-1",
+             20, "the COMMIT marker on the leader")
+    committed = producers()[desc["ProducerId"]]
+    assert int(committed["LatestCoordinatorEpoch"]) >= 0
+    # A follower does not answer for the partition (Kafka: NOT_LEADER_OR_FOLLOWER).
+    leader, isr = _leader_and_isr(txn_cluster, topic, partition=2)
+    follower = next(b for b in isr if b != leader)
+    assert main(["transactions", "--bootstrap-server", bs, "describe-producers",
+                 "--topic", topic, "--partition", "2", "--broker-id", str(follower)]) == 1
+    assert "NOT_LEADER_OR_FOLLOWER" in capsys.readouterr().err
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         assert main(["transactions", "--bootstrap-server", bs, "--describe",
@@ -325,8 +350,9 @@ def test_kafka_python_and_aiokafka_transactions(txn_cluster: LocalCluster) -> No
             (topic, offset)], group
 
 
-def _leader_and_isr(c: LocalCluster, topic: str) -> tuple[int, list[int]]:
-    st = json.loads(c.zk_client().get(f"/brokers/topics/{topic}/partitions/0/state")[0])
+def _leader_and_isr(c: LocalCluster, topic: str, partition: int = 0) -> tuple[int, list[int]]:
+    st = json.loads(c.zk_client().get(
+        f"/brokers/topics/{topic}/partitions/{partition}/state")[0])
     return int(st["leader"]), [int(b) for b in st["isr"]]
 
 

@@ -1,9 +1,19 @@
-"""``odradek transactions``: kafka-transactions.sh's ``list`` and ``describe``.
+"""``odradek transactions``: kafka-transactions.sh's ``list``, ``describe`` and
+``describe-producers``.
 
-    --list                                   every transactional id, from every broker
+    list | --list                            every transactional id, from every broker
                                              (each coordinator lists its own, ListTransactions)
-    --describe --transactional-id ID         FindCoordinator(TRANSACTION) then
+    describe | --describe --transactional-id ID
+                                             FindCoordinator(TRANSACTION) then
                                              DescribeTransactions on that coordinator
+    describe-producers --topic T --partition P [--broker-id N]
+                                             DescribeProducers (KIP-664) on the partition's
+                                             leader (or broker N): each producer's epoch,
+                                             last sequence and timestamp, coordinator epoch
+                                             and the start offset of its open transaction
+
+Kafka's form (``kafka-transactions.sh --bootstrap-server B describe-producers ...``) and
+the flag form are both accepted.
 
 Output columns are kafka-transactions.sh's. It speaks the protocol with Odradek's wire
 client (confluent-kafka's AdminClient has no transaction admin APIs), so it works
@@ -20,29 +30,41 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.list_transactions.v0.request import ListTransactionsRequest
-from kio.schema.types import TransactionalId
-from kio.static.primitive import i8
+from kio.schema.types import TopicName, TransactionalId
+from kio.static.primitive import i8, i32
 
 from odradek.cli.common import add_command_config, client_security
 from odradek.client.cluster import ClusterClient
-from odradek.errors import ErrorCode
+from odradek.errors import ErrorCode, KafkaError
 
 logger = logging.getLogger(__name__)
 
 KEY_TYPE_TRANSACTION = 1
 
 
+_COMMANDS = ("list", "describe", "describe-producers")
+
+
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("transactions", help="list and describe transactions",
-                       description="Like kafka-transactions.sh (list, describe).")
+    p = sub.add_parser("transactions", help="list and describe transactions and producers",
+                       description="Like kafka-transactions.sh (list, describe, "
+                       "describe-producers).")
+    p.add_argument("command", nargs="?", choices=_COMMANDS,
+                   help="kafka-transactions.sh's command (or use the flags below)")
     p.add_argument("--bootstrap-server", required=True)
-    action = p.add_mutually_exclusive_group(required=True)
+    action = p.add_mutually_exclusive_group()
     action.add_argument("--list", action="store_true")
     action.add_argument("--describe", action="store_true")
+    action.add_argument("--describe-producers", action="store_true")
     p.add_argument("--transactional-id")
+    p.add_argument("--topic")
+    p.add_argument("--partition", type=int)
+    p.add_argument("--broker-id", type=int,
+                   help="describe-producers: ask this broker instead of the leader")
     add_command_config(p)
     p.set_defaults(func=_run)
 
@@ -53,15 +75,57 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.describe and not args.transactional_id:
-        print("Option --transactional-id is required with --describe", file=sys.stderr)
+    flags = [c for c in _COMMANDS if getattr(args, c.replace("-", "_"))]
+    commands = set(flags) | ({args.command} if args.command else set())
+    if len(commands) != 1:
+        print(f"Exactly one command is required: {', '.join(_COMMANDS)}", file=sys.stderr)
+        return 2
+    command = commands.pop()
+    if command == "describe" and not args.transactional_id:
+        print("Option --transactional-id is required with describe", file=sys.stderr)
+        return 2
+    if command == "describe-producers" and (args.topic is None or args.partition is None):
+        print("Options --topic and --partition are required with describe-producers",
+              file=sys.stderr)
         return 2
     with ClusterClient(args.bootstrap_server, client_id="odradek-transactions",
                        security=client_security(args)) as cc:
         md = cc.refresh(())
-        if args.list:
+        if command == "list":
             return _list(cc, sorted(md.brokers))
+        if command == "describe-producers":
+            return _describe_producers(cc, args.topic, args.partition, args.broker_id)
         return _describe(cc, args.transactional_id)
+
+
+def describe_producers(cc: ClusterClient, topic: str, partition: int,
+                       broker_id: int | None = None) -> list[Any]:
+    """The DescribeProducers producer states of one partition, from its leader (or
+    ``broker_id``); raises KafkaError with the partition's error."""
+    broker = broker_id if broker_id is not None else cc.leader(topic, partition).leader
+    resp = cc.connection(broker).request(DescribeProducersRequest(topics=(
+        TopicRequest(name=TopicName(topic), partition_indexes=(i32(partition),)),)))
+    result = resp.topics[0].partitions[0]
+    code = ErrorCode(int(result.error_code))
+    if code is not ErrorCode.none:
+        raise KafkaError(code, f"{topic}-{partition} on broker {broker}")
+    return list(result.active_producers)
+
+
+def _describe_producers(cc: ClusterClient, topic: str, partition: int,
+                        broker_id: int | None) -> int:
+    try:
+        states = describe_producers(cc, topic, partition, broker_id)
+    except KafkaError as e:
+        print(f"Error: {e.code.name.upper()} for {topic}-{partition}", file=sys.stderr)
+        return 1
+    rows = [["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
+             "LastTimestamp", "CurrentTransactionStartOffset"]]
+    rows += [[str(s.producer_id), str(s.producer_epoch), str(s.coordinator_epoch),
+              str(s.last_sequence), str(s.last_timestamp), str(s.current_txn_start_offset)]
+             for s in states]
+    print(_table(rows))
+    return 0
 
 
 def list_transactions(cc: ClusterClient, brokers: list[int]) -> list[tuple[str, int, int, str]]:
@@ -184,7 +248,7 @@ def _describe(cc: ClusterClient, txn_id: str) -> int:
     coordinator, s = describe_transaction(cc, txn_id)
     code = ErrorCode(s.error_code)
     if code is not ErrorCode.none:
-        print(f"Error: {code.name} for transactional id {txn_id}", file=sys.stderr)
+        print(f"Error: {code.name.upper()} for transactional id {txn_id}", file=sys.stderr)
         return 1
     duration = str(int(time.time() * 1000) - s.start_ms) if s.start_ms >= 0 else "None"
     parts = ",".join(f"{t}-{p}" for t, p in s.partitions)

@@ -76,6 +76,7 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     45: (0, 1),  # AlterPartitionReassignments (KIP-455; v1: allow_replication_factor_change)
     46: (0, 0),  # ListPartitionReassignments
     60: (0, 1),  # DescribeCluster
+    61: (0, 0),  # DescribeProducers (KIP-664: kafka-transactions describe-producers)
     65: (0, 0),  # DescribeTransactions (kafka-transactions --describe)
     66: (0, 0),  # ListTransactions (kafka-transactions --list)
 }

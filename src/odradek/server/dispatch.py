@@ -120,6 +120,7 @@ HANDLERS: dict[int, Handler] = {  # one per API key in protocol.versions.SERVED
     45: reassign.handle_alter_partition_reassignments,
     46: reassign.handle_list_partition_reassignments,
     60: metadata.handle_describe_cluster,
+    61: producers.handle_describe_producers,
     65: transactions.handle_describe_transactions,
     66: transactions.handle_list_transactions,
 }

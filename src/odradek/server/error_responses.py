@@ -147,6 +147,15 @@ def _txn_offset_commit(h: RequestHeaderInfo, req: Any, code: int, msg: str | Non
         for t in _seq(req.topics)))
 
 
+def _describe_producers(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
+    v = h.api_version
+    return response(61, v, topics=tuple(
+        part(61, v, "TopicResponse", name=t.name, partitions=tuple(
+            part(61, v, "PartitionResponse", partition_index=p, error_code=code,
+                 error_message=msg, active_producers=()) for p in _seq(t.partition_indexes)))
+        for t in _seq(req.topics)))
+
+
 def _describe_transactions(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     import datetime
 
@@ -329,6 +338,7 @@ ERROR_RESPONSES: dict[int, Builder] = {
     26: _top_level(26),
     27: _write_txn_markers,
     28: _txn_offset_commit,
+    61: _describe_producers,
     65: _describe_transactions,
     66: _top_level(66, unknown_state_filters=(), transaction_states=()),
     45: _alter_reassignments,

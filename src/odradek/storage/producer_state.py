@@ -84,6 +84,11 @@ class BatchMeta:
 class ProducerEntry:
     epoch: int
     batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    # What DescribeProducers reports (KIP-664, Kafka's ProducerStateEntry): the max
+    # timestamp of the producer's last batch or marker, and the coordinator epoch of its
+    # last marker.
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -96,12 +101,21 @@ def _next_seq(seq: int) -> int:
 
 def control_type(batch: bytes | bytearray | memoryview) -> int:
     """COMMIT or ABORT, from a control batch's record key (version i16, type i16)."""
+    return control_marker(batch)[0]
+
+
+def control_marker(batch: bytes | bytearray | memoryview) -> tuple[int, int]:
+    """(COMMIT or ABORT, coordinator epoch) of a control batch: its record's key is
+    (version i16, type i16), its value (version i16, coordinator epoch i32)."""
     from odradek.storage.records import decode_batch_records
 
     rec = decode_batch_records(batch)[0]
     if rec.key is None or len(rec.key) < 4:
-        return -1
-    return int.from_bytes(rec.key[2:4], "big", signed=True)
+        return -1, -1
+    kind = int.from_bytes(rec.key[2:4], "big", signed=True)
+    value = rec.value
+    epoch = int.from_bytes(value[2:6], "big", signed=True) if value and len(value) >= 6 else -1
+    return kind, epoch
 
 
 class ProducerStateManager:
@@ -198,12 +212,16 @@ class ProducerStateManager:
         for h in batches:
             pid = h.producer_id
             if pid >= 0 and h.is_control:
-                kind = -1
+                kind, coordinator_epoch = -1, -1
                 if buf is not None:
-                    kind = control_type(memoryview(buf)[h.position:h.position + h.size])
+                    kind, coordinator_epoch = control_marker(
+                        memoryview(buf)[h.position:h.position + h.size])
                 done = self._complete_txn(pid, h.producer_epoch, kind, h.last_offset)
                 if done is not None:
                     aborted.append(done)
+                marked = self.producers[pid]  # _complete_txn made sure it exists
+                marked.last_timestamp = h.max_timestamp
+                marked.coordinator_epoch = coordinator_epoch
             elif pid >= 0:
                 entry = self.producers.get(pid)
                 if entry is None or h.producer_epoch > entry.epoch:
@@ -211,6 +229,7 @@ class ProducerStateManager:
                 entry.batches.append(BatchMeta(h.base_sequence,
                                                h.base_sequence + h.last_offset_delta,
                                                h.base_offset, h.last_offset))
+                entry.last_timestamp = h.max_timestamp
                 if h.is_transactional and pid not in self.ongoing:
                     self.ongoing[pid] = h.base_offset
                     self.verifying.pop(pid, None)  # the guard did its job
@@ -270,7 +289,8 @@ class ProducerStateManager:
         body = json.dumps({
             "version": 2, "offset": offset,
             "producers": {str(pid): {"epoch": e.epoch, "batches": [
-                [b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches]}
+                [b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches],
+                "ts": e.last_timestamp, "ce": e.coordinator_epoch}
                 for pid, e in self.producers.items()},
             "ongoing": {str(pid): first for pid, first in self.ongoing.items()}})
         self.dirty = False
@@ -314,7 +334,8 @@ class ProducerStateManager:
         except (OSError, ValueError):
             return 0  # a torn snapshot: rebuild from the log instead
         for pid, e in data.get("producers", {}).items():
-            entry = ProducerEntry(int(e["epoch"]))
+            entry = ProducerEntry(int(e["epoch"]), last_timestamp=int(e.get("ts", -1)),
+                                  coordinator_epoch=int(e.get("ce", -1)))
             for fs, ls, fo, lo in e["batches"]:
                 entry.batches.append(BatchMeta(fs, ls, fo, lo))
             self.producers[int(pid)] = entry

@@ -1,4 +1,4 @@
-"""InitProducerId (API 22) (KIP-98).
+"""InitProducerId (API 22) (KIP-98) and DescribeProducers (API 61) (KIP-664).
 
 InitProducerId with a null transactional id is what an idempotent producer sends: it
 gets a fresh producer id at epoch 0 (as Kafka does; KIP-360's epoch bump applies to
@@ -13,9 +13,9 @@ import asyncio
 import logging
 from typing import Any
 
-from odradek.errors import ErrorCode
+from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
-from odradek.protocol.responses import response
+from odradek.protocol.responses import part, response
 from odradek.security.acl import AclOperation, ResourceType
 from odradek.server.context import RequestContext
 from odradek.server.handlers.transactions import init_producer_id
@@ -51,3 +51,42 @@ async def handle_init_producer_id(ctx: RequestContext, header: RequestHeaderInfo
                         producer_id=-1, producer_epoch=-1)
     return response(22, v, throttle_time=0, error_code=ErrorCode.none, producer_id=pid,
                     producer_epoch=0)
+
+
+DESCRIBE_PRODUCERS = 61
+
+
+def handle_describe_producers(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
+    """The producers a partition leader knows (KIP-664; ``odradek transactions
+    describe-producers``), as Kafka's ``ReplicaManager.activeProducerState``: each
+    producer's epoch, last sequence, the max timestamp of its last batch or marker, the
+    coordinator epoch of its last marker and the first offset of its open transaction
+    (-1: none), which is what finds a hanging transaction. READ on the topic (else
+    TOPIC_AUTHORIZATION_FAILED); NOT_LEADER_OR_FOLLOWER on a follower."""
+    v = header.api_version
+    image = ctx.image
+    topics = []
+    for t in req.topics:
+        name = str(t.name)
+        allowed = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name)
+        partitions = []
+        for index in t.partition_indexes:
+            code, producers = ErrorCode.none, []
+            try:
+                if not allowed:
+                    raise KafkaError(ErrorCode.topic_authorization_failed, name)
+                ps = ctx.replicas.leader_partition(name, int(index), image).producers
+                producers = [part(DESCRIBE_PRODUCERS, v, "ProducerState", producer_id=pid,
+                                  producer_epoch=e.epoch, last_sequence=e.last_seq,
+                                  last_timestamp=e.last_timestamp,
+                                  coordinator_epoch=e.coordinator_epoch,
+                                  current_txn_start_offset=ps.ongoing.get(pid, -1))
+                             for pid, e in sorted(ps.producers.items())]
+            except KafkaError as e:
+                code = e.code
+            partitions.append(part(DESCRIBE_PRODUCERS, v, "PartitionResponse",
+                                   partition_index=index, error_code=code,
+                                   error_message=None, active_producers=tuple(producers)))
+        topics.append(part(DESCRIBE_PRODUCERS, v, "TopicResponse", name=name,
+                           partitions=tuple(partitions)))
+    return response(DESCRIBE_PRODUCERS, v, throttle_time=0, topics=tuple(topics))
