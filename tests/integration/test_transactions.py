@@ -254,16 +254,18 @@ def test_cli_lists_and_describes_transactions(txn_cluster: LocalCluster,
     assert ongoing["ProducerEpoch"] == "0" and ongoing["LastSequence"] == "0"
     assert abs(int(ongoing["LastTimestamp"]) - time.time() * 1000) < 60_000
     p.commit_transaction(30)
-    wait_for(lambda: producers()[desc["ProducerId"]]["CurrentTransactionStartOffset"] == "-1",
+    wait_for(lambda: producers()[desc["ProducerId"]]["CurrentTransactionStartOffset"] == "None",
              20, "the COMMIT marker on the leader")
     committed = producers()[desc["ProducerId"]]
     assert int(committed["LatestCoordinatorEpoch"]) >= 0
-    # A follower does not answer for the partition (Kafka: NOT_LEADER_OR_FOLLOWER).
+    # A follower answers from its own producer state (--broker-id), as in Kafka.
     leader, isr = _leader_and_isr(txn_cluster, topic, partition=2)
     follower = next(b for b in isr if b != leader)
+    wait_for(lambda: producers("--broker-id", str(follower)).get(desc["ProducerId"]) == committed,
+             20, "the follower's producer state")
     assert main(["transactions", "--bootstrap-server", bs, "describe-producers",
-                 "--topic", topic, "--partition", "2", "--broker-id", str(follower)]) == 1
-    assert "NOT_LEADER_OR_FOLLOWER" in capsys.readouterr().err
+                 "--topic", topic, "--partition", "99"]) == 1
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in capsys.readouterr().err
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         assert main(["transactions", "--bootstrap-server", bs, "--describe",
@@ -610,9 +612,13 @@ def test_transactional_offsets_outside_their_transaction_are_refused(
 
 
 def test_verification_can_be_switched_off_as_a_dynamic_broker_config(
-        txn_cluster: LocalCluster) -> None:
+        txn_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
     """transaction.partition.verification.enable=false (cluster default, dynamic): the
-    leader appends without asking, as before KIP-890."""
+    leader appends without asking, as before KIP-890. The transaction that stray batch
+    opens hangs; the operator finds it and aborts it with kafka-transactions' commands
+    (``find-hanging``, ``abort --start-offset``, KIP-664)."""
+    from odradek.cli.main import main
+
     c = txn_cluster
     bs = c.bootstrap_servers
     topic = new_topic(bs, partitions=1)
@@ -643,10 +649,26 @@ def test_verification_can_be_switched_off_as_a_dynamic_broker_config(
     # What verification prevents: a transaction the coordinator does not know holds
     # read_committed consumers at its first offset.
     assert _end_offset(at_leader, topic, 1) == 0 < _end_offset(at_leader, topic, 0)
-    # Closed the only way there is: add the partition and abort, so a marker is written.
-    assert _add_partition(coordinator, tid, pid, epoch, topic) == 0
-    assert _end_txn(coordinator, tid, pid, epoch, commit=False) == 0
+
+    def hanging() -> list[list[str]]:
+        assert main(["transactions", "--bootstrap-server", bs, "find-hanging", "--topic",
+                     topic, "--max-transaction-timeout", "0"]) == 0
+        head, *rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+        assert head == ["Topic", "Partition", "ProducerId", "ProducerEpoch",
+                        "CoordinatorEpoch", "StartOffset", "LastTimestamp", "Duration(min)"]
+        return rows
+
+    # Found: open on the partition, and not in any transaction its coordinator knows.
+    [row] = wait_for(hanging, 20, "the hanging transaction")
+    assert row[:6] == [topic, "0", str(pid), str(epoch), "-1", "0"]
+    # Aborted by its start offset: an ABORT marker from the leader closes it.
+    assert main(["transactions", "--bootstrap-server", bs, "abort", "--topic", topic,
+                 "--partition", "0", "--start-offset", "0"]) == 0
     wait_for(lambda: _end_offset(at_leader, topic, 1) == 2, 30, "the abort marker")
+    assert hanging() == []
+    assert main(["transactions", "--bootstrap-server", bs, "abort", "--topic", topic,
+                 "--partition", "0", "--start-offset", "0"]) == 1
+    assert "Could not find any open transactions" in capsys.readouterr().err
     # And with the default back, the next unverified batch is refused again.
     wait_for(lambda: _produce_txn(at_leader, tid, pid, epoch, topic, 1) == INVALID_TXN_STATE,
              30, "verification to be back on")

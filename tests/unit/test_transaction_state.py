@@ -279,3 +279,22 @@ def test_a_transaction_opens_only_with_its_verification_guard(tmp_path: Path) ->
     assert 2 not in ps.verifying
     plain = encode_batch([(b"k", b"v")], producer_id=3, producer_epoch=0, base_sequence=0)
     ps.check_verified(_headers(plain), object())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["abort", "--topic", "t", "--partition", "0"], "--start-offset or with --producer-id"),
+    (["abort", "--topic", "t", "--start-offset", "0"], "--topic and --partition are required"),
+    (["find-hanging"], "requires either --topic or --broker-id"),
+    (["find-hanging", "--broker-id", "1", "--partition", "0"], "--partition argument requires"),
+    (["describe-producers", "--topic", "t"], "--topic and --partition are required"),
+    (["list", "--describe"], "Exactly one command"),
+    ([], "Exactly one command"),
+])
+def test_transactions_cli_checks_its_arguments_before_connecting(
+        args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """kafka-transactions.sh's argument rules; nothing listens on the address given, so
+    a command that got past them would fail differently."""
+    from odradek.cli.main import main
+
+    assert main(["transactions", "--bootstrap-server", "127.0.0.1:9", *args]) == 2
+    assert message in capsys.readouterr().err

@@ -52,6 +52,7 @@ class PartitionInfo:
     leader: int
     leader_epoch: int
     error_code: int
+    replicas: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -158,7 +159,8 @@ class ClusterClient:
                 del md.partitions[old]
             for p in t.partitions:
                 md.partitions[(t.name, p.partition_index)] = PartitionInfo(
-                    p.leader_id, p.leader_epoch, int(p.error_code))
+                    p.leader_id, p.leader_epoch, int(p.error_code),
+                    tuple(int(r) for r in p.replica_nodes))
         for bid in [b for b in self._conns if b not in md.brokers]:
             self.drop(bid)
         return md

@@ -57,12 +57,14 @@ DESCRIBE_PRODUCERS = 61
 
 
 def handle_describe_producers(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
-    """The producers a partition leader knows (KIP-664; ``odradek transactions
-    describe-producers``), as Kafka's ``ReplicaManager.activeProducerState``: each
+    """The producers a replica knows (KIP-664; ``odradek transactions describe-producers``
+    and ``find-hanging``), as Kafka's ``ReplicaManager.activeProducerState``: each
     producer's epoch, last sequence, the max timestamp of its last batch or marker, the
     coordinator epoch of its last marker and the first offset of its open transaction
-    (-1: none), which is what finds a hanging transaction. READ on the topic (else
-    TOPIC_AUTHORIZATION_FAILED); NOT_LEADER_OR_FOLLOWER on a follower."""
+    (-1: none). Leaders and followers answer alike (followers keep the same producer
+    state); a broker without a replica answers NOT_LEADER_OR_FOLLOWER, an unknown
+    partition UNKNOWN_TOPIC_OR_PARTITION. READ on the topic (else
+    TOPIC_AUTHORIZATION_FAILED)."""
     v = header.api_version
     image = ctx.image
     topics = []
@@ -75,7 +77,12 @@ def handle_describe_producers(ctx: RequestContext, header: RequestHeaderInfo, re
             try:
                 if not allowed:
                     raise KafkaError(ErrorCode.topic_authorization_failed, name)
-                ps = ctx.replicas.leader_partition(name, int(index), image).producers
+                p = ctx.replicas.partitions.get((name, int(index)))
+                if p is None:
+                    raise KafkaError(ErrorCode.unknown_topic_or_partition
+                                     if image.partition(name, int(index)) is None
+                                     else ErrorCode.not_leader_or_follower, name)
+                ps = p.producers
                 producers = [part(DESCRIBE_PRODUCERS, v, "ProducerState", producer_id=pid,
                                   producer_epoch=e.epoch, last_sequence=e.last_seq,
                                   last_timestamp=e.last_timestamp,
