@@ -369,7 +369,10 @@ def test_cleaner_removes_aborted_records_then_their_markers(make_cluster, topic_
                       "batch.size": 4096})
     n = 0
     errors: list[Any] = []
-    assert _markers_on_disk(log_dir) == {"abort": 1, "commit": 1}
+    # EndTxn answers once PrepareCommit is replicated; the coordinator writes the markers
+    # after that (Kafka's order), so the COMMIT marker reaches the disk a moment later.
+    wait_for(lambda: _markers_on_disk(log_dir) == {"abort": 1, "commit": 1}, 30,
+             "the ABORT and COMMIT markers on disk")
 
     def abort_marker_gone() -> bool:
         nonlocal n

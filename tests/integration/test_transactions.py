@@ -466,10 +466,16 @@ def _produce_txn(leader: str, tid: str, pid: int, epoch: int, topic: str, seq: i
 
 
 def _end_offset(address: str, topic: str, isolation_level: int) -> int:
+    """The partition's end offset (the LSO under read_committed) from ``address``, once
+    it leads (a new topic's leader may not have applied its leadership yet)."""
     req = dataclasses.replace(list_offsets_request(topic, 0, -1), isolation_level=isolation_level)
-    p = _ask(address, req).topics[0].partitions[0]
-    assert int(p.error_code) == 0
-    return int(p.offset)
+
+    def answered() -> tuple[int] | None:
+        p = _ask(address, req).topics[0].partitions[0]
+        code = int(p.error_code)
+        assert code in (0, 3, 5, 6), code  # retriable: UNKNOWN_TOPIC, NO_LEADER, NOT_LEADER
+        return (int(p.offset),) if code == 0 else None
+    return wait_for(answered, 20, f"ListOffsets of {topic}-0 from {address}")[0]
 
 
 def test_a_batch_outside_its_transaction_is_refused_by_the_leader(
