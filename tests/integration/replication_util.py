@@ -58,10 +58,17 @@ def produce(bootstrap: str, topic: str, values: list[bytes], *, acks: str = "all
 def consume_all(bootstrap: str, topic: str, partitions: list[int],
                 timeout: float = 30, security: dict[str, str] | None = None,
                 ) -> dict[int, list[tuple[int, bytes]]]:
-    """Read every partition from offset 0 up to its current end (HW)."""
+    """Read every partition from offset 0 up to its current end (HW).
+
+    Never returns a short read silently: if a partition has not reached the end it was
+    given within ``timeout``, or the consumer's position jumps past records it did not
+    return (an offset reset), this raises with the consumer's own log of where it
+    fetched from -- a short read-back is a possible loss until the log explains it."""
+    log = _ClientLog()
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "replication-test",
                   "enable.auto.commit": False, "enable.partition.eof": True,
-                  **(security or {})})
+                  "auto.offset.reset": "error", "logger": log.logger,
+                  "debug": "metadata,topic,fetch", **(security or {})})
     ends = {}
     for p in partitions:
         # A broker that just came back may answer from stale metadata (NOT_LEADER) until
@@ -76,19 +83,54 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int],
     c.assign([TopicPartition(topic, p, 0) for p in partitions])
     out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in partitions}
     done = {p for p in partitions if ends[p] == 0}
+    errors: list[str] = []
     deadline = time.monotonic() + timeout
-    while len(done) < len(partitions) and time.monotonic() < deadline:
-        for m in c.consume(1000, 0.5):
-            if m.error() is not None:
-                if m.error().code() == -191:  # _PARTITION_EOF
-                    if m.offset() >= ends[m.partition()]:
-                        done.add(m.partition())
-                continue
-            out[m.partition()].append((m.offset(), m.value()))
-            if m.offset() + 1 >= ends[m.partition()]:
-                done.add(m.partition())
-    c.close()
+    try:
+        while len(done) < len(partitions) and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.5):
+                if m.error() is not None:
+                    if m.error().code() == -191:  # _PARTITION_EOF
+                        if m.offset() >= ends[m.partition()]:
+                            done.add(m.partition())
+                    else:
+                        errors.append(f"{m.partition()}@{m.offset()}: {m.error()}")
+                    continue
+                out[m.partition()].append((m.offset(), m.value()))
+                if m.offset() + 1 >= ends[m.partition()]:
+                    done.add(m.partition())
+    finally:
+        c.close()
+    short = {p: (out[p][-1][0] + 1 if out[p] else 0, ends[p]) for p in partitions
+             if p not in done}
+    if short:
+        raise AssertionError(
+            f"read-back of {topic} stopped short within {timeout:.0f} s: "
+            f"{{partition: (next offset, end from ListOffsets)}} = {short}; "
+            f"consumer errors {errors[-10:]}; the consumer's log:\n" + log.tail(80))
     return out
+
+
+class _ClientLog:
+    """librdkafka's log lines of one client, kept in memory for a failure message."""
+
+    def __init__(self) -> None:
+        import collections
+        import logging
+
+        self.lines: collections.deque[str] = collections.deque(maxlen=400)
+        self.logger = logging.getLogger(f"rdkafka.readback.{id(self)}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.DEBUG)
+        lines = self.lines
+
+        class _Keep(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                lines.append(f"{record.created:.3f} {record.getMessage()}")
+
+        self.logger.addHandler(_Keep())
+
+    def tail(self, n: int) -> str:
+        return "\n".join(list(self.lines)[-n:])
 
 
 def replica_log_bytes(cluster: LocalCluster, broker_id: int, topic: str, partition: int,
@@ -111,3 +153,45 @@ def replica_leo(cluster: LocalCluster, broker_id: int, topic: str, partition: in
     data = replica_log_bytes(cluster, broker_id, topic, partition)
     scan = scan_batches(data, verify_crc=True)
     return scan.batches[-1].last_offset + 1 if scan.batches else 0
+
+
+def broker_views(cluster: LocalCluster, topic: str, partition: int = 0) -> dict[int, Any]:
+    """What each broker says of one partition, asked of that broker alone: its own
+    Metadata answer (leader, epoch, ISR), its ListOffsets latest answer (the HW, or the
+    error a non-leader gives) and the log end of its replica on disk. A read-back that
+    misses records names who answered what with this (plaintext clusters)."""
+    from rawclient import RawClient, list_offsets_request, metadata_request
+
+    views: dict[int, Any] = {}
+    for b in sorted(x.id for x in cluster.brokers):
+        view: dict[str, Any] = {}
+        try:
+            with RawClient.to(cluster.broker(b).address, timeout=5) as rc:
+                md = rc.request(metadata_request([topic])).topics[0].partitions
+                mp = next(x for x in md if int(x.partition_index) == partition)
+                view["metadata"] = (int(mp.leader_id), int(mp.leader_epoch),
+                                    sorted(int(r) for r in mp.isr_nodes))
+                lo = rc.request(list_offsets_request(topic, partition, -1))
+                lp = lo.topics[0].partitions[0]
+                view["list_offsets"] = (int(lp.error_code), int(lp.offset))
+        except Exception as e:  # a dead or paused broker: say so, do not fail the report
+            view["error"] = repr(e)[:120]
+        try:
+            view["disk_leo"] = replica_leo(cluster, b, topic, partition)
+        except Exception as e:
+            view["disk_leo"] = repr(e)[:120]
+        views[b] = view
+    return views
+
+
+def every_broker_agrees(cluster: LocalCluster, topic: str, partition: int, leader: int,
+                        isr: list[int]) -> bool:
+    """True when every broker's own Metadata answer names ``leader`` and ``isr``.
+
+    Asking one broker picked by a client is not enough after a pause: a broker that was
+    SIGSTOPped still answers from the view it had when it froze (leader itself, the old
+    ISR) until ZooKeeper tells it otherwise, and a reader that bootstraps from it sees
+    that view -- two separate client calls can each be answered by a different broker."""
+    views = broker_views(cluster, topic, partition)
+    return all(v.get("metadata", (None, None, None))[0] == leader
+               and v["metadata"][2] == sorted(isr) for v in views.values())

@@ -14,11 +14,18 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from replication_util import (
+    broker_views,
+    consume_all,
+    create_topic,
+    every_broker_agrees,
+    partition_meta,
+    produce,
+    replica_log_bytes,
+    wait_for,
+)
 
 from odradek.zk import znodes
-from replication_util import (
-    consume_all, create_topic, partition_meta, produce, replica_log_bytes, wait_for,
-)
 
 pytestmark = pytest.mark.integration
 
@@ -240,14 +247,84 @@ def test_idempotent_retries_after_leader_pause_no_duplicates_no_gaps(make_cluste
         n = len(prod.acked)
         wait_for(lambda: len(prod.acked) > n + 1000, 30, "acks after the old leader resumed")
     # The woken leader serves its stale view until ZooKeeper tells it otherwise (a zombie,
-    # as in ZooKeeper-era Kafka); read once it has rejoined as a follower.
-    wait_for(lambda: sorted(partition_meta(c.bootstrap_servers, topic_name)[0].isrs)
-             == [1, 2, 3] and partition_meta(c.bootstrap_servers, topic_name)[0].leader != 1,
-             30, "the paused broker to rejoin as a follower")
+    # as in ZooKeeper-era Kafka); read once it has rejoined as a follower -- in the view of
+    # every broker, each asked alone. (CI once read back only the first 31,000 of 142,700
+    # acknowledged records after a wait that took the ISR from one broker's answer and the
+    # leader from another's: the woken broker's stale "ISR [1, 2, 3]" passed half the test.)
+    wait_for(lambda: every_broker_agrees(c, topic_name, 0, _zk_leader(c, topic_name),
+                                         [1, 2, 3]) and _zk_leader(c, topic_name) != 1,
+             30, "every broker to see the paused broker rejoin as a follower")
     assert prod.errors == [], prod.errors[:5]
     read = consume_all(c.bootstrap_servers, topic_name, [0])
     values = [v for _, v in read[0]]
-    assert len(values) == len(set(values)), "a retried batch was written twice"
+    views = broker_views(c, topic_name, 0)
+    assert len(values) == len(set(values)), f"a retried batch was written twice; {views}"
     seqs = [int(v.split(b"-")[1]) for v in values]
-    assert seqs == list(range(len(seqs))), "records missing or out of send order"
-    assert _check_acked_present(prod.acked, read) == []
+    assert seqs == list(range(len(seqs))), f"records missing or out of send order; {views}"
+    missing = _check_acked_present(prod.acked, read)
+    assert missing == [], (f"{len(missing)} acknowledged records not read back, from "
+                           f"{missing[:3]}; read {len(values)}; brokers: {views}")
+
+
+def test_woken_leader_answers_from_its_frozen_view_never_beyond_committed(
+        make_cluster, topic_name) -> None:
+    """Why a read-back once stopped 111,700 records short (CI on 0cc1adb), pinned.
+
+    A leader SIGSTOPped past its ZooKeeper session wakes up still believing it leads: a
+    request already waiting on an open connection is read in the event loop's first step,
+    before the ISR check that finds the followers gone and fences it (its ISR write then
+    fails). That request is answered from the frozen view: ListOffsets gives the high
+    watermark of the moment of the pause, not the new leader's. As in ZooKeeper-era
+    Kafka, this is stale but never wrong: the frozen high watermark is a committed offset,
+    and whatever such a leader serves is a prefix of the new leader's log. A reader that
+    takes its end offset from that one answer stops early with a clean prefix -- which is
+    what the failing read-back was (the acknowledged records were all on the new leader).
+    """
+    from rawclient import RawClient, fetch_request, list_offsets_request, metadata_request
+
+    from odradek.storage.batch import scan_batches
+
+    c = make_cluster(3, broker_config=FAST)
+    create_topic(c.bootstrap_servers, topic_name, 1, 3, {"min.insync.replicas": "2"},
+                 assignment=[[1, 2, 3]])
+    before, err = produce(c.bootstrap_servers, topic_name,
+                          [b"before-%05d" % i for i in range(2000)], partition=0)
+    assert not err and len(before) == 2000
+    rc = RawClient.to(c.broker(1).address, timeout=30)  # open before the pause
+    try:
+        rc.request(metadata_request([topic_name]))
+        c.stop_broker(1, signal.SIGSTOP)
+        try:
+            wait_for(lambda: _zk_leader(c, topic_name) not in (1, -1), 30,
+                     "the controller to elect a new leader")
+            after, err = produce(c.bootstrap_servers, topic_name,
+                                 [b"after-%05d" % i for i in range(2000)], partition=0)
+            assert not err and len(after) == 2000
+            # Queued while the old leader is frozen: read first thing when it wakes.
+            lo_id = rc.send(list_offsets_request(topic_name, 0, -1))
+            fe_id = rc.send(fetch_request(topic_name, 0, 0))
+        finally:
+            c.start_broker(1)  # SIGCONT
+        lo = rc.receive(2, 7, lo_id).topics[0].partitions[0]
+        fe = rc.receive(1, 12, fe_id).responses[0].partitions[0]
+    finally:
+        rc.close()
+    new_leader = _zk_leader(c, topic_name)
+    with RawClient.to(c.broker(new_leader).address) as rl:
+        true_hw = int(rl.request(list_offsets_request(topic_name, 0, -1))
+                      .topics[0].partitions[0].offset)
+    assert true_hw >= 4000
+    # Either already fenced (NOT_LEADER_OR_FOLLOWER), or the frozen high watermark: a
+    # committed offset of the first 2,000 records, never one past the new leader's.
+    assert int(lo.error_code) in (0, 6), lo
+    if int(lo.error_code) == 0:
+        assert 0 < int(lo.offset) <= 2000 <= true_hw, (lo, true_hw)
+    assert int(fe.error_code) in (0, 6), fe
+    if int(fe.error_code) == 0 and fe.records:
+        served = bytes(fe.records)
+        whole = scan_batches(served, verify_crc=True).batches
+        assert whole, "the woken leader served no whole batch"
+        end = whole[-1].position + whole[-1].size
+        assert whole[-1].last_offset < true_hw
+        truth = replica_log_bytes(c, new_leader, topic_name, 0)
+        assert truth[:end] == served[:end], "a woken leader served bytes the log does not have"
