@@ -3,6 +3,7 @@ broker is SIGKILLed and restarted (issue 15)."""
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import time
@@ -199,3 +200,34 @@ def test_metrics_listener_bounds_hostile_input(cluster: LocalCluster) -> None:
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(b.metrics_url.replace("/metrics", "/x"), timeout=5)
     assert e.value.code == 404
+
+
+def test_scrapes_at_once_and_abandoned_scrapes_all_answer(cluster: LocalCluster,
+                                                           topic_name: str) -> None:
+    """A scrape renders off the event loop (copied in slices, formatted in a thread);
+    scrapes that arrive together share one rendering. Each still gets the whole text,
+    and a scraper that hangs up mid-rendering leaves the listener serving."""
+    import concurrent.futures
+
+    b = cluster.brokers[0]
+    assert b.metrics_url is not None
+    create_topic(cluster.bootstrap_servers, topic_name, 600, 1, wait_leaders=True)
+    host, port = b.host, int(b.metrics_url.rsplit(":", 1)[1].split("/")[0])
+    for _ in range(5):  # hang up right after asking
+        with socket.create_connection((host, port), timeout=10) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+
+    def one() -> bytes:
+        with urllib.request.urlopen(b.metrics_url, timeout=30) as resp:
+            assert resp.status == 200
+            return bytes(resp.read())
+
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        bodies = list(pool.map(lambda _: one(), range(24)))
+    for body in bodies:
+        series = len(re.findall(rb'^kafka_log_log_size\{partition="\d+",topic="'
+                                + topic_name.encode() + rb'"\} ', body, re.M))
+        assert series == 600, series
+        assert b"process_cpu_seconds_total" in body  # the process collectors too
+    head = _raw(host, port, b"HEAD /metrics HTTP/1.1\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n")

@@ -226,7 +226,7 @@ class Broker:
         if self.metrics is not None and self.metrics_address is not None:
             # Before the logs load: a scrape during a long recovery already answers.
             self.metrics_listener = MetricsListener(*self.metrics_address,
-                                                    self.metrics.render)
+                                                    self.metrics.render_async)
             await self.metrics_listener.start()
         self._make_socket_servers()
         t0 = time.monotonic()

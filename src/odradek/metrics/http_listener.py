@@ -1,8 +1,11 @@
 """The broker's ``metrics.listener``: a small, bounded HTTP server for Prometheus scrapes.
 
 It runs on the broker's own event loop, so the scrape reads the loop-owned state (the
-partitions, the metadata image) without locks and never races a request. It is a new
-network surface on a broker, so whatever a client sends costs the client only:
+partitions, the metadata image) without locks and never races a request; ``render`` is a
+coroutine that copies that state in short slices and builds the text in a worker thread,
+so a scrape never holds the loop requests run on (issue 29). Scrapes that arrive while
+one renders share its result. It is a new network surface on a broker, so whatever a
+client sends costs the client only:
 
 * at most ``MAX_CONNECTIONS`` connections at once (more are closed on accept);
 * the request head must arrive within ``HEAD_TIMEOUT_S`` and fit in ``MAX_HEAD_BYTES``
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 logger = logging.getLogger(__name__)
@@ -40,7 +43,7 @@ MAX_HEAD_BYTES = 8192
 HEAD_TIMEOUT_S = 5.0
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus text format
 
-Render = Callable[[], bytes]
+Render = Callable[[], Awaitable[bytes]]
 
 
 class BadRequest(ValueError):
@@ -102,6 +105,7 @@ class _MetricsConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._answered = False
+        self._rendering: asyncio.Future[None] | None = None  # keeps the task referenced
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -138,17 +142,23 @@ class _MetricsConnection(asyncio.Protocol):
             return
         head_only = method == "HEAD"
         if path == "/metrics":
-            try:
-                body = self._server.render()
-            except Exception:
-                logger.exception("rendering metrics failed")
-                self._answer(_response(500, b"rendering metrics failed\n"))
-                return
-            self._answer(_response(200, body, CONTENT_TYPE, head_only))
+            self._rendering = asyncio.ensure_future(self._serve_metrics(head_only))
         elif path == "/":
             self._answer(_response(200, _INDEX, "text/html; charset=utf-8", head_only))
         else:
             self._answer(_response(404, b"not found; metrics are at /metrics\n"))
+
+    async def _serve_metrics(self, head_only: bool) -> None:
+        self._answered = True  # the head is complete: nothing more is read
+        if self._timer is not None:
+            self._timer.cancel()
+        try:
+            body = await self._server.render_shared()
+        except Exception:
+            logger.exception("rendering metrics failed")
+            self._answer(_response(500, b"rendering metrics failed\n"))
+            return
+        self._answer(_response(200, body, CONTENT_TYPE, head_only))
 
     def _answer(self, response: bytes) -> None:
         self._answered = True
@@ -169,6 +179,20 @@ class MetricsListener:
         self.render = render
         self.connections: set[_MetricsConnection] = set()
         self._server: asyncio.Server | None = None
+        self._inflight: asyncio.Future[bytes] | None = None
+
+    async def render_shared(self) -> bytes:
+        """One rendering at a time: a scrape arriving during one waits for its text."""
+        if self._inflight is None:
+            self._inflight = asyncio.ensure_future(self.render())
+            self._inflight.add_done_callback(self._rendered)
+        return await asyncio.shield(self._inflight)
+
+    def _rendered(self, fut: asyncio.Future[bytes]) -> None:
+        if fut is self._inflight:
+            self._inflight = None
+        if not fut.cancelled():
+            fut.exception()  # retrieved: a failure is reported by each waiting scrape
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
