@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -210,20 +211,21 @@ def test_throttled_move_is_limited_then_cancelled(four: LocalCluster, tmp_path: 
         "leader.replication.throttled.rate": "2000",
         "follower.replication.throttled.rate": "2000"}
     # The catch-up starts (one fetch of at most replica.fetch.max.bytes, 1 MiB), then
-    # the quota holds it: after ten more fetch rounds of broker 3 from broker 1 (ten
-    # acks=all writes to the probe, each waiting for the next round) the new replica has
-    # at most ~2 fetches' worth. The quota's 11 s window keeps a 1 MiB fetch above
-    # 2000 B/s for longer than those rounds take even on a loaded machine.
+    # the quota holds it: over at least 4 s and ten more fetch rounds of broker 3 from
+    # broker 1 (acks=all writes to the probe, each waiting for the next round) the new
+    # replica gets at most ~2 fetches' worth. A rate needs time to pass (a lower bound:
+    # a loaded machine only makes it longer); the rounds show the follower kept asking.
     wait_for(lambda: _log_bytes(four, 3, topic, 0) > 0, 30, "the new replica's first fetch")
     t0 = _log_bytes(four, 3, topic, 0)
     assert partition_meta(four.bootstrap_servers, topic)[0].leader == 1
     assert partition_meta(four.bootstrap_servers, probe)[0].leader == 1
     pp = Producer({"bootstrap.servers": four.bootstrap_servers, "acks": "all"})
     delivered: list[Any] = []  # each write's error (None: acknowledged)
-    for i in range(10):
-        pp.produce(probe, value=b"round %d" % i,
+    start = time.monotonic()
+    while len(delivered) < 10 or time.monotonic() - start < 4:
+        pp.produce(probe, value=b"round %d" % len(delivered),
                    on_delivery=lambda err, _msg: delivered.append(err))
-        assert pp.flush(30) == 0 and delivered == [None] * (i + 1), delivered
+        assert pp.flush(30) == 0 and delivered[-1] is None, delivered[-1]
     copied = _log_bytes(four, 3, topic, 0)
     assert copied <= 2 * 1048576 + 65536, (t0, copied, full)
     assert copied < full
