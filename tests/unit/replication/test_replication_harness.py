@@ -226,5 +226,6 @@ def test_record_tracing_follows_sampled_records_through_the_followers(
             assert {(0, "append", "broker=1"), (3, "append", "broker=1")} <= hops()
             assert h.log_bytes(1) == h.log_bytes(2) == h.log_bytes(3)
     run(main())
-    failed = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert failed == []
+    failed = [r.getMessage() for r in caplog.records
+              if r.name == "odradek.replication.fetcher" and r.levelno >= logging.WARNING]
+    assert failed == []  # no fetch round failed (nor an append: also a fetcher warning)
