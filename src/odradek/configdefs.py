@@ -219,7 +219,7 @@ class ConfigDef:
     support: Support = Support.HONOURED
     reason: str = ""  # why an IGNORED / REFUSED setting is not honoured
     # Can the value change without a restart? Topic configs: AlterConfigs applies them to
-    # live logs. Broker properties: read once at start (no dynamic broker configs yet).
+    # live logs. Broker properties: read once at start, except DYNAMIC_BROKER_CONFIGS.
     dynamic: bool = False
 
     @property

@@ -17,7 +17,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from functools import partial
 from typing import Any
 
@@ -88,11 +87,11 @@ def ensure_full_isr(c: LocalCluster, topic: str, wait_s: float = 10.0) -> None:
         return all(s is not None and set(s.isr) == set(assignment[p])
                    for p, s in states(c, topic).items())
 
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if full():
-            return
-        time.sleep(0.2)
+    try:
+        wait_for(full, wait_s, f"the leaders of {topic} to re-admit every replica")
+        return
+    except AssertionError:
+        pass
     topic_id = znodes.decode_topic(topic, data).topic_id
     zkc = KafkaZkClient(zk)
     for p, replicas in assignment.items():
@@ -110,6 +109,17 @@ def ensure_full_isr(c: LocalCluster, topic: str, wait_s: float = 10.0) -> None:
                 break
             except BadVersionError:
                 continue
+
+
+def controller_barrier(c: LocalCluster, name: str, replicas: list[int]) -> None:
+    """Return once the controller has handled every ZooKeeper change made before the call.
+
+    How a test shows that the controller does NOT do something (instead of sleeping): a
+    new topic's znode is created after those changes, the controller's ZooKeeper session
+    delivers watches in zxid order and its loop takes its queue in order, so once the new
+    topic has a leader, every decision the earlier changes could cause is in the state
+    znodes."""
+    create_topic(c, name, [replicas])
 
 
 def run_cli(c: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -151,8 +161,9 @@ def test_documents_walkthrough_and_preferred_election_cli(make_cluster: Any,
     c.start_broker(1)
     c.start_broker(3)
     ensure_full_isr(c, topic_name)
-    # R5: leadership stays piled up on broker 2 after 1 and 3 return.
-    time.sleep(1.0)  # give a (wrong) controller a chance to move something
+    # R5: leadership stays piled up on broker 2 after 1 and 3 return, also once the
+    # controller has handled their return.
+    controller_barrier(c, f"{topic_name}-barrier", [2])
     assert leaders(c, topic_name) == [2, 2, 2, 2]
 
     r = run_cli(c, "--election-type", "preferred", "--all-topic-partitions")
@@ -161,7 +172,9 @@ def test_documents_walkthrough_and_preferred_election_cli(make_cluster: Any,
     for p in (0, 2, 3):
         assert f"{topic_name}-{p}" in r.stdout
     print(r.stdout)
-    assert f"Valid replica already elected for partitions {topic_name}-1\n" in r.stdout
+    # (the barrier's partition, led by its only replica, is already preferred too)
+    assert (f"Valid replica already elected for partitions {topic_name}-1, "
+            f"{topic_name}-barrier-0\n") in r.stdout
     assert leaders(c, topic_name) == [1, 2, 3, 1]
     wait_for(lambda: metadata_leader(c, topic_name, 2)[0] == 3, 10, "metadata shows leader 3")
 
@@ -238,7 +251,7 @@ def test_unclean_election_off_and_on(make_cluster: Any, topic_name: str) -> None
     c.start_broker(2)  # the out-of-sync replica returns
     wait_for(lambda: leaders(c, dirty) == [2], 20, "unclean election of broker 2")
     assert states(c, dirty)[0].isr == [2]  # type: ignore[union-attr]
-    time.sleep(1.0)
+    controller_barrier(c, f"{topic_name}-barrier", [3])
     assert leaders(c, clean) == [-1]  # R10: stays offline, nothing lost
     leader, err = metadata_leader(c, clean, 0)
     assert leader == -1 and err is not None and err.name() == "LEADER_NOT_AVAILABLE"
@@ -259,7 +272,7 @@ def test_elect_leaders_unclean_via_cli(make_cluster: Any, topic_name: str) -> No
     kill(c, 1)
     wait_for(lambda: leaders(c, topic_name) == [-1], 20, "offline")
     c.start_broker(2)  # out of sync: a clean election cannot pick it (unclean is off)
-    time.sleep(1.0)
+    controller_barrier(c, f"{topic_name}-barrier", [3])
     assert leaders(c, topic_name) == [-1]
     r = run_cli(c, "--election-type", "unclean", "--topic", topic_name, "--partition", "0")
     assert r.returncode == 0, r.stdout + r.stderr

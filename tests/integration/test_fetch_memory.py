@@ -10,9 +10,11 @@ mutes it), and every byte arrives, CRC-valid, in order.
 
 from __future__ import annotations
 
+import fcntl
 import socket
 import struct
-import time
+import sys
+import termios
 from typing import Any
 
 import pytest
@@ -24,6 +26,7 @@ from odradek.fuzz.harness import process_rss_mb
 from odradek.storage.batch import parse_batches
 from rawclient import RawClient, create_topics_request, encode_request, fetch_request, frame, \
     metadata_request
+from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -59,6 +62,13 @@ def _recv_exact(s: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+def _unread_bytes(s: socket.socket) -> int:
+    """Bytes received on ``s`` and not yet read (FIONREAD)."""
+    buf = bytearray(4)
+    fcntl.ioctl(s.fileno(), termios.FIONREAD, buf)
+    return int.from_bytes(buf, sys.byteorder)
+
+
 def test_unread_huge_fetches_do_not_grow_the_broker(make_cluster: Any, topic_name: str) -> None:
     c: LocalCluster = make_cluster(1, broker_config={"fetch.max.bytes": str(256 << 20)})
     b = c.broker(1)
@@ -76,12 +86,17 @@ def test_unread_huge_fetches_do_not_grow_the_broker(make_cluster: Any, topic_nam
                                        1))
                   + frame(encode_request(metadata_request([topic_name]), 2)))
         socks.append(s)
-    time.sleep(2)  # the broker has written what the sockets take and waits
-    grown = process_rss_mb(b.pid) - rss_before
-    assert grown < 24, f"the broker grew by {grown:.0f} MB holding unsent fetch data"
-    # Meanwhile others are served.
+    # Bytes waiting on every socket: the broker has answered each fetch and its first
+    # sendfile has returned (a 48 MB slice does not fit the sockets' buffers, so it
+    # returned short: the moment the old code read the rest into memory).
+    wait_for(lambda: all(_unread_bytes(s) > 0 for s in socks), 60,
+             "the first bytes of every fetch response")
+    # Meanwhile others are served; and once this answer is in, the broker's one event
+    # loop has returned from those sends.
     with RawClient.to(c.bootstrap_servers) as rc:
         assert rc.request(metadata_request([topic_name])).topics[0].error_code == 0
+    grown = process_rss_mb(b.pid) - rss_before
+    assert grown < 24, f"the broker grew by {grown:.0f} MB holding unsent fetch data"
     for s in socks:
         (size,) = struct.unpack(">i", _recv_exact(s, 4))
         body = _recv_exact(s, size)

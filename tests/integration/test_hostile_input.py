@@ -223,7 +223,9 @@ def test_huge_partition_counts_are_refused_before_any_work(broker: Any, rc: RawC
         assert r.topics[0].error_message == "Unable to perform excessively large batch operation."
         r = rc.request(create_topics_request([(topic_name, n, 1, {})]))
         assert r.topics[0].error_code == ErrorCode.policy_violation
-        assert time.monotonic() - t0 < 5
+        # Refused before any per-partition work (which for 2^31 partitions would take
+        # hours); generous for a loaded machine.
+        assert time.monotonic() - t0 < 30
     # The cap is per request, as Kafka's: two topics of 60 fail together, nothing created.
     r = rc.request(create_topics_request([(topic_name, 60, 1, {}), (topic_name + "b", 60, 1, {})]))
     assert [t.error_code for t in r.topics] == [ErrorCode.policy_violation] * 2

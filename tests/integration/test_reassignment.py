@@ -185,6 +185,12 @@ def test_throttled_move_is_limited_then_cancelled(four: LocalCluster, tmp_path: 
     assert p.flush(60) == 0
     full = _log_bytes(four, 1, topic, 0)
     assert full > 4_000_000
+    # A probe partition broker 3 follows from the same leader (one fetcher per leader):
+    # each acks=all write to it completes only after broker 3's next fetch from broker 1,
+    # which would carry the throttled partition too if the quota let it.
+    probe = f"{topic}-probe"
+    create_topic(four.bootstrap_servers, probe, config={"min.insync.replicas": "2"},
+                 assignment=[[1, 3]], wait_leaders=True)
     plan = _write_json(tmp_path / "plan.json", {"version": 1, "partitions": [
         {"topic": topic, "partition": 0, "replicas": [3, 2], "log_dirs": ["any", "any"]}]})
     out = odradek("reassign-partitions", "--bootstrap-server", "127.0.0.1:1," +
@@ -205,12 +211,21 @@ def test_throttled_move_is_limited_then_cancelled(four: LocalCluster, tmp_path: 
         "leader.replication.throttled.rate": "2000",
         "follower.replication.throttled.rate": "2000"}
     # The catch-up starts (one fetch of at most replica.fetch.max.bytes, 1 MiB), then
-    # the quota holds it: after 4 s the new replica has at most ~2 fetches' worth.
+    # the quota holds it: over at least 4 s and ten more fetch rounds of broker 3 from
+    # broker 1 (acks=all writes to the probe, each waiting for the next round) the new
+    # replica gets at most ~2 fetches' worth. A rate needs time to pass (a lower bound:
+    # a loaded machine only makes it longer); the rounds show the follower kept asking.
     wait_for(lambda: _log_bytes(four, 3, topic, 0) > 0, 30, "the new replica's first fetch")
     t0 = _log_bytes(four, 3, topic, 0)
-    deadline = time.monotonic() + 4
-    while time.monotonic() < deadline:
-        time.sleep(0.2)
+    assert partition_meta(four.bootstrap_servers, topic)[0].leader == 1
+    assert partition_meta(four.bootstrap_servers, probe)[0].leader == 1
+    pp = Producer({"bootstrap.servers": four.bootstrap_servers, "acks": "all"})
+    delivered: list[Any] = []  # each write's error (None: acknowledged)
+    start = time.monotonic()
+    while len(delivered) < 10 or time.monotonic() - start < 4:
+        pp.produce(probe, value=b"round %d" % len(delivered),
+                   on_delivery=lambda err, _msg: delivered.append(err))
+        assert pp.flush(30) == 0 and delivered[-1] is None, delivered[-1]
     copied = _log_bytes(four, 3, topic, 0)
     assert copied <= 2 * 1048576 + 65536, (t0, copied, full)
     assert copied < full

@@ -53,6 +53,7 @@ from odradek.replication.partition_state import (
     LeaderAndIsr,
 )
 from odradek.replication.replica_manager import ProduceEntry, ReplicaManager
+from odradek.replication.trace import RecordTracer
 from odradek.storage.log import LogConfig
 
 TOPIC = "t"
@@ -234,6 +235,7 @@ class ReplicationHarness:
     min_insync_replicas: int = 2
     fetch_wait_ms: int = 200
     backoff_ms: int = 50
+    trace_every: int = 0  # odradek.trace.records.every
     net: MemoryNetwork = field(default_factory=MemoryNetwork)
     replicas: dict[int, ReplicaManager] = field(default_factory=dict)
     images: dict[int, MetadataImage] = field(default_factory=dict)
@@ -255,7 +257,8 @@ class ReplicationHarness:
             store = self.controller.store_for(b, loop)
             rm = ReplicaManager(b, self.root / f"broker-{b}", lambda _t: LogConfig(),
                                 config=cfg, isr_store=store,
-                                endpoint_factory=self._endpoint_factory(b))
+                                endpoint_factory=self._endpoint_factory(b),
+                                tracer=RecordTracer(self.trace_every, b))
             rm.load_logs()
             self.replicas[b] = rm
             self.images[b] = MetadataImage()

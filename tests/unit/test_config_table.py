@@ -11,7 +11,7 @@ import pytest
 
 from odradek.config import BrokerConfig, describe_broker_config, validate_topic_configs
 from odradek.config_reference import render_reference
-from odradek.configdefs import BROKER_CONFIGS, TOPIC_CONFIGS, Support
+from odradek.configdefs import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIGS, Support
 from odradek.errors import KafkaError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,3 +205,16 @@ def test_typed_settings_take_their_defaults_from_the_table() -> None:
     for f in dataclasses.fields(BrokerConfig):
         if f.name != "raw":
             assert getattr(direct, f.name) == getattr(parsed, f.name), f.name
+
+
+def test_operations_guide_lists_the_dynamic_broker_configs() -> None:
+    """docs/operations.md's table of dynamic broker configs names exactly the ones
+    AlterConfigs accepts on a BROKER resource (it once said there were none)."""
+    lines = (ROOT / "docs" / "operations.md").read_text().splitlines()
+    start = lines.index("| broker config | takes effect |")
+    listed: set[str] = set()
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        listed.update(re.findall(r"`([a-z0-9.]+)`", line.split("|")[1]))
+    assert listed == set(DYNAMIC_BROKER_CONFIGS)

@@ -53,7 +53,8 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.metadata.image import MetadataImage
 from odradek.replication.partition import Partition, Role
 from odradek.replication.replica_manager import now_ms
-from odradek.storage.batch import CONTROL_BIT, parse_batches
+from odradek.storage.batch import CONTROL_BIT
+from odradek.storage.log_chunks import read_chunks
 from odradek.storage.producer_state import CONTROL_TYPE_COMMIT, ONGOING_AT_REQUEST, control_type
 from odradek.storage.records import decode_batch_records, encode_batch
 from odradek.zk.admin import create_topic, plan_new_topic
@@ -250,17 +251,10 @@ class GroupCoordinator:
         offset, end = lg.log_start_offset, lg.log_end_offset
         n = 0
         try:
-            while offset < end:
-                sl = lg.read(offset, _READ_CHUNK, max_offset=end)
-                if sl is None:
-                    break
-                data = sl.read_bytes()
-                headers = parse_batches(data, verify_crc=False)
-                if not headers:
-                    break
-                for h in headers:
+            for chunk in read_chunks(lg, offset, end, chunk_bytes=_READ_CHUNK):
+                for h in chunk.headers:
                     offset = h.last_offset + 1
-                    batch = memoryview(data)[h.position:h.position + h.size]
+                    batch = chunk.batch(h)
                     if h.attributes & CONTROL_BIT:
                         # A transaction marker: its offsets become visible or vanish.
                         txn = pending.pop(h.producer_id, {})

@@ -40,7 +40,8 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.replication.broker_connection import BrokerConnectionPool
 from odradek.replication.partition import Partition, Role
 from odradek.replication.replica_manager import now_ms
-from odradek.storage.batch import CONTROL_BIT, parse_batches
+from odradek.storage.batch import CONTROL_BIT
+from odradek.storage.log_chunks import read_chunks
 from odradek.storage.records import decode_batch_records, encode_batch
 from odradek.zk.admin import create_topic, plan_new_topic
 
@@ -196,20 +197,12 @@ class TransactionCoordinator:
         lg = part.log
         offset, end = lg.log_start_offset, lg.log_end_offset
         try:
-            while offset < end:
-                sl = lg.read(offset, _READ_CHUNK, max_offset=end)
-                if sl is None:
-                    break
-                data = sl.read_bytes()
-                headers = parse_batches(data, verify_crc=False)
-                if not headers:
-                    break
-                for h in headers:
+            for chunk in read_chunks(lg, offset, end, chunk_bytes=_READ_CHUNK):
+                for h in chunk.headers:
                     offset = h.last_offset + 1
                     if h.attributes & CONTROL_BIT:
                         continue
-                    for rec in decode_batch_records(memoryview(data)[h.position:
-                                                                     h.position + h.size]):
+                    for rec in decode_batch_records(chunk.batch(h)):
                         if rec.key is None:
                             continue
                         tid = decode_txn_key(rec.key)

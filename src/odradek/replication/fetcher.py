@@ -326,7 +326,7 @@ class ReplicaFetcher:
                     if sampled is not None:
                         self._tracer.hop(tp, sampled, "received", t_us=received_us)
                         self._tracer.hop(tp, sampled, "appended")
-                        self._traced.append((tp, off))
+                        self._traced.append((tp, sampled))
                 if p.log.config.ack_fsync:
                     durable.append((p.log, p.log.log_end_offset))
             self._on_progress(p)

@@ -55,6 +55,7 @@ from odradek.replication.partition_state import (
 from odradek.storage.batch import BatchHeader, parse_batches
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import AppendInfo, FileSlice, Log
+from odradek.storage.log_chunks import read_chunks
 from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.truncation_ledger import TruncationLedger
 from odradek.storage.txn_index import AbortedTxn
@@ -717,18 +718,9 @@ def rebuild_producer_state(producers: ProducerStateManager, log: Log) -> None:
     if producers.unindexed:  # a snapshot written before .txnindex files existed
         log.record_aborted(producers.unindexed)
         producers.unindexed = []
-    offset = start
-    while offset < log.log_end_offset:
-        sl = log.read(offset, 8 * 1024 * 1024, max_offset=log.log_end_offset)
-        if sl is None:
-            break
-        data = sl.read_bytes()
-        headers = parse_batches(data, verify_crc=False)
-        if not headers:
-            break
+    for chunk in read_chunks(log, start):
         # Entries the .txnindex already has (written before the restart) are skipped.
-        log.record_aborted(producers.update(headers, data))
-        offset = headers[-1].last_offset + 1
+        log.record_aborted(producers.update(chunk.headers, chunk.data))
     producers.dirty = False
 
 

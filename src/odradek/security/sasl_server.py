@@ -219,10 +219,11 @@ class SaslServerAuthenticator:
         server = self._server
         try:
             out = server.evaluate(token)
-            if server.complete:
-                principal = KafkaPrincipal("User", server.authorization_id)
-                if reauth and principal != self.principal:
-                    raise SaslFailure("Cannot change principals during re-authentication")
+            # The exchange's principal, once it is complete (None while tokens remain).
+            principal = (KafkaPrincipal("User", server.authorization_id)
+                         if server.complete else None)
+            if principal is not None and reauth and principal != self.principal:
+                raise SaslFailure("Cannot change principals during re-authentication")
         except SaslFailure as e:
             self.state = SaslState.FAILED
             plain = self.mechanism == "PLAIN"
@@ -233,7 +234,7 @@ class SaslServerAuthenticator:
             return AuthResult(ErrorCode.sasl_authentication_failed, message, b"", 0, True,
                               str(e))
         lifetime = 0
-        if server.complete:
+        if principal is not None:
             self.principal = principal
             self.state = SaslState.COMPLETE
             if reauth:

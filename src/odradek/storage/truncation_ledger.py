@@ -39,6 +39,7 @@ from typing import Any
 from odradek.storage.batch import BatchHeader, parse_batches
 from odradek.storage.checkpoint import fsync_dir
 from odradek.storage.log import Log
+from odradek.storage.log_chunks import read_chunks
 from odradek.storage.records import decode_batch_records
 
 __all__ = [
@@ -193,21 +194,12 @@ class TruncationLedger:
         try:
             # Segment.truncate_to drops every batch whose last offset >= offset, and
             # Log.read starts at exactly that batch: the copy is what will be removed.
-            pos = offset
-            while pos < leo:
-                sl = lg.read(pos, _CHUNK, max_offset=leo)
-                if sl is None:
-                    break
-                data = sl.read_bytes()
-                hs = parse_batches(data, verify_crc=False)
-                if not hs:
-                    break
-                _write_all(fd, data)
-                for h in hs:
-                    h.position += size
-                headers.extend(hs)
-                size += len(data)
-                pos = hs[-1].next_offset
+            for chunk in read_chunks(lg, offset, leo, chunk_bytes=_CHUNK):
+                _write_all(fd, chunk.data)
+                for h in chunk.headers:
+                    h.position += size  # a position in the .batches file
+                headers.extend(chunk.headers)
+                size += len(chunk.data)
             os.fsync(fd)
         finally:
             os.close(fd)

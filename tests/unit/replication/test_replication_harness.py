@@ -5,15 +5,18 @@ connected by an in-memory network and an in-memory ZooKeeper/controller with fau
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 
-from support.replication_harness import ReplicationHarness
+import pytest
 
 from odradek.errors import ErrorCode
 from odradek.replication.partition_state import Fenced, Follower, Leader
+from odradek.replication.trace import parse_trace_lines
 from odradek.storage.batch import parse_batches
 from odradek.storage.records import encode_batch
+from support.replication_harness import ReplicationHarness
 
 
 def recs(n: int = 3, tag: str = "v") -> bytes:
@@ -196,3 +199,33 @@ def test_fetch_min_bytes_and_max_wait_are_honoured(tmp_path: Path) -> None:
             got = await asyncio.wait_for(fetch, 5)
             assert len(parse_batches(got.records)) == 3
     run(main())
+
+
+def test_record_tracing_follows_sampled_records_through_the_followers(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """odradek.trace.records.every: each follower logs received, appended and next.fetch
+    for every sampled offset, and tracing changes nothing else: no fetch round fails
+    (issue 25: a stale loop variable made the first sampled record raise, dropping the
+    round, backing the fetcher off and never logging next.fetch)."""
+    caplog.set_level(logging.INFO, logger="odradek.trace")
+    caplog.set_level(logging.INFO, logger="odradek.replication.fetcher")
+
+    def hops() -> set[tuple[int, str, str]]:
+        return {(e.offset, e.hop, e.detail.split()[0])
+                for e in parse_trace_lines(r.getMessage() for r in caplog.records)}
+
+    async def main() -> None:
+        async with ReplicationHarness(tmp_path, trace_every=3) as h:
+            await h.elect(0, leader=1)
+            for _ in range(3):
+                res = await h.produce(1, recs(2))
+                assert res.error_code == 0
+            want = {(off, hop, f"broker={b}") for off in (0, 3) for b in (2, 3)
+                    for hop in ("received", "appended", "next.fetch")}
+            await h.wait_until(lambda: want <= hops(), "each follower's hops of 0 and 3")
+            assert {(0, "append", "broker=1"), (3, "append", "broker=1")} <= hops()
+            assert h.log_bytes(1) == h.log_bytes(2) == h.log_bytes(3)
+    run(main())
+    failed = [r.getMessage() for r in caplog.records
+              if r.name == "odradek.replication.fetcher" and r.levelno >= logging.WARNING]
+    assert failed == []  # no fetch round failed (nor an append: also a fetcher warning)

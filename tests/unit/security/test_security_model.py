@@ -222,3 +222,19 @@ def test_jaas_parsing() -> None:
     for bad in ("Module", "Module bogus;", 'Module required a="b"', 'M required a="b"; junk'):
         with pytest.raises(ValueError):
             parse_jaas_config(bad)
+
+
+def test_reauthentication_cannot_change_the_principal() -> None:
+    """KIP-368 (Kafka's SaslServerAuthenticator): a re-authentication as another user fails
+    and keeps the session's principal; one as the same user succeeds."""
+    s = _server({}, {"bob": "bob-pw", "eve": "eve-pw"}, reauth=1000)
+    s.handshake("PLAIN", 1)
+    assert s.authenticate(b"\x00bob\x00bob-pw", 1, 0).error_code == ErrorCode.none
+    assert s.handshake("PLAIN", 1)[0] == ErrorCode.none
+    assert s.authenticate(b"\x00bob\x00bob-pw", 1, 10).error_code == ErrorCode.none
+    assert s.reauthentications == 1
+    assert s.handshake("PLAIN", 1)[0] == ErrorCode.none
+    r = s.authenticate(b"\x00eve\x00eve-pw", 1, 20)
+    assert r.error_code == ErrorCode.sasl_authentication_failed and r.close
+    assert r.error_message == "Cannot change principals during re-authentication"
+    assert s.principal == KafkaPrincipal("User", "bob") and s.state == SaslState.FAILED

@@ -29,7 +29,8 @@ Semantics, as in Kafka:
   change must be sent to that broker, else INVALID_REQUEST "Unexpected broker id") or
   ``/config/brokers/<default>`` (empty resource name: every broker), with the change
   notification ``brokers/<id>`` / ``brokers/<default>``. Only the configs in
-  ``configdefs.DYNAMIC_BROKER_CONFIGS`` may change (the replication throttle rates);
+  ``configdefs.DYNAMIC_BROKER_CONFIGS`` may change (the replication throttle rates,
+  ``transaction.partition.verification.enable``, Kafka's Kerberos settings);
   other broker properties answer INVALID_REQUEST "Cannot update these configs
   dynamically", unknown names INVALID_CONFIG. Every broker watches both znodes; the
   replica manager applies the rates from its metadata image.
