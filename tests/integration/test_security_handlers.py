@@ -1,0 +1,153 @@
+"""Authorization and validation holes in request handlers (issue 28, part A), each
+against a SASL_SSL broker (ZooKeeper secured too) as Kafka's KafkaApis answers them:
+
+* a Produce carries exactly one record batch per partition (ProduceRequest.
+  validateRecords, INVALID_RECORD): a principal with WRITE on a topic only could
+  otherwise hide a transactional batch behind a plain one and pin the partition's LSO."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+from rawclient import list_offsets_request, produce_request
+from security_util import Access, access, raw_connection
+
+from odradek.cluster.local import LocalCluster
+from odradek.errors import ErrorCode
+from odradek.storage.records import encode_batch
+from support.polling import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+SINGLE = {
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "2",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "2",
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster.start(
+        tmp_path_factory.mktemp("handler-acl"), 1, security="sasl_ssl", broker_config=SINGLE
+    ) as c:
+        admin = _admin(c)
+        for f in admin.alter_user_scram_credentials(
+            [
+                UserScramCredentialUpsertion(
+                    "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"bob-secret"
+                )
+            ]
+        ).values():
+            f.result(30)
+        yield c
+
+
+def _admin(c: LocalCluster) -> AdminClient:
+    return AdminClient(access(c, "SASL_SSL", "SCRAM-SHA-512").confluent())
+
+
+def _admin_access(c: LocalCluster) -> Access:
+    return access(c, "SASL_SSL", "SCRAM-SHA-512")
+
+
+def _bob(c: LocalCluster) -> Access:
+    return access(c, "SASL_SSL", "SCRAM-SHA-512", "bob", "bob-secret")
+
+
+def _grant(c: LocalCluster, *acls: tuple[Any, str, Any]) -> None:
+    bindings = [
+        AclBinding(
+            rt, name, ResourcePatternType.LITERAL, "User:bob", "*", op, AclPermissionType.ALLOW
+        )
+        for rt, name, op in acls
+    ]
+    admin = _admin(c)  # referenced until the futures complete
+    for f in admin.create_acls(bindings).values():
+        f.result(30)
+
+
+def _topic(c: LocalCluster) -> str:
+    name = f"h-acl-{uuid.uuid4().hex[:8]}"
+    admin = _admin(c)
+    for f in admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=30).values():
+        f.result(60)
+    return name
+
+
+def _ask(a: Access, req: Any) -> Any:
+    with raw_connection(a) as conn:  # one broker: leader and both coordinators
+        return conn.request(req)
+
+
+def _until(a: Access, req: Any, code_of: Any, settled: Any) -> Any:
+    """Ask until ``settled(code)`` (an ACL change reaches the broker asynchronously, a
+    coordinator needs its internal topic); the last response."""
+
+    def answer() -> Any:
+        r = _ask(a, req)
+        return r if settled(code_of(r)) else None
+
+    return wait_until(answer, f"a settled answer to {type(req).__name__}", 30, interval=0.1)
+
+
+def _end_offset(c: LocalCluster, topic: str, isolation_level: int = 0) -> int:
+    req = dataclasses.replace(list_offsets_request(topic, 0, -1), isolation_level=isolation_level)
+    p = _ask(_admin_access(c), req).topics[0].partitions[0]
+    assert int(p.error_code) == 0, p
+    return int(p.offset)
+
+
+# =============================================================================== Produce
+def test_produce_refuses_more_than_one_batch_per_partition(secure: LocalCluster) -> None:
+    """A plain batch followed by a transactional one of a producer no coordinator knows:
+    with WRITE on the topic only, bob used to open a transaction nothing closes (the
+    transactional id and KIP-890 checks looked at the first batch only)."""
+    c = secure
+    t = _topic(c)
+    _grant(c, (ResourceType.TOPIC, t, AclOperation.WRITE))
+    plain = encode_batch([(b"k", b"plain")])
+    hidden = encode_batch(
+        [(b"k", b"hidden")], producer_id=4242, producer_epoch=0, base_sequence=0, transactional=True
+    )
+
+    def code(r: Any) -> int:
+        return int(r.responses[0].partition_responses[0].error_code)
+
+    # WRITE reaches the broker asynchronously: a single batch shows when it has.
+    _until(
+        _bob(c),
+        produce_request(t, 0, plain),
+        code,
+        lambda x: x != ErrorCode.topic_authorization_failed,
+    )
+    assert _end_offset(c, t) == 1
+    for records in (plain + hidden, plain + plain):
+        assert code(_ask(_bob(c), produce_request(t, 0, records))) == ErrorCode.invalid_record
+    # A transactional first batch is refused for the TransactionalId first, as in Kafka.
+    assert (
+        code(_ask(_bob(c), produce_request(t, 0, hidden + plain)))
+        == ErrorCode.transactional_id_authorization_failed
+    )
+    # Nothing of the refused requests was appended, and no transaction holds the LSO.
+    assert _end_offset(c, t) == 1
+    assert _end_offset(c, t, isolation_level=1) == 1
