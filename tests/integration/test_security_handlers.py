@@ -3,7 +3,9 @@ against a SASL_SSL broker (ZooKeeper secured too) as Kafka's KafkaApis answers t
 
 * a Produce carries exactly one record batch per partition (ProduceRequest.
   validateRecords, INVALID_RECORD): a principal with WRITE on a topic only could
-  otherwise hide a transactional batch behind a plain one and pin the partition's LSO."""
+  otherwise hide a transactional batch behind a plain one and pin the partition's LSO;
+* TxnOffsetCommit of a producer the coordinator does not know is answered
+  INVALID_PRODUCER_ID_MAPPING per partition (it was UNKNOWN_SERVER_ERROR)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from rawclient import list_offsets_request, produce_request
+from rawclient import list_offsets_request, produce_request, request_cls
 from security_util import Access, access, raw_connection
 
 from odradek.cluster.local import LocalCluster
@@ -151,3 +153,58 @@ def test_produce_refuses_more_than_one_batch_per_partition(secure: LocalCluster)
     # Nothing of the refused requests was appended, and no transaction holds the LSO.
     assert _end_offset(c, t) == 1
     assert _end_offset(c, t, isolation_level=1) == 1
+
+
+# =============================================================================== TxnOffsetCommit
+def _txn_offset_commit(tid: str, group: str, topic: str, pid: int = 4242, epoch: int = 0) -> Any:
+    m = __import__(request_cls(28, 3).__module__, fromlist=["x"])
+    return m.TxnOffsetCommitRequest(
+        transactional_id=tid,
+        group_id=group,
+        producer_id=pid,
+        producer_epoch=epoch,
+        generation_id=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(
+            m.TxnOffsetCommitRequestTopic(
+                name=topic,
+                partitions=(
+                    m.TxnOffsetCommitRequestPartition(
+                        partition_index=0,
+                        committed_offset=5,
+                        committed_leader_epoch=-1,
+                        committed_metadata="",
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+def _commit_code(r: Any) -> int:
+    return int(r.topics[0].partitions[0].error_code)
+
+
+def _coordinators_ready(c: LocalCluster, group: str, tid: str) -> None:
+    """FindCoordinator creates __consumer_offsets / __transaction_state; wait for both."""
+    for key, key_type in ((group, 0), (tid, 1)):
+        _until(
+            _admin_access(c),
+            request_cls(10, 3)(key=key, key_type=key_type),
+            lambda r: int(r.error_code),
+            lambda x: x == 0,
+        )
+
+
+def test_txn_offset_commit_of_an_unknown_producer(secure: LocalCluster) -> None:
+    """A KafkaJS finding: transactional id ``foo``, producer id 999, epoch 999 (no such
+    producer) got UNKNOWN_SERVER_ERROR; Kafka's verification answers
+    INVALID_PRODUCER_ID_MAPPING for the partition (GroupMetadataManager.
+    maybeConvertOffsetCommitError passes it through)."""
+    c = secure
+    t = _topic(c)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    _coordinators_ready(c, group, "foo")
+    r = _ask(_admin_access(c), _txn_offset_commit("foo", group, t, pid=999, epoch=999))
+    assert _commit_code(r) == ErrorCode.invalid_producer_id_mapping
