@@ -4,6 +4,8 @@ against a SASL_SSL broker (ZooKeeper secured too) as Kafka's KafkaApis answers t
 * a Produce carries exactly one record batch per partition (ProduceRequest.
   validateRecords, INVALID_RECORD): a principal with WRITE on a topic only could
   otherwise hide a transactional batch behind a plain one and pin the partition's LSO;
+* TxnOffsetCommit checks WRITE on the TransactionalId before READ on the group, and an
+  empty transactional id fails the transaction verification (INVALID_REQUEST);
 * TxnOffsetCommit of a producer the coordinator does not know is answered
   INVALID_PRODUCER_ID_MAPPING per partition (it was UNKNOWN_SERVER_ERROR)."""
 
@@ -195,6 +197,46 @@ def _coordinators_ready(c: LocalCluster, group: str, tid: str) -> None:
             lambda r: int(r.error_code),
             lambda x: x == 0,
         )
+
+
+def test_txn_offset_commit_checks_the_transactional_id(secure: LocalCluster) -> None:
+    """Kafka's handleTxnOffsetCommitRequest: WRITE on the TransactionalId
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then READ on the group
+    (GROUP_AUTHORIZATION_FAILED), then READ on each topic. Without the first check a
+    principal with READ on a group and a topic opened a hanging transaction on a
+    __consumer_offsets partition; an empty transactional id skipped the verification."""
+    c = secure
+    t = _topic(c)
+    group, other_group = f"g-{uuid.uuid4().hex[:6]}", f"g2-{uuid.uuid4().hex[:6]}"
+    tid = f"tx-{uuid.uuid4().hex[:6]}"
+    _coordinators_ready(c, group, tid)
+    _grant(
+        c,
+        (ResourceType.GROUP, group, AclOperation.READ),
+        (ResourceType.TOPIC, t, AclOperation.READ),
+    )
+    # READ on the group and the topic, nothing on the TransactionalId. (Until the ACLs
+    # arrive the answer is one of the two denials; either way nothing is written.)
+    r = _until(
+        _bob(c),
+        _txn_offset_commit(tid, group, t),
+        _commit_code,
+        lambda x: x != ErrorCode.group_authorization_failed,
+    )
+    assert _commit_code(r) == ErrorCode.transactional_id_authorization_failed
+    # WRITE on the TransactionalId but no READ on the group: the group check follows.
+    _grant(c, (ResourceType.TRANSACTIONAL_ID, tid, AclOperation.WRITE))
+    r = _until(
+        _bob(c),
+        _txn_offset_commit(tid, other_group, t),
+        _commit_code,
+        lambda x: x != ErrorCode.transactional_id_authorization_failed,
+    )
+    assert _commit_code(r) == ErrorCode.group_authorization_failed
+    # An empty transactional id (the superuser passes every ACL): Kafka's transaction
+    # coordinator refuses to verify it, nothing is appended to __consumer_offsets.
+    r = _ask(_admin_access(c), _txn_offset_commit("", group, t))
+    assert _commit_code(r) == ErrorCode.invalid_request
 
 
 def test_txn_offset_commit_of_an_unknown_producer(secure: LocalCluster) -> None:

@@ -596,8 +596,13 @@ class GroupCoordinator:
         there). A commit arriving after the abort would otherwise leave pending offsets
         that no marker resolves: OffsetFetch with require_stable would answer
         UNSTABLE_OFFSET_COMMIT for the group's partitions for good."""
-        if verifier is None or not tid:
+        if verifier is None:
             return ErrorCode.none, None
+        if not tid:
+            # Kafka's transaction coordinator refuses to verify an empty id
+            # (INVALID_REQUEST). Skipping the verification instead let a commit without
+            # an id open a transaction on the offsets partition that nothing closes.
+            return ErrorCode.invalid_request, None
         ps = part.producers
         if producer_id in ps.ongoing:
             return ErrorCode.none, ONGOING_AT_REQUEST  # a marker before the append voids it
