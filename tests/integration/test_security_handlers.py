@@ -7,13 +7,17 @@ against a SASL_SSL broker (ZooKeeper secured too) as Kafka's KafkaApis answers t
 * TxnOffsetCommit checks WRITE on the TransactionalId before READ on the group, and an
   empty transactional id fails the transaction verification (INVALID_REQUEST);
 * TxnOffsetCommit of a producer the coordinator does not know is answered
-  INVALID_PRODUCER_ID_MAPPING per partition (it was UNKNOWN_SERVER_ERROR)."""
+  INVALID_PRODUCER_ID_MAPPING per partition (it was UNKNOWN_SERVER_ERROR);
+* ListOffsets v0 checks DESCRIBE on the topic; ElectLeaders without ALTER on the
+  cluster and a null partition list names no topic."""
 
 from __future__ import annotations
 
 import dataclasses
+import struct
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -250,3 +254,37 @@ def test_txn_offset_commit_of_an_unknown_producer(secure: LocalCluster) -> None:
     _coordinators_ready(c, group, "foo")
     r = _ask(_admin_access(c), _txn_offset_commit("foo", group, t, pid=999, epoch=999))
     assert _commit_code(r) == ErrorCode.invalid_producer_id_mapping
+
+
+# =============================================================================== ListOffsets v0
+def _list_offsets_v0_code(a: Access, topic: str) -> int:
+    body = struct.pack(">ii", -1, 1) + struct.pack(">h", len(topic)) + topic.encode()
+    body += struct.pack(">i", 1) + struct.pack(">iqi", 0, -1, 1)
+    with raw_connection(a) as conn:
+        conn.send_body(2, 0, body)
+        _key, _version, frame = conn.receive_frame()
+    pos = 4  # topic count
+    (n,) = struct.unpack_from(">h", frame, pos)
+    pos += 2 + n + 4  # name, partition count
+    _p, code = struct.unpack_from(">ih", frame, pos)
+    return int(code)
+
+
+def test_list_offsets_v0_needs_describe(secure: LocalCluster) -> None:
+    c = secure
+    t = _topic(c)
+    assert _list_offsets_v0_code(_admin_access(c), t) == 0
+    assert _list_offsets_v0_code(_bob(c), t) == ErrorCode.topic_authorization_failed
+
+
+# =============================================================================== ElectLeaders
+def test_elect_leaders_denied_names_no_topic(secure: LocalCluster) -> None:
+    """Kafka (ElectLeadersRequestOps.topicPartitions): a null partition list is empty
+    when refused for lack of ALTER on the cluster, so no topic name is echoed."""
+    c = secure
+    t = _topic(c)
+    req = request_cls(43, 2)(election_type=0, topic_partitions=None, timeout=timedelta(seconds=5))
+    r = _ask(_bob(c), req)
+    assert int(r.error_code) == ErrorCode.cluster_authorization_failed
+    assert r.replica_election_results == ()
+    assert t not in str(r)

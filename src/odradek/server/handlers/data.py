@@ -326,7 +326,14 @@ def _list_offsets_v0(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -
     topics: list[tuple[str, list[tuple[int, int, list[int]]]]] = []
     for t in req.topics:
         parts: list[tuple[int, int, list[int]]] = []
+        # DESCRIBE on the topic, as for every other version (Kafka's
+        # handleListOffsetRequestV0): without it nothing about the log is answered.
+        allowed = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
         for lp in t.partitions:
+            if not allowed:
+                parts.append((lp.partition_index, int(ErrorCode.topic_authorization_failed),
+                              []))
+                continue
             try:
                 p = ctx.replicas.leader_partition(t.name, lp.partition_index, image)
                 parts.append((lp.partition_index, 0,
