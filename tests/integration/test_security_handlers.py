@@ -9,7 +9,9 @@ against a SASL_SSL broker (ZooKeeper secured too) as Kafka's KafkaApis answers t
 * TxnOffsetCommit of a producer the coordinator does not know is answered
   INVALID_PRODUCER_ID_MAPPING per partition (it was UNKNOWN_SERVER_ERROR);
 * ListOffsets v0 checks DESCRIBE on the topic; ElectLeaders without ALTER on the
-  cluster and a null partition list names no topic."""
+  cluster and a null partition list names no topic;
+* CreateTopics without DESCRIBE_CONFIGS on the topic hides its configs, partition count
+  and replication factor (TOPIC_AUTHORIZATION_FAILED in topic_config_error_code)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from rawclient import list_offsets_request, produce_request, request_cls
+from rawclient import create_topics_request, list_offsets_request, produce_request, request_cls
 from security_util import Access, access, raw_connection
 
 from odradek.cluster.local import LocalCluster
@@ -288,3 +290,40 @@ def test_elect_leaders_denied_names_no_topic(secure: LocalCluster) -> None:
     assert int(r.error_code) == ErrorCode.cluster_authorization_failed
     assert r.replica_election_results == ()
     assert t not in str(r)
+
+
+# =============================================================================== CreateTopics
+def test_create_topics_hides_configs_without_describe_configs(secure: LocalCluster) -> None:
+    """Kafka's handleCreateTopicsRequest: without DESCRIBE_CONFIGS on the topic its
+    configs, partition count and replication factor are left out (ZkAdminManager's
+    includeConfigsAndMetadata) and topic_config_error_code is TOPIC_AUTHORIZATION_FAILED."""
+    c = secure
+    hidden, shown = f"h-cfg-{uuid.uuid4().hex[:8]}", f"h-cfg-{uuid.uuid4().hex[:8]}"
+    _grant(
+        c,
+        (ResourceType.TOPIC, hidden, AclOperation.CREATE),
+        (ResourceType.TOPIC, shown, AclOperation.CREATE),
+        (ResourceType.TOPIC, shown, AclOperation.DESCRIBE_CONFIGS),
+    )
+    cfg = {"retention.ms": "123456"}
+
+    def created(r: Any) -> int:
+        return int(r.topics[0].error_code)
+
+    r = _until(
+        _bob(c),
+        create_topics_request([(shown, 1, 1, cfg)], validate_only=True),
+        created,
+        lambda x: x == 0,
+    )
+    res = r.topics[0]
+    assert int(res.topic_config_error_code) == 0
+    assert (int(res.num_partitions), int(res.replication_factor)) == (1, 1)
+    assert {e.name: e.value for e in res.configs}["retention.ms"] == "123456"
+    for validate_only in (True, False):
+        r = _ask(_bob(c), create_topics_request([(hidden, 1, 1, cfg)], validate_only=validate_only))
+        res = r.topics[0]
+        assert int(res.error_code) == 0, res
+        assert int(res.topic_config_error_code) == ErrorCode.topic_authorization_failed
+        assert not res.configs
+        assert (int(res.num_partitions), int(res.replication_factor)) == (-1, -1)
