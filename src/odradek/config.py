@@ -682,6 +682,23 @@ def describe_broker_config(broker: BrokerConfig, dynamic: Mapping[str, str] | No
                 documentation=d.describe_support(),
             )
         )
+    # Custom configs (names that are no broker property, kept by AlterConfigs), as Kafka
+    # lists them: of unknown type, so treated as sensitive (no value) and read-only.
+    for name in sorted({*dyn, *dyn_default} - BROKER_CONFIGS.keys()):
+        synonyms = kafka_synonyms(name, [name], layers, sensitive=True)
+        entries.append(
+            ConfigEntry(
+                name=name,
+                value=None,
+                source=synonyms[0][2],
+                read_only=True,
+                is_default=False,
+                is_sensitive=True,
+                synonyms=synonyms,
+                config_type=int(ConfigType.UNKNOWN),
+                documentation=None,
+            )
+        )
     return entries
 
 

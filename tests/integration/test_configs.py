@@ -232,6 +232,65 @@ def test_errors_and_validate_only(cluster2: LocalCluster, topic: str) -> None:
         in ei.value.args[0].str()
 
 
+def test_broker_resources_keep_custom_configs(cluster2: LocalCluster) -> None:
+    """A KafkaJS finding: a name that is no broker property (the suite sets
+    ``cleanup.policy`` on a broker) is kept as a custom config -- Kafka's
+    DynamicBrokerConfig refuses only its own non-dynamic names -- by AlterConfigs and
+    IncrementalAlterConfigs alike, per broker and at the cluster default; DescribeConfigs
+    lists it as Kafka does (unknown type: sensitive, read-only, no value), with source
+    DYNAMIC_BROKER_CONFIG / DYNAMIC_DEFAULT_BROKER_CONFIG."""
+    from rawclient import RawClient, request_cls
+
+    broker = 4  # ConfigResource.Type.BROKER
+    inc = sys.modules[request_cls(44, 1).__module__]
+    legacy = sys.modules[request_cls(33, 1).__module__]
+    desc = sys.modules[request_cls(32, 4).__module__]
+
+    def incremental_set(rc: RawClient, name: str, op: int, value: str | None) -> int:
+        r = rc.request(inc.IncrementalAlterConfigsRequest(validate_only=False, resources=(
+            inc.AlterConfigsResource(resource_type=broker, resource_name=name, configs=(
+                inc.AlterableConfig(name="cleanup.policy", config_operation=op,
+                                    value=value),)),)))
+        return int(r.responses[0].error_code)
+
+    def replace_default(rc: RawClient, configs: dict[str, str]) -> int:
+        r = rc.request(legacy.AlterConfigsRequest(validate_only=False, resources=(
+            legacy.AlterConfigsResource(resource_type=broker, resource_name="", configs=tuple(
+                legacy.AlterableConfig(name=k, value=v) for k, v in configs.items())),)))
+        return int(r.responses[0].error_code)
+
+    def described(rc: RawClient, name: str) -> Any:
+        r = rc.request(desc.DescribeConfigsRequest(
+            include_synonyms=True, include_documentation=False, resources=(
+                desc.DescribeConfigsResource(resource_type=broker, resource_name=name,
+                                             configuration_keys=None),)))
+        assert int(r.results[0].error_code) == 0, r
+        return {e.name: e for e in r.results[0].configs}.get("cleanup.policy")
+
+    with RawClient.to(cluster2.broker(1).address) as rc:
+        try:
+            assert incremental_set(rc, "1", 0, "compact") == 0  # SET
+            assert replace_default(rc, {"cleanup.policy": "delete"}) == 0
+
+            def both_shown() -> Any:
+                mine, default = described(rc, "1"), described(rc, "")
+                return (mine, default) if mine is not None and default is not None else None
+            mine, default = wait_for(both_shown, 10, "the custom configs in DescribeConfigs")
+            assert int(mine.config_source) == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+            assert [(s.name, s.value, int(s.source)) for s in mine.synonyms] == [
+                ("cleanup.policy", None, ConfigSource.DYNAMIC_BROKER_CONFIG.value),
+                ("cleanup.policy", None, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)]
+            assert int(default.config_source) == \
+                ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+            for e in (mine, default):
+                assert (e.value, e.is_sensitive, e.read_only) == (None, True, True)
+        finally:  # the module's other tests expect no dynamic broker configs
+            assert incremental_set(rc, "1", 1, None) == 0  # DELETE
+            assert replace_default(rc, {}) == 0
+        wait_for(lambda: described(rc, "1") is None and described(rc, "") is None, 10,
+                 "the custom configs removed")
+
+
 # ---------------------------------------------------------------------------- CLI
 def test_cli_describe_alter_delete(cluster2: LocalCluster, topic: str) -> None:
     bs = cluster2.bootstrap_servers

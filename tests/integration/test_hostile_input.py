@@ -135,6 +135,18 @@ def test_produce_records_length_lie_closes(rc: RawClient) -> None:
     expect_closed(rc)
 
 
+def test_batch_length_past_the_records_is_corrupt_message(rc: RawClient,
+                                                          topic_name: str) -> None:
+    # The batch's own length field says 2^31-16 bytes; only its ~150 bytes were sent.
+    # Kafka's batch reader finds no whole batch there (CORRUPT_MESSAGE); the size limit
+    # (MESSAGE_TOO_LARGE) is for batches that are all there.
+    create_topic(rc, topic_name, 1)
+    b = bytearray(encode_batch([(None, b"r" * 100)]))
+    struct.pack_into(">i", b, 8, 2**31 - 16)
+    assert produce(rc, topic_name, 0, bytes(b)).error_code == ErrorCode.corrupt_message
+    _still_answers(rc)
+
+
 @pytest.mark.parametrize("version", [5, 7])
 def test_join_group_with_null_protocols_closes(rc: RawClient, version: int) -> None:
     # Non-nullable in Kafka's schema: its generated reader refuses it as malformed. It

@@ -243,7 +243,12 @@ def test_verification_answers_become_offset_commit_errors_as_in_kafka() -> None:
     assert _commit_error(produce_error(E.transaction_abortable)) is E.invalid_txn_state
     assert _commit_error(produce_error(E.producer_fenced)) is E.invalid_producer_epoch
     assert _commit_error(E.not_leader_or_follower) is E.not_coordinator
-    assert _commit_error(E.corrupt_message) is E.unknown_server_error
+    # Kafka's "case other => other": a producer the coordinator does not know, an empty
+    # transactional id, any other append error, answered as they are.
+    assert _commit_error(produce_error(E.invalid_producer_id_mapping)) \
+        is E.invalid_producer_id_mapping
+    assert _commit_error(produce_error(E.invalid_request)) is E.invalid_request
+    assert _commit_error(E.corrupt_message) is E.corrupt_message
 
 
 def _headers(raw: bytes) -> list:

@@ -106,19 +106,19 @@ _APPEND_ERRORS = {
     ErrorCode.message_too_large: ErrorCode.invalid_commit_offset_size,
     ErrorCode.record_list_too_large: ErrorCode.invalid_commit_offset_size,
 }
-# What a transactional offset commit's verification may answer besides (KIP-890), kept.
-_TXN_ERRORS = frozenset({ErrorCode.invalid_txn_state, ErrorCode.invalid_producer_epoch,
-                         ErrorCode.producer_fenced, ErrorCode.coordinator_load_in_progress})
 
 
 def _commit_error(code: ErrorCode) -> ErrorCode:
     """Kafka's GroupMetadataManager.maybeConvertOffsetCommitError: append errors become
     coordinator errors; a verification that could not reach the transaction coordinator
     (NETWORK_EXCEPTION, which older clients do not retry) becomes
-    COORDINATOR_LOAD_IN_PROGRESS, which they retry without a new coordinator lookup."""
+    COORDINATOR_LOAD_IN_PROGRESS, which they retry without a new coordinator lookup.
+    Any other error is answered as it is, as Kafka does: the verification's
+    INVALID_PRODUCER_ID_MAPPING (a producer the transaction coordinator does not know)
+    or INVALID_REQUEST (an empty transactional id) used to become UNKNOWN_SERVER_ERROR."""
     if code is ErrorCode.network_exception:
         return ErrorCode.coordinator_load_in_progress
-    return _APPEND_ERRORS.get(code, code if code in _TXN_ERRORS else ErrorCode.unknown_server_error)
+    return _APPEND_ERRORS.get(code, code)
 
 
 class ClusterView(Protocol):
@@ -590,8 +590,13 @@ class GroupCoordinator:
         there). A commit arriving after the abort would otherwise leave pending offsets
         that no marker resolves: OffsetFetch with require_stable would answer
         UNSTABLE_OFFSET_COMMIT for the group's partitions for good."""
-        if verifier is None or not tid:
+        if verifier is None:
             return ErrorCode.none, None
+        if not tid:
+            # Kafka's transaction coordinator refuses to verify an empty id
+            # (INVALID_REQUEST). Skipping the verification instead let a commit without
+            # an id open a transaction on the offsets partition that nothing closes.
+            return ErrorCode.invalid_request, None
         ps = part.producers
         if producer_id in ps.ongoing:
             return ErrorCode.none, ONGOING_AT_REQUEST  # a marker before the append voids it

@@ -374,6 +374,8 @@ class TransactionCoordinator:
                           parts: set[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
         """KIP-890: is each partition in the producer's ongoing transaction? (Kafka's
         handleVerifyPartitionsInTransaction; ownership errors are per partition too.)"""
+        if not tid:
+            return dict.fromkeys(parts, ErrorCode.invalid_request)  # as Kafka
         try:
             self._check_owner(tid)
         except KafkaError as e:

@@ -267,11 +267,13 @@ class Partition:
     def append_as_leader(self, records: bytes | bytearray | memoryview, required_acks: int,
                          now_ms: int, *, allow_control: bool = False,
                          from_coordinator: bool = False,
-                         verification_guard: object | None = None) -> AppendInfo:
+                         verification_guard: object | None = None,
+                         single_batch: bool = False) -> AppendInfo:
         """Validate, deduplicate (idempotent producers), assign offsets, write once.
         The caller wakes the fetches waiting on this partition; ``acks=1`` and the HW
         are its business too (``hw_after_append``). ``verification_guard``: KIP-890 is
-        in effect for this produce (see ``ProducerStateManager.check_verified``)."""
+        in effect for this produce (see ``ProducerStateManager.check_verified``).
+        ``single_batch``: a client's Produce (v3+), which must carry exactly one batch."""
         st = self._state
         if type(st) is not Leader:
             self.check_leader()
@@ -285,6 +287,16 @@ class Partition:
         headers = parse_batches(records, verify_crc=True,
                                 max_batch_bytes=lg.config.max_message_bytes,
                                 strict_count=True)
+        if single_batch and len(headers) != 1:
+            # Kafka's ProduceRequest.validateRecords. The request handler's checks (the
+            # TransactionalId's ACL, KIP-890 verification) read the first batch only: a
+            # plain batch followed by a transactional one would open a transaction no
+            # coordinator knows of, pinning the LSO for good.
+            raise KafkaError(ErrorCode.invalid_record,
+                             "Produce requests are only allowed to contain exactly one "
+                             "record batch per partition" if headers else
+                             "Produce requests must have at least one record batch per "
+                             "partition")
         idempotent = False
         for h in headers:
             if h.producer_id >= 0:

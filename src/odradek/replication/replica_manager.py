@@ -466,7 +466,8 @@ class ReplicaManager(FetchServing):
                     ts = stats.topic(e.topic)
                     ts.produce_requests += 1
                 info = p.append_as_leader(e.records, acks, t_now,
-                                          verification_guard=e.verification_guard)
+                                          verification_guard=e.verification_guard,
+                                          single_batch=True)
                 res.base_offset = info.first_offset
                 res.log_append_time_ms = info.log_append_time
                 res.log_start_offset = p.log.log_start_offset

@@ -24,7 +24,9 @@ Error choices (mirroring Kafka's broker):
 * recordsCount <= 0 or lastOffsetDelta != recordsCount - 1 → ``INVALID_RECORD``
   (Kafka's ``LogValidator.validateBatch``: "Inconsistent batch offset range").
 * one batch larger than ``max_batch_bytes`` (the topic's ``max.message.bytes``, compared
-  with the whole batch including the 12-byte log overhead) → ``MESSAGE_TOO_LARGE``.
+  with the whole batch including the 12-byte log overhead) → ``MESSAGE_TOO_LARGE`` --
+  only for a batch that is all there: a batchLength past the end of the buffer is
+  ``CORRUPT_MESSAGE`` whatever it claims.
 """
 
 from __future__ import annotations
@@ -175,15 +177,18 @@ def _check_one(
             ErrorCode.corrupt_message,
             f"batch length {h.batch_length} at position {pos} is smaller than the header",
         )
-    if max_batch_bytes is not None and size > max_batch_bytes:
-        raise KafkaError(
-            ErrorCode.message_too_large,
-            f"batch of {size} bytes exceeds max.message.bytes {max_batch_bytes}",
-        )
+    # A length past the bytes received is corruption before it is a size: a lie of
+    # 2^31-16 bytes in a 100-byte produce was answered MESSAGE_TOO_LARGE, which tells the
+    # producer to split a batch it never sent.
     if size > remaining:
         raise KafkaError(
             ErrorCode.corrupt_message,
             f"batch at position {pos} claims {size} bytes but only {remaining} remain",
+        )
+    if max_batch_bytes is not None and size > max_batch_bytes:
+        raise KafkaError(
+            ErrorCode.message_too_large,
+            f"batch of {size} bytes exceeds max.message.bytes {max_batch_bytes}",
         )
     if verify_crc:
         actual = compute_crc(buf, pos, size)

@@ -91,6 +91,13 @@ def test_oversized_batch_is_message_too_large() -> None:
     assert parse_batches(b, max_batch_bytes=len(b))
 
 
+def test_a_length_past_the_buffer_is_corrupt_whatever_it_claims() -> None:
+    # Checked before the size limit: 2^31-16 bytes claimed, ~100 sent.
+    b = bytearray(encode_batch([(b"k", b"v" * 100)]))
+    struct.pack_into(">i", b, 8, 2**31 - 16)
+    assert _code(bytes(b), max_batch_bytes=1 << 20) == ErrorCode.corrupt_message
+
+
 def test_offset_and_epoch_rewrites_keep_crc_valid() -> None:
     b = bytearray(encode_batch([(b"k", b"v")]) * 1)
     set_base_offset(b, 0, 123456789)

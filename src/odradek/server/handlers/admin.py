@@ -106,15 +106,23 @@ async def handle_create_topics(ctx: RequestContext, header: RequestHeaderInfo, r
         kw: dict[str, Any] = dict(name=t.name, error_code=ErrorCode.none, error_message=None,
                                   topic_config_error_code=0, num_partitions=-1,
                                   replication_factor=-1, configs=None)
+        # Kafka: the configs, partition count and replication factor of a topic are
+        # answered only with DESCRIBE_CONFIGS on it (ZkAdminManager's
+        # includeConfigsAndMetadata); else topic_config_error_code tells why they are
+        # missing -- unless the creation itself failed, which resets it.
+        show_configs = ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name)
+        config_denied = 0 if show_configs else int(ErrorCode.topic_authorization_failed)
+        attempted = False
         try:
             if not cluster_create:
                 _require_topic(ctx, AclOperation.CREATE, t.name)
-            if too_big:
-                raise KafkaError(ErrorCode.policy_violation, EXCESSIVE_BATCH)
             if counts[t.name] > 1:
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"Create topics request from client `{header.client_id}` "
                                  f"contains multiple entries for the following topics: {t.name}")
+            attempted = True
+            if too_big:
+                raise KafkaError(ErrorCode.policy_violation, EXCESSIVE_BATCH)
             configs = validate_topic_configs({c.name: c.value for c in t.configs})
             manual = {a.partition_index: list(a.broker_ids) for a in t.assignments}
             plan = plan_new_topic(t.name, int(t.num_partitions), int(t.replication_factor),
@@ -131,16 +139,19 @@ async def handle_create_topics(ctx: RequestContext, header: RequestHeaderInfo, r
             if not req.validate_only:
                 await asyncio.to_thread(create_topic, ctx.zk, plan)
                 created.append(t.name)
-            kw.update(num_partitions=plan.num_partitions,
-                      replication_factor=plan.replication_factor)
-            if v >= 5:
+            kw["topic_config_error_code"] = config_denied
+            if show_configs:
+                kw.update(num_partitions=plan.num_partitions,
+                          replication_factor=plan.replication_factor)
+            if show_configs and v >= 5:
                 entries = describe_topic_config(ctx.config, configs)
                 kw["configs"] = tuple(
                     part(19, v, "CreatableTopicConfigs", name=e.name, value=e.value,
                          read_only=e.read_only, config_source=e.source,
                          is_sensitive=e.is_sensitive) for e in entries)
         except KafkaError as e:
-            kw.update(error_code=e.code, error_message=e.message or None)
+            kw.update(error_code=e.code, error_message=e.message or None,
+                      topic_config_error_code=0 if attempted else config_denied)
         except Exception:
             logger.exception("creating topic %r failed", t.name)
             kw.update(error_code=ErrorCode.unknown_server_error,

@@ -32,8 +32,9 @@ Semantics, as in Kafka:
   ``configdefs.DYNAMIC_BROKER_CONFIGS`` may change (the replication throttle rates,
   ``transaction.partition.verification.enable``, Kafka's Kerberos settings);
   other broker properties answer INVALID_REQUEST "Cannot update these configs
-  dynamically", unknown names INVALID_CONFIG. Every broker watches both znodes; the
-  replica manager applies the rates from its metadata image.
+  dynamically". Names that are no broker property are stored as custom configs (Kafka
+  keeps them too, and DescribeConfigs lists them). Every broker watches both znodes;
+  the replica manager applies the rates from its metadata image.
 
 The pure parts (``apply_incremental``, ``replace_all``) are unit-tested in
 tests/unit/test_configs_ops.py; the ZooKeeper write is ``write_topic_config`` (blocking,
@@ -207,17 +208,19 @@ def write_topic_config(zk: KazooClient, topic: str,
 
 
 def validate_broker_configs(configs: Mapping[str, str]) -> dict[str, str]:
-    """Dynamic broker overrides: only DYNAMIC_BROKER_CONFIGS, each a valid value."""
+    """Dynamic broker overrides: of the broker properties, only DYNAMIC_BROKER_CONFIGS,
+    each a valid value. Any other name is kept as a custom config, as Kafka's
+    DynamicBrokerConfig.validate does (only its own non-dynamic names are refused):
+    KafkaJS's suite sets ``cleanup.policy`` on a broker and expects NONE."""
     static = sorted(n for n in configs if n in BROKER_CONFIGS and n not in DYNAMIC_BROKER_CONFIGS)
     if static:
         raise _invalid_request(f"Cannot update these configs dynamically: Set({', '.join(static)})")
-    unknown = sorted(n for n in configs if n not in BROKER_CONFIGS)
-    if unknown:
-        raise KafkaError(ErrorCode.invalid_config,
-                         f"Unknown broker config(s): {', '.join(unknown)}")
     for name, value in configs.items():
+        d = BROKER_CONFIGS.get(name)
+        if d is None:
+            continue
         try:
-            BROKER_CONFIGS[name].parse(value)
+            d.parse(value)
         except ConfigValueError as e:
             raise KafkaError(ErrorCode.invalid_config, str(e)) from None
     return dict(configs)

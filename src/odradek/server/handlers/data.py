@@ -99,7 +99,10 @@ def _transactional_id_denied(ctx: RequestContext, req: Any, tid: str | None) -> 
     needs WRITE on its TransactionalId, and needs a transactional id at all (a
     transactional batch no coordinator knows of would hold the partition's LSO for
     good). As in Kafka's RequestUtils.hasTransactionalRecords, each partition's first
-    batch tells; it is only looked at when the id is missing or not authorized."""
+    batch tells; it is only looked at when the id is missing or not authorized. The
+    first batch is the only one: the append refuses records holding more (INVALID_RECORD,
+    Kafka's ProduceRequest.validateRecords), so no transactional batch hides behind a
+    plain one."""
     if tid and ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return False
     for topic in req.topic_data:
@@ -141,12 +144,13 @@ def _append(ctx: RequestContext, header: RequestHeaderInfo,
 _Verifying = dict[tuple[int, int], list[tuple[ProduceEntry, Any]]]
 
 
-def _first_batch(records: Any) -> BatchHeader | None:
-    """The header of a produce's first v2 batch, unvalidated (the append validates)."""
+def _only_batch(records: Any) -> BatchHeader | None:
+    """The header of a produce's v2 batch if it is the only one, unvalidated (the
+    append validates it, and refuses records that are not exactly one batch)."""
     if records is None or len(records) < BATCH_HEADER_SIZE:
         return None
     h = BatchHeader.unpack(records, 0)
-    return h if h.magic == 2 else None
+    return h if h.magic == 2 and h.size == len(records) else None
 
 
 def _start_verification(ctx: RequestContext, entries: list[ProduceEntry]) -> _Verifying:
@@ -158,7 +162,7 @@ def _start_verification(ctx: RequestContext, entries: list[ProduceEntry]) -> _Ve
         return {}
     verifying: _Verifying = {}
     for e in entries:
-        h = _first_batch(e.records)
+        h = _only_batch(e.records)
         if h is None or not h.is_transactional or h.is_control or h.producer_id < 0:
             continue
         p = ctx.replicas.partitions.get((e.topic, e.result.index))
@@ -322,7 +326,14 @@ def _list_offsets_v0(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -
     topics: list[tuple[str, list[tuple[int, int, list[int]]]]] = []
     for t in req.topics:
         parts: list[tuple[int, int, list[int]]] = []
+        # DESCRIBE on the topic, as for every other version (Kafka's
+        # handleListOffsetRequestV0): without it nothing about the log is answered.
+        allowed = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
         for lp in t.partitions:
+            if not allowed:
+                parts.append((lp.partition_index, int(ErrorCode.topic_authorization_failed),
+                              []))
+                continue
             try:
                 p = ctx.replicas.leader_partition(t.name, lp.partition_index, image)
                 parts.append((lp.partition_index, 0,

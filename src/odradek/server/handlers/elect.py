@@ -104,16 +104,21 @@ async def handle_elect_leaders(ctx: RequestContext, header: RequestHeaderInfo, r
     timeout_s = max(0.0, req.timeout.total_seconds())
     deadline = time.monotonic() + timeout_s
     image = ctx.image
+    allowed = ctx.authorize_cluster(AclOperation.ALTER)
     wanted: list[TopicPartition] = []
     if req.topic_partitions is None:
-        for name, t in sorted(image.topics.items()):
-            wanted.extend((name, p) for p in sorted(t.partitions))
+        # Every partition -- unless refused: Kafka's ElectLeadersRequestOps makes a null
+        # list empty there, so the refusal names no topic (expanding it first answered
+        # every topic's name to a principal that may not even describe them).
+        if allowed:
+            for name, t in sorted(image.topics.items()):
+                wanted.extend((name, p) for p in sorted(t.partitions))
     else:
         for tps in req.topic_partitions:
             wanted.extend((tps.topic, int(p)) for p in tps.partitions)
     wanted = list(dict.fromkeys(wanted))  # duplicates answered once
 
-    if not ctx.authorize_cluster(AclOperation.ALTER):
+    if not allowed:
         # Kafka: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED for everything.
         return _response(v, wanted, {tp: (ErrorCode.cluster_authorization_failed,
                                           "Cluster authorization failed.") for tp in wanted},

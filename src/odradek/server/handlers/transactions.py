@@ -180,10 +180,15 @@ async def handle_txn_offset_commit(ctx: RequestContext, header: RequestHeaderInf
     entries = [(str(t.name), int(p.partition_index), int(p.committed_offset),
                 int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata)
                for t in req.topics for p in t.partitions]
-    # Kafka: READ on the group (else every partition fails), then READ on each topic and
-    # a known partition; only the partitions that pass are committed.
+    # Kafka: WRITE on the TransactionalId, then READ on the group (else every partition
+    # fails), then READ on each topic and a known partition; only the partitions that
+    # pass are committed. Without the first check, READ on a group and a topic was
+    # enough to write transactional offsets for any producer id: a transaction opened
+    # on a __consumer_offsets partition that no coordinator would ever close.
     results: dict[tuple[str, int], ErrorCode] = {}
-    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
+    if not _txn_write_allowed(ctx, req.transactional_id):
+        results = {(t, p): _TXN_DENIED for t, p, *_ in entries}
+    elif not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
         results = {(t, p): ErrorCode.group_authorization_failed for t, p, *_ in entries}
     else:
         image = ctx.image
