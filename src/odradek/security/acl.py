@@ -257,6 +257,12 @@ class AclCache:
             else:
                 by_prefix.pop(pattern.name, None)
 
+    def replace_all(self, acls: dict[ResourcePattern, frozenset[AccessControlEntry]]) -> None:
+        """Replace every binding (a reload from ZooKeeper)."""
+        self._acls, self._literal, self._prefixed = {}, {}, {}
+        for pattern, entries in acls.items():
+            self.set_acls(pattern, entries)
+
     def acls(self, pattern: ResourcePattern) -> frozenset[AccessControlEntry]:
         return self._acls.get(pattern, frozenset())
 
