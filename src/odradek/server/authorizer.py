@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from odradek.security.acl import (
@@ -138,6 +138,7 @@ class Authorizer(_ZkFollower):
         # Resources this broker wrote (``written``), to re-read once.
         self._reread: set[ResourcePattern] = set()
         self._reread_lock = threading.Lock()
+        self._session_lost = False
         self._watches: list[Any] = []
 
     def start(self) -> None:
@@ -145,8 +146,26 @@ class Authorizer(_ZkFollower):
         store.ensure_paths(self.zk)
         apply = self._read_everything()
         self._loop.call_soon_threadsafe(apply)
+        self.zk.add_listener(self._on_state)
         for root in store.ACL_CHANGE_ROOTS:
             self._watches.append(ChildrenWatch(self.zk, root, self._on_children))
+
+    def _on_state(self, state: str) -> None:
+        """kazoo's thread. After a lost session, reload everything: notifications older
+        than 15 minutes are purged by whichever broker writes next, so a long outage
+        can take the only trace of a change with it."""
+        if state == KazooState.LOST:
+            self._session_lost = True
+        elif state == KazooState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            try:
+                self._loop.call_soon_threadsafe(self._reload_now)
+            except RuntimeError:
+                pass  # loop closed: the broker is stopping
+
+    def _reload_now(self) -> None:
+        self._reload_all = True
+        self._start()
 
     def _on_children(self, _children: list[str]) -> bool:
         self.trigger()

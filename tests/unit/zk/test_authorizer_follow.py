@@ -147,3 +147,49 @@ def test_a_write_of_this_broker_never_shadows_a_newer_one(
         )
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_new_session_reloads_everything(
+    zk_connect: Callable[..., KazooClient], zk_server: Any
+) -> None:
+    """After its ZooKeeper session expired, the authorizer reloads every ACL: the
+    notification of a change made meanwhile may be gone (purged after 15 minutes); here
+    the ACL znode is written without any notification at all."""
+    broker_zk, admin_zk = zk_connect(), zk_connect()
+    store.ensure_paths(admin_zk)
+
+    async def scenario() -> None:
+        auth = Authorizer(
+            broker_zk, asyncio.get_running_loop(), super_users=[], allow_if_no_acl=False
+        )
+        await asyncio.to_thread(auth.start)
+        await asyncio.to_thread(
+            admin_zk.create,
+            store.acl_path(T),
+            store.encode_acls(frozenset({DENY_READ})),
+            makepath=True,
+        )
+        await asyncio.to_thread(_expire_session, broker_zk, zk_server.connect)
+        await _until(
+            lambda: auth.cache.acls(T) == {DENY_READ},
+            "the ACL written while the session was lost",
+            timeout=30,
+        )
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def _expire_session(zk: KazooClient, connect: str) -> None:
+    """ZooKeeper's way to expire a session: another client with the same session id
+    connects and closes."""
+    lost: list[str] = []
+    zk.add_listener(lambda state: lost.append(state) if state == "LOST" else None)
+    session_id, password = zk.client_id
+    other = KazooClient(hosts=connect, client_id=(session_id, password))
+    other.start(timeout=10)
+    other.stop()
+    other.close()
+    deadline = time.monotonic() + 30
+    while not lost and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lost, "the session did not expire"
