@@ -13,7 +13,8 @@ A change is consumed only once it is applied: the positions move on the loop wit
 batch they were read with. A failed read (a ZooKeeper connection loss, an unreadable
 znode) loses nothing: the follower retries with a growing delay, and the retry reloads
 every ACL, since what changed meanwhile is unknown (otherwise a DeleteAcls or a new DENY
-would never reach this broker until it restarts: fail-open).
+would never reach this broker until it restarts: fail-open). A new ZooKeeper session
+reloads everything as well (notifications are purged after 15 minutes).
 
 The broker that answers CreateAcls / DeleteAcls also puts what it wrote into its own cache
 at once (``written``), as Kafka's authorizer updates its cache as it writes: a
@@ -226,8 +227,8 @@ class Authorizer(_ZkFollower):
             self._positions = positions
             if self._reload_all:
                 self.reloads += 1
-                logger.warning("authorizer: all ACLs reloaded after a failed refresh: %d "
-                               "bindings", len(self.cache))
+                logger.warning("authorizer: all ACLs reloaded (after a failed refresh or a "
+                               "lost session): %d bindings", len(self.cache))
             else:
                 logger.info("authorizer: %d ACL bindings loaded", len(self.cache))
             self._reload_all = False
