@@ -16,6 +16,7 @@ from odradek.cluster.local import LocalCluster
 from odradek.cluster.security_setup import EXTRA_LISTENERS
 from odradek.config import parse_properties
 from odradek.security.client_security import ClientSecurity
+from odradek.security.private_files import write_private
 
 PLAIN_USERS = {"carol": "carol-secret"}
 CLIENT_DN = "CN=client,O=Odradek"
@@ -120,7 +121,7 @@ def client_certificate(c: LocalCluster) -> tuple[str, str]:
         combined = load_ca(sec).issue(sec / "client.pem", "client", [])
         text = combined.read_text()
         blocks = re.findall(r"-----BEGIN [^-]+-----.*?-----END [^-]+-----\n", text, re.S)
-        key.write_text("".join(b for b in blocks if "PRIVATE KEY" in b))
+        write_private(key, "".join(b for b in blocks if "PRIVATE KEY" in b))
         cert.write_text("".join(b for b in blocks if "CERTIFICATE" in b))
     return str(cert), str(key)
 

@@ -51,6 +51,7 @@ from security_util import (
     PLAIN_USERS,
     Access,
     access,
+    admin_password,
     ca_file,
     client_certificate,
     odradek,
@@ -682,3 +683,25 @@ def test_offset_delete_needs_delete_on_the_group_and_read_on_each_topic(
         [ConsumerGroupTopicPartitions(group)]).values()
     left = {tp.topic: tp.offset for tp in fut.result(30).topic_partitions}
     assert left.get(hidden) == 7 and left.get(readable, -1001) == -1001, left
+
+
+# =============================================================================== secrets on disk
+def test_every_file_holding_a_secret_is_private(secure: LocalCluster) -> None:
+    """Issue 28 item 4: what ``cluster up --security sasl_ssl`` writes with a password or a
+    private key in it (client.properties, each server.properties, the ZooKeeper digest
+    identity, keystores, the CA key) is readable by its owner only; and no other file
+    (logs, state) holds one of those secrets."""
+    zk_auth = (secure.dir / "security" / "zookeeper.auth").read_text().strip()
+    secrets = {admin_password(secure), *PLAIN_USERS.values(), zk_auth.rsplit(":", 1)[1]}
+    holders: dict[str, int] = {}
+    for path in sorted(secure.dir.rglob("*")):
+        if not path.is_file() or path.is_symlink():
+            continue
+        data = path.read_bytes()
+        if b"PRIVATE KEY" in data or any(s.encode() in data for s in secrets):
+            holders[str(path.relative_to(secure.dir))] = path.stat().st_mode & 0o777
+    expected = {"client.properties", "security/zookeeper.auth", "security/ca-key.pem",
+                *(f"broker-{b.id}/server.properties" for b in secure.brokers),
+                *(f"security/broker-{b.id}.pem" for b in secure.brokers)}
+    assert expected <= set(holders)  # (besides client certificates of the tests)
+    assert {p: oct(m) for p, m in holders.items() if m & 0o077} == {}

@@ -109,3 +109,72 @@ def test_lag_exporter_names() -> None:
     assert s.get("kafka_consumergroup_lag", consumergroup="g", topic="t", partition="0") == 15
     assert s.get("kafka_consumergroup_lag_sum", consumergroup="g", topic="t") == 15
     assert s.get("kafka_topic_partition_current_offset", topic="t", partition="0") == 40
+
+
+# ------------------------------------------------------------------ logins (issue 28 item 5)
+def test_basic_credentials_and_loopback() -> None:
+    from base64 import b64encode
+
+    from odradek.console.auth import _basic_credentials
+    from odradek.console.server import _loopback
+
+    def basic(text: str) -> str:
+        return "Basic " + b64encode(text.encode()).decode()
+
+    assert _basic_credentials(basic("alice:pa:ss")) == ("alice", "pa:ss")
+    assert _basic_credentials(basic("alice")) is None
+    assert _basic_credentials(basic(":pw")) is None
+    assert _basic_credentials("Basic !!!") is None
+    assert _basic_credentials("Bearer x") is None
+    assert _basic_credentials("Basic " + "A" * 5000) is None
+    assert _loopback("127.0.3.1") and _loopback("::1") and _loopback("localhost")
+    assert not _loopback("0.0.0.0") and not _loopback("10.1.2.3")
+    assert not _loopback("console.example.com")
+
+
+def test_a_viewer_sees_only_what_it_may_describe() -> None:
+    from odradek.console.auth import Viewer
+    from odradek.security.client_security import ClientSecurity
+
+    raw = RawState(taken_at=100.0, view=_view(), high_watermarks={("t", 0): 40},
+                   groups=[RawGroup("g", "Stable", "range", 1, [], {("t", 0): 30}),
+                           RawGroup("h", "Stable", "range", 1, [], {})])
+    snap = SnapshotBuilder().build(raw)
+    sec = ClientSecurity("SASL_PLAINTEXT", "PLAIN", "alice", "pw")
+    seen = Viewer("alice", sec, frozenset(), frozenset({"h"})).filter(snap)
+    assert seen.topics == () and [g.group_id for g in seen.groups] == ["h"]
+    assert seen.brokers == snap.brokers and seen.version == snap.version
+    everything = Viewer("root", sec, frozenset({"t"}), frozenset({"g", "h"})).filter(snap)
+    assert everything == snap
+
+
+def test_logins_are_checked_by_the_cluster_and_cached() -> None:
+    import asyncio
+
+    import pytest
+
+    from odradek.console.auth import ConsoleLogin, LoginRefused, Viewer
+    from odradek.security.client_security import ClientSecurity
+
+    sec = ClientSecurity("SASL_PLAINTEXT", "SCRAM-SHA-512", "admin", "root-pw")
+    asked: list[tuple[str, str]] = []
+
+    def check(bootstrap: str, security: ClientSecurity, user: str, pw: str) -> Viewer:
+        asked.append((user, pw))
+        if pw != "right":
+            raise LoginRefused("SASL authentication failed")
+        return Viewer(user, security, frozenset(), frozenset())
+
+    async def scenario() -> None:
+        login = ConsoleLogin("h:1", sec, check=check, ttl_s=60)
+        assert (await login.viewer("alice", "right")).user == "alice"
+        await login.viewer("alice", "right")
+        assert asked == [("alice", "right")]  # cached
+        with pytest.raises(LoginRefused):
+            await login.viewer("alice", "wrong")
+        with pytest.raises(LoginRefused):  # a refusal is never cached as a success
+            await login.viewer("alice", "wrong")
+        assert len(asked) == 3
+        assert all(b"right" not in k for k in login._cache)
+
+    asyncio.run(scenario())

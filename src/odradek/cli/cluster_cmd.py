@@ -74,6 +74,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         try:
             url = c.start_console([Path(r) for r in args.reports] or [c.dir.parent])
             print(f"console: {url} (log {c.dir / 'console.log'})", file=sys.stderr)
+            if c.client_properties:  # a secured cluster's console asks for a login
+                print("console login: a SASL user of the cluster (e.g. admin, password in "
+                      f"{c.client_properties})", file=sys.stderr)
         except KafkaError as e:  # the cluster is up; the console is an extra
             print(f"console did not start: {e}", file=sys.stderr)
     print(bootstrap, flush=True)

@@ -4,6 +4,8 @@ Brokers, topics and partitions (live), consumer groups and lag, a message browse
 the chaos reports; consumer lag for Prometheus at ``/metrics``. ``--cluster-dir``
 (a local cluster from ``odradek cluster up``) adds each broker's metrics (LEO, byte
 rates) and process liveness. Logs (librdkafka's included) go to ``--log-file``.
+With a SASL ``--command-config`` (a secured cluster) every page asks for a login with a
+user of the cluster, and shows and reads what that user may (``console.auth``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,15 +20,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from odradek.security.private_files import write_private
+
 __all__ = ["CertificateAuthority", "load_ca", "make_ca"]
 
 _VALID_DAYS = 825
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -72,7 +67,7 @@ class CertificateAuthority:
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), False)
         cert = builder.sign(self.key, hashes.SHA256())
-        _write_private(path, _key_pem(key) + cert.public_bytes(serialization.Encoding.PEM)
+        write_private(path, _key_pem(key) + cert.public_bytes(serialization.Encoding.PEM)
                        + self.cert.public_bytes(serialization.Encoding.PEM))
         return path
 
@@ -97,7 +92,7 @@ def make_ca(directory: Path, name: str = "Odradek local cluster CA") -> Certific
             .sign(key, hashes.SHA256()))
     cert_path = directory / "ca.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    _write_private(directory / "ca-key.pem", _key_pem(key))
+    write_private(directory / "ca-key.pem", _key_pem(key))
     return CertificateAuthority(key, cert, cert_path)
 
 

@@ -39,6 +39,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from odradek.cluster import addresses, netns, procs
 from odradek.errors import ErrorCode, KafkaError
+from odradek.security.private_files import write_private
 from odradek.zk import znodes
 from odradek.zk.acls import parse_zk_auth
 from odradek.zk.client import connect_zk
@@ -480,7 +481,8 @@ class LocalCluster:
             metrics_url = props["metrics.listener"].rstrip("/") + "/metrics"
         config = bdir / "server.properties"
         body = "".join(f"{k}={v}\n" for k, v in props.items())
-        config.write_text(f"# written by `odradek cluster up`\n{body}")
+        # Private: with --security it holds the SCRAM, PLAIN and ZooKeeper passwords.
+        write_private(config, f"# written by `odradek cluster up`\n{body}")
         return BrokerInfo(
             id=broker_id,
             host=host,
@@ -655,9 +657,7 @@ class LocalCluster:
             self.zk_auth_file, self.zk_set_acl = None, set_acl
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)
-        path.chmod(0o600)
-        path.write_text(auth + "\n")
+        write_private(path, auth + "\n")
         self.zk_auth_file, self.zk_set_acl = str(path), set_acl
         self.close_zk_client()  # reconnect authenticated
 

@@ -24,6 +24,7 @@ from kazoo.client import KazooClient
 from odradek.cluster.certs import load_ca, make_ca
 from odradek.config import parse_properties
 from odradek.security.client_security import ClientSecurity
+from odradek.security.private_files import write_private
 from odradek.security.scram import MECHANISMS, credential_from_password
 from odradek.zk import security_store
 
@@ -105,7 +106,7 @@ def prepare(directory: Path, brokers: dict[int, str], zk: KazooClient, *,
     security_store.update_user_config(
         zk, ADMIN_USER, {m: credential_from_password(m, password, 4096).to_config()
                          for m in MECHANISMS}, set())
-    props_path.write_text(
+    write_private(props_path,
         "# written by `odradek cluster up --security sasl_ssl`: the admin user (a super "
         "user)\n"
         "security.protocol=SASL_SSL\n"
@@ -113,7 +114,6 @@ def prepare(directory: Path, brokers: dict[int, str], zk: KazooClient, *,
         f"sasl.username={ADMIN_USER}\n"
         f"sasl.password={password}\n"
         f"ssl.ca.location={ca.cert_path}\n")
-    props_path.chmod(0o600)
     return SecuritySetup(props_path, ca.cert_path, keystores, password,
                          tuple(extra_listeners), plain_users)
 

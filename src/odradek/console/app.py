@@ -9,7 +9,9 @@ without reloading. ``/metrics`` exports consumer lag as kafka-exporter names it.
 
 A network surface: queries are validated (ints, bounded counts), file serving is
 confined to the report directories, at most ``MAX_EVENT_STREAMS`` event streams are
-open at once, and aiohttp bounds request lines and headers.
+open at once, and aiohttp bounds request lines and headers. For a secured cluster every
+page needs a login (``console.auth``): each viewer sees the topics and groups the
+cluster lets them describe, and reads messages as themselves.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
 from odradek.console import charts
+from odradek.console.auth import VIEWER_KEY, ConsoleLogin, Viewer
 from odradek.console.browse import FORMATS, MAX_MESSAGES, read_messages
 from odradek.console.lag_exporter import LagCollector
 from odradek.console.reports import ChaosReports
@@ -116,19 +119,34 @@ def _int_param(request: web.Request, name: str, lo: int, hi: int) -> int | None:
 def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
              *, title: str = "Odradek console",
              read: Callable[..., Any] = read_messages,
-             client_conf: Mapping[str, str] | None = None) -> web.Application:
+             client_conf: Mapping[str, str] | None = None,
+             login: ConsoleLogin | None = None) -> web.Application:
     """``client_conf``: librdkafka security settings of a secured cluster (the message
-    browser's consumer)."""
+    browser's consumer). ``login``: every page needs a login, and shows and reads what
+    the logged-in user may (the browser's consumer then uses the user's settings)."""
     env = _templates()
-    app = web.Application(client_max_size=64 * 1024)  # no uploads: small bodies only
+    app = web.Application(client_max_size=64 * 1024,  # no uploads: small bodies only
+                          middlewares=[login.middleware] if login is not None else [])
     streams: set[web.StreamResponse] = set()
     browse_slots = asyncio.Semaphore(BROWSE_CONCURRENCY)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(LagCollector(lambda: state.snapshot))
 
-    def page(name: str, **ctx: Any) -> web.Response:
+    def viewer_of(r: web.Request) -> Viewer | None:
+        v = r.get(VIEWER_KEY)
+        return v if isinstance(v, Viewer) else None
+
+    def seen(r: web.Request, snap: Snapshot | None = None) -> Snapshot:
+        """The snapshot as the request's viewer may see it."""
+        snap = state.snapshot if snap is None else snap
+        v = viewer_of(r)
+        return snap if v is None else v.filter(snap)
+
+    def page(r: web.Request, name: str, **ctx: Any) -> web.Response:
+        v = viewer_of(r)
         html = env.get_template(name).render(title=title, bootstrap=bootstrap,
-                                             snap=state.snapshot, **ctx)
+                                             snap=seen(r), user=v.user if v else None,
+                                             **ctx)
         return web.Response(text=html, content_type="text/html")
 
     def fragment(view: str, arg: str, snap: Snapshot) -> str:
@@ -137,27 +155,27 @@ def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
     async def index(_r: web.Request) -> web.Response:
         raise web.HTTPFound("/brokers")
 
-    async def brokers(_r: web.Request) -> web.Response:
-        return page("live.html", view="brokers", arg="", heading="Brokers",
-                    live=fragment("brokers", "", state.snapshot))
+    async def brokers(r: web.Request) -> web.Response:
+        return page(r, "live.html", view="brokers", arg="", heading="Brokers",
+                    live=fragment("brokers", "", seen(r)))
 
-    async def topics(_r: web.Request) -> web.Response:
-        return page("live.html", view="topics", arg="", heading="Topics",
-                    live=fragment("topics", "", state.snapshot))
+    async def topics(r: web.Request) -> web.Response:
+        return page(r, "live.html", view="topics", arg="", heading="Topics",
+                    live=fragment("topics", "", seen(r)))
 
     async def topic(r: web.Request) -> web.Response:
         name = r.match_info["name"]
-        return page("live.html", view="topic", arg=name, heading=f"Topic {name}",
-                    live=fragment("topic", name, state.snapshot))
+        return page(r, "live.html", view="topic", arg=name, heading=f"Topic {name}",
+                    live=fragment("topic", name, seen(r)))
 
-    async def groups(_r: web.Request) -> web.Response:
-        return page("live.html", view="groups", arg="", heading="Consumer groups",
-                    live=fragment("groups", "", state.snapshot))
+    async def groups(r: web.Request) -> web.Response:
+        return page(r, "live.html", view="groups", arg="", heading="Consumer groups",
+                    live=fragment("groups", "", seen(r)))
 
     async def group(r: web.Request) -> web.Response:
         gid = r.match_info["group"]
-        return page("live.html", view="group", arg=gid, heading=f"Consumer group {gid}",
-                    live=fragment("group", gid, state.snapshot))
+        return page(r, "live.html", view="group", arg=gid, heading=f"Consumer group {gid}",
+                    live=fragment("group", gid, seen(r)))
 
     async def messages(r: web.Request) -> web.Response:
         topic_name = r.query.get("topic", "")
@@ -179,8 +197,10 @@ def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
         records: list[Any] = []
         start = None
         error = None
+        viewer = viewer_of(r)
+        conf = viewer.librdkafka_config() if viewer is not None else client_conf
         if topic_name:
-            if state.snapshot.topic(topic_name) is None and state.snapshot.version:
+            if seen(r).topic(topic_name) is None and state.snapshot.version:
                 error = f"no topic {topic_name!r}"
             else:
                 async with browse_slots:
@@ -188,15 +208,15 @@ def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
                         start, records = await asyncio.to_thread(
                             read, bootstrap, topic_name, partition, offset=offset,
                             timestamp_ms=timestamp_ms, limit=limit, fmt=fmt,
-                            **({"client_conf": client_conf} if client_conf else {}))
+                            **({"client_conf": conf} if conf else {}))
                     except Exception as e:  # noqa: BLE001 - shown on the page
                         error = str(e)
-        return page("messages.html", heading="Messages", topic=topic_name,
+        return page(r, "messages.html", heading="Messages", topic=topic_name,
                     partition=partition, offset=offset, timestamp=ts_text, limit=limit,
                     fmt=fmt, formats=FORMATS, records=records, start=start, error=error)
 
-    async def chaos(_r: web.Request) -> web.Response:
-        return page("chaos.html", heading="Chaos reports", reports=reports.list())
+    async def chaos(r: web.Request) -> web.Response:
+        return page(r, "chaos.html", heading="Chaos reports", reports=reports.list())
 
     async def chaos_file(r: web.Request) -> web.StreamResponse:
         path = reports.resolve(r.match_info["rid"], r.match_info["path"] or "index.html")
@@ -223,7 +243,7 @@ def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
                     await resp.write(b": keepalive\n\n")  # finds clients that left
                     continue
                 version = snap.version
-                html = fragment(view, arg, snap)
+                html = fragment(view, arg, seen(r, snap))
                 data = "".join(f"data: {line}\n" for line in html.split("\n"))
                 await resp.write(f"id: {version}\n{data}\n".encode())
         except (ConnectionResetError, asyncio.CancelledError):
@@ -232,8 +252,12 @@ def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
             streams.discard(resp)
         return resp
 
-    async def metrics(_r: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry),
+    async def metrics(r: web.Request) -> web.Response:
+        reg = registry
+        if viewer_of(r) is not None:  # this viewer's groups only
+            reg = CollectorRegistry(auto_describe=False)
+            reg.register(LagCollector(lambda: seen(r)))
+        return web.Response(body=generate_latest(reg),
                             headers={"Content-Type": "text/plain; version=0.0.4"})
 
     async def health(_r: web.Request) -> web.Response:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import signal
 from collections.abc import Mapping
@@ -11,6 +12,7 @@ from pathlib import Path
 from aiohttp import web
 
 from odradek.console.app import ConsoleState, make_app
+from odradek.console.auth import ConsoleLogin
 from odradek.console.collector import ClusterCollector
 from odradek.console.reports import ChaosReports
 from odradek.console.snapshot import Snapshot
@@ -28,6 +30,15 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 async def serve(bootstrap: str, host: str, port: int, *, cluster_dir: Path | None,
                 reports: list[Path], interval_s: float = 1.0,
                 started: asyncio.Event | None = None,
@@ -43,8 +54,17 @@ async def serve(bootstrap: str, host: str, port: int, *, cluster_dir: Path | Non
     security = ClientSecurity.from_properties(dict(client_props or {}))
     collector = ClusterCollector(bootstrap, on_snapshot, interval_s=interval_s,
                                  cluster_dir=cluster_dir, security=security)
+    # A secured cluster: the console's own user is usually a super user, so every page
+    # needs a login with a user of the cluster, and shows what that user may see.
+    login = ConsoleLogin(bootstrap, security) if security.sasl else None
+    if login is not None and not _loopback(host):
+        logger.warning("console on %s:%d: logins use HTTP basic authentication without "
+                       "TLS; passwords cross the network in clear. Listen on a loopback "
+                       "address (or put a TLS proxy in front) unless the network is "
+                       "trusted.", host, port)
     app = make_app(state, bootstrap, ChaosReports(reports),
-                   client_conf=security.librdkafka_config() if client_props else None)
+                   client_conf=security.librdkafka_config() if client_props else None,
+                   login=login)
     # Keep-alive bounded; aiohttp already bounds request lines (8 KiB) and headers.
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=15,
                            shutdown_timeout=2.0)

@@ -9,7 +9,9 @@ control entry (principal, host, operation, ALLOW or DENY). The decision follows 
    wildcard ``*`` and of every PREFIXED pattern its name starts with; if there are none,
    the answer is ``allow.everyone.if.no.acl.found``;
 3. a DENY that matches the principal (or ``User:*``), the host (or ``*``) and the
-   operation (or ALL) refuses;
+   operation (or ALL) refuses; hosts are compared as addresses (``canonical_host``):
+   an IPv4 client on a dual-stack listener (``::ffff:a.b.c.d``) is ``a.b.c.d``, as
+   Java's InetAddress makes it for Kafka;
 4. otherwise an ALLOW that matches the same way allows; READ, WRITE, DELETE and ALTER
    imply DESCRIBE, ALTER_CONFIGS implies DESCRIBE_CONFIGS (Kafka's implied operations);
 5. nothing matched: refused.
@@ -22,6 +24,8 @@ resource at a time from ZooKeeper change notifications by ``server.authorizer``.
 from __future__ import annotations
 
 import enum
+import functools
+import ipaddress
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -32,7 +36,7 @@ __all__ = [
     "AccessControlEntry", "AclBinding", "AclBindingFilter", "AclCache", "AclOperation",
     "AclPermissionType", "PatternType", "ResourcePattern", "ResourceType",
     "WILDCARD_HOST", "WILDCARD_RESOURCE", "CLUSTER_NAME", "authorization_error",
-    "pascal_name", "parse_enum",
+    "canonical_host", "pascal_name", "parse_enum",
 ]
 
 WILDCARD_HOST = "*"
@@ -137,6 +141,25 @@ _ALLOW_OPS: dict[AclOperation, frozenset[AclOperation]] = {
     AclOperation.DESCRIBE_CONFIGS: frozenset({AclOperation.DESCRIBE_CONFIGS,
                                               AclOperation.ALTER_CONFIGS}),
 }
+
+
+@functools.lru_cache(maxsize=4096)
+def canonical_host(host: str) -> str:
+    """One spelling per address: an IPv4-mapped IPv6 address as its IPv4 address, IPv6
+    compressed and lower-case. Anything that is not an address (``*``, a host name) is
+    returned unchanged and compared as text."""
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return str(addr.ipv4_mapped)
+    return str(addr)
+
+
+def _host_matches(acl_host: str, client_host: str) -> bool:
+    """``client_host`` already canonical."""
+    return acl_host == WILDCARD_HOST or canonical_host(acl_host) == client_host
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +280,12 @@ class AclCache:
             else:
                 by_prefix.pop(pattern.name, None)
 
+    def replace_all(self, acls: dict[ResourcePattern, frozenset[AccessControlEntry]]) -> None:
+        """Replace every binding (a reload from ZooKeeper)."""
+        self._acls, self._literal, self._prefixed = {}, {}, {}
+        for pattern, entries in acls.items():
+            self.set_acls(pattern, entries)
+
     def acls(self, pattern: ResourcePattern) -> frozenset[AccessControlEntry]:
         return self._acls.get(pattern, frozenset())
 
@@ -299,13 +328,14 @@ class AclCache:
         groups = self.matching_entries(resource_type, name)
         if not groups:
             return self.allow_if_no_acl
+        host = canonical_host(host)
         allow_ops = _ALLOW_OPS.get(operation, (operation,))
         allowed = False
         for entries in groups:
             for e in entries:
                 if e.principal != p and e.principal != "User:*":
                     continue
-                if e.host != host and e.host != WILDCARD_HOST:
+                if not _host_matches(e.host, host):
                     continue
                 if e.permission_type == AclPermissionType.DENY:
                     if e.operation == operation or e.operation == AclOperation.ALL:
@@ -328,6 +358,7 @@ class AclCache:
         if p in self.super_users:
             return True
         any_acl = False
+        chost = canonical_host(host)
         for pattern, entries in self._acls.items():
             if pattern.resource_type != resource_type:
                 continue
@@ -335,7 +366,7 @@ class AclCache:
             for e in entries:
                 if (e.permission_type == AclPermissionType.ALLOW
                         and (e.principal == p or e.principal == "User:*")
-                        and (e.host == host or e.host == WILDCARD_HOST)
+                        and _host_matches(e.host, chost)
                         and (e.operation == operation or e.operation == AclOperation.ALL)
                         and self.authorize(p, host, operation, resource_type, pattern.name)):
                     return True

@@ -22,15 +22,14 @@ settings, so that a listener is never served with less security than configured.
 
 from __future__ import annotations
 
-import os
 import ssl
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from odradek.configdefs import parse_list
 from odradek.security.jaas import JaasEntry, parse_jaas_config
+from odradek.security.private_files import private_temp_file
 from odradek.security.sasl_server import SUPPORTED_MECHANISMS
 
 if TYPE_CHECKING:
@@ -134,22 +133,23 @@ def jaas_entry(config: BrokerConfig, listener: str, mechanism: str) -> JaasEntry
 
 
 # ---------------------------------------------------------------------- TLS contexts
-def _keystore_files(config: BrokerConfig, listener: str) -> tuple[str, str | None] | None:
-    """(PEM file with key and chain, key password) or None when no keystore is set.
-    Inline PEM (ssl.keystore.key + certificate.chain) is written to a private file once,
-    because Python's ssl loads key material from files only."""
+def _load_keystore(ctx: ssl.SSLContext, config: BrokerConfig, listener: str) -> bool:
+    """Load the listener's keystore into ``ctx``; False when none is set. Inline PEM
+    (ssl.keystore.key + certificate.chain) goes through a private temporary file, removed
+    once loaded, because Python's ssl loads key material from files only."""
     get = lambda k: listener_setting(config, listener, k)  # noqa: E731
-    password = get("ssl.key.password") or get("ssl.keystore.password")
     location = get("ssl.keystore.location")
     if location:
-        return location, password
+        ctx.load_cert_chain(location, password=get("ssl.key.password")
+                            or get("ssl.keystore.password"))
+        return True
     key, chain = get("ssl.keystore.key"), get("ssl.keystore.certificate.chain")
     if key and chain:
-        fd, path = tempfile.mkstemp(prefix="odradek-keystore-", suffix=".pem")
-        with os.fdopen(fd, "w") as f:  # mkstemp: mode 0600
-            f.write(key.strip() + "\n" + chain.strip() + "\n")
-        return path, get("ssl.key.password")
-    return None
+        with private_temp_file(key.strip() + "\n" + chain.strip() + "\n",
+                               prefix="odradek-keystore-", suffix=".pem") as path:
+            ctx.load_cert_chain(path, password=get("ssl.key.password"))
+        return True
+    return False
 
 
 def _truststore(config: BrokerConfig, listener: str) -> tuple[str | None, str | None]:
@@ -172,10 +172,8 @@ def _apply_protocols(ctx: ssl.SSLContext, config: BrokerConfig, listener: str) -
 def server_ssl_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _apply_protocols(ctx, config, listener)
-    files = _keystore_files(config, listener)
-    if files is None:
+    if not _load_keystore(ctx, config, listener):
         raise ValueError(f"listener {listener}: no keystore (ssl.keystore.location)")
-    ctx.load_cert_chain(files[0], password=files[1])
     auth = (listener_setting(config, listener, "ssl.client.auth") or "none").lower()
     location, inline = _truststore(config, listener)
     if location or inline:
@@ -196,9 +194,7 @@ def client_ssl_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
         ctx.load_verify_locations(cafile=location or None, cadata=inline or None)
     else:
         ctx.load_default_certs()
-    files = _keystore_files(config, listener)
-    if files is not None:
-        ctx.load_cert_chain(files[0], password=files[1])
+    _load_keystore(ctx, config, listener)
     algo = listener_setting(config, listener, "ssl.endpoint.identification.algorithm")
     ctx.check_hostname = bool(algo)
     return ctx

@@ -5,11 +5,15 @@ synchronous client (``client.connection``): each sends SaslHandshake v1 with
 ``mechanism``, then one SaslAuthenticate per ``next_token`` until ``complete``; the
 server's answers go to ``receive``. SCRAM is ``scramp``'s client, which also verifies
 the server's signature (a broker that does not know the password cannot impersonate).
+As Kafka's ``ScramSaslClient``, it refuses a server that asks for fewer iterations than
+the mechanism's minimum (4096): a cheap proof would be easy to brute-force offline.
 """
 
 from __future__ import annotations
 
 import scramp
+
+from odradek.security.scram import MECHANISMS
 
 __all__ = ["SaslClient", "SaslClientError"]
 
@@ -54,7 +58,9 @@ class SaslClient:
             return
         try:
             if self._step == 1:
-                self._scram.set_server_first(token.decode())
+                server_first = token.decode()
+                self._check_iterations(server_first)
+                self._scram.set_server_first(server_first)
                 self._step = 2
             elif self._step == 3:
                 self._scram.set_server_final(token.decode())
@@ -63,3 +69,15 @@ class SaslClient:
                 raise SaslClientError("unexpected SCRAM message")
         except (scramp.ScramException, UnicodeDecodeError) as e:
             raise SaslClientError(f"SCRAM exchange failed: {e}") from e
+
+    def _check_iterations(self, server_first: str) -> None:
+        """Kafka's check, before scramp sees the message (so it holds whatever scramp's
+        version checks, with Kafka's message); a malformed count is left to scramp."""
+        minimum = MECHANISMS[self.mechanism][2]
+        for attr in server_first.split(","):
+            if attr.startswith("i=") and attr[2:].isdigit() and int(attr[2:]) < minimum:
+                self._step = 4  # failed: no client-final is ever sent
+                raise SaslClientError(
+                    f"Requested iterations {int(attr[2:])} is less than "
+                    f"the minimum {minimum} for {self.mechanism}"
+                )

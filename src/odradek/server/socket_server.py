@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from odradek.log_limiter import LogLimiter
+from odradek.security.acl import canonical_host
 from odradek.server.network import ConnectionLimits, Dispatch, KafkaConnection, RequestQueue
 from odradek.server.session import Session
 
@@ -177,7 +178,10 @@ class SocketServer:
                                 "error while accepting a connection: %r", e)
                 await asyncio.sleep(0.1)
                 continue
-            ip = addr[0] if isinstance(addr, tuple) else str(addr)
+            # One spelling per address (an IPv4 client of a dual-stack listener is
+            # a.b.c.d, not ::ffff:a.b.c.d, as for Kafka): per-IP quotas and their
+            # overrides, ACL hosts and logs all see the same text.
+            ip = canonical_host(addr[0]) if isinstance(addr, tuple) else str(addr)
             if not self.quotas.inc(ip):
                 _REJECT_LOG.log(logger, logging.INFO, ("per-ip", ip),
                                 "Rejected connection from %s, address already has the "

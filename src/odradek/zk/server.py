@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from odradek.errors import ErrorCode, KafkaError
+from odradek.security.private_files import write_private
 
 __all__ = [
     "ZooKeeperServer",
@@ -185,10 +186,10 @@ class ZooKeeperServer:
                     "and the password free of quotes and backslashes"
                 )
         users = " ".join(f'user_{n}="{p}"' for n, p in self.sasl_users.items())
-        self.jaas_path.touch(mode=0o600)
-        self.jaas_path.write_text(
+        write_private(
+            self.jaas_path,
             "Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
-            f"  {users};\n}};\n"
+            f"  {users};\n}};\n",
         )
 
     def command(self) -> list[str]:

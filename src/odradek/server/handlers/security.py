@@ -220,19 +220,26 @@ async def _create_acls(ctx: RequestContext, v: int, creations: list[Any]) -> Any
         by_pattern[b.pattern].add(b.entry)
         results.append((ErrorCode.none, None))
         slots.append(b.pattern)
+    assert ctx.authorizer is not None
     failed: dict[ResourcePattern, str] = {}
     for pattern, entries in by_pattern.items():
         try:
-            await asyncio.to_thread(store.update_acls, ctx.zk, pattern, frozenset(entries))
-            logger.info("ACLs added for %s by %s: %s", pattern, ctx.session.principal,
-                        ", ".join(sorted(map(str, entries))))
+            new = await asyncio.to_thread(store.update_acls, ctx.zk, pattern,
+                                          frozenset(entries))
         except Exception as e:  # noqa: BLE001 - reported per creation
             logger.warning("adding ACLs for %s failed: %r", pattern, e)
             failed[pattern] = f"Failed to update ACLs for {pattern}: {e}"
+            ctx.authorizer.reread(pattern)  # the write may have happened
+            continue
+        # Kafka's authorizer updates its cache as it writes: the next request to this
+        # broker sees the change, without waiting for ZooKeeper's notification.
+        ctx.authorizer.written(pattern, new)
+        logger.info("ACLs added for %s by %s: %s", pattern, ctx.session.principal,
+                    ", ".join(sorted(map(str, entries))))
     out = []
     for (code, msg), slot in zip(results, slots):
         if slot is not None and slot in failed:
-            code, msg = ErrorCode.unknown_server_error, failed[pattern]
+            code, msg = ErrorCode.unknown_server_error, failed[slot]
         out.append(part(CREATE_ACLS, v, "AclCreationResult", error_code=code,
                         error_message=msg))
     return response(CREATE_ACLS, v, results=tuple(out))
@@ -271,12 +278,15 @@ async def _delete_acls(ctx: RequestContext, v: int, filters: list[Any]) -> Any:
     failed: dict[ResourcePattern, str] = {}
     for pattern, entries in to_remove.items():
         try:
-            await asyncio.to_thread(store.update_acls, ctx.zk, pattern, frozenset(),
-                                    frozenset(entries))
-            logger.info("ACLs removed from %s by %s: %s", pattern, ctx.session.principal,
-                        ", ".join(sorted(map(str, entries))))
+            new = await asyncio.to_thread(store.update_acls, ctx.zk, pattern, frozenset(),
+                                          frozenset(entries))
         except Exception as e:  # noqa: BLE001
             failed[pattern] = f"Failed to delete ACLs of {pattern}: {e}"
+            ctx.authorizer.reread(pattern)
+            continue
+        ctx.authorizer.written(pattern, new)  # as for CreateAcls
+        logger.info("ACLs removed from %s by %s: %s", pattern, ctx.session.principal,
+                    ", ".join(sorted(map(str, entries))))
     results = []
     for m in matched:
         if isinstance(m, str):
