@@ -24,6 +24,9 @@ The mapping (lower-cased, like the JMX exporter's Kafka example rules)::
                                                    kafka_server_socket_server_metrics_a{listener}
   kafka.network:type=RequestChannel,name=RequestQueueSize
                                                    kafka_network_requestchannel_requestqueuesize
+  kafka.server:type=Produce,user=U,client-id=C (attribute throttle-time, byte-rate)
+                                                   kafka_server_produce_throttle_time{user,client_id}
+  kafka.server:type=Fetch,...                      kafka_server_fetch_throttle_time, ..._byte_rate
 
 Beyond Kafka: ``odradek_eventloop_*`` (the loop every request runs on).
 """
@@ -138,6 +141,7 @@ class _BrokerCollector(Collector):
         yield from self._partitions_and_logs(b)
         yield from self._zookeeper(b)
         yield from self._event_loop(b)
+        yield from self._client_quotas(b)
         yield _gauge("kafka_server_kafkaserver_brokerstate",
                      "Kafka's BrokerState: 3 running as broker, 6 shutting down",
                      6 if b.stopping else 3)
@@ -333,6 +337,29 @@ class _BrokerCollector(Collector):
                                   "ZooKeeper session expirations", value=z.expires)
         yield CounterMetricFamily(prefix + "zookeepersyncconnects",
                                   "ZooKeeper (re)connections", value=z.connects)
+
+    # ------------------------------------------------------------------ client quotas
+    def _client_quotas(self, b: Broker) -> Iterator[Metric]:
+        """kafka.server:type=Produce|Fetch,user=U,client-id=C, attributes throttle-time
+        (average ms over the quota window) and byte-rate: one series per quota sensor,
+        so a broker without quotas exports none."""
+        quotas = b.context.quotas
+        now_ms = time.monotonic() * 1000.0
+        for kind, manager in (("produce", quotas.produce), ("fetch", quotas.fetch)):
+            throttle = GaugeMetricFamily(
+                f"kafka_server_{kind}_throttle_time",
+                f"Average {kind} throttle time over the quota window (ms)",
+                labels=["user", "client_id"])
+            rate = GaugeMetricFamily(
+                f"kafka_server_{kind}_byte_rate",
+                f"{kind.capitalize()} bytes/s of the quota entity over the quota window",
+                labels=["user", "client_id"])
+            for sensor in list(manager.sensors.values()):
+                labels = [sensor.user, sensor.client_id]
+                throttle.add_metric(labels, sensor.throttle_avg_ms(now_ms))
+                rate.add_metric(labels, sensor.byte_rate(now_ms))
+            yield throttle
+            yield rate
 
     # ------------------------------------------------------------------ event loop
     def _event_loop(self, b: Broker) -> Iterator[Metric]:
