@@ -33,7 +33,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from rawclient import RawClient, request_cls
+from rawclient import RawClient, produce_request, request_cls
 from replication_util import create_topic
 from security_util import PLAIN_USERS, access, raw_connection
 from tests.support.polling import wait_until
@@ -41,6 +41,7 @@ from tests.support.polling import wait_until
 from odradek.cluster.local import LocalCluster
 from odradek.metrics.scrape import scrape
 from odradek.protocol.client_codec import nested_request, request_entity
+from odradek.storage.records import encode_batch
 
 pytestmark = pytest.mark.integration
 
@@ -286,6 +287,33 @@ def test_throttle_metrics_per_client_id(qc: LocalCluster, topic_name: str) -> No
         assert rate is not None and rate > 0
     finally:
         load.stop()
+        set_quota(qc, [("client-id", client)], "producer_byte_rate", None)
+
+
+def test_throttled_connection_is_muted_for_the_throttle_time(qc: LocalCluster,
+                                                            topic_name: str) -> None:
+    """KIP-219 on the wire: the over-quota Produce is answered at once with its
+    throttle_time_ms, and the next request on that connection waits that long."""
+    create_topic(qc.bootstrap_servers, topic_name, 1, 1)
+    client = f"raw-{topic_name}"
+    set_quota(qc, [("client-id", client)], "producer_byte_rate", 100_000)
+    host, port = qc.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    try:
+        with RawClient(host, int(port), timeout=30, client_id=client) as raw:
+            t0 = time.monotonic()
+            resp = raw.request(produce_request(topic_name, 0,
+                                               encode_batch([(None, b"r" * 500_000)])))
+            answered_s = time.monotonic() - t0
+            assert int(resp.responses[0].partition_responses[0].error_code) == 0
+            throttle_s = resp.throttle_time.total_seconds()
+            # 500 kB in the first (1 s minimum) window at 100 kB/s: 4 s (Kafka's formula).
+            assert throttle_s == pytest.approx(4.0, abs=0.2)
+            assert answered_s < throttle_s / 2, "the response itself was held back"
+            t1 = time.monotonic()
+            raw.request(request_cls(18, 3)(client_software_name="x",
+                                           client_software_version="1"))
+            assert time.monotonic() - t1 >= throttle_s - 0.3
+    finally:
         set_quota(qc, [("client-id", client)], "producer_byte_rate", None)
 
 
