@@ -256,6 +256,7 @@ def test_consumer_held_to_its_quota(qc: LocalCluster, topic_name: str) -> None:
     consumer = Consumer({"bootstrap.servers": qc.bootstrap_servers, "group.id": client,
                          "client.id": client, "enable.auto.commit": False})
     received: list[tuple[float, int]] = []
+    errors: list[str] = []
     try:
         consumer.assign([TopicPartition(topic_name, 0, 0)])
         start = time.monotonic()
@@ -263,11 +264,15 @@ def test_consumer_held_to_its_quota(qc: LocalCluster, topic_name: str) -> None:
             msg = consumer.poll(0.2)
             if msg is not None and msg.error() is None:
                 received.append((time.monotonic(), len(msg.value())))
+            elif msg is not None:
+                errors.append(str(msg.error()))
     finally:
         consumer.close()
         set_quota(qc, [("client-id", client)], "consumer_byte_rate", None)
     t0, t1 = start + 2.0, start + 7.0
     rate = sum(n for t, n in received if t0 <= t < t1) / (t1 - t0)
+    print(f"consumer {rate / MB:.3f} MB/s; {len(received)} records, first at "
+          f"{received[0][0] - start if received else None}, errors {errors[:3]}")
     assert 0.6 * MB <= rate <= 1.4 * MB, rate / MB
 
 
@@ -315,6 +320,31 @@ def test_throttled_connection_is_muted_for_the_throttle_time(qc: LocalCluster,
             assert time.monotonic() - t1 >= throttle_s - 0.3
     finally:
         set_quota(qc, [("client-id", client)], "producer_byte_rate", None)
+
+
+def test_request_percentage_throttles_handler_time(qc: LocalCluster) -> None:
+    """KIP-124: a client over its request_percentage gets the throttle (at most one quota
+    window) in its responses and waits it out; ApiVersions is exempt, and another
+    client-id is not throttled."""
+    client = "busy-client"
+    # 0.0001 % of a handler thread: any request is over it.
+    set_quota(qc, [("client-id", client)], "request_percentage", 0.0001)
+    host, port = qc.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    metadata = request_cls(3, 12)(topics=None, allow_auto_topic_creation=False,
+                                  include_topic_authorized_operations=False)
+    api_versions = request_cls(18, 3)(client_software_name="x", client_software_version="1")
+    try:
+        with RawClient(host, int(port), timeout=30, client_id=client) as raw:
+            first = raw.request(metadata).throttle_time.total_seconds()
+            # Kafka's ClientRequestQuotaManager caps it at one window (1 s here).
+            assert first == pytest.approx(1.0, abs=0.01)
+            t0 = time.monotonic()
+            assert raw.request(api_versions).throttle_time.total_seconds() == 0
+            assert time.monotonic() - t0 >= first - 0.3  # the connection was muted
+        with RawClient(host, int(port), timeout=30, client_id="idle-client") as raw:
+            assert raw.request(metadata).throttle_time.total_seconds() == 0
+    finally:
+        set_quota(qc, [("client-id", client)], "request_percentage", None)
 
 
 # ----------------------------------------------------------------------- admin

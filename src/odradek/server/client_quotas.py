@@ -25,6 +25,9 @@ span). A request that takes the rate above the bound is throttled for
 answers at once with that ``throttle_time_ms`` and then does not read from the
 connection until it has passed (KIP-219, ``odradek.server.network``).
 
+``request_percentage`` (KIP-124) uses the same sensors for handler time
+(``odradek.server.request_quota``); ``controller_mutation_rate`` is stored, not enforced.
+
 Hot path: ``QuotaManager.active`` is False while no quota is configured anywhere, and
 the handlers check only that. Otherwise a request costs one dict lookup of its
 (user, client-id) in a cache of resolved sensors, which a configuration change clears.
@@ -221,8 +224,12 @@ class ClientQuotaManager:
     """One quota type (produce, fetch, request): sensors by metric tags, resolved per
     (user, client-id) once and cached until the configuration changes."""
 
-    def __init__(self, key: str, window_s: int, num: int) -> None:
+    def __init__(
+        self, key: str, window_s: int, num: int, max_throttle_ms: int | None = None
+    ) -> None:
         self.key = key
+        # Kafka's ClientRequestQuotaManager caps a request-time throttle at one window.
+        self.max_throttle_ms = max_throttle_ms
         self.window_ms = window_s * 1000
         self.num = num
         self.active = False  # some entity sets this quota
@@ -291,6 +298,8 @@ class ClientQuotaManager:
         window = rate.window_size_ms(now_ms)
         measured = rate.total(now_ms) / (window / 1000.0)
         delay = throttle_time_ms(measured, sensor.bound, window)
+        if self.max_throttle_ms is not None and delay > self.max_throttle_ms:
+            delay = self.max_throttle_ms
         sensor.throttle.record(delay, now_ms)
         if delay:
             sensor.throttled_requests += 1
@@ -316,7 +325,9 @@ class QuotaManager:
     def __init__(self, window_s: int = 1, num: int = 11) -> None:
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, window_s, num)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, window_s, num)
-        self.request = ClientQuotaManager(REQUEST_PERCENTAGE, window_s, num)
+        self.request = ClientQuotaManager(
+            REQUEST_PERCENTAGE, window_s, num, max_throttle_ms=window_s * 1000
+        )
         self.active = False  # the one check on the hot path
         self.configs: dict[EntityKey, dict[str, float]] = {}
 
@@ -347,7 +358,7 @@ class QuotaManager:
     def _apply(self) -> None:
         for m in (self.produce, self.fetch, self.request):
             m.configure(self.configs)
-        self.active = self.produce.active or self.fetch.active
+        self.active = self.produce.active or self.fetch.active or self.request.active
         logger.info("client quotas: %d entities configured", len(self.configs))
 
 

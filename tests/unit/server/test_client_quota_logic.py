@@ -6,6 +6,10 @@ from __future__ import annotations
 import pytest
 
 from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol.codec import RequestHeaderInfo
+from odradek.protocol.fetch_response import encode_fetch_response
+from odradek.protocol.produce_response import PartitionProduceResult, encode_produce_response
+from odradek.protocol.responses import response
 from odradek.server.client_quotas import (
     DEFAULT,
     PRODUCER_BYTE_RATE,
@@ -24,6 +28,7 @@ from odradek.server.handlers.quotas import (
     entity_key,
     parse_filter,
 )
+from odradek.server.request_quota import exempt, with_throttle
 from odradek.zk.quota_store import entity_path, parse_entity_path
 
 P = PRODUCER_BYTE_RATE
@@ -217,3 +222,52 @@ def test_entity_paths_round_trip() -> None:
     assert entity_path((DEFAULT, "c")) == "users/<default>/clients/c"
     assert parse_entity_path("topics/t") is None
     assert parse_entity_path("users/a/groups/b") is None
+
+
+# ------------------------------------------------------------------ request_percentage
+def test_request_throttle_is_capped_at_one_window() -> None:
+    q = QuotaManager(window_s=1, num=11)
+    q.set_entity((None, "c"), {"request_percentage": "1"})
+    assert q.request.active and q.active
+    # 1 s of handler time = 100 units, over a 10 s span: 10 % against a 1 % quota.
+    # Kafka's formula says (10 - 1) / 1 * 10 s = 90 s; the request quota caps it at 1 s.
+    assert q.request.record("u", "c", 100.0, 0.0) == 1000
+    # Byte-rate quotas are not capped.
+    q.set_entity((None, "c"), {PRODUCER_BYTE_RATE: "1"})
+    assert q.produce.record("u", "c", 100.0, 0.0) == 90_000
+
+
+def _header(api_key: int, version: int) -> RequestHeaderInfo:
+    return RequestHeaderInfo(api_key=api_key, api_version=version, correlation_id=7,
+                             client_id="c", header_size=0)
+
+
+def test_with_throttle_raises_the_throttle_of_every_response_form() -> None:
+    tp = [("t", [PartitionProduceResult(index=0, error_code=0, base_offset=5)])]
+    for version in (3, 8, 9, 10):
+        raw = encode_produce_response(version, 7, tp, 100)
+        assert with_throttle(_header(0, version), raw, 250) == encode_produce_response(
+            version, 7, tp, 250)
+        # A larger byte-rate throttle already in the response stays.
+        assert with_throttle(_header(0, version), raw, 50) == raw
+    for version in (4, 7, 11, 12):
+        parts = encode_fetch_response(version, 7, [], throttle_time_ms=0)
+        assert with_throttle(_header(1, version), parts, 300) == encode_fetch_response(
+            version, 7, [], throttle_time_ms=300)
+    entity = response(3, 12, brokers=(), cluster_id=None, controller_id=-1, topics=(),
+                      cluster_authorized_operations=-2147483648)
+    out = with_throttle(_header(3, 12), entity, 1000)
+    assert out.throttle_time.total_seconds() == 1.0
+    assert with_throttle(_header(3, 12), entity, 0) is entity
+
+
+def test_request_quota_exemptions() -> None:
+    class Fetch:
+        def __init__(self, replica_id: int) -> None:
+            self.replica_id = replica_id
+    assert exempt(_header(1, 12), Fetch(2))  # a follower
+    assert not exempt(_header(1, 12), Fetch(-1))
+    for key in (17, 18, 27, 36):
+        assert exempt(_header(key, 0), None)
+    assert exempt(_header(24, 4), None) and not exempt(_header(24, 3), None)
+    assert not exempt(_header(3, 12), None)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -57,6 +58,7 @@ __all__ = [
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 _EPSILON = 1e-6
+_OWN_APPLY_WAIT_S = 5.0
 
 
 def _invalid(message: str) -> KafkaError:
@@ -215,6 +217,7 @@ def handle_describe_client_quotas(ctx: RequestContext, header: RequestHeaderInfo
 async def _alter(ctx: RequestContext, v: int, req: Any) -> Any:
     allowed = ctx.authorize_cluster(AclOperation.ALTER_CONFIGS)
     results = []
+    written: dict[quota_store.EntityKey, dict[str, float]] = {}
     for entry in req.entries:
         code, message = ErrorCode.none, None
         try:
@@ -226,9 +229,11 @@ async def _alter(ctx: RequestContext, v: int, req: Any) -> Any:
             ops = [(o.key, float(o.value), bool(o.remove)) for o in entry.ops]
             change: Callable[[dict[str, str]], dict[str, str]] = partial(apply_ops, ops=ops)
             change({})  # request-shape errors first, before any ZooKeeper round trip
-            await asyncio.to_thread(
+            new = await asyncio.to_thread(
                 quota_store.alter_entity, ctx.zk, entity, change, bool(req.validate_only)
             )
+            if not req.validate_only:
+                written[entity] = {k: float(v) for k, v in new.items() if k in QUOTA_KEYS}
         except KafkaError as e:
             code, message = e.code, e.message or None
         except Exception:
@@ -247,7 +252,24 @@ async def _alter(ctx: RequestContext, v: int, req: Any) -> Any:
                 ),
             )
         )
+    if written:
+        await _wait_own_quotas(ctx, written)
     return response(49, v, entries=tuple(results))
+
+
+async def _wait_own_quotas(
+    ctx: RequestContext, written: dict[quota_store.EntityKey, dict[str, float]]
+) -> None:
+    """Wait (bounded) until this broker applies its own change (its QuotaFollower reads
+    the notification), so that a client starting right after the answer is already
+    held to the new quota on this broker; the other brokers follow within a ZooKeeper
+    round trip (Kafka's brokers apply quota changes asynchronously too)."""
+    deadline = time.monotonic() + _OWN_APPLY_WAIT_S
+    while time.monotonic() < deadline:
+        configs = ctx.quotas.configs
+        if all(configs.get(e, {}) == q for e, q in written.items()):
+            return
+        await asyncio.sleep(0.01)
 
 
 def handle_alter_client_quotas(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
