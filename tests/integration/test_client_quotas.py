@@ -203,7 +203,7 @@ def _check_pair(c: LocalCluster, topic_name: str, measure_s: float, tolerance: f
 
 
 def test_producer_held_to_its_quota_short(qc: LocalCluster, topic_name: str) -> None:
-    _check_pair(qc, topic_name, 5.0, 0.25)
+    _check_pair(qc, topic_name, 6.0, 0.25)
 
 
 @pytest.mark.slow
