@@ -343,6 +343,13 @@ def test_request_percentage_throttles_handler_time(qc: LocalCluster) -> None:
             assert time.monotonic() - t0 >= first - 0.3  # the connection was muted
         with RawClient(host, int(port), timeout=30, client_id="idle-client") as raw:
             assert raw.request(metadata).throttle_time.total_seconds() == 0
+        url = qc.broker(1).metrics_url
+        assert url is not None
+        samples = scrape(url)
+        assert (samples.get("kafka_server_request_throttle_time", user="",
+                            client_id=client) or 0) > 0
+        assert (samples.get("kafka_server_request_request_time", user="",
+                            client_id=client) or 0) > 0
     finally:
         set_quota(qc, [("client-id", client)], "request_percentage", None)
 

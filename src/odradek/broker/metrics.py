@@ -27,6 +27,7 @@ The mapping (lower-cased, like the JMX exporter's Kafka example rules)::
   kafka.server:type=Produce,user=U,client-id=C (attribute throttle-time, byte-rate)
                                                    kafka_server_produce_throttle_time{user,client_id}
   kafka.server:type=Fetch,...                      kafka_server_fetch_throttle_time, ..._byte_rate
+  kafka.server:type=Request,...                    kafka_server_request_throttle_time, ..._request_time
 
 Beyond Kafka: ``odradek_eventloop_*`` (the loop every request runs on).
 """
@@ -340,19 +341,24 @@ class _BrokerCollector(Collector):
 
     # ------------------------------------------------------------------ client quotas
     def _client_quotas(self, b: Broker) -> Iterator[Metric]:
-        """kafka.server:type=Produce|Fetch,user=U,client-id=C, attributes throttle-time
-        (average ms over the quota window) and byte-rate: one series per quota sensor,
-        so a broker without quotas exports none."""
+        """kafka.server:type=Produce|Fetch|Request,user=U,client-id=C, attributes
+        throttle-time (average ms over the quota window) and byte-rate (Request:
+        request-time, % of a handler thread): one series per quota sensor, so a broker
+        without quotas exports none."""
         quotas = b.context.quotas
         now_ms = time.monotonic() * 1000.0
-        for kind, manager in (("produce", quotas.produce), ("fetch", quotas.fetch)):
+        for kind, manager, measured, doc in (
+                ("produce", quotas.produce, "byte_rate", "Produce bytes/s"),
+                ("fetch", quotas.fetch, "byte_rate", "Fetch bytes/s"),
+                ("request", quotas.request, "request_time",
+                 "Handler time, % of one request handler thread,")):
             throttle = GaugeMetricFamily(
                 f"kafka_server_{kind}_throttle_time",
                 f"Average {kind} throttle time over the quota window (ms)",
                 labels=["user", "client_id"])
             rate = GaugeMetricFamily(
-                f"kafka_server_{kind}_byte_rate",
-                f"{kind.capitalize()} bytes/s of the quota entity over the quota window",
+                f"kafka_server_{kind}_{measured}",
+                f"{doc} of the quota entity over the quota window",
                 labels=["user", "client_id"])
             for sensor in list(manager.sensors.values()):
                 labels = [sensor.user, sensor.client_id]

@@ -16,6 +16,9 @@ Memory per connection is bounded whatever the peer does (issue 11):
 * frames received but not yet handled are bounded in number and bytes per connection,
   and across the broker by ``queued.max.requests`` (``RequestQueue``): past either bound
   the connection stops reading and the kernel's socket buffer pushes back on the client;
+* a client over its quota (``odradek.server.client_quotas``) gets its response at once
+  with a throttle time, and then the connection reads and handles nothing until that
+  time has passed (KIP-219: Kafka mutes the channel; ``Session.muted_until``);
 * a response the peer does not read stops the connection from handling further requests
   until it has been written (Kafka mutes a channel while its response is in flight).
   Unsent record data stays in the segment files: a slice that does not fit in the socket

@@ -13,6 +13,11 @@ a follower) and is neither written nor read. Each topic is checked once per requ
 A produce of transactional records also needs WRITE on its TransactionalId, else every
 partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED (as in Kafka, also when the
 request names no transactional id).
+
+Client quotas (KIP-13, ``odradek.server.client_quotas``): a Produce's record bytes and a
+consumer Fetch's response bytes are recorded on the client's quota sensor when a quota
+is configured (one boolean otherwise); over it, the answer carries ``throttle_time_ms``
+and the connection is muted that long. A throttled Fetch is answered without records.
 """
 
 from __future__ import annotations
