@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,6 +38,7 @@ from rawclient import RawClient, produce_request, request_cls
 from replication_util import create_topic
 from security_util import PLAIN_USERS, access, raw_connection
 from tests.support.polling import wait_until
+from tests.support.topics import create_topic as create_secured_topic
 
 from odradek.cluster.local import LocalCluster
 from odradek.metrics.scrape import scrape
@@ -456,7 +458,7 @@ def _quota_requests() -> tuple[Any, Any]:
     return describe_req, alter_req
 
 
-def test_quota_apis_need_describe_and_alter_configs_on_the_cluster(
+def test_quota_apis_need_cluster_acls_and_user_quotas_follow_the_principal(
         make_cluster: Any) -> None:
     c = make_cluster(1, security="sasl_ssl", extra_listeners=("SASL_PLAINTEXT",),
                      plain_users=PLAIN_USERS)
@@ -491,3 +493,26 @@ def test_quota_apis_need_describe_and_alter_configs_on_the_cluster(
                             remove=False),)),))) == 0
     after = json.loads(c.zk_client().get("/config/users/admin")[0])
     assert after["config"] == {**user["config"], "consumer_byte_rate": "1000000000"}
+
+    # The user quota applies to carol's SASL principal (4096 B/s), not to the admin.
+    topic = f"q-{uuid.uuid4().hex[:8]}"
+    create_secured_topic(su.bootstrap, topic, 1, 1, security=su.confluent(),
+                         wait_leaders=True)
+    for f in admin.create_acls([AclBinding(
+            ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
+            AclOperation.WRITE, AclPermissionType.ALLOW)]).values():
+        f.result(30)
+    produce = produce_request(topic, 0, encode_batch([(None, b"q" * 100_000)]))
+
+    def produce_as(a: Any) -> tuple[int, float]:
+        with raw_connection(a) as cn:
+            resp = cn.request(produce)
+        return (int(resp.responses[0].partition_responses[0].error_code),
+                resp.throttle_time.total_seconds())
+
+    def carol_throttle() -> float | None:
+        code, throttle = produce_as(carol)
+        return throttle if code == 0 else None  # None: the ACL has not arrived yet
+
+    assert wait_until(carol_throttle, "carol's WRITE ACL", 10) > 1.0  # 100 kB at 4 kB/s
+    assert produce_as(su) == (0, 0.0)
