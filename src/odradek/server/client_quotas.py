@@ -87,8 +87,9 @@ MAX_SENSORS = 10_000
 
 
 def sanitize(name: str) -> str:
-    """Kafka's Sanitizer: URL-encode a user or client-id into one znode name."""
-    return urllib.parse.quote(name, safe="")
+    """Kafka's Sanitizer: a user or client-id as one znode name (Java's URLEncoder, with
+    ``*`` and space percent-encoded; Python's quote also keeps ``~``, Java does not)."""
+    return urllib.parse.quote(name, safe="").replace("~", "%7E")
 
 
 def unsanitize(name: str) -> str:

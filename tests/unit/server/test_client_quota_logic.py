@@ -141,7 +141,8 @@ def test_max_value_in_window_caps_fetches() -> None:
 # ------------------------------------------------------------------- AlterClientQuotas
 def test_entity_key_sanitizes_and_maps_defaults() -> None:
     assert entity_key([("user", "alice"), ("client-id", None)]) == ("alice", DEFAULT)
-    assert entity_key([("client-id", "a/b c")]) == (None, "a%2Fb%20c")
+    # Kafka's Sanitizer: URLEncoder, then * and space percent-encoded.
+    assert entity_key([("client-id", "a/b c*~._-")]) == (None, "a%2Fb%20c%2A%7E._-")
     assert entity_key([("user", None)]) == (DEFAULT, None)
     for bad in ([], [("user", "")], [("group", "g")], [("ip", "1.2.3.4")]):
         with pytest.raises(KafkaError) as e:
