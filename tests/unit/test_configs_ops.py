@@ -1,7 +1,10 @@
 """Pure parts of dynamic topic configs: IncrementalAlterConfigs operations, AlterConfigs
-replacement, and ``odradek configs`` parsing/output (kafka-configs.sh's format)."""
+replacement, and ``odradek configs`` parsing/output (kafka-configs.sh's format), client
+quota forms included."""
 
 from __future__ import annotations
+
+import argparse
 
 import pytest
 
@@ -9,9 +12,10 @@ from odradek.server.handlers.configs import (
     OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT, apply_incremental, replace_all,
 )
 from odradek.cli.configs_cmd import (
-    ConfigCommandError, Entry, describe_lines, format_entry, parse_add_config,
-    parse_delete_config,
+    ConfigCommandError, Entry, add_parser, describe_lines, entities_of, format_entry,
+    parse_add_config, parse_delete_config,
 )
+from odradek.cli.quotas_cmd import DEFAULT, describe_filter, format_quota_line, quota_entity
 from odradek.config import validate_topic_configs
 from odradek.errors import ErrorCode, KafkaError
 
@@ -134,3 +138,44 @@ def test_describe_lines_dynamic_filter_and_sorting() -> None:
     assert lines[0] == "All configs for topic T are:" and len(lines) == 4
     assert lines[3].startswith("  segment.bytes=1073741824 ")
     assert describe_lines("brokers", "2", entries, False) == ["Dynamic configs for broker 2 are:"]
+
+
+# ---------------------------------------------------------------------------- quotas CLI
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    return parser.parse_args(["configs", "--bootstrap-server", "b:1", *argv])
+
+
+def test_entity_options_pair_up_in_kafka_configs_order() -> None:
+    args = _parse("--entity-type", "users", "--entity-name", "alice", "--entity-type",
+                  "clients", "--entity-default", "--describe")
+    assert entities_of(args) == [("users", "alice"), ("clients", DEFAULT)]
+    assert args.entity_type == "users" and args.entity_name == "alice"
+    args = _parse("--entity-type", "clients", "--entity-default", "--describe")
+    assert entities_of(args) == [("clients", DEFAULT)] and args.entity_default
+    args = _parse("--entity-type", "users", "--describe")
+    assert entities_of(args) == [("users", None)]
+    # The single-entity forms keep working (brokers' --entity-default).
+    args = _parse("--entity-type", "brokers", "--entity-default", "--describe")
+    assert args.entity_default and args.entity_type == "brokers"
+
+
+def test_quota_entity_and_describe_filter() -> None:
+    pairs = [("users", "alice"), ("clients", DEFAULT)]
+    assert quota_entity(pairs) == [("user", "alice"), ("client-id", None)]
+    assert describe_filter(pairs) == ([("user", 0, "alice"), ("client-id", 1, None)], True)
+    assert describe_filter([("clients", None)]) == ([("client-id", 2, None)], True)
+    with pytest.raises(ConfigCommandError):
+        quota_entity([("users", None)])  # --alter needs a name or --entity-default
+    with pytest.raises(ConfigCommandError):
+        quota_entity([("topics", "t")])
+
+
+def test_format_quota_line_is_kafka_configs_line() -> None:
+    assert format_quota_line([("user", "alice"), ("client-id", None)],
+                             {"producer_byte_rate": 1024.0, "consumer_byte_rate": 2.0}) == (
+        "Quota configs for user-principal 'alice', the default client-id are "
+        "consumer_byte_rate=2.0, producer_byte_rate=1024.0")
+    assert format_quota_line([("client-id", "c1")], {"request_percentage": 12.5}) == (
+        "Quota configs for client-id 'c1' are request_percentage=12.5")

@@ -59,9 +59,11 @@ from odradek.security.client_security import ClientSecurity
 from odradek.security.principal import ANONYMOUS, principal_from_certificate
 from odradek.security.sasl_server import SaslServerAuthenticator
 from odradek.server.authorizer import Authorizer, CredentialCache, parse_super_users
+from odradek.server.client_quotas import QuotaManager
 from odradek.server.context import RequestContext
 from odradek.server.dispatch import RequestDispatcher
 from odradek.server.network import ConnectionLimits, RequestQueue
+from odradek.server.quota_follower import QuotaFollower
 from odradek.server.session import Session
 from odradek.server.socket_server import ConnectionQuotas, SocketServer
 from odradek.storage.log import LogConfig
@@ -163,6 +165,10 @@ class Broker:
         self.context = RequestContext(
             broker_id=self.broker_id, config=config, replicas=self.replicas,
             groups=self.groups, producer_ids=None, zk=None, metadata=self, txns=self.txns)
+        # Client quotas (KIP-13): followed from /config/users and /config/clients.
+        self.context.quotas = QuotaManager(config.get("quota.window.size.seconds"),
+                                           config.get("quota.window.num"))
+        self.quota_follower: QuotaFollower | None = None
         # Metrics (issue 15): only with a metrics.listener; otherwise no request timing
         # and no per-topic counters, so a broker without metrics pays nothing for them.
         listener = config.get("metrics.listener")
@@ -258,6 +264,8 @@ class Broker:
         # session timeout.
         await asyncio.to_thread(self.store.start, session_s * 2 + 5)
         await self._start_security()
+        self.quota_follower = QuotaFollower(self.zk, self._loop, self.context.quotas)
+        await asyncio.to_thread(self.quota_follower.start)
         self.controller.start()
         self.groups.start()  # consumer groups (issue 4)
         self.txns.start()  # transactions (issue 18)

@@ -32,6 +32,10 @@ The mapping (lower-cased, like the JMX exporter's Kafka example rules)::
                                                    kafka_server_socket_server_metrics_a{listener}
   kafka.network:type=RequestChannel,name=RequestQueueSize
                                                    kafka_network_requestchannel_requestqueuesize
+  kafka.server:type=Produce,user=U,client-id=C (attribute throttle-time, byte-rate)
+                                                   kafka_server_produce_throttle_time{user,client_id}
+  kafka.server:type=Fetch,...                      kafka_server_fetch_throttle_time, ..._byte_rate
+  kafka.server:type=Request,...                    kafka_server_request_throttle_time, ..._request_time
 
 Beyond Kafka: ``odradek_eventloop_*`` (the loop every request runs on).
 """
@@ -168,6 +172,10 @@ class _Snapshot:
     zk_counts: tuple[int, int, int] = (0, 0, 0)  # disconnects, expires, connects
     # stalls, threshold (s), max lag since the previous scrape (s); None: detector off
     event_loop: tuple[int, float, float] | None = None
+    # (kind, measured, doc, [(user, client id, throttle ms, rate)]) per quota manager
+    quotas: list[tuple[str, str, str, list[tuple[str, str, float, float]]]] = field(
+        default_factory=list
+    )
 
 
 def _copy_histogram(h: LatencyHistogram) -> LatencyHistogram:
@@ -254,6 +262,29 @@ class BrokerMetrics:
         det = b.stall_detector
         if det is not None:
             snap.event_loop = (det.stalls, det.threshold_s, det.take_max_lag())
+        quotas = b.context.quotas
+        now_ms = time.monotonic() * 1000.0
+        for kind, manager, measured, doc in (
+            ("produce", quotas.produce, "byte_rate", "Produce bytes/s"),
+            ("fetch", quotas.fetch, "byte_rate", "Fetch bytes/s"),
+            (
+                "request",
+                quotas.request,
+                "request_time",
+                "Handler time, % of one request handler thread,",
+            ),
+        ):
+            snap.quotas.append(
+                (
+                    kind,
+                    measured,
+                    doc,
+                    [
+                        (x.user, x.client_id, x.throttle_avg_ms(now_ms), x.byte_rate(now_ms))
+                        for x in list(manager.sensors.values())
+                    ],
+                )
+            )
         # The per-partition figures, a slice per loop step: requests run in between.
         items = sorted(b.replicas.partitions.items())
         rows = snap.partitions
@@ -314,6 +345,7 @@ class _Families(Collector):
         yield from self._partitions_and_logs(snap)
         yield from self._zookeeper(snap)
         yield from self._event_loop(snap)
+        yield from self._client_quotas(snap)
         yield _gauge(
             "kafka_server_kafkaserver_brokerstate",
             "Kafka's BrokerState: 3 running as broker, 6 shutting down",
@@ -548,6 +580,29 @@ class _Families(Collector):
         yield CounterMetricFamily(
             prefix + "zookeepersyncconnects", "ZooKeeper (re)connections", value=connects
         )
+
+    # ------------------------------------------------------------------ client quotas
+    def _client_quotas(self, snap: _Snapshot) -> Iterator[Metric]:
+        """kafka.server:type=Produce|Fetch|Request,user=U,client-id=C, attributes
+        throttle-time (average ms over the quota window) and byte-rate (Request:
+        request-time, % of a handler thread): one series per quota sensor, so a broker
+        without quotas exports none."""
+        for kind, measured, doc, sensors in snap.quotas:
+            throttle = GaugeMetricFamily(
+                f"kafka_server_{kind}_throttle_time",
+                f"Average {kind} throttle time over the quota window (ms)",
+                labels=["user", "client_id"],
+            )
+            rate = GaugeMetricFamily(
+                f"kafka_server_{kind}_{measured}",
+                f"{doc} of the quota entity over the quota window",
+                labels=["user", "client_id"],
+            )
+            for user, client_id, throttle_ms, value in sensors:
+                throttle.add_metric([user, client_id], throttle_ms)
+                rate.add_metric([user, client_id], value)
+            yield throttle
+            yield rate
 
     # ------------------------------------------------------------------ event loop
     def _event_loop(self, snap: _Snapshot) -> Iterator[Metric]:

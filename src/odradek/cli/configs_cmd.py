@@ -54,7 +54,7 @@ SOURCE_NAMES: dict[int, str] = {
     7: "CLIENT_METRICS_CONFIG",
     8: "GROUP_CONFIG",
 }
-_RESOURCE_TYPES = {"topics": 2, "brokers": 4, "users": -1}
+_RESOURCE_TYPES = {"topics": 2, "brokers": 4, "users": -1, "clients": -1}
 _SINGULAR = {"topics": "topic", "brokers": "broker", "users": "user"}
 _SCRAM_DEFAULT_ITERATIONS = 4096  # kafka-configs' default
 # What "--describe" (without --all) shows per entity type: its dynamic layer only.
@@ -207,10 +207,15 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("configs", help="describe and alter topic configs at runtime",
                        description="Like kafka-configs.sh.")
     p.add_argument("--bootstrap-server", required=True)
-    p.add_argument("--entity-type", required=True, choices=sorted(_RESOURCE_TYPES))
-    p.add_argument("--entity-name")
-    p.add_argument("--entity-default", action="store_true",
-                   help="brokers: the cluster-wide default (/config/brokers/<default>)")
+    # Repeatable, in Kafka's order: users and clients pair up into a (user, client-id)
+    # quota entity ("--entity-type users --entity-name U --entity-type clients
+    # --entity-default").
+    p.add_argument("--entity-type", required=True, choices=sorted(_RESOURCE_TYPES),
+                   action=_EntityAction)
+    p.add_argument("--entity-name", action=_EntityAction)
+    p.add_argument("--entity-default", nargs=0, action=_EntityAction,
+                   help="brokers: the cluster-wide default (/config/brokers/<default>); "
+                        "users, clients: the default quota entity")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true")
     action.add_argument("--alter", action="store_true")
@@ -223,10 +228,40 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=_run)
 
 
+class _EntityAction(argparse.Action):
+    """Records --entity-type / --entity-name / --entity-default in command-line order
+    (``entity_tokens``), and the first of each in ``entity_type`` / ``entity_name`` /
+    ``entity_default`` for the single-entity commands."""
+
+    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        tokens = list(getattr(ns, "entity_tokens", None) or [])
+        tokens.append((self.dest, values))
+        ns.entity_tokens = tokens
+        if self.dest == "entity_default":
+            if not any(d in ("entity_name", "entity_default") for d, _ in tokens[:-1]):
+                ns.entity_default = True
+        elif getattr(ns, self.dest, None) is None:
+            setattr(ns, self.dest, values)
+
+
+def entities_of(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """[(entity type, name | quotas_cmd.DEFAULT | None)], the i-th name (or
+    --entity-default) paired with the i-th type, as kafka-configs pairs them."""
+    from odradek.cli.quotas_cmd import DEFAULT  # noqa: PLC0415
+
+    tokens = getattr(args, "entity_tokens", None) or []
+    types = [v for d, v in tokens if d == "entity_type"]
+    names = [DEFAULT if d == "entity_default" else v for d, v in tokens if d != "entity_type"]
+    return [(t, names[i] if i < len(names) else None) for i, t in enumerate(types)]
+
+
 def _run(args: argparse.Namespace) -> int:
+    args.entity_default = bool(getattr(args, "entity_default", False))
     try:
-        if args.entity_type == "users":
-            return _describe_users(args) if args.describe else _alter_users(args)
+        entities = entities_of(args)
+        if any(t in ("users", "clients") for t, _ in entities):
+            return _users_and_clients(args, entities)
         if args.describe:
             return _describe(args)
         return _alter(args)
@@ -262,6 +297,34 @@ def parse_scram_configs(to_add: dict[str, str]) -> dict[str, tuple[int, str]]:
     return out
 
 
+def _users_and_clients(args: argparse.Namespace, entities: list[tuple[str, Any]]) -> int:
+    """Quotas of users, clients and (user, client-id) (KIP-546), and users' SCRAM
+    credentials (KIP-554), as kafka-configs.sh splits them."""
+    from odradek.cli import quotas_cmd  # noqa: PLC0415
+
+    types = [t for t, _ in entities]
+    one_user = types == ["users"] and entities[0][1] is not quotas_cmd.DEFAULT
+    if any(t not in quotas_cmd.ENTITY_TYPES for t in types):
+        raise ConfigCommandError("users and clients entity types combine only with each other")
+    if args.describe:
+        quotas_cmd.run_quota_command(args, entities)
+        return _describe_users(args) if one_user else 0
+    to_add = parse_add_config(args.add_config)
+    to_delete = parse_delete_config(args.delete_config)
+    if not to_add and not to_delete:
+        raise ConfigCommandError("At least one of --add-config or --delete-config must be "
+                                 "specified with --alter")
+    scram_add = {k: v for k, v in to_add.items() if k not in quotas_cmd.QUOTA_KEYS}
+    scram_delete = [k for k in to_delete if k not in quotas_cmd.QUOTA_KEYS]
+    if (scram_add or scram_delete) and not one_user:
+        raise ConfigCommandError(
+            f"Invalid config(s): {','.join([*scram_add, *scram_delete])}")
+    quotas_cmd.run_quota_command(args, entities)
+    if scram_add or scram_delete:
+        return _alter_users(args, scram_add, scram_delete)
+    return 0
+
+
 def _describe_users(args: argparse.Namespace) -> int:
     admin = admin_client(args)
     users = [args.entity_name] if args.entity_name else None
@@ -276,7 +339,8 @@ def _describe_users(args: argparse.Namespace) -> int:
     return 0
 
 
-def _alter_users(args: argparse.Namespace) -> int:
+def _alter_users(args: argparse.Namespace, raw_add: dict[str, str],
+                 raw_delete: list[str]) -> int:
     import secrets  # noqa: PLC0415
 
     from confluent_kafka.admin import (  # noqa: PLC0415
@@ -288,8 +352,8 @@ def _alter_users(args: argparse.Namespace) -> int:
 
     if not args.entity_name:
         raise ConfigCommandError("an entity name must be specified with --alter of users")
-    to_add = parse_scram_configs(parse_add_config(args.add_config))
-    to_delete = [m.upper() for m in parse_delete_config(args.delete_config)]
+    to_add = parse_scram_configs(raw_add)
+    to_delete = [m.upper() for m in raw_delete]
     if not to_add and not to_delete:
         raise ConfigCommandError("At least one of --add-config or --delete-config must be "
                                  "specified with --alter")

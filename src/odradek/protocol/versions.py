@@ -71,6 +71,8 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     47: (0, 0),  # OffsetDelete (KIP-496)
     43: (0, 2),  # ElectLeaders (v2 flexible)
     44: (0, 1),  # IncrementalAlterConfigs (v1 flexible)
+    48: (0, 1),  # DescribeClientQuotas (KIP-546; v1 flexible)
+    49: (0, 1),  # AlterClientQuotas (KIP-546; v1 flexible)
     50: (0, 0),  # DescribeUserScramCredentials (KIP-554)
     51: (0, 0),  # AlterUserScramCredentials (KIP-554)
     45: (0, 1),  # AlterPartitionReassignments (KIP-455; v1: allow_replication_factor_change)

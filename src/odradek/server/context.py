@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from odradek.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from odradek.server.client_quotas import QuotaManager
 from odradek.server.session import Session, current_session
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class MetadataSource(Protocol):
 
 class RequestContext:
     __slots__ = ("broker_id", "config", "replicas", "groups", "producer_ids", "zk",
-                 "_metadata", "authorizer", "credentials", "txns")
+                 "_metadata", "authorizer", "credentials", "txns", "quotas")
 
     def __init__(self, *, broker_id: int, config: BrokerConfig, replicas: ReplicaManager,
                  groups: GroupCoordinator, producer_ids: ProducerIdManager | None,
@@ -64,6 +65,9 @@ class RequestContext:
         # no SCRAM listener).
         self.authorizer: Authorizer | None = None
         self.credentials: CredentialCache | None = None
+        # Client quotas (KIP-13/55/124): inactive (one boolean on the hot path) until a
+        # quota is configured; the broker's QuotaFollower keeps it in step with ZooKeeper.
+        self.quotas = QuotaManager()
 
     # ------------------------------------------------------------------ security
     @property

@@ -43,6 +43,8 @@ from odradek.protocol.codec import (
 )
 from odradek.protocol.validator import DEFAULT_MAX_ELEMENTS
 from odradek.protocol.versions import api_name
+from odradek.server import request_quota
+from odradek.server.client_quotas import QuotaManager
 from odradek.server.context import RequestContext
 from odradek.server.error_responses import error_response
 from odradek.server.handlers import (
@@ -53,6 +55,7 @@ from odradek.server.handlers import (
     groups,
     metadata,
     producers,
+    quotas,
     reassign,
     records,
     security,
@@ -115,6 +118,8 @@ HANDLERS: dict[int, Handler] = {  # one per API key in protocol.versions.SERVED
     47: groups.handle_offset_delete,
     43: elect.handle_elect_leaders,
     44: configs.handle_incremental_alter_configs,
+    48: quotas.handle_describe_client_quotas,
+    49: quotas.handle_alter_client_quotas,
     50: security.handle_describe_user_scram_credentials,
     51: security.handle_alter_user_scram_credentials,
     45: reassign.handle_alter_partition_reassignments,
@@ -136,6 +141,10 @@ class RequestDispatcher:
                  request_metrics: RequestMetrics | None = None) -> None:
         self.context = context
         self.request_metrics = request_metrics
+        # request_percentage (KIP-124): the context's manager (an inactive one for a bare
+        # context in unit tests); its ``active`` is the one check on the hot path.
+        quotas = getattr(context, "quotas", None)
+        self._request_quotas = (quotas if quotas is not None else QuotaManager()).request
         try:
             self.max_elements = int(context.config.get("odradek.request.max.elements"))
         except (AttributeError, KeyError):  # a bare config object in unit tests
@@ -160,7 +169,13 @@ class RequestDispatcher:
         if handler is None:  # pragma: no cover - SERVED and HANDLERS are kept in step
             raise CloseConnection(f"no handler for {api_name(header.api_key)}")
         try:
-            result = handler(self.context, header, req)
+            if self._request_quotas.active and not request_quota.exempt(header, req):
+                # KIP-124: the handler's time counts against request_percentage.
+                start = time.perf_counter_ns()
+                result = handler(self.context, header, req)
+                result = self._request_quota(header, result, time.perf_counter_ns() - start)
+            else:
+                result = handler(self.context, header, req)
             if isinstance(result, InOrder):
                 return self._finish_later(header, req, result.coro)
             if isinstance(result, Coroutine):
@@ -173,6 +188,16 @@ class RequestDispatcher:
             raise
         except Exception as e:  # noqa: BLE001 - the point: nothing escapes as a crash
             return self._failed(header, req, e)
+
+    def _request_quota(self, header: RequestHeaderInfo, result: Any, nanos: int) -> Any:
+        session = current_session()
+        delay = self._request_quotas.record(
+            session.principal_or_anonymous.name, header.client_id or "", nanos * 1e-7,
+            time.monotonic() * 1000.0)
+        if not delay:
+            return result
+        session.throttle(delay)
+        return request_quota.with_throttle(header, result, delay)
 
     def _sasl_gate(self, frame: bytes, auth: Any) -> Any:
         """What Kafka's SaslServerAuthenticator does before a request reaches KafkaApis;

@@ -289,6 +289,15 @@ def _alter_scram(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> 
     return response(51, h.api_version, results=tuple(
         part(51, h.api_version, "AlterUserScramCredentialsResult", user=u, error_code=code,
              error_message=msg) for u in users))
+def _alter_client_quotas(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
+    v = h.api_version
+    return response(49, v, entries=tuple(
+        part(49, v, "EntryData", error_code=code, error_message=msg, entity=tuple(
+            part(49, v, "EntityData", entity_type=e.entity_type, entity_name=e.entity_name)
+            for e in _seq(entry.entity)))
+        for entry in _seq(req.entries)))
+
+
 def _alter_reassignments(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
     return response(45, v, error_code=code, error_message=msg, responses=tuple(
@@ -331,6 +340,8 @@ ERROR_RESPONSES: dict[int, Builder] = {
     47: _offset_delete,
     43: _elect_leaders,
     44: _alter_configs(44),
+    48: _top_level(48, entries=None),
+    49: _alter_client_quotas,
     50: _top_level(50, results=()),
     51: _alter_scram,
     24: _add_partitions_to_txn,

@@ -16,6 +16,9 @@ Memory per connection is bounded whatever the peer does (issue 11):
 * frames received but not yet handled are bounded in number and bytes per connection,
   and across the broker by ``queued.max.requests`` (``RequestQueue``): past either bound
   the connection stops reading and the kernel's socket buffer pushes back on the client;
+* a client over its quota (``odradek.server.client_quotas``) gets its response at once
+  with a throttle time, and then the connection reads and handles nothing until that
+  time has passed (KIP-219: Kafka mutes the channel; ``Session.muted_until``);
 * a response the peer does not read stops the connection from handling further requests
   until it has been written (Kafka mutes a channel while its response is in flight).
   Unsent record data stays in the segment files: a slice that does not fit in the socket
@@ -264,6 +267,7 @@ class KafkaConnection(asyncio.Protocol):
         self._loop: asyncio.AbstractEventLoop | None = None
         self.peer: Any = None
         self.last_io = time.monotonic()  # for connections.max.idle.ms
+        self._mute_timer: asyncio.TimerHandle | None = None  # KIP-219 throttle
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -309,6 +313,9 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._mute_timer is not None:
+            self._mute_timer.cancel()
+            self._mute_timer = None
         if self._auth_deadline is not None:
             self._auth_deadline.cancel()
             self._auth_deadline = None
@@ -428,6 +435,8 @@ class KafkaConnection(asyncio.Protocol):
     def maybe_resume_reading(self) -> None:
         if not self._reading_paused or self._closed or self._transport is None:
             return
+        if self._mute_timer is not None:
+            return  # throttled (KIP-219): _unmute resumes
         if (len(self._pending) <= self._limits.max_pending_frames // 2
                 and self._pending_bytes <= self._limits.max_pending_bytes // 2):
             if self._requests.full and self._pending:
@@ -443,6 +452,8 @@ class KafkaConnection(asyncio.Protocol):
                and not self._out and not self._write_paused
                and self._close_reason is None
                and len(self._answers) < MAX_PENDING_ANSWERS):
+            if self.session.muted_until and self._muted():
+                return
             frame = self._pending.popleft()
             self._pending_bytes -= len(frame)
             arrived = (FRAME_ARRIVED_AT.set(self._arrivals.popleft())
@@ -487,6 +498,29 @@ class KafkaConnection(asyncio.Protocol):
             else:
                 self._write(result)
                 self._maybe_close_after()
+
+    def _muted(self) -> bool:
+        """KIP-219: after a response with a throttle time the connection reads and
+        handles nothing until the time has passed (Kafka mutes the channel); the client
+        backs off as long on its side."""
+        remaining = self.session.muted_until - time.monotonic()
+        if remaining <= 0:
+            self.session.muted_until = 0.0
+            return False
+        if self._mute_timer is None and self._loop is not None:
+            if not self._reading_paused and self._transport is not None:
+                self._reading_paused = True
+                self._transport.pause_reading()
+            self._mute_timer = self._loop.call_later(remaining, self._unmute)
+        return True
+
+    def _unmute(self) -> None:
+        self._mute_timer = None
+        if self._closed:
+            return
+        self._process()
+        self._account()
+        self.maybe_resume_reading()
 
     def _maybe_close_after(self) -> None:
         """A CloseAfter answer is fully handed over: close (a TLS transport flushes its

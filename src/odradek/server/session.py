@@ -14,6 +14,7 @@ answering without the connection being passed through every layer.
 from __future__ import annotations
 
 import contextvars
+import time
 from dataclasses import dataclass, field
 
 from odradek.security.principal import ANONYMOUS, KafkaPrincipal
@@ -32,6 +33,15 @@ class Session:
     # Filled in by the connection: its frame decoder's limit is raised from
     # sasl.server.max.receive.size to socket.request.max.bytes once authenticated.
     on_authenticated: list = field(default_factory=list)
+    # KIP-219: a request over a client quota mutes the connection until this
+    # time.monotonic(); the connection reads no further request before (0.0: never).
+    muted_until: float = 0.0
+
+    def throttle(self, delay_ms: int) -> None:
+        """Mute the connection for ``delay_ms`` after the current response."""
+        until = time.monotonic() + delay_ms / 1000.0
+        if until > self.muted_until:
+            self.muted_until = until
 
     @property
     def authenticated(self) -> bool:

@@ -8,6 +8,8 @@
   the unsent rest is never read into memory), even when the segment file is closed
   meanwhile; a slice whose file shrank closes the connection; nothing else is handled
   on the connection until the response is written.
+* KIP-219: a throttled connection answers at once, then handles nothing until the
+  throttle time has passed.
 """
 
 from __future__ import annotations
@@ -261,3 +263,47 @@ def test_connection_counters_for_metrics() -> None:
             srv.close()
 
     asyncio.run(main())
+
+
+def test_a_throttled_connection_answers_at_once_then_reads_nothing_until_the_time_passed(
+) -> None:
+    """KIP-219: the handler throttles its session; that response goes out at once and
+    the connection's next request is handled only after the throttle time."""
+    from odradek.server.session import current_session  # noqa: PLC0415
+
+    handled: dict[bytes, float] = {}
+
+    def dispatch(frame: bytes) -> Any:
+        handled[bytes(frame)] = time.monotonic()
+        if bytes(frame) == b"over-quota":
+            current_session().throttle(400)
+        return _frame(b"answer:" + bytes(frame))
+
+    def client(addr: tuple[str, int]) -> list[tuple[bytes, float]]:
+        got: list[tuple[bytes, float]] = []
+        with socket.create_connection(addr) as s:
+            s.settimeout(10)
+            s.sendall(_frame(b"over-quota") + _frame(b"the-next-request"))
+            buf = b""
+            while len(got) < 2:
+                chunk = s.recv(65536)
+                assert chunk, "connection closed"
+                buf += chunk
+                while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
+                    n = int.from_bytes(buf[:4], "big")
+                    got.append((buf[4:4 + n], time.monotonic()))
+                    buf = buf[4 + n:]
+        return got
+
+    async def main() -> list[tuple[bytes, float]]:
+        srv, addr = await _serve(dispatch)
+        try:
+            return await asyncio.to_thread(client, addr)
+        finally:
+            srv.close()
+
+    (first, t1), (second, t2) = asyncio.run(main())
+    assert (first, second) == (b"answer:over-quota", b"answer:the-next-request")
+    assert t1 - handled[b"over-quota"] < 0.2  # not held back itself
+    assert handled[b"the-next-request"] - handled[b"over-quota"] >= 0.4  # nothing handled meanwhile
+    assert t2 - t1 >= 0.35

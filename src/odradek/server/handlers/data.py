@@ -13,6 +13,11 @@ a follower) and is neither written nor read. Each topic is checked once per requ
 A produce of transactional records also needs WRITE on its TransactionalId, else every
 partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED (as in Kafka, also when the
 request names no transactional id).
+
+Client quotas (KIP-13, ``odradek.server.client_quotas``): a Produce's record bytes and a
+consumer Fetch's response bytes are recorded on the client's quota sensor when a quota
+is configured (one boolean otherwise); over it, the answer carries ``throttle_time_ms``
+and the connection is muted that long. A throttled Fetch is answered without records.
 """
 
 from __future__ import annotations
@@ -61,9 +66,12 @@ MAX_TIMESTAMP = -3  # KIP-734 (ListOffsets v7)
 # =============================================================================== Produce
 def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Result:
     acks = int(req.acks)
+    # Client quotas (KIP-13): one boolean while none is configured.
+    throttle_ms = _produce_throttle(ctx, header, req) if ctx.quotas.produce.active else 0
     tid = getattr(req, "transactional_id", None)  # Produce v3+
     if _transactional_id_denied(ctx, req, tid):
-        return _refuse_all(header, req, acks, ErrorCode.transactional_id_authorization_failed)
+        return _refuse_all(header, req, acks, ErrorCode.transactional_id_authorization_failed,
+                           throttle_ms)
     results: list[tuple[str, list[PartitionProduceResult]]] = []
     entries: list[ProduceEntry] = []
     denied = 0
@@ -90,8 +98,25 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
             # In order: the connection starts no other request until this one is
             # appended, so a producer's next batches cannot overtake it.
             return InOrder(_verified_produce(ctx, header, results, entries, verifying, tid,
-                                             acks, timeout_s, denied))
-    return _append(ctx, header, results, entries, acks, timeout_s, denied)
+                                             acks, timeout_s, denied, throttle_ms))
+    return _append(ctx, header, results, entries, acks, timeout_s, denied, throttle_ms)
+
+
+def _produce_throttle(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> int:
+    """Record the request's record bytes on its producer quota; the throttle time (ms),
+    for which the connection is muted after the response (KIP-219)."""
+    nbytes = 0
+    for topic in req.topic_data:
+        for pd in topic.partition_data:
+            if pd.records is not None:
+                nbytes += len(pd.records)
+    session = ctx.session
+    delay = ctx.quotas.produce.record(session.principal_or_anonymous.name,
+                                      header.client_id or "", nbytes,
+                                      time.monotonic() * 1000.0)
+    if delay:
+        session.throttle(delay)
+    return delay
 
 
 def _transactional_id_denied(ctx: RequestContext, req: Any, tid: str | None) -> bool:
@@ -115,7 +140,8 @@ def _transactional_id_denied(ctx: RequestContext, req: Any, tid: str | None) -> 
     return False
 
 
-def _refuse_all(header: RequestHeaderInfo, req: Any, acks: int, code: ErrorCode) -> Result:
+def _refuse_all(header: RequestHeaderInfo, req: Any, acks: int, code: ErrorCode,
+                throttle_ms: int = 0) -> Result:
     """Kafka's ProduceRequest.getErrorResponse: every partition gets ``code``."""
     if acks == 0:
         raise CloseConnection(f"acks=0 produce refused: {code.name}")
@@ -123,12 +149,14 @@ def _refuse_all(header: RequestHeaderInfo, req: Any, acks: int, code: ErrorCode)
                                                     base_offset=-1)
                              for pd in topic.partition_data])
                for topic in req.topic_data]
-    return encode_produce_response(header.api_version, header.correlation_id, results)
+    return encode_produce_response(header.api_version, header.correlation_id, results,
+                                   throttle_ms)
 
 
 def _append(ctx: RequestContext, header: RequestHeaderInfo,
             results: list[tuple[str, list[PartitionProduceResult]]],
-            entries: list[ProduceEntry], acks: int, timeout_s: float, denied: int) -> Result:
+            entries: list[ProduceEntry], acks: int, timeout_s: float, denied: int,
+            throttle_ms: int = 0) -> Result:
     op = ctx.replicas.append_records(entries, acks, timeout_s, ctx.image)
     if acks == 0:
         if denied or any(e.result.error_code for e in entries):
@@ -137,8 +165,9 @@ def _append(ctx: RequestContext, header: RequestHeaderInfo,
             raise CloseConnection("acks=0 produce failed")
         return None
     if op is None or op.completed:
-        return encode_produce_response(header.api_version, header.correlation_id, results)
-    return _delayed_produce(header, results, op)
+        return encode_produce_response(header.api_version, header.correlation_id, results,
+                                       throttle_ms)
+    return _delayed_produce(header, results, op, throttle_ms)
 
 
 _Verifying = dict[tuple[int, int], list[tuple[ProduceEntry, Any]]]
@@ -179,7 +208,8 @@ def _start_verification(ctx: RequestContext, entries: list[ProduceEntry]) -> _Ve
 async def _verified_produce(ctx: RequestContext, header: RequestHeaderInfo,
                             results: list[tuple[str, list[PartitionProduceResult]]],
                             entries: list[ProduceEntry], verifying: _Verifying, tid: str,
-                            acks: int, timeout_s: float, denied: int) -> Any:
+                            acks: int, timeout_s: float, denied: int,
+                            throttle_ms: int) -> Any:
     keys = list(verifying)
     answers = await asyncio.gather(*(
         ctx.txns.verifier.verify(tid, pid, epoch,
@@ -198,7 +228,7 @@ async def _verified_produce(ctx: RequestContext, header: RequestHeaderInfo,
     remaining = [e for e in entries if not e.result.error_code]
     failed_any = len(remaining) < len(entries)
     result = _append(ctx, header, results, remaining, acks, timeout_s,
-                     denied + int(failed_any))
+                     denied + int(failed_any), throttle_ms)
     if isinstance(result, Coroutine):
         return await result
     return result
@@ -206,9 +236,10 @@ async def _verified_produce(ctx: RequestContext, header: RequestHeaderInfo,
 
 async def _delayed_produce(header: RequestHeaderInfo,
                            results: list[tuple[str, list[PartitionProduceResult]]],
-                           op: DelayedProduce) -> bytes:
+                           op: DelayedProduce, throttle_ms: int = 0) -> bytes:
     await op.done  # the purgatory fills in each pending partition's answer (REQ-R7, R8)
-    return encode_produce_response(header.api_version, header.correlation_id, results)
+    return encode_produce_response(header.api_version, header.correlation_id, results,
+                                   throttle_ms)
 
 
 # =============================================================================== Fetch
@@ -219,6 +250,13 @@ def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Re
     # with max_bytes=2^31-1 used to return 125 MB).
     cap = ctx.config.fetch_max_bytes
     replica_id = int(req.replica_id)
+    quota: FetchQuota | None = None
+    if replica_id < 0 and ctx.quotas.fetch.active:
+        quota = _fetch_quota(ctx, header)
+        if quota is not None:
+            # Kafka's getMaxValueInQuotaWindow: one response is at most a window's worth.
+            cap = min(cap, max(1, int(quota.manager.max_value_in_window(
+                quota.user, quota.client_id, quota.now_ms))))
     params = FetchParams(replica_id=replica_id,
                          max_wait_s=req.max_wait.total_seconds(),
                          min_bytes=min(int(req.min_bytes), cap),
@@ -262,20 +300,57 @@ def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Re
     # A follower's session with nothing to read now still waits (up to max_wait) for any
     # of its partitions to change: answering at once would make an idle follower spin.
     if not readable and (fctx.follower_session is None or not cluster_ok):
-        return _encode_fetch(header, fctx)
+        return _encode_fetch(header, fctx, quota)
     op = ctx.replicas.fetch_messages(params, readable, ctx.image, fctx)
     if op is None or op.completed:
-        return _encode_fetch(header, fctx)
-    return _delayed_fetch(header, fctx, op)
+        return _encode_fetch(header, fctx, quota)
+    return _delayed_fetch(header, fctx, op, quota)
+
+
+class FetchQuota:
+    """A consumer fetch's quota sensor and the session to mute if it is over."""
+
+    __slots__ = ("manager", "sensor", "session", "user", "client_id", "now_ms")
+
+    def __init__(self, manager: Any, sensor: Any, session: Any, user: str,
+                 client_id: str, now_ms: float) -> None:
+        self.manager = manager
+        self.sensor = sensor
+        self.session = session
+        self.user = user
+        self.client_id = client_id
+        self.now_ms = now_ms
+
+    def throttle(self, nbytes: int) -> int:
+        """Kafka's handleFetchRequest: record the response's bytes; over the quota the
+        response goes out without its records (their bytes are unrecorded) and the
+        connection is muted for the throttle time."""
+        now_ms = time.monotonic() * 1000.0
+        delay: int = self.manager.record_on(self.sensor, nbytes, now_ms)
+        if delay:
+            self.manager.unrecord(self.sensor, nbytes, now_ms)
+            self.session.throttle(delay)
+        return delay
+
+
+def _fetch_quota(ctx: RequestContext, header: RequestHeaderInfo) -> FetchQuota | None:
+    session = ctx.session
+    user = session.principal_or_anonymous.name
+    client_id = header.client_id or ""
+    now_ms = time.monotonic() * 1000.0
+    sensor = ctx.quotas.fetch.sensor(user, client_id, now_ms)
+    if sensor is None:
+        return None
+    return FetchQuota(ctx.quotas.fetch, sensor, session, user, client_id, now_ms)
 
 
 async def _delayed_fetch(header: RequestHeaderInfo, fctx: FetchContext,
-                         op: DelayedFetch) -> list[Any]:
+                         op: DelayedFetch, quota: FetchQuota | None = None) -> list[Any]:
     """REQ-R17: answered when data arrives (or the HW moves) on any partition of the
     fetch -- with a session, any partition of the session, named or not -- or after
     max_wait (the purgatory re-reads every partition at completion)."""
     await op.done
-    return _encode_fetch(header, fctx)
+    return _encode_fetch(header, fctx, quota)
 
 
 # Below this many record bytes in a whole response, the records are read (from the page
@@ -287,17 +362,30 @@ async def _delayed_fetch(header: RequestHeaderInfo, fctx: FetchContext,
 SMALL_RESPONSE_BYTES = 16 * 1024
 
 
-def _encode_fetch(header: RequestHeaderInfo, fctx: FetchContext) -> list[Any]:
+def _encode_fetch(header: RequestHeaderInfo, fctx: FetchContext,
+                  quota: FetchQuota | None = None) -> list[Any]:
     # An incremental response carries only the partitions with news (KIP-227).
     topics = fctx.response_topics()
     slices = [e.result for _, entries in topics for e in entries
               if e.result.records is not None]
+    throttle_ms = 0
+    if quota is not None:
+        throttle_ms = quota.throttle(sum(_records_size(r.records) for r in slices))
+        if throttle_ms:
+            for r in slices:
+                r.records = None
+            slices = []
     if slices and sum(r.records.size for r in slices) <= SMALL_RESPONSE_BYTES:
         for r in slices:
             r.records = r.records.read_bytes()
     return encode_fetch_response(header.api_version, header.correlation_id,
                                  [(t, [e.result for e in entries]) for t, entries in topics],
-                                 session_id=fctx.session_id)
+                                 session_id=fctx.session_id, throttle_time_ms=throttle_ms)
+
+
+def _records_size(records: Any) -> int:
+    size = getattr(records, "size", None)  # a FileSlice, else bytes
+    return int(size) if size is not None else len(records)
 
 
 # =============================================================================== ListOffsets
