@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 __all__ = ["add_parser", "parse_seeds"]
@@ -40,6 +41,13 @@ def add_parser(subparsers: Any) -> None:
     sub.required = True
 
     def bug_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--partitions",
+            type=int,
+            default=1,
+            metavar="N",
+            help="partitions of the topic, RF 3 each (default 1)",
+        )
         p.add_argument(
             "--inject-bug",
             default=None,
@@ -80,9 +88,10 @@ def add_parser(subparsers: Any) -> None:
 def _cfg(args: argparse.Namespace) -> Any:
     from odradek.sim.world import WorldConfig  # noqa: PLC0415 - lazy: CLI start-up
 
-    if args.duration is None:
-        return WorldConfig()
-    return WorldConfig(duration_s=args.duration)
+    cfg = WorldConfig(partitions=args.partitions)
+    if args.duration is not None:
+        cfg = replace(cfg, duration_s=args.duration)
+    return cfg
 
 
 def _check_bug(name: str | None) -> None:

@@ -49,9 +49,9 @@ def test_cli_run_and_replay(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("seed 33: ack-under-replicated: ")
     assert out[-1].startswith("sim: 2 schedules, 1 failed, ")
-    assert odradek(["sim", "replay", "5", "--duration", "3"]) == 0
+    assert odradek(["sim", "replay", "5", "--duration", "3", "--partitions", "2"]) == 0
     first = capsys.readouterr().out
-    assert odradek(["sim", "replay", "5", "--duration", "3"]) == 0
+    assert odradek(["sim", "replay", "5", "--duration", "3", "--partitions", "2"]) == 0
     assert capsys.readouterr().out == first
     assert first.splitlines()[-1].startswith("seed 5: ok; timeline sha256 ")
     assert odradek(["sim", "bugs"]) == 0
