@@ -1,5 +1,7 @@
 """Time behind one seam: every read of the clock by the replication runtime goes through
-this module, so the deterministic simulator (``odradek.sim``) can swap in virtual time.
+this module (and the storage log's and the lost-records ledger's wall-clock defaults, on
+the simulator's path), so the deterministic simulator (``odradek.sim``) can swap in
+virtual time.
 
 In production the names below *are* ``time``'s C functions (module-level aliases, not
 wrappers), and call sites spell them ``clock.monotonic()`` -- one module attribute lookup,
