@@ -50,16 +50,40 @@ class RunResult:
         return hashlib.sha256("\n".join(self.timeline).encode()).hexdigest()
 
 
+class _LogToTimeline(logging.Handler):
+    """The runtime's warnings (truncations) go to the timeline; an error it logs (an
+    exception a fetcher caught, a failed quarantine) is also a violation: the simulator
+    must not let the code under test swallow one. The run's temporary directory is
+    elided so the timeline stays the same on every replay."""
+
+    def __init__(self, root: str, trace: Callable[[str], None], result: RunResult) -> None:
+        super().__init__(logging.WARNING)
+        self.root, self.trace, self.result = root, trace, result
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = f"{record.name}: {record.getMessage()}".replace(self.root, "<dir>")
+        if record.exc_info and record.exc_info[1] is not None:
+            msg += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"
+        self.trace(f"log {record.levelname}: {msg}")
+        if record.levelno >= logging.ERROR:
+            self.result.violations.append(Violation("logged-error", msg))
+
+
 @contextmanager
-def _quiet() -> Iterator[None]:
-    """The runtime's INFO logs (each retried fetch) cost more than the run itself."""
+def _logs_to_timeline(handler: logging.Handler) -> Iterator[None]:
+    """INFO logs (each retried fetch) would cost more than the run itself: warnings and
+    up only, kept out of the process's own log handlers."""
     log = logging.getLogger("odradek")
-    level = log.level
-    log.setLevel(logging.CRITICAL)
+    level, propagate = log.level, log.propagate
+    log.setLevel(logging.WARNING)
+    log.propagate = False
+    log.addHandler(handler)
     try:
         yield
     finally:
+        log.removeHandler(handler)
         log.setLevel(level)
+        log.propagate = propagate
 
 
 @contextmanager
@@ -89,7 +113,7 @@ def run_seed(seed: int, *, bug: str | None = None, cfg: WorldConfig | None = Non
     loop.set_exception_handler(on_error)
     with (
         tempfile.TemporaryDirectory(prefix=f"odradek-sim-{seed}-") as d,
-        _quiet(),
+        _logs_to_timeline(_LogToTimeline(d, trace, result)),
         _virtual_clock(loop),
         bugs.injected(bug),
     ):
@@ -150,7 +174,7 @@ async def _run(
 def _state(w: World) -> str:
     parts = []
     for p, z in sorted(w.controller.znodes.items()):
-        reps = ", ".join(f"{b}: leo {w._leo(b, p)} hw {_hw(w, b, p)}" for b in w.cfg.brokers)
+        reps = ", ".join(f"{b}: leo {w.leo(b, p)} hw {_hw(w, b, p)}" for b in w.cfg.brokers)
         parts.append(f"p{p} leader {z.leader} epoch {z.leader_epoch} isr {list(z.isr)} ({reps})")
     return "; ".join(parts)
 
@@ -164,8 +188,8 @@ def _converged(w: World) -> bool:
     for p, z in w.controller.znodes.items():
         if z.leader < 0 or set(z.isr) != set(w.cfg.brokers):
             return False
-        leo = w._leo(z.leader, p)
-        if any(w._leo(b, p) != leo or _hw(w, b, p) != leo for b in w.cfg.brokers):
+        leo = w.leo(z.leader, p)
+        if any(w.leo(b, p) != leo or _hw(w, b, p) != leo for b in w.cfg.brokers):
             return False
     return True
 
@@ -199,7 +223,7 @@ def _final_checks(w: World) -> list[Violation]:
     for p, z in w.controller.znodes.items():
         prefixes = {b: _committed(w, b, p) for b in w.cfg.brokers}
         out += prefix_divergence(p, prefixes)
-        source = z.leader if z.leader > 0 else max(prefixes, key=lambda b: len(prefixes[b]))
+        source = z.leader if z.leader >= 0 else max(prefixes, key=lambda b: len(prefixes[b]))
         values: dict[int, bytes] = {}
         buf = prefixes[source]
         for hdr in parse_batches(buf):

@@ -345,7 +345,7 @@ class World:
             self.restart(b)
 
     # ---------------------------------------------------------------- workload
-    def _leo(self, b: int, p: int) -> int:
+    def leo(self, b: int, p: int) -> int:
         part = self.h.replicas[b].partitions.get((TOPIC, p))
         return part.log_end_offset if part is not None else -1
 
@@ -371,7 +371,7 @@ class World:
                 self.trace(f"produce {value.decode()} to {b}: {error_name(res.error_code)}")
                 continue
             off = res.base_offset
-            holders = [r for r in self.cfg.brokers if self._leo(r, p) > off]
+            holders = [r for r in self.cfg.brokers if self.leo(r, p) > off]
             self.trace(f"ack {value.decode()} p{p} offset {off} from {b} on {holders}")
             self.acks.append(Ack(p, off, value, self.now()))
             if len(holders) < self.cfg.min_insync_replicas:

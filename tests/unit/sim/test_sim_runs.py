@@ -4,10 +4,12 @@ every invariant on today's code, one seed replays to the same timeline, and the 
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from odradek.cli.main import main as odradek
-from odradek.sim.runner import run_seed
+from odradek.sim.runner import RunResult, _logs_to_timeline, _LogToTimeline, run_seed
 
 # Seeds found failing with each injected bug (odradek sim run --inject-bug NAME).
 BUG_SEEDS = {
@@ -56,3 +58,19 @@ def test_cli_run_and_replay(capsys: pytest.CaptureFixture[str]) -> None:
     assert first.splitlines()[-1].startswith("seed 5: ok; timeline sha256 ")
     assert odradek(["sim", "bugs"]) == 0
     assert set(BUG_SEEDS) <= {line.split(":")[0] for line in capsys.readouterr().out.splitlines()}
+
+
+def test_an_error_the_runtime_logs_is_a_violation() -> None:
+    result = RunResult(0, None)
+    lines: list[str] = []
+    log = logging.getLogger("odradek.replication.fetcher")
+    with _logs_to_timeline(_LogToTimeline("/tmp/run", lines.append, result)):
+        log.info("retrying")  # below WARNING: neither kept nor printed
+        log.warning("truncated /tmp/run/broker-1")
+        log.error("fetcher failed")
+    assert lines == [
+        "log WARNING: odradek.replication.fetcher: truncated <dir>/broker-1",
+        "log ERROR: odradek.replication.fetcher: fetcher failed",
+    ]
+    assert [v.invariant for v in result.violations] == ["logged-error"]
+    assert logging.getLogger("odradek").propagate
