@@ -32,6 +32,7 @@ from odradek.errors import error_name
 from odradek.metadata.image import MetadataImage
 from odradek.replication.leader_endpoint import EndpointError
 from odradek.replication.partition_state import (
+    IsrConflict,
     IsrStoreUnavailable,
     IsrWrite,
     Leader,
@@ -116,9 +117,23 @@ class _SimIsrStore(_BrokerIsrStore):
     dead = False  # set when the broker process holding this store crashes
 
     def write_isr(self, write: IsrWrite) -> int:
-        if self.dead:
-            raise IsrStoreUnavailable("the process is gone")
-        return super().write_isr(write)
+        c = self._c
+        what = (
+            f"ISR write by {write.leader}: p{write.partition} epoch {write.leader_epoch} "
+            f"isr {list(write.isr)} at version {write.zk_version}"
+        )
+        trace = c.trace if isinstance(c, SimController) else None
+        try:
+            if self.dead:
+                raise IsrStoreUnavailable("the process is gone")
+            version = super().write_isr(write)
+        except (IsrStoreUnavailable, IsrConflict) as e:
+            if trace is not None:
+                trace(f"{what}: {type(e).__name__}")
+            raise
+        if trace is not None:
+            trace(f"{what}: ok, version {version}")
+        return version
 
 
 class SimController(MemoryController):

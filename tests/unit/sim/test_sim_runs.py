@@ -74,3 +74,13 @@ def test_an_error_the_runtime_logs_is_a_violation() -> None:
     ]
     assert [v.invariant for v in result.violations] == ["logged-error"]
     assert logging.getLogger("odradek").propagate
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug, docs/faults.md 'Finding: a follower that catches up while the "
+    "write removing it is in flight stays out of the ISR while its partition is idle'",
+)
+def test_seed_308_a_caught_up_follower_rejoins_the_isr() -> None:
+    r = run_seed(308)
+    assert r.ok, [str(v) for v in r.violations]
