@@ -14,6 +14,9 @@ only the transport and ZooKeeper are stand-ins, each with fault hooks:
   publishes each change to every replica as a metadata image -- as the ZooKeeper watches
   do for a real broker.
 
+``start_broker``/``crash_broker`` stop a broker's tasks without a clean shutdown and start a
+new replica manager over the same log directory (the simulator's crash and restart).
+
 Tests drive it with real records and assert on the replicas' logs and states, bounded
 by deadlines (``wait_until``); no sleeps.
 """

@@ -334,6 +334,7 @@ class World:
         if kind == "crash" and target in live:
             await self.crash(target)
             return _Fault(f"crash {target}", lambda: self.restart(target))
+        # "zk", or a crash of a broker already down: cut it from ZooKeeper instead.
         self.zk_isolate(target)
         return _Fault(f"zk {target}", lambda: self.zk_heal(target))
 
