@@ -25,6 +25,7 @@ _SUBCOMMAND_MODULES = (
     "odradek.cli.transactions_cmd",
     "odradek.cli.reassign_partitions_cmd",
     "odradek.cli.zookeeper_security_cmd",
+    "odradek.cli.sim_cmd",
 )
 
 

@@ -16,7 +16,6 @@ manager's.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,6 +24,7 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.fetch_response import PartitionFetchResult
 from odradek.replication.delayed import DelayedFetch, FetchWatch
 from odradek.replication.fetch_session import FetchContext
+from odradek.runtime import clock
 
 if TYPE_CHECKING:
     from odradek.metadata.image import MetadataImage
@@ -173,7 +173,7 @@ class FetchServing:
     def _record_follower_fetch(
         self, replica_id: int, topics: list[tuple[str, list[FetchEntry]]], image: MetadataImage
     ) -> None:
-        t = time.time_ns() // 1_000_000  # the replica manager's now_ms
+        t = clock.time_ns() // 1_000_000  # the replica manager's now_ms
         for topic, entries in topics:
             for e in entries:
                 tp = (topic, e.result.index)
@@ -195,7 +195,7 @@ class FetchServing:
         committed_only = params.replica_id < 0  # followers read up to the LEO (REQ-R16)
         read_committed = committed_only and params.isolation_level == 1
         quota = self.leader_quota
-        now_s = time.monotonic()
+        now_s = clock.monotonic()
         remaining = params.max_bytes
         total = 0
         errored = False

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -42,6 +41,7 @@ from odradek.replication.leader_endpoint import (
 from odradek.replication.quota import ReplicationQuota
 from odradek.replication.trace import RecordTracer
 from odradek.replication.truncation import decide_truncation
+from odradek.runtime import clock
 from odradek.security.client_security import PLAINTEXT, ClientSecurity
 
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ class ReplicaFetcher:
 
     async def _fetch_once(self) -> float:
         """One fetch round; returns how long to wait before the next (0: at once)."""
-        now = time.monotonic()
+        now = clock.monotonic()
         ready = []
         next_ready = float("inf")
         for s in self.states.values():
@@ -291,7 +291,7 @@ class ReplicaFetcher:
             raise EndpointError(f"fetch failed: {error_name(response.error_code)}")
         results = response.partitions
         tracing = self._tracer.enabled
-        now_ns = time.time_ns()
+        now_ns = clock.time_ns()
         now_ms = now_ns // 1_000_000
         received_us = now_ns // 1000
         durable: list[tuple[Log, int]] = []
@@ -320,7 +320,7 @@ class ReplicaFetcher:
             if r.records:
                 if tp in throttled:
                     assert quota is not None
-                    quota.record(len(r.records), time.monotonic())
+                    quota.record(len(r.records), clock.monotonic())
                 if tracing:
                     sampled = self._tracer.sampled(leo_before, p.log_end_offset - 1)
                     if sampled is not None:
@@ -355,7 +355,7 @@ class ReplicaFetcher:
     def _backoff(self, st: FetchState, code: int, what: str) -> None:
         # NOT_LEADER / FENCED / UNKNOWN epoch: our metadata and the leader's disagree;
         # wait for the state znode watch to bring the new leader, retrying meanwhile.
-        st.backoff_until = time.monotonic() + self.settings.backoff_ms / 1000
+        st.backoff_until = clock.monotonic() + self.settings.backoff_ms / 1000
         if code in (ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch):
             st.truncating = True
         logger.info("%s: %s from leader %d: %s", st.partition.name, what, self.leader_id,

@@ -31,7 +31,6 @@ import logging
 import math
 import os
 import shutil
-import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -72,6 +71,7 @@ from odradek.replication.partition_state import (
 from odradek.replication.purgatory import DelayedOperationPurgatory
 from odradek.replication.quota import ReplicationQuota, throttled_partitions
 from odradek.replication.trace import RecordTracer
+from odradek.runtime import clock
 from odradek.storage.checkpoint import read_checkpoint, write_checkpoint
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import Log, LogConfig
@@ -105,7 +105,7 @@ def _setting(config: Any, name: str) -> Any:
 
 
 def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return clock.time_ns() // 1_000_000
 
 
 def parse_partition_dir(name: str) -> TopicPartition | None:
@@ -223,11 +223,11 @@ class ReplicaManager(FetchServing):
                 configs[topic] = self.log_config_for(topic)
 
         def open_one(entry: str, tp: TopicPartition) -> Log:
-            t0 = time.monotonic()
+            t0 = clock.monotonic()
             lg = Log.open(self.log_dir / entry, copy.copy(configs[tp[0]]),
                           recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp))
             logger.info("loaded %s: log start %d, LEO %d in %.0f ms", entry,
-                     lg.log_start_offset, lg.log_end_offset, (time.monotonic() - t0) * 1e3)
+                     lg.log_start_offset, lg.log_end_offset, (clock.monotonic() - t0) * 1e3)
             return lg
 
         threads = self._recovery_threads()
@@ -612,11 +612,11 @@ class ReplicaManager(FetchServing):
                 continue
             if part.fenced:
                 last = self._fenced_retry.get(tp, 0.0)
-                if time.monotonic() - last < FENCED_RETRY_S:
+                if clock.monotonic() - last < FENCED_RETRY_S:
                     continue
                 write = part.reassert_isr()
                 if write is not None:
-                    self._fenced_retry[tp] = time.monotonic()
+                    self._fenced_retry[tp] = clock.monotonic()
                     self._submit_isr_write(part, write)
                 continue
             self._credit_idle_followers(tp, part)

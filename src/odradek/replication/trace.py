@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from odradek.runtime import clock
 
 logger = logging.getLogger("odradek.trace")
 
@@ -36,7 +37,7 @@ TopicPartition = tuple[str, int]
 
 
 def _now_us() -> int:
-    return time.time_ns() // 1000
+    return clock.time_ns() // 1000
 
 
 class RecordTracer:

@@ -22,12 +22,12 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from odradek.errors import ErrorCode, KafkaError
+from odradek.runtime import clock
 from odradek.storage.batch import (
     BatchHeader,
     parse_batches,
@@ -732,7 +732,7 @@ class Log:
 
 
 def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return clock.time_ns() // 1_000_000
 
 
 def _replace_if_exists(src: Path, dst: Path) -> None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from odradek.runtime import clock
 from odradek.storage.batch import BatchHeader, parse_batches
 from odradek.storage.checkpoint import fsync_dir
 from odradek.storage.log import Log
@@ -183,7 +184,7 @@ class TruncationLedger:
         leo = lg.log_end_offset
         if offset >= leo:
             return None
-        now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        now_ms = clock.time_ns() // 1_000_000 if now_ms is None else now_ms
         pdir = self.root / f"{topic}-{partition}"
         created = not pdir.is_dir()
         pdir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,1 @@
+"""The deterministic simulator: the real replication code in a seeded, simulated world."""

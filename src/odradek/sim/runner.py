@@ -1,0 +1,234 @@
+"""One simulated run per seed: build the world on a fresh ``SimLoop``, run the nemesis and
+the workload, heal, wait for liveness, check every invariant. Everything a run does is
+a function of its seed (and the injected bug, if any): its timeline, hashed, is the
+same on every replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from odradek.runtime import clock
+from odradek.sim import bugs
+from odradek.sim.checkers import Violation, lost_acks, prefix_divergence
+from odradek.sim.harness import TOPIC
+from odradek.sim.loop import SimLoop
+from odradek.sim.world import SimHarness, SimNetwork, World, WorldConfig
+from odradek.storage.batch import parse_batches
+from odradek.storage.records import decode_batch_records
+
+__all__ = ["RunResult", "run_seed"]
+
+# Virtual wall clock at the start of every run: a fixed instant, so record timestamps
+# (and anything else derived from the wall clock) are the same on every replay.
+EPOCH_NS = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z
+
+
+@dataclass
+class RunResult:
+    seed: int
+    bug: str | None
+    timeline: list[str] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    acked: int = 0
+    virtual_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256("\n".join(self.timeline).encode()).hexdigest()
+
+
+class _LogToTimeline(logging.Handler):
+    """The runtime's warnings (truncations) go to the timeline; an error it logs (an
+    exception a fetcher caught, a failed quarantine) is also a violation: the simulator
+    must not let the code under test swallow one. The run's temporary directory is
+    elided so the timeline stays the same on every replay."""
+
+    def __init__(self, root: str, trace: Callable[[str], None], result: RunResult) -> None:
+        super().__init__(logging.WARNING)
+        self.root, self.trace, self.result = root, trace, result
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = f"{record.name}: {record.getMessage()}".replace(self.root, "<dir>")
+        if record.exc_info and record.exc_info[1] is not None:
+            msg += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"
+        self.trace(f"log {record.levelname}: {msg}")
+        if record.levelno >= logging.ERROR:
+            self.result.violations.append(Violation("logged-error", msg))
+
+
+@contextmanager
+def _logs_to_timeline(handler: logging.Handler) -> Iterator[None]:
+    """INFO logs (each retried fetch) would cost more than the run itself: warnings and
+    up only, kept out of the process's own log handlers."""
+    log = logging.getLogger("odradek")
+    level, propagate = log.level, log.propagate
+    log.setLevel(logging.WARNING)
+    log.propagate = False
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        log.propagate = propagate
+
+
+@contextmanager
+def _virtual_clock(loop: SimLoop) -> Iterator[None]:
+    start = loop.time()
+    clock.install(loop.time, lambda: EPOCH_NS + round((loop.time() - start) * 1e9))
+    try:
+        yield
+    finally:
+        clock.restore()
+
+
+def run_seed(seed: int, *, bug: str | None = None, cfg: WorldConfig | None = None) -> RunResult:
+    cfg = cfg or WorldConfig()
+    result = RunResult(seed, bug)
+    loop = SimLoop(seed)
+
+    def trace(line: str) -> None:
+        result.timeline.append(f"{loop.time():9.3f} {line}")
+
+    def on_error(_loop: object, ctx: dict[str, object]) -> None:
+        exc = ctx.get("exception")
+        what = f"{type(exc).__name__}: {exc}" if exc is not None else str(ctx.get("message"))
+        trace(f"unhandled: {what}")
+        result.violations.append(Violation("exception", what))
+
+    loop.set_exception_handler(on_error)
+    with (
+        tempfile.TemporaryDirectory(prefix=f"odradek-sim-{seed}-") as d,
+        _logs_to_timeline(_LogToTimeline(d, trace, result)),
+        _virtual_clock(loop),
+        bugs.injected(bug),
+    ):
+        try:
+            loop.run_until_complete(_run(Path(d), seed, cfg, trace, result))
+        finally:
+            loop.run_until_complete(_cancel_all())
+            loop.close()
+    result.virtual_s = loop.time()
+    return result
+
+
+async def _cancel_all() -> None:
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _run(
+    root: Path, seed: int, cfg: WorldConfig, trace: Callable[[str], None], result: RunResult
+) -> None:
+    net = SimNetwork(random.Random(f"network-{seed}"), cfg.hop_latency_s)
+    h = SimHarness(
+        root,
+        brokers=cfg.brokers,
+        partitions=cfg.partitions,
+        lag_ms=cfg.lag_ms,
+        min_insync_replicas=cfg.min_insync_replicas,
+        fetch_wait_ms=cfg.fetch_wait_ms,
+        backoff_ms=cfg.backoff_ms,
+        net=net,
+        seed=seed,
+        trace=trace,
+    )
+    async with h:
+        w = World(h, cfg, seed, trace, net)
+        for p in range(cfg.partitions):
+            await h.elect(p, leader=cfg.brokers[p % len(cfg.brokers)])
+        loop = asyncio.get_running_loop()
+        watcher = loop.create_task(w.watch())
+        producers = [loop.create_task(w.producer(k)) for k in range(cfg.producers)]
+        await w.nemesis()
+        w.stopping = True
+        await asyncio.gather(*producers)
+        converged = await _await_liveness(w, cfg.liveness_bound_s)
+        w.sample()
+        watcher.cancel()
+        result.violations += w.violations + w.monitor.violations
+        if not converged:
+            result.violations.append(Violation("liveness", _state(w)))
+        result.violations += _final_checks(w)
+        result.acked = len(w.acks)
+        trace(f"end: {len(w.acks)} acked; {_state(w)}")
+
+
+def _state(w: World) -> str:
+    parts = []
+    for p, z in sorted(w.controller.znodes.items()):
+        reps = ", ".join(f"{b}: leo {w.leo(b, p)} hw {_hw(w, b, p)}" for b in w.cfg.brokers)
+        parts.append(f"p{p} leader {z.leader} epoch {z.leader_epoch} isr {list(z.isr)} ({reps})")
+    return "; ".join(parts)
+
+
+def _hw(w: World, b: int, p: int) -> int:
+    part = w.h.replicas[b].partitions.get((TOPIC, p))
+    return part.high_watermark if part is not None else -1
+
+
+def _converged(w: World) -> bool:
+    for p, z in w.controller.znodes.items():
+        if z.leader < 0 or set(z.isr) != set(w.cfg.brokers):
+            return False
+        leo = w.leo(z.leader, p)
+        if any(w.leo(b, p) != leo or _hw(w, b, p) != leo for b in w.cfg.brokers):
+            return False
+    return True
+
+
+async def _await_liveness(w: World, bound_s: float) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + bound_s
+    while not _converged(w):
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    w.trace(f"converged {loop.time() - deadline + bound_s:.3f} s after healing")
+    return True
+
+
+def _committed(w: World, b: int, p: int) -> bytes:
+    part = w.h.replicas[b].partitions.get((TOPIC, p))
+    if part is None:
+        return b""
+    lg = part.log
+    hw = part.high_watermark
+    if hw <= lg.log_start_offset:
+        return b""
+    sl = lg.read(lg.log_start_offset, 1 << 30, max_offset=hw)
+    return sl.read_bytes() if sl is not None else b""
+
+
+def _final_checks(w: World) -> list[Violation]:
+    out: list[Violation] = []
+    committed: dict[int, dict[int, bytes]] = {}
+    for p, z in w.controller.znodes.items():
+        prefixes = {b: _committed(w, b, p) for b in w.cfg.brokers}
+        out += prefix_divergence(p, prefixes)
+        source = z.leader if z.leader >= 0 else max(prefixes, key=lambda b: len(prefixes[b]))
+        values: dict[int, bytes] = {}
+        buf = prefixes[source]
+        for hdr in parse_batches(buf):
+            for rec in decode_batch_records(buf[hdr.position : hdr.position + hdr.size]):
+                values[rec.offset] = rec.value or b""
+        committed[p] = values
+    out += lost_acks(w.acks, committed)
+    return out
