@@ -4,19 +4,22 @@ offsets, read whole batches as file slices, park a ``DelayedFetch`` in the purga
 fewer than ``min_bytes`` are available.
 
 A follower's fetch session reads only its active partitions (``fetch_session.py``, issue
-13): the idle ones are credited to the follower's ISR standing through
-``_credit_idle_followers`` at the ISR check, and a waiting follower fetch is watched under
-the session's own purgatory key (``session_key``).
+13): the idle ones are credited to the follower's ISR standing by the replica manager at
+the ISR check, and a waiting follower fetch is watched under the session's own purgatory
+key (``session_key``).
 
-``ReplicaManager`` inherits this; it is a separate module for size and responsibility,
-not a separate object: the attributes and methods declared below are the replica
-manager's.
+``FetchServing`` is an object the replica manager owns (``ReplicaManager.fetching``), and
+it sees the replicas only through the narrow view it is constructed with: the hosted
+partitions (read only), the leader lookup with its KIP-320 epoch check, and the callback
+that applies a partition's transition (a follower's fetch can move the HW or expand the
+ISR). Everything else it needs -- the fetch sessions, the fetch purgatory, the leader's
+replication quota, the record tracer, the per-topic byte counters -- is handed to it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,7 +32,7 @@ from odradek.runtime import clock
 if TYPE_CHECKING:
     from odradek.metadata.image import MetadataImage
     from odradek.metrics.stats import BrokerTopicStats
-    from odradek.replication.fetch_session import FetchSession, FetchSessionCache
+    from odradek.replication.fetch_session import FetchSessionCache
     from odradek.replication.partition import Partition
     from odradek.replication.partition_state import Transition
     from odradek.replication.purgatory import DelayedOperationPurgatory
@@ -74,16 +77,29 @@ class FetchParams:
 
 
 class FetchServing:
-    """The fetch requests of ``ReplicaManager`` (see the module docstring)."""
+    """The fetch requests of the replica manager (see the module docstring)."""
 
-    partitions: dict[TopicPartition, Partition]
-    fetch_sessions: FetchSessionCache
-    fetch_purgatory: DelayedOperationPurgatory[TopicPartition]
-    tracer: RecordTracer
-    topic_stats: BrokerTopicStats | None
-    leader_quota: ReplicationQuota
-    leader_partition: Callable[..., Partition]
-    _apply_transition: Callable[[Partition, Transition], None]
+    def __init__(
+        self,
+        *,
+        partitions: Mapping[TopicPartition, Partition],
+        leader_partition: Callable[[str, int, MetadataImage, int], Partition],
+        apply_transition: Callable[[Partition, Transition], None],
+        fetch_sessions: FetchSessionCache,
+        fetch_purgatory: DelayedOperationPurgatory[TopicPartition],
+        leader_quota: ReplicationQuota,
+        tracer: RecordTracer,
+    ) -> None:
+        self.partitions = partitions
+        self.leader_partition = leader_partition
+        self._apply_transition = apply_transition
+        self.fetch_sessions = fetch_sessions
+        self.fetch_purgatory = fetch_purgatory
+        self.leader_quota = leader_quota
+        self.tracer = tracer
+        # Kafka's BytesOutPerSec counters: only on a broker with a metrics.listener (the
+        # broker attaches them once its metrics exist; None: nothing counted).
+        self.topic_stats: BrokerTopicStats | None = None
 
     def fetch_messages(
         self,
@@ -276,15 +292,3 @@ class FetchServing:
                         p.readable_end(params.replica_id < 0),
                         params.replica_id,
                     )
-
-    def _credit_idle_followers(
-        self, tp: TopicPartition, part: Partition, sessions: Iterable[FetchSession] | None = None
-    ) -> None:
-        """A follower session skips idle partitions (fetch_session.py): its fetches count
-        as fetching them at the log end (REQ-R6) -- credited here, before the ISR check
-        and when a change ends the idle spell (``sessions``: the holders of ``tp``, known
-        to the caller), instead of on every fetch."""
-        for session in self.fetch_sessions.holders(tp) if sessions is None else sessions:
-            offset = session.idle_fetch_offset(tp)
-            if offset is not None:
-                part.note_idle_fetch(session.replica_id, offset, session.last_used_ms)

@@ -47,15 +47,18 @@ from odradek.protocol.produce_response import PartitionProduceResult
 from odradek.replication.alter_partition import AlterPartitionManager
 from odradek.replication.delayed import (
     DelayedDeleteRecords,
+    DelayedFetch,
     DelayedProduce,
     PendingDelete,
     PendingProduce,
 )
 from odradek.replication.fetch_serving import (
+    FetchEntry,
+    FetchParams,
     FetchServing,
     session_key,
 )
-from odradek.replication.fetch_session import FetchSessionCache
+from odradek.replication.fetch_session import FetchContext, FetchSession, FetchSessionCache
 from odradek.replication.fetcher import ReplicaFetcherManager
 from odradek.replication.leader_endpoint import EndpointFactory
 from odradek.replication.partition import Partition, Role, rebuild_producer_state
@@ -128,7 +131,7 @@ class ProduceEntry:
     verification_guard: object | None = None
 
 
-class ReplicaManager(FetchServing):
+class ReplicaManager:
     def __init__(self, broker_id: int, log_dir: Path,
                  log_config_for: Callable[[str], LogConfig], config: Any = None,
                  source_ip: str | None = None, isr_store: IsrStore | None = None,
@@ -173,7 +176,6 @@ class ReplicaManager(FetchServing):
         # Metrics (odradek.broker.metrics): ISR changes are rare and always counted;
         # per-topic byte counts only when the broker has a metrics.listener (None: off).
         self.isr_stats = IsrStats()
-        self.topic_stats: BrokerTopicStats | None = None
         self._woken: set[TopicPartition] = set()  # partitions whose waiters must re-check
         self._woken_sessions: set[int] = set()  # follower fetch sessions to re-check
         self._wake_scheduled = False
@@ -181,6 +183,12 @@ class ReplicaManager(FetchServing):
             DelayedOperationPurgatory("Produce")
         self.fetch_purgatory: DelayedOperationPurgatory[TopicPartition] = \
             DelayedOperationPurgatory("Fetch")
+        # Fetch requests (fetch_serving.py): an object with a narrow view of the replicas.
+        self.fetching = FetchServing(
+            partitions=self.partitions, leader_partition=self.leader_partition,
+            apply_transition=self._apply_transition, fetch_sessions=self.fetch_sessions,
+            fetch_purgatory=self.fetch_purgatory, leader_quota=self.leader_quota,
+            tracer=self.tracer)
         self.delete_records_purgatory: DelayedOperationPurgatory[TopicPartition] = \
             DelayedOperationPurgatory("DeleteRecords")
         # Set by the broker before load_logs: fsyncs off the event loop (flush policy,
@@ -372,6 +380,38 @@ class ReplicaManager(FetchServing):
             shutil.rmtree(self.log_dir / f"{tp[0]}-{tp[1]}", ignore_errors=True)
 
     # ----------------------------------------------------------------- lookups
+    @property
+    def topic_stats(self) -> BrokerTopicStats | None:
+        """Per-topic byte counters (Kafka's BrokerTopicMetrics), attached by a broker
+        with a metrics.listener; shared with the fetch side, which counts bytes out."""
+        return self.fetching.topic_stats
+
+    @topic_stats.setter
+    def topic_stats(self, stats: BrokerTopicStats | None) -> None:
+        self.fetching.topic_stats = stats
+
+    def fetch_messages(
+        self,
+        params: FetchParams,
+        topics: list[tuple[str, list[FetchEntry]]],
+        image: MetadataImage,
+        fctx: FetchContext | None = None,
+    ) -> DelayedFetch | None:
+        """Serve a Fetch (REQ-R3, R16, R17): see ``FetchServing.fetch_messages``."""
+        return self.fetching.fetch_messages(params, topics, image, fctx)
+
+    def _credit_idle_followers(
+        self, tp: TopicPartition, part: Partition, sessions: Iterable[FetchSession] | None = None
+    ) -> None:
+        """A follower session skips idle partitions (fetch_session.py): its fetches count
+        as fetching them at the log end (REQ-R6) -- credited here, before the ISR check
+        and when a change ends the idle spell (``sessions``: the holders of ``tp``, known
+        to the caller), instead of on every fetch."""
+        for session in self.fetch_sessions.holders(tp) if sessions is None else sessions:
+            offset = session.idle_fetch_offset(tp)
+            if offset is not None:
+                part.note_idle_fetch(session.replica_id, offset, session.last_used_ms)
+
     def leader_partition(self, topic: str, index: int, image: MetadataImage,
                          current_leader_epoch: int = -1) -> Partition:
         part = self.partitions.get((topic, index))

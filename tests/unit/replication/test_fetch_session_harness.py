@@ -127,12 +127,12 @@ def test_idle_partitions_are_not_read_and_stay_in_the_isr(tmp_path: Path) -> Non
             await _settled(h, 6)
             leader = h.replicas[1]
             visited: list[int] = []
-            real_read = leader._read
+            real_read = leader.fetching._read
 
             def counting_read(params, topics, image):  # type: ignore[no-untyped-def]
                 visited.append(sum(len(es) for _, es in topics))
                 return real_read(params, topics, image)
-            leader._read = counting_read  # type: ignore[method-assign]
+            leader.fetching._read = counting_read  # type: ignore[method-assign]
             ep = endpoint(h, 2, 1)
             ep.requests.clear()
             loop = asyncio.get_running_loop()
