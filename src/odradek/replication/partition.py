@@ -190,6 +190,7 @@ class Partition:
                                      zk_version=s.zk_version,
                                      controller_epoch=s.controller_epoch)
                 self._expand_candidates -= set(s.isr)
+                self._mark_removed(st.isr, tuple(s.isr))
                 t.state_changed = isinstance(st, Fenced) or own_write
                 t.hw_moved = self._maybe_advance_hw()
                 if own_write:
@@ -240,7 +241,8 @@ class Partition:
                              zk_version=s.zk_version, controller_epoch=s.controller_epoch)
         self._expand_candidates = set()
         # Followers get the benefit of the doubt for one lag period (Kafka does the same).
-        self._followers = {r: ReplicaState(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
+        self._followers = {r: ReplicaState(last_caught_up_ms=now_ms, last_fetch_ms=now_ms,
+                                           fetch_ms_out_of_isr=-1 if r in s.isr else now_ms)
                            for r in s.replicas if r != self.local_broker_id}
         # REQ-R20: the new leader keeps its log; its HW never exceeds its LEO.
         self._hw = min(max(self._hw, self.log.log_start_offset), self.log.log_end_offset)
@@ -428,6 +430,25 @@ class Partition:
             fs.last_caught_up_ms = at_ms
         if at_ms > fs.last_fetch_ms:
             fs.last_fetch_ms = at_ms
+        st = self._state
+        # A caught-up follower outside the ISR rejoins at the next ISR check (REQ-R6), as
+        # its fetch would make it a candidate if the partition were read: its last fetch
+        # here may have come while the write removing it was in flight (it then still
+        # counted as a member), and an idle session never reads the partition again. The
+        # simulator's seed 308 kept such a follower out of the ISR for good.
+        if (type(st) is Leader and replica_id not in st.isr
+                and at_ms > fs.fetch_ms_out_of_isr
+                and fetch_offset >= self._hw and self._caught_up_in_epoch(fs)):
+            self._expand_candidates.add(replica_id)
+
+    def _mark_removed(self, old_isr: tuple[int, ...], new_isr: tuple[int, ...]) -> None:
+        """Followers that just left the committed ISR: only a fetch after this may bring
+        them back through an idle credit (``note_idle_fetch``)."""
+        for r in old_isr:
+            if r not in new_isr:
+                fs = self._followers.get(r)
+                if fs is not None:
+                    fs.fetch_ms_out_of_isr = fs.last_fetch_ms
 
     def _caught_up_in_epoch(self, fs: ReplicaState) -> bool:
         # Kafka also requires the follower to have reached the start of the current
@@ -476,6 +497,7 @@ class Partition:
                                  zk_version=new_zk_version,
                                  controller_epoch=st.controller_epoch)
             self._expand_candidates -= set(write.isr)
+            self._mark_removed(st.isr, write.isr)
             t.hw_moved = self._maybe_advance_hw()
             # A shrink can only help acks=all waiters via the HW; an expand can turn an
             # ISR below min.insync.replicas into one that is not: both re-check.
@@ -509,6 +531,7 @@ class Partition:
             self._state = Leader(leader_epoch=st.leader_epoch, isr=tuple(current.isr),
                                  zk_version=current.zk_version,
                                  controller_epoch=st.controller_epoch)
+            self._mark_removed(st.isr, tuple(current.isr))
             t.state_changed = isinstance(st, Fenced)
             t.hw_moved = self._maybe_advance_hw()
             t.note = (f"ISR write conflicted; adopted {list(current.isr)} "

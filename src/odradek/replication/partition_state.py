@@ -122,6 +122,10 @@ class ReplicaState:
     # The follower's own log start offset, sent in its fetches: the leader's low
     # watermark (DeleteRecords) is the minimum over the ISR (Kafka's lowWatermarkIfLeader).
     log_start_offset: int = -1
+    # ``last_fetch_ms`` when the follower last left the committed ISR: an idle session's
+    # credit brings it back only for a fetch after that (a dead follower's last fetch,
+    # made while it was a member, must not re-admit it).
+    fetch_ms_out_of_isr: int = -1
 
 
 @dataclass(frozen=True, slots=True)

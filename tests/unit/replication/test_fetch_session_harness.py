@@ -107,9 +107,15 @@ def test_leader_change_forgets_the_partition_in_the_old_session(tmp_path: Path) 
 
 async def _settled(h: ReplicationHarness, partitions: int) -> None:
     """Every partition led by 1, replicated, and both followers' sessions idle."""
+    # A follower adds a newly led partition to its fetch session with its next fetch,
+    # once the one parked at the leader returns (up to fetch_wait_ms: Kafka's fetcher
+    # does not cut its in-flight fetch short either), so the first acks=all produce may
+    # wait that long before replication even starts. A 3 s timeout against the 3 s wait
+    # of test_data_on_an_idle_partition_completes_the_waiting_fetch failed 1 run in 10.
+    timeout_s = 3 + h.fetch_wait_ms / 1000
     for p in range(partitions):
         await h.elect(p, leader=1)
-        assert (await h.produce(1, recs(1), partition=p, timeout_s=3)).error_code == 0
+        assert (await h.produce(1, recs(1), partition=p, timeout_s=timeout_s)).error_code == 0
 
     def idle() -> bool:
         sessions = list(h.replicas[1].fetch_sessions.sessions.values())

@@ -76,11 +76,9 @@ def test_an_error_the_runtime_logs_is_a_violation() -> None:
     assert logging.getLogger("odradek").propagate
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug, docs/faults.md 'Finding: a follower that catches up while the "
-    "write removing it is in flight stays out of the ISR while its partition is idle'",
-)
 def test_seed_308_a_caught_up_follower_rejoins_the_isr() -> None:
+    """Regression (docs/faults.md): a follower whose fetch at the log end came while the
+    write removing it was in flight stayed out of the ISR while its partition was idle.
+    Failed (liveness) before Partition.note_idle_fetch made it a candidate again."""
     r = run_seed(308)
     assert r.ok, [str(v) for v in r.violations]
