@@ -15,6 +15,16 @@ topic that is deleted afterwards; figures are medians over the rounds.
 
     .venv/bin/python bench/security_bench.py --rounds 5 --records 500000 --connections 300
     .venv/bin/python bench/security_bench.py --rounds 1 --profile /tmp/secprof   # py-spy
+
+``--authz`` measures instead what authorization and client-quota accounting cost on the
+produce path (issue 28): two single-broker PLAINTEXT clusters, one with the ACL authorizer
+(ACLs allowing the benchmark's topics, checked on every request) and client quotas (the
+producing client-id has a quota far above what it can reach, so every request is
+accounted but none is throttled; another client-id has a small one), the other with
+neither. Per round both run (order alternating) acks=1 produce with 100 B and 1 KB
+values on fresh topics; the report is each size's median records/s ratio, with/without.
+
+    .venv/bin/python bench/security_bench.py --authz --rounds 5 --records 300000
 """
 
 from __future__ import annotations
@@ -80,12 +90,12 @@ def top_frames(collapsed: Path, n: int = 15) -> list[tuple[str, float]]:
 
 
 def produce(conf: dict[str, Any], admin: AdminClient, pid: int, n: int,
-            profile_to: Path | None = None) -> dict[str, float]:
+            profile_to: Path | None = None, value_size: int = 1024) -> dict[str, float]:
     topic = f"secbench-{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=30)[topic].result(60)
     p = Producer({**conf, "acks": "1", "linger.ms": 5, "batch.size": 1_000_000,
                   "queue.buffering.max.messages": 500_000})
-    value = os.urandom(1024)
+    value = os.urandom(value_size)
     p.produce(topic, value)  # connect and learn the leader outside the timed part
     p.flush(60)
     prof = start_profile(pid, profile_to) if profile_to else None
@@ -102,8 +112,8 @@ def produce(conf: dict[str, Any], admin: AdminClient, pid: int, n: int,
     if prof is not None:
         stop_profile(prof)
     admin.delete_topics([topic], operation_timeout=30)[topic].result(60)
-    return {"records_s": n / elapsed, "mb_s": n * 1024 / elapsed / 2**20,
-            "cpu_s_per_gb": cpu / (n * 1024 / 1e9)}
+    return {"records_s": n / elapsed, "mb_s": n * value_size / elapsed / 2**20,
+            "cpu_s_per_gb": cpu / (n * value_size / 1e9)}
 
 
 def connections(host: str, port: int, security: ClientSecurity, pid: int,
@@ -117,6 +127,68 @@ def connections(host: str, port: int, security: ClientSecurity, pid: int,
     return {"conn_s": n / elapsed, "broker_cpu_ms_per_conn": cpu * 1000 / n}
 
 
+def _set_quota(bootstrap: str, client_id: str, rate: str) -> None:
+    subprocess.run([sys.executable, "-m", "odradek", "configs", "--bootstrap-server",
+                    bootstrap, "--entity-type", "clients", "--entity-name", client_id,
+                    "--alter", "--add-config", f"producer_byte_rate={rate}"],
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+def authz_main(args: argparse.Namespace) -> int:
+    """``--authz``: the produce path with and without an authorizer and client quotas."""
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="authzbench-") as d:
+        secured = LocalCluster.start(Path(d) / "on", 1, broker_config={
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "allow.everyone.if.no.acl.found": "true"})
+        plain = LocalCluster.start(Path(d) / "off", 1)
+        try:
+            clusters = {"authz+quotas": secured, "none": plain}
+            admins = {k: AdminClient({"bootstrap.servers": c.bootstrap_servers})
+                      for k, c in clusters.items()}
+            allow = AclBinding(ResourceType.TOPIC, "secbench-", ResourcePatternType.PREFIXED,
+                               "User:ANONYMOUS", "*", AclOperation.ALL,
+                               AclPermissionType.ALLOW)
+            for f in admins["authz+quotas"].create_acls([allow]).values():
+                f.result(30)
+            _set_quota(secured.bootstrap_servers, "bench", "1000000000000")
+            _set_quota(secured.bootstrap_servers, "someone-else", "1048576")
+            print(f"load before: {os.getloadavg()}", flush=True)
+            for r in range(args.rounds):
+                for size in (100, 1024):
+                    order = list(clusters) if r % 2 == 0 else list(reversed(clusters))
+                    for name in order:
+                        c = clusters[name]
+                        pid = c.brokers[0].pid
+                        assert pid is not None
+                        conf = {"bootstrap.servers": c.bootstrap_servers, "client.id": "bench"}
+                        row = {"round": r, "size": size, "mode": name,
+                               **produce(conf, admins[name], pid, args.records,
+                                         value_size=size),
+                               "load1": os.getloadavg()[0]}
+                        rows.append(row)
+                        print(json.dumps({k: round(v, 2) if isinstance(v, float) else v
+                                          for k, v in row.items()}), flush=True)
+        finally:
+            secured.down()
+            plain.down()
+    print("\nmedians")
+    for size in (100, 1024):
+        ratios = [a["records_s"] / b["records_s"] for a, b in zip(
+            (x for x in rows if x["size"] == size and x["mode"] == "authz+quotas"),
+            (x for x in rows if x["size"] == size and x["mode"] == "none"))]
+        for mode in ("none", "authz+quotas"):
+            mine = [x for x in rows if x["size"] == size and x["mode"] == mode]
+            print(f"{size:5d} B {mode:13s} records/s "
+                  f"{statistics.median(x['records_s'] for x in mine):,.0f}  broker CPU s/GB "
+                  f"{statistics.median(x['cpu_s_per_gb'] for x in mine):.1f}")
+        print(f"{size:5d} B with/without per round {[round(x, 3) for x in ratios]} "
+              f"median {statistics.median(ratios):.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -126,7 +198,11 @@ def main() -> int:
     ap.add_argument("--profile", metavar="DIR",
                     help="one extra produce run per listener under py-spy (not timed): "
                          "collapsed stacks in DIR and the top frames printed")
+    ap.add_argument("--authz", action="store_true",
+                    help="authorizer and client quotas on vs off instead (issue 28)")
     args = ap.parse_args()
+    if args.authz:
+        return authz_main(args)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="secbench-") as d, \
             LocalCluster.start(Path(d), 1, security="sasl_ssl",
