@@ -378,6 +378,7 @@ class LocalCluster:
             self.save()
             for b in self.brokers:
                 self.wait_broker_ready(b.id, max(0.0, deadline - time.monotonic()))
+            self.wait_brokers_see_each_other(max(0.0, deadline - time.monotonic()))
         except BaseException:
             self.down()
             raise
@@ -757,6 +758,39 @@ class LocalCluster:
             broker_id,
         )
         self.wait_broker_registered(broker_id, timeout)
+
+    def wait_brokers_see_each_other(self, timeout: float = 30.0) -> None:
+        """Until every broker, asked alone, lists every broker in its Metadata answer.
+
+        Registered in ZooKeeper is not enough for a client: each broker learns the
+        others from its own watch, a moment later, and a CreateTopics with replication
+        factor N answered by a broker that has seen N-1 of them is refused with
+        INVALID_REPLICATION_FACTOR, as Kafka refuses it (a CI run on a loaded machine did
+        exactly that, right after the cluster came up)."""
+        from odradek.client.connection import KafkaConnection  # noqa: PLC0415
+        from odradek.config import parse_properties  # noqa: PLC0415
+        from odradek.protocol.client_codec import request_entity  # noqa: PLC0415
+        from odradek.security.client_security import ClientSecurity  # noqa: PLC0415
+
+        props = (parse_properties(Path(self.client_properties).read_text())
+                 if self.client_properties else {})
+        security = ClientSecurity.from_properties(props)
+        want = {b.id for b in self.brokers}
+
+        def sees_all(b: BrokerInfo) -> bool:
+            try:
+                with KafkaConnection(b.host, b.port, security=security,
+                                     timeout_s=5.0) as conn:
+                    md = conn.request(request_entity(
+                        3, 12, topics=(), allow_auto_topic_creation=False,
+                        include_topic_authorized_operations=False))
+            except Exception:  # not answering yet: not yet
+                return False
+            return {int(x.node_id) for x in md.brokers} >= want
+
+        for b in self.brokers:
+            self._poll(f"broker {b.id} to see every broker", lambda b=b: sees_all(b),
+                       timeout, b.id)
 
     # ----------------------------------------------------------------- broker faults
 
