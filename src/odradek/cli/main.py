@@ -25,6 +25,8 @@ _SUBCOMMAND_MODULES = (
     "odradek.cli.transactions_cmd",
     "odradek.cli.reassign_partitions_cmd",
     "odradek.cli.zookeeper_security_cmd",
+    "odradek.cli.schema_registry_cmd",
+    "odradek.cli.schemas_cmd",
 )
 
 

@@ -1,0 +1,90 @@
+"""One primary among several registry instances: the one holding the ephemeral znode
+``/odradek/schema-registry/<group>/primary`` (its data: the primary's URL; the group
+defaults to the topic's name: instances of one registry share a topic). Losing the
+ZooKeeper session deletes the znode and the others race to create it. Before a new primary
+accepts writes it reads ``_schemas`` to the end (``on_elected``), so its next id and next
+version account for everything its predecessor wrote."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.protocol.states import WatchedEvent
+
+from odradek.zk.client import connect_zk
+
+__all__ = ["PrimaryElection"]
+
+logger = logging.getLogger(__name__)
+
+
+class PrimaryElection:
+    def __init__(
+        self,
+        zk_connect: str,
+        my_url: str,
+        *,
+        group: str = "default",
+        on_elected: Callable[[], None] = lambda: None,
+        session_timeout_s: float = 6.0,
+    ) -> None:
+        self.my_url = my_url
+        self.path = f"/odradek/schema-registry/{group}/primary"
+        self._on_elected = on_elected
+        self._lock = threading.Lock()
+        self._primary: str | None = None
+        self._ready = False  # elected and caught up with the topic
+        self._zk = connect_zk(zk_connect, source_ip=None, session_timeout_s=session_timeout_s)
+        self._zk.ensure_path(self.path.rsplit("/", 1)[0])
+        self._campaign()
+
+    def _campaign(self, event: WatchedEvent | None = None) -> None:
+        won = False
+        try:
+            self._zk.create(self.path, self.my_url.encode(), ephemeral=True)
+            won = True
+        except NodeExistsError:
+            pass
+        try:
+            data, _ = self._zk.get(self.path, watch=self._changed)
+        except NoNodeError:
+            self._zk.handler.spawn(self._campaign)
+            return
+        with self._lock:
+            self._primary = data.decode()
+            if self._primary != self.my_url:
+                self._ready = False
+        if won or (self._primary == self.my_url and not self._ready):
+            logger.info("schema registry %s is the primary", self.my_url)
+            self._on_elected()
+            with self._lock:
+                self._ready = self._primary == self.my_url
+        else:
+            logger.info("schema registry primary: %s", self._primary)
+
+    def _changed(self, event: WatchedEvent) -> None:
+        # Watches fire on kazoo's event thread; campaigning blocks (catch-up), so spawn.
+        self._zk.handler.spawn(self._campaign, event)
+
+    def primary_url(self) -> str | None:
+        """None when this instance is the (caught-up) primary; else the primary's URL.
+        While no primary is known the instance refuses to guess and answers as primary
+        only once it has won."""
+        with self._lock:
+            if self._primary == self.my_url and self._ready:
+                return None
+            return self._primary or self.my_url
+
+    def info(self) -> dict[str, Any]:
+        with self._lock:
+            return {"primary": self._primary, "ready": self._ready}
+
+    def close(self) -> None:
+        try:
+            self._zk.stop()
+        finally:
+            self._zk.close()
