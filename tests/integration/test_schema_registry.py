@@ -328,6 +328,13 @@ def test_hostile_bodies_get_4xx(registry: RegistryProcess) -> None:
     deep = "[" * 100000 + "]" * 100000
     assert http(url, "POST", "/subjects/h/versions", {"schema": deep})[0] == 422
     assert http(url, "POST", "/subjects/h/versions", raw=b"\xff\xfe")[0] == 400
+    # A body nested past the JSON decoder's recursion limit, and fields of the wrong type.
+    assert http(url, "POST", "/subjects/h/versions", raw=b"[" * 200000)[0] == 400
+    assert http(url, "POST", "/subjects/h", raw=b'{"a":' * 100000)[0] == 400
+    bad_id = {"schema": '"int"', "id": [1]}
+    assert http(url, "POST", "/subjects/h/versions", bad_id)[0] == 422
+    bad_refs = {"schema": '"int"', "references": [{"name": 1}]}
+    assert http(url, "POST", "/subjects/h/versions", bad_refs)[0] == 422
     assert http(url, "GET", "/schemas/ids/notanumber")[0] == 404
     assert http(url, "GET", "/subjects")[0] == 200  # still serving
 

@@ -46,6 +46,9 @@ async def _body(request: web.Request) -> Any:
     raw = await request.read()  # bounded by the app's client_max_size
     try:
         return json.loads(raw) if raw else None
+    except RecursionError:
+        # json's C decoder recurses per nesting level: a body of "[[[[..." would be a 500.
+        raise errors.RegistryError(400, 400, "The body is nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise errors.RegistryError(400, 400, f"Unexpected character in the body: {e}") from e
 

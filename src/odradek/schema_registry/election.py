@@ -15,6 +15,7 @@ from typing import Any
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import WatchedEvent
 
+from odradek.schema_registry.errors import RegistryError
 from odradek.zk.client import connect_zk
 
 __all__ = ["PrimaryElection"]
@@ -60,11 +61,26 @@ class PrimaryElection:
                 self._ready = False
         if won or (self._primary == self.my_url and not self._ready):
             logger.info("schema registry %s is the primary", self.my_url)
-            self._on_elected()
+            try:
+                self._on_elected()
+            except RegistryError as e:
+                # Not caught up with _schemas: never hand out ids from a stale view. Give
+                # the role up; the deletion fires the watches and everyone campaigns again.
+                logger.error("primary %s cannot read _schemas (%s); resigning", self.my_url, e)
+                self._resign()
+                return
             with self._lock:
                 self._ready = self._primary == self.my_url
         else:
             logger.info("schema registry primary: %s", self._primary)
+
+    def _resign(self) -> None:
+        try:
+            data, _ = self._zk.get(self.path)
+            if data.decode() == self.my_url:
+                self._zk.delete(self.path)
+        except NoNodeError:
+            pass
 
     def _changed(self, event: WatchedEvent) -> None:
         # Watches fire on kazoo's event thread; campaigning blocks (catch-up), so spawn.

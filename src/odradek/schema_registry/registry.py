@@ -168,6 +168,9 @@ class Registry:
             mode = self._writable(subject)
             want_id = body.get("id") if isinstance(body, Mapping) else None
             want_version = body.get("version") if isinstance(body, Mapping) else None
+            for name, given in (("id", want_id), ("version", want_version)):
+                if given is not None and (not isinstance(given, int) or isinstance(given, bool)):
+                    raise errors.invalid_schema(f"'{name}' must be an integer")
             if (want_id is not None or want_version is not None) and mode != "IMPORT":
                 if want_id is not None and self.view.schemas.get(want_id) not in (None, stored):
                     raise errors.operation_not_permitted(
