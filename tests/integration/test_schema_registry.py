@@ -6,7 +6,9 @@ ZooKeeper-elected primary and taking over when it dies; hostile bodies answered 
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -366,3 +368,29 @@ def test_cli_schemas(registry: RegistryProcess, tmp_path: Any) -> None:
     assert json.loads(odradek("delete", "cli-value").stdout) == [1]
     r = odradek("get", "cli-value")
     assert r.returncode == 1 and "40401" in r.stderr
+
+
+def test_protobuf_text_schema_is_served_serialized(registry: RegistryProcess) -> None:
+    """A .proto registered as text (as Java producers and the CLI do) decodes with
+    confluent-kafka's ProtobufDeserializer, which asks for ``?format=serialized``."""
+    client = SchemaRegistryClient({"url": registry.url})
+    text = (
+        'syntax = "proto3";\npackage txt;\nmessage Event {\n  string name = 1;\n'
+        "  map<string, int64> counts = 2;\n  Kind kind = 3;\n}\nenum Kind { A = 0; B = 1; }\n"
+    )
+    schema_id = client.register_schema("txt-value", Schema(text, "PROTOBUF"))
+    assert client.get_schema(schema_id).schema_str == text  # as registered, by default
+    # A client of its own: confluent-kafka caches schemas by id whatever the format.
+    client = SchemaRegistryClient({"url": registry.url})
+    fd = descriptor_pb2.FileDescriptorProto()
+    serialized = client.get_schema(schema_id, fmt="serialized").schema_str
+    fd.ParseFromString(base64.b64decode(serialized))
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    event = message_factory.GetMessageClass(pool.FindMessageTypeByName("txt.Event"))
+    msg = event(name="n", counts={"a": 3}, kind=1)
+    # Confluent's framing: magic 0, the id, the message-index path ([0]: the first message).
+    framed = b"\x00" + struct.pack(">I", schema_id) + b"\x00" + msg.SerializeToString()
+    de = ProtobufDeserializer(event, {"use.deprecated.format": False}, client)
+    got = de(framed, SerializationContext("txt", MessageField.VALUE))
+    assert (got.name, dict(got.counts), got.kind) == ("n", {"a": 3}, 1)

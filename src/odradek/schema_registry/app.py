@@ -17,6 +17,7 @@ import aiohttp
 from aiohttp import web
 
 from odradek.schema_registry import errors
+from odradek.schema_registry.protobuf_descriptor import serialized_form
 from odradek.schema_registry.registry import Registry
 from odradek.schema_registry.schemas import SCHEMA_TYPES
 
@@ -40,6 +41,17 @@ def _reply(payload: Any, status: int = 200) -> web.Response:
 
 def _flag(request: web.Request, name: str) -> bool:
     return request.query.get(name, "false").lower() == "true"
+
+
+def _formatted(request: web.Request, schema: dict[str, Any]) -> dict[str, Any]:
+    """``?format=serialized``: a Protobuf schema as base64 FileDescriptorProto (what
+    confluent-kafka's ProtobufDeserializer asks for), whichever form it was registered in."""
+    if schema.get("schemaType") == "PROTOBUF" and request.query.get("format") == "serialized":
+        try:
+            return {**schema, "schema": serialized_form(schema["schema"])}
+        except (ValueError, IndexError) as e:
+            raise errors.invalid_schema(str(e)) from e
+    return schema
 
 
 async def _body(request: web.Request) -> Any:
@@ -127,7 +139,8 @@ def make_app(
 
     async def get_version(request: web.Request) -> web.Response:
         m = request.match_info
-        return _reply(registry.get_version(m["subject"], m["version"], _flag(request, "deleted")))
+        v = registry.get_version(m["subject"], m["version"], _flag(request, "deleted"))
+        return _reply(_formatted(request, v))
 
     async def get_version_schema(request: web.Request) -> web.Response:
         m = request.match_info
@@ -150,7 +163,8 @@ def make_app(
             raise errors.schema_not_found(f"Schema {request.match_info['id']} not found") from None
 
     async def schema_by_id(request: web.Request) -> web.Response:
-        return _reply(registry.schema_by_id(_id(request), request.query.get("subject")))
+        got = registry.schema_by_id(_id(request), request.query.get("subject"))
+        return _reply(_formatted(request, got))
 
     async def schema_by_id_text(request: web.Request) -> web.Response:
         text = registry.schema_by_id(_id(request), request.query.get("subject"))["schema"]

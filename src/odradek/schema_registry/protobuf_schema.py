@@ -40,6 +40,7 @@ class ProtoField:
 @dataclass
 class ProtoSchema:
     package: str = ""
+    syntax: str = "proto3"
     imports: list[str] = field(default_factory=list)
     # full message name (package-qualified, dotted for nested ones) -> number -> field
     messages: dict[str, dict[int, ProtoField]] = field(default_factory=dict)
@@ -117,6 +118,7 @@ class _Parser:
                 value = self.next().strip("\"'")
                 if value not in ("proto2", "proto3") and t == "syntax":
                     raise ValueError(f"unknown syntax {value!r}")
+                self.schema.syntax = value
                 self.expect(";")
             elif t == "package":
                 self.schema.package = self.next()
@@ -212,22 +214,36 @@ class _Parser:
 
 
 def _from_descriptor(fd: descriptor_pb2.FileDescriptorProto) -> ProtoSchema:
-    s = ProtoSchema(package=fd.package, imports=list(fd.dependency))
+    s = ProtoSchema(package=fd.package, syntax=fd.syntax or "proto2", imports=list(fd.dependency))
     prefix = f"{fd.package}." if fd.package else ""
 
     def enum(e: descriptor_pb2.EnumDescriptorProto, full: str) -> None:
         s.enums[full] = {v.name: v.number for v in e.value}
 
+    def type_of(f: descriptor_pb2.FieldDescriptorProto) -> str:
+        return f.type_name.lstrip(".") if f.type in (11, 14) else _FD_TYPES.get(f.type, "?")
+
     def message(m: descriptor_pb2.DescriptorProto, full: str) -> None:
+        # Map fields are repeated fields of a synthetic nested "...Entry" message; show them
+        # as the text form does (map<K,V>), so text and descriptor registrations compare.
+        entries = {
+            f"{full}.{n.name}": n
+            for n in m.nested_type
+            if n.options.map_entry and len(n.field) == 2
+        }
         fields: dict[int, ProtoField] = {}
         for f in m.field:
-            ftype = f.type_name.lstrip(".") if f.type in (11, 14) else _FD_TYPES.get(f.type, "?")
-            label = "repeated" if f.label == 3 else ""
+            ftype, label = type_of(f), "repeated" if f.label == 3 else ""
+            entry = entries.get(ftype)
+            if entry is not None:
+                key, value = sorted(entry.field, key=lambda e: e.number)
+                ftype, label = f"map<{type_of(key)},{type_of(value)}>", ""
             oneof = m.oneof_decl[f.oneof_index].name if f.HasField("oneof_index") else ""
             fields[f.number] = ProtoField(f.name, f.number, ftype, label, oneof)
         s.messages[full] = fields
         for n in m.nested_type:
-            message(n, f"{full}.{n.name}")
+            if f"{full}.{n.name}" not in entries:
+                message(n, f"{full}.{n.name}")
         for e in m.enum_type:
             enum(e, f"{full}.{e.name}")
 
@@ -258,7 +274,9 @@ def parse_proto(text: str) -> ProtoSchema:
 
 
 def _short_type(t: str) -> str:
-    return t.rsplit(".", 1)[-1]
+    # "shop.v1.Order.Line" and "Line" name one type (qualified in a descriptor, as written
+    # in text); inside "map<K,V>" too.
+    return re.sub(r"[\w.]+", lambda m: m.group(0).rsplit(".", 1)[-1], t.replace(" ", ""))
 
 
 def _same_kind(a: str, b: str) -> bool:

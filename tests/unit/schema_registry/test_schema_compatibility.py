@@ -9,9 +9,11 @@ import json
 from typing import Any
 
 import pytest
-from google.protobuf import descriptor_pb2
+from google.protobuf import descriptor_pb2, descriptor_pool
 
 from odradek.schema_registry import errors
+from odradek.schema_registry.protobuf_descriptor import serialized_form, to_file_descriptor
+from odradek.schema_registry.protobuf_schema import parse_proto
 from odradek.schema_registry.schemas import canonical_text, incompatibilities, parse_schema
 
 
@@ -272,3 +274,50 @@ def test_avro_references_resolve_named_types() -> None:
         parse_schema("AVRO", user)  # Address unknown without the reference
     parsed = parse_schema("AVRO", user, [address])
     assert "Address" in parsed.names
+
+
+_NESTED = """
+syntax = "proto3";
+package shop.v1;
+import "google/protobuf/timestamp.proto";
+
+enum Status { UNKNOWN = 0; PAID = 1; }
+
+message Order {
+  string id = 1;
+  repeated Line lines = 2;
+  Status status = 3;
+  map<string, int64> counts_by_sku = 4;
+  map<int32, Line> lines_by_number = 7;
+  oneof payment { string card = 5; Voucher voucher = 6; }
+  message Line { string sku = 1; int32 qty = 2; Kind kind = 3; enum Kind { A = 0; B = 1; } }
+  message Voucher { bytes code = 1; }
+}
+"""
+
+
+def test_protobuf_text_becomes_a_descriptor_protobuf_accepts() -> None:
+    fd = to_file_descriptor(parse_proto(_NESTED), "shop.proto")
+    fd.ClearField("dependency")  # the import is not in this pool
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)  # protobuf itself checks every type reference resolves
+    order = pool.FindMessageTypeByName("shop.v1.Order")
+    fields = {f.name: f for f in order.fields}
+    assert fields["lines"].message_type.full_name == "shop.v1.Order.Line"
+    assert fields["status"].enum_type.full_name == "shop.v1.Status"
+    assert fields["counts_by_sku"].message_type.GetOptions().map_entry
+    assert fields["voucher"].containing_oneof.name == "payment"
+    line = pool.FindMessageTypeByName("shop.v1.Order.Line")
+    assert line.fields_by_name["kind"].enum_type.full_name == "shop.v1.Order.Line.Kind"
+    # The serialized form parses back to the same messages and field numbers.
+    back = parse_schema("PROTOBUF", serialized_form(_NESTED)).parsed
+    assert {m: sorted(fs) for m, fs in back.messages.items()} == {
+        m: sorted(fs) for m, fs in parse_proto(_NESTED).messages.items()
+    }
+    assert back.imports == ["google/protobuf/timestamp.proto"]
+    # Text and descriptor forms of one schema are compatible with each other.
+    text, desc = (
+        parse_schema("PROTOBUF", _NESTED),
+        parse_schema("PROTOBUF", serialized_form(_NESTED)),
+    )
+    assert incompatibilities("FULL", text, [desc]) == []
