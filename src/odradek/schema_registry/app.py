@@ -96,17 +96,23 @@ def make_app(
             if target is None or request.headers.get(_FORWARDED_HEADER):
                 return await handler(request)
             body = await request.read()
-            async with (
-                aiohttp.ClientSession(timeout=_FORWARD_TIMEOUT) as session,
-                session.request(
-                    request.method,
-                    target.rstrip("/") + request.path_qs,
-                    data=body,
-                    headers={"Content-Type": CONTENT_TYPE, _FORWARDED_HEADER: "1"},
-                ) as resp,
-            ):
-                text = await resp.text()
-                status = resp.status
+            try:
+                async with (
+                    aiohttp.ClientSession(timeout=_FORWARD_TIMEOUT) as session,
+                    session.request(
+                        request.method,
+                        target.rstrip("/") + request.path_qs,
+                        data=body,
+                        headers={"Content-Type": CONTENT_TYPE, _FORWARDED_HEADER: "1"},
+                    ) as resp,
+                ):
+                    text = await resp.text()
+                    status = resp.status
+            except (aiohttp.ClientError, TimeoutError) as e:
+                # Confluent's 50003: the primary is gone or unreachable (an election follows).
+                raise errors.RegistryError(
+                    500, 50003, f"Error while forwarding the request to the primary: {e!r}"
+                ) from e
             if status < 300:
                 await call(catch_up)
             return web.Response(status=status, text=text, content_type=CONTENT_TYPE)

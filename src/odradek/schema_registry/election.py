@@ -15,6 +15,7 @@ from typing import Any
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import WatchedEvent
 
+from odradek.schema_registry import errors
 from odradek.schema_registry.errors import RegistryError
 from odradek.zk.client import connect_zk
 
@@ -88,12 +89,16 @@ class PrimaryElection:
 
     def primary_url(self) -> str | None:
         """None when this instance is the (caught-up) primary; else the primary's URL.
-        While no primary is known the instance refuses to guess and answers as primary
-        only once it has won."""
+        Raises 50003 while this instance holds the role but is still reading _schemas, or
+        no primary is known: a write now could reuse an id."""
         with self._lock:
             if self._primary == self.my_url and self._ready:
                 return None
-            return self._primary or self.my_url
+            if self._primary is None or self._primary == self.my_url:
+                raise errors.RegistryError(
+                    503, 50003, "No schema registry primary is ready yet; retry shortly"
+                )
+            return self._primary
 
     def info(self) -> dict[str, Any]:
         with self._lock:
