@@ -69,7 +69,12 @@ def http(
 
 
 def start_registry(
-    cluster: LocalCluster, port: int, *, zookeeper: bool = False, topic: str = "_schemas"
+    cluster: LocalCluster,
+    port: int,
+    *,
+    zookeeper: bool = False,
+    topic: str = "_schemas",
+    command_config: str | None = None,
 ) -> RegistryProcess:
     assert cluster.block is not None
     host = addresses.zk_address(cluster.block, 1)
@@ -91,6 +96,8 @@ def start_registry(
     ]
     if zookeeper:
         cmd += ["--zookeeper", cluster.zk_connect]
+    if command_config:
+        cmd += ["--command-config", command_config]
     out = open(cluster.dir / f"schema-registry-{port}.out", "ab")  # noqa: SIM115 - the child keeps it
     proc = subprocess.Popen(
         cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True

@@ -397,3 +397,28 @@ def test_protobuf_text_schema_is_served_serialized(registry: RegistryProcess) ->
     de = ProtobufDeserializer(event, {"use.deprecated.format": False}, client)
     got = de(framed, SerializationContext("txt", MessageField.VALUE))
     assert (got.name, dict(got.counts), got.kind) == ("n", {"a": 3}, 1)
+
+
+def test_subject_names_with_reserved_characters(registry: RegistryProcess) -> None:
+    """confluent-kafka percent-encodes subject names (``/`` as ``%2F``) in paths."""
+    client = SchemaRegistryClient({"url": registry.url})
+    for subject in ("odd subject:ü", "with/slash", "dots.and-dashes_1"):
+        schema_id = client.register_schema(subject, Schema('"bytes"', "AVRO"))
+        assert client.get_versions(subject) == [1], subject
+        assert client.get_latest_version(subject).schema_id == schema_id
+        assert subject in client.get_subjects()
+        assert client.delete_subject(subject) == [1]
+
+
+def test_registry_on_a_secured_cluster(make_cluster: Any) -> None:
+    """``--command-config``: the client properties ``odradek cluster up --security`` writes
+    (SASL_SSL, the admin user) reach the registry's producer, reader and admin client."""
+    c = make_cluster(1, security="sasl_ssl")
+    assert c.client_properties is not None
+    reg = start_registry(c, 8085, command_config=c.client_properties)
+    try:
+        st, body = http(reg.url, "POST", "/subjects/sec/versions", {"schema": '"string"'})
+        assert st == 200, body
+        assert http(reg.url, "GET", "/subjects/sec/versions/1")[1]["id"] == body["id"]
+    finally:
+        reg.stop()
