@@ -12,7 +12,9 @@ valid under the reader. Checked, recursively through properties, items and local
   closed ones may gain them);
 - ``enum``: the reader's values include the writer's (ENUM_ARRAY_NARROWED);
 - bounds: ``maxLength``, ``maximum``, ``maxItems`` may not shrink, ``minLength``,
-  ``minimum``, ``minItems`` may not grow.
+  ``minimum``, ``minItems`` may not grow; a ``pattern`` may not be added or changed;
+- ``anyOf``/``oneOf`` as unions: every writer branch is accepted by some reader branch;
+  ``allOf`` branch by branch (a changed count is refused).
 Schemas are validated with ``jsonschema`` (check_schema) before any of this runs.
 """
 
@@ -25,6 +27,7 @@ __all__ = ["json_incompatibilities"]
 
 _ALL_TYPES = frozenset({"null", "boolean", "object", "array", "number", "integer", "string"})
 _MAX_DEPTH = 64
+_COMBINERS = ("anyOf", "oneOf", "allOf")
 
 
 def _types(s: Mapping[str, Any]) -> set[str]:
@@ -79,6 +82,9 @@ class _Checker:
             if reader.get("$ref") != writer.get("$ref"):
                 self._fail("REFERENCE_CHANGED", path)
             return
+        if any(k in reader or k in writer for k in _COMBINERS):
+            self._combined(reader, writer, path, depth)
+            return
         rt, wt = _types(reader), _types(writer)
         if "number" in rt:
             rt = rt | {"integer"}
@@ -90,12 +96,46 @@ class _Checker:
             if wenum is None or any(v not in reader["enum"] for v in wenum):
                 self._fail("ENUM_ARRAY_NARROWED", path + "/enum")
         self._bounds(reader, writer, path)
+        if "pattern" in reader and reader["pattern"] != writer.get("pattern"):
+            what = "PATTERN_ADDED" if "pattern" not in writer else "PATTERN_CHANGED"
+            self._fail(what, path + "/pattern")
         if "object" in wt:
             self._object(reader, writer, path, depth)
         if "array" in wt and "items" in reader:
             witems = writer.get("items", {})
             if isinstance(reader["items"], (Mapping, bool)) and isinstance(witems, (Mapping, bool)):
                 self.check(reader["items"], witems, path + "/items", depth + 1)
+
+    def _accepts(self, reader: Any, writer: Any, path: str, depth: int) -> bool:
+        sub = _Checker(self.rroot, self.wroot)
+        sub.check(reader, writer, path, depth + 1)
+        return not sub.problems
+
+    def _combined(
+        self, reader: Mapping[str, Any], writer: Mapping[str, Any], path: str, depth: int
+    ) -> None:
+        """anyOf/oneOf as unions (every writer branch accepted by some reader branch, as
+        Avro unions); allOf branch by branch. Keywords beside a combiner are not compared."""
+        if "allOf" in reader or "allOf" in writer:
+            r_all, w_all = reader.get("allOf"), writer.get("allOf")
+            if (
+                not isinstance(r_all, list)
+                or not isinstance(w_all, list)
+                or len(r_all) != len(w_all)
+            ):
+                self._fail("COMBINED_TYPE_SUBSCHEMAS_CHANGED", path + "/allOf")
+                return
+            for i, (r, w) in enumerate(zip(r_all, w_all)):
+                self.check(r, w, f"{path}/allOf/{i}", depth + 1)
+            return
+        rkey = next((k for k in ("anyOf", "oneOf") if isinstance(reader.get(k), list)), None)
+        wkey = next((k for k in ("anyOf", "oneOf") if isinstance(writer.get(k), list)), None)
+        rbranches = reader[rkey] if rkey else [{k: v for k, v in reader.items()}]
+        wbranches = writer[wkey] if wkey else [{k: v for k, v in writer.items()}]
+        for i, w in enumerate(wbranches):
+            bpath = f"{path}/{wkey or rkey}/{i}"
+            if not any(self._accepts(r, w, bpath, depth) for r in rbranches):
+                self._fail("COMBINED_TYPE_SUBSCHEMAS_CHANGED", bpath)
 
     def _bounds(self, reader: Mapping[str, Any], writer: Mapping[str, Any], path: str) -> None:
         for key, smaller_ok in (

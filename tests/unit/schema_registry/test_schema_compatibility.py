@@ -108,6 +108,11 @@ def _obj(props: dict[str, Any], *, required: list[str] | None = None, closed: bo
 
 _S, _I, _N = {"type": "string"}, {"type": "integer"}, {"type": "number"}
 
+
+def _obj_d(props: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": props}
+
+
 JSON_PAIRS = [
     (_obj({"a": _S}), _obj({"a": _S}), True),
     (json.dumps(_I), json.dumps(_N), True),  # widening
@@ -142,6 +147,18 @@ JSON_PAIRS = [
         json.dumps({"type": "array", "items": _I}),
         False,
     ),
+    # anyOf/oneOf as unions, allOf branch by branch, patterns
+    (json.dumps({"anyOf": [_S, _I]}), json.dumps({"anyOf": [_S, _I, {"type": "null"}]}), True),
+    (json.dumps({"anyOf": [_S, _I]}), json.dumps({"anyOf": [_S]}), False),
+    (json.dumps(_S), json.dumps({"oneOf": [_S, _I]}), True),
+    (json.dumps({"oneOf": [_S, _I]}), json.dumps(_S), False),
+    (json.dumps({"oneOf": [_S, _I]}), json.dumps({"type": ["string", "integer"]}), True),
+    (json.dumps({"allOf": [_obj_d({"a": _I})]}), json.dumps({"allOf": [_obj_d({"a": _N})]}), True),
+    (json.dumps({"allOf": [_obj_d({"a": _N})]}), json.dumps({"allOf": [_obj_d({"a": _I})]}), False),
+    (json.dumps({"allOf": [_S]}), json.dumps({"allOf": [_S, {"maxLength": 3}]}), False),
+    (json.dumps(_S), json.dumps({"type": "string", "pattern": "^a"}), False),
+    (json.dumps({"type": "string", "pattern": "^a"}), json.dumps(_S), True),
+    (json.dumps({"type": "string", "pattern": "^a"}), json.dumps({"type": "string", "pattern": "^b"}), False),
     # local references are followed
     (
         json.dumps({"definitions": {"x": _I}, "type": "object", "properties": {"a": {"$ref": "#/definitions/x"}}}),
