@@ -109,21 +109,53 @@ def parse_schema(
     raise errors.invalid_schema(f"unknown schema type {schema_type!r}")
 
 
+_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+# Avro's Schema.toString() writes attributes in one order whatever the input's order; so
+# does this (attributes it does not know follow, sorted), so reordered keys are one schema.
+_SCHEMA_KEYS = ("type", "name", "namespace", "doc", "fields", "symbols", "items", "values",
+                "size", "default", "aliases")  # fmt: skip
+_FIELD_KEYS = ("name", "type", "doc", "default", "order", "aliases")
+
+
+def _ordered(d: dict[str, Any], first: tuple[str, ...]) -> dict[str, Any]:
+    return {k: d[k] for k in (*[k for k in first if k in d], *sorted(set(d) - set(first)))}
+
+
+def _avro_canonical(s: Any, depth: int = 0) -> Any:
+    if depth > _MAX_JSON_DEPTH:
+        return s
+    if isinstance(s, list):
+        return [_avro_canonical(b, depth + 1) for b in s]
+    if not isinstance(s, dict):
+        return s
+    if set(s) == {"type"} and s["type"] in _PRIMITIVES:
+        return s["type"]  # {"type": "string"} is "string"
+    out = dict(s)
+    if isinstance(out.get("type"), (dict, list)):
+        out["type"] = _avro_canonical(out["type"], depth + 1)
+    for key in ("items", "values"):
+        if key in out:
+            out[key] = _avro_canonical(out[key], depth + 1)
+    if isinstance(out.get("fields"), list):
+        out["fields"] = [
+            _ordered({**f, "type": _avro_canonical(f.get("type"), depth + 1)}, _FIELD_KEYS)
+            if isinstance(f, dict)
+            else f
+            for f in out["fields"]
+        ]
+    return _ordered(out, _SCHEMA_KEYS)
+
+
 def canonical_text(schema_type: str, text: str) -> str:
     """The text stored and compared for "same schema": compact JSON for Avro and JSON
-    (whitespace and key spacing do not make a new schema), the text as given for Protobuf.
-    An Avro primitive written as ``{"type": "string"}`` becomes ``"string"``, as Avro's
-    own Schema.toString() prints it."""
+    (whitespace does not make a new schema), the text as given for Protobuf. Avro schemas
+    also get Avro's attribute order and ``{"type": "string"}`` written ``"string"``, as
+    Avro's own Schema.toString() (hence Confluent) prints them."""
     if schema_type == "PROTOBUF":
         return text
     doc = json.loads(text)
-    if (
-        schema_type == "AVRO"
-        and isinstance(doc, dict)
-        and set(doc) == {"type"}
-        and isinstance(doc["type"], str)
-    ):
-        doc = doc["type"]
+    if schema_type == "AVRO":
+        doc = _avro_canonical(doc)
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
 

@@ -282,6 +282,20 @@ def test_canonical_text_ignores_whitespace_and_primitive_wrapping() -> None:
         "AVRO", json.dumps(json.loads(V1), indent=4)
     )
     assert canonical_text("PROTOBUF", _P1) == _P1
+    # Attribute order is not part of an Avro schema: Avro (and Confluent) print one order.
+    reordered = {
+        "fields": [
+            {"type": {"type": "int"}, "name": "a"},
+            {"name": "b", "type": {"items": "long", "type": "array"}},
+        ],
+        "name": "R",
+        "type": "record",
+    }
+    same = _rec(_f("a", "int"), _f("b", {"type": "array", "items": "long"}))
+    assert canonical_text("AVRO", json.dumps(reordered)) == canonical_text("AVRO", same)
+    assert canonical_text("AVRO", same).startswith(
+        '{"type":"record","name":"R","fields":[{"name":"a"'
+    )
 
 
 def test_avro_references_resolve_named_types() -> None:
