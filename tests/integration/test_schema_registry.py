@@ -344,6 +344,19 @@ def test_hostile_bodies_get_4xx(registry: RegistryProcess) -> None:
     assert http(url, "GET", "/subjects")[0] == 200  # still serving
 
 
+def test_reference_fan_out_is_linear(registry: RegistryProcess) -> None:
+    """Each level references the one below twice: resolving references naively is 2^depth
+    parses (a hostile chain of 24 levels: 16 million); each distinct one is parsed once."""
+    url = registry.url
+    assert http(url, "POST", "/subjects/fan-0/versions", {"schema": '"string"'})[0] == 200
+    for i in range(1, 25):
+        refs = [{"name": f"r{i}{k}", "subject": f"fan-{i - 1}", "version": 1} for k in "ab"]
+        body = {"schema": json.dumps({"type": "fixed", "name": f"F{i}", "size": i}),
+                "references": refs}  # fmt: skip
+        st, got = http(url, "POST", f"/subjects/fan-{i}/versions", body, timeout=20)
+        assert st == 200, (i, got)
+
+
 def test_cli_schemas(registry: RegistryProcess, tmp_path: Any) -> None:
     def odradek(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -39,6 +39,8 @@ logger = logging.getLogger(__name__)
 MODES = ("READWRITE", "READONLY", "IMPORT")
 _MAX_VERSION = 2**31 - 1
 _MAX_REFERENCE_DEPTH = 32
+_MAX_REFERENCES = 1000  # per schema
+_PARSED_CACHE_SIZE = 4096
 
 
 class Log(Protocol):
@@ -65,6 +67,8 @@ class Registry:
         self.view = view
         self.log = log
         self._write_lock = threading.Lock()
+        self._cache_lock = threading.Lock()
+        self._cache: dict[StoredSchema, ParsedSchema] = {}
 
     # ------------------------------------------------------------------ helpers
 
@@ -101,11 +105,37 @@ class Registry:
                     return sv
             raise errors.version_not_found(n)
 
-    def _parsed(self, stored: StoredSchema, depth: int = 0) -> ParsedSchema:
+    def _parsed(
+        self,
+        stored: StoredSchema,
+        depth: int = 0,
+        memo: dict[tuple[str, int], ParsedSchema] | None = None,
+    ) -> ParsedSchema:
+        """The parsed schema with its references resolved. ``memo`` (per call) parses each
+        referenced version once: references form a DAG, and one schema referencing another
+        twice per level would otherwise cost 2^depth parses. Schemas without references are
+        cached across calls (their text alone defines them)."""
         if depth > _MAX_REFERENCE_DEPTH:
             raise errors.invalid_schema("references nested too deeply")
-        refs = [self._parsed(self._reference(s, v), depth + 1) for _, s, v in stored.references]
-        return parse_schema(stored.schema_type, stored.schema, refs)
+        if not stored.references:
+            with self._cache_lock:
+                hit = self._cache.get(stored)
+            if hit is not None:
+                return hit
+        memo = {} if memo is None else memo
+        refs = []
+        for _, subject, version in stored.references:
+            key = (subject, version)
+            if key not in memo:
+                memo[key] = self._parsed(self._reference(subject, version), depth + 1, memo)
+            refs.append(memo[key])
+        parsed = parse_schema(stored.schema_type, stored.schema, refs)
+        if not stored.references:
+            with self._cache_lock:
+                if len(self._cache) >= _PARSED_CACHE_SIZE:
+                    self._cache.clear()
+                self._cache[stored] = parsed
+        return parsed
 
     def _reference(self, subject: str, version: int) -> StoredSchema:
         with self.view.lock:
@@ -124,8 +154,8 @@ class Registry:
         if schema_type not in SCHEMA_TYPES:
             raise errors.invalid_schema(f"unknown schemaType {schema_type!r}")
         refs_in = body.get("references") or []
-        if not isinstance(refs_in, list):
-            raise errors.invalid_schema("'references' must be a list")
+        if not isinstance(refs_in, list) or len(refs_in) > _MAX_REFERENCES:
+            raise errors.invalid_schema(f"'references' must be a list of <= {_MAX_REFERENCES}")
         refs: list[tuple[str, str, int]] = []
         for r in refs_in:
             if (
