@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 __all__ = ["ProtoField", "ProtoSchema", "parse_proto", "proto_incompatibilities"]
 
 _MAX_TEXT = 1 << 20
+_MAX_NESTING = 100
 
 
 @dataclass
@@ -80,6 +81,7 @@ def _tokens(text: str) -> list[str]:
 class _Parser:
     def __init__(self, toks: list[str]) -> None:
         self.toks, self.i = toks, 0
+        self.depth = 0
         self.schema = ProtoSchema()
 
     def peek(self) -> str:
@@ -171,6 +173,16 @@ class _Parser:
         self._body(full, fields, oneof="")
 
     def _body(self, full: str, fields: dict[int, ProtoField], oneof: str) -> None:
+        # Nested messages and oneofs recurse: bound the nesting (protoc allows 100).
+        self.depth += 1
+        if self.depth > _MAX_NESTING:
+            raise ValueError(f"messages nested deeper than {_MAX_NESTING}")
+        try:
+            self._body_items(full, fields, oneof)
+        finally:
+            self.depth -= 1
+
+    def _body_items(self, full: str, fields: dict[int, ProtoField], oneof: str) -> None:
         while (t := self.next()) != "}":
             if t == ";":
                 continue

@@ -267,6 +267,8 @@ def test_schema_types_never_mix() -> None:
         ("PROTOBUF", "message {"),
         ("PROTOBUF", 'syntax = "proto3"; message M { int32 a = 1; int32 b = 1; }'),
         ("PROTOBUF", "!!!!"),
+        ("PROTOBUF", 'syntax = "proto3"; ' + "message A { " * 5000 + "}" * 5000),
+        ("PROTOBUF", 'syntax = "proto3"; message A { ' + "oneof o { " * 5000),
         ("XML", "<a/>"),
     ],
 )
