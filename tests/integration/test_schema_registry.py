@@ -234,6 +234,26 @@ def test_rest_api_versions_deletes_config_and_mode(registry: RegistryProcess) ->
     assert http(url, "PUT", "/mode", {"mode": "BOGUS"})[1]["error_code"] == 42204
 
 
+def test_import_mode_keeps_given_ids_and_versions(registry: RegistryProcess) -> None:
+    """IMPORT (migrating schemas from another registry): a registration keeps the id and
+    version it carries; an id already holding another schema is refused (42205); ids
+    handed out afterwards continue above the imported ones."""
+    url, s = registry.url, "imported"
+    assert http(url, "PUT", f"/mode/{s}", {"mode": "IMPORT"})[1] == {"mode": "IMPORT"}
+    body = {"schema": '"float"', "id": 5000, "version": 7}
+    assert http(url, "POST", f"/subjects/{s}/versions", body) == (200, {"id": 5000})
+    got = http(url, "GET", f"/subjects/{s}/versions/7")[1]
+    assert (got["id"], got["version"], got["schema"]) == (5000, 7, '"float"')
+    st, err = http(url, "POST", f"/subjects/{s}/versions", {"schema": '"double"', "id": 5000})
+    assert (st, err["error_code"]) == (422, 42205)
+    # Outside IMPORT mode an id that is not the schema's own is refused too.
+    st, err = http(url, "POST", "/subjects/not-imported/versions", {"schema": '"null"', "id": 4999})
+    assert (st, err["error_code"]) == (422, 42205)
+    assert http(url, "DELETE", f"/mode/{s}")[0] == 200
+    st, fresh = http(url, "POST", "/subjects/after-import/versions", {"schema": '"boolean"'})
+    assert st == 200 and fresh["id"] == 5001
+
+
 def test_avro_references_are_stored_and_resolved(registry: RegistryProcess) -> None:
     client = SchemaRegistryClient({"url": registry.url})
     address = {

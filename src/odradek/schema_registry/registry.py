@@ -201,10 +201,24 @@ class Registry:
             for name, given in (("id", want_id), ("version", want_version)):
                 if given is not None and (not isinstance(given, int) or isinstance(given, bool)):
                     raise errors.invalid_schema(f"'{name}' must be an integer")
-            if (want_id is not None or want_version is not None) and mode != "IMPORT":
-                if want_id is not None and self.view.schemas.get(want_id) not in (None, stored):
+            if want_id is not None:
+                # An id names one schema for good; outside IMPORT mode only its own schema
+                # may be registered with it (Confluent: 42205 either way).
+                holder = self.view.schemas.get(want_id)
+                if holder is not None and holder != stored:
                     raise errors.operation_not_permitted(
                         f"Overwrite new schema with id {want_id} is not permitted."
+                    )
+                if holder is None and mode != "IMPORT":
+                    raise errors.operation_not_permitted(
+                        f"A schema id ({want_id}) may only be given in IMPORT mode."
+                    )
+            if want_version is not None and mode == "IMPORT":
+                with self.view.lock:
+                    taken = self.view.subjects.get(subject, {}).get(want_version)
+                if taken is not None and self.view.schemas.get(taken.schema_id) != stored:
+                    raise errors.operation_not_permitted(
+                        f"Overwrite of subject {subject} version {want_version} is not permitted."
                     )
             with self.view.lock:
                 all_versions = self.view.live_versions(subject, include_deleted=True)
@@ -222,11 +236,11 @@ class Registry:
                 )
                 if problems:
                     raise errors.incompatible(problems)
-            if mode == "IMPORT" and isinstance(want_id, int) and want_id > 0:
+            if mode == "IMPORT" and want_id is not None and want_id > 0:
                 schema_id = want_id
             else:
                 schema_id = existing_id if existing_id is not None else next_id
-            if mode == "IMPORT" and isinstance(want_version, int) and want_version > 0:
+            if mode == "IMPORT" and want_version is not None and want_version > 0:
                 next_version = want_version
             value: dict[str, Any] = {
                 "subject": subject,
