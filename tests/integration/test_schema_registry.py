@@ -406,6 +406,25 @@ def test_cli_schemas(registry: RegistryProcess, tmp_path: Any) -> None:
     assert r.returncode == 1 and "40401" in r.stderr
 
 
+def test_cli_finds_the_registry_through_the_cluster(
+    cluster: LocalCluster, registry: RegistryProcess
+) -> None:
+    """--bootstrap-server: the brokers' zookeeper.connect, then the elected primary's URL."""
+    r = subprocess.run(
+        [sys.executable, "-m", "odradek", "schemas", "--bootstrap-server",
+         cluster.bootstrap_servers, "config"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"compatibilityLevel": "BACKWARD"}
+    r = subprocess.run(
+        [sys.executable, "-m", "odradek", "schemas", "--bootstrap-server",
+         cluster.bootstrap_servers, "--topic", "_no_such_registry", "list"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode != 0 and "no schema registry for _no_such_registry" in r.stderr
+
+
 def test_protobuf_text_schema_is_served_serialized(registry: RegistryProcess) -> None:
     """A .proto registered as text (as Java producers and the CLI do) decodes with
     confluent-kafka's ProtobufDeserializer, which asks for ``?format=serialized``."""

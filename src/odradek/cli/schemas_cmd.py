@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from odradek.cli.common import add_command_config, client_config
+
 __all__ = ["add_parser", "RegistryHttpError", "request"]
 
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -53,7 +55,24 @@ def request(url: str, method: str, path: str, body: Any = None, timeout: float =
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("schemas", help="list, get, register, check and delete registry schemas")
-    p.add_argument("--url", default="http://127.0.0.1:8081", help="the schema registry")
+    p.add_argument(
+        "--url",
+        default=None,
+        help="the schema registry (default: found with "
+        "--bootstrap-server, else http://127.0.0.1:8081)",
+    )
+    p.add_argument(
+        "--bootstrap-server",
+        default=None,
+        help="find the registry through the cluster: its brokers' zookeeper.connect, "
+        "then the primary that registries started with --zookeeper elect",
+    )
+    p.add_argument(
+        "--topic",
+        default="_schemas",
+        help="the registry's topic (with --bootstrap-server: which registry)",
+    )
+    add_command_config(p)
     ops = p.add_subparsers(dest="op", metavar="OP", required=True)
 
     ls = ops.add_parser("list", help="subjects, or a subject's versions")
@@ -141,7 +160,43 @@ def _call(args: argparse.Namespace) -> Any:
     return request(url, "GET", path + ("?defaultToGlobal=true" if s else ""))
 
 
+def _registry_url(args: argparse.Namespace) -> str:
+    """--url, else the primary found through --bootstrap-server, else the default."""
+    if args.url:
+        return str(args.url)
+    if not args.bootstrap_server:
+        return "http://127.0.0.1:8081"
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # noqa: PLC0415
+
+    from odradek.schema_registry.election import find_primary  # noqa: PLC0415
+
+    conf: dict[str, Any] = client_config(args)
+    admin = AdminClient(conf)
+    brokers = admin.list_topics(timeout=15).brokers
+    if not brokers:
+        raise SystemExit(f"error: no broker answered at {args.bootstrap_server}")
+    resource = ConfigResource(ResourceType.BROKER, str(min(brokers)))
+    entry = admin.describe_configs([resource])[resource].result(15).get("zookeeper.connect")
+    if entry is None or not entry.value:
+        raise SystemExit("error: the brokers do not show zookeeper.connect; give --url")
+    url = find_primary(entry.value, args.topic)
+    if url is None:
+        raise SystemExit(
+            f"error: no schema registry for {args.topic} elected a primary in ZooKeeper "
+            "(start it with --zookeeper, or give --url)"
+        )
+    return url
+
+
 def _run(args: argparse.Namespace) -> int:
+    from confluent_kafka import KafkaException  # noqa: PLC0415
+    from kazoo.handlers.threading import KazooTimeoutError  # noqa: PLC0415
+
+    try:
+        args.url = _registry_url(args)
+    except (KafkaException, KazooTimeoutError) as e:
+        print(f"error: finding the registry through {args.bootstrap_server}: {e}", file=sys.stderr)
+        return 1
     try:
         result = _call(args)
     except RegistryHttpError as e:

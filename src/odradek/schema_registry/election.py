@@ -19,9 +19,26 @@ from odradek.schema_registry import errors
 from odradek.schema_registry.errors import RegistryError
 from odradek.zk.client import connect_zk
 
-__all__ = ["PrimaryElection"]
+__all__ = ["PrimaryElection", "primary_path", "find_primary"]
 
 logger = logging.getLogger(__name__)
+
+
+def primary_path(group: str) -> str:
+    return f"/odradek/schema-registry/{group}/primary"
+
+
+def find_primary(zk_connect: str, group: str, timeout_s: float = 10.0) -> str | None:
+    """The URL of the primary registry of ``group`` (None: no registry elected one)."""
+    zk = connect_zk(zk_connect, source_ip=None, session_timeout_s=6.0, timeout_s=timeout_s)
+    try:
+        data, _ = zk.get(primary_path(group))
+        return str(data.decode())
+    except NoNodeError:
+        return None
+    finally:
+        zk.stop()
+        zk.close()
 
 
 class PrimaryElection:
@@ -35,7 +52,7 @@ class PrimaryElection:
         session_timeout_s: float = 6.0,
     ) -> None:
         self.my_url = my_url
-        self.path = f"/odradek/schema-registry/{group}/primary"
+        self.path = primary_path(group)
         self._on_elected = on_elected
         self._lock = threading.Lock()
         self._primary: str | None = None
