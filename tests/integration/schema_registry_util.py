@@ -107,8 +107,10 @@ def start_registry(
 
     def up() -> bool:
         if proc.poll() is not None:
+            out = cluster.dir / f"schema-registry-{port}.out"
             raise AssertionError(
                 f"schema registry exited: {log.read_text() if log.exists() else ''}"
+                f"{out.read_text() if out.exists() else ''}"
             )
         try:
             return http(url, "GET", "/subjects", timeout=2)[0] == 200

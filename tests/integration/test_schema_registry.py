@@ -311,6 +311,21 @@ def test_restart_keeps_ids(cluster: LocalCluster) -> None:
         reg.stop()
 
 
+def test_refuses_a_topic_that_is_not_compacted(cluster: LocalCluster) -> None:
+    """As Confluent: a schemas topic that deletes old records (or has several partitions)
+    would lose or reorder schemas, so the registry refuses to start on it."""
+    bs = cluster.bootstrap_servers
+    create_topic(bs, "_schemas_deleting", config={"cleanup.policy": "delete"})
+    create_topic(bs, "_schemas_two", partitions=2, config={"cleanup.policy": "compact"})
+    for topic, why in (
+        ("_schemas_deleting", r"cleanup\.policy=delete"),
+        ("_schemas_two", "2 partitions"),
+    ):
+        with pytest.raises(AssertionError, match=why):
+            reg = start_registry(cluster, 8086, topic=topic)
+            reg.stop()  # it should not have started
+
+
 def test_secondary_forwards_writes_and_takes_over(cluster: LocalCluster) -> None:
     topic = "_schemas_ha"
     first = start_registry(cluster, 8083, zookeeper=True, topic=topic)

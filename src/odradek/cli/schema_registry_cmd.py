@@ -42,6 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from odradek.schema_registry.kafka_store import SchemasTopicError  # noqa: PLC0415
     from odradek.schema_registry.server import parse_listener, serve  # noqa: PLC0415
     from odradek.security.client_security import ClientSecurity  # noqa: PLC0415
 
@@ -73,6 +74,9 @@ def _run(args: argparse.Namespace) -> int:
                 client_conf=client_conf,
             )
         )
+    except SchemasTopicError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except OSError as e:
         print(f"error: cannot serve on {args.listen}: {e}", file=sys.stderr)
         return 1

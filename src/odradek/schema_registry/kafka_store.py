@@ -13,14 +13,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from odradek.schema_registry import errors
 from odradek.schema_registry.store import RegistryView, noop_key
 
-__all__ = ["SchemasTopic"]
+__all__ = ["SchemasTopic", "SchemasTopicError"]
 
 logger = logging.getLogger(__name__)
+
+
+class SchemasTopicError(Exception):
+    """The schemas topic cannot hold a registry's state (the registry does not start)."""
 
 
 class SchemasTopic:
@@ -67,6 +71,7 @@ class SchemasTopic:
         while True:
             md = admin.list_topics(timeout=10)
             if self.topic in md.topics and not md.topics[self.topic].error:
+                self._check_topic(admin, len(md.topics[self.topic].partitions))
                 return
             rf = max(1, min(3, len(md.brokers)))
             fut = admin.create_topics(
@@ -84,6 +89,24 @@ class SchemasTopic:
                     raise
                 logger.warning("creating %s: %s; retrying", self.topic, e)
                 time.sleep(0.5)
+
+    def _check_topic(self, admin: AdminClient, partitions: int) -> None:
+        """As Confluent's KafkaStore: one partition (one order for every write) and
+        cleanup.policy=compact (deletion by time or size would lose schemas)."""
+        if partitions != 1:
+            raise SchemasTopicError(
+                f"topic {self.topic} has {partitions} partitions; the schemas topic must "
+                "have exactly 1"
+            )
+        resource = ConfigResource(ResourceType.TOPIC, self.topic)
+        config = admin.describe_configs([resource])[resource].result(timeout=15)
+        policy = config.get("cleanup.policy")
+        if policy is None or policy.value != "compact":
+            raise SchemasTopicError(
+                f"topic {self.topic} has cleanup.policy="
+                f"{policy.value if policy is not None else '?'}; the schemas topic must be "
+                "compacted (cleanup.policy=compact)"
+            )
 
     # ------------------------------------------------------------------ reading
 
