@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
-from kazoo.protocol.states import WatchedEvent
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.protocol.states import KazooState, WatchedEvent
 
 from odradek.schema_registry import errors
 from odradek.schema_registry.errors import RegistryError
@@ -57,11 +57,36 @@ class PrimaryElection:
         self._lock = threading.Lock()
         self._primary: str | None = None
         self._ready = False  # elected and caught up with the topic
+        self._recampaign = False  # set while disconnected: campaign again on reconnection
         self._zk = connect_zk(zk_connect, source_ip=None, session_timeout_s=session_timeout_s)
+        self._zk.add_listener(self._state_changed)
         self._zk.ensure_path(self.path.rsplit("/", 1)[0])
         self._campaign()
 
+    def _state_changed(self, state: str) -> None:
+        """kazoo's connection listener (must not block). Disconnected, this instance may
+        have lost the role without hearing of it: it stops acting as primary at once. A
+        LOST session also lost its ephemeral znode and every watch, so on reconnection it
+        campaigns again (a SUSPENDED one too, to become ready again if it still holds the
+        znode)."""
+        if state in (KazooState.SUSPENDED, KazooState.LOST):
+            with self._lock:
+                self._ready = False
+                if state == KazooState.LOST:
+                    self._primary = None
+                self._recampaign = True
+        elif state == KazooState.CONNECTED and self._recampaign:
+            self._recampaign = False
+            self._zk.handler.spawn(self._campaign)
+
     def _campaign(self, event: WatchedEvent | None = None) -> None:
+        try:
+            self._try_campaign()
+        except KazooException as e:
+            # Disconnected meanwhile: the listener campaigns again on reconnection.
+            logger.warning("schema registry election interrupted: %r", e)
+
+    def _try_campaign(self) -> None:
         won = False
         try:
             self._zk.create(self.path, self.my_url.encode(), ephemeral=True)
