@@ -212,7 +212,9 @@ def test_rest_api_versions_deletes_config_and_mode(registry: RegistryProcess) ->
     assert http(url, "DELETE", f"/subjects/{s}/versions/2?permanent=true") == (200, 2)
     assert http(url, "GET", f"/subjects/{s}/versions?deleted=true") == (200, [1])
     assert http(url, "DELETE", f"/subjects/{s}?permanent=true")[1]["error_code"] == 40405
+    assert http(url, "PUT", f"/config/{s}", {"compatibility": "NONE"})[0] == 200
     assert http(url, "DELETE", f"/subjects/{s}") == (200, [1])
+    assert http(url, "GET", f"/config/{s}")[1]["error_code"] == 40408  # went with it
     assert s not in http(url, "GET", "/subjects")[1]
     assert s in http(url, "GET", "/subjects?deleted=true")[1]
     assert http(url, "POST", f"/subjects/{s}/versions", v1) == (200, {"id": schema_id})

@@ -357,6 +357,14 @@ class Registry:
                 delete_subject_key(subject),
                 encode({"subject": subject, "version": live[-1].version}),
             )
+            # As Confluent: the subject's own compatibility level and mode go with it, as
+            # tombstones of their own (what a Confluent registry reading this topic expects).
+            with self.view.lock:
+                has_config, has_mode = subject in self.view.configs, subject in self.view.modes
+            if has_config:
+                self.log.write(config_key(subject), None)
+            if has_mode:
+                self.log.write(mode_key(subject), None)
             return [sv.version for sv in live]
 
     # ------------------------------------------------------------------ config and mode

@@ -92,8 +92,6 @@ class RegistryView:
             for sv in self.subjects.get(str(k["subject"]), {}).values():
                 if sv.version <= upto:
                     sv.deleted = True
-            self.configs.pop(str(k["subject"]), None)
-            self.modes.pop(str(k["subject"]), None)
 
     def _apply_schema(self, subject: str, version: int, v: Any) -> None:
         versions = self.subjects.setdefault(subject, {})
