@@ -26,6 +26,8 @@ _SUBCOMMAND_MODULES = (
     "odradek.cli.reassign_partitions_cmd",
     "odradek.cli.zookeeper_security_cmd",
     "odradek.cli.sim_cmd",
+    "odradek.cli.schema_registry_cmd",
+    "odradek.cli.schemas_cmd",
 )
 
 
