@@ -557,10 +557,16 @@ class GroupCoordinator:
         self.check(group_id)
         return self.groups.get(group_id)
 
-    def list_groups(self, states: set[str] | None) -> list[Group]:
-        return [g for gid, g in self.groups.items()
-                if self.runtime.epoch(self._partition_of(gid)) is not None and g.state is not GroupState.DEAD
-                and (not states or g.state.value.lower() in states)]
+    def list_groups(self, states: set[str] | None) -> tuple[ErrorCode, list[Group]]:
+        """ListGroups: the groups of the partitions we coordinate; while one of ours still
+        loads, COORDINATOR_LOAD_IN_PROGRESS with them (Kafka's handleListGroups), so that
+        a client does not take the missing groups for absent ones."""
+        code = (ErrorCode.coordinator_load_in_progress if self.runtime.loading()
+                else ErrorCode.none)
+        return code, [g for gid, g in self.groups.items()
+                      if self.runtime.epoch(self._partition_of(gid)) is not None
+                      and g.state is not GroupState.DEAD
+                      and (not states or g.state.value.lower() in states)]
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
                              ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:

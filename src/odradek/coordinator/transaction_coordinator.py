@@ -418,8 +418,13 @@ class TransactionCoordinator:
         self._check_owner(tid)
         return self.txns.get(tid)
 
-    def list(self) -> list[TxnMetadata]:
-        return [m for tid, m in self.txns.items() if self.runtime.epoch(self.partition_of(tid)) is not None]
+    def list(self) -> tuple[ErrorCode, list[TxnMetadata]]:
+        """ListTransactions: while a partition of ours loads, COORDINATOR_LOAD_IN_PROGRESS
+        and nothing (Kafka's listTransactionStates)."""
+        if self.runtime.loading():
+            return ErrorCode.coordinator_load_in_progress, []
+        return ErrorCode.none, [m for tid, m in self.txns.items()
+                                if self.runtime.epoch(self.partition_of(tid)) is not None]
 
 
 def config_num_partitions(config: BrokerConfig) -> int:

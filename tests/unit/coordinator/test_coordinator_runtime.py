@@ -15,7 +15,10 @@ from odradek.config import BrokerConfig
 from odradek.coordinator.group_codec import OffsetValue, encode_offset_key, encode_offset_value
 from odradek.coordinator.group_coordinator import OFFSETS_TOPIC, GroupCoordinator
 from odradek.coordinator.runtime import partition_for
+from odradek.coordinator.transaction_coordinator import TRANSACTION_TOPIC, TransactionCoordinator
+from odradek.coordinator.txn_codec import TxnLogValue, encode_txn_key, encode_txn_value
 from odradek.coordinator.txn_markers import control_batch
+from odradek.coordinator.txn_state import TxnState
 from odradek.errors import ErrorCode, KafkaError
 from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from odradek.replication.replica_manager import ReplicaManager, now_ms
@@ -33,6 +36,7 @@ class Cluster:
     def __init__(self) -> None:
         self.image = MetadataImage()
         self.zk = None
+        self.producer_ids = None
 
 
 def image(leader: int, epoch: int) -> MetadataImage:
@@ -210,5 +214,67 @@ async def check_resign(tmp_path: Path) -> None:
         assert gc.runtime.loading() == set() and gc.runtime.loaded == {}
         assert GROUP not in gc.offsets
     finally:
+        gc.stop()
+        rm.shutdown()
+
+
+def test_list_groups_during_a_load_says_load_in_progress(tmp_path: Path) -> None:
+    asyncio.run(asyncio.wait_for(check_list_groups(tmp_path), 60))
+
+
+async def check_list_groups(tmp_path: Path) -> None:
+    rm, cluster, gc = setup(tmp_path)
+    try:
+        lead(rm, cluster, image(1, 0))
+        lg = rm.partitions[(OFFSETS_TOPIC, 0)].log
+        for i in range(BATCHES):
+            lg.append_as_leader(commits(i), 0, now_ms())
+        gc.on_metadata(cluster.image)
+        # Kafka's handleListGroups: the error while a partition of ours loads.
+        assert gc.list_groups(None) == (ErrorCode.coordinator_load_in_progress, [])
+        await gc.runtime.wait_loaded()
+        code, groups = gc.list_groups(None)
+        assert code is ErrorCode.none and [g.group_id for g in groups] == [GROUP]
+    finally:
+        gc.stop()
+        rm.shutdown()
+
+
+def test_list_transactions_during_a_load_says_load_in_progress(tmp_path: Path) -> None:
+    asyncio.run(asyncio.wait_for(check_list_transactions(tmp_path), 60))
+
+
+async def check_list_transactions(tmp_path: Path) -> None:
+    rm, cluster, gc = setup(tmp_path)
+    cfg = gc.broker_config
+    tc = TransactionCoordinator(1, cfg, rm, gc, cluster, None)  # type: ignore[arg-type]
+    img = image(1, 0)
+    img.topics[TRANSACTION_TOPIC] = TopicInfo(
+        TRANSACTION_TOPIC, uuid.UUID(int=3), {0: PartitionInfo(0, (1,), 1, 0, (1,), 1, 0)}
+    )
+    try:
+        lead(rm, cluster, img)
+        lg = rm.partitions[(TRANSACTION_TOPIC, 0)].log
+        ids = [f"tx-{i}" for i in range(2000)]
+        for n, tid in enumerate(ids):
+            value = TxnLogValue(n, 0, 60_000, int(TxnState.COMPLETE_COMMIT), (), 0, 0)
+            lg.append_as_leader(
+                encode_batch([(encode_txn_key(tid), encode_txn_value(value))]), 0, now_ms()
+            )
+        tc.on_metadata(cluster.image)
+        # Kafka's listTransactionStates: the error, and nothing, while a partition loads;
+        # a request for one of its ids: COORDINATOR_LOAD_IN_PROGRESS.
+        assert tc.list() == (ErrorCode.coordinator_load_in_progress, [])
+        with pytest.raises(KafkaError) as e:
+            tc.describe(ids[0])
+        assert e.value.code is ErrorCode.coordinator_load_in_progress
+        await tc.runtime.wait_loaded()
+        code, listed = tc.list()
+        assert code is ErrorCode.none
+        assert sorted(m.transactional_id for m in listed) == sorted(ids)
+        described = tc.describe(ids[-1])
+        assert described is not None and described.state is TxnState.COMPLETE_COMMIT
+    finally:
+        tc.stop()
         gc.stop()
         rm.shutdown()
