@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from odradek.coordinator.group_coordinator import OFFSETS_TOPIC
 from odradek.coordinator.runtime import (
@@ -39,7 +40,14 @@ from odradek.coordinator.txn_codec import (
     encode_txn_value,
 )
 from odradek.coordinator.txn_markers import MARKER_TIMEOUT_S, TxnMarkerChannel
-from odradek.coordinator.txn_state import PREPARE, Transition, TxnMetadata, TxnState
+from odradek.coordinator.txn_state import (
+    PREPARE,
+    TXN_TRANSITIONS,
+    IllegalStateError,
+    Transition,
+    TxnMetadata,
+    TxnState,
+)
 from odradek.coordinator.txn_verifier import TxnVerifier
 from odradek.errors import ErrorCode, KafkaError
 from odradek.replication.broker_connection import BrokerConnectionPool
@@ -60,6 +68,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["TRANSACTION_TOPIC", "TransactionCoordinator", "txn_partition_for"]
 
 TICK_S = 0.1
+_D = TypeVar("_D")
 IDLE_TICK_S = 1.0  # the longest sleep of the timer loop
 
 _APPEND_ERRORS = {  # Kafka's TransactionStateManager: log errors -> coordinator errors
@@ -246,8 +255,11 @@ class TransactionCoordinator:
 
     # ================================================================= persistence
     async def _write(self, tid: str, m: TxnMetadata, t: Transition | None) -> ErrorCode:
-        """Append the transition (acks=all), then apply it. ``None``: a tombstone."""
+        """Append the transition (acks=all), then apply it. ``None``: a tombstone (the
+        id goes Dead: only from a state that allows it)."""
         idx = self._check_owner(tid)
+        if t is None:
+            TXN_TRANSITIONS.check(m.state, TxnState.DEAD)
         epoch = self.runtime.epoch(idx)
         m.pending = True
         try:
@@ -287,7 +299,8 @@ class TransactionCoordinator:
                 self._spawn(self._fence_and_abort(tid, m))
                 return ErrorCode.concurrent_transactions, -1, -1
             new_pid = await self._new_producer_id() if m.needs_epoch_bump() else None
-            tr = m.init_producer_id(timeout_ms, producer_id, epoch, t, new_pid)
+            tr = _decide(m, lambda: m.init_producer_id(timeout_ms, producer_id, epoch, t,
+                                                       new_pid))
         if isinstance(tr, ErrorCode):
             return tr, -1, -1
         code = await self._write(tid, m, tr)
@@ -309,7 +322,7 @@ class TransactionCoordinator:
         m = self.txns.get(tid)
         if m is None:
             return ErrorCode.invalid_producer_id_mapping
-        tr = m.add_partitions(producer_id, epoch, parts, now_ms())
+        tr = _decide(m, lambda: m.add_partitions(producer_id, epoch, parts, now_ms()))
         if tr is None:
             return ErrorCode.none
         if isinstance(tr, ErrorCode):
@@ -341,7 +354,7 @@ class TransactionCoordinator:
         m = self.txns.get(tid)
         if m is None:
             return ErrorCode.invalid_producer_id_mapping
-        tr = m.end_txn(producer_id, epoch, commit, now_ms())
+        tr = _decide(m, lambda: m.end_txn(producer_id, epoch, commit, now_ms()))
         if tr is None:
             return ErrorCode.none
         if isinstance(tr, ErrorCode):
@@ -425,6 +438,18 @@ class TransactionCoordinator:
             return ErrorCode.coordinator_load_in_progress, []
         return ErrorCode.none, [m for tid, m in self.txns.items()
                                 if self.runtime.epoch(self.partition_of(tid)) is not None]
+
+
+def _decide(m: TxnMetadata, decision: Callable[[], _D]) -> _D | ErrorCode:
+    """A request's decision; a transition the table refuses becomes its error code
+    (INVALID_TXN_STATE), never a state change -- as Kafka's IllegalStateException from
+    prepareTransitionTo, logged."""
+    try:
+        return decision()
+    except IllegalStateError as e:
+        logger.warning("transactional id %s (producer %d epoch %d): %s", m.transactional_id,
+                       m.producer_id, m.producer_epoch, e)
+        return e.code
 
 
 def config_num_partitions(config: BrokerConfig) -> int:

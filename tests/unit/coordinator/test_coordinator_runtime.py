@@ -278,3 +278,39 @@ async def check_list_transactions(tmp_path: Path) -> None:
         tc.stop()
         gc.stop()
         rm.shutdown()
+
+
+def test_replay_takes_states_as_written_and_requests_meet_the_table(tmp_path: Path) -> None:
+    asyncio.run(asyncio.wait_for(check_replay_states(tmp_path), 60))
+
+
+async def check_replay_states(tmp_path: Path) -> None:
+    rm, cluster, gc = setup(tmp_path)
+    tc = TransactionCoordinator(1, gc.broker_config, rm, gc, cluster, None)  # type: ignore[arg-type]
+    img = image(1, 0)
+    img.topics[TRANSACTION_TOPIC] = TopicInfo(
+        TRANSACTION_TOPIC, uuid.UUID(int=3), {0: PartitionInfo(0, (1,), 1, 0, (1,), 1, 0)}
+    )
+    try:
+        lead(rm, cluster, img)
+        lg = rm.partitions[(TRANSACTION_TOPIC, 0)].log
+        # PrepareCommit -> Empty -> Dead: no table allows that as transitions; a replay
+        # takes the last value as written (Kafka's loading path).
+        for state in (TxnState.PREPARE_COMMIT, TxnState.EMPTY, TxnState.DEAD):
+            value = TxnLogValue(5, 0, 60_000, int(state), (), 0, 0)
+            lg.append_as_leader(
+                encode_batch([(encode_txn_key("tx"), encode_txn_value(value))]), 0, now_ms()
+            )
+        tc.on_metadata(cluster.image)
+        await tc.runtime.wait_loaded()
+        m = tc.describe("tx")
+        assert m is not None and m.state is TxnState.DEAD
+        end = lg.log_end_offset
+        # A request whose transition the table refuses (Dead -> Ongoing) gets Kafka's
+        # error code, and nothing is written.
+        assert await tc.add_partitions("tx", 5, 0, {("t", 0)}) is ErrorCode.invalid_txn_state
+        assert m.state is TxnState.DEAD and lg.log_end_offset == end
+    finally:
+        tc.stop()
+        gc.stop()
+        rm.shutdown()
