@@ -48,6 +48,7 @@ from odradek.coordinator.group_state import (
     SyncResult,
 )
 from odradek.coordinator.runtime import (
+    APPEND_ERRORS,
     ClusterView,
     CoordinatorRuntime,
     LoadStats,
@@ -80,15 +81,8 @@ CommitEntry = tuple[str, int, int, int, str | None]  # topic, partition, offset,
 
 
 _APPEND_ERRORS = {
-    # Kafka's GroupMetadataManager maps log append errors to coordinator errors, which
-    # tell the client to find the coordinator again / retry.
-    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
-    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
-    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
-    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
-    ErrorCode.fenced_leader_epoch: ErrorCode.not_coordinator,
+    **APPEND_ERRORS,
+    # Only offset commits can be too large (Kafka's GroupMetadataManager).
     ErrorCode.message_too_large: ErrorCode.invalid_commit_offset_size,
     ErrorCode.record_list_too_large: ErrorCode.invalid_commit_offset_size,
 }
@@ -192,8 +186,7 @@ class GroupCoordinator:
 
     # ================================================================= ownership
     def num_partitions(self) -> int | None:
-        topic = self.cluster.image.topics.get(OFFSETS_TOPIC)
-        return len(topic.partitions) if topic is not None and topic.partitions else None
+        return self.runtime.num_partitions(self.cluster.image)
 
     def on_metadata(self, image: MetadataImage | None = None) -> None:
         """After each metadata image: load the offsets partitions we now lead, unload the

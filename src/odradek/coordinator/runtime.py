@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from odradek.storage.batch import BatchHeader
 
 __all__ = [
+    "APPEND_ERRORS",
     "ClusterView",
     "CoordinatorRuntime",
     "LOAD_CHUNK_BYTES",
@@ -62,6 +63,20 @@ logger = logging.getLogger(__name__)
 # One slice of a load: read this much of the log, fold it, yield to the loop. Small enough
 # that a slice blocks the loop for milliseconds, not seconds (see LoadStats.longest_slice_s).
 LOAD_CHUNK_BYTES = 64 * 1024
+
+
+# Both coordinators (Kafka's GroupMetadataManager and TransactionStateManager) turn the
+# errors of appending to their partition into coordinator errors, which send the client
+# to find the coordinator again or to retry.
+APPEND_ERRORS: dict[ErrorCode, ErrorCode] = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.fenced_leader_epoch: ErrorCode.not_coordinator,
+}
 
 
 def java_string_hashcode(s: str) -> int:
@@ -134,6 +149,11 @@ class CoordinatorRuntime:
         self.last_load: LoadStats | None = None  # for logs and tests
 
     # ------------------------------------------------------------ queries
+    def num_partitions(self, image: MetadataImage) -> int | None:
+        """Partitions of our topic in ``image``; None while it does not exist."""
+        info = image.topics.get(self.topic)
+        return len(info.partitions) if info is not None and info.partitions else None
+
     def epoch(self, idx: int) -> int | None:
         """The leader epoch partition ``idx`` is loaded at; None: not loaded (here)."""
         return self.loaded.get(idx)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from odradek.coordinator.group_coordinator import OFFSETS_TOPIC
 from odradek.coordinator.runtime import (
+    APPEND_ERRORS,
     ClusterView,
     CoordinatorRuntime,
     LoadStats,
@@ -71,15 +72,6 @@ TICK_S = 0.1
 _D = TypeVar("_D")
 IDLE_TICK_S = 1.0  # the longest sleep of the timer loop
 
-_APPEND_ERRORS = {  # Kafka's TransactionStateManager: log errors -> coordinator errors
-    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
-    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
-    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
-    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
-    ErrorCode.fenced_leader_epoch: ErrorCode.not_coordinator,
-}
 
 
 txn_partition_for = partition_for  # Kafka hashes transactional ids as it hashes groups
@@ -171,8 +163,7 @@ class TransactionCoordinator:
 
     # ================================================================= ownership
     def num_partitions(self) -> int | None:
-        topic = self.cluster.image.topics.get(TRANSACTION_TOPIC)
-        return len(topic.partitions) if topic is not None and topic.partitions else None
+        return self.runtime.num_partitions(self.cluster.image)
 
     def partition_of(self, transactional_id: str) -> int:
         n = self.num_partitions() or int(config_num_partitions(self.config))
@@ -270,7 +261,7 @@ class TransactionCoordinator:
             m.pending = False
         if code is not ErrorCode.none:
             logger.info("transaction state write for %s failed: %s", tid, code.name)
-            return _APPEND_ERRORS.get(code, ErrorCode.unknown_server_error)
+            return APPEND_ERRORS.get(code, ErrorCode.unknown_server_error)
         if self.runtime.epoch(idx) != epoch or self.txns.get(tid) is not m:
             return ErrorCode.not_coordinator  # lost the partition while waiting
         if t is None:
