@@ -52,7 +52,6 @@ from odradek.coordinator.runtime import (
     ClusterView,
     CoordinatorRuntime,
     LoadStats,
-    ShardLoader,
     coordinator_node,
     create_internal_topic,
     partition_for,
@@ -128,8 +127,9 @@ class GroupCoordinator:
         # group -> (topic, partition) -> (value, offset of its record in the log)
         self.offsets: dict[str, dict[TopicPartition, tuple[OffsetValue, int]]] = {}
         # Which offsets partitions we coordinate, at which leader epoch, and their loads.
-        self.runtime = CoordinatorRuntime(OFFSETS_TOPIC, replicas, new_loader=_GroupLoader,
-                                          install=self._install, unload=self._unload)
+        self.runtime: CoordinatorRuntime[_GroupLoader] = CoordinatorRuntime(
+            OFFSETS_TOPIC, replicas, new_loader=_GroupLoader, install=self._install,
+            unload=self._unload)
         # TxnOffsetCommit (KIP-98): offsets written inside a transaction, per producer id,
         # invisible until the transaction's COMMIT marker reaches the offsets partition.
         self.pending_txn: dict[int, dict[str, dict[TopicPartition, tuple[OffsetValue, int]]]] = {}
@@ -193,9 +193,8 @@ class GroupCoordinator:
         others (``CoordinatorRuntime.on_metadata``)."""
         self.runtime.on_metadata(image)
 
-    def _install(self, idx: int, epoch: int, loader: ShardLoader, stats: LoadStats) -> None:
+    def _install(self, idx: int, epoch: int, loader: _GroupLoader, stats: LoadStats) -> None:
         """A load of offsets partition ``idx`` finished: its groups and offsets become ours."""
-        assert isinstance(loader, _GroupLoader)
         t = now_ms()
         offsets = loader.offsets
         for gid, gv in loader.group_values.items():

@@ -32,7 +32,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from odradek.errors import ErrorCode, KafkaError
 from odradek.replication.partition import Partition, Role
@@ -113,6 +113,9 @@ class ShardLoader(Protocol):
         ...
 
 
+L = TypeVar("L", bound=ShardLoader)
+
+
 class LoadStats:
     """What one load did: records, time, and the longest time it held the event loop."""
 
@@ -125,16 +128,17 @@ class LoadStats:
         self.slices = 0
 
 
-class CoordinatorRuntime:
-    """Which partitions of ``topic`` this broker coordinates, and their loads."""
+class CoordinatorRuntime(Generic[L]):
+    """Which partitions of ``topic`` this broker coordinates, and their loads (``L``: the
+    coordinator's ShardLoader)."""
 
     def __init__(
         self,
         topic: str,
         replicas: ReplicaManager,
         *,
-        new_loader: Callable[[int], ShardLoader],
-        install: Callable[[int, int, ShardLoader, LoadStats], None],
+        new_loader: Callable[[int], L],
+        install: Callable[[int, int, L, LoadStats], None],
         unload: Callable[[int], None],
         chunk_bytes: int = LOAD_CHUNK_BYTES,
     ) -> None:

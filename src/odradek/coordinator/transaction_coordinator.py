@@ -28,7 +28,6 @@ from odradek.coordinator.runtime import (
     ClusterView,
     CoordinatorRuntime,
     LoadStats,
-    ShardLoader,
     coordinator_node,
     create_internal_topic,
     partition_for,
@@ -93,8 +92,9 @@ class TransactionCoordinator:
         self.cluster = cluster
         self.txns: dict[str, TxnMetadata] = {}
         # Which __transaction_state partitions we coordinate, at which epoch; their loads.
-        self.runtime = CoordinatorRuntime(TRANSACTION_TOPIC, replicas, new_loader=_TxnLoader,
-                                          install=self._install, unload=self._unload)
+        self.runtime: CoordinatorRuntime[_TxnLoader] = CoordinatorRuntime(
+            TRANSACTION_TOPIC, replicas, new_loader=_TxnLoader, install=self._install,
+            unload=self._unload)
         self.max_timeout_ms = int(config.get("transaction.max.timeout.ms"))
         self.abort_interval_ms = int(
             config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"))
@@ -173,10 +173,9 @@ class TransactionCoordinator:
         """Load the partitions we now lead, unload the others (``CoordinatorRuntime``)."""
         self.runtime.on_metadata(image)
 
-    def _install(self, idx: int, epoch: int, loader: ShardLoader, stats: LoadStats) -> None:
+    def _install(self, idx: int, epoch: int, loader: _TxnLoader, stats: LoadStats) -> None:
         """A load finished: its transactions become ours. Loading is not a transition
         (Kafka's loading path sets each id's state as the log has it)."""
-        assert isinstance(loader, _TxnLoader)
         resumed = 0
         for tid, m in loader.values.items():
             if m is None:
