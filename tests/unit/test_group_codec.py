@@ -7,11 +7,20 @@ import struct
 import pytest
 
 from odradek.coordinator.group_codec import (
-    GroupKey, GroupValue, MemberValue, OffsetKey, OffsetValue, decode_group_value, decode_key,
-    decode_offset_value, encode_group_key, encode_group_value, encode_offset_key,
+    GroupKey,
+    GroupValue,
+    MemberValue,
+    OffsetKey,
+    OffsetValue,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
     encode_offset_value,
 )
-from odradek.coordinator.group_coordinator import java_string_hashcode, partition_for
+from odradek.coordinator.runtime import java_string_hashcode, partition_for
 from odradek.errors import KafkaError
 
 

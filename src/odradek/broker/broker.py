@@ -496,7 +496,7 @@ class Broker:
         except Exception:
             logger.exception("group coordinator: applying metadata failed")
         try:  # transactions (issue 18): load/unload __transaction_state partitions
-            self.txns.on_metadata()
+            self.txns.on_metadata(image)
         except Exception:
             logger.exception("transaction coordinator: applying metadata failed")
         waiters, self._image_waiters = self._image_waiters, []

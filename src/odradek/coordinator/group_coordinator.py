@@ -11,11 +11,9 @@ partition is G's coordinator. Commits and group metadata are records in that par
 only once the HW has passed it, so a committed offset survives the coordinator's failure
 (reliability levers in docs/requirements.md: durable consumer acknowledgement; REQ-R7, R16). When this broker becomes
 leader of an offsets partition it replays the partition into memory (groups, offsets);
-when it stops leading it drops them and answers parked requests NOT_COORDINATOR.
-
-The replay reads up to the log end offset, not the HW: as leader, our log is the one
-followers converge to, and a commit the previous leader acknowledged is in our log (we
-were in its ISR) even if our HW has not caught up yet.
+when it stops leading it drops them and answers parked requests NOT_COORDINATOR. Which
+partitions we own, at which leader epoch, and the chunked replay (COORDINATOR_LOAD_IN_PROGRESS
+meanwhile) are ``coordinator.runtime``'s; this module folds the records (``_GroupLoader``).
 """
 
 from __future__ import annotations
@@ -49,60 +47,41 @@ from odradek.coordinator.group_state import (
     Persist,
     SyncResult,
 )
+from odradek.coordinator.runtime import (
+    APPEND_ERRORS,
+    ClusterView,
+    CoordinatorRuntime,
+    LoadStats,
+    coordinator_node,
+    create_internal_topic,
+    partition_for,
+)
 from odradek.errors import ErrorCode, KafkaError
-from odradek.metadata.image import MetadataImage
-from odradek.replication.partition import Partition, Role
 from odradek.replication.replica_manager import now_ms
 from odradek.storage.batch import CONTROL_BIT
-from odradek.storage.log_chunks import read_chunks
 from odradek.storage.producer_state import CONTROL_TYPE_COMMIT, ONGOING_AT_REQUEST, control_type
 from odradek.storage.records import decode_batch_records, encode_batch
-from odradek.zk.admin import create_topic, plan_new_topic
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
-
     from odradek.config import BrokerConfig
-    from odradek.coordinator.txn_verifier import TxnVerifier
     from odradek.metadata.image import MetadataImage
+    from odradek.replication.partition import Partition
     from odradek.replication.replica_manager import ReplicaManager
+    from odradek.storage.batch import BatchHeader
 
 logger = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_METADATA_MAX_BYTES = 4096  # offset.metadata.max.bytes
 TICK_S = 0.05
-_READ_CHUNK = 4 * 1024 * 1024
 
 TopicPartition = tuple[str, int]
 CommitEntry = tuple[str, int, int, int, str | None]  # topic, partition, offset, epoch, metadata
 
 
-def java_string_hashcode(s: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units, 32-bit overflow)."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(group_id: str, num_partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions``."""
-    h = java_string_hashcode(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
-
-
 _APPEND_ERRORS = {
-    # Kafka's GroupMetadataManager maps log append errors to coordinator errors, which
-    # tell the client to find the coordinator again / retry.
-    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
-    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
-    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
-    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
-    ErrorCode.fenced_leader_epoch: ErrorCode.not_coordinator,
+    **APPEND_ERRORS,
+    # Only offset commits can be too large (Kafka's GroupMetadataManager).
     ErrorCode.message_too_large: ErrorCode.invalid_commit_offset_size,
     ErrorCode.record_list_too_large: ErrorCode.invalid_commit_offset_size,
 }
@@ -121,15 +100,14 @@ def _commit_error(code: ErrorCode) -> ErrorCode:
     return _APPEND_ERRORS.get(code, code)
 
 
-class ClusterView(Protocol):
-    """What the coordinator reads of the cluster: the metadata image (where the offsets
-    partitions are led) and the ZooKeeper client that creates ``__consumer_offsets``."""
+class TxnPartitionVerifier(Protocol):
+    """KIP-890's verification, as the transaction coordinator's ``TxnVerifier`` offers it:
+    a Protocol so that this module does not import the transaction side (which imports
+    it: the import circle issue 25 removed)."""
 
-    @property
-    def image(self) -> MetadataImage: ...
-
-    @property
-    def zk(self) -> KazooClient | None: ...
+    async def verify(self, transactional_id: str, producer_id: int, epoch: int,
+                     partitions: list[TopicPartition], timeout_s: float
+                     ) -> dict[TopicPartition, ErrorCode]: ...
 
 
 class GroupCoordinator:
@@ -148,7 +126,10 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         # group -> (topic, partition) -> (value, offset of its record in the log)
         self.offsets: dict[str, dict[TopicPartition, tuple[OffsetValue, int]]] = {}
-        self.owned: dict[int, int] = {}  # offsets partition -> leader epoch it was loaded at
+        # Which offsets partitions we coordinate, at which leader epoch, and their loads.
+        self.runtime: CoordinatorRuntime[_GroupLoader] = CoordinatorRuntime(
+            OFFSETS_TOPIC, replicas, new_loader=_GroupLoader, install=self._install,
+            unload=self._unload)
         # TxnOffsetCommit (KIP-98): offsets written inside a transaction, per producer id,
         # invisible until the transaction's COMMIT marker reaches the offsets partition.
         self.pending_txn: dict[int, dict[str, dict[TopicPartition, tuple[OffsetValue, int]]]] = {}
@@ -168,8 +149,7 @@ class GroupCoordinator:
     def stop(self) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
-        for idx in list(self.owned):
-            self._unload(idx)
+        self.runtime.stop()
 
     def _add_group(self, group: Group) -> Group:
         self.groups[group.group_id] = group
@@ -206,84 +186,18 @@ class GroupCoordinator:
 
     # ================================================================= ownership
     def num_partitions(self) -> int | None:
-        topic = self.cluster.image.topics.get(OFFSETS_TOPIC)
-        return len(topic.partitions) if topic is not None and topic.partitions else None
+        return self.runtime.num_partitions(self.cluster.image)
 
     def on_metadata(self, image: MetadataImage | None = None) -> None:
-        """After each metadata image: load partitions we now lead, unload the others.
+        """After each metadata image: load the offsets partitions we now lead, unload the
+        others (``CoordinatorRuntime.on_metadata``)."""
+        self.runtime.on_metadata(image)
 
-        Only ``__consumer_offsets`` decides that, so an image that did not change it
-        costs nothing, and one that did looks at its partitions only: walking every
-        local partition after every image was 13 % of a restarting broker's time at
-        3,000 partitions (issue 13). ``image`` None (start), or one that may have changed
-        anything: look at every local partition."""
-        parts = self.replicas.partitions
-        changed = image.changed_topics if image is not None else None
-        if changed is not None and OFFSETS_TOPIC not in changed:
-            return
-        indexes: Iterable[int]
-        if changed is None or image is None:
-            indexes = [idx for topic, idx in parts if topic == OFFSETS_TOPIC]
-        else:
-            topic = image.topics.get(OFFSETS_TOPIC)
-            indexes = topic.partitions.keys() if topic is not None else ()
-        for idx in list(indexes):
-            part = parts.get((OFFSETS_TOPIC, idx))
-            if part is None:
-                continue
-            leading = part.role is Role.LEADER
-            if leading and self.owned.get(idx) != part.leader_epoch:
-                if idx in self.owned:
-                    self._unload(idx)
-                self._load(idx, part)
-            elif not leading and idx in self.owned:
-                self._unload(idx)
-        for idx in list(self.owned):
-            if (OFFSETS_TOPIC, idx) not in parts:
-                self._unload(idx)
-
-    def _load(self, idx: int, part: Partition) -> None:
-        t0 = now_ms()
-        group_values: dict[str, GroupValue | None] = {}
-        offsets: dict[str, dict[TopicPartition, tuple[OffsetValue, int]]] = {}
-        pending: dict[int, dict[str, dict[TopicPartition, tuple[OffsetValue, int]]]] = {}
-        lg = part.log
-        offset, end = lg.log_start_offset, lg.log_end_offset
-        n = 0
-        try:
-            for chunk in read_chunks(lg, offset, end, chunk_bytes=_READ_CHUNK):
-                for h in chunk.headers:
-                    offset = h.last_offset + 1
-                    batch = chunk.batch(h)
-                    if h.attributes & CONTROL_BIT:
-                        # A transaction marker: its offsets become visible or vanish.
-                        txn = pending.pop(h.producer_id, {})
-                        if control_type(batch) == CONTROL_TYPE_COMMIT:
-                            for gid, per_txn in txn.items():
-                                offsets.setdefault(gid, {}).update(per_txn)
-                        continue
-                    for rec in decode_batch_records(batch):
-                        n += 1
-                        if rec.key is None:
-                            continue
-                        key = decode_key(rec.key)
-                        if isinstance(key, OffsetKey):
-                            tp = (key.topic, key.partition)
-                            per = (pending.setdefault(h.producer_id, {}).setdefault(
-                                key.group, {}) if h.is_transactional
-                                else offsets.setdefault(key.group, {}))
-                            if rec.value is None:
-                                per.pop(tp, None)
-                            else:
-                                per[tp] = (decode_offset_value(rec.value), rec.offset)
-                        elif isinstance(key, GroupKey):
-                            group_values[key.group] = (None if rec.value is None
-                                                       else decode_group_value(rec.value))
-        except Exception:
-            logger.exception("loading %s-%d failed at offset %d; loaded what was read",
-                          OFFSETS_TOPIC, idx, offset)
+    def _install(self, idx: int, epoch: int, loader: _GroupLoader, stats: LoadStats) -> None:
+        """A load of offsets partition ``idx`` finished: its groups and offsets become ours."""
         t = now_ms()
-        for gid, gv in group_values.items():
+        offsets = loader.offsets
+        for gid, gv in loader.group_values.items():
             if gv is None:
                 self.groups.pop(gid, None)
                 offsets.pop(gid, None)
@@ -294,15 +208,15 @@ class GroupCoordinator:
                 self.offsets[gid] = per
                 if gid not in self.groups:
                     self._add_group(Group(gid, self.config))
-        for pid, txn in pending.items():
+        for pid, txn in loader.pending.items():
             self.pending_txn.setdefault(pid, {}).update(txn)
-        self.owned[idx] = part.leader_epoch
-        logger.info("coordinator for %s-%d (epoch %d): loaded %d records, %d groups in %d ms",
-                 OFFSETS_TOPIC, idx, part.leader_epoch, n,
-                 sum(1 for g in self.groups if self._partition_of(g) == idx), t - t0)
+        logger.info("coordinator for %s-%d (epoch %d): loaded %d records, %d groups in %d ms "
+                    "(longest hold of the event loop %.1f ms, %d slices)",
+                    OFFSETS_TOPIC, idx, epoch, stats.records,
+                    sum(1 for g in self.groups if self._partition_of(g) == idx),
+                    stats.elapsed_s * 1000, stats.longest_slice_s * 1000, stats.slices)
 
     def _unload(self, idx: int) -> None:
-        self.owned.pop(idx, None)
         t = now_ms()
         for gid in [g for g in self.groups if self._partition_of(g) == idx]:
             self._dispatch(gid, self.groups[gid].mark_dead(t))
@@ -315,7 +229,6 @@ class GroupCoordinator:
             self._resolve(self._join_waiters, key, JoinResult(key[1], ErrorCode.not_coordinator))
         for key in [k for k in self._sync_waiters if self._partition_of(k[0]) == idx]:
             self._resolve(self._sync_waiters, key, SyncResult(key[1], ErrorCode.not_coordinator))
-        logger.info("no longer coordinator for %s-%d", OFFSETS_TOPIC, idx)
 
     def _partition_of(self, group_id: str) -> int:
         n = self.num_partitions() or self.broker_config.offsets_topic_num_partitions
@@ -331,9 +244,7 @@ class GroupCoordinator:
         if n is None:
             raise KafkaError(ErrorCode.coordinator_not_available, f"{OFFSETS_TOPIC} not ready")
         idx = partition_for(group_id, n)
-        if idx not in self.owned:
-            raise KafkaError(ErrorCode.not_coordinator,
-                             f"broker {self.broker_id} is not the coordinator")
+        self.runtime.check(idx)  # NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS
         return idx
 
     # ================================================================= FindCoordinator
@@ -345,8 +256,7 @@ class GroupCoordinator:
             self.ensure_offsets_topic()
             raise KafkaError(ErrorCode.coordinator_not_available,
                              f"{OFFSETS_TOPIC} is being created")
-        pinfo = topic.partitions.get(partition_for(group_id, len(topic.partitions)))
-        node = image.brokers.get(pinfo.leader) if pinfo is not None else None
+        node = coordinator_node(image, OFFSETS_TOPIC, group_id)
         if node is None:
             raise KafkaError(ErrorCode.coordinator_not_available, "no leader for the group")
         return node.broker_id, node.host, node.port
@@ -358,24 +268,11 @@ class GroupCoordinator:
 
     async def _create_offsets_topic(self) -> None:
         cfg = self.broker_config
-        live = self.cluster.image.live_broker_ids()
-        zk = self.cluster.zk
-        if not live or zk is None:
-            return
-        rf = min(cfg.offsets_topic_replication_factor, len(live))
-        configs = {"cleanup.policy": "compact",
-                   "segment.bytes": str(cfg.get("offsets.topic.segment.bytes"))}
-        try:
-            plan = plan_new_topic(OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, rf,
-                                  None, configs, live, 1, 1)
-            await asyncio.to_thread(create_topic, zk, plan)
-            logger.info("created %s (%d partitions, rf %d)", OFFSETS_TOPIC,
-                     plan.num_partitions, rf)
-        except KafkaError as e:
-            if e.code != ErrorCode.topic_already_exists:
-                logger.warning("creating %s failed: %s", OFFSETS_TOPIC, e)
-        except Exception:
-            logger.exception("creating %s failed", OFFSETS_TOPIC)
+        await create_internal_topic(
+            self.cluster, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
+            cfg.offsets_topic_replication_factor,
+            {"cleanup.policy": "compact",
+             "segment.bytes": str(cfg.get("offsets.topic.segment.bytes"))})
 
     # ================================================================= group protocol
     async def join(self, group_id: str, r: JoinRequest) -> JoinResult:
@@ -470,7 +367,7 @@ class GroupCoordinator:
             ErrorCode, int]:
         """Append to our offsets partition and wait until it is replicated (HW past it)."""
         tp = (OFFSETS_TOPIC, idx)
-        if tp not in self.replicas.partitions or idx not in self.owned:
+        if tp not in self.replicas.partitions or self.runtime.epoch(idx) is None:
             return ErrorCode.not_coordinator, -1
         code, first = await self.replicas.append_and_wait(tp, encode_batch(records),
                                                           self.commit_timeout_s)
@@ -485,7 +382,7 @@ class GroupCoordinator:
                      ) -> dict[TopicPartition, ErrorCode]:
         """OffsetCommit: answered once the records are replicated (reliability levers, REQ-R7)."""
         idx = self.check(group_id)
-        epoch = self.owned[idx]
+        epoch = self.runtime.epoch(idx)
         t = now_ms()
         g = self.groups.get(group_id)
         if g is None:
@@ -499,7 +396,7 @@ class GroupCoordinator:
         results, records, values = self._offset_records(group_id, entries, t)
         if records:
             code, first = await self._append(idx, records)
-            if code is ErrorCode.none and self.owned.get(idx) == epoch:
+            if code is ErrorCode.none and self.runtime.epoch(idx) == epoch:
                 per = self.offsets.setdefault(group_id, {})
                 for i, (tp, v) in enumerate(values):
                     old = per.get(tp)
@@ -538,7 +435,7 @@ class GroupCoordinator:
     async def txn_commit(self, group_id: str, producer_id: int, epoch: int, member_id: str,
                          instance_id: str | None, generation: int,
                          entries: list[CommitEntry], *, transactional_id: str | None = None,
-                         verifier: TxnVerifier | None = None
+                         verifier: TxnPartitionVerifier | None = None
                          ) -> dict[TopicPartition, ErrorCode]:
         """TxnOffsetCommit (KIP-98, KIP-447): the offsets are written as a transactional
         batch of the producer and stay pending until its marker arrives
@@ -546,7 +443,7 @@ class GroupCoordinator:
         them (KIP-447; a -1 generation is an old client). ``verifier``: KIP-890 is on
         (``_verify_txn``)."""
         idx = self.check(group_id)
-        epoch_loaded = self.owned[idx]
+        epoch_loaded = self.runtime.epoch(idx)
         t = now_ms()
         g = self.groups.get(group_id)
         if g is not None and generation >= 0:
@@ -571,7 +468,7 @@ class GroupCoordinator:
                         self.commit_timeout_s, verification_guard=guard)
                 if code is not ErrorCode.none:
                     code = _commit_error(code)
-            if code is ErrorCode.none and self.owned.get(idx) == epoch_loaded:
+            if code is ErrorCode.none and self.runtime.epoch(idx) == epoch_loaded:
                 per = self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
                 for i, (tp, v) in enumerate(values):
                     per[tp] = (v, first + i)
@@ -583,7 +480,7 @@ class GroupCoordinator:
         return results
 
     async def _verify_txn(self, part: Partition, tid: str | None, producer_id: int, epoch: int,
-                          verifier: TxnVerifier | None) -> tuple[ErrorCode, object | None]:
+                          verifier: TxnPartitionVerifier | None) -> tuple[ErrorCode, object | None]:
         """KIP-890 for TxnOffsetCommit, as Kafka's GroupCoordinator: a transaction's first
         offsets in the group's ``__consumer_offsets`` partition are written only once its
         coordinator confirms the partition is in the transaction (AddOffsetsToTxn put it
@@ -652,10 +549,16 @@ class GroupCoordinator:
         self.check(group_id)
         return self.groups.get(group_id)
 
-    def list_groups(self, states: set[str] | None) -> list[Group]:
-        return [g for gid, g in self.groups.items()
-                if self._partition_of(gid) in self.owned and g.state is not GroupState.DEAD
-                and (not states or g.state.value.lower() in states)]
+    def list_groups(self, states: set[str] | None) -> tuple[ErrorCode, list[Group]]:
+        """ListGroups: the groups of the partitions we coordinate; while one of ours still
+        loads, COORDINATOR_LOAD_IN_PROGRESS with them (Kafka's handleListGroups), so that
+        a client does not take the missing groups for absent ones."""
+        code = (ErrorCode.coordinator_load_in_progress if self.runtime.loading()
+                else ErrorCode.none)
+        return code, [g for gid, g in self.groups.items()
+                      if self.runtime.epoch(self._partition_of(gid)) is not None
+                      and g.state is not GroupState.DEAD
+                      and (not states or g.state.value.lower() in states)]
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
                              ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
@@ -708,3 +611,40 @@ class GroupCoordinator:
         self.offsets.pop(group_id, None)
         code, _ = await self._append(idx, records)
         return code
+
+
+class _GroupLoader:
+    """Folds an offsets partition's batches: group metadata (the last value of each group),
+    committed offsets, and offsets of transactions still open at the end of the log."""
+
+    def __init__(self, idx: int) -> None:
+        self.group_values: dict[str, GroupValue | None] = {}
+        self.offsets: dict[str, dict[TopicPartition, tuple[OffsetValue, int]]] = {}
+        self.pending: dict[int, dict[str, dict[TopicPartition, tuple[OffsetValue, int]]]] = {}
+
+    def replay(self, h: BatchHeader, batch: memoryview) -> int:
+        if h.attributes & CONTROL_BIT:
+            # A transaction marker: its offsets become visible or vanish.
+            txn = self.pending.pop(h.producer_id, {})
+            if control_type(batch) == CONTROL_TYPE_COMMIT:
+                for gid, per_txn in txn.items():
+                    self.offsets.setdefault(gid, {}).update(per_txn)
+            return 0
+        n = 0
+        for rec in decode_batch_records(batch):
+            n += 1
+            if rec.key is None:
+                continue
+            key = decode_key(rec.key)
+            if isinstance(key, OffsetKey):
+                tp = (key.topic, key.partition)
+                per = (self.pending.setdefault(h.producer_id, {}).setdefault(key.group, {})
+                       if h.is_transactional else self.offsets.setdefault(key.group, {}))
+                if rec.value is None:
+                    per.pop(tp, None)
+                else:
+                    per[tp] = (decode_offset_value(rec.value), rec.offset)
+            elif isinstance(key, GroupKey):
+                self.group_values[key.group] = (None if rec.value is None
+                                                else decode_group_value(rec.value))
+        return n

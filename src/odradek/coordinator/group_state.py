@@ -38,6 +38,9 @@ Stable                  sync: the member's assignment. heartbeat: NONE. join by 
 Dead                    (deleted or unloaded) every request: COORDINATOR_NOT_AVAILABLE.
 ======================  ====================================================================
 
+Every state change goes through ``GROUP_TRANSITIONS`` (Kafka's validPreviousStates): one
+the table does not list raises IllegalStateError instead of happening.
+
 Any state: leaving (LeaveGroup) or a session timeout removes the member; in Stable or
 CompletingRebalance that starts a rebalance, in PreparingRebalance it may complete the
 join. Parked members (awaiting join or sync) do not expire by session: they cannot send
@@ -57,6 +60,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from odradek.coordinator.group_codec import GroupValue, MemberValue
+from odradek.coordinator.state_table import TransitionTable
 from odradek.errors import ErrorCode
 from odradek.protocol.consumer_protocol import subscription_topics
 
@@ -67,6 +71,19 @@ class GroupState(enum.Enum):
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
+
+
+_G = GroupState
+# Kafka's GroupState.validPreviousStates (GroupMetadata.scala): the only transitions a
+# group makes. Restoring a group from the log sets its state directly (``Group.restore``).
+GROUP_TRANSITIONS: TransitionTable[GroupState] = TransitionTable("group", {
+    _G.PREPARING_REBALANCE: frozenset({_G.STABLE, _G.COMPLETING_REBALANCE, _G.EMPTY}),
+    _G.COMPLETING_REBALANCE: frozenset({_G.PREPARING_REBALANCE}),
+    _G.STABLE: frozenset({_G.COMPLETING_REBALANCE}),
+    _G.EMPTY: frozenset({_G.PREPARING_REBALANCE}),
+    _G.DEAD: frozenset({_G.STABLE, _G.PREPARING_REBALANCE, _G.COMPLETING_REBALANCE,
+                        _G.EMPTY, _G.DEAD}),
+}, ErrorCode.unknown_server_error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +371,7 @@ class Group:
         return next(n for n, _ in ms[0].protocols if votes.get(n) == best)
 
     def _transition(self, state: GroupState, now_ms: int) -> None:
+        GROUP_TRANSITIONS.check(self.state, state)  # raises IllegalStateError
         self.state = state
         self.state_timestamp_ms = now_ms
 

@@ -19,11 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from odradek.coordinator.group_coordinator import (
-    OFFSETS_TOPIC,
-    java_string_hashcode,
+from odradek.coordinator.group_coordinator import OFFSETS_TOPIC
+from odradek.coordinator.runtime import (
+    APPEND_ERRORS,
+    ClusterView,
+    CoordinatorRuntime,
+    LoadStats,
+    coordinator_node,
+    create_internal_topic,
     partition_for,
 )
 from odradek.coordinator.txn_codec import (
@@ -34,57 +40,43 @@ from odradek.coordinator.txn_codec import (
     encode_txn_value,
 )
 from odradek.coordinator.txn_markers import MARKER_TIMEOUT_S, TxnMarkerChannel
-from odradek.coordinator.txn_state import PREPARE, Transition, TxnMetadata, TxnState
+from odradek.coordinator.txn_state import (
+    PREPARE,
+    TXN_TRANSITIONS,
+    IllegalStateError,
+    Transition,
+    TxnMetadata,
+    TxnState,
+)
 from odradek.coordinator.txn_verifier import TxnVerifier
 from odradek.errors import ErrorCode, KafkaError
 from odradek.replication.broker_connection import BrokerConnectionPool
-from odradek.replication.partition import Partition, Role
 from odradek.replication.replica_manager import now_ms
 from odradek.storage.batch import CONTROL_BIT
-from odradek.storage.log_chunks import read_chunks
 from odradek.storage.records import decode_batch_records, encode_batch
-from odradek.zk.admin import create_topic, plan_new_topic
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
-
     from odradek.config import BrokerConfig
     from odradek.coordinator.group_coordinator import GroupCoordinator
     from odradek.coordinator.producer_ids import ProducerIdManager
     from odradek.metadata.image import BrokerInfo, MetadataImage
     from odradek.replication.replica_manager import ReplicaManager
+    from odradek.storage.batch import BatchHeader
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["TRANSACTION_TOPIC", "TransactionCoordinator", "txn_partition_for"]
 
 TICK_S = 0.1
+_D = TypeVar("_D")
 IDLE_TICK_S = 1.0  # the longest sleep of the timer loop
-_READ_CHUNK = 4 * 1024 * 1024
-
-_APPEND_ERRORS = {  # Kafka's TransactionStateManager: log errors -> coordinator errors
-    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
-    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
-    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
-    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
-    ErrorCode.fenced_leader_epoch: ErrorCode.not_coordinator,
-}
 
 
-def txn_partition_for(transactional_id: str, num_partitions: int) -> int:
-    h = java_string_hashcode(transactional_id)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+txn_partition_for = partition_for  # Kafka hashes transactional ids as it hashes groups
 
 
-class TxnClusterView(Protocol):
-    @property
-    def image(self) -> MetadataImage: ...
-
-    @property
-    def zk(self) -> KazooClient | None: ...
-
+class TxnClusterView(ClusterView, Protocol):
     @property
     def producer_ids(self) -> ProducerIdManager | None: ...
 
@@ -99,7 +91,10 @@ class TransactionCoordinator:
         self.groups = groups
         self.cluster = cluster
         self.txns: dict[str, TxnMetadata] = {}
-        self.owned: dict[int, int] = {}  # txn log partition -> leader epoch loaded at
+        # Which __transaction_state partitions we coordinate, at which epoch; their loads.
+        self.runtime: CoordinatorRuntime[_TxnLoader] = CoordinatorRuntime(
+            TRANSACTION_TOPIC, replicas, new_loader=_TxnLoader, install=self._install,
+            unload=self._unload)
         self.max_timeout_ms = int(config.get("transaction.max.timeout.ms"))
         self.abort_interval_ms = int(
             config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"))
@@ -126,8 +121,7 @@ class TransactionCoordinator:
     def stop(self) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
-        for idx in list(self.owned):
-            self._unload(idx)
+        self.runtime.stop()
         self.pool.close()
 
     async def _tick_loop(self) -> None:
@@ -169,51 +163,21 @@ class TransactionCoordinator:
 
     # ================================================================= ownership
     def num_partitions(self) -> int | None:
-        topic = self.cluster.image.topics.get(TRANSACTION_TOPIC)
-        return len(topic.partitions) if topic is not None and topic.partitions else None
+        return self.runtime.num_partitions(self.cluster.image)
 
     def partition_of(self, transactional_id: str) -> int:
         n = self.num_partitions() or int(config_num_partitions(self.config))
         return txn_partition_for(transactional_id, n)
 
-    def on_metadata(self) -> None:
-        parts = self.replicas.partitions
-        for (topic, idx), part in list(parts.items()):
-            if topic != TRANSACTION_TOPIC:
-                continue
-            leading = part.role is Role.LEADER
-            if leading and self.owned.get(idx) != part.leader_epoch:
-                if idx in self.owned:
-                    self._unload(idx)
-                self._load(idx, part)
-            elif not leading and idx in self.owned:
-                self._unload(idx)
-        for idx in list(self.owned):
-            if (TRANSACTION_TOPIC, idx) not in parts:
-                self._unload(idx)
+    def on_metadata(self, image: MetadataImage | None = None) -> None:
+        """Load the partitions we now lead, unload the others (``CoordinatorRuntime``)."""
+        self.runtime.on_metadata(image)
 
-    def _load(self, idx: int, part: Partition) -> None:
-        values: dict[str, TxnMetadata | None] = {}
-        lg = part.log
-        offset, end = lg.log_start_offset, lg.log_end_offset
-        try:
-            for chunk in read_chunks(lg, offset, end, chunk_bytes=_READ_CHUNK):
-                for h in chunk.headers:
-                    offset = h.last_offset + 1
-                    if h.attributes & CONTROL_BIT:
-                        continue
-                    for rec in decode_batch_records(chunk.batch(h)):
-                        if rec.key is None:
-                            continue
-                        tid = decode_txn_key(rec.key)
-                        values[tid] = (None if rec.value is None else TxnMetadata.from_value(
-                            tid, decode_txn_value(rec.value)))
-        except Exception:
-            logger.exception("loading %s-%d failed at offset %d; loaded what was read",
-                             TRANSACTION_TOPIC, idx, offset)
-        self.owned[idx] = part.leader_epoch
+    def _install(self, idx: int, epoch: int, loader: _TxnLoader, stats: LoadStats) -> None:
+        """A load finished: its transactions become ours. Loading is not a transition
+        (Kafka's loading path sets each id's state as the log has it)."""
         resumed = 0
-        for tid, m in values.items():
+        for tid, m in loader.values.items():
             if m is None:
                 self.txns.pop(tid, None)
                 continue
@@ -223,18 +187,18 @@ class TransactionCoordinator:
                 # but may not have written every marker; finish the transaction.
                 resumed += 1
                 self._start_completion(tid, m)
-        logger.info("transaction coordinator for %s-%d (epoch %d): %d ids, %d resumed",
-                    TRANSACTION_TOPIC, idx, part.leader_epoch,
-                    sum(1 for t in values if values[t] is not None), resumed)
+        logger.info("transaction coordinator for %s-%d (epoch %d): %d ids, %d resumed, "
+                    "%d records in %d ms (longest hold of the event loop %.1f ms)",
+                    TRANSACTION_TOPIC, idx, epoch,
+                    sum(1 for v in loader.values.values() if v is not None), resumed,
+                    stats.records, stats.elapsed_s * 1000, stats.longest_slice_s * 1000)
 
     def _unload(self, idx: int) -> None:
-        self.owned.pop(idx, None)
         for tid in [t for t in self.txns if self.partition_of(t) == idx]:
             del self.txns[tid]
             task = self._completing.pop(tid, None)
             if task is not None:
                 task.cancel()
-        logger.info("no longer transaction coordinator for %s-%d", TRANSACTION_TOPIC, idx)
 
     def _check_owner(self, transactional_id: str) -> int:
         if not transactional_id:
@@ -242,10 +206,8 @@ class TransactionCoordinator:
         n = self.num_partitions()
         if n is None:
             raise KafkaError(ErrorCode.coordinator_not_available, f"{TRANSACTION_TOPIC} not ready")
-        idx = txn_partition_for(transactional_id, n)
-        if idx not in self.owned:
-            raise KafkaError(ErrorCode.not_coordinator,
-                             f"broker {self.broker_id} is not the transaction coordinator")
+        idx = partition_for(transactional_id, n)
+        self.runtime.check(idx)  # NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS
         return idx
 
     # ================================================================= FindCoordinator
@@ -263,12 +225,7 @@ class TransactionCoordinator:
     def coordinator_node(self, transactional_id: str) -> BrokerInfo | None:
         """The registered broker leading the id's ``__transaction_state`` partition, if
         any (no side effect: FindCoordinator creates the topic, this does not)."""
-        image = self.cluster.image
-        topic = image.topics.get(TRANSACTION_TOPIC)
-        if topic is None or not topic.partitions:
-            return None
-        pinfo = topic.partitions.get(txn_partition_for(transactional_id, len(topic.partitions)))
-        return image.brokers.get(pinfo.leader) if pinfo is not None else None
+        return coordinator_node(self.cluster.image, TRANSACTION_TOPIC, transactional_id)
 
     def _ensure_topic(self) -> None:
         if self._creating is not None and not self._creating.done():
@@ -277,32 +234,23 @@ class TransactionCoordinator:
 
     async def _create_topic(self) -> None:
         cfg = self.config
-        live = self.cluster.image.live_broker_ids()
-        zk = self.cluster.zk
-        if not live or zk is None:
-            return
-        rf = min(int(cfg.get("transaction.state.log.replication.factor")), len(live))
+        rf = min(int(cfg.get("transaction.state.log.replication.factor")),
+                 len(self.cluster.image.live_broker_ids()))
         min_isr = min(int(cfg.get("transaction.state.log.min.isr")), rf)
-        configs = {"cleanup.policy": "compact", "min.insync.replicas": str(min_isr),
-                   "unclean.leader.election.enable": "false",
-                   "segment.bytes": str(cfg.get("transaction.state.log.segment.bytes"))}
-        try:
-            plan = plan_new_topic(TRANSACTION_TOPIC, config_num_partitions(cfg), rf, None,
-                                  configs, live, 1, 1)
-            await asyncio.to_thread(create_topic, zk, plan)
-            logger.info("created %s (%d partitions, rf %d)", TRANSACTION_TOPIC,
-                        plan.num_partitions, rf)
-        except KafkaError as e:
-            if e.code != ErrorCode.topic_already_exists:
-                logger.warning("creating %s failed: %s", TRANSACTION_TOPIC, e)
-        except Exception:
-            logger.exception("creating %s failed", TRANSACTION_TOPIC)
+        await create_internal_topic(
+            self.cluster, TRANSACTION_TOPIC, config_num_partitions(cfg), rf,
+            {"cleanup.policy": "compact", "min.insync.replicas": str(min_isr),
+             "unclean.leader.election.enable": "false",
+             "segment.bytes": str(cfg.get("transaction.state.log.segment.bytes"))})
 
     # ================================================================= persistence
     async def _write(self, tid: str, m: TxnMetadata, t: Transition | None) -> ErrorCode:
-        """Append the transition (acks=all), then apply it. ``None``: a tombstone."""
+        """Append the transition (acks=all), then apply it. ``None``: a tombstone (the
+        id goes Dead: only from a state that allows it)."""
         idx = self._check_owner(tid)
-        epoch = self.owned[idx]
+        if t is None:
+            TXN_TRANSITIONS.check(m.state, TxnState.DEAD)
+        epoch = self.runtime.epoch(idx)
         m.pending = True
         try:
             record = (encode_txn_key(tid), None if t is None else encode_txn_value(t.value))
@@ -312,8 +260,8 @@ class TransactionCoordinator:
             m.pending = False
         if code is not ErrorCode.none:
             logger.info("transaction state write for %s failed: %s", tid, code.name)
-            return _APPEND_ERRORS.get(code, ErrorCode.unknown_server_error)
-        if self.owned.get(idx) != epoch or self.txns.get(tid) is not m:
+            return APPEND_ERRORS.get(code, ErrorCode.unknown_server_error)
+        if self.runtime.epoch(idx) != epoch or self.txns.get(tid) is not m:
             return ErrorCode.not_coordinator  # lost the partition while waiting
         if t is None:
             del self.txns[tid]
@@ -341,7 +289,8 @@ class TransactionCoordinator:
                 self._spawn(self._fence_and_abort(tid, m))
                 return ErrorCode.concurrent_transactions, -1, -1
             new_pid = await self._new_producer_id() if m.needs_epoch_bump() else None
-            tr = m.init_producer_id(timeout_ms, producer_id, epoch, t, new_pid)
+            tr = _decide(m, lambda: m.init_producer_id(timeout_ms, producer_id, epoch, t,
+                                                       new_pid))
         if isinstance(tr, ErrorCode):
             return tr, -1, -1
         code = await self._write(tid, m, tr)
@@ -363,7 +312,7 @@ class TransactionCoordinator:
         m = self.txns.get(tid)
         if m is None:
             return ErrorCode.invalid_producer_id_mapping
-        tr = m.add_partitions(producer_id, epoch, parts, now_ms())
+        tr = _decide(m, lambda: m.add_partitions(producer_id, epoch, parts, now_ms()))
         if tr is None:
             return ErrorCode.none
         if isinstance(tr, ErrorCode):
@@ -395,7 +344,7 @@ class TransactionCoordinator:
         m = self.txns.get(tid)
         if m is None:
             return ErrorCode.invalid_producer_id_mapping
-        tr = m.end_txn(producer_id, epoch, commit, now_ms())
+        tr = _decide(m, lambda: m.end_txn(producer_id, epoch, commit, now_ms()))
         if tr is None:
             return ErrorCode.none
         if isinstance(tr, ErrorCode):
@@ -435,10 +384,11 @@ class TransactionCoordinator:
     async def _complete(self, tid: str, m: TxnMetadata) -> None:
         commit = m.state is TxnState.PREPARE_COMMIT
         idx = self.partition_of(tid)
-        coordinator_epoch = self.owned.get(idx, -1)
+        loaded_at = self.runtime.epoch(idx)
+        coordinator_epoch = -1 if loaded_at is None else loaded_at
 
         def still_owner() -> bool:
-            return self.owned.get(idx) == coordinator_epoch and self.txns.get(tid) is m
+            return self.runtime.epoch(idx) == coordinator_epoch and self.txns.get(tid) is m
 
         try:
             done = await self.markers.send(m.producer_id, m.producer_epoch, commit,
@@ -471,10 +421,48 @@ class TransactionCoordinator:
         self._check_owner(tid)
         return self.txns.get(tid)
 
-    def list(self) -> list[TxnMetadata]:
-        return [m for tid, m in self.txns.items() if self.partition_of(tid) in self.owned]
+    def list(self) -> tuple[ErrorCode, list[TxnMetadata]]:
+        """ListTransactions: while a partition of ours loads, COORDINATOR_LOAD_IN_PROGRESS
+        and nothing (Kafka's listTransactionStates)."""
+        if self.runtime.loading():
+            return ErrorCode.coordinator_load_in_progress, []
+        return ErrorCode.none, [m for tid, m in self.txns.items()
+                                if self.runtime.epoch(self.partition_of(tid)) is not None]
+
+
+def _decide(m: TxnMetadata, decision: Callable[[], _D]) -> _D | ErrorCode:
+    """A request's decision; a transition the table refuses becomes its error code
+    (INVALID_TXN_STATE), never a state change -- as Kafka's IllegalStateException from
+    prepareTransitionTo, logged."""
+    try:
+        return decision()
+    except IllegalStateError as e:
+        logger.warning("transactional id %s (producer %d epoch %d): %s", m.transactional_id,
+                       m.producer_id, m.producer_epoch, e)
+        return e.code
 
 
 def config_num_partitions(config: BrokerConfig) -> int:
     return int(config.get("transaction.state.log.num.partitions"))
 
+
+
+class _TxnLoader:
+    """Folds a ``__transaction_state`` partition: the last value of each transactional id
+    (None: a tombstone). Control batches carry no state here."""
+
+    def __init__(self, idx: int) -> None:
+        self.values: dict[str, TxnMetadata | None] = {}
+
+    def replay(self, h: BatchHeader, batch: memoryview) -> int:
+        if h.attributes & CONTROL_BIT:
+            return 0
+        n = 0
+        for rec in decode_batch_records(batch):
+            n += 1
+            if rec.key is None:
+                continue
+            tid = decode_txn_key(rec.key)
+            self.values[tid] = (None if rec.value is None else TxnMetadata.from_value(
+                tid, decode_txn_value(rec.value)))
+        return n

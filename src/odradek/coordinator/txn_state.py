@@ -27,12 +27,14 @@ import enum
 import logging
 from dataclasses import dataclass, field
 
+from odradek.coordinator.state_table import IllegalStateError, TransitionTable
 from odradek.coordinator.txn_codec import TxnLogValue
 from odradek.errors import ErrorCode
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TxnState", "TxnMetadata", "Transition", "MAX_EPOCH"]
+__all__ = ["TxnState", "TxnMetadata", "Transition", "MAX_EPOCH", "TXN_TRANSITIONS",
+           "IllegalStateError"]
 
 MAX_EPOCH = 32767 - 1  # Kafka: a new producer id when the epoch would reach Short.MaxValue
 
@@ -55,6 +57,23 @@ class TxnState(enum.IntEnum):
 
 PREPARE = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 COMPLETE = (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+_T = TxnState
+# Kafka's TransactionState.validPreviousStates (TransactionMetadata.scala, before
+# KIP-890's second part let PrepareAbort follow Empty/Complete*): every decision below is
+# checked against it before its record is written (``_value``, Kafka's
+# prepareTransitionTo) and again when applied. DEAD: the id's tombstone (expiration).
+# Replaying the log is not a transition (``from_value`` takes the state as written).
+TXN_TRANSITIONS: TransitionTable[TxnState] = TransitionTable("transaction", {
+    _T.EMPTY: frozenset({_T.EMPTY, _T.COMPLETE_COMMIT, _T.COMPLETE_ABORT}),
+    _T.ONGOING: frozenset({_T.ONGOING, _T.EMPTY, _T.COMPLETE_COMMIT, _T.COMPLETE_ABORT}),
+    _T.PREPARE_COMMIT: frozenset({_T.ONGOING}),
+    _T.PREPARE_ABORT: frozenset({_T.ONGOING, _T.PREPARE_EPOCH_FENCE}),
+    _T.COMPLETE_COMMIT: frozenset({_T.PREPARE_COMMIT}),
+    _T.COMPLETE_ABORT: frozenset({_T.PREPARE_ABORT}),
+    _T.DEAD: frozenset({_T.EMPTY, _T.COMPLETE_ABORT, _T.COMPLETE_COMMIT}),
+    _T.PREPARE_EPOCH_FENCE: frozenset({_T.ONGOING}),
+}, ErrorCode.invalid_txn_state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +104,9 @@ class TxnMetadata:
     def _value(self, state: TxnState, now_ms: int, *, epoch: int | None = None,
                producer_id: int | None = None, partitions: set[tuple[str, int]] | None = None,
                start_ms: int | None = None, timeout_ms: int | None = None) -> Transition:
+        """The record of a transition to ``state``; IllegalStateError if the table does
+        not allow it from the current state."""
+        TXN_TRANSITIONS.check(self.state, state)
         parts = self.partitions if partitions is None else partitions
         return Transition(TxnLogValue(
             self.producer_id if producer_id is None else producer_id,
@@ -94,7 +116,10 @@ class TxnMetadata:
             self.start_ms if start_ms is None else start_ms))
 
     def apply(self, t: Transition) -> None:
+        """The written transition takes effect (checked again: the state must not have
+        moved since ``_value`` decided it; Kafka's completeTransitionTo)."""
         v = t.value
+        TXN_TRANSITIONS.check(self.state, TxnState(v.status))
         self.producer_id, self.producer_epoch = v.producer_id, v.producer_epoch
         self.timeout_ms, self.state = v.timeout_ms, TxnState(v.status)
         self.partitions = set(v.partitions or ())

@@ -24,7 +24,7 @@ retriable NOT_ENOUGH_REPLICAS.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.add_partitions_to_txn.v4.request import (
     AddPartitionsToTxnRequest,
@@ -38,8 +38,7 @@ from odradek.errors import ErrorCode
 from odradek.replication.broker_connection import BrokerConnectionError, BrokerConnectionPool
 
 if TYPE_CHECKING:
-    from odradek.coordinator.transaction_coordinator import TransactionCoordinator
-    from odradek.metadata.image import MetadataImage
+    from odradek.metadata.image import BrokerInfo, MetadataImage
 
 __all__ = ["TxnVerifier", "produce_error", "verification_enabled", "VERIFICATION_CONFIG"]
 
@@ -81,13 +80,25 @@ def produce_error(code: ErrorCode) -> ErrorCode:
     return code
 
 
+class TxnPartitionOwner(Protocol):
+    """What the verifier needs of this broker's transaction coordinator (a Protocol: the
+    coordinator imports this module, and an import back made the coordinator modules a
+    circle, issue 25)."""
+
+    def coordinator_node(self, transactional_id: str) -> BrokerInfo | None: ...
+
+    def verify_partitions(
+        self, tid: str, producer_id: int, epoch: int, parts: set[TopicPartition]
+    ) -> dict[TopicPartition, ErrorCode]: ...
+
+
 class TxnVerifier:
     """Asks the transaction coordinator of a transactional id about partitions."""
 
     def __init__(
         self,
         broker_id: int,
-        coordinator: TransactionCoordinator,
+        coordinator: TxnPartitionOwner,
         pool: BrokerConnectionPool,
     ) -> None:
         self.broker_id = broker_id

@@ -68,25 +68,27 @@ async def check(tmp_path: Path) -> None:
         first = image(1, 0, 200, None)
         rm.apply_image(first)
         gc.on_metadata(first)  # anything may have changed: one walk
-        assert gc.owned == {0: 0, 1: 0}
+        await gc.runtime.wait_loaded()  # loads run as tasks, off the metadata path
+        assert gc.runtime.loaded == {0: 0, 1: 0}
 
         CountingPartitions.walks = 0
         busy = image(1, 0, 200, frozenset({"big"}))
         rm.apply_image(busy)
         walks = CountingPartitions.walks
         gc.on_metadata(busy)  # 200 partition changes elsewhere: nothing to look at
-        assert CountingPartitions.walks == walks and gc.owned == {0: 0, 1: 0}
+        assert CountingPartitions.walks == walks and gc.runtime.loaded == {0: 0, 1: 0}
 
         moved = image(2, 1, 200, frozenset({OFFSETS_TOPIC}))
         rm.apply_image(moved)
         walks = CountingPartitions.walks
         gc.on_metadata(moved)  # broker 2 leads them now: unloaded, without a walk
-        assert CountingPartitions.walks == walks and gc.owned == {}
+        assert CountingPartitions.walks == walks and gc.runtime.loaded == {}
 
         back = image(1, 2, 200, frozenset({OFFSETS_TOPIC}))
         rm.apply_image(back)
         gc.on_metadata(back)
-        assert gc.owned == {0: 2, 1: 2}
+        await gc.runtime.wait_loaded()
+        assert gc.runtime.loaded == {0: 2, 1: 2}
     finally:
         gc.stop()
         await rm.stop_fetchers()  # broker 1 followed broker 2 for a while

@@ -267,12 +267,13 @@ def handle_list_groups(ctx: RequestContext, header: RequestHeaderInfo, req: Any)
     # DESCRIBE on the cluster lists every group; otherwise the groups the principal may
     # describe (Kafka's handleListGroupsRequest).
     every = ctx.authorize_cluster(AclOperation.DESCRIBE)
+    code, listed = ctx.groups.list_groups(states or None)
     groups = tuple(part(LIST_GROUPS, v, "ListedGroup", group_id=g.group_id,
                         protocol_type=g.protocol_type or "", group_state=g.state.value)
-                   for g in ctx.groups.list_groups(states or None)
+                   for g in listed
                    if every or ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP,
                                              g.group_id))
-    return response(LIST_GROUPS, v, throttle_time=0, error_code=ErrorCode.none, groups=groups)
+    return response(LIST_GROUPS, v, throttle_time=0, error_code=code, groups=groups)
 
 
 # =============================================================================== DeleteGroups

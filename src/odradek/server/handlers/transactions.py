@@ -299,7 +299,8 @@ def handle_list_transactions(ctx: RequestContext, header: RequestHeaderInfo, req
     duration = int(getattr(req, "duration_filter", -1))
     now = int(datetime.datetime.now(datetime.UTC).timestamp() * 1000)
     out = []
-    for m in ctx.txns.list():
+    code, listed = ctx.txns.list()
+    for m in listed:
         if filters and m.state.kafka_name not in filters:
             continue
         if pids and m.producer_id not in pids:
@@ -312,6 +313,7 @@ def handle_list_transactions(ctx: RequestContext, header: RequestHeaderInfo, req
             continue
         out.append(part(LIST_TXNS, v, "TransactionState", transactional_id=m.transactional_id,
                         producer_id=m.producer_id, transaction_state=m.state.kafka_name))
-    return response(LIST_TXNS, v, throttle_time=0, error_code=ErrorCode.none,
-                    unknown_state_filters=tuple(sorted(filters - known)),
+    return response(LIST_TXNS, v, throttle_time=0, error_code=code,
+                    unknown_state_filters=(tuple(sorted(filters - known))
+                                           if code is ErrorCode.none else ()),
                     transaction_states=tuple(out))
