@@ -452,6 +452,12 @@ def _add_partition(coordinator: str, tid: str, pid: int, epoch: int, topic: str)
     return int(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
 
 
+def _txn_state(coordinator: str, tid: str) -> str:
+    """DescribeTransactions (KIP-664): the transaction's state as Kafka names it."""
+    r = _ask(coordinator, request_cls(65, 0)(transactional_ids=(tid,)))
+    return str(r.transaction_states[0].transaction_state)
+
+
 def _end_txn(coordinator: str, tid: str, pid: int, epoch: int, commit: bool) -> int:
     return int(_ask(coordinator, request_cls(26, 3)(
         transactional_id=tid, producer_id=pid, producer_epoch=epoch,
@@ -613,6 +619,12 @@ def test_transactional_offsets_outside_their_transaction_are_refused(
     # 3. Aborted; a late commit of the same producer and epoch is refused.
     assert _end_txn(coordinator, tid, pid, epoch, commit=False) == 0
     wait_for(lambda: stable_offset() == (0, -1), 30, "the abort to reach the group")
+    # The coordinator completes the abort once every marker is written: until then it is
+    # in PrepareAbort, and a verification then answers CONCURRENT_TRANSACTIONS, which the
+    # group coordinator turns into the retriable COORDINATOR_NOT_AVAILABLE (Kafka's
+    # maybeConvertOffsetCommitError). A loaded CI run sent the late commit in that window.
+    wait_for(lambda: _txn_state(coordinator, tid) == "CompleteAbort", 30,
+             "the transaction coordinator to complete the abort")
     assert commit(7) == INVALID_TXN_STATE
     assert stable_offset() == (0, -1)
 
