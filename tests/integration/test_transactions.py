@@ -358,6 +358,32 @@ def _leader_and_isr(c: LocalCluster, topic: str, partition: int = 0) -> tuple[in
     return int(st["leader"]), [int(b) for b in st["isr"]]
 
 
+def _read_committed_view(c: LocalCluster, topic: str) -> dict[str, Any]:
+    """What the leader answers a read_committed fetch from offset 0 with: its HW, LSO,
+    log start, the aborted transactions it sends (from its .txnindex files), and each
+    broker's ListOffsets for read_committed -- the diagnosis of a short read."""
+    leader, isr = _leader_and_isr(c, topic)
+    out: dict[str, Any] = {"leader": leader, "isr": isr}
+    m = sys.modules[request_cls(1, 12).__module__]
+    fp = m.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0,
+                          last_fetched_epoch=-1, log_start_offset=-1,
+                          partition_max_bytes=1 << 20)
+    req = m.FetchRequest(replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1,
+                         max_bytes=1 << 20, isolation_level=1, session_id=0,
+                         session_epoch=-1, topics=(m.FetchTopic(topic=topic, partitions=(fp,)),),
+                         forgotten_topics_data=(), rack_id="")
+    try:
+        r = _ask(c.broker(leader).address, req).responses[0].partitions[0]
+        out["fetch"] = dict(error=int(r.error_code), hw=int(r.high_watermark),
+                            lso=int(r.last_stable_offset), log_start=int(r.log_start_offset),
+                            bytes=len(r.records or b""),
+                            aborted=[(int(a.producer_id), int(a.first_offset))
+                                     for a in (r.aborted_transactions or ())])
+    except Exception as e:  # noqa: BLE001 - a diagnosis must not hide the failure
+        out["fetch"] = repr(e)
+    return out
+
+
 def test_aborted_transactions_are_served_by_every_replica_and_after_restarts(
         txn_cluster: LocalCluster) -> None:
     """The .txnindex entries are written by followers as they replicate the ABORT
@@ -383,7 +409,8 @@ def test_aborted_transactions_are_served_by_every_replica_and_after_restarts(
 
     def committed_only() -> None:
         got = [v for _, v in read_all(bs, topic, "read_committed", partitions=1)]
-        assert got == committed
+        if got != committed:  # say what the leader serves, then fail
+            assert got == committed, (len(got), _read_committed_view(c, topic))
         assert len(read_all(bs, topic, "read_uncommitted", partitions=1)) == 120
 
     committed_only()
