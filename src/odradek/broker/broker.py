@@ -69,6 +69,7 @@ from odradek.server.socket_server import ConnectionQuotas, SocketServer
 from odradek.storage.log import LogConfig
 from odradek.zk import znodes
 from odradek.zk.acls import parse_zk_auth
+from odradek.zk.admin_gateway import ZkAdminGateway
 from odradek.zk.client import connect_zk
 from odradek.zk.kafka_zk_client import KafkaZkClient
 
@@ -164,7 +165,7 @@ class Broker:
         # ids are filled in once connected, before the listener starts serving).
         self.context = RequestContext(
             broker_id=self.broker_id, config=config, replicas=self.replicas,
-            groups=self.groups, producer_ids=None, zk=None, metadata=self, txns=self.txns)
+            groups=self.groups, producer_ids=None, admin=None, metadata=self, txns=self.txns)
         # Client quotas (KIP-13): followed from /config/users and /config/clients.
         self.context.quotas = QuotaManager(config.get("quota.window.size.seconds"),
                                            config.get("quota.window.num"))
@@ -258,7 +259,8 @@ class Broker:
                                    self._publish)
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.controller = Controller(self._zk_client(), self.broker_id, self.config)
-        self.context.zk, self.context.producer_ids = self.zk, self.producer_ids
+        self.context.admin = ZkAdminGateway(self.zk)
+        self.context.producer_ids = self.producer_ids
         self.store.listeners.append(self.controller.on_event)
         # A stale registration from our own previous (killed) session lasts at most one
         # session timeout.

@@ -3,7 +3,7 @@
 Handlers (``odradek.server.handlers``) sit below the process wiring (``odradek.broker``)
 in the layering checked by import-linter: they receive a ``RequestContext`` with the
 services a request can need -- the metadata image, the replica manager, the group
-coordinator, producer ids, the ZooKeeper admin client and the broker's configuration --
+coordinator, producer ids, the ZooKeeper admin gateway and the broker's configuration --
 and nothing that starts, stops or rewires the process.
 
 Security (issue 14): ``ctx.session`` is the session of the connection whose request is
@@ -21,8 +21,6 @@ from odradek.server.client_quotas import QuotaManager
 from odradek.server.session import Session, current_session
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
-
     from odradek.config import BrokerConfig
     from odradek.coordinator.group_coordinator import GroupCoordinator
     from odradek.coordinator.producer_ids import ProducerIdManager
@@ -30,6 +28,7 @@ if TYPE_CHECKING:
     from odradek.metadata.image import MetadataImage
     from odradek.replication.replica_manager import ReplicaManager
     from odradek.server.authorizer import Authorizer, CredentialCache
+    from odradek.zk.admin_gateway import AdminGateway
 
 __all__ = ["MetadataSource", "RequestContext"]
 
@@ -44,21 +43,23 @@ class MetadataSource(Protocol):
 
 
 class RequestContext:
-    __slots__ = ("broker_id", "config", "replicas", "groups", "producer_ids", "zk",
+    __slots__ = ("broker_id", "config", "replicas", "groups", "producer_ids", "_admin",
                  "_metadata", "authorizer", "credentials", "txns", "quotas")
 
     def __init__(self, *, broker_id: int, config: BrokerConfig, replicas: ReplicaManager,
                  groups: GroupCoordinator, producer_ids: ProducerIdManager | None,
-                 zk: KazooClient | None, metadata: MetadataSource,
+                 admin: AdminGateway | None, metadata: MetadataSource,
                  txns: TransactionCoordinator | None = None) -> None:
         self.broker_id = broker_id
         self.config = config
         self.replicas = replicas
         self.groups = groups
         self.producer_ids = producer_ids
-        # Admin writes (topics, configs, elections) go to ZooKeeper as Kafka's
-        # AdminZkClient does; None only before the broker connected.
-        self.zk = zk
+        # Admin reads and writes (topics, configs, ACLs, SCRAM users, quotas, elections,
+        # reassignments) go to ZooKeeper through this gateway, as Kafka's go through
+        # AdminZkClient; handlers never see the kazoo session. None only before the
+        # broker connected.
+        self._admin = admin
         self.txns: TransactionCoordinator = txns  # type: ignore[assignment]
         self._metadata = metadata
         # Filled in by the broker once connected to ZooKeeper (None: no authorizer /
@@ -68,6 +69,22 @@ class RequestContext:
         # Client quotas (KIP-13/55/124): inactive (one boolean on the hot path) until a
         # quota is configured; the broker's QuotaFollower keeps it in step with ZooKeeper.
         self.quotas = QuotaManager()
+
+    # ------------------------------------------------------------------ ZooKeeper
+    @property
+    def admin(self) -> AdminGateway:
+        """The admin gateway; the listeners start serving only once it is there."""
+        if self._admin is None:
+            raise RuntimeError("the broker is not connected to ZooKeeper yet")
+        return self._admin
+
+    @admin.setter
+    def admin(self, gateway: AdminGateway) -> None:
+        self._admin = gateway
+
+    @property
+    def admin_connected(self) -> bool:
+        return self._admin is not None
 
     # ------------------------------------------------------------------ security
     @property

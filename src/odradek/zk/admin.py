@@ -3,7 +3,8 @@
 Creating a topic writes ``/config/topics/T`` first and then the assignment
 ``/brokers/topics/T`` (the controller watches the latter and elects leaders, REQ-R13).
 Deleting a topic writes ``/admin/delete_topics/T``; the controller removes the znodes.
-Adding partitions rewrites the assignment with the new partitions appended.
+Adding partitions rewrites the assignment with the new partitions appended. Requests for
+the controller (reassignments, leader elections) are admin znodes it watches.
 
 These are blocking kazoo calls: handlers run them with ``asyncio.to_thread``. Validation
 that needs no ZooKeeper lives in ``plan_new_topic`` (pure) so it is unit-testable.
@@ -11,6 +12,7 @@ that needs no ZooKeeper lives in ``plan_new_topic`` (pure) so it is unit-testabl
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -20,6 +22,7 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.topics import topic_name_error
 from odradek.zk import znodes
 from odradek.zk.assignment import assign_replicas
+from odradek.zk.cas import update_znode
 
 # ZooKeeper refuses packets over jute.maxbuffer (1 MiB - 1 by default) by dropping the
 # client's connection, which would suspend this broker's whole session (ISR writes
@@ -184,3 +187,54 @@ def add_partitions(zk: KazooClient, topic: str, new_total: int,
     if validate_only:
         return
     zk.set(znodes.topic_path(topic), encoded, version=stat.version)
+
+
+# ------------------------------------------------------------------------ controller requests
+TopicPartition = tuple[str, int]
+# Many brokers may merge into the request znode at once; each lost race is one more try.
+_REASSIGN_CAS_ATTEMPTS = 100
+
+
+def _decode_reassignment_leniently(data: bytes | None) -> dict[TopicPartition, list[int] | None]:
+    if not data:
+        return {}
+    try:
+        return znodes.decode_reassignment(data)
+    except Exception:  # noqa: BLE001 - garbage left in the znode: ours replaces it
+        return {}
+
+
+def merge_reassignment(zk: KazooClient, entries: dict[TopicPartition, list[int] | None]) -> None:
+    """Add ``entries`` to ``/admin/reassign_partitions`` (create or conditional set), so
+    that concurrent requests on other brokers are not lost."""
+    update_znode(zk, znodes.REASSIGN_PARTITIONS, lambda current: {**current, **entries},
+                 decode=_decode_reassignment_leniently, encode=znodes.encode_reassignment,
+                 attempts=_REASSIGN_CAS_ATTEMPTS)
+
+
+def reassignment_pending(zk: KazooClient, entries: dict[TopicPartition, list[int] | None]) -> bool:
+    """True while the request znode still holds one of our entries unchanged."""
+    try:
+        data, _ = zk.get(znodes.REASSIGN_PARTITIONS)
+    except NoNodeError:
+        return False
+    try:
+        current = znodes.decode_reassignment(data)
+    except Exception:  # noqa: BLE001 - the controller drops a malformed znode
+        return True
+    return any(tp in current and current[tp] == target for tp, target in entries.items())
+
+
+def request_election(zk: KazooClient, path: str, partitions: list[TopicPartition],
+                     deadline: float) -> bool:
+    """Create the election admin znode ``path``, waiting (until the monotonic ``deadline``)
+    while an earlier request is pending. False: still pending at the deadline."""
+    data = znodes.encode_partition_list(partitions)
+    while True:
+        try:
+            zk.create(path, data, makepath=True)
+            return True
+        except NodeExistsError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)

@@ -21,9 +21,10 @@ import logging
 from collections.abc import Callable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import NoNodeError
 
 from odradek.zk import znodes
+from odradek.zk.cas import change_entity_config
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,6 @@ __all__ = [
 USERS = "/config/users"
 CLIENTS = "/config/clients"
 _CHANGE_PREFIX = "config_change_"
-_CAS_ATTEMPTS = 20
 
 # (sanitized user | "<default>" | None, sanitized client-id | "<default>" | None)
 EntityKey = tuple[str | None, str | None]
@@ -122,34 +122,10 @@ def alter_entity(
 ) -> dict[str, str]:
     """Read the entity's config, apply ``change`` (which validates), write it back
     conditionally and add the change notification. Returns the new config."""
-    path = _path(entity)
-    for _ in range(_CAS_ATTEMPTS):
-        try:
-            data, stat = zk.get(path)
-            version: int | None = stat.version
-        except NoNodeError:
-            data, version = None, None
-        current = znodes.decode_topic_config(data)
-        new = change(dict(current))
-        if validate_only or (new == current and version is not None):
-            return new
-        body = znodes.encode_topic_config(new)
-        try:
-            if version is None:
-                zk.create(path, body, makepath=True)
-            else:
-                zk.set(path, body, version=version)
-        except (BadVersionError, NodeExistsError, NoNodeError):
-            continue  # changed meanwhile: re-read, re-apply
-        zk.create(
-            znodes.CONFIG_CHANGE_PREFIX,
-            znodes.encode_config_change(entity_path(entity)),
-            sequence=True,
-            makepath=True,
-        )
-        logger.info("quota entity %s: configs are now %s", entity_path(entity), new)
-        return new
-    raise TimeoutError(f"{path}: changed concurrently {_CAS_ATTEMPTS} times")
+    _path(entity)  # refuses names that are no znode name
+    return change_entity_config(
+        zk, entity_path(entity), change, validate_only=validate_only, skip_unchanged=True
+    )
 
 
 def _seq(child: str) -> int:

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import urllib.parse
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import NoNodeError
 
 from odradek.security.acl import (
     AccessControlEntry,
@@ -43,7 +42,7 @@ from odradek.security.acl import (
     parse_enum,
     pascal_name,
 )
-from odradek.zk import znodes
+from odradek.zk.cas import change_entity_config, purge_expired_changes, update_znode
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +60,6 @@ EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 ACL_CHANGE_ROOTS = (LITERAL_CHANGES, EXTENDED_CHANGES)
 CHANGE_PREFIX = "acl_changes_"
 USERS_ROOT = "/config/users"
-_CAS_ATTEMPTS = 20
-# Kafka's ZkNodeChangeNotificationListener purges notifications older than 15 minutes.
-CHANGE_EXPIRATION_MS = 15 * 60 * 1000
-_PURGE_PER_WRITE = 10
 _STORABLE_TYPES = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER,
                    ResourceType.TRANSACTIONAL_ID, ResourceType.DELEGATION_TOKEN,
                    ResourceType.USER)
@@ -213,45 +208,18 @@ def update_acls(zk: KazooClient, pattern: ResourcePattern,
                 remove: frozenset[AccessControlEntry] = frozenset()
                 ) -> frozenset[AccessControlEntry]:
     """Add and remove entries of one resource pattern, conditionally on the version read
-    (a lost race re-reads and re-applies); then notify every broker. Returns the new
-    entries."""
+    (a lost race re-reads and re-applies; a pattern left with no entry loses its znode);
+    then notify every broker. Returns the new entries."""
     if pattern.resource_type not in _STORABLE_TYPES:
         raise ValueError(f"resource type {pattern.resource_type.name} cannot have ACLs")
-    path = acl_path(pattern)
-    for _ in range(_CAS_ATTEMPTS):
-        current, version = read_acls(zk, pattern)
-        new = (current | add) - remove
-        if new == current:
-            return current
-        try:
-            if version is None:
-                zk.create(path, encode_acls(new), makepath=True)
-            elif new:
-                zk.set(path, encode_acls(new), version=version)
-            else:
-                zk.delete(path, version=version)
-        except (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError):
-            continue
+    done = update_znode(zk, acl_path(pattern), lambda current: (current | add) - remove,
+                        decode=decode_acls, encode=lambda new: encode_acls(new) if new else None,
+                        skip_unchanged=True)
+    if done.written:
         root, body = _encode_change(pattern)
         zk.create(f"{root}/{CHANGE_PREFIX}", body, sequence=True, makepath=True)
-        _purge_expired(zk, root)
-        return new
-    raise TimeoutError(f"ACLs of {pattern} changed concurrently {_CAS_ATTEMPTS} times")
-
-
-def _purge_expired(zk: KazooClient, root: str) -> None:
-    try:
-        children = sorted(zk.get_children(root), key=_seq)
-        now_ms = time.time() * 1000
-        for child in children[:_PURGE_PER_WRITE]:
-            stat = zk.exists(f"{root}/{child}")
-            if stat is None or now_ms - stat.ctime < CHANGE_EXPIRATION_MS:
-                break
-            zk.delete(f"{root}/{child}")
-    except NoNodeError:
-        pass
-    except Exception:
-        logger.debug("ACL change purge failed", exc_info=True)
+        purge_expired_changes(zk, root)
+    return done.new
 
 
 # ------------------------------------------------------------------------ users
@@ -308,31 +276,15 @@ def update_user_config(zk: KazooClient, name: str, set_keys: dict[str, str],
                        delete_keys: set[str]) -> dict[str, str]:
     """Set and delete keys of ``/config/users/<name>`` (conditional write), then add the
     config change notification. Returns the new config."""
-    path = _user_path(name)
-    for _ in range(_CAS_ATTEMPTS):
-        try:
-            data, stat = zk.get(path)
-            version: int | None = stat.version
-        except NoNodeError:
-            data, version = None, None
-        current = _decode_config(data)
+    _user_path(name)  # refuses an empty name
+
+    def change(current: dict[str, str]) -> dict[str, str]:
         new = {k: v for k, v in current.items() if k not in delete_keys}
         new.update(set_keys)
-        if new == current and version is not None:
-            return current
-        body = json.dumps({"version": 1, "config": new}, separators=(",", ":")).encode()
-        try:
-            if version is None:
-                zk.create(path, body, makepath=True)
-            else:
-                zk.set(path, body, version=version)
-        except (BadVersionError, NodeExistsError, NoNodeError):
-            continue
-        zk.create(znodes.CONFIG_CHANGE_PREFIX,
-                  znodes.encode_config_change(f"users/{sanitize_user(name)}"),
-                  sequence=True, makepath=True)
         return new
-    raise TimeoutError(f"user {name}: config changed concurrently {_CAS_ATTEMPTS} times")
+
+    return change_entity_config(zk, f"users/{sanitize_user(name)}", change,
+                                skip_unchanged=True)
 
 
 def watch_paths() -> tuple[str, ...]:

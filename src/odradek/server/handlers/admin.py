@@ -22,13 +22,7 @@ from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import part, response
 from odradek.security.acl import AclOperation, ResourceType
 from odradek.topics import topic_name_error
-from odradek.zk.admin import (
-    add_partitions,
-    create_topic,
-    mark_topic_for_deletion,
-    plan_new_topic,
-)
-from odradek.zk.kafka_zk_client import KafkaZkClient
+from odradek.zk.admin import plan_new_topic
 
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext
@@ -137,7 +131,7 @@ async def handle_create_topics(ctx: RequestContext, header: RequestHeaderInfo, r
                 raise over
             cluster_total += plan.num_partitions
             if not req.validate_only:
-                await asyncio.to_thread(create_topic, ctx.zk, plan)
+                await asyncio.to_thread(ctx.admin.create_topic, plan)
                 created.append(t.name)
             kw["topic_config_error_code"] = config_denied
             if show_configs:
@@ -181,7 +175,7 @@ async def handle_delete_topics(ctx: RequestContext, header: RequestHeaderInfo, r
                 # exist: Kafka answers what it answers for any unknown topic.
                 raise KafkaError(ErrorCode.unknown_topic_or_partition,
                                  f"Topic `{name}` to delete does not exist")
-            await asyncio.to_thread(mark_topic_for_deletion, ctx.zk, name)
+            await asyncio.to_thread(ctx.admin.mark_topic_for_deletion, name)
             deleting.append(name)
         except KafkaError as e:
             code = e.code
@@ -236,7 +230,7 @@ async def handle_create_partitions(ctx: RequestContext, header: RequestHeaderInf
             cluster_total += added(t)
             manual = ([list(a.broker_ids) for a in t.assignments]
                       if t.assignments is not None else None)
-            await asyncio.to_thread(add_partitions, ctx.zk, t.name, int(t.count), manual,
+            await asyncio.to_thread(ctx.admin.add_partitions, t.name, int(t.count), manual,
                                     ctx.image.live_broker_ids(), bool(req.validate_only))
             if not req.validate_only:
                 changed.append((t.name, int(t.count)))
@@ -266,9 +260,9 @@ def _topic_overrides(ctx: RequestContext, names: list[str]) -> dict[str, dict[st
     may lag its change notification, and an admin client must read its own write
     (REQ-R27 tooling; a describe after an alter is how kafka-python's legacy
     alter_configs fills in the keys it did not name)."""
-    if ctx.zk is None or not names:
+    if not ctx.admin_connected or not names:
         return {t: dict(ctx.image.topics[t].configs) for t in names if t in ctx.image.topics}
-    return KafkaZkClient(ctx.zk).get_topic_configs(names)
+    return ctx.admin.get_topic_configs(names)
 
 
 async def handle_describe_configs(ctx: RequestContext, header: RequestHeaderInfo,

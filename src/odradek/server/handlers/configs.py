@@ -37,8 +37,11 @@ Semantics, as in Kafka:
   the replica manager applies the rates from its metadata image.
 
 The pure parts (``apply_incremental``, ``replace_all``) are unit-tested in
-tests/unit/test_configs_ops.py; the ZooKeeper write is ``write_topic_config`` (blocking,
-run in a worker thread).
+tests/unit/test_configs_ops.py; the ZooKeeper write goes through ``ctx.admin``
+(``odradek.zk.admin_gateway``: the conditional write and the change notification of
+``odradek.zk.cas.change_entity_config``, blocking, run in a worker thread), so the
+handlers' logic is unit-tested with an in-memory gateway in
+tests/unit/server/test_configs_handler.py.
 """
 
 from __future__ import annotations
@@ -49,9 +52,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-
-from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from odradek.config import validate_topic_configs
 from odradek.configdefs import (
@@ -72,11 +72,13 @@ from odradek.zk import znodes
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext
 
+ConfigChange = Callable[[dict[str, str]], dict[str, str]]
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "OP_SET", "OP_DELETE", "OP_APPEND", "OP_SUBTRACT",
-    "apply_incremental", "replace_all", "write_topic_config",
+    "apply_incremental", "replace_all", "validate_broker_configs",
     "handle_alter_configs", "handle_incremental_alter_configs",
 ]
 
@@ -91,15 +93,10 @@ OP_APPEND = 2
 OP_SUBTRACT = 3
 _OP_NAMES = {OP_SET: "set", OP_DELETE: "delete", OP_APPEND: "append", OP_SUBTRACT: "subtract"}
 
-_CAS_ATTEMPTS = 10
 # After answering, wait (bounded) until this broker's own metadata image shows the new
 # overrides, so "alter, then describe on the same broker" reads its own write (Kafka's
 # ZooKeeper-mode DescribeConfigs reads ZooKeeper directly and has that property).
 _OWN_IMAGE_WAIT_S = 5.0
-# Kafka purges config change notifications older than 15 minutes
-# (ZkNodeChangeNotificationListener.changeExpirationMs); we purge a few per write.
-CHANGE_EXPIRATION_MS = 15 * 60 * 1000
-_PURGE_PER_WRITE = 10
 
 
 # =============================================================================== pure
@@ -168,45 +165,7 @@ def replace_all(configs: Sequence[tuple[str, str | None]]) -> dict[str, str]:
     return {n: v for n, v in configs if v is not None}
 
 
-# =============================================================================== ZooKeeper
-def write_topic_config(zk: KazooClient, topic: str,
-                       change: Callable[[dict[str, str]], dict[str, str]],
-                       validate_only: bool) -> dict[str, str]:
-    """Read ``/config/topics/T``, apply ``change``, validate, write it back. Blocking.
-
-    The write is conditional on the version read (create if the znode is missing); on a
-    lost race the change is re-applied to the fresh overrides. Then the change
-    notification is created. Returns the validated new overrides.
-    """
-    path = znodes.topic_config_path(topic)
-    for _ in range(_CAS_ATTEMPTS):
-        if not zk.exists(znodes.topic_path(topic)):
-            raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                             f"Topic '{topic}' does not exist.")
-        try:
-            data, stat = zk.get(path)
-            version: int | None = stat.version
-        except NoNodeError:
-            data, version = None, None
-        new = validate_topic_configs(dict(change(znodes.decode_topic_config(data))))
-        if validate_only:
-            return new
-        encoded = znodes.encode_topic_config(new)
-        try:
-            if version is None:
-                zk.create(path, encoded, makepath=True)
-            else:
-                zk.set(path, encoded, version=version)
-        except (BadVersionError, NodeExistsError, NoNodeError):
-            continue  # someone else changed it meanwhile: re-read, re-apply
-        _notify(zk, f"topics/{topic}")
-        logger.info("topic %s: configs are now %s", topic, new)
-        return new
-    raise KafkaError(ErrorCode.request_timed_out,
-                     f"Topic '{topic}': configs changed concurrently {_CAS_ATTEMPTS} times; "
-                     "retry")
-
-
+# =============================================================================== validation
 def validate_broker_configs(configs: Mapping[str, str]) -> dict[str, str]:
     """Dynamic broker overrides: of the broker properties, only DYNAMIC_BROKER_CONFIGS,
     each a valid value. Any other name is kept as a custom config, as Kafka's
@@ -235,52 +194,10 @@ def broker_entity(name: str, own_id: int) -> str:
     return name
 
 
-def write_broker_config(zk: KazooClient, entity: str,
-                        change: Callable[[dict[str, str]], dict[str, str]],
-                        validate_only: bool) -> dict[str, str]:
-    """``write_topic_config`` for ``/config/brokers/<entity>``. Blocking."""
-    path = znodes.broker_config_path(entity)
-    for _ in range(_CAS_ATTEMPTS):
-        try:
-            data, stat = zk.get(path)
-            version: int | None = stat.version
-        except NoNodeError:
-            data, version = None, None
-        new = validate_broker_configs(change(znodes.decode_topic_config(data)))
-        if validate_only:
-            return new
-        encoded = znodes.encode_topic_config(new)
-        try:
-            if version is None:
-                zk.create(path, encoded, makepath=True)
-            else:
-                zk.set(path, encoded, version=version)
-        except (BadVersionError, NodeExistsError, NoNodeError):
-            continue
-        _notify(zk, f"brokers/{entity}")
-        logger.info("broker configs %s are now %s", entity, new)
-        return new
-    raise KafkaError(ErrorCode.request_timed_out,
-                     f"Broker configs {entity} changed concurrently {_CAS_ATTEMPTS} times; retry")
-
-
-def _notify(zk: KazooClient, entity_path: str) -> None:
-    """Kafka's config change notification (persistent sequential), plus a bounded purge
-    of expired ones (Kafka's brokers purge them after 15 minutes)."""
-    zk.create(znodes.CONFIG_CHANGE_PREFIX, znodes.encode_config_change(entity_path),
-              sequence=True, makepath=True)
-    try:
-        children = sorted(zk.get_children(znodes.CONFIG_CHANGES))
-        now_ms = time.time() * 1000
-        for child in children[:_PURGE_PER_WRITE]:
-            stat = zk.exists(f"{znodes.CONFIG_CHANGES}/{child}")
-            if stat is None or now_ms - stat.ctime < CHANGE_EXPIRATION_MS:
-                break  # sequential: the rest are younger
-            zk.delete(f"{znodes.CONFIG_CHANGES}/{child}")
-    except NoNodeError:
-        pass  # purged concurrently by another broker
-    except Exception:
-        logger.debug("config change purge failed", exc_info=True)
+def _validated(change: ConfigChange,
+               validate: Callable[[dict[str, Any]], dict[str, str]]) -> ConfigChange:
+    """``change``, then the validation of the whole result (on every CAS attempt)."""
+    return lambda current: validate(dict(change(current)))
 
 
 # =============================================================================== handlers
@@ -305,7 +222,8 @@ async def _alter(ctx: RequestContext, api_key: int, v: int, req: Any,
                     raise KafkaError(ErrorCode.invalid_topic_exception, why)
                 change = change_for(res)
                 change({})  # request-shape errors first, before any ZooKeeper round trip
-                new = await asyncio.to_thread(write_topic_config, ctx.zk, name, change,
+                new = await asyncio.to_thread(ctx.admin.alter_topic_config, name,
+                                              _validated(change, validate_topic_configs),
                                               bool(req.validate_only))
                 if not req.validate_only:
                     written[name] = new
@@ -318,7 +236,8 @@ async def _alter(ctx: RequestContext, api_key: int, v: int, req: Any,
                 entity = broker_entity(name, ctx.broker_id)
                 change = change_for(res)
                 change({})
-                new = await asyncio.to_thread(write_broker_config, ctx.zk, entity, change,
+                new = await asyncio.to_thread(ctx.admin.alter_broker_config, entity,
+                                              _validated(change, validate_broker_configs),
                                               bool(req.validate_only))
                 if not req.validate_only:
                     brokers_written[entity] = new

@@ -27,9 +27,6 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError
-
 from odradek.controller import elections
 from odradek.errors import ErrorCode
 from odradek.metadata.image import MetadataImage
@@ -84,20 +81,6 @@ def _elected(image: MetadataImage, topic: str, p: int, election_type: int) -> bo
     return election_type == UNCLEAN or elections.is_preferred_leader(info.replicas, info.leader)
 
 
-def write_request(zk: KazooClient, path: str, partitions: list[TopicPartition],
-                  deadline: float) -> bool:
-    """Create the admin znode, waiting while an earlier request is pending. Blocking."""
-    data = znodes.encode_partition_list(partitions)
-    while True:
-        try:
-            zk.create(path, data, makepath=True)
-            return True
-        except NodeExistsError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.1)
-
-
 async def handle_elect_leaders(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     election_type = int(getattr(req, "election_type", PREFERRED)) if v >= 1 else PREFERRED
@@ -141,9 +124,8 @@ async def handle_elect_leaders(ctx: RequestContext, header: RequestHeaderInfo, r
     if pending:
         path = (znodes.PREFERRED_REPLICA_ELECTION if election_type == PREFERRED
                 else znodes.UNCLEAN_LEADER_ELECTION_PATH)
-        zk = ctx.zk
-        assert zk is not None
-        written = await asyncio.to_thread(write_request, zk, path, pending,
+        gateway = ctx.admin
+        written = await asyncio.to_thread(gateway.request_election, path, pending,
                                           max(deadline, time.monotonic() + 0.5))
         if not written:
             for tp in pending:
@@ -155,7 +137,7 @@ async def handle_elect_leaders(ctx: RequestContext, header: RequestHeaderInfo, r
             pending = [tp for tp in pending if not _elected(ctx.image, *tp, election_type)]
             if not pending:
                 break
-            if processed_at is None and await asyncio.to_thread(zk.exists, path) is None:
+            if processed_at is None and not await asyncio.to_thread(gateway.election_pending, path):
                 processed_at = time.monotonic()  # the controller is done with our request
             if processed_at is not None and time.monotonic() - processed_at > _APPLY_GRACE_S:
                 break

@@ -25,7 +25,7 @@ from odradek.protocol.responses import part, response
 from odradek.protocol.versions import ADVERTISED
 from odradek.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from odradek.topics import topic_name_error
-from odradek.zk.admin import create_topic, plan_new_topic
+from odradek.zk.admin import plan_new_topic
 
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext
@@ -120,7 +120,7 @@ async def _auto_create_then_answer(ctx: RequestContext, header: RequestHeaderInf
                                   ctx.config.num_partitions,
                                   min(ctx.config.default_replication_factor,
                                       max(1, len(ctx.image.brokers))))
-            await asyncio.to_thread(create_topic, ctx.zk, plan)
+            await asyncio.to_thread(ctx.admin.create_topic, plan)
             logger.info("auto-created topic %s (%d partitions)", name, plan.num_partitions)
         except KafkaError as e:
             if e.code != ErrorCode.topic_already_exists:

@@ -191,7 +191,7 @@ async def _describe(ctx: RequestContext, v: int, req: Any) -> Any:
         filt = parse_filter([(c.entity_type, int(c.match_type), c.match) for c in req.components])
     except KafkaError as e:
         return error(e.code, e.message or None)
-    configs = await asyncio.to_thread(quota_store.read_all, ctx.zk)
+    configs = await asyncio.to_thread(ctx.admin.read_quotas)
     entries = tuple(
         part(
             48,
@@ -230,7 +230,7 @@ async def _alter(ctx: RequestContext, v: int, req: Any) -> Any:
             change: Callable[[dict[str, str]], dict[str, str]] = partial(apply_ops, ops=ops)
             change({})  # request-shape errors first, before any ZooKeeper round trip
             new = await asyncio.to_thread(
-                quota_store.alter_entity, ctx.zk, entity, change, bool(req.validate_only)
+                ctx.admin.alter_quota, entity, change, bool(req.validate_only)
             )
             if not req.validate_only:
                 written[entity] = {k: float(v) for k, v in new.items() if k in QUOTA_KEYS}

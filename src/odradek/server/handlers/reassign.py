@@ -25,15 +25,11 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-
 from odradek.errors import ErrorCode
 from odradek.metadata.image import MetadataImage
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import part, response
 from odradek.security.acl import AclOperation
-from odradek.zk import znodes
 
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext
@@ -99,46 +95,6 @@ def applied(image: MetadataImage, tp: TopicPartition, target: Target) -> bool:
     )
 
 
-def merge_request(zk: KazooClient, entries: dict[TopicPartition, Target]) -> None:
-    """Add ``entries`` to ``/admin/reassign_partitions`` (create or conditional set)."""
-    while True:
-        try:
-            data, stat = zk.get(znodes.REASSIGN_PARTITIONS)
-        except NoNodeError:
-            try:
-                zk.create(
-                    znodes.REASSIGN_PARTITIONS, znodes.encode_reassignment(entries), makepath=True
-                )
-                return
-            except NodeExistsError:
-                continue
-        try:
-            merged = znodes.decode_reassignment(data)
-        except Exception:  # noqa: BLE001 - garbage left in the znode: ours replaces it
-            merged = {}
-        merged.update(entries)
-        try:
-            zk.set(
-                znodes.REASSIGN_PARTITIONS, znodes.encode_reassignment(merged), version=stat.version
-            )
-            return
-        except (BadVersionError, NoNodeError):
-            continue
-
-
-def pending_in_znode(zk: KazooClient, entries: dict[TopicPartition, Target]) -> bool:
-    """True while the request znode still holds one of our entries unchanged."""
-    try:
-        data, _ = zk.get(znodes.REASSIGN_PARTITIONS)
-    except NoNodeError:
-        return False
-    try:
-        current = znodes.decode_reassignment(data)
-    except Exception:  # noqa: BLE001 - the controller drops a malformed znode
-        return True
-    return any(tp in current and current[tp] == target for tp, target in entries.items())
-
-
 async def handle_alter_partition_reassignments(
     ctx: RequestContext, header: RequestHeaderInfo, req: Any
 ) -> Any:
@@ -177,16 +133,15 @@ async def handle_alter_partition_reassignments(
             else:
                 outcomes[tp] = decided
     if accepted:
-        zk = ctx.zk
-        assert zk is not None
-        await asyncio.to_thread(merge_request, zk, accepted)
+        gateway = ctx.admin
+        await asyncio.to_thread(gateway.merge_reassignment, accepted)
         logger.info(
             "reassignment requested: %s",
             ", ".join(
                 f"{t}-{p} -> {'cancel' if r is None else r}" for (t, p), r in accepted.items()
             ),
         )
-        while await asyncio.to_thread(pending_in_znode, zk, accepted):
+        while await asyncio.to_thread(gateway.reassignment_pending, accepted):
             if time.monotonic() >= deadline:
                 for tp in accepted:
                     outcomes[tp] = (

@@ -224,8 +224,8 @@ async def _create_acls(ctx: RequestContext, v: int, creations: list[Any]) -> Any
     failed: dict[ResourcePattern, str] = {}
     for pattern, entries in by_pattern.items():
         try:
-            new = await asyncio.to_thread(store.update_acls, ctx.zk, pattern,
-                                          frozenset(entries))
+            new = await asyncio.to_thread(ctx.admin.update_acls, pattern,
+                                          frozenset(entries), frozenset())
         except Exception as e:  # noqa: BLE001 - reported per creation
             logger.warning("adding ACLs for %s failed: %r", pattern, e)
             failed[pattern] = f"Failed to update ACLs for {pattern}: {e}"
@@ -278,7 +278,7 @@ async def _delete_acls(ctx: RequestContext, v: int, filters: list[Any]) -> Any:
     failed: dict[ResourcePattern, str] = {}
     for pattern, entries in to_remove.items():
         try:
-            new = await asyncio.to_thread(store.update_acls, ctx.zk, pattern, frozenset(),
+            new = await asyncio.to_thread(ctx.admin.update_acls, pattern, frozenset(),
                                           frozenset(entries))
         except Exception as e:  # noqa: BLE001
             failed[pattern] = f"Failed to delete ACLs of {pattern}: {e}"
@@ -318,7 +318,7 @@ def handle_describe_user_scram_credentials(ctx: RequestContext, header: RequestH
 
 
 async def _describe_users(ctx: RequestContext, v: int, names: list[str] | None) -> Any:
-    configs = await asyncio.to_thread(store.read_all_user_configs, ctx.zk)
+    configs = await asyncio.to_thread(ctx.admin.read_all_user_configs)
     counts = Counter(names or ())
     results = []
     for user in (sorted(configs) if not names else list(dict.fromkeys(names))):
@@ -410,14 +410,14 @@ async def _alter_users(ctx: RequestContext, v: int, deletions: list[Any],
                 ).to_config()
         try:
             if dels:
-                current = await asyncio.to_thread(store.read_user_config, ctx.zk, name)
+                current = await asyncio.to_thread(ctx.admin.read_user_config, name)
                 missing = [m for m in dels if m not in current]
                 if missing:
                     errors[name] = (ErrorCode.resource_not_found,
                                     f"Attempt to delete a user credential that does not "
                                     f"exist: {missing[0]}")
                     continue
-            await asyncio.to_thread(store.update_user_config, ctx.zk, name, sets,
+            await asyncio.to_thread(ctx.admin.update_user_config, name, sets,
                                     {m for m in dels if m is not None})
             logger.info("SCRAM credentials of user %s changed by %s: set %s, deleted %s",
                         name, ctx.session.principal, sorted(sets), sorted(m for m in dels if m))
