@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.fetch_response import PartitionFetchResult
 from odradek.replication.delayed import DelayedFetch, FetchWatch
-from odradek.replication.fetch_session import FetchContext
+from odradek.replication.fetch_session import FetchContext, FetchKind
 from odradek.runtime import clock
 
 if TYPE_CHECKING:
@@ -138,7 +138,16 @@ class FetchServing:
                 return topics
             return session.topics(fctx.read)
 
-        if total >= params.min_bytes or params.max_wait_s <= 0 or errored:
+        # A follower's full fetch (a new session: a restarted or re-pointed follower) is
+        # answered at once even with nothing to read: the response tells the follower the
+        # high watermark, which it otherwise learns only when this long poll ends. A
+        # follower restarted with a stale checkpoint joins the ISR on this very fetch; had
+        # it been elected before the parked answer came, it would lead with that stale
+        # HW and serve consumers an empty partition (a loaded CI run of
+        # test_aborted_transactions_are_served_by_every_replica_and_after_restarts).
+        full_follower_fetch = follower and fctx is not None and fctx.kind is FetchKind.FULL
+        if (total >= params.min_bytes or params.max_wait_s <= 0 or errored
+                or full_follower_fetch):
             self._trace_fetch(params, answered())
             if self.topic_stats is not None:
                 self._count_fetched(follower, answered())

@@ -225,3 +225,31 @@ def test_a_replica_the_leader_does_not_know_yet_keeps_fetching_until_it_joins(
             await h.wait_until(lambda: 3 in h.partition(1).isr,
                                "the new replica to join the ISR", timeout_s=5)
     run(main())
+
+
+def test_a_followers_full_fetch_is_answered_at_once_with_the_high_watermark(
+        tmp_path: Path) -> None:
+    """A follower restarted with a stale high watermark (its checkpoint lags) opens a new
+    session with a full fetch at its log end: nothing to read, yet the leader answers at
+    once, so the follower learns the HW on that fetch -- the one that makes it an ISR
+    member again -- instead of when the long poll ends. Elected before that, it would lead
+    with the stale HW and serve consumers an empty partition (a loaded CI run did). The
+    fetch wait is 8 s and the ISR check far off, so nothing else can wake the fetch."""
+    async def main() -> None:
+        async with ReplicationHarness(tmp_path, fetch_wait_ms=8_000, lag_ms=60_000) as h:
+            await h.elect(0, leader=1)
+            for i in range(3):
+                assert (await h.produce(1, recs(2, f"r{i}"))).error_code == 0
+            end = h.partition(1).log.log_end_offset
+            await h.wait_until(lambda: h.partition(3).high_watermark == end,
+                               "broker 3's HW at the log end")
+            await h.crash_broker(3)
+            h.start_broker(3)  # the harness keeps no HW checkpoint: 3 restarts at HW 0
+            h.replicas[3].apply_image(h.images[1])
+            assert h.partition(3).high_watermark < end
+            await h.wait_until(lambda: any(k is FetchKind.FULL
+                                           for _, k in endpoint(h, 3, 1).requests),
+                               "broker 3's full fetch")
+            await h.wait_until(lambda: h.partition(3).high_watermark == end,
+                               "the restarted follower to learn the HW", timeout_s=5)
+    run(main())
