@@ -55,7 +55,7 @@ from odradek.replication.partition import Partition, Role
 from odradek.replication.replica_manager import now_ms
 from odradek.storage.batch import CONTROL_BIT
 from odradek.storage.log_chunks import read_chunks
-from odradek.storage.producer_state import CONTROL_TYPE_COMMIT, ONGOING_AT_REQUEST, control_type
+from odradek.storage.producer_state import CONTROL_TYPE_COMMIT, control_type
 from odradek.storage.records import decode_batch_records, encode_batch
 from odradek.zk.admin import create_topic, plan_new_topic
 
@@ -63,9 +63,9 @@ if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
     from odradek.config import BrokerConfig
-    from odradek.coordinator.txn_verifier import TxnVerifier
     from odradek.metadata.image import MetadataImage
     from odradek.replication.replica_manager import ReplicaManager
+    from odradek.replication.txn_verification import PartitionVerifier
 
 logger = logging.getLogger(__name__)
 
@@ -537,14 +537,14 @@ class GroupCoordinator:
 
     async def txn_commit(self, group_id: str, producer_id: int, epoch: int, member_id: str,
                          instance_id: str | None, generation: int,
-                         entries: list[CommitEntry], *, transactional_id: str | None = None,
-                         verifier: TxnVerifier | None = None
+                         entries: list[CommitEntry], *, transactional_id: str | None,
+                         verifier: PartitionVerifier
                          ) -> dict[TopicPartition, ErrorCode]:
         """TxnOffsetCommit (KIP-98, KIP-447): the offsets are written as a transactional
         batch of the producer and stay pending until its marker arrives
         (``complete_txn_offsets``). Generation checks apply only when the client sent
-        them (KIP-447; a -1 generation is an old client). ``verifier``: KIP-890 is on
-        (``_verify_txn``)."""
+        them (KIP-447; a -1 generation is an old client). ``verifier``: asked when
+        KIP-890 verification is on (``_verify_txn``)."""
         idx = self.check(group_id)
         epoch_loaded = self.owned[idx]
         t = now_ms()
@@ -556,12 +556,11 @@ class GroupCoordinator:
         results, records, values = self._offset_records(group_id, entries, t)
         if records:
             tpo = (OFFSETS_TOPIC, idx)
-            part = self.replicas.partitions.get(tpo)
             first = -1
-            if part is None:
+            if tpo not in self.replicas.partitions:
                 code = ErrorCode.not_coordinator
             else:
-                code, guard = await self._verify_txn(part, transactional_id, producer_id,
+                code, guard = await self._verify_txn(tpo, transactional_id, producer_id,
                                                      epoch, verifier)
                 if code is ErrorCode.none:
                     code, first = await self.replicas.append_and_wait(
@@ -582,32 +581,32 @@ class GroupCoordinator:
                 results[tp] = code
         return results
 
-    async def _verify_txn(self, part: Partition, tid: str | None, producer_id: int, epoch: int,
-                          verifier: TxnVerifier | None) -> tuple[ErrorCode, object | None]:
+    async def _verify_txn(self, tp: TopicPartition, tid: str | None, producer_id: int,
+                          epoch: int, verifier: PartitionVerifier
+                          ) -> tuple[ErrorCode, object | None]:
         """KIP-890 for TxnOffsetCommit, as Kafka's GroupCoordinator: a transaction's first
         offsets in the group's ``__consumer_offsets`` partition are written only once its
         coordinator confirms the partition is in the transaction (AddOffsetsToTxn put it
         there). A commit arriving after the abort would otherwise leave pending offsets
         that no marker resolves: OffsetFetch with require_stable would answer
-        UNSTABLE_OFFSET_COMMIT for the group's partitions for good."""
-        if verifier is None:
+        UNSTABLE_OFFSET_COMMIT for the group's partitions for good. The replica manager
+        gives the guard (``start_txn_verification``) and its append checks it."""
+        if not self.replicas.txn_verification_enabled:
             return ErrorCode.none, None
         if not tid:
             # Kafka's transaction coordinator refuses to verify an empty id
             # (INVALID_REQUEST). Skipping the verification instead let a commit without
             # an id open a transaction on the offsets partition that nothing closes.
             return ErrorCode.invalid_request, None
-        ps = part.producers
-        if producer_id in ps.ongoing:
-            return ErrorCode.none, ONGOING_AT_REQUEST  # a marker before the append voids it
-        guard = ps.start_verification(producer_id)
-        failed = await verifier.verify(tid, producer_id, epoch, [(part.topic, part.index)],
-                                       self.commit_timeout_s)
-        code = failed.get((part.topic, part.index))
-        if code is None:
-            return ErrorCode.none, guard
-        ps.end_verification(producer_id, guard)
-        return code, None
+        verifications = self.replicas.start_txn_verification([(tp, producer_id, epoch)])
+        if not verifications:
+            return ErrorCode.none, None  # not led here: the append answers
+        v = verifications[0]
+        failed = await v.verify(verifier, tid, self.commit_timeout_s)
+        code = failed.get(tp)
+        if code is not None:
+            return code, None
+        return ErrorCode.none, v.guards.get(tp)
 
     def pending_txn_partitions(self, group_id: str) -> set[TopicPartition]:
         """Partitions with an offset of ``group_id`` in an open transaction."""

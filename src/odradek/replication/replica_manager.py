@@ -74,6 +74,13 @@ from odradek.replication.partition_state import (
 from odradek.replication.purgatory import DelayedOperationPurgatory
 from odradek.replication.quota import ReplicationQuota, throttled_partitions
 from odradek.replication.trace import RecordTracer
+from odradek.replication.txn_verification import (
+    VERIFICATION_CONFIG,
+    TxnVerification,
+    VerificationGuards,
+    start_verifications,
+    verification_enabled,
+)
 from odradek.runtime import clock
 from odradek.storage.checkpoint import read_checkpoint, write_checkpoint
 from odradek.storage.leader_epoch import LeaderEpochCache
@@ -126,9 +133,6 @@ class ProduceEntry:
     topic: str
     records: Any  # bytes | memoryview | None
     result: PartitionProduceResult
-    # KIP-890: set when the produce's transaction was verified (or needed no
-    # verification); the partition checks it again at the append.
-    verification_guard: object | None = None
 
 
 class ReplicaManager:
@@ -200,6 +204,9 @@ class ReplicaManager:
         # Topic overrides each local log's LogConfig was last built from (dynamic topic
         # configs): a change swaps log.config in _apply_partition.
         self._applied_configs: dict[TopicPartition, dict[str, str]] = {}
+        # KIP-890 (transaction.partition.verification.enable, dynamic: followed from
+        # each image): a transactional append then needs its verification guard.
+        self.txn_verification_enabled = bool(_setting(config, VERIFICATION_CONFIG))
 
     @property
     def flusher(self) -> Flusher | None:
@@ -258,6 +265,7 @@ class ReplicaManager:
         change once per leader broker for the whole batch."""
         changed = image.changed_topics
         t = now_ms()
+        self.txn_verification_enabled = verification_enabled(self.config, image)
         self._apply_throttle_rates(image)
         for name in (image.topics if changed is None else changed):
             topic = image.topics.get(name)
@@ -476,12 +484,34 @@ class ReplicaManager:
         self._wake((part.topic, part.index))
 
     # ----------------------------------------------------------------- produce
+    def start_txn_verification(self, appends: Iterable[tuple[TopicPartition, int, int]]
+                               ) -> list[TxnVerification]:
+        """KIP-890 (Kafka's maybeStartTransactionVerificationForPartitions): for each
+        transactional append (partition, producer id, epoch), the guard the append must
+        bring, grouped by producer, with the partitions the transaction coordinator must
+        confirm first (``TxnVerification.verify``). Empty when verification is off; a
+        partition not led here is left to the append's own error."""
+        if not self.txn_verification_enabled:
+            return []
+        led: list[tuple[Partition, int, int]] = []
+        for tp, pid, epoch in appends:
+            p = self.partitions.get(tp)
+            if p is not None and p.is_leader:
+                led.append((p, pid, epoch))
+        return start_verifications(led)
+
     def append_records(self, entries: list[ProduceEntry], acks: int, timeout_s: float,
-                       image: MetadataImage, *, internal: bool = False
+                       image: MetadataImage, *, internal: bool = False,
+                       verification_guards: VerificationGuards | None = None
                        ) -> DelayedProduce | None:
         """Append each entry's records as leader (REQ-R7). Errors are per partition, in
         each entry's result. Returns the delayed produce to await for ``acks=all`` (or
-        acks=1 on an ``odradek.ack.fsync`` topic), None when every answer is known."""
+        acks=1 on an ``odradek.ack.fsync`` topic), None when every answer is known.
+        ``verification_guards``: KIP-890, each transactional append's guard
+        (``start_txn_verification``); with verification on, a transactional batch
+        without a valid one opens no transaction (INVALID_TXN_STATE)."""
+        guards = verification_guards or {}
+        require = self.txn_verification_enabled
         t_now = now_ms()
         pending: list[PendingProduce] = []
         tracer = self.tracer
@@ -506,7 +536,8 @@ class ReplicaManager:
                     ts = stats.topic(e.topic)
                     ts.produce_requests += 1
                 info = p.append_as_leader(e.records, acks, t_now,
-                                          verification_guard=e.verification_guard,
+                                          require_verification=require,
+                                          verification_guard=guards.get((e.topic, res.index)),
                                           single_batch=True)
                 res.base_offset = info.first_offset
                 res.log_append_time_ms = info.log_append_time
@@ -563,13 +594,15 @@ class ReplicaManager:
                               ) -> tuple[ErrorCode, int]:
         """An internal acks=all append (the group coordinator's ``__consumer_offsets``):
         (error, first offset) once replicated, or the error that stopped it.
-        ``verification_guard``: a transactional offset commit's (KIP-890)."""
+        ``verification_guard``: a transactional offset commit's (KIP-890,
+        ``start_txn_verification``)."""
         part = self.partitions.get(tp)
         if part is None:
             return ErrorCode.not_leader_or_follower, -1
         try:
             info = part.append_as_leader(records, -1, now_ms(), allow_control=allow_control,
                                          from_coordinator=True,
+                                         require_verification=self.txn_verification_enabled,
                                          verification_guard=verification_guard)
         except KafkaError as e:
             return e.code, -1
