@@ -36,12 +36,11 @@ from kio.static.primitive import i16, i32
 
 from odradek.errors import ErrorCode
 from odradek.replication.broker_connection import BrokerConnectionError, BrokerConnectionPool
-from odradek.replication.txn_verification import VERIFICATION_CONFIG, verification_enabled
 
 if TYPE_CHECKING:
     from odradek.coordinator.transaction_coordinator import TransactionCoordinator
 
-__all__ = ["TxnVerifier", "produce_error", "verification_enabled", "VERIFICATION_CONFIG"]
+__all__ = ["TxnVerifier", "produce_error"]
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from odradek.errors import ErrorCode
 
@@ -41,12 +41,12 @@ TopicPartition = tuple[str, int]
 VerificationGuards = dict[TopicPartition, object]
 
 
-def verification_enabled(config: Any, image: MetadataImage) -> bool:
+def verification_enabled(static: bool, image: MetadataImage) -> bool:
     """``transaction.partition.verification.enable``: a dynamic broker config (cluster
-    default or this broker's override), else the static one."""
+    default or this broker's override), else the static one (``static``)."""
     raw = image.dynamic_broker_config(VERIFICATION_CONFIG)
     if raw is None:
-        return bool(config.get(VERIFICATION_CONFIG))
+        return static
     return raw.strip().lower() == "true"
 
 

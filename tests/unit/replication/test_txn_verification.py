@@ -10,12 +10,12 @@ import asyncio
 import uuid
 from pathlib import Path
 
-from odradek.config import BrokerConfig
 from odradek.coordinator.txn_markers import control_batch
 from odradek.errors import ErrorCode
 from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from odradek.protocol.produce_response import PartitionProduceResult
 from odradek.replication.replica_manager import ProduceEntry, ReplicaManager
+from odradek.replication.settings import ReplicaManagerSettings
 from odradek.replication.txn_verification import VERIFICATION_CONFIG
 from odradek.storage.log import LogConfig
 from odradek.storage.records import encode_batch
@@ -39,10 +39,7 @@ def _image(verification: str | None = None) -> MetadataImage:
 
 
 def _manager(tmp_path: Path, image: MetadataImage) -> ReplicaManager:
-    cfg = BrokerConfig.from_dict(
-        {"broker.id": "1", "zookeeper.connect": "127.0.0.1:1", "log.dirs": str(tmp_path)}
-    )
-    rm = ReplicaManager(1, tmp_path, lambda _t: LogConfig(), cfg)
+    rm = ReplicaManager(1, tmp_path, lambda _t: LogConfig(), ReplicaManagerSettings.defaults())
     rm.load_logs()
     rm.apply_image(image)
     return rm
