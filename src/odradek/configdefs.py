@@ -832,9 +832,12 @@ def setting(name: str) -> Any:
 
 def settings_from(cls: type[_S], get: Callable[[str], Any] | None = None) -> _S:
     """An instance of the settings dataclass ``cls`` with each field's effective value
-    (``get`` is ``BrokerConfig.get``; None gives the table's defaults)."""
+    (``get`` is ``BrokerConfig.get``; None gives the table's defaults). A field that
+    names no table key (a nested settings object) keeps its default."""
     values = {}
     for f in fields(cls):  # type: ignore[arg-type]
+        if "setting" not in f.metadata:
+            continue
         name = f.metadata["setting"]
         values[f.name] = get(name) if get is not None else BROKER_CONFIGS[name].parsed_default()
     return cls(**values)

@@ -134,8 +134,9 @@ def test_no_ignored_setting_is_read() -> None:
 def _settings_classes() -> list[type]:
     from odradek.controller.controller import ControllerSettings  # noqa: PLC0415
     from odradek.replication.fetcher import FetcherSettings  # noqa: PLC0415
+    from odradek.replication.settings import ReplicaManagerSettings  # noqa: PLC0415
 
-    return [ControllerSettings, FetcherSettings]
+    return [ControllerSettings, FetcherSettings, ReplicaManagerSettings]
 
 
 def test_settings_objects_are_typed_from_the_table() -> None:
@@ -152,6 +153,8 @@ def test_settings_objects_are_typed_from_the_table() -> None:
         built = settings_from(cls, config.get)
         defaults = settings_from(cls)
         for f in dataclasses.fields(cls):
+            if "setting" not in f.metadata:  # a nested settings object, checked itself
+                continue
             name = f.metadata["setting"]
             d = BROKER_CONFIGS[name]
             assert d.support is Support.HONOURED, name
@@ -159,9 +162,13 @@ def test_settings_objects_are_typed_from_the_table() -> None:
             assert getattr(defaults, f.name) == d.parsed_default()
             assert getattr(built, f.name) == config.get(name)
     from odradek.replication.fetcher import FetcherSettings  # noqa: PLC0415
+    from odradek.replication.settings import ReplicaManagerSettings  # noqa: PLC0415
 
     assert FetcherSettings.from_config(config).backoff_ms == 250
-    assert FetcherSettings.from_config(None).backoff_ms == 1000
+    assert FetcherSettings().backoff_ms == 1000
+    # The replica manager's settings carry the broker's fetcher settings, not defaults.
+    assert ReplicaManagerSettings.from_config(config).fetcher.backoff_ms == 250
+    assert ReplicaManagerSettings.defaults().fetcher.backoff_ms == 1000
 
 
 def test_typed_settings_take_their_defaults_from_the_table() -> None:

@@ -53,6 +53,7 @@ from odradek.metadata.store import MetadataStore
 from odradek.metrics.http_listener import MetricsListener, parse_listener_url
 from odradek.replication.isr_store import ZkIsrStore
 from odradek.replication.replica_manager import RECOVERY_POINT_CHECKPOINT, ReplicaManager
+from odradek.replication.settings import ReplicaManagerSettings
 from odradek.replication.trace import RecordTracer
 from odradek.security import listener_config as lc
 from odradek.security.client_security import ClientSecurity
@@ -136,7 +137,8 @@ class Broker:
         host, port = config.advertised_endpoint()
         self.advertised_host, self.advertised_port = host, port
         self.replicas = ReplicaManager(self.broker_id, Path(config.log_dirs[0]),
-                                       self.log_config_for, config=config, source_ip=host,
+                                       self.log_config_for,
+                                       ReplicaManagerSettings.from_config(config), source_ip=host,
                                        isr_store=ZkIsrStore(lambda: self.zkc, self._topic_id,
                                                             self.broker_id),
                                        tracer=RecordTracer(

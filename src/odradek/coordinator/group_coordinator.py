@@ -22,7 +22,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from odradek.coordinator.group_codec import (
     GroupKey,
@@ -59,14 +59,14 @@ from odradek.coordinator.runtime import (
 from odradek.errors import ErrorCode, KafkaError
 from odradek.replication.replica_manager import now_ms
 from odradek.storage.batch import CONTROL_BIT
-from odradek.storage.producer_state import CONTROL_TYPE_COMMIT, ONGOING_AT_REQUEST, control_type
+from odradek.storage.producer_state import CONTROL_TYPE_COMMIT, control_type
 from odradek.storage.records import decode_batch_records, encode_batch
 
 if TYPE_CHECKING:
     from odradek.config import BrokerConfig
     from odradek.metadata.image import MetadataImage
-    from odradek.replication.partition import Partition
     from odradek.replication.replica_manager import ReplicaManager
+    from odradek.replication.txn_verification import PartitionVerifier
     from odradek.storage.batch import BatchHeader
 
 logger = logging.getLogger(__name__)
@@ -98,16 +98,6 @@ def _commit_error(code: ErrorCode) -> ErrorCode:
     if code is ErrorCode.network_exception:
         return ErrorCode.coordinator_load_in_progress
     return _APPEND_ERRORS.get(code, code)
-
-
-class TxnPartitionVerifier(Protocol):
-    """KIP-890's verification, as the transaction coordinator's ``TxnVerifier`` offers it:
-    a Protocol so that this module does not import the transaction side (which imports
-    it: the import circle issue 25 removed)."""
-
-    async def verify(self, transactional_id: str, producer_id: int, epoch: int,
-                     partitions: list[TopicPartition], timeout_s: float
-                     ) -> dict[TopicPartition, ErrorCode]: ...
 
 
 class GroupCoordinator:
@@ -434,14 +424,14 @@ class GroupCoordinator:
 
     async def txn_commit(self, group_id: str, producer_id: int, epoch: int, member_id: str,
                          instance_id: str | None, generation: int,
-                         entries: list[CommitEntry], *, transactional_id: str | None = None,
-                         verifier: TxnPartitionVerifier | None = None
+                         entries: list[CommitEntry], *, transactional_id: str | None,
+                         verifier: PartitionVerifier
                          ) -> dict[TopicPartition, ErrorCode]:
         """TxnOffsetCommit (KIP-98, KIP-447): the offsets are written as a transactional
         batch of the producer and stay pending until its marker arrives
         (``complete_txn_offsets``). Generation checks apply only when the client sent
-        them (KIP-447; a -1 generation is an old client). ``verifier``: KIP-890 is on
-        (``_verify_txn``)."""
+        them (KIP-447; a -1 generation is an old client). ``verifier``: asked when
+        KIP-890 verification is on (``_verify_txn``)."""
         idx = self.check(group_id)
         epoch_loaded = self.runtime.epoch(idx)
         t = now_ms()
@@ -453,12 +443,11 @@ class GroupCoordinator:
         results, records, values = self._offset_records(group_id, entries, t)
         if records:
             tpo = (OFFSETS_TOPIC, idx)
-            part = self.replicas.partitions.get(tpo)
             first = -1
-            if part is None:
+            if tpo not in self.replicas.partitions:
                 code = ErrorCode.not_coordinator
             else:
-                code, guard = await self._verify_txn(part, transactional_id, producer_id,
+                code, guard = await self._verify_txn(tpo, transactional_id, producer_id,
                                                      epoch, verifier)
                 if code is ErrorCode.none:
                     code, first = await self.replicas.append_and_wait(
@@ -479,32 +468,32 @@ class GroupCoordinator:
                 results[tp] = code
         return results
 
-    async def _verify_txn(self, part: Partition, tid: str | None, producer_id: int, epoch: int,
-                          verifier: TxnPartitionVerifier | None) -> tuple[ErrorCode, object | None]:
+    async def _verify_txn(self, tp: TopicPartition, tid: str | None, producer_id: int,
+                          epoch: int, verifier: PartitionVerifier
+                          ) -> tuple[ErrorCode, object | None]:
         """KIP-890 for TxnOffsetCommit, as Kafka's GroupCoordinator: a transaction's first
         offsets in the group's ``__consumer_offsets`` partition are written only once its
         coordinator confirms the partition is in the transaction (AddOffsetsToTxn put it
         there). A commit arriving after the abort would otherwise leave pending offsets
         that no marker resolves: OffsetFetch with require_stable would answer
-        UNSTABLE_OFFSET_COMMIT for the group's partitions for good."""
-        if verifier is None:
+        UNSTABLE_OFFSET_COMMIT for the group's partitions for good. The replica manager
+        gives the guard (``start_txn_verification``) and its append checks it."""
+        if not self.replicas.txn_verification_enabled:
             return ErrorCode.none, None
         if not tid:
             # Kafka's transaction coordinator refuses to verify an empty id
             # (INVALID_REQUEST). Skipping the verification instead let a commit without
             # an id open a transaction on the offsets partition that nothing closes.
             return ErrorCode.invalid_request, None
-        ps = part.producers
-        if producer_id in ps.ongoing:
-            return ErrorCode.none, ONGOING_AT_REQUEST  # a marker before the append voids it
-        guard = ps.start_verification(producer_id)
-        failed = await verifier.verify(tid, producer_id, epoch, [(part.topic, part.index)],
-                                       self.commit_timeout_s)
-        code = failed.get((part.topic, part.index))
-        if code is None:
-            return ErrorCode.none, guard
-        ps.end_verification(producer_id, guard)
-        return code, None
+        verifications = self.replicas.start_txn_verification([(tp, producer_id, epoch)])
+        if not verifications:
+            return ErrorCode.none, None  # not led here: the append answers
+        v = verifications[0]
+        failed = await v.verify(verifier, tid, self.commit_timeout_s)
+        code = failed.get(tp)
+        if code is not None:
+            return code, None
+        return ErrorCode.none, v.guards.get(tp)
 
     def pending_txn_partitions(self, group_id: str) -> set[TopicPartition]:
         """Partitions with an offset of ``group_id`` in an open transaction."""

@@ -24,7 +24,7 @@ retriable NOT_ENOUGH_REPLICAS.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.add_partitions_to_txn.v4.request import (
     AddPartitionsToTxnRequest,
@@ -38,13 +38,12 @@ from odradek.errors import ErrorCode
 from odradek.replication.broker_connection import BrokerConnectionError, BrokerConnectionPool
 
 if TYPE_CHECKING:
-    from odradek.metadata.image import BrokerInfo, MetadataImage
+    from odradek.metadata.image import BrokerInfo
 
-__all__ = ["TxnVerifier", "produce_error", "verification_enabled", "VERIFICATION_CONFIG"]
+__all__ = ["TxnVerifier", "produce_error"]
 
 logger = logging.getLogger(__name__)
 
-VERIFICATION_CONFIG = "transaction.partition.verification.enable"
 VERIFY_TIMEOUT_S = 30.0  # Kafka: request.timeout.ms of the inter-broker sender
 
 TopicPartition = tuple[str, int]
@@ -57,15 +56,6 @@ _RETRIABLE_AS_NOT_ENOUGH_REPLICAS = frozenset(
         ErrorCode.not_coordinator,
     }
 )
-
-
-def verification_enabled(config: Any, image: MetadataImage) -> bool:
-    """``transaction.partition.verification.enable``: a dynamic broker config (cluster
-    default or this broker's override), else the static one."""
-    raw = image.dynamic_broker_config(VERIFICATION_CONFIG)
-    if raw is None:
-        return bool(config.get(VERIFICATION_CONFIG))
-    return raw.strip().lower() == "true"
 
 
 def produce_error(code: ErrorCode) -> ErrorCode:

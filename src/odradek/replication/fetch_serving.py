@@ -146,8 +146,7 @@ class FetchServing:
         # HW and serve consumers an empty partition (a loaded CI run of
         # test_aborted_transactions_are_served_by_every_replica_and_after_restarts).
         full_follower_fetch = follower and fctx is not None and fctx.kind is FetchKind.FULL
-        if (total >= params.min_bytes or params.max_wait_s <= 0 or errored
-                or full_follower_fetch):
+        if total >= params.min_bytes or params.max_wait_s <= 0 or errored or full_follower_fetch:
             self._trace_fetch(params, answered())
             if self.topic_stats is not None:
                 self._count_fetched(follower, answered())

@@ -75,8 +75,8 @@ class FetcherSettings:
     socket_timeout_ms: int = setting("replica.socket.timeout.ms")
 
     @classmethod
-    def from_config(cls, config: BrokerConfig | None) -> FetcherSettings:
-        return settings_from(cls, config.get if config is not None else None)
+    def from_config(cls, config: BrokerConfig) -> FetcherSettings:
+        return settings_from(cls, config.get)
 
 
 @dataclass(slots=True)
@@ -366,12 +366,14 @@ class ReplicaFetcherManager:
     """The follower side of the replica manager: which partitions each leader's fetcher
     carries (Kafka's ReplicaFetcherManager)."""
 
-    def __init__(self, broker_id: int, config: Any, endpoint_factory: EndpointFactory | None,
+    def __init__(self, broker_id: int, settings: FetcherSettings,
+                 endpoint_factory: EndpointFactory | None,
                  *, on_progress: Callable[[Partition], None],
                  tracer: RecordTracer | None = None, source_ip: str | None = None) -> None:
         self.broker_id = broker_id
-        self.settings = FetcherSettings.from_config(config)
-        self.enabled = config is not None or endpoint_factory is not None
+        self.settings = settings
+        # False from controlled shutdown on (quiesce_fetchers): start no fetcher.
+        self.enabled = True
         self._endpoint_factory = endpoint_factory
         self._source_ip = source_ip
         self._on_progress = on_progress

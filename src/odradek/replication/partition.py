@@ -266,16 +266,26 @@ class Partition:
                              f"broker {self.local_broker_id} does not lead {self.name}")
 
     # ================================================================= leader: appends
+    def maybe_start_verification(self, producer_id: int) -> tuple[object, bool]:
+        """KIP-890 (Kafka's Partition.maybeStartTransactionVerification): the guard for
+        a transactional append of ``producer_id`` here, and whether the transaction
+        coordinator must confirm the partition first (no transaction ongoing)."""
+        return self.producers.maybe_start_verification(producer_id)
+
     def append_as_leader(self, records: bytes | bytearray | memoryview, required_acks: int,
                          now_ms: int, *, allow_control: bool = False,
                          from_coordinator: bool = False,
+                         require_verification: bool = True,
                          verification_guard: object | None = None,
                          single_batch: bool = False) -> AppendInfo:
         """Validate, deduplicate (idempotent producers), assign offsets, write once.
         The caller wakes the fetches waiting on this partition; ``acks=1`` and the HW
-        are its business too (``hw_after_append``). ``verification_guard``: KIP-890 is
-        in effect for this produce (see ``ProducerStateManager.check_verified``).
-        ``single_batch``: a client's Produce (v3+), which must carry exactly one batch."""
+        are its business too (``hw_after_append``). ``require_verification``: KIP-890
+        is on (by default, as in Kafka, so no caller can forget it): a transactional batch
+        opens a transaction only with the guard of its verification
+        (``verification_guard``, from ``maybe_start_verification``; see
+        ``ProducerStateManager.check_verified``). ``single_batch``: a client's Produce
+        (v3+), which must carry exactly one batch."""
         st = self._state
         if type(st) is not Leader:
             self.check_leader()
@@ -309,7 +319,7 @@ class Partition:
             # carry no sequence numbers: Kafka validates them only for client produces
             # (AppendOrigin.Coordinator). A transactional offset commit is verified.
             dup = None if from_coordinator else self.producers.check(headers)
-            if verification_guard is not None and dup is None:
+            if require_verification and dup is None:
                 self.producers.check_verified(headers, verification_guard)
             if dup is not None:
                 # A retry of a batch we already have: success with its original offsets.

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from odradek.configdefs import BROKER_CONFIGS, LONG_MAX
+from odradek.configdefs import LONG_MAX
 from odradek.errors import ErrorCode, InvalidRecordsError, KafkaError
 from odradek.log_limiter import LogLimiter
 from odradek.log_manager.flusher import Flusher
@@ -73,17 +73,20 @@ from odradek.replication.partition_state import (
 )
 from odradek.replication.purgatory import DelayedOperationPurgatory
 from odradek.replication.quota import ReplicationQuota, throttled_partitions
+from odradek.replication.settings import ReplicaManagerSettings
 from odradek.replication.trace import RecordTracer
+from odradek.replication.txn_verification import (
+    TxnVerification,
+    VerificationGuards,
+    start_verifications,
+    verification_enabled,
+)
 from odradek.runtime import clock
 from odradek.storage.checkpoint import read_checkpoint, write_checkpoint
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import Log, LogConfig
 from odradek.storage.producer_state import ProducerStateManager
-from odradek.storage.truncation_ledger import (
-    RETENTION_CONFIG,
-    TruncationLedger,
-    ledger_root,
-)
+from odradek.storage.truncation_ledger import TruncationLedger, ledger_root
 from odradek.topics import INTERNAL_TOPICS
 
 logger = logging.getLogger(__name__)
@@ -95,16 +98,6 @@ HW_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 FENCED_RETRY_S = 1.0  # a fenced leader re-asserts its ISR at most this often
 _REJECTED_LOG = LogLimiter(burst=5, interval_s=60.0)
-
-
-def _setting(config: Any, name: str) -> Any:
-    """A broker setting's value: from the BrokerConfig, or the table's default when the
-    manager runs without one (harness tests). One place, so no default is written twice
-    (issue 16)."""
-    if config is not None:
-        return config.get(name)
-    d = BROKER_CONFIGS[name]
-    return d.parse(d.default)
 
 
 def now_ms() -> int:
@@ -126,21 +119,18 @@ class ProduceEntry:
     topic: str
     records: Any  # bytes | memoryview | None
     result: PartitionProduceResult
-    # KIP-890: set when the produce's transaction was verified (or needed no
-    # verification); the partition checks it again at the append.
-    verification_guard: object | None = None
 
 
 class ReplicaManager:
     def __init__(self, broker_id: int, log_dir: Path,
-                 log_config_for: Callable[[str], LogConfig], config: Any = None,
+                 log_config_for: Callable[[str], LogConfig], settings: ReplicaManagerSettings,
                  source_ip: str | None = None, isr_store: IsrStore | None = None,
                  endpoint_factory: EndpointFactory | None = None,
                  tracer: RecordTracer | None = None) -> None:
         self.broker_id = broker_id
         self.log_dir = log_dir
         self.log_config_for = log_config_for
-        self.config = config
+        self.settings = settings
         self.source_ip = source_ip
         # Conditional writes of the state znode (ZooKeeper in a broker); blocking, run in
         # a worker thread.
@@ -152,17 +142,16 @@ class ReplicaManager:
             AlterPartitionManager(isr_store, self._isr_write_done)
             if isr_store is not None else None)
         self.tracer = tracer or RecordTracer(0)
-        self.fetchers = ReplicaFetcherManager(broker_id, config, endpoint_factory,
+        self.fetchers = ReplicaFetcherManager(broker_id, settings.fetcher, endpoint_factory,
                                               on_progress=self._on_follower_progress,
                                               tracer=self.tracer, source_ip=source_ip)
         # KIP-227 incremental fetch sessions, for followers and consumers alike.
         self.fetch_sessions = FetchSessionCache(
-            _setting(config, "max.incremental.fetch.session.cache.slots"),
-            _setting(config, "min.incremental.fetch.session.eviction.ms"),
-            max_partitions=_setting(config, "odradek.max.partitions"))
+            settings.fetch_session_cache_slots, settings.fetch_session_eviction_ms,
+            max_partitions=settings.max_partitions)
         # KIP-73 replication throttles (replication/quota.py).
-        window_s = float(_setting(config, "replication.quota.window.size.seconds"))
-        windows = _setting(config, "replication.quota.window.num")
+        window_s = float(settings.quota_window_size_seconds)
+        windows = settings.quota_window_num
         self.leader_quota = ReplicationQuota(window_s, windows)
         self.follower_quota = ReplicationQuota(window_s, windows)
         self.fetchers.quota = self.follower_quota
@@ -196,10 +185,13 @@ class ReplicaManager:
         self._flusher: Flusher | None = None
         # Truncated suffixes are quarantined here, not discarded (the lost-records ledger).
         self.ledger = TruncationLedger(ledger_root(log_dir), broker_id,
-                                       _setting(config, RETENTION_CONFIG))
+                                       settings.lost_records_retention_bytes)
         # Topic overrides each local log's LogConfig was last built from (dynamic topic
         # configs): a change swaps log.config in _apply_partition.
         self._applied_configs: dict[TopicPartition, dict[str, str]] = {}
+        # KIP-890 (transaction.partition.verification.enable, dynamic: followed from
+        # each image): a transactional append then needs its verification guard.
+        self.txn_verification_enabled = settings.txn_verification_enable
 
     @property
     def flusher(self) -> Flusher | None:
@@ -249,7 +241,7 @@ class ReplicaManager:
             self._attach_flusher(lg)
 
     def _recovery_threads(self) -> int:
-        return max(1, int(_setting(self.config, "num.recovery.threads.per.data.dir")))
+        return max(1, self.settings.recovery_threads)
 
     # ----------------------------------------------------------------- metadata
     def apply_image(self, image: MetadataImage) -> None:
@@ -258,6 +250,8 @@ class ReplicaManager:
         change once per leader broker for the whole batch."""
         changed = image.changed_topics
         t = now_ms()
+        self.txn_verification_enabled = verification_enabled(
+            self.settings.txn_verification_enable, image)
         self._apply_throttle_rates(image)
         for name in (image.topics if changed is None else changed):
             topic = image.topics.get(name)
@@ -307,9 +301,7 @@ class ReplicaManager:
         if part is None:
             part = self._create_partition(tp, pinfo)
         part.set_min_insync_replicas(int(configs.get(
-            "min.insync.replicas",
-            self.config.min_insync_replicas if self.config is not None
-            else _setting(None, "min.insync.replicas"))))
+            "min.insync.replicas", self.settings.min_insync_replicas)))
         if self._applied_configs.get(tp) != configs:
             # Dynamic topic configs: logs opened by load_logs (before the first image) or
             # before an AlterConfigs carry a stale LogConfig. Storage, retention,
@@ -476,12 +468,34 @@ class ReplicaManager:
         self._wake((part.topic, part.index))
 
     # ----------------------------------------------------------------- produce
+    def start_txn_verification(self, appends: Iterable[tuple[TopicPartition, int, int]]
+                               ) -> list[TxnVerification]:
+        """KIP-890 (Kafka's maybeStartTransactionVerificationForPartitions): for each
+        transactional append (partition, producer id, epoch), the guard the append must
+        bring, grouped by producer, with the partitions the transaction coordinator must
+        confirm first (``TxnVerification.verify``). Empty when verification is off; a
+        partition not led here is left to the append's own error."""
+        if not self.txn_verification_enabled:
+            return []
+        led: list[tuple[Partition, int, int]] = []
+        for tp, pid, epoch in appends:
+            p = self.partitions.get(tp)
+            if p is not None and p.is_leader:
+                led.append((p, pid, epoch))
+        return start_verifications(led)
+
     def append_records(self, entries: list[ProduceEntry], acks: int, timeout_s: float,
-                       image: MetadataImage, *, internal: bool = False
+                       image: MetadataImage, *, internal: bool = False,
+                       verification_guards: VerificationGuards | None = None
                        ) -> DelayedProduce | None:
         """Append each entry's records as leader (REQ-R7). Errors are per partition, in
         each entry's result. Returns the delayed produce to await for ``acks=all`` (or
-        acks=1 on an ``odradek.ack.fsync`` topic), None when every answer is known."""
+        acks=1 on an ``odradek.ack.fsync`` topic), None when every answer is known.
+        ``verification_guards``: KIP-890, each transactional append's guard
+        (``start_txn_verification``); with verification on, a transactional batch
+        without a valid one opens no transaction (INVALID_TXN_STATE)."""
+        guards = verification_guards or {}
+        require = self.txn_verification_enabled
         t_now = now_ms()
         pending: list[PendingProduce] = []
         tracer = self.tracer
@@ -506,7 +520,8 @@ class ReplicaManager:
                     ts = stats.topic(e.topic)
                     ts.produce_requests += 1
                 info = p.append_as_leader(e.records, acks, t_now,
-                                          verification_guard=e.verification_guard,
+                                          require_verification=require,
+                                          verification_guard=guards.get((e.topic, res.index)),
                                           single_batch=True)
                 res.base_offset = info.first_offset
                 res.log_append_time_ms = info.log_append_time
@@ -563,13 +578,15 @@ class ReplicaManager:
                               ) -> tuple[ErrorCode, int]:
         """An internal acks=all append (the group coordinator's ``__consumer_offsets``):
         (error, first offset) once replicated, or the error that stopped it.
-        ``verification_guard``: a transactional offset commit's (KIP-890)."""
+        ``verification_guard``: a transactional offset commit's (KIP-890,
+        ``start_txn_verification``)."""
         part = self.partitions.get(tp)
         if part is None:
             return ErrorCode.not_leader_or_follower, -1
         try:
             info = part.append_as_leader(records, -1, now_ms(), allow_control=allow_control,
                                          from_coordinator=True,
+                                         require_verification=self.txn_verification_enabled,
                                          verification_guard=verification_guard)
         except KafkaError as e:
             return e.code, -1
@@ -643,10 +660,8 @@ class ReplicaManager:
     def check_isr(self) -> None:
         """The periodic ISR check (REQ-R6), every replica.lag.time.max.ms / 2: shrink
         lagging members; a fenced leader re-asserts its ISR (at most once a second)."""
-        if self.config is None:
-            return
         t = now_ms()
-        lag = self.config.replica_lag_time_max_ms
+        lag = self.settings.replica_lag_time_max_ms
         for tp, part in self.partitions.items():
             if part.role is not Role.LEADER:
                 continue
@@ -681,9 +696,9 @@ class ReplicaManager:
             self._apply_transition(part, tr)
             # The write may have been superseded while in flight: decide again now rather
             # than at the next periodic check (it joins the next batch).
-            if part.is_leader and self.config is not None:
+            if part.is_leader:
                 self._credit_idle_followers((part.topic, part.index), part)
-                nxt = part.maybe_shrink_isr(now_ms(), self.config.replica_lag_time_max_ms)
+                nxt = part.maybe_shrink_isr(now_ms(), self.settings.replica_lag_time_max_ms)
                 if nxt is not None:
                     self._submit_isr_write(part, nxt)
 

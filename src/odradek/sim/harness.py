@@ -55,6 +55,7 @@ from odradek.replication.partition_state import (
     LeaderAndIsr,
 )
 from odradek.replication.replica_manager import ProduceEntry, ReplicaManager
+from odradek.replication.settings import ReplicaManagerSettings
 from odradek.replication.trace import RecordTracer
 from odradek.runtime import clock
 from odradek.storage.log import LogConfig
@@ -323,7 +324,7 @@ class ReplicationHarness:
             b,
             self.root / f"broker-{b}",
             lambda _t: LogConfig(),
-            config=cfg,
+            ReplicaManagerSettings.from_config(cfg),
             isr_store=store,
             endpoint_factory=self._endpoint_factory(b),
             tracer=RecordTracer(self.trace_every, b),

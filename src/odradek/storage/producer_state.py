@@ -181,6 +181,16 @@ class ProducerStateManager:
                              "request mixes duplicate and new batches")
         return duplicate
 
+    def maybe_start_verification(self, producer_id: int) -> tuple[object, bool]:
+        """KIP-890 (Kafka's UnifiedLog.maybeStartTransactionVerification): the guard a
+        transactional batch of ``producer_id`` must bring to the append, and whether the
+        transaction coordinator must first confirm the partition is in the transaction.
+        An ongoing transaction needs no verification: its guard is ONGOING_AT_REQUEST,
+        which holds only while the transaction is still ongoing at the append."""
+        if producer_id in self.ongoing:
+            return ONGOING_AT_REQUEST, False
+        return self.start_verification(producer_id), True
+
     def start_verification(self, producer_id: int) -> object:
         """The guard for a verification of ``producer_id``'s transaction starting here
         (an existing one is shared: concurrent requests verify the same thing)."""
@@ -191,13 +201,15 @@ class ProducerStateManager:
         if self.verifying.get(producer_id) is guard:
             del self.verifying[producer_id]
 
-    def check_verified(self, batches: list[BatchHeader], guard: object) -> None:
+    def check_verified(self, batches: list[BatchHeader], guard: object | None) -> None:
         """A transactional batch may open a transaction only with the guard registered
-        for its producer, still in place (no marker since); else INVALID_TXN_STATE."""
+        for its producer, still in place (no marker since); else INVALID_TXN_STATE.
+        ``guard`` None (the caller verified nothing) opens none."""
         for h in batches:
             pid = h.producer_id
             if (h.is_transactional and not h.is_control and pid >= 0
-                    and pid not in self.ongoing and self.verifying.get(pid) is not guard):
+                    and pid not in self.ongoing
+                    and (guard is None or self.verifying.get(pid) is not guard)):
                 raise KafkaError(ErrorCode.invalid_txn_state,
                                  f"producer {pid}: the partition was not verified to be in "
                                  "the transaction (it may have ended)")

@@ -22,6 +22,7 @@ from odradek.coordinator.txn_state import TxnState
 from odradek.errors import ErrorCode, KafkaError
 from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from odradek.replication.replica_manager import ReplicaManager, now_ms
+from odradek.replication.settings import ReplicaManagerSettings
 from odradek.storage.log import LogConfig
 from odradek.storage.records import encode_batch
 
@@ -80,7 +81,8 @@ def setup(tmp_path: Path) -> tuple[ReplicaManager, Cluster, GroupCoordinator]:
             "offsets.topic.num.partitions": "1",
         }
     )
-    rm = ReplicaManager(1, tmp_path, lambda _t: LogConfig(), config=cfg)
+    rm = ReplicaManager(1, tmp_path, lambda _t: LogConfig(),
+                        ReplicaManagerSettings.from_config(cfg))
     rm.load_logs()
     cluster = Cluster()
     return rm, cluster, GroupCoordinator(1, cfg, rm, cluster)  # type: ignore[arg-type]

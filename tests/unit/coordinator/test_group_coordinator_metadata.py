@@ -15,6 +15,7 @@ from odradek.coordinator.group_coordinator import OFFSETS_TOPIC, GroupCoordinato
 from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from odradek.replication.partition import Partition
 from odradek.replication.replica_manager import ReplicaManager
+from odradek.replication.settings import ReplicaManagerSettings
 from odradek.storage.log import LogConfig
 
 OFFSETS_ID = uuid.UUID(int=1)
@@ -59,7 +60,8 @@ def test_on_metadata_looks_only_at_changed_offsets_partitions(tmp_path: Path) ->
 async def check(tmp_path: Path) -> None:
     cfg = BrokerConfig.from_dict({"broker.id": "1", "zookeeper.connect": "127.0.0.1:1",
                                   "log.dirs": str(tmp_path)})
-    rm = ReplicaManager(1, tmp_path, lambda _t: LogConfig(), config=cfg)
+    rm = ReplicaManager(1, tmp_path, lambda _t: LogConfig(),
+                        ReplicaManagerSettings.from_config(cfg))
     rm.load_logs()
     rm.partitions = CountingPartitions()
     cluster = Cluster()

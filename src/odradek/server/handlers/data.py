@@ -28,7 +28,6 @@ import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from odradek.coordinator.txn_verifier import verification_enabled
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import list_offsets_v0
 from odradek.protocol.codec import RequestHeaderInfo
@@ -39,6 +38,7 @@ from odradek.replication.delayed import DelayedFetch, DelayedProduce
 from odradek.replication.fetch_serving import FetchEntry, FetchParams
 from odradek.replication.fetch_session import FetchContext, FetchKind
 from odradek.replication.replica_manager import ProduceEntry
+from odradek.replication.txn_verification import TxnVerification, VerificationGuards
 from odradek.security.acl import AclOperation, ResourceType
 from odradek.server.network import CloseConnection, InOrder
 from odradek.storage.batch import (
@@ -49,7 +49,6 @@ from odradek.storage.batch import (
     TRANSACTIONAL_BIT,
     BatchHeader,
 )
-from odradek.storage.producer_state import ONGOING_AT_REQUEST
 
 if TYPE_CHECKING:
     from odradek.server.context import RequestContext
@@ -90,16 +89,21 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
     # Transactional batches (KIP-98) are appended like idempotent ones; the partition's
     # producer state opens the transaction and holds the LSO at its first offset until
     # the coordinator's marker closes it. One that would open a transaction on a
-    # partition is first verified with the coordinator (KIP-890).
+    # partition is first verified with the coordinator (KIP-890): the replica manager
+    # gives each transactional append its guard, and its append requires one.
     timeout_s = req.timeout.total_seconds()
+    guards: VerificationGuards = {}
     if tid and entries:
-        verifying = _start_verification(ctx, entries)
-        if verifying:
+        verifications = _start_verification(ctx, entries)
+        for v in verifications:
+            guards.update(v.guards)
+        if any(v.pending for v in verifications):
             # In order: the connection starts no other request until this one is
             # appended, so a producer's next batches cannot overtake it.
-            return InOrder(_verified_produce(ctx, header, results, entries, verifying, tid,
-                                             acks, timeout_s, denied, throttle_ms))
-    return _append(ctx, header, results, entries, acks, timeout_s, denied, throttle_ms)
+            return InOrder(_verified_produce(ctx, header, results, entries, verifications,
+                                             guards, tid, acks, timeout_s, denied,
+                                             throttle_ms))
+    return _append(ctx, header, results, entries, acks, timeout_s, denied, throttle_ms, guards)
 
 
 def _produce_throttle(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> int:
@@ -156,8 +160,9 @@ def _refuse_all(header: RequestHeaderInfo, req: Any, acks: int, code: ErrorCode,
 def _append(ctx: RequestContext, header: RequestHeaderInfo,
             results: list[tuple[str, list[PartitionProduceResult]]],
             entries: list[ProduceEntry], acks: int, timeout_s: float, denied: int,
-            throttle_ms: int = 0) -> Result:
-    op = ctx.replicas.append_records(entries, acks, timeout_s, ctx.image)
+            throttle_ms: int = 0, guards: VerificationGuards | None = None) -> Result:
+    op = ctx.replicas.append_records(entries, acks, timeout_s, ctx.image,
+                                     verification_guards=guards)
     if acks == 0:
         if denied or any(e.result.error_code for e in entries):
             # Kafka: with acks=0 the client gets no response, so the only way to tell it
@@ -170,9 +175,6 @@ def _append(ctx: RequestContext, header: RequestHeaderInfo,
     return _delayed_produce(header, results, op, throttle_ms)
 
 
-_Verifying = dict[tuple[int, int], list[tuple[ProduceEntry, Any]]]
-
-
 def _only_batch(records: Any) -> BatchHeader | None:
     """The header of a produce's v2 batch if it is the only one, unvalidated (the
     append validates it, and refuses records that are not exactly one batch)."""
@@ -182,53 +184,40 @@ def _only_batch(records: Any) -> BatchHeader | None:
     return h if h.magic == 2 and h.size == len(records) else None
 
 
-def _start_verification(ctx: RequestContext, entries: list[ProduceEntry]) -> _Verifying:
-    """KIP-890: give each transactional entry its verification guard; return the
-    entries that would open a transaction on their partition (by producer id and
-    epoch, with their partition), which the coordinator must confirm first."""
-    image = ctx.image
-    if not verification_enabled(ctx.config, image):
-        return {}
-    verifying: _Verifying = {}
+def _start_verification(ctx: RequestContext,
+                        entries: list[ProduceEntry]) -> list[TxnVerification]:
+    """KIP-890: the verifications of the request's transactional appends, one per
+    producer id and epoch (empty when verification is off)."""
+    appends: list[tuple[tuple[str, int], int, int]] = []
     for e in entries:
         h = _only_batch(e.records)
         if h is None or not h.is_transactional or h.is_control or h.producer_id < 0:
             continue
-        p = ctx.replicas.partitions.get((e.topic, e.result.index))
-        if p is None or not p.is_leader:
-            continue  # the append answers NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC
-        if h.producer_id in p.producers.ongoing:
-            e.verification_guard = ONGOING_AT_REQUEST
-        else:
-            e.verification_guard = p.producers.start_verification(h.producer_id)
-            verifying.setdefault((h.producer_id, h.producer_epoch), []).append((e, p))
-    return verifying
+        appends.append(((e.topic, e.result.index), h.producer_id, h.producer_epoch))
+    return ctx.replicas.start_txn_verification(appends) if appends else []
 
 
 async def _verified_produce(ctx: RequestContext, header: RequestHeaderInfo,
                             results: list[tuple[str, list[PartitionProduceResult]]],
-                            entries: list[ProduceEntry], verifying: _Verifying, tid: str,
-                            acks: int, timeout_s: float, denied: int,
-                            throttle_ms: int) -> Any:
-    keys = list(verifying)
-    answers = await asyncio.gather(*(
-        ctx.txns.verifier.verify(tid, pid, epoch,
-                                 [(e.topic, e.result.index) for e, _ in verifying[(pid, epoch)]],
-                                 timeout_s) for pid, epoch in keys))
-    for key, failed in zip(keys, answers):
-        for e, p in verifying[key]:
-            code = failed.get((e.topic, e.result.index))
-            if code is None:
-                continue
-            p.producers.end_verification(key[0], e.verification_guard)
-            e.result.error_code = int(code)
-            e.result.base_offset = -1
-            if code is ErrorCode.invalid_txn_state:
-                e.result.error_message = "Partition was not added to the transaction"
+                            entries: list[ProduceEntry], verifications: list[TxnVerification],
+                            guards: VerificationGuards, tid: str, acks: int,
+                            timeout_s: float, denied: int, throttle_ms: int) -> Any:
+    answers = await asyncio.gather(*(v.verify(ctx.txns.verifier, tid, timeout_s)
+                                     for v in verifications))
+    failed = {tp: code for answer in answers for tp, code in answer.items()}
+    for e in entries:
+        code = failed.get((e.topic, e.result.index))
+        if code is None:
+            continue
+        guards.pop((e.topic, e.result.index), None)
+        e.result.error_code = int(code)
+        e.result.base_offset = -1
+        if code is ErrorCode.invalid_txn_state:
+            e.result.error_message = "Partition was not added to the transaction"
     remaining = [e for e in entries if not e.result.error_code]
     failed_any = len(remaining) < len(entries)
     result = _append(ctx, header, results, remaining, acks, timeout_s,
-                     denied + int(failed_any), throttle_ms)
+                     denied + int(failed_any), throttle_ms, guards)
     if isinstance(result, Coroutine):
         return await result
     return result

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.coordinator.txn_markers import write_marker_locally
 from odradek.coordinator.txn_state import TxnState
-from odradek.coordinator.txn_verifier import verification_enabled
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.responses import part, response
@@ -200,13 +199,12 @@ async def handle_txn_offset_commit(ctx: RequestContext, header: RequestHeaderInf
     allowed = [e for e in entries if (e[0], e[1]) not in results]
     if allowed:
         try:
-            verifier = (ctx.txns.verifier if verification_enabled(ctx.config, ctx.image)
-                        else None)
+            # The replica manager decides whether KIP-890 verification applies.
             results.update(await ctx.groups.txn_commit(
                 req.group_id, int(req.producer_id), int(req.producer_epoch),
                 getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
                 int(getattr(req, "generation_id", -1)), allowed,
-                transactional_id=str(req.transactional_id), verifier=verifier))
+                transactional_id=str(req.transactional_id), verifier=ctx.txns.verifier))
         except KafkaError as e:
             results.update({(t, p): e.code for t, p, *_ in allowed})
     by_topic: dict[str, list[Any]] = {}

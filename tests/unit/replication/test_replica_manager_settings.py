@@ -1,0 +1,53 @@
+"""The replica manager always runs with explicit settings (issue 25 item 6): built from
+the table's defaults it behaves as a broker does with an empty server.properties. It
+used to take ``config=None`` and then silently skip the periodic ISR check (and start
+no fetchers), so a test of it checked something no broker runs."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from odradek.replication.replica_manager import ReplicaManager
+from odradek.replication.settings import ReplicaManagerSettings
+from odradek.runtime import clock
+from odradek.storage.log import LogConfig
+
+
+def test_defaults_are_the_tables_and_the_isr_check_runs(tmp_path: Path) -> None:
+    settings = ReplicaManagerSettings.defaults()
+    assert settings.replica_lag_time_max_ms == 30_000  # replica.lag.time.max.ms
+    assert settings.min_insync_replicas == 1 and settings.txn_verification_enable
+    rm = ReplicaManager(
+        1, tmp_path, lambda _t: LogConfig(), replace(settings, min_insync_replicas=2)
+    )
+    rm.load_logs()
+    # Broker 1 leads t-0 with broker 2 in its ISR; broker 2 never fetches.
+    rm.apply_image(
+        MetadataImage(
+            "c",
+            1,
+            {b: BrokerInfo(b, "127.0.0.1", 9000 + b) for b in (1, 2)},
+            {
+                "t": TopicInfo(
+                    "t", uuid.UUID(int=1), {0: PartitionInfo(0, (1, 2), 1, 0, (1, 2), 1, 0)}
+                )
+            },
+            complete=True,
+        )
+    )
+    part = rm.partitions[("t", 0)]
+    assert part.min_insync_replicas == 2  # the settings' value, not the table's
+    rm.check_isr()
+    assert part.pending_isr is None  # not lagging yet
+    start = time.time_ns()
+    clock.install(clock.monotonic, lambda: start + 31 * 1_000_000_000)
+    try:
+        rm.check_isr()  # past replica.lag.time.max.ms: broker 2 leaves the ISR
+    finally:
+        clock.restore()
+    assert part.pending_isr == (1,)
+    rm.shutdown()
