@@ -185,10 +185,11 @@ class AvroValueDecoder:
     """Turns the ``value`` column of the source's batches into the Avro columns."""
 
     def __init__(self, vo: ValueOptions, base: pa.Schema) -> None:
-        from fastavro import parse_schema  # noqa: PLC0415 - executors only
+        from fastavro import parse_schema, schemaless_reader  # noqa: PLC0415 - executors only
 
         self._vo = vo
         self._parse = parse_schema
+        self._read = schemaless_reader  # bound once: decoding is per record
         schema = json.loads(vo.schema)
         self._reader = parse_schema(strip_python_logical_types(schema))
         cols = vo.columns()
@@ -224,8 +225,6 @@ class AvroValueDecoder:
         return got
 
     def _decode(self, value: bytes) -> Any:
-        from fastavro import schemaless_reader  # noqa: PLC0415 - executors only
-
         if len(value) < 5 or value[0] != _MAGIC:
             raise ValueError("no Confluent framing (magic byte 0 and a schema id)")
         (schema_id,) = struct.unpack_from(">I", value, 1)
@@ -233,8 +232,8 @@ class AvroValueDecoder:
         buf = io.BytesIO(value)
         buf.seek(5)
         if writer is None:
-            return schemaless_reader(buf, self._reader, None)
-        return schemaless_reader(buf, writer, self._reader)
+            return self._read(buf, self._reader, None)
+        return self._read(buf, writer, self._reader)
 
     def transform(self, batch: pa.RecordBatch, topic: str, partition: int) -> pa.RecordBatch:
         values = batch.column(self._value_index).to_pylist()
