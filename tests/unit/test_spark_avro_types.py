@@ -26,6 +26,7 @@ from odradek.spark.avro_values import (
     AvroValueDecoder,
     ValueDecodeError,
     ValueOptions,
+    avro_arrow_schema,
     avro_ddl,
     value_options,
 )
@@ -235,3 +236,21 @@ def test_options() -> None:
         "key binary, `name` string, `age` int, topic string, partition int, offset long, "
         "timestamp timestamp, timestampType int"
     )
+
+
+def test_headers_stay_last_in_both_schemas() -> None:
+    vo = ValueOptions(URL, None, "t-value", 1, 1, json.dumps(V1), "fail")
+    assert avro_ddl(vo, True).endswith(
+        "timestampType int, headers array<struct<key: string, value: binary>>"
+    )
+    assert avro_arrow_schema(arrow_schema(True), vo).names == [
+        "key",
+        "name",
+        "age",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+    ]
