@@ -46,7 +46,8 @@ from pyspark.sql.types import StructType
 
 from odradek.errors import ErrorCode, KafkaError
 from odradek.spark import offsets as om
-from odradek.spark.arrow import messages_to_batch, spark_ddl
+from odradek.spark.arrow import arrow_schema, messages_to_batch, spark_ddl
+from odradek.spark.avro_values import AvroValueDecoder, ValueOptions, avro_ddl, value_options
 from odradek.spark.offsets import (
     TP,
     DataLossError,
@@ -108,9 +109,13 @@ class SourceOptions:
     fetch_retries: int = 30
     fetch_retry_interval_s: float = 1.0
     client: str = DEFAULT_CLIENT  # odradek.client: "columnar" or "confluent"
+    value: ValueOptions | None = None  # value.format=avro: the reader schema (avro_values)
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    def parse(cls, options: Mapping[str, str], *, streaming: bool,
+              value: ValueOptions | None = None) -> SourceOptions:
+        """``value``: the value format already resolved by ``schema()`` (the same reader
+        schema for the whole query); resolved here when Spark did not ask for a schema."""
         conf = client_config(options)
         for k in _FORBIDDEN_KAFKA:
             if k in conf:
@@ -118,9 +123,10 @@ class SourceOptions:
                                        "source manages it (use startingOffsets / "
                                        "failOnDataLoss instead)")
         timeout_ms = om.parse_positive_int(options, "kafkaConsumer.pollTimeoutMs") or 120_000
+        subscription = om.parse_subscription(options)
         return cls(
             conf=conf,
-            subscription=om.parse_subscription(options),
+            subscription=subscription,
             starting=om.starting_spec(options, streaming=streaming),
             ending=om.ending_spec(options, streaming=streaming),
             fail_on_data_loss=om.parse_bool(options, "failOnDataLoss", True),
@@ -132,6 +138,7 @@ class SourceOptions:
             fetch_retry_interval_s=(om.parse_positive_int(options, "fetchOffset.retryIntervalMs")
                                     or 1000) / 1000.0,
             client=parse_client(options, conf),
+            value=value if value is not None else value_options(options, subscription),
         )
 
 
@@ -460,8 +467,20 @@ def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.Re
     """Yield ``[start, end)`` of one partition as Arrow batches, with the chosen client."""
     if opts.client == "columnar":
         from odradek.spark.columnar_source import read_range_columnar
-        return read_range_columnar(opts, partition)
-    return read_range_confluent(opts, partition)
+        batches = read_range_columnar(opts, partition)
+    else:
+        batches = read_range_confluent(opts, partition)
+    if opts.value is None or not isinstance(partition.value, (tuple, list)):
+        return batches
+    return _decode_values(opts.value, opts.include_headers, batches, OffsetRange(*partition.value))
+
+
+def _decode_values(value: ValueOptions, include_headers: bool, batches: Iterator[pa.RecordBatch],
+                   r: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Either client's batches with ``value`` replaced by the decoded columns."""
+    decoder = AvroValueDecoder(value, arrow_schema(include_headers))
+    for batch in batches:
+        yield decoder.transform(batch, r.topic, r.partition)
 
 
 def read_range_confluent(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -572,13 +591,24 @@ class OdradekDataSource(DataSource):
         return "odradek"
 
     def schema(self) -> str:
-        return spark_ddl(om.parse_bool(self.options, "includeHeaders", False))
+        headers = om.parse_bool(self.options, "includeHeaders", False)
+        value = self._value_options()
+        return spark_ddl(headers) if value is None else avro_ddl(value, headers)
+
+    def _value_options(self) -> ValueOptions | None:
+        # Resolved once: the reader schema behind schema() is the one the readers decode
+        # to, even if a new version is registered between load() and the first batch.
+        if not hasattr(self, "_value"):
+            self._value = value_options(self.options, om.parse_subscription(self.options))
+        return self._value
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return OdradekBatchReader(SourceOptions.parse(self.options, streaming=False))
+        return OdradekBatchReader(SourceOptions.parse(self.options, streaming=False,
+                                                      value=self._value_options()))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return OdradekStreamReader(SourceOptions.parse(self.options, streaming=True))
+        return OdradekStreamReader(SourceOptions.parse(self.options, streaming=True,
+                                                       value=self._value_options()))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from odradek.spark.sink import OdradekBatchWriter
