@@ -72,6 +72,9 @@ _CLIENT_SETTINGS = {"bootstrap.servers", "group.id", "auto.offset.reset", "enabl
                     "test.mock.num.brokers",  # librdkafka mock cluster (benchmarks)
                     "odradek.client",  # the Spark source's option (docs/spark.md)
                     "odradek.sink.guarantee",  # the Spark sink's option (docs/spark.md)
+                    # the Spark source's Avro options (docs/spark.md)
+                    "value.format", "value.decode.errors", "value.subject",
+                    "value.schema.version", "schema.registry.url",
                     # librdkafka's own test suite's test.conf (docs/compatibility.md)
                     "test.timeout.multiplier", "test.topic.random"}
 
