@@ -548,6 +548,36 @@ def render(rows: list[Row]) -> str:
     return "\n".join("  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in lines)
 
 
+@contextlib.contextmanager
+def _watched(c: LocalCluster, on: bool, interval_s: float) -> Any:
+    """The console (as ``odradek cluster up`` starts it) and a Prometheus-style scraper."""
+    if not on:
+        yield
+        return
+    import urllib.request
+
+    url = c.start_console()
+    print(f"watched: console {url}, scrape every {interval_s:g} s", flush=True)
+    stop = threading.Event()
+
+    def scrape() -> None:
+        while not stop.wait(interval_s):
+            for b in c.brokers:
+                if b.metrics_url:
+                    with contextlib.suppress(OSError):
+                        with urllib.request.urlopen(b.metrics_url, timeout=10) as r:
+                            r.read()
+
+    t = threading.Thread(target=scrape, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join(15)
+        c.stop_console()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tests", default="throughput,latency,failover",
@@ -575,6 +605,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idempotent", action="store_true", help="failover producer enable.idempotence")
     ap.add_argument("--keep", metavar="DIR", help="put the clusters (and their logs) here and keep them")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--watched", action="store_true",
+                    help="as `odradek cluster up` runs it: the web console on (its default "
+                         "polling) and a Prometheus-style scrape of every broker every "
+                         "--scrape-interval s (issue 29)")
+    ap.add_argument("--scrape-interval", type=float, default=15.0)
     args = ap.parse_args(argv)
     tests = {t.strip() for t in args.tests.split(",") if t.strip()}
     sessions = [int(x) for x in args.session_timeouts.split(",") if x.strip()]
@@ -594,7 +629,8 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 print(f"== 3-broker cluster, zookeeper.session.timeout.ms={session_ms}", flush=True)
                 with LocalCluster.start(Path(tmp) / f"c{session_ms}", 3, broker_config=broker_config,
-                                        zk_session_timeout_ms=session_ms, timeout=90) as c:
+                                        zk_session_timeout_ms=session_ms, timeout=90) as c, \
+                        _watched(c, args.watched, args.scrape_interval):
                     if first and "throughput" in tests:
                         bench_throughput(c, args.records, rows, args.rounds)
                     if first and "latency" in tests:
