@@ -47,7 +47,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -205,10 +205,6 @@ class BrokerMetrics:
         snap = await self._snapshot()
         return await asyncio.to_thread(self._format, snap)
 
-    def render(self) -> bytes:
-        """Synchronous rendering, for callers without a running loop (tools, tests)."""
-        return self._format(_run_to_completion(self._snapshot()))
-
     def _format(self, snap: _Snapshot) -> bytes:
         return generate_latest(_Families(snap, self._system))
 
@@ -312,15 +308,6 @@ class BrokerMetrics:
                     )
                 )
         return snap
-
-
-def _run_to_completion(coro: Any) -> Any:
-    """Drive a coroutine that only yields with ``asyncio.sleep(0)`` (no loop needed)."""
-    try:
-        while True:
-            coro.send(None)
-    except StopIteration as done:
-        return done.value
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
