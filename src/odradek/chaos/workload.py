@@ -304,6 +304,21 @@ class MetadataPoller:
         self._t.join(10)
 
 
+def _high_watermark(c: Any, tp: Any, deadline: float) -> int:
+    """The partition's HW, asked again until ``deadline`` while the answer is an error:
+    a leader elected moments ago answers OFFSET_NOT_AVAILABLE until its HW has caught up
+    with its epoch's start (KIP-207), and librdkafka hands that error to the caller."""
+    from confluent_kafka import KafkaException
+
+    while True:
+        try:
+            return int(c.get_watermark_offsets(tp, timeout=10)[1])
+        except KafkaException:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)  # a retry backoff, as a client's retry.backoff.ms
+
+
 def final_read(history: History, bootstrap: str, topic: str, partitions: int = 1,
                timeout: float = 30.0, extra: Mapping[str, Any] | None = None) -> dict[int, int]:
     """Read every partition from offset 0 to its HW after the faults healed; returns the
@@ -314,11 +329,11 @@ def final_read(history: History, bootstrap: str, topic: str, partitions: int = 1
                   "enable.auto.commit": False, "enable.partition.eof": True,
                   **client_logging(), **(extra or {})})
     try:
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+        deadline = time.monotonic() + timeout
+        ends = {p: _high_watermark(c, TopicPartition(topic, p), deadline)
                 for p in range(partitions)}
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         pos = {p: 0 for p in range(partitions)}
-        deadline = time.monotonic() + timeout
         while any(pos[p] < ends[p] for p in pos) and time.monotonic() < deadline:
             for m in c.consume(1000, 0.5):
                 if m.error() is not None:

@@ -70,7 +70,7 @@ _NO_ERROR: Final = ErrorCode.none
 class Partition:
     __slots__ = ("topic", "index", "name", "log", "epochs", "producers", "ledger",
                  "local_broker_id", "_replicas", "_state", "_hw", "_min_isr", "_followers",
-                 "_expand_candidates")
+                 "_expand_candidates", "_epoch_start_offset")
 
     def __init__(self, topic: str, index: int, log: Log, replicas: list[int] | tuple[int, ...],
                  local_broker_id: int, epochs: LeaderEpochCache,
@@ -95,6 +95,8 @@ class Partition:
         # Followers outside the ISR whose latest fetch qualified them: only a fetch can
         # qualify a replica for the ISR, never stale knowledge (Kafka's maybeExpandIsr).
         self._expand_candidates: set[int] = set()
+        # KIP-207: the LEO when this replica last became leader; None unless leading.
+        self._epoch_start_offset: int | None = None
 
     # ================================================================= read-only views
     @property
@@ -215,6 +217,7 @@ class Partition:
                 return t
             self._state = Follower(leader_id=s.leader, leader_epoch=s.leader_epoch,
                                    isr=tuple(s.isr), zk_version=s.zk_version)
+            self._epoch_start_offset = None
             self._followers = {}
             self._expand_candidates = set()
             t.state_changed = True
@@ -223,6 +226,7 @@ class Partition:
             return t
         self._state = Offline(leader_epoch=max(st.leader_epoch, s.leader_epoch),
                               zk_version=s.zk_version)
+        self._epoch_start_offset = None
         t.state_changed = True
         t.stop_fetching = True
         t.note = f"offline at epoch {s.leader_epoch} (no leader)"
@@ -246,6 +250,7 @@ class Partition:
                            for r in s.replicas if r != self.local_broker_id}
         # REQ-R20: the new leader keeps its log; its HW never exceeds its LEO.
         self._hw = min(max(self._hw, self.log.log_start_offset), self.log.log_end_offset)
+        self._epoch_start_offset = self.log.log_end_offset
 
     # ================================================================= request checks
     def check_epoch(self, current_leader_epoch: int) -> None:
@@ -629,6 +634,16 @@ class Partition:
     def readable_end(self, committed_only: bool) -> int:
         """Where a fetch may read up to: the HW for consumers, the LEO for followers."""
         return self._hw if committed_only else self.log.log_end_offset
+
+    def lagging_epoch_start(self) -> int | None:
+        """KIP-207: a new leader's HW can lag the offset its epoch started at (its
+        followers' fetch positions are not known yet, and a restarted replica's HW
+        checkpoint is stale). Until the HW reaches that start, the answer to a client's
+        "latest" may be below one a previous leader gave: this returns the start offset
+        while that holds, so that ListOffsets answers OFFSET_NOT_AVAILABLE (retriable)
+        instead of letting offsets move back; None once the HW caught up."""
+        start = self._epoch_start_offset
+        return start if start is not None and start > self._hw else None
 
     @property
     def last_stable_offset(self) -> int:

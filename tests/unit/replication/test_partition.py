@@ -8,12 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.partitions import follow, lead, new_partition
 
 from odradek.errors import ErrorCode, KafkaError
 from odradek.replication.partition import Partition, Role
 from odradek.replication.partition_state import Fenced, Follower, Leader, LeaderAndIsr, Offline
 from odradek.storage.records import encode_batch
+from support.partitions import follow, lead, new_partition
 
 LAG = 10_000
 
@@ -137,6 +137,22 @@ def test_expand_requires_reaching_the_start_of_the_current_epoch(tmp_path: Path)
     assert p.high_watermark == 5
     assert p.update_follower_fetch_state(2, 2, now_ms=1).isr_write is None
     assert p.update_follower_fetch_state(2, 5, now_ms=2).isr_write is not None
+
+
+def test_a_new_leader_whose_hw_lags_its_epoch_start_says_so_kip_207(tmp_path: Path) -> None:
+    # Broker 2 followed 1 and holds offsets 0-4, but its HW checkpoint says 2 (it had
+    # not yet learnt that 2-4 were committed): elected, its "latest" would be 2 while
+    # the old leader answered 5. KIP-207: OFFSET_NOT_AVAILABLE until the HW reaches 5.
+    p = make(tmp_path, broker=2)
+    follow(p, 1, 1, [1, 2, 3])
+    p.append_as_follower(records(5), leader_hw=2, now_ms=0)
+    assert p.lagging_epoch_start() is None  # followers answer no clients' ListOffsets
+    lead(p, 2, [2, 3], zk_version=1)
+    assert p.high_watermark == 2 and p.lagging_epoch_start() == 5
+    p.update_follower_fetch_state(3, 5, now_ms=1)
+    assert p.high_watermark == 5 and p.lagging_epoch_start() is None
+    follow(p, 3, 3, [3], zk_version=2)
+    assert p.lagging_epoch_start() is None
 
 
 def test_conflicting_write_with_us_still_leader_is_adopted(tmp_path: Path) -> None:

@@ -443,7 +443,13 @@ def handle_list_offsets(ctx: RequestContext, header: RequestHeaderInfo, req: Any
                     int(getattr(lp, "current_leader_epoch", -1)))
                 ts = int(lp.timestamp)
                 kw["leader_epoch"] = p.leader_epoch
+                # KIP-207, for clients only (a follower's replica_id is >= 0): a new
+                # leader whose HW still lags its epoch's start must not answer "latest"
+                # (or a lookup past what it can serve) lower than its predecessor did.
+                lagging = (p.lagging_epoch_start()
+                           if int(getattr(req, "replica_id", -1)) < 0 else None)
                 if ts == LATEST_TIMESTAMP:
+                    _refuse_if_lagging(p, lagging)
                     # Consumers see only committed records: "latest" is the HW (REQ-R16),
                     # the LSO for read_committed ones (KIP-98).
                     kw["offset"] = (p.last_stable_offset
@@ -455,17 +461,31 @@ def handle_list_offsets(ctx: RequestContext, header: RequestHeaderInfo, req: Any
                     found = p.log.offset_of_max_timestamp()
                     if found is not None and found[0] < p.high_watermark:
                         kw["offset"], kw["timestamp"] = found
+                    else:
+                        _refuse_if_lagging(p, lagging)
                 elif ts < 0:
                     raise KafkaError(ErrorCode.invalid_request, f"timestamp {ts}")
                 else:
                     found = p.log.offset_for_timestamp(ts)
                     if found is not None and found[0] < p.high_watermark:
                         kw["offset"], kw["timestamp"] = found
+                    else:
+                        _refuse_if_lagging(p, lagging)
             except KafkaError as e:
                 kw["error_code"] = e.code
             parts.append(part(2, v, "ListOffsetsPartitionResponse", **kw))
         topics.append(part(2, v, "ListOffsetsTopicResponse", name=t.name, partitions=tuple(parts)))
     return response(2, v, topics=tuple(topics))
+
+
+def _refuse_if_lagging(p: Any, epoch_start: int | None) -> None:
+    if epoch_start is not None:
+        raise KafkaError(
+            ErrorCode.offset_not_available,
+            f"Failed to fetch offsets for partition {p.name} with leader epoch "
+            f"{p.leader_epoch} as this partition's high watermark ({p.high_watermark}) is "
+            f"lagging behind the start offset from the beginning of this epoch "
+            f"({epoch_start}).")
 
 
 # =============================================================================== OffsetsForLeaderEpoch
