@@ -51,10 +51,9 @@ from odradek.coordinator.runtime import (
     APPEND_ERRORS,
     ClusterView,
     CoordinatorRuntime,
+    CoordinatorTopic,
     LoadStats,
-    coordinator_node,
     create_internal_topic,
-    partition_for,
 )
 from odradek.errors import ErrorCode, KafkaError
 from odradek.replication.replica_manager import now_ms
@@ -120,12 +119,14 @@ class GroupCoordinator:
         self.runtime: CoordinatorRuntime[_GroupLoader] = CoordinatorRuntime(
             OFFSETS_TOPIC, replicas, new_loader=_GroupLoader, install=self._install,
             unload=self._unload)
+        self.topic = CoordinatorTopic(
+            self.runtime, cluster, configured_partitions=config.offsets_topic_num_partitions,
+            create=self._create_offsets_topic)
         # TxnOffsetCommit (KIP-98): offsets written inside a transaction, per producer id,
         # invisible until the transaction's COMMIT marker reaches the offsets partition.
         self.pending_txn: dict[int, dict[str, dict[TopicPartition, tuple[OffsetValue, int]]]] = {}
         self._join_waiters: dict[tuple[str, str], asyncio.Future[JoinResult]] = {}
         self._sync_waiters: dict[tuple[str, str], asyncio.Future[SyncResult]] = {}
-        self._creating: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
         # Set while this coordinator has groups: without any, the timer loop sleeps
         # instead of waking 20 times a second for nothing (an idle broker's CPU, issue 13).
@@ -176,7 +177,7 @@ class GroupCoordinator:
 
     # ================================================================= ownership
     def num_partitions(self) -> int | None:
-        return self.runtime.num_partitions(self.cluster.image)
+        return self.topic.num_partitions()
 
     def on_metadata(self, image: MetadataImage | None = None) -> None:
         """After each metadata image: load the offsets partitions we now lead, unload the
@@ -221,8 +222,7 @@ class GroupCoordinator:
             self._resolve(self._sync_waiters, key, SyncResult(key[1], ErrorCode.not_coordinator))
 
     def _partition_of(self, group_id: str) -> int:
-        n = self.num_partitions() or self.broker_config.offsets_topic_num_partitions
-        return partition_for(group_id, n)
+        return self.topic.partition_of(group_id)
 
     def check(self, group_id: str, *, membership: bool = False) -> int:
         """The offsets partition of ``group_id`` if we coordinate it, else raise.
@@ -230,31 +230,12 @@ class GroupCoordinator:
         ``membership``: Join/Sync/Heartbeat/Leave, for which Kafka refuses an empty id."""
         if membership and not group_id:
             raise KafkaError(ErrorCode.invalid_group_id, "the group id must not be empty")
-        n = self.num_partitions()
-        if n is None:
-            raise KafkaError(ErrorCode.coordinator_not_available, f"{OFFSETS_TOPIC} not ready")
-        idx = partition_for(group_id, n)
-        self.runtime.check(idx)  # NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS
-        return idx
+        return self.topic.owner_of(group_id)
 
     # ================================================================= FindCoordinator
     def coordinator_for(self, group_id: str) -> tuple[int, str, int]:
         """(node id, host, port) of the group's coordinator, creating the topic if needed."""
-        image = self.cluster.image
-        topic = image.topics.get(OFFSETS_TOPIC)
-        if topic is None or not topic.partitions:
-            self.ensure_offsets_topic()
-            raise KafkaError(ErrorCode.coordinator_not_available,
-                             f"{OFFSETS_TOPIC} is being created")
-        node = coordinator_node(image, OFFSETS_TOPIC, group_id)
-        if node is None:
-            raise KafkaError(ErrorCode.coordinator_not_available, "no leader for the group")
-        return node.broker_id, node.host, node.port
-
-    def ensure_offsets_topic(self) -> None:
-        if self._creating is not None and not self._creating.done():
-            return
-        self._creating = asyncio.get_running_loop().create_task(self._create_offsets_topic())
+        return self.topic.coordinator_for(group_id)
 
     async def _create_offsets_topic(self) -> None:
         cfg = self.broker_config

@@ -31,8 +31,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from collections.abc import Callable, Coroutine, Iterable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from odradek.errors import ErrorCode, KafkaError
 from odradek.replication.partition import Partition, Role
@@ -50,6 +50,7 @@ __all__ = [
     "APPEND_ERRORS",
     "ClusterView",
     "CoordinatorRuntime",
+    "CoordinatorTopic",
     "LOAD_CHUNK_BYTES",
     "LoadStats",
     "ShardLoader",
@@ -295,6 +296,70 @@ class CoordinatorRuntime(Generic[L]):
             tasks = [t for _, t in self._loading.values()]
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait(tasks)
+
+
+class CoordinatorTopic:
+    """A coordinator's internal topic as its clients meet it, for either coordinator: which
+    partition a key belongs to, whether this broker coordinates it now (Kafka's errors when
+    not), and the key's coordinator for FindCoordinator, which creates the topic on first
+    use as Kafka's does (one creation at a time)."""
+
+    def __init__(
+        self,
+        runtime: CoordinatorRuntime[Any],
+        cluster: ClusterView,
+        *,
+        configured_partitions: int,
+        create: Callable[[], Coroutine[Any, Any, None]],
+    ) -> None:
+        self.runtime = runtime
+        self.topic = runtime.topic
+        self.cluster = cluster
+        # Before the topic exists a key still maps somewhere: to what it will be created with.
+        self.configured_partitions = configured_partitions
+        self._create = create
+        self._creating: asyncio.Task[None] | None = None
+
+    def num_partitions(self) -> int | None:
+        return self.runtime.num_partitions(self.cluster.image)
+
+    def partition_of(self, key: str) -> int:
+        return partition_for(key, self.num_partitions() or self.configured_partitions)
+
+    def owner_of(self, key: str) -> int:
+        """The partition of ``key`` if this broker coordinates it now; else Kafka's error:
+        COORDINATOR_NOT_AVAILABLE before the topic exists, NOT_COORDINATOR, or
+        COORDINATOR_LOAD_IN_PROGRESS while its partition loads."""
+        n = self.num_partitions()
+        if n is None:
+            raise KafkaError(ErrorCode.coordinator_not_available, f"{self.topic} not ready")
+        idx = partition_for(key, n)
+        self.runtime.check(idx)
+        return idx
+
+    def coordinator_node(self, key: str) -> BrokerInfo | None:
+        """The registered broker leading ``key``'s partition, if any (no side effect)."""
+        return coordinator_node(self.cluster.image, self.topic, key)
+
+    def coordinator_for(self, key: str) -> tuple[int, str, int]:
+        """(node id, host, port) of ``key``'s coordinator (FindCoordinator); creates the
+        topic if it does not exist, answering COORDINATOR_NOT_AVAILABLE meanwhile."""
+        info = self.cluster.image.topics.get(self.topic)
+        if info is None or not info.partitions:
+            self.ensure_created()
+            raise KafkaError(ErrorCode.coordinator_not_available, f"{self.topic} is being created")
+        node = self.coordinator_node(key)
+        if node is None:
+            raise KafkaError(
+                ErrorCode.coordinator_not_available,
+                f"{self.topic}-{self.partition_of(key)} has no leader",
+            )
+        return node.broker_id, node.host, node.port
+
+    def ensure_created(self) -> None:
+        if self._creating is not None and not self._creating.done():
+            return
+        self._creating = asyncio.get_running_loop().create_task(self._create())
 
 
 def coordinator_node(image: MetadataImage, topic: str, key: str) -> BrokerInfo | None:

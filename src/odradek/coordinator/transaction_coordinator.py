@@ -27,8 +27,8 @@ from odradek.coordinator.runtime import (
     APPEND_ERRORS,
     ClusterView,
     CoordinatorRuntime,
+    CoordinatorTopic,
     LoadStats,
-    coordinator_node,
     create_internal_topic,
     partition_for,
 )
@@ -95,6 +95,9 @@ class TransactionCoordinator:
         self.runtime: CoordinatorRuntime[_TxnLoader] = CoordinatorRuntime(
             TRANSACTION_TOPIC, replicas, new_loader=_TxnLoader, install=self._install,
             unload=self._unload)
+        self.topic = CoordinatorTopic(
+            self.runtime, cluster, configured_partitions=config_num_partitions(config),
+            create=self._create_topic)
         self.max_timeout_ms = int(config.get("transaction.max.timeout.ms"))
         self.abort_interval_ms = int(
             config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"))
@@ -111,7 +114,6 @@ class TransactionCoordinator:
         self.verifier = TxnVerifier(broker_id, self, self.pool)
         self._completing: dict[str, asyncio.Task[None]] = {}
         self._ticker: asyncio.Task[None] | None = None
-        self._creating: asyncio.Task[None] | None = None
 
     # ================================================================= lifecycle
     def start(self) -> None:
@@ -163,11 +165,10 @@ class TransactionCoordinator:
 
     # ================================================================= ownership
     def num_partitions(self) -> int | None:
-        return self.runtime.num_partitions(self.cluster.image)
+        return self.topic.num_partitions()
 
     def partition_of(self, transactional_id: str) -> int:
-        n = self.num_partitions() or int(config_num_partitions(self.config))
-        return txn_partition_for(transactional_id, n)
+        return self.topic.partition_of(transactional_id)
 
     def on_metadata(self, image: MetadataImage | None = None) -> None:
         """Load the partitions we now lead, unload the others (``CoordinatorRuntime``)."""
@@ -203,34 +204,16 @@ class TransactionCoordinator:
     def _check_owner(self, transactional_id: str) -> int:
         if not transactional_id:
             raise KafkaError(ErrorCode.invalid_request, "empty transactional id")
-        n = self.num_partitions()
-        if n is None:
-            raise KafkaError(ErrorCode.coordinator_not_available, f"{TRANSACTION_TOPIC} not ready")
-        idx = partition_for(transactional_id, n)
-        self.runtime.check(idx)  # NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS
-        return idx
+        return self.topic.owner_of(transactional_id)
 
     # ================================================================= FindCoordinator
     def coordinator_for(self, transactional_id: str) -> tuple[int, str, int]:
-        topic = self.cluster.image.topics.get(TRANSACTION_TOPIC)
-        if topic is None or not topic.partitions:
-            self._ensure_topic()
-            raise KafkaError(ErrorCode.coordinator_not_available,
-                             f"{TRANSACTION_TOPIC} is being created")
-        node = self.coordinator_node(transactional_id)
-        if node is None:
-            raise KafkaError(ErrorCode.coordinator_not_available, "no leader for the id")
-        return node.broker_id, node.host, node.port
+        return self.topic.coordinator_for(transactional_id)
 
     def coordinator_node(self, transactional_id: str) -> BrokerInfo | None:
         """The registered broker leading the id's ``__transaction_state`` partition, if
         any (no side effect: FindCoordinator creates the topic, this does not)."""
-        return coordinator_node(self.cluster.image, TRANSACTION_TOPIC, transactional_id)
-
-    def _ensure_topic(self) -> None:
-        if self._creating is not None and not self._creating.done():
-            return
-        self._creating = asyncio.get_running_loop().create_task(self._create_topic())
+        return self.topic.coordinator_node(transactional_id)
 
     async def _create_topic(self) -> None:
         cfg = self.config
@@ -335,8 +318,7 @@ class TransactionCoordinator:
         return m.verify_partitions(producer_id, epoch, parts)
 
     def offsets_partition(self, group_id: str) -> tuple[str, int]:
-        n = self.groups.num_partitions() or self.config.offsets_topic_num_partitions
-        return OFFSETS_TOPIC, partition_for(group_id, n)
+        return OFFSETS_TOPIC, self.groups.topic.partition_of(group_id)
 
     async def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool
                       ) -> ErrorCode:
