@@ -257,6 +257,17 @@ class Controller:
                      if isinstance(e, PartitionStatesChanged) for ch in e.changes}
             if moving & named:  # a moving partition's ISR changed: maybe complete
                 self._reassigner.check(ctx, sorted(moving & named))
+            if ctx.shutting_down:
+                # A leader re-admitted a broker in a controlled shutdown (a fetch it sent
+                # before it stopped fetching reached the leader late): it leaves the ISR
+                # again, as Kafka's controller refuses such an AlterPartition (KIP-841).
+                # Leaders here write ISRs themselves, so the controller undoes it.
+                back = {tp: ctx.unclean_enabled(tp[0], self.unclean_default)
+                        for tp in sorted(named)
+                        if (cur := ctx.states.get(tp)) is not None
+                        and not _settled(cur[0], ctx.live_brokers, ctx.shutting_down)}
+                if back:
+                    self._write_per_partition(ctx, back, ctx.live_brokers, ctx.shutting_down)
         if any(isinstance(e, _RebalanceTick) for e in batch):
             self._auto_rebalance(ctx)
         if any(isinstance(e, _PurgeTick) for e in batch):
@@ -318,23 +329,7 @@ class Controller:
         if BrokersChanged in kinds:
             ctx.live_brokers = zkc.get_broker_ids()
         if AdminRequestsChanged in kinds or BrokersChanged in kinds:
-            # Forget brokers whose session ended (their next incarnation may lead again).
-            shutting = (ctx.shutting_down | self._shutdown_requests()) & ctx.live_brokers
-            starting = shutting - ctx.shutting_down
-            ctx.shutting_down = shutting
-            if starting:
-                # Leaders change ISRs behind our back; we hear of it by notification, a
-                # few ms late. A decision made on a stale ISR fails its version check and
-                # is redone, except "nothing to do": a broker re-admitted to an ISR a
-                # moment ago would stay in it after it stops, and the leader's acks=all
-                # would wait for it until replica.lag.time.max.ms (REQ-R9). So a
-                # controlled shutdown is decided on fresh reads of that broker's
-                # partitions. A broker death is not: there the dead follower costs the
-                # same wait at worst, and failover time matters more than one re-read
-                # of every partition (a third of the step at 3,000 partitions).
-                tps = [tp for tp, replicas in ctx.partitions()
-                       if starting.intersection(replicas)]
-                ctx.put_states(zkc.get_partition_states(tps), absent=tps)
+            self._adopt_shutdown_requests(ctx, self._shutdown_requests())
         if TopicsChanged in kinds or DeletionsChanged in kinds:
             ctx.deleting = set(zkc.get_children(znodes.DELETE_TOPICS))
             names = set(zkc.get_children(znodes.BROKER_TOPICS))
@@ -366,6 +361,27 @@ class Controller:
     def _shutdown_requests(self) -> set[int]:
         return {int(c) for c in self.zkc.get_children(znodes.CONTROLLED_SHUTDOWN_PATH)
                 if c.isdigit()}
+
+    def _adopt_shutdown_requests(self, ctx: ControllerContext, requests: set[int]) -> None:
+        """The brokers in a controlled shutdown from now on: those registered that asked
+        (a broker whose session ended is forgotten: its next incarnation may lead again).
+
+        Leaders change ISRs behind our back; we hear of it by notification, a few ms
+        late. A decision made on a stale ISR fails its version check and is redone,
+        except "nothing to do": a broker re-admitted to an ISR a moment ago would stay in
+        it after it stops, and the leader's acks=all would wait for it until
+        replica.lag.time.max.ms (REQ-R9). So a controlled shutdown is decided on fresh
+        reads of that broker's partitions -- wherever its request is first seen: the
+        event that announced it, or the full pass of a batch that came just before it
+        (a loaded machine found that second way in). A broker death is not: there the dead
+        follower costs the same wait at worst, and failover time matters more than one
+        re-read of every partition (a third of the step at 3,000 partitions)."""
+        shutting = (ctx.shutting_down | requests) & ctx.live_brokers
+        starting = shutting - ctx.shutting_down
+        ctx.shutting_down = shutting
+        if starting:
+            tps = [tp for tp, replicas in ctx.partitions() if starting.intersection(replicas)]
+            ctx.put_states(self.zkc.get_partition_states(tps), absent=tps)
 
     # ------------------------------------------------------------------ writing
     def _write_changes(self, ctx: ControllerContext, tps: Iterable[TopicPartition],
@@ -457,7 +473,7 @@ class Controller:
         every resulting write in one batch; controlled-shutdown requests are answered
         once their broker's partitions have been decided."""
         requests = self._shutdown_requests() & ctx.live_brokers
-        ctx.shutting_down = (ctx.shutting_down & ctx.live_brokers) | requests
+        self._adopt_shutdown_requests(ctx, requests)
         new = [tp for tp, _ in ctx.partitions() if tp not in ctx.states]
         self._create_states(ctx, new)
         registered, shutting = ctx.live_brokers, ctx.shutting_down
@@ -467,11 +483,7 @@ class Controller:
             cur = ctx.states.get(tp)
             if cur is None:
                 continue
-            st = cur[0]
-            # Cheap pre-filter (the rule below decides): nothing to do while the leader is
-            # live, eligible and every ISR member is registered and not shutting down.
-            if (st.leader in registered and st.leader not in shutting
-                    and all(b in registered and b not in shutting for b in st.isr)):
+            if _settled(cur[0], registered, shutting):
                 continue
             todo[tp] = unclean[tp[0]]
 
@@ -589,6 +601,14 @@ class Controller:
             logger.warning("purging leader_and_isr notifications failed: %r", e)
             return
         logger.debug("purged %d leader_and_isr notifications", len(old))
+
+
+def _settled(st: znodes.PartitionState, registered: set[int], shutting: set[int]) -> bool:
+    """Nothing for the controller to do (a cheap pre-filter; ``reconcile_partition``
+    decides): the leader is live and eligible, and every ISR member is registered and
+    not shutting down."""
+    return (st.leader in registered and st.leader not in shutting
+            and all(b in registered and b not in shutting for b in st.isr))
 
 
 def _names(tps: Iterable[TopicPartition], limit: int = 20) -> str:

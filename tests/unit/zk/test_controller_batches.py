@@ -18,7 +18,13 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
 
 from odradek.controller.controller import Controller, NotController
-from odradek.metadata.store import AdminRequestsChanged, BrokersChanged, ControllerChanged
+from odradek.metadata.store import (
+    AdminRequestsChanged,
+    BrokersChanged,
+    ControllerChanged,
+    DeletionsChanged,
+    PartitionStatesChanged,
+)
 from odradek.zk import admin, znodes
 from odradek.zk.kafka_zk_client import KafkaZkClient, StateWrite
 
@@ -121,6 +127,53 @@ def test_controlled_shutdown_is_one_batch(cluster: Cluster) -> None:
     st = cluster.states()
     assert all(s.leader != 1 and 1 not in s.isr for s, _ in st.values())
     assert cluster.zk.exists(f"{znodes.CONTROLLED_SHUTDOWN_PATH}/1") is None  # answered
+
+
+def _readmit_behind_the_controllers_back(cluster: Cluster, broker: int) -> None:
+    """The leaders put ``broker`` back in every ISR, written as a leader would; nobody
+    hands the controller the notifications, so what it holds says ``broker`` is out."""
+    zkc = KafkaZkClient(cluster.zk)
+    for p, (s, v) in cluster.states().items():
+        if broker not in s.isr:
+            zkc.update_isr(StateWrite(TOPIC, p, None, znodes.PartitionState(
+                s.leader, s.leader_epoch, s.isr + [broker], s.controller_epoch), v),
+                writer=s.leader)
+
+
+def test_a_shutdown_first_seen_by_another_events_pass_is_decided_on_fresh_reads(
+        cluster: Cluster) -> None:
+    # Found by a loaded CI run: the request znode appeared after the batch's re-reads
+    # but before its full pass, which took it on a stale ISR ("nothing to do") and
+    # answered it, leaving the stopping broker in ISRs it had been re-admitted to.
+    ctl = cluster.controller()
+    cluster.kill_broker(1)
+    ctl.process([BrokersChanged()])
+    cluster.start_broker(1)
+    ctl.process([BrokersChanged()])
+    _readmit_behind_the_controllers_back(cluster, 1)
+    cluster.zk.create(f"{znodes.CONTROLLED_SHUTDOWN_PATH}/1", b'{"version":1,"broker":1}')
+    ctl.process([DeletionsChanged()])  # any event with a full pass, seen before the request's
+    assert cluster.zk.exists(f"{znodes.CONTROLLED_SHUTDOWN_PATH}/1") is None
+    assert [p for p, (s, _) in cluster.states().items() if 1 in s.isr or s.leader == 1] == []
+
+
+def test_a_broker_re_admitted_during_its_controlled_shutdown_leaves_the_isr_again(
+        cluster: Cluster) -> None:
+    # A fetch the stopping broker sent before it stopped fetching reaches a leader after
+    # the controller took it out of the ISRs: the leader re-admits it. Kafka's controller
+    # refuses that AlterPartition (KIP-841); ours undoes the leader's write.
+    ctl = cluster.controller()
+    cluster.zk.create(f"{znodes.CONTROLLED_SHUTDOWN_PATH}/1", b'{"version":1,"broker":1}')
+    ctl.process([AdminRequestsChanged()])
+    s, v = cluster.states()[1]
+    assert 1 not in s.isr and s.leader == 2
+    back = znodes.PartitionState(s.leader, s.leader_epoch, s.isr + [1], s.controller_epoch)
+    KafkaZkClient(cluster.zk).update_isr(StateWrite(TOPIC, 1, None, back, v), writer=2)
+    ctl.process([PartitionStatesChanged((znodes.PartitionStateChange(TOPIC, None, 1, back,
+                                                                     v + 1),))])
+    s1, v1 = cluster.states()[1]
+    assert 1 not in s1.isr and (s1.leader, s1.leader_epoch) == (2, s.leader_epoch)
+    assert v1 == v + 2
 
 
 def test_preferred_election_is_one_batch(cluster: Cluster) -> None:
