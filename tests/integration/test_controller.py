@@ -130,7 +130,7 @@ def _decisions(c: LocalCluster, topic: str) -> str:
         log = c.dir / f"broker-{b.id}" / "broker.log"
         if log.exists():
             lines += [f"broker {b.id}: {ln}" for ln in log.read_text(errors="replace").splitlines()
-                      if topic in ln and "-barrier" not in ln or "election" in ln]
+                      if (topic in ln and "-barrier" not in ln) or "election" in ln]
     return "\n".join(lines[-200:])
 
 
