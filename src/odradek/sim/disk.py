@@ -155,7 +155,10 @@ class SimDisk:
                     # Renamed over or unlinked since the directory's fsync: the old file.
                     if name in current:
                         os.unlink(p)
-                    _write(p, d.content or b"")
+                    # Its latest fsync if its number is pinned (not recycled), else what
+                    # it held when the directory was synced.
+                    old = self._content.get(d.ino) if d.ino in self._pinned else None
+                    _write(p, old if old is not None else d.content or b"")
                     rep.restored.append(label)
                 else:
                     self._tear(p, d.ino, rng, label, rep)
