@@ -54,6 +54,13 @@ def add_parser(subparsers: Any) -> None:
             metavar="NAME",
             help="run with a known replication bug (see `odradek sim bugs`)",
         )
+        p.add_argument(
+            "--profile",
+            choices=("default", "power-loss"),
+            default="default",
+            help="power-loss: the nemesis also cuts one broker's power at a time (its "
+            "files keep what was fsynced plus a torn tail) and restarts it",
+        )
 
     run = sub.add_parser("run", help="run a range of seeds, check every invariant")
     run.add_argument(
@@ -110,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     ran = 0
     t0 = time.monotonic()
     for seed in args.seeds:
-        r = run_seed(seed, bug=args.inject_bug, cfg=cfg)
+        r = run_seed(seed, bug=args.inject_bug, cfg=cfg, profile=args.profile)
         ran += 1
         if not r.ok:
             failed += 1
@@ -129,7 +136,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from odradek.sim.runner import run_seed  # noqa: PLC0415 - lazy: CLI start-up
 
     _check_bug(args.inject_bug)
-    r = run_seed(args.seed, bug=args.inject_bug, cfg=_cfg(args))
+    r = run_seed(args.seed, bug=args.inject_bug, cfg=_cfg(args), profile=args.profile)
     out = sys.stdout
     for line in r.timeline:
         out.write(line + "\n")

@@ -12,15 +12,17 @@ import logging
 import random
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from odradek.runtime import clock
 from odradek.sim import bugs
 from odradek.sim.checkers import Violation, lost_acks, prefix_divergence
+from odradek.sim.disk import SimDisk, recording
 from odradek.sim.harness import TOPIC
 from odradek.sim.loop import SimLoop
+from odradek.sim.power import PowerLossWorld
 from odradek.sim.world import SimHarness, SimNetwork, World, WorldConfig
 from odradek.storage.batch import parse_batches
 from odradek.storage.records import decode_batch_records
@@ -96,10 +98,20 @@ def _virtual_clock(loop: SimLoop) -> Iterator[None]:
         clock.restore()
 
 
-def run_seed(seed: int, *, bug: str | None = None, cfg: WorldConfig | None = None) -> RunResult:
+def run_seed(
+    seed: int,
+    *,
+    bug: str | None = None,
+    cfg: WorldConfig | None = None,
+    profile: str = "default",
+) -> RunResult:
+    """``profile``: ``default``, or ``power-loss`` (odradek.sim.power: the fsyncs are
+    recorded and the nemesis also cuts a broker's power)."""
     cfg = cfg or WorldConfig()
     result = RunResult(seed, bug)
     loop = SimLoop(seed)
+    disk = SimDisk() if profile == "power-loss" else None
+    disk_ctx: AbstractContextManager[object] = recording(disk) if disk else nullcontext()
 
     def trace(line: str) -> None:
         result.timeline.append(f"{loop.time():9.3f} {line}")
@@ -116,9 +128,10 @@ def run_seed(seed: int, *, bug: str | None = None, cfg: WorldConfig | None = Non
         _logs_to_timeline(_LogToTimeline(d, trace, result)),
         _virtual_clock(loop),
         bugs.injected(bug),
+        disk_ctx,
     ):
         try:
-            loop.run_until_complete(_run(Path(d), seed, cfg, trace, result))
+            loop.run_until_complete(_run(Path(d), seed, cfg, trace, result, disk))
         finally:
             loop.run_until_complete(_cancel_all())
             loop.close()
@@ -135,7 +148,12 @@ async def _cancel_all() -> None:
 
 
 async def _run(
-    root: Path, seed: int, cfg: WorldConfig, trace: Callable[[str], None], result: RunResult
+    root: Path,
+    seed: int,
+    cfg: WorldConfig,
+    trace: Callable[[str], None],
+    result: RunResult,
+    disk: SimDisk | None = None,
 ) -> None:
     net = SimNetwork(random.Random(f"network-{seed}"), cfg.hop_latency_s)
     h = SimHarness(
@@ -151,7 +169,10 @@ async def _run(
         trace=trace,
     )
     async with h:
-        w = World(h, cfg, seed, trace, net)
+        if disk is None:
+            w = World(h, cfg, seed, trace, net)
+        else:
+            w = PowerLossWorld(h, cfg, seed, trace, net, disk=disk)
         for p in range(cfg.partitions):
             await h.elect(p, leader=cfg.brokers[p % len(cfg.brokers)])
         loop = asyncio.get_running_loop()

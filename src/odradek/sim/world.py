@@ -291,12 +291,16 @@ class World:
 
         asyncio.get_running_loop().call_later(self.cfg.session_timeout_s, expire)
 
+    def fault_kinds(self) -> list[str]:
+        """What ``inject`` may pick now (a profile may narrow it: odradek.sim.power)."""
+        return ["cut", "isolate", "slow", "lossy", "crash", "zk", "zk-partition"]
+
     async def inject(self, rng: random.Random) -> _Fault:
         brokers = list(self.cfg.brokers)
         leader = self.controller.znodes[rng.randrange(self.cfg.partitions)].leader
         live = [b for b in brokers if b not in self.h.down]
         target = leader if leader in live and rng.random() < 0.5 else rng.choice(brokers)
-        kind = rng.choice(["cut", "isolate", "slow", "lossy", "crash", "zk", "zk-partition"])
+        kind = rng.choice(self.fault_kinds())
         other = rng.choice([b for b in brokers if b != target])
         if kind == "cut":
             self.trace(f"nemesis: cut {target}-{other}")

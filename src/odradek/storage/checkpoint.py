@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 from odradek.errors import ErrorCode, KafkaError
+from odradek.runtime import disk
 
 __all__ = ["read_checkpoint", "write_checkpoint", "CHECKPOINT_VERSION"]
 
@@ -68,7 +69,7 @@ def _write_checkpoint(p: Path, entries: dict[tuple[str, int], int]) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        disk.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, p)
@@ -79,6 +80,6 @@ def fsync_dir(directory: Path) -> None:
     """Make renames/creations/deletions in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        disk.fsync(fd)
     finally:
         os.close(fd)

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 from crc32c import crc32c
 
 from odradek.errors import ErrorCode, KafkaError
+from odradek.runtime import disk
 from odradek.storage.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
@@ -454,7 +455,7 @@ class _SegmentWriter:
         write_txn_index(self.txn_path, aborted)
         try:
             self._drain()
-            os.fsync(self.fd)
+            disk.fsync(self.fd)
         finally:
             os.close(self.fd)
         if self.max_ts >= 0:  # final time entry, as on a roll (onBecomeInactiveSegment)
@@ -642,7 +643,7 @@ def complete_swaps(directory: Path) -> list[int]:
     if done:
         fd = os.open(directory, os.O_RDONLY)
         try:
-            os.fsync(fd)
+            disk.fsync(fd)
         finally:
             os.close(fd)
     return done

@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from odradek.runtime import disk
 from odradek.storage.checkpoint import fsync_dir
 
 __all__ = [
@@ -71,7 +72,7 @@ class FlushJob:
         ledger: list[str] = []
         try:
             for fd, name, size in self.files:
-                os.fdatasync(fd)
+                disk.fdatasync(fd)
                 ledger.append(f"F {name} {size}")
             for p in self.index_paths:
                 index_size = _fsync_path(p)
@@ -109,7 +110,7 @@ def _fsync_path(p: Path) -> int | None:
         return None  # rewritten (tmp + rename) or deleted meanwhile: nothing to sync
     try:
         size = os.fstat(fd).st_size
-        os.fsync(fd)
+        disk.fsync(fd)
         return size
     finally:
         os.close(fd)

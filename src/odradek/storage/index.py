@@ -20,6 +20,8 @@ import struct
 from array import array
 from pathlib import Path
 
+from odradek.runtime import disk
+
 __all__ = ["OffsetIndex", "TimeIndex"]
 
 _OFFSET_ENTRY = struct.Struct(">ii")
@@ -95,7 +97,7 @@ class _Index:
             try:
                 _write_all(fd, data)
                 if fsync:
-                    os.fsync(fd)
+                    disk.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, self.path)
@@ -110,7 +112,7 @@ class _Index:
             if data:
                 _write_all(fd, data)
             if fsync:
-                os.fsync(fd)
+                disk.fsync(fd)
         finally:
             os.close(fd)
         self._persisted = len(self.keys)

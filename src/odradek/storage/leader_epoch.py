@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from odradek.runtime import disk
+
 CHECKPOINT_NAME = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
@@ -50,7 +52,7 @@ class LeaderEpochCache:
         with open(tmp, "w") as f:
             f.write(body)
             f.flush()
-            os.fsync(f.fileno())
+            disk.fsync(f.fileno())
         os.replace(tmp, self.path)
 
     # ------------------------------------------------------------------ queries

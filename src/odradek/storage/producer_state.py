@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from odradek.errors import ErrorCode, KafkaError
+from odradek.runtime import disk
 from odradek.storage.batch import BatchHeader
 from odradek.storage.txn_index import AbortedTxn
 
@@ -316,7 +317,7 @@ class ProducerStateManager:
                 with open(tmp, "w") as f:
                     f.write(body)
                     f.flush()
-                    os.fsync(f.fileno())
+                    disk.fsync(f.fileno())
                 os.replace(tmp, path)
                 for old in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
                     if old != path:

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from odradek.errors import ErrorCode, KafkaError
+from odradek.runtime import disk
 from odradek.storage.batch import (
     BATCH_HEADER_SIZE,
     HEADER_STRUCT,
@@ -371,7 +372,7 @@ class Segment:
     def flush(self) -> None:
         self.index.write_pending(fsync=True)
         self.time_index.write_pending(fsync=True)
-        os.fsync(self.fd)
+        disk.fsync(self.fd)
 
     def close(self) -> None:
         if self.closed:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from odradek.runtime import clock
+from odradek.runtime import clock, disk
 from odradek.storage.batch import BatchHeader, parse_batches
 from odradek.storage.checkpoint import fsync_dir
 from odradek.storage.log import Log
@@ -201,7 +201,7 @@ class TruncationLedger:
                     h.position += size  # a position in the .batches file
                 headers.extend(chunk.headers)
                 size += len(chunk.data)
-            os.fsync(fd)
+            disk.fsync(fd)
         finally:
             os.close(fd)
         if not headers:
@@ -333,7 +333,7 @@ def _write_json_durably(path: Path, obj: dict[str, Any]) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         _write_all(fd, (json.dumps(obj, sort_keys=True) + "\n").encode())
-        os.fsync(fd)
+        disk.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)

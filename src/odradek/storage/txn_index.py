@@ -30,6 +30,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from odradek.runtime import disk
 from odradek.storage.index import _write_all
 
 __all__ = ["AbortedTxn", "TransactionIndex", "TXN_INDEX_SUFFIX", "write_txn_index"]
@@ -155,6 +156,6 @@ def write_txn_index(path: Path, entries: list[AbortedTxn]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         _write_all(fd, b"".join(a.pack() for a in entries), 0)
-        os.fsync(fd)
+        disk.fsync(fd)
     finally:
         os.close(fd)

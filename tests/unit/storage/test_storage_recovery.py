@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from _storage_helpers import batch, segment_files, small_config, verify_log
 
+from odradek.runtime import disk
 from odradek.storage.batch import parse_batches
 from odradek.storage.log import Log, LogConfig
 
@@ -334,9 +335,9 @@ def test_reopening_an_empty_log_costs_no_fsync(tmp_path: Path, how: str,
     else:
         crash(log)
     syncs: list[int] = []
-    for name in ("fsync", "fdatasync"):
-        real = getattr(os, name)
-        monkeypatch.setattr(os, name, lambda fd, _real=real: (syncs.append(fd), _real(fd))[1])
+    for name in ("fsync", "fdatasync"):  # the storage layer's seam (odradek.runtime.disk)
+        real = getattr(disk, name)
+        monkeypatch.setattr(disk, name, lambda fd, _real=real: (syncs.append(fd), _real(fd))[1])
     files = {p.name: p.stat().st_mtime_ns for p in d.iterdir()}
     log = Log.open(d, CFG, recovery_point=0)
     assert syncs == []

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from odradek.replication.partition import Partition
+from odradek.runtime import disk
 from odradek.storage.batch import parse_batches
 from odradek.storage.log import Log
 from odradek.storage.records import encode_batch
@@ -163,7 +164,8 @@ def test_partition_truncation_is_durable_in_the_ledger_before_the_log_shrinks(
     p = _partition(tmp_path, ledger, hw=6)
     calls: list[str] = []
     real_fsync, real_ftruncate = os.fsync, os.ftruncate
-    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append("fsync"), real_fsync(fd))[1])
+    # The storage layer fsyncs through the seam (odradek.runtime.disk).
+    monkeypatch.setattr(disk, "fsync", lambda fd: (calls.append("fsync"), real_fsync(fd))[1])
     monkeypatch.setattr(os, "ftruncate",
                         lambda fd, n: (calls.append("ftruncate"), real_ftruncate(fd, n))[1])
     p.truncate_to(6, reason="truncate after OffsetsForLeaderEpoch to 6 (leader 1 epoch 6)",
