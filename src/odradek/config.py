@@ -37,7 +37,7 @@ from odradek.configdefs import (
     parse_list,
 )
 from odradek.errors import ErrorCode, KafkaError
-from odradek.security.zookeeper_auth import parse_zk_auth
+from odradek.zookeeper_auth import parse_zk_auth
 
 __all__ = [
     "BrokerConfig",
@@ -50,7 +50,6 @@ __all__ = [
     "parse_properties",
     "parse_listeners",
     "parse_connection_overrides",
-    "listener_security_errors",
     "validate_topic_configs",
     "describe_topic_config",
     "describe_broker_config",
@@ -175,7 +174,7 @@ def parse_listeners(value: str, key: str = "listeners") -> list[tuple[str, str, 
     return endpoints
 
 
-# --- connection limits and listener security ---------------------------------------
+# --- connection limits ---------------------------------------
 
 
 def parse_connection_overrides(value: str) -> dict[str, int]:
@@ -191,15 +190,6 @@ def parse_connection_overrides(value: str) -> dict[str, int]:
                               "max.connections.per.ip.overrides: expected host:count,...")
         out[host] = int(count)
     return out
-
-
-def listener_security_errors(config: BrokerConfig) -> list[str]:
-    """Why this broker must not start with its listener, TLS, SASL and authorizer
-    settings, or [] if it may (``odradek.security.listener_config``): a listener is never
-    served with less security than configured."""
-    from odradek.security.listener_config import listener_security_errors as errors
-
-    return errors(config)
 
 
 # --- broker config -----------------------------------------------------------------

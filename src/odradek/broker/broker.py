@@ -37,7 +37,6 @@ from odradek.broker.metrics import BrokerMetrics
 from odradek.config import (
     BrokerConfig,
     ConfigError,
-    listener_security_errors,
     log_config_for_topic,
     parse_connection_overrides,
 )
@@ -227,7 +226,7 @@ class Broker:
         self._loop = asyncio.get_running_loop()
         # Honest listeners (issue 11): a listener Odradek cannot speak stops the broker
         # before anything is bound, never is served as plaintext.
-        problems = listener_security_errors(self.config)
+        problems = lc.listener_security_errors(self.config)
         if problems:
             raise ConfigError("listeners", "; ".join(problems))
         self.stall_detector = stall_detector.maybe_start(  # ODRADEK_LOOP_STALL_MS
