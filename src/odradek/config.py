@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from odradek.configdefs import (
     BROKER_CONFIGS,
@@ -35,6 +35,7 @@ from odradek.configdefs import (
     Support,
     Synonym,
     parse_list,
+    settings_from,
 )
 from odradek.errors import ErrorCode, KafkaError
 from odradek.zookeeper_auth import parse_zk_auth
@@ -54,9 +55,13 @@ __all__ = [
     "describe_topic_config",
     "describe_broker_config",
     "log_config_for_topic",
+    "topic_override",
+    "dynamic_broker_value",
 ]
 
 logger = logging.getLogger(__name__)
+
+_S = TypeVar("_S")
 
 
 class ConfigError(KafkaError):
@@ -368,11 +373,48 @@ class BrokerConfig:
     # -- accessors ------------------------------------------------------------------
 
     def get(self, name: str) -> Any:
-        """Typed effective value of any known broker property (raw value or default)."""
+        """Typed effective value of any known broker property (raw value or default).
+
+        Components do not call this with a setting's name: they declare the settings they
+        use as a frozen dataclass of ``configdefs.setting(...)`` fields and read them
+        through :meth:`settings` (tests/unit/test_config_access.py keeps it that way)."""
         d = BROKER_CONFIGS.get(name)
         if d is None:
             raise KeyError(name)
         return _parse_broker(d, self.raw.get(name, d.default))
+
+    def settings(self, cls: type[_S]) -> _S:
+        """A component's typed settings object (a dataclass of ``configdefs.setting``
+        fields) filled with this broker's effective values: the one way code outside
+        this module reads a broker property (Redpanda's model: each setting declared
+        once, in the table, and read through that declaration)."""
+        return settings_from(cls, self.get)
+
+    def text(self, name: str) -> str | None:
+        """The effective value of ``name`` in Kafka's string form (as given, else the
+        table's default), for the few settings their component parses itself (listener
+        maps, JAAS sections, TLS files)."""
+        value = self.raw.get(name)
+        if value is None:
+            d = BROKER_CONFIGS.get(name)
+            value = d.default if d is not None else None
+        return value
+
+    def is_set(self, name: str) -> bool:
+        """Whether the properties give ``name`` a non-empty value (Kafka refuses some
+        pairs only when both are given)."""
+        return bool(self.raw.get(name))
+
+    def listener_override(self, listener: str, key: str, mechanism: str | None = None) -> str | None:
+        """Kafka's per-listener setting ``listener.name.<listener>[.<mechanism>].<key>``
+        as given, or None."""
+        middle = f"{mechanism.lower()}." if mechanism else ""
+        return self.raw.get(f"listener.name.{listener.lower()}.{middle}{key}")
+
+    def listener_value(self, listener: str, key: str) -> str | None:
+        """``listener.name.<listener>.<key>`` if set, else ``<key>`` (:meth:`text`)."""
+        value = self.listener_override(listener, key)
+        return value if value is not None else self.text(key)
 
     def listener_endpoints(self) -> list[tuple[str, str, int]]:
         return parse_listeners(self.listeners, "listeners")
@@ -705,6 +747,34 @@ def effective_topic_configs(broker: BrokerConfig, overrides: dict[str, str]) -> 
         except ConfigValueError as e:
             raise _invalid(str(e)) from None
     return result
+
+
+def topic_override(overrides: Mapping[str, str], name: str) -> Any:
+    """The typed value of topic config ``name`` in a topic's overrides (its
+    ``/config/topics/<topic>``), or None when the topic does not override it: the one
+    path for a component that falls back to its own broker-level setting. A value that
+    does not parse (AlterConfigs validates, another tool may not) counts as no override."""
+    value = overrides.get(name)
+    if value is None:
+        return None
+    try:
+        return TOPIC_CONFIGS[name].parse(value)
+    except ConfigValueError as e:
+        logger.warning("ignoring topic config override: %s", e)
+        return None
+
+
+def dynamic_broker_value(name: str, value: str | None) -> Any:
+    """The typed value of dynamic broker config ``name`` as stored in ZooKeeper
+    (``/config/brokers``), or None when unset or malformed (warned: the static value
+    stays in force)."""
+    if value is None:
+        return None
+    try:
+        return BROKER_CONFIGS[name].parse(value)
+    except ConfigValueError as e:
+        logger.warning("ignoring dynamic broker config: %s", e)
+        return None
 
 
 def log_config_for_topic(broker: BrokerConfig, overrides: dict[str, str]) -> dict[str, Any]:

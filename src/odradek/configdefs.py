@@ -827,7 +827,8 @@ def python_type(d: ConfigDef) -> type:
 def setting(name: str) -> Any:
     """A settings-dataclass field holding broker property ``name`` (default: the table's)."""
     d = BROKER_CONFIGS[name]
-    return field(default=d.parsed_default(), metadata={"setting": name})
+    # A password (odradek.zookeeper.auth) never shows in a settings object's repr.
+    return field(default=d.parsed_default(), metadata={"setting": name}, repr=not d.sensitive)
 
 
 def settings_from(cls: type[_S], get: Callable[[str], Any] | None = None) -> _S:
