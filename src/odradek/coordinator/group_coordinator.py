@@ -22,8 +22,10 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from odradek.configdefs import setting
 from odradek.coordinator.group_codec import (
     GroupKey,
     GroupValue,
@@ -100,6 +102,17 @@ def _commit_error(code: ErrorCode) -> ErrorCode:
     return _APPEND_ERRORS.get(code, code)
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetsSettings:
+    """The broker settings of the offsets topic and its writes (names and defaults: the
+    table; the transaction coordinator shares the commit timeout, as in Kafka)."""
+
+    topic_num_partitions: int = setting("offsets.topic.num.partitions")
+    topic_replication_factor: int = setting("offsets.topic.replication.factor")
+    topic_segment_bytes: int = setting("offsets.topic.segment.bytes")
+    commit_timeout_ms: int = setting("offsets.commit.timeout.ms")
+
+
 class GroupCoordinator:
     def __init__(self, broker_id: int, config: BrokerConfig, replicas: ReplicaManager,
                  cluster: ClusterView) -> None:
@@ -107,12 +120,9 @@ class GroupCoordinator:
         self.broker_config = config
         self.replicas = replicas
         self.cluster = cluster
-        cfg = config
-        self.config = GroupConfig(
-            initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
-            min_session_timeout_ms=int(cfg.get("group.min.session.timeout.ms")),
-            max_session_timeout_ms=int(cfg.get("group.max.session.timeout.ms")))
-        self.commit_timeout_s = int(cfg.get("offsets.commit.timeout.ms")) / 1000
+        self.config = config.settings(GroupConfig)
+        self.settings = config.settings(OffsetsSettings)
+        self.commit_timeout_s = self.settings.commit_timeout_ms / 1000
         self.groups: dict[str, Group] = {}
         # group -> (topic, partition) -> (value, offset of its record in the log)
         self.offsets: dict[str, dict[TopicPartition, tuple[OffsetValue, int]]] = {}
@@ -221,7 +231,7 @@ class GroupCoordinator:
             self._resolve(self._sync_waiters, key, SyncResult(key[1], ErrorCode.not_coordinator))
 
     def _partition_of(self, group_id: str) -> int:
-        n = self.num_partitions() or self.broker_config.offsets_topic_num_partitions
+        n = self.num_partitions() or self.settings.topic_num_partitions
         return partition_for(group_id, n)
 
     def check(self, group_id: str, *, membership: bool = False) -> int:
@@ -257,12 +267,10 @@ class GroupCoordinator:
         self._creating = asyncio.get_running_loop().create_task(self._create_offsets_topic())
 
     async def _create_offsets_topic(self) -> None:
-        cfg = self.broker_config
+        cfg = self.settings
         await create_internal_topic(
-            self.cluster, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
-            cfg.offsets_topic_replication_factor,
-            {"cleanup.policy": "compact",
-             "segment.bytes": str(cfg.get("offsets.topic.segment.bytes"))})
+            self.cluster, OFFSETS_TOPIC, cfg.topic_num_partitions, cfg.topic_replication_factor,
+            {"cleanup.policy": "compact", "segment.bytes": str(cfg.topic_segment_bytes)})
 
     # ================================================================= group protocol
     async def join(self, group_id: str, r: JoinRequest) -> JoinResult:
