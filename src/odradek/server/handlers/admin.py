@@ -46,8 +46,7 @@ def _require_topic(ctx: RequestContext, op: AclOperation, topic: str) -> None:
 
 def _partition_caps(ctx: RequestContext) -> tuple[int, int]:
     """(new partitions per request, partitions per cluster)."""
-    return (int(ctx.config.get("odradek.max.partitions.per.request")),
-            int(ctx.config.get("odradek.max.partitions")))
+    return ctx.settings.max_partitions_per_request, ctx.settings.max_partitions
 
 
 def _cluster_partitions(image: MetadataImage) -> int:
