@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from odradek.broker.settings import BrokerSettings
 from odradek.config import (
     TOPIC_CONFIGS,
     BrokerConfig,
@@ -15,9 +16,11 @@ from odradek.config import (
     ConfigType,
     describe_broker_config,
     describe_topic_config,
+    dynamic_broker_value,
     log_config_for_topic,
     parse_listeners,
     parse_properties,
+    topic_override,
     validate_topic_configs,
 )
 from odradek.configdefs import LONG_MAX
@@ -365,3 +368,28 @@ def test_describe_broker_dynamic_layers() -> None:
     assert list(defaults) == [rate]
     assert defaults[rate].value == "5000"
     assert defaults[rate].synonyms[0] == (rate, "5000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+
+
+def test_topic_override_and_dynamic_broker_value_are_typed_by_the_table(
+        caplog: pytest.LogCaptureFixture) -> None:
+    overrides = {"min.insync.replicas": " 2", "unclean.leader.election.enable": "TRUE",
+                 "leader.replication.throttled.replicas": "0:1, 1:2",
+                 "segment.bytes": "many"}
+    assert topic_override(overrides, "min.insync.replicas") == 2
+    assert topic_override(overrides, "unclean.leader.election.enable") is True
+    assert topic_override(overrides, "leader.replication.throttled.replicas") == ["0:1", "1:2"]
+    assert topic_override(overrides, "retention.ms") is None  # not overridden
+    with caplog.at_level("WARNING"):
+        assert topic_override(overrides, "segment.bytes") is None  # malformed: ignored
+    assert "segment.bytes" in caplog.text
+    assert dynamic_broker_value("transaction.partition.verification.enable", "false") is False
+    assert dynamic_broker_value("leader.replication.throttled.rate", "1000") == 1000
+    assert dynamic_broker_value("leader.replication.throttled.rate", None) is None
+    assert dynamic_broker_value("leader.replication.throttled.rate", "fast") is None
+
+
+def test_settings_objects_hide_passwords() -> None:
+    cfg = broker(**{"odradek.zookeeper.auth": "digest:kafka:s3cret"})
+    settings = cfg.settings(BrokerSettings)
+    assert settings.zookeeper_auth == "digest:kafka:s3cret"
+    assert "s3cret" not in repr(settings)
