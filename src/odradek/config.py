@@ -200,17 +200,6 @@ def parse_connection_overrides(value: str) -> dict[str, int]:
 # --- broker config -----------------------------------------------------------------
 
 
-def _retention_ms(values: dict[str, Any]) -> int:
-    """Kafka's KafkaConfig.logRetentionTimeMillis: ms > minutes > hours, negative → -1."""
-    if values["log.retention.ms"] is not None:
-        ms = values["log.retention.ms"]
-    elif values["log.retention.minutes"] is not None:
-        ms = values["log.retention.minutes"] * 60_000
-    else:
-        ms = values["log.retention.hours"] * 3_600_000
-    return -1 if ms < 0 else ms
-
-
 def _check_zookeeper_security(values: Mapping[str, Any]) -> None:
     """``zookeeper.set.acl=true`` without ZooKeeper authentication stops the broker, as
     in Kafka ("zookeeper.set.acl is true, but ZooKeeper client TLS configuration
@@ -250,32 +239,8 @@ class BrokerConfig:
     default_replication_factor: int = _default("default.replication.factor")
     auto_create_topics_enable: bool = _default("auto.create.topics.enable")
     delete_topic_enable: bool = _default("delete.topic.enable")
-    message_max_bytes: int = _default("message.max.bytes")
     socket_request_max_bytes: int = _default("socket.request.max.bytes")
-    log_segment_bytes: int = _default("log.segment.bytes")
-    log_roll_ms: int = _default("log.roll.hours") * 3_600_000
-    log_retention_ms: int = _default("log.retention.hours") * 3_600_000
-    log_retention_bytes: int = _default("log.retention.bytes")
-    log_flush_interval_messages: int = _default("log.flush.interval.messages")
-    log_flush_interval_ms: int | None = _default("log.flush.interval.ms")
-    log_index_interval_bytes: int = _default("log.index.interval.bytes")
-    log_index_size_max_bytes: int = _default("log.index.size.max.bytes")
-    log_message_timestamp_type: str = _default("log.message.timestamp.type")
-    log_cleanup_policy: str = ",".join(_default("log.cleanup.policy"))
-    min_insync_replicas: int = _default("min.insync.replicas")
-    unclean_leader_election_enable: bool = _default("unclean.leader.election.enable")
-    replica_lag_time_max_ms: int = _default("replica.lag.time.max.ms")
-    replica_fetch_wait_max_ms: int = _default("replica.fetch.wait.max.ms")
-    replica_fetch_min_bytes: int = _default("replica.fetch.min.bytes")
-    replica_fetch_max_bytes: int = _default("replica.fetch.max.bytes")
-    replica_socket_timeout_ms: int = _default("replica.socket.timeout.ms")
-    auto_leader_rebalance_enable: bool = _default("auto.leader.rebalance.enable")
-    leader_imbalance_check_interval_seconds: int = _default("leader.imbalance.check.interval.seconds")
-    leader_imbalance_per_broker_percentage: int = _default("leader.imbalance.per.broker.percentage")
     controlled_shutdown_enable: bool = _default("controlled.shutdown.enable")
-    offsets_topic_num_partitions: int = _default("offsets.topic.num.partitions")
-    offsets_topic_replication_factor: int = _default("offsets.topic.replication.factor")
-    group_initial_rebalance_delay_ms: int = _default("group.initial.rebalance.delay.ms")
     fetch_max_bytes: int = _default("fetch.max.bytes")
     raw: dict[str, str] = field(default_factory=dict)
 
@@ -325,9 +290,6 @@ class BrokerConfig:
                               "max.connections.per.ip can be set to zero only if "
                               "max.connections.per.ip.overrides property is set.")
         _check_zookeeper_security(values)
-        roll_ms = values["log.roll.ms"]
-        if roll_ms is None:
-            roll_ms = values["log.roll.hours"] * 3_600_000
         return cls(
             broker_id=values["broker.id"],
             zookeeper_connect=values["zookeeper.connect"],
@@ -340,32 +302,8 @@ class BrokerConfig:
             default_replication_factor=values["default.replication.factor"],
             auto_create_topics_enable=values["auto.create.topics.enable"],
             delete_topic_enable=values["delete.topic.enable"],
-            message_max_bytes=values["message.max.bytes"],
             socket_request_max_bytes=values["socket.request.max.bytes"],
-            log_segment_bytes=values["log.segment.bytes"],
-            log_roll_ms=roll_ms,
-            log_retention_ms=_retention_ms(values),
-            log_retention_bytes=values["log.retention.bytes"],
-            log_flush_interval_messages=values["log.flush.interval.messages"],
-            log_flush_interval_ms=values["log.flush.interval.ms"],
-            log_index_interval_bytes=values["log.index.interval.bytes"],
-            log_index_size_max_bytes=values["log.index.size.max.bytes"],
-            log_message_timestamp_type=values["log.message.timestamp.type"],
-            log_cleanup_policy=",".join(values["log.cleanup.policy"]),
-            min_insync_replicas=values["min.insync.replicas"],
-            unclean_leader_election_enable=values["unclean.leader.election.enable"],
-            replica_lag_time_max_ms=values["replica.lag.time.max.ms"],
-            replica_fetch_wait_max_ms=values["replica.fetch.wait.max.ms"],
-            replica_fetch_min_bytes=values["replica.fetch.min.bytes"],
-            replica_fetch_max_bytes=values["replica.fetch.max.bytes"],
-            replica_socket_timeout_ms=values["replica.socket.timeout.ms"],
-            auto_leader_rebalance_enable=values["auto.leader.rebalance.enable"],
-            leader_imbalance_check_interval_seconds=values["leader.imbalance.check.interval.seconds"],
-            leader_imbalance_per_broker_percentage=values["leader.imbalance.per.broker.percentage"],
             controlled_shutdown_enable=values["controlled.shutdown.enable"],
-            offsets_topic_num_partitions=values["offsets.topic.num.partitions"],
-            offsets_topic_replication_factor=values["offsets.topic.replication.factor"],
-            group_initial_rebalance_delay_ms=values["group.initial.rebalance.delay.ms"],
             fetch_max_bytes=values["fetch.max.bytes"],
             raw=raw,
         )
@@ -416,9 +354,6 @@ class BrokerConfig:
         value = self.listener_override(listener, key)
         return value if value is not None else self.text(key)
 
-    def listener_endpoints(self) -> list[tuple[str, str, int]]:
-        return parse_listeners(self.listeners, "listeners")
-
     def advertised_endpoint(self) -> tuple[str, int]:
         """(host, port) published in Metadata: advertised.listeners, else listeners.
 
@@ -441,48 +376,8 @@ class BrokerConfig:
 
     def topic_defaults(self) -> dict[str, str]:
         """Effective default (string form) of every topic config under this broker."""
-        raw = self.effective_raw()
+        raw = self.raw
         return {name: _broker_topic_value(d, raw)[0] for name, d in TOPIC_CONFIGS.items()}
-
-    def effective_raw(self) -> dict[str, str]:
-        """``raw`` plus the typed fields that were set directly on the dataclass.
-
-        Tests and tools build ``BrokerConfig(...)`` without a properties file; a field
-        that differs from what ``raw`` implies is written back under its Kafka name so
-        topic defaults and DescribeConfigs see it.
-        """
-        raw = dict(self.raw)
-        values = _typed_broker_values(raw)
-        implied: dict[str, Any] = {
-            "log_roll_ms": values["log.roll.ms"] if values["log.roll.ms"] is not None
-            else values["log.roll.hours"] * 3_600_000,
-            "log_retention_ms": _retention_ms(values),
-            "log_cleanup_policy": ",".join(values["log.cleanup.policy"]),
-        }
-        for attr, prop in _FIELD_PROPS.items():
-            current = getattr(self, attr)
-            expected = implied[attr] if attr in implied else values[prop]
-            if current != expected and current is not None:
-                raw[prop] = str(current).lower() if isinstance(current, bool) else str(current)
-        return raw
-
-
-# Dataclass fields that feed topic defaults → their Kafka property names.
-_FIELD_PROPS: dict[str, str] = {
-    "log_segment_bytes": "log.segment.bytes",
-    "log_roll_ms": "log.roll.ms",
-    "log_retention_ms": "log.retention.ms",
-    "log_retention_bytes": "log.retention.bytes",
-    "log_flush_interval_messages": "log.flush.interval.messages",
-    "log_flush_interval_ms": "log.flush.interval.ms",
-    "log_index_interval_bytes": "log.index.interval.bytes",
-    "log_index_size_max_bytes": "log.index.size.max.bytes",
-    "log_message_timestamp_type": "log.message.timestamp.type",
-    "log_cleanup_policy": "log.cleanup.policy",
-    "message_max_bytes": "message.max.bytes",
-    "min_insync_replicas": "min.insync.replicas",
-    "unclean_leader_election_enable": "unclean.leader.election.enable",
-}
 
 
 def _parse_broker(d: ConfigDef, value: str | None) -> Any:
@@ -628,7 +523,7 @@ class ConfigEntry:
 def describe_topic_config(broker: BrokerConfig, overrides: dict[str, str]) -> list[ConfigEntry]:
     """Every topic config with value and source, like Kafka's DescribeConfigs(TOPIC)."""
     entries: list[ConfigEntry] = []
-    raw = broker.effective_raw()
+    raw = broker.raw
     for name in sorted(TOPIC_CONFIGS):
         d = TOPIC_CONFIGS[name]
         value, source, synonyms = _broker_topic_value(d, raw)
@@ -682,7 +577,7 @@ def describe_broker_config(broker: BrokerConfig, dynamic: Mapping[str, str] | No
     """
     dyn = dict(dynamic or {}) if per_broker else {}
     dyn_default = dict(dynamic_default or {})
-    raw = broker.effective_raw()
+    raw = broker.raw
     layers: list[tuple[Mapping[str, str], ConfigSource]] = [
         (dyn, ConfigSource.DYNAMIC_BROKER_CONFIG),
         (dyn_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),

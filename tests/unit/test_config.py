@@ -24,7 +24,9 @@ from odradek.config import (
     validate_topic_configs,
 )
 from odradek.configdefs import LONG_MAX
+from odradek.coordinator.group_coordinator import OffsetsSettings
 from odradek.errors import ErrorCode, KafkaError
+from odradek.replication.settings import ReplicaManagerSettings
 
 BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181"}
 
@@ -94,16 +96,17 @@ def test_broker_defaults_are_kafkas() -> None:
     cfg = broker()
     assert cfg.listeners == "PLAINTEXT://:9092"
     assert cfg.log_dirs == ["/tmp/kafka-logs"]
-    assert cfg.log_retention_ms == 168 * 3600 * 1000  # REQ-R24: 7 days
-    assert cfg.log_roll_ms == 168 * 3600 * 1000
-    assert cfg.message_max_bytes == 1048588
-    assert cfg.log_flush_interval_messages == LONG_MAX  # REQ-R18: no forced fsync
-    assert cfg.unclean_leader_election_enable is False  # REQ-R10
-    assert cfg.min_insync_replicas == 1  # REQ-R8
-    assert cfg.replica_lag_time_max_ms == 30000
-    assert cfg.offsets_topic_replication_factor == 3
+    topic = log_config_for_topic(cfg, {})
+    assert topic["retention_ms"] == 168 * 3600 * 1000  # REQ-R24: 7 days
+    assert topic["segment_ms"] == 168 * 3600 * 1000
+    assert topic["max_message_bytes"] == 1048588
+    assert topic["flush_messages"] == LONG_MAX  # REQ-R18: no forced fsync
+    assert topic["unclean_leader_election_enable"] is False  # REQ-R10
+    assert topic["min_insync_replicas"] == 1  # REQ-R8
+    assert cfg.settings(ReplicaManagerSettings).replica_lag_time_max_ms == 30000
+    assert cfg.settings(OffsetsSettings).topic_replication_factor == 3
     assert cfg.zookeeper_connection_timeout() == 18000
-    assert cfg.get("log.retention.check.interval.ms") == 300000
+    assert cfg.settings(BrokerSettings).log_retention_check_interval_ms == 300000
 
 
 def test_log_dir_fallback_and_log_dirs_precedence() -> None:
@@ -124,13 +127,13 @@ def test_log_dir_fallback_and_log_dirs_precedence() -> None:
 )
 def test_retention_precedence_ms_over_minutes_over_hours(props: dict[str, str], expected: int) -> None:
     cfg = broker(**props)
-    assert cfg.log_retention_ms == expected
     assert cfg.topic_defaults()["retention.ms"] == str(expected)
+    assert log_config_for_topic(cfg, {})["retention_ms"] == expected
 
 
 def test_roll_ms_over_hours() -> None:
     assert broker(**{"log.roll.hours": "2"}).topic_defaults()["segment.ms"] == "7200000"
-    assert broker(**{"log.roll.hours": "2", "log.roll.ms": "99"}).log_roll_ms == 99
+    assert broker(**{"log.roll.hours": "2", "log.roll.ms": "99"}).topic_defaults()["segment.ms"] == "99"
 
 
 def test_missing_required_keys() -> None:
@@ -232,13 +235,6 @@ def test_topic_defaults_follow_broker_synonyms() -> None:
     assert d["cleanup.policy"] == "compact,delete"
     assert d["flush.ms"] == "1000"
     assert d["min.insync.replicas"] == "2"
-
-
-def test_dataclass_fields_feed_topic_defaults() -> None:
-    cfg = BrokerConfig(broker_id=0, zookeeper_connect="x", log_segment_bytes=4096, log_retention_ms=10)
-    lc = log_config_for_topic(cfg, {})
-    assert lc["segment_bytes"] == 4096
-    assert lc["retention_ms"] == 10
 
 
 @pytest.mark.parametrize(
