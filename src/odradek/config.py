@@ -649,26 +649,24 @@ def topic_override(overrides: Mapping[str, str], name: str) -> Any:
     ``/config/topics/<topic>``), or None when the topic does not override it: the one
     path for a component that falls back to its own broker-level setting. A value that
     does not parse (AlterConfigs validates, another tool may not) counts as no override."""
-    value = overrides.get(name)
-    if value is None:
-        return None
-    try:
-        return TOPIC_CONFIGS[name].parse(value)
-    except ConfigValueError as e:
-        logger.warning("ignoring topic config override: %s", e)
-        return None
+    return _parse_stored(TOPIC_CONFIGS[name], overrides.get(name), "topic config override")
 
 
 def dynamic_broker_value(name: str, value: str | None) -> Any:
     """The typed value of dynamic broker config ``name`` as stored in ZooKeeper
     (``/config/brokers``), or None when unset or malformed (warned: the static value
     stays in force)."""
+    return _parse_stored(BROKER_CONFIGS[name], value, "dynamic broker config")
+
+
+def _parse_stored(d: ConfigDef, value: str | None, what: str) -> Any:
+    """A value read back from ZooKeeper, parsed; None if absent or malformed (warned)."""
     if value is None:
         return None
     try:
-        return BROKER_CONFIGS[name].parse(value)
+        return d.parse(value)
     except ConfigValueError as e:
-        logger.warning("ignoring dynamic broker config: %s", e)
+        logger.warning("ignoring %s: %s", what, e)
         return None
 
 
