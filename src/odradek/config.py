@@ -226,22 +226,15 @@ def _default(name: str) -> Any:
 
 @dataclass
 class BrokerConfig:
-    """A broker's ``server.properties``, typed, with Kafka's defaults."""
+    """A broker's ``server.properties``: its identity and endpoints, checked at parse
+    time, and every property (``raw``) for the components' settings objects
+    (:meth:`settings`), with Kafka's names and defaults."""
 
     broker_id: int
     zookeeper_connect: str
     listeners: str = _default("listeners")
     advertised_listeners: str | None = _default("advertised.listeners")
     log_dirs: list[str] = field(default_factory=lambda: [_default("log.dir")])
-    zookeeper_session_timeout_ms: int = _default("zookeeper.session.timeout.ms")
-    zookeeper_connection_timeout_ms: int | None = _default("zookeeper.connection.timeout.ms")
-    num_partitions: int = _default("num.partitions")
-    default_replication_factor: int = _default("default.replication.factor")
-    auto_create_topics_enable: bool = _default("auto.create.topics.enable")
-    delete_topic_enable: bool = _default("delete.topic.enable")
-    socket_request_max_bytes: int = _default("socket.request.max.bytes")
-    controlled_shutdown_enable: bool = _default("controlled.shutdown.enable")
-    fetch_max_bytes: int = _default("fetch.max.bytes")
     raw: dict[str, str] = field(default_factory=dict)
 
     # -- construction ---------------------------------------------------------------
@@ -296,15 +289,6 @@ class BrokerConfig:
             listeners=listeners,
             advertised_listeners=values["advertised.listeners"],
             log_dirs=log_dirs,
-            zookeeper_session_timeout_ms=values["zookeeper.session.timeout.ms"],
-            zookeeper_connection_timeout_ms=values["zookeeper.connection.timeout.ms"],
-            num_partitions=values["num.partitions"],
-            default_replication_factor=values["default.replication.factor"],
-            auto_create_topics_enable=values["auto.create.topics.enable"],
-            delete_topic_enable=values["delete.topic.enable"],
-            socket_request_max_bytes=values["socket.request.max.bytes"],
-            controlled_shutdown_enable=values["controlled.shutdown.enable"],
-            fetch_max_bytes=values["fetch.max.bytes"],
             raw=raw,
         )
 
@@ -367,12 +351,6 @@ class BrokerConfig:
         if host == "0.0.0.0":
             raise ConfigError(key, f"{key} cannot use the nonroutable meta-address 0.0.0.0. Use a routable IP address.")
         return host, port
-
-    def zookeeper_connection_timeout(self) -> int:
-        """Kafka: zookeeper.connection.timeout.ms defaults to the session timeout."""
-        if self.zookeeper_connection_timeout_ms is None:
-            return self.zookeeper_session_timeout_ms
-        return self.zookeeper_connection_timeout_ms
 
     def topic_defaults(self) -> dict[str, str]:
         """Effective default (string form) of every topic config under this broker."""

@@ -27,6 +27,7 @@ from odradek.configdefs import LONG_MAX
 from odradek.coordinator.group_coordinator import OffsetsSettings
 from odradek.errors import ErrorCode, KafkaError
 from odradek.replication.settings import ReplicaManagerSettings
+from odradek.server.settings import ServerSettings
 
 BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181"}
 
@@ -105,7 +106,7 @@ def test_broker_defaults_are_kafkas() -> None:
     assert topic["min_insync_replicas"] == 1  # REQ-R8
     assert cfg.settings(ReplicaManagerSettings).replica_lag_time_max_ms == 30000
     assert cfg.settings(OffsetsSettings).topic_replication_factor == 3
-    assert cfg.zookeeper_connection_timeout() == 18000
+    assert cfg.settings(BrokerSettings).zookeeper_connection_timeout() == 18000
     assert cfg.settings(BrokerSettings).log_retention_check_interval_ms == 300000
 
 
@@ -169,7 +170,7 @@ def test_invalid_values_name_the_key(key: str, value: str) -> None:
 def test_values_are_trimmed_and_unknown_keys_kept(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         cfg = broker(**{"num.partitions": " 3 ", "my.custom.key": "v"})
-    assert cfg.num_partitions == 3
+    assert cfg.settings(ServerSettings).num_partitions == 3
     assert cfg.raw["my.custom.key"] == "v"
     assert "my.custom.key" in caplog.text
 

@@ -190,7 +190,7 @@ class Broker:
         self.stall_detector: stall_detector.StallDetector | None = None
         self.stopping = False
         self._limits = ConnectionLimits(
-            max_frame_bytes=config.socket_request_max_bytes,
+            max_frame_bytes=settings.socket_request_max_bytes,
             stamp_arrivals=self.metrics is not None,
             max_unauthenticated_frame_bytes=settings.sasl_server_max_receive_size,
             authentication_timeout_s=settings.authentication_timeout_ms / 1000)
@@ -249,11 +249,11 @@ class Broker:
         logger.info("logs loaded in %.2f s", time.monotonic() - t0)
         for spec in lc.listeners(self.config):
             self.socket_servers[spec.name].bind(spec.host, spec.port)
-        session_s = self.config.zookeeper_session_timeout_ms / 1000
+        session_s = self.settings.zookeeper_session_timeout_ms / 1000
         self.zk = await asyncio.to_thread(
             connect_zk, self.config.zookeeper_connect, source_ip=self.advertised_host,
             session_timeout_s=session_s,
-            timeout_s=self.config.zookeeper_connection_timeout() / 1000,
+            timeout_s=self.settings.zookeeper_connection_timeout() / 1000,
             auth=parse_zk_auth(self.settings.zookeeper_auth),
             secure_acls=self.settings.zookeeper_set_acl)
         if self.metrics is not None and self.zk is not None:
@@ -403,7 +403,7 @@ class Broker:
         # fetchers does that at once; their tasks are stopped after the controller has
         # answered (Kafka's order), not before: that took 5 s at 10,000 partitions.
         self.replicas.quiesce_fetchers()
-        if self.config.controlled_shutdown_enable and self.zk is not None and self.store:
+        if self.settings.controlled_shutdown_enable and self.zk is not None and self.store:
             # REQ-R13 / Kafka's controlled shutdown: while we still serve, the controller
             # moves leadership of our partitions to other ISR members and drops us from
             # the ISRs, so clients switch leaders without waiting for a session timeout.

@@ -19,7 +19,12 @@ __all__ = ["BrokerSettings"]
 class BrokerSettings:
     """Read once at start; none of these is a dynamic broker config."""
 
+    # ZooKeeper session (connection timeout: the session timeout unless set).
+    zookeeper_session_timeout_ms: int = setting("zookeeper.session.timeout.ms")
+    zookeeper_connection_timeout_ms: int | None = setting("zookeeper.connection.timeout.ms")
+    controlled_shutdown_enable: bool = setting("controlled.shutdown.enable")
     # Connections and the socket servers (issue 11).
+    socket_request_max_bytes: int = setting("socket.request.max.bytes")
     max_connections: int = setting("max.connections")
     max_connections_per_ip: int = setting("max.connections.per.ip")
     max_connections_per_ip_overrides: str = setting("max.connections.per.ip.overrides")
@@ -51,3 +56,9 @@ class BrokerSettings:
         "replica.high.watermark.checkpoint.interval.ms"
     )
     log_retention_check_interval_ms: int = setting("log.retention.check.interval.ms")
+
+    def zookeeper_connection_timeout(self) -> int:
+        """Kafka: zookeeper.connection.timeout.ms defaults to the session timeout."""
+        if self.zookeeper_connection_timeout_ms is None:
+            return self.zookeeper_session_timeout_ms
+        return self.zookeeper_connection_timeout_ms

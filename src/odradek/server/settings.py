@@ -12,7 +12,14 @@ __all__ = ["ServerSettings"]
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
-    """Request limits (issue 11) and the failed-authentication delay."""
+    """Topic creation defaults, request limits (issue 11), the failed-authentication
+    delay."""
+
+    num_partitions: int = setting("num.partitions")
+    default_replication_factor: int = setting("default.replication.factor")
+    auto_create_topics_enable: bool = setting("auto.create.topics.enable")
+    delete_topic_enable: bool = setting("delete.topic.enable")
+    fetch_max_bytes: int = setting("fetch.max.bytes")
 
     request_max_elements: int = setting("odradek.request.max.elements")
     max_partitions_per_request: int = setting("odradek.max.partitions.per.request")
