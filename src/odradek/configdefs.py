@@ -32,6 +32,7 @@ __all__ = [
     "INT_MAX",
     "parse_list",
     "python_type",
+    "broker_default",
     "setting",
     "settings_from",
 ]
@@ -822,6 +823,12 @@ _PYTHON_TYPES: dict[ConfigType, type] = {
 def python_type(d: ConfigDef) -> type:
     """The Python type ``ConfigDef.parse`` returns for this setting."""
     return _PYTHON_TYPES[d.type]
+
+
+def broker_default(name: str) -> Any:
+    """Broker property ``name``'s default, parsed: for a parameter or constant that
+    stands for a setting's default outside a settings object (never a second literal)."""
+    return BROKER_CONFIGS[name].parsed_default()
 
 
 def setting(name: str) -> Any:

@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
 from odradek.config import topic_override
+from odradek.configdefs import broker_default
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,12 @@ def throttled_partitions(value: Sequence[str] | None, broker_id: int) -> frozens
 class ReplicationQuota:
     """One direction's throttle: the rate and which partitions it applies to."""
 
-    def __init__(self, window_s: float = 1.0, num_windows: int = 11) -> None:
+    # replication.quota.window.size.seconds / .num; defaults from the table.
+    def __init__(
+        self,
+        window_s: float = broker_default("replication.quota.window.size.seconds"),
+        num_windows: int = broker_default("replication.quota.window.num"),
+    ) -> None:
         self.window_s = window_s
         self.num_windows = max(2, num_windows)
         self.rate_limit = UNLIMITED
