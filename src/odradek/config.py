@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from odradek.configdefs import (
     BROKER_CONFIGS,
@@ -35,9 +35,10 @@ from odradek.configdefs import (
     Support,
     Synonym,
     parse_list,
+    settings_from,
 )
 from odradek.errors import ErrorCode, KafkaError
-from odradek.security.zookeeper_auth import parse_zk_auth
+from odradek.zookeeper_auth import parse_zk_auth
 
 __all__ = [
     "BrokerConfig",
@@ -50,14 +51,17 @@ __all__ = [
     "parse_properties",
     "parse_listeners",
     "parse_connection_overrides",
-    "listener_security_errors",
     "validate_topic_configs",
     "describe_topic_config",
     "describe_broker_config",
     "log_config_for_topic",
+    "topic_override",
+    "dynamic_broker_value",
 ]
 
 logger = logging.getLogger(__name__)
+
+_S = TypeVar("_S")
 
 
 class ConfigError(KafkaError):
@@ -175,7 +179,7 @@ def parse_listeners(value: str, key: str = "listeners") -> list[tuple[str, str, 
     return endpoints
 
 
-# --- connection limits and listener security ---------------------------------------
+# --- connection limits ---------------------------------------
 
 
 def parse_connection_overrides(value: str) -> dict[str, int]:
@@ -193,27 +197,7 @@ def parse_connection_overrides(value: str) -> dict[str, int]:
     return out
 
 
-def listener_security_errors(config: BrokerConfig) -> list[str]:
-    """Why this broker must not start with its listener, TLS, SASL and authorizer
-    settings, or [] if it may (``odradek.security.listener_config``): a listener is never
-    served with less security than configured."""
-    from odradek.security.listener_config import listener_security_errors as errors
-
-    return errors(config)
-
-
 # --- broker config -----------------------------------------------------------------
-
-
-def _retention_ms(values: dict[str, Any]) -> int:
-    """Kafka's KafkaConfig.logRetentionTimeMillis: ms > minutes > hours, negative → -1."""
-    if values["log.retention.ms"] is not None:
-        ms = values["log.retention.ms"]
-    elif values["log.retention.minutes"] is not None:
-        ms = values["log.retention.minutes"] * 60_000
-    else:
-        ms = values["log.retention.hours"] * 3_600_000
-    return -1 if ms < 0 else ms
 
 
 def _check_zookeeper_security(values: Mapping[str, Any]) -> None:
@@ -242,46 +226,15 @@ def _default(name: str) -> Any:
 
 @dataclass
 class BrokerConfig:
-    """A broker's ``server.properties``, typed, with Kafka's defaults."""
+    """A broker's ``server.properties``: its identity and endpoints, checked at parse
+    time, and every property (``raw``) for the components' settings objects
+    (:meth:`settings`), with Kafka's names and defaults."""
 
     broker_id: int
     zookeeper_connect: str
     listeners: str = _default("listeners")
     advertised_listeners: str | None = _default("advertised.listeners")
     log_dirs: list[str] = field(default_factory=lambda: [_default("log.dir")])
-    zookeeper_session_timeout_ms: int = _default("zookeeper.session.timeout.ms")
-    zookeeper_connection_timeout_ms: int | None = _default("zookeeper.connection.timeout.ms")
-    num_partitions: int = _default("num.partitions")
-    default_replication_factor: int = _default("default.replication.factor")
-    auto_create_topics_enable: bool = _default("auto.create.topics.enable")
-    delete_topic_enable: bool = _default("delete.topic.enable")
-    message_max_bytes: int = _default("message.max.bytes")
-    socket_request_max_bytes: int = _default("socket.request.max.bytes")
-    log_segment_bytes: int = _default("log.segment.bytes")
-    log_roll_ms: int = _default("log.roll.hours") * 3_600_000
-    log_retention_ms: int = _default("log.retention.hours") * 3_600_000
-    log_retention_bytes: int = _default("log.retention.bytes")
-    log_flush_interval_messages: int = _default("log.flush.interval.messages")
-    log_flush_interval_ms: int | None = _default("log.flush.interval.ms")
-    log_index_interval_bytes: int = _default("log.index.interval.bytes")
-    log_index_size_max_bytes: int = _default("log.index.size.max.bytes")
-    log_message_timestamp_type: str = _default("log.message.timestamp.type")
-    log_cleanup_policy: str = ",".join(_default("log.cleanup.policy"))
-    min_insync_replicas: int = _default("min.insync.replicas")
-    unclean_leader_election_enable: bool = _default("unclean.leader.election.enable")
-    replica_lag_time_max_ms: int = _default("replica.lag.time.max.ms")
-    replica_fetch_wait_max_ms: int = _default("replica.fetch.wait.max.ms")
-    replica_fetch_min_bytes: int = _default("replica.fetch.min.bytes")
-    replica_fetch_max_bytes: int = _default("replica.fetch.max.bytes")
-    replica_socket_timeout_ms: int = _default("replica.socket.timeout.ms")
-    auto_leader_rebalance_enable: bool = _default("auto.leader.rebalance.enable")
-    leader_imbalance_check_interval_seconds: int = _default("leader.imbalance.check.interval.seconds")
-    leader_imbalance_per_broker_percentage: int = _default("leader.imbalance.per.broker.percentage")
-    controlled_shutdown_enable: bool = _default("controlled.shutdown.enable")
-    offsets_topic_num_partitions: int = _default("offsets.topic.num.partitions")
-    offsets_topic_replication_factor: int = _default("offsets.topic.replication.factor")
-    group_initial_rebalance_delay_ms: int = _default("group.initial.rebalance.delay.ms")
-    fetch_max_bytes: int = _default("fetch.max.bytes")
     raw: dict[str, str] = field(default_factory=dict)
 
     # -- construction ---------------------------------------------------------------
@@ -330,62 +283,60 @@ class BrokerConfig:
                               "max.connections.per.ip can be set to zero only if "
                               "max.connections.per.ip.overrides property is set.")
         _check_zookeeper_security(values)
-        roll_ms = values["log.roll.ms"]
-        if roll_ms is None:
-            roll_ms = values["log.roll.hours"] * 3_600_000
         return cls(
             broker_id=values["broker.id"],
             zookeeper_connect=values["zookeeper.connect"],
             listeners=listeners,
             advertised_listeners=values["advertised.listeners"],
             log_dirs=log_dirs,
-            zookeeper_session_timeout_ms=values["zookeeper.session.timeout.ms"],
-            zookeeper_connection_timeout_ms=values["zookeeper.connection.timeout.ms"],
-            num_partitions=values["num.partitions"],
-            default_replication_factor=values["default.replication.factor"],
-            auto_create_topics_enable=values["auto.create.topics.enable"],
-            delete_topic_enable=values["delete.topic.enable"],
-            message_max_bytes=values["message.max.bytes"],
-            socket_request_max_bytes=values["socket.request.max.bytes"],
-            log_segment_bytes=values["log.segment.bytes"],
-            log_roll_ms=roll_ms,
-            log_retention_ms=_retention_ms(values),
-            log_retention_bytes=values["log.retention.bytes"],
-            log_flush_interval_messages=values["log.flush.interval.messages"],
-            log_flush_interval_ms=values["log.flush.interval.ms"],
-            log_index_interval_bytes=values["log.index.interval.bytes"],
-            log_index_size_max_bytes=values["log.index.size.max.bytes"],
-            log_message_timestamp_type=values["log.message.timestamp.type"],
-            log_cleanup_policy=",".join(values["log.cleanup.policy"]),
-            min_insync_replicas=values["min.insync.replicas"],
-            unclean_leader_election_enable=values["unclean.leader.election.enable"],
-            replica_lag_time_max_ms=values["replica.lag.time.max.ms"],
-            replica_fetch_wait_max_ms=values["replica.fetch.wait.max.ms"],
-            replica_fetch_min_bytes=values["replica.fetch.min.bytes"],
-            replica_fetch_max_bytes=values["replica.fetch.max.bytes"],
-            replica_socket_timeout_ms=values["replica.socket.timeout.ms"],
-            auto_leader_rebalance_enable=values["auto.leader.rebalance.enable"],
-            leader_imbalance_check_interval_seconds=values["leader.imbalance.check.interval.seconds"],
-            leader_imbalance_per_broker_percentage=values["leader.imbalance.per.broker.percentage"],
-            controlled_shutdown_enable=values["controlled.shutdown.enable"],
-            offsets_topic_num_partitions=values["offsets.topic.num.partitions"],
-            offsets_topic_replication_factor=values["offsets.topic.replication.factor"],
-            group_initial_rebalance_delay_ms=values["group.initial.rebalance.delay.ms"],
-            fetch_max_bytes=values["fetch.max.bytes"],
             raw=raw,
         )
 
     # -- accessors ------------------------------------------------------------------
 
     def get(self, name: str) -> Any:
-        """Typed effective value of any known broker property (raw value or default)."""
+        """Typed effective value of any known broker property (raw value or default).
+
+        Components do not call this with a setting's name: they declare the settings they
+        use as a frozen dataclass of ``configdefs.setting(...)`` fields and read them
+        through :meth:`settings` (tests/unit/test_config_access.py keeps it that way)."""
         d = BROKER_CONFIGS.get(name)
         if d is None:
             raise KeyError(name)
         return _parse_broker(d, self.raw.get(name, d.default))
 
-    def listener_endpoints(self) -> list[tuple[str, str, int]]:
-        return parse_listeners(self.listeners, "listeners")
+    def settings(self, cls: type[_S]) -> _S:
+        """A component's typed settings object (a dataclass of ``configdefs.setting``
+        fields) filled with this broker's effective values: the one way code outside
+        this module reads a broker property (Redpanda's model: each setting declared
+        once, in the table, and read through that declaration)."""
+        return settings_from(cls, self.get)
+
+    def text(self, name: str) -> str | None:
+        """The effective value of ``name`` in Kafka's string form (as given, else the
+        table's default), for the few settings their component parses itself (listener
+        maps, JAAS sections, TLS files)."""
+        value = self.raw.get(name)
+        if value is None:
+            d = BROKER_CONFIGS.get(name)
+            value = d.default if d is not None else None
+        return value
+
+    def is_set(self, name: str) -> bool:
+        """Whether the properties give ``name`` a non-empty value (Kafka refuses some
+        pairs only when both are given)."""
+        return bool(self.raw.get(name))
+
+    def listener_override(self, listener: str, key: str, mechanism: str | None = None) -> str | None:
+        """Kafka's per-listener setting ``listener.name.<listener>[.<mechanism>].<key>``
+        as given, or None."""
+        middle = f"{mechanism.lower()}." if mechanism else ""
+        return self.raw.get(f"listener.name.{listener.lower()}.{middle}{key}")
+
+    def listener_value(self, listener: str, key: str) -> str | None:
+        """``listener.name.<listener>.<key>`` if set, else ``<key>`` (:meth:`text`)."""
+        value = self.listener_override(listener, key)
+        return value if value is not None else self.text(key)
 
     def advertised_endpoint(self) -> tuple[str, int]:
         """(host, port) published in Metadata: advertised.listeners, else listeners.
@@ -401,56 +352,10 @@ class BrokerConfig:
             raise ConfigError(key, f"{key} cannot use the nonroutable meta-address 0.0.0.0. Use a routable IP address.")
         return host, port
 
-    def zookeeper_connection_timeout(self) -> int:
-        """Kafka: zookeeper.connection.timeout.ms defaults to the session timeout."""
-        if self.zookeeper_connection_timeout_ms is None:
-            return self.zookeeper_session_timeout_ms
-        return self.zookeeper_connection_timeout_ms
-
     def topic_defaults(self) -> dict[str, str]:
         """Effective default (string form) of every topic config under this broker."""
-        raw = self.effective_raw()
+        raw = self.raw
         return {name: _broker_topic_value(d, raw)[0] for name, d in TOPIC_CONFIGS.items()}
-
-    def effective_raw(self) -> dict[str, str]:
-        """``raw`` plus the typed fields that were set directly on the dataclass.
-
-        Tests and tools build ``BrokerConfig(...)`` without a properties file; a field
-        that differs from what ``raw`` implies is written back under its Kafka name so
-        topic defaults and DescribeConfigs see it.
-        """
-        raw = dict(self.raw)
-        values = _typed_broker_values(raw)
-        implied: dict[str, Any] = {
-            "log_roll_ms": values["log.roll.ms"] if values["log.roll.ms"] is not None
-            else values["log.roll.hours"] * 3_600_000,
-            "log_retention_ms": _retention_ms(values),
-            "log_cleanup_policy": ",".join(values["log.cleanup.policy"]),
-        }
-        for attr, prop in _FIELD_PROPS.items():
-            current = getattr(self, attr)
-            expected = implied[attr] if attr in implied else values[prop]
-            if current != expected and current is not None:
-                raw[prop] = str(current).lower() if isinstance(current, bool) else str(current)
-        return raw
-
-
-# Dataclass fields that feed topic defaults → their Kafka property names.
-_FIELD_PROPS: dict[str, str] = {
-    "log_segment_bytes": "log.segment.bytes",
-    "log_roll_ms": "log.roll.ms",
-    "log_retention_ms": "log.retention.ms",
-    "log_retention_bytes": "log.retention.bytes",
-    "log_flush_interval_messages": "log.flush.interval.messages",
-    "log_flush_interval_ms": "log.flush.interval.ms",
-    "log_index_interval_bytes": "log.index.interval.bytes",
-    "log_index_size_max_bytes": "log.index.size.max.bytes",
-    "log_message_timestamp_type": "log.message.timestamp.type",
-    "log_cleanup_policy": "log.cleanup.policy",
-    "message_max_bytes": "message.max.bytes",
-    "min_insync_replicas": "min.insync.replicas",
-    "unclean_leader_election_enable": "unclean.leader.election.enable",
-}
 
 
 def _parse_broker(d: ConfigDef, value: str | None) -> Any:
@@ -596,7 +501,7 @@ class ConfigEntry:
 def describe_topic_config(broker: BrokerConfig, overrides: dict[str, str]) -> list[ConfigEntry]:
     """Every topic config with value and source, like Kafka's DescribeConfigs(TOPIC)."""
     entries: list[ConfigEntry] = []
-    raw = broker.effective_raw()
+    raw = broker.raw
     for name in sorted(TOPIC_CONFIGS):
         d = TOPIC_CONFIGS[name]
         value, source, synonyms = _broker_topic_value(d, raw)
@@ -650,7 +555,7 @@ def describe_broker_config(broker: BrokerConfig, dynamic: Mapping[str, str] | No
     """
     dyn = dict(dynamic or {}) if per_broker else {}
     dyn_default = dict(dynamic_default or {})
-    raw = broker.effective_raw()
+    raw = broker.raw
     layers: list[tuple[Mapping[str, str], ConfigSource]] = [
         (dyn, ConfigSource.DYNAMIC_BROKER_CONFIG),
         (dyn_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
@@ -715,6 +620,32 @@ def effective_topic_configs(broker: BrokerConfig, overrides: dict[str, str]) -> 
         except ConfigValueError as e:
             raise _invalid(str(e)) from None
     return result
+
+
+def topic_override(overrides: Mapping[str, str], name: str) -> Any:
+    """The typed value of topic config ``name`` in a topic's overrides (its
+    ``/config/topics/<topic>``), or None when the topic does not override it: the one
+    path for a component that falls back to its own broker-level setting. A value that
+    does not parse (AlterConfigs validates, another tool may not) counts as no override."""
+    return _parse_stored(TOPIC_CONFIGS[name], overrides.get(name), "topic config override")
+
+
+def dynamic_broker_value(name: str, value: str | None) -> Any:
+    """The typed value of dynamic broker config ``name`` as stored in ZooKeeper
+    (``/config/brokers``), or None when unset or malformed (warned: the static value
+    stays in force)."""
+    return _parse_stored(BROKER_CONFIGS[name], value, "dynamic broker config")
+
+
+def _parse_stored(d: ConfigDef, value: str | None, what: str) -> Any:
+    """A value read back from ZooKeeper, parsed; None if absent or malformed (warned)."""
+    if value is None:
+        return None
+    try:
+        return d.parse(value)
+    except ConfigValueError as e:
+        logger.warning("ignoring %s: %s", what, e)
+        return None
 
 
 def log_config_for_topic(broker: BrokerConfig, overrides: dict[str, str]) -> dict[str, Any]:

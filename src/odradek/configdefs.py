@@ -32,6 +32,7 @@ __all__ = [
     "INT_MAX",
     "parse_list",
     "python_type",
+    "broker_default",
     "setting",
     "settings_from",
 ]
@@ -824,10 +825,17 @@ def python_type(d: ConfigDef) -> type:
     return _PYTHON_TYPES[d.type]
 
 
+def broker_default(name: str) -> Any:
+    """Broker property ``name``'s default, parsed: for a parameter or constant that
+    stands for a setting's default outside a settings object (never a second literal)."""
+    return BROKER_CONFIGS[name].parsed_default()
+
+
 def setting(name: str) -> Any:
     """A settings-dataclass field holding broker property ``name`` (default: the table's)."""
     d = BROKER_CONFIGS[name]
-    return field(default=d.parsed_default(), metadata={"setting": name})
+    # A password (odradek.zookeeper.auth) never shows in a settings object's repr.
+    return field(default=d.parsed_default(), metadata={"setting": name}, repr=not d.sensitive)
 
 
 def settings_from(cls: type[_S], get: Callable[[str], Any] | None = None) -> _S:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from odradek.broker.settings import BrokerSettings
 from odradek.config import (
     TOPIC_CONFIGS,
     BrokerConfig,
@@ -15,13 +16,18 @@ from odradek.config import (
     ConfigType,
     describe_broker_config,
     describe_topic_config,
+    dynamic_broker_value,
     log_config_for_topic,
     parse_listeners,
     parse_properties,
+    topic_override,
     validate_topic_configs,
 )
 from odradek.configdefs import LONG_MAX
+from odradek.coordinator.group_coordinator import OffsetsSettings
 from odradek.errors import ErrorCode, KafkaError
+from odradek.replication.settings import ReplicaManagerSettings
+from odradek.server.settings import ServerSettings
 
 BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181"}
 
@@ -91,16 +97,17 @@ def test_broker_defaults_are_kafkas() -> None:
     cfg = broker()
     assert cfg.listeners == "PLAINTEXT://:9092"
     assert cfg.log_dirs == ["/tmp/kafka-logs"]
-    assert cfg.log_retention_ms == 168 * 3600 * 1000  # REQ-R24: 7 days
-    assert cfg.log_roll_ms == 168 * 3600 * 1000
-    assert cfg.message_max_bytes == 1048588
-    assert cfg.log_flush_interval_messages == LONG_MAX  # REQ-R18: no forced fsync
-    assert cfg.unclean_leader_election_enable is False  # REQ-R10
-    assert cfg.min_insync_replicas == 1  # REQ-R8
-    assert cfg.replica_lag_time_max_ms == 30000
-    assert cfg.offsets_topic_replication_factor == 3
-    assert cfg.zookeeper_connection_timeout() == 18000
-    assert cfg.get("log.retention.check.interval.ms") == 300000
+    topic = log_config_for_topic(cfg, {})
+    assert topic["retention_ms"] == 168 * 3600 * 1000  # REQ-R24: 7 days
+    assert topic["segment_ms"] == 168 * 3600 * 1000
+    assert topic["max_message_bytes"] == 1048588
+    assert topic["flush_messages"] == LONG_MAX  # REQ-R18: no forced fsync
+    assert topic["unclean_leader_election_enable"] is False  # REQ-R10
+    assert topic["min_insync_replicas"] == 1  # REQ-R8
+    assert cfg.settings(ReplicaManagerSettings).replica_lag_time_max_ms == 30000
+    assert cfg.settings(OffsetsSettings).topic_replication_factor == 3
+    assert cfg.settings(BrokerSettings).zookeeper_connection_timeout() == 18000
+    assert cfg.settings(BrokerSettings).log_retention_check_interval_ms == 300000
 
 
 def test_log_dir_fallback_and_log_dirs_precedence() -> None:
@@ -121,13 +128,13 @@ def test_log_dir_fallback_and_log_dirs_precedence() -> None:
 )
 def test_retention_precedence_ms_over_minutes_over_hours(props: dict[str, str], expected: int) -> None:
     cfg = broker(**props)
-    assert cfg.log_retention_ms == expected
     assert cfg.topic_defaults()["retention.ms"] == str(expected)
+    assert log_config_for_topic(cfg, {})["retention_ms"] == expected
 
 
 def test_roll_ms_over_hours() -> None:
     assert broker(**{"log.roll.hours": "2"}).topic_defaults()["segment.ms"] == "7200000"
-    assert broker(**{"log.roll.hours": "2", "log.roll.ms": "99"}).log_roll_ms == 99
+    assert broker(**{"log.roll.hours": "2", "log.roll.ms": "99"}).topic_defaults()["segment.ms"] == "99"
 
 
 def test_missing_required_keys() -> None:
@@ -163,7 +170,7 @@ def test_invalid_values_name_the_key(key: str, value: str) -> None:
 def test_values_are_trimmed_and_unknown_keys_kept(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         cfg = broker(**{"num.partitions": " 3 ", "my.custom.key": "v"})
-    assert cfg.num_partitions == 3
+    assert cfg.settings(ServerSettings).num_partitions == 3
     assert cfg.raw["my.custom.key"] == "v"
     assert "my.custom.key" in caplog.text
 
@@ -229,13 +236,6 @@ def test_topic_defaults_follow_broker_synonyms() -> None:
     assert d["cleanup.policy"] == "compact,delete"
     assert d["flush.ms"] == "1000"
     assert d["min.insync.replicas"] == "2"
-
-
-def test_dataclass_fields_feed_topic_defaults() -> None:
-    cfg = BrokerConfig(broker_id=0, zookeeper_connect="x", log_segment_bytes=4096, log_retention_ms=10)
-    lc = log_config_for_topic(cfg, {})
-    assert lc["segment_bytes"] == 4096
-    assert lc["retention_ms"] == 10
 
 
 @pytest.mark.parametrize(
@@ -365,3 +365,28 @@ def test_describe_broker_dynamic_layers() -> None:
     assert list(defaults) == [rate]
     assert defaults[rate].value == "5000"
     assert defaults[rate].synonyms[0] == (rate, "5000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+
+
+def test_topic_override_and_dynamic_broker_value_are_typed_by_the_table(
+        caplog: pytest.LogCaptureFixture) -> None:
+    overrides = {"min.insync.replicas": " 2", "unclean.leader.election.enable": "TRUE",
+                 "leader.replication.throttled.replicas": "0:1, 1:2",
+                 "segment.bytes": "many"}
+    assert topic_override(overrides, "min.insync.replicas") == 2
+    assert topic_override(overrides, "unclean.leader.election.enable") is True
+    assert topic_override(overrides, "leader.replication.throttled.replicas") == ["0:1", "1:2"]
+    assert topic_override(overrides, "retention.ms") is None  # not overridden
+    with caplog.at_level("WARNING"):
+        assert topic_override(overrides, "segment.bytes") is None  # malformed: ignored
+    assert "segment.bytes" in caplog.text
+    assert dynamic_broker_value("transaction.partition.verification.enable", "false") is False
+    assert dynamic_broker_value("leader.replication.throttled.rate", "1000") == 1000
+    assert dynamic_broker_value("leader.replication.throttled.rate", None) is None
+    assert dynamic_broker_value("leader.replication.throttled.rate", "fast") is None
+
+
+def test_settings_objects_hide_passwords() -> None:
+    cfg = broker(**{"odradek.zookeeper.auth": "digest:kafka:s3cret"})
+    settings = cfg.settings(BrokerSettings)
+    assert settings.zookeeper_auth == "digest:kafka:s3cret"
+    assert "s3cret" not in repr(settings)

@@ -6,13 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from odradek.config import (
-    BrokerConfig,
-    ConfigError,
-    listener_security_errors,
-    parse_connection_overrides,
-)
+from odradek.config import BrokerConfig, ConfigError, parse_connection_overrides
 from odradek.configdefs import INT_MAX
+from odradek.security.listener_config import listener_security_errors
 
 BASE = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181"}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -22,3 +23,20 @@ def test_import_contracts_hold() -> None:
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "BROKEN" not in proc.stdout
+
+
+# Allowed below (or beside) the config modules: each other and the error type.
+_GROUND_FLOOR = {"odradek.config", "odradek.configdefs", "odradek.zookeeper_auth", "odradek.errors"}
+
+
+def test_config_ground_floor_contract_names_every_other_module() -> None:
+    """The ground-floor contract is a forbidden contract, so a package added later
+    would be importable from config.py unless the contract names it: it must list every
+    top-level module of the package but the ground floor itself."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    contract = next(c for c in contracts["contracts"] if c["name"] == "Config is the ground floor")
+    assert set(contract["source_modules"]) == _GROUND_FLOOR
+    package = ROOT / "src" / "odradek"
+    modules = {f"odradek.{p.stem}" for p in package.glob("*.py") if not p.stem.startswith("__")}
+    modules |= {f"odradek.{p.parent.name}" for p in package.glob("*/__init__.py")}
+    assert set(contract["forbidden_modules"]) == modules - _GROUND_FLOOR

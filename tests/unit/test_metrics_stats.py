@@ -25,6 +25,15 @@ def test_histogram_buckets_are_cumulative_with_le_inclusive() -> None:
     assert len(h.cumulative()) == len(LATENCY_BUCKETS_MS) + 1
 
 
+def test_histogram_copy_is_an_independent_snapshot() -> None:
+    h = LatencyHistogram()
+    h.observe(3.0)
+    snap = h.copy()
+    h.observe(7.0)
+    assert (snap.counts, snap.sum, snap.count) != (h.counts, h.sum, h.count)
+    assert snap.count == 1 and snap.sum == 3.0 and dict(snap.cumulative())["5.0"] == 1
+
+
 def test_request_metrics_per_api_and_version() -> None:
     m = RequestMetrics()
     m.record(0, 9, 0.1, 0.2, 3.0, 3.3)

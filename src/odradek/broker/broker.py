@@ -34,10 +34,10 @@ from kazoo.client import KazooClient
 
 from odradek.broker import stall_detector
 from odradek.broker.metrics import BrokerMetrics
+from odradek.broker.settings import BrokerSettings
 from odradek.config import (
     BrokerConfig,
     ConfigError,
-    listener_security_errors,
     log_config_for_topic,
     parse_connection_overrides,
 )
@@ -47,7 +47,10 @@ from odradek.coordinator.group_coordinator import GroupCoordinator  # consumer g
 from odradek.coordinator.producer_ids import ProducerIdManager
 from odradek.coordinator.transaction_coordinator import TransactionCoordinator
 from odradek.log_manager.flusher import Flusher
-from odradek.log_manager.log_cleaner import manager_from_config  # compaction (REQ-R25)
+from odradek.log_manager.log_cleaner import (  # compaction (REQ-R25)
+    CleanerSettings,
+    LogCleanerManager,
+)
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.store import MetadataStore
 from odradek.metrics.http_listener import MetricsListener, parse_listener_url
@@ -115,12 +118,12 @@ def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) 
         fut.set_result(result)
 
 
-def _resolve_overrides(config: BrokerConfig) -> dict[str, int]:
+def _resolve_overrides(settings: BrokerSettings) -> dict[str, int]:
     """max.connections.per.ip.overrides with host names resolved (Kafka resolves them with
     InetAddress.getByName once, when the config is loaded)."""
     out: dict[str, int] = {}
     for host, count in parse_connection_overrides(
-            config.get("max.connections.per.ip.overrides")).items():
+            settings.max_connections_per_ip_overrides).items():
         try:
             out[str(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0])] = count
         except OSError:
@@ -131,6 +134,7 @@ def _resolve_overrides(config: BrokerConfig) -> dict[str, int]:
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        self.settings = settings = config.settings(BrokerSettings)
         self.broker_id = config.broker_id
         self.image = MetadataImage()
         self._log_configs: dict[tuple[tuple[str, str], ...], LogConfig] = {}
@@ -141,19 +145,19 @@ class Broker:
                                        ReplicaManagerSettings.from_config(config), source_ip=host,
                                        isr_store=ZkIsrStore(lambda: self.zkc, self._topic_id,
                                                             self.broker_id),
-                                       tracer=RecordTracer(
-                                           config.get("odradek.trace.records.every"),
-                                           self.broker_id))
+                                       tracer=RecordTracer(settings.trace_records_every,
+                                                           self.broker_id))
         # Flush policy, odradek.ack.fsync group commit, recovery-point checkpoints
         # (issue 5): fsyncs run in the flusher's thread, never on the event loop.
         self.flusher = Flusher(
             logs=self.replicas.all_logs, on_flushed=self.replicas.on_log_flushed,
             recovery_points=self.replicas.recovery_points,
             checkpoint_path=Path(config.log_dirs[0]) / RECOVERY_POINT_CHECKPOINT,
-            scheduler_interval_ms=config.get("log.flush.scheduler.interval.ms"),
-            checkpoint_interval_ms=config.get("log.flush.offset.checkpoint.interval.ms"))
+            scheduler_interval_ms=settings.log_flush_scheduler_interval_ms,
+            checkpoint_interval_ms=settings.log_flush_offset_checkpoint_interval_ms)
         self.replicas.flusher = self.flusher
-        self.cleaner = manager_from_config(self.replicas, Path(config.log_dirs[0]), config)
+        self.cleaner = LogCleanerManager(self.replicas, Path(config.log_dirs[0]),
+                                         config.settings(CleanerSettings))
         self.zk: KazooClient | None = None
         self.zkc: KafkaZkClient | None = None  # batched znode I/O over self.zk
         self.store: MetadataStore | None = None
@@ -169,12 +173,12 @@ class Broker:
             broker_id=self.broker_id, config=config, replicas=self.replicas,
             groups=self.groups, producer_ids=None, admin=None, metadata=self, txns=self.txns)
         # Client quotas (KIP-13): followed from /config/users and /config/clients.
-        self.context.quotas = QuotaManager(config.get("quota.window.size.seconds"),
-                                           config.get("quota.window.num"))
+        self.context.quotas = QuotaManager(settings.quota_window_size_seconds,
+                                           settings.quota_window_num)
         self.quota_follower: QuotaFollower | None = None
         # Metrics (issue 15): only with a metrics.listener; otherwise no request timing
         # and no per-topic counters, so a broker without metrics pays nothing for them.
-        listener = config.get("metrics.listener")
+        listener = settings.metrics_listener
         self.metrics_address = parse_listener_url(listener) if listener else None
         self.metrics: BrokerMetrics | None = None
         self.metrics_listener: MetricsListener | None = None
@@ -186,14 +190,14 @@ class Broker:
         self.stall_detector: stall_detector.StallDetector | None = None
         self.stopping = False
         self._limits = ConnectionLimits(
-            max_frame_bytes=config.socket_request_max_bytes,
+            max_frame_bytes=settings.socket_request_max_bytes,
             stamp_arrivals=self.metrics is not None,
-            max_unauthenticated_frame_bytes=config.get("sasl.server.max.receive.size"),
-            authentication_timeout_s=config.get("odradek.authentication.timeout.ms") / 1000)
-        self._quotas = ConnectionQuotas(config.get("max.connections"),
-                                        config.get("max.connections.per.ip"),
-                                        _resolve_overrides(config))
-        self._request_queue = RequestQueue(config.get("queued.max.requests"))
+            max_unauthenticated_frame_bytes=settings.sasl_server_max_receive_size,
+            authentication_timeout_s=settings.authentication_timeout_ms / 1000)
+        self._quotas = ConnectionQuotas(settings.max_connections,
+                                        settings.max_connections_per_ip,
+                                        _resolve_overrides(settings))
+        self._request_queue = RequestQueue(settings.queued_max_requests)
         # One SocketServer per listener, made in start() once the settings are checked.
         self.socket_servers: dict[str, SocketServer] = {}
         self._image_waiters: list[asyncio.Future[None]] = []
@@ -227,7 +231,7 @@ class Broker:
         self._loop = asyncio.get_running_loop()
         # Honest listeners (issue 11): a listener Odradek cannot speak stops the broker
         # before anything is bound, never is served as plaintext.
-        problems = listener_security_errors(self.config)
+        problems = lc.listener_security_errors(self.config)
         if problems:
             raise ConfigError("listeners", "; ".join(problems))
         self.stall_detector = stall_detector.maybe_start(  # ODRADEK_LOOP_STALL_MS
@@ -245,13 +249,13 @@ class Broker:
         logger.info("logs loaded in %.2f s", time.monotonic() - t0)
         for spec in lc.listeners(self.config):
             self.socket_servers[spec.name].bind(spec.host, spec.port)
-        session_s = self.config.zookeeper_session_timeout_ms / 1000
+        session_s = self.settings.zookeeper_session_timeout_ms / 1000
         self.zk = await asyncio.to_thread(
             connect_zk, self.config.zookeeper_connect, source_ip=self.advertised_host,
             session_timeout_s=session_s,
-            timeout_s=self.config.zookeeper_connection_timeout() / 1000,
-            auth=parse_zk_auth(self.config.get("odradek.zookeeper.auth")),
-            secure_acls=self.config.get("zookeeper.set.acl"))
+            timeout_s=self.settings.zookeeper_connection_timeout() / 1000,
+            auth=parse_zk_auth(self.settings.zookeeper_auth),
+            secure_acls=self.settings.zookeeper_set_acl)
         if self.metrics is not None and self.zk is not None:
             self.zk.add_listener(self.metrics.zk_session.on_state)
         registration = self._registration()
@@ -314,7 +318,7 @@ class Broker:
             self.socket_servers[spec.name] = SocketServer(
                 (self.dispatcher.dispatch_metered if self.metrics is not None
                  else self.dispatcher.dispatch), self._limits, self._quotas, self._request_queue,
-                idle_ms=config.get("connections.max.idle.ms"), name=spec.name,
+                idle_ms=self.settings.connections_max_idle_ms, name=spec.name,
                 ssl_context=ctx, session_factory=self._session_factory(spec))
         inter = lc.inter_broker_listener(config)
         self.replicas.fetchers.listener = inter
@@ -337,7 +341,7 @@ class Broker:
         def scram_lookup(mechanism: str, user: str) -> Any:
             cache = self.context.credentials
             return cache.lookup(mechanism, user) if cache is not None else None
-        reauth_ms = config.get("connections.max.reauth.ms")
+        reauth_ms = self.settings.connections_max_reauth_ms
 
         def factory(ip: str, ssl_object: ssl.SSLObject | None) -> Session:
             if spec.sasl:
@@ -360,16 +364,16 @@ class Broker:
     async def _start_security(self) -> None:
         """The authorizer and the SCRAM credential cache, loaded before serving."""
         assert self.zk is not None and self._loop is not None
-        config = self.config
-        if config.get("authorizer.class.name"):
+        config, settings = self.config, self.settings
+        if settings.authorizer_class_name:
             auth = Authorizer(self.zk, self._loop,
-                              super_users=parse_super_users(config.get("super.users")),
-                              allow_if_no_acl=config.get("allow.everyone.if.no.acl.found"))
+                              super_users=parse_super_users(settings.super_users),
+                              allow_if_no_acl=settings.allow_everyone_if_no_acl_found)
             await asyncio.to_thread(auth.start)
             self.context.authorizer = auth
         scram = any(m.startswith("SCRAM-") for s in lc.listeners(config) if s.sasl
                     for m in lc.enabled_mechanisms(config, s.name))
-        if scram or config.get("authorizer.class.name"):
+        if scram or settings.authorizer_class_name:
             creds = CredentialCache(self.zk, self._loop)
             await asyncio.to_thread(creds.start)
             self.context.credentials = creds
@@ -382,8 +386,8 @@ class Broker:
 
     def _zk_client(self) -> KafkaZkClient:
         assert self.zk is not None
-        return KafkaZkClient(self.zk, max_ops=self.config.get("odradek.zookeeper.multi.max.ops"),
-                             max_in_flight=self.config.get("zookeeper.max.in.flight.requests"))
+        return KafkaZkClient(self.zk, max_ops=self.settings.zookeeper_multi_max_ops,
+                             max_in_flight=self.settings.zookeeper_max_in_flight_requests)
 
     async def shutdown(self) -> None:
         """Stop serving, leave ZooKeeper (so failover starts at once), flush the logs.
@@ -399,7 +403,7 @@ class Broker:
         # fetchers does that at once; their tasks are stopped after the controller has
         # answered (Kafka's order), not before: that took 5 s at 10,000 partitions.
         self.replicas.quiesce_fetchers()
-        if self.config.controlled_shutdown_enable and self.zk is not None and self.store:
+        if self.settings.controlled_shutdown_enable and self.zk is not None and self.store:
             # REQ-R13 / Kafka's controlled shutdown: while we still serve, the controller
             # moves leadership of our partitions to other ISR members and drops us from
             # the ISRs, so clients switch leaders without waiting for a session timeout.
@@ -447,7 +451,7 @@ class Broker:
         while True:
             # replica.high.watermark.checkpoint.interval.ms, as Kafka's ReplicaManager
             await asyncio.sleep(
-                self.config.get("replica.high.watermark.checkpoint.interval.ms") / 1000)
+                self.settings.replica_high_watermark_checkpoint_interval_ms / 1000)
             try:
                 await asyncio.to_thread(self.replicas.capture_checkpoints())
             except Exception:
@@ -455,7 +459,7 @@ class Broker:
 
     async def _isr_loop(self) -> None:
         """REQ-R6: look for lagging ISR members every replica.lag.time.max.ms / 2."""
-        interval = min(max(self.config.replica_lag_time_max_ms / 2000, 0.1), 5.0)
+        interval = min(max(self.replicas.settings.replica_lag_time_max_ms / 2000, 0.1), 5.0)
         while True:
             await asyncio.sleep(interval)
             try:
@@ -468,7 +472,7 @@ class Broker:
         kafka-log-retention task), on the loop: the decision is metadata only and the
         unlinks are deferred by file.delete.delay.ms. Pending unlinks are also checked
         every second so the delay is honoured when the check interval is long."""
-        interval_s = max(self.config.get("log.retention.check.interval.ms"), 1) / 1000
+        interval_s = max(self.settings.log_retention_check_interval_ms, 1) / 1000
         tick_s = min(interval_s, 1.0)
         next_check = time.monotonic() + interval_s
         while True:

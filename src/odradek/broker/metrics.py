@@ -178,13 +178,6 @@ class _Snapshot:
     )
 
 
-def _copy_histogram(h: LatencyHistogram) -> LatencyHistogram:
-    c = LatencyHistogram()
-    c.counts = list(h.counts)
-    c.sum = h.sum
-    return c
-
-
 class BrokerMetrics:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -228,7 +221,7 @@ class BrokerMetrics:
                 key,
                 _ApiRow(
                     dict(m.requests),
-                    {attr: _copy_histogram(getattr(m, attr)) for _, attr, _ in _REQUEST_TIMES},
+                    {attr: getattr(m, attr).copy() for _, attr, _ in _REQUEST_TIMES},
                 ),
             )
             for key, m in sorted(self.requests.apis.items())

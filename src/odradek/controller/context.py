@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from odradek.config import topic_override
 from odradek.zk import znodes
 
 logger = logging.getLogger(__name__)
@@ -60,10 +61,8 @@ class ControllerContext:
 
     def unclean_enabled(self, topic: str, default: bool) -> bool:
         """Topic override of ``unclean.leader.election.enable``, else the broker's (R10)."""
-        value = self.configs.get(topic, {}).get("unclean.leader.election.enable")
-        if value is None:
-            return default
-        return value.strip().lower() == "true"
+        value = topic_override(self.configs.get(topic, {}), "unclean.leader.election.enable")
+        return default if value is None else bool(value)
 
     def set_topic(self, assignment: znodes.TopicAssignment) -> None:
         self.assignments[assignment.topic] = assignment.partitions

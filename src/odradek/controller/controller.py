@@ -57,7 +57,7 @@ from typing import Any
 
 from kazoo.exceptions import KazooException
 
-from odradek.configdefs import setting, settings_from
+from odradek.configdefs import setting
 from odradek.controller import elections
 from odradek.controller.context import ControllerContext, TopicPartition
 from odradek.controller.elections import StateChange
@@ -136,7 +136,7 @@ class Controller:
         self.epoch = -1
         self.active = False
         self._epoch_zk_version = -1  # /controller_epoch's version when we won
-        settings = settings_from(ControllerSettings, config.get if config is not None else None)
+        settings = config.settings(ControllerSettings) if config is not None else ControllerSettings()
         self.unclean_default = settings.unclean_leader_election_enable
         self.auto_rebalance = settings.auto_leader_rebalance_enable
         self.imbalance_interval_s = float(settings.leader_imbalance_check_interval_seconds)

@@ -22,8 +22,10 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from odradek.configdefs import setting
 from odradek.coordinator.group_codec import (
     GroupKey,
     GroupValue,
@@ -99,6 +101,17 @@ def _commit_error(code: ErrorCode) -> ErrorCode:
     return _APPEND_ERRORS.get(code, code)
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetsSettings:
+    """The broker settings of the offsets topic and its writes (names and defaults: the
+    table; the transaction coordinator shares the commit timeout, as in Kafka)."""
+
+    topic_num_partitions: int = setting("offsets.topic.num.partitions")
+    topic_replication_factor: int = setting("offsets.topic.replication.factor")
+    topic_segment_bytes: int = setting("offsets.topic.segment.bytes")
+    commit_timeout_ms: int = setting("offsets.commit.timeout.ms")
+
+
 class GroupCoordinator:
     def __init__(self, broker_id: int, config: BrokerConfig, replicas: ReplicaManager,
                  cluster: ClusterView) -> None:
@@ -106,12 +119,9 @@ class GroupCoordinator:
         self.broker_config = config
         self.replicas = replicas
         self.cluster = cluster
-        cfg = config
-        self.config = GroupConfig(
-            initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
-            min_session_timeout_ms=int(cfg.get("group.min.session.timeout.ms")),
-            max_session_timeout_ms=int(cfg.get("group.max.session.timeout.ms")))
-        self.commit_timeout_s = int(cfg.get("offsets.commit.timeout.ms")) / 1000
+        self.config = config.settings(GroupConfig)
+        self.settings = config.settings(OffsetsSettings)
+        self.commit_timeout_s = self.settings.commit_timeout_ms / 1000
         self.groups: dict[str, Group] = {}
         # group -> (topic, partition) -> (value, offset of its record in the log)
         self.offsets: dict[str, dict[TopicPartition, tuple[OffsetValue, int]]] = {}
@@ -120,7 +130,7 @@ class GroupCoordinator:
             OFFSETS_TOPIC, replicas, new_loader=_GroupLoader, install=self._install,
             unload=self._unload)
         self.topic = CoordinatorTopic(
-            self.runtime, cluster, configured_partitions=config.offsets_topic_num_partitions,
+            self.runtime, cluster, configured_partitions=self.settings.topic_num_partitions,
             create=self._create_offsets_topic)
         # TxnOffsetCommit (KIP-98): offsets written inside a transaction, per producer id,
         # invisible until the transaction's COMMIT marker reaches the offsets partition.
@@ -238,12 +248,10 @@ class GroupCoordinator:
         return self.topic.coordinator_for(group_id)
 
     async def _create_offsets_topic(self) -> None:
-        cfg = self.broker_config
+        cfg = self.settings
         await create_internal_topic(
-            self.cluster, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
-            cfg.offsets_topic_replication_factor,
-            {"cleanup.policy": "compact",
-             "segment.bytes": str(cfg.get("offsets.topic.segment.bytes"))})
+            self.cluster, OFFSETS_TOPIC, cfg.topic_num_partitions, cfg.topic_replication_factor,
+            {"cleanup.policy": "compact", "segment.bytes": str(cfg.topic_segment_bytes)})
 
     # ================================================================= group protocol
     async def join(self, group_id: str, r: JoinRequest) -> JoinResult:

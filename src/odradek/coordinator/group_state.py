@@ -59,6 +59,7 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
+from odradek.configdefs import setting
 from odradek.coordinator.group_codec import GroupValue, MemberValue
 from odradek.coordinator.state_table import TransitionTable
 from odradek.errors import ErrorCode
@@ -88,9 +89,11 @@ GROUP_TRANSITIONS: TransitionTable[GroupState] = TransitionTable("group", {
 
 @dataclass(frozen=True, slots=True)
 class GroupConfig:
-    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
-    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
-    max_session_timeout_ms: int = 1800000  # group.max.session.timeout.ms
+    """The broker settings a group's state machine uses (names and defaults: the table)."""
+
+    initial_rebalance_delay_ms: int = setting("group.initial.rebalance.delay.ms")
+    min_session_timeout_ms: int = setting("group.min.session.timeout.ms")
+    max_session_timeout_ms: int = setting("group.max.session.timeout.ms")
 
 
 @dataclass(frozen=True, slots=True)

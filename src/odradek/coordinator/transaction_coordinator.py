@@ -20,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from odradek.configdefs import setting
 from odradek.coordinator.group_coordinator import OFFSETS_TOPIC
 from odradek.coordinator.runtime import (
     APPEND_ERRORS,
@@ -81,6 +83,23 @@ class TxnClusterView(ClusterView, Protocol):
     def producer_ids(self) -> ProducerIdManager | None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class TxnCoordinatorSettings:
+    """The broker settings of the transaction coordinator and its log (names and
+    defaults: the table)."""
+
+    max_timeout_ms: int = setting("transaction.max.timeout.ms")
+    abort_timed_out_cleanup_interval_ms: int = setting(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms")
+    id_expiration_ms: int = setting("transactional.id.expiration.ms")
+    remove_expired_cleanup_interval_ms: int = setting(
+        "transaction.remove.expired.transaction.cleanup.interval.ms")
+    log_num_partitions: int = setting("transaction.state.log.num.partitions")
+    log_replication_factor: int = setting("transaction.state.log.replication.factor")
+    log_min_isr: int = setting("transaction.state.log.min.isr")
+    log_segment_bytes: int = setting("transaction.state.log.segment.bytes")
+
+
 class TransactionCoordinator:
     def __init__(self, broker_id: int, config: BrokerConfig, replicas: ReplicaManager,
                  groups: GroupCoordinator, cluster: TxnClusterView,
@@ -95,16 +114,15 @@ class TransactionCoordinator:
         self.runtime: CoordinatorRuntime[_TxnLoader] = CoordinatorRuntime(
             TRANSACTION_TOPIC, replicas, new_loader=_TxnLoader, install=self._install,
             unload=self._unload)
+        self.settings = settings = config.settings(TxnCoordinatorSettings)
         self.topic = CoordinatorTopic(
-            self.runtime, cluster, configured_partitions=config_num_partitions(config),
+            self.runtime, cluster, configured_partitions=settings.log_num_partitions,
             create=self._create_topic)
-        self.max_timeout_ms = int(config.get("transaction.max.timeout.ms"))
-        self.abort_interval_ms = int(
-            config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"))
-        self.expiration_ms = int(config.get("transactional.id.expiration.ms"))
-        self.expire_interval_ms = int(
-            config.get("transaction.remove.expired.transaction.cleanup.interval.ms"))
-        self.write_timeout_s = int(config.get("offsets.commit.timeout.ms")) / 1000
+        self.max_timeout_ms = settings.max_timeout_ms
+        self.abort_interval_ms = settings.abort_timed_out_cleanup_interval_ms
+        self.expiration_ms = settings.id_expiration_ms
+        self.expire_interval_ms = settings.remove_expired_cleanup_interval_ms
+        self.write_timeout_s = groups.settings.commit_timeout_ms / 1000
         # Requests to other brokers go to their inter-broker listener, in its protocol.
         self.pool = BrokerConnectionPool(self._inter_broker_address, source_ip,
                                          f"txn-coordinator-{broker_id}", MARKER_TIMEOUT_S,
@@ -216,15 +234,14 @@ class TransactionCoordinator:
         return self.topic.coordinator_node(transactional_id)
 
     async def _create_topic(self) -> None:
-        cfg = self.config
-        rf = min(int(cfg.get("transaction.state.log.replication.factor")),
-                 len(self.cluster.image.live_broker_ids()))
-        min_isr = min(int(cfg.get("transaction.state.log.min.isr")), rf)
+        cfg = self.settings
+        rf = min(cfg.log_replication_factor, len(self.cluster.image.live_broker_ids()))
+        min_isr = min(cfg.log_min_isr, rf)
         await create_internal_topic(
-            self.cluster, TRANSACTION_TOPIC, config_num_partitions(cfg), rf,
+            self.cluster, TRANSACTION_TOPIC, cfg.log_num_partitions, rf,
             {"cleanup.policy": "compact", "min.insync.replicas": str(min_isr),
              "unclean.leader.election.enable": "false",
-             "segment.bytes": str(cfg.get("transaction.state.log.segment.bytes"))})
+             "segment.bytes": str(cfg.log_segment_bytes)})
 
     # ================================================================= persistence
     async def _write(self, tid: str, m: TxnMetadata, t: Transition | None) -> ErrorCode:
@@ -423,9 +440,6 @@ def _decide(m: TxnMetadata, decision: Callable[[], _D]) -> _D | ErrorCode:
                        m.producer_id, m.producer_epoch, e)
         return e.code
 
-
-def config_num_partitions(config: BrokerConfig) -> int:
-    return int(config.get("transaction.state.log.num.partitions"))
 
 
 

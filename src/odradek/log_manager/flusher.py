@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from odradek.configdefs import broker_default
 from odradek.errors import KafkaError
 from odradek.storage.checkpoint import write_checkpoint
 from odradek.storage.durability import FlushJob
@@ -70,7 +71,7 @@ class Flusher:
                  recovery_points: Callable[[], dict[tuple[str, int], int]] | None = None,
                  checkpoint_path: Path | None = None,
                  scheduler_interval_ms: int | None = None,
-                 checkpoint_interval_ms: int = 60_000) -> None:
+                 checkpoint_interval_ms: int = broker_default("log.flush.offset.checkpoint.interval.ms")) -> None:
         self._logs = logs
         self._on_flushed = on_flushed
         self._recovery_points = recovery_points

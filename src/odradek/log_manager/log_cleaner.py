@@ -26,8 +26,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
+from odradek.configdefs import setting
 from odradek.storage.checkpoint import read_checkpoint, write_checkpoint
 from odradek.storage.cleaner import (
     CleanedGroup,
@@ -147,16 +148,26 @@ class CleanerStopped(Exception):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class CleanerSettings:
+    """The broker's log.cleaner.* settings (names and defaults: the table)."""
+
+    enable: bool = setting("log.cleaner.enable")
+    threads: int = setting("log.cleaner.threads")
+    backoff_ms: int = setting("log.cleaner.backoff.ms")
+    dedupe_buffer_size: int = setting("log.cleaner.dedupe.buffer.size")
+
+
 class LogCleanerManager:
-    def __init__(self, replicas: ReplicaLogs, log_dir: Path, *, enabled: bool = True,
-                 threads: int = 1, backoff_ms: int = 15000,
-                 dedupe_buffer_bytes: int = 128 * 1024 * 1024) -> None:
+    def __init__(self, replicas: ReplicaLogs, log_dir: Path,
+                 settings: CleanerSettings | None = None) -> None:
+        settings = settings if settings is not None else CleanerSettings()
         self.replicas = replicas
         self.log_dir = log_dir
-        self.enabled = enabled and threads > 0
-        self.threads = threads
-        self.backoff_s = max(backoff_ms, 1) / 1000
-        self.dedupe_buffer_bytes = dedupe_buffer_bytes
+        self.enabled = settings.enable and settings.threads > 0
+        self.threads = settings.threads
+        self.backoff_s = max(settings.backoff_ms, 1) / 1000
+        self.dedupe_buffer_bytes = settings.dedupe_buffer_size
         self._lock = threading.Lock()
         self._checkpoint: dict[TopicPartition, int] = {}
         self._busy: set[TopicPartition] = set()
@@ -345,17 +356,6 @@ def _dup(fd: int) -> int:
     import os
 
     return os.dup(fd)
-
-
-def manager_from_config(replicas: ReplicaLogs, log_dir: Path, config: Any) -> LogCleanerManager:
-    """Build from broker configs log.cleaner.{enable,threads,backoff.ms,dedupe.buffer.size}."""
-    return LogCleanerManager(
-        replicas, log_dir,
-        enabled=bool(config.get("log.cleaner.enable")),
-        threads=int(config.get("log.cleaner.threads")),
-        backoff_ms=int(config.get("log.cleaner.backoff.ms")),
-        dedupe_buffer_bytes=int(config.get("log.cleaner.dedupe.buffer.size")),
-    )
 
 
 def _lso(part: CleanableReplica) -> int:

@@ -51,6 +51,14 @@ class LatencyHistogram:
         self.counts[bisect_left(LATENCY_BUCKETS_MS, ms)] += 1
         self.sum += ms
 
+    def copy(self) -> LatencyHistogram:
+        """An independent snapshot (a scrape renders it off the event loop while the
+        original keeps counting)."""
+        c = LatencyHistogram()
+        c.counts = list(self.counts)
+        c.sum = self.sum
+        return c
+
     @property
     def count(self) -> int:
         return sum(self.counts)

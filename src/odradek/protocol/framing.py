@@ -17,6 +17,8 @@ from __future__ import annotations
 import struct
 from typing import Final
 
+from odradek.configdefs import broker_default
+
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "MIN_FRAME_BYTES",
@@ -25,8 +27,8 @@ __all__ = [
     "FrameTooLarge",
 ]
 
-# Kafka's socket.request.max.bytes default (100 MiB).
-DEFAULT_MAX_FRAME_BYTES: Final = 104857600
+# socket.request.max.bytes' default (Kafka's: 100 MiB), from the table.
+DEFAULT_MAX_FRAME_BYTES: Final[int] = broker_default("socket.request.max.bytes")
 # The smallest request header (v0: api_key i16, api_version i16, correlation_id i32).
 # Anything shorter cannot be a request; finer checks are codec.peek_header's job.
 MIN_FRAME_BYTES: Final = 8

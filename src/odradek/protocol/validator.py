@@ -46,6 +46,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from odradek.configdefs import broker_default
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -57,9 +59,9 @@ __all__ = [
     "request_validator",
 ]
 
-# Default of ``odradek.request.max.elements`` (configdefs): a replica fetch covering
+# Default of ``odradek.request.max.elements``, from the table: a replica fetch covering
 # 10,000 partitions or a CreateTopics assigning 10,000 partitions RF 5 stays well below.
-DEFAULT_MAX_ELEMENTS: Final = 200_000
+DEFAULT_MAX_ELEMENTS: Final[int] = broker_default("odradek.request.max.elements")
 
 _FIXED_SIZES: Final[dict[str, int]] = {
     "int8": 1, "uint8": 1, "bool": 1,

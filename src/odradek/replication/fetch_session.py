@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from odradek.configdefs import broker_default
 from odradek.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -266,15 +267,21 @@ class FetchContext:
                 partitions[tp] = partitions.pop(tp)
 
 
+# The table's defaults (the broker passes its ReplicaManagerSettings' values).
+_DEFAULT_SLOTS: int = broker_default("max.incremental.fetch.session.cache.slots")
+_DEFAULT_EVICTION_MS: int = broker_default("min.incremental.fetch.session.eviction.ms")
+_DEFAULT_MAX_PARTITIONS: int = broker_default("odradek.max.partitions")
+
+
 class FetchSessionCache:
     """Kafka's FetchSessionCache + FetchManager.newContext (see the module docstring)."""
 
     def __init__(
         self,
-        max_slots: int = 1000,
-        eviction_ms: int = 120_000,
+        max_slots: int = _DEFAULT_SLOTS,
+        eviction_ms: int = _DEFAULT_EVICTION_MS,
         rng: random.Random | None = None,
-        max_partitions: int = 200_000,
+        max_partitions: int = _DEFAULT_MAX_PARTITIONS,
     ) -> None:
         self.max_slots = max_slots
         # Hostile input: an incremental fetch may name any partition, known or not, and the

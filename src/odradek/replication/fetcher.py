@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from odradek.configdefs import setting, settings_from
+from odradek.configdefs import setting
 from odradek.errors import ErrorCode, error_name
 from odradek.replication.fetch_session_handler import FetchSessionHandler
 from odradek.replication.leader_endpoint import (
@@ -76,7 +76,7 @@ class FetcherSettings:
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> FetcherSettings:
-        return settings_from(cls, config.get)
+        return config.settings(cls)
 
 
 @dataclass(slots=True)

@@ -25,7 +25,10 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+
+from odradek.config import topic_override
+from odradek.configdefs import broker_default
 
 logger = logging.getLogger(__name__)
 
@@ -33,12 +36,13 @@ UNLIMITED = math.inf
 WILDCARD = "*"
 
 
-def throttled_partitions(value: str | None, broker_id: int) -> frozenset[int] | str:
-    """Kafka's ``parseThrottledPartitions``: the partitions of a ``p:b,p:b`` list paired
-    with ``broker_id``, or ``"*"`` for every partition."""
+def throttled_partitions(value: Sequence[str] | None, broker_id: int) -> frozenset[int] | str:
+    """Kafka's ``parseThrottledPartitions``: the partitions of a ``p:b,p:b`` list (the
+    typed LIST value of ``*.replication.throttled.replicas``) paired with ``broker_id``,
+    or ``"*"`` for every partition."""
     if not value:
         return frozenset()
-    items = [x.strip() for x in value.split(",") if x.strip()]
+    items = [x.strip() for x in value if x.strip()]
     if items == [WILDCARD]:
         return WILDCARD
     out: set[int] = set()
@@ -55,7 +59,12 @@ def throttled_partitions(value: str | None, broker_id: int) -> frozenset[int] | 
 class ReplicationQuota:
     """One direction's throttle: the rate and which partitions it applies to."""
 
-    def __init__(self, window_s: float = 1.0, num_windows: int = 11) -> None:
+    # replication.quota.window.size.seconds / .num; defaults from the table.
+    def __init__(
+        self,
+        window_s: float = broker_default("replication.quota.window.size.seconds"),
+        num_windows: int = broker_default("replication.quota.window.num"),
+    ) -> None:
         self.window_s = window_s
         self.num_windows = max(2, num_windows)
         self.rate_limit = UNLIMITED
@@ -84,7 +93,7 @@ class ReplicationQuota:
     ) -> None:
         """Re-read the throttled replicas of ``configs`` (topic -> topic overrides)."""
         for topic, cfg in configs.items():
-            self.set_throttled(topic, throttled_partitions(cfg.get(key), broker_id))
+            self.set_throttled(topic, throttled_partitions(topic_override(cfg, key), broker_id))
 
     # ------------------------------------------------------------------ decisions
     def is_throttled(self, topic: str, partition: int) -> bool:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from odradek.config import dynamic_broker_value, topic_override
 from odradek.configdefs import LONG_MAX
 from odradek.errors import ErrorCode, InvalidRecordsError, KafkaError
 from odradek.log_limiter import LogLimiter
@@ -274,12 +275,7 @@ class ReplicaManager:
     def _apply_throttle_rates(self, image: MetadataImage) -> None:
         for quota, key in ((self.leader_quota, "leader.replication.throttled.rate"),
                            (self.follower_quota, "follower.replication.throttled.rate")):
-            raw = image.dynamic_broker_config(key)
-            try:
-                rate = int(raw) if raw is not None else None
-            except ValueError:
-                logger.warning("ignoring malformed %s=%r", key, raw)
-                rate = None
+            rate = dynamic_broker_value(key, image.dynamic_broker_config(key))
             if rate is not None and rate >= LONG_MAX:
                 rate = None  # Kafka's default: unthrottled
             if (None if quota.rate_limit == math.inf else quota.rate_limit) != rate:
@@ -290,18 +286,19 @@ class ReplicaManager:
             self.follower_quota.retain_topics(image.topics)
 
     def _apply_throttled_replicas(self, topic: str, configs: dict[str, str]) -> None:
-        self.leader_quota.set_throttled(topic, throttled_partitions(
-            configs.get("leader.replication.throttled.replicas"), self.broker_id))
-        self.follower_quota.set_throttled(topic, throttled_partitions(
-            configs.get("follower.replication.throttled.replicas"), self.broker_id))
+        for quota, key in ((self.leader_quota, "leader.replication.throttled.replicas"),
+                           (self.follower_quota, "follower.replication.throttled.replicas")):
+            quota.set_throttled(topic, throttled_partitions(topic_override(configs, key),
+                                                            self.broker_id))
 
     def _apply_partition(self, tp: TopicPartition, pinfo: PartitionInfo,
                          configs: dict[str, str], t_ms: int) -> None:
         part = self.partitions.get(tp)
         if part is None:
             part = self._create_partition(tp, pinfo)
-        part.set_min_insync_replicas(int(configs.get(
-            "min.insync.replicas", self.settings.min_insync_replicas)))
+        min_isr = topic_override(configs, "min.insync.replicas")
+        part.set_min_insync_replicas(
+            min_isr if min_isr is not None else self.settings.min_insync_replicas)
         if self._applied_configs.get(tp) != configs:
             # Dynamic topic configs: logs opened by load_logs (before the first image) or
             # before an AlterConfigs carry a stale LogConfig. Storage, retention,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from odradek.configdefs import setting, settings_from
+from odradek.configdefs import setting
 from odradek.replication.fetcher import FetcherSettings
 from odradek.storage.truncation_ledger import RETENTION_CONFIG
 
@@ -47,4 +47,4 @@ class ReplicaManagerSettings:
     @classmethod
     def from_config(cls, config: BrokerConfig) -> ReplicaManagerSettings:
         """A broker's effective values."""
-        return replace(settings_from(cls, config.get), fetcher=FetcherSettings.from_config(config))
+        return replace(config.settings(cls), fetcher=FetcherSettings.from_config(config))

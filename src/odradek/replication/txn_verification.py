@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from odradek.config import dynamic_broker_value
 from odradek.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -44,10 +45,10 @@ VerificationGuards = dict[TopicPartition, object]
 def verification_enabled(static: bool, image: MetadataImage) -> bool:
     """``transaction.partition.verification.enable``: a dynamic broker config (cluster
     default or this broker's override), else the static one (``static``)."""
-    raw = image.dynamic_broker_config(VERIFICATION_CONFIG)
-    if raw is None:
-        return static
-    return raw.strip().lower() == "true"
+    value = dynamic_broker_value(
+        VERIFICATION_CONFIG, image.dynamic_broker_config(VERIFICATION_CONFIG)
+    )
+    return static if value is None else bool(value)
 
 
 class PartitionVerifier(Protocol):

@@ -102,7 +102,8 @@ class ClientSecurity:
         protocol = spec.protocol if spec is not None else "PLAINTEXT"
         mech = user = password = None
         if protocol.startswith("SASL_"):
-            mech = (config.get("sasl.mechanism.inter.broker.protocol") or "").upper()
+            settings = config.settings(lc.SecuritySettings)
+            mech = (settings.sasl_mechanism_inter_broker_protocol or "").upper()
             jaas = lc.jaas_entry(config, name, mech)
             opts = jaas.options if jaas is not None else {}
             user, password = opts.get("username"), opts.get("password")

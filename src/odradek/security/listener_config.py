@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from odradek.configdefs import parse_list
+from odradek.configdefs import parse_list, setting
 from odradek.security.jaas import JaasEntry, parse_jaas_config
 from odradek.security.private_files import private_temp_file
 from odradek.security.sasl_server import SUPPORTED_MECHANISMS
@@ -65,9 +65,23 @@ class ListenerSpec:
         return f"{self.name}://{self.host}:{self.port}"
 
 
+@dataclass(frozen=True, slots=True)
+class SecuritySettings:
+    """The broker-wide security settings (names and defaults: the table); the
+    per-listener TLS and SASL ones are read with ``listener_setting``."""
+
+    listener_security_protocol_map: str = setting("listener.security.protocol.map")
+    inter_broker_listener_name: str | None = setting("inter.broker.listener.name")
+    security_inter_broker_protocol: str = setting("security.inter.broker.protocol")
+    sasl_mechanism_inter_broker_protocol: str = setting("sasl.mechanism.inter.broker.protocol")
+    authorizer_class_name: str = setting("authorizer.class.name")
+    ssl_principal_mapping_rules: str = setting("ssl.principal.mapping.rules")
+
+
 def protocol_map(config: BrokerConfig) -> dict[str, str]:
     out: dict[str, str] = {}
-    for item in parse_list(config.get("listener.security.protocol.map")):
+    settings = config.settings(SecuritySettings)
+    for item in parse_list(settings.listener_security_protocol_map):
         name, sep, proto = item.partition(":")
         if not sep:
             raise ValueError("listener.security.protocol.map: expected NAME:PROTOCOL,...")
@@ -94,27 +108,16 @@ def advertised_listeners(config: BrokerConfig) -> list[ListenerSpec]:
 
 
 def inter_broker_listener(config: BrokerConfig) -> str:
-    name = config.get("inter.broker.listener.name")
+    settings = config.settings(SecuritySettings)
+    name = settings.inter_broker_listener_name
     if name:
         return name.strip().upper()
-    return (config.get("security.inter.broker.protocol") or "PLAINTEXT").strip().upper()
+    return (settings.security_inter_broker_protocol or "PLAINTEXT").strip().upper()
 
 
 def listener_setting(config: BrokerConfig, listener: str, key: str) -> str | None:
     """``listener.name.<listener>.<key>`` if set, else ``<key>`` (raw or default)."""
-    raw = config.raw.get(f"listener.name.{listener.lower()}.{key}")
-    if raw is not None:
-        return raw
-    try:
-        value = config.raw.get(key)
-        if value is None:
-            from odradek.configdefs import BROKER_CONFIGS
-
-            d = BROKER_CONFIGS.get(key)
-            value = d.default if d is not None else None
-        return value
-    except KeyError:
-        return None
+    return config.listener_value(listener, key)
 
 
 def enabled_mechanisms(config: BrokerConfig, listener: str) -> tuple[str, ...]:
@@ -123,12 +126,11 @@ def enabled_mechanisms(config: BrokerConfig, listener: str) -> tuple[str, ...]:
 
 
 def jaas_entry(config: BrokerConfig, listener: str, mechanism: str) -> JaasEntry | None:
-    raw = config.raw
-    ln = listener.lower()
-    for key in (f"listener.name.{ln}.{mechanism.lower()}.sasl.jaas.config",
-                f"listener.name.{ln}.sasl.jaas.config", "sasl.jaas.config"):
-        if raw.get(key):
-            return parse_jaas_config(raw[key])
+    key = "sasl.jaas.config"
+    for value in (config.listener_override(listener, key, mechanism),
+                  config.listener_override(listener, key), config.text(key)):
+        if value:
+            return parse_jaas_config(value)
     return None
 
 
@@ -231,7 +233,8 @@ def listener_security_errors(config: BrokerConfig) -> list[str]:
     for a in adv:
         if a.name not in names:
             errors.append(f"advertised.listeners: listener {a.name} is not in listeners")
-    if config.raw.get("inter.broker.listener.name") and config.raw.get(
+    settings = config.settings(SecuritySettings)
+    if config.is_set("inter.broker.listener.name") and config.is_set(
             "security.inter.broker.protocol"):
         errors.append("Only one of inter.broker.listener.name and "
                       "security.inter.broker.protocol should be set.")
@@ -243,7 +246,7 @@ def listener_security_errors(config: BrokerConfig) -> list[str]:
                       f"listeners are {','.join(sorted(names))} (the inter-broker listener is "
                       f"{inter})")
     elif inter_spec.sasl:
-        mech = (config.get("sasl.mechanism.inter.broker.protocol") or "").upper()
+        mech = (settings.sasl_mechanism_inter_broker_protocol or "").upper()
         if mech not in enabled_mechanisms(config, inter):
             errors.append(f"sasl.mechanism.inter.broker.protocol={mech} must be one of the "
                           f"mechanisms enabled on the inter-broker listener {inter}")
@@ -254,11 +257,11 @@ def listener_security_errors(config: BrokerConfig) -> list[str]:
                 errors.append(f"listener {inter}: the inter-broker mechanism {mech} needs the "
                               f"broker's own username and password in "
                               f"listener.name.{inter.lower()}.{mech.lower()}.sasl.jaas.config")
-    authorizer = config.get("authorizer.class.name") or ""
+    authorizer = settings.authorizer_class_name or ""
     if authorizer and authorizer != ACL_AUTHORIZER:
         errors.append(f"authorizer.class.name={authorizer}: Odradek provides "
                       f"{ACL_AUTHORIZER} (ZooKeeper-based ACLs) only")
-    rules = config.get("ssl.principal.mapping.rules") or "DEFAULT"
+    rules = settings.ssl_principal_mapping_rules or "DEFAULT"
     if rules.strip() != "DEFAULT":
         errors.append("ssl.principal.mapping.rules: only DEFAULT (the full subject DN) is "
                       "supported")

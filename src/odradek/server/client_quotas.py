@@ -42,6 +42,8 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from odradek.configdefs import broker_default
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -336,7 +338,12 @@ class ClientQuotaManager:
 class QuotaManager:
     """The broker's quota managers and the configuration they share."""
 
-    def __init__(self, window_s: int = 1, num: int = 11) -> None:
+    # quota.window.size.seconds / quota.window.num; defaults from the table.
+    def __init__(
+        self,
+        window_s: int = broker_default("quota.window.size.seconds"),
+        num: int = broker_default("quota.window.num"),
+    ) -> None:
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, window_s, num)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, window_s, num)
         self.request = ClientQuotaManager(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from odradek.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.server.client_quotas import QuotaManager
 from odradek.server.session import Session, current_session
+from odradek.server.settings import ServerSettings
 
 if TYPE_CHECKING:
     from odradek.config import BrokerConfig
@@ -43,8 +44,8 @@ class MetadataSource(Protocol):
 
 
 class RequestContext:
-    __slots__ = ("broker_id", "config", "replicas", "groups", "producer_ids", "_admin",
-                 "_metadata", "authorizer", "credentials", "txns", "quotas")
+    __slots__ = ("broker_id", "config", "settings", "replicas", "groups", "producer_ids",
+                 "_admin", "_metadata", "authorizer", "credentials", "txns", "quotas")
 
     def __init__(self, *, broker_id: int, config: BrokerConfig, replicas: ReplicaManager,
                  groups: GroupCoordinator, producer_ids: ProducerIdManager | None,
@@ -52,6 +53,8 @@ class RequestContext:
                  txns: TransactionCoordinator | None = None) -> None:
         self.broker_id = broker_id
         self.config = config
+        # The settings handlers read (a context without a config, in unit tests: defaults).
+        self.settings = config.settings(ServerSettings) if config is not None else ServerSettings()
         self.replicas = replicas
         self.groups = groups
         self.producer_ids = producer_ids

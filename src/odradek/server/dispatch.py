@@ -145,10 +145,9 @@ class RequestDispatcher:
         # context in unit tests); its ``active`` is the one check on the hot path.
         quotas = getattr(context, "quotas", None)
         self._request_quotas = (quotas if quotas is not None else QuotaManager()).request
-        try:
-            self.max_elements = int(context.config.get("odradek.request.max.elements"))
-        except (AttributeError, KeyError):  # a bare config object in unit tests
-            self.max_elements = DEFAULT_MAX_ELEMENTS
+        settings = getattr(context, "settings", None)  # None: a bare context in unit tests
+        self.max_elements = (settings.request_max_elements if settings is not None
+                             else DEFAULT_MAX_ELEMENTS)
 
     def dispatch(self, frame: bytes) -> Any:
         """Decode one request frame and run its handler (see server.KafkaConnection)."""

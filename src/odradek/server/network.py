@@ -54,6 +54,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from odradek.configdefs import broker_default
 from odradek.log_limiter import LogLimiter
 from odradek.protocol.framing import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -167,10 +168,10 @@ class ConnectionLimits:
     # only a broker with a metrics.listener pays for it (issue 15).
     stamp_arrivals: bool = False
     # sasl.server.max.receive.size: frames before a SASL client has authenticated.
-    max_unauthenticated_frame_bytes: int = 524288
+    max_unauthenticated_frame_bytes: int = broker_default("sasl.server.max.receive.size")
     # odradek.authentication.timeout.ms: a TLS handshake, and then a SASL authentication,
     # must each complete within this long, or the connection is closed.
-    authentication_timeout_s: float = 10.0
+    authentication_timeout_s: float = broker_default("odradek.authentication.timeout.ms") / 1000
 
 
 class RequestQueue:

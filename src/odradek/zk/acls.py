@@ -31,7 +31,7 @@ from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import NoNodeError
 from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
 
-from odradek.security.zookeeper_auth import ZkAuth, parse_zk_auth
+from odradek.zookeeper_auth import ZkAuth, parse_zk_auth
 
 __all__ = [
     "AclKazooClient",

@@ -6,11 +6,11 @@ from odradek.replication.quota import ReplicationQuota, throttled_partitions
 
 
 def test_throttled_partitions_keep_this_brokers_pairs() -> None:
-    assert throttled_partitions("0:1,0:2,1:3,2:1", 1) == frozenset({0, 2})
-    assert throttled_partitions("*", 7) == "*"
-    assert throttled_partitions("", 1) == frozenset()
+    assert throttled_partitions(["0:1", "0:2", "1:3", "2:1"], 1) == frozenset({0, 2})
+    assert throttled_partitions(["*"], 7) == "*"
+    assert throttled_partitions([], 1) == frozenset()
     assert throttled_partitions(None, 1) == frozenset()
-    assert throttled_partitions("x:1,0:1", 1) == frozenset({0})  # malformed pair skipped
+    assert throttled_partitions(["x:1", "0:1"], 1) == frozenset({0})  # malformed pair skipped
 
 
 def test_unlimited_quota_throttles_nothing() -> None:

@@ -24,6 +24,7 @@ from odradek.server import dispatch as dispatch_module
 from odradek.server.dispatch import HANDLERS, RequestDispatcher
 from odradek.server.error_responses import ERROR_RESPONSES
 from odradek.server.network import CloseConnection
+from odradek.server.settings import ServerSettings
 
 ALL_SERVED = sorted((k, v) for k, (lo, hi) in SERVED.items() for v in range(lo, hi + 1))
 CODE = ErrorCode.unknown_server_error
@@ -54,13 +55,8 @@ def _decode_response(api_key: int, version: int, data: bytes) -> Any:
     return entity
 
 
-class _Config:
-    def get(self, name: str) -> Any:
-        return {"odradek.request.max.elements": 1000}[name]
-
-
 class _Context:
-    config = _Config()
+    settings = ServerSettings(request_max_elements=1000)
 
 
 def test_every_served_api_has_an_error_response() -> None:
@@ -142,12 +138,8 @@ def test_acks_0_produce_failure_sends_nothing(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_request_elements_limit_from_config() -> None:
-    class Small:
-        def get(self, name: str) -> int:
-            return 1
-
     class Ctx:
-        config = Small()
+        settings = ServerSettings(request_max_elements=1)
 
     req = sample_entity(load_request_schema(3, 12), 1)
     frame = request_frame(type(req)(topics=req.topics * 2,

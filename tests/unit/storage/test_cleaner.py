@@ -335,7 +335,11 @@ def test_cleaner_manager_cleans_while_the_loop_appends(tmp_path: Path) -> None:
     import time
     from types import SimpleNamespace
 
-    from odradek.log_manager.log_cleaner import CLEANER_CHECKPOINT, LogCleanerManager
+    from odradek.log_manager.log_cleaner import (
+        CLEANER_CHECKPOINT,
+        CleanerSettings,
+        LogCleanerManager,
+    )
     from odradek.storage.checkpoint import read_checkpoint
 
     log = Log.open(tmp_path / "t-0", cfg(min_cleanable_dirty_ratio=0.01))
@@ -344,7 +348,7 @@ def test_cleaner_manager_cleans_while_the_loop_appends(tmp_path: Path) -> None:
     w = Workload(log, 21)
 
     async def main() -> int:
-        mgr = LogCleanerManager(replicas, tmp_path, backoff_ms=10)  # type: ignore[arg-type]
+        mgr = LogCleanerManager(replicas, tmp_path, CleanerSettings(backoff_ms=10))  # type: ignore[arg-type]
         mgr.start(asyncio.get_running_loop())
         try:
             deadline = time.monotonic() + 60

@@ -46,8 +46,7 @@ def _require_topic(ctx: RequestContext, op: AclOperation, topic: str) -> None:
 
 def _partition_caps(ctx: RequestContext) -> tuple[int, int]:
     """(new partitions per request, partitions per cluster)."""
-    return (int(ctx.config.get("odradek.max.partitions.per.request")),
-            int(ctx.config.get("odradek.max.partitions")))
+    return ctx.settings.max_partitions_per_request, ctx.settings.max_partitions
 
 
 def _cluster_partitions(image: MetadataImage) -> int:
@@ -89,7 +88,7 @@ async def handle_create_topics(ctx: RequestContext, header: RequestHeaderInfo, r
     # validate_only once grew a broker to 3.4 GB): the whole request fails if it adds
     # more than odradek.max.partitions.per.request, as Kafka's controller does.
     per_request, _ = _partition_caps(ctx)
-    default = ctx.config.num_partitions
+    default = ctx.settings.num_partitions
     too_big = sum(len(t.assignments) if t.assignments
                   else default if t.num_partitions == -1 else max(int(t.num_partitions), 0)
                   for t in req.topics) > per_request
@@ -121,8 +120,8 @@ async def handle_create_topics(ctx: RequestContext, header: RequestHeaderInfo, r
             manual = {a.partition_index: list(a.broker_ids) for a in t.assignments}
             plan = plan_new_topic(t.name, int(t.num_partitions), int(t.replication_factor),
                                   manual or None, configs, ctx.image.live_broker_ids(),
-                                  ctx.config.num_partitions,
-                                  ctx.config.default_replication_factor)
+                                  ctx.settings.num_partitions,
+                                  ctx.settings.default_replication_factor)
             if t.name in ctx.image.topics:
                 raise KafkaError(ErrorCode.topic_already_exists,
                                  f"Topic '{t.name}' already exists.")
@@ -167,7 +166,7 @@ async def handle_delete_topics(ctx: RequestContext, header: RequestHeaderInfo, r
         code = ErrorCode.none
         try:
             _require_topic(ctx, AclOperation.DELETE, name)
-            if not ctx.config.delete_topic_enable:
+            if not ctx.settings.delete_topic_enable:
                 raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable=false")
             if topic_name_error(name) is not None:
                 # Checked before any znode path is built from it ("..", "../x" used to

@@ -237,7 +237,7 @@ def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Re
     # Kafka (KafkaApis.handleFetchRequest): the broker's fetch.max.bytes caps the
     # request's max_bytes and min_bytes, for consumers and followers alike (one fetch
     # with max_bytes=2^31-1 used to return 125 MB).
-    cap = ctx.config.fetch_max_bytes
+    cap = ctx.settings.fetch_max_bytes
     replica_id = int(req.replica_id)
     quota: FetchQuota | None = None
     if replica_id < 0 and ctx.quotas.fetch.active:

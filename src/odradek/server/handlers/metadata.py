@@ -97,7 +97,7 @@ def handle_metadata(ctx: RequestContext, header: RequestHeaderInfo, req: Any) ->
         denied = {n for n in names
                   if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, n)}
         explicit = True
-    auto_create = (explicit and ctx.config.auto_create_topics_enable
+    auto_create = (explicit and ctx.settings.auto_create_topics_enable
                    and bool(getattr(req, "allow_auto_topic_creation", True)))
     missing = [n for n in names if n not in image.topics and topic_name_error(n) is None
                and n not in denied]
@@ -117,8 +117,8 @@ async def _auto_create_then_answer(ctx: RequestContext, header: RequestHeaderInf
     for name in missing:
         try:
             plan = plan_new_topic(name, -1, -1, None, {}, ctx.image.live_broker_ids(),
-                                  ctx.config.num_partitions,
-                                  min(ctx.config.default_replication_factor,
+                                  ctx.settings.num_partitions,
+                                  min(ctx.settings.default_replication_factor,
                                       max(1, len(ctx.image.brokers))))
             await asyncio.to_thread(ctx.admin.create_topic, plan)
             logger.info("auto-created topic %s (%d partitions)", name, plan.num_partitions)

@@ -103,7 +103,7 @@ def handle_sasl_authenticate(ctx: RequestContext, header: RequestHeaderInfo, req
         # Never the token: it may hold the password (PLAIN) or a proof (SCRAM).
         return CloseAfter(answer, f"Failed authentication with {session.client_host} on "
                                   f"{session.listener} ({result.detail or result.error_message})",
-                          ctx.config.get("connection.failed.authentication.delay.ms") / 1000)
+                          ctx.settings.connection_failed_authentication_delay_ms / 1000)
     authentication_progress(session, result)
     return answer
 

@@ -1,6 +1,7 @@
 """How a broker or tool authenticates to ZooKeeper (``odradek.zookeeper.auth``, issue 14
-item 5): pure parsing, kept here (below the ``zk`` layer) so that the broker config can
-validate it at start. Kafka takes the same from a JAAS ``Client`` section."""
+item 5): pure parsing, kept on the ground floor with ``odradek.config`` (which validates it
+at start and must import nothing above it) rather than in ``odradek.security``. Kafka
+takes the same from a JAAS ``Client`` section."""
 
 from __future__ import annotations
 
