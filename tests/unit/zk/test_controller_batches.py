@@ -176,6 +176,26 @@ def test_a_broker_re_admitted_during_its_controlled_shutdown_leaves_the_isr_agai
     assert v1 == v + 2
 
 
+def test_a_dead_broker_re_admitted_by_a_late_leader_leaves_the_isr_again(
+        cluster: Cluster) -> None:
+    # A loaded CI run: broker 2 was SIGKILLed and its session expired; the controller
+    # took it out of partition 0's ISR, then the leader, reading a fetch 2 had sent
+    # before it died, put it back. With the leader killed next, 2 was "in sync" and was
+    # elected, with an empty log. Kafka's controller refuses such a change (KIP-841).
+    ctl = cluster.controller()
+    cluster.kill_broker(2)
+    ctl.process([BrokersChanged()])
+    s, v = cluster.states()[0]
+    assert 2 not in s.isr and s.leader == 1
+    back = znodes.PartitionState(s.leader, s.leader_epoch, s.isr + [2], s.controller_epoch)
+    KafkaZkClient(cluster.zk).update_isr(StateWrite(TOPIC, 0, None, back, v), writer=1)
+    ctl.process([PartitionStatesChanged((znodes.PartitionStateChange(TOPIC, None, 0, back,
+                                                                     v + 1),))])
+    s0, v0 = cluster.states()[0]
+    assert 2 not in s0.isr and (s0.leader, s0.leader_epoch) == (1, s.leader_epoch)
+    assert v0 == v + 2
+
+
 def test_preferred_election_is_one_batch(cluster: Cluster) -> None:
     ctl = cluster.controller()
     cluster.kill_broker(1)
