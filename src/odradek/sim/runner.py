@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import random
 import tempfile
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from odradek.sim import bugs
 from odradek.sim.checkers import Violation, lost_acks, prefix_divergence
 from odradek.sim.harness import TOPIC
 from odradek.sim.loop import SimLoop
+from odradek.sim.schedule import Step
 from odradek.sim.world import SimHarness, SimNetwork, World, WorldConfig
 from odradek.storage.batch import parse_batches
 from odradek.storage.records import decode_batch_records
@@ -40,6 +42,7 @@ class RunResult:
     violations: list[Violation] = field(default_factory=list)
     acked: int = 0
     virtual_s: float = 0.0
+    schedule: list[Step] = field(default_factory=list)  # the faults, replayable
 
     @property
     def ok(self) -> bool:
@@ -96,13 +99,26 @@ def _virtual_clock(loop: SimLoop) -> Iterator[None]:
         clock.restore()
 
 
-def run_seed(seed: int, *, bug: str | None = None, cfg: WorldConfig | None = None) -> RunResult:
+def run_seed(
+    seed: int,
+    *,
+    bug: str | None = None,
+    cfg: WorldConfig | None = None,
+    plan: list[Step] | None = None,
+    skip: frozenset[int] = frozenset(),
+    timeline: bool = True,
+) -> RunResult:
+    """One run. ``plan``: replay this fault schedule (``RunResult.schedule`` of an
+    earlier run of the seed) instead of drawing one, without the faults in ``skip``.
+    ``timeline=False`` (``sim run``: only the violations are printed) keeps no timeline
+    and skips building its most frequent lines; the run itself is the same."""
     cfg = cfg or WorldConfig()
     result = RunResult(seed, bug)
     loop = SimLoop(seed)
 
     def trace(line: str) -> None:
-        result.timeline.append(f"{loop.time():9.3f} {line}")
+        if timeline:
+            result.timeline.append(f"{loop.time():9.3f} {line}")
 
     def on_error(_loop: object, ctx: dict[str, object]) -> None:
         exc = ctx.get("exception")
@@ -112,18 +128,27 @@ def run_seed(seed: int, *, bug: str | None = None, cfg: WorldConfig | None = Non
 
     loop.set_exception_handler(on_error)
     with (
-        tempfile.TemporaryDirectory(prefix=f"odradek-sim-{seed}-") as d,
+        tempfile.TemporaryDirectory(prefix=f"odradek-sim-{seed}-", dir=_scratch_dir()) as d,
         _logs_to_timeline(_LogToTimeline(d, trace, result)),
         _virtual_clock(loop),
         bugs.injected(bug),
     ):
         try:
-            loop.run_until_complete(_run(Path(d), seed, cfg, trace, result))
+            loop.run_until_complete(_run(Path(d), seed, cfg, trace, result, plan, skip, timeline))
         finally:
+            loop.before_advance = None
             loop.run_until_complete(_cancel_all())
             loop.close()
     result.virtual_s = loop.time()
     return result
+
+
+def _scratch_dir() -> str | None:
+    """The brokers' log directories go to memory when the machine has a tmpfs: the
+    simulator's logs are small and die with the run, and every fsync, rename and unlink
+    the storage code does costs next to nothing there (None: the default temp dir)."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
 async def _cancel_all() -> None:
@@ -135,7 +160,14 @@ async def _cancel_all() -> None:
 
 
 async def _run(
-    root: Path, seed: int, cfg: WorldConfig, trace: Callable[[str], None], result: RunResult
+    root: Path,
+    seed: int,
+    cfg: WorldConfig,
+    trace: Callable[[str], None],
+    result: RunResult,
+    plan: list[Step] | None,
+    skip: frozenset[int],
+    timeline: bool,
 ) -> None:
     net = SimNetwork(random.Random(f"network-{seed}"), cfg.hop_latency_s)
     h = SimHarness(
@@ -149,20 +181,30 @@ async def _run(
         net=net,
         seed=seed,
         trace=trace,
+        watch_latency_s=cfg.watch_latency_s,
     )
     async with h:
-        w = World(h, cfg, seed, trace, net)
+        w = World(h, cfg, seed, trace, net, tracing=timeline)
         for p in range(cfg.partitions):
             await h.elect(p, leader=cfg.brokers[p % len(cfg.brokers)])
         loop = asyncio.get_running_loop()
-        watcher = loop.create_task(w.watch())
+        assert isinstance(loop, SimLoop)
+        watcher = None
+        if cfg.sample_every_s > 0:
+            watcher = loop.create_task(w.watch(cfg.sample_every_s))
+        else:
+            loop.before_advance = w.sample
         producers = [loop.create_task(w.producer(k)) for k in range(cfg.producers)]
-        await w.nemesis()
+        w.workload = producers
+        await w.nemesis(plan, skip)
+        result.schedule = w.schedule if plan is None else plan
         w.stopping = True
         await asyncio.gather(*producers)
         converged = await _await_liveness(w, cfg.liveness_bound_s)
         w.sample()
-        watcher.cancel()
+        loop.before_advance = None
+        if watcher is not None:
+            watcher.cancel()
         result.violations += w.violations + w.monitor.violations
         if not converged:
             result.violations.append(Violation("liveness", _state(w)))
@@ -175,7 +217,13 @@ def _state(w: World) -> str:
     parts = []
     for p, z in sorted(w.controller.znodes.items()):
         reps = ", ".join(f"{b}: leo {w.leo(b, p)} hw {_hw(w, b, p)}" for b in w.cfg.brokers)
-        parts.append(f"p{p} leader {z.leader} epoch {z.leader_epoch} isr {list(z.isr)} ({reps})")
+        a = w.controller.assignment[p]
+        moved = f" replicas {list(a.replicas)}" if set(a.replicas) != set(w.cfg.brokers) else ""
+        if a.in_progress:
+            moved += f" adding {list(a.adding)} removing {list(a.removing)}"
+        parts.append(
+            f"p{p} leader {z.leader} epoch {z.leader_epoch} isr {list(z.isr)}{moved} ({reps})"
+        )
     return "; ".join(parts)
 
 
@@ -187,6 +235,9 @@ def _hw(w: World, b: int, p: int) -> int:
 def _converged(w: World) -> bool:
     for p, z in w.controller.znodes.items():
         if z.leader < 0 or set(z.isr) != set(w.cfg.brokers):
+            return False
+        moving = w.controller.assignment[p]
+        if moving.in_progress or set(moving.replicas) != set(w.cfg.brokers):
             return False
         leo = w.leo(z.leader, p)
         if any(w.leo(b, p) != leo or _hw(w, b, p) != leo for b in w.cfg.brokers):
