@@ -24,7 +24,8 @@ import asyncio
 import random
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,6 +186,7 @@ class SimController(MemoryController):
         # Bumped when a broker's session ends: the watches of a session that ended die
         # with it (a restarted broker reads the state afresh, never an old notification).
         self.sessions: dict[int, int] = dict.fromkeys(brokers, 0)
+        self._batch: list[bool] | None = None  # inside a batch: [publish at its end]
 
     def store_for(self, broker: int, loop: asyncio.AbstractEventLoop) -> _BrokerIsrStore:
         return _SimIsrStore(self, broker, loop)
@@ -212,7 +214,27 @@ class SimController(MemoryController):
             complete=True,
         )
 
+    @contextmanager
+    def _one_transaction(self) -> Iterator[None]:
+        """A failover's elections are one ZooKeeper transaction and one notification
+        (the controller's ``_write_changes``): no broker sees a state with some of them
+        done. (Without watch delays -- FIRST_WORLD -- each is published at once, all in
+        the same loop turn, as that world always did.)"""
+        if self.watch_latency_s[1] <= 0 or self._batch is not None:
+            yield
+            return
+        self._batch = [False]
+        try:
+            yield
+        finally:
+            pending, self._batch = self._batch[0], None
+            if pending:
+                self.publish()
+
     def publish(self) -> None:
+        if self._batch is not None:
+            self._batch[0] = True
+            return
         lo, hi = self.watch_latency_s
         if hi <= 0:
             super().publish()
@@ -257,6 +279,11 @@ class SimController(MemoryController):
         self.registered.discard(b)
         self.sessions[b] += 1
         self.trace(f"controller: broker {b} session expired")
+        with self._one_transaction():
+            self._move_off(b)
+        self.check_reassignments()
+
+    def _move_off(self, b: int) -> None:
         for p, z in self.znodes.items():
             if z.leader != b and b not in z.isr:
                 continue
@@ -269,15 +296,15 @@ class SimController(MemoryController):
                     self._leaderless(p, rest or z.isr)
             elif rest:
                 self.elect(p, z.leader, rest)  # Kafka bumps the epoch here too
-        self.check_reassignments()
 
     def broker_registered(self, b: int) -> None:
         self.registered.add(b)
         self.trace(f"controller: broker {b} registered")
-        for p, z in self.znodes.items():
-            if z.leader == -1 and b in z.isr:
-                self.elect(p, b, z.isr)
-        self.publish()
+        with self._one_transaction():
+            for p, z in self.znodes.items():
+                if z.leader == -1 and b in z.isr:
+                    self.elect(p, b, z.isr)
+            self.publish()
         self.check_reassignments()
 
     # ---------------------------------------------------------------- reassignment

@@ -67,3 +67,26 @@ def test_a_reassignment_starts_without_a_new_epoch_and_completes_with_one() -> N
         ]
 
     _run(main())
+
+
+def test_a_failover_reaches_each_broker_as_one_state() -> None:
+    """The controller writes a failover's elections in one transaction: with 3 partitions
+    led by broker 2, its failure must not show a broker a state where some partitions
+    moved and others still name broker 2 (a restarted broker 2 led p1 again at its old
+    epoch with HW 0 in seed 8 of ``--partitions 3``)."""
+    seen: list[list[int]] = []
+
+    async def main() -> None:
+        c = SimController((1, 2, 3), 3, seed=7, trace=lambda _l: None, watch_latency_s=(0.01, 0.05))
+        c.listeners.append(
+            lambda image: seen.append([p.leader for p in image.topics[TOPIC].partitions.values()])
+        )
+        for p in range(3):
+            c.elect(p, 2)
+        await asyncio.sleep(1)
+        seen.clear()
+        c.broker_failed(2)
+        await asyncio.sleep(1)
+        assert seen == [[1, 1, 1]]
+
+    _run(main())
