@@ -4,8 +4,11 @@
 A benchmark, not a timed test: run it by hand (bench/README.md). Runs seeds
 ``--first``.. for ``--seconds`` of wall time (at least one schedule), sequentially in
 this process as ``odradek sim run`` does, and reports schedules per minute, virtual
-seconds simulated per wall second, and the wall time per schedule (median and max).
-``--inject-bug NAME`` measures a run with a bug (failing schedules are counted too).
+seconds simulated per wall second, and the wall time per schedule (median and max), and
+the same per second of this process's CPU time (what a loaded machine does not skew).
+``--inject-bug NAME`` measures a run with a bug (failing schedules are counted too);
+``--first-world`` the world before reassignments, watch delays and quiet heals (what
+the figures before issue 26 items 4-5 measured).
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 
 from odradek.sim.runner import run_seed
-from odradek.sim.world import WorldConfig
+from odradek.sim.world import FIRST_WORLD, WorldConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,35 +35,48 @@ def main(argv: list[str] | None = None) -> int:
         help="virtual seconds of faults per schedule (default: the simulator's)",
     )
     ap.add_argument("--inject-bug", default=None, metavar="NAME")
+    ap.add_argument("--first-world", action="store_true")
     ap.add_argument("--json", default=None, metavar="FILE", help="also write the figures")
     args = ap.parse_args(argv)
-    cfg = WorldConfig() if args.duration is None else WorldConfig(duration_s=args.duration)
+    cfg = FIRST_WORLD if args.first_world else WorldConfig()
+    if args.duration is not None:
+        cfg = replace(cfg, duration_s=args.duration)
     walls: list[float] = []
     virtual = 0.0
     failed = 0
     seed = args.first
     t0 = time.perf_counter()
+    c0 = time.process_time()
     while not walls or time.perf_counter() - t0 < args.seconds:
         t = time.perf_counter()
-        r = run_seed(seed, bug=args.inject_bug, cfg=cfg)
+        r = run_seed(seed, bug=args.inject_bug, cfg=cfg, timeline=False)  # as `sim run`
         walls.append(time.perf_counter() - t)
         virtual += r.virtual_s
         failed += not r.ok
         seed += 1
     elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     row = {
         "schedules": len(walls),
         "failed": failed,
         "per_minute": round(len(walls) / elapsed * 60, 1),
         "virtual_per_wall_s": round(virtual / elapsed, 1),
+        # On a machine shared with other work the wall figures drift with the load; one
+        # core's worth is what this process got of the CPU.
+        "per_cpu_minute": round(len(walls) / cpu * 60, 1),
+        "virtual_per_cpu_s": round(virtual / cpu, 1),
+        "virtual_s_per_schedule": round(virtual / len(walls), 1),
         "wall_s_median": round(statistics.median(walls), 3),
         "wall_s_max": round(max(walls), 3),
         "bug": args.inject_bug,
+        "world": "first" if args.first_world else "current",
     }
     print(
         f"sim: {row['schedules']} schedules ({failed} failed) in {elapsed:.1f} s: "
         f"{row['per_minute']} per minute, {row['virtual_per_wall_s']} virtual s per wall s, "
-        f"{row['wall_s_median']} s median / {row['wall_s_max']} s max per schedule"
+        f"{row['wall_s_median']} s median / {row['wall_s_max']} s max per schedule; "
+        f"{row['per_cpu_minute']} per CPU minute, {row['virtual_per_cpu_s']} virtual s per "
+        f"CPU s ({row['virtual_s_per_schedule']} virtual s each)"
     )
     if args.json:
         with open(args.json, "w") as f:

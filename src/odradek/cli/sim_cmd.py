@@ -4,7 +4,9 @@
 network and nemesis, an acks=all workload; every invariant checked at the end), prints
 each failing seed with the invariant it broke, and exits non-zero if any failed.
 ``replay SEED`` prints one run's timeline, the same bytes on every replay: rerun a
-failing seed with it (and the same ``--inject-bug``) to see what happened.
+failing seed with it (and the same ``--inject-bug``) to see what happened. ``--shrink``
+(either command) replays a failing seed's fault schedule with faults left out until the
+fewest that still break the same invariant remain, and prints them as the timeline does.
 """
 
 from __future__ import annotations
@@ -61,6 +63,17 @@ def add_parser(subparsers: Any) -> None:
             help="power-loss: the nemesis also cuts one broker's power at a time (its "
             "files keep what was fsynced plus a torn tail) and restarts it",
         )
+        p.add_argument(
+            "--first-world",
+            action="store_true",
+            help="the world without reassignments, watch delays and quiet heals, where "
+            "the seeds docs/faults.md names up to seed 308 were found",
+        )
+        p.add_argument(
+            "--shrink",
+            action="store_true",
+            help="for a failing seed, find and print the fewest faults that still fail",
+        )
 
     run = sub.add_parser("run", help="run a range of seeds, check every invariant")
     run.add_argument(
@@ -93,9 +106,10 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _cfg(args: argparse.Namespace) -> Any:
-    from odradek.sim.world import WorldConfig  # noqa: PLC0415 - lazy: CLI start-up
+    from odradek.sim.world import FIRST_WORLD, WorldConfig  # noqa: PLC0415 - lazy: CLI start-up
 
-    cfg = WorldConfig(partitions=args.partitions)
+    base = FIRST_WORLD if args.first_world else WorldConfig()
+    cfg = replace(base, partitions=args.partitions)
     if args.duration is not None:
         cfg = replace(cfg, duration_s=args.duration)
     return cfg
@@ -117,13 +131,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     ran = 0
     t0 = time.monotonic()
     for seed in args.seeds:
-        r = run_seed(seed, bug=args.inject_bug, cfg=cfg, profile=args.profile)
+        r = run_seed(seed, bug=args.inject_bug, cfg=cfg, profile=args.profile, timeline=False)
         ran += 1
         if not r.ok:
             failed += 1
             first = r.violations[0]
             more = f" (+{len(r.violations) - 1} more)" if len(r.violations) > 1 else ""
             print(f"seed {seed}: {first.invariant}: {first.detail}{more}", flush=True)
+            if args.shrink:
+                _print_shrunk(r, cfg, sys.stdout)
             if args.stop_on_failure:
                 break
     elapsed = time.monotonic() - t0
@@ -143,7 +159,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for v in r.violations:
         out.write(f"VIOLATION {v}\n")
     out.write(f"seed {r.seed}: {'ok' if r.ok else 'FAILED'}; timeline sha256 {r.digest}\n")
+    if args.shrink and not r.ok:
+        _print_shrunk(r, _cfg(args), out)
     return 0 if r.ok else 1
+
+
+def _print_shrunk(r: Any, cfg: Any, out: Any) -> None:
+    from odradek.sim.shrink import fault_lines, shrink  # noqa: PLC0415 - lazy: CLI start-up
+
+    s = shrink(r, cfg)
+    out.write(
+        f"seed {r.seed} shrunk: {s.invariant} with {len(s.kept)} of {s.faults_before} "
+        f"faults ({s.runs} replays):\n"
+    )
+    for line in fault_lines(s.result):
+        out.write(f"  {line}\n")
+    first = next(v for v in s.result.violations if v.invariant == s.invariant)
+    out.write(f"  VIOLATION {first}\n")
+    out.flush()
 
 
 def cmd_bugs(args: argparse.Namespace) -> int:

@@ -9,6 +9,16 @@ after it: production code has no switch for them and pays nothing.
   before it fetched them again, acknowledged records are gone.
 * ``hw-ignores-min-isr``: the leader ignores min.insync.replicas: acks=all is accepted
   and answered with the ISR shrunk to the leader alone, the HW following its own LEO.
+* ``idle-session``: the bug fixed in b85dcd4: a follower's fetch session counts a
+  partition idle once the follower is at the log end, even when the leader did not
+  record that fetch (a reassignment's new replica fetching before the leader knows the
+  new replica set). Once the leader learns it, nothing makes the caught-up replica fetch
+  the partition again until it is written: it never joins the ISR (liveness).
+* ``isr-shrink-unconditional``: the leader shrinks its ISR locally, without the
+  conditional ZooKeeper write (so without learning that the write fails): a leader cut
+  from ZooKeeper, which would have fenced itself, drops an unreachable follower and goes
+  on acknowledging acks=all with the smaller ISR until its session expires; the
+  controller, whose znode still has the old ISR, may elect the dropped follower.
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from odradek.replication import fetcher, partition
-from odradek.replication.partition_state import Transition
+from odradek.replication.partition_state import IsrWrite, Leader, Transition
 from odradek.replication.truncation import TruncationDecision
 
 __all__ = ["BUGS", "injected"]
@@ -26,6 +36,8 @@ __all__ = ["BUGS", "injected"]
 BUGS: dict[str, str] = {
     "truncate-to-hw": "a follower truncates to its HW, not by leader epoch (KIP-101's bug)",
     "hw-ignores-min-isr": "acks=all and the HW advance with fewer than min.insync.replicas",
+    "idle-session": "a partition counts idle for a follower the leader never recorded (b85dcd4)",
+    "isr-shrink-unconditional": "an ISR shrink applied locally, without the conditional write",
 }
 
 
@@ -46,6 +58,33 @@ def _truncating_on_follow(apply: Callable[..., Transition]) -> Callable[..., Tra
         return t
 
     return apply_and_truncate
+
+
+def _recorded_or_not(self: partition.Partition, replica_id: int, fetch_offset: int) -> bool:
+    return True  # before b85dcd4: idle as soon as the fetch is at the log end
+
+
+def _shrinking_locally(
+    shrink: Callable[..., IsrWrite | None],
+) -> Callable[..., IsrWrite | None]:
+    def shrink_without_zookeeper(
+        self: partition.Partition, now_ms: int, lag_max_ms: int
+    ) -> IsrWrite | None:
+        write = shrink(self, now_ms, lag_max_ms)
+        st = self.state
+        if write is None or not isinstance(st, Leader) or not set(write.isr) < set(st.isr):
+            return write  # expansions (and mixed changes) still go through ZooKeeper
+        self._state = Leader(
+            leader_epoch=st.leader_epoch,
+            isr=write.isr,
+            zk_version=st.zk_version,
+            controller_epoch=st.controller_epoch,
+        )
+        self._mark_removed(st.isr, write.isr)
+        self._maybe_advance_hw()
+        return None
+
+    return shrink_without_zookeeper
 
 
 @contextmanager
@@ -82,5 +121,14 @@ def injected(name: str | None) -> Iterator[None]:
             stack.enter_context(_patched(partition.Partition, "__init__", init_ignoring_min_isr))
             stack.enter_context(
                 _patched(partition.Partition, "set_min_insync_replicas", set_ignoring)
+            )
+        elif name == "idle-session":
+            stack.enter_context(
+                _patched(partition.Partition, "follower_recorded_at", _recorded_or_not)
+            )
+        elif name == "isr-shrink-unconditional":
+            shrink = partition.Partition.maybe_shrink_isr
+            stack.enter_context(
+                _patched(partition.Partition, "maybe_shrink_isr", _shrinking_locally(shrink))
             )
         yield

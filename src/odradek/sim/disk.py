@@ -76,7 +76,10 @@ class _Entry:
 
 
 class SimDisk:
-    def __init__(self) -> None:
+    def __init__(self, scratch: str | None = None) -> None:
+        # Where the pins go: it must be the log directories' file system (a hard link
+        # cannot cross one); None: the default temporary directory.
+        self.scratch = scratch
         self._content: dict[int, bytes] = {}  # inode -> durable content
         self._listings: dict[str, dict[str, _Entry]] = {}  # directory -> durable entries
         self.fsyncs = 0
@@ -87,7 +90,7 @@ class SimDisk:
         if ino in self._pinned:
             return
         if self._pins is None:
-            self._pins = tempfile.mkdtemp(prefix="odradek-simdisk-pins-")
+            self._pins = tempfile.mkdtemp(prefix="odradek-simdisk-pins-", dir=self.scratch)
         try:
             os.link(path, os.path.join(self._pins, str(ino)))
         except FileNotFoundError:

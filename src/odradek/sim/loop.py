@@ -49,6 +49,9 @@ class _VirtualSelector:
         if timeout is None:
             raise Deadlock("no runnable callback and no timer")
         if timeout > 0:
+            hook = self._loop.before_advance
+            if hook is not None:
+                hook()
             self._loop.advance(timeout)
         return []
 
@@ -71,6 +74,10 @@ class SimLoop(asyncio.BaseEventLoop):
         self._rng = random.Random(f"executor-{seed}")
         self._latency = executor_latency_s
         self.steps = 0  # callbacks run: a cheap progress measure
+        # Called at the end of each virtual instant (nothing left runnable, time about
+        # to jump): the simulator's monitors look at the world there, instead of waking
+        # up on a timer of their own.
+        self.before_advance: Callable[[], None] | None = None
 
     # ---------------------------------------------------------------- virtual time
     def time(self) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import random
 import tempfile
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from odradek.sim.disk import SimDisk, recording
 from odradek.sim.harness import TOPIC
 from odradek.sim.loop import SimLoop
 from odradek.sim.power import PowerLossWorld
+from odradek.sim.schedule import Step
 from odradek.sim.world import SimHarness, SimNetwork, World, WorldConfig
 from odradek.storage.batch import parse_batches
 from odradek.storage.records import decode_batch_records
@@ -42,6 +44,8 @@ class RunResult:
     violations: list[Violation] = field(default_factory=list)
     acked: int = 0
     virtual_s: float = 0.0
+    schedule: list[Step] = field(default_factory=list)  # the faults, replayable
+    profile: str = "default"  # the nemesis profile the run used (a replay uses it too)
 
     @property
     def ok(self) -> bool:
@@ -104,17 +108,25 @@ def run_seed(
     bug: str | None = None,
     cfg: WorldConfig | None = None,
     profile: str = "default",
+    plan: list[Step] | None = None,
+    skip: frozenset[int] = frozenset(),
+    timeline: bool = True,
 ) -> RunResult:
-    """``profile``: ``default``, or ``power-loss`` (odradek.sim.power: the fsyncs are
-    recorded and the nemesis also cuts a broker's power)."""
+    """One run. ``profile``: ``default``, or ``power-loss`` (odradek.sim.power: the
+    fsyncs are recorded and the nemesis also cuts a broker's power). ``plan``: replay
+    this fault schedule (``RunResult.schedule`` of an earlier run of the seed) instead
+    of drawing one, without the faults in ``skip``. ``timeline=False`` (``sim run``:
+    only the violations are printed) keeps no timeline and skips building its most
+    frequent lines; the run itself is the same."""
     cfg = cfg or WorldConfig()
-    result = RunResult(seed, bug)
+    result = RunResult(seed, bug, profile=profile)
     loop = SimLoop(seed)
-    disk = SimDisk() if profile == "power-loss" else None
+    disk = SimDisk(scratch=_scratch_dir()) if profile == "power-loss" else None
     disk_ctx: AbstractContextManager[object] = recording(disk) if disk else nullcontext()
 
     def trace(line: str) -> None:
-        result.timeline.append(f"{loop.time():9.3f} {line}")
+        if timeline:
+            result.timeline.append(f"{loop.time():9.3f} {line}")
 
     def on_error(_loop: object, ctx: dict[str, object]) -> None:
         exc = ctx.get("exception")
@@ -124,19 +136,30 @@ def run_seed(
 
     loop.set_exception_handler(on_error)
     with (
-        tempfile.TemporaryDirectory(prefix=f"odradek-sim-{seed}-") as d,
+        tempfile.TemporaryDirectory(prefix=f"odradek-sim-{seed}-", dir=_scratch_dir()) as d,
         _logs_to_timeline(_LogToTimeline(d, trace, result)),
         _virtual_clock(loop),
         bugs.injected(bug),
         disk_ctx,
     ):
         try:
-            loop.run_until_complete(_run(Path(d), seed, cfg, trace, result, disk))
+            loop.run_until_complete(
+                _run(Path(d), seed, cfg, trace, result, disk, plan, skip, timeline)
+            )
         finally:
+            loop.before_advance = None
             loop.run_until_complete(_cancel_all())
             loop.close()
     result.virtual_s = loop.time()
     return result
+
+
+def _scratch_dir() -> str | None:
+    """The brokers' log directories go to memory when the machine has a tmpfs: the
+    simulator's logs are small and die with the run, and every fsync, rename and unlink
+    the storage code does costs next to nothing there (None: the default temp dir)."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
 async def _cancel_all() -> None:
@@ -153,7 +176,10 @@ async def _run(
     cfg: WorldConfig,
     trace: Callable[[str], None],
     result: RunResult,
-    disk: SimDisk | None = None,
+    disk: SimDisk | None,
+    plan: list[Step] | None,
+    skip: frozenset[int],
+    timeline: bool,
 ) -> None:
     net = SimNetwork(random.Random(f"network-{seed}"), cfg.hop_latency_s)
     h = SimHarness(
@@ -167,23 +193,33 @@ async def _run(
         net=net,
         seed=seed,
         trace=trace,
+        watch_latency_s=cfg.watch_latency_s,
     )
     async with h:
         if disk is None:
-            w = World(h, cfg, seed, trace, net)
+            w = World(h, cfg, seed, trace, net, tracing=timeline)
         else:
-            w = PowerLossWorld(h, cfg, seed, trace, net, disk=disk)
+            w = PowerLossWorld(h, cfg, seed, trace, net, tracing=timeline, disk=disk)
         for p in range(cfg.partitions):
             await h.elect(p, leader=cfg.brokers[p % len(cfg.brokers)])
         loop = asyncio.get_running_loop()
-        watcher = loop.create_task(w.watch())
+        assert isinstance(loop, SimLoop)
+        watcher = None
+        if cfg.sample_every_s > 0:
+            watcher = loop.create_task(w.watch(cfg.sample_every_s))
+        else:
+            loop.before_advance = w.sample
         producers = [loop.create_task(w.producer(k)) for k in range(cfg.producers)]
-        await w.nemesis()
+        w.workload = producers
+        await w.nemesis(plan, skip)
+        result.schedule = w.schedule if plan is None else plan
         w.stopping = True
         await asyncio.gather(*producers)
         converged = await _await_liveness(w, cfg.liveness_bound_s)
         w.sample()
-        watcher.cancel()
+        loop.before_advance = None
+        if watcher is not None:
+            watcher.cancel()
         result.violations += w.violations + w.monitor.violations
         if not converged:
             result.violations.append(Violation("liveness", _state(w)))
@@ -196,7 +232,13 @@ def _state(w: World) -> str:
     parts = []
     for p, z in sorted(w.controller.znodes.items()):
         reps = ", ".join(f"{b}: leo {w.leo(b, p)} hw {_hw(w, b, p)}" for b in w.cfg.brokers)
-        parts.append(f"p{p} leader {z.leader} epoch {z.leader_epoch} isr {list(z.isr)} ({reps})")
+        a = w.controller.assignment[p]
+        moved = f" replicas {list(a.replicas)}" if set(a.replicas) != set(w.cfg.brokers) else ""
+        if a.in_progress:
+            moved += f" adding {list(a.adding)} removing {list(a.removing)}"
+        parts.append(
+            f"p{p} leader {z.leader} epoch {z.leader_epoch} isr {list(z.isr)}{moved} ({reps})"
+        )
     return "; ".join(parts)
 
 
@@ -208,6 +250,9 @@ def _hw(w: World, b: int, p: int) -> int:
 def _converged(w: World) -> bool:
     for p, z in w.controller.znodes.items():
         if z.leader < 0 or set(z.isr) != set(w.cfg.brokers):
+            return False
+        moving = w.controller.assignment[p]
+        if moving.in_progress or set(moving.replicas) != set(w.cfg.brokers):
             return False
         leo = w.leo(z.leader, p)
         if any(w.leo(b, p) != leo or _hw(w, b, p) != leo for b in w.cfg.brokers):

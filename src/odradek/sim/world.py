@@ -24,12 +24,14 @@ import asyncio
 import random
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from odradek.controller.reassignment import ReplicaSets, completion, start
 from odradek.errors import error_name
-from odradek.metadata.image import MetadataImage
+from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from odradek.replication.leader_endpoint import EndpointError
 from odradek.replication.partition_state import (
     IsrConflict,
@@ -47,9 +49,10 @@ from odradek.sim.harness import (
     ReplicationHarness,
     _BrokerIsrStore,
 )
+from odradek.sim.schedule import FaultSpec, Step
 from odradek.storage.records import encode_batch
 
-__all__ = ["SimNetwork", "SimController", "SimHarness", "World", "WorldConfig"]
+__all__ = ["FIRST_WORLD", "SimNetwork", "SimController", "SimHarness", "World", "WorldConfig"]
 
 Trace = Callable[[str], None]
 
@@ -70,6 +73,22 @@ class WorldConfig:
     producers: int = 2
     produce_gap_s: tuple[float, float] = (0.02, 0.15)
     produce_timeout_s: float = 2.0
+    # Faults that move a replica away and back (a reassignment); ZooKeeper watches
+    # reaching each broker after its own seeded delay; the workload stopping before the
+    # faults heal, so the cluster recovers idle (idle fetch sessions, no write to wake a
+    # partition). All three off: FIRST_WORLD, where the seeds up to 308 were found.
+    reassignments: bool = True
+    watch_latency_s: tuple[float, float] = (0.0005, 0.03)
+    quiet_heal: bool = True
+    # 0: the monitors look at the world at the end of every virtual instant; else on a
+    # timer of this period (FIRST_WORLD's 10 ms: its timers decide the order of other
+    # timers due at the same instant, so its seeds replay only with it).
+    sample_every_s: float = 0.0
+
+
+FIRST_WORLD = WorldConfig(
+    reassignments=False, watch_latency_s=(0.0, 0.0), quiet_heal=False, sample_every_s=0.01
+)
 
 
 class SimNetwork(MemoryNetwork):
@@ -133,18 +152,110 @@ class _SimIsrStore(_BrokerIsrStore):
             raise
         if trace is not None:
             trace(f"{what}: ok, version {version}")
+        if isinstance(c, SimController) and c.assignment[write.partition].in_progress:
+            # The ISR change's notification makes the controller check the move.
+            self._loop.call_soon(c.check_reassignments)
         return version
 
 
 class SimController(MemoryController):
-    def __init__(self, brokers: tuple[int, ...], partitions: int, seed: int, trace: Trace) -> None:
+    """The controller and ZooKeeper, with Odradek's reassignment steps (KIP-455,
+    ``odradek.controller.reassignment``: the start writes only the topic znode -- the
+    replica set, no new leader epoch -- and the completion, once every target replica is
+    in the ISR, a new epoch with ISR ∩ target) and watches that reach each broker after
+    a seeded delay, in order."""
+
+    def __init__(
+        self,
+        brokers: tuple[int, ...],
+        partitions: int,
+        seed: int,
+        trace: Trace,
+        watch_latency_s: tuple[float, float] = (0.0, 0.0),
+    ) -> None:
         super().__init__(brokers, partitions)
         self.topic_id = uuid.UUID(int=random.Random(f"topic-{seed}").getrandbits(128))
         self.registered: set[int] = set(brokers)
         self.trace = trace
+        self.assignment: dict[int, ReplicaSets] = {
+            p: ReplicaSets(brokers) for p in range(partitions)
+        }
+        self.watch_latency_s = watch_latency_s
+        self._watch_rng = random.Random(f"zk-{seed}")
+        self._delivered: list[float] = []  # per listener: when its last watch fires
+        # Bumped when a broker's session ends: the watches of a session that ended die
+        # with it (a restarted broker reads the state afresh, never an old notification).
+        self.sessions: dict[int, int] = dict.fromkeys(brokers, 0)
+        self._batch: list[bool] | None = None  # inside a batch: [publish at its end]
 
     def store_for(self, broker: int, loop: asyncio.AbstractEventLoop) -> _BrokerIsrStore:
         return _SimIsrStore(self, broker, loop)
+
+    def image(self) -> MetadataImage:
+        parts = {
+            p: PartitionInfo(
+                index=p,
+                replicas=a.replicas,
+                leader=z.leader,
+                leader_epoch=z.leader_epoch,
+                isr=z.isr,
+                controller_epoch=self.controller_epoch,
+                zk_version=z.version,
+                adding_replicas=a.adding,
+                removing_replicas=a.removing,
+            )
+            for (p, z), a in zip(self.znodes.items(), self.assignment.values(), strict=True)
+        }
+        return MetadataImage(
+            cluster_id="harness",
+            controller_id=self.brokers[0],
+            brokers={b: BrokerInfo(b, "memory", b) for b in self.brokers},
+            topics={TOPIC: TopicInfo(TOPIC, self.topic_id, parts)},
+            complete=True,
+        )
+
+    @contextmanager
+    def _one_transaction(self) -> Iterator[None]:
+        """A failover's elections are one ZooKeeper transaction and one notification
+        (the controller's ``_write_changes``): no broker sees a state with some of them
+        done. (Without watch delays -- FIRST_WORLD -- each is published at once, all in
+        the same loop turn, as that world always did.)"""
+        if self.watch_latency_s[1] <= 0 or self._batch is not None:
+            yield
+            return
+        self._batch = [False]
+        try:
+            yield
+        finally:
+            pending, self._batch = self._batch[0], None
+            if pending:
+                self.publish()
+
+    def publish(self) -> None:
+        if self._batch is not None:
+            self._batch[0] = True
+            return
+        lo, hi = self.watch_latency_s
+        if hi <= 0:
+            super().publish()
+            return
+        image = self.image()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        while len(self._delivered) < len(self.listeners):
+            self._delivered.append(0.0)
+        for i, listener in enumerate(self.listeners):
+            # A session's watches fire in order: never before the previous one.
+            at = max(now + self._watch_rng.uniform(lo, hi), self._delivered[i] + 1e-6)
+            self._delivered[i] = at
+            b = self.brokers[i]  # the harness adds one listener per broker, in order
+            loop.call_at(at, self._deliver, b, self.sessions[b], listener, image)
+
+    def _deliver(
+        self, b: int, session: int, listener: Callable[[MetadataImage], None], image: MetadataImage
+    ) -> None:
+        if self.sessions[b] == session:
+            listener(image)
 
     def elect(self, partition: int, leader: int, isr: Any = None) -> None:
         super().elect(partition, leader, isr)
@@ -166,7 +277,13 @@ class SimController(MemoryController):
         if b not in self.registered:
             return
         self.registered.discard(b)
+        self.sessions[b] += 1
         self.trace(f"controller: broker {b} session expired")
+        with self._one_transaction():
+            self._move_off(b)
+        self.check_reassignments()
+
+    def _move_off(self, b: int) -> None:
         for p, z in self.znodes.items():
             if z.leader != b and b not in z.isr:
                 continue
@@ -183,10 +300,43 @@ class SimController(MemoryController):
     def broker_registered(self, b: int) -> None:
         self.registered.add(b)
         self.trace(f"controller: broker {b} registered")
-        for p, z in self.znodes.items():
-            if z.leader == -1 and b in z.isr:
-                self.elect(p, b, z.isr)
+        with self._one_transaction():
+            for p, z in self.znodes.items():
+                if z.leader == -1 and b in z.isr:
+                    self.elect(p, b, z.isr)
+            self.publish()
+        self.check_reassignments()
+
+    # ---------------------------------------------------------------- reassignment
+    def reassign(self, partition: int, target: tuple[int, ...]) -> None:
+        cur = self.assignment[partition]
+        new = start(cur, target)
+        self.assignment[partition] = new
+        self.trace(
+            f"controller: p{partition} reassigned to {list(target)}: replicas "
+            f"{list(new.replicas)} adding {list(new.adding)} removing {list(new.removing)}"
+        )
         self.publish()
+        self.check_reassignments()
+
+    def check_reassignments(self) -> None:
+        """Complete every move whose target replicas are all in the ISR (the controller
+        checks on each ISR change and broker change)."""
+        for p, cur in self.assignment.items():
+            if not cur.in_progress:
+                continue
+            z = self.znodes[p]
+            change = completion(cur, z.leader, z.leader_epoch, z.isr, self.registered)
+            if change is None:
+                continue
+            self.assignment[p] = ReplicaSets(cur.target)
+            z.leader, z.leader_epoch, z.isr = change.leader, change.leader_epoch, tuple(change.isr)
+            z.version += 1
+            self.trace(
+                f"controller: p{p} reassignment completed: replicas {list(cur.target)} "
+                f"leader {z.leader} epoch {z.leader_epoch} isr {list(z.isr)}"
+            )
+            self.publish()
 
 
 @dataclass
@@ -195,8 +345,12 @@ class SimHarness(ReplicationHarness):
     trace: Trace = print
     incarnation: dict[int, int] = field(default_factory=dict)
 
+    watch_latency_s: tuple[float, float] = (0.0, 0.0)
+
     def make_controller(self) -> MemoryController:
-        return SimController(self.brokers, self.partitions, self.seed, self.trace)
+        return SimController(
+            self.brokers, self.partitions, self.seed, self.trace, self.watch_latency_s
+        )
 
     def _applier(self, broker: int) -> Callable[[MetadataImage], None]:
         inner = super()._applier(broker)
@@ -240,7 +394,11 @@ class World:
     violations: list[Violation] = field(default_factory=list)
     monitor: LeadershipMonitor = field(default_factory=LeadershipMonitor)
     stopping: bool = False
+    tracing: bool = True  # False: the timeline is not kept (hot lines are not built)
+    schedule: list[Step] = field(default_factory=list)  # what the nemesis did
+    workload: list[asyncio.Task[None]] = field(default_factory=list)  # the producers
     _seen: dict[tuple[int, int], tuple[str, int, int]] = field(default_factory=dict)
+    _changed: dict[tuple[int, int], tuple[object, int]] = field(default_factory=dict)
 
     @property
     def controller(self) -> SimController:
@@ -292,16 +450,31 @@ class World:
         asyncio.get_running_loop().call_later(self.cfg.session_timeout_s, expire)
 
     def fault_kinds(self) -> list[str]:
-        """What ``inject`` may pick now (a profile may narrow it: odradek.sim.power)."""
-        return ["cut", "isolate", "slow", "lossy", "crash", "zk", "zk-partition"]
+        """What ``draw`` may pick now (a profile may narrow it: odradek.sim.power)."""
+        kinds = ["cut", "isolate", "slow", "lossy", "crash", "zk", "zk-partition"]
+        if self.cfg.reassignments:
+            kinds.append("reassign")
+        return kinds
 
-    async def inject(self, rng: random.Random) -> _Fault:
+    def draw(self, rng: random.Random, fault_id: int) -> FaultSpec:
+        """The next fault, resolved against the world now ("the leader": who leads)."""
         brokers = list(self.cfg.brokers)
-        leader = self.controller.znodes[rng.randrange(self.cfg.partitions)].leader
+        p = rng.randrange(self.cfg.partitions)
+        leader = self.controller.znodes[p].leader
         live = [b for b in brokers if b not in self.h.down]
         target = leader if leader in live and rng.random() < 0.5 else rng.choice(brokers)
         kind = rng.choice(self.fault_kinds())
         other = rng.choice([b for b in brokers if b != target])
+        param = 0.0
+        if kind == "slow":
+            param = round(rng.uniform(0.05, 1.0), 3)
+        elif kind == "lossy":
+            param = round(rng.uniform(0.2, 0.9), 2)
+        return FaultSpec(fault_id, kind, p, target, other, param)
+
+    async def inject(self, f: FaultSpec) -> _Fault:
+        brokers = list(self.cfg.brokers)
+        kind, target, other = f.kind, f.target, f.other
         if kind == "cut":
             self.trace(f"nemesis: cut {target}-{other}")
             self.net.cut(target, other)
@@ -323,40 +496,81 @@ class World:
 
             return _Fault(f"{kind} {target}", heal_isolation)
         if kind == "slow":
-            d = round(rng.uniform(0.05, 1.0), 3)
-            self.trace(f"nemesis: delay {target}->{other} by {d} s")
-            self.net.delay(target, other, d)
+            self.trace(f"nemesis: delay {target}->{other} by {f.param} s")
+            self.net.delay(target, other, f.param)
             return _Fault(
                 f"slow {target}->{other}", lambda: self.net.delays.pop((target, other), None)
             )
         if kind == "lossy":
-            p = round(rng.uniform(0.2, 0.9), 2)
             link = frozenset((target, other))
-            self.trace(f"nemesis: drop {p:.0%} on {target}-{other}")
-            self.net.loss[link] = p
+            self.trace(f"nemesis: drop {f.param:.0%} on {target}-{other}")
+            self.net.loss[link] = f.param
             return _Fault(f"lossy {target}-{other}", lambda: self.net.loss.pop(link, None))
-        if kind == "crash" and target in live:
+        if kind == "crash" and target not in self.h.down:
             await self.crash(target)
             return _Fault(f"crash {target}", lambda: self.restart(target))
-        # "zk", or a crash of a broker already down: cut it from ZooKeeper instead.
+        if kind == "reassign":
+            # Move one replica away (its log is deleted), and back when healed: it then
+            # starts from an empty log, fetching from a leader that may not know it yet.
+            p, c = f.partition, self.controller
+            cur = c.assignment[p]
+            if not cur.in_progress and set(cur.replicas) == set(brokers):
+                self.trace(f"nemesis: move p{p} off broker {target}")
+                c.reassign(p, tuple(b for b in brokers if b != target))
+
+                def move_back() -> None:
+                    self.trace(f"nemesis: move p{p} back to broker {target}")
+                    c.reassign(p, tuple(brokers))
+
+                return _Fault(f"reassign p{p} {target}", move_back)
+        # "zk", a crash of a broker already down, or a move while another one runs: cut
+        # the broker from ZooKeeper instead.
         self.zk_isolate(target)
         return _Fault(f"zk {target}", lambda: self.zk_heal(target))
 
-    async def nemesis(self) -> None:
+    async def nemesis(
+        self, plan: list[Step] | None = None, skip: frozenset[int] = frozenset()
+    ) -> None:
+        """Draw faults from the seed and record them in ``self.schedule``, or replay
+        ``plan`` (a recorded schedule) leaving out the faults whose ids are in ``skip``."""
         rng = random.Random(f"nemesis-{self.seed}")
-        active: list[_Fault] = []
+        active: list[tuple[int, _Fault]] = []
         lo, hi = self.cfg.fault_gap_s
         end = self.now() + self.cfg.duration_s
-        while self.now() < end:
-            await asyncio.sleep(rng.uniform(lo, hi))
-            if active and (len(active) >= 2 or rng.random() < 0.5):
-                f = active.pop(0)
-                self.trace(f"nemesis: heal {f.name}")
-                f.heal()
+        steps = iter(plan) if plan is not None else None
+        n = 0
+        while True:
+            if steps is not None:
+                step = next(steps, None)
+                if step is None:
+                    break
+                await asyncio.sleep(step.gap)
             else:
-                active.append(await self.inject(rng))
+                if self.now() >= end:
+                    break
+                gap = rng.uniform(lo, hi)
+                await asyncio.sleep(gap)
+                if active and (len(active) >= 2 or rng.random() < 0.5):
+                    step = Step(gap, heals=active[0][0])
+                else:
+                    step = Step(gap, fault=self.draw(rng, n))
+                    n += 1
+                self.schedule.append(step)
+            if step.fault is not None:
+                if step.fault.id not in skip:
+                    active.append((step.fault.id, await self.inject(step.fault)))
+            else:
+                i = next((k for k, (fid, _) in enumerate(active) if fid == step.heals), None)
+                if i is not None:
+                    _, f = active.pop(i)
+                    self.trace(f"nemesis: heal {f.name}")
+                    f.heal()
+        if self.cfg.quiet_heal:
+            self.trace("nemesis: stop the workload")
+            self.stopping = True
+            await asyncio.gather(*self.workload)
         self.trace("nemesis: heal everything")
-        for f in active:
+        for _, f in active:
             f.heal()
         self.net.heal()
         for b in sorted(self.controller.unreachable):
@@ -392,7 +606,8 @@ class World:
                 continue
             off = res.base_offset
             holders = [r for r in self.cfg.brokers if self.leo(r, p) > off]
-            self.trace(f"ack {value.decode()} p{p} offset {off} from {b} on {holders}")
+            if self.tracing:
+                self.trace(f"ack {value.decode()} p{p} offset {off} from {b} on {holders}")
             self.acks.append(Ack(p, off, value, self.now()))
             if len(holders) < self.cfg.min_insync_replicas:
                 self.violations.append(
@@ -405,24 +620,32 @@ class World:
                 )
 
     # ---------------------------------------------------------------- monitor
-    async def watch(self) -> None:
+    async def watch(self, every_s: float) -> None:
         while True:
             self.sample()
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(every_s)
 
     def sample(self) -> None:
-        t = self.now()
+        """Look at every live replica (the runner calls this at the end of each virtual
+        instant: whatever state lasted any virtual time is seen). Replica states are
+        frozen values replaced on each change, so an unchanged replica costs a lookup."""
+        changed = self._changed
         for b in self.cfg.brokers:
             if b in self.h.down:
                 continue
             for (_topic, p), part in self.h.replicas[b].partitions.items():
                 st = part.state
-                seen = (type(st).__name__, part.leader_epoch, part.high_watermark)
-                if self._seen.get((b, p)) != seen:
+                hw = part.high_watermark
+                last = changed.get((b, p))
+                if last is not None and last[0] is st and last[1] == hw:
+                    continue
+                changed[(b, p)] = (st, hw)
+                seen = (type(st).__name__, st.leader_epoch, hw)
+                if self.tracing and self._seen.get((b, p)) != seen:
                     self._seen[(b, p)] = seen
                     self.trace(
                         f"broker {b} p{p}: {seen[0]} epoch {seen[1]} hw {seen[2]} "
                         f"leo {part.log_end_offset}"
                     )
                 if type(st) is Leader:
-                    self.monitor.observe_leader(p, part.leader_epoch, b, part.high_watermark, t)
+                    self.monitor.observe_leader(p, st.leader_epoch, b, hw, self.now())

@@ -49,3 +49,22 @@ def test_waiting_on_nothing_is_a_deadlock_not_a_hang() -> None:
             loop.run_until_complete(loop.create_future())
     finally:
         loop.close()
+
+
+def test_the_hook_runs_once_at_the_end_of_each_virtual_instant() -> None:
+    loop = SimLoop(1)
+    seen: list[float] = []
+    loop.before_advance = lambda: seen.append(loop.time())
+
+    async def main() -> None:
+        loop.call_later(1.0, lambda: None)
+        loop.call_later(1.0, lambda: None)
+        await asyncio.sleep(0.5)
+        await asyncio.sleep(0)  # same instant: no jump, no call
+        await asyncio.sleep(2.0)
+
+    try:
+        loop.run_until_complete(main())
+        assert seen == [0.0, 0.5, 1.0]
+    finally:
+        loop.close()

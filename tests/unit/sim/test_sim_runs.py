@@ -10,12 +10,18 @@ import pytest
 
 from odradek.cli.main import main as odradek
 from odradek.sim.runner import RunResult, _logs_to_timeline, _LogToTimeline, run_seed
+from odradek.sim.shrink import fault_lines, shrink
+from odradek.sim.world import FIRST_WORLD
 
-# Seeds found failing with each injected bug (odradek sim run --inject-bug NAME).
+# The first seed failing with each injected bug (odradek sim run --inject-bug NAME;
+# docs/faults.md's mutation table).
 BUG_SEEDS = {
-    "truncate-to-hw": (33, "acked-lost"),
-    "hw-ignores-min-isr": (33, "ack-under-replicated"),
+    "truncate-to-hw": (22, "prefix-diverged"),
+    "hw-ignores-min-isr": (1, "ack-under-replicated"),
+    "idle-session": (13, "liveness"),
+    "isr-shrink-unconditional": (47, "acked-lost"),
 }
+SHRINK_CASE = "hw-ignores-min-isr"  # the cheapest to shrink (8 replays)
 
 
 def test_one_seed_replays_to_the_same_timeline() -> None:
@@ -27,6 +33,17 @@ def test_one_seed_replays_to_the_same_timeline() -> None:
     assert a.digest == b.digest
     assert a.timeline == b.timeline
     assert run_seed(4).digest != a.digest
+
+
+def test_a_recorded_schedule_replays_to_the_same_run() -> None:
+    """What shrinking relies on: the nemesis's recorded faults, replayed instead of drawn,
+    give the very same run; and a run keeping no timeline is the same run too."""
+    a = run_seed(3)
+    assert any(s.fault is not None and s.fault.kind == "reassign" for s in a.schedule)
+    assert run_seed(3, plan=a.schedule).timeline == a.timeline
+    quiet = run_seed(3, timeline=False)
+    assert quiet.timeline == [] and quiet.schedule == a.schedule
+    assert (quiet.acked, quiet.violations) == (a.acked, a.violations)
 
 
 def test_a_fixed_seed_range_holds_every_invariant() -> None:
@@ -47,9 +64,9 @@ def test_injected_bugs_are_found(bug: str) -> None:
 
 
 def test_cli_run_and_replay(capsys: pytest.CaptureFixture[str]) -> None:
-    assert odradek(["sim", "run", "--seeds", "32-33", "--inject-bug", "hw-ignores-min-isr"]) == 1
+    assert odradek(["sim", "run", "--seeds", "1-2", "--inject-bug", "hw-ignores-min-isr"]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("seed 33: ack-under-replicated: ")
+    assert out[0].startswith("seed 1: ack-under-replicated: ")
     assert out[-1].startswith("sim: 2 schedules, 1 failed, ")
     assert odradek(["sim", "replay", "5", "--duration", "3", "--partitions", "2"]) == 0
     first = capsys.readouterr().out
@@ -80,5 +97,26 @@ def test_seed_308_a_caught_up_follower_rejoins_the_isr() -> None:
     """Regression (docs/faults.md): a follower whose fetch at the log end came while the
     write removing it was in flight stayed out of the ISR while its partition was idle.
     Failed (liveness) before Partition.note_idle_fetch made it a candidate again."""
-    r = run_seed(308)
+    r = run_seed(308, cfg=FIRST_WORLD)  # the world the seed was found in
     assert r.ok, [str(v) for v in r.violations]
+
+
+def test_a_failing_seed_shrinks_to_fewer_faults_that_still_fail(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bug, (seed, invariant) = SHRINK_CASE, BUG_SEEDS[SHRINK_CASE]
+    first = run_seed(seed, bug=bug)
+    s = shrink(first)
+    assert s.invariant == first.violations[0].invariant == invariant
+    assert 0 < len(s.kept) < s.faults_before
+    assert s.invariant in {v.invariant for v in s.result.violations}
+    lines = fault_lines(s.result)
+    assert lines and all(" nemesis: " in line for line in lines)
+    assert odradek(["sim", "replay", str(seed), "--inject-bug", bug, "--shrink"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    at = out.index(
+        f"seed {seed} shrunk: {s.invariant} with {len(s.kept)} of {s.faults_before} "
+        f"faults ({s.runs} replays):"
+    )
+    assert out[at + 1 : at + 1 + len(lines)] == [f"  {line}" for line in lines]
+    assert out[at + 1 + len(lines)].startswith(f"  VIOLATION {s.invariant}: ")
