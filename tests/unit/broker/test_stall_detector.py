@@ -44,3 +44,26 @@ def test_off_unless_configured(monkeypatch: pytest.MonkeyPatch) -> None:
         return stall_detector.maybe_start(asyncio.get_running_loop())
 
     assert asyncio.run(main()) is None
+
+
+def test_lateness_histogram_counts_a_stall_in_its_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every heartbeat's lateness is counted: a 300 ms block lands in the (0.25, 0.5] s
+    bucket, so the histogram (odradek_eventloop_lag_seconds) shows stalls by size."""
+    monkeypatch.setenv(stall_detector.ENV, "8")
+    monkeypatch.delenv(stall_detector.ENV_FILE, raising=False)
+
+    async def main() -> tuple[list[tuple[float, int]], float]:
+        det = stall_detector.maybe_start(asyncio.get_running_loop())
+        assert det is not None
+        await asyncio.sleep(0.05)
+        time.sleep(0.3)  # blocks the loop
+        await asyncio.sleep(0.05)
+        det.stop()
+        return det.lag_histogram()
+
+    buckets, total_s = asyncio.run(main())
+    bounds = dict(buckets)
+    assert buckets[-1][0] == float("inf") and buckets[-1][1] >= 10  # every heartbeat
+    assert [n for _, n in buckets] == sorted(n for _, n in buckets)  # cumulative
+    assert bounds[0.25] < bounds[0.5]  # the 300 ms stall (a loaded machine adds, never hides)
+    assert total_s >= 0.29
