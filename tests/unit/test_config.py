@@ -365,3 +365,23 @@ def test_describe_broker_dynamic_layers() -> None:
     assert list(defaults) == [rate]
     assert defaults[rate].value == "5000"
     assert defaults[rate].synonyms[0] == (rate, "5000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+
+
+def test_describe_topic_config_keys_and_a_changed_broker_config() -> None:
+    """Only the configuration_keys asked for are built (a console asks for one), and the
+    broker defaults DescribeConfigs caches follow a change of the broker's config."""
+    cfg = broker(**{"log.retention.hours": "24"})
+    only = describe_topic_config(cfg, {"min.insync.replicas": "2"}, {"min.insync.replicas"})
+    assert [(e.name, e.value, e.source) for e in only] == [
+        ("min.insync.replicas", "2", ConfigSource.DYNAMIC_TOPIC_CONFIG)]
+    assert describe_topic_config(cfg, {}, set()) == []
+
+    def value(c: BrokerConfig, name: str) -> str | None:
+        return describe_topic_config(c, {}, {name})[0].value
+
+    assert value(cfg, "retention.ms") == "86400000"
+    assert value(cfg, "delete.retention.ms") == "86400000"
+    cfg.raw["log.cleaner.delete.retention.ms"] = "1234"  # the same object, changed
+    assert value(cfg, "delete.retention.ms") == "1234"
+    cfg.log_retention_ms = 5000  # a typed field set directly, as tests and tools do
+    assert value(cfg, "retention.ms") == "5000"
