@@ -197,8 +197,9 @@ class ClusterCollector:
         topics = {p.topic for p in view.partitions}
         if now - st.configs_at >= self.cadence.configs_s:
             ask, st.configs_at = topics, now
-        else:
-            ask = topics - set(st.min_isr)
+        else:  # new topics; one that failed (not authorized...) waits for the next pass
+            ask = topics - st.configs_asked
+        st.configs_asked = set(topics)
         if ask:
             got, errors = self.group_reader.min_insync_replicas(ask)
             st.min_isr.update(got)
@@ -277,6 +278,7 @@ class _Cache:
     views_seen: set[View] = field(default_factory=set)
     min_isr: dict[str, int] = field(default_factory=dict)
     configs_at: float = -1e9
+    configs_asked: set[str] = field(default_factory=set)
     groups: dict[str, RawGroup] = field(default_factory=dict)
     group_errors: list[str] = field(default_factory=list)
     groups_at: float = -1e9
