@@ -549,16 +549,28 @@ def render(rows: list[Row]) -> str:
 
 
 @contextlib.contextmanager
-def _watched(c: LocalCluster, on: bool, interval_s: float) -> Any:
-    """The console (as ``odradek cluster up`` starts it) and a Prometheus-style scraper."""
+def _watched(c: LocalCluster, on: bool, interval_s: float, pages: bool = False) -> Any:
+    """The console (as ``odradek cluster up`` starts it) and a Prometheus-style scraper;
+    ``pages``: with the brokers and topics pages open (their event streams, as a browser
+    holds them), so the console polls as it does while someone looks."""
     if not on:
         yield
         return
     import urllib.request
 
     url = c.start_console()
-    print(f"watched: console {url}, scrape every {interval_s:g} s", flush=True)
+    print(f"watched: console {url}, scrape every {interval_s:g} s"
+          f"{', brokers and topics pages open' if pages else ''}", flush=True)
     stop = threading.Event()
+
+    def hold(view: str) -> None:
+        with contextlib.suppress(Exception), \
+                urllib.request.urlopen(f"{url}events?view={view}&arg=", timeout=60) as r:
+            while not stop.is_set() and r.readline():  # keepalives at least every 15 s
+                pass
+
+    for view in ("brokers", "topics") if pages else ():
+        threading.Thread(target=hold, args=(view,), daemon=True).start()
 
     def scrape() -> None:
         while not stop.wait(interval_s):
@@ -609,6 +621,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="as `odradek cluster up` runs it: the web console on (its default "
                          "polling) and a Prometheus-style scrape of every broker every "
                          "--scrape-interval s (issue 29)")
+    ap.add_argument("--watched-pages", action="store_true",
+                    help="with --watched: the brokers and topics pages open in the console")
     ap.add_argument("--scrape-interval", type=float, default=15.0)
     args = ap.parse_args(argv)
     tests = {t.strip() for t in args.tests.split(",") if t.strip()}
@@ -630,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"== 3-broker cluster, zookeeper.session.timeout.ms={session_ms}", flush=True)
                 with LocalCluster.start(Path(tmp) / f"c{session_ms}", 3, broker_config=broker_config,
                                         zk_session_timeout_ms=session_ms, timeout=90) as c, \
-                        _watched(c, args.watched, args.scrape_interval):
+                        _watched(c, args.watched, args.scrape_interval, args.watched_pages):
                     if first and "throughput" in tests:
                         bench_throughput(c, args.records, rows, args.rounds)
                     if first and "latency" in tests:

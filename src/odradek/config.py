@@ -15,12 +15,14 @@ Precedence rules copied from Kafka:
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from odradek.configdefs import (
@@ -409,8 +411,12 @@ def kafka_synonyms(name: str, names: Sequence[str],
     return out
 
 
-def _static_defaults() -> dict[str, str]:
-    return {n: d.default for n, d in BROKER_CONFIGS.items() if d.default is not None}
+@functools.cache
+def _static_defaults() -> Mapping[str, str]:
+    # Built once: every described topic config with synonyms asks for it (a dict of all
+    # broker properties each time made DescribeConfigs of a few topics cost ~100 ms).
+    return MappingProxyType({n: d.default for n, d in BROKER_CONFIGS.items()
+                             if d.default is not None})
 
 
 def _broker_topic_value(
@@ -498,13 +504,38 @@ class ConfigEntry:
     documentation: str | None
 
 
-def describe_topic_config(broker: BrokerConfig, overrides: dict[str, str]) -> list[ConfigEntry]:
-    """Every topic config with value and source, like Kafka's DescribeConfigs(TOPIC)."""
+_TopicBase = tuple[tuple[str, str, ConfigSource, Synonyms], ...]
+
+
+def _topic_base(broker: BrokerConfig) -> _TopicBase:
+    """(name, value, source, synonyms) of every topic config before topic overrides,
+    under this broker's settings. Cached on what they depend on (``raw``): DescribeConfigs
+    runs on the event loop and must not re-parse every broker property per topic
+    (issue 29)."""
+    key = tuple(sorted(broker.raw.items()))
+    base = _TOPIC_BASES.get(key)
+    if base is None:
+        raw = broker.raw
+        base = tuple((name, *_broker_topic_value(TOPIC_CONFIGS[name], raw))
+                     for name in sorted(TOPIC_CONFIGS))
+        if len(_TOPIC_BASES) >= 8:  # configs seen by this process: a handful at most
+            _TOPIC_BASES.clear()
+        _TOPIC_BASES[key] = base
+    return base
+
+
+_TOPIC_BASES: dict[tuple[Any, ...], _TopicBase] = {}
+
+
+def describe_topic_config(broker: BrokerConfig, overrides: Mapping[str, str],
+                          keys: Collection[str] | None = None) -> list[ConfigEntry]:
+    """Every topic config with value and source, like Kafka's DescribeConfigs(TOPIC);
+    only those named in ``keys`` when given (the request's configuration_keys)."""
     entries: list[ConfigEntry] = []
-    raw = broker.raw
-    for name in sorted(TOPIC_CONFIGS):
+    for name, value, source, synonyms in _topic_base(broker):
+        if keys is not None and name not in keys:
+            continue
         d = TOPIC_CONFIGS[name]
-        value, source, synonyms = _broker_topic_value(d, raw)
         if name in overrides and overrides[name] is not None:
             value = overrides[name]
             source = ConfigSource.DYNAMIC_TOPIC_CONFIG

@@ -43,6 +43,7 @@ REQUIRED = [
     "kafka_log_log_logendoffset",
     "kafka_server_sessionexpirelistener_sessionstate",
     "odradek_eventloop_stalls_total",
+    "odradek_eventloop_lag_seconds_bucket",
     "kafka_server_socket_server_metrics_connection_count",
     "kafka_server_socket_server_metrics_connection_creation_total",
     "kafka_server_socket_server_metrics_connection_close_total",

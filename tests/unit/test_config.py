@@ -390,3 +390,21 @@ def test_settings_objects_hide_passwords() -> None:
     settings = cfg.settings(BrokerSettings)
     assert settings.zookeeper_auth == "digest:kafka:s3cret"
     assert "s3cret" not in repr(settings)
+
+
+def test_describe_topic_config_keys_and_a_changed_broker_config() -> None:
+    """Only the configuration_keys asked for are built (a console asks for one), and the
+    broker defaults DescribeConfigs caches follow a change of the broker's config."""
+    cfg = broker(**{"log.retention.hours": "24"})
+    only = describe_topic_config(cfg, {"min.insync.replicas": "2"}, {"min.insync.replicas"})
+    assert [(e.name, e.value, e.source) for e in only] == [
+        ("min.insync.replicas", "2", ConfigSource.DYNAMIC_TOPIC_CONFIG)]
+    assert describe_topic_config(cfg, {}, set()) == []
+
+    def value(c: BrokerConfig, name: str) -> str | None:
+        return describe_topic_config(c, {}, {name})[0].value
+
+    assert value(cfg, "retention.ms") == "86400000"
+    assert value(cfg, "delete.retention.ms") == "86400000"
+    cfg.raw["log.cleaner.delete.retention.ms"] = "1234"  # the same object, changed
+    assert value(cfg, "delete.retention.ms") == "1234"

@@ -42,7 +42,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ): "the properties file the tool writes for a broker",
     (
         "cluster/health.py",
-        "fetch_view",
+        "_min_isr",
     ): "a DescribeConfigs answer from a running broker (admin client)",
     (
         "cli/schemas_cmd.py",

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from odradek.cluster.health import ClusterView, PartitionView
 from odradek.console.browse import MAX_SHOWN_BYTES, decode
-from odradek.console.charts import _segments, rate_chart
+from odradek.console.charts import _gap_s, _segments, rate_chart
 from odradek.console.lag_exporter import LagCollector
 from odradek.console.reports import ChaosReports
 from odradek.console.snapshot import RawGroup, RawState, SnapshotBuilder
@@ -56,6 +56,12 @@ def test_snapshot_rows_rates_and_lag() -> None:
     rate = s2.brokers[0].rate
     assert rate is not None and rate.bytes_in == 1000.0 and s2.version == 2
     assert len(s2.brokers[0].history) == 1
+    # The collector scrapes every 15 s and rounds more often: a round that carries the
+    # same scrape again keeps its rate and adds no point to the history.
+    raw3 = RawState(taken_at=104.0, view=_view(), metrics={1: _metrics(3000)},
+                    metrics_at={1: 102.0}, metrics_urls={1: "u1"})
+    s3 = b.build(raw3)
+    assert s3.brokers[0].rate == rate and len(s3.brokers[0].history) == 1
 
 
 def test_snapshot_keeps_the_last_view_when_metadata_fails() -> None:
@@ -80,6 +86,9 @@ def test_decode_formats() -> None:
 
 def test_chart_breaks_lines_at_gaps_and_escapes_nothing_unsafe() -> None:
     assert [len(s) for s in _segments([(0, 1), (1, 1), (10, 1), (11, 1)])] == [2, 2]
+    # Scrapes every 15 s draw one line; a missing scrape or more breaks it.
+    every_15 = [(t, 1.0) for t in (0, 15, 30, 45, 60, 120, 135)]
+    assert [len(s) for s in _segments(every_15, _gap_s(every_15))] == [5, 2]
     assert "waiting" in str(rate_chart([]))
 
 

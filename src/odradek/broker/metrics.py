@@ -172,6 +172,8 @@ class _Snapshot:
     zk_counts: tuple[int, int, int] = (0, 0, 0)  # disconnects, expires, connects
     # stalls, threshold (s), max lag since the previous scrape (s); None: detector off
     event_loop: tuple[int, float, float] | None = None
+    # cumulative (upper bound s, heartbeats) of heartbeat lateness, and its sum (s)
+    event_loop_lag: tuple[list[tuple[float, int]], float] | None = None
     # (kind, measured, doc, [(user, client id, throttle ms, rate)]) per quota manager
     quotas: list[tuple[str, str, str, list[tuple[str, str, float, float]]]] = field(
         default_factory=list
@@ -251,6 +253,7 @@ class BrokerMetrics:
         det = b.stall_detector
         if det is not None:
             snap.event_loop = (det.stalls, det.threshold_s, det.take_max_lag())
+            snap.event_loop_lag = det.lag_histogram()
         quotas = b.context.quotas
         now_ms = time.monotonic() * 1000.0
         for kind, manager, measured, doc in (
@@ -605,3 +608,14 @@ class _Families(Collector):
             "Largest heartbeat lateness seen since the previous scrape",
             max_lag_s,
         )
+        if snap.event_loop_lag is not None:
+            buckets, total_s = snap.event_loop_lag
+            fam = HistogramMetricFamily(
+                "odradek_eventloop_lag_seconds",
+                "Lateness of the stall detector's heartbeats (one every threshold/4): "
+                "with a small threshold, the distribution of the loop's stalls",
+            )
+            fam.add_metric(
+                [], [("+Inf" if b == float("inf") else repr(b), n) for b, n in buckets], total_s
+            )
+            yield fam

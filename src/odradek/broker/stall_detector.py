@@ -7,11 +7,17 @@ latency tails. With ``ODRADEK_LOOP_STALL_MS=N`` set (and optionally
 loop every N/4 ms and a watcher thread logs the loop thread's stack whenever the
 heartbeat is more than N ms late (at most one report per stall), so the culprit is named
 by file and line. Off by default: the heartbeat costs a few wake-ups per second.
+
+Every heartbeat's lateness also goes into a histogram (``LAG_BUCKETS_S``, exported as
+``odradek_eventloop_lag_seconds``): with a small threshold (``ODRADEK_LOOP_STALL_MS=4``:
+a heartbeat every millisecond) it is the distribution of the loop's stalls, which is
+how a change's cost to the loop is measured (bench/console_cost_bench.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import os
 import sys
@@ -23,6 +29,8 @@ logger = logging.getLogger(__name__)
 
 ENV = "ODRADEK_LOOP_STALL_MS"
 ENV_FILE = "ODRADEK_LOOP_STALL_FILE"
+# Upper bounds (s) of the lateness histogram; one more bucket counts the rest (+Inf).
+LAG_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 class StallDetector:
@@ -32,8 +40,12 @@ class StallDetector:
         self.last_tick = time.monotonic()
         self.stalls = 0
         self.max_lag_s = 0.0  # largest lateness of a heartbeat since take_max_lag()
+        # Heartbeats per lateness bucket (LAG_BUCKETS_S, then +Inf) and their sum (s).
+        self.lag_counts = [0] * (len(LAG_BUCKETS_S) + 1)
+        self.lag_sum_s = 0.0
         self.report_file = os.environ.get(ENV_FILE)  # also append reports here
         self._loop_thread = threading.get_ident()
+        self._started = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="stall-detector", daemon=True)
 
@@ -48,11 +60,25 @@ class StallDetector:
         now = time.monotonic()
         # How late this heartbeat ran: the loop's scheduling lag (metrics).
         lag = now - self.last_tick - self.threshold_s / 4
+        if self._started:  # the first tick's "lateness" is the time since __init__
+            lag_pos = max(lag, 0.0)
+            self.lag_counts[bisect.bisect_left(LAG_BUCKETS_S, lag_pos)] += 1
+            self.lag_sum_s += lag_pos
+        self._started = True
         if lag > self.max_lag_s:
             self.max_lag_s = lag
         self.last_tick = now
         if not self._stop.is_set():
             self.loop.call_later(self.threshold_s / 4, self._tick)
+
+    def lag_histogram(self) -> tuple[list[tuple[float, int]], float]:
+        """Cumulative (upper bound s, heartbeats) pairs ending with +Inf, and the sum (s):
+        a Prometheus histogram of heartbeat lateness since the detector started."""
+        out, total = [], 0
+        for bound, n in zip((*LAG_BUCKETS_S, float("inf")), self.lag_counts, strict=True):
+            total += n
+            out.append((bound, total))
+        return out, self.lag_sum_s
 
     def take_max_lag(self) -> float:
         """The largest lag since the previous call (a scrape), then start over."""

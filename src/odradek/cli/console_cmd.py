@@ -31,7 +31,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a local cluster's directory: broker metrics and liveness")
     p.add_argument("--reports", action="append", default=[], metavar="DIR",
                    help="where to look for chaos reports (repeatable; default: .)")
-    p.add_argument("--refresh", type=float, default=1.0, help="seconds between updates")
+    # Defaults: console.collector.Cadence (docs/console.md says what each one costs).
+    p.add_argument("--refresh", type=float, default=None,
+                   help="seconds between updates of the pages open in a browser: "
+                        "Metadata, the open topic's offsets, the open group (default 2)")
+    p.add_argument("--lists-refresh", type=float, default=None,
+                   help="seconds between reads of every partition's offsets and every "
+                        "group while a topics or groups list is open (default 5)")
+    p.add_argument("--background", type=float, default=None,
+                   help="seconds between rounds with no page open (everything, for "
+                        "/health and the lag in /metrics), and between scrapes of the "
+                        "brokers' /metrics (default 15)")
     p.add_argument("--log-file", default=None,
                    help="log file (default: CLUSTER_DIR/console.log or ./odradek-console.log)")
     p.add_argument("--verbose", action="store_true", help="also log to the terminal")
@@ -40,6 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from odradek.console.collector import Cadence  # noqa: PLC0415
     from odradek.console.server import parse_listen, serve  # noqa: PLC0415
 
     cluster_dir = Path(args.cluster_dir).resolve() if args.cluster_dir else None
@@ -68,7 +79,10 @@ def _run(args: argparse.Namespace) -> int:
           flush=True)
     try:
         asyncio.run(serve(bootstrap, host, port, cluster_dir=cluster_dir, reports=reports,
-                          interval_s=args.refresh, client_props=command_properties(args)))
+                          cadence=Cadence(**{k: v for k, v in (
+                              ("refresh_s", args.refresh), ("lists_s", args.lists_refresh),
+                              ("background_s", args.background)) if v is not None}),
+                          client_props=command_properties(args)))
     except OSError as e:
         print(f"error: cannot serve on {args.listen}: {e}", file=sys.stderr)
         return 1

@@ -24,8 +24,8 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PartitionView", "ClusterView", "HealthReport", "fetch_view", "assess",
-           "format_report"]
+__all__ = ["PartitionView", "ClusterView", "HealthReport", "fetch_view", "fetch_metadata",
+           "assess", "format_report"]
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,20 @@ class HealthReport:
 def fetch_view(admin: Any, timeout_s: float = 10.0, extra_known: Iterable[int] = ()
                ) -> ClusterView:
     """Metadata and topic configs through a confluent-kafka ``AdminClient``."""
-    from confluent_kafka.admin import ConfigResource, ResourceType  # noqa: PLC0415
+    view, md = _metadata(admin, timeout_s, extra_known)
+    view.min_isr.update(_min_isr(admin, sorted(md.topics), timeout_s))
+    return view
 
+
+def fetch_metadata(admin: Any, timeout_s: float = 10.0, extra_known: Iterable[int] = ()
+                   ) -> ClusterView:
+    """Metadata only (``min_isr`` empty): for a caller that keeps topic configs itself
+    and asks for them less often (the console, issue 29)."""
+    return _metadata(admin, timeout_s, extra_known)[0]
+
+
+def _metadata(admin: Any, timeout_s: float, extra_known: Iterable[int]
+              ) -> tuple[ClusterView, Any]:
     md = admin.list_topics(timeout=timeout_s)
     live = {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}
     known = set(live) | set(extra_known)
@@ -81,10 +93,18 @@ def fetch_view(admin: Any, timeout_s: float = 10.0, extra_known: Iterable[int] =
             known.update(replicas)
             parts.append(PartitionView(name, pid, p.leader, replicas, tuple(p.isrs)))
     parts.sort(key=lambda p: (p.topic, p.partition))
+    controller = md.controller_id if md.controller_id is not None else -1
+    return ClusterView(controller, live, known, parts, {},
+                       {n for n in md.topics if n.startswith("__")}), md
+
+
+def _min_isr(admin: Any, topics: list[str], timeout_s: float) -> dict[str, int]:
+    from confluent_kafka.admin import ConfigResource, ResourceType  # noqa: PLC0415
+
     min_isr: dict[str, int] = {}
-    if md.topics:
+    if topics:
         futures = admin.describe_configs(
-            [ConfigResource(ResourceType.TOPIC, n) for n in sorted(md.topics)],
+            [ConfigResource(ResourceType.TOPIC, n) for n in topics],
             request_timeout=timeout_s)
         # One deadline for all topics, not one each: a cluster without a controller must
         # not cost timeout x topics.
@@ -99,9 +119,7 @@ def fetch_view(admin: Any, timeout_s: float = 10.0, extra_known: Iterable[int] =
                 continue
             if entry is not None and entry.value is not None:
                 min_isr[res.name] = int(entry.value)
-    controller = md.controller_id if md.controller_id is not None else -1
-    return ClusterView(controller, live, known, parts, min_isr,
-                       {n for n in md.topics if n.startswith("__")})
+    return min_isr
 
 
 def assess(view: ClusterView) -> HealthReport:

@@ -17,9 +17,12 @@ cluster lets them describe, and reads messages as themselves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
-from collections.abc import Callable, Mapping
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,7 @@ from odradek.console.auth import VIEWER_KEY, ConsoleLogin, Viewer
 from odradek.console.browse import FORMATS, MAX_MESSAGES, read_messages
 from odradek.console.lag_exporter import LagCollector
 from odradek.console.reports import ChaosReports
-from odradek.console.snapshot import EMPTY, Snapshot
+from odradek.console.snapshot import EMPTY, Interest, Snapshot, View
 
 logger = logging.getLogger(__name__)
 
@@ -47,11 +50,37 @@ LIVE_VIEWS = ("brokers", "topics", "topic", "groups", "group")
 
 
 class ConsoleState:
-    """The latest snapshot and a way to wait for the next one (on the web loop)."""
+    """The latest snapshot and a way to wait for the next one (on the web loop), and
+    which live views are open (``interest``, read by the collector's thread: it asks
+    the cluster for what is being looked at)."""
 
     def __init__(self) -> None:
         self.snapshot: Snapshot = EMPTY
         self._changed = asyncio.Condition()
+        self._views: Counter[View] = Counter()
+        self._views_lock = threading.Lock()
+        self.on_view_opened: Callable[[], None] | None = None  # the collector's wake()
+
+    def interest(self) -> Interest:
+        with self._views_lock:
+            return Interest(frozenset(self._views))
+
+    @contextlib.contextmanager
+    def watching(self, view: str, arg: str) -> Iterator[None]:
+        """While a page streams ``view``: the collector keeps its figures fresh."""
+        key = (view, arg)
+        with self._views_lock:
+            opened = self._views[key] == 0
+            self._views[key] += 1
+        if opened and self.on_view_opened is not None:
+            self.on_view_opened()
+        try:
+            yield
+        finally:
+            with self._views_lock:
+                self._views[key] -= 1
+                if self._views[key] <= 0:
+                    del self._views[key]
 
     async def publish(self, snap: Snapshot) -> None:
         async with self._changed:
@@ -235,22 +264,27 @@ def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
                                            "Cache-Control": "no-cache"})
         await resp.prepare(r)
         streams.add(resp)
-        version = -1
         try:
-            while True:
-                snap = await state.next_after(version, KEEPALIVE_S)
-                if snap is None:
-                    await resp.write(b": keepalive\n\n")  # finds clients that left
-                    continue
-                version = snap.version
-                html = fragment(view, arg, seen(r, snap))
-                data = "".join(f"data: {line}\n" for line in html.split("\n"))
-                await resp.write(f"id: {version}\n{data}\n".encode())
+            with state.watching(view, arg):  # the collector asks for what this page shows
+                await stream(resp, view, arg, r)
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
             streams.discard(resp)
         return resp
+
+    async def stream(resp: web.StreamResponse, view: str, arg: str, r: web.Request) -> None:
+        """The view's fragment again for every new snapshot, until the client leaves."""
+        version = -1
+        while True:
+            snap = await state.next_after(version, KEEPALIVE_S)
+            if snap is None:
+                await resp.write(b": keepalive\n\n")  # finds clients that left
+                continue
+            version = snap.version
+            html = fragment(view, arg, seen(r, snap))
+            data = "".join(f"data: {line}\n" for line in html.split("\n"))
+            await resp.write(f"id: {version}\n{data}\n".encode())
 
     async def metrics(r: web.Request) -> web.Response:
         reg = registry

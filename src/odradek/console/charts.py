@@ -7,6 +7,7 @@ built from numbers only (broker ids, rates), so there is nothing to escape.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
 
@@ -41,6 +42,11 @@ def _segments(points: list[tuple[float, float]], gap_s: float = 5.0
     return out
 
 
+def _gap_s(points: list[tuple[float, float]]) -> float:
+    steps = sorted(b[0] - a[0] for a, b in itertools.pairwise(points))
+    return max(5.0, 2.5 * steps[len(steps) // 2]) if steps else 5.0
+
+
 def rate_chart(brokers: Sequence[BrokerRow], field: str = "bytes_in", width: int = 400,
                height: int = 170) -> Markup:
     if field not in FIELDS:
@@ -70,7 +76,9 @@ def rate_chart(brokers: Sequence[BrokerRow], field: str = "bytes_in", width: int
                  'text-anchor="end">now</text>')
     for i, (bid, s) in enumerate(series):
         color = COLORS[i % len(COLORS)]
-        for seg in _segments(s):  # a broker that was down leaves a gap, not a slope
+        # A broker that was down leaves a gap, not a slope: a gap is a missing scrape or
+        # more (the collector scrapes every 15 s by default, once a second before).
+        for seg in _segments(s, _gap_s(s)):
             if len(seg) < 2:
                 continue
             coords = " ".join(f"{pad_l + (t - t0) / (t1 - t0) * w:.1f},"

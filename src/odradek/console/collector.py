@@ -1,13 +1,28 @@
-"""The console's light collector: polls the cluster like a Kafka client and like
-Prometheus, and publishes snapshots (kafka-exporter does the same for consumer lag).
+"""The console's light collector: asks the cluster like a Kafka client and like
+Prometheus, for what the open pages show, and publishes snapshots (kafka-exporter does
+the same for consumer lag).
 
-One thread, one round every ``interval_s``: Metadata + topic configs (``fetch_view``),
-ListOffsets (earliest, latest) for every partition, ListGroups / DescribeGroups /
-OffsetFetch for every consumer group (console/groups.py, Odradek's own client), and a
-scrape of each broker's ``/metrics`` (concurrently, each with its own deadline, so one
-hung broker costs one timeout).
-Failures are recorded in the snapshot's ``errors`` and the round goes on with what it
-has: the console must keep working while brokers die.
+One thread. What a round asks for depends on the pages open (``Interest``: the live
+views the web app streams, ``app.ConsoleState``), because every request costs the
+brokers' event loops and the console runs on the same cores (issue 29: a round of
+everything every second made the brokers' p99 10-20x worse):
+
+- every round: Metadata (leaders, ISRs, brokers), the local processes' liveness;
+- the partitions of open topic pages, and the groups of open group pages (DescribeGroups,
+  OffsetFetch, and their partitions' offsets): every round, ``refresh_s`` (2 s);
+- every partition's offsets (ListOffsets) and every group (ListGroups on every broker,
+  then per coordinator): every ``lists_s`` (5 s) while a topics or groups list is open,
+  else every ``background_s`` (15 s: ``/health`` and the lag exporter stay current);
+- each broker's ``/metrics`` (rates, LEO, size): every ``background_s``, as Prometheus
+  scrapes; at once when a topic page opens, and every round for a broker whose last
+  scrape failed (it shows as down until one succeeds);
+- min.insync.replicas of new topics at once, of every topic every ``configs_s`` (5 min),
+  in one DescribeConfigs naming only that key.
+
+A newly opened page wakes the collector, so it shows fresh figures at once. With no
+page open, one round every ``background_s``. Failures are recorded in the snapshot's
+``errors`` and the round goes on with what it has: the console must keep working while
+brokers die.
 """
 
 from __future__ import annotations
@@ -19,21 +34,31 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from odradek.cluster import procs
-from odradek.cluster.health import fetch_view
+from odradek.cluster.health import ClusterView, fetch_metadata
 from odradek.console.groups import GroupReader
-from odradek.console.snapshot import RawState, Snapshot, SnapshotBuilder
+from odradek.console.snapshot import Interest, RawGroup, RawState, Snapshot, SnapshotBuilder, View
 from odradek.metrics.scrape import Samples, scrape
 from odradek.security.client_security import PLAINTEXT, ClientSecurity
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ClusterCollector", "local_cluster_brokers"]
+__all__ = ["Cadence", "ClusterCollector", "local_cluster_brokers"]
 
 REQUEST_TIMEOUT_S = 5.0
 SCRAPE_TIMEOUT_S = 2.0
+
+@dataclass(frozen=True)
+class Cadence:
+    """How often each part of the cluster is asked for (see the module docstring)."""
+
+    refresh_s: float = 2.0
+    lists_s: float = 5.0
+    background_s: float = 15.0
+    configs_s: float = 300.0
 
 
 def local_cluster_brokers(cluster_dir: Path) -> tuple[dict[int, str], dict[int, tuple[int, int | None]]]:
@@ -51,37 +76,48 @@ def local_cluster_brokers(cluster_dir: Path) -> tuple[dict[int, str], dict[int, 
 
 class ClusterCollector:
     def __init__(self, bootstrap: str, on_snapshot: Callable[[Snapshot], None], *,
-                 interval_s: float = 1.0, cluster_dir: Path | None = None,
+                 cadence: Cadence | None = None, cluster_dir: Path | None = None,
                  metrics_urls: dict[int, str] | None = None,
-                 security: ClientSecurity = PLAINTEXT) -> None:
+                 security: ClientSecurity = PLAINTEXT,
+                 interest: Callable[[], Interest] = Interest) -> None:
         from confluent_kafka.admin import AdminClient  # noqa: PLC0415
 
         self.bootstrap = bootstrap
-        self.interval_s = interval_s
+        self.cadence = cadence or Cadence()
         self.cluster_dir = cluster_dir
         self.metrics_urls = dict(metrics_urls or {})
         self.on_snapshot = on_snapshot
+        self.interest = interest
         # librdkafka's own log lines (a dead broker: "Connect to ... failed") go to the
         # console's log file through this logger, never to the terminal.
         self.admin = AdminClient({"bootstrap.servers": bootstrap,
                                   "logger": logging.getLogger("odradek.console.librdkafka"),
                                   "socket.connection.setup.timeout.ms": 3000,
                                   **security.librdkafka_config()})
-        # Consumer groups through Odradek's own client: librdkafka's group admin calls
-        # can abort the process when a coordinator dies (console/groups.py says why).
+        # Consumer groups (and topic configs) through Odradek's own client: librdkafka's
+        # group admin calls can abort the process when a coordinator dies
+        # (console/groups.py says why).
         self.group_reader = GroupReader(bootstrap, REQUEST_TIMEOUT_S, security)
         self.builder = SnapshotBuilder()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="console-scrape")
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="console-collector",
                                         daemon=True)
+        self._state = _Cache()
 
     def start(self) -> None:
         self._thread.start()
 
+    def wake(self) -> None:
+        """A page was opened: collect what it shows now (any thread)."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=REQUEST_TIMEOUT_S * 3)
+        self._wake.set()
+        if self._thread.ident is not None:  # started (rounds may also be driven by hand)
+            self._thread.join(timeout=REQUEST_TIMEOUT_S * 3)
         self._pool.shutdown(wait=False, cancel_futures=True)
         if not self._thread.is_alive():  # else the round still owns the client
             self.group_reader.close()
@@ -89,14 +125,25 @@ class ClusterCollector:
     def _run(self) -> None:
         while not self._stop.is_set():
             t0 = time.monotonic()
+            self._wake.clear()
+            interest = self.interest()
             try:
-                self.on_snapshot(self.builder.build(self.collect()))
+                self.on_snapshot(self.builder.build(self.collect(interest)))
             except Exception:
                 logger.exception("collection round failed")
-            self._stop.wait(max(self.interval_s - (time.monotonic() - t0), 0.05))
+            c = self.cadence
+            pause = c.refresh_s if interest.views else c.background_s
+            self._wake.wait(max(pause - (time.monotonic() - t0), 0.05))
 
     # ------------------------------------------------------------------ one round
-    def collect(self) -> RawState:
+    def collect(self, interest: Interest | None = None) -> RawState:
+        """One round: ask for what ``interest`` shows (and what is due), merge it into
+        what earlier rounds read, and return the whole."""
+        interest = interest or Interest()
+        st = self._state
+        now = time.monotonic()
+        opened = interest.views - st.views_seen
+        st.views_seen = set(interest.views)
         raw = RawState(taken_at=time.time(), view=None)
         urls = dict(self.metrics_urls)
         known: list[int] = []
@@ -110,32 +157,104 @@ class ClusterCollector:
             except (OSError, ValueError) as e:
                 raw.errors.append(f"cluster.json: {e}")
         raw.metrics_urls = urls
-        scrapes = {b: self._pool.submit(_scrape_or_none, url) for b, url in urls.items()}
+        c = self.cadence
+        force_scrape = any(v == "topic" for v, _ in opened)
+        due_scrapes = {b: url for b, url in urls.items()
+                       if force_scrape or st.scrape_failed.get(b, True)
+                       or now - st.scraped_at.get(b, -1e9) >= c.background_s}
+        scrapes = {b: self._pool.submit(_scrape_or_none, url) for b, url in due_scrapes.items()}
         try:
-            raw.view = fetch_view(self.admin, REQUEST_TIMEOUT_S, known)
+            view = fetch_metadata(self.admin, REQUEST_TIMEOUT_S, known)
         except Exception as e:  # noqa: BLE001
             raw.errors.append(f"metadata: {e}")
-        if raw.view is not None:
-            self._offsets(raw)
-        self._groups(raw)
+            view = None
+        if view is not None:
+            self._configs(view, now, raw)
+            raw.view = view
+        lists = c.lists_s if interest.has("topics") or interest.has("groups") else c.background_s
+        self._groups(interest, opened, now, lists, raw)
+        if view is not None:
+            self._offsets(view, interest, opened, now, lists, raw)
         for b, fut in scrapes.items():
-            raw.metrics[b] = fut.result()
+            samples = fut.result()
+            st.scrape_failed[b] = samples is None
+            st.scraped_at[b] = now
+            st.metrics[b] = samples
+            st.metrics_taken[b] = time.time()
+        for b in list(st.metrics):
+            if b not in urls:
+                del st.metrics[b]
+        raw.metrics = dict(st.metrics)
+        raw.metrics_at = dict(st.metrics_taken)
+        raw.groups = list(st.groups.values())
+        raw.high_watermarks = dict(st.high_watermarks)
+        raw.log_starts = dict(st.log_starts)
+        raw.errors.extend(st.group_errors)
         return raw
 
-    def _offsets(self, raw: RawState) -> None:
+    def _configs(self, view: ClusterView, now: float, raw: RawState) -> None:
+        st = self._state
+        topics = {p.topic for p in view.partitions}
+        if now - st.configs_at >= self.cadence.configs_s:
+            ask, st.configs_at = topics, now
+        else:  # new topics; one that failed (not authorized...) waits for the next pass
+            ask = topics - st.configs_asked
+        st.configs_asked = set(topics)
+        if ask:
+            got, errors = self.group_reader.min_insync_replicas(ask)
+            st.min_isr.update(got)
+            raw.errors.extend(errors)
+        for t in [t for t in st.min_isr if t not in topics]:
+            del st.min_isr[t]
+        view.min_isr.update(st.min_isr)
+
+    def _groups(self, interest: Interest, opened: set[View], now: float, every_s: float,
+                raw: RawState) -> None:
+        st = self._state
+        if now - st.groups_at >= every_s or ("groups", "") in opened:
+            groups, errors = self.group_reader.read()
+            st.groups = {g.group_id: g for g in groups}
+            st.group_errors = errors
+            st.groups_at = now
+            return
+        wanted = interest.args("group")
+        if wanted:
+            groups, errors = self.group_reader.read(only=wanted)
+            for gid in wanted:
+                st.groups.pop(gid, None)
+            st.groups.update((g.group_id, g) for g in groups)
+            raw.errors.extend(errors)
+
+    def _offsets(self, view: ClusterView, interest: Interest, opened: set[View],
+                 now: float, every_s: float, raw: RawState) -> None:
         from confluent_kafka import TopicPartition  # noqa: PLC0415
         from confluent_kafka.admin import OffsetSpec  # noqa: PLC0415
 
-        assert raw.view is not None
-        tps = [(p.topic, p.partition) for p in raw.view.partitions if p.leader >= 0]
+        st = self._state
+        led = {(p.topic, p.partition) for p in view.partitions if p.leader >= 0}
+        everything = now - st.offsets_at >= every_s or bool(
+            opened & {("topics", ""), ("groups", "")})
+        if everything:
+            tps = led
+            st.offsets_at = now
+        else:
+            topics = interest.args("topic")
+            groups = [st.groups[g] for g in interest.args("group") if g in st.groups]
+            hot = {tp for tp in led if tp[0] in topics}
+            for g in groups:
+                hot |= set(g.committed) | {tp for m in g.members for tp in m[3]}
+            tps = hot & led
+        for cache in (st.high_watermarks, st.log_starts):  # deleted topics' partitions
+            for tp in [tp for tp in cache if tp not in led]:
+                del cache[tp]
         if not tps:
             return
         sent = []
-        for spec, target in ((OffsetSpec.latest(), raw.high_watermarks),
-                             (OffsetSpec.earliest(), raw.log_starts)):
+        for spec, target in ((OffsetSpec.latest(), st.high_watermarks),
+                             (OffsetSpec.earliest(), st.log_starts)):
             try:
                 sent.append((target, self.admin.list_offsets(
-                    {TopicPartition(t, p): spec for t, p in tps},
+                    {TopicPartition(t, p): spec for t, p in sorted(tps)},
                     request_timeout=REQUEST_TIMEOUT_S)))
             except Exception as e:  # noqa: BLE001
                 raw.errors.append(f"list offsets: {e}")
@@ -143,18 +262,33 @@ class ClusterCollector:
         concurrent.futures.wait([f for _, futs in sent for f in futs.values()],
                                 timeout=REQUEST_TIMEOUT_S)
         for target, futs in sent:
-            for tp, fut in futs.items():
+            for ktp, fut in futs.items():
                 if not fut.done():
                     continue
                 try:
-                    target[(tp.topic, tp.partition)] = fut.result(0).offset
+                    target[(ktp.topic, ktp.partition)] = fut.result(0).offset
                 except Exception:  # noqa: BLE001 - a partition without a leader right now
                     continue
 
-    def _groups(self, raw: RawState) -> None:
-        groups, errors = self.group_reader.read()
-        raw.groups.extend(groups)
-        raw.errors.extend(errors)
+
+@dataclass
+class _Cache:
+    """What earlier rounds read, merged round by round (one owner: the collector)."""
+
+    views_seen: set[View] = field(default_factory=set)
+    min_isr: dict[str, int] = field(default_factory=dict)
+    configs_at: float = -1e9
+    configs_asked: set[str] = field(default_factory=set)
+    groups: dict[str, RawGroup] = field(default_factory=dict)
+    group_errors: list[str] = field(default_factory=list)
+    groups_at: float = -1e9
+    high_watermarks: dict[tuple[str, int], int] = field(default_factory=dict)
+    log_starts: dict[tuple[str, int], int] = field(default_factory=dict)
+    offsets_at: float = -1e9
+    metrics: dict[int, Samples | None] = field(default_factory=dict)
+    metrics_taken: dict[int, float] = field(default_factory=dict)  # wall clock of each
+    scraped_at: dict[int, float] = field(default_factory=dict)  # monotonic
+    scrape_failed: dict[int, bool] = field(default_factory=dict)
 
 
 def _scrape_or_none(url: str) -> Samples | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import partial
 from typing import Any
 
@@ -27,7 +27,7 @@ from odradek.client.cluster import ClusterClient
 from odradek.client.connection import ConnectionLost, KafkaConnection
 from odradek.console.snapshot import RawGroup
 from odradek.errors import ErrorCode, KafkaError, error_name
-from odradek.protocol.client_codec import request_entity
+from odradek.protocol.client_codec import nested_request, request_entity
 from odradek.protocol.consumer_protocol import assignment_partitions
 from odradek.security.client_security import PLAINTEXT, ClientSecurity
 
@@ -38,6 +38,7 @@ __all__ = ["GroupReader"]
 # Request versions: within what Odradek serves and kio decodes, and what Kafka 3.x's
 # admin client sends to a ZooKeeper-mode broker.
 _LIST_GROUPS_V, _FIND_COORDINATOR_V, _DESCRIBE_GROUPS_V, _OFFSET_FETCH_V = 4, 3, 5, 7
+_DESCRIBE_CONFIGS_V, _TOPIC_RESOURCE = 4, 2
 
 _STATES = {"PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty"}
 
@@ -60,8 +61,10 @@ class GroupReader:
     def close(self) -> None:
         self.client.close()
 
-    def read(self) -> tuple[list[RawGroup], list[str]]:
-        """(groups, errors): what could be read this round, and why the rest could not."""
+    def read(self, only: Collection[str] | None = None) -> tuple[list[RawGroup], list[str]]:
+        """(groups, errors): what could be read this round, and why the rest could not.
+        ``only``: just these groups (the pages open on them), without ListGroups on every
+        broker; a group that does not exist is left out, as ListGroups leaves it out."""
         errors: list[str] = []
         client = self.client
         try:
@@ -81,8 +84,8 @@ class GroupReader:
                 errors.append(f"{what} on broker {broker}: {e}")
                 return None
 
-        ids: set[str] = set()
-        for b in brokers:
+        ids: set[str] = set(only or ())
+        for b in brokers if only is None else ():
             resp = on(
                 b,
                 "list groups",
@@ -111,6 +114,10 @@ class GroupReader:
                 if d.error_code != ErrorCode.none:
                     errors.append(f"group {d.group_id}: {error_name(d.error_code)}")
                     continue
+                if only is not None and (
+                    d.group_state == "Dead" or d.protocol_type not in ("consumer", "")
+                ):
+                    continue  # no such group (Kafka describes it as Dead), or not a consumer's
                 group_id: str = d.group_id
                 committed = on(
                     coord,
@@ -149,6 +156,45 @@ class GroupReader:
                 continue
             out[gid] = int(resp.node_id)
         return out
+
+    def min_insync_replicas(self, topics: Collection[str]) -> tuple[dict[str, int], list[str]]:
+        """Each topic's min.insync.replicas: one DescribeConfigs naming only that key, so
+        the broker builds and sends one entry per topic, not every topic config."""
+        if not topics:
+            return {}, []
+        resources = tuple(
+            nested_request(
+                32,
+                _DESCRIBE_CONFIGS_V,
+                "DescribeConfigsResource",
+                resource_type=_TOPIC_RESOURCE,
+                resource_name=t,
+                configuration_keys=("min.insync.replicas",),
+            )
+            for t in sorted(topics)
+        )
+        try:
+            resp = self.client.any_connection().request(
+                request_entity(
+                    32,
+                    _DESCRIBE_CONFIGS_V,
+                    resources=resources,
+                    include_synonyms=False,
+                    include_documentation=False,
+                )
+            )
+        except (ConnectionLost, KafkaError, OSError) as e:
+            return {}, [f"describe configs: {e}"]
+        out: dict[str, int] = {}
+        errors: list[str] = []
+        for r in resp.results:
+            if r.error_code != ErrorCode.none:
+                errors.append(f"configs of {r.resource_name}: {error_name(r.error_code)}")
+                continue
+            for c in r.configs:
+                if c.name == "min.insync.replicas" and c.value is not None:
+                    out[r.resource_name] = int(c.value)
+        return out, errors
 
     @staticmethod
     def _committed(conn: KafkaConnection, group: str) -> dict[tuple[str, int], int]:

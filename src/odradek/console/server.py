@@ -13,7 +13,7 @@ from aiohttp import web
 
 from odradek.console.app import ConsoleState, make_app
 from odradek.console.auth import ConsoleLogin
-from odradek.console.collector import ClusterCollector
+from odradek.console.collector import Cadence, ClusterCollector
 from odradek.console.reports import ChaosReports
 from odradek.console.snapshot import Snapshot
 from odradek.security.client_security import ClientSecurity
@@ -40,7 +40,7 @@ def _loopback(host: str) -> bool:
 
 
 async def serve(bootstrap: str, host: str, port: int, *, cluster_dir: Path | None,
-                reports: list[Path], interval_s: float = 1.0,
+                reports: list[Path], cadence: Cadence | None = None,
                 started: asyncio.Event | None = None,
                 client_props: Mapping[str, str] | None = None) -> None:
     """Serve until SIGTERM/SIGINT (or cancellation). ``client_props``: a Kafka client
@@ -52,8 +52,10 @@ async def serve(bootstrap: str, host: str, port: int, *, cluster_dir: Path | Non
         asyncio.run_coroutine_threadsafe(state.publish(snap), loop)
 
     security = ClientSecurity.from_properties(dict(client_props or {}))
-    collector = ClusterCollector(bootstrap, on_snapshot, interval_s=interval_s,
-                                 cluster_dir=cluster_dir, security=security)
+    collector = ClusterCollector(bootstrap, on_snapshot, cadence=cadence,
+                                 cluster_dir=cluster_dir, security=security,
+                                 interest=state.interest)
+    state.on_view_opened = collector.wake
     # A secured cluster: the console's own user is usually a super user, so every page
     # needs a login with a user of the cluster, and shows what that user may see.
     login = ConsoleLogin(bootstrap, security) if security.sasl else None

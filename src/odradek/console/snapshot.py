@@ -17,11 +17,27 @@ from odradek.metrics.scrape import Samples
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RawGroup", "RawState", "BrokerRow", "PartitionRow", "TopicRow", "LagRow",
-           "MemberRow", "GroupRow", "RatePoint", "Snapshot", "SnapshotBuilder", "EMPTY",
+__all__ = ["View", "Interest", "RawGroup", "RawState", "BrokerRow", "PartitionRow",
+           "TopicRow", "LagRow", "MemberRow", "GroupRow", "RatePoint", "Snapshot", "SnapshotBuilder", "EMPTY",
            "HISTORY_POINTS"]
 
-HISTORY_POINTS = 180  # rate samples kept per broker (3 min at the default refresh)
+HISTORY_POINTS = 240  # rate samples kept per broker (an hour at a scrape every 15 s)
+
+
+View = tuple[str, str]  # a live page: (view, its argument), e.g. ("topic", "orders")
+
+
+@dataclass(frozen=True)
+class Interest:
+    """The live views open in browsers right now: what the collector asks for."""
+
+    views: frozenset[View] = frozenset()
+
+    def has(self, view: str) -> bool:
+        return any(v == view for v, _ in self.views)
+
+    def args(self, view: str) -> set[str]:
+        return {a for v, a in self.views if v == view}
 
 
 @dataclass(frozen=True)
@@ -44,6 +60,9 @@ class RawState:
     log_starts: dict[tuple[str, int], int] = field(default_factory=dict)
     groups: list[RawGroup] = field(default_factory=list)
     metrics: dict[int, Samples | None] = field(default_factory=dict)  # broker -> scrape
+    # broker -> when its scrape in ``metrics`` was taken (the collector scrapes less often
+    # than it rounds: a scrape seen again is not a new rate point); default: taken_at
+    metrics_at: dict[int, float] = field(default_factory=dict)
     metrics_urls: dict[int, str] = field(default_factory=dict)
     process_down: set[int] = field(default_factory=set)  # a local cluster's dead brokers
     errors: list[str] = field(default_factory=list)
@@ -210,6 +229,7 @@ class SnapshotBuilder:
         self.version = 0
         self._last_scrape: dict[int, tuple[float, Samples]] = {}
         self._history: dict[int, deque[RatePoint]] = {}
+        self._rate: dict[int, RatePoint | None] = {}
         self._last_view: ClusterView | None = None
 
     def build(self, raw: RawState) -> Snapshot:
@@ -234,12 +254,17 @@ class SnapshotBuilder:
             samples = raw.metrics.get(bid)
             rate = None
             if samples is not None:
-                cur = (raw.taken_at, samples)
-                rate = _rate(self._last_scrape.get(bid), cur)
-                self._last_scrape[bid] = cur
-                if rate is not None:
-                    hist = self._history.setdefault(bid, deque(maxlen=HISTORY_POINTS))
-                    hist.append(rate)
+                cur = (raw.metrics_at.get(bid, raw.taken_at), samples)
+                last = self._last_scrape.get(bid)
+                if last is not None and last[0] == cur[0]:
+                    rate = self._rate.get(bid)  # the same scrape as last round
+                else:
+                    rate = _rate(last, cur)
+                    self._last_scrape[bid] = cur
+                    self._rate[bid] = rate
+                    if rate is not None:
+                        hist = self._history.setdefault(bid, deque(maxlen=HISTORY_POINTS))
+                        hist.append(rate)
             # A broker whose metrics endpoint stopped answering is down at once, before
             # its ZooKeeper session expires and Metadata drops it.
             metrics_failed = bid in raw.metrics_urls and samples is None
