@@ -65,6 +65,7 @@ from odradek.server.context import RequestContext
 from odradek.server.dispatch import RequestDispatcher
 from odradek.server.network import ConnectionLimits, RequestQueue
 from odradek.server.quota_follower import QuotaFollower
+from odradek.server.schema_validation import SchemaIdValidator
 from odradek.server.session import Session
 from odradek.server.socket_server import ConnectionQuotas, SocketServer
 from odradek.storage.log import LogConfig
@@ -172,6 +173,11 @@ class Broker:
         self.context.quotas = QuotaManager(config.get("quota.window.size.seconds"),
                                            config.get("quota.window.num"))
         self.quota_follower: QuotaFollower | None = None
+        # Broker-side schema id validation (issue 27): the registry topics with
+        # confluent.value/key.schema.validation are checked against.
+        registry_urls = config.get("confluent.schema.registry.url")
+        if registry_urls:
+            self.context.schema_ids = SchemaIdValidator(registry_urls)
         # Metrics (issue 15): only with a metrics.listener; otherwise no request timing
         # and no per-topic counters, so a broker without metrics pays nothing for them.
         listener = config.get("metrics.listener")
@@ -413,6 +419,9 @@ class Broker:
         await self._bounded("stop replica fetchers", self.replicas.stop_fetchers())
         for server in self.socket_servers.values():
             server.close()
+        if self.context.schema_ids is not None:
+            await self._bounded("close the schema registry client",
+                                self.context.schema_ids.close())
         for t in self._tasks:
             t.cancel()
         if self.controller is not None:

@@ -1,0 +1,231 @@
+"""Broker-side schema id validation (issue 27, Confluent Server's
+``confluent.value.schema.validation``): a real cluster whose broker has
+``confluent.schema.registry.url`` (``LocalCluster.start(schema_registry=True)``, as
+``odradek cluster up`` does), the real ``odradek schema-registry``, and confluent-kafka's
+AvroSerializer. Valid records are accepted; raw bytes, unknown ids and ids of another
+subject are refused with INVALID_RECORD and a message the client sees; tombstones pass;
+AlterConfigs turns validation on and off; an unreachable registry is a retriable error."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError as CKafkaError
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from rawclient import RawClient, produce_request
+from tests.support.polling import wait_until
+from tests.support.topics import create_topic
+
+from odradek.cluster.local import LocalCluster
+from odradek.errors import ErrorCode
+from odradek.server.schema_validation import NEGATIVE_TTL_S
+from odradek.storage.records import encode_batch
+
+pytestmark = pytest.mark.integration
+
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [{"name": "id", "type": "int"}, {"name": "item", "type": "string"}],
+}
+PAYMENT = {
+    "type": "record",
+    "name": "Payment",
+    "namespace": "shop",
+    "fields": [{"name": "cents", "type": "long"}],
+}
+VALIDATE = {"confluent.value.schema.validation": "true"}
+
+
+@pytest.fixture(scope="module")
+def vcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster.start(tmp_path_factory.mktemp("validating"), 1, schema_registry=True)
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def _produce(
+    cluster: LocalCluster,
+    topic: str,
+    values: list[bytes | None],
+    key: bytes | None = None,
+    **conf: Any,
+) -> list[CKafkaError | None]:
+    """Each value's delivery error (None: delivered), in order."""
+    p = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "linger.ms": 0,
+            "message.timeout.ms": 15000,
+            **conf,
+        }
+    )
+    out: list[CKafkaError | None] = [None] * len(values)
+    for i, v in enumerate(values):
+
+        def report(err: CKafkaError | None, _msg: Any, i: int = i) -> None:
+            out[i] = err
+
+        p.produce(topic, value=v, key=key, on_delivery=report)
+        p.flush(30)  # one batch per value: each is judged alone
+    assert p.flush(30) == 0
+    return out
+
+
+def _raw_produce(cluster: LocalCluster, topic: str, values: list[bytes | None]) -> Any:
+    """The partition's Produce v9 answer (error code, message, record_errors)."""
+    b = cluster.brokers[0]
+    with RawClient(b.host, b.port) as rc:
+        resp = rc.request(produce_request(topic, 0, encode_batch([(None, v) for v in values])))
+    return resp.responses[0].partition_responses[0]
+
+
+def framed(sid: int, body: bytes = b"\x02\x04ab") -> bytes:
+    return b"\x00" + sid.to_bytes(4, "big") + body
+
+
+def test_avro_records_pass_and_bad_ids_are_refused(vcluster: LocalCluster, topic_name: str) -> None:
+    assert vcluster.schema_registry is not None
+    url = vcluster.schema_registry["url"]
+    state = json.loads((vcluster.dir / "cluster.json").read_text())
+    assert state["schema_registry"]["url"] == url  # recorded for the tools
+    create_topic(vcluster.bootstrap_servers, topic_name, config=VALIDATE, wait_leaders=True)
+    client = SchemaRegistryClient({"url": url})
+    ser = AvroSerializer(client, json.dumps(ORDER))
+    ctx = SerializationContext(topic_name, MessageField.VALUE)
+    good = [ser({"id": i, "item": "tea"}, ctx) for i in range(3)]
+    assert _produce(vcluster, topic_name, [*good, None]) == [None] * 4  # + a tombstone
+
+    # An id registered under another subject: payments' schema.
+    other = AvroSerializer(client, json.dumps(PAYMENT))(
+        {"cents": 5}, SerializationContext(f"{topic_name}-payments", MessageField.VALUE)
+    )
+    refused = _produce(vcluster, topic_name, [b"plain bytes", framed(987_654), other])
+    assert all(e is not None and e.code() == CKafkaError.INVALID_RECORD for e in refused), refused
+
+    # What the client is told (Produce v9: error message and record_errors, KIP-467).
+    order_id = int.from_bytes(good[0][1:5], "big")
+    other_id = int.from_bytes(other[1:5], "big")
+    r = _raw_produce(vcluster, topic_name, [good[0], b"raw", framed(987_654), other, None])
+    assert r.error_code == ErrorCode.invalid_record
+    assert [e.batch_index for e in r.record_errors] == [1, 2, 3]
+    msgs = [e.batch_index_error_message for e in r.record_errors]
+    assert "value has no schema id" in msgs[0]
+    assert "value schema id 987654 is not known to the schema registry" in msgs[1]
+    assert (
+        f"value schema id {other_id} is not registered under subject {topic_name}-value" in msgs[2]
+    )
+    assert r.error_message.startswith(msgs[0]) and "(and 2 more records)" in r.error_message
+    assert order_id != other_id
+    # Nothing of a refused batch was appended: the log holds the 4 good records only.
+    ok = _raw_produce(vcluster, topic_name, [good[1]])
+    assert ok.error_code == 0 and ok.base_offset == 4
+
+
+def test_alter_configs_turns_validation_on_and_off(vcluster: LocalCluster, topic_name: str) -> None:
+    create_topic(vcluster.bootstrap_servers, topic_name, wait_leaders=True)
+    admin = AdminClient({"bootstrap.servers": vcluster.bootstrap_servers})
+    assert _raw_produce(vcluster, topic_name, [b"raw"]).error_code == 0
+
+    def set_validation(value: str) -> None:
+        res = ConfigResource(
+            ConfigResource.Type.TOPIC,
+            topic_name,
+            incremental_configs=[
+                ConfigEntry(
+                    "confluent.value.schema.validation",
+                    value,
+                    incremental_operation=AlterConfigOpType.SET,
+                )
+            ],
+        )
+        for f in admin.incremental_alter_configs([res]).values():
+            f.result(timeout=30)
+
+    set_validation("true")
+    wait_until(
+        lambda: _raw_produce(vcluster, topic_name, [b"raw"]).error_code == ErrorCode.invalid_record,
+        "validation on",
+        timeout=30,
+    )
+    desc = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic_name)])
+    entries = next(iter(desc.values())).result(timeout=30)
+    assert entries["confluent.value.schema.validation"].value == "true"
+    assert (
+        entries["confluent.value.subject.name.strategy"].value
+        == "io.confluent.kafka.serializers.subject.TopicNameStrategy"
+    )
+    set_validation("false")
+    wait_until(
+        lambda: _raw_produce(vcluster, topic_name, [b"raw"]).error_code == 0,
+        "validation off",
+        timeout=30,
+    )
+
+
+def test_invalid_strategy_is_refused(vcluster: LocalCluster, topic_name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": vcluster.bootstrap_servers})
+    from confluent_kafka.admin import NewTopic
+
+    f = admin.create_topics(
+        [NewTopic(topic_name, 1, 1, config={"confluent.value.subject.name.strategy": "MyStrategy"})]
+    )[topic_name]
+    with pytest.raises(Exception) as e:
+        f.result(timeout=30)
+    assert "INVALID_CONFIG" in str(e.value) or "Invalid value" in str(e.value)
+
+
+def test_record_name_strategy(vcluster: LocalCluster, topic_name: str) -> None:
+    strategy = "io.confluent.kafka.serializers.subject.RecordNameStrategy"
+    create_topic(
+        vcluster.bootstrap_servers,
+        topic_name,
+        wait_leaders=True,
+        config={**VALIDATE, "confluent.value.subject.name.strategy": strategy},
+    )
+    assert vcluster.schema_registry is not None
+    client = SchemaRegistryClient({"url": vcluster.schema_registry["url"]})
+    ctx = SerializationContext(topic_name, MessageField.VALUE)
+    by_record = AvroSerializer(
+        client, json.dumps(ORDER), conf={"subject.name.strategy": lambda _c, name: name}
+    )
+    by_topic = AvroSerializer(client, json.dumps(PAYMENT))  # subject <topic>-value
+    v = by_record({"id": 1, "item": "x"}, ctx)  # registers Order under shop.Order
+    # The id is Order's of the first test (same schema), whose subjects the broker may
+    # have cached: a refusal asks the registry again once NEGATIVE_TTL_S has passed.
+    wait_until(
+        lambda: _raw_produce(vcluster, topic_name, [v]).error_code == 0,
+        "the id seen under shop.Order",
+        timeout=3 * NEGATIVE_TTL_S,
+    )
+    assert _produce(vcluster, topic_name, [v]) == [None]
+    r = _raw_produce(vcluster, topic_name, [by_topic({"cents": 1}, ctx)])
+    assert r.error_code == ErrorCode.invalid_record
+    assert (
+        "subject shop.Payment (RecordNameStrategy)" in r.record_errors[0].batch_index_error_message
+    )
+
+
+def test_unreachable_registry_is_retriable(tmp_path: Path, topic_name: str) -> None:
+    # A registry URL nothing listens on: lookups fail at once, cached ids are not needed.
+    with LocalCluster.start(
+        tmp_path, 1, broker_config={"confluent.schema.registry.url": "http://127.0.0.1:9"}
+    ) as c:
+        create_topic(c.bootstrap_servers, topic_name, config=VALIDATE, wait_leaders=True)
+        r = _raw_produce(c, topic_name, [framed(1)])
+        assert r.error_code == ErrorCode.request_timed_out
+        assert "schema registry unreachable" in r.error_message
+        # Records without an id need no registry: refused for good, not retriable.
+        assert _raw_produce(c, topic_name, [b"raw"]).error_code == ErrorCode.invalid_record
+        assert _raw_produce(c, topic_name, [None]).error_code == 0  # tombstones pass

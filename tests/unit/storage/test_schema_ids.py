@@ -1,0 +1,177 @@
+"""The per-record schema id check of broker-side schema validation (issue 27): reading
+each record's wire-format header (odradek.storage.schema_ids) and judging it against
+what the registry said (odradek.server.schema_validation.check_records)."""
+
+from __future__ import annotations
+
+import pytest
+
+from odradek.errors import ErrorCode, InvalidRecordsError, KafkaError
+from odradek.server.schema_validation import (
+    RECORD_NAME,
+    TOPIC_RECORD_NAME,
+    IdInfo,
+    SchemaIdValidator,
+    check_records,
+    record_name,
+)
+from odradek.storage.log_types import LogConfig
+from odradek.storage.records import COMPRESSION_GZIP, COMPRESSION_LZ4, encode_batch
+from odradek.storage.schema_ids import NOT_FRAMED, record_schema_ids, schema_id_of
+
+
+def framed(sid: int, body: bytes = b"\x02ab") -> bytes:
+    return b"\x00" + sid.to_bytes(4, "big") + body
+
+
+def test_values_keys_tombstones_and_unframed_fields() -> None:
+    batch = encode_batch(
+        [
+            (None, framed(7)),
+            (b"k", framed(300_000)),
+            (framed(9), None),  # a tombstone: value None passes
+            (None, b"plain text"),
+            (None, b"\x00\x00\x01"),  # magic 0 but shorter than 5 bytes
+            (None, b""),
+        ]
+    )
+    assert record_schema_ids(batch, key=False, value=True) == [
+        (0, None, 7),
+        (1, None, 300_000),
+        (2, None, None),
+        (3, None, NOT_FRAMED),
+        (4, None, NOT_FRAMED),
+        (5, None, NOT_FRAMED),
+    ]
+    keys = [k for _, k, _ in record_schema_ids(batch, key=True, value=False)]
+    assert keys == [None, NOT_FRAMED, 9, None, None, None]
+
+
+@pytest.mark.parametrize("codec", [COMPRESSION_GZIP, COMPRESSION_LZ4])
+def test_compressed_batches_are_read_and_indexes_restart_per_batch(codec: int) -> None:
+    big = b"x" * 300  # multi-byte varint lengths
+    one = encode_batch([(None, framed(1, big)), (b"k" * 200, framed(2))], compression=codec)
+    two = encode_batch([(None, b"raw")])
+    rows = record_schema_ids(one + two, key=True, value=True)
+    assert rows == [(0, None, 1), (1, NOT_FRAMED, 2), (0, None, NOT_FRAMED)]
+
+
+def test_control_batches_are_skipped() -> None:
+    marker = encode_batch(
+        [(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")],
+        control=True,
+        producer_id=1,
+        producer_epoch=0,
+        transactional=True,
+    )
+    assert record_schema_ids(marker, key=True, value=True) == []
+
+
+@pytest.mark.parametrize("cut", [1, 10, 61, 70])
+def test_truncated_or_lying_batches_are_corrupt(cut: int) -> None:
+    batch = encode_batch([(None, framed(7, b"y" * 40))] * 3)
+    with pytest.raises(KafkaError) as e:
+        record_schema_ids(batch[:-cut], key=False, value=True)
+    assert e.value.code is ErrorCode.corrupt_message
+
+
+def test_a_record_count_larger_than_the_records_is_corrupt() -> None:
+    batch = bytearray(encode_batch([(None, framed(7))]))
+    batch[57:61] = (1_000_000).to_bytes(4, "big")  # records count; the CRC is not checked here
+    with pytest.raises(KafkaError):
+        record_schema_ids(bytes(batch), key=False, value=True)
+
+
+def test_schema_id_of() -> None:
+    assert schema_id_of(None) is None
+    assert schema_id_of(b"\x01\x00\x00\x00\x07") == NOT_FRAMED
+    assert schema_id_of(framed(0xFFFFFFFF)) == 0xFFFFFFFF  # unsigned: never NOT_FRAMED
+
+
+# ------------------------------------------------------------------ check_records
+VALUE = LogConfig(value_schema_validation=True)
+
+
+def _errors(cfg: LogConfig, rows: list, known: dict) -> list[tuple[int, str | None]]:
+    with pytest.raises(InvalidRecordsError) as e:
+        check_records("orders", 3, cfg, rows, known)
+    assert e.value.code is ErrorCode.invalid_record
+    assert e.value.message == (e.value.record_errors[0][1] or "") + (
+        f" (and {len(e.value.record_errors) - 1} more records)"
+        if len(e.value.record_errors) > 1
+        else ""
+    )
+    return e.value.record_errors
+
+
+def test_topic_name_strategy() -> None:
+    known = {
+        7: IdInfo(frozenset({"orders-value"}), "x.Order"),
+        8: IdInfo(frozenset({"payments-value"}), "x.Payment"),
+        9: None,
+    }
+    check_records("orders", 0, VALUE, [(0, None, 7), (1, None, None)], known)
+    errs = _errors(VALUE, [(0, None, 7), (1, None, 8), (2, None, 9), (3, None, NOT_FRAMED)], known)
+    assert [i for i, _ in errs] == [1, 2, 3]
+    assert "value schema id 8 is not registered under subject orders-value" in errs[0][1]
+    assert "value schema id 9 is not known to the schema registry" in errs[1][1]
+    assert "value has no schema id" in errs[2][1]
+    assert "orders-3" in errs[0][1]
+
+
+def test_keys_checked_only_when_asked_and_null_keys_pass() -> None:
+    known = {5: IdInfo(frozenset({"orders-key"}), None)}
+    both = LogConfig(key_schema_validation=True, value_schema_validation=True)
+    check_records("orders", 0, both, [(0, 5, None), (1, None, None)], known)
+    errs = _errors(both, [(0, NOT_FRAMED, None)], known)
+    assert "key has no schema id" in errs[0][1]
+    # key validation off: an unframed key is nobody's business
+    check_records("orders", 0, VALUE, [(0, NOT_FRAMED, None)], known)
+
+
+def test_record_name_strategies() -> None:
+    info = IdInfo(frozenset({"x.Order", "orders-x.Order"}), "x.Order")
+    nameless = IdInfo(frozenset({"orders-value"}), None)
+    for strategy in (RECORD_NAME, TOPIC_RECORD_NAME):
+        cfg = LogConfig(value_schema_validation=True, value_subject_name_strategy=strategy)
+        check_records("orders", 0, cfg, [(0, None, 1)], {1: info})
+        errs = _errors(cfg, [(0, None, 2)], {2: nameless})
+        assert "no record name" in errs[0][1]
+    other = IdInfo(frozenset({"x.Order"}), "x.Order")
+    cfg = LogConfig(value_schema_validation=True, value_subject_name_strategy=TOPIC_RECORD_NAME)
+    assert "subject orders-x.Order" in _errors(cfg, [(0, None, 1)], {1: other})[0][1]
+
+
+def test_record_names_of_each_schema_type() -> None:
+    avro = '{"type":"record","name":"Order","namespace":"shop","fields":[]}'
+    assert record_name("AVRO", avro) == "shop.Order"
+    assert record_name("AVRO", '{"type":"record","name":"a.b.C","namespace":"z"}') == "a.b.C"
+    assert record_name("AVRO", '"string"') is None
+    assert record_name("JSON", '{"title":"Order","type":"object"}') == "Order"
+    proto = 'syntax = "proto3";\npackage shop.v1;\n\nmessage Order {\n  int32 id = 1;\n}\n'
+    assert record_name("PROTOBUF", proto) == "shop.v1.Order"
+
+
+def test_cache_expires_and_is_bounded() -> None:
+    now = [0.0]
+    v = SchemaIdValidator(
+        ["http://127.0.0.1:1"], ttl_s=10.0, negative_ttl_s=1.0, max_ids=3, clock=lambda: now[0]
+    )
+    info = IdInfo(frozenset({"t-value"}), None)
+    v.put(1, info)
+    v.put(2, None)  # unknown to the registry: remembered briefly
+    assert v.cached({1, 2, 3}) == ({1: info, 2: None}, {3})
+    assert v.refreshable({1}) == set()  # fetched just now: a refusal stands
+    now[0] = 1.5
+    assert v.cached({1, 2}) == ({1: info}, {2})
+    assert v.refreshable({1}) == {1}  # fetched 1.5 s ago: a refusal asks again
+    assert v.cached({1}) == ({}, {1})
+    v.put(1, info)
+    now[0] = 11.0
+    assert v.cached({1}) == ({1: info}, set())
+    now[0] = 11.6
+    assert v.cached({1}) == ({}, {1})  # the TTL ran out
+    for sid in range(10, 20):
+        v.put(sid, info)
+    assert len(v._cache) == 3
+    assert v.cached({17, 18, 19})[1] == set()
