@@ -33,8 +33,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+import numpy as np
+
 from odradek.errors import ErrorCode, InvalidRecordsError, KafkaError
-from odradek.storage.schema_ids import NOT_FRAMED, RecordIds
+from odradek.storage.schema_ids import INDEX, KEY, NOT_FRAMED, NULL, VALUE, column_ids
 
 if TYPE_CHECKING:
     from odradek.storage.log_types import LogConfig
@@ -117,11 +119,9 @@ def subject_for(strategy: str, topic: str, is_key: bool, info: IdInfo) -> str | 
 
 
 def _problem(
-    topic: str, is_key: bool, sid: int | None, strategy: str, known: dict[int, IdInfo | None]
+    topic: str, is_key: bool, sid: int, strategy: str, known: dict[int, IdInfo | None]
 ) -> str | None:
-    """Why one field fails validation, None if it passes."""
-    if sid is None:
-        return None
+    """Why a field with schema id ``sid`` fails validation, None if it passes."""
     side = "key" if is_key else "value"
     if sid == NOT_FRAMED:
         return (
@@ -144,29 +144,39 @@ def check_records(
     topic: str,
     partition: int,
     cfg: LogConfig,
-    rows: list[RecordIds],
+    table: np.ndarray,
     known: dict[int, IdInfo | None],
 ) -> None:
-    """Raise INVALID_RECORD naming every record of ``rows`` whose key or value fails
-    validation; ``known`` holds every id of ``rows`` (None: unknown to the registry)."""
-    errors: list[tuple[int, str | None]] = []
-    for index, kid, vid in rows:
-        why = (
-            _problem(topic, True, kid, cfg.key_subject_name_strategy, known)
-            if cfg.key_schema_validation
-            else None
-        )
-        if why is None and cfg.value_schema_validation:
-            why = _problem(topic, False, vid, cfg.value_subject_name_strategy, known)
-        if why is not None:
-            errors.append(
-                (
-                    index,
-                    f"Log record at batch index {index} of {topic}-{partition} "
-                    f"is rejected by the record interceptor {_VALIDATOR}: {why}",
-                )
+    """Raise INVALID_RECORD naming every record of ``table`` (``record_schema_ids``)
+    whose key or value fails validation; ``known`` holds every id of ``table`` (None:
+    unknown to the registry). Judged once per distinct id, not per record: only a
+    refusal looks at single records."""
+    bad: dict[int, str] = {}  # batch index -> why (the key's reason first)
+    for is_key, on, col, strategy in (
+        (True, cfg.key_schema_validation, KEY, cfg.key_subject_name_strategy),
+        (False, cfg.value_schema_validation, VALUE, cfg.value_subject_name_strategy),
+    ):
+        if not on or not len(table):
+            continue
+        ids = table[:, col]
+        reasons = {
+            sid: why
+            for sid in column_ids(ids)
+            if sid != NULL and (why := _problem(topic, is_key, sid, strategy, known))
+        }
+        if not reasons:
+            continue
+        for row in np.flatnonzero(np.isin(ids, list(reasons))):
+            bad.setdefault(int(table[row, INDEX]), reasons[int(ids[row])])
+    if bad:
+        errors: list[tuple[int, str | None]] = [
+            (
+                index,
+                f"Log record at batch index {index} of {topic}-{partition} is rejected "
+                f"by the record interceptor {_VALIDATOR}: {why}",
             )
-    if errors:
+            for index, why in sorted(bad.items())
+        ]
         first = errors[0][1] or ""
         more = f" (and {len(errors) - 1} more records)" if len(errors) > 1 else ""
         raise InvalidRecordsError(first + more, errors)

@@ -12,27 +12,43 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage.batch import BATCH_HEADER_SIZE, BatchHeader
 from odradek.storage.cleaner import _varint
 from odradek.storage.records import _decompress
 
-__all__ = ["NOT_FRAMED", "MAGIC_BYTE", "record_schema_ids", "schema_id_of"]
+__all__ = [
+    "NOT_FRAMED",
+    "NULL",
+    "MAGIC_BYTE",
+    "record_schema_ids",
+    "schema_id_of",
+    "distinct_ids",
+    "warm_up",
+    "column_ids",
+    "INDEX",
+    "KEY",
+    "VALUE",
+]
 
 MAGIC_BYTE = 0
 # The id of a non-null field that is not in the wire format (shorter than 5 bytes, or a
 # first byte other than 0). Real ids are read unsigned, so they are never negative.
 NOT_FRAMED = -1
+NULL = -2  # a null field (tombstone, null key), or a side that is not checked
+# Columns of ``record_schema_ids``'s table: one row per record.
+INDEX, KEY, VALUE = 0, 1, 2
 
-# One record's (batch index, key id, value id); an id is None for a null field or a
-# field that is not checked.
-RecordIds = tuple[int, int | None, int | None]
+# One record's (batch index, key id, value id) of the pure-Python walk.
+RecordIds = tuple[int, int, int]
 
 
-def schema_id_of(field: bytes | None) -> int | None:
-    """The schema id ``field`` is framed with, None for null, ``NOT_FRAMED`` otherwise."""
+def schema_id_of(field: bytes | None) -> int:
+    """The schema id ``field`` is framed with, ``NULL`` for null, ``NOT_FRAMED`` otherwise."""
     if field is None:
-        return None
+        return NULL
     if len(field) < 5 or field[0] != MAGIC_BYTE:
         return NOT_FRAMED
     return int.from_bytes(field[1:5], "big")
@@ -40,15 +56,19 @@ def schema_id_of(field: bytes | None) -> int | None:
 
 def record_schema_ids(
     records: bytes | bytearray | memoryview, key: bool, value: bool
-) -> list[RecordIds]:
-    """``(batch index, key id, value id)`` of every non-control record of ``records`` (a
-    produce's batches), in order; the index restarts at 0 in each batch, as Kafka's
-    ``batchIndex`` (KIP-467). Only the sides asked for are read (the other is None).
-    Raises CORRUPT_MESSAGE for records that do not parse: the caller validates before
-    the append has checked the batch, so nothing here trusts a length."""
+) -> np.ndarray:
+    """An int64 table, one row ``(batch index, key id, value id)`` per non-control record
+    of ``records`` (a produce's batches), in order; the index restarts at 0 in each batch,
+    as Kafka's ``batchIndex`` (KIP-467). Only the sides asked for are read (the other is
+    ``NULL``). Raises CORRUPT_MESSAGE for records that do not parse: the caller validates
+    before the append has checked the batch, so nothing here trusts a length or count.
+
+    The per-record loop is the numba kernel ``odradek.client.kernels.schema_ids`` (no
+    Python object per record: the 100-byte-record benchmark in docs/benchmarks.md); a
+    pure-Python walk stands in when numba is missing."""
     buf = records if isinstance(records, bytes) else bytes(records)
-    out: list[RecordIds] = []
-    append = out.append
+    view = memoryview(buf)
+    parts: list[np.ndarray] = []
     pos = 0
     total = len(buf)
     while pos < total:
@@ -59,13 +79,64 @@ def record_schema_ids(
         if h.size < BATCH_HEADER_SIZE or end > total:
             raise KafkaError(ErrorCode.corrupt_message, "bad record batch length")
         if not h.is_control:
-            payload = _decompress(h.compression, buf[pos + BATCH_HEADER_SIZE : end])
-            try:
-                _walk(payload, h.records_count, key, value, append)
-            except IndexError:
-                raise KafkaError(ErrorCode.corrupt_message, "truncated record") from None
+            body = view[pos + BATCH_HEADER_SIZE : end]  # no copy unless decompressed
+            payload = body if h.compression == 0 else _decompress(h.compression, bytes(body))
+            parts.append(_batch_ids(payload, h.records_count, key, value))
         pos = end
-    return out
+    if not parts:
+        return np.empty((0, 3), dtype=np.int64)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def warm_up() -> None:
+    """Load the record walk's kernel (numba: compiled on a machine's first run, then
+    loaded from its cache) before the first produce needs it, so that produce does not
+    stall the event loop for it."""
+    from odradek.storage.records import encode_batch  # noqa: PLC0415
+
+    record_schema_ids(encode_batch([(b"\x00\x00\x00\x00\x01k", b"v")]), True, True)
+
+
+def distinct_ids(table: np.ndarray) -> set[int]:
+    """The schema ids of ``table``'s keys and values (usually one), sentinels left out."""
+    ids = set()
+    for col in (KEY, VALUE):
+        ids.update(column_ids(table[:, col]))
+    return {i for i in ids if i >= 0}
+
+
+def column_ids(column: np.ndarray) -> list[int]:
+    """The distinct values of one column of ids, sentinels included: one min/max pass
+    when all are equal (a producer's batch usually has one schema), else a sort."""
+    if not len(column):
+        return []
+    lo, hi = int(column.min()), int(column.max())
+    return [lo] if lo == hi else [int(i) for i in np.unique(column)]
+
+
+def _batch_ids(payload: bytes | memoryview, count: int, key: bool, value: bool) -> np.ndarray:
+    # Every record takes at least 7 bytes (length, attributes, two deltas, two lengths,
+    # header count): a larger count is a lie, refused before anything is allocated.
+    if count < 0 or count > len(payload) // 7:
+        raise KafkaError(ErrorCode.corrupt_message, "record count larger than the batch")
+    # Lazy: numba loads (and compiles on a machine's first use) only on brokers with a
+    # validating topic.
+    from odradek.client import kernels  # noqa: PLC0415
+
+    if kernels.HAVE_NUMBA:
+        table = np.empty((count, 3), dtype=np.int64)
+        ids = table[:, KEY:]  # a view: the kernel writes the id columns in place
+        n = kernels.schema_ids(np.frombuffer(payload, dtype=np.uint8), count, key, value, ids)
+        if n < 0:
+            raise KafkaError(ErrorCode.corrupt_message, "truncated record")
+        table[:, INDEX] = np.arange(count)
+        return table
+    rows: list[RecordIds] = []
+    try:
+        _walk(bytes(payload), count, key, value, rows.append)
+    except IndexError:
+        raise KafkaError(ErrorCode.corrupt_message, "truncated record") from None
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
 
 
 def _walk(
@@ -99,7 +170,7 @@ def _walk(
             pos += 1
         else:
             klen, pos = _varint(p, pos)
-        kid: int | None = None
+        kid = NULL
         if klen >= 0:
             if want_key:
                 kid = (
@@ -114,7 +185,7 @@ def _walk(
             pos += 1
         else:
             vlen, pos = _varint(p, pos)
-        vid: int | None = None
+        vid = NULL
         if vlen >= 0 and want_value:
             if pos + vlen > end:
                 raise IndexError

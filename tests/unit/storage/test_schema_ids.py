@@ -4,6 +4,7 @@ what the registry said (odradek.server.schema_validation.check_records)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from odradek.errors import ErrorCode, InvalidRecordsError, KafkaError
@@ -17,7 +18,17 @@ from odradek.server.schema_validation import (
 )
 from odradek.storage.log_types import LogConfig
 from odradek.storage.records import COMPRESSION_GZIP, COMPRESSION_LZ4, encode_batch
-from odradek.storage.schema_ids import NOT_FRAMED, record_schema_ids, schema_id_of
+from odradek.storage.schema_ids import (
+    NOT_FRAMED,
+    NULL,
+    distinct_ids,
+    record_schema_ids,
+    schema_id_of,
+)
+
+
+def rows(records: bytes, key: bool, value: bool) -> list[tuple[int, int, int]]:
+    return [tuple(r) for r in record_schema_ids(records, key, value).tolist()]  # type: ignore[misc]
 
 
 def framed(sid: int, body: bytes = b"\x02ab") -> bytes:
@@ -35,16 +46,16 @@ def test_values_keys_tombstones_and_unframed_fields() -> None:
             (None, b""),
         ]
     )
-    assert record_schema_ids(batch, key=False, value=True) == [
-        (0, None, 7),
-        (1, None, 300_000),
-        (2, None, None),
-        (3, None, NOT_FRAMED),
-        (4, None, NOT_FRAMED),
-        (5, None, NOT_FRAMED),
+    assert rows(batch, key=False, value=True) == [
+        (0, NULL, 7),
+        (1, NULL, 300_000),
+        (2, NULL, NULL),
+        (3, NULL, NOT_FRAMED),
+        (4, NULL, NOT_FRAMED),
+        (5, NULL, NOT_FRAMED),
     ]
-    keys = [k for _, k, _ in record_schema_ids(batch, key=True, value=False)]
-    assert keys == [None, NOT_FRAMED, 9, None, None, None]
+    keys = [k for _, k, _ in rows(batch, key=True, value=False)]
+    assert keys == [NULL, NOT_FRAMED, 9, NULL, NULL, NULL]
 
 
 @pytest.mark.parametrize("codec", [COMPRESSION_GZIP, COMPRESSION_LZ4])
@@ -52,8 +63,11 @@ def test_compressed_batches_are_read_and_indexes_restart_per_batch(codec: int) -
     big = b"x" * 300  # multi-byte varint lengths
     one = encode_batch([(None, framed(1, big)), (b"k" * 200, framed(2))], compression=codec)
     two = encode_batch([(None, b"raw")])
-    rows = record_schema_ids(one + two, key=True, value=True)
-    assert rows == [(0, None, 1), (1, NOT_FRAMED, 2), (0, None, NOT_FRAMED)]
+    assert rows(one + two, key=True, value=True) == [
+        (0, NULL, 1),
+        (1, NOT_FRAMED, 2),
+        (0, NULL, NOT_FRAMED),
+    ]
 
 
 def test_control_batches_are_skipped() -> None:
@@ -64,7 +78,7 @@ def test_control_batches_are_skipped() -> None:
         producer_epoch=0,
         transactional=True,
     )
-    assert record_schema_ids(marker, key=True, value=True) == []
+    assert rows(marker, key=True, value=True) == []
 
 
 @pytest.mark.parametrize("cut", [1, 10, 61, 70])
@@ -82,8 +96,13 @@ def test_a_record_count_larger_than_the_records_is_corrupt() -> None:
         record_schema_ids(bytes(batch), key=False, value=True)
 
 
+def test_distinct_ids() -> None:
+    table = np.array([(0, NULL, 7), (1, NOT_FRAMED, 7), (2, 5, NULL), (3, NULL, 9)])
+    assert distinct_ids(table) == {5, 7, 9}
+
+
 def test_schema_id_of() -> None:
-    assert schema_id_of(None) is None
+    assert schema_id_of(None) == NULL
     assert schema_id_of(b"\x01\x00\x00\x00\x07") == NOT_FRAMED
     assert schema_id_of(framed(0xFFFFFFFF)) == 0xFFFFFFFF  # unsigned: never NOT_FRAMED
 
@@ -92,9 +111,9 @@ def test_schema_id_of() -> None:
 VALUE = LogConfig(value_schema_validation=True)
 
 
-def _errors(cfg: LogConfig, rows: list, known: dict) -> list[tuple[int, str | None]]:
+def _errors(cfg: LogConfig, table: np.ndarray, known: dict) -> list[tuple[int, str | None]]:
     with pytest.raises(InvalidRecordsError) as e:
-        check_records("orders", 3, cfg, rows, known)
+        check_records("orders", 3, cfg, table, known)
     assert e.value.code is ErrorCode.invalid_record
     assert e.value.message == (e.value.record_errors[0][1] or "") + (
         f" (and {len(e.value.record_errors) - 1} more records)"
@@ -110,8 +129,10 @@ def test_topic_name_strategy() -> None:
         8: IdInfo(frozenset({"payments-value"}), "x.Payment"),
         9: None,
     }
-    check_records("orders", 0, VALUE, [(0, None, 7), (1, None, None)], known)
-    errs = _errors(VALUE, [(0, None, 7), (1, None, 8), (2, None, 9), (3, None, NOT_FRAMED)], known)
+    check_records("orders", 0, VALUE, np.array([(0, NULL, 7), (1, NULL, NULL)]), known)
+    errs = _errors(
+        VALUE, np.array([(0, NULL, 7), (1, NULL, 8), (2, NULL, 9), (3, NULL, NOT_FRAMED)]), known
+    )
     assert [i for i, _ in errs] == [1, 2, 3]
     assert "value schema id 8 is not registered under subject orders-value" in errs[0][1]
     assert "value schema id 9 is not known to the schema registry" in errs[1][1]
@@ -122,11 +143,11 @@ def test_topic_name_strategy() -> None:
 def test_keys_checked_only_when_asked_and_null_keys_pass() -> None:
     known = {5: IdInfo(frozenset({"orders-key"}), None)}
     both = LogConfig(key_schema_validation=True, value_schema_validation=True)
-    check_records("orders", 0, both, [(0, 5, None), (1, None, None)], known)
-    errs = _errors(both, [(0, NOT_FRAMED, None)], known)
+    check_records("orders", 0, both, np.array([(0, 5, NULL), (1, NULL, NULL)]), known)
+    errs = _errors(both, np.array([(0, NOT_FRAMED, NULL)]), known)
     assert "key has no schema id" in errs[0][1]
     # key validation off: an unframed key is nobody's business
-    check_records("orders", 0, VALUE, [(0, NOT_FRAMED, None)], known)
+    check_records("orders", 0, VALUE, np.array([(0, NOT_FRAMED, NULL)]), known)
 
 
 def test_record_name_strategies() -> None:
@@ -134,12 +155,12 @@ def test_record_name_strategies() -> None:
     nameless = IdInfo(frozenset({"orders-value"}), None)
     for strategy in (RECORD_NAME, TOPIC_RECORD_NAME):
         cfg = LogConfig(value_schema_validation=True, value_subject_name_strategy=strategy)
-        check_records("orders", 0, cfg, [(0, None, 1)], {1: info})
-        errs = _errors(cfg, [(0, None, 2)], {2: nameless})
+        check_records("orders", 0, cfg, np.array([(0, NULL, 1)]), {1: info})
+        errs = _errors(cfg, np.array([(0, NULL, 2)]), {2: nameless})
         assert "no record name" in errs[0][1]
     other = IdInfo(frozenset({"x.Order"}), "x.Order")
     cfg = LogConfig(value_schema_validation=True, value_subject_name_strategy=TOPIC_RECORD_NAME)
-    assert "subject orders-x.Order" in _errors(cfg, [(0, None, 1)], {1: other})[0][1]
+    assert "subject orders-x.Order" in _errors(cfg, np.array([(0, NULL, 1)]), {1: other})[0][1]
 
 
 def test_record_names_of_each_schema_type() -> None:
@@ -175,3 +196,14 @@ def test_cache_expires_and_is_bounded() -> None:
         v.put(sid, info)
     assert len(v._cache) == 3
     assert v.cached({17, 18, 19})[1] == set()
+
+
+def test_the_python_walk_agrees_with_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    from odradek.client import kernels
+
+    batch = encode_batch([(None, framed(7)), (framed(3), b"raw"), (b"k" * 300, None)] * 50)
+    compiled = rows(batch, key=True, value=True)
+    monkeypatch.setattr(kernels, "HAVE_NUMBA", False)
+    assert rows(batch, key=True, value=True) == compiled
+    with pytest.raises(KafkaError):
+        record_schema_ids(batch[:-5], key=True, value=True)

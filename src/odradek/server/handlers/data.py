@@ -51,9 +51,11 @@ from odradek.storage.batch import (
     TRANSACTIONAL_BIT,
     BatchHeader,
 )
-from odradek.storage.schema_ids import NOT_FRAMED, RecordIds, record_schema_ids
+from odradek.storage.schema_ids import distinct_ids, record_schema_ids
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from odradek.server.context import RequestContext
     from odradek.storage.log_types import LogConfig
 
@@ -130,7 +132,8 @@ def _verify_and_append(ctx: RequestContext, header: RequestHeaderInfo,
 
 
 # ---------------------------------------------------------------- schema id validation
-SchemaCheck = tuple[ProduceEntry, "LogConfig", list[RecordIds]]
+# (entry, its topic's config, its records' ids: odradek.storage.schema_ids' table)
+SchemaCheck = tuple[ProduceEntry, "LogConfig", "np.ndarray"]
 
 
 def _schema_checks(ctx: RequestContext,
@@ -164,13 +167,6 @@ def _schema_checks(ctx: RequestContext,
     return checks
 
 
-def _ids_of(rows: list[RecordIds]) -> set[int]:
-    """The distinct schema ids of ``rows`` (usually one: a set per batch, not per record)."""
-    ids: set[int | None] = {k for _, k, _ in rows}
-    ids.update(v for _, _, v in rows)
-    return {i for i in ids if i is not None and i != NOT_FRAMED}
-
-
 def _validate_cached(ctx: RequestContext, checks: list[SchemaCheck]) -> set[int]:
     """Validate each check whose ids are all cached (failures land in its result); the
     ids still to look up (their checks wait for ``_validated_produce``)."""
@@ -178,7 +174,7 @@ def _validate_cached(ctx: RequestContext, checks: list[SchemaCheck]) -> set[int]
     assert validator is not None
     missing_all: set[int] = set()
     for e, cfg, rows in checks:
-        ids = _ids_of(rows)
+        ids = distinct_ids(rows)
         known, missing = validator.cached(ids)
         if not missing:
             try:
@@ -210,7 +206,7 @@ async def _validated_produce(ctx: RequestContext, header: RequestHeaderInfo,
     for e, cfg, rows in checks:
         if e.result.error_code:
             continue
-        known, still = validator.cached(_ids_of(rows))
+        known, still = validator.cached(distinct_ids(rows))
         try:
             if still:  # the lookup failed: retriable, the registry may come back
                 raise lookup_error or KafkaError(ErrorCode.request_timed_out,
