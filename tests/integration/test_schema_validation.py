@@ -9,6 +9,8 @@ AlterConfigs turns validation on and off; an unreachable registry is a retriable
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -229,3 +231,35 @@ def test_unreachable_registry_is_retriable(tmp_path: Path, topic_name: str) -> N
         # Records without an id need no registry: refused for good, not retriable.
         assert _raw_produce(c, topic_name, [b"raw"]).error_code == ErrorCode.invalid_record
         assert _raw_produce(c, topic_name, [None]).error_code == 0  # tombstones pass
+
+
+def test_the_cli_sets_the_validation_configs(vcluster: LocalCluster, topic_name: str) -> None:
+    """``odradek topics --create --config`` and ``odradek configs --alter`` (the kafka-topics
+    / kafka-configs way the docs show)."""
+    odradek = [sys.executable, "-m", "odradek"]
+    bs = ["--bootstrap-server", vcluster.bootstrap_servers]
+    created = subprocess.run(
+        [*odradek, "topics", *bs, "--create", "--topic", topic_name, "--partitions", "1",
+         "--replication-factor", "1", "--config", "confluent.value.schema.validation=true"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    strategy = "io.confluent.kafka.serializers.subject.TopicRecordNameStrategy"
+    altered = subprocess.run(
+        [*odradek, "configs", *bs, "--entity-type", "topics", "--entity-name", topic_name,
+         "--alter", "--add-config", f"confluent.value.subject.name.strategy={strategy}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert altered.returncode == 0, altered.stderr
+    described = subprocess.run(
+        [*odradek, "configs", *bs, "--entity-type", "topics", "--entity-name", topic_name,
+         "--describe"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "confluent.value.schema.validation=true" in described.stdout, described.stdout
+    assert f"confluent.value.subject.name.strategy={strategy}" in described.stdout
+    wait_until(
+        lambda: _raw_produce(vcluster, topic_name, [b"raw"]).error_code == ErrorCode.invalid_record,
+        "validation on",
+        timeout=30,
+    )
