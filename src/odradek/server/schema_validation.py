@@ -53,6 +53,7 @@ __all__ = [
     "RECORD_NAME",
     "TOPIC_RECORD_NAME",
     "NEGATIVE_TTL_S",
+    "MAX_RECORD_ERRORS",
 ]
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ CACHE_TTL_S: Final = 300.0  # a known id's subjects (deleting a subject takes th
 NEGATIVE_TTL_S: Final = 2.0  # an id the registry does not know (it may be registered soon)
 CACHE_MAX_IDS: Final = 10_000
 LOOKUP_TIMEOUT_S: Final = 5.0  # upper bound of a produce's wait for the registry
+MAX_RECORD_ERRORS: Final = 1000  # records a refusal names in record_errors (KIP-467)
 
 # The validator's name in Confluent Server's message, so a search for it finds this too.
 _VALIDATOR = "io.confluent.kafka.schemaregistry.validator.RecordSchemaValidator"
@@ -147,11 +149,12 @@ def check_records(
     table: np.ndarray,
     known: dict[int, IdInfo | None],
 ) -> None:
-    """Raise INVALID_RECORD naming every record of ``table`` (``record_schema_ids``)
-    whose key or value fails validation; ``known`` holds every id of ``table`` (None:
-    unknown to the registry). Judged once per distinct id, not per record: only a
-    refusal looks at single records."""
-    bad: dict[int, str] = {}  # batch index -> why (the key's reason first)
+    """Raise INVALID_RECORD naming the records of ``table`` (``record_schema_ids``) whose
+    key or value fails validation; ``known`` holds every id of ``table`` (None: unknown
+    to the registry). Judged once per distinct id, not per record: only a refusal looks
+    at single records, and names at most ``MAX_RECORD_ERRORS`` of them."""
+    reasons: dict[int, dict[int, str]] = {}  # column -> id -> why
+    masks: dict[int, np.ndarray] = {}
     for is_key, on, col, strategy in (
         (True, cfg.key_schema_validation, KEY, cfg.key_subject_name_strategy),
         (False, cfg.value_schema_validation, VALUE, cfg.value_subject_name_strategy),
@@ -159,27 +162,37 @@ def check_records(
         if not on or not len(table):
             continue
         ids = table[:, col]
-        reasons = {
-            sid: why
+        why = {
+            sid: reason
             for sid in column_ids(ids)
-            if sid != NULL and (why := _problem(topic, is_key, sid, strategy, known))
+            if sid != NULL and (reason := _problem(topic, is_key, sid, strategy, known))
         }
-        if not reasons:
-            continue
-        for row in np.flatnonzero(np.isin(ids, list(reasons))):
-            bad.setdefault(int(table[row, INDEX]), reasons[int(ids[row])])
-    if bad:
-        errors: list[tuple[int, str | None]] = [
-            (
-                index,
-                f"Log record at batch index {index} of {topic}-{partition} is rejected "
-                f"by the record interceptor {_VALIDATOR}: {why}",
-            )
-            for index, why in sorted(bad.items())
-        ]
-        first = errors[0][1] or ""
-        more = f" (and {len(errors) - 1} more records)" if len(errors) > 1 else ""
-        raise InvalidRecordsError(first + more, errors)
+        if why:
+            reasons[col] = why
+            masks[col] = np.isin(ids, list(why))
+    if not masks:
+        return
+    failing = np.flatnonzero(np.logical_or.reduce(list(masks.values())))
+
+    def message(row: int) -> str:
+        col = KEY if KEY in masks and masks[KEY][row] else VALUE  # the key's reason first
+        index = int(table[row, INDEX])
+        return (
+            f"Log record at batch index {index} of {topic}-{partition} is rejected by the "
+            f"record interceptor {_VALIDATOR}: {reasons[col][int(table[row, col])]}"
+        )
+
+    first = message(int(failing[0]))
+    more = f" (and {len(failing) - 1} more records)" if len(failing) > 1 else ""
+    # KIP-467: the records named are failed, the others retried in a new batch. Past the
+    # cap none is named, so the client fails the whole batch: the same verdict, without
+    # a response (and a Python loop) the size of a million-record batch.
+    errors: list[tuple[int, str | None]] = (
+        [(int(table[row, INDEX]), message(int(row))) for row in failing]
+        if len(failing) <= MAX_RECORD_ERRORS
+        else []
+    )
+    raise InvalidRecordsError(first + more, errors)
 
 
 class SchemaIdValidator:

@@ -207,3 +207,27 @@ def test_the_python_walk_agrees_with_the_kernel(monkeypatch: pytest.MonkeyPatch)
     assert rows(batch, key=True, value=True) == compiled
     with pytest.raises(KafkaError):
         record_schema_ids(batch[:-5], key=True, value=True)
+
+
+def test_a_refusal_names_at_most_max_record_errors_records() -> None:
+    from odradek.server.schema_validation import MAX_RECORD_ERRORS
+
+    n = MAX_RECORD_ERRORS + 1
+    table = np.array([(i, NULL, NOT_FRAMED) for i in range(n)])
+    with pytest.raises(InvalidRecordsError) as e:
+        check_records("orders", 0, VALUE, table, {})
+    assert e.value.record_errors == []  # the client fails the whole batch
+    assert e.value.message.endswith(
+        f"value has no schema id (Confluent wire format: magic "
+        f"byte 0 and a 4-byte schema id) (and {n - 1} more records)"
+    )
+    errs = _errors(VALUE, table[:MAX_RECORD_ERRORS], {})
+    assert len(errs) == MAX_RECORD_ERRORS
+
+
+def test_key_and_value_both_failing_give_the_key_reason_once() -> None:
+    both = LogConfig(key_schema_validation=True, value_schema_validation=True)
+    errs = _errors(both, np.array([(0, NOT_FRAMED, NOT_FRAMED), (1, NULL, NOT_FRAMED)]), {})
+    assert [i for i, _ in errs] == [0, 1]
+    assert "key has no schema id" in (errs[0][1] or "")
+    assert "value has no schema id" in (errs[1][1] or "")
