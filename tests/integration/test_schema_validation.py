@@ -263,3 +263,26 @@ def test_the_cli_sets_the_validation_configs(vcluster: LocalCluster, topic_name:
         "validation on",
         timeout=30,
     )
+
+
+def test_key_validation(vcluster: LocalCluster, topic_name: str) -> None:
+    create_topic(
+        vcluster.bootstrap_servers,
+        topic_name,
+        wait_leaders=True,
+        config={"confluent.key.schema.validation": "true"},
+    )
+    assert vcluster.schema_registry is not None
+    client = SchemaRegistryClient({"url": vcluster.schema_registry["url"]})
+    key_ser = AvroSerializer(client, json.dumps(ORDER))
+    key = key_ser({"id": 1, "item": "k"}, SerializationContext(topic_name, MessageField.KEY))
+    assert _produce(vcluster, topic_name, [b"any value"], key=key) == [None]
+    assert _produce(vcluster, topic_name, [b"any value"]) == [None]  # null keys pass
+    refused = _produce(vcluster, topic_name, [b"any value"], key=b"plain key")
+    assert refused[0] is not None and refused[0].code() == CKafkaError.INVALID_RECORD
+    # The value's subject is not the key's: Order's id under <topic>-value only is refused.
+    value_id = AvroSerializer(client, json.dumps(PAYMENT))(
+        {"cents": 1}, SerializationContext(topic_name, MessageField.VALUE)
+    )
+    refused = _produce(vcluster, topic_name, [b"v"], key=value_id)
+    assert refused[0] is not None and refused[0].code() == CKafkaError.INVALID_RECORD
