@@ -50,7 +50,16 @@ VALIDATE = {"confluent.value.schema.validation": "true"}
 
 @pytest.fixture(scope="module")
 def vcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster.start(tmp_path_factory.mktemp("validating"), 1, schema_registry=True)
+    one_broker = {  # transactions on one broker (test_transactional_produce)
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "3",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "3",
+    }
+    c = LocalCluster.start(
+        tmp_path_factory.mktemp("validating"), 1, broker_config=one_broker, schema_registry=True
+    )
     try:
         yield c
     finally:
@@ -286,3 +295,47 @@ def test_key_validation(vcluster: LocalCluster, topic_name: str) -> None:
     )
     refused = _produce(vcluster, topic_name, [b"v"], key=value_id)
     assert refused[0] is not None and refused[0].code() == CKafkaError.INVALID_RECORD
+
+
+def test_transactional_produce(vcluster: LocalCluster, topic_name: str) -> None:
+    """A transaction's batches wait for their schema ids' lookup and then for the KIP-890
+    verification, in order; a refused batch fails the transaction like any produce error."""
+    from confluent_kafka import Consumer
+
+    create_topic(vcluster.bootstrap_servers, topic_name, config=VALIDATE, wait_leaders=True)
+    assert vcluster.schema_registry is not None
+    client = SchemaRegistryClient({"url": vcluster.schema_registry["url"]})
+    ser = AvroSerializer(client, json.dumps({**ORDER, "name": "TxnOrder"}))  # a fresh id
+    ctx = SerializationContext(topic_name, MessageField.VALUE)
+    p = Producer({"bootstrap.servers": vcluster.bootstrap_servers, "transactional.id": topic_name})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic_name, ser({"id": i, "item": "t"}, ctx))
+    p.commit_transaction(30)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": vcluster.bootstrap_servers,
+            "group.id": topic_name,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([topic_name])
+    got: list[bytes] = []
+    try:
+
+        def read_all() -> bool:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append(msg.value())
+            return len(got) >= 5
+
+        wait_until(read_all, "5 committed records", timeout=60)
+    finally:
+        consumer.close()
+    p.begin_transaction()
+    p.produce(topic_name, b"raw")
+    with pytest.raises(Exception) as e:
+        p.commit_transaction(30)
+    assert "validate record" in str(e.value) or "INVALID_RECORD" in str(e.value), e.value
