@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -339,3 +339,21 @@ def test_transactional_produce(vcluster: LocalCluster, topic_name: str) -> None:
     with pytest.raises(Exception) as e:
         p.commit_transaction(30)
     assert "validate record" in str(e.value) or "INVALID_RECORD" in str(e.value), e.value
+
+
+def test_a_follower_answers_not_leader_without_validating(
+    make_cluster: Callable[..., LocalCluster], topic_name: str
+) -> None:
+    """The client must learn it asked the wrong broker (and refresh its metadata), not be
+    refused for records the leader may accept; replication never validates again."""
+    c = make_cluster(2, schema_registry=True)
+    create_topic(c.bootstrap_servers, topic_name, rf=2, config=VALIDATE, wait_leaders=True)
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": c.bootstrap_servers}).list_topics(topic_name, 30)
+    leader = md.topics[topic_name].partitions[0].leader
+    follower = next(b for b in c.brokers if b.id != leader)
+    with RawClient(follower.host, follower.port) as rc:
+        resp = rc.request(produce_request(topic_name, 0, encode_batch([(None, b"raw")])))
+    r = resp.responses[0].partition_responses[0]
+    assert r.error_code == ErrorCode.not_leader_or_follower

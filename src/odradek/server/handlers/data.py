@@ -146,8 +146,8 @@ def _schema_checks(ctx: RequestContext,
     checks: list[SchemaCheck] | None = None
     for e in entries:
         p = parts.get((e.topic, e.result.index))
-        if p is None or e.records is None:
-            continue
+        if p is None or e.records is None or not p.is_leader:
+            continue  # the append answers (NOT_LEADER_OR_FOLLOWER, ...) without a lookup
         cfg = p.log.config
         if not (cfg.value_schema_validation or cfg.key_schema_validation):
             continue
