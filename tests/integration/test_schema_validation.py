@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import KafkaError as CKafkaError
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from rawclient import RawClient, produce_request
@@ -357,3 +357,31 @@ def test_a_follower_answers_not_leader_without_validating(
         resp = rc.request(produce_request(topic_name, 0, encode_batch([(None, b"raw")])))
     r = resp.responses[0].partition_responses[0]
     assert r.error_code == ErrorCode.not_leader_or_follower
+
+
+def test_concurrent_misses_share_one_lookup(vcluster: LocalCluster, topic_name: str) -> None:
+    """The broker's registry client against the real registry, in this process: ten
+    produces missing one id cost one round of requests; an unknown id is cached as such."""
+    import asyncio
+
+    from odradek.server.schema_validation import IdInfo, SchemaIdValidator
+
+    assert vcluster.schema_registry is not None
+    url = vcluster.schema_registry["url"]
+    client = SchemaRegistryClient({"url": url})
+    sid = client.register_schema(
+        f"{topic_name}-value", Schema(json.dumps({**ORDER, "name": "Shared"}), "AVRO")
+    )
+
+    async def run() -> tuple[list[dict[int, IdInfo | None]], int]:
+        v = SchemaIdValidator([url])
+        try:
+            answers = await asyncio.gather(*(v.lookup({sid, 987_655}, 10.0) for _ in range(10)))
+            return answers, v.lookups
+        finally:
+            await v.close()
+
+    answers, lookups = asyncio.run(run())
+    expected = IdInfo(frozenset({f"{topic_name}-value"}), "shop.Shared")
+    assert all(a == {sid: expected, 987_655: None} for a in answers)
+    assert lookups == 3  # versions + schema of the known id, versions of the unknown one
