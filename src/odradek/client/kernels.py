@@ -237,12 +237,22 @@ def decode_records(buf0: np.ndarray, buf1: np.ndarray, segs: np.ndarray, lo: int
 # --------------------------------------------------------------------------- hashing
 
 @jit
+def _framed_id(buf: np.ndarray, pos: int, n: int) -> int:
+    """The schema id of the ``n``-byte field at ``pos`` (see ``schema_ids``)."""
+    if n < 5 or buf[pos] != 0:
+        return -1
+    v = _be(buf, pos + 1, 4)
+    return v if v <= 0x7FFFFFFF else -3
+
+
+@jit
 def schema_ids(buf: np.ndarray, count: int, want_key: bool, want_value: bool,
                out: np.ndarray) -> int:
     """Broker-side schema id validation (issue 27): for each of the ``count`` records of
     one decompressed batch body, the schema id its key (``out[i, 0]``) and value
     (``out[i, 1]``) carry in Confluent's wire format (magic byte 0, 4-byte big-endian
-    id): -2 for a null or unchecked field, -1 for one not in the wire format. Returns
+    id): -2 for a null or unchecked field, -1 for one not in the wire format, -3 for an
+    id above 2^31 - 1 (a registry id is a Java int: positive). Returns
     the number of records, -1 when a record overruns the body or a length is invalid.
     ``out`` has at least ``count`` rows."""
     end = buf.shape[0]
@@ -264,14 +274,14 @@ def schema_ids(buf: np.ndarray, count: int, want_key: bool, want_value: bool,
             return -1
         out[i, 0] = -2
         if klen >= 0 and want_key:
-            out[i, 0] = _be(buf, pos + 1, 4) if klen >= 5 and buf[pos] == 0 else -1
+            out[i, 0] = _framed_id(buf, pos, klen)
         pos += max(klen, 0)
         vlen, pos = _varint(buf, pos, rec_end)
         if pos < 0 or vlen < -1 or pos + max(vlen, 0) > rec_end:
             return -1
         out[i, 1] = -2
         if vlen >= 0 and want_value:
-            out[i, 1] = _be(buf, pos + 1, 4) if vlen >= 5 and buf[pos] == 0 else -1
+            out[i, 1] = _framed_id(buf, pos, vlen)
         pos = rec_end
     return count
 

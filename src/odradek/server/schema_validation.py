@@ -36,7 +36,15 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from odradek.errors import ErrorCode, InvalidRecordsError, KafkaError
-from odradek.storage.schema_ids import INDEX, KEY, NOT_FRAMED, NULL, VALUE, column_ids
+from odradek.storage.schema_ids import (
+    INDEX,
+    KEY,
+    NOT_FRAMED,
+    NULL,
+    OUT_OF_RANGE,
+    VALUE,
+    column_ids,
+)
 
 if TYPE_CHECKING:
     from odradek.storage.log_types import LogConfig
@@ -125,6 +133,8 @@ def _problem(
 ) -> str | None:
     """Why a field with schema id ``sid`` fails validation, None if it passes."""
     side = "key" if is_key else "value"
+    if sid == OUT_OF_RANGE:
+        return f"{side} schema id is above 2^31 - 1 (registry ids are positive 32-bit ints)"
     if sid == NOT_FRAMED:
         return (
             f"{side} has no schema id (Confluent wire format: magic byte 0 and a 4-byte schema id)"

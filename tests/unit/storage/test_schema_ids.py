@@ -21,6 +21,7 @@ from odradek.storage.records import COMPRESSION_GZIP, COMPRESSION_LZ4, encode_ba
 from odradek.storage.schema_ids import (
     NOT_FRAMED,
     NULL,
+    OUT_OF_RANGE,
     distinct_ids,
     record_schema_ids,
     schema_id_of,
@@ -104,7 +105,17 @@ def test_distinct_ids() -> None:
 def test_schema_id_of() -> None:
     assert schema_id_of(None) == NULL
     assert schema_id_of(b"\x01\x00\x00\x00\x07") == NOT_FRAMED
-    assert schema_id_of(framed(0xFFFFFFFF)) == 0xFFFFFFFF  # unsigned: never NOT_FRAMED
+    assert schema_id_of(framed(0x7FFFFFFF)) == 0x7FFFFFFF
+    # Above a Java int: kept apart, so 0xFFFFFFFE can never pass as NULL (-2).
+    assert schema_id_of(framed(0xFFFFFFFE)) == OUT_OF_RANGE == schema_id_of(framed(1 << 31))
+
+
+def test_ids_above_a_java_int_are_refused_not_taken_for_null() -> None:
+    batch = encode_batch([(None, framed(0xFFFFFFFE)), (None, framed(0xFFFFFFFF))])
+    table = record_schema_ids(batch, key=False, value=True)
+    assert table[:, 2].tolist() == [OUT_OF_RANGE, OUT_OF_RANGE]
+    errs = _errors(VALUE, table, {})
+    assert [i for i, _ in errs] == [0, 1] and "above 2^31 - 1" in (errs[0][1] or "")
 
 
 # ------------------------------------------------------------------ check_records
