@@ -11,7 +11,9 @@ linger.ms=5, batch.size=1000000) as fast as it can to a 4-partition topic with
 ``confluent.value.schema.validation=true`` ("on") or without ("off"). The two modes
 alternate over ``--rounds`` (off, on, off, on, ...), each on a fresh topic, so slow drift
 of the shared machine hits both alike; reported: records/s per run, the median per
-mode, and on / off of the medians (aim: >= 0.8).
+mode, and on / off of the medians (aim: >= 0.8); and the broker's CPU time per record
+(utime + stime from /proc, all its threads), which shows the validation's cost even when
+the client, not the broker, limits the rate.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from broker_throughput import PRODUCER_PROPS  # noqa: E402  (bench/ is not a package)
 
 from odradek.cluster.local import LocalCluster  # noqa: E402
+from odradek.perf import proc_cpu_seconds  # noqa: E402
 
 PARTITIONS = 4
 SCHEMA = {"type": "record", "name": "Reading", "namespace": "bench",
@@ -101,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     base = args.dir or Path(tempfile.mkdtemp(prefix="odradek-validation-bench-"))
     runs: dict[str, list[float]] = {"off": [], "on": []}
+    cpu: dict[str, list[float]] = {"off": [], "on": []}  # broker CPU µs per record
     with LocalCluster.start(base / "cluster", 1, schema_registry=True) as c:
         assert c.schema_registry is not None
         url = c.schema_registry["url"]
@@ -109,16 +113,23 @@ def main(argv: list[str] | None = None) -> int:
                 topic = f"{mode}-{rnd}-{int(time.time() * 1000) % 10**8}"
                 create(c.bootstrap_servers, topic, mode == "on")
                 sid = register(url, f"{topic}-value")
+                pid = c.brokers[0].pid
+                assert pid is not None
+                cpu0 = proc_cpu_seconds(pid)
                 rate, errors = produce(c.bootstrap_servers, topic, value(sid), args.records)
+                cpu[mode].append((proc_cpu_seconds(pid) - cpu0) * 1e6 / args.records)
                 if errors:
                     raise RuntimeError(f"{errors} records refused on {topic}")
                 runs[mode].append(rate)
-                print(f"round {rnd} {mode}: {rate:,.0f} records/s", flush=True)
+                print(f"round {rnd} {mode}: {rate:,.0f} records/s, broker "
+                      f"{cpu[mode][-1]:.2f} CPU µs/record", flush=True)
     off, on = statistics.median(runs["off"]), statistics.median(runs["on"])
-    print("\n| mode | records/s per round | median |\n| --- | --- | --- |")
+    print("\n| mode | records/s per round | median | broker CPU µs/record per round | median |"
+          "\n| --- | --- | --- | --- | --- |")
     for mode, rates in runs.items():
         print(f"| {mode} | {', '.join(f'{r:,.0f}' for r in rates)} | "
-              f"{statistics.median(rates):,.0f} |")
+              f"{statistics.median(rates):,.0f} | {', '.join(f'{x:.2f}' for x in cpu[mode])} | "
+              f"{statistics.median(cpu[mode]):.2f} |")
     print(f"\non / off (medians): {on / off:.2f} (aim >= 0.8)")
     return 0
 

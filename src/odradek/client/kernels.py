@@ -249,8 +249,8 @@ def _framed_id(buf: np.ndarray, pos: int, n: int) -> int:
 def schema_ids(buf: np.ndarray, count: int, want_key: bool, want_value: bool,
                out: np.ndarray) -> int:
     """Broker-side schema id validation (issue 27): for each of the ``count`` records of
-    one decompressed batch body, the schema id its key (``out[i, 0]``) and value
-    (``out[i, 1]``) carry in Confluent's wire format (magic byte 0, 4-byte big-endian
+    one decompressed batch body, its index (``out[i, 0]``) and the schema id its key
+    (``out[i, 1]``) and value (``out[i, 2]``) carry in Confluent's wire format (magic byte 0, 4-byte big-endian
     id): -2 for a null or unchecked field, -1 for one not in the wire format, -3 for an
     id above 2^31 - 1 (a registry id is a Java int: positive). Returns
     the number of records, -1 when a record overruns the body or a length is invalid.
@@ -272,16 +272,17 @@ def schema_ids(buf: np.ndarray, count: int, want_key: bool, want_value: bool,
         klen, pos = _varint(buf, pos, rec_end)
         if pos < 0 or klen < -1 or pos + max(klen, 0) > rec_end:
             return -1
-        out[i, 0] = -2
+        out[i, 0] = i
+        out[i, 1] = -2
         if klen >= 0 and want_key:
-            out[i, 0] = _framed_id(buf, pos, klen)
+            out[i, 1] = _framed_id(buf, pos, klen)
         pos += max(klen, 0)
         vlen, pos = _varint(buf, pos, rec_end)
         if pos < 0 or vlen < -1 or pos + max(vlen, 0) > rec_end:
             return -1
-        out[i, 1] = -2
+        out[i, 2] = -2
         if vlen >= 0 and want_value:
-            out[i, 1] = _framed_id(buf, pos, vlen)
+            out[i, 2] = _framed_id(buf, pos, vlen)
         pos = rec_end
     return count
 

@@ -104,11 +104,14 @@ def warm_up() -> None:
     record_schema_ids(encode_batch([(b"\x00\x00\x00\x00\x01k", b"v")]), True, True)
 
 
-def distinct_ids(table: np.ndarray) -> set[int]:
-    """The schema ids of ``table``'s keys and values (usually one), sentinels left out."""
-    ids = set()
-    for col in (KEY, VALUE):
-        ids.update(column_ids(table[:, col]))
+def distinct_ids(table: np.ndarray, key: bool = True, value: bool = True) -> set[int]:
+    """The schema ids of ``table``'s keys and/or values (usually one), sentinels left
+    out; a side not read (all ``NULL``) costs nothing."""
+    ids: set[int] = set()
+    if key:
+        ids.update(column_ids(table[:, KEY]))
+    if value:
+        ids.update(column_ids(table[:, VALUE]))
     return {i for i in ids if i >= 0}
 
 
@@ -132,11 +135,9 @@ def _batch_ids(payload: bytes | memoryview, count: int, key: bool, value: bool) 
 
     if kernels.HAVE_NUMBA:
         table = np.empty((count, 3), dtype=np.int32)
-        ids = table[:, KEY:]  # a view: the kernel writes the id columns in place
-        n = kernels.schema_ids(np.frombuffer(payload, dtype=np.uint8), count, key, value, ids)
+        n = kernels.schema_ids(np.frombuffer(payload, dtype=np.uint8), count, key, value, table)
         if n < 0:
             raise KafkaError(ErrorCode.corrupt_message, "truncated record")
-        table[:, INDEX] = np.arange(count)
         return table
     rows: list[RecordIds] = []
     try:

@@ -174,7 +174,7 @@ def _validate_cached(ctx: RequestContext, checks: list[SchemaCheck]) -> set[int]
     assert validator is not None
     missing_all: set[int] = set()
     for e, cfg, rows in checks:
-        ids = distinct_ids(rows)
+        ids = distinct_ids(rows, cfg.key_schema_validation, cfg.value_schema_validation)
         known, missing = validator.cached(ids)
         if not missing:
             try:
@@ -206,7 +206,8 @@ async def _validated_produce(ctx: RequestContext, header: RequestHeaderInfo,
     for e, cfg, rows in checks:
         if e.result.error_code:
             continue
-        known, still = validator.cached(distinct_ids(rows))
+        ids = distinct_ids(rows, cfg.key_schema_validation, cfg.value_schema_validation)
+        known, still = validator.cached(ids)
         try:
             if still:  # the lookup failed: retriable, the registry may come back
                 raise lookup_error or KafkaError(ErrorCode.request_timed_out,
