@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from odradek.errors import ErrorCode, InvalidRecordsError, KafkaError
 from odradek.server.schema_validation import (
@@ -242,3 +244,32 @@ def test_key_and_value_both_failing_give_the_key_reason_once() -> None:
     assert [i for i, _ in errs] == [0, 1]
     assert "key has no schema id" in (errs[0][1] or "")
     assert "value has no schema id" in (errs[1][1] or "")
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_hostile_batches_end_in_a_table_or_corrupt_message(data: st.DataObject) -> None:
+    """A produce is walked before the append checks its CRC: any byte of a batch may be
+    anything. The walk must end in a table or CORRUPT_MESSAGE (UNSUPPORTED_COMPRESSION_TYPE
+    for a mutated codec id), never another error or a
+    read past the records (both the kernel and the Python walk)."""
+    from odradek.client import kernels
+
+    batch = bytearray(encode_batch([(b"k" * 3, framed(7, b"v" * 20)), (None, b"raw")] * 3))
+    for _ in range(data.draw(st.integers(1, 6))):
+        pos = data.draw(st.integers(0, len(batch) - 1))
+        batch[pos] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(batch)))
+    raw = bytes(batch[:cut])
+    for numba in (True, False):
+        if numba and not kernels.HAVE_NUMBA:
+            continue
+        old = kernels.HAVE_NUMBA
+        kernels.HAVE_NUMBA = numba
+        try:
+            table = record_schema_ids(raw, key=True, value=True)
+            assert table.shape[1] == 3
+        except KafkaError as e:  # a mutated codec id: Kafka's answer for it
+            assert e.code in (ErrorCode.corrupt_message, ErrorCode.unsupported_compression_type)
+        finally:
+            kernels.HAVE_NUMBA = old
