@@ -233,6 +233,9 @@ def test_unreachable_registry_is_retriable(tmp_path: Path, topic_name: str) -> N
     with LocalCluster.start(
         tmp_path, 1, broker_config={"confluent.schema.registry.url": "http://127.0.0.1:9"}
     ) as c:
+        pid = c.brokers[0].pid
+        # numba (~100 MB) is loaded only once a validating topic is produced to.
+        assert not _loaded(pid, "llvmlite"), "numba loaded by a broker with no validating topic"
         create_topic(c.bootstrap_servers, topic_name, config=VALIDATE, wait_leaders=True)
         r = _raw_produce(c, topic_name, [framed(1)])
         assert r.error_code == ErrorCode.request_timed_out
@@ -240,6 +243,13 @@ def test_unreachable_registry_is_retriable(tmp_path: Path, topic_name: str) -> N
         # Records without an id need no registry: refused for good, not retriable.
         assert _raw_produce(c, topic_name, [b"raw"]).error_code == ErrorCode.invalid_record
         assert _raw_produce(c, topic_name, [None]).error_code == 0  # tombstones pass
+        wait_until(lambda: _loaded(pid, "llvmlite"), "the compiled walk loaded", timeout=60)
+        assert _raw_produce(c, topic_name, [b"raw"]).error_code == ErrorCode.invalid_record
+
+
+def _loaded(pid: int | None, library: str) -> bool:
+    """Whether the process has mapped a file of ``library`` (a shared object it loaded)."""
+    return library in Path(f"/proc/{pid}/maps").read_text()
 
 
 def test_the_cli_sets_the_validation_configs(vcluster: LocalCluster, topic_name: str) -> None:

@@ -68,7 +68,6 @@ from odradek.server.quota_follower import QuotaFollower
 from odradek.server.schema_validation import SchemaIdValidator
 from odradek.server.session import Session
 from odradek.server.socket_server import ConnectionQuotas, SocketServer
-from odradek.storage import schema_ids
 from odradek.storage.log import LogConfig
 from odradek.zk import znodes
 from odradek.zk.acls import parse_zk_auth
@@ -179,7 +178,6 @@ class Broker:
         registry_urls = config.get("confluent.schema.registry.url")
         if registry_urls:
             self.context.schema_ids = SchemaIdValidator(registry_urls)
-            schema_ids.warm_up()  # before serving: the first produce must not wait for it
         # Metrics (issue 15): only with a metrics.listener; otherwise no request timing
         # and no per-topic counters, so a broker without metrics pays nothing for them.
         listener = config.get("metrics.listener")

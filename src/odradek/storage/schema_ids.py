@@ -10,6 +10,8 @@ the same bound as every other reader (``MAX_DECOMPRESSED_BATCH_BYTES``).
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -27,7 +29,7 @@ __all__ = [
     "record_schema_ids",
     "schema_id_of",
     "distinct_ids",
-    "warm_up",
+    "load_kernel",
     "column_ids",
     "INDEX",
     "KEY",
@@ -95,13 +97,42 @@ def record_schema_ids(
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def warm_up() -> None:
-    """Load the record walk's kernel (numba: compiled on a machine's first run, then
-    loaded from its cache) before the first produce needs it, so that produce does not
-    stall the event loop for it."""
-    from odradek.storage.records import encode_batch  # noqa: PLC0415
+logger = logging.getLogger(__name__)
 
-    record_schema_ids(encode_batch([(b"\x00\x00\x00\x00\x01k", b"v")]), True, True)
+# The compiled walk (odradek.client.kernels.schema_ids) once loaded. numba costs a broker
+# ~100 MB and about a second to load (more to compile on a machine's first run), so it is
+# loaded only when a produce to a validating topic first needs it, in a thread, while
+# the Python walk stands in: the event loop never waits for it.
+_kernel: Callable[..., int] | None = None
+_loader: threading.Thread | None = None
+
+
+def load_kernel(wait: bool = False) -> bool:
+    """Start loading the compiled walk (once); with ``wait``, until it is loaded. True
+    if it is in use (False without numba, or while loading)."""
+    global _loader
+    if _loader is None:
+        _loader = threading.Thread(target=_load_kernel, name="schema-id-walk", daemon=True)
+        _loader.start()
+    if wait:
+        _loader.join()
+    return _kernel is not None
+
+
+def _load_kernel() -> None:
+    global _kernel
+    from odradek.client import kernels  # noqa: PLC0415
+
+    if not kernels.HAVE_NUMBA:
+        logger.warning(
+            "numba is missing: schema id validation walks records in Python "
+            "(~100x slower; install odradek[spark])"
+        )
+        return
+    out = np.empty((1, 3), dtype=np.int32)
+    record = b"\x16\x00\x00\x00\x01\x0a\x00\x00\x00\x00\x01\x00\x00"  # one framed record
+    kernels.schema_ids(np.frombuffer(record, dtype=np.uint8), 1, True, True, out)  # compile
+    _kernel = kernels.schema_ids
 
 
 def distinct_ids(table: np.ndarray, key: bool = True, value: bool = True) -> set[int]:
@@ -129,13 +160,12 @@ def _batch_ids(payload: bytes | memoryview, count: int, key: bool, value: bool) 
     # header count): a larger count is a lie, refused before anything is allocated.
     if count < 0 or count > len(payload) // 7:
         raise KafkaError(ErrorCode.corrupt_message, "record count larger than the batch")
-    # Lazy: numba loads (and compiles on a machine's first use) only on brokers with a
-    # validating topic.
-    from odradek.client import kernels  # noqa: PLC0415
-
-    if kernels.HAVE_NUMBA:
+    kernel = _kernel
+    if kernel is None:
+        load_kernel()
+    else:
         table = np.empty((count, 3), dtype=np.int32)
-        n = kernels.schema_ids(np.frombuffer(payload, dtype=np.uint8), count, key, value, table)
+        n = kernel(np.frombuffer(payload, dtype=np.uint8), count, key, value, table)
         if n < 0:
             raise KafkaError(ErrorCode.corrupt_message, "truncated record")
         return table

@@ -18,6 +18,7 @@ from odradek.server.schema_validation import (
     check_records,
     record_name,
 )
+from odradek.storage import schema_ids
 from odradek.storage.log_types import LogConfig
 from odradek.storage.records import COMPRESSION_GZIP, COMPRESSION_LZ4, encode_batch
 from odradek.storage.schema_ids import (
@@ -28,6 +29,13 @@ from odradek.storage.schema_ids import (
     record_schema_ids,
     schema_id_of,
 )
+
+
+@pytest.fixture(autouse=True)
+def _compiled_walk() -> None:
+    """The tests read records with the compiled walk where numba is installed (a broker
+    loads it in a thread on first use and walks in Python meanwhile)."""
+    schema_ids.load_kernel(wait=True)
 
 
 def rows(records: bytes, key: bool, value: bool) -> list[tuple[int, int, int]]:
@@ -212,11 +220,9 @@ def test_cache_expires_and_is_bounded() -> None:
 
 
 def test_the_python_walk_agrees_with_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    from odradek.client import kernels
-
     batch = encode_batch([(None, framed(7)), (framed(3), b"raw"), (b"k" * 300, None)] * 50)
     compiled = rows(batch, key=True, value=True)
-    monkeypatch.setattr(kernels, "HAVE_NUMBA", False)
+    monkeypatch.setattr(schema_ids, "_kernel", None)  # still loading, or no numba
     assert rows(batch, key=True, value=True) == compiled
     with pytest.raises(KafkaError):
         record_schema_ids(batch[:-5], key=True, value=True)
@@ -253,23 +259,19 @@ def test_hostile_batches_end_in_a_table_or_corrupt_message(data: st.DataObject) 
     anything. The walk must end in a table or CORRUPT_MESSAGE (UNSUPPORTED_COMPRESSION_TYPE
     for a mutated codec id), never another error or a
     read past the records (both the kernel and the Python walk)."""
-    from odradek.client import kernels
-
     batch = bytearray(encode_batch([(b"k" * 3, framed(7, b"v" * 20)), (None, b"raw")] * 3))
     for _ in range(data.draw(st.integers(1, 6))):
         pos = data.draw(st.integers(0, len(batch) - 1))
         batch[pos] = data.draw(st.integers(0, 255))
     cut = data.draw(st.integers(0, len(batch)))
     raw = bytes(batch[:cut])
-    for numba in (True, False):
-        if numba and not kernels.HAVE_NUMBA:
-            continue
-        old = kernels.HAVE_NUMBA
-        kernels.HAVE_NUMBA = numba
+    compiled = schema_ids._kernel
+    for kernel in {compiled, None}:
+        schema_ids._kernel = kernel
         try:
             table = record_schema_ids(raw, key=True, value=True)
             assert table.shape[1] == 3
         except KafkaError as e:  # a mutated codec id: Kafka's answer for it
             assert e.code in (ErrorCode.corrupt_message, ErrorCode.unsupported_compression_type)
         finally:
-            kernels.HAVE_NUMBA = old
+            schema_ids._kernel = compiled
