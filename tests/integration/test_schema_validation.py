@@ -395,3 +395,15 @@ def test_concurrent_misses_share_one_lookup(vcluster: LocalCluster, topic_name: 
     expected = IdInfo(frozenset({f"{topic_name}-value"}), "shop.Shared")
     assert all(a == {sid: expected, 987_655: None} for a in answers)
     assert lookups == 3  # versions + schema of the known id, versions of the unknown one
+
+
+def test_no_registry_url_refuses_validating_topics(cluster: LocalCluster, topic_name: str) -> None:
+    """A broker without confluent.schema.registry.url cannot validate: INVALID_RECORD
+    saying so (a configuration error, not retriable); other topics are unaffected."""
+    create_topic(cluster.bootstrap_servers, topic_name, config=VALIDATE, wait_leaders=True)
+    r = _raw_produce(cluster, topic_name, [framed(1)])
+    assert r.error_code == ErrorCode.invalid_record
+    assert "no confluent.schema.registry.url" in r.error_message
+    plain = f"{topic_name}-plain"
+    create_topic(cluster.bootstrap_servers, plain, wait_leaders=True)
+    assert _raw_produce(cluster, plain, [b"raw"]).error_code == 0

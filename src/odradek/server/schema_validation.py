@@ -300,6 +300,12 @@ class SchemaIdValidator:
         if versions is None:
             info = None
         else:
+            if not isinstance(versions, list):
+                raise KafkaError(
+                    ErrorCode.request_timed_out,
+                    f"schema registry answered /schemas/ids/{sid}/versions with "
+                    f"{type(versions).__name__}, not a list",
+                )
             subjects = frozenset(
                 v["subject"]
                 for v in versions

@@ -97,7 +97,8 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
     # Broker-side schema id validation (issue 27): only topics that ask for it pay.
     checks = _schema_checks(ctx, entries) if entries else None
     if checks is not None:
-        missing = _validate_cached(ctx, checks)
+        # (checks may be empty: every validating entry already failed, e.g. no registry)
+        missing = _validate_cached(ctx, checks) if checks else None
         if missing:
             # In order, as a KIP-890 verification: the producer's next batches must not
             # be appended before this one while its schema ids are looked up.
@@ -203,6 +204,10 @@ async def _validated_produce(ctx: RequestContext, header: RequestHeaderInfo,
         await validator.lookup(missing, min(timeout_s, LOOKUP_TIMEOUT_S))
     except KafkaError as err:
         lookup_error = err
+    except Exception as err:  # an answer the client did not expect: logged, retriable
+        logger.exception("schema registry lookup of ids %s failed", sorted(missing))
+        lookup_error = KafkaError(ErrorCode.request_timed_out,
+                                  f"schema registry lookup failed: {err!r}"[:300])
     for e, cfg, rows in checks:
         if e.result.error_code:
             continue
