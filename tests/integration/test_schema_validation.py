@@ -407,3 +407,30 @@ def test_no_registry_url_refuses_validating_topics(cluster: LocalCluster, topic_
     plain = f"{topic_name}-plain"
     create_topic(cluster.bootstrap_servers, plain, wait_leaders=True)
     assert _raw_produce(cluster, plain, [b"raw"]).error_code == 0
+
+
+def test_a_silent_registry_times_out_retriably() -> None:
+    """A registry that accepts connections but never answers: the produce's wait ends at
+    its bound with REQUEST_TIMED_OUT, and the shared lookup, left running, is cleaned up."""
+    import asyncio
+    import socket
+
+    from odradek.errors import KafkaError
+    from odradek.server.schema_validation import SchemaIdValidator
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+        port = silent.getsockname()[1]
+
+        async def run() -> KafkaError:
+            v = SchemaIdValidator([f"http://127.0.0.1:{port}"])
+            try:
+                with pytest.raises(KafkaError) as e:
+                    await v.lookup({5}, 0.3)
+                assert v._inflight  # still running for the next produce to share
+                return e.value
+            finally:
+                await v.close()
+
+        err = asyncio.run(run())
+    assert err.code is ErrorCode.request_timed_out and err.retriable
+    assert "did not answer within 0.3 s" in err.message

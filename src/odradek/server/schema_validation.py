@@ -292,8 +292,10 @@ class SchemaIdValidator:
             f.add_done_callback(functools.partial(self._done, sid))
         return asyncio.shield(f)  # a timed-out produce must not cancel a shared lookup
 
-    def _done(self, sid: int, _f: asyncio.Future[IdInfo | None]) -> None:
+    def _done(self, sid: int, f: asyncio.Future[IdInfo | None]) -> None:
         self._inflight.pop(sid, None)
+        if not f.cancelled():
+            f.exception()  # retrieved: the produce that waited may have timed out already
 
     async def _fetch(self, sid: int) -> IdInfo | None:
         versions = await self._get(f"/schemas/ids/{sid}/versions")
