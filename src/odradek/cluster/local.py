@@ -19,6 +19,7 @@ octets, subnet 10.209.<block>.0/24; ``down`` removes the namespaces by name.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
@@ -102,7 +103,7 @@ def _http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2.0) as resp:
             return bool(resp.status == 200)
-    except OSError:  # refused, reset, or an HTTP error (HTTPError is an OSError)
+    except (OSError, http.client.HTTPException):  # refused, reset, an HTTP error, garbage
         return False
 
 
