@@ -434,3 +434,31 @@ def test_a_silent_registry_times_out_retriably() -> None:
         err = asyncio.run(run())
     assert err.code is ErrorCode.request_timed_out and err.retriable
     assert "did not answer within 0.3 s" in err.message
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4"])
+def test_a_decompression_bomb_to_a_validating_topic(
+    vcluster: LocalCluster, topic_name: str, codec: str
+) -> None:
+    """Validation decompresses: a small batch expanding past 64 MiB is CORRUPT_MESSAGE,
+    and the broker's memory grows by a bounded amount; lz4/zstd batches of ordinary
+    size are read through the reused per-thread buffer."""
+    from odradek.fuzz.harness import process_rss_mb
+    from odradek.storage.records import COMPRESSION_GZIP, COMPRESSION_LZ4
+
+    compression = {"gzip": COMPRESSION_GZIP, "lz4": COMPRESSION_LZ4}[codec]
+    create_topic(vcluster.bootstrap_servers, topic_name, config=VALIDATE, wait_leaders=True)
+    bomb = encode_batch([(None, framed(1, bytes(100 << 20)))], compression=compression)
+    assert len(bomb) < 1 << 20
+    pid = vcluster.brokers[0].pid
+    rss0 = process_rss_mb(pid)
+    b = vcluster.brokers[0]
+    with RawClient(b.host, b.port) as rc:
+        resp = rc.request(produce_request(topic_name, 0, bomb))
+    r = resp.responses[0].partition_responses[0]
+    assert r.error_code == ErrorCode.corrupt_message
+    assert process_rss_mb(pid) - rss0 < 2 * 64 + 32  # the decode stops at 64 MiB
+    ok = encode_batch([(None, b"raw")] * 1000, compression=compression)
+    with RawClient(b.host, b.port) as rc:
+        resp = rc.request(produce_request(topic_name, 0, ok))
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record
