@@ -710,4 +710,8 @@ def log_config_for_topic(broker: BrokerConfig, overrides: dict[str, str]) -> dic
         "min_insync_replicas": c["min.insync.replicas"],
         "unclean_leader_election_enable": c["unclean.leader.election.enable"],
         "ack_fsync": c["odradek.ack.fsync"],
+        "key_schema_validation": c["confluent.key.schema.validation"],
+        "value_schema_validation": c["confluent.value.schema.validation"],
+        "key_subject_name_strategy": c["confluent.key.subject.name.strategy"],
+        "value_subject_name_strategy": c["confluent.value.subject.name.strategy"],
     }

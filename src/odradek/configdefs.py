@@ -316,6 +316,13 @@ _COMPRESSION = ValidString(("uncompressed", "zstd", "lz4", "snappy", "gzip", "pr
 _TS_TYPES = ValidString(("CreateTime", "LogAppendTime"))
 _CLEANUP = ValidList(("compact", "delete"), allow_empty=True)
 
+# Confluent Server's broker-side schema id validation (issue 27): the subject a record's
+# schema id must be registered under, by Confluent's SubjectNameStrategy class names.
+_SUBJECT_STRATEGIES = ValidString(tuple(
+    f"io.confluent.kafka.serializers.subject.{s}"
+    for s in ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")))
+_TOPIC_STRATEGY = "io.confluent.kafka.serializers.subject.TopicNameStrategy"
+
 _TOPIC_LIST: list[ConfigDef] = [
     _topic("cleanup.policy", T.LIST, "delete",
            "Retention policy for old segments: delete (REQ-R24), compact (REQ-R25) or both.",
@@ -329,6 +336,23 @@ _TOPIC_LIST: list[ConfigDef] = [
            _COMPRESSION, ["compression.type"]),
     _topic("compression.zstd.level", T.INT, "3", "Compression level for zstd.",
            Range(-131072, 22), ["compression.zstd.level"]),
+    _topic("confluent.key.schema.validation", T.BOOLEAN, "false",
+           "Confluent Server's: each record's key must carry (magic byte 0, 4-byte id) a "
+           "schema id the registry has under the key's subject; else the batch is refused "
+           "(INVALID_RECORD). Null keys pass. Needs confluent.schema.registry.url."),
+    _topic("confluent.key.subject.name.strategy", T.STRING, _TOPIC_STRATEGY,
+           "Confluent Server's: the subject a key's schema id must be registered under "
+           "(TopicNameStrategy: <topic>-key; RecordNameStrategy: the schema's full name; "
+           "TopicRecordNameStrategy: <topic>-<full name>).", _SUBJECT_STRATEGIES),
+    _topic("confluent.value.schema.validation", T.BOOLEAN, "false",
+           "Confluent Server's: each record's value must carry (magic byte 0, 4-byte id) a "
+           "schema id the registry has under the value's subject; else the batch is refused "
+           "(INVALID_RECORD). Tombstones (null values) pass. Needs "
+           "confluent.schema.registry.url."),
+    _topic("confluent.value.subject.name.strategy", T.STRING, _TOPIC_STRATEGY,
+           "Confluent Server's: the subject a value's schema id must be registered under "
+           "(TopicNameStrategy: <topic>-value; RecordNameStrategy: the schema's full name; "
+           "TopicRecordNameStrategy: <topic>-<full name>).", _SUBJECT_STRATEGIES),
     _topic("delete.retention.ms", T.LONG, "86400000",
            "How long delete tombstones are kept on compacted topics (REQ-R25).",
            Range(0), ["log.cleaner.delete.retention.ms"]),
@@ -611,6 +635,11 @@ _BROKER_LIST: list[ConfigDef] = [
        "Beyond Kafka: log the replication timeline (append, follower fetch, HW, consumer "
        "fetch) of each record whose offset is a multiple of N; 0 (default) is off.",
        Range(0)),
+    _b("confluent.schema.registry.url", T.LIST, "",
+       "Confluent Server's: schema registry URL(s), comma-separated, that the broker asks "
+       "for the schema ids of topics with confluent.value.schema.validation or "
+       "confluent.key.schema.validation (tried in order; empty: such a produce is "
+       "refused)."),
     _b("metrics.listener", T.STRING, None,
        "Prometheus metrics at http://HOST:PORT/metrics (Kafka's MBean names as the JMX "
        "exporter maps them); unset (default): no metrics listener and no request "
@@ -834,8 +863,14 @@ def broker_default(name: str) -> Any:
 def setting(name: str) -> Any:
     """A settings-dataclass field holding broker property ``name`` (default: the table's)."""
     d = BROKER_CONFIGS[name]
-    # A password (odradek.zookeeper.auth) never shows in a settings object's repr.
-    return field(default=d.parsed_default(), metadata={"setting": name}, repr=not d.sensitive)
+    # A password (odradek.zookeeper.auth) never shows in a settings object's repr. A LIST
+    # is a tuple here: settings objects are frozen, and a dataclass refuses a list default.
+    return field(default=_frozen(d.parsed_default()), metadata={"setting": name},
+                 repr=not d.sensitive)
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
 
 
 def settings_from(cls: type[_S], get: Callable[[str], Any] | None = None) -> _S:
@@ -847,5 +882,7 @@ def settings_from(cls: type[_S], get: Callable[[str], Any] | None = None) -> _S:
         if "setting" not in f.metadata:
             continue
         name = f.metadata["setting"]
-        values[f.name] = get(name) if get is not None else BROKER_CONFIGS[name].parsed_default()
+        values[f.name] = _frozen(
+            get(name) if get is not None else BROKER_CONFIGS[name].parsed_default()
+        )
     return cls(**values)

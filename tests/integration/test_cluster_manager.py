@@ -213,11 +213,13 @@ def test_first_broker_id_and_add_broker(tmp_path: Path) -> None:
 
     d = tmp_path / "c0"
     r = subprocess.run([sys.executable, "-m", "odradek", "cluster", "up", "--brokers", "2",
-                        "--first-broker-id", "0", "--dir", str(d)],
+                        "--first-broker-id", "0", "--dir", str(d), "--no-schema-registry"],
                        capture_output=True, text=True, timeout=120)
     try:
         assert r.returncode == 0, r.stderr
         c = LocalCluster(d)
+        assert c.schema_registry is None and "schema registry" not in r.stderr  # opted out
+        assert "confluent.schema.registry.url" not in Path(c.brokers[0].config).read_text()
         assert [b.id for b in c.brokers] == [0, 1]
         assert len({b.host for b in c.brokers}) == 2
         r = subprocess.run([sys.executable, "-m", "odradek", "cluster", "add-broker",
@@ -231,3 +233,50 @@ def test_first_broker_id_and_add_broker(tmp_path: Path) -> None:
     finally:
         subprocess.run([sys.executable, "-m", "odradek", "cluster", "down", "--dir", str(d)],
                        capture_output=True, timeout=120)
+
+
+def test_cluster_up_starts_the_schema_registry(tmp_path: Path) -> None:
+    """``cluster up`` starts ``odradek schema-registry`` by default (issue 27): its URL in
+    cluster.json, printed, and the brokers' confluent.schema.registry.url; ``odradek
+    schemas --bootstrap-server`` finds it; ``cluster down`` stops it."""
+    d = tmp_path / "sr"
+    odradek = [sys.executable, "-m", "odradek"]
+    r = subprocess.run(
+        [*odradek, "cluster", "up", "--brokers", "1", "--dir", str(d), "--no-console"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    try:
+        assert r.returncode == 0, r.stderr
+        state = json.loads((d / "cluster.json").read_text())
+        reg = state["schema_registry"]
+        assert reg["url"] == f"http://{addresses.zk_address(state['block'])}:8081"
+        assert f"schema registry: {reg['url']}" in r.stderr
+        props = Path(state["brokers"][0]["config"]).read_text().splitlines()
+        assert f"confluent.schema.registry.url={reg['url']}" in props
+        assert procs.alive(reg["pid"], reg["start_time"])
+        st = subprocess.run(
+            [*odradek, "cluster", "status", "--dir", str(d)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert f"schema registry {reg['url']}" in st.stdout, st.stdout + st.stderr
+        found = subprocess.run(
+            [*odradek, "schemas", "--bootstrap-server", state["bootstrap_servers"], "list"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert found.returncode == 0 and json.loads(found.stdout) == [], found.stderr
+    finally:
+        down = subprocess.run(
+            [*odradek, "cluster", "down", "--dir", str(d)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert down.returncode == 0, down.stderr
+    assert not procs.alive(reg["pid"], reg["start_time"])
+    assert json.loads((d / "cluster.json").read_text())["schema_registry"] is None

@@ -68,6 +68,7 @@ from odradek.server.context import RequestContext
 from odradek.server.dispatch import RequestDispatcher
 from odradek.server.network import ConnectionLimits, RequestQueue
 from odradek.server.quota_follower import QuotaFollower
+from odradek.server.schema_validation import SchemaIdValidator
 from odradek.server.session import Session
 from odradek.server.socket_server import ConnectionQuotas, SocketServer
 from odradek.storage.log import LogConfig
@@ -176,6 +177,10 @@ class Broker:
         self.context.quotas = QuotaManager(settings.quota_window_size_seconds,
                                            settings.quota_window_num)
         self.quota_follower: QuotaFollower | None = None
+        # Broker-side schema id validation (issue 27): the registry topics with
+        # confluent.value/key.schema.validation are checked against.
+        if settings.schema_registry_urls:
+            self.context.schema_ids = SchemaIdValidator(list(settings.schema_registry_urls))
         # Metrics (issue 15): only with a metrics.listener; otherwise no request timing
         # and no per-topic counters, so a broker without metrics pays nothing for them.
         listener = settings.metrics_listener
@@ -417,6 +422,9 @@ class Broker:
         await self._bounded("stop replica fetchers", self.replicas.stop_fetchers())
         for server in self.socket_servers.values():
             server.close()
+        if self.context.schema_ids is not None:
+            await self._bounded("close the schema registry client",
+                                self.context.schema_ids.close())
         for t in self._tasks:
             t.cancel()
         if self.controller is not None:

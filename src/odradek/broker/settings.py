@@ -56,6 +56,8 @@ class BrokerSettings:
         "replica.high.watermark.checkpoint.interval.ms"
     )
     log_retention_check_interval_ms: int = setting("log.retention.check.interval.ms")
+    # Broker-side schema id validation (issue 27): the registry it asks.
+    schema_registry_urls: tuple[str, ...] = setting("confluent.schema.registry.url")
 
     def zookeeper_connection_timeout(self) -> int:
         """Kafka: zookeeper.connection.timeout.ms defaults to the session timeout."""

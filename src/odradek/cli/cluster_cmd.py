@@ -49,6 +49,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     cmd = shlex.split(args.broker_command) if args.broker_command else None
     c = LocalCluster(Path(args.dir), broker_command=cmd)
     c.metrics = not args.no_metrics
+    # The schema registry needs real brokers (its _schemas topic) on addresses it can
+    # reach: not with a stand-in --broker-command, nor with brokers in namespaces.
+    registry = not args.no_schema_registry and cmd is None and args.hosts == "loopback"
     bootstrap = c.up(
         args.brokers,
         dict(args.broker_config or []),
@@ -59,6 +62,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         security=args.security,
         hosts=args.hosts,
         first_broker_id=args.first_broker_id,
+        schema_registry=registry,
     )
     c.close_zk_client()
     print(f"ZooKeeper: {c.zk_connect}", file=sys.stderr)
@@ -70,6 +74,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         # kafka.* options take the same settings.
         print(f"client properties (admin user, {args.security.upper()}): "
               f"{c.client_properties}", file=sys.stderr)
+    if c.schema_registry:
+        print(f"schema registry: {c.schema_registry['url']} (log {c.schema_registry['log']}; "
+              f"the brokers' confluent.schema.registry.url)", file=sys.stderr)
+    elif not args.no_schema_registry:
+        print("schema registry: not started (it needs the default brokers on loopback "
+              "addresses)", file=sys.stderr)
     if not args.no_console:
         try:
             url = c.start_console([Path(r) for r in args.reports] or [c.dir.parent])
@@ -122,6 +132,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"controller {ctrl if ctrl is not None else 'none'}")
     if c.console:
         print(f"console {c.console['url']}  pid {c.console['pid']}")
+    if c.schema_registry:
+        print(f"schema registry {c.schema_registry['url']}  pid {c.schema_registry['pid']}")
     for line in format_table(parts):
         print(line)
     return 0
@@ -251,6 +263,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--no-metrics", action="store_true",
                     help="no metrics.listener on the brokers (default: one per broker)")
     up.add_argument("--no-console", action="store_true", help="do not start the web console")
+    up.add_argument("--no-schema-registry", action="store_true",
+                    help="do not start the schema registry (default: one, on the block's first "
+                    "address, port 8081, and the brokers' confluent.schema.registry.url)")
     up.add_argument("--reports", action="append", default=[], metavar="DIR",
                     help="chaos report directories for the console (default: DIR's parent)")
     up.add_argument(

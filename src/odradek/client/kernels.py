@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 __all__ = ["HAVE_NUMBA", "scan_batch_headers", "decode_records", "murmur2_keys",
-           "encode_records", "xxh64_rows", "BATCH_FIELDS", "SEG_FIELDS"]
+           "encode_records", "xxh64_rows", "schema_ids", "BATCH_FIELDS", "SEG_FIELDS"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -235,6 +235,57 @@ def decode_records(buf0: np.ndarray, buf1: np.ndarray, segs: np.ndarray, lo: int
 
 
 # --------------------------------------------------------------------------- hashing
+
+@jit
+def _framed_id(buf: np.ndarray, pos: int, n: int) -> int:
+    """The schema id of the ``n``-byte field at ``pos`` (see ``schema_ids``)."""
+    if n < 5 or buf[pos] != 0:
+        return -1
+    v = _be(buf, pos + 1, 4)
+    return v if v <= 0x7FFFFFFF else -3
+
+
+@jit
+def schema_ids(buf: np.ndarray, count: int, want_key: bool, want_value: bool,
+               out: np.ndarray) -> int:
+    """Broker-side schema id validation (issue 27): for each of the ``count`` records of
+    one decompressed batch body, its index (``out[i, 0]``) and the schema id its key
+    (``out[i, 1]``) and value (``out[i, 2]``) carry in Confluent's wire format (magic byte 0, 4-byte big-endian
+    id): -2 for a null or unchecked field, -1 for one not in the wire format, -3 for an
+    id above 2^31 - 1 (a registry id is a Java int: positive). Returns
+    the number of records, -1 when a record overruns the body or a length is invalid.
+    ``out`` has at least ``count`` rows."""
+    end = buf.shape[0]
+    pos = 0
+    for i in range(count):
+        length, pos = _varint(buf, pos, end)
+        if pos < 0 or length < 6 or pos + length > end:
+            return -1
+        rec_end = pos + length
+        pos += 1  # attributes
+        _, pos = _varint(buf, pos, rec_end)  # timestamp delta
+        if pos < 0:
+            return -1
+        _, pos = _varint(buf, pos, rec_end)  # offset delta
+        if pos < 0:
+            return -1
+        klen, pos = _varint(buf, pos, rec_end)
+        if pos < 0 or klen < -1 or pos + max(klen, 0) > rec_end:
+            return -1
+        out[i, 0] = i
+        out[i, 1] = -2
+        if klen >= 0 and want_key:
+            out[i, 1] = _framed_id(buf, pos, klen)
+        pos += max(klen, 0)
+        vlen, pos = _varint(buf, pos, rec_end)
+        if pos < 0 or vlen < -1 or pos + max(vlen, 0) > rec_end:
+            return -1
+        out[i, 2] = -2
+        if vlen >= 0 and want_value:
+            out[i, 2] = _framed_id(buf, pos, vlen)
+        pos = rec_end
+    return count
+
 
 @jit
 def murmur2_keys(key_offs: np.ndarray, key_bytes: np.ndarray, out: np.ndarray) -> None:

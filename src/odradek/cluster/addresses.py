@@ -32,6 +32,7 @@ __all__ = [
     "BROKER_PORT",
     "METRICS_PORT",
     "CONSOLE_PORT",
+    "REGISTRY_PORT",
     "ZK_PORT",
     "MAX_BROKERS",
     "broker_address",
@@ -45,6 +46,7 @@ ZK_PORT = 2181
 BROKER_PORT = 9092
 METRICS_PORT = 9404  # each broker's metrics.listener, on the broker's own address
 CONSOLE_PORT = 8080  # the console, on the block's first address (ZooKeeper node 1's)
+REGISTRY_PORT = 8081  # the schema registry of `cluster up`, on the same address
 MAX_BROKERS = 198  # 127.0.k.2 .. 127.0.k.199; .200+ are ZooKeeper ensemble members
 BLOCKS = range(1, 255)
 
@@ -68,6 +70,7 @@ def block_endpoints(block: int, n_brokers: int, zk_nodes: int) -> list[tuple[str
     eps += [(broker_address(block, i), BROKER_PORT) for i in range(1, n_brokers + 1)]
     eps += [(broker_address(block, i), METRICS_PORT) for i in range(1, n_brokers + 1)]
     eps.append((zk_address(block, 1), CONSOLE_PORT))
+    eps.append((zk_address(block, 1), REGISTRY_PORT))
     return eps
 
 

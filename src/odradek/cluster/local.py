@@ -19,6 +19,7 @@ octets, subnet 10.209.<block>.0/24; ``down`` removes the namespaces by name.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -97,6 +99,14 @@ def _tcp_accepts(host: str, port: int) -> bool:
         return False
 
 
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2.0) as resp:
+            return bool(resp.status == 200)
+    except (OSError, http.client.HTTPException):  # refused, reset, an HTTP error, garbage
+        return False
+
+
 def _safe(cond: Any) -> bool:
     # ZooKeeper may be briefly unreachable (e.g. a fault test): "not yet", not an error.
     try:
@@ -139,6 +149,9 @@ class LocalCluster:
         self.metrics = True  # each broker gets a metrics.listener on its own address
         # The web console process started by `odradek cluster up` (None: not started).
         self.console: dict[str, Any] | None = None
+        # The schema registry started with the cluster (None: not started); its URL is
+        # the brokers' confluent.schema.registry.url.
+        self.schema_registry: dict[str, Any] | None = None
         # Children started by *this* process, so we can reap them (platform-notes: zombies).
         self._popens: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self._zk: KazooClient | None = None
@@ -192,6 +205,7 @@ class LocalCluster:
         self.zk_session_timeout_ms = int(state.get("zk_session_timeout_ms", 6000))
         self.metrics = bool(state.get("metrics", True))
         self.console = state.get("console")
+        self.schema_registry = state.get("schema_registry")
         self.broker_command = list(state.get("broker_command") or DEFAULT_BROKER_COMMAND)
         self.security = state.get("security", "plaintext")
         self.client_properties = state.get("client_properties")
@@ -236,6 +250,7 @@ class LocalCluster:
             "zookeeper_nodes": [zk_json(z) for z in self.zookeeper_nodes],
             "brokers": [asdict(b) for b in self.brokers],
             "console": self.console,
+            "schema_registry": self.schema_registry,
         }
         tmp = self.state_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(state, indent=2) + "\n")
@@ -258,6 +273,7 @@ class LocalCluster:
         security: str = "plaintext",
         hosts: str = "loopback",
         first_broker_id: int = 1,
+        schema_registry: bool = False,
         **security_options: Any,
     ) -> LocalCluster:
         """Create and bring up a cluster; use as a context manager to always ``down()``."""
@@ -272,6 +288,7 @@ class LocalCluster:
             security=security,
             hosts=hosts,
             first_broker_id=first_broker_id,
+            schema_registry=schema_registry,
             **security_options,
         )
         return c
@@ -305,12 +322,15 @@ class LocalCluster:
         security: str = "plaintext",
         hosts: str = "loopback",
         first_broker_id: int = 1,
+        schema_registry: bool = False,
         **security_options: Any,
     ) -> str:
         """Start ZooKeeper and ``n_brokers`` brokers (ids ``first_broker_id`` ..
         ``first_broker_id + n - 1``; Kafka's own tests and tools often assume ids from 0);
         wait until every broker accepts TCP and is registered in ZooKeeper. Returns
-        bootstrap.servers. On failure everything started is stopped again."""
+        bootstrap.servers. On failure everything started is stopped again.
+        ``schema_registry``: also start ``odradek schema-registry`` (``registry_url``) and
+        give every broker its URL as ``confluent.schema.registry.url``."""
         if not 1 <= n_brokers <= addresses.MAX_BROKERS:
             raise ValueError(f"--brokers must be in 1..{addresses.MAX_BROKERS}")
         if first_broker_id < 0:
@@ -350,6 +370,9 @@ class LocalCluster:
             overrides: dict[int, dict[str, str]] = {
                 first_broker_id + slot - 1: dict(broker_config or {})
                 for slot in range(1, n_brokers + 1)}
+            if schema_registry:
+                for props in overrides.values():  # the operator's own value wins
+                    props.setdefault("confluent.schema.registry.url", self.registry_url())
             self._configure_zk_security(broker_config or {}, security)
             if self.zk_auth_file is not None:
                 for props in overrides.values():
@@ -380,6 +403,8 @@ class LocalCluster:
                 self.wait_broker_ready(b.id, max(0.0, deadline - time.monotonic()))
             if self.broker_command == list(DEFAULT_BROKER_COMMAND):  # not a stand-in
                 self.wait_brokers_see_each_other(max(0.0, deadline - time.monotonic()))
+            if schema_registry:
+                self.start_schema_registry(max(5.0, deadline - time.monotonic()))
         except BaseException:
             self.down()
             raise
@@ -527,6 +552,7 @@ class LocalCluster:
         Idempotent; safe on a half-started cluster."""
         self.close_zk_client()
         self.stop_console(timeout)
+        self.stop_schema_registry(timeout)
         brokers = [b for b in self.brokers if procs.alive(b.pid, b.start_time)]
         for b in brokers:  # signal all first so they shut down in parallel
             procs._send(b.pid or 0, signal.SIGCONT)
@@ -579,6 +605,46 @@ class LocalCluster:
                    lambda: p.poll() is None and _tcp_accepts(host, addresses.CONSOLE_PORT),
                    30.0)
         return url
+
+    # ----------------------------------------------------------------- schema registry
+
+    def registry_url(self) -> str:
+        """Where ``start_schema_registry`` listens: the block's first address (claimed
+        with the block, so the port is ours)."""
+        assert self.block is not None
+        return f"http://{addresses.zk_address(self.block, 1)}:{addresses.REGISTRY_PORT}"
+
+    def start_schema_registry(self, timeout: float = 60.0) -> str:
+        """Start ``odradek schema-registry`` for this cluster (elected through its
+        ZooKeeper, so ``odradek schemas --bootstrap-server`` finds it); returns its URL
+        once it answers."""
+        self.stop_schema_registry()
+        url = self.registry_url()
+        log = self.dir / "schema-registry.log"
+        cmd = [sys.executable, "-m", "odradek", "schema-registry",
+               "--bootstrap-server", self.bootstrap_servers, "--listen", url,
+               "--zookeeper", self.zk_connect, "--log-file", str(log)]
+        if self.client_properties:  # a secured cluster: its admin user's settings
+            cmd += ["--command-config", self.client_properties]
+        with open(self.dir / "schema-registry.out", "ab") as out:
+            p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT, cwd=self.dir,
+                                 start_new_session=True)
+        self._popens[("schema-registry", 0)] = p
+        self.schema_registry = {"pid": p.pid, "start_time": procs.proc_start_time(p.pid),
+                                "url": url, "log": str(log)}
+        self.save()
+        self._poll("the schema registry to answer",
+                   lambda: p.poll() is None and _http_ok(url + "/subjects"), timeout)
+        return url
+
+    def stop_schema_registry(self, timeout: float = 10.0) -> None:
+        r = self.schema_registry
+        if not r:
+            return
+        procs.terminate(r.get("pid"), r.get("start_time"), timeout,
+                        popen=self._popens.pop(("schema-registry", 0), None))
+        self.schema_registry = None
 
     def stop_console(self, timeout: float = 10.0) -> None:
         c = self.console

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from odradek.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.server.client_quotas import QuotaManager
+from odradek.server.schema_validation import SchemaIdValidator
 from odradek.server.session import Session, current_session
 from odradek.server.settings import ServerSettings
 
@@ -45,7 +46,8 @@ class MetadataSource(Protocol):
 
 class RequestContext:
     __slots__ = ("broker_id", "config", "settings", "replicas", "groups", "producer_ids",
-                 "_admin", "_metadata", "authorizer", "credentials", "txns", "quotas")
+                 "_admin", "_metadata", "authorizer", "credentials", "txns", "quotas",
+                 "schema_ids")
 
     def __init__(self, *, broker_id: int, config: BrokerConfig, replicas: ReplicaManager,
                  groups: GroupCoordinator, producer_ids: ProducerIdManager | None,
@@ -72,6 +74,9 @@ class RequestContext:
         # Client quotas (KIP-13/55/124): inactive (one boolean on the hot path) until a
         # quota is configured; the broker's QuotaFollower keeps it in step with ZooKeeper.
         self.quotas = QuotaManager()
+        # confluent.schema.registry.url: the registry of schema id validation (issue 27);
+        # None without one (a validating topic's produce is then refused).
+        self.schema_ids: SchemaIdValidator | None = None
 
     # ------------------------------------------------------------------ ZooKeeper
     @property

@@ -45,6 +45,12 @@ class LogConfig:
     # odradek.ack.fsync (beyond Kafka): produce is acknowledged only once durable; the
     # broker's group-commit flusher (odradek.log_manager.flusher) fsyncs after every append.
     ack_fsync: bool = _default("odradek.ack.fsync")
+    # Confluent Server's broker-side schema id validation (issue 27): checked by the
+    # produce handler (odradek.server.schema_validation) before the append.
+    key_schema_validation: bool = _default("confluent.key.schema.validation")
+    value_schema_validation: bool = _default("confluent.value.schema.validation")
+    key_subject_name_strategy: str = _default("confluent.key.subject.name.strategy")
+    value_subject_name_strategy: str = _default("confluent.value.subject.name.strategy")
     # Log compaction (REQ-R25, odradek.storage.cleaner): cleanup.policy is Kafka's LIST
     # ("compact", "delete" or both); the rest are the cleaner's topic-level settings.
     cleanup_policy: Sequence[str] = tuple(_default("cleanup.policy"))

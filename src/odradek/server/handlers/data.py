@@ -28,7 +28,8 @@ import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from odradek.errors import ErrorCode, KafkaError
+from odradek.errors import ErrorCode, InvalidRecordsError, KafkaError
+from odradek.log_limiter import LogLimiter
 from odradek.protocol import list_offsets_v0
 from odradek.protocol.codec import RequestHeaderInfo
 from odradek.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
@@ -41,6 +42,7 @@ from odradek.replication.replica_manager import ProduceEntry
 from odradek.replication.txn_verification import TxnVerification, VerificationGuards
 from odradek.security.acl import AclOperation, ResourceType
 from odradek.server.network import CloseConnection, InOrder
+from odradek.server.schema_validation import LOOKUP_TIMEOUT_S, check_records
 from odradek.storage.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
@@ -49,11 +51,16 @@ from odradek.storage.batch import (
     TRANSACTIONAL_BIT,
     BatchHeader,
 )
+from odradek.storage.schema_ids import distinct_ids, record_schema_ids
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from odradek.server.context import RequestContext
+    from odradek.storage.log_types import LogConfig
 
 logger = logging.getLogger(__name__)
+_SCHEMA_LOG = LogLimiter(burst=5, interval_s=60.0)  # a bad producer must not fill the disk
 
 Result = bytes | list[Any] | None | Coroutine[Any, Any, Any] | InOrder
 
@@ -86,12 +93,31 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
             else:
                 res.error_code = int(ErrorCode.topic_authorization_failed)
                 denied += 1
+    timeout_s = req.timeout.total_seconds()
+    # Broker-side schema id validation (issue 27): only topics that ask for it pay.
+    checks = _schema_checks(ctx, entries) if entries else None
+    if checks is not None:
+        # (checks may be empty: every validating entry already failed, e.g. no registry)
+        missing = _validate_cached(ctx, checks) if checks else None
+        if missing:
+            # In order, as a KIP-890 verification: the producer's next batches must not
+            # be appended before this one while its schema ids are looked up.
+            return InOrder(_validated_produce(ctx, header, results, entries, checks, missing,
+                                              tid, acks, timeout_s, denied, throttle_ms))
+        denied += _drop_failed(entries)
+    return _verify_and_append(ctx, header, results, entries, tid, acks, timeout_s, denied,
+                              throttle_ms)
+
+
+def _verify_and_append(ctx: RequestContext, header: RequestHeaderInfo,
+                       results: list[tuple[str, list[PartitionProduceResult]]],
+                       entries: list[ProduceEntry], tid: str | None, acks: int,
+                       timeout_s: float, denied: int, throttle_ms: int) -> Result:
     # Transactional batches (KIP-98) are appended like idempotent ones; the partition's
     # producer state opens the transaction and holds the LSO at its first offset until
     # the coordinator's marker closes it. One that would open a transaction on a
     # partition is first verified with the coordinator (KIP-890): the replica manager
     # gives each transactional append its guard, and its append requires one.
-    timeout_s = req.timeout.total_seconds()
     guards: VerificationGuards = {}
     if tid and entries:
         verifications = _start_verification(ctx, entries)
@@ -104,6 +130,123 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
                                              guards, tid, acks, timeout_s, denied,
                                              throttle_ms))
     return _append(ctx, header, results, entries, acks, timeout_s, denied, throttle_ms, guards)
+
+
+# ---------------------------------------------------------------- schema id validation
+# (entry, its topic's config, its records' ids: odradek.storage.schema_ids' table)
+SchemaCheck = tuple[ProduceEntry, "LogConfig", "np.ndarray"]
+
+
+def _schema_checks(ctx: RequestContext,
+                   entries: list[ProduceEntry]) -> list[SchemaCheck] | None:
+    """The entries whose topic validates schema ids, with their records' ids (walked
+    once); None if no entry's topic does. A partition this broker does not lead is left
+    to the append's error. An entry that cannot be validated fails here (its result
+    carries the error)."""
+    parts = ctx.replicas.partitions
+    checks: list[SchemaCheck] | None = None
+    for e in entries:
+        p = parts.get((e.topic, e.result.index))
+        if p is None or e.records is None or not p.is_leader:
+            continue  # the append answers (NOT_LEADER_OR_FOLLOWER, ...) without a lookup
+        cfg = p.log.config
+        if not (cfg.value_schema_validation or cfg.key_schema_validation):
+            continue
+        if checks is None:
+            checks = []
+        try:
+            if ctx.schema_ids is None:
+                raise KafkaError(ErrorCode.invalid_record,
+                                 f"schema id validation is on for topic {e.topic} but the "
+                                 f"broker has no confluent.schema.registry.url")
+            rows = record_schema_ids(e.records, cfg.key_schema_validation,
+                                     cfg.value_schema_validation)
+        except KafkaError as err:
+            _fail(e, err)
+            continue
+        checks.append((e, cfg, rows))
+    return checks
+
+
+def _validate_cached(ctx: RequestContext, checks: list[SchemaCheck]) -> set[int]:
+    """Validate each check whose ids are all cached (failures land in its result); the
+    ids still to look up (their checks wait for ``_validated_produce``)."""
+    validator = ctx.schema_ids
+    assert validator is not None
+    missing_all: set[int] = set()
+    for e, cfg, rows in checks:
+        ids = distinct_ids(rows, cfg.key_schema_validation, cfg.value_schema_validation)
+        known, missing = validator.cached(ids)
+        if not missing:
+            try:
+                check_records(e.topic, e.result.index, cfg, rows, known)
+                continue
+            except KafkaError as err:
+                # Refused on what the cache says: ask the registry again if that is
+                # old news (the id may have been registered under this subject since).
+                missing = validator.refreshable(ids)
+                if not missing:
+                    _fail(e, err)
+                    continue
+        missing_all |= missing
+    return missing_all
+
+
+async def _validated_produce(ctx: RequestContext, header: RequestHeaderInfo,
+                             results: list[tuple[str, list[PartitionProduceResult]]],
+                             entries: list[ProduceEntry], checks: list[SchemaCheck],
+                             missing: set[int], tid: str | None, acks: int, timeout_s: float,
+                             denied: int, throttle_ms: int) -> Any:
+    validator = ctx.schema_ids
+    assert validator is not None
+    lookup_error: KafkaError | None = None
+    try:
+        await validator.lookup(missing, min(timeout_s, LOOKUP_TIMEOUT_S))
+    except KafkaError as err:
+        lookup_error = err
+    except Exception as err:  # an answer the client did not expect: logged, retriable
+        logger.exception("schema registry lookup of ids %s failed", sorted(missing))
+        lookup_error = KafkaError(ErrorCode.request_timed_out,
+                                  f"schema registry lookup failed: {err!r}"[:300])
+    for e, cfg, rows in checks:
+        if e.result.error_code:
+            continue
+        ids = distinct_ids(rows, cfg.key_schema_validation, cfg.value_schema_validation)
+        known, still = validator.cached(ids)
+        try:
+            if still:  # the lookup failed: retriable, the registry may come back
+                raise lookup_error or KafkaError(ErrorCode.request_timed_out,
+                                                 "schema registry lookup failed")
+            check_records(e.topic, e.result.index, cfg, rows, known)
+        except KafkaError as err:
+            _fail(e, err)
+    denied += _drop_failed(entries)
+    result = _verify_and_append(ctx, header, results, entries, tid, acks, timeout_s, denied,
+                                throttle_ms)
+    if isinstance(result, InOrder):
+        result = result.coro
+    if isinstance(result, Coroutine):
+        return await result
+    return result
+
+
+def _fail(e: ProduceEntry, err: KafkaError) -> None:
+    res = e.result
+    res.error_code = int(err.code)
+    res.error_message = err.message or None
+    res.base_offset = -1
+    if isinstance(err, InvalidRecordsError):
+        res.record_errors = err.record_errors
+    _SCHEMA_LOG.log(logger, logging.INFO, err.code, "produce to %s-%d rejected: %s",
+                    e.topic, res.index, err)
+
+
+def _drop_failed(entries: list[ProduceEntry]) -> int:
+    """Remove the entries that failed validation (their results keep the error); how
+    many were removed."""
+    before = len(entries)
+    entries[:] = [e for e in entries if not e.result.error_code]
+    return before - len(entries)
 
 
 def _produce_throttle(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> int:
