@@ -17,7 +17,6 @@ The file uses Kafka's checkpoint text format: ``0`` (version), entry count, then
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from odradek.runtime import disk
@@ -53,7 +52,9 @@ class LeaderEpochCache:
             f.write(body)
             f.flush()
             disk.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        # Kafka's CheckpointFile: the rename and then the directory are made durable,
+        # or a power cut brings back the previous epochs (or none).
+        disk.replace_durably(tmp, self.path)
 
     # ------------------------------------------------------------------ queries
     @property

@@ -506,6 +506,10 @@ class Log:
             seg.time_index.write_pending()
             if with_indexes or not is_active:
                 job.index_paths += [seg.index.path, seg.time_index.path]
+                for ix in (seg.index, seg.time_index):
+                    if ix.renamed:  # a rewrite's rename: durable with this job's dir fsync
+                        ix.renamed = False
+                        self._dir_dirty = True
         job.fsync_dir, self._dir_dirty = self._dir_dirty, False
         self._dir_changed = False
         job.fsync_parent, self._parent_dirty = self._parent_dirty, False
