@@ -17,13 +17,26 @@ The file uses Kafka's checkpoint text format: ``0`` (version), entry count, then
 
 from __future__ import annotations
 
+import itertools
+import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from odradek.runtime import disk
+
+if TYPE_CHECKING:
+    from odradek.storage.log import Log
+
+logger = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
+
+
+def _entry(line: str) -> tuple[int, int]:
+    epoch, offset = line.split()
+    return int(epoch), int(offset)
 
 
 class LeaderEpochCache:
@@ -34,16 +47,28 @@ class LeaderEpochCache:
 
     # ------------------------------------------------------------------ persistence
     def _load(self) -> None:
+        # ``intact``: the file was there and whole. A missing or torn one (a power cut,
+        # a broker of an older version) is rebuilt from the log's batches by
+        # ``recover_from_log``, which the replica manager calls on every load.
+        self.intact = False
         try:
             lines = self.path.read_text().split("\n")
         except FileNotFoundError:
             return
         try:
+            if int(lines[0]) != 0:
+                raise ValueError(f"version {lines[0]}")
             count = int(lines[1])
-            entries = [tuple(map(int, ln.split())) for ln in lines[2:2 + count]]
-        except (ValueError, IndexError):
-            entries = []  # a torn checkpoint: rebuilt from the log's batches by the caller
-        self.entries = [(e, o) for e, o in entries]
+            entries = [_entry(ln) for ln in lines[2:] if ln.strip()]
+            if len(entries) != count or any(
+                a[0] >= b[0] or a[1] > b[1] for a, b in itertools.pairwise(entries)
+            ):
+                raise ValueError("entries torn or not increasing")
+        except (ValueError, IndexError) as e:
+            logger.warning("%s: unreadable (%s); rebuilding it from the log", self.path, e)
+            return
+        self.entries = entries
+        self.intact = True
 
     def _flush(self) -> None:
         tmp = self.path.with_suffix(".tmp")
@@ -76,16 +101,20 @@ class LeaderEpochCache:
     # ------------------------------------------------------------------ updates
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that ``epoch`` starts at ``start_offset`` (no-op if not newer)."""
+        if self._add(epoch, start_offset):
+            self._flush()
+
+    def _add(self, epoch: int, start_offset: int) -> bool:
         if epoch < 0:
-            return
+            return False
         if self.entries and epoch <= self.entries[-1][0]:
-            return
+            return False
         # Entries whose start is at or past the new start are superseded (a truncated
         # suffix that was rewritten under the new epoch).
         while self.entries and self.entries[-1][1] >= start_offset:
             self.entries.pop()
         self.entries.append((epoch, start_offset))
-        self._flush()
+        return True
 
     def truncate_from_end(self, end_offset: int) -> None:
         """The log was truncated to ``end_offset``: forget epochs starting at/after it."""
@@ -93,6 +122,25 @@ class LeaderEpochCache:
         if kept != self.entries:
             self.entries = kept
             self._flush()
+
+    def recover_from_log(self, log: Log) -> None:
+        """On load (Kafka's ``LogLoader``/``LogSegment.recover``): forget epochs starting
+        past the log end, then ``assign`` the epoch of every batch newer than the latest
+        known one -- from the log start when the checkpoint was missing or torn, else from
+        the recovery point the log was opened with (the batches recovery re-read: the
+        checkpoint's rename may not have survived a power cut that kept them)."""
+        self.truncate_from_end(log.log_end_offset)
+        start = log.opened_recovery_point if self.intact else log.log_start_offset
+        changed = False
+        for seg in log.segments:
+            if seg.next_offset <= start:
+                continue
+            for h in seg.iter_headers(0, seg.size):
+                if h.last_offset >= start:
+                    changed |= self._add(h.partition_leader_epoch, h.base_offset)
+        if changed or (not self.intact and self.path.exists()):
+            self._flush()  # once, not per epoch; a torn file is replaced even if empty
+        self.intact = True
 
     def clear(self) -> None:
         self.entries = []
