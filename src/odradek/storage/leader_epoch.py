@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from odradek.runtime import disk
 
 if TYPE_CHECKING:
+    from odradek.storage.batch import BatchHeader
     from odradek.storage.log import Log
 
 logger = logging.getLogger(__name__)
@@ -127,11 +128,40 @@ class LeaderEpochCache:
         """On load (Kafka's ``LogLoader``/``LogSegment.recover``): forget epochs starting
         past the log end, then ``assign`` the epoch of every batch newer than the latest
         known one -- from the log start when the checkpoint was missing or torn, else from
-        the recovery point the log was opened with (the batches recovery re-read: the
-        checkpoint's rename may not have survived a power cut that kept them)."""
+        the recovery point the log was opened with (the batches recovery re-read).
+
+        Beyond Kafka, entries are checked against the batches they name: a power cut can
+        undo a truncation of the log (never fsynced) while keeping the checkpoint written
+        after it, so an entry may say epoch 2 from offset 74 where the grown-back log holds
+        epoch 1 -- a follower asking about epoch 2 would keep that divergent suffix
+        (power-loss seed 54). From the first such entry the cache is rebuilt from the log,
+        and likewise from the latest entry when the last batch has a newer epoch."""
         self.truncate_from_end(log.log_end_offset)
         start = log.opened_recovery_point if self.intact else log.log_start_offset
         changed = False
+        for i, (epoch, offset) in enumerate(self.entries):
+            if offset < log.log_start_offset:
+                continue
+            h = _batch_at(log, offset)
+            if h is None or h.partition_leader_epoch < 0:
+                break
+            if h.partition_leader_epoch < epoch or (
+                h.base_offset <= offset and h.partition_leader_epoch != epoch
+            ):
+                logger.warning(
+                    "%s: epoch %d from offset %d, but the batch there is of epoch %d: "
+                    "rebuilding the cache from the log from there",
+                    self.path,
+                    epoch,
+                    offset,
+                    h.partition_leader_epoch,
+                )
+                del self.entries[i:]
+                start, changed = min(start, offset), True
+                break
+        last = _batch_at(log, log.log_end_offset - 1)
+        if last is not None and last.partition_leader_epoch > self.latest_epoch:
+            start = min(start, self.entries[-1][1] if self.entries else log.log_start_offset)
         for seg in log.segments:
             if seg.next_offset <= start:
                 continue
@@ -145,3 +175,12 @@ class LeaderEpochCache:
     def clear(self) -> None:
         self.entries = []
         self._flush()
+
+
+def _batch_at(log: Log, offset: int) -> BatchHeader | None:
+    """The header of the first batch of ``log`` ending at or after ``offset``."""
+    for seg in log.segments:
+        if seg.next_offset > offset and seg.size:
+            pos = seg.locate(offset)
+            return seg.header_at(pos) if pos < seg.size else None
+    return None
