@@ -39,3 +39,26 @@ def test_storage_fsyncs_only_through_the_seam() -> None:
         for m in direct.finditer(p.read_text())
     ]
     assert hits == []
+
+
+# Renames in the storage layer that are not a checkpoint's move into place, each made
+# durable otherwise: a new `os.replace` there must use `disk.replace_durably` (rename +
+# directory fsync through the seam) or be added here with its reason.
+_OTHER_RENAMES = {
+    "storage/index.py": 1,  # a rewritten index: the log's next flush fsyncs the directory
+    "storage/log.py": 1,  # cleaner swap renames, each batch followed by fsync_dir
+    "storage/cleaner.py": 1,  # complete_swaps: all renames, then one directory fsync
+    "storage/segment.py": 1,  # .deleted renames (Kafka's renameTo: no parent flush)
+    "storage/txn_index.py": 1,  # the same, for the .txnindex
+    "storage/truncation_ledger.py": 1,  # the .batches file: the .json's move fsyncs the dir
+}
+
+
+def test_storage_renames_are_durable_or_accounted_for() -> None:
+    found: dict[str, int] = {}
+    for pkg in ("storage", "log_manager", "replication"):
+        for p in sorted((SRC / pkg).rglob("*.py")):
+            n = len(re.findall(r"\bos\.(?:replace|rename)\(", p.read_text()))
+            if n:
+                found[str(p.relative_to(SRC))] = n
+    assert found == _OTHER_RENAMES

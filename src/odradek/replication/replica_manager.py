@@ -328,9 +328,10 @@ class ReplicaManager:
         producers = ProducerStateManager(directory)
         rebuild_producer_state(producers, lg)
         epochs = LeaderEpochCache(directory)
-        # Kafka truncates the epoch cache to the LEO on load: after a power cut the
-        # (fsynced) leader-epoch-checkpoint can name epochs starting past the log end.
-        epochs.truncate_from_end(lg.log_end_offset)
+        # Kafka's load: the cache is cut to the LEO (a power cut can leave a checkpoint
+        # naming epochs past the log end) and the recovered batches' epochs assigned (or
+        # all of them when the checkpoint was missing or torn).
+        epochs.recover_from_log(lg)
         part = Partition(tp[0], tp[1], lg, list(pinfo.replicas), self.broker_id, epochs,
                          producers, ledger=self.ledger,
                          high_watermark=self._hw_from_checkpoint.get(tp, 0))

@@ -72,14 +72,9 @@ def _write_checkpoint(p: Path, entries: dict[tuple[str, int], int]) -> None:
         disk.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, p)
-    fsync_dir(p.parent)
+    disk.replace_durably(tmp, p)
 
 
 def fsync_dir(directory: Path) -> None:
     """Make renames/creations/deletions in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        disk.fsync(fd)
-    finally:
-        os.close(fd)
+    disk.fsync_directory(directory)

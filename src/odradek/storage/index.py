@@ -38,6 +38,9 @@ class _Index:
         self.values: array[int] = array("q")  # positions / offsets
         self._persisted = 0  # entries already in the file
         self._rewrite = False  # file must be rewritten from scratch (after truncation)
+        # Rewritten (tmp + rename) since the directory was last fsynced: the log's next
+        # flush fsyncs the directory (``Log.begin_flush``) and clears it.
+        self.renamed = False
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -100,7 +103,14 @@ class _Index:
                     disk.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, self.path)
+            if fsync:
+                disk.replace_durably(tmp, self.path)
+            else:
+                # Durable with the segment's next flush: it fsyncs this file and, seeing
+                # ``renamed``, the directory (Kafka truncates its index in place and makes
+                # it durable at the next flush alike) -- no fsync on the event loop here.
+                os.replace(tmp, self.path)
+                self.renamed = True
             self._persisted = len(self.keys)
             self._rewrite = False
             return

@@ -63,6 +63,9 @@ class Log:
         self._bases = [s.base_offset for s in segments]
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
+        # The recovery point this log was opened with: batches from it on were recovered
+        # (Kafka's LogSegment.recover), and re-assign their epochs to the epoch cache.
+        self.opened_recovery_point = recovery_point
         self.unflushed_messages = 0
         self.last_flush_ms: int | None = None
         self._dir_dirty = False
@@ -113,6 +116,7 @@ class Log:
         log._dir_changed = loaded.created  # a new partition directory is a change of ours
         if lso > log.log_end_offset:
             log.truncate_fully_and_start_at(lso)
+        log.opened_recovery_point = min(recovery_point, log.log_end_offset)
         if loaded.recovered and (loaded.damaged or log.log_end_offset > recovery_point):
             # Everything up to the LEO is now verified; make it durable so the
             # recovery point can move to the LEO (and a truncation of a torn tail sticks).
@@ -506,6 +510,10 @@ class Log:
             seg.time_index.write_pending()
             if with_indexes or not is_active:
                 job.index_paths += [seg.index.path, seg.time_index.path]
+                for ix in (seg.index, seg.time_index):
+                    if ix.renamed:  # a rewrite's rename: durable with this job's dir fsync
+                        ix.renamed = False
+                        self._dir_dirty = True
         job.fsync_dir, self._dir_dirty = self._dir_dirty, False
         self._dir_changed = False
         job.fsync_parent, self._parent_dirty = self._parent_dirty, False

@@ -46,7 +46,6 @@ of opening a transaction nothing will close.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -318,7 +317,9 @@ class ProducerStateManager:
                     f.write(body)
                     f.flush()
                     disk.fsync(f.fileno())
-                os.replace(tmp, path)
+                # Durable rename (directory fsync, Kafka's atomicMoveWithFallback): the
+                # older snapshots go next, and a cut must not leave none of them.
+                disk.replace_durably(tmp, path)
                 for old in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
                     if old != path:
                         old.unlink(missing_ok=True)

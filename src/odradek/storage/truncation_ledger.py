@@ -224,7 +224,7 @@ class TruncationLedger:
             size_bytes=size, data_epochs=epochs, new_leader_id=new_leader_id,
             new_leader_epoch=new_leader_epoch, high_watermark=high_watermark,
             below_high_watermark=below, reason=reason, time_ms=now_ms)
-        os.replace(tmp, entry.batches_path)
+        os.replace(tmp, entry.batches_path)  # made durable by the json's directory fsync
         _write_json_durably(entry.path, entry.to_json())  # the commit point of the entry
         fsync_dir(pdir)
         if created:
@@ -336,6 +336,5 @@ def _write_json_durably(path: Path, obj: dict[str, Any]) -> None:
         disk.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    disk.replace_durably(tmp, path)
 

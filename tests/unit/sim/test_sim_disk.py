@@ -83,17 +83,25 @@ def test_checkpoint_protocol_survives_whole(tmp_path: Path, sim: SimDisk) -> Non
     assert read_checkpoint(cp) == {("t", 0): 9}
 
 
+def _write_renamed(path: Path, body: bytes) -> None:
+    """tmp, fsync, rename -- and no directory fsync after the rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(body)
+    _fsync_path(tmp)
+    os.replace(tmp, path)
+
+
 def test_rename_without_a_directory_fsync_is_undone(tmp_path: Path, sim: SimDisk) -> None:
-    # The leader-epoch file is written tmp, fsync, rename -- with no directory fsync
-    # after the rename, so the model keeps the file the last directory fsync saw.
-    cache = LeaderEpochCache(tmp_path)
-    cache.assign(1, 0)
+    # With no directory fsync after the rename, the model keeps the file the last
+    # directory fsync saw (the checkpoints use disk.replace_durably, which fsyncs it).
+    cp = tmp_path / "leader-epoch-checkpoint"
+    _write_renamed(cp, b"0\n1\n1 0\n")
     fsync_dir(tmp_path)
-    cache.assign(2, 10)
+    _write_renamed(cp, b"0\n2\n1 0\n2 10\n")
     # A second rewrite: its temporary file may get the first file's inode number back
     # (freed by the first rename) and pass for the durable file (seed 70 of the
     # power-loss profile, before the model pinned the inodes it remembers).
-    cache.assign(3, 20)
+    _write_renamed(cp, b"0\n3\n1 0\n2 10\n3 20\n")
     rep = sim.power_loss(tmp_path, random.Random(1))
     assert LeaderEpochCache(tmp_path).entries == [(1, 0)]
     assert rep.restored == ["leader-epoch-checkpoint"]
