@@ -270,6 +270,10 @@ def test_transaction_apis_check_acls(secure: LocalCluster) -> None:
     with pytest.raises(KafkaException) as e:
         p.commit_transaction(30)
     assert _code(e.value) == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, e.value
+    # The ExceptionInfo's traceback holds this frame (a cycle): without this the clients
+    # above live until a full garbage collection, reconnecting to addresses later tests
+    # reuse.
+    del e
 
 
 def test_transactional_produce_needs_write_on_its_transactional_id(
