@@ -45,6 +45,7 @@ __all__ = [
     "value_options",
     "avro_ddl",
     "avro_arrow_schema",
+    "registry_json",
 ]
 
 logger = logging.getLogger(__name__)
@@ -81,8 +82,14 @@ class ValueOptions:
         return avro_columns(json.loads(self.schema))
 
 
-def _get_json(url: str, auth: str | None) -> tuple[int, Any]:
-    req = urllib.request.Request(url, headers={"Accept": "application/vnd.schemaregistry.v1+json"})
+def registry_json(url: str, auth: str | None, body: Any = None) -> tuple[int, Any]:
+    """(HTTP status, JSON body) of a registry call: GET, or POST of ``body`` when given."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        url, data=data, headers={"Accept": "application/vnd.schemaregistry.v1+json"}
+    )
+    if data is not None:
+        req.add_header("Content-Type", "application/vnd.schemaregistry.v1+json")
     if auth:
         req.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
     try:
@@ -141,7 +148,7 @@ def value_options(options: Mapping[str, str], subscription: Subscription) -> Val
         ) from None
     path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/{version}"
     try:
-        status, body = _get_json(url + path, auth)
+        status, body = registry_json(url + path, auth)
     except OSError as e:
         raise SparkOptionError(f"schema registry {url}: {e}") from e
     if status != 200:
@@ -212,7 +219,7 @@ class AvroValueDecoder:
         if schema_id in self._unknown:
             raise LookupError(self._unknown[schema_id])
         try:
-            status, body = _get_json(
+            status, body = registry_json(
                 f"{self._vo.registry_url}/schemas/ids/{schema_id}", self._vo.auth
             )
         except OSError as e:  # the registry is down: retrying per record would not help
