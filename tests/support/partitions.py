@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from odradek.replication.partition import Partition
-from odradek.replication.partition_state import LeaderAndIsr, Transition
+from odradek.replication.partition_state import IsrEligibility, LeaderAndIsr, Transition
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import Log, LogConfig
 from odradek.storage.producer_state import ProducerStateManager
@@ -15,11 +15,12 @@ from odradek.storage.truncation_ledger import TruncationLedger
 def new_partition(directory: Path, *, broker: int = 1, replicas: tuple[int, ...] = (1, 2, 3),
                   config: LogConfig | None = None, ledger: TruncationLedger | None = None,
                   high_watermark: int = 0, topic: str = "t", index: int = 0,
-                  log: Log | None = None) -> Partition:
+                  log: Log | None = None,
+                  eligibility: IsrEligibility | None = None) -> Partition:
     lg = log if log is not None else Log.open(directory, config or LogConfig())
     return Partition(topic, index, lg, list(replicas), broker, LeaderEpochCache(directory),
                      ProducerStateManager(directory), ledger=ledger,
-                     high_watermark=high_watermark)
+                     high_watermark=high_watermark, eligibility=eligibility)
 
 
 def lead(p: Partition, epoch: int, isr: list[int] | tuple[int, ...], *, zk_version: int = 0,

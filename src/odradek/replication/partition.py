@@ -43,6 +43,7 @@ from odradek.errors import ErrorCode, InvalidRecordsError, KafkaError
 from odradek.replication.partition_state import (
     Fenced,
     Follower,
+    IsrEligibility,
     IsrWrite,
     Leader,
     LeaderAndIsr,
@@ -70,12 +71,13 @@ _NO_ERROR: Final = ErrorCode.none
 class Partition:
     __slots__ = ("topic", "index", "name", "log", "epochs", "producers", "ledger",
                  "local_broker_id", "_replicas", "_state", "_hw", "_min_isr", "_followers",
-                 "_expand_candidates", "_epoch_start_offset")
+                 "_expand_candidates", "_epoch_start_offset", "_eligibility")
 
     def __init__(self, topic: str, index: int, log: Log, replicas: list[int] | tuple[int, ...],
                  local_broker_id: int, epochs: LeaderEpochCache,
                  producers: ProducerStateManager, *, ledger: TruncationLedger | None = None,
-                 high_watermark: int = 0, min_insync_replicas: int = 1) -> None:
+                 high_watermark: int = 0, min_insync_replicas: int = 1,
+                 eligibility: IsrEligibility | None = None) -> None:
         self.topic = topic
         self.index = index
         self.name = f"{topic}-{index}"
@@ -95,6 +97,8 @@ class Partition:
         # Followers outside the ISR whose latest fetch qualified them: only a fetch can
         # qualify a replica for the ISR, never stale knowledge (Kafka's maybeExpandIsr).
         self._expand_candidates: set[int] = set()
+        # KIP-841: only a registered broker not shutting down joins the ISR.
+        self._eligibility = eligibility
         # KIP-207: the LEO when this replica last became leader; None unless leading.
         self._epoch_start_offset: int | None = None
 
@@ -413,7 +417,8 @@ class Partition:
             return t
         assert isinstance(st, Leader)
         if replica_id not in st.isr:
-            if fetch_offset >= self._hw and self._caught_up_in_epoch(fs):
+            if (fetch_offset >= self._hw and self._caught_up_in_epoch(fs)
+                    and self._isr_eligible(replica_id)):
                 self._expand_candidates.add(replica_id)
             else:
                 self._expand_candidates.discard(replica_id)
@@ -453,8 +458,19 @@ class Partition:
         # simulator's seed 308 kept such a follower out of the ISR for good.
         if (type(st) is Leader and replica_id not in st.isr
                 and at_ms > fs.fetch_ms_out_of_isr
-                and fetch_offset >= self._hw and self._caught_up_in_epoch(fs)):
+                and fetch_offset >= self._hw and self._caught_up_in_epoch(fs)
+                and self._isr_eligible(replica_id)):
             self._expand_candidates.add(replica_id)
+
+    def _isr_eligible(self, replica_id: int) -> bool:
+        e = self._eligibility
+        return e is None or e.eligible(replica_id)
+
+    def forget_candidates(self, brokers: frozenset[int]) -> None:
+        """These brokers left the leader's image (or began a controlled shutdown): a fetch
+        they sent before is no reason to add them to the ISR, even once they are back
+        (a restarted broker may have lost its log); only a later fetch qualifies them."""
+        self._expand_candidates -= brokers
 
     def _mark_removed(self, old_isr: tuple[int, ...], new_isr: tuple[int, ...]) -> None:
         """Followers that just left the committed ISR: only a fetch after this may bring
@@ -492,7 +508,10 @@ class Partition:
                                           and now_ms - fs.last_caught_up_ms <= lag_max_ms):
                     new.append(r)
             elif r in self._expand_candidates:
-                new.append(r)
+                if self._isr_eligible(r):
+                    new.append(r)
+                else:  # KIP-841: its broker is gone or stopping (see forget_candidates)
+                    self._expand_candidates.discard(r)
         order = {b: i for i, b in enumerate(self._replicas)}
         new.sort(key=lambda b: order.get(b, len(order)))
         if new == sorted(st.isr, key=lambda b: order.get(b, len(order))):

@@ -25,7 +25,7 @@ waiters re-check (the HW moved, data arrived, the role changed), start or stop f
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -198,3 +198,33 @@ class IsrStore(Protocol):
     one partition's failure never fails the others."""
 
     def write_isrs(self, writes: Sequence[IsrWrite]) -> dict[tuple[str, int], IsrOutcome]: ...
+
+
+class IsrEligibility:
+    """Which brokers a leader may add to an ISR (KIP-841, Kafka's
+    ``Partition.isReplicaIsrEligible``): those its metadata image shows registered
+    (alive in /brokers/ids) and not in a controlled shutdown. A fetch that a broker sent
+    before it died can reach the leader after the controller took it out of the ISR; it
+    must not bring the dead broker back, or the controller may elect it with whatever log
+    it restarts with. One object per replica manager, shared by its partitions and
+    updated with each image; ``None`` (a bare Partition in tests) knows no broker list."""
+
+    __slots__ = ("_alive", "_shutting_down")
+
+    def __init__(self) -> None:
+        self._alive: frozenset[int] | None = None
+        self._shutting_down: frozenset[int] = frozenset()
+
+    def update(self, alive: Iterable[int], shutting_down: Iterable[int] = ()) -> frozenset[int]:
+        """Adopt an image's broker lists; returns the brokers that just became ineligible."""
+        before = self._alive
+        self._alive = frozenset(alive)
+        was_down = self._shutting_down
+        self._shutting_down = frozenset(shutting_down)
+        if before is None:
+            return frozenset(self._shutting_down)
+        return (before - self._alive) | (self._shutting_down - was_down)
+
+    def eligible(self, broker: int) -> bool:
+        alive = self._alive
+        return (alive is None or broker in alive) and broker not in self._shutting_down

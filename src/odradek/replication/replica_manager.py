@@ -65,6 +65,7 @@ from odradek.replication.leader_endpoint import EndpointFactory
 from odradek.replication.partition import Partition, Role, rebuild_producer_state
 from odradek.replication.partition_state import (
     IsrConflict,
+    IsrEligibility,
     IsrOutcome,
     IsrStore,
     IsrStoreUnavailable,
@@ -157,6 +158,8 @@ class ReplicaManager:
         self.follower_quota = ReplicationQuota(window_s, windows)
         self.fetchers.quota = self.follower_quota
         self.partitions: dict[TopicPartition, Partition] = {}
+        # KIP-841: the brokers this broker's partitions, when leading, may add to an ISR.
+        self.isr_eligibility = IsrEligibility()
         self._logs: dict[TopicPartition, Log] = {}
         self._hw_from_checkpoint: dict[TopicPartition, int] = {}
         self._fenced_retry: dict[TopicPartition, float] = {}
@@ -254,6 +257,11 @@ class ReplicaManager:
         self.txn_verification_enabled = verification_enabled(
             self.settings.txn_verification_enable, image)
         self._apply_throttle_rates(image)
+        if image.complete:  # an image before the first full read lists no broker yet
+            gone = self.isr_eligibility.update(image.brokers)
+            if gone:
+                for part in self.partitions.values():
+                    part.forget_candidates(gone)
         for name in (image.topics if changed is None else changed):
             topic = image.topics.get(name)
             if topic is None:
@@ -334,7 +342,8 @@ class ReplicaManager:
         epochs.recover_from_log(lg)
         part = Partition(tp[0], tp[1], lg, list(pinfo.replicas), self.broker_id, epochs,
                          producers, ledger=self.ledger,
-                         high_watermark=self._hw_from_checkpoint.get(tp, 0))
+                         high_watermark=self._hw_from_checkpoint.get(tp, 0),
+                         eligibility=self.isr_eligibility)
         self.partitions[tp] = part
         return part
 

@@ -19,6 +19,10 @@ after it: production code has no switch for them and pays nothing.
   from ZooKeeper, which would have fenced itself, drops an unreachable follower and goes
   on acknowledging acks=all with the smaller ISR until its session expires; the
   controller, whose znode still has the old ISR, may elect the dropped follower.
+* ``no-isr-eligibility``: before KIP-841: a leader adds a follower to the ISR on any
+  fetch that qualifies, even one its broker sent before it died, and the controller
+  lets the write stand; the dead broker is then "in sync" and may be elected, with
+  whatever log it restarts with.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 from odradek.replication import fetcher, partition
 from odradek.replication.partition_state import IsrWrite, Leader, Transition
 from odradek.replication.truncation import TruncationDecision
+from odradek.sim.world import SimController
 
 __all__ = ["BUGS", "injected"]
 
@@ -38,6 +43,7 @@ BUGS: dict[str, str] = {
     "hw-ignores-min-isr": "acks=all and the HW advance with fewer than min.insync.replicas",
     "idle-session": "a partition counts idle for a follower the leader never recorded (b85dcd4)",
     "isr-shrink-unconditional": "an ISR shrink applied locally, without the conditional write",
+    "no-isr-eligibility": "an unregistered broker is added to the ISR and kept (before KIP-841)",
 }
 
 
@@ -87,6 +93,14 @@ def _shrinking_locally(
     return shrink_without_zookeeper
 
 
+def _always(*_: Any) -> bool:
+    return True
+
+
+def _nothing(*_: Any) -> None:
+    return None
+
+
 @contextmanager
 def _patched(obj: object, name: str, value: object) -> Iterator[None]:
     old = getattr(obj, name)
@@ -131,4 +145,8 @@ def injected(name: str | None) -> Iterator[None]:
             stack.enter_context(
                 _patched(partition.Partition, "maybe_shrink_isr", _shrinking_locally(shrink))
             )
+        elif name == "no-isr-eligibility":
+            stack.enter_context(_patched(partition.Partition, "_isr_eligible", _always))
+            stack.enter_context(_patched(partition.Partition, "forget_candidates", _nothing))
+            stack.enter_context(_patched(SimController, "undo_ineligible", _nothing))
         yield

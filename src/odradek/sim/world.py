@@ -32,7 +32,7 @@ from typing import Any
 from odradek.controller.reassignment import ReplicaSets, completion, start
 from odradek.errors import error_name
 from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
-from odradek.replication.leader_endpoint import EndpointError
+from odradek.replication.leader_endpoint import EndpointError, FetchRequestData, FetchResult
 from odradek.replication.partition_state import (
     IsrConflict,
     IsrStoreUnavailable,
@@ -45,6 +45,7 @@ from odradek.sim.checkers import Ack, LeadershipMonitor, Violation
 from odradek.sim.harness import (
     TOPIC,
     MemoryController,
+    MemoryLeaderEndpoint,
     MemoryNetwork,
     ReplicationHarness,
     _BrokerIsrStore,
@@ -131,8 +132,11 @@ class SimNetwork(MemoryNetwork):
 
     async def hop(self, src: int, dst: int) -> None:
         lo, hi = self.latency_s
+        # A message on the wire arrives even if its sender dies meanwhile (kill -9 recalls
+        # nothing): only a sender dead when sending loses it.
+        sent = src not in self.dead
         await asyncio.sleep(self.delays.get((src, dst), 0.0) + self.rng.uniform(lo, hi))
-        if self._broken(src, dst):
+        if not sent or self._broken(-1 if src in self.dead else src, dst):
             raise EndpointError(f"link {src}->{dst} is down")
 
 
@@ -156,9 +160,12 @@ class _SimIsrStore(_BrokerIsrStore):
             raise
         if trace is not None:
             trace(f"{what}: ok, version {version}")
-        if isinstance(c, SimController) and c.assignment[write.partition].in_progress:
-            # The ISR change's notification makes the controller check the move.
-            self._loop.call_soon(c.check_reassignments)
+        if isinstance(c, SimController):
+            # The ISR change's notification: the controller undoes an ineligible member
+            # (KIP-841) and checks a move.
+            self._loop.call_soon(c.undo_ineligible, write.partition)
+            if c.assignment[write.partition].in_progress:
+                self._loop.call_soon(c.check_reassignments)
         return version
 
 
@@ -213,7 +220,9 @@ class SimController(MemoryController):
         return MetadataImage(
             cluster_id="harness",
             controller_id=self.brokers[0],
-            brokers={b: BrokerInfo(b, "memory", b) for b in self.brokers},
+            # /brokers/ids: the registered brokers only (a leader admits no other to an
+            # ISR, KIP-841, and no follower fetches from an unregistered leader).
+            brokers={b: BrokerInfo(b, "memory", b) for b in self.brokers if b in self.registered},
             topics={TOPIC: TopicInfo(TOPIC, self.topic_id, parts)},
             complete=True,
         )
@@ -285,7 +294,23 @@ class SimController(MemoryController):
         self.trace(f"controller: broker {b} session expired")
         with self._one_transaction():
             self._move_off(b)
+            self.publish()  # /brokers/ids changed: every broker's watch fires
         self.check_reassignments()
+
+    def undo_ineligible(self, partition: int) -> None:
+        """The controller's rule on an ISR change's notification (``controller.py``,
+        KIP-841): a leader's write that put an unregistered broker in the ISR -- from a
+        fetch that broker sent before it died -- is undone, a new epoch without it."""
+        z = self.znodes[partition]
+        rest = tuple(r for r in z.isr if r in self.registered)
+        if rest == z.isr or z.leader not in self.registered or z.leader not in rest:
+            return  # nothing to undo, or a failover's business (_move_off)
+        self.trace(
+            f"controller: p{partition} isr {list(z.isr)} names unregistered "
+            f"{sorted(set(z.isr) - self.registered)}: undone"
+        )
+        with self._one_transaction():
+            self.elect(partition, z.leader, rest)
 
     def _move_off(self, b: int) -> None:
         for p, z in self.znodes.items():
@@ -343,6 +368,30 @@ class SimController(MemoryController):
             self.publish()
 
 
+class _InFlightEndpoint(MemoryLeaderEndpoint):
+    """A fetch, once sent, is the leader's business: the leader reads it even if the
+    follower crashes (or stops its fetcher) before the answer -- the late fetch behind
+    KIP-841, which can reach the leader after the controller took its dead sender out
+    of the ISR."""
+
+    async def fetch(
+        self, request: FetchRequestData, *, max_wait_ms: int, min_bytes: int, max_bytes: int
+    ) -> FetchResult:
+        served = asyncio.get_running_loop().create_task(
+            MemoryLeaderEndpoint.fetch(
+                self, request, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes
+            )
+        )
+        served.add_done_callback(_unanswered)
+        return await asyncio.shield(served)
+
+
+def _unanswered(task: asyncio.Task[FetchResult]) -> None:
+    # An answer nobody waits for any more (its follower crashed): its error is no one's.
+    if not task.cancelled():
+        task.exception()
+
+
 @dataclass
 class SimHarness(ReplicationHarness):
     seed: int = 0
@@ -364,6 +413,9 @@ class SimHarness(ReplicationHarness):
                 inner(image)
 
         return apply
+
+    def _endpoint_factory(self, follower: int) -> Callable[[int, str, int], Any]:
+        return lambda leader, _host, _port: _InFlightEndpoint(self, follower, leader)
 
     def start_broker(self, b: int) -> ReplicaManager:
         rm = super().start_broker(b)

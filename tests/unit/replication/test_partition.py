@@ -11,7 +11,14 @@ import pytest
 
 from odradek.errors import ErrorCode, KafkaError
 from odradek.replication.partition import Partition, Role
-from odradek.replication.partition_state import Fenced, Follower, Leader, LeaderAndIsr, Offline
+from odradek.replication.partition_state import (
+    Fenced,
+    Follower,
+    IsrEligibility,
+    Leader,
+    LeaderAndIsr,
+    Offline,
+)
 from odradek.storage.records import encode_batch
 from support.partitions import follow, lead, new_partition
 
@@ -125,6 +132,50 @@ def test_follower_rejoins_only_by_fetching_to_the_hw(tmp_path: Path) -> None:
     assert p.pending_isr == (1, 2, 3)
     p.isr_write_succeeded(t.isr_write, 1)
     assert p.isr == (1, 2, 3)
+
+
+def test_a_late_fetch_from_a_broker_gone_from_the_image_does_not_readmit_it_kip_841(
+    tmp_path: Path,
+) -> None:
+    # Found under load: broker 2, SIGKILLed, had a fetch in flight; the leader read it
+    # after the controller took 2 out of the ISR and re-admitted it, and 2 was later
+    # elected with the empty log it restarted with.
+    eligibility = IsrEligibility()
+    eligibility.update([1, 2, 3])
+    p = new_partition(tmp_path / "t-0-1", eligibility=eligibility)
+    lead(p, 1, [1, 2, 3])
+    p.append_as_leader(records(), 1, now_ms=0)
+    p.update_follower_fetch_state(2, 3, now_ms=1)
+    p.update_follower_fetch_state(3, 3, now_ms=1)
+    lead(p, 2, [1, 3], zk_version=1)  # the controller: 2's session expired
+    assert eligibility.update([1, 3]) == frozenset({2})  # /brokers/ids without 2
+    t = p.update_follower_fetch_state(2, 3, now_ms=5)  # the fetch 2 sent before dying
+    assert t.isr_write is None and p.pending_isr is None
+    assert p.maybe_shrink_isr(now_ms=6, lag_max_ms=LAG) is None
+    # A candidate that qualified just before its broker left (its proposal waited for
+    # the write in flight) is forgotten with it: once the broker is back -- a restart may
+    # have lost its log -- only a new fetch counts.
+    lead(p, 3, [1], zk_version=2)
+    eligibility.update([1, 2, 3])
+    w = p.update_follower_fetch_state(2, 3, now_ms=7).isr_write
+    assert w is not None and w.isr == (1, 2)
+    assert p.update_follower_fetch_state(3, 3, now_ms=8).isr_write is None  # one at a time
+    p.forget_candidates(eligibility.update([1, 2]))
+    eligibility.update([1, 2, 3])
+    t = p.isr_write_succeeded(w, 3)
+    assert t.isr_write is None and p.maybe_shrink_isr(now_ms=9, lag_max_ms=LAG) is None
+    t = p.update_follower_fetch_state(3, 3, now_ms=10)
+    assert t.isr_write is not None and t.isr_write.isr == (1, 2, 3)
+
+
+def test_a_broker_in_controlled_shutdown_is_not_added_to_the_isr(tmp_path: Path) -> None:
+    eligibility = IsrEligibility()
+    eligibility.update([1, 2, 3], shutting_down=[2])
+    p = new_partition(tmp_path / "t-0-1", eligibility=eligibility)
+    lead(p, 1, [1])
+    assert p.update_follower_fetch_state(2, 0, now_ms=1).isr_write is None
+    t = p.update_follower_fetch_state(3, 0, now_ms=1)
+    assert t.isr_write is not None and t.isr_write.isr == (1, 3)
 
 
 def test_expand_requires_reaching_the_start_of_the_current_epoch(tmp_path: Path) -> None:

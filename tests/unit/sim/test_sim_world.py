@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from odradek.metadata.image import MetadataImage
+from odradek.replication.partition_state import IsrWrite
 from odradek.sim.harness import TOPIC
 from odradek.sim.loop import SimLoop
 from odradek.sim.world import SimController
@@ -88,5 +89,30 @@ def test_a_failover_reaches_each_broker_as_one_state() -> None:
         c.broker_failed(2)
         await asyncio.sleep(1)
         assert seen == [[1, 1, 1]]
+
+    _run(main())
+
+
+def test_an_isr_write_naming_an_unregistered_broker_is_undone_kip_841() -> None:
+    # The real controller's rule (controller.py): a leader that re-admits a broker whose
+    # session expired, from a fetch it sent before dying, has its write undone.
+    images: list[MetadataImage] = []
+
+    async def main() -> None:
+        c = SimController((1, 2, 3), 1, seed=7, trace=lambda _l: None)
+        c.listeners.append(images.append)
+        c.elect(0, 1)
+        c.broker_failed(2)
+        z = c.znodes[0]
+        assert z.isr == (1, 3) and z.leader_epoch == 1
+        await asyncio.sleep(0)
+        assert sorted(images[-1].brokers) == [1, 3]  # /brokers/ids without 2
+        store = c.store_for(1, asyncio.get_running_loop())
+        store.write_isr(IsrWrite(TOPIC, 0, 1, 1, (1, 2, 3), c.controller_epoch, z.version))
+        await asyncio.sleep(0.01)
+        assert z.isr == (1, 3) and z.leader == 1 and z.leader_epoch == 2
+        store.write_isr(IsrWrite(TOPIC, 0, 1, 2, (1, 3), c.controller_epoch, z.version))
+        await asyncio.sleep(0.01)
+        assert z.leader_epoch == 2  # an eligible ISR stays as written
 
     _run(main())
