@@ -32,7 +32,6 @@ from odradek.coordinator.runtime import (
     CoordinatorTopic,
     LoadStats,
     create_internal_topic,
-    partition_for,
 )
 from odradek.coordinator.txn_codec import (
     TRANSACTION_TOPIC,
@@ -67,7 +66,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TRANSACTION_TOPIC", "TransactionCoordinator", "txn_partition_for"]
+__all__ = ["TRANSACTION_TOPIC", "TransactionCoordinator"]
 
 TICK_S = 0.1
 _D = TypeVar("_D")
@@ -75,7 +74,6 @@ IDLE_TICK_S = 1.0  # the longest sleep of the timer loop
 
 
 
-txn_partition_for = partition_for  # Kafka hashes transactional ids as it hashes groups
 
 
 class TxnClusterView(ClusterView, Protocol):
