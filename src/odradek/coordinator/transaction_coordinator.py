@@ -73,9 +73,6 @@ _D = TypeVar("_D")
 IDLE_TICK_S = 1.0  # the longest sleep of the timer loop
 
 
-
-
-
 class TxnClusterView(ClusterView, Protocol):
     @property
     def producer_ids(self) -> ProducerIdManager | None: ...
