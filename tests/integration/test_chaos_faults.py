@@ -21,7 +21,8 @@ from odradek.chaos.faults import (
 from odradek.cluster.local import LocalCluster
 from odradek.zk.server import cgroup2_root
 
-pytestmark = pytest.mark.integration
+# One group: slow links share a root qdisc on lo (tests/conftest.py, _group_by_module).
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("lo-faults")]
 
 
 @pytest.fixture

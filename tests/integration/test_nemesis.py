@@ -17,7 +17,8 @@ import pytest
 pytest.importorskip("pyarrow", reason="histories are Parquet (pip install .[spark])")
 from odradek.chaos.nemesis import NemesisCase, schedule  # noqa: E402
 
-pytestmark = pytest.mark.integration
+# One group: slow links share a root qdisc on lo (tests/conftest.py, _group_by_module).
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("lo-faults")]
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,8 @@ pytest.importorskip("pyarrow", reason="histories are Parquet (pip install .[spar
 from odradek.chaos.scenarios import SCENARIOS, get, run_scenarios
 from odradek.cluster import netns
 
-pytestmark = pytest.mark.integration
+# One group: slow links share a root qdisc on lo (tests/conftest.py, _group_by_module).
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("lo-faults")]
 
 
 @pytest.fixture(scope="module")

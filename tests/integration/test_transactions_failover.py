@@ -24,7 +24,8 @@ from tests.support.topics import create_topic
 from odradek.chaos.faults import Faults, FaultsUnavailable, require_available
 from odradek.cluster.local import LocalCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# One group: slow links share a root qdisc on lo (tests/conftest.py, _group_by_module).
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("lo-faults")]
 
 CONFIG = {
     "transaction.state.log.num.partitions": "1",
