@@ -39,9 +39,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _group_by_module(items: list[pytest.Item]) -> None:
     """Under ``pytest -n N --dist loadgroup`` (scripts/test.sh) a module's tests run on one
     worker, so a module-scoped fixture (a shared cluster, a ZooKeeper, a SparkSession) starts
-    once. A module that names its own group keeps it: the fault modules share
-    ``lo-faults``, since a process's slow links hang off one root qdisc on ``lo`` and two
-    workers must not both own it. Without xdist the marks do nothing."""
+    once. A module that names its own group keeps it: the modules that change the host
+    network share ``host-network``, since a process's slow links hang off one root qdisc
+    on ``lo`` (two workers must not both own it), and a netns cluster's leftover check
+    looks names up by its loopback block, which another worker's netns cluster may claim
+    as soon as it is released. Without xdist the marks do nothing."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

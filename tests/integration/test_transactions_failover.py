@@ -24,8 +24,8 @@ from tests.support.topics import create_topic
 from odradek.chaos.faults import Faults, FaultsUnavailable, require_available
 from odradek.cluster.local import LocalCluster
 
-# One group: slow links share a root qdisc on lo (tests/conftest.py, _group_by_module).
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("lo-faults")]
+# One xdist group with every test that changes the host network (tests/conftest.py).
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("host-network")]
 
 CONFIG = {
     "transaction.state.log.num.partitions": "1",
