@@ -303,11 +303,16 @@ def test_transactional_produce_needs_write_on_its_transactional_id(
             return conn.request(req)
 
     def init_producer_id() -> Any:
+        # As a client does: FindCoordinator first (it creates __transaction_state if no
+        # earlier test did, as in Kafka), then InitProducerId, retried while the answer is
+        # COORDINATOR_NOT_AVAILABLE / LOAD_IN_PROGRESS (the partition is still loading).
+        find = ask(admin_access, request_cls(10, 3)(key=txn, key_type=1))
+        if int(find.error_code) in _COORDINATOR_RETRIABLE:
+            return None
+        assert int(find.error_code) == 0, find
         r = ask(admin_access, request_cls(22, 3)(
             transactional_id=txn, transaction_timeout=datetime.timedelta(seconds=60),
             producer_id=-1, producer_epoch=-1))
-        # COORDINATOR_NOT_AVAILABLE / LOAD_IN_PROGRESS until the coordinator has created
-        # and loaded its __transaction_state partition (as in Kafka): clients retry.
         return None if int(r.error_code) in _COORDINATOR_RETRIABLE else r
 
     init = wait_until(init_producer_id, "InitProducerId past the coordinator's load", 60)
