@@ -25,13 +25,28 @@ def _zookeeper_missing() -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _group_by_module(items)
     why = _zookeeper_missing()
     if why is None:
         return
     for item in items:
         if "integration" in item.keywords:
             item.add_marker(pytest.mark.skip(reason=why))
+
+
+def _group_by_module(items: list[pytest.Item]) -> None:
+    """Under ``pytest -n N --dist loadgroup`` (scripts/test.sh) a module's tests run on one
+    worker, so a module-scoped fixture (a shared cluster, a ZooKeeper, a SparkSession) starts
+    once. A module that names its own group keeps it: the modules that change the host
+    network share ``host-network``, since a process's slow links hang off one root qdisc
+    on ``lo`` (two workers must not both own it), and a netns cluster's leftover check
+    looks names up by its loopback block, which another worker's netns cluster may claim
+    as soon as it is released. Without xdist the marks do nothing."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
 @pytest.fixture

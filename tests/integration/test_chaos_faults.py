@@ -21,7 +21,8 @@ from odradek.chaos.faults import (
 from odradek.cluster.local import LocalCluster
 from odradek.zk.server import cgroup2_root
 
-pytestmark = pytest.mark.integration
+# One xdist group with every test that changes the host network (tests/conftest.py).
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("host-network")]
 
 
 @pytest.fixture

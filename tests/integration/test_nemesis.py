@@ -17,7 +17,8 @@ import pytest
 pytest.importorskip("pyarrow", reason="histories are Parquet (pip install .[spark])")
 from odradek.chaos.nemesis import NemesisCase, schedule  # noqa: E402
 
-pytestmark = pytest.mark.integration
+# One xdist group with every test that changes the host network (tests/conftest.py).
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("host-network")]
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,8 @@ pytest.importorskip("pyarrow", reason="histories are Parquet (pip install .[spar
 from odradek.chaos.scenarios import SCENARIOS, get, run_scenarios
 from odradek.cluster import netns
 
-pytestmark = pytest.mark.integration
+# One xdist group with every test that changes the host network (tests/conftest.py).
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("host-network")]
 
 
 @pytest.fixture(scope="module")

@@ -61,8 +61,12 @@ from kio.static.primitive import i16, i32
 from odradek.cli.transactions_cmd import parse_describe_transactions
 from odradek.cluster.local import LocalCluster
 from security_util import access, raw_connection
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: retriable.
+_COORDINATOR_RETRIABLE = (14, 15, 16)
 
 SINGLE = {"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "2",
           "transaction.state.log.replication.factor": "1",
@@ -298,9 +302,20 @@ def test_transactional_produce_needs_write_on_its_transactional_id(
         with raw_connection(a) as conn:  # one broker: leader and both coordinators
             return conn.request(req)
 
-    init = ask(admin_access, request_cls(22, 3)(
-        transactional_id=txn, transaction_timeout=datetime.timedelta(seconds=60),
-        producer_id=-1, producer_epoch=-1))
+    def init_producer_id() -> Any:
+        # As a client does: FindCoordinator first (it creates __transaction_state if no
+        # earlier test did, as in Kafka), then InitProducerId, retried while the answer is
+        # COORDINATOR_NOT_AVAILABLE / LOAD_IN_PROGRESS (the partition is still loading).
+        find = ask(admin_access, request_cls(10, 3)(key=txn, key_type=1))
+        if int(find.error_code) in _COORDINATOR_RETRIABLE:
+            return None
+        assert int(find.error_code) == 0, find
+        r = ask(admin_access, request_cls(22, 3)(
+            transactional_id=txn, transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1, producer_epoch=-1))
+        return None if int(r.error_code) in _COORDINATOR_RETRIABLE else r
+
+    init = wait_until(init_producer_id, "InitProducerId past the coordinator's load", 60)
     assert int(init.error_code) == 0
     pid, epoch = int(init.producer_id), int(init.producer_epoch)
     m = sys.modules[request_cls(24, 3).__module__]

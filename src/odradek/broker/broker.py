@@ -449,7 +449,8 @@ class Broker:
 
     async def _bounded(self, what: str, aw: Any, timeout_s: float = 5.0) -> None:
         try:
-            await asyncio.wait_for(aw, timeout_s)
+            async with asyncio.timeout(timeout_s):  # not wait_for: see fetcher._run
+                await aw
         except TimeoutError:
             logger.warning("shutdown: could not %s within %.0f s; continuing", what, timeout_s)
         except Exception:
@@ -526,6 +527,7 @@ class Broker:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._image_waiters.append(fut)
         try:
-            await asyncio.wait_for(fut, timeout_s)
+            async with asyncio.timeout(timeout_s):  # not wait_for: see fetcher._run
+                await fut
         except TimeoutError:
             pass

@@ -90,8 +90,8 @@ class ConsoleState:
     async def next_after(self, version: int, timeout_s: float) -> Snapshot | None:
         async with self._changed:
             try:
-                await asyncio.wait_for(
-                    self._changed.wait_for(lambda: self.snapshot.version > version), timeout_s)
+                async with asyncio.timeout(timeout_s):  # not wait_for: see fetcher._run
+                    await self._changed.wait_for(lambda: self.snapshot.version > version)
             except TimeoutError:
                 return None
             return self.snapshot

@@ -340,7 +340,8 @@ class _Run:
         while True:
             wait = min(cfg.check_every_s, max(deadline - time.monotonic(), 0.0))
             try:
-                await asyncio.wait_for(self.stopped.wait(), wait)
+                async with asyncio.timeout(wait):  # not wait_for: see fetcher._run
+                    await self.stopped.wait()
             except TimeoutError:
                 pass
             if self.stop:

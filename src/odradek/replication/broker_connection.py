@@ -98,9 +98,11 @@ class BrokerConnection:
         loop = asyncio.get_running_loop()
         ctx = self.security.ssl_context()
         try:
-            _, proto = await asyncio.wait_for(loop.create_connection(
-                _ClientProtocol, self.host, self.port, local_addr=local, ssl=ctx,
-                server_hostname=self.host if ctx is not None else None), self.timeout_s)
+            # asyncio.timeout: wait_for (3.11) can swallow a cancel racing the connect.
+            async with asyncio.timeout(self.timeout_s):
+                _, proto = await loop.create_connection(
+                    _ClientProtocol, self.host, self.port, local_addr=local, ssl=ctx,
+                    server_hostname=self.host if ctx is not None else None)
         except (TimeoutError, OSError) as e:
             self.close()
             raise BrokerConnectionError(f"connect to {self.host}:{self.port}: {e!r}") from e

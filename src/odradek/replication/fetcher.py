@@ -130,7 +130,11 @@ class ReplicaFetcher:
             self._task.cancel()
             try:
                 await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 (stopping: its error was logged)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # our caller is being cancelled, not just the fetcher
+            except Exception:  # noqa: BLE001 (stopping: its error was logged)
                 pass
         self.endpoint.close()
 
@@ -164,8 +168,13 @@ class ReplicaFetcher:
                     # Every partition is backing off: sleep until the first one may fetch
                     # again, or until a partition is added.
                     self._wakeup.clear()
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a
+                    # cancel that arrives as the wakeup fires, and the fetcher then lived
+                    # on after stop() (a shutdown waited out its 5 s bound; a stopped
+                    # fetcher kept fetching).
                     try:
-                        await asyncio.wait_for(self._wakeup.wait(), wait_s)
+                        async with asyncio.timeout(wait_s):
+                            await self._wakeup.wait()
                     except TimeoutError:
                         pass
             except EndpointError as e:

@@ -93,5 +93,9 @@ async def check(tmp_path: Path) -> None:
         assert gc.runtime.loaded == {0: 2, 1: 2}
     finally:
         gc.stop()
-        await rm.stop_fetchers()  # broker 1 followed broker 2 for a while
+        # Broker 1 followed broker 2 for a while. Stopping its fetchers is prompt: with
+        # asyncio.wait_for in the fetcher's idle wait, a cancel arriving as the wakeup
+        # fired was swallowed on Python 3.11 and this waited for the 30 s bound below.
+        async with asyncio.timeout(5):
+            await rm.stop_fetchers()
         rm.shutdown()
