@@ -11,6 +11,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,9 +26,7 @@ def _zookeeper_missing() -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    _group_by_module(items)
     why = _zookeeper_missing()
     if why is None:
         return
@@ -36,17 +35,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=why))
 
 
-def _group_by_module(items: list[pytest.Item]) -> None:
-    """Under ``pytest -n N --dist loadgroup`` (scripts/test.sh) a module's tests run on one
-    worker, so a module-scoped fixture (a shared cluster, a ZooKeeper, a SparkSession) starts
-    once. A module that names its own group keeps it: the modules that change the host
-    network share ``host-network``, since a process's slow links hang off one root qdisc
-    on ``lo`` (two workers must not both own it), and a netns cluster's leftover check
-    looks names up by its loopback block, which another worker's netns cluster may claim
-    as soon as it is released. Without xdist the marks do nothing."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+# Modules that change the host network: they run one after another on one xdist worker.
+# A process's slow links hang off one root qdisc on ``lo`` (two workers must not both own
+# it), and a netns cluster's leftover check looks names up by its loopback block, which
+# another worker's netns cluster could claim as soon as it is released.
+HOST_NETWORK_MODULES = frozenset(f"tests/integration/{m}.py" for m in (
+    "test_chaos_faults", "test_lost_records", "test_nemesis", "test_netns_hosts",
+    "test_scenarios", "test_spark_standalone", "test_transactions_failover"))
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work of ``pytest -n N`` (scripts/test.sh): a module, so a module-scoped
+    fixture (a shared cluster, a ZooKeeper, a SparkSession) starts once, or the whole
+    host-network group."""
+    module = nodeid.split("::", 1)[0]
+    return "host-network" if module in HOST_NETWORK_MODULES else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    # A scheduler rather than xdist_group marks: pytest 9.2 names items by a structured
+    # id, and pytest-xdist 3.8's loadgroup, which renames items to carry their group,
+    # then silently schedules test by test (two workers each started every module's
+    # shared cluster, and the host-network modules ran side by side).
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture

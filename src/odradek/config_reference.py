@@ -25,6 +25,8 @@ ENVIRONMENT: dict[str, str] = {
     "ODRADEK_FULL": "Test-only: `scripts/test.sh` also runs the tests marked `slow`.",
     "ODRADEK_DURABLE_ROUNDS": "Test-only: rounds of the durability fault test.",
     "ODRADEK_FUZZ_SECONDS": "Test-only: how long the fuzzing test runs.",
+    "ODRADEK_TEST_WORKERS": "Test-only: pytest-xdist workers of `scripts/test.sh` "
+    "(default 2; 0: one process, no xdist).",
 }
 
 _HEADER = """# Configuration reference

@@ -21,8 +21,7 @@ from odradek.chaos.faults import (
 from odradek.cluster.local import LocalCluster
 from odradek.zk.server import cgroup2_root
 
-# One xdist group with every test that changes the host network (tests/conftest.py).
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("host-network")]
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture

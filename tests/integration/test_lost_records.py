@@ -24,8 +24,7 @@ from odradek.storage.checkpoint import read_checkpoint
 from odradek.storage.truncation_ledger import ledger_root, list_entries
 from replication_util import consume_all, create_topic, produce, wait_for
 
-# One xdist group with every test that changes the host network (tests/conftest.py).
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("host-network")]
+pytestmark = pytest.mark.integration
 
 FAST = {"replica.lag.time.max.ms": "2000", "zookeeper.session.timeout.ms": "4000"}
 

@@ -17,8 +17,7 @@ import pytest
 pytest.importorskip("pyarrow", reason="histories are Parquet (pip install .[spark])")
 from odradek.chaos.nemesis import NemesisCase, schedule  # noqa: E402
 
-# One xdist group with every test that changes the host network (tests/conftest.py).
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("host-network")]
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,6 @@ from replication_util import consume_all, create_topic, partition_meta, produce,
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.xdist_group("host-network"),  # see tests/conftest.py
     pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
 ]
 

@@ -22,8 +22,7 @@ pytest.importorskip("pyarrow", reason="histories are Parquet (pip install .[spar
 from odradek.chaos.scenarios import SCENARIOS, get, run_scenarios
 from odradek.cluster import netns
 
-# One xdist group with every test that changes the host network (tests/conftest.py).
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("host-network")]
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,7 @@ import pytest
 from odradek.cluster.spark_standalone import SparkStandalone
 from odradek.pipeline_demo import run_pipeline_demo
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow,
-              pytest.mark.xdist_group("host-network")]  # netns hosts: tests/conftest.py
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.mark.timeout(600)

@@ -24,8 +24,7 @@ from tests.support.topics import create_topic
 from odradek.chaos.faults import Faults, FaultsUnavailable, require_available
 from odradek.cluster.local import LocalCluster
 
-# One xdist group with every test that changes the host network (tests/conftest.py).
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("host-network")]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CONFIG = {
     "transaction.state.log.num.partitions": "1",
