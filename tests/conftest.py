@@ -52,6 +52,7 @@ def xdist_scope(nodeid: str) -> str:
     return "host-network" if module in HOST_NETWORK_MODULES else module
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown under -p no:xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     # A scheduler rather than xdist_group marks: pytest 9.2 names items by a structured
     # id, and pytest-xdist 3.8's loadgroup, which renames items to carry their group,
