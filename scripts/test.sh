@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 marker=(-m "not slow")
 [ "${ODRADEK_FULL:-0}" = 1 ] && marker=()
-workers=(-n "${ODRADEK_TEST_WORKERS:-2}" --dist loadscope)
-[ "${ODRADEK_TEST_WORKERS:-2}" = 0 ] && workers=(-p no:xdist)
+n="${ODRADEK_TEST_WORKERS:-2}"
+workers=(-n "$n" --dist loadscope)
+[ "$n" = 0 ] && workers=(-p no:xdist)
 exec .venv/bin/python -m pytest "${marker[@]}" "${workers[@]}" -p no:cacheprovider "$@"

@@ -60,13 +60,14 @@ from kio.static.primitive import i16, i32
 
 from odradek.cli.transactions_cmd import parse_describe_transactions
 from odradek.cluster.local import LocalCluster
+from odradek.errors import ErrorCode
 from security_util import access, raw_connection
 from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: retriable.
-_COORDINATOR_RETRIABLE = (14, 15, 16)
+_COORDINATOR_RETRIABLE = (ErrorCode.coordinator_load_in_progress,
+                          ErrorCode.coordinator_not_available, ErrorCode.not_coordinator)
 
 SINGLE = {"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "2",
           "transaction.state.log.replication.factor": "1",
