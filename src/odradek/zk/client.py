@@ -10,9 +10,11 @@ so we give it a handler whose ``create_connection`` binds ``source_address``.
 from __future__ import annotations
 
 import socket
+import threading
 from typing import Any
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState, KeeperState
+from kazoo.exceptions import AuthFailedError
 from kazoo.handlers.threading import SequentialThreadingHandler
 
 from odradek.zk.acls import AclKazooClient, ZkAuth
@@ -67,8 +69,10 @@ def connect_zk(
     ``hosts`` is Kafka's ``zookeeper.connect``; a chroot is created if missing, as Kafka
     does. ``auth`` authenticates the session (digest or SASL DIGEST-MD5); with
     ``secure_acls`` every znode the client creates gets Kafka's secure ACLs
-    (``zookeeper.set.acl``, see :mod:`odradek.zk.acls`). Raises kazoo's ``timeout_exception`` if no session could be established (the
-    client is stopped and closed first, so no thread leaks).
+    (``zookeeper.set.acl``, see :mod:`odradek.zk.acls`). Raises kazoo's
+    ``AuthFailedError`` if ZooKeeper refused the credentials, and its
+    ``timeout_exception`` if no session could be established otherwise (the client is
+    stopped and closed first, so no thread leaks).
     """
     base, chroot = split_chroot(hosts)
     if secure_acls and auth is None:
@@ -82,14 +86,37 @@ def connect_zk(
         secure_acls=secure_acls,
         **(auth.kazoo_options() if auth is not None else {}),
     )
+    # kazoo reports a session CONNECTED as soon as ZooKeeper answers the Connect
+    # request, and only then runs SASL or sends the digest credentials; a refusal moves
+    # it to AUTH_FAILED and stops it. Whether ``start`` then returns, or finds the
+    # session gone and raises "Connection time-out", depends on which thread runs
+    # first (a loaded machine's CI run saw the second). Both must end as what Kafka
+    # reports: an authentication failure.
+    refused = threading.Event()
+
+    def note_refusal(state: str) -> None:
+        # Listeners run inside kazoo's state change, after the new KeeperState is set.
+        if state == KazooState.LOST and zk.client_state == KeeperState.AUTH_FAILED:
+            refused.set()
+
+    zk.add_listener(note_refusal)
     try:
         zk.start(timeout=timeout_s)
+        if auth is not None:
+            # A round trip queued behind the authentication: it fails with
+            # AuthFailedError if the credentials were refused, so no caller gets a
+            # client whose session is already lost.
+            zk.exists("/")
         if chroot:
             zk.ensure_path(chroot)
             # kazoo prefixes every path with .chroot; set it only after the chroot exists.
             zk.chroot = chroot
-    except BaseException:
+    except BaseException as e:
         zk.stop()
         zk.close()
+        if refused.is_set() and not isinstance(e, AuthFailedError):
+            raise AuthFailedError("ZooKeeper refused the client's credentials") from e
         raise
+    finally:
+        zk.remove_listener(note_refusal)
     return zk

@@ -7,11 +7,13 @@ unauthenticated one, sensitive znodes cannot even be read, and the migration com
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import AuthFailedError, NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE, Permissions
+from tests.support.polling import wait_for
 
 from odradek.cli.main import main
 from odradek.cluster import addresses
@@ -212,3 +214,43 @@ def test_sasl_digest_md5_authentication(sasl_zk_server: ZooKeeperServer,
         for zk in made:
             zk.stop()
             zk.close()
+
+
+def test_refused_credentials_fail_the_connect_whichever_thread_runs_first(
+        sasl_zk_server: ZooKeeperServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kazoo marks a session connected before it authenticates. A wrong password must
+    fail ``connect_zk`` with AuthFailedError both when ``start`` returns first (no chroot
+    to create: the caller used to get a client whose session was already lost) and when
+    the refusal lands before ``start`` looks (it used to raise "Connection time-out":
+    a loaded CI run's failure of the test above)."""
+    wrong = parse_zk_auth("sasl:kafka:wrong")
+    # start returns first (the usual order), no chroot.
+    with pytest.raises(AuthFailedError):
+        connect_zk(sasl_zk_server.connect, source_ip=None, session_timeout_s=4.0,
+                   timeout_s=5.0, auth=wrong)
+
+    # The refusal lands before start looks: start's wait returns only once the session
+    # has failed (what a descheduled main thread sees).
+    real_start_async = KazooClient.start_async
+
+    def late_start_async(self: KazooClient) -> Any:
+        states: list[str] = []
+        self.add_listener(states.append)  # CONNECTED, then LOST once the refusal is handled
+        live = real_start_async(self)
+
+        class LateWake:
+            def wait(self_, timeout: float | None = None) -> bool:
+                wait_for(lambda: states[-2:] == [KazooState.CONNECTED, KazooState.LOST],
+                         timeout or 5.0, "the SASL refusal", interval=0.01)
+                return live.is_set()
+
+            def is_set(self_) -> bool:
+                return live.is_set()
+
+        return LateWake()
+
+    monkeypatch.setattr(KazooClient, "start_async", late_start_async)
+    with pytest.raises(AuthFailedError):
+        connect_zk(sasl_zk_server.connect, source_ip=None, session_timeout_s=4.0,
+                   timeout_s=5.0, auth=wrong)
+
