@@ -20,25 +20,9 @@ Memory per connection is bounded whatever the peer does (issue 11):
   with a throttle time, and then the connection reads and handles nothing until that
   time has passed (KIP-219: Kafka mutes the channel; ``Session.muted_until``);
 * a response the peer does not read stops the connection from handling further requests
-  until it has been written (Kafka mutes a channel while its response is in flight).
-  Unsent record data stays in the segment files: a slice that does not fit in the socket
-  buffer is kept as (fd, position, size), its fd ``dup``-ed so retention or deletion of the
-  segment cannot close it underneath, and ``os.sendfile`` resumes when the socket is
-  writable again (REQ-R26: zero-copy). The old writer ``pread`` the unsent rest of every
-  slice into memory: four 125 MB fetches took a broker from 80 MB to 554 MB.
-
-Writes bypass the transport (uvloop has no ``loop.sendfile``): bytes go out with
-``os.writev``, record data with ``os.sendfile``, both straight to the socket; readiness
-is awaited with ``loop.add_writer`` on a ``dup`` of the socket (the transport already
-polls the socket's own fd for reading).
-
-On a TLS connection (issue 14) zero copy gives way to encryption: every byte must pass
-through the SSL object, so responses go to the transport, and record data is read from
-the segment in pieces of ``_TLS_CHUNK`` bytes, each encrypted as it is written. The
-transport's ``pause_writing`` / ``resume_writing`` take the place of the socket's
-readiness: while the transport buffer is above its high-water mark no further piece is
-read and no further request is handled, so a TLS peer that does not read costs at most
-the buffer, like a plaintext one.
+  until it has been written (Kafka mutes a channel while its response is in flight);
+  its unsent record data stays in the segment files (``response_writer.py``: zero-copy
+  ``sendfile``, and TLS's chunked encryption).
 """
 
 from __future__ import annotations
@@ -46,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import os
 import socket
 import time
 from collections import deque
@@ -62,27 +45,23 @@ from odradek.protocol.framing import (
     FrameError,
     FrameTooLarge,
 )
+from odradek.server.response_writer import ResponseWriter
 from odradek.server.session import CURRENT_SESSION, Session
 
 logger = logging.getLogger(__name__)
 
-# Linux IOV_MAX: the most buffers one writev takes.
-_IOV_MAX: Final = 1024
-# A FileSlice is sent in pieces of at most this many bytes when sendfile is off.
-_PREAD_CHUNK: Final = 1 << 20
-# TLS: record data is read and encrypted this many bytes at a time, and the transport
-# buffers at most _TLS_HIGH_WATER bytes before the connection stops producing more.
-_TLS_CHUNK: Final = 256 << 10
+# TLS: the transport buffers at most this many bytes before the connection stops
+# producing more (response_writer reads record data in chunks as it drains).
 _TLS_HIGH_WATER: Final = 1 << 20
 
 # The peer address of the connection whose request is being handled (handlers that must
 # report client hosts, e.g. DescribeGroups, read it; tasks created meanwhile inherit it).
-CURRENT_PEER: contextvars.ContextVar[Any] = contextvars.ContextVar("odradek_peer",
-                                                                  default=None)
+CURRENT_PEER: contextvars.ContextVar[Any] = contextvars.ContextVar("odradek_peer", default=None)
 # When the frame being dispatched arrived (time.perf_counter()): the request metrics'
 # queue time (RequestQueueTimeMs) starts here, not when its handler starts.
 FRAME_ARRIVED_AT: contextvars.ContextVar[float] = contextvars.ContextVar(
-    "odradek_frame_arrived_at", default=0.0)
+    "odradek_frame_arrived_at", default=0.0
+)
 
 # Connection-level events a hostile client can repeat at will (malformed frames, closes):
 # the first few per peer address are logged, then one line a minute with a count.
@@ -141,17 +120,6 @@ MAX_PENDING_ANSWERS: Final = 8
 
 
 Dispatch = Callable[[bytes], Any]
-
-
-class FileSliceLike(Protocol):
-    """storage.log_types.FileSlice: whole batches at [position, position+size) of fd."""
-
-    @property
-    def fd(self) -> int: ...
-    @property
-    def position(self) -> int: ...
-    @property
-    def size(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,26 +181,15 @@ class ConnectionOwner(Protocol):
     def connection_closed(self, conn: KafkaConnection) -> None: ...
 
 
-class _PendingFile:
-    """The unsent rest of a FileSlice, with its own fd (a dup: the segment may be
-    closed by retention or deletion while the peer is slow to read)."""
-
-    __slots__ = ("fd", "position", "remaining")
-
-    def __init__(self, fd: int, position: int, remaining: int) -> None:
-        self.fd = fd
-        self.position = position
-        self.remaining = remaining
-
-
-class _Truncated(Exception):
-    """A segment got shorter than the slice being sent (follower truncation)."""
-
-
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, dispatch: Dispatch, limits: ConnectionLimits,
-                 owner: ConnectionOwner, ip: str | None = None,
-                 session_factory: Callable[[str, Any], Session] | None = None) -> None:
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        limits: ConnectionLimits,
+        owner: ConnectionOwner,
+        ip: str | None = None,
+        session_factory: Callable[[str, Any], Session] | None = None,
+    ) -> None:
         self._dispatch = dispatch
         self.ip = ip  # the address its connection quota was counted under
         self._limits = limits
@@ -243,7 +200,6 @@ class KafkaConnection(asyncio.Protocol):
         self.made = False
         self._decoder = FrameDecoder(limits.max_frame_bytes)
         self._tls = False
-        self._write_paused = False  # TLS: the transport's buffer is above its high water
         self._close_reason: str | None = None  # close once the queued output is sent
         self._close_delay_s = 0.0
         self._auth_deadline: asyncio.TimerHandle | None = None
@@ -260,11 +216,10 @@ class KafkaConnection(asyncio.Protocol):
         self._reading_paused = False
         self._closed = False
         self._transport: asyncio.Transport | None = None
-        self._sock_fd = -1
-        # Unsent response parts (memoryview | _PendingFile), in order; non-empty means the
-        # socket is full and no further request is handled until it drains.
-        self._out: deque[Any] = deque()
-        self._wait_fd = -1  # dup of the socket registered with loop.add_writer
+        self._writer = ResponseWriter(self, limits.use_sendfile)
+        # The writer's unsent parts: non-empty means the socket is full and no further
+        # request is handled until it drains.
+        self._out = self._writer.out
         self._loop: asyncio.AbstractEventLoop | None = None
         self.peer: Any = None
         self.last_io = time.monotonic()  # for connections.max.idle.ms
@@ -288,13 +243,16 @@ class KafkaConnection(asyncio.Protocol):
             # sasl.server.max.receive.size (Kafka's SaslServerAuthenticator), not by
             # socket.request.max.bytes: an unauthenticated peer cannot make us buffer
             # 100 MB.
-            self._decoder.max_frame_bytes = min(self._limits.max_frame_bytes,
-                                                self._limits.max_unauthenticated_frame_bytes)
+            self._decoder.max_frame_bytes = min(
+                self._limits.max_frame_bytes, self._limits.max_unauthenticated_frame_bytes
+            )
             self.session.on_authenticated.append(self._authenticated)
             # An unauthenticated peer may hold a connection slot only briefly (Kafka
             # bounds it by connections.max.idle.ms alone, 10 minutes by default).
             self._auth_deadline = self._loop.call_later(
-                self._limits.authentication_timeout_s, self._authentication_overdue)
+                self._limits.authentication_timeout_s, self._authentication_overdue
+            )
+        sock_fd = -1  # -1: responses go through the transport
         if self._tls:
             # Writing to the socket's fd would bypass the encryption: the transport's
             # buffer (bounded through pause_writing) carries every byte instead.
@@ -307,9 +265,10 @@ class KafkaConnection(asyncio.Protocol):
         elif sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                self._sock_fd = sock.fileno()
+                sock_fd = sock.fileno()
             except OSError:
-                self._sock_fd = -1
+                sock_fd = -1
+        self._writer.attach(self._loop, transport, sock_fd, self._tls)  # type: ignore[arg-type]
         self._owner.connection_opened(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -336,25 +295,25 @@ class KafkaConnection(asyncio.Protocol):
     def _authentication_overdue(self) -> None:
         self._auth_deadline = None
         if not self._closed and not self.session.authenticated:
-            self.log_close(f"SASL authentication did not complete within "
-                           f"{self._limits.authentication_timeout_s:g} s "
-                           "(odradek.authentication.timeout.ms)", logging.INFO)
+            self.log_close(
+                f"SASL authentication did not complete within "
+                f"{self._limits.authentication_timeout_s:g} s "
+                "(odradek.authentication.timeout.ms)",
+                logging.INFO,
+            )
             self.close()
 
     # TLS transports call these when their buffer crosses the high/low water marks.
     def pause_writing(self) -> None:
-        self._write_paused = True
+        self._writer.paused = True
 
     def resume_writing(self) -> None:
-        self._write_paused = False
+        self._writer.paused = False
         if self._closed:
             return
-        self._pump_tls()
-        if not self._out and not self._write_paused:
-            self._maybe_close_after()
-            if not self._closed:
-                self._process()
-                self._account()
+        self._writer.pump_tls()
+        if not self._out and not self._writer.paused:
+            self.drained()
 
     def data_received(self, data: bytes) -> None:
         self.last_io = time.monotonic()
@@ -384,8 +343,14 @@ class KafkaConnection(asyncio.Protocol):
 
     def log_close(self, why: str, level: int = logging.WARNING) -> None:
         host = self.peer[0] if self.peer else None
-        CONNECTION_LOG.log(logger, level, ("close", host, why[:24]),
-                           "closing connection from %s: %s", self.peer, why)
+        CONNECTION_LOG.log(
+            logger,
+            level,
+            ("close", host, why[:24]),
+            "closing connection from %s: %s",
+            self.peer,
+            why,
+        )
 
     @property
     def closed(self) -> bool:
@@ -403,15 +368,7 @@ class KafkaConnection(asyncio.Protocol):
         self._pending_bytes = 0
         self._account()
         self._requests.forget(self)
-        for part in self._out:
-            if isinstance(part, _PendingFile):
-                os.close(part.fd)
-        self._out.clear()
-        if self._wait_fd >= 0:
-            if self._loop is not None:
-                self._loop.remove_writer(self._wait_fd)
-            os.close(self._wait_fd)
-            self._wait_fd = -1
+        self._writer.release()
 
     # ------------------------------------------------------------------ backpressure
     def _account(self) -> None:
@@ -423,9 +380,11 @@ class KafkaConnection(asyncio.Protocol):
         if self._closed or self._transport is None:
             return
         if not self._reading_paused:
-            if (n >= self._limits.max_pending_frames
-                    or self._pending_bytes >= self._limits.max_pending_bytes
-                    or (n and self._requests.full)):
+            if (
+                n >= self._limits.max_pending_frames
+                or self._pending_bytes >= self._limits.max_pending_bytes
+                or (n and self._requests.full)
+            ):
                 self._reading_paused = True
                 self._transport.pause_reading()
                 if self._requests.full:
@@ -438,8 +397,10 @@ class KafkaConnection(asyncio.Protocol):
             return
         if self._mute_timer is not None:
             return  # throttled (KIP-219): _unmute resumes
-        if (len(self._pending) <= self._limits.max_pending_frames // 2
-                and self._pending_bytes <= self._limits.max_pending_bytes // 2):
+        if (
+            len(self._pending) <= self._limits.max_pending_frames // 2
+            and self._pending_bytes <= self._limits.max_pending_bytes // 2
+        ):
             if self._requests.full and self._pending:
                 self._requests.park(self)
                 return
@@ -449,16 +410,20 @@ class KafkaConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ request loop
     def _process(self) -> None:
         loop = self._loop or asyncio.get_running_loop()
-        while (self._pending and self._blocking is None and not self._closed
-               and not self._out and not self._write_paused
-               and self._close_reason is None
-               and len(self._answers) < MAX_PENDING_ANSWERS):
+        while (
+            self._pending
+            and self._blocking is None
+            and not self._closed
+            and not self._out
+            and not self._writer.paused
+            and self._close_reason is None
+            and len(self._answers) < MAX_PENDING_ANSWERS
+        ):
             if self.session.muted_until and self._muted():
                 return
             frame = self._pending.popleft()
             self._pending_bytes -= len(frame)
-            arrived = (FRAME_ARRIVED_AT.set(self._arrivals.popleft())
-                       if self._arrivals else None)
+            arrived = FRAME_ARRIVED_AT.set(self._arrivals.popleft()) if self._arrivals else None
             token = CURRENT_PEER.set(self.peer)
             stoken = CURRENT_SESSION.set(self.session)
             try:
@@ -497,7 +462,7 @@ class KafkaConnection(asyncio.Protocol):
                 done.set_result(result)
                 self._answers.append(done)
             else:
-                self._write(result)
+                self._writer.write(result)
                 self._maybe_close_after()
 
     def _muted(self) -> bool:
@@ -558,11 +523,12 @@ class KafkaConnection(asyncio.Protocol):
                 self.close()
                 return
             if exc is not None:
-                logger.error("request from %s failed; closing the connection", self.peer,
-                             exc_info=exc)
+                logger.error(
+                    "request from %s failed; closing the connection", self.peer, exc_info=exc
+                )
                 self.close()
                 return
-            self._write(fut.result())
+            self._writer.write(fut.result())
             if self._closed:
                 return
         self._maybe_close_after()
@@ -572,225 +538,17 @@ class KafkaConnection(asyncio.Protocol):
         self._account()
 
     # ------------------------------------------------------------------ writes
-    def _write(self, result: Any) -> None:
-        """Send a response: bytes, or a list of bytes and FileSlices (in order)."""
-        if result is None or self._closed or self._transport is None:
-            return
-        if self._tls:
-            self._write_tls(result)
-            return
-        if type(result) is bytes and not self._out and self._sock_fd >= 0:
-            # The common case (every non-Fetch response): one write() that takes it all.
-            try:
-                n = os.write(self._sock_fd, result)
-            except (BlockingIOError, InterruptedError):
-                n = 0
-            except OSError as e:
-                self._broken_write(e)
-                return
-            if n == len(result):
-                self.last_io = time.monotonic()
-                return
-            self._out.append(memoryview(result)[n:])
-            self._wait_writable()
-            return
-        if isinstance(result, (bytes, bytearray, memoryview)):
-            result = (result,)
-        if self._sock_fd < 0:
-            self._transport.writelines(
-                [p if isinstance(p, (bytes, bytearray, memoryview)) else _read_all(p)
-                 for p in result])
-            return
-        try:
-            if self._out:  # still sending an earlier response: keep the order
-                self._out.extend(self._pin(p) for p in result)
-            else:
-                self._out.extend(self._send_now(result))
-            if self._out:
-                self._wait_writable()
-        except OSError as e:  # os.dup at the fd limit (EMFILE): this connection gives up
-            self._broken_write(e)
-
-    def _write_tls(self, result: Any) -> None:
-        """TLS: bytes to the transport; record data read in chunks as the transport
-        drains (``_pump_tls``). Order is kept: once something waits in ``_out``,
-        everything after it waits too."""
-        if isinstance(result, (bytes, bytearray, memoryview)):
-            result = (result,)
-        try:
-            for p in result:
-                if self._out or not isinstance(p, (bytes, bytearray, memoryview)):
-                    self._out.append(self._pin(p))
-                else:
-                    self._transport.write(p)  # type: ignore[union-attr]
-        except OSError as e:  # os.dup at the fd limit
-            self._broken_write(e)
-            return
-        self.last_io = time.monotonic()
-        self._pump_tls()
-
-    def _pump_tls(self) -> None:
-        out = self._out
-        transport = self._transport
-        while out and not self._write_paused and not self._closed and transport is not None:
-            p = out[0]
-            if isinstance(p, memoryview):
-                transport.write(p)
-                out.popleft()
-                continue
-            try:
-                chunk = os.pread(p.fd, min(p.remaining, _TLS_CHUNK), p.position)
-            except OSError as e:
-                self._broken_write(e)
-                return
-            if not chunk:
-                self._broken_write(_Truncated(f"segment ends {p.remaining} bytes early"))
-                return
-            transport.write(chunk)
-            p.position += len(chunk)
-            p.remaining -= len(chunk)
-            self.last_io = time.monotonic()
-            if not p.remaining:
-                os.close(p.fd)
-                out.popleft()
-
-    def _send_now(self, parts: Any) -> list[Any]:
-        """Write as much of ``parts`` as the socket takes now; return the unsent rest
-        (its file parts pinned by their own fds)."""
-        i, n = 0, len(parts)
-        while i < n:
-            p = parts[i]
-            if isinstance(p, (bytes, bytearray, memoryview)):
-                j = i + 1
-                while (j < n and j - i < _IOV_MAX
-                       and isinstance(parts[j], (bytes, bytearray, memoryview))):
-                    j += 1
-                rest = self._writev(parts[i:j])
-                if rest is None:
-                    return []
-                if rest:
-                    return rest + [self._pin(q) for q in parts[j:]]
-                i = j
-                continue
-            try:
-                sent = self._sendfile(p.fd, p.position, p.size)
-            except (_Truncated, OSError) as e:
-                self._broken_write(e)
-                return []
-            if sent < p.size:
-                left = _PendingFile(os.dup(p.fd), p.position + sent, p.size - sent)
-                return [left] + [self._pin(q) for q in parts[i + 1:]]
-            i += 1
-        self.last_io = time.monotonic()
-        return []
-
-    @staticmethod
-    def _pin(p: Any) -> Any:
-        if isinstance(p, (bytes, bytearray, memoryview)):
-            return memoryview(p)
-        return _PendingFile(os.dup(p.fd), p.position, p.size)
-
-    def _writev(self, bufs: list[Any]) -> list[memoryview] | None:
-        """[] if all written, the unsent rest, or None if the connection broke."""
-        try:
-            written = os.writev(self._sock_fd, bufs)
-        except (BlockingIOError, InterruptedError):
-            written = 0
-        except OSError as e:
-            self._broken_write(e)
-            return None
-        rest: list[memoryview] = []
-        for b in bufs:
-            size = len(b)
-            if written >= size:
-                written -= size
-                continue
-            rest.append(memoryview(b)[written:])
-            written = 0
-        return rest
-
-    def _sendfile(self, fd: int, position: int, size: int) -> int:
-        """REQ-R26: page cache to socket without passing through our buffers. Returns
-        the bytes sent before the socket filled up."""
-        sent = 0
-        while sent < size:
-            try:
-                if self._limits.use_sendfile:
-                    n = os.sendfile(self._sock_fd, fd, position + sent, size - sent)
-                else:
-                    chunk = os.pread(fd, min(size - sent, _PREAD_CHUNK), position + sent)
-                    if not chunk:
-                        raise _Truncated(f"segment ends {size - sent} bytes early")
-                    n = os.write(self._sock_fd, chunk)
-            except (BlockingIOError, InterruptedError):
-                break
-            if n == 0:
-                raise _Truncated(f"segment ends {size - sent} bytes early")
-            sent += n
-        return sent
-
-    def _wait_writable(self) -> None:
-        if self._wait_fd < 0 and self._loop is not None and not self._closed:
-            self._wait_fd = os.dup(self._sock_fd)
-            self._loop.add_writer(self._wait_fd, self._on_writable)
-
-    def _on_writable(self) -> None:
-        out = self._out
-        while out and not self._closed:
-            p = out[0]
-            if isinstance(p, memoryview):
-                run: list[memoryview] = []
-                for q in out:
-                    if not isinstance(q, memoryview) or len(run) >= _IOV_MAX:
-                        break
-                    run.append(q)
-                rest = self._writev(run)
-                if rest is None:
-                    return
-                for _ in range(len(run)):
-                    out.popleft()
-                if rest:
-                    out.extendleft(reversed(rest))
-                    return
-                continue
-            try:
-                sent = self._sendfile(p.fd, p.position, p.remaining)
-            except (_Truncated, OSError) as e:
-                self._broken_write(e)
-                return
-            p.position += sent
-            p.remaining -= sent
-            self.last_io = time.monotonic()
-            if p.remaining:
-                return
-            os.close(p.fd)
-            out.popleft()
-        if self._closed:
-            return
-        self.last_io = time.monotonic()
-        if self._wait_fd >= 0 and self._loop is not None:
-            self._loop.remove_writer(self._wait_fd)
-            os.close(self._wait_fd)
-            self._wait_fd = -1
-        self._maybe_close_after()
-        if self._closed:
-            return
-        self._process()
-        self._account()
-
-    def _broken_write(self, e: BaseException) -> None:
+    def write_failed(self, e: BaseException) -> None:
         # The peer reset the connection, or a segment was truncated under a slice that
         # was promised in a response whose size prefix is already on the wire: the only
         # honest ending is closing the connection (Kafka does the same).
         self.log_close(f"write failed: {e!r}", logging.INFO)
         self.close()
 
-
-def _read_all(p: FileSliceLike) -> bytes:
-    out = bytearray()
-    while len(out) < p.size:
-        chunk = os.pread(p.fd, p.size - len(out), p.position + len(out))
-        if not chunk:
-            raise _Truncated("segment ends early")
-        out += chunk
-    return bytes(out)
+    def drained(self) -> None:
+        """The writer sent everything queued: go on with the next requests."""
+        self._maybe_close_after()
+        if self._closed:
+            return
+        self._process()
+        self._account()
