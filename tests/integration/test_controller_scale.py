@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -223,6 +226,60 @@ def test_sigkill_every_partition_is_re_led_from_its_isr(
     assert_no_stale_epochs(c, final)
 
 
+# The killer runs in its own process: in the test's process its ZooKeeper callback
+# competes for the GIL with the LeaderSampler's thread, and on a loaded machine it took
+# 0.9 s to react -- as long as the whole 300-write batch took (a CI run saw all 300
+# written before the kill). It also compares notification sequence numbers, not
+# counts: a purge deletes old notifications in the same directory.
+_KILLER = """
+import os, signal, sys, threading
+from odradek.zk import znodes
+from odradek.zk.client import connect_zk
+connect, pid = sys.argv[1], int(sys.argv[2])
+zk = connect_zk(connect, source_ip=None, session_timeout_s=10.0)
+path = znodes.LEADER_AND_ISR_NOTIFICATION
+done = threading.Event()
+def newest(children):
+    return max((znodes.leader_and_isr_sequence(c) for c in children), default=-1)
+def on_change(_event=None):
+    if done.is_set():
+        return
+    if newest(zk.get_children(path, watch=on_change)) > floor:
+        os.kill(pid, signal.SIGKILL)  # the batch's first transaction is committed
+        done.set()
+floor = newest(zk.get_children(path, watch=on_change))
+print("ready", flush=True)
+done.wait(60)
+print("killed" if done.is_set() else "timeout", flush=True)
+zk.stop()
+"""
+
+
+@contextmanager
+def killer_on_next_notification(zk_connect: str, pid: int) -> Iterator[Callable[[float], bool]]:
+    """SIGKILL ``pid`` as soon as a new leader_and_isr notification appears. Yields
+    ``killed(timeout_s)``: whether that happened within the time."""
+    proc = subprocess.Popen([sys.executable, "-c", _KILLER, zk_connect, str(pid)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        ready = proc.stdout.readline()  # the subprocess prints "ready" or dies
+        assert ready.strip() == "ready", f"the killer did not start: {ready!r}"
+
+        def killed(timeout_s: float) -> bool:
+            try:
+                out, _ = proc.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                return False
+            return "killed" in out
+
+        yield killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
 # ============================================================================ failover
 def test_controller_killed_in_the_middle_of_a_batch(
         make_cluster: Callable[..., LocalCluster]) -> None:
@@ -237,24 +294,14 @@ def test_controller_killed_in_the_middle_of_a_batch(
     old_epoch = znodes.decode_controller_epoch(zk.get(znodes.CONTROLLER_EPOCH)[0])
     leaving = next(b for b in (1, 2, 3) if b != controller)
     staying = next(b for b in (1, 2, 3) if b not in (controller, leaving))
-    baseline = len(zk.get_children(znodes.LEADER_AND_ISR_NOTIFICATION))
     ctl_pid = c.broker(controller).pid
     assert ctl_pid is not None
-    killed = threading.Event()
-
-    def on_notification(_event: Any) -> None:
-        # The controller's first write of the batch is committed: kill it now.
-        if len(zk.get_children(znodes.LEADER_AND_ISR_NOTIFICATION, watch=on_notification)) \
-                > baseline and not killed.is_set():
-            os.kill(ctl_pid, signal.SIGKILL)
-            killed.set()
-
-    zk.get_children(znodes.LEADER_AND_ISR_NOTIFICATION, watch=on_notification)
     leaving_pid = c.broker(leaving).pid
     assert leaving_pid is not None
-    with LeaderSampler(c) as sampler:
+    with killer_on_next_notification(c.zk_connect, ctl_pid) as killed, \
+            LeaderSampler(c) as sampler:
         os.kill(leaving_pid, signal.SIGTERM)  # controlled shutdown: a 300-partition batch
-        assert killed.wait(30), "the controller wrote nothing"
+        assert killed(30), "the controller wrote nothing within 30 s"
         c.stop_broker(controller, signal.SIGKILL)  # reap it
         half = zk_states(c)
         moved = {tp for tp in half if half[tp][1] != before[tp][1]}
