@@ -2,8 +2,10 @@
 ``/odradek/schema-registry/<group>/primary`` (its data: the primary's URL; the group
 defaults to the topic's name: instances of one registry share a topic). Losing the
 ZooKeeper session deletes the znode and the others race to create it. Before a new primary
-accepts writes it reads ``_schemas`` to the end (``on_elected``), so its next id and next
-version account for everything its predecessor wrote."""
+accepts writes it fences its predecessor's producer and reads ``_schemas`` to the end
+(``on_elected``: ``SchemasTopic.become_primary``), so its next id and next version account
+for everything its predecessor wrote, and nothing the predecessor writes afterwards (not
+having heard yet that it lost its session) is accepted by the brokers."""
 
 from __future__ import annotations
 

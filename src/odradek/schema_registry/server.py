@@ -45,15 +45,22 @@ async def serve(
     host, port = parse_listener(listen)
     my_url = (advertised or f"http://{host}:{port}").rstrip("/")
     view = RegistryView()
-    log = SchemasTopic(bootstrap, view, topic=topic, client_conf=client_conf)
+    group = group or topic
+    log = SchemasTopic(
+        bootstrap,
+        view,
+        topic=topic,
+        client_conf=client_conf,
+        transactional_id=f"odradek-schema-registry-{group}",
+    )
     await asyncio.to_thread(log.start)
     election: PrimaryElection | None = None
     if zookeeper:
         election = await asyncio.to_thread(
-            lambda: PrimaryElection(
-                zookeeper, my_url, group=group or topic, on_elected=log.catch_up
-            )
+            lambda: PrimaryElection(zookeeper, my_url, group=group, on_elected=log.become_primary)
         )
+    else:
+        await asyncio.to_thread(log.become_primary)  # the only writer
     app = make_app(
         Registry(view, log),
         primary_url=election.primary_url if election else (lambda: None),
