@@ -19,6 +19,7 @@ from kazoo.protocol.states import KazooState, WatchedEvent
 
 from odradek.schema_registry import errors
 from odradek.schema_registry.errors import RegistryError
+from odradek.zk.acls import ZkAuth
 from odradek.zk.client import connect_zk
 
 __all__ = ["PrimaryElection", "primary_path", "find_primary"]
@@ -52,6 +53,7 @@ class PrimaryElection:
         group: str = "default",
         on_elected: Callable[[], None] = lambda: None,
         session_timeout_s: float = 6.0,
+        auth: ZkAuth | None = None,
     ) -> None:
         self.my_url = my_url
         self.path = primary_path(group)
@@ -60,7 +62,13 @@ class PrimaryElection:
         self._primary: str | None = None
         self._ready = False  # elected and caught up with the topic
         self._recampaign = False  # set while disconnected: campaign again on reconnection
-        self._zk = connect_zk(zk_connect, source_ip=None, session_timeout_s=session_timeout_s)
+        self._zk = connect_zk(
+            zk_connect,
+            source_ip=None,
+            session_timeout_s=session_timeout_s,
+            auth=auth,
+            secure_acls=auth is not None,
+        )
         self._zk.add_listener(self._state_changed)
         self._zk.ensure_path(self.path.rsplit("/", 1)[0])
         self._campaign()
@@ -143,6 +151,11 @@ class PrimaryElection:
                     503, 50003, "No schema registry primary is ready yet; retry shortly"
                 )
             return self._primary
+
+    @property
+    def zk(self) -> Any:
+        """The session (shared with the registry's credential and ACL caches)."""
+        return self._zk
 
     def info(self) -> dict[str, Any]:
         with self._lock:
