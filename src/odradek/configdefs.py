@@ -640,6 +640,13 @@ _BROKER_LIST: list[ConfigDef] = [
        "for the schema ids of topics with confluent.value.schema.validation or "
        "confluent.key.schema.validation (tried in order; empty: such a produce is "
        "refused)."),
+    _b("confluent.basic.auth.user.info", T.PASSWORD, None,
+       "Confluent Server's (with confluent.basic.auth.credentials.source=USER_INFO): "
+       "USER:PASSWORD the broker logs in to the schema registry with (HTTP basic "
+       "authentication); unset: no login."),
+    _b("confluent.ssl.truststore.location", T.STRING, None,
+       "Confluent Server's: CA certificate(s) (PEM) the broker verifies an https schema "
+       "registry with; unset: the system's CAs."),
     _b("metrics.listener", T.STRING, None,
        "Prometheus metrics at http://HOST:PORT/metrics (Kafka's MBean names as the JMX "
        "exporter maps them); unset (default): no metrics listener and no request "

@@ -4,8 +4,10 @@ never collide on a port."""
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -51,14 +53,20 @@ def http(
     body: Any = None,
     raw: bytes | None = None,
     timeout: float = 30.0,
+    auth: tuple[str, str] | None = None,
+    cafile: str | None = None,
 ) -> tuple[int, Any]:
-    """(status, parsed JSON body) of one request; errors are answers, not exceptions."""
+    """(status, parsed JSON body) of one request; errors are answers, not exceptions.
+    ``auth``: HTTP basic credentials; ``cafile``: the CA of an https registry."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(
-        url + path, data=data, method=method, headers={"Content-Type": CONTENT_TYPE}
-    )
+    headers = {"Content-Type": CONTENT_TYPE}
+    if auth is not None:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    req = urllib.request.Request(url + path, data=data, method=method, headers=headers)
+    ctx = ssl.create_default_context(cafile=cafile) if cafile else None
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
             status, text = resp.status, resp.read().decode()
     except urllib.error.HTTPError as e:
         status, text = e.code, e.read().decode()
@@ -75,10 +83,15 @@ def start_registry(
     zookeeper: bool = False,
     topic: str = "_schemas",
     command_config: str | None = None,
+    extra_args: tuple[str, ...] = (),
+    https: bool = False,
+    cafile: str | None = None,
 ) -> RegistryProcess:
+    """``https``: listen with TLS (``extra_args`` give the keystore); the readiness probe
+    then trusts ``cafile`` and takes a 401 (authentication on) as an answer."""
     assert cluster.block is not None
     host = addresses.zk_address(cluster.block, 1)
-    url = f"http://{host}:{port}"
+    url = f"{'https' if https else 'http'}://{host}:{port}"
     log = cluster.dir / f"schema-registry-{port}.log"
     cmd = [
         sys.executable,
@@ -98,6 +111,7 @@ def start_registry(
         cmd += ["--zookeeper", cluster.zk_connect]
     if command_config:
         cmd += ["--command-config", command_config]
+    cmd += list(extra_args)
     out = open(cluster.dir / f"schema-registry-{port}.out", "ab")  # noqa: SIM115 - the child keeps it
     proc = subprocess.Popen(
         cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -113,7 +127,7 @@ def start_registry(
                 f"{out.read_text() if out.exists() else ''}"
             )
         try:
-            return http(url, "GET", "/subjects", timeout=2)[0] == 200
+            return http(url, "GET", "/subjects", timeout=2, cafile=cafile)[0] in (200, 401)
         except OSError:
             return False
 

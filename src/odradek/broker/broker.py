@@ -180,7 +180,10 @@ class Broker:
         # Broker-side schema id validation (issue 27): the registry topics with
         # confluent.value/key.schema.validation are checked against.
         if settings.schema_registry_urls:
-            self.context.schema_ids = SchemaIdValidator(list(settings.schema_registry_urls))
+            self.context.schema_ids = SchemaIdValidator(
+                list(settings.schema_registry_urls),
+                user_info=settings.schema_registry_user_info,
+                cafile=settings.schema_registry_cafile)
         # Metrics (issue 15): only with a metrics.listener; otherwise no request timing
         # and no per-topic counters, so a broker without metrics pays nothing for them.
         listener = settings.metrics_listener

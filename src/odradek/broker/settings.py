@@ -58,6 +58,8 @@ class BrokerSettings:
     log_retention_check_interval_ms: int = setting("log.retention.check.interval.ms")
     # Broker-side schema id validation (issue 27): the registry it asks.
     schema_registry_urls: tuple[str, ...] = setting("confluent.schema.registry.url")
+    schema_registry_user_info: str | None = setting("confluent.basic.auth.user.info")
+    schema_registry_cafile: str | None = setting("confluent.ssl.truststore.location")
 
     def zookeeper_connection_timeout(self) -> int:
         """Kafka: zookeeper.connection.timeout.ms defaults to the session timeout."""

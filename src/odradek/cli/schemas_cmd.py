@@ -2,13 +2,18 @@
 REST API from the command line (this project's ``odradek schema-registry`` or Confluent's).
 
 Answers are printed as JSON; a registry error prints its ``error_code`` and message and
-exits 1.
+exits 1. A registry with basic authentication (a secured cluster's) is logged in to with
+``basic.auth.user.info=USER:PASSWORD`` from ``--command-config``, else with the file's SASL
+user and password (the same user as on the cluster); an https one is verified with
+``schema.registry.ssl.ca.location``, else ``ssl.ca.location``.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import ssl
 import sys
 import urllib.error
 import urllib.request
@@ -16,7 +21,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from odradek.cli.common import add_command_config, client_config
+from odradek.cli.common import add_command_config, client_config, command_properties
+from odradek.cli.schema_acls_cmd import add_acls_parser, run_acls
 
 __all__ = ["add_parser", "RegistryHttpError", "request"]
 
@@ -29,16 +35,26 @@ class RegistryHttpError(Exception):
         self.status, self.body = status, body
 
 
-def request(url: str, method: str, path: str, body: Any = None, timeout: float = 30.0) -> Any:
+def request(
+    url: str,
+    method: str,
+    path: str,
+    body: Any = None,
+    timeout: float = 30.0,
+    *,
+    user_info: str | None = None,
+    cafile: str | None = None,
+) -> Any:
+    """One REST call; ``user_info``: ``USER:PASSWORD`` for basic authentication;
+    ``cafile``: the CA of an https registry."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(
-        url.rstrip("/") + path,
-        data=data,
-        method=method,
-        headers={"Content-Type": _CONTENT_TYPE, "Accept": _CONTENT_TYPE},
-    )
+    headers = {"Content-Type": _CONTENT_TYPE, "Accept": _CONTENT_TYPE}
+    if user_info:
+        headers["Authorization"] = "Basic " + base64.b64encode(user_info.encode()).decode()
+    req = urllib.request.Request(url.rstrip("/") + path, data=data, method=method, headers=headers)
+    ctx = ssl.create_default_context(cafile=cafile) if cafile else None
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
             text = resp.read().decode()
     except urllib.error.HTTPError as e:
         raw = e.read().decode(errors="replace")
@@ -74,6 +90,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_command_config(p)
     ops = p.add_subparsers(dest="op", metavar="OP", required=True)
+    add_acls_parser(ops)
 
     ls = ops.add_parser("list", help="subjects, or a subject's versions")
     ls.add_argument("subject", nargs="?")
@@ -130,34 +147,49 @@ def _schema_body(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
+def _access(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """(basic auth ``USER:PASSWORD``, CA file) from ``--command-config``."""
+    props = command_properties(args)
+    user_info = props.get("basic.auth.user.info")
+    if not user_info and props.get("sasl.username") and props.get("sasl.password"):
+        user_info = f"{props['sasl.username']}:{props['sasl.password']}"
+    cafile = props.get("schema.registry.ssl.ca.location") or props.get("ssl.ca.location")
+    return user_info or None, cafile or None
+
+
 def _call(args: argparse.Namespace) -> Any:
     url, op = args.url, args.op
+    user_info, cafile = _access(args)
+
+    def call(u: str, method: str, path: str, body: Any = None) -> Any:
+        return request(u, method, path, body, user_info=user_info, cafile=cafile)
+
     s = quote(args.subject, safe="") if getattr(args, "subject", None) else None
     if op == "list":
         q = "?deleted=true" if args.deleted else ""
-        return request(url, "GET", f"/subjects/{s}/versions{q}" if s else f"/subjects{q}")
+        return call(url, "GET", f"/subjects/{s}/versions{q}" if s else f"/subjects{q}")
     if op == "get":
         if args.id is not None:
-            return request(url, "GET", f"/schemas/ids/{args.id}")
+            return call(url, "GET", f"/schemas/ids/{args.id}")
         if s is None:
             raise SystemExit("get: give a subject or --id")
-        return request(url, "GET", f"/subjects/{s}/versions/{args.version}")
+        return call(url, "GET", f"/subjects/{s}/versions/{args.version}")
     if op == "register":
-        return request(url, "POST", f"/subjects/{s}/versions", _schema_body(args))
+        return call(url, "POST", f"/subjects/{s}/versions", _schema_body(args))
     if op == "check":
         path = f"/compatibility/subjects/{s}/versions"
         if args.version:
             path += f"/{args.version}"
-        return request(url, "POST", path + "?verbose=true", _schema_body(args))
+        return call(url, "POST", path + "?verbose=true", _schema_body(args))
     if op == "delete":
         q = "?permanent=true" if args.permanent else ""
         if args.version:
-            return request(url, "DELETE", f"/subjects/{s}/versions/{args.version}{q}")
-        return request(url, "DELETE", f"/subjects/{s}{q}")
+            return call(url, "DELETE", f"/subjects/{s}/versions/{args.version}{q}")
+        return call(url, "DELETE", f"/subjects/{s}{q}")
     path = f"/config/{s}" if s else "/config"
     if args.set:
-        return request(url, "PUT", path, {"compatibility": args.set})
-    return request(url, "GET", path + ("?defaultToGlobal=true" if s else ""))
+        return call(url, "PUT", path, {"compatibility": args.set})
+    return call(url, "GET", path + ("?defaultToGlobal=true" if s else ""))
 
 
 def _registry_url(args: argparse.Namespace) -> str:
@@ -192,6 +224,8 @@ def _run(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException  # noqa: PLC0415
     from kazoo.handlers.threading import KazooTimeoutError  # noqa: PLC0415
 
+    if args.op == "acls":  # to ZooKeeper, not to a registry
+        return run_acls(args)
     try:
         args.url = _registry_url(args)
     except (KafkaException, KazooTimeoutError) as e:

@@ -26,9 +26,11 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -99,10 +101,14 @@ def _tcp_accepts(host: str, port: int) -> bool:
         return False
 
 
-def _http_ok(url: str) -> bool:
+def _http_ok(url: str, cafile: str | None = None, *, auth_required: bool = False) -> bool:
+    """``url`` answers 200 (or, ``auth_required``, the 401 asking for a login)."""
+    ctx = ssl.create_default_context(cafile=cafile) if cafile else None
     try:
-        with urllib.request.urlopen(url, timeout=2.0) as resp:
+        with urllib.request.urlopen(url, timeout=2.0, context=ctx) as resp:
             return bool(resp.status == 200)
+    except urllib.error.HTTPError as e:
+        return auth_required and e.code == 401
     except (OSError, http.client.HTTPException):  # refused, reset, an HTTP error, garbage
         return False
 
@@ -379,7 +385,7 @@ class LocalCluster:
                     props.setdefault("odradek.zookeeper.auth", self._zk_auth_value() or "")
                     props.setdefault("zookeeper.set.acl", str(self.zk_set_acl).lower())
             if security == "sasl_ssl":
-                from odradek.cluster.security_setup import prepare
+                from odradek.cluster.security_setup import ADMIN_USER, prepare
 
                 broker_hosts = {first_broker_id + slot - 1: self._broker_address(slot)
                                 for slot in range(1, n_brokers + 1)}
@@ -390,6 +396,13 @@ class LocalCluster:
                     # the operator's own overrides win
                     overrides[i] = {**setup.broker_properties(i, host, addresses.BROKER_PORT),
                                     **overrides[i]}
+                    if schema_registry:
+                        # The registry requires a login over https: the brokers' schema
+                        # id validation logs in as the admin and trusts the cluster's CA.
+                        overrides[i].setdefault("confluent.basic.auth.user.info",
+                                                f"{ADMIN_USER}:{setup.admin_password}")
+                        overrides[i].setdefault("confluent.ssl.truststore.location",
+                                                str(setup.ca))
             self.brokers = []
             for slot in range(1, n_brokers + 1):
                 self.brokers.append(self._write_broker_config(
@@ -612,7 +625,9 @@ class LocalCluster:
         """Where ``start_schema_registry`` listens: the block's first address (claimed
         with the block, so the port is ours)."""
         assert self.block is not None
-        return f"http://{addresses.zk_address(self.block, 1)}:{addresses.REGISTRY_PORT}"
+        # A secured cluster's registry serves TLS with a certificate of the cluster's CA.
+        scheme = "https" if self.security == "sasl_ssl" else "http"
+        return f"{scheme}://{addresses.zk_address(self.block, 1)}:{addresses.REGISTRY_PORT}"
 
     def start_schema_registry(self, timeout: float = 60.0) -> str:
         """Start ``odradek schema-registry`` for this cluster (elected through its
@@ -626,6 +641,21 @@ class LocalCluster:
                "--zookeeper", self.zk_connect, "--log-file", str(log)]
         if self.client_properties:  # a secured cluster: its admin user's settings
             cmd += ["--command-config", self.client_properties]
+        ca = None
+        if self.security == "sasl_ssl":
+            # Basic authentication against the cluster's SCRAM users (its admin is the
+            # super user), over TLS; the SCRAM credentials are read under the brokers'
+            # ZooKeeper identity (zookeeper.set.acl makes them creator-only).
+            from odradek.cluster.certs import load_ca  # noqa: PLC0415
+
+            sec = self.dir / "security"
+            host = addresses.zk_address(self.block, 1)
+            keystore = load_ca(sec).issue(sec / "schema-registry.pem", "schema-registry",
+                                          [host])
+            ca = str(sec / "ca.pem")
+            cmd += ["--ssl-keystore-location", str(keystore), "--ssl-truststore-location", ca]
+            if self.zk_auth_file:
+                cmd += ["--zookeeper-auth-file", self.zk_auth_file]
         with open(self.dir / "schema-registry.out", "ab") as out:
             p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
                                  stderr=subprocess.STDOUT, cwd=self.dir,
@@ -635,7 +665,9 @@ class LocalCluster:
                                 "url": url, "log": str(log)}
         self.save()
         self._poll("the schema registry to answer",
-                   lambda: p.poll() is None and _http_ok(url + "/subjects"), timeout)
+                   lambda: p.poll() is None and _http_ok(url + "/subjects", ca,
+                                                         auth_required=ca is not None),
+                   timeout)
         return url
 
     def stop_schema_registry(self, timeout: float = 10.0) -> None:

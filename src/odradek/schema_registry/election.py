@@ -2,8 +2,10 @@
 ``/odradek/schema-registry/<group>/primary`` (its data: the primary's URL; the group
 defaults to the topic's name: instances of one registry share a topic). Losing the
 ZooKeeper session deletes the znode and the others race to create it. Before a new primary
-accepts writes it reads ``_schemas`` to the end (``on_elected``), so its next id and next
-version account for everything its predecessor wrote."""
+accepts writes it fences its predecessor's producer and reads ``_schemas`` to the end
+(``on_elected``: ``SchemasTopic.become_primary``), so its next id and next version account
+for everything its predecessor wrote, and nothing the predecessor writes afterwards (not
+having heard yet that it lost its session) is accepted by the brokers."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from kazoo.protocol.states import KazooState, WatchedEvent
 
 from odradek.schema_registry import errors
 from odradek.schema_registry.errors import RegistryError
+from odradek.zk.acls import ZkAuth
 from odradek.zk.client import connect_zk
 
 __all__ = ["PrimaryElection", "primary_path", "find_primary"]
@@ -50,6 +53,7 @@ class PrimaryElection:
         group: str = "default",
         on_elected: Callable[[], None] = lambda: None,
         session_timeout_s: float = 6.0,
+        auth: ZkAuth | None = None,
     ) -> None:
         self.my_url = my_url
         self.path = primary_path(group)
@@ -58,7 +62,13 @@ class PrimaryElection:
         self._primary: str | None = None
         self._ready = False  # elected and caught up with the topic
         self._recampaign = False  # set while disconnected: campaign again on reconnection
-        self._zk = connect_zk(zk_connect, source_ip=None, session_timeout_s=session_timeout_s)
+        self._zk = connect_zk(
+            zk_connect,
+            source_ip=None,
+            session_timeout_s=session_timeout_s,
+            auth=auth,
+            secure_acls=auth is not None,
+        )
         self._zk.add_listener(self._state_changed)
         self._zk.ensure_path(self.path.rsplit("/", 1)[0])
         self._campaign()
@@ -141,6 +151,11 @@ class PrimaryElection:
                     503, 50003, "No schema registry primary is ready yet; retry shortly"
                 )
             return self._primary
+
+    @property
+    def zk(self) -> Any:
+        """The session (shared with the registry's credential and ACL caches)."""
+        return self._zk
 
     def info(self) -> dict[str, Any]:
         with self._lock:

@@ -27,11 +27,14 @@ __all__ = [
 class RegistryError(Exception):
     """An error answered as ``{"error_code": code, "message": message}`` with ``status``."""
 
-    def __init__(self, status: int, code: int, message: str) -> None:
+    def __init__(
+        self, status: int, code: int, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers or {}  # e.g. a 401's WWW-Authenticate
 
     def body(self) -> dict[str, object]:
         return {"error_code": self.code, "message": self.message}

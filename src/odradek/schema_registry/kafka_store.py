@@ -1,7 +1,23 @@
 """The ``_schemas`` topic: a reader thread applies every record to the RegistryView, and
 writes produce with acks=all then wait until the reader has applied them (read your own
 writes), as Confluent's KafkaStore does. confluent-kafka is the client: it is already a
-dependency of every admin command."""
+dependency of every admin command.
+
+Fencing (issue 27: no schema id reused when a primary dies or is cut off). The primary
+writes each record in a transaction of its own, with one transactional id shared by
+every instance of the registry (``odradek-schema-registry-<group>``). Becoming primary
+starts with ``init_transactions``: the transaction coordinator bumps that id's producer
+epoch, aborts whatever the previous primary had in flight, and from then on the brokers
+refuse the previous primary's producer (PRODUCER_FENCED / INVALID_PRODUCER_EPOCH), even
+if it still believes it is primary because it has not yet heard that its ZooKeeper
+session ended. The readers read committed records only, so an aborted write never
+reaches any view. Only then does the new primary read the topic to its end and hand out
+ids: every id it allocates follows every id any earlier primary could have committed.
+This is what Kafka gives any single-writer application; an epoch written into each
+record and checked by readers would need its own marker records to survive compaction
+(a compacted topic keeps only the latest record of a key, which may be a fenced one).
+NOOPs (written to learn the end of the topic) carry no state and go through a plain
+idempotent producer, from any instance."""
 
 from __future__ import annotations
 
@@ -12,7 +28,14 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from odradek.schema_registry import errors
@@ -21,6 +44,13 @@ from odradek.schema_registry.store import RegistryView, noop_key
 __all__ = ["SchemasTopic", "SchemasTopicError"]
 
 logger = logging.getLogger(__name__)
+
+# What a producer fenced by a newer one with the same transactional id gets.
+_FENCED_CODES = (
+    KafkaError._FENCED,
+    KafkaError.PRODUCER_FENCED,
+    KafkaError.INVALID_PRODUCER_EPOCH,
+)
 
 
 class SchemasTopicError(Exception):
@@ -36,16 +66,21 @@ class SchemasTopic:
         topic: str = "_schemas",
         client_conf: Mapping[str, Any] | None = None,
         timeout_s: float = 30.0,
+        transactional_id: str | None = None,
     ) -> None:
         self.topic = topic
+        self.transactional_id = transactional_id or f"odradek-schema-registry-{topic}"
         self.view = view
         self.timeout_s = timeout_s
         self._conf: dict[str, Any] = {"bootstrap.servers": bootstrap, **(client_conf or {})}
         self._applied = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._producer: Producer | None = None
-        self._error: str | None = None
+        self._producer: Producer | None = None  # NOOPs
+        self._txn: Producer | None = None  # schema writes, while this instance is primary
+        self._txn_lock = threading.Lock()
+        self._primary = False  # become_primary called: this instance may write
+        self._fenced = False  # a newer primary fenced it: no write until elected again
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -56,9 +91,10 @@ class SchemasTopic:
         self._producer = Producer({**self._conf, "acks": "all", "linger.ms": 0})
         self._thread = threading.Thread(target=self._read, name="schemas-reader", daemon=True)
         self._thread.start()
-        self.write(noop_key(), None)
+        self.catch_up()
 
     def stop(self) -> None:
+        self._txn = None
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -117,6 +153,8 @@ class SchemasTopic:
                 "group.id": f"odradek-schema-registry-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
+                # An aborted write (a fenced primary's) is never applied.
+                "isolation.level": "read_committed",
                 "enable.partition.eof": False,
             }
         )
@@ -140,9 +178,89 @@ class SchemasTopic:
 
     # ------------------------------------------------------------------ writing
 
+    def become_primary(self) -> None:
+        """Fence every earlier writer (``init_transactions`` on the shared transactional
+        id), then read the topic up to now. Called on election, before any write."""
+        with self._txn_lock:
+            self._primary = True
+            self._fenced = False
+            self._init_writer()
+
+    def _init_writer(self) -> None:
+        """Under ``_txn_lock``: a new transactional producer (fencing every other one),
+        then the topic read up to now, so ids follow whatever the fenced ones committed."""
+        self._txn = None
+        producer = Producer(
+            {
+                **self._conf,
+                "transactional.id": self.transactional_id,
+                "acks": "all",
+                "linger.ms": 0,
+            }
+        )
+        try:
+            producer.init_transactions(self.timeout_s)
+        except KafkaException as e:
+            raise errors.store_error(f"cannot fence the previous primary: {e}") from e
+        logger.info("%s: writing as %s (earlier writers fenced)", self.topic,
+                    self.transactional_id)  # fmt: skip
+        self.catch_up()
+        self._txn = producer
+
     def write(self, key: bytes, value: bytes | None) -> int:
-        """Produce one record (acks=all) and wait until the reader has applied it; its
-        offset. Raises 50001 if the write fails or is not read back in time."""
+        """Produce one record in a transaction of its own (acks=all) and wait until the
+        reader has applied it; its offset. Raises 50004 when this instance is not, or no
+        longer, the writer (fenced by a newer primary), 50001 if the write fails or is
+        not read back in time."""
+        with self._txn_lock:
+            if self._fenced or not self._primary:
+                raise errors.RegistryError(
+                    500, 50004, "This instance is not the primary: retry the request"
+                )
+            if self._txn is None:  # the last one broke (not fenced): a new one
+                self._init_writer()
+            assert self._txn is not None
+            result = self._produce_committed(self._txn, key, value)
+        return self._read_back(result)
+
+    def _produce_committed(
+        self, producer: Producer, key: bytes, value: bytes | None
+    ) -> dict[str, Any]:
+        """Under ``_txn_lock``: one record, one transaction."""
+        result: dict[str, Any] = {}
+
+        def delivered(err: Any, msg: Any) -> None:
+            result["err"], result["offset"] = err, msg.offset() if msg is not None else -1
+
+        try:
+            producer.begin_transaction()
+            producer.produce(self.topic, key=key, value=value, on_delivery=delivered)
+            producer.commit_transaction(self.timeout_s)
+        except KafkaException as e:
+            err: KafkaError = e.args[0]
+            self._txn = None
+            if err.code() in _FENCED_CODES:
+                # Another instance became primary: this one never writes again until it
+                # is elected again (become_primary).
+                self._fenced = True
+                logger.error("%s: this registry was fenced by a newer primary: %s",
+                             self.topic, err)  # fmt: skip
+                raise errors.RegistryError(
+                    500,
+                    50004,
+                    "This instance is no longer the primary (fenced by a newer "
+                    "one); retry the request",
+                ) from e
+            # Anything else (a coordinator moving, a timeout): whether it committed is
+            # unknown, so the producer is written off; the next write starts a new one
+            # (which aborts or completes this transaction) and reads up to it first. A
+            # client retrying gets the same id if this one did commit.
+            logger.warning("%s: write failed (%s); the next write starts a new producer",
+                           self.topic, err)  # fmt: skip
+            raise errors.store_error(str(err)) from e
+        return result
+
+    def _produce_plain(self, key: bytes, value: bytes | None) -> dict[str, Any]:
         assert self._producer is not None, "start() first"
         result: dict[str, Any] = {}
 
@@ -153,6 +271,10 @@ class SchemasTopic:
         deadline = time.monotonic() + self.timeout_s
         while "err" not in result and time.monotonic() < deadline:
             self._producer.poll(0.1)
+        return result
+
+    def _read_back(self, result: dict[str, Any]) -> int:
+        deadline = time.monotonic() + self.timeout_s
         if "err" not in result:
             raise errors.store_error(f"write to {self.topic} timed out")
         if result["err"] is not None:
@@ -169,4 +291,4 @@ class SchemasTopic:
     def catch_up(self) -> None:
         """Wait until every record written before now is applied (a NOOP written and read
         back): a newly elected primary does this before it allocates ids."""
-        self.write(noop_key(), None)
+        self._read_back(self._produce_plain(noop_key(), None))

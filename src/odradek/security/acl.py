@@ -35,6 +35,7 @@ from odradek.security.principal import KafkaPrincipal
 __all__ = [
     "AccessControlEntry", "AclBinding", "AclBindingFilter", "AclCache", "AclOperation",
     "AclPermissionType", "PatternType", "ResourcePattern", "ResourceType",
+    "KAFKA_RESOURCE_TYPES", "REGISTRY_RESOURCE_TYPES",
     "WILDCARD_HOST", "WILDCARD_RESOURCE", "CLUSTER_NAME", "authorization_error",
     "canonical_host", "pascal_name", "parse_enum",
 ]
@@ -53,6 +54,17 @@ class ResourceType(enum.IntEnum):
     TRANSACTIONAL_ID = 5
     DELEGATION_TOKEN = 6
     USER = 7
+    # The schema registry's resources (Redpanda's ``subject`` and ``registry`` ACL types):
+    # kept in the same ZooKeeper ACL store (``/kafka-acl/Subject/<name>``) but with codes
+    # no Kafka request can carry (the wire field is an int8), so that no broker API ever
+    # creates, describes or deletes them and no Kafka client sees a type it cannot parse.
+    SUBJECT = 1001
+    REGISTRY = 1002
+
+
+# The resource types Kafka's own APIs and the broker's authorizer deal with.
+REGISTRY_RESOURCE_TYPES = frozenset({ResourceType.SUBJECT, ResourceType.REGISTRY})
+KAFKA_RESOURCE_TYPES = frozenset(t for t in ResourceType if t not in REGISTRY_RESOURCE_TYPES)
 
 
 class PatternType(enum.IntEnum):

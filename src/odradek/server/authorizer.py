@@ -38,6 +38,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from odradek.security.acl import (
+    KAFKA_RESOURCE_TYPES,
     AccessControlEntry,
     AclCache,
     AclOperation,
@@ -127,9 +128,14 @@ class _ZkFollower:
 
 class Authorizer(_ZkFollower):
     def __init__(self, zk: KazooClient, loop: asyncio.AbstractEventLoop, *,
-                 super_users: list[str], allow_if_no_acl: bool) -> None:
+                 super_users: list[str], allow_if_no_acl: bool,
+                 resource_types: frozenset[ResourceType] = KAFKA_RESOURCE_TYPES) -> None:
+        """``resource_types``: the ACLs this authorizer holds (a broker: Kafka's own;
+        the schema registry: its subjects and registry), the others in the store are
+        skipped, so a broker's DescribeAcls never returns a registry ACL."""
         super().__init__(loop)
         self.zk = zk
+        self.resource_types = resource_types
         self.cache = AclCache(super_users, allow_if_no_acl)
         # Changes applied so far, per change root; moved only on the loop, by the apply
         # of the batch that was read with them.
@@ -200,7 +206,7 @@ class Authorizer(_ZkFollower):
                 for seq, pattern in store.changes_after(self.zk, root,
                                                         positions.get(root, -1)):
                     positions[root] = seq
-                    if pattern is not None:
+                    if pattern is not None and pattern.resource_type in self.resource_types:
                         patterns.add(pattern)
             updates = [(p, store.read_acls(self.zk, p)[0]) for p in patterns]
         except BaseException:
@@ -220,7 +226,7 @@ class Authorizer(_ZkFollower):
         # Positions first: a change made between the two reads is applied twice, never
         # missed.
         positions = store.latest_change_sequence(self.zk)
-        acls = store.read_all_acls(self.zk)
+        acls = store.read_all_acls(self.zk, self.resource_types)
 
         def apply() -> None:
             self.cache.replace_all(acls)

@@ -29,6 +29,7 @@ import functools
 import json
 import logging
 import re
+import ssl
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -217,8 +218,15 @@ class SchemaIdValidator:
         negative_ttl_s: float = NEGATIVE_TTL_S,
         max_ids: int = CACHE_MAX_IDS,
         clock: Any = time.monotonic,
+        user_info: str | None = None,
+        cafile: str | None = None,
     ) -> None:
+        """``user_info``: ``USER:PASSWORD`` for a registry with basic authentication;
+        ``cafile``: the CA of an https registry (Confluent Server's
+        ``confluent.basic.auth.user.info`` and ``confluent.ssl.truststore.location``)."""
         self.urls = [u.rstrip("/") for u in urls if u.strip()]
+        self._user_info = user_info
+        self._cafile = cafile
         self._ttl = ttl_s
         self._negative_ttl = negative_ttl_s
         self._max = max_ids
@@ -333,8 +341,18 @@ class SchemaIdValidator:
                 "confluent.schema.registry.url",
             )
         if self._session is None or self._session.closed:
+            auth = None
+            if self._user_info:
+                user, _, password = self._user_info.partition(":")
+                auth = aiohttp.BasicAuth(user, password)
+            connector = None
+            if self._cafile:
+                ctx = ssl.create_default_context(cafile=self._cafile)
+                connector = aiohttp.TCPConnector(ssl=ctx)
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=LOOKUP_TIMEOUT_S)
+                timeout=aiohttp.ClientTimeout(total=LOOKUP_TIMEOUT_S),
+                auth=auth,
+                connector=connector,
             )
         self.lookups += 1
         errors: list[str] = []

@@ -62,7 +62,7 @@ CHANGE_PREFIX = "acl_changes_"
 USERS_ROOT = "/config/users"
 _STORABLE_TYPES = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER,
                    ResourceType.TRANSACTIONAL_ID, ResourceType.DELEGATION_TOKEN,
-                   ResourceType.USER)
+                   ResourceType.USER, ResourceType.SUBJECT, ResourceType.REGISTRY)
 
 
 # ------------------------------------------------------------------------ ACL codecs
@@ -134,7 +134,9 @@ def read_acls(zk: KazooClient, pattern: ResourcePattern
     return decode_acls(data), stat.version
 
 
-def read_all_acls(zk: KazooClient) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+def read_all_acls(zk: KazooClient, only: frozenset[ResourceType] | None = None
+                  ) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+    """Every binding in the store (``only``: only resources of these types)."""
     out: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
     for root, ptype in ((LITERAL_ACL_ROOT, PatternType.LITERAL),
                         (PREFIXED_ACL_ROOT, PatternType.PREFIXED)):
@@ -145,6 +147,8 @@ def read_all_acls(zk: KazooClient) -> dict[ResourcePattern, frozenset[AccessCont
         for tname in types:
             try:
                 rtype = ResourceType(parse_enum(ResourceType, tname))
+                if only is not None and rtype not in only:
+                    continue
                 names = zk.get_children(f"{root}/{tname}")
             except (ValueError, NoNodeError):
                 continue
