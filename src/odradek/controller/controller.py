@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import ConnectionLoss, KazooException, SessionExpiredError
 
 from odradek.configdefs import setting
 from odradek.controller import elections
@@ -76,6 +76,7 @@ from odradek.metadata.store import (
     TopicConfigChanged,
     TopicsChanged,
 )
+from odradek.runtime import clock
 from odradek.zk import znodes
 from odradek.zk.kafka_zk_client import ControllerMovedError, KafkaZkClient, StateWrite
 
@@ -146,11 +147,19 @@ class Controller:
         self._purge_through = -1  # highest notification seen at the previous purge tick
         self._events: queue.Queue[Any] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
+        self._timers: dict[type, float] = {}  # due times of the periodic ticks (start())
         self._reassigner = Reassigner(self)
 
-    def start(self) -> None:
+    def start(self, *, threaded: bool = True) -> None:
+        """``threaded=False``: no thread; whoever drives the controller (the simulator,
+        odradek.sim.zk_cluster) calls ``take_batch`` and ``step`` on its own schedule."""
         self._events.put(ControllerChanged())
-        self._thread.start()
+        now = clock.monotonic()
+        self._timers = {_PurgeTick: now + self.purge_interval_s}
+        if self.auto_rebalance:
+            self._timers[_RebalanceTick] = now + self.imbalance_interval_s
+        if threaded:
+            self._thread.start()
 
     def stop(self) -> None:
         self._events.put(Stop())
@@ -181,45 +190,69 @@ class Controller:
 
     # ------------------------------------------------------------------ loop
     def _run(self) -> None:
-        timers: dict[type, float] = {_PurgeTick: time.monotonic() + self.purge_interval_s}
-        if self.auto_rebalance:
-            timers[_RebalanceTick] = time.monotonic() + self.imbalance_interval_s
         while True:
-            due = min(timers.values())
             try:
-                batch: list[Any] = [self._events.get(timeout=max(0.0, due - time.monotonic()))]
+                first: list[Any] = [self._events.get(timeout=max(0.0, self.next_tick_in()))]
             except queue.Empty:
-                batch = []
-            now = time.monotonic()
-            for kind, at in timers.items():
-                if at <= now:
-                    batch.append(kind())
-                    # Due again one interval from now whatever our role: a non-controller
-                    # that skipped this would spin on an expired timer.
-                    timers[kind] = now + (self.imbalance_interval_s if kind is _RebalanceTick
-                                          else self.purge_interval_s)
-            try:
-                while True:
-                    batch.append(self._events.get_nowait())
-            except queue.Empty:
-                pass
+                first = []
+            batch = self.take_batch(first)
             if any(isinstance(e, Stop) for e in batch):
                 return
-            try:
-                self.process(batch)
-            except NotController:
-                logger.warning("broker %d is no longer the controller (epoch %d fenced)",
-                               self.broker_id, self.epoch)
-                self.active = False
-                self.ctx = None
-                self._epoch_zk_version = -1
-                self._resign()  # a fresh election gives whoever wins a fresh epoch
-                self._events.put(ControllerChanged())
-            except Exception:
-                logger.exception("controller step failed; re-reading ZooKeeper and retrying")
-                self.ctx = None  # a write may or may not have landed: trust only ZooKeeper
-                time.sleep(_RETRY_DELAY_S)
-                self._events.put(_Retry())
+            pause = self.step(batch)
+            if pause:
+                time.sleep(pause)
+
+    def next_tick_in(self) -> float:
+        """Seconds until the next timer (purge, auto rebalance) is due."""
+        return min(self._timers.values()) - clock.monotonic()
+
+    def has_events(self) -> bool:
+        """Anything queued (the simulator's driver asks before it sleeps)."""
+        return not self._events.empty()
+
+    def take_batch(self, first: list[Any] | None = None) -> list[Any]:
+        """The next batch: ``first``, the timers due now, then every queued event."""
+        batch = list(first or ())
+        now = clock.monotonic()
+        for kind, at in self._timers.items():
+            if at <= now:
+                batch.append(kind())
+                # Due again one interval from now whatever our role: a non-controller
+                # that skipped this would spin on an expired timer.
+                self._timers[kind] = now + (self.imbalance_interval_s if kind is _RebalanceTick
+                                            else self.purge_interval_s)
+        try:
+            while True:
+                batch.append(self._events.get_nowait())
+        except queue.Empty:
+            pass
+        return batch
+
+    def step(self, batch: list[Any]) -> float:
+        """``process`` one batch, handling its failures; returns how long to pause before
+        the next (0, or ``_RETRY_DELAY_S`` after a failed step, whose retry is queued)."""
+        try:
+            self.process(batch)
+            return 0.0
+        except NotController:
+            logger.warning("broker %d is no longer the controller (epoch %d fenced)",
+                           self.broker_id, self.epoch)
+            self.active = False
+            self.ctx = None
+            self._epoch_zk_version = -1
+            self._resign()  # a fresh election gives whoever wins a fresh epoch
+            self._events.put(ControllerChanged())
+            return 0.0
+        except (ConnectionLoss, SessionExpiredError) as e:
+            # Cut from ZooKeeper (REQ-P8): nothing to decide until it answers again; no
+            # stack trace for an outage the cluster is built to survive.
+            logger.warning("controller step failed, ZooKeeper unreachable (%s); retrying",
+                           type(e).__name__)
+        except Exception:
+            logger.exception("controller step failed; re-reading ZooKeeper and retrying")
+        self.ctx = None  # a write may or may not have landed: trust only ZooKeeper
+        self._events.put(_Retry())
+        return _RETRY_DELAY_S
 
     def process(self, batch: list[Any]) -> None:
         """One step: every event queued so far, decided together. Public for tests,

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
 
 from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from odradek.zk import znodes
@@ -180,7 +180,9 @@ class MetadataStore:
         self.listeners: list[Callable[[MetadataEvent], None]] = []  # e.g. the controller
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, registration_timeout_s: float) -> None:
+    def start(self, registration_timeout_s: float, *, threaded: bool = True) -> None:
+        """``threaded=False``: no thread; whoever drives the store (the simulator,
+        odradek.sim.zk_cluster) calls ``take_batch`` and ``step`` on its own schedule."""
         znodes.ensure_base_paths(self.zk)
         self._cluster_id = znodes.get_or_create_cluster_id(self.zk)
         self.register(registration_timeout_s)
@@ -202,7 +204,8 @@ class MetadataStore:
         # Initial full load before serving, so the first image is complete.
         self._reload_all()
         self._emit()
-        self._thread.start()
+        if threaded:
+            self._thread.start()
 
     def stop(self) -> None:
         self._stopped.set()
@@ -272,28 +275,51 @@ class MetadataStore:
     # ------------------------------------------------------------------ event loop
     def _run(self) -> None:
         while not self._stopped.is_set():
-            ev = self._events.get()
-            batch = [ev]
-            try:
-                while True:
-                    batch.append(self._events.get_nowait())
-            except queue.Empty:
-                pass
+            batch = self.take_batch(self._events.get())
             if any(isinstance(e, Stop) for e in batch):
                 return
-            self._outbox = []
-            try:
-                self._handle(batch)
-                if self._has_changes():
-                    self._emit()
-            except Exception:
-                logger.exception("metadata update failed; retrying")
+            if not self.step(batch):
                 time.sleep(0.5)
-                for e in batch:
-                    self._events.put(e)
-            for listener in self.listeners:
-                for e in [*batch, *self._outbox]:
-                    listener(e)
+
+    def has_events(self) -> bool:
+        """Anything queued (the simulator's driver asks before it sleeps)."""
+        return not self._events.empty()
+
+    def take_batch(self, first: MetadataEvent | None = None) -> list[MetadataEvent]:
+        """``first`` and every event queued after it."""
+        batch = [] if first is None else [first]
+        try:
+            while True:
+                batch.append(self._events.get_nowait())
+        except queue.Empty:
+            pass
+        return batch
+
+    def step(self, batch: list[MetadataEvent]) -> bool:
+        """Handle one batch, publish the image if it changed and pass the events on to
+        the listeners. False: it failed and was queued again (retry after a pause)."""
+        self._outbox = []
+        ok = True
+        try:
+            self._handle(batch)
+            if self._has_changes():
+                self._emit()
+        except (ConnectionLoss, SessionExpiredError) as err:
+            # Cut from ZooKeeper: an outage, not a bug (no stack trace); read again later.
+            logger.warning("metadata update failed, ZooKeeper unreachable (%s); retrying",
+                           type(err).__name__)
+            ok = False
+            for e in batch:
+                self._events.put(e)
+        except Exception:
+            logger.exception("metadata update failed; retrying")
+            ok = False
+            for e in batch:
+                self._events.put(e)
+        for listener in self.listeners:
+            for e in [*batch, *self._outbox]:
+                listener(e)
+        return ok
 
     def _handle(self, batch: list[MetadataEvent]) -> None:
         kinds = {type(e) for e in batch}
