@@ -51,6 +51,7 @@ from odradek.sim.harness import (
     _BrokerIsrStore,
 )
 from odradek.sim.schedule import FaultSpec, Step
+from odradek.sim.zk_cluster import ZkCluster
 from odradek.storage.records import encode_batch
 
 __all__ = ["FIRST_WORLD", "SimNetwork", "SimController", "SimHarness", "World", "WorldConfig"]
@@ -85,6 +86,16 @@ class WorldConfig:
     reassignments: bool = True
     watch_latency_s: tuple[float, float] = (0.0005, 0.03)
     quiet_heal: bool = True
+    # The controller: False, ``SimController`` (the hand-written model the seeds of
+    # docs/faults.md were recorded with); True, Odradek's real ``Controller``, metadata
+    # store and ISR store over the ZooKeeper model (odradek.sim.zk_cluster), with every
+    # broker a controller candidate and a ``controller`` fault (crash or ZooKeeper cut
+    # of the active controller).
+    real_controller: bool = False
+    first_controller: int = 0  # with real_controller: the first one elected (0: brokers[0])
+    # With real_controller: how long a restarted broker takes to reach ZooKeeper (loading
+    # its logs); its old session ended as it restarted.
+    restart_delay_s: tuple[float, float] = (0.05, 0.3)
     # 0: the monitors look at the world at the end of every virtual instant; else on a
     # timer of this period (FIRST_WORLD's 10 ms: its timers decide the order of other
     # timers due at the same instant, so its seeds replay only with it).
@@ -201,6 +212,16 @@ class SimController(MemoryController):
 
     def store_for(self, broker: int, loop: asyncio.AbstractEventLoop) -> _BrokerIsrStore:
         return _SimIsrStore(self, broker, loop)
+
+    # The world's hooks (ZkCluster acts on its clients here; this model needs the set).
+    def zk_cut(self, b: int) -> None:
+        self.unreachable.add(b)
+
+    def zk_uncut(self, b: int) -> None:
+        self.unreachable.discard(b)
+
+    def crashed(self, b: int) -> None:
+        pass  # SimHarness.crash_broker marks the broker's ISR store dead
 
     def image(self) -> MetadataImage:
         parts = {
@@ -399,11 +420,35 @@ class SimHarness(ReplicationHarness):
     incarnation: dict[int, int] = field(default_factory=dict)
 
     watch_latency_s: tuple[float, float] = (0.0, 0.0)
+    real_controller: bool = False
+    session_timeout_s: float = 1.5
+    first_controller: int = 0
+    restart_delay_s: tuple[float, float] = (0.05, 0.3)
 
     def make_controller(self) -> MemoryController:
+        if self.real_controller:
+            # Not a MemoryController: the same interface over the ZooKeeper model.
+            return ZkCluster(  # type: ignore[return-value]
+                self.brokers,
+                self.partitions,
+                self.seed,
+                self.trace,
+                asyncio.get_running_loop(),
+                watch_latency_s=self.watch_latency_s,
+                session_timeout_s=self.session_timeout_s,
+                first_controller=self.first_controller or None,
+                startup_s=self.restart_delay_s,
+            )
         return SimController(
             self.brokers, self.partitions, self.seed, self.trace, self.watch_latency_s
         )
+
+    async def __aenter__(self) -> SimHarness:
+        await super().__aenter__()
+        c: Any = self.controller
+        if isinstance(c, ZkCluster):
+            c.started()
+        return self
 
     def _applier(self, broker: int) -> Callable[[MetadataImage], None]:
         inner = super()._applier(broker)
@@ -428,6 +473,8 @@ class SimHarness(ReplicationHarness):
         store = self.replicas[b].isr_store
         if isinstance(store, _SimIsrStore):
             store.dead = True
+        c: Any = self.controller
+        c.crashed(b)
         await super().crash_broker(b)
 
 
@@ -457,9 +504,9 @@ class World:
     _changed: dict[tuple[int, int], tuple[object, int]] = field(default_factory=dict)
 
     @property
-    def controller(self) -> SimController:
-        c = self.h.controller
-        assert isinstance(c, SimController)
+    def controller(self) -> SimController | ZkCluster:
+        c: Any = self.h.controller
+        assert isinstance(c, (SimController, ZkCluster))
         return c
 
     def now(self) -> float:
@@ -483,14 +530,14 @@ class World:
 
     def zk_isolate(self, b: int) -> None:
         self.trace(f"nemesis: cut broker {b} from ZooKeeper and the controller")
-        self.controller.unreachable.add(b)
+        self.controller.zk_cut(b)
         self._expire_later(b, lambda: b in self.controller.unreachable)
 
     def zk_heal(self, b: int) -> None:
         if b not in self.controller.unreachable:
             return
         self.trace(f"nemesis: broker {b} reaches ZooKeeper again")
-        self.controller.unreachable.discard(b)
+        self.controller.zk_uncut(b)
         if b in self.h.down:
             return
         if b in self.controller.registered:
@@ -510,6 +557,8 @@ class World:
         kinds = ["cut", "isolate", "slow", "lossy", "crash", "zk", "zk-partition"]
         if self.cfg.reassignments:
             kinds.append("reassign")
+        if self.cfg.real_controller:
+            kinds.append("controller")
         return kinds
 
     def draw(self, rng: random.Random, fault_id: int) -> FaultSpec:
@@ -522,7 +571,13 @@ class World:
         kind = rng.choice(self.fault_kinds())
         other = rng.choice([b for b in brokers if b != target])
         param = 0.0
-        if kind == "slow":
+        if kind == "controller":
+            # The active controller: crashed (param 0) or cut from ZooKeeper (1).
+            cid = self.controller.controller_id if isinstance(self.controller, ZkCluster) else -1
+            target = cid if cid in brokers else target
+            other = rng.choice([b for b in brokers if b != target])
+            param = float(rng.randrange(2))
+        elif kind == "slow":
             param = round(rng.uniform(0.05, 1.0), 3)
         elif kind == "lossy":
             param = round(rng.uniform(0.2, 0.9), 2)
@@ -562,6 +617,9 @@ class World:
             self.trace(f"nemesis: drop {f.param:.0%} on {target}-{other}")
             self.net.loss[link] = f.param
             return _Fault(f"lossy {target}-{other}", lambda: self.net.loss.pop(link, None))
+        if kind == "controller":
+            self.trace(f"nemesis: fail the controller, broker {target}")
+            kind = "crash" if f.param == 0 else "zk"
         if kind == "crash" and target not in self.h.down:
             await self.crash(target)
             return _Fault(f"crash {target}", lambda: self.restart(target))
