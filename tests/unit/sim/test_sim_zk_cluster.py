@@ -157,3 +157,12 @@ def test_real_controller_runs_replay_and_hold_the_invariants() -> None:
 def test_every_scenario_holds_with_the_real_controller(name: str) -> None:
     run = run_scenario(replace(SCENARIOS[name], real_controller=True), 1)
     assert run.failures == [], run.failures
+
+
+def test_seed_9_three_partitions_a_stale_isr_candidate_is_not_admitted() -> None:
+    """Regression (docs/faults.md): with the real controller and 3 partitions, leader 3
+    of p2 admitted broker 1 to the ISR on a fetch made before offset 28 was committed
+    without it; broker 1 was elected and the acknowledged record was lost (acked-lost).
+    Failed before ``Partition._propose_isr`` checked a candidate against the HW again."""
+    r = run_seed(9, cfg=replace(REAL, partitions=3))
+    assert r.ok, [str(v) for v in r.violations[:3]]
