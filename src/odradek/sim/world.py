@@ -207,7 +207,10 @@ class SimHarness(ReplicationHarness):
         inner = super()._applier(broker)
 
         def apply(image: MetadataImage) -> None:
-            if broker not in self.controller.unreachable:
+            # SimController publishes to every broker: one cut from ZooKeeper must not
+            # hear it. A ZkCluster broker's image is what its own metadata store read
+            # while it could (e.g. at its start, just before a cut): always applied.
+            if isinstance(self.controller, ZkCluster) or broker not in self.controller.unreachable:
                 inner(image)
 
         return apply

@@ -316,3 +316,12 @@ def test_a_restarted_broker_waits_for_a_decision_on_its_old_states(loop: SimLoop
         assert (p0.leader, p0.leader_epoch, p0.isr) == (2, 1, (2, 3))
 
     _run(loop, main)
+
+
+def test_seed_134_a_broker_restarted_while_cut_applies_its_first_image() -> None:
+    """Regression (the simulator's own bug): broker 1 restarted while cut from ZooKeeper
+    read its first image just before the cut, and the harness dropped it (the hand-written
+    controller's rule: a cut broker hears nothing); the partition's assignment was the
+    same once it reconnected, so no later image came: it never hosted p0 (liveness)."""
+    r = run_seed(134, cfg=REAL)
+    assert r.ok, [str(v) for v in r.violations[:3]]
