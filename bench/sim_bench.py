@@ -36,11 +36,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--inject-bug", default=None, metavar="NAME")
     ap.add_argument("--first-world", action="store_true")
+    ap.add_argument(
+        "--real-controller",
+        action="store_true",
+        help="Odradek's real controller over the ZooKeeper model (odradek.sim.zk_cluster)",
+    )
+    ap.add_argument("--profile", default="default", help="default or power-loss")
     ap.add_argument("--json", default=None, metavar="FILE", help="also write the figures")
     args = ap.parse_args(argv)
     cfg = FIRST_WORLD if args.first_world else WorldConfig()
     if args.duration is not None:
         cfg = replace(cfg, duration_s=args.duration)
+    if args.real_controller:
+        cfg = replace(cfg, real_controller=True)
     walls: list[float] = []
     virtual = 0.0
     failed = 0
@@ -49,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     c0 = time.process_time()
     while not walls or time.perf_counter() - t0 < args.seconds:
         t = time.perf_counter()
-        r = run_seed(seed, bug=args.inject_bug, cfg=cfg, timeline=False)  # as `sim run`
+        r = run_seed(
+            seed, bug=args.inject_bug, cfg=cfg, profile=args.profile, timeline=False
+        )  # as `sim run`
         walls.append(time.perf_counter() - t)
         virtual += r.virtual_s
         failed += not r.ok

@@ -74,6 +74,13 @@ def add_parser(subparsers: Any) -> None:
             "the seeds docs/faults.md names up to seed 308 were found",
         )
         p.add_argument(
+            "--real-controller",
+            action="store_true",
+            help="run Odradek's real Controller, metadata store and ISR store over the "
+            "ZooKeeper model (every broker a controller candidate; controller failover "
+            "among the faults) instead of the simulator's hand-written controller",
+        )
+        p.add_argument(
             "--shrink",
             action="store_true",
             help="for a failing seed, find and print the fewest faults that still fail",
@@ -116,6 +123,11 @@ def add_parser(subparsers: Any) -> None:
     )
     scenario.add_argument("name", metavar="NAME", help="see `odradek sim scenarios`")
     scenario.add_argument("--seed", type=int, default=1, help="the run's seed (default 1)")
+    scenario.add_argument(
+        "--real-controller",
+        action="store_true",
+        help="play it on Odradek's real controller over the ZooKeeper model (p7 and p8 always are)",
+    )
     scenario.set_defaults(func=cmd_scenario)
 
 
@@ -123,7 +135,7 @@ def _cfg(args: argparse.Namespace) -> Any:
     from odradek.sim.world import FIRST_WORLD, WorldConfig  # noqa: PLC0415 - lazy: CLI start-up
 
     base = FIRST_WORLD if args.first_world else WorldConfig()
-    cfg = replace(base, partitions=args.partitions)
+    cfg = replace(base, partitions=args.partitions, real_controller=args.real_controller)
     if args.duration is not None:
         cfg = replace(cfg, duration_s=args.duration)
     return cfg
@@ -225,6 +237,8 @@ def cmd_scenario(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"odradek sim: unknown scenario {args.name!r}; known: {', '.join(SCENARIOS)}"
         )
+    if args.real_controller:
+        sc = replace(sc, real_controller=True)
     run = run_scenario(sc, args.seed)
     out = sys.stdout
     for line in run.result.timeline:

@@ -38,6 +38,13 @@ class ControllerContext:
     configs: dict[str, dict[str, str]] = field(default_factory=dict)
     states: dict[TopicPartition, StateAndVersion] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
+    # Each live broker's epoch (its registration's czxid, KIP-380): a change means it
+    # re-registered -- it bounced -- since we last looked.
+    broker_epochs: dict[int, int] = field(default_factory=dict)
+    # Partitions naming (as leader or ISR member) brokers that re-registered since: the
+    # next full pass treats those brokers as failed there first (Kafka's bounced brokers:
+    # onBrokerFailure, then onBrokerStartup).
+    stale: dict[TopicPartition, set[int]] = field(default_factory=dict)
     # KIP-455: the topic znodes' adding/removing replicas of partitions being moved.
     adding: dict[str, dict[int, list[int]]] = field(default_factory=dict)
     removing: dict[str, dict[int, list[int]]] = field(default_factory=dict)

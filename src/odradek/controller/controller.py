@@ -55,10 +55,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import ConnectionLoss, KazooException, SessionExpiredError
 
 from odradek.configdefs import setting
-from odradek.controller import elections
+from odradek.controller import bounces, elections
 from odradek.controller.context import ControllerContext, TopicPartition
 from odradek.controller.elections import StateChange
 from odradek.controller.reassigner import Reassigner
@@ -76,6 +76,7 @@ from odradek.metadata.store import (
     TopicConfigChanged,
     TopicsChanged,
 )
+from odradek.runtime import clock
 from odradek.zk import znodes
 from odradek.zk.kafka_zk_client import ControllerMovedError, KafkaZkClient, StateWrite
 
@@ -146,11 +147,19 @@ class Controller:
         self._purge_through = -1  # highest notification seen at the previous purge tick
         self._events: queue.Queue[Any] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
+        self._timers: dict[type, float] = {}  # due times of the periodic ticks (start())
         self._reassigner = Reassigner(self)
 
-    def start(self) -> None:
+    def start(self, *, threaded: bool = True) -> None:
+        """``threaded=False``: no thread; whoever drives the controller (the simulator,
+        odradek.sim.zk_cluster) calls ``take_batch`` and ``step`` on its own schedule."""
         self._events.put(ControllerChanged())
-        self._thread.start()
+        now = clock.monotonic()
+        self._timers = {_PurgeTick: now + self.purge_interval_s}
+        if self.auto_rebalance:
+            self._timers[_RebalanceTick] = now + self.imbalance_interval_s
+        if threaded:
+            self._thread.start()
 
     def stop(self) -> None:
         self._events.put(Stop())
@@ -181,45 +190,69 @@ class Controller:
 
     # ------------------------------------------------------------------ loop
     def _run(self) -> None:
-        timers: dict[type, float] = {_PurgeTick: time.monotonic() + self.purge_interval_s}
-        if self.auto_rebalance:
-            timers[_RebalanceTick] = time.monotonic() + self.imbalance_interval_s
         while True:
-            due = min(timers.values())
             try:
-                batch: list[Any] = [self._events.get(timeout=max(0.0, due - time.monotonic()))]
+                first: list[Any] = [self._events.get(timeout=max(0.0, self.next_tick_in()))]
             except queue.Empty:
-                batch = []
-            now = time.monotonic()
-            for kind, at in timers.items():
-                if at <= now:
-                    batch.append(kind())
-                    # Due again one interval from now whatever our role: a non-controller
-                    # that skipped this would spin on an expired timer.
-                    timers[kind] = now + (self.imbalance_interval_s if kind is _RebalanceTick
-                                          else self.purge_interval_s)
-            try:
-                while True:
-                    batch.append(self._events.get_nowait())
-            except queue.Empty:
-                pass
+                first = []
+            batch = self.take_batch(first)
             if any(isinstance(e, Stop) for e in batch):
                 return
-            try:
-                self.process(batch)
-            except NotController:
-                logger.warning("broker %d is no longer the controller (epoch %d fenced)",
-                               self.broker_id, self.epoch)
-                self.active = False
-                self.ctx = None
-                self._epoch_zk_version = -1
-                self._resign()  # a fresh election gives whoever wins a fresh epoch
-                self._events.put(ControllerChanged())
-            except Exception:
-                logger.exception("controller step failed; re-reading ZooKeeper and retrying")
-                self.ctx = None  # a write may or may not have landed: trust only ZooKeeper
-                time.sleep(_RETRY_DELAY_S)
-                self._events.put(_Retry())
+            pause = self.step(batch)
+            if pause:
+                time.sleep(pause)
+
+    def next_tick_in(self) -> float:
+        """Seconds until the next timer (purge, auto rebalance) is due."""
+        return min(self._timers.values()) - clock.monotonic()
+
+    def has_events(self) -> bool:
+        """Anything queued (the simulator's driver asks before it sleeps)."""
+        return not self._events.empty()
+
+    def take_batch(self, first: list[Any] | None = None) -> list[Any]:
+        """The next batch: ``first``, the timers due now, then every queued event."""
+        batch = list(first or ())
+        now = clock.monotonic()
+        for kind, at in self._timers.items():
+            if at <= now:
+                batch.append(kind())
+                # Due again one interval from now whatever our role: a non-controller
+                # that skipped this would spin on an expired timer.
+                self._timers[kind] = now + (self.imbalance_interval_s if kind is _RebalanceTick
+                                            else self.purge_interval_s)
+        try:
+            while True:
+                batch.append(self._events.get_nowait())
+        except queue.Empty:
+            pass
+        return batch
+
+    def step(self, batch: list[Any]) -> float:
+        """``process`` one batch, handling its failures; returns how long to pause before
+        the next (0, or ``_RETRY_DELAY_S`` after a failed step, whose retry is queued)."""
+        try:
+            self.process(batch)
+            return 0.0
+        except NotController:
+            logger.warning("broker %d is no longer the controller (epoch %d fenced)",
+                           self.broker_id, self.epoch)
+            self.active = False
+            self.ctx = None
+            self._epoch_zk_version = -1
+            self._resign()  # a fresh election gives whoever wins a fresh epoch
+            self._events.put(ControllerChanged())
+            return 0.0
+        except (ConnectionLoss, SessionExpiredError) as e:
+            # Cut from ZooKeeper (REQ-P8): nothing to decide until it answers again; no
+            # stack trace for an outage the cluster is built to survive.
+            logger.warning("controller step failed, ZooKeeper unreachable (%s); retrying",
+                           type(e).__name__)
+        except Exception:
+            logger.exception("controller step failed; re-reading ZooKeeper and retrying")
+        self.ctx = None  # a write may or may not have landed: trust only ZooKeeper
+        self._events.put(_Retry())
+        return _RETRY_DELAY_S
 
     def process(self, batch: list[Any]) -> None:
         """One step: every event queued so far, decided together. Public for tests,
@@ -305,7 +338,8 @@ class Controller:
         """Everything the controller decides from, in O(partitions / chunk) requests."""
         t0 = time.monotonic()
         zkc = self.zkc
-        ctx = ControllerContext(live_brokers=zkc.get_broker_ids())
+        epochs = zkc.get_broker_epochs()
+        ctx = ControllerContext(live_brokers=set(epochs), broker_epochs=epochs)
         ctx.shutting_down = self._shutdown_requests() & ctx.live_brokers
         ctx.deleting = set(zkc.get_children(znodes.DELETE_TOPICS))
         self._load_topics(ctx, zkc.get_children(znodes.BROKER_TOPICS))
@@ -323,14 +357,28 @@ class Controller:
             ctx.set_topic(a)
         ctx.configs.update(configs)
         tps = [(t, p) for t, a in assignments.items() for p in a.partitions]
-        ctx.put_states(self.zkc.get_partition_states(tps), absent=tps)
+        read = self.zkc.get_partition_states_mzxid(tps)
+        ctx.put_states({tp: (st, version) for tp, (st, version, _) in read.items()}, absent=tps)
+        # A bounce no controller saw (bounces.py): a new controller -- maybe the bounced
+        # broker itself -- would keep a restarted leader at its old epoch (odradek sim,
+        # seed 22 of --profile power-loss with instant restarts).
+        for tp, (st, _version, mzxid) in read.items():
+            gone = bounces.stale_members(st, mzxid, ctx.broker_epochs)
+            if gone:
+                ctx.stale.setdefault(tp, set()).update(gone)
 
     def _refresh(self, ctx: ControllerContext, batch: list[Any]) -> None:
         """Re-read what the batch's events say changed; nothing else."""
         zkc = self.zkc
         kinds = {type(e) for e in batch}
         if BrokersChanged in kinds:
-            ctx.live_brokers = zkc.get_broker_ids()
+            epochs = zkc.get_broker_epochs()
+            back = bounces.bounced(ctx.broker_epochs, epochs)  # gone and back meanwhile
+            ctx.live_brokers, ctx.broker_epochs = set(epochs), epochs
+            if back:
+                states = ((tp, st) for tp, (st, _) in ctx.states.items())
+                for tp, named in bounces.naming(states, back).items():
+                    ctx.stale.setdefault(tp, set()).update(named)
         if AdminRequestsChanged in kinds or BrokersChanged in kinds:
             self._adopt_shutdown_requests(ctx, self._shutdown_requests())
         if TopicsChanged in kinds or DeletionsChanged in kinds:
@@ -480,6 +528,8 @@ class Controller:
         new = [tp for tp, _ in ctx.partitions() if tp not in ctx.states]
         self._create_states(ctx, new)
         registered, shutting = ctx.live_brokers, ctx.shutting_down
+        if ctx.stale:
+            self._fail_bounced(ctx, registered, shutting)
         unclean = {t: ctx.unclean_enabled(t, self.unclean_default) for t in ctx.assignments}
         todo: dict[TopicPartition, bool] = {}
         for tp, _replicas in ctx.partitions():
@@ -499,6 +549,31 @@ class Controller:
             except ControllerMovedError:
                 raise NotController() from None
             logger.info("controlled shutdown of broker %d: leadership moved", broker_id)
+
+    def _fail_bounced(self, ctx: ControllerContext, registered: set[int],
+                      shutting: set[int]) -> None:
+        """Partitions naming brokers that bounced: decided as if those brokers had failed,
+        then started (``bounces.after_bounce``; Kafka's onBrokerFailure, onBrokerStartup)."""
+        stale, ctx.stale = ctx.stale, {}
+        groups: dict[frozenset[int], list[TopicPartition]] = {}
+        for tp, members in sorted(stale.items()):
+            if ctx.replicas(tp) is not None:
+                groups.setdefault(frozenset(members), []).append(tp)
+        for gone, tps in sorted(groups.items(), key=lambda g: sorted(g[0])):
+            logger.warning("brokers %s registered again since %d partition states naming them "
+                           "were written (%s): treated as failed there first",
+                           sorted(gone), len(tps), _names(tps))
+            for flag in (False, True):
+                chosen = [tp for tp in tps
+                          if ctx.unclean_enabled(tp[0], self.unclean_default) is flag]
+
+                def rule(replicas: list[int], st: znodes.PartitionState, _flag: bool = flag,
+                         _gone: frozenset[int] = gone) -> StateChange | None:
+                    return bounces.after_bounce(replicas, st, registered, _gone, shutting,
+                                                _flag)
+
+                if chosen:
+                    self._write_changes(ctx, chosen, rule, "bounced brokers")
 
     def _write_per_partition(self, ctx: ControllerContext, todo: dict[TopicPartition, bool],
                              registered: set[int], shutting: set[int]) -> None:

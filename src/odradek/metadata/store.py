@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
 
 from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from odradek.zk import znodes
@@ -139,6 +139,9 @@ class _TopicState:
     configs: dict[str, str] = field(default_factory=dict)
     adding: dict[int, list[int]] = field(default_factory=dict)  # KIP-455, per partition
     removing: dict[int, list[int]] = field(default_factory=dict)
+    # Partitions whose state, as read, names this broker but was written before it
+    # registered: no controller has decided on this incarnation yet (see _hold).
+    held: set[int] = field(default_factory=set)
 
 
 class MetadataStore:
@@ -165,6 +168,7 @@ class MetadataStore:
         # Highest leader_and_isr notification applied (or reflected in states read after
         # listing it): the next listing applies only newer ones.
         self._notification_seq = -1
+        self._broker_epoch = -1  # our registration's czxid (KIP-380's broker epoch)
         # Incremental images: untouched topics reuse their TopicInfo, a topic with a few
         # changed partitions copies its partition dict and replaces those entries only.
         self._built: dict[str, TopicInfo] = {}
@@ -180,7 +184,9 @@ class MetadataStore:
         self.listeners: list[Callable[[MetadataEvent], None]] = []  # e.g. the controller
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, registration_timeout_s: float) -> None:
+    def start(self, registration_timeout_s: float, *, threaded: bool = True) -> None:
+        """``threaded=False``: no thread; whoever drives the store (the simulator,
+        odradek.sim.zk_cluster) calls ``take_batch`` and ``step`` on its own schedule."""
         znodes.ensure_base_paths(self.zk)
         self._cluster_id = znodes.get_or_create_cluster_id(self.zk)
         self.register(registration_timeout_s)
@@ -202,7 +208,8 @@ class MetadataStore:
         # Initial full load before serving, so the first image is complete.
         self._reload_all()
         self._emit()
-        self._thread.start()
+        if threaded:
+            self._thread.start()
 
     def stop(self) -> None:
         self._stopped.set()
@@ -220,11 +227,14 @@ class MetadataStore:
             try:
                 self.zk.create(path, data, ephemeral=True, makepath=True)
                 logger.info("registered %s", path)
+                stat = self.zk.exists(path)
+                self._broker_epoch = stat.czxid if stat is not None else -1
                 return
             except NodeExistsError:
                 try:
                     _, stat = self.zk.get(path)
                     if stat.ephemeralOwner == self.zk.client_id[0]:
+                        self._broker_epoch = stat.czxid
                         return
                 except NoNodeError:
                     continue
@@ -272,28 +282,51 @@ class MetadataStore:
     # ------------------------------------------------------------------ event loop
     def _run(self) -> None:
         while not self._stopped.is_set():
-            ev = self._events.get()
-            batch = [ev]
-            try:
-                while True:
-                    batch.append(self._events.get_nowait())
-            except queue.Empty:
-                pass
+            batch = self.take_batch(self._events.get())
             if any(isinstance(e, Stop) for e in batch):
                 return
-            self._outbox = []
-            try:
-                self._handle(batch)
-                if self._has_changes():
-                    self._emit()
-            except Exception:
-                logger.exception("metadata update failed; retrying")
+            if not self.step(batch):
                 time.sleep(0.5)
-                for e in batch:
-                    self._events.put(e)
-            for listener in self.listeners:
-                for e in [*batch, *self._outbox]:
-                    listener(e)
+
+    def has_events(self) -> bool:
+        """Anything queued (the simulator's driver asks before it sleeps)."""
+        return not self._events.empty()
+
+    def take_batch(self, first: MetadataEvent | None = None) -> list[MetadataEvent]:
+        """``first`` and every event queued after it."""
+        batch = [] if first is None else [first]
+        try:
+            while True:
+                batch.append(self._events.get_nowait())
+        except queue.Empty:
+            pass
+        return batch
+
+    def step(self, batch: list[MetadataEvent]) -> bool:
+        """Handle one batch, publish the image if it changed and pass the events on to
+        the listeners. False: it failed and was queued again (retry after a pause)."""
+        self._outbox = []
+        ok = True
+        try:
+            self._handle(batch)
+            if self._has_changes():
+                self._emit()
+        except (ConnectionLoss, SessionExpiredError) as err:
+            # Cut from ZooKeeper: an outage, not a bug (no stack trace); read again later.
+            logger.warning("metadata update failed, ZooKeeper unreachable (%s); retrying",
+                           type(err).__name__)
+            ok = False
+            for e in batch:
+                self._events.put(e)
+        except Exception:
+            logger.exception("metadata update failed; retrying")
+            ok = False
+            for e in batch:
+                self._events.put(e)
+        for listener in self.listeners:
+            for e in [*batch, *self._outbox]:
+                listener(e)
+        return ok
 
     def _handle(self, batch: list[MetadataEvent]) -> None:
         kinds = {type(e) for e in batch}
@@ -406,8 +439,10 @@ class MetadataStore:
             self._load_configs(new)
         missing = [(t, p) for t, a in assignments.items() for p in a.partitions
                    if p not in self._topics[t].states]
-        for (t, p), sv in self.zkc.get_partition_states(missing).items():
-            self._topics[t].states[p] = sv
+        for (t, p), (st, version, mzxid) in self.zkc.get_partition_states_mzxid(
+                missing).items():
+            self._topics[t].states[p] = (st, version)
+            self._hold(self._topics[t], p, st, mzxid)
             self._dirty_parts.setdefault(t, set()).add(p)
         for t in new:
             if t not in self._watched_topics:
@@ -455,21 +490,44 @@ class MetadataStore:
             cur = ts.states.get(ch.partition)
             if cur is None or ch.zk_version > cur[1]:
                 ts.states[ch.partition] = (ch.state, ch.zk_version)
+                ts.held.discard(ch.partition)  # written after we registered
                 self._dirty_parts.setdefault(ch.topic, set()).add(ch.partition)
+
+    def _hold(self, ts: _TopicState, p: int, st: znodes.PartitionState, mzxid: int) -> None:
+        """A state naming this broker (leader or ISR member) written before it registered
+        is its previous incarnation's: a bounce no controller has decided on yet (the
+        controller treats it as a failure, controller.py ``_fail_bounced``). Acting on
+        it, a restarted broker would lead its old epoch with its checkpointed HW (and,
+        after a power loss, without its unsynced tail) until the controller's decision
+        arrives; Kafka's brokers act only on the controller's LeaderAndIsr. The image
+        shows no state for it until a newer version comes (odradek sim, instant
+        restarts)."""
+        if mzxid < self._broker_epoch and (st.leader == self.broker_id
+                                           or self.broker_id in st.isr):
+            ts.held.add(p)
+        else:
+            ts.held.discard(p)
 
     def _reload_states(self, names: list[tuple[int, str]], purged: int, why: str) -> None:
         """Every state znode again (the listing just made comes first, see _reload_all)."""
         logger.warning("re-reading every partition state: %s", why)
         self._notification_seq = max([purged] + [s for s, _ in names])
         tps = [(t, p) for t, ts in self._topics.items() for p in ts.assignment]
-        fresh = self.zkc.get_partition_states(tps)
+        fresh = self.zkc.get_partition_states_mzxid(tps)
         for t, p in tps:
             ts = self._topics[t]
-            sv = fresh.get((t, p))
+            got = fresh.get((t, p))
+            sv = None if got is None else (got[0], got[1])
+            if got is not None:
+                was = p in ts.held
+                self._hold(ts, p, got[0], got[2])
+                if was != (p in ts.held):
+                    self._dirty_parts.setdefault(t, set()).add(p)
             if ts.states.get(p) == sv:
                 continue
             if sv is None:
                 ts.states.pop(p, None)
+                ts.held.discard(p)
             else:
                 ts.states[p] = sv
             self._dirty_parts.setdefault(t, set()).add(p)
@@ -521,7 +579,7 @@ class MetadataStore:
         adding = tuple(ts.adding.get(p, ()))
         removing = tuple(ts.removing.get(p, ()))
         sv = ts.states.get(p)
-        if sv is None:
+        if sv is None or p in ts.held:
             return PartitionInfo(p, replicas, adding_replicas=adding, removing_replicas=removing)
         state, version = sv
         return PartitionInfo(p, replicas, state.leader, state.leader_epoch, tuple(state.isr),

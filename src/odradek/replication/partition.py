@@ -508,10 +508,21 @@ class Partition:
                                           and now_ms - fs.last_caught_up_ms <= lag_max_ms):
                     new.append(r)
             elif r in self._expand_candidates:
-                if self._isr_eligible(r):
-                    new.append(r)
-                else:  # KIP-841: its broker is gone or stopping (see forget_candidates)
+                fs = self._followers.get(r)
+                if not self._isr_eligible(r):
+                    # KIP-841: its broker is gone or stopping (see forget_candidates)
                     self._expand_candidates.discard(r)
+                elif fs is None or fs.log_end_offset < self._hw \
+                        or not self._caught_up_in_epoch(fs):
+                    # In sync when it fetched, but the HW has moved past it since (the
+                    # proposal waited for a write in flight, or for the periodic check):
+                    # records below the HW it lacks were committed without it, so it
+                    # joins only once it has them (Kafka decides on the follower's LEO
+                    # against the HW now). The simulator lost an acknowledged record when
+                    # such a member was elected (--real-controller --partitions 3, seed 9).
+                    self._expand_candidates.discard(r)
+                else:
+                    new.append(r)
         order = {b: i for i, b in enumerate(self._replicas)}
         new.sort(key=lambda b: order.get(b, len(order)))
         if new == sorted(st.isr, key=lambda b: order.get(b, len(order))):

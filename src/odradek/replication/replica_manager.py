@@ -169,7 +169,10 @@ class ReplicaManager:
         # Metrics (odradek.broker.metrics): ISR changes are rare and always counted;
         # per-topic byte counts only when the broker has a metrics.listener (None: off).
         self.isr_stats = IsrStats()
-        self._woken: set[TopicPartition] = set()  # partitions whose waiters must re-check
+        # Partitions whose waiters must re-check, in the order they were woken (a dict: a
+        # set of (topic, partition) iterates in an order PYTHONHASHSEED decides, and the
+        # simulator's runs must not depend on it).
+        self._woken: dict[TopicPartition, None] = {}
         self._woken_sessions: set[int] = set()  # follower fetch sessions to re-check
         self._wake_scheduled = False
         self.produce_purgatory: DelayedOperationPurgatory[TopicPartition] = \
@@ -439,7 +442,7 @@ class ReplicaManager:
             for session in sessions:
                 session.mark(tp)
                 self._woken_sessions.add(session.id)
-        self._woken.add(tp)
+        self._woken[tp] = None
         if self._wake_scheduled:
             return
         try:
@@ -452,7 +455,7 @@ class ReplicaManager:
 
     def _check_woken(self) -> None:
         self._wake_scheduled = False
-        woken, self._woken = self._woken, set()
+        woken, self._woken = self._woken, {}
         for tp in woken:
             self.fetch_purgatory.check_and_complete(tp)
             self.produce_purgatory.check_and_complete(tp)

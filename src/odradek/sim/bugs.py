@@ -34,7 +34,7 @@ from typing import Any
 from odradek.replication import fetcher, partition
 from odradek.replication.partition_state import IsrWrite, Leader, Transition
 from odradek.replication.truncation import TruncationDecision
-from odradek.sim.world import SimController
+from odradek.sim.sim_controller import SimController
 
 __all__ = ["BUGS", "injected"]
 

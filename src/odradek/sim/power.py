@@ -48,7 +48,7 @@ class PowerLossWorld(World):
         kinds = super().fault_kinds()
         if self.powered_off & self.h.down:
             # No other session may end while a powered-off broker could be elected.
-            kinds = [k for k in kinds if k not in ("crash", "zk", "zk-partition")]
+            kinds = [k for k in kinds if k not in ("crash", "zk", "zk-partition", "controller")]
         return kinds
 
     def draw(self, rng: random.Random, fault_id: int) -> FaultSpec:

@@ -194,14 +194,22 @@ async def _run(
         seed=seed,
         trace=trace,
         watch_latency_s=cfg.watch_latency_s,
+        real_controller=cfg.real_controller,
+        session_timeout_s=cfg.session_timeout_s,
+        first_controller=cfg.first_controller,
+        restart_delay_s=cfg.restart_delay_s,
     )
     async with h:
         if disk is None:
             w = World(h, cfg, seed, trace, net, tracing=timeline)
         else:
             w = PowerLossWorld(h, cfg, seed, trace, net, tracing=timeline, disk=disk)
-        for p in range(cfg.partitions):
-            await h.elect(p, leader=cfg.brokers[p % len(cfg.brokers)])
+        if cfg.real_controller:
+            # The controller elects broker brokers[p % n] (the assignment's first replica).
+            await h.wait_until(lambda: _started(w), "every partition led everywhere")
+        else:
+            for p in range(cfg.partitions):
+                await h.elect(p, leader=cfg.brokers[p % len(cfg.brokers)])
         loop = asyncio.get_running_loop()
         assert isinstance(loop, SimLoop)
         watcher = None
@@ -226,6 +234,19 @@ async def _run(
         result.violations += _final_checks(w)
         result.acked = len(w.acks)
         trace(f"end: {len(w.acks)} acked; {_state(w)}")
+
+
+def _started(w: World) -> bool:
+    zs = w.controller.znodes
+    return all(
+        zs[p].leader >= 0
+        and all(
+            (part := w.h.replicas[b].partitions.get((TOPIC, p))) is not None
+            and part.leader_epoch == zs[p].leader_epoch
+            for b in w.cfg.brokers
+        )
+        for p in range(w.cfg.partitions)
+    )
 
 
 def _state(w: World) -> str:

@@ -36,6 +36,9 @@ _OFFLINE = re.compile(r"^controller: p0 offline epoch (\d+) isr \[([\d, ]*)\]$")
 _ISR_WRITE = re.compile(r"^ISR write by (\d+): p0 epoch \d+ isr \[([\d, ]*)\] .*: ok")
 _ACK = re.compile(r"^ack \S+ p0 offset \d+ from (\d+) on")
 _EXPIRED = re.compile(r"^controller: broker (\d+) session expired$")
+_CONTROLLER = re.compile(r"^controller: broker (\d+) is the controller \(epoch (\d+)\)$")
+_REGISTERED = re.compile(r"^controller: broker (\d+) registered$")
+_FAULT = re.compile(r"^nemesis: (crash broker|cut broker|isolate) (\d+)")
 _REFUSED = re.compile(r"^produce \S+ to (\d+): (\w+)$")
 _LEDGER = re.compile(
     r"^log WARNING: odradek\.storage\.truncation_ledger: \S+-0: \d+ record\(s\) "
@@ -61,6 +64,9 @@ class Observed:
     refused: list[tuple[float, int, str]] = field(default_factory=list)
     quarantined: list[tuple[int, int]] = field(default_factory=list)  # the ledger: [a, b)
     lost: list[int] = field(default_factory=list)  # offsets of acknowledged records lost
+    controllers: list[tuple[float, int]] = field(default_factory=list)  # (when, elected)
+    registered: list[tuple[float, int]] = field(default_factory=list)
+    faults: list[tuple[float, str, int]] = field(default_factory=list)  # (when, what, broker)
 
     @classmethod
     def parse(cls, timeline: list[str]) -> Observed:
@@ -70,6 +76,8 @@ class Observed:
             if m is None:
                 continue
             t, msg = float(m["t"]), m["msg"]
+            if f := _FAULT.match(msg):
+                o.faults.append((t, f[1], int(f[2])))
             if msg.startswith("nemesis: heal ") and o.heal_at < 0:
                 o.heal_at = t
             elif msg.startswith("nemesis: ") and o.fault_at < 0:
@@ -84,6 +92,10 @@ class Observed:
                 o.acks.append((t, int(e[1])))
             elif e := _EXPIRED.match(msg):
                 o.expired.append((t, int(e[1])))
+            elif e := _CONTROLLER.match(msg):
+                o.controllers.append((t, int(e[1])))
+            elif e := _REGISTERED.match(msg):
+                o.registered.append((t, int(e[1])))
             elif e := _REFUSED.match(msg):
                 o.refused.append((t, int(e[1]), e[2]))
             elif e := _LEDGER.match(msg):
@@ -126,24 +138,35 @@ class Scenario:
     hold_s: float = 6.0  # the last fault lasts this long (> replica lag and session timeout)
     after_s: float = 3.0  # workload after the heal, before the runner's final heal
     note: str = ""  # how the simulated scenario differs from its chaos twin
+    # Needs Odradek's real controller (odradek.sim.zk_cluster): its broker, the third
+    # replica of partition 0 ([L, X, C], as in the chaos twins), is the "controller" role.
+    real_controller: bool = False
 
     def roles(self, cfg: WorldConfig) -> tuple[int, int]:
         """(leader, follower) of partition 0 at the start of the run."""
         return cfg.brokers[0], cfg.brokers[1]
 
     def config(self, base: WorldConfig | None = None) -> WorldConfig:
-        return replace(
+        cfg = replace(
             base or WorldConfig(),
             partitions=1,
             min_insync_replicas=self.min_insync_replicas,
             acks=self.acks,
         )
+        if self.real_controller:
+            cfg = replace(cfg, real_controller=True, first_controller=cfg.brokers[2])
+        return cfg
 
     def plan(self, cfg: WorldConfig) -> list[Step]:
         leader, follower = self.roles(cfg)
         steps = []
         for i, (kind, role) in enumerate(self.faults):
-            target, other = (leader, follower) if role == "leader" else (follower, leader)
+            if role == "controller":
+                target, other = cfg.brokers[2], leader
+            elif role == "leader":
+                target, other = leader, follower
+            else:
+                target, other = follower, leader
             gap = self.start_s if i == 0 else self.then_s
             steps.append(Step(gap, fault=FaultSpec(i, kind, 0, target, other)))
         steps.append(Step(self.hold_s, heals=0))
@@ -302,6 +325,48 @@ def _p6_minisr2(o: Observed, leader: int, follower: int, cfg: WorldConfig) -> li
     return out
 
 
+def _p7(o: Observed, leader: int, follower: int, cfg: WorldConfig) -> list[str]:
+    """The controller, cut from every broker but not from ZooKeeper, stays controller and
+    still moves leadership when the leader dies: brokers learn it from ZooKeeper."""
+    controller = cfg.brokers[2]
+    out = []
+    crashed = [t for t, what, b in o.faults if what == "crash broker" and b == leader]
+    if not crashed:
+        return [f"leader {leader} was never killed"]
+    new = [(t, b) for t, b, _ in o.leaders if t >= crashed[0] and b not in (leader, -1)]
+    if not new:
+        return ["no new leader elected after the leader died"]
+    at, b = new[0]
+    bound = cfg.session_timeout_s + 0.5
+    if at - crashed[0] > bound:
+        out.append(f"broker {b} elected {at - crashed[0]:.3f} s after the leader died (> {bound})")
+    moved = [(t, c) for t, c in o.controllers if o.fault_at <= t <= o.heal_at]
+    if moved:
+        out.append(f"the controller moved during the cut: {moved}")
+    if o.acks_by(b, at, o.heal_at) == 0:
+        out.append(f"no write acknowledged by the new leader {b}")
+    if o.controllers and o.controllers[0][1] != controller:
+        out.append(f"broker {o.controllers[0][1]} was the first controller, not {controller}")
+    return out
+
+
+def _p8(o: Observed, leader: int, follower: int, cfg: WorldConfig) -> list[str]:
+    """ZooKeeper elects another controller; the old one does nothing, and rejoins as a
+    normal broker; leadership never changes."""
+    controller = cfg.brokers[2]
+    out = _no_leader_change(o, leader) + _writes_go_on(o, leader)
+    new = [(t, c) for t, c in o.controllers if t >= o.fault_at]
+    if not new or new[0][1] == controller:
+        out.append(f"no other controller elected after broker {controller} was cut: {new}")
+    elif new[0][0] > o.heal_at:
+        out.append(f"the new controller was elected after the heal: {new}")
+    if [c for _t, c in new if c == controller]:
+        out.append(f"the old controller {controller} was elected again: {new}")
+    if not any(b == controller and t >= o.heal_at for t, b in o.registered):
+        out.append(f"broker {controller} never registered again after the heal")
+    return out
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -388,14 +453,32 @@ SCENARIOS: dict[str, Scenario] = {
             note="no unclean election in the simulator: the partition stays offline "
             "until the leader is back, instead of electing the out-of-sync follower",
         ),
+        Scenario(
+            "p7-controller-cut-from-brokers",
+            "REQ-P7, R13",
+            "the controller, cut from the brokers, still moves leadership when the leader "
+            "dies (propagated through ZooKeeper); no split brain, no loss",
+            (("isolate", "controller"), ("crash", "leader")),
+            _p7,
+            real_controller=True,
+            note="Odradek's real controller over the ZooKeeper model; the controller is "
+            "the third replica of the partition, as in the chaos twin",
+        ),
+        Scenario(
+            "p8-controller-cut-from-zk",
+            "REQ-P8, R12, R13",
+            "ZooKeeper elects a new controller; the old one does nothing and rejoins as a "
+            "normal broker; no leader change, no loss",
+            (("zk", "controller"),),
+            _p8,
+            real_controller=True,
+            note="Odradek's real controller over the ZooKeeper model; the controller is "
+            "the third replica of the partition, as in the chaos twin",
+        ),
     )
 }
 
 SKIPPED: dict[str, str] = {
     "p6-shrunk-isolated-minisr1": "needs an unclean election; the simulated controller "
     "never elects an out-of-sync replica",
-    "p7-controller-cut-from-brokers": "the simulated controller is ZooKeeper's model, not a "
-    "broker: there are no controller-to-broker links to cut",
-    "p8-controller-cut-from-zk": "the simulated controller is ZooKeeper's model: there is no "
-    "controller session to expire and no controller election",
 }

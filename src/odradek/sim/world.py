@@ -6,12 +6,11 @@ each derived from the seed, so adding a draw in one does not reshuffle the other
 Model (Kafka's, in ZooKeeper mode):
 
 * A broker is *registered* while its ZooKeeper session lives. A crash, or a cut from
-  ZooKeeper, ends it after ``session_timeout_s``; then the controller moves leadership
-  of the partitions it led to the first live ISR member and drops it from the ISRs it
-  was in (a new leader epoch each time, as ``newLeaderAndIsr`` does); an ISR of one
-  keeps its last member and the partition waits, leaderless, for it (no unclean
-  election). A broker that registers again gets the current state, and leads any
-  leaderless partition whose ISR it is in.
+  ZooKeeper, ends it after ``session_timeout_s``; then the controller decides: the
+  simulator's own (``odradek.sim.sim_controller.SimController``, the default) or
+  Odradek's real one over the ZooKeeper model (``WorldConfig.real_controller``,
+  ``odradek.sim.zk_cluster``: every broker a controller candidate, and a ``controller``
+  fault that crashes or cuts the active one).
 * A broker cut from ZooKeeper also stops hearing the controller, and its ISR writes fail
   (the leader fences itself, REQ-P4).
 * Every fetch and response crosses ``SimNetwork``: a seeded latency, plus the faults in
@@ -22,23 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import random
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from odradek.controller.reassignment import ReplicaSets, completion, start
 from odradek.errors import error_name
-from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from odradek.metadata.image import MetadataImage
 from odradek.replication.leader_endpoint import EndpointError, FetchRequestData, FetchResult
-from odradek.replication.partition_state import (
-    IsrConflict,
-    IsrStoreUnavailable,
-    IsrWrite,
-    Leader,
-)
+from odradek.replication.partition_state import Leader
 from odradek.replication.replica_manager import ReplicaManager
 from odradek.runtime import clock
 from odradek.sim.checkers import Ack, LeadershipMonitor, Violation
@@ -48,9 +39,10 @@ from odradek.sim.harness import (
     MemoryLeaderEndpoint,
     MemoryNetwork,
     ReplicationHarness,
-    _BrokerIsrStore,
 )
 from odradek.sim.schedule import FaultSpec, Step
+from odradek.sim.sim_controller import SimController, _SimIsrStore
+from odradek.sim.zk_cluster import ZkCluster
 from odradek.storage.records import encode_batch
 
 __all__ = ["FIRST_WORLD", "SimNetwork", "SimController", "SimHarness", "World", "WorldConfig"]
@@ -85,6 +77,16 @@ class WorldConfig:
     reassignments: bool = True
     watch_latency_s: tuple[float, float] = (0.0005, 0.03)
     quiet_heal: bool = True
+    # The controller: False, ``SimController`` (the hand-written model the seeds of
+    # docs/faults.md were recorded with); True, Odradek's real ``Controller``, metadata
+    # store and ISR store over the ZooKeeper model (odradek.sim.zk_cluster), with every
+    # broker a controller candidate and a ``controller`` fault (crash or ZooKeeper cut
+    # of the active controller).
+    real_controller: bool = False
+    first_controller: int = 0  # with real_controller: the first one elected (0: brokers[0])
+    # With real_controller: how long a restarted broker takes to reach ZooKeeper (loading
+    # its logs); its old session ended as it restarted.
+    restart_delay_s: tuple[float, float] = (0.05, 0.3)
     # 0: the monitors look at the world at the end of every virtual instant; else on a
     # timer of this period (FIRST_WORLD's 10 ms: its timers decide the order of other
     # timers due at the same instant, so its seeds replay only with it).
@@ -140,234 +142,6 @@ class SimNetwork(MemoryNetwork):
             raise EndpointError(f"link {src}->{dst} is down")
 
 
-class _SimIsrStore(_BrokerIsrStore):
-    dead = False  # set when the broker process holding this store crashes
-
-    def write_isr(self, write: IsrWrite) -> int:
-        c = self._c
-        what = (
-            f"ISR write by {write.leader}: p{write.partition} epoch {write.leader_epoch} "
-            f"isr {list(write.isr)} at version {write.zk_version}"
-        )
-        trace = c.trace if isinstance(c, SimController) else None
-        try:
-            if self.dead:
-                raise IsrStoreUnavailable("the process is gone")
-            version = super().write_isr(write)
-        except (IsrStoreUnavailable, IsrConflict) as e:
-            if trace is not None:
-                trace(f"{what}: {type(e).__name__}")
-            raise
-        if trace is not None:
-            trace(f"{what}: ok, version {version}")
-        if isinstance(c, SimController):
-            # The ISR change's notification: the controller undoes an ineligible member
-            # (KIP-841) and checks a move.
-            self._loop.call_soon(c.undo_ineligible, write.partition)
-            if c.assignment[write.partition].in_progress:
-                self._loop.call_soon(c.check_reassignments)
-        return version
-
-
-class SimController(MemoryController):
-    """The controller and ZooKeeper, with Odradek's reassignment steps (KIP-455,
-    ``odradek.controller.reassignment``: the start writes only the topic znode -- the
-    replica set, no new leader epoch -- and the completion, once every target replica is
-    in the ISR, a new epoch with ISR ∩ target) and watches that reach each broker after
-    a seeded delay, in order."""
-
-    def __init__(
-        self,
-        brokers: tuple[int, ...],
-        partitions: int,
-        seed: int,
-        trace: Trace,
-        watch_latency_s: tuple[float, float] = (0.0, 0.0),
-    ) -> None:
-        super().__init__(brokers, partitions)
-        self.topic_id = uuid.UUID(int=random.Random(f"topic-{seed}").getrandbits(128))
-        self.registered: set[int] = set(brokers)
-        self.trace = trace
-        self.assignment: dict[int, ReplicaSets] = {
-            p: ReplicaSets(brokers) for p in range(partitions)
-        }
-        self.watch_latency_s = watch_latency_s
-        self._watch_rng = random.Random(f"zk-{seed}")
-        self._delivered: list[float] = []  # per listener: when its last watch fires
-        # Bumped when a broker's session ends: the watches of a session that ended die
-        # with it (a restarted broker reads the state afresh, never an old notification).
-        self.sessions: dict[int, int] = dict.fromkeys(brokers, 0)
-        self._batch: list[bool] | None = None  # inside a batch: [publish at its end]
-
-    def store_for(self, broker: int, loop: asyncio.AbstractEventLoop) -> _BrokerIsrStore:
-        return _SimIsrStore(self, broker, loop)
-
-    def image(self) -> MetadataImage:
-        parts = {
-            p: PartitionInfo(
-                index=p,
-                replicas=a.replicas,
-                leader=z.leader,
-                leader_epoch=z.leader_epoch,
-                isr=z.isr,
-                controller_epoch=self.controller_epoch,
-                zk_version=z.version,
-                adding_replicas=a.adding,
-                removing_replicas=a.removing,
-            )
-            for (p, z), a in zip(self.znodes.items(), self.assignment.values(), strict=True)
-        }
-        return MetadataImage(
-            cluster_id="harness",
-            controller_id=self.brokers[0],
-            # /brokers/ids: the registered brokers only (a leader admits no other to an
-            # ISR, KIP-841, and no follower fetches from an unregistered leader).
-            brokers={b: BrokerInfo(b, "memory", b) for b in self.brokers if b in self.registered},
-            topics={TOPIC: TopicInfo(TOPIC, self.topic_id, parts)},
-            complete=True,
-        )
-
-    @contextmanager
-    def _one_transaction(self) -> Iterator[None]:
-        """A failover's elections are one ZooKeeper transaction and one notification
-        (the controller's ``_write_changes``): no broker sees a state with some of them
-        done. (Without watch delays -- FIRST_WORLD -- each is published at once, all in
-        the same loop turn, as that world always did.)"""
-        if self.watch_latency_s[1] <= 0 or self._batch is not None:
-            yield
-            return
-        self._batch = [False]
-        try:
-            yield
-        finally:
-            pending, self._batch = self._batch[0], None
-            if pending:
-                self.publish()
-
-    def publish(self) -> None:
-        if self._batch is not None:
-            self._batch[0] = True
-            return
-        lo, hi = self.watch_latency_s
-        if hi <= 0:
-            super().publish()
-            return
-        image = self.image()
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        while len(self._delivered) < len(self.listeners):
-            self._delivered.append(0.0)
-        for i, listener in enumerate(self.listeners):
-            # A session's watches fire in order: never before the previous one.
-            at = max(now + self._watch_rng.uniform(lo, hi), self._delivered[i] + 1e-6)
-            self._delivered[i] = at
-            b = self.brokers[i]  # the harness adds one listener per broker, in order
-            loop.call_at(at, self._deliver, b, self.sessions[b], listener, image)
-
-    def _deliver(
-        self, b: int, session: int, listener: Callable[[MetadataImage], None], image: MetadataImage
-    ) -> None:
-        if self.sessions[b] == session:
-            listener(image)
-
-    def elect(self, partition: int, leader: int, isr: Any = None) -> None:
-        super().elect(partition, leader, isr)
-        z = self.znodes[partition]
-        self.trace(
-            f"controller: p{partition} leader {leader} epoch {z.leader_epoch} isr {list(z.isr)}"
-        )
-
-    def _leaderless(self, partition: int, isr: tuple[int, ...]) -> None:
-        z = self.znodes[partition]
-        z.leader, z.isr = -1, isr
-        z.leader_epoch += 1
-        z.version += 1
-        self.trace(f"controller: p{partition} offline epoch {z.leader_epoch} isr {list(isr)}")
-        self.publish()
-
-    def broker_failed(self, b: int) -> None:
-        """The broker's session expired (onBrokerFailure)."""
-        if b not in self.registered:
-            return
-        self.registered.discard(b)
-        self.sessions[b] += 1
-        self.trace(f"controller: broker {b} session expired")
-        with self._one_transaction():
-            self._move_off(b)
-            self.publish()  # /brokers/ids changed: every broker's watch fires
-        self.check_reassignments()
-
-    def undo_ineligible(self, partition: int) -> None:
-        """The controller's rule on an ISR change's notification (``controller.py``,
-        KIP-841): a leader's write that put an unregistered broker in the ISR -- from a
-        fetch that broker sent before it died -- is undone, a new epoch without it."""
-        z = self.znodes[partition]
-        rest = tuple(r for r in z.isr if r in self.registered)
-        if rest == z.isr or z.leader not in self.registered or z.leader not in rest:
-            return  # nothing to undo, or a failover's business (_move_off)
-        self.trace(
-            f"controller: p{partition} isr {list(z.isr)} names unregistered "
-            f"{sorted(set(z.isr) - self.registered)}: undone"
-        )
-        with self._one_transaction():
-            self.elect(partition, z.leader, rest)
-
-    def _move_off(self, b: int) -> None:
-        for p, z in self.znodes.items():
-            if z.leader != b and b not in z.isr:
-                continue
-            rest = tuple(r for r in z.isr if r != b)
-            if z.leader == b or z.leader == -1:
-                live = [r for r in self.brokers if r in rest and r in self.registered]
-                if live:
-                    self.elect(p, live[0], rest)
-                else:
-                    self._leaderless(p, rest or z.isr)
-            elif rest:
-                self.elect(p, z.leader, rest)  # Kafka bumps the epoch here too
-
-    def broker_registered(self, b: int) -> None:
-        self.registered.add(b)
-        self.trace(f"controller: broker {b} registered")
-        with self._one_transaction():
-            for p, z in self.znodes.items():
-                if z.leader == -1 and b in z.isr:
-                    self.elect(p, b, z.isr)
-            self.publish()
-        self.check_reassignments()
-
-    # ---------------------------------------------------------------- reassignment
-    def reassign(self, partition: int, target: tuple[int, ...]) -> None:
-        cur = self.assignment[partition]
-        new = start(cur, target)
-        self.assignment[partition] = new
-        self.trace(
-            f"controller: p{partition} reassigned to {list(target)}: replicas "
-            f"{list(new.replicas)} adding {list(new.adding)} removing {list(new.removing)}"
-        )
-        self.publish()
-        self.check_reassignments()
-
-    def check_reassignments(self) -> None:
-        """Complete every move whose target replicas are all in the ISR (the controller
-        checks on each ISR change and broker change)."""
-        for p, cur in self.assignment.items():
-            if not cur.in_progress:
-                continue
-            z = self.znodes[p]
-            change = completion(cur, z.leader, z.leader_epoch, z.isr, self.registered)
-            if change is None:
-                continue
-            self.assignment[p] = ReplicaSets(cur.target)
-            z.leader, z.leader_epoch, z.isr = change.leader, change.leader_epoch, tuple(change.isr)
-            z.version += 1
-            self.trace(
-                f"controller: p{p} reassignment completed: replicas {list(cur.target)} "
-                f"leader {z.leader} epoch {z.leader_epoch} isr {list(z.isr)}"
-            )
-            self.publish()
-
-
 class _InFlightEndpoint(MemoryLeaderEndpoint):
     """A fetch, once sent, is the leader's business: the leader reads it even if the
     follower crashes (or stops its fetcher) before the answer -- the late fetch behind
@@ -399,17 +173,44 @@ class SimHarness(ReplicationHarness):
     incarnation: dict[int, int] = field(default_factory=dict)
 
     watch_latency_s: tuple[float, float] = (0.0, 0.0)
+    real_controller: bool = False
+    session_timeout_s: float = 1.5
+    first_controller: int = 0
+    restart_delay_s: tuple[float, float] = (0.05, 0.3)
 
     def make_controller(self) -> MemoryController:
+        if self.real_controller:
+            # Not a MemoryController: the same interface over the ZooKeeper model.
+            return ZkCluster(  # type: ignore[return-value]
+                self.brokers,
+                self.partitions,
+                self.seed,
+                self.trace,
+                asyncio.get_running_loop(),
+                watch_latency_s=self.watch_latency_s,
+                session_timeout_s=self.session_timeout_s,
+                first_controller=self.first_controller or None,
+                startup_s=self.restart_delay_s,
+            )
         return SimController(
             self.brokers, self.partitions, self.seed, self.trace, self.watch_latency_s
         )
+
+    async def __aenter__(self) -> SimHarness:
+        await super().__aenter__()
+        c: Any = self.controller
+        if isinstance(c, ZkCluster):
+            c.started()
+        return self
 
     def _applier(self, broker: int) -> Callable[[MetadataImage], None]:
         inner = super()._applier(broker)
 
         def apply(image: MetadataImage) -> None:
-            if broker not in self.controller.unreachable:
+            # SimController publishes to every broker: one cut from ZooKeeper must not
+            # hear it. A ZkCluster broker's image is what its own metadata store read
+            # while it could (e.g. at its start, just before a cut): always applied.
+            if isinstance(self.controller, ZkCluster) or broker not in self.controller.unreachable:
                 inner(image)
 
         return apply
@@ -428,6 +229,8 @@ class SimHarness(ReplicationHarness):
         store = self.replicas[b].isr_store
         if isinstance(store, _SimIsrStore):
             store.dead = True
+        c: Any = self.controller
+        c.crashed(b)
         await super().crash_broker(b)
 
 
@@ -457,9 +260,9 @@ class World:
     _changed: dict[tuple[int, int], tuple[object, int]] = field(default_factory=dict)
 
     @property
-    def controller(self) -> SimController:
-        c = self.h.controller
-        assert isinstance(c, SimController)
+    def controller(self) -> SimController | ZkCluster:
+        c: Any = self.h.controller
+        assert isinstance(c, (SimController, ZkCluster))
         return c
 
     def now(self) -> float:
@@ -483,14 +286,14 @@ class World:
 
     def zk_isolate(self, b: int) -> None:
         self.trace(f"nemesis: cut broker {b} from ZooKeeper and the controller")
-        self.controller.unreachable.add(b)
+        self.controller.zk_cut(b)
         self._expire_later(b, lambda: b in self.controller.unreachable)
 
     def zk_heal(self, b: int) -> None:
         if b not in self.controller.unreachable:
             return
         self.trace(f"nemesis: broker {b} reaches ZooKeeper again")
-        self.controller.unreachable.discard(b)
+        self.controller.zk_uncut(b)
         if b in self.h.down:
             return
         if b in self.controller.registered:
@@ -510,6 +313,8 @@ class World:
         kinds = ["cut", "isolate", "slow", "lossy", "crash", "zk", "zk-partition"]
         if self.cfg.reassignments:
             kinds.append("reassign")
+        if self.cfg.real_controller:
+            kinds.append("controller")
         return kinds
 
     def draw(self, rng: random.Random, fault_id: int) -> FaultSpec:
@@ -522,7 +327,13 @@ class World:
         kind = rng.choice(self.fault_kinds())
         other = rng.choice([b for b in brokers if b != target])
         param = 0.0
-        if kind == "slow":
+        if kind == "controller":
+            # The active controller: crashed (param 0) or cut from ZooKeeper (1).
+            cid = self.controller.controller_id if isinstance(self.controller, ZkCluster) else -1
+            target = cid if cid in brokers else target
+            other = rng.choice([b for b in brokers if b != target])
+            param = float(rng.randrange(2))
+        elif kind == "slow":
             param = round(rng.uniform(0.05, 1.0), 3)
         elif kind == "lossy":
             param = round(rng.uniform(0.2, 0.9), 2)
@@ -562,6 +373,9 @@ class World:
             self.trace(f"nemesis: drop {f.param:.0%} on {target}-{other}")
             self.net.loss[link] = f.param
             return _Fault(f"lossy {target}-{other}", lambda: self.net.loss.pop(link, None))
+        if kind == "controller":
+            self.trace(f"nemesis: fail the controller, broker {target}")
+            kind = "crash" if f.param == 0 else "zk"
         if kind == "crash" and target not in self.h.down:
             await self.crash(target)
             return _Fault(f"crash {target}", lambda: self.restart(target))

@@ -213,6 +213,17 @@ def _check_path(path: str) -> None:
 class _Tree:
     nodes: dict[str, _Node]
     zxid: int
+    # A multi's scratch tree shares the nodes of the live one until it changes them
+    # (copy on write): ``own`` copies a node the first time. None: the live tree itself.
+    owned: set[str] | None = None
+
+    def own(self, path: str) -> _Node:
+        node = self.nodes[path]
+        if self.owned is not None and path not in self.owned:
+            node = _Node(node.data, copy.copy(node.stat), set(node.children), node.created)
+            self.nodes[path] = node
+            self.owned.add(path)
+        return node
 
 
 class ZkModel:
@@ -353,7 +364,7 @@ class ZkModel:
         (ZooKeeper's per-op ErrorResults); it is returned, not raised, as kazoo's
         ``transaction().commit()`` returns it."""
         self.touch(session)
-        scratch = _Tree(copy.deepcopy(self._t.nodes), self._t.zxid + 1)
+        scratch = _Tree(dict(self._t.nodes), self._t.zxid + 1, set())
         fired: list[tuple[str, EventType, str]] = []
         results: list[Result] = []
         for i, op in enumerate(ops):
@@ -395,6 +406,7 @@ class ZkModel:
             raise BadVersion(op.path)
         if isinstance(op, Check):
             return True
+        node = t.own(op.path)
         node.data = op.data
         node.stat.version += 1
         node.stat.mzxid = t.zxid
@@ -418,6 +430,9 @@ class ZkModel:
         if parent.stat.ephemeral_owner != 0:
             raise NoChildrenForEphemerals(path)
         now = clock.time_ns() // 1_000_000
+        parent = t.own(ppath)
+        if t.owned is not None:
+            t.owned.add(path)
         t.nodes[path] = _Node(
             op.data,
             Stat(
@@ -453,7 +468,7 @@ class ZkModel:
         if node.children:
             raise NotEmpty(path)
         ppath = _parent(path)
-        parent = t.nodes[ppath]
+        parent = t.own(ppath)
         del t.nodes[path]
         parent.children.discard(path.rsplit("/", 1)[1])
         parent.stat.cversion += 1

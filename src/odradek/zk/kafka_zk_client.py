@@ -199,13 +199,22 @@ class KafkaZkClient:
                              timeout_s: float = REQUEST_TIMEOUT_S,
                              ) -> dict[TopicPartition, tuple[znodes.PartitionState, int]]:
         """State and znode version of each partition that has a state znode."""
+        return {tp: (st, version) for tp, (st, version, _) in
+                self.get_partition_states_mzxid(tps, timeout_s).items()}
+
+    def get_partition_states_mzxid(self, tps: Iterable[TopicPartition],
+                                   timeout_s: float = REQUEST_TIMEOUT_S,
+                                   ) -> dict[TopicPartition, tuple[znodes.PartitionState, int,
+                                                                   int]]:
+        """State, znode version and the zxid of its last write (``mzxid``), for each
+        partition that has a state znode."""
         keys = list(tps)
         results = self.read([(GET_DATA, znodes.partition_state_path(t, p)) for t, p in keys],
                             timeout_s)
-        out: dict[TopicPartition, tuple[znodes.PartitionState, int]] = {}
+        out: dict[TopicPartition, tuple[znodes.PartitionState, int, int]] = {}
         for tp, r in zip(keys, results):
             if isinstance(r, tuple):
-                out[tp] = (znodes.decode_partition_state(r[0]), r[1].version)
+                out[tp] = (znodes.decode_partition_state(r[0]), r[1].version, r[1].mzxid)
         return out
 
     def get_topic_assignments(self, topics: Iterable[str]) -> dict[str, znodes.TopicAssignment]:
@@ -229,6 +238,14 @@ class KafkaZkClient:
 
     def get_broker_ids(self) -> set[int]:
         return {int(c) for c in self.get_children(znodes.BROKER_IDS) if c.isdigit()}
+
+    def get_broker_epochs(self) -> dict[int, int]:
+        """Each registered broker's epoch: the ``czxid`` of its ``/brokers/ids/N`` (Kafka's
+        broker epoch, KIP-380). A broker that re-registered (a new session: restarted, or
+        its session expired) has a larger one."""
+        ids = sorted(int(c) for c in self.get_children(znodes.BROKER_IDS) if c.isdigit())
+        results = self.read([(GET_DATA, znodes.broker_path(b)) for b in ids])
+        return {b: r[1].czxid for b, r in zip(ids, results) if isinstance(r, tuple)}
 
     def get_partition_list(self, path: str) -> list[tuple[str, int]] | None:
         """An admin request znode in Kafka's partition-list JSON; None if absent, [] if

@@ -134,6 +134,33 @@ def test_follower_rejoins_only_by_fetching_to_the_hw(tmp_path: Path) -> None:
     assert p.isr == (1, 2, 3)
 
 
+def test_a_candidate_the_hw_moved_past_is_not_added_to_the_isr(tmp_path: Path) -> None:
+    """Regression (odradek sim --real-controller --partitions 3, seed 9: an acknowledged
+    acks=all record lost). A follower that fetched at the HW while another ISR write was
+    in flight stayed a candidate; records committed meanwhile without it moved the HW
+    past its LEO, and the next proposal still added it: "in sync" without them, it was
+    then elected. Kafka decides on the follower's LEO against the HW when it proposes."""
+    p = make(tmp_path)
+    lead(p, 1, [1, 2, 3])
+    p.append_as_leader(records(), 1, now_ms=0)
+    p.update_follower_fetch_state(2, 3, now_ms=LAG + 10)
+    w = p.maybe_shrink_isr(now_ms=LAG + 50, lag_max_ms=LAG)  # 3 never fetched
+    assert w is not None and w.isr == (1, 2)
+    p.isr_write_succeeded(w, 1)
+    w = p.maybe_shrink_isr(now_ms=2 * LAG + 100, lag_max_ms=LAG)  # 2 stopped fetching
+    assert w is not None and w.isr == (1,)
+    t = p.update_follower_fetch_state(3, 3, now_ms=2 * LAG + 110)  # at the HW: a candidate
+    assert t.isr_write is None  # one write at a time: the shrink is in flight
+    p.isr_write_succeeded(w, 2)
+    p.append_as_leader(records(), 1, now_ms=2 * LAG + 120)
+    p.hw_after_append()
+    assert p.high_watermark == 6  # committed on the ISR of one; 3 is at 3
+    w = p.maybe_shrink_isr(now_ms=2 * LAG + 130, lag_max_ms=LAG)
+    assert w is None  # before the fix: ISR (1, 3), 3 lacking offsets 3-5
+    t = p.update_follower_fetch_state(3, 6, now_ms=2 * LAG + 140)  # caught up: it joins
+    assert t.isr_write is not None and t.isr_write.isr == (1, 3)
+
+
 def test_a_late_fetch_from_a_broker_gone_from_the_image_does_not_readmit_it_kip_841(
     tmp_path: Path,
 ) -> None:

@@ -87,7 +87,7 @@ def test_cli_lists_and_plays_scenarios(capsys: pytest.CaptureFixture[str]) -> No
     assert "nemesis: cut broker 2 from ZooKeeper" in out
     assert "p5-follower-isolated seed 2: holds" in out
     with pytest.raises(SystemExit, match="not simulated"):
-        odradek(["sim", "scenario", "p8-controller-cut-from-zk"])
+        odradek(["sim", "scenario", "p6-shrunk-isolated-minisr1"])
 
 
 def test_a_deposed_leader_may_ack_until_its_followers_hear_of_the_election() -> None:

@@ -33,6 +33,14 @@ class Harness:
         znodes.ensure_base_paths(self.zk)
         self.zk.create(znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(1))
         self.writer = KafkaZkClient(self.zk, max_ops=5)
+        self.images: list[MetadataImage] = []
+        reg = znodes.BrokerRegistration.plaintext(1, "127.0.0.1", 9092)
+        self.store = MetadataStore(KafkaZkClient(connect(), max_ops=5), 1, reg, self.images.append)
+        znodes.ensure_base_paths(self.store.zk)
+        # Registered before any state names broker 1, as a controller writes them: a state
+        # naming it written before it registered is a previous incarnation's, which the
+        # store holds back until a newer one (MetadataStore._hold).
+        self.store.register(5)
         self.ids: dict[str, uuid.UUID | None] = {}
         for t, n in TOPICS.items():
             admin.create_topic(self.zk, admin.NewTopicPlan(t, {p: [1, 2, 3] for p in range(n)}, {}))
@@ -40,11 +48,6 @@ class Harness:
             self.writer.create_partition_states(
                 [StateWrite(t, p, self.ids[t], znodes.PartitionState(1, 0, [1, 2, 3], 1), -1)
                  for p in range(n)], fence=0, writer=1)
-        self.images: list[MetadataImage] = []
-        reg = znodes.BrokerRegistration.plaintext(1, "127.0.0.1", 9092)
-        self.store = MetadataStore(KafkaZkClient(connect(), max_ops=5), 1, reg, self.images.append)
-        znodes.ensure_base_paths(self.store.zk)
-        self.store.register(5)
         self.store._reload_all()  # noqa: SLF001 - what start() does before its thread runs
         self.store._emit()  # noqa: SLF001
 
