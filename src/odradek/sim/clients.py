@@ -425,6 +425,12 @@ class Workload:
             h.replicas[b].fetch_messages(params, [(TOPIC, [e])], h.images[b])
             res = e.result  # max_wait 0: answered at once
             read_at = w.now()
+            if not res.error_code:
+                # Observed as the leader serves it: answers to the two consumers may
+                # arrive in another order than they were served (seed 228).
+                v = self.lso_monitor.observe(p, z.leader_epoch, b, res.last_stable_offset, read_at)
+                if v is not None:
+                    self.violations.append(v)
             buf = b""
             if res.records is not None:
                 buf = res.records if isinstance(res.records, bytes) else res.records.read_bytes()
@@ -436,12 +442,7 @@ class Workload:
             if bad is not None:
                 self.violations.append(bad)
                 return
-            if res.error_code:
-                continue
-            v = self.lso_monitor.observe(p, z.leader_epoch, b, res.last_stable_offset, read_at)
-            if v is not None:
-                self.violations.append(v)
-            if not buf:
+            if res.error_code or not buf:
                 continue
             records, nxt = consume_records(
                 read_batches(bytes(buf)),

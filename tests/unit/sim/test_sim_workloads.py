@@ -107,3 +107,12 @@ def test_cli_workload_option(capsys: pytest.CaptureFixture[str]) -> None:
     assert " ack i0-0 " in first
     with pytest.raises(SystemExit, match="needs --partitions 2"):
         odradek([*args, "--partitions", "1"])
+
+
+def test_seed_228_the_lso_is_observed_as_the_leader_serves_it() -> None:
+    """Regression (the checker's own bug): the two consumers' answers from one leader
+    crossed on the network, so the LSO monitor saw 16 (served at 0.9603) before 13
+    (served at 0.960, before the ABORT marker): lso-regressed, though the leader's LSO
+    never moved back. Failed before the monitor observed at serving time."""
+    r = run_seed(228, cfg=TRANSACTIONAL, timeline=False)
+    assert r.ok, [str(v) for v in r.violations[:3]]
