@@ -195,9 +195,13 @@ async def _run(
         seed=seed,
         trace=trace,
         watch_latency_s=cfg.watch_latency_s,
+        # Small segments for the client workloads, except under power loss: the
+        # simulated broker has no flusher, which in production fsyncs each rolled
+        # segment (Kafka's flush at roll), so the disk model would tear rolled segments
+        # no broker leaves torn (seed 137 of power-loss, docs/faults.md).
         segment_bytes=(
             cfg.segment_bytes
-            if cfg.segment_bytes is not None or cfg.workload == "plain"
+            if cfg.segment_bytes is not None or cfg.workload == "plain" or disk is not None
             else WORKLOAD_SEGMENT_BYTES
         ),
     )

@@ -93,8 +93,8 @@ class WorldConfig:
     # "transactional" (with consumers and a transaction coordinator).
     workload: str = "plain"
     # segment.bytes (None: the default; the idempotent and transactional workloads then
-    # roll every 4 KiB, so producer snapshots and aborted-transaction indexes span
-    # segments).
+    # roll every 4 KiB outside the power-loss profile, so producer snapshots and
+    # aborted-transaction indexes span segments).
     segment_bytes: int | None = None
 
 

@@ -116,3 +116,12 @@ def test_seed_228_the_lso_is_observed_as_the_leader_serves_it() -> None:
     never moved back. Failed before the monitor observed at serving time."""
     r = run_seed(228, cfg=TRANSACTIONAL, timeline=False)
     assert r.ok, [str(v) for v in r.violations[:3]]
+
+
+def test_seed_137_power_loss_keeps_the_default_segment_size() -> None:
+    """Power-loss seed 137 with 4 KiB segments tore a rolled segment that production's
+    flusher would have fsynced at the roll (the simulated broker runs none), leaving a
+    hole in broker 1's log (prefix-diverged, docs/faults.md). Failed before power-loss
+    runs of these workloads kept the default segment size."""
+    r = run_seed(137, cfg=TRANSACTIONAL, profile="power-loss", timeline=False)
+    assert r.ok, [str(v) for v in r.violations[:3]]
