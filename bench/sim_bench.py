@@ -8,7 +8,8 @@ seconds simulated per wall second, and the wall time per schedule (median and ma
 the same per second of this process's CPU time (what a loaded machine does not skew).
 ``--inject-bug NAME`` measures a run with a bug (failing schedules are counted too);
 ``--first-world`` the world before reassignments, watch delays and quiet heals (what
-the figures before issue 26 items 4-5 measured).
+the figures before issue 26 items 4-5 measured); ``--workload`` the idempotent or
+transactional workload (odradek.sim.clients; transactional on 2 partitions).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import time
 from dataclasses import replace
 
+from odradek.sim.clients import WORKLOADS
 from odradek.sim.runner import run_seed
 from odradek.sim.world import FIRST_WORLD, WorldConfig
 
@@ -42,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         help="Odradek's real controller over the ZooKeeper model (odradek.sim.zk_cluster)",
     )
     ap.add_argument("--profile", default="default", help="default or power-loss")
+    ap.add_argument("--workload", choices=WORKLOADS, default="plain")
     ap.add_argument("--json", default=None, metavar="FILE", help="also write the figures")
     args = ap.parse_args(argv)
     cfg = FIRST_WORLD if args.first_world else WorldConfig()
@@ -49,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = replace(cfg, duration_s=args.duration)
     if args.real_controller:
         cfg = replace(cfg, real_controller=True)
+    if args.workload != "plain":
+        parts = 2 if args.workload == "transactional" else cfg.partitions
+        cfg = replace(cfg, workload=args.workload, partitions=parts)
     walls: list[float] = []
     virtual = 0.0
     failed = 0
@@ -80,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s_max": round(max(walls), 3),
         "bug": args.inject_bug,
         "world": "first" if args.first_world else "current",
+        "workload": args.workload,
     }
     print(
         f"sim: {row['schedules']} schedules ({failed} failed) in {elapsed:.1f} s: "

@@ -2,7 +2,8 @@
 simulator (odradek.sim).
 
 ``run --seeds 1-200`` runs one simulated schedule per seed (3 brokers, RF 3, a seeded
-network and nemesis, an acks=all workload; every invariant checked at the end), prints
+network and nemesis, an acks=all workload -- ``--workload`` picks plain, idempotent or
+transactional producers, odradek.sim.clients; every invariant checked at the end), prints
 each failing seed with the invariant it broke, and exits non-zero if any failed.
 ``replay SEED`` prints one run's timeline, the same bytes on every replay: rerun a
 failing seed with it (and the same ``--inject-bug``) to see what happened. ``--shrink``
@@ -22,6 +23,9 @@ from dataclasses import replace
 from typing import Any
 
 __all__ = ["add_parser", "parse_seeds"]
+
+# odradek.sim.clients.WORKLOADS (not imported here: CLI start-up stays light).
+WORKLOADS = ("plain", "idempotent", "transactional")
 
 
 def parse_seeds(spec: str) -> list[int]:
@@ -50,9 +54,26 @@ def add_parser(subparsers: Any) -> None:
         p.add_argument(
             "--partitions",
             type=int,
-            default=1,
+            default=None,
             metavar="N",
-            help="partitions of the topic, RF 3 each (default 1)",
+            help="partitions of the topic, RF 3 each (default 1; 2 with --workload "
+            "transactional, whose transactions span 2 or more)",
+        )
+        p.add_argument(
+            "--workload",
+            choices=WORKLOADS,
+            default="plain",
+            help="plain: non-idempotent acks=all producers (the seeds docs/faults.md "
+            "names); idempotent: idempotent producers retrying unanswered batches, and "
+            "read_committed/read_uncommitted consumers; transactional: transactional "
+            "producers (commit or abort over 2+ partitions) and those consumers",
+        )
+        p.add_argument(
+            "--acks",
+            choices=("all", "1"),
+            default="all",
+            help="the idempotent workload's acks (default all; 1 may lose acknowledged "
+            "records, which is then not a violation)",
         )
         p.add_argument(
             "--inject-bug",
@@ -135,7 +156,20 @@ def _cfg(args: argparse.Namespace) -> Any:
     from odradek.sim.world import FIRST_WORLD, WorldConfig  # noqa: PLC0415 - lazy: CLI start-up
 
     base = FIRST_WORLD if args.first_world else WorldConfig()
-    cfg = replace(base, partitions=args.partitions, real_controller=args.real_controller)
+    partitions = args.partitions
+    if partitions is None:
+        partitions = 2 if args.workload == "transactional" else 1
+    if args.workload == "transactional" and partitions < 2:
+        raise SystemExit("odradek sim: --workload transactional needs --partitions 2 or more")
+    if args.acks == "1" and args.workload != "idempotent":
+        raise SystemExit("odradek sim: --acks 1 is for --workload idempotent")
+    cfg = replace(
+        base,
+        partitions=partitions,
+        workload=args.workload,
+        acks=1 if args.acks == "1" else -1,
+        real_controller=args.real_controller,
+    )
     if args.duration is not None:
         cfg = replace(cfg, duration_s=args.duration)
     return cfg

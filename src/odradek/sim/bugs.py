@@ -23,6 +23,17 @@ after it: production code has no switch for them and pays nothing.
   fetch that qualifies, even one its broker sent before it died, and the controller
   lets the write stand; the dead broker is then "in sync" and may be elected, with
   whatever log it restarts with.
+
+The next three need a workload of odradek.sim.clients (``--workload``):
+
+* ``lso-ignores-open-txns`` (transactional): the last stable offset is the high watermark,
+  whatever transactions are open: read_committed consumers get records of transactions
+  not decided yet (KIP-98's LSO is the first offset of the oldest open transaction).
+* ``aborted-index-ignored`` (transactional): a read_committed fetch lists no aborted
+  transaction (the .txnindex is not consulted), so consumers keep aborted records.
+* ``duplicate-sequence-undetected`` (idempotent or transactional): the leader no longer
+  recognises a retried batch (same producer, epoch and sequences as one of the last
+  five) and appends it again.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from odradek.replication import fetcher, partition
 from odradek.replication.partition_state import IsrWrite, Leader, Transition
 from odradek.replication.truncation import TruncationDecision
 from odradek.sim.sim_controller import SimController
+from odradek.storage.producer_state import BatchMeta, ProducerStateManager
 
 __all__ = ["BUGS", "injected"]
 
@@ -44,6 +56,9 @@ BUGS: dict[str, str] = {
     "idle-session": "a partition counts idle for a follower the leader never recorded (b85dcd4)",
     "isr-shrink-unconditional": "an ISR shrink applied locally, without the conditional write",
     "no-isr-eligibility": "an unregistered broker is added to the ISR and kept (before KIP-841)",
+    "lso-ignores-open-txns": "the LSO is the HW, open transactions or not (transactional)",
+    "aborted-index-ignored": "read_committed fetches list no aborted transaction (transactional)",
+    "duplicate-sequence-undetected": "a retried batch is appended again (idempotent)",
 }
 
 
@@ -91,6 +106,24 @@ def _shrinking_locally(
         return None
 
     return shrink_without_zookeeper
+
+
+def _undetected(
+    check: Callable[[ProducerStateManager, Any], BatchMeta | None],
+) -> Callable[[ProducerStateManager, Any], BatchMeta | None]:
+    def check_missing_duplicates(self: ProducerStateManager, batches: Any) -> BatchMeta | None:
+        check(self, batches)  # still refuses what is out of order or fenced
+        return None  # ... but a duplicate is appended like a new batch
+
+    return check_missing_duplicates
+
+
+def _lso_is_hw(self: partition.Partition) -> int:
+    return self.high_watermark
+
+
+def _no_aborted(*_: Any) -> list[tuple[int, int]]:
+    return []
 
 
 def _always(*_: Any) -> bool:
@@ -149,4 +182,12 @@ def injected(name: str | None) -> Iterator[None]:
             stack.enter_context(_patched(partition.Partition, "_isr_eligible", _always))
             stack.enter_context(_patched(partition.Partition, "forget_candidates", _nothing))
             stack.enter_context(_patched(SimController, "undo_ineligible", _nothing))
+        elif name == "lso-ignores-open-txns":
+            lso = property(_lso_is_hw)
+            stack.enter_context(_patched(partition.Partition, "last_stable_offset", lso))
+        elif name == "aborted-index-ignored":
+            stack.enter_context(_patched(partition.Partition, "aborted_transactions", _no_aborted))
+        elif name == "duplicate-sequence-undetected":
+            check = ProducerStateManager.check
+            stack.enter_context(_patched(ProducerStateManager, "check", _undetected(check)))
         yield

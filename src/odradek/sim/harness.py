@@ -285,6 +285,7 @@ class ReplicationHarness:
     fetch_wait_ms: int = 200
     backoff_ms: int = 50
     trace_every: int = 0  # odradek.trace.records.every
+    segment_bytes: int | None = None  # segment.bytes (None: the default, 1 GiB)
     net: MemoryNetwork = field(default_factory=MemoryNetwork)
     replicas: dict[int, ReplicaManager] = field(default_factory=dict)
     images: dict[int, MetadataImage] = field(default_factory=dict)
@@ -320,10 +321,15 @@ class ReplicationHarness:
             }
         )
         store = self.controller.store_for(b, loop)
+        log_config = (
+            LogConfig()
+            if self.segment_bytes is None
+            else LogConfig(segment_bytes=self.segment_bytes)
+        )
         rm = ReplicaManager(
             b,
             self.root / f"broker-{b}",
-            lambda _t: LogConfig(),
+            lambda _t: log_config,
             ReplicaManagerSettings.from_config(cfg),
             isr_store=store,
             endpoint_factory=self._endpoint_factory(b),
@@ -394,10 +400,17 @@ class ReplicationHarness:
         acks: int = -1,
         timeout_s: float = 5.0,
         partition: int = 0,
+        verification_guards: dict[tuple[str, int], object] | None = None,
     ) -> PartitionProduceResult:
+        """A client's Produce of one partition (``verification_guards``: KIP-890's, for a
+        transactional batch: ``ReplicaManager.start_txn_verification``)."""
         res = PartitionProduceResult(index=partition, error_code=0, base_offset=-1)
         op = self.replicas[broker].append_records(
-            [ProduceEntry(TOPIC, records, res)], acks, timeout_s, self.images[broker]
+            [ProduceEntry(TOPIC, records, res)],
+            acks,
+            timeout_s,
+            self.images[broker],
+            verification_guards=verification_guards,
         )
         if op is not None:
             await op.done

@@ -91,6 +91,13 @@ class WorldConfig:
     # timer of this period (FIRST_WORLD's 10 ms: its timers decide the order of other
     # timers due at the same instant, so its seeds replay only with it).
     sample_every_s: float = 0.0
+    # The producers: "plain" (World.producer), or odradek.sim.clients' "idempotent" or
+    # "transactional" (with consumers and a transaction coordinator).
+    workload: str = "plain"
+    # segment.bytes (None: the default; the idempotent and transactional workloads then
+    # roll every 4 KiB outside the power-loss profile, so producer snapshots and
+    # aborted-transaction indexes span segments).
+    segment_bytes: int | None = None
 
 
 FIRST_WORLD = WorldConfig(
