@@ -83,6 +83,10 @@ class MetadataImage:
     # /config/brokers/<id> and the cluster-wide /config/brokers/<default>.
     broker_overrides: dict[str, str] = field(default_factory=dict)
     default_broker_overrides: dict[str, str] = field(default_factory=dict)
+    # Brokers with a pending controlled-shutdown request (/admin/controlled_shutdown/<id>):
+    # a leader adds none of them to an ISR (KIP-841's isBrokerShuttingDown), even while
+    # no controller is running to undo it.
+    shutting_down: frozenset[int] = frozenset()
 
     def dynamic_broker_config(self, name: str) -> str | None:
         """The dynamic value of a broker config: per-broker over cluster default."""

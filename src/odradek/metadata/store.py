@@ -169,6 +169,7 @@ class MetadataStore:
         # listing it): the next listing applies only newer ones.
         self._notification_seq = -1
         self._broker_epoch = -1  # our registration's czxid (KIP-380's broker epoch)
+        self._shutting_down: frozenset[int] = frozenset()  # pending controlled shutdowns
         # Incremental images: untouched topics reuse their TopicInfo, a topic with a few
         # changed partitions copies its partition dict and replaces those entries only.
         self._built: dict[str, TopicInfo] = {}
@@ -336,6 +337,8 @@ class MetadataStore:
             return
         if BrokersChanged in kinds:
             self._load_brokers()
+        if AdminRequestsChanged in kinds:
+            self._load_shutdown_requests()
         if ControllerChanged in kinds:
             self._load_controller()
         if BrokerConfigChanged in kinds:
@@ -361,11 +364,24 @@ class MetadataStore:
         names, purged = self.zkc.list_leader_and_isr_notifications(watch=self._on_notification)
         self._notification_seq = max([purged] + [s for s, _ in names])
         self._load_brokers()
+        self._load_shutdown_requests()
         self._load_controller()
         self._load_broker_configs()
         self._topics.clear()
         self._watched_topics.clear()
         self._load_topic_list()
+
+    def _load_shutdown_requests(self) -> None:
+        """The brokers asking for a controlled shutdown (the controller deletes each
+        request once it has moved leadership off that broker). Until then a leader must
+        not re-admit the broker to an ISR the controller has just shrunk: a stopping
+        broker still fetches, and with the controller killed mid-batch nobody would undo
+        it (a loaded CI run: "ISR [3, 1] -> [3, 1, 2]" for the stopping broker 2)."""
+        children = self.zkc.get_children(znodes.CONTROLLED_SHUTDOWN_PATH)
+        requests = frozenset(int(c) for c in children if c.isdigit())
+        if requests != self._shutting_down:
+            self._shutting_down = requests
+            self._cluster_changed = True
 
     def _load_brokers(self) -> None:
         brokers = {b: BrokerInfo(reg.broker_id, reg.host, reg.port, reg.rack,
@@ -571,7 +587,8 @@ class MetadataStore:
         return MetadataImage(self._cluster_id, self._controller_id, dict(self._brokers),
                              topics, complete=True, changed_topics=changed,
                              broker_overrides=dict(self._broker_overrides),
-                             default_broker_overrides=dict(self._default_broker_overrides))
+                             default_broker_overrides=dict(self._default_broker_overrides),
+                             shutting_down=self._shutting_down)
 
     @staticmethod
     def _partition_info(ts: _TopicState, p: int) -> PartitionInfo:

@@ -261,7 +261,7 @@ class ReplicaManager:
             self.settings.txn_verification_enable, image)
         self._apply_throttle_rates(image)
         if image.complete:  # an image before the first full read lists no broker yet
-            gone = self.isr_eligibility.update(image.brokers)
+            gone = self.isr_eligibility.update(image.brokers, image.shutting_down)
             if gone:
                 for part in self.partitions.values():
                     part.forget_candidates(gone)

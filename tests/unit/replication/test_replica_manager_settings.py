@@ -51,3 +51,23 @@ def test_defaults_are_the_tables_and_the_isr_check_runs(tmp_path: Path) -> None:
         clock.restore()
     assert part.pending_isr == (1,)
     rm.shutdown()
+
+
+def test_the_image_s_controlled_shutdowns_make_brokers_ineligible_for_the_isr(
+    tmp_path: Path,
+) -> None:
+    """KIP-841: a broker with a pending controlled shutdown is not added to an ISR by this
+    broker's leaders (a loaded CI run saw a leader re-admit the stopping broker while the
+    controller that would undo it was dead)."""
+    rm = ReplicaManager(1, tmp_path, lambda _t: LogConfig(), ReplicaManagerSettings.defaults())
+    rm.load_logs()
+    brokers = {b: BrokerInfo(b, "127.0.0.1", 9000 + b) for b in (1, 2, 3)}
+    topics = {
+        "t": TopicInfo("t", uuid.UUID(int=1), {0: PartitionInfo(0, (1, 2, 3), 1, 0, (1, 3), 1, 0)})
+    }
+    rm.apply_image(MetadataImage("c", 1, brokers, topics, complete=True,
+                                 shutting_down=frozenset({2})))
+    assert not rm.isr_eligibility.eligible(2) and rm.isr_eligibility.eligible(3)
+    rm.apply_image(MetadataImage("c", 1, brokers, topics, complete=True))
+    assert rm.isr_eligibility.eligible(2)  # the request was answered and deleted
+    rm.shutdown()

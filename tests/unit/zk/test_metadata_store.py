@@ -17,7 +17,8 @@ from kazoo.client import KazooClient
 
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.store import (
-    BrokersChanged, LeaderAndIsrNotified, MetadataStore, PartitionStatesChanged,
+    AdminRequestsChanged, BrokersChanged, LeaderAndIsrNotified, MetadataStore,
+    PartitionStatesChanged,
     StatesReloaded, TopicConfigChanged,
 )
 from odradek.zk import admin, znodes
@@ -148,3 +149,17 @@ def test_a_notification_of_an_older_incarnation_is_ignored(h: Harness) -> None:
     h.move("b", [0], leader=2, epoch=1)  # something real in the same batch
     img = h.step(LeaderAndIsrNotified())
     assert img.partition("a", 0).leader == 1 and img.partition("b", 0).leader == 2  # type: ignore[union-attr]
+
+
+def test_a_controlled_shutdown_request_is_in_the_image_until_answered(h: Harness) -> None:
+    """KIP-841: a leader must not re-admit a broker that is shutting down. The leader's
+    only source is its image, so a pending /admin/controlled_shutdown/<id> must be in it
+    (and gone once the controller deletes the request)."""
+    assert h.images[-1].shutting_down == frozenset()
+    h.zk.create(f"{znodes.CONTROLLED_SHUTDOWN_PATH}/2", b'{"version":1,"broker":2}',
+                makepath=True)
+    img = h.step(AdminRequestsChanged())
+    assert img.shutting_down == frozenset({2})
+    h.zk.delete(f"{znodes.CONTROLLED_SHUTDOWN_PATH}/2")
+    img = h.step(AdminRequestsChanged())
+    assert img.shutting_down == frozenset()
