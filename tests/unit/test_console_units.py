@@ -124,7 +124,7 @@ def test_lag_exporter_names() -> None:
 def test_basic_credentials_and_loopback() -> None:
     from base64 import b64encode
 
-    from odradek.console.auth import _basic_credentials
+    from odradek.security.http_basic import basic_credentials as _basic_credentials
     from odradek.console.server import _loopback
 
     def basic(text: str) -> str:

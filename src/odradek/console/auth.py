@@ -23,8 +23,6 @@ ACL changes reach the console's view of a user within that time. Checks run at m
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import dataclasses
 import hashlib
 import hmac
@@ -40,6 +38,7 @@ from odradek.client.connection import ConnectionLost, KafkaConnection, parse_add
 from odradek.console.snapshot import Snapshot
 from odradek.protocol.client_codec import request_entity
 from odradek.security.client_security import ClientSecurity
+from odradek.security.http_basic import basic_credentials
 from odradek.security.sasl_client import SaslClientError
 
 logger = logging.getLogger(__name__)
@@ -134,18 +133,6 @@ def check_login(
     raise ClusterUnreachable(f"no broker of {bootstrap} answered ({last})")
 
 
-def _basic_credentials(header: str) -> tuple[str, str] | None:
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "basic" or len(value) > 4096:
-        return None
-    try:
-        text = base64.b64decode(value.strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    user, sep, password = text.partition(":")
-    return (user, password) if sep and user else None
-
-
 class ConsoleLogin:
     """The console's login check and the aiohttp middleware that requires it."""
 
@@ -198,7 +185,7 @@ class ConsoleLogin:
     ) -> web.StreamResponse:
         if request.path.startswith(PUBLIC_PREFIXES):
             return await handler(request)
-        creds = _basic_credentials(request.headers.get("Authorization", ""))
+        creds = basic_credentials(request.headers.get("Authorization", ""))
         if creds is None:
             raise _unauthorized("Log in with a user of the cluster.")
         try:

@@ -27,8 +27,6 @@ from REST calls to (operation, resource) is in ``app.py`` and docs/schema-regist
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import hashlib
 import hmac
 import logging
@@ -44,6 +42,7 @@ from odradek.security.acl import (
     ResourceType,
     pascal_name,
 )
+from odradek.security.http_basic import basic_credentials
 from odradek.security.principal import KafkaPrincipal
 from odradek.security.scram import MECHANISMS, credential_from_password
 from odradek.server.authorizer import Authorizer, CredentialCache
@@ -70,19 +69,6 @@ MAX_CONCURRENT_CHECKS = 4
 MAX_CACHED_LOGINS = 1024
 # SCRAM-SHA-512 first: it is what the cluster's own users (and Kafka's tools) set first.
 _MECHANISM_ORDER = ("SCRAM-SHA-512", "SCRAM-SHA-256")
-
-
-def basic_credentials(header: str) -> tuple[str, str] | None:
-    """``Basic base64(user:password)`` -> (user, password); None if malformed."""
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "basic" or len(value) > 4096:
-        return None
-    try:
-        text = base64.b64decode(value.strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    user, sep, password = text.partition(":")
-    return (user, password) if sep and user else None
 
 
 def password_matches(
