@@ -38,10 +38,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--inject-bug", default=None, metavar="NAME")
     ap.add_argument("--first-world", action="store_true")
-    ap.add_argument(
+    who = ap.add_mutually_exclusive_group()
+    who.add_argument(
         "--real-controller",
-        action="store_true",
-        help="Odradek's real controller over the ZooKeeper model (odradek.sim.zk_cluster)",
+        dest="controller",
+        action="store_const",
+        const="real",
+        default=None,
+        help="Odradek's real controller over the ZooKeeper model (odradek.sim.zk_cluster): "
+        "the default, except with --first-world",
+    )
+    who.add_argument(
+        "--model-controller",
+        dest="controller",
+        action="store_const",
+        const="model",
+        help="the simulator's model of the controller (odradek.sim.sim_controller)",
     )
     ap.add_argument("--profile", default="default", help="default or power-loss")
     ap.add_argument("--workload", choices=WORKLOADS, default="plain")
@@ -50,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = FIRST_WORLD if args.first_world else WorldConfig()
     if args.duration is not None:
         cfg = replace(cfg, duration_s=args.duration)
-    if args.real_controller:
-        cfg = replace(cfg, real_controller=True)
+    if args.controller is not None:
+        cfg = replace(cfg, real_controller=args.controller == "real")
     if args.workload != "plain":
         parts = 2 if args.workload == "transactional" else cfg.partitions
         cfg = replace(cfg, workload=args.workload, partitions=parts)

@@ -1,8 +1,9 @@
 """``odradek sim run | replay | bugs | scenarios | scenario``: the deterministic
 simulator (odradek.sim).
 
-``run --seeds 1-200`` runs one simulated schedule per seed (3 brokers, RF 3, a seeded
-network and nemesis, an acks=all workload -- ``--workload`` picks plain, idempotent or
+``run --seeds 1-200`` runs one simulated schedule per seed (3 brokers, RF 3, Odradek's
+real controller over a ZooKeeper model, or ``--model-controller`` the simulator's model
+of it; a seeded network and nemesis, an acks=all workload -- ``--workload`` picks plain, idempotent or
 transactional producers, odradek.sim.clients; every invariant checked at the end), prints
 each failing seed with the invariant it broke, and exits non-zero if any failed.
 ``replay SEED`` prints one run's timeline, the same bytes on every replay: rerun a
@@ -50,6 +51,28 @@ def add_parser(subparsers: Any) -> None:
     sub = sim.add_subparsers(dest="sim_command", metavar="{run,replay,bugs,scenarios,scenario}")
     sub.required = True
 
+    def controller_option(p: argparse.ArgumentParser, real: str) -> None:
+        # The real controller became the default; --real-controller stays accepted (it
+        # was needed to choose it) so that existing commands mean what they meant.
+        who = p.add_mutually_exclusive_group()
+        who.add_argument(
+            "--real-controller",
+            dest="controller",
+            action="store_const",
+            const="real",
+            default=None,
+            help=real,
+        )
+        who.add_argument(
+            "--model-controller",
+            dest="controller",
+            action="store_const",
+            const="model",
+            help="the simulator's hand-written model of the controller (odradek.sim."
+            "sim_controller) instead: the world the seeds docs/faults.md recorded before "
+            "the real controller became the default were found in",
+        )
+
     def bug_option(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--partitions",
@@ -73,7 +96,8 @@ def add_parser(subparsers: Any) -> None:
             choices=("all", "1"),
             default="all",
             help="the idempotent workload's acks (default all; 1 may lose acknowledged "
-            "records, which is then not a violation)",
+            "records, which is then not a violation if a broker's lost-records ledger "
+            "holds each one: acked-lost-unledgered otherwise)",
         )
         p.add_argument(
             "--inject-bug",
@@ -91,15 +115,15 @@ def add_parser(subparsers: Any) -> None:
         p.add_argument(
             "--first-world",
             action="store_true",
-            help="the world without reassignments, watch delays and quiet heals, where "
-            "the seeds docs/faults.md names up to seed 308 were found",
+            help="the world without reassignments, watch delays and quiet heals, with "
+            "the modelled controller (unless --real-controller), where the seeds "
+            "docs/faults.md names up to seed 308 were found",
         )
-        p.add_argument(
-            "--real-controller",
-            action="store_true",
-            help="run Odradek's real Controller, metadata store and ISR store over the "
-            "ZooKeeper model (every broker a controller candidate; controller failover "
-            "among the faults) instead of the simulator's hand-written controller",
+        controller_option(
+            p,
+            "Odradek's real Controller, metadata store and ISR store over the ZooKeeper "
+            "model (every broker a controller candidate; controller failover among the "
+            "faults): the default, except with --first-world",
         )
         p.add_argument(
             "--shrink",
@@ -144,10 +168,10 @@ def add_parser(subparsers: Any) -> None:
     )
     scenario.add_argument("name", metavar="NAME", help="see `odradek sim scenarios`")
     scenario.add_argument("--seed", type=int, default=1, help="the run's seed (default 1)")
-    scenario.add_argument(
-        "--real-controller",
-        action="store_true",
-        help="play it on Odradek's real controller over the ZooKeeper model (p7 and p8 always are)",
+    controller_option(
+        scenario,
+        "play it on Odradek's real controller over the ZooKeeper model, the third replica "
+        "its first controller (the default; p7 and p8 always are)",
     )
     scenario.set_defaults(func=cmd_scenario)
 
@@ -168,8 +192,9 @@ def _cfg(args: argparse.Namespace) -> Any:
         partitions=partitions,
         workload=args.workload,
         acks=1 if args.acks == "1" else -1,
-        real_controller=args.real_controller,
     )
+    if args.controller is not None:
+        cfg = replace(cfg, real_controller=args.controller == "real")
     if args.duration is not None:
         cfg = replace(cfg, duration_s=args.duration)
     return cfg
@@ -271,9 +296,14 @@ def cmd_scenario(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"odradek sim: unknown scenario {args.name!r}; known: {', '.join(SCENARIOS)}"
         )
-    if args.real_controller:
-        sc = replace(sc, real_controller=True)
-    run = run_scenario(sc, args.seed)
+    base = None
+    if args.controller == "model":
+        if sc.real_controller:
+            raise SystemExit(f"odradek sim: {sc.name} needs the real controller")
+        from odradek.sim.world import MODEL_WORLD  # noqa: PLC0415 - lazy: CLI start-up
+
+        base = MODEL_WORLD
+    run = run_scenario(sc, args.seed, base)
     out = sys.stdout
     for line in run.result.timeline:
         out.write(line + "\n")

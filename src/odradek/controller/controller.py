@@ -290,24 +290,28 @@ class Controller:
                      if isinstance(e, PartitionStatesChanged) for ch in e.changes}
             if moving & named:  # a moving partition's ISR changed: maybe complete
                 self._reassigner.check(ctx, sorted(moving & named))
-            # KIP-841: Kafka's controller refuses an AlterPartition that puts a broker in
-            # an ISR while it is not registered or is in a controlled shutdown. Leaders here
-            # write ISRs themselves, so the controller undoes such a write when its
-            # notification arrives. How a leader comes to make one: a fetch that a follower
-            # sent before it died (or before it stopped fetching to shut down) is read by a
-            # loop running late, after the controller took the follower out; it looks newer
-            # than anything the leader recorded, so the follower "rejoins". A loaded CI run
-            # then had the dead broker elected from that ISR with an empty log.
-            back = {tp: ctx.unclean_enabled(tp[0], self.unclean_default)
-                    for tp in sorted(named)
-                    if (cur := ctx.states.get(tp)) is not None
-                    and not _settled(cur[0], ctx.live_brokers, ctx.shutting_down)}
-            if back:
-                self._write_per_partition(ctx, back, ctx.live_brokers, ctx.shutting_down)
+            self._undo_ineligible(ctx, named)
         if any(isinstance(e, _RebalanceTick) for e in batch):
             self._auto_rebalance(ctx)
         if any(isinstance(e, _PurgeTick) for e in batch):
             self._purge_notifications()
+
+    def _undo_ineligible(self, ctx: ControllerContext, named: set[TopicPartition]) -> None:
+        """KIP-841: Kafka's controller refuses an AlterPartition that puts a broker in an
+        ISR while it is not registered or is in a controlled shutdown. Leaders here write
+        ISRs themselves, so the controller undoes such a write when its notification
+        arrives. How a leader comes to make one: a fetch that a follower sent before it
+        died (or before it stopped fetching to shut down) is read by a loop running late,
+        after the controller took the follower out; it looks newer than anything the
+        leader recorded, so the follower "rejoins". A loaded CI run then had the dead
+        broker elected from that ISR with an empty log. (A method of its own so that the
+        simulator's ``no-isr-eligibility`` bug can switch it off: odradek.sim.bugs.)"""
+        back = {tp: ctx.unclean_enabled(tp[0], self.unclean_default)
+                for tp in sorted(named)
+                if (cur := ctx.states.get(tp)) is not None
+                and not _settled(cur[0], ctx.live_brokers, ctx.shutting_down)}
+        if back:
+            self._write_per_partition(ctx, back, ctx.live_brokers, ctx.shutting_down)
 
     # ------------------------------------------------------------------ election
     def _elect(self) -> None:

@@ -21,10 +21,15 @@ after it: production code has no switch for them and pays nothing.
   controller, whose znode still has the old ISR, may elect the dropped follower.
 * ``no-isr-eligibility``: before KIP-841: a leader adds a follower to the ISR on any
   fetch that qualifies, even one its broker sent before it died, and the controller
-  lets the write stand; the dead broker is then "in sync" and may be elected, with
-  whatever log it restarts with.
+  lets the write stand (the real one's ``Controller._undo_ineligible``, or the model's
+  ``SimController.undo_ineligible``); the dead broker is then "in sync" and may be
+  elected, with whatever log it restarts with.
 
-The next three need a workload of odradek.sim.clients (``--workload``):
+The next four need a workload of odradek.sim.clients (``--workload``):
+
+* ``ledger-skipped`` (idempotent, ``--acks 1``): a replica truncates without copying what
+  it removes to the lost-records ledger: acks=1 losses are then silent, which
+  ``acked-lost-unledgered`` catches (acks=all loses nothing a truncation removes).
 
 * ``lso-ignores-open-txns`` (transactional): the last stable offset is the high watermark,
   whatever transactions are open: read_committed consumers get records of transactions
@@ -42,11 +47,13 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
+from odradek.controller.controller import Controller
 from odradek.replication import fetcher, partition
 from odradek.replication.partition_state import IsrWrite, Leader, Transition
 from odradek.replication.truncation import TruncationDecision
 from odradek.sim.sim_controller import SimController
 from odradek.storage.producer_state import BatchMeta, ProducerStateManager
+from odradek.storage.truncation_ledger import TruncationLedger
 
 __all__ = ["BUGS", "injected"]
 
@@ -56,6 +63,7 @@ BUGS: dict[str, str] = {
     "idle-session": "a partition counts idle for a follower the leader never recorded (b85dcd4)",
     "isr-shrink-unconditional": "an ISR shrink applied locally, without the conditional write",
     "no-isr-eligibility": "an unregistered broker is added to the ISR and kept (before KIP-841)",
+    "ledger-skipped": "a truncation quarantines nothing in the lost-records ledger (acks 1)",
     "lso-ignores-open-txns": "the LSO is the HW, open transactions or not (transactional)",
     "aborted-index-ignored": "read_committed fetches list no aborted transaction (transactional)",
     "duplicate-sequence-undetected": "a retried batch is appended again (idempotent)",
@@ -134,6 +142,10 @@ def _nothing(*_: Any) -> None:
     return None
 
 
+def _unrecorded(*_: Any, **__: Any) -> None:
+    return None  # nothing quarantined, and no error: the truncation goes on silently
+
+
 @contextmanager
 def _patched(obj: object, name: str, value: object) -> Iterator[None]:
     old = getattr(obj, name)
@@ -182,6 +194,9 @@ def injected(name: str | None) -> Iterator[None]:
             stack.enter_context(_patched(partition.Partition, "_isr_eligible", _always))
             stack.enter_context(_patched(partition.Partition, "forget_candidates", _nothing))
             stack.enter_context(_patched(SimController, "undo_ineligible", _nothing))
+            stack.enter_context(_patched(Controller, "_undo_ineligible", _nothing))
+        elif name == "ledger-skipped":
+            stack.enter_context(_patched(TruncationLedger, "record", _unrecorded))
         elif name == "lso-ignores-open-txns":
             lso = property(_lso_is_hw)
             stack.enter_context(_patched(partition.Partition, "last_stable_offset", lso))

@@ -10,14 +10,26 @@
 * ``hw-regressed``: a leader's HW never moves back within its epoch.
 * ``liveness``: after every fault heals, a leader and the full ISR, all replicas caught up,
   within a virtual-time bound.
+* ``acked-lost-unledgered`` (acks=1, instead of ``acked-lost``): acks=1 may lose an
+  acknowledged record (REQ-R8), but only by a truncation, which quarantines what it
+  removes in the lost-records ledger (odradek.storage.truncation_ledger): every
+  acknowledged record missing from the final committed log is in some broker's ledger,
+  at the offset it was acknowledged with.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["Ack", "Violation", "LeadershipMonitor", "lost_acks", "prefix_divergence"]
+__all__ = [
+    "Ack",
+    "Violation",
+    "LeadershipMonitor",
+    "lost_acks",
+    "prefix_divergence",
+    "unledgered_losses",
+]
 
 
 @dataclass(frozen=True)
@@ -39,18 +51,39 @@ class Ack:
 
 def lost_acks(acks: list[Ack], committed: Mapping[int, Mapping[int, bytes]]) -> list[Violation]:
     """``committed``: partition -> offset -> value of the final committed log."""
+    return [Violation("acked-lost", _lost(a, got)) for a, got in _missing(acks, committed)]
+
+
+def unledgered_losses(
+    acks: list[Ack],
+    committed: Mapping[int, Mapping[int, bytes]],
+    ledgered: Collection[tuple[int, int, bytes]],
+) -> list[Violation]:
+    """acks=1: ``lost_acks``, less the records the lost-records ledger holds.
+    ``ledgered``: (partition, offset, value) of every record any broker's ledger holds."""
+    return [
+        Violation("acked-lost-unledgered", f"{_lost(a, got)}; in no broker's ledger")
+        for a, got in _missing(acks, committed)
+        if (a.partition, a.offset, a.value) not in ledgered
+    ]
+
+
+def _missing(
+    acks: list[Ack], committed: Mapping[int, Mapping[int, bytes]]
+) -> list[tuple[Ack, bytes | None]]:
     out = []
     for a in acks:
         got = committed.get(a.partition, {}).get(a.offset)
         if got != a.value:
-            out.append(
-                Violation(
-                    "acked-lost",
-                    f"p{a.partition} offset {a.offset}: acked {a.value!r} at {a.at:.3f}, "
-                    f"the committed log has {got!r}",
-                )
-            )
+            out.append((a, got))
     return out
+
+
+def _lost(a: Ack, got: bytes | None) -> str:
+    return (
+        f"p{a.partition} offset {a.offset}: acked {a.value!r} at {a.at:.3f}, "
+        f"the committed log has {got!r}"
+    )
 
 
 def prefix_divergence(partition: int, prefixes: Mapping[int, bytes]) -> list[Violation]:

@@ -138,8 +138,10 @@ class Scenario:
     hold_s: float = 6.0  # the last fault lasts this long (> replica lag and session timeout)
     after_s: float = 3.0  # workload after the heal, before the runner's final heal
     note: str = ""  # how the simulated scenario differs from its chaos twin
-    # Needs Odradek's real controller (odradek.sim.zk_cluster): its broker, the third
-    # replica of partition 0 ([L, X, C], as in the chaos twins), is the "controller" role.
+    # Needs Odradek's real controller (odradek.sim.zk_cluster), whatever the base world
+    # says: its broker, the third replica of partition 0 ([L, X, C], as in the chaos
+    # twins), is the "controller" role. Every scenario runs on the real controller by
+    # default (WorldConfig's); the others may also run on the model (MODEL_WORLD).
     real_controller: bool = False
 
     def roles(self, cfg: WorldConfig) -> tuple[int, int]:
@@ -154,7 +156,11 @@ class Scenario:
             acks=self.acks,
         )
         if self.real_controller:
-            cfg = replace(cfg, real_controller=True, first_controller=cfg.brokers[2])
+            cfg = replace(cfg, real_controller=True)
+        if cfg.real_controller:
+            # The controller on the third replica, as in the chaos twins: a fault on the
+            # leader or the follower is not also a controller failover.
+            cfg = replace(cfg, first_controller=cfg.brokers[2])
         return cfg
 
     def plan(self, cfg: WorldConfig) -> list[Step]:

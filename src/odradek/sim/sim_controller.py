@@ -1,5 +1,6 @@
-"""The simulator's hand-written controller (the default world's; ``--real-controller``
-runs Odradek's own over the ZooKeeper model instead: odradek.sim.zk_cluster). It is
+"""The simulator's hand-written controller (``--model-controller``, ``FIRST_WORLD``'s;
+the default runs Odradek's own over the ZooKeeper model instead: odradek.sim.zk_cluster,
+``WorldConfig.real_controller``). It is
 ZooKeeper's state znodes and the controller's decisions in one object, with Kafka's
 rules: on a session's expiry, leadership moves to the first live ISR member and the
 broker leaves the ISRs it was in (a new leader epoch each time, as ``newLeaderAndIsr``

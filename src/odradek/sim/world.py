@@ -7,10 +7,10 @@ Model (Kafka's, in ZooKeeper mode):
 
 * A broker is *registered* while its ZooKeeper session lives. A crash, or a cut from
   ZooKeeper, ends it after ``session_timeout_s``; then the controller decides: the
-  simulator's own (``odradek.sim.sim_controller.SimController``, the default) or
-  Odradek's real one over the ZooKeeper model (``WorldConfig.real_controller``,
-  ``odradek.sim.zk_cluster``: every broker a controller candidate, and a ``controller``
-  fault that crashes or cuts the active one).
+  Odradek's real one over the ZooKeeper model (``WorldConfig.real_controller``, the
+  default; ``odradek.sim.zk_cluster``: every broker a controller candidate, and a
+  ``controller`` fault that crashes or cuts the active one) or the simulator's model of it
+  (``odradek.sim.sim_controller.SimController``, ``--model-controller``).
 * A broker cut from ZooKeeper also stops hearing the controller, and its ISR writes fail
   (the leader fences itself, REQ-P4).
 * Every fetch and response crosses ``SimNetwork``: a seeded latency, plus the faults in
@@ -45,7 +45,15 @@ from odradek.sim.sim_controller import SimController, _SimIsrStore
 from odradek.sim.zk_cluster import ZkCluster
 from odradek.storage.records import encode_batch
 
-__all__ = ["FIRST_WORLD", "SimNetwork", "SimController", "SimHarness", "World", "WorldConfig"]
+__all__ = [
+    "FIRST_WORLD",
+    "MODEL_WORLD",
+    "SimNetwork",
+    "SimController",
+    "SimHarness",
+    "World",
+    "WorldConfig",
+]
 
 Trace = Callable[[str], None]
 
@@ -77,12 +85,14 @@ class WorldConfig:
     reassignments: bool = True
     watch_latency_s: tuple[float, float] = (0.0005, 0.03)
     quiet_heal: bool = True
-    # The controller: False, ``SimController`` (the hand-written model the seeds of
-    # docs/faults.md were recorded with); True, Odradek's real ``Controller``, metadata
-    # store and ISR store over the ZooKeeper model (odradek.sim.zk_cluster), with every
-    # broker a controller candidate and a ``controller`` fault (crash or ZooKeeper cut
-    # of the active controller).
-    real_controller: bool = False
+    # The controller: True (the default since issue 26's "real controller by default"),
+    # Odradek's real ``Controller``, metadata store and ISR store over the ZooKeeper model
+    # (odradek.sim.zk_cluster), with every broker a controller candidate and a
+    # ``controller`` fault (crash or ZooKeeper cut of the active controller): what a
+    # seed finds is then what the shipped code does. False (``--model-controller``),
+    # ``SimController``, the hand-written model the first seeds of docs/faults.md were
+    # recorded with (FIRST_WORLD keeps it: those seeds replay there byte for byte).
+    real_controller: bool = True
     first_controller: int = 0  # with real_controller: the first one elected (0: brokers[0])
     # With real_controller: how long a restarted broker takes to reach ZooKeeper (loading
     # its logs); its old session ended as it restarted.
@@ -100,9 +110,18 @@ class WorldConfig:
     segment_bytes: int | None = None
 
 
+# The world the first seeds (up to 308) were found in: no reassignments, no watch
+# delays, no quiet heal, a 10 ms sampling timer, and the modelled controller.
 FIRST_WORLD = WorldConfig(
-    reassignments=False, watch_latency_s=(0.0, 0.0), quiet_heal=False, sample_every_s=0.01
+    reassignments=False,
+    watch_latency_s=(0.0, 0.0),
+    quiet_heal=False,
+    sample_every_s=0.01,
+    real_controller=False,
 )
+# Today's world with the modelled controller (``--model-controller``): the world the seeds
+# docs/faults.md records before the real controller became the default were found in.
+MODEL_WORLD = WorldConfig(real_controller=False)
 
 
 class SimNetwork(MemoryNetwork):

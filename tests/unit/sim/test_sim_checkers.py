@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from odradek.sim.checkers import Ack, LeadershipMonitor, lost_acks, prefix_divergence
+from odradek.sim.checkers import (
+    Ack,
+    LeadershipMonitor,
+    lost_acks,
+    prefix_divergence,
+    unledgered_losses,
+)
 
 
 def test_an_acked_record_missing_or_replaced_is_lost() -> None:
@@ -12,6 +18,17 @@ def test_an_acked_record_missing_or_replaced_is_lost() -> None:
     assert [v.invariant for v in got] == ["acked-lost", "acked-lost"]
     assert "offset 1" in got[0].detail and "offset 2" in got[1].detail
     assert lost_acks(acks[:1], committed) == []
+
+
+def test_an_acks_1_loss_must_be_in_the_ledger() -> None:
+    """acks=1 may lose acknowledged records, but only ones a truncation quarantined: at
+    the offset acknowledged, with the value acknowledged (not another record's)."""
+    acks = [Ack(0, 0, b"a", 1.0), Ack(0, 1, b"b", 1.5), Ack(1, 2, b"c", 2.0)]
+    committed = {0: {0: b"a", 1: b"x"}, 1: {}}
+    assert unledgered_losses(acks, committed, {(0, 1, b"b"), (1, 2, b"c")}) == []
+    got = unledgered_losses(acks, committed, {(0, 1, b"x"), (0, 2, b"c")})
+    assert [v.invariant for v in got] == ["acked-lost-unledgered"] * 2
+    assert "p0 offset 1" in got[0].detail and "p1 offset 2" in got[1].detail
 
 
 def test_prefixes_may_differ_in_length_never_in_content() -> None:

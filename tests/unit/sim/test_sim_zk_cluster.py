@@ -16,8 +16,9 @@ import pytest
 
 from odradek.controller.controller import Controller
 from odradek.metadata.image import MetadataImage
-from odradek.metadata.store import BrokersChanged, MetadataStore
+from odradek.metadata.store import BrokersChanged, MetadataStore, PartitionStatesChanged
 from odradek.runtime import clock
+from odradek.sim.bugs import injected
 from odradek.sim.harness import TOPIC
 from odradek.sim.loop import SimLoop
 from odradek.sim.runner import run_seed
@@ -26,7 +27,7 @@ from odradek.sim.world import WorldConfig
 from odradek.sim.zk_client import SimEnsemble, SimKazooClient
 from odradek.sim.zk_cluster import ZkCluster
 from odradek.zk import znodes
-from odradek.zk.kafka_zk_client import KafkaZkClient
+from odradek.zk.kafka_zk_client import KafkaZkClient, StateWrite
 
 REAL = WorldConfig(real_controller=True)
 
@@ -212,6 +213,36 @@ def test_a_bounce_the_controller_did_not_see_happen_is_a_failure(loop: SimLoop) 
         regs[3] = _register(regs[3].ensemble, 3)
         c.step([BrokersChanged()])
         assert _state(admin) == (2, 1, [2])  # a bounced follower leaves the ISR
+
+    _run(loop, main)
+
+
+def test_no_isr_eligibility_switches_off_the_real_controllers_kip_841_undo(
+    loop: SimLoop,
+) -> None:
+    """The mutation table's ``no-isr-eligibility`` reaches the real controller (the
+    simulator's default), not only the model: a leader's ISR write re-admitting broker 3
+    after its session ended is undone (KIP-841), and let stand with the bug injected.
+    Before the bug switched off ``Controller._undo_ineligible``, only ``SimController``'s
+    undo: on the real controller the write was undone, bug or not."""
+
+    async def main() -> None:
+        for bug, isr in ((None, [1, 2]), ("no-isr-eligibility", [1, 2, 3])):
+            admin, regs, c = _zk_cluster(loop)
+            regs[3].expire()
+            c.step([BrokersChanged()])
+            path = znodes.partition_state_path(TOPIC, 0)
+            data, stat = admin.get(path)
+            st = znodes.decode_partition_state(data)
+            assert st.isr == [1, 2]
+            back = znodes.PartitionState(st.leader, st.leader_epoch, [1, 2, 3], st.controller_epoch)
+            KafkaZkClient(admin).update_isr(  # type: ignore[arg-type]
+                StateWrite(TOPIC, 0, None, back, stat.version), writer=1
+            )
+            change = znodes.PartitionStateChange(TOPIC, None, 0, back, stat.version + 1)
+            with injected(bug):
+                c.step([PartitionStatesChanged((change,))])
+            assert _state(admin)[2] == isr, bug
 
     _run(loop, main)
 
