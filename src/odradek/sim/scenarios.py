@@ -398,11 +398,12 @@ SCENARIOS: dict[str, Scenario] = {
             "ZooKeeper expires the follower's session; no leader change, writes go on, no loss",
             (("zk", "follower"),),
             _p3,
-            note="the follower does not keep fetching: the simulated controller drops it "
-            "from the ISR with a new leader epoch (SimController._move_off, as Kafka's "
-            "onBrokerFailure), which the follower, hearing nothing from ZooKeeper, never "
-            "learns, so the leader fences its fetches until it re-registers; Odradek's "
-            "controller keeps the epoch (controller/elections.py)",
+            note="Odradek's controller (the default) drops the follower from the ISR "
+            "keeping the epoch (controller/elections.py); it keeps fetching and rejoins "
+            "once it registers again (KIP-841). With --model-controller it does not keep "
+            "fetching: the model drops it with a new leader epoch (SimController._move_off, "
+            "as Kafka's onBrokerFailure), which the follower, hearing nothing from "
+            "ZooKeeper, never learns, so the leader fences its fetches until it re-registers",
         ),
         Scenario(
             "p4-leader-cut-from-zk-acksall",
