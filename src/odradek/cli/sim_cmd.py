@@ -3,9 +3,10 @@ simulator (odradek.sim).
 
 ``run --seeds 1-200`` runs one simulated schedule per seed (3 brokers, RF 3, Odradek's
 real controller over a ZooKeeper model, or ``--model-controller`` the simulator's model
-of it; a seeded network and nemesis, an acks=all workload -- ``--workload`` picks plain, idempotent or
-transactional producers, odradek.sim.clients; every invariant checked at the end), prints
-each failing seed with the invariant it broke, and exits non-zero if any failed.
+of it; a seeded network and nemesis, an acks=all workload -- ``--workload`` picks plain,
+idempotent or transactional producers, odradek.sim.clients; every invariant checked at
+the end), prints each failing seed with the invariant it broke, and exits non-zero if
+any failed.
 ``replay SEED`` prints one run's timeline, the same bytes on every replay: rerun a
 failing seed with it (and the same ``--inject-bug``) to see what happened. ``--shrink``
 (either command) replays a failing seed's fault schedule with faults left out until the
