@@ -76,6 +76,16 @@ def add_parser(subparsers: Any) -> None:
             "records, which is then not a violation)",
         )
         p.add_argument(
+            "--in-flight",
+            type=int,
+            choices=range(1, 6),
+            default=5,
+            metavar="N",
+            help="the idempotent workload's batches in flight per partition, 1-5 (default "
+            "5, as max.in.flight.requests.per.connection; 1: one batch at a time per "
+            "producer, the model of the seeds recorded before)",
+        )
+        p.add_argument(
             "--inject-bug",
             default=None,
             metavar="NAME",
@@ -169,6 +179,7 @@ def _cfg(args: argparse.Namespace) -> Any:
         workload=args.workload,
         acks=1 if args.acks == "1" else -1,
         real_controller=args.real_controller,
+        in_flight=args.in_flight,
     )
     if args.duration is not None:
         cfg = replace(cfg, duration_s=args.duration)
