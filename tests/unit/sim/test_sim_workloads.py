@@ -157,3 +157,17 @@ def test_seed_137_power_loss_keeps_the_default_segment_size() -> None:
     runs of these workloads kept the default segment size."""
     r = run_seed(137, cfg=TRANSACTIONAL, profile="power-loss", timeline=False)
     assert r.ok, [str(v) for v in r.violations[:3]]
+
+
+@pytest.mark.xfail(
+    reason="replication fetch path, not the simulator's clients (issue 26's run): broker "
+    "3's fetch at 939 (leader epoch 2) was answered with HW 939 just after it became "
+    "follower at epoch 3; its fetcher evidently dropped it (a state being truncated is "
+    "skipped) and the leader's "
+    "fetch session had cached HW 939 as told, so the idle partition is never sent again "
+    "and broker 3 stays at HW 938 (liveness). For the branch fixing the fetch-path HW bug.",
+    strict=False,
+)
+def test_seed_78_an_idle_follower_learns_the_hw_its_dropped_answer_carried() -> None:
+    r = run_seed(78, cfg=IDEMPOTENT, timeline=False)
+    assert r.ok, [str(v) for v in r.violations[:3]]
