@@ -101,6 +101,16 @@ def add_parser(subparsers: Any) -> None:
             "holds each one: acked-lost-unledgered otherwise)",
         )
         p.add_argument(
+            "--in-flight",
+            type=int,
+            choices=range(1, 6),
+            default=5,
+            metavar="N",
+            help="the idempotent workload's batches in flight per partition, 1-5 (default "
+            "5, as max.in.flight.requests.per.connection; 1: one batch at a time per "
+            "producer, the model of the seeds recorded before)",
+        )
+        p.add_argument(
             "--inject-bug",
             default=None,
             metavar="NAME",
@@ -193,6 +203,7 @@ def _cfg(args: argparse.Namespace) -> Any:
         partitions=partitions,
         workload=args.workload,
         acks=1 if args.acks == "1" else -1,
+        in_flight=args.in_flight,
     )
     if args.controller is not None:
         cfg = replace(cfg, real_controller=args.controller == "real")

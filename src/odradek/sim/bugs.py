@@ -25,7 +25,7 @@ after it: production code has no switch for them and pays nothing.
   ``SimController.undo_ineligible``); the dead broker is then "in sync" and may be
   elected, with whatever log it restarts with.
 
-The next four need a workload of odradek.sim.clients (``--workload``):
+The next five need a workload of odradek.sim.clients (``--workload``):
 
 * ``ledger-skipped`` (idempotent, ``--acks 1``): a replica truncates without copying what
   it removes to the lost-records ledger: acks=1 losses are then silent, which
@@ -39,6 +39,11 @@ The next four need a workload of odradek.sim.clients (``--workload``):
 * ``duplicate-sequence-undetected`` (idempotent or transactional): the leader no longer
   recognises a retried batch (same producer, epoch and sequences as one of the last
   five) and appends it again.
+* ``one-batch-cache`` (idempotent, ``--in-flight`` 2 or more): Kafka 0.11's producer
+  state, before KAFKA-5494: only each producer's last batch is remembered. A retry of
+  an earlier batch still in flight is not recognised as a duplicate: it is refused as
+  out of order, the producer bumps its epoch and writes it again, after its successors.
+  With one batch in flight only the last batch is ever retried: nothing to find.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from odradek.replication import fetcher, partition
 from odradek.replication.partition_state import IsrWrite, Leader, Transition
 from odradek.replication.truncation import TruncationDecision
 from odradek.sim.sim_controller import SimController
+from odradek.storage import producer_state
 from odradek.storage.producer_state import BatchMeta, ProducerStateManager
 from odradek.storage.truncation_ledger import TruncationLedger
 
@@ -67,6 +73,7 @@ BUGS: dict[str, str] = {
     "lso-ignores-open-txns": "the LSO is the HW, open transactions or not (transactional)",
     "aborted-index-ignored": "read_committed fetches list no aborted transaction (transactional)",
     "duplicate-sequence-undetected": "a retried batch is appended again (idempotent)",
+    "one-batch-cache": "a producer's last batch only is remembered (idempotent, in flight > 1)",
 }
 
 
@@ -205,4 +212,6 @@ def injected(name: str | None) -> Iterator[None]:
         elif name == "duplicate-sequence-undetected":
             check = ProducerStateManager.check
             stack.enter_context(_patched(ProducerStateManager, "check", _undetected(check)))
+        elif name == "one-batch-cache":
+            stack.enter_context(_patched(producer_state, "NUM_BATCHES_TO_RETAIN", 1))
         yield

@@ -44,6 +44,7 @@ from odradek.replication.leader_endpoint import EndpointError
 from odradek.runtime import clock
 from odradek.sim.checkers import Ack, Violation
 from odradek.sim.harness import TOPIC
+from odradek.sim.inflight import RESET_SEQUENCES, RETRIABLE, PipelinedProducer
 from odradek.sim.txn_checkers import (
     Outcome,
     StableOffsetMonitor,
@@ -53,15 +54,24 @@ from odradek.sim.txn_checkers import (
     fetch_error,
     fetch_violations,
     read_batches,
+    reordered,
     stream_violations,
     transaction_outcomes,
     unexpected_error,
+    unplaced_lost,
 )
 from odradek.sim.txn_coordinator import COORDINATOR, SimTxnCoordinator, SimVerifier
 from odradek.sim.world import World
 from odradek.storage.records import encode_batch
 
-__all__ = ["CLIENT", "WORKLOADS", "WORKLOAD_SEGMENT_BYTES", "Workload", "txn_of"]
+__all__ = [
+    "CLIENT",
+    "WORKLOADS",
+    "WORKLOAD_SEGMENT_BYTES",
+    "Workload",
+    "send_order",
+    "txn_of",
+]
 
 WORKLOADS = ("plain", "idempotent", "transactional")
 CLIENT = 0  # the clients' node on SimNetwork
@@ -71,24 +81,21 @@ COMMIT_SHARE = 0.7
 # run rolls segments and the aborted-transaction index is searched across them.
 WORKLOAD_SEGMENT_BYTES = 4096
 
-_RETRIABLE = frozenset(
-    {
-        ErrorCode.not_leader_or_follower,
-        ErrorCode.leader_not_available,
-        ErrorCode.not_enough_replicas,
-        ErrorCode.not_enough_replicas_after_append,
-        ErrorCode.request_timed_out,
-        ErrorCode.network_exception,
-        ErrorCode.unknown_topic_or_partition,
-        ErrorCode.kafka_storage_error,
-        ErrorCode.concurrent_transactions,
-    }
-)
-_RESET_SEQUENCES = frozenset(
-    {ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id}
-)
 _FENCED = frozenset({ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch})
 ABANDONED = "abandoned"
+
+
+def send_order(value: bytes) -> tuple[str, tuple[int, ...]] | None:
+    """A record's producer and its place in that producer's send order, from its value:
+    ``i<k>-<n>`` (idempotent) or ``t<k>.<n>-<i>.<j>`` (transactional)."""
+    head, _, tail = value.partition(b"-")
+    if value.startswith(b"i"):
+        return head.decode(), (int(tail),)
+    if value.startswith(b"t"):
+        k, _, n = head[1:].partition(b".")
+        i, _, j = tail.partition(b".")
+        return f"t{int(k)}", (int(n), int(i), int(j))
+    return None
 
 
 def txn_of(value: bytes) -> TxnKey | None:
@@ -158,9 +165,9 @@ class _Producer:
                 wl.acked(p, res.base_offset, values, b)
                 return res.base_offset
             w.trace(f"produce {label} seq {seq} to {b}: {error_name(code)}")
-            if code in _RETRIABLE:
+            if code in RETRIABLE:
                 continue
-            if code in _RESET_SEQUENCES and self.tid is None:
+            if code in RESET_SEQUENCES and self.tid is None:
                 # KIP-360: the producer bumps its epoch; every sequence restarts at 0.
                 self.epoch += 1
                 self.seqs = {}
@@ -185,6 +192,8 @@ class Workload:
     lso_monitor: StableOffsetMonitor = field(default_factory=StableOffsetMonitor)
     coordinator: SimTxnCoordinator | None = None
     background: list[asyncio.Task[None]] = field(default_factory=list)
+    # Records acknowledged with DUPLICATE_SEQUENCE_NUMBER: (partition, value, when).
+    unplaced: list[tuple[int, bytes, float]] = field(default_factory=list)
 
     def start(self) -> list[asyncio.Task[None]]:
         """Start the consumers (and the coordinator's timer); return the producers'
@@ -225,6 +234,20 @@ class Workload:
             return None
         if b in h.down:
             return None
+        res = await self.serve(b, p, batch, prod)
+        if res is None:
+            return None
+        try:
+            await w.net.hop(b, CLIENT)
+        except EndpointError:
+            return None
+        return res
+
+    async def serve(
+        self, b: int, p: int, batch: bytes, prod: _Producer | PipelinedProducer
+    ) -> PartitionProduceResult | None:
+        """Broker ``b`` handling a Produce that reached it (None: it crashed meanwhile)."""
+        w, h = self.w, self.w.h
         inc = h.incarnation[b]
         guards = None
         res: PartitionProduceResult | None = None
@@ -251,10 +274,6 @@ class Workload:
                 verification_guards=guards,
             )
         if h.incarnation[b] != inc or b in h.down:
-            return None
-        try:
-            await w.net.hop(b, CLIENT)
-        except EndpointError:
             return None
         return res
 
@@ -287,8 +306,11 @@ class Workload:
     async def idempotent_producer(self, k: int) -> None:
         w = self.w
         rng = random.Random(f"idempotent-{w.seed}-{k}")
+        pid = random.Random(f"producer-id-{w.seed}-{k}").randrange(1000, 1 << 40)
+        if w.cfg.in_flight > 1:
+            return await self._pipelined_producer(k, pid, rng)
         prod = _Producer(self, k, None)
-        prod.pid = random.Random(f"producer-id-{w.seed}-{k}").randrange(1000, 1 << 40)
+        prod.pid = pid
         prod.epoch = 0
         lo, hi = w.cfg.produce_gap_s
         n = 0
@@ -303,6 +325,39 @@ class Workload:
             if isinstance(r, ErrorCode):
                 self._expect(r, frozenset(), f"idempotent producer {k} on p{p}")
                 return
+
+    async def _pipelined_producer(self, k: int, pid: int, rng: random.Random) -> None:
+        """``in_flight`` > 1: the same records, drawn alike, sent without waiting for
+        the previous batch's answer (odradek.sim.inflight)."""
+        w = self.w
+        prod = PipelinedProducer(
+            self,
+            k,
+            pid,
+            w.cfg.in_flight,
+            client=CLIENT,
+            backoff_s=RETRY_BACKOFF_S,
+            acks_all=w.cfg.acks == -1,
+        )
+        lo, hi = w.cfg.produce_gap_s
+        n = 0
+        while not w.stopping and not prod.failed:
+            await asyncio.sleep(rng.uniform(lo, hi))
+            if w.stopping or prod.failed:
+                break
+            p = rng.randrange(w.cfg.partitions)
+            values = [f"i{k}-{n + i}".encode() for i in range(rng.randint(1, 3))]
+            n += len(values)
+            prod.add(p, values, clock.time_ns() // 1_000_000)
+        await prod.close()
+
+    def acked_without_offset(self, p: int, values: list[bytes]) -> None:
+        """DUPLICATE_SEQUENCE_NUMBER: acknowledged, at an offset the client never learns."""
+        now = self.w.now()
+        self.unplaced += [(p, v, now) for v in values]
+
+    def unexpected(self, code: ErrorCode, what: str) -> None:
+        self._expect(code, frozenset(), what)
 
     async def txn_producer(self, k: int) -> None:
         w = self.w
@@ -348,7 +403,7 @@ class Workload:
                 w.trace(f"txn {tid} #{txn[1]}: {error_name(status)}: aborting")
             elif status is not ErrorCode.none:
                 w.trace(f"txn {tid} #{txn[1]}: {error_name(status)}: initialising again")
-                self._expect(status, _FENCED | _RESET_SEQUENCES, f"{tid} Produce")
+                self._expect(status, _FENCED | RESET_SEQUENCES, f"{tid} Produce")
                 prod.pid = -1
                 continue
             if not await self._to_coordinator():
@@ -489,12 +544,17 @@ class Workload:
         for p, logs in sorted(committed.items()):
             leader = w.controller.znodes[p].leader
             for b, buf in sorted(logs.items()):
-                out += duplicates_and_gaps(p, b, read_batches(buf))
+                replica = read_batches(buf)
+                out += duplicates_and_gaps(p, b, replica)
+                out += reordered(p, b, replica, send_order)
             source = leader if leader in logs else max(logs, key=lambda b: len(logs[b]))
             batches = read_batches(logs[source])
             if self.kind == "transactional":
                 out += transaction_outcomes(p, batches, txn_of, self.outcomes)
             data = [r for bt in batches for r in bt.records]
+            if w.cfg.acks == -1:
+                unplaced = [(v, at) for q, v, at in self.unplaced if q == p]
+                out += unplaced_lost(p, unplaced, (v for _, v in data))
             committed_only = [r for r in data if self._committed(r[1])]
             for c in self.consumers:
                 if c.partition == p:

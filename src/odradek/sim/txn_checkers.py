@@ -9,6 +9,11 @@ producer docs of ``enable.idempotence``; the consumer's ``isolation.level``):
 * ``sequence-gap``: a producer's batches in a partition's committed log, per producer id
   and epoch, carry sequences 0, 1, 2, ... without a hole (the broker accepts only the
   next sequence; a hole means an acknowledged batch vanished under later ones).
+* ``reordered``: each producer's records in a replica's committed log are in the order
+  it produced them (idempotence keeps a partition's order through retries, KIP-98's
+  "in-order delivery"; the sequences say nothing of it once an epoch bump renumbers).
+* ``acked-lost``, offset unknown: a record acknowledged with DUPLICATE_SEQUENCE_NUMBER
+  (success, no offset) is somewhere in the final committed log.
 * ``hanging-transaction`` / ``txn-outcome-mismatch``: every transactional batch in the
   committed log is closed by its producer's marker, COMMIT exactly when the coordinator
   decided to commit that transaction.
@@ -51,6 +56,8 @@ __all__ = [
     "read_batches",
     "consume_records",
     "duplicates_and_gaps",
+    "reordered",
+    "unplaced_lost",
     "transaction_outcomes",
     "fetch_violations",
     "stream_violations",
@@ -164,6 +171,55 @@ def duplicates_and_gaps(
             )
         next_seq[key] = b.last_sequence + 1
     return out
+
+
+def reordered(
+    partition: int,
+    broker: int,
+    batches: Sequence[LogBatch],
+    order_of: Callable[[bytes], tuple[str, tuple[int, ...]] | None],
+) -> list[Violation]:
+    """``batches``: a replica's committed log; ``order_of``: a record value's producer
+    and its place in that producer's send order. One line per producer at most."""
+    out: list[Violation] = []
+    last: dict[str, tuple[tuple[int, ...], int, bytes]] = {}
+    bad: set[str] = set()
+    for b in batches:
+        for off, v in b.records:
+            key = order_of(v)
+            if key is None:
+                continue
+            who, place = key
+            prev = last.get(who)
+            if prev is not None and place < prev[0] and who not in bad:
+                bad.add(who)
+                out.append(
+                    Violation(
+                        "reordered",
+                        f"p{partition} broker {broker}: {v!r} at offset {off} after "
+                        f"{prev[2]!r} at offset {prev[1]}, sent after it",
+                    )
+                )
+            if prev is None or place > prev[0]:
+                last[who] = (place, off, v)
+    return out
+
+
+def unplaced_lost(
+    partition: int, acked: Sequence[tuple[bytes, float]], values: Iterable[bytes]
+) -> list[Violation]:
+    """``acked``: records acknowledged without an offset (value, when); ``values``: the
+    final committed log's."""
+    present = set(values)
+    return [
+        Violation(
+            "acked-lost",
+            f"p{partition}: {v!r} acked (DUPLICATE_SEQUENCE_NUMBER) at {at:.3f}, not in "
+            "the committed log",
+        )
+        for v, at in acked
+        if v not in present
+    ]
 
 
 def transaction_outcomes(

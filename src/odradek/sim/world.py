@@ -108,6 +108,10 @@ class WorldConfig:
     # roll every 4 KiB outside the power-loss profile, so producer snapshots and
     # aborted-transaction indexes span segments).
     segment_bytes: int | None = None
+    # The idempotent workload's batches in flight per partition and producer (1-5;
+    # odradek.sim.inflight). 1: one batch at a time per producer, the model the seeds
+    # before it were recorded with.
+    in_flight: int = 5
 
 
 # The world the first seeds (up to 308) were found in: no reassignments, no watch

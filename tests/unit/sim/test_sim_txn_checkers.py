@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from odradek.coordinator.txn_markers import control_batch
 from odradek.errors import ErrorCode
-from odradek.sim.clients import txn_of
+from odradek.sim.clients import send_order, txn_of
 from odradek.sim.txn_checkers import (
     LogBatch,
     StableOffsetMonitor,
@@ -14,9 +14,11 @@ from odradek.sim.txn_checkers import (
     fetch_error,
     fetch_violations,
     read_batches,
+    reordered,
     stream_violations,
     transaction_outcomes,
     unexpected_error,
+    unplaced_lost,
 )
 from odradek.storage.producer_state import CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT
 from odradek.storage.records import encode_batch
@@ -152,3 +154,31 @@ def test_client_errors_no_fault_explains() -> None:
     assert fetch_error("c", 0, int(ErrorCode.not_leader_or_follower), 5, 1, 2.0) is None
     v = fetch_error("c", 0, int(ErrorCode.offset_out_of_range), 5, 1, 2.0)
     assert v is not None and v.invariant == "consumer-out-of-range"
+
+
+def test_a_producers_records_out_of_send_order_are_reordered() -> None:
+    """Sequences alone miss it: after an epoch bump they restart at 0, and a broker
+    appending a retried batch after its successors keeps each epoch gap-free only if it
+    also checks sequences. The record values carry the send order."""
+    good = [_data(0, [b"i0-0", b"i0-1"]), _data(2, [b"i1-0", b"i0-2"], pid=7)]
+    assert reordered(0, 1, good, send_order) == []
+    bumped = [
+        _data(0, [b"i0-0"]),
+        _data(1, [b"i0-3"], epoch=1),
+        _data(2, [b"i0-1"], epoch=1, seq=1),
+    ]
+    assert duplicates_and_gaps(0, 1, bumped) == []  # each epoch's sequences look fine
+    got = reordered(0, 1, bumped, send_order)
+    assert [v.invariant for v in got] == ["reordered"]
+    assert "b'i0-1' at offset 2 after b'i0-3' at offset 1" in got[0].detail
+    txn = [_data(0, [b"t0.1-0.0", b"t0.1-0.1"], txn=True), _data(2, [b"t0.0-2.0"], txn=True)]
+    assert [v.invariant for v in reordered(0, 1, txn, send_order)] == ["reordered"]
+    assert send_order(b"t3.12-4.1") == ("t3", (12, 4, 1))
+    assert send_order(b"i2-17") == ("i2", (17,))
+
+
+def test_a_record_acked_without_an_offset_must_be_somewhere_in_the_log() -> None:
+    assert unplaced_lost(0, [(b"i0-3", 1.5)], [b"i0-2", b"i0-3"]) == []
+    got = unplaced_lost(0, [(b"i0-3", 1.5)], [b"i0-2"])
+    assert [v.invariant for v in got] == ["acked-lost"]
+    assert "DUPLICATE_SEQUENCE_NUMBER" in got[0].detail
