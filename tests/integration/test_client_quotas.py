@@ -275,8 +275,15 @@ def test_consumer_held_to_its_quota(qc: LocalCluster, topic_name: str) -> None:
     assert p.flush(60) == 0
     client = f"reader-{topic_name}"
     set_quota(qc, [("client-id", client)], "consumer_byte_rate", MB)
+    throttles: list[int] = []  # the broker's throttle_time_ms, as librdkafka saw it
+
+    def stats(text: str) -> None:
+        for b in json.loads(text).get("brokers", {}).values():
+            throttles.append(int(b.get("throttle", {}).get("max", 0)))
+
     consumer = Consumer({"bootstrap.servers": qc.bootstrap_servers, "group.id": client,
-                         "client.id": client, "enable.auto.commit": False})
+                         "client.id": client, "enable.auto.commit": False,
+                         "statistics.interval.ms": 500, "stats_cb": stats})
     received: list[tuple[float, int]] = []
     errors: list[str] = []
     try:
@@ -295,7 +302,12 @@ def test_consumer_held_to_its_quota(qc: LocalCluster, topic_name: str) -> None:
     rate = sum(n for t, n in received if t0 <= t < t1) / (t1 - t0)
     print(f"consumer {rate / MB:.3f} MB/s; {len(received)} records, first at "
           f"{received[0][0] - start if received else None}, errors {errors[:3]}")
-    assert 0.6 * MB <= rate <= 1.4 * MB, rate / MB
+    # Held to the quota: never above it (beyond the sample windows' slack), and what held
+    # it was the broker's throttle. The lower bound only catches gross over-throttling:
+    # a CPU-starved consumer reads below the quota by itself (0.57 MB/s in a CI run at
+    # load 20 on 2 cores), so the wall rate cannot say more than that.
+    assert 0.3 * MB <= rate <= 1.4 * MB, rate / MB
+    assert max(throttles, default=0) > 0, "librdkafka saw no throttle_time_ms"
 
 
 def test_throttle_metrics_per_client_id(qc: LocalCluster, topic_name: str) -> None:

@@ -560,6 +560,12 @@ def test_a_batch_outside_its_transaction_is_refused_by_the_leader(
     # 4. Aborted; a late batch of the same producer and epoch is refused.
     assert _end_txn(coordinator, tid, pid, epoch, commit=False) == 0
     wait_for(lambda: _end_offset(at_leader, topic, 1) == 2, 30, "the abort marker")
+    # The marker is written before the coordinator records CompleteAbort; until then it
+    # answers a verification CONCURRENT_TRANSACTIONS, which the leader maps to the
+    # retriable NOT_ENOUGH_REPLICAS (Kafka's mapping: a client retries). A loaded CI
+    # run sent the late batch in that window and got 19.
+    wait_for(lambda: _txn_state(coordinator, tid) == "CompleteAbort", 30,
+             "the coordinator to complete the abort")
     assert produce(1) == INVALID_TXN_STATE
     # Nothing is left open: the last stable offset is the high watermark (record+marker).
     assert _end_offset(at_leader, topic, 1) == _end_offset(at_leader, topic, 0) == 2
