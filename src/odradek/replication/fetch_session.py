@@ -103,13 +103,18 @@ class CachedPartition:
     def must_respond(self) -> bool:
         """Kafka's CachedPartition.maybeUpdateResponseData: the partition goes into an
         incremental response when it has records, an error, or a changed HW / LSO / log
-        start; the cached values follow what is sent."""
+        start; the cached values follow what is sent. An error caches HW -1, as Kafka's
+        does: the follower takes nothing from an error answer (a read that failed after it
+        took the HW, OFFSET_OUT_OF_RANGE, carries it), so the answer after the error must
+        carry the HW again."""
         r = self.entry.result
         # The read leaves ``records`` None unless it found some.
         respond = bool(r.error_code) or r.records is not None
         if r.high_watermark != self.high_watermark:
             self.high_watermark = r.high_watermark
             respond = True
+        if r.error_code:
+            self.high_watermark = -1
         if r.last_stable_offset != self.last_stable_offset:
             self.last_stable_offset = r.last_stable_offset
             respond = True

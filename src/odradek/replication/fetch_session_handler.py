@@ -12,6 +12,16 @@ partitions on a leader, a fetch then carries the one partition that moved instea
 Any session error (FETCH_SESSION_ID_NOT_FOUND after an eviction or a leader restart,
 INVALID_FETCH_SESSION_EPOCH), a failed round trip, or a leader answering session id 0
 makes the next fetch full again (epoch 0, naming the old id so the leader frees it).
+
+So does an answer the fetcher *dropped* (``answer_dropped``): the partition was re-added
+(a new leader epoch: it truncates first) or removed while the fetch was in flight. The
+leader's session counts what it sent -- the HW, the log start -- as delivered and sends
+it again only when it changes, so on an idle partition the follower would never hear it
+(sim seeds 7591, 15334, 17297: a follower's HW one behind the leader's for good). Kafka's
+fetcher keeps such an answer when the re-added partition fetches from the same offset
+(truncation on fetch, KIP-595's protocol); this follower truncates with
+OffsetsForLeaderEpoch first (Kafka's older protocol) and cannot, so it starts over with a
+full fetch, which the leader answers whole and at once (``FetchServing``).
 """
 
 from __future__ import annotations
@@ -69,6 +79,8 @@ class FetchSessionHandler:
         self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH  # of the next request
         self._sent: dict[TopicPartition, _State] = {}  # what the leader's session holds
+        # Partitions whose answer the fetcher dropped since the last fetch was built.
+        self._dropped: set[TopicPartition] = set()
         self.full_fetches = 0
         self.incremental_fetches = 0
 
@@ -89,6 +101,11 @@ class FetchSessionHandler:
         last fetched epoch, log start offset, partition max bytes), and ``make`` builds
         the request entry only for the partitions the fetch names -- on an idle
         incremental fetch, none (issue 13)."""
+        dropped, self._dropped = self._dropped, set()
+        if any(tp in states for tp in dropped):
+            # See ``answer_dropped``; one no longer fetched is forgotten below, and the
+            # leader answers it whole when it is added again.
+            self.epoch = INITIAL_EPOCH
         if self.session_id == INVALID_SESSION_ID or self.epoch == INITIAL_EPOCH:
             self._sent = dict(states)
             self.full_fetches += 1
@@ -139,6 +156,11 @@ class FetchSessionHandler:
             return True
         self.epoch = next_epoch(self.epoch)
         return True
+
+    def answer_dropped(self, tp: TopicPartition) -> None:
+        """The fetcher dropped ``tp``'s part of the last answer (see the module
+        docstring): the next fetch naming ``tp`` is full."""
+        self._dropped.add(tp)
 
     def handle_error(self) -> None:
         """The round trip failed (connection lost, timeout, malformed response): the

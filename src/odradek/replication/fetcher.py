@@ -308,6 +308,11 @@ class ReplicaFetcher:
             tp = (r.topic, r.partition)
             st = self.states.get(tp)
             if st is None or st.truncating:
+                # Removed, or re-added (a new leader epoch) while the fetch was in flight:
+                # the leader's session counts this answer's HW as delivered (not an
+                # error's: after one, the leader sends the HW again).
+                if r.error_code == 0:
+                    self.session.answer_dropped(tp)
                 continue
             p = st.partition
             code = r.error_code
@@ -325,6 +330,7 @@ class ReplicaFetcher:
             except Exception as e:  # noqa: BLE001
                 logger.warning("%s: follower append failed (%s); re-truncating", p.name, e)
                 st.truncating = True
+                self.session.answer_dropped(tp)  # its HW was not taken either
                 continue
             if r.records:
                 if tp in throttled:

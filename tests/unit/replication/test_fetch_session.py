@@ -297,3 +297,54 @@ def test_cached_partitions_are_bounded_over_all_sessions() -> None:
     big = cache.new_context(0, INITIAL_EPOCH, topics(*[("z", i, 0) for i in range(6)]), [],
                             follower=False, now_ms=4)
     assert big.kind is FetchKind.SESSIONLESS and len(cache) == 0
+
+
+def test_an_error_answer_is_followed_by_the_high_watermark_again() -> None:
+    """Kafka's CachedPartition.maybeUpdateResponseData: an error resets the cached HW to
+    -1, so the partition is answered again once the error is gone. A read that fails
+    after it took the HW (OFFSET_OUT_OF_RANGE) cached that HW although the follower
+    applies nothing from an error; its next fetch then did not hear the HW."""
+    cache = FetchSessionCache()
+    full = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 5)), [], follower=False,
+                             now_ms=0)
+    answer(full.topics, hw=10)
+    assert names(full.response_topics()) == [("a", 0)]
+    inc = cache.new_context(full.session_id, 1, topics(("a", 0, 50)), [], follower=False,
+                            now_ms=1)
+    answer(inc.topics, hw=10, errors={("a", 0): int(ErrorCode.offset_out_of_range)})
+    assert names(inc.response_topics()) == [("a", 0)]
+    inc = cache.new_context(full.session_id, 2, topics(("a", 0, 10)), [], follower=False,
+                            now_ms=2)
+    answer(inc.topics, hw=10)
+    assert names(inc.response_topics()) == [("a", 0)]  # the HW, sent again
+
+
+def test_an_answer_the_follower_dropped_is_sent_again_by_a_full_fetch() -> None:
+    """Seeds 7591, 15334, 17297: a follower re-added a partition to its fetcher (a new
+    leader epoch) while a fetch was in flight, and dropped that partition's answer -- the
+    leader's new HW -- because the partition was truncating. The leader's session counted
+    the HW as sent, so no later answer carried it while the HW stood still. The fetcher
+    reports the drop; the next fetch naming the partition is full, and the leader's new
+    session answers it whole."""
+    cache = FetchSessionCache()
+    h = FetchSessionHandler("test")
+
+    def fetch(offsets: dict[int, int], hw: int) -> list[tuple[str, int]]:
+        req = h.build([rfp("a", p, o) for p, o in sorted(offsets.items())])
+        requested = topics(*[("a", p.partition, p.fetch_offset) for p in req.partitions])
+        ctx = cache.new_context(req.session_id, req.epoch, requested, req.forgotten,
+                                follower=True, now_ms=0, replica_id=2)
+        assert h.handle_response(req, ctx.error_code, ctx.session_id)
+        read(ctx, idle=set(), hw=hw)
+        return names(ctx.response_topics())
+
+    both = [("a", 0), ("a", 1)]
+    assert fetch({0: 5, 1: 5}, hw=5) == both
+    assert fetch({0: 6, 1: 6}, hw=6) == both  # the new HW...
+    h.answer_dropped(("a", 0))  # ... which the follower dropped on a-0
+    assert fetch({0: 6, 1: 6}, hw=6) == both  # a full fetch: answered whole
+    assert fetch({0: 6, 1: 6}, hw=6) == []  # incremental again: nothing new
+    # A dropped partition no longer fetched is only forgotten (a later add is answered).
+    h.answer_dropped(("a", 1))
+    req = h.build([rfp("a", 0, 6)])
+    assert not req.full and req.forgotten == [("a", [1])]

@@ -253,3 +253,41 @@ def test_a_followers_full_fetch_is_answered_at_once_with_the_high_watermark(
             await h.wait_until(lambda: h.partition(3).high_watermark == end,
                                "the restarted follower to learn the HW", timeout_s=5)
     run(main())
+
+
+def test_a_high_watermark_answer_dropped_at_an_epoch_change_is_sent_again(
+        tmp_path: Path) -> None:
+    """Sim seeds 7591, 15334, 17297, replayed by hand: follower 2's fetch that moved the
+    HW waits at the leader; follower 2 hears of a new leader epoch (same leader) before
+    the leader does and re-adds the partition (truncating first), so it drops the answer
+    carrying the HW, which the leader's session has cached as sent. With no more writes,
+    no later incremental answer carried the HW: follower 2 stayed one behind for good.
+    The fetcher reports the drop and its next fetch is full, answered whole."""
+    async def main() -> None:
+        async with ReplicationHarness(tmp_path, fetch_wait_ms=200, lag_ms=60_000) as h:
+            await h.elect(0, leader=1)
+            assert (await h.produce(1, recs(2))).error_code == 0
+            await h.wait_until(lambda: h.partition(2).high_watermark == 2, "follower 2 at HW 2")
+            assert (await h.produce(1, recs(1, "last"))).error_code == 0  # leader HW 3
+            # Answers to follower 2 now take 1 s: the one with HW 3 is still to come.
+            h.net.delay(1, 2, 1.0)
+            assert h.partition(2).high_watermark == 2
+            z = h.controller.znodes[0]
+            z.leader_epoch += 1
+            z.version += 1
+            image = h.controller.image()
+            h.images[2] = image  # follower 2 hears of the new epoch first
+            h.replicas[2].apply_image(image)
+            sessions = h.replicas[1].fetch_sessions
+
+            def hw_cached() -> bool:
+                return any(s.replica_id == 2 and s.partitions[(TOPIC, 0)].high_watermark == 3
+                           for s in sessions.sessions.values())
+            await h.wait_until(hw_cached, "the leader's answer with HW 3 to leave")
+            h.controller.publish()  # then the leader and broker 3
+            await h.wait_until(lambda: h.partition(1).leader_epoch == z.leader_epoch,
+                               "the leader at the new epoch")
+            h.net.heal()
+            await h.wait_until(lambda: h.partition(2).high_watermark == 3,
+                               "follower 2 to learn HW 3", timeout_s=5)
+    run(main())

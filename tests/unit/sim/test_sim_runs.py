@@ -141,6 +141,17 @@ def test_seed_308_a_caught_up_follower_rejoins_the_isr() -> None:
     assert shrunk < caught_up < readded, after
 
 
+@pytest.mark.parametrize("seed", [7591, 15334, 17297])
+def test_a_followers_high_watermark_reaches_it_after_a_leader_epoch_change(seed: int) -> None:
+    """Regression (docs/faults.md): a reassignment bumped the leader epoch while a
+    follower's fetch was in flight; the follower re-added the partition (truncating) and
+    dropped the answer carrying the leader's last HW, which the leader's fetch session
+    counted as sent. With no more writes, the follower's HW stayed one behind. Failed
+    (liveness) before the fetcher reported the drop and the next fetch became full."""
+    r = run_seed(seed)
+    assert r.ok, [str(v) for v in r.violations]
+
+
 def test_a_failing_seed_shrinks_to_fewer_faults_that_still_fail(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
