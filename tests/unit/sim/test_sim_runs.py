@@ -15,7 +15,7 @@ import pytest
 from odradek.cli.main import main as odradek
 from odradek.sim.runner import RunResult, _logs_to_timeline, _LogToTimeline, run_seed
 from odradek.sim.shrink import fault_lines, shrink
-from odradek.sim.world import FIRST_WORLD
+from odradek.sim.world import FIRST_WORLD, MODEL_WORLD
 
 # The first seed failing with each injected bug (odradek sim run --inject-bug NAME;
 # docs/faults.md's mutation table), with the real controller (the default). With the
@@ -147,8 +147,9 @@ def test_a_followers_high_watermark_reaches_it_after_a_leader_epoch_change(seed:
     follower's fetch was in flight; the follower re-added the partition (truncating) and
     dropped the answer carrying the leader's last HW, which the leader's fetch session
     counted as sent. With no more writes, the follower's HW stayed one behind. Failed
-    (liveness) before the fetcher reported the drop and the next fetch became full."""
-    r = run_seed(seed)
+    (liveness) before the fetcher reported the drop and the next fetch became full. The
+    seeds were found on the modelled controller (the default then), where they replay."""
+    r = run_seed(seed, cfg=MODEL_WORLD)
     assert r.ok, [str(v) for v in r.violations]
 
 
