@@ -29,16 +29,16 @@ ALLOWED: dict[tuple[str, str], str] = {
         "ClientSecurity.from_properties",
     ): "a Kafka client's properties (librdkafka / Java client names), not the broker's",
     (
-        "cluster/local.py",
-        "LocalCluster._configure_zk_security",
+        "cluster/layout.py",
+        "ClusterLayout._configure_zk_security",
     ): "the operator's partial overrides, checked for presence before a broker exists",
     (
         "cluster/local.py",
         "LocalCluster.up",
     ): "the properties the tool writes for its brokers (setdefault of ZooKeeper auth)",
     (
-        "cluster/local.py",
-        "LocalCluster._write_broker_config",
+        "cluster/layout.py",
+        "ClusterLayout._write_broker_config",
     ): "the properties file the tool writes for a broker",
     (
         "cluster/health.py",
