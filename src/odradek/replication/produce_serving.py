@@ -9,17 +9,20 @@ internal acks=all appends of the group coordinator.
 * **DeleteRecords**: ``delete_records`` moves the log start offset and parks a
   ``DelayedDeleteRecords`` until the ISR followed.
 
-``ProduceServing`` is a base class of ``ReplicaManager`` (replica_manager.py), unlike
-``FetchServing`` (fetch_serving.py), an object the manager owns: a write reads the
-manager's dynamic state (the KIP-890 switch each image sets, the per-topic counters a
-broker attaches later) and wakes its waiters through it. The attributes and methods
-declared in the class belong to ``ReplicaManager``.
+``ProduceServing`` is an object the replica manager owns (``ReplicaManager.producing``),
+like ``FetchServing`` (fetch_serving.py), and it sees the replicas only through the narrow
+view it is constructed with: the hosted partitions (read only), the leader lookup with
+its KIP-320 epoch check, the wake-up of a partition's waiters, and the log-start-offset
+checkpoint a DeleteRecords writes. The produce and DeleteRecords purgatories and the
+record tracer are handed to it. Its two dynamic settings are its own: the KIP-890 switch
+(the manager sets it from each image) and the per-topic byte counters (a broker attaches
+them once its metrics exist).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,24 +69,31 @@ class ProduceEntry:
 class ProduceServing:
     """Produce, internal appends and DeleteRecords (see the module docstring)."""
 
-    partitions: dict[TopicPartition, Partition]
-    tracer: RecordTracer
-    txn_verification_enabled: bool
-    produce_purgatory: DelayedOperationPurgatory[TopicPartition]
-    delete_records_purgatory: DelayedOperationPurgatory[TopicPartition]
-
-    if TYPE_CHECKING:
-
-        @property
-        def topic_stats(self) -> BrokerTopicStats | None: ...
-
-        def leader_partition(
-            self, topic: str, index: int, image: MetadataImage, current_leader_epoch: int = -1
-        ) -> Partition: ...
-
-        def checkpoint_log_start_offsets(self) -> None: ...
-
-        def _wake(self, tp: TopicPartition) -> None: ...
+    def __init__(
+        self,
+        *,
+        partitions: Mapping[TopicPartition, Partition],
+        leader_partition: Callable[[str, int, MetadataImage, int], Partition],
+        wake: Callable[[TopicPartition], None],
+        checkpoint_log_start_offsets: Callable[[], None],
+        produce_purgatory: DelayedOperationPurgatory[TopicPartition],
+        delete_records_purgatory: DelayedOperationPurgatory[TopicPartition],
+        tracer: RecordTracer,
+        txn_verification_enabled: bool,
+    ) -> None:
+        self.partitions = partitions
+        self.leader_partition = leader_partition
+        self._wake = wake
+        self._checkpoint_log_start_offsets = checkpoint_log_start_offsets
+        self.produce_purgatory = produce_purgatory
+        self.delete_records_purgatory = delete_records_purgatory
+        self.tracer = tracer
+        # KIP-890 (transaction.partition.verification.enable, dynamic: the manager
+        # follows it from each image): a transactional append then needs its guard.
+        self.txn_verification_enabled = txn_verification_enabled
+        # Kafka's BytesInPerSec counters: only on a broker with a metrics.listener (the
+        # broker attaches them once its metrics exist; None: nothing counted).
+        self.topic_stats: BrokerTopicStats | None = None
 
     def start_txn_verification(
         self, appends: Iterable[tuple[TopicPartition, int, int]]
@@ -139,7 +149,7 @@ class ProduceServing:
                         ErrorCode.invalid_topic_exception,
                         f"Cannot append to internal topic {e.topic}",
                     )
-                p = self.leader_partition(e.topic, res.index, image)
+                p = self.leader_partition(e.topic, res.index, image, -1)
                 if stats is not None:
                     # Only topics this broker hosts get series: a client naming random
                     # topics must not grow the broker's memory (or its scrapes).
@@ -272,7 +282,7 @@ class ProduceServing:
                             ErrorCode.invalid_topic_exception,
                             f"Cannot delete records of internal topic {topic}",
                         )
-                    p = self.leader_partition(topic, st.index, image)
+                    p = self.leader_partition(topic, st.index, image, -1)
                     before = p.log.log_start_offset
                     st.target = p.delete_records_to(offsets[(topic, st.index)])
                     st.partition = p
@@ -293,7 +303,7 @@ class ProduceServing:
                     st.error = ErrorCode.unknown_server_error
         if moved:
             try:
-                self.checkpoint_log_start_offsets()
+                self._checkpoint_log_start_offsets()
             except Exception:
                 logger.exception("log-start-offset checkpoint after DeleteRecords failed")
         pending = [st for _, plist in requests for st in plist]

@@ -3,12 +3,15 @@ and retention (Kafka splits this between LogManager -- loadLogs, cleanupLogs,
 checkpointLogRecoveryOffsets, checkpointLogStartOffsets -- and ReplicaManager's
 checkpointHighWatermarks).
 
-``ReplicaLogs`` is a base class of ``ReplicaManager`` (replica_manager.py), not an object
-of its own: the logs dict, the checkpointed HWs and what was last written are the
-manager's state, which its transitions (a new partition opens its log here) and its
-shutdown read too. It lives apart because it is the manager's disk-facing half: what is on
-disk in each log dir (the three broker-level checkpoint files, Kafka's names and format)
-and how it gets there, with no replication decision in it.
+``ReplicaLogs`` is an object the replica manager owns (``ReplicaManager.logs``), as
+Kafka's ReplicaManager holds a LogManager: it owns the open logs, the HWs read from the
+checkpoint at start-up and what the checkpoint files last got, and is the manager's
+disk-facing half -- what is on disk in each log dir (the three broker-level checkpoint
+files, Kafka's names and format) and how it gets there, with no replication decision in
+it. It sees the replicas only through what it is constructed with: the hosted partitions
+(read only: their HWs and producer state are checkpointed), a hook for each newly opened
+log (the flusher) and one for a log start offset that retention moved (wake-ups, the
+follower fetchers).
 
 Also here: the partition-directory naming and ``now_ms``, shared by the manager's parts.
 """
@@ -18,7 +21,8 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,9 +32,7 @@ from odradek.storage.checkpoint import read_checkpoint, write_checkpoint
 from odradek.storage.log import Log, LogConfig
 
 if TYPE_CHECKING:
-    from odradek.replication.fetcher import ReplicaFetcherManager
     from odradek.replication.partition import Partition
-    from odradek.replication.settings import ReplicaManagerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -64,24 +66,59 @@ def parse_partition_dir(name: str) -> TopicPartition | None:
 
 
 class ReplicaLogs:
-    """Loading, checkpointing and retention of the local logs (see the module docstring).
-    The attributes and methods declared below belong to ``ReplicaManager``."""
+    """Loading, checkpointing and retention of the local logs (see the module docstring)."""
 
-    log_dir: Path
-    log_config_for: Callable[[str], LogConfig]
-    settings: ReplicaManagerSettings
-    partitions: dict[TopicPartition, Partition]
-    fetchers: ReplicaFetcherManager
-    _logs: dict[TopicPartition, Log]
-    _hw_from_checkpoint: dict[TopicPartition, int]
-    _written_hws: dict[TopicPartition, int] | None
-    _written_starts: dict[TopicPartition, int] | None
+    def __init__(
+        self,
+        *,
+        log_dir: Path,
+        log_config_for: Callable[[str], LogConfig],
+        recovery_threads: int,
+        partitions: Mapping[TopicPartition, Partition],
+        on_open: Callable[[Log], None],
+        on_log_start_moved: Callable[[TopicPartition], None],
+    ) -> None:
+        self.log_dir = log_dir
+        self.log_config_for = log_config_for
+        self.recovery_threads = max(1, recovery_threads)
+        self.partitions = partitions
+        self._on_open = on_open
+        self._on_log_start_moved = on_log_start_moved
+        self._logs: dict[TopicPartition, Log] = {}
+        # The HWs of the checkpoint read at start-up: a partition created later starts
+        # from its own, an offline replica's retention is bounded by it.
+        self._hw_from_checkpoint: dict[TopicPartition, int] = {}
+        # What the checkpoint files hold (capture_checkpoints skips unchanged rewrites).
+        self._written_hws: dict[TopicPartition, int] | None = None
+        self._written_starts: dict[TopicPartition, int] | None = None
 
-    if TYPE_CHECKING:
+    # ----------------------------------------------------------------- the logs
+    def get(self, tp: TopicPartition) -> Log | None:
+        return self._logs.get(tp)
 
-        def _attach_flusher(self, lg: Log) -> None: ...
+    def open_log(self, tp: TopicPartition) -> Log:
+        """The local log of ``tp``: the one loaded at start-up, else a new (empty) one."""
+        lg = self._logs.get(tp)
+        if lg is None:
+            lg = Log.open(self.log_dir / f"{tp[0]}-{tp[1]}", self.log_config_for(tp[0]))
+            self._logs[tp] = lg
+            self._on_open(lg)
+        return lg
 
-        def _wake(self, tp: TopicPartition) -> None: ...
+    def delete(self, tp: TopicPartition) -> None:
+        """Close and remove the local log of ``tp`` (its topic was deleted or it was
+        reassigned away), if there is one."""
+        lg = self._logs.pop(tp, None)
+        if lg is not None:
+            logger.info("deleting log of %s-%d (topic deleted)", *tp)
+            lg.close()
+            shutil.rmtree(self.log_dir / f"{tp[0]}-{tp[1]}", ignore_errors=True)
+
+    def partitions_with_logs(self) -> list[TopicPartition]:
+        return list(self._logs)
+
+    def checkpointed_hw(self, tp: TopicPartition) -> int:
+        return self._hw_from_checkpoint.get(tp, 0)
 
     # ----------------------------------------------------------------- start-up
     def load_logs(self) -> None:
@@ -121,7 +158,7 @@ class ReplicaLogs:
             )
             return lg
 
-        threads = self._recovery_threads()
+        threads = self.recovery_threads
         if threads > 1 and len(entries) > 1:
             with ThreadPoolExecutor(threads, thread_name_prefix="log-recovery") as pool:
                 opened = list(pool.map(lambda e: open_one(*e), entries))
@@ -129,10 +166,7 @@ class ReplicaLogs:
             opened = [open_one(entry, tp) for entry, tp in entries]
         for (_, tp), lg in zip(entries, opened):
             self._logs[tp] = lg
-            self._attach_flusher(lg)
-
-    def _recovery_threads(self) -> int:
-        return max(1, self.settings.recovery_threads)
+            self._on_open(lg)
 
     # ----------------------------------------------------------------- checkpoints
     def snapshot_producer_state(self) -> None:
@@ -199,8 +233,7 @@ class ReplicaLogs:
                 deleted += n
                 if lg.log_start_offset != before:
                     moved = True
-                    self._wake(tp)  # fetchers learn the new log start (sessions: marked)
-                    self.fetchers.touch(tp)  # a follower reports it in its next fetch
+                    self._on_log_start_moved(tp)
                 moved |= n > 0
                 lg.run_pending_deletions(t)
             except Exception:
@@ -226,3 +259,16 @@ class ReplicaLogs:
     def has_log(self, tp: TopicPartition) -> bool:
         """A local log exists for ``tp`` (the log cleaner prunes its checkpoint with it)."""
         return tp in self._logs
+
+    def shutdown(self) -> None:
+        """Flush what changed since the last flush (the next start then needs no recovery
+        scan), write the producer-state snapshots and the checkpoint files, close every
+        log."""
+        for lg in self._logs.values():
+            if not lg.unchanged_since_flush:
+                lg.flush()
+        self.snapshot_producer_state()
+        self.checkpoint_high_watermarks()
+        self.checkpoint_recovery_points()
+        for lg in self._logs.values():
+            lg.close()

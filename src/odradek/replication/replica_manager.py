@@ -4,7 +4,7 @@ It owns the ``Partition`` objects and their logs, and is the one place where rep
 decisions (made by ``Partition``, pure) meet I/O (Kafka's ReplicaManager). Its parts,
 each in its own module, the way Kafka's ReplicaManager and LogManager divide the work:
 
-* **Metadata** (REQ-R13, ``leader_follower.py``): ``apply_image`` turns each changed
+* **Metadata** (REQ-R13, here): ``apply_image`` turns each changed
   partition state znode into a ``LeaderAndIsr`` and lets the partition decide; fetchers
   are then restarted once per leader broker for the whole batch of changes, not once per
   partition.
@@ -16,7 +16,7 @@ each in its own module, the way Kafka's ReplicaManager and LogManager divide the
 * **DeleteRecords** (REQ-R24, ``produce_serving.py``): ``delete_records`` moves the log
   start offset and parks a ``DelayedDeleteRecords`` until the ISR followed.
 * **Local logs** (``replica_logs.py``): loading at start-up, the checkpoint files,
-  retention.
+  retention (Kafka's LogManager part).
 * **ISR writes** (REQ-R6, REQ-P4, REQ-P6, here): a partition proposes an ``IsrWrite``; the
   pending writes of all partitions go to the ``IsrStore`` (ZooKeeper, each conditional on
   its znode version) in batches, in a worker thread (``alter_partition``), and each
@@ -25,21 +25,35 @@ each in its own module, the way Kafka's ReplicaManager and LogManager divide the
 Every event that can complete a delayed operation -- an append, an HW move, a follower's
 log start moving, a role change, a truncation -- calls ``_wake(tp)`` (here), which
 re-checks the three purgatories for that partition (``odradek.replication.purgatory``).
+
+The produce, fetch and local-log parts are objects the manager owns (``producing``,
+``fetching``, ``logs``), each constructed with the narrow view of the replicas it needs
+(the hosted partitions read only, the leader lookup, the wake-up, ...) and handed the rest;
+the partitions, the purgatories and the metadata transitions stay here. The produce
+methods other modules call are thin delegates on the manager.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from odradek.config import dynamic_broker_value, topic_override
+from odradek.configdefs import LONG_MAX
 from odradek.errors import ErrorCode, KafkaError
 from odradek.log_manager.flusher import Flusher
-from odradek.metadata.image import MetadataImage
+from odradek.metadata.image import MetadataImage, PartitionInfo
 from odradek.metrics.stats import BrokerTopicStats, IsrStats
 from odradek.replication.alter_partition import AlterPartitionManager
-from odradek.replication.delayed import DelayedFetch
+from odradek.replication.delayed import (
+    DelayedDeleteRecords,
+    DelayedFetch,
+    DelayedProduce,
+    PendingDelete,
+)
 from odradek.replication.fetch_serving import (
     FetchEntry,
     FetchParams,
@@ -49,8 +63,7 @@ from odradek.replication.fetch_serving import (
 from odradek.replication.fetch_session import FetchContext, FetchSession, FetchSessionCache
 from odradek.replication.fetcher import ReplicaFetcherManager
 from odradek.replication.leader_endpoint import EndpointFactory
-from odradek.replication.leader_follower import LeaderFollowerTransitions
-from odradek.replication.partition import Partition, Role
+from odradek.replication.partition import Partition, Role, rebuild_producer_state
 from odradek.replication.partition_state import (
     IsrConflict,
     IsrEligibility,
@@ -58,10 +71,12 @@ from odradek.replication.partition_state import (
     IsrStore,
     IsrStoreUnavailable,
     IsrWrite,
+    LeaderAndIsr,
+    Transition,
 )
 from odradek.replication.produce_serving import ProduceEntry, ProduceServing
 from odradek.replication.purgatory import DelayedOperationPurgatory
-from odradek.replication.quota import ReplicationQuota
+from odradek.replication.quota import ReplicationQuota, throttled_partitions
 from odradek.replication.replica_logs import (
     HW_CHECKPOINT,
     LOG_START_CHECKPOINT,
@@ -73,8 +88,15 @@ from odradek.replication.replica_logs import (
 )
 from odradek.replication.settings import ReplicaManagerSettings
 from odradek.replication.trace import RecordTracer
+from odradek.replication.txn_verification import (
+    TxnVerification,
+    VerificationGuards,
+    verification_enabled,
+)
 from odradek.runtime import clock
+from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import Log, LogConfig
+from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.truncation_ledger import TruncationLedger, ledger_root
 
 logger = logging.getLogger(__name__)
@@ -93,7 +115,7 @@ __all__ = [
 FENCED_RETRY_S = 1.0  # a fenced leader re-asserts its ISR at most this often
 
 
-class ReplicaManager(LeaderFollowerTransitions, ProduceServing, ReplicaLogs):
+class ReplicaManager:
     def __init__(
         self,
         broker_id: int,
@@ -145,12 +167,16 @@ class ReplicaManager(LeaderFollowerTransitions, ProduceServing, ReplicaLogs):
         self.partitions: dict[TopicPartition, Partition] = {}
         # KIP-841: the brokers this broker's partitions, when leading, may add to an ISR.
         self.isr_eligibility = IsrEligibility()
-        self._logs: dict[TopicPartition, Log] = {}
-        self._hw_from_checkpoint: dict[TopicPartition, int] = {}
+        # The local logs and their checkpoint files (replica_logs.py; Kafka's LogManager).
+        self.logs = ReplicaLogs(
+            log_dir=log_dir,
+            log_config_for=log_config_for,
+            recovery_threads=settings.recovery_threads,
+            partitions=self.partitions,
+            on_open=self._attach_flusher,
+            on_log_start_moved=self._log_start_moved,
+        )
         self._fenced_retry: dict[TopicPartition, float] = {}
-        # What the checkpoint files hold (capture_checkpoints skips unchanged rewrites).
-        self._written_hws: dict[TopicPartition, int] | None = None
-        self._written_starts: dict[TopicPartition, int] | None = None
         # Metrics (odradek.broker.metrics): ISR changes are rare and always counted;
         # per-topic byte counts only when the broker has a metrics.listener (None: off).
         self.isr_stats = IsrStats()
@@ -179,6 +205,17 @@ class ReplicaManager(LeaderFollowerTransitions, ProduceServing, ReplicaLogs):
         self.delete_records_purgatory: DelayedOperationPurgatory[TopicPartition] = (
             DelayedOperationPurgatory("DeleteRecords")
         )
+        # Produce and DeleteRecords (produce_serving.py), the same way.
+        self.producing = ProduceServing(
+            partitions=self.partitions,
+            leader_partition=self.leader_partition,
+            wake=self._wake,
+            checkpoint_log_start_offsets=self.logs.checkpoint_log_start_offsets,
+            produce_purgatory=self.produce_purgatory,
+            delete_records_purgatory=self.delete_records_purgatory,
+            tracer=self.tracer,
+            txn_verification_enabled=settings.txn_verification_enable,
+        )
         # Set by the broker before load_logs: fsyncs off the event loop (flush policy,
         # odradek.ack.fsync group commit). None: logs flush inline (tools, tests).
         self._flusher: Flusher | None = None
@@ -189,9 +226,6 @@ class ReplicaManager(LeaderFollowerTransitions, ProduceServing, ReplicaLogs):
         # Topic overrides each local log's LogConfig was last built from (dynamic topic
         # configs): a change swaps log.config in _apply_partition.
         self._applied_configs: dict[TopicPartition, dict[str, str]] = {}
-        # KIP-890 (transaction.partition.verification.enable, dynamic: followed from
-        # each image): a transactional append then needs its verification guard.
-        self.txn_verification_enabled = settings.txn_verification_enable
 
     @property
     def flusher(self) -> Flusher | None:
@@ -213,6 +247,80 @@ class ReplicaManager(LeaderFollowerTransitions, ProduceServing, ReplicaLogs):
     @topic_stats.setter
     def topic_stats(self, stats: BrokerTopicStats | None) -> None:
         self.fetching.topic_stats = stats
+        self.producing.topic_stats = stats
+
+    @property
+    def txn_verification_enabled(self) -> bool:
+        """KIP-890's switch (transaction.partition.verification.enable, dynamic: set
+        from each image), which the produce side applies."""
+        return self.producing.txn_verification_enabled
+
+    @txn_verification_enabled.setter
+    def txn_verification_enabled(self, enabled: bool) -> None:
+        self.producing.txn_verification_enabled = enabled
+
+    # ----------------------------------------------------------------- delegates
+    def append_records(
+        self,
+        entries: list[ProduceEntry],
+        acks: int,
+        timeout_s: float,
+        image: MetadataImage,
+        *,
+        internal: bool = False,
+        verification_guards: VerificationGuards | None = None,
+    ) -> DelayedProduce | None:
+        """Serve a Produce (REQ-R7): see ``ProduceServing.append_records``."""
+        return self.producing.append_records(
+            entries,
+            acks,
+            timeout_s,
+            image,
+            internal=internal,
+            verification_guards=verification_guards,
+        )
+
+    async def append_and_wait(
+        self,
+        tp: TopicPartition,
+        records: bytes,
+        timeout_s: float,
+        *,
+        allow_control: bool = False,
+        verification_guard: object | None = None,
+    ) -> tuple[ErrorCode, int]:
+        """An internal acks=all append: see ``ProduceServing.append_and_wait``."""
+        return await self.producing.append_and_wait(
+            tp,
+            records,
+            timeout_s,
+            allow_control=allow_control,
+            verification_guard=verification_guard,
+        )
+
+    def start_txn_verification(
+        self, appends: Iterable[tuple[TopicPartition, int, int]]
+    ) -> list[TxnVerification]:
+        """KIP-890: see ``ProduceServing.start_txn_verification``."""
+        return self.producing.start_txn_verification(appends)
+
+    def delete_records(
+        self,
+        requests: list[tuple[str, list[PendingDelete]]],
+        offsets: dict[tuple[str, int], int],
+        timeout_s: float,
+        image: MetadataImage,
+    ) -> DelayedDeleteRecords | None:
+        """DeleteRecords (REQ-R24): see ``ProduceServing.delete_records``."""
+        return self.producing.delete_records(requests, offsets, timeout_s, image)
+
+    def load_logs(self) -> None:
+        """Open the logs on disk at start-up: see ``ReplicaLogs.load_logs``."""
+        self.logs.load_logs()
+
+    def has_log(self, tp: TopicPartition) -> bool:
+        """A local log exists for ``tp`` (the log cleaner prunes its checkpoint with it)."""
+        return self.logs.has_log(tp)
 
     def fetch_messages(
         self,
@@ -297,10 +405,161 @@ class ReplicaManager(LeaderFollowerTransitions, ProduceServing, ReplicaLogs):
                 part.hw_after_append()
             self._wake(tp)
 
+    def _log_start_moved(self, tp: TopicPartition) -> None:
+        """Retention moved a log start offset."""
+        self._wake(tp)  # fetchers learn the new log start (sessions: marked)
+        self.fetchers.touch(tp)  # a follower reports it in its next fetch
+
     def _on_follower_progress(self, part: Partition) -> None:
         """A follower appended (or truncated, or restarted its log): consumers of this
         replica do not exist (REQ-R3), but DeleteRecords and shutdown waiters might."""
         self._wake((part.topic, part.index))
+
+    # ----------------------------------------------------------------- metadata
+    def apply_image(self, image: MetadataImage) -> None:
+        """Make local replicas match the image (REQ-R13): become leader, follower or
+        offline, adopt ISR changes, delete replicas no longer assigned here. Fetchers
+        change once per leader broker for the whole batch."""
+        changed = image.changed_topics
+        t = now_ms()
+        self.txn_verification_enabled = verification_enabled(
+            self.settings.txn_verification_enable, image
+        )
+        self._apply_throttle_rates(image)
+        if image.complete:  # an image before the first full read lists no broker yet
+            gone = self.isr_eligibility.update(image.brokers, image.shutting_down)
+            if gone:
+                for part in self.partitions.values():
+                    part.forget_candidates(gone)
+        for name in image.topics if changed is None else changed:
+            topic = image.topics.get(name)
+            if topic is None:
+                continue
+            self._apply_throttled_replicas(name, topic.configs)
+            for pinfo in topic.partitions.values():
+                if self.broker_id in pinfo.replicas:
+                    self._apply_partition((topic.name, pinfo.index), pinfo, topic.configs, t)
+        if image.complete:
+            for tp in self.logs.partitions_with_logs():
+                if changed is not None and tp[0] not in changed:
+                    continue
+                topic = image.topics.get(tp[0])
+                assigned = topic.partitions.get(tp[1]) if topic is not None else None
+                if assigned is None or self.broker_id not in assigned.replicas:
+                    self._delete_partition(tp)
+        self.fetchers.apply(image)
+
+    def _apply_throttle_rates(self, image: MetadataImage) -> None:
+        for quota, key in (
+            (self.leader_quota, "leader.replication.throttled.rate"),
+            (self.follower_quota, "follower.replication.throttled.rate"),
+        ):
+            rate = dynamic_broker_value(key, image.dynamic_broker_config(key))
+            if rate is not None and rate >= LONG_MAX:
+                rate = None  # Kafka's default: unthrottled
+            if (None if quota.rate_limit == math.inf else quota.rate_limit) != rate:
+                logger.info("%s is now %s", key, "unlimited" if rate is None else f"{rate} B/s")
+                quota.set_rate(rate)
+        if image.changed_topics is None:
+            self.leader_quota.retain_topics(image.topics)
+            self.follower_quota.retain_topics(image.topics)
+
+    def _apply_throttled_replicas(self, topic: str, configs: dict[str, str]) -> None:
+        for quota, key in (
+            (self.leader_quota, "leader.replication.throttled.replicas"),
+            (self.follower_quota, "follower.replication.throttled.replicas"),
+        ):
+            quota.set_throttled(
+                topic, throttled_partitions(topic_override(configs, key), self.broker_id)
+            )
+
+    def _apply_partition(
+        self, tp: TopicPartition, pinfo: PartitionInfo, configs: dict[str, str], t_ms: int
+    ) -> None:
+        part = self.partitions.get(tp)
+        if part is None:
+            part = self._create_partition(tp, pinfo)
+        min_isr = topic_override(configs, "min.insync.replicas")
+        part.set_min_insync_replicas(
+            min_isr if min_isr is not None else self.settings.min_insync_replicas
+        )
+        if self._applied_configs.get(tp) != configs:
+            # Dynamic topic configs: logs opened by load_logs (before the first image) or
+            # before an AlterConfigs carry a stale LogConfig. Storage, retention,
+            # compaction and flushing read log.config on each use, so swapping it is the
+            # whole change (segment.bytes/segment.ms apply from the next roll, as in Kafka).
+            try:
+                part.log.config = self.log_config_for(tp[0])
+                self._applied_configs[tp] = configs
+            except KafkaError as e:  # an invalid override written behind our back
+                logger.warning("%s: keeping the previous log config: %s", part.name, e)
+        tr = part.apply_leader_and_isr(
+            LeaderAndIsr(
+                leader=pinfo.leader,
+                leader_epoch=pinfo.leader_epoch,
+                isr=tuple(pinfo.isr),
+                replicas=tuple(pinfo.replicas),
+                zk_version=pinfo.zk_version,
+                controller_epoch=pinfo.controller_epoch,
+            ),
+            t_ms,
+        )
+        self._apply_transition(part, tr)
+        if part.role is Role.FOLLOWER:
+            # Also when nothing changed: the leader's address may be known only now.
+            self.fetchers.ensure(part)
+
+    def _create_partition(self, tp: TopicPartition, pinfo: PartitionInfo) -> Partition:
+        lg = self.logs.open_log(tp)
+        directory = self.log_dir / f"{tp[0]}-{tp[1]}"
+        producers = ProducerStateManager(directory)
+        rebuild_producer_state(producers, lg)
+        epochs = LeaderEpochCache(directory)
+        # Kafka's load: the cache is cut to the LEO (a power cut can leave a checkpoint
+        # naming epochs past the log end) and the recovered batches' epochs assigned (or
+        # all of them when the checkpoint was missing or torn).
+        epochs.recover_from_log(lg)
+        part = Partition(
+            tp[0],
+            tp[1],
+            lg,
+            list(pinfo.replicas),
+            self.broker_id,
+            epochs,
+            producers,
+            ledger=self.ledger,
+            high_watermark=self.logs.checkpointed_hw(tp),
+            eligibility=self.isr_eligibility,
+        )
+        self.partitions[tp] = part
+        return part
+
+    def _apply_transition(self, part: Partition, t: Transition) -> None:
+        """Carry out what a partition's transition asks for."""
+        if t.note:
+            logger.info("%s: %s", part.name, t.note)
+        tp = (part.topic, part.index)
+        if t.stop_fetching:
+            self.fetchers.remove(tp)
+        if t.start_fetching_from is not None:
+            self.fetchers.remove(tp)
+            self.fetchers.add(part)
+        if t.isr_write is not None:
+            self._submit_isr_write(part, t.isr_write)
+        if t.isr_change is not None:
+            self.isr_stats.record_change(*t.isr_change)
+        if t.wakes_waiters:
+            self._wake(tp)
+
+    def _delete_partition(self, tp: TopicPartition) -> None:
+        part = self.partitions.pop(tp, None)
+        self.fetchers.remove(tp)
+        if self.alter_partition is not None:
+            self.alter_partition.discard(tp)
+        if part is not None:
+            self._apply_transition(part, part.remove())
+        self._applied_configs.pop(tp, None)
+        self.logs.delete(tp)
 
     # ----------------------------------------------------------------- epochs
     def last_offset_for_leader_epoch(
@@ -408,14 +667,7 @@ class ReplicaManager(LeaderFollowerTransitions, ProduceServing, ReplicaLogs):
     def shutdown(self) -> None:
         """Clean shutdown: flush everything so the next start needs no recovery scan
         (logs with nothing new since their last flush have nothing to sync)."""
-        for lg in self._logs.values():
-            if not lg.unchanged_since_flush:
-                lg.flush()
-        self.snapshot_producer_state()
-        self.checkpoint_high_watermarks()
-        self.checkpoint_recovery_points()
-        for lg in self._logs.values():
-            lg.close()
+        self.logs.shutdown()
         for purgatory in (
             self.fetch_purgatory,
             self.produce_purgatory,
