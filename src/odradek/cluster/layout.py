@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from odradek.cluster import addresses
+from odradek.cluster.hosts import broker_address
 from odradek.security.private_files import write_private
 
 __all__ = [
@@ -108,8 +109,6 @@ class ClusterLayout:
     zk_set_acl: bool
 
     if TYPE_CHECKING:
-
-        def _broker_address(self, slot: int) -> str: ...
 
         def close_zk_client(self) -> None: ...
 
@@ -213,7 +212,7 @@ class ClusterLayout:
         """``slot``: the broker's place in the address block (1..), which is its id
         unless the ids start elsewhere (--first-broker-id)."""
         assert self.block is not None
-        host = self._broker_address(broker_id if slot is None else slot)
+        host = broker_address(self.hosts, self.block, broker_id if slot is None else slot)
         bdir = self.dir / f"broker-{broker_id}"
         data = bdir / "data"
         data.mkdir(parents=True, exist_ok=True)

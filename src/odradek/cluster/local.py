@@ -18,10 +18,11 @@ octets, subnet 10.209.<block>.0/24; ``down`` removes the namespaces by name.
 
 This module is the processes' lifecycle: bringing the cluster up and down, adding a
 broker, stopping and restarting brokers and ZooKeeper nodes (faults), and the status.
-``LocalCluster``'s other parts are base classes in modules of their own: the files of
-DIR (``layout.py``), where each node runs (``hosts.py``), the waits and the manager's
-ZooKeeper session (``readiness.py``), and the console and schema registry processes
-(``services.py``).
+Where each node runs (``hosts.py``) is plain functions of the hosts mode, the block and
+the nodes, which ``LocalCluster`` holds and passes. ``LocalCluster``'s other parts are
+still base classes in modules of their own: the files of DIR (``layout.py``), the waits
+and the manager's ZooKeeper session (``readiness.py``), and the console and schema
+registry processes (``services.py``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from odradek.cluster import addresses, netns, procs
-from odradek.cluster.hosts import CLIENT_HOSTS, HOSTS_MODES, ClusterHosts
+from odradek.cluster import hosts as node_hosts
+from odradek.cluster.hosts import CLIENT_HOSTS, HOSTS_MODES
 from odradek.cluster.layout import (
     DEFAULT_BROKER_COMMAND,
     STATE_FILE,
@@ -78,7 +80,7 @@ _PER_BROKER_KEYS = frozenset(
 )
 
 
-class LocalCluster(ClusterLayout, ClusterHosts, ClusterReadiness, ClusterServices):
+class LocalCluster(ClusterLayout, ClusterReadiness, ClusterServices):
     def __init__(self, dir: Path, *, broker_command: Sequence[str] | None = None) -> None:
         self.dir = Path(dir).resolve()
         self.block: int | None = None
@@ -354,6 +356,29 @@ class LocalCluster(ClusterLayout, ClusterHosts, ClusterReadiness, ClusterService
         self.wait_broker_ready(b.id, timeout)
         return b
 
+    # ----------------------------------------------------------------- hosts
+    # Where each node runs (odradek.cluster.hosts: plain functions of the hosts mode,
+    # the block and the nodes, which this object holds).
+    def _broker_address(self, slot: int) -> str:
+        assert self.block is not None
+        return node_hosts.broker_address(self.hosts, self.block, slot)
+
+    def _zk_address(self, node_id: int) -> str:
+        assert self.block is not None
+        return node_hosts.zk_address(self.hosts, self.block, node_id)
+
+    def netns_hosts(self) -> netns.NetnsHosts:
+        """The namespaces of a running ``hosts="netns"`` cluster (faults, client hosts)."""
+        return node_hosts.netns_hosts(self.hosts, self.block, self.zookeeper_nodes, self.brokers)
+
+    def broker_role(self, broker_id: int) -> str:
+        """The host role (``b<slot>``) of a broker (``odradek.cluster.hosts``)."""
+        return node_hosts.broker_role(self.hosts, self.brokers, self.broker(broker_id))
+
+    def exec_prefix(self, role: str) -> list[str]:
+        """Command prefix that runs a process on host ``role`` (b<i>, zk<j>, c<n>)."""
+        return node_hosts.exec_prefix(self.hosts, self.block, role)
+
     def _launch_broker(self, b: BrokerInfo) -> None:
         try:
             stat = self.zk_client().exists(znodes.broker_path(b.id))
@@ -393,7 +418,7 @@ class LocalCluster(ClusterLayout, ClusterHosts, ClusterReadiness, ClusterService
             procs.terminate(b.pid, b.start_time, timeout, popen=self._popens.get(("broker", b.id)))
         for z in self.zookeeper_nodes:
             procs.terminate(z.pid, z.start_time, timeout, popen=self._popens.get(("zk", z.id)))
-            self._remove_cgroup(z)
+            node_hosts.remove_cgroup(z)
         for p in self._popens.values():  # reap anything left (e.g. a failed early start)
             if p.poll() is None:
                 p.kill()
