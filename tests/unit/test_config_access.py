@@ -32,7 +32,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ): "a Kafka client's properties (librdkafka / Java client names), not the broker's",
     (
         "cluster/layout.py",
-        "ClusterLayout._configure_zk_security",
+        "zk_identity",
     ): "the operator's partial overrides, checked for presence before a broker exists",
     (
         "cluster/local.py",
@@ -40,7 +40,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ): "the properties the tool writes for its brokers (setdefault of ZooKeeper auth)",
     (
         "cluster/layout.py",
-        "ClusterLayout._write_broker_config",
+        "write_broker_config",
     ): "the properties file the tool writes for a broker",
     (
         "cluster/health.py",

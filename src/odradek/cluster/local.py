@@ -18,11 +18,12 @@ octets, subnet 10.209.<block>.0/24; ``down`` removes the namespaces by name.
 
 This module is the processes' lifecycle: bringing the cluster up and down, adding a
 broker, stopping and restarting brokers and ZooKeeper nodes (faults), and the status.
-Where each node runs (``hosts.py``) is plain functions of the hosts mode, the block and
-the nodes, which ``LocalCluster`` holds and passes. ``LocalCluster``'s other parts are
-still base classes in modules of their own: the files of DIR (``layout.py``), the waits
-and the manager's ZooKeeper session (``readiness.py``), and the console and schema
-registry processes (``services.py``).
+``LocalCluster`` holds the cluster's state (what cluster.json records). Where each node
+runs (``hosts.py``) and the formats of DIR's files (``layout.py``: cluster.json,
+server.properties, the ZooKeeper identity) are plain functions it calls with that state.
+Its other parts are still base classes in modules of their own: the waits and the
+manager's ZooKeeper session (``readiness.py``), and the console and schema registry
+processes (``services.py``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from odradek.cluster import addresses, netns, procs
+from odradek.cluster import addresses, layout, netns, procs
 from odradek.cluster import hosts as node_hosts
 from odradek.cluster.hosts import CLIENT_HOSTS, HOSTS_MODES
 from odradek.cluster.layout import (
@@ -49,7 +50,6 @@ from odradek.cluster.layout import (
     STATE_FILE,
     ZK_DIGEST_USER,
     BrokerInfo,
-    ClusterLayout,
     ZkNodeInfo,
     read_properties,
 )
@@ -80,7 +80,7 @@ _PER_BROKER_KEYS = frozenset(
 )
 
 
-class LocalCluster(ClusterLayout, ClusterReadiness, ClusterServices):
+class LocalCluster(ClusterReadiness, ClusterServices):
     def __init__(self, dir: Path, *, broker_command: Sequence[str] | None = None) -> None:
         self.dir = Path(dir).resolve()
         self.block: int | None = None
@@ -114,6 +114,104 @@ class LocalCluster(ClusterLayout, ClusterReadiness, ClusterServices):
             self._load()
             if broker_command is not None:
                 self.broker_command = list(broker_command)
+
+    # ----------------------------------------------------------------- DIR's files
+    # Their formats are layout.py's (plain functions); the state is this object's.
+    @property
+    def state_path(self) -> Path:
+        return self.dir / STATE_FILE
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(b.address for b in self.brokers)
+
+    @property
+    def zk_connect(self) -> str:
+        return ",".join(z.connect for z in self.zookeeper_nodes)
+
+    def broker(self, broker_id: int) -> BrokerInfo:
+        for b in self.brokers:
+            if b.id == broker_id:
+                return b
+        raise KeyError(f"no broker {broker_id} in {self.dir}")
+
+    def zookeeper(self, node_id: int = 1) -> ZkNodeInfo:
+        for z in self.zookeeper_nodes:
+            if z.id == node_id:
+                return z
+        raise KeyError(f"no ZooKeeper node {node_id} in {self.dir}")
+
+    def _load(self) -> None:
+        state = layout.read_state(self.state_path)
+        self.block = state.get("block")
+        self.hosts = state.get("hosts", "loopback")
+        self.zk_session_timeout_ms = int(state.get("zk_session_timeout_ms", 6000))
+        self.metrics = bool(state.get("metrics", True))
+        self.console = state.get("console")
+        self.schema_registry = state.get("schema_registry")
+        self.broker_command = list(state.get("broker_command") or DEFAULT_BROKER_COMMAND)
+        self.security = state.get("security", "plaintext")
+        self.client_properties = state.get("client_properties")
+        self.zk_auth_file = state.get("zk_auth_file")
+        self.zk_set_acl = bool(state.get("zk_set_acl", False))
+        self.zookeeper_nodes = state["zookeeper_nodes"]
+        self.brokers = state["brokers"]
+
+    def save(self) -> None:
+        options = {
+            "dir": str(self.dir),
+            "block": self.block,
+            "hosts": self.hosts,
+            "bootstrap_servers": self.bootstrap_servers,
+            "zk_session_timeout_ms": self.zk_session_timeout_ms,
+            "metrics": self.metrics,
+            "broker_command": self.broker_command,
+            "security": self.security,
+            "client_properties": self.client_properties,
+            "zk_auth_file": self.zk_auth_file,
+            "zk_set_acl": self.zk_set_acl,
+            "console": self.console,
+            "schema_registry": self.schema_registry,
+        }
+        layout.write_state(self.state_path, options, self.zookeeper_nodes, self.brokers)
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings a client needs besides bootstrap.servers: {} for a
+        plaintext cluster, the admin user's SASL_SSL settings for a secured one."""
+        from odradek.cluster.security_setup import client_config
+
+        return client_config(self.client_properties)
+
+    def _write_broker_config(
+        self,
+        broker_id: int,
+        overrides: Mapping[str, str],
+        partitions_default: int | None,
+        *,
+        slot: int | None = None,
+    ) -> BrokerInfo:
+        """``slot``: the broker's place in the address block (1..), which is its id
+        unless the ids start elsewhere (--first-broker-id)."""
+        return layout.write_broker_config(
+            self.dir,
+            broker_id,
+            self._broker_address(broker_id if slot is None else slot),
+            overrides,
+            partitions_default,
+            zk_connect=self.zk_connect,
+            zk_session_timeout_ms=self.zk_session_timeout_ms,
+            metrics=self.metrics,
+        )
+
+    def _configure_zk_security(self, broker_config: Mapping[str, str], security: str) -> None:
+        """Decide how brokers and this manager authenticate to ZooKeeper (layout.py's
+        ``zk_identity``)."""
+        self.zk_auth_file, self.zk_set_acl = layout.zk_identity(self.dir, broker_config, security)
+        if self.zk_auth_file is not None:
+            self.close_zk_client()  # reconnect authenticated
+
+    def _zk_auth_value(self) -> str | None:
+        return layout.read_zk_auth(self.zk_auth_file)
 
     # ----------------------------------------------------------------- up / down
 
