@@ -15,16 +15,11 @@ handed out stay valid because bytes below the high watermark are never rewritten
 truncated (``truncate_to`` is only ever called above the HW by replication), and segments
 removed by retention / compaction keep their fd open for ``file.delete.delay.ms``
 (``schedule_delete``, REQ-R24).
-
-Two of ``Log``'s concerns are modules of their own (base classes of ``Log``, which owns
-all the state): flushing and the recovery point (``log_flush.py``), and the log start
-offset, retention and deferred segment deletion (``log_retention.py``). This module keeps
-opening, appends and rolls, reads, timestamps, aborted transactions, truncation, closing
-and the log cleaner's segment swap.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from bisect import bisect_right
@@ -32,6 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from odradek.errors import ErrorCode, KafkaError
+from odradek.runtime import clock
 from odradek.storage.batch import (
     BatchHeader,
     parse_batches,
@@ -40,18 +36,19 @@ from odradek.storage.batch import (
     set_partition_leader_epoch,
 )
 from odradek.storage.checkpoint import fsync_dir
-from odradek.storage.log_flush import LogFlush
+from odradek.storage.durability import FlushJob
 from odradek.storage.log_loader import load_segments
-from odradek.storage.log_retention import LogRetention
 from odradek.storage.log_types import AppendInfo, FileSlice, LogConfig
 from odradek.storage.recompression import needs_recompression, recompress_batches, target_codec
+from odradek.storage.retention import RetentionDecision, SegmentSummary, segments_to_delete
 from odradek.storage.segment import MAX_RELATIVE_OFFSET, Segment
 from odradek.storage.txn_index import AbortedTxn
 
 __all__ = ["Log", "LogConfig", "AppendInfo", "FileSlice"]
 
+_logger = logging.getLogger(__name__)
 
-class Log(LogFlush, LogRetention):
+class Log:
     def __init__(
         self,
         directory: Path,
@@ -162,9 +159,8 @@ class Log(LogFlush, LogRetention):
         cfg = self.config
         buf = bytearray(records)
         if headers is None:
-            headers = parse_batches(
-                buf, verify_crc=True, max_batch_bytes=cfg.max_message_bytes, strict_count=True
-            )
+            headers = parse_batches(buf, verify_crc=True,
+                                    max_batch_bytes=cfg.max_message_bytes, strict_count=True)
         if not headers:
             raise KafkaError(ErrorCode.invalid_record, "produce request without record batches")
         codec = target_codec(cfg.compression_type)
@@ -173,7 +169,8 @@ class Log(LogFlush, LogRetention):
             # followers copy these bytes. max.message.bytes applies to the result, as in
             # Kafka. The caller's header list is updated in place (offsets land in it).
             buf = recompress_batches(buf, headers, codec)
-            headers[:] = parse_batches(buf, verify_crc=False, max_batch_bytes=cfg.max_message_bytes)
+            headers[:] = parse_batches(buf, verify_crc=False,
+                                       max_batch_bytes=cfg.max_message_bytes)
         if len(buf) > cfg.segment_bytes:
             # Kafka: RecordBatchTooLargeException — the set must fit in one segment.
             raise KafkaError(
@@ -213,10 +210,7 @@ class Log(LogFlush, LogRetention):
         )
 
     def append_as_follower(
-        self,
-        records: bytes | bytearray | memoryview,
-        now_ms: int = 0,
-        *,
+        self, records: bytes | bytearray | memoryview, now_ms: int = 0, *,
         headers: list[BatchHeader] | None = None,
     ) -> AppendInfo:
         """Append replicated batches keeping their offsets and epochs (must be >= LEO).
@@ -387,7 +381,7 @@ class Log(LogFlush, LogRetention):
         out: list[AbortedTxn] = []
         if start >= end:
             return out
-        for seg in self.segments[self._segment_for(start) :]:
+        for seg in self.segments[self._segment_for(start):]:
             if seg.txn_index.collect(start, end, out):
                 break
         return out
@@ -401,7 +395,7 @@ class Log(LogFlush, LogRetention):
     def aborted_entries(self, start: int = 0) -> list[AbortedTxn]:
         """Every indexed aborted transaction whose marker is at or above ``start``."""
         out: list[AbortedTxn] = []
-        for seg in self.segments[self._segment_for(start) :]:
+        for seg in self.segments[self._segment_for(start):]:
             out.extend(a for a in seg.txn_index.entries() if a.last_offset >= start)
         return out
 
@@ -471,6 +465,102 @@ class Log(LogFlush, LogRetention):
         self.recovery_point = offset
         self._dir_dirty = self._dir_changed = True
 
+    # ------------------------------------------------------------------ durability
+
+    def flush_due(self, now_ms: int) -> bool:
+        """True when ``flush.ms`` has elapsed with unflushed data (caller schedules)."""
+        fm = self.config.flush_ms
+        return (
+            fm is not None
+            and self.unflushed_messages > 0
+            and self.last_flush_ms is not None
+            and now_ms - self.last_flush_ms >= fm
+        )
+
+    @property
+    def durable_offset(self) -> int:
+        """Every offset below this one is fsynced: the recovery point (REQ-R18)."""
+        return self.recovery_point
+
+    def begin_flush(self, now_ms: int | None = None, *, with_indexes: bool = True) -> FlushJob | None:
+        """Event-loop half of a flush: capture what to fsync (odradek.storage.durability).
+
+        ``with_indexes=False`` (group commit) syncs only the ``.log`` data of the active
+        segment: its indexes are rebuilt or sanity-checked on load, and are synced at roll,
+        close and every full flush. Returns None when there is nothing to do.
+        """
+        leo = self.log_end_offset
+        rp = self.recovery_point
+        active = self.active_segment
+        job = FlushJob(self.directory, leo, self._generation)
+        for seg in self.segments:
+            if seg.txn_index.unsynced:
+                # Always, group commit included: the entries of every marker below the
+                # recovery point must be durable (odradek.storage.txn_index).
+                seg.txn_index.unsynced = False
+                job.index_paths.append(seg.txn_index.path)
+            is_active = seg is active
+            if not (seg.next_offset > rp or (is_active and with_indexes)):
+                continue
+            job.files.append((os.dup(seg.fd), seg.log_path.name, seg.size))
+            job.covers_active |= is_active
+            # Buffered index entries are written here, on the loop (so a process crash
+            # keeps them in the page cache); the worker only fsyncs.
+            seg.index.write_pending()
+            seg.time_index.write_pending()
+            if with_indexes or not is_active:
+                job.index_paths += [seg.index.path, seg.time_index.path]
+                for ix in (seg.index, seg.time_index):
+                    if ix.renamed:  # a rewrite's rename: durable with this job's dir fsync
+                        ix.renamed = False
+                        self._dir_dirty = True
+        job.fsync_dir, self._dir_dirty = self._dir_dirty, False
+        self._dir_changed = False
+        job.fsync_parent, self._parent_dirty = self._parent_dirty, False
+        if not job.files and not job.index_paths and not job.fsync_dir and not job.fsync_parent:
+            return None
+        self.unflushed_messages = 0
+        self.last_flush_ms = now_ms
+        return job
+
+    def complete_flush(self, job: FlushJob) -> None:
+        """Event-loop half after ``job.run()``: the recovery point moves to the LEO captured
+        before the fsync (appends made meanwhile wait for the next flush)."""
+        if job.error is not None:
+            self._dir_dirty |= job.fsync_dir
+            self._dir_changed |= job.fsync_dir
+            self._parent_dirty |= job.fsync_parent
+            raise KafkaError(ErrorCode.kafka_storage_error,
+                             f"fsync in {self.directory} failed: {job.error!r}")
+        if job.generation == self._generation:
+            self.recovery_point = max(self.recovery_point, min(job.target, self.log_end_offset))
+            if job.covers_active:
+                self._durable_generation = job.generation
+
+    def flush(self, now_ms: int | None = None) -> None:
+        """fsync everything up to the LEO and advance the recovery point (REQ-R18).
+
+        Blocking; the broker uses begin/complete_flush around a worker thread instead."""
+        job = self.begin_flush(now_ms)
+        if job is not None:
+            job.run()
+            self.complete_flush(job)
+        self.recovery_point = max(self.recovery_point, self.log_end_offset)
+
+    @property
+    def unchanged_since_flush(self) -> bool:
+        """Nothing here needs an fsync: no data past the recovery point, no truncation and
+        no file created, renamed or deleted since the last flush (or since open).
+
+        A clean shutdown skips such logs: they were made durable before -- by an earlier
+        flush, or by the incarnation that wrote the recovery-point checkpoint they were
+        opened with -- so the checkpoint written at shutdown (the marker that lets the
+        next start skip their recovery scan) stays true. Re-syncing them cost 2-11 s at
+        3,000-10,000 mostly idle logs (issue 13). Indexes are not part of that promise:
+        they are sanity-checked on open and their tail rebuilt from the log."""
+        return (self.log_end_offset <= self.recovery_point and not self._dir_changed
+                and self._generation == self._durable_generation)
+
     def close(self) -> None:
         """Clean close: flush (recovery point = LEO) and release file descriptors."""
         if self.closed:
@@ -481,6 +571,115 @@ class Log(LogFlush, LogRetention):
             seg.close()
         self.run_pending_deletions(force=True)
         self.closed = True
+
+    # ------------------------------------------------------------------ retention
+
+    def maybe_increment_log_start_offset(self, offset: int, reason: str) -> bool:
+        """Advance the log start offset to ``offset`` (never backwards). Kafka's
+        ``maybeIncrementLogStartOffset``: retention, DeleteRecords, a follower following
+        its leader. Records below it become invisible at once (reads there get
+        OFFSET_OUT_OF_RANGE); whole segments below it go at the next retention check.
+        The caller bounds ``offset`` by the HW; the log only by its end. Returns True if
+        it moved."""
+        if offset <= self.log_start_offset:
+            return False
+        if offset > self.log_end_offset:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"cannot move log start offset of {self.directory.name} to {offset} past "
+                f"the log end {self.log_end_offset} ({reason})",
+            )
+        _logger.info("%s: log start offset %d -> %d (%s)", self.directory.name,
+                     self.log_start_offset, offset, reason)
+        self.log_start_offset = offset
+        return True
+
+    def segment_summaries(self) -> list[SegmentSummary]:
+        """Metadata of every segment for ``odradek.storage.retention`` (no I/O except an
+        fstat for a segment without record timestamps, Kafka's mtime fallback)."""
+        out = []
+        for seg in self.segments:
+            ts = seg.max_timestamp
+            if ts < 0:
+                ts = os.fstat(seg.fd).st_mtime_ns // 1_000_000
+            out.append(SegmentSummary(seg.base_offset, seg.next_offset, seg.size, ts))
+        return out
+
+    def retention_decision(self, upper_bound: int, now_ms: int) -> RetentionDecision:
+        """Which leading segments retention would delete now (REQ-R24). Settings are read
+        from ``self.config`` each time (dynamic topic configs swap it). Time and size
+        apply only with cleanup.policy containing ``delete``; segments below the log
+        start offset go under any policy (Kafka)."""
+        cfg = self.config
+        on = cfg.delete
+        return segments_to_delete(
+            self.segment_summaries(), upper_bound=upper_bound, now_ms=now_ms,
+            retention_ms=cfg.retention_ms if on else -1,
+            retention_bytes=cfg.retention_bytes if on else -1,
+            log_start_offset=self.log_start_offset)
+
+    def delete_old_segments(self, upper_bound: int, now_ms: int) -> RetentionDecision:
+        """Kafka's ``deleteOldSegments``: decide (metadata only) and apply. Files are
+        renamed now and unlinked after file.delete.delay.ms (``run_pending_deletions``)."""
+        if self.closed:
+            return RetentionDecision(0, None, "", 0)
+        d = self.retention_decision(upper_bound, now_ms)
+        if d.count:
+            _logger.info("%s: deleting %d segment(s), %d B: %s", self.directory.name,
+                         d.count, d.bytes, d.detail)
+            self.delete_segments(self.segments[: d.count], d.reason or "retention",
+                                 now_ms=now_ms)
+        return d
+
+    def delete_segments(self, segments: Sequence[Segment], reason: str, *,
+                        now_ms: int | None = None) -> int:
+        """Remove leading non-active ``segments`` from the log; the log start offset moves
+        to the first remaining segment's base if it was below. Files are deleted
+        asynchronously (``schedule_delete``). Returns how many were removed: only the
+        run of ``segments`` found at the head of the log, never the active segment."""
+        wanted = {id(s) for s in segments}
+        n = 0
+        while n < len(self.segments) - 1 and id(self.segments[n]) in wanted:
+            n += 1
+        if n == 0:
+            return 0
+        removed = self.segments[:n]
+        del self.segments[:n]
+        del self._bases[:n]
+        self.maybe_increment_log_start_offset(self.segments[0].base_offset, reason)
+        for seg in removed:
+            self.schedule_delete(seg, now_ms)
+        return n
+
+    def schedule_delete(self, segment: Segment, now_ms: int | None = None) -> None:
+        """Delete ``segment``'s files asynchronously (Kafka's ``deleteSegmentFiles``).
+
+        Public: retention and the log cleaner (``replace_segments``) both use it. The
+        caller has already removed ``segment`` from ``self.segments``. Its files are
+        renamed to ``<name>.deleted`` now (the base-offset name is free again; a crash
+        leaves only ``.deleted`` files, which ``Log.open`` discards) while its fd stays
+        open, because a ``FileSlice`` of it may still be queued on a connection. The fd
+        is closed and the files unlinked by ``run_pending_deletions`` once
+        ``file.delete.delay.ms`` has passed."""
+        segment.rename_to_deleted()
+        self._dir_dirty = self._dir_changed = True
+        now = _wall_ms() if now_ms is None else now_ms
+        self.pending_deletions.append((now + max(self.config.file_delete_delay_ms, 0), segment))
+
+    def run_pending_deletions(self, now_ms: int | None = None, *, force: bool = False) -> int:
+        """Close and unlink the scheduled segments whose delay has passed (all of them
+        with ``force``, e.g. at close). Called from the broker's retention loop."""
+        if not self.pending_deletions:
+            return 0
+        now = _wall_ms() if now_ms is None else now_ms
+        due = [s for t, s in self.pending_deletions if force or t <= now]
+        if not due:
+            return 0
+        self.pending_deletions = [(t, s) for t, s in self.pending_deletions
+                                  if not (force or t <= now)]
+        for seg in due:
+            seg.delete()
+        return len(due)
 
     # ------------------------------------------------------------------ compaction
 
@@ -526,10 +725,8 @@ class Log(LogFlush, LogRetention):
             _replace_if_exists(src, dst)
         fsync_dir(self.directory)
         new = Segment(self.directory, cleaned_base, self.config.index_interval_bytes)
-        new.load(
-            recover=False,
-            max_batch_bytes=max(self.config.max_message_bytes, self.config.segment_bytes),
-        )
+        new.load(recover=False,
+                 max_batch_bytes=max(self.config.max_message_bytes, self.config.segment_bytes))
         segs[i : i + len(old)] = [new]
         self._bases[i : i + len(old)] = [new.base_offset]
         return True
@@ -542,9 +739,14 @@ class Log(LogFlush, LogRetention):
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+def _wall_ms() -> int:
+    return clock.time_ns() // 1_000_000
+
+
 def _replace_if_exists(src: Path, dst: Path) -> None:
     try:
         os.replace(src, dst)
     except FileNotFoundError:
         if not src.name.endswith((".txnindex.cleaned", ".txnindex.swap")):
             raise
+
