@@ -16,12 +16,19 @@ from odradek.errors import KafkaError
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "odradek"
-# The table itself and its renderer name every key without reading it.
+# The table itself (configdefs.py and its area modules in config_tables/) and its
+# renderer name every key without reading it.
 _NOT_READERS = {"configdefs.py", "config_reference.py"}
+_TABLES = SRC / "config_tables"
+
+
+def _reader(p: Path, also_not: frozenset[str] = frozenset()) -> bool:
+    """Could ``p`` read a setting (not the table, not its renderer, not ``also_not``)?"""
+    return p.name not in _NOT_READERS | also_not and p.parent != _TABLES
 
 
 def _code() -> str:
-    return "\n".join(p.read_text() for p in SRC.rglob("*.py") if p.name not in _NOT_READERS)
+    return "\n".join(p.read_text() for p in SRC.rglob("*.py") if _reader(p))
 
 
 def _read_by_code(name: str, code: str) -> bool:
@@ -128,7 +135,7 @@ def test_no_ignored_setting_is_read() -> None:
     must be marked honoured. config.py is left out: it maps every topic config into the
     typed topic settings whatever its support."""
     code = "\n".join(p.read_text() for p in SRC.rglob("*.py")
-                     if p.name not in _NOT_READERS | {"config.py"})
+                     if _reader(p, frozenset({"config.py"})))
     read = [n for n, d in [*TOPIC_CONFIGS.items(), *BROKER_CONFIGS.items()]
             if d.support is Support.IGNORED and (f'"{n}"' in code or f"'{n}'" in code)]
     assert read == [], f"ignored settings the code reads (mark them honoured): {read}"
@@ -141,7 +148,7 @@ def _settings_classes() -> list[type]:
 
     found: dict[str, type] = {}
     for path in sorted(SRC.rglob("*.py")):
-        if path.name in _NOT_READERS or " = setting(" not in path.read_text():
+        if not _reader(path) or " = setting(" not in path.read_text():
             continue
         rel = path.relative_to(SRC.parent).with_suffix("")
         module = importlib.import_module(".".join(rel.parts))

@@ -151,8 +151,8 @@ class Broker:
         # Flush policy, odradek.ack.fsync group commit, recovery-point checkpoints
         # (issue 5): fsyncs run in the flusher's thread, never on the event loop.
         self.flusher = Flusher(
-            logs=self.replicas.all_logs, on_flushed=self.replicas.on_log_flushed,
-            recovery_points=self.replicas.recovery_points,
+            logs=self.replicas.logs.all_logs, on_flushed=self.replicas.on_log_flushed,
+            recovery_points=self.replicas.logs.recovery_points,
             checkpoint_path=Path(config.log_dirs[0]) / RECOVERY_POINT_CHECKPOINT,
             scheduler_interval_ms=settings.log_flush_scheduler_interval_ms,
             checkpoint_interval_ms=settings.log_flush_offset_checkpoint_interval_ms)
@@ -465,7 +465,7 @@ class Broker:
             await asyncio.sleep(
                 self.settings.replica_high_watermark_checkpoint_interval_ms / 1000)
             try:
-                await asyncio.to_thread(self.replicas.capture_checkpoints())
+                await asyncio.to_thread(self.replicas.logs.capture_checkpoints())
             except Exception:
                 logger.exception("high-watermark checkpoint failed")
 
@@ -492,9 +492,9 @@ class Broker:
             try:
                 if time.monotonic() >= next_check:
                     next_check = time.monotonic() + interval_s
-                    self.replicas.run_retention()
+                    self.replicas.logs.run_retention()
                 else:
-                    for lg in self.replicas.all_logs():
+                    for lg in self.replicas.logs.all_logs():
                         lg.run_pending_deletions()
             except Exception:
                 logger.exception("retention check failed")

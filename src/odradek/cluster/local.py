@@ -15,25 +15,26 @@ Addresses: see ``odradek.cluster.addresses`` (one /24 loopback block per cluster
 With ``hosts="netns"`` (root only) every node runs in its own network namespace on a
 private bridge instead (``odradek.cluster.netns``): same block number, same last
 octets, subnet 10.209.<block>.0/24; ``down`` removes the namespaces by name.
+
+This module is the processes' lifecycle: bringing the cluster up and down, adding a
+broker, stopping and restarting brokers and ZooKeeper nodes (faults), and the status.
+``LocalCluster`` holds the cluster's state (what cluster.json records). Where each node
+runs (``hosts.py``) and the formats of DIR's files (``layout.py``: cluster.json,
+server.properties, the ZooKeeper identity) are plain functions it calls with that state.
+Its other parts are still base classes in modules of their own: the waits and the
+manager's ZooKeeper session (``readiness.py``), and the console and schema registry
+processes (``services.py``).
 """
 
 from __future__ import annotations
 
-import http.client
-import json
 import logging
 import os
-import secrets
 import signal
-import socket
-import ssl
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -41,109 +42,45 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from odradek.cluster import addresses, netns, procs
+from odradek.cluster import addresses, layout, netns, procs
+from odradek.cluster import hosts as node_hosts
+from odradek.cluster.hosts import CLIENT_HOSTS, HOSTS_MODES
+from odradek.cluster.layout import (
+    DEFAULT_BROKER_COMMAND,
+    STATE_FILE,
+    ZK_DIGEST_USER,
+    BrokerInfo,
+    ZkNodeInfo,
+    read_properties,
+)
+from odradek.cluster.readiness import ClusterReadiness
+from odradek.cluster.services import ClusterServices
 from odradek.errors import ErrorCode, KafkaError
-from odradek.security.private_files import write_private
 from odradek.zk import znodes
-from odradek.zk.acls import parse_zk_auth
-from odradek.zk.client import connect_zk
-from odradek.zk.server import ZooKeeperServer, cgroup2_root
+from odradek.zk.server import ZooKeeperServer
 
-__all__ = ["BrokerInfo", "ZkNodeInfo", "LocalCluster", "DEFAULT_BROKER_COMMAND"]
+# BrokerInfo, ZkNodeInfo, DEFAULT_BROKER_COMMAND and the other constants live in
+# layout.py and hosts.py; importable from here as before the split.
+__all__ = [
+    "BrokerInfo",
+    "ZkNodeInfo",
+    "LocalCluster",
+    "DEFAULT_BROKER_COMMAND",
+    "STATE_FILE",
+    "ZK_DIGEST_USER",
+    "HOSTS_MODES",
+    "CLIENT_HOSTS",
+]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_BROKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "odradek", "broker", "--config")
-STATE_FILE = "cluster.json"
-# The ZooKeeper digest user of a `--security sasl_ssl` cluster (brokers and manager).
-ZK_DIGEST_USER = "odradek"
-HOSTS_MODES = ("loopback", "netns")
-CLIENT_HOSTS = 2  # netns client hosts c1, c2: producers/consumers "on other machines"
-
-
-@dataclass
-class BrokerInfo:
-    id: int
-    host: str
-    port: int
-    pid: int | None
-    start_time: int | None  # /proc start time: guards against pid reuse
-    config: str  # server.properties
-    log_dir: str  # log.dirs
-    log: str  # the process's stdout/stderr
-    metrics_url: str | None = None  # http://HOST:PORT/metrics (metrics.listener)
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-@dataclass
-class ZkNodeInfo:
-    id: int
-    address: str
-    port: int
-    pid: int | None
-    start_time: int | None
-    data_dir: str
-    cgroup: str | None  # relative to the cgroup2 root: iptables -m cgroup --path
-
-    @property
-    def connect(self) -> str:
-        return f"{self.address}:{self.port}"
-
-
-def _tcp_accepts(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _http_ok(url: str, cafile: str | None = None, *, auth_required: bool = False) -> bool:
-    """``url`` answers 200 (or, ``auth_required``, the 401 asking for a login)."""
-    ctx = ssl.create_default_context(cafile=cafile) if cafile else None
-    try:
-        with urllib.request.urlopen(url, timeout=2.0, context=ctx) as resp:
-            return bool(resp.status == 200)
-    except urllib.error.HTTPError as e:
-        return auth_required and e.code == 401
-    except (OSError, http.client.HTTPException):  # refused, reset, an HTTP error, garbage
-        return False
-
-
-def _safe(cond: Any) -> bool:
-    # ZooKeeper may be briefly unreachable (e.g. a fault test): "not yet", not an error.
-    try:
-        return bool(cond())
-    except (KazooException, KazooTimeoutError):
-        return False
-
-
-def _tail(path: str | Path, n: int = 20) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
-
-
 # server.properties keys that differ per broker (add_broker does not copy them).
-_PER_BROKER_KEYS = frozenset({"broker.id", "listeners", "advertised.listeners", "log.dirs",
-                              "metrics.listener"})
+_PER_BROKER_KEYS = frozenset(
+    {"broker.id", "listeners", "advertised.listeners", "log.dirs", "metrics.listener"}
+)
 
 
-def _read_properties(path: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith(("#", "!")) and "=" in line:
-            k, v = line.split("=", 1)
-            out[k.strip()] = v.strip()
-    return out
-
-
-class LocalCluster:
+class LocalCluster(ClusterReadiness, ClusterServices):
     def __init__(self, dir: Path, *, broker_command: Sequence[str] | None = None) -> None:
         self.dir = Path(dir).resolve()
         self.block: int | None = None
@@ -178,8 +115,8 @@ class LocalCluster:
             if broker_command is not None:
                 self.broker_command = list(broker_command)
 
-    # ----------------------------------------------------------------- state
-
+    # ----------------------------------------------------------------- DIR's files
+    # Their formats are layout.py's (plain functions); the state is this object's.
     @property
     def state_path(self) -> Path:
         return self.dir / STATE_FILE
@@ -205,7 +142,7 @@ class LocalCluster:
         raise KeyError(f"no ZooKeeper node {node_id} in {self.dir}")
 
     def _load(self) -> None:
-        state = json.loads(self.state_path.read_text())
+        state = layout.read_state(self.state_path)
         self.block = state.get("block")
         self.hosts = state.get("hosts", "loopback")
         self.zk_session_timeout_ms = int(state.get("zk_session_timeout_ms", 6000))
@@ -217,30 +154,11 @@ class LocalCluster:
         self.client_properties = state.get("client_properties")
         self.zk_auth_file = state.get("zk_auth_file")
         self.zk_set_acl = bool(state.get("zk_set_acl", False))
-        nodes = state.get("zookeeper_nodes") or [state["zookeeper"]]
-        self.zookeeper_nodes = [
-            ZkNodeInfo(
-                id=int(z.get("id", 1)),
-                address=z["address"],
-                port=int(z["port"]),
-                pid=z.get("pid"),
-                start_time=z.get("start_time"),
-                data_dir=z["data_dir"],
-                cgroup=z.get("cgroup"),
-            )
-            for z in nodes
-        ]
-        self.brokers = [
-            BrokerInfo(**{k: b.get(k) for k in BrokerInfo.__dataclass_fields__})
-            for b in state.get("brokers", [])
-        ]
+        self.zookeeper_nodes = state["zookeeper_nodes"]
+        self.brokers = state["brokers"]
 
     def save(self) -> None:
-        def zk_json(z: ZkNodeInfo) -> dict[str, Any]:
-            return {**asdict(z), "connect": self.zk_connect}
-
-        state = {
-            "version": 1,
+        options = {
             "dir": str(self.dir),
             "block": self.block,
             "hosts": self.hosts,
@@ -252,15 +170,48 @@ class LocalCluster:
             "client_properties": self.client_properties,
             "zk_auth_file": self.zk_auth_file,
             "zk_set_acl": self.zk_set_acl,
-            "zookeeper": zk_json(self.zookeeper_nodes[0]) if self.zookeeper_nodes else None,
-            "zookeeper_nodes": [zk_json(z) for z in self.zookeeper_nodes],
-            "brokers": [asdict(b) for b in self.brokers],
             "console": self.console,
             "schema_registry": self.schema_registry,
         }
-        tmp = self.state_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(state, indent=2) + "\n")
-        os.replace(tmp, self.state_path)  # readers never see a half-written file
+        layout.write_state(self.state_path, options, self.zookeeper_nodes, self.brokers)
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings a client needs besides bootstrap.servers: {} for a
+        plaintext cluster, the admin user's SASL_SSL settings for a secured one."""
+        from odradek.cluster.security_setup import client_config
+
+        return client_config(self.client_properties)
+
+    def _write_broker_config(
+        self,
+        broker_id: int,
+        overrides: Mapping[str, str],
+        partitions_default: int | None,
+        *,
+        slot: int | None = None,
+    ) -> BrokerInfo:
+        """``slot``: the broker's place in the address block (1..), which is its id
+        unless the ids start elsewhere (--first-broker-id)."""
+        return layout.write_broker_config(
+            self.dir,
+            broker_id,
+            self._broker_address(broker_id if slot is None else slot),
+            overrides,
+            partitions_default,
+            zk_connect=self.zk_connect,
+            zk_session_timeout_ms=self.zk_session_timeout_ms,
+            metrics=self.metrics,
+        )
+
+    def _configure_zk_security(self, broker_config: Mapping[str, str], security: str) -> None:
+        """Decide how brokers and this manager authenticate to ZooKeeper (layout.py's
+        ``zk_identity``)."""
+        self.zk_auth_file, self.zk_set_acl = layout.zk_identity(self.dir, broker_config, security)
+        if self.zk_auth_file is not None:
+            self.close_zk_client()  # reconnect authenticated
+
+    def _zk_auth_value(self) -> str | None:
+        return layout.read_zk_auth(self.zk_auth_file)
 
     # ----------------------------------------------------------------- up / down
 
@@ -298,13 +249,6 @@ class LocalCluster:
             **security_options,
         )
         return c
-
-    def client_config(self) -> dict[str, str]:
-        """librdkafka settings a client needs besides bootstrap.servers: {} for a
-        plaintext cluster, the admin user's SASL_SSL settings for a secured one."""
-        from odradek.cluster.security_setup import client_config
-
-        return client_config(self.client_properties)
 
     def __enter__(self) -> LocalCluster:
         return self
@@ -375,7 +319,8 @@ class LocalCluster:
             # by broker id; addresses by slot (1..n) in the block (--first-broker-id)
             overrides: dict[int, dict[str, str]] = {
                 first_broker_id + slot - 1: dict(broker_config or {})
-                for slot in range(1, n_brokers + 1)}
+                for slot in range(1, n_brokers + 1)
+            }
             if schema_registry:
                 for props in overrides.values():  # the operator's own value wins
                     props.setdefault("confluent.schema.registry.url", self.registry_url())
@@ -387,27 +332,36 @@ class LocalCluster:
             if security == "sasl_ssl":
                 from odradek.cluster.security_setup import ADMIN_USER, prepare
 
-                broker_hosts = {first_broker_id + slot - 1: self._broker_address(slot)
-                                for slot in range(1, n_brokers + 1)}
+                broker_hosts = {
+                    first_broker_id + slot - 1: self._broker_address(slot)
+                    for slot in range(1, n_brokers + 1)
+                }
                 # extra_listeners / plain_users (security_setup.prepare)
                 setup = prepare(self.dir, broker_hosts, self.zk_client(), **security_options)
                 self.client_properties = str(setup.client_properties)
                 for i, host in broker_hosts.items():
                     # the operator's own overrides win
-                    overrides[i] = {**setup.broker_properties(i, host, addresses.BROKER_PORT),
-                                    **overrides[i]}
+                    overrides[i] = {
+                        **setup.broker_properties(i, host, addresses.BROKER_PORT),
+                        **overrides[i],
+                    }
                     if schema_registry:
                         # The registry requires a login over https: the brokers' schema
                         # id validation logs in as the admin and trusts the cluster's CA.
-                        overrides[i].setdefault("confluent.basic.auth.user.info",
-                                                f"{ADMIN_USER}:{setup.admin_password}")
-                        overrides[i].setdefault("confluent.ssl.truststore.location",
-                                                str(setup.ca))
+                        overrides[i].setdefault(
+                            "confluent.basic.auth.user.info", f"{ADMIN_USER}:{setup.admin_password}"
+                        )
+                        overrides[i].setdefault("confluent.ssl.truststore.location", str(setup.ca))
             self.brokers = []
             for slot in range(1, n_brokers + 1):
-                self.brokers.append(self._write_broker_config(
-                    first_broker_id + slot - 1, overrides[first_broker_id + slot - 1],
-                    partitions_default, slot=slot))
+                self.brokers.append(
+                    self._write_broker_config(
+                        first_broker_id + slot - 1,
+                        overrides[first_broker_id + slot - 1],
+                        partitions_default,
+                        slot=slot,
+                    )
+                )
             self.save()
             for b in self.brokers:
                 self._launch_broker(b)
@@ -460,14 +414,18 @@ class LocalCluster:
             cgroup=srv.cgroup,
         )
 
-    def add_broker(self, overrides: Mapping[str, str] | None = None,
-                   timeout: float = 30.0) -> BrokerInfo:
+    def add_broker(
+        self, overrides: Mapping[str, str] | None = None, timeout: float = 30.0
+    ) -> BrokerInfo:
         """Start one more broker (the next id, the next address of the block), e.g. to
         reassign partitions onto it; its config repeats the first broker's overrides."""
         assert self.block is not None and self.brokers
         first = self.brokers[0]
-        base = {k: v for k, v in _read_properties(Path(first.config)).items()
-                if k not in _PER_BROKER_KEYS}
+        base = {
+            k: v
+            for k, v in read_properties(Path(first.config)).items()
+            if k not in _PER_BROKER_KEYS
+        }
         new_id, slot = max(x.id for x in self.brokers) + 1, len(self.brokers) + 1
         if self.hosts == "netns":
             # A new host: its namespace and veth on the cluster's bridge (issue 19).
@@ -478,9 +436,15 @@ class LocalCluster:
             # Its own certificate from the cluster's CA and the first broker's listeners
             # on its own address (the SCRAM inter-broker user and ZooKeeper identity
             # come with the copied properties).
-            base.update(added_broker_properties(
-                self.dir, _read_properties(Path(first.config)), new_id, first.host,
-                self._broker_address(slot)))
+            base.update(
+                added_broker_properties(
+                    self.dir,
+                    read_properties(Path(first.config)),
+                    new_id,
+                    first.host,
+                    self._broker_address(slot),
+                )
+            )
         base.update(overrides or {})
         b = self._write_broker_config(new_id, base, None, slot=slot)
         self.brokers.append(b)
@@ -490,50 +454,28 @@ class LocalCluster:
         self.wait_broker_ready(b.id, timeout)
         return b
 
-    def _write_broker_config(
-        self, broker_id: int, overrides: Mapping[str, str], partitions_default: int | None,
-        *, slot: int | None = None,
-    ) -> BrokerInfo:
-        """``slot``: the broker's place in the address block (1..), which is its id
-        unless the ids start elsewhere (--first-broker-id)."""
+    # ----------------------------------------------------------------- hosts
+    # Where each node runs (odradek.cluster.hosts: plain functions of the hosts mode,
+    # the block and the nodes, which this object holds).
+    def _broker_address(self, slot: int) -> str:
         assert self.block is not None
-        host = self._broker_address(broker_id if slot is None else slot)
-        bdir = self.dir / f"broker-{broker_id}"
-        data = bdir / "data"
-        data.mkdir(parents=True, exist_ok=True)
-        metrics_url = None
-        props: dict[str, str] = {
-            "broker.id": str(broker_id),
-            "listeners": f"PLAINTEXT://{host}:{addresses.BROKER_PORT}",
-            "advertised.listeners": f"PLAINTEXT://{host}:{addresses.BROKER_PORT}",
-            "log.dirs": str(data),
-            "zookeeper.connect": self.zk_connect,
-            "zookeeper.session.timeout.ms": str(self.zk_session_timeout_ms),
-        }
-        if partitions_default is not None:
-            props["num.partitions"] = str(partitions_default)
-        if self.metrics:
-            # The broker's own address: every broker of every local cluster has its own,
-            # so the same port is free on each.
-            props["metrics.listener"] = f"http://{host}:{addresses.METRICS_PORT}"
-        props.update({str(k): str(v) for k, v in overrides.items()})
-        if props.get("metrics.listener"):
-            metrics_url = props["metrics.listener"].rstrip("/") + "/metrics"
-        config = bdir / "server.properties"
-        body = "".join(f"{k}={v}\n" for k, v in props.items())
-        # Private: with --security it holds the SCRAM, PLAIN and ZooKeeper passwords.
-        write_private(config, f"# written by `odradek cluster up`\n{body}")
-        return BrokerInfo(
-            id=broker_id,
-            host=host,
-            port=addresses.BROKER_PORT,
-            pid=None,
-            start_time=None,
-            config=str(config),
-            log_dir=str(data),
-            log=str(bdir / "broker.log"),
-            metrics_url=metrics_url,
-        )
+        return node_hosts.broker_address(self.hosts, self.block, slot)
+
+    def _zk_address(self, node_id: int) -> str:
+        assert self.block is not None
+        return node_hosts.zk_address(self.hosts, self.block, node_id)
+
+    def netns_hosts(self) -> netns.NetnsHosts:
+        """The namespaces of a running ``hosts="netns"`` cluster (faults, client hosts)."""
+        return node_hosts.netns_hosts(self.hosts, self.block, self.zookeeper_nodes, self.brokers)
+
+    def broker_role(self, broker_id: int) -> str:
+        """The host role (``b<slot>``) of a broker (``odradek.cluster.hosts``)."""
+        return node_hosts.broker_role(self.hosts, self.brokers, self.broker(broker_id))
+
+    def exec_prefix(self, role: str) -> list[str]:
+        """Command prefix that runs a process on host ``role`` (b<i>, zk<j>, c<n>)."""
+        return node_hosts.exec_prefix(self.hosts, self.block, role)
 
     def _launch_broker(self, b: BrokerInfo) -> None:
         try:
@@ -574,7 +516,7 @@ class LocalCluster:
             procs.terminate(b.pid, b.start_time, timeout, popen=self._popens.get(("broker", b.id)))
         for z in self.zookeeper_nodes:
             procs.terminate(z.pid, z.start_time, timeout, popen=self._popens.get(("zk", z.id)))
-            self._remove_cgroup(z)
+            node_hosts.remove_cgroup(z)
         for p in self._popens.values():  # reap anything left (e.g. a failed early start)
             if p.poll() is None:
                 p.kill()
@@ -590,307 +532,6 @@ class LocalCluster:
                     logger.info("removed %s", " ".join(removed))
             addresses.release_block(self.block, self.dir)
 
-    # ----------------------------------------------------------------- console
-
-    def start_console(self, reports: Sequence[Path] = ()) -> str:
-        """Start ``odradek console`` for this cluster on the block's first address
-        (claimed with the block, so the port is ours); returns its URL."""
-        assert self.block is not None
-        self.stop_console()
-        host = addresses.zk_address(self.block, 1)
-        url = f"http://{host}:{addresses.CONSOLE_PORT}/"
-        log = self.dir / "console.log"
-        cmd = [sys.executable, "-m", "odradek", "console", "--cluster-dir", str(self.dir),
-               "--listen", f"{host}:{addresses.CONSOLE_PORT}", "--log-file", str(log)]
-        for r in reports:
-            cmd += ["--reports", str(r)]
-        if self.client_properties:  # a secured cluster: its admin user's settings
-            cmd += ["--command-config", self.client_properties]
-        with open(self.dir / "console.out", "ab") as out:
-            p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
-                                 stderr=subprocess.STDOUT, cwd=self.dir,
-                                 start_new_session=True)
-        self._popens[("console", 0)] = p
-        self.console = {"pid": p.pid, "start_time": procs.proc_start_time(p.pid),
-                        "url": url, "log": str(log)}
-        self.save()
-        self._poll("the console to accept connections",
-                   lambda: p.poll() is None and _tcp_accepts(host, addresses.CONSOLE_PORT),
-                   30.0)
-        return url
-
-    # ----------------------------------------------------------------- schema registry
-
-    def registry_url(self) -> str:
-        """Where ``start_schema_registry`` listens: the block's first address (claimed
-        with the block, so the port is ours)."""
-        assert self.block is not None
-        # A secured cluster's registry serves TLS with a certificate of the cluster's CA.
-        scheme = "https" if self.security == "sasl_ssl" else "http"
-        return f"{scheme}://{addresses.zk_address(self.block, 1)}:{addresses.REGISTRY_PORT}"
-
-    def start_schema_registry(self, timeout: float = 60.0) -> str:
-        """Start ``odradek schema-registry`` for this cluster (elected through its
-        ZooKeeper, so ``odradek schemas --bootstrap-server`` finds it); returns its URL
-        once it answers."""
-        self.stop_schema_registry()
-        url = self.registry_url()
-        log = self.dir / "schema-registry.log"
-        cmd = [sys.executable, "-m", "odradek", "schema-registry",
-               "--bootstrap-server", self.bootstrap_servers, "--listen", url,
-               "--zookeeper", self.zk_connect, "--log-file", str(log)]
-        if self.client_properties:  # a secured cluster: its admin user's settings
-            cmd += ["--command-config", self.client_properties]
-        ca = None
-        if self.security == "sasl_ssl":
-            # Basic authentication against the cluster's SCRAM users (its admin is the
-            # super user), over TLS; the SCRAM credentials are read under the brokers'
-            # ZooKeeper identity (zookeeper.set.acl makes them creator-only).
-            from odradek.cluster.certs import load_ca  # noqa: PLC0415
-
-            sec = self.dir / "security"
-            host = addresses.zk_address(self.block, 1)
-            keystore = load_ca(sec).issue(sec / "schema-registry.pem", "schema-registry",
-                                          [host])
-            ca = str(sec / "ca.pem")
-            cmd += ["--ssl-keystore-location", str(keystore), "--ssl-truststore-location", ca]
-            if self.zk_auth_file:
-                cmd += ["--zookeeper-auth-file", self.zk_auth_file]
-        with open(self.dir / "schema-registry.out", "ab") as out:
-            p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
-                                 stderr=subprocess.STDOUT, cwd=self.dir,
-                                 start_new_session=True)
-        self._popens[("schema-registry", 0)] = p
-        self.schema_registry = {"pid": p.pid, "start_time": procs.proc_start_time(p.pid),
-                                "url": url, "log": str(log)}
-        self.save()
-        self._poll("the schema registry to answer",
-                   lambda: p.poll() is None and _http_ok(url + "/subjects", ca,
-                                                         auth_required=ca is not None),
-                   timeout)
-        return url
-
-    def stop_schema_registry(self, timeout: float = 10.0) -> None:
-        r = self.schema_registry
-        if not r:
-            return
-        procs.terminate(r.get("pid"), r.get("start_time"), timeout,
-                        popen=self._popens.pop(("schema-registry", 0), None))
-        self.schema_registry = None
-
-    def stop_console(self, timeout: float = 10.0) -> None:
-        c = self.console
-        if not c:
-            return
-        procs.terminate(c.get("pid"), c.get("start_time"), timeout,
-                        popen=self._popens.pop(("console", 0), None))
-        self.console = None
-    # ----------------------------------------------------------------- hosts
-
-    def _broker_address(self, slot: int) -> str:
-        """The address of the broker in ``slot`` (1..) of the block: its id unless the
-        ids start elsewhere (--first-broker-id)."""
-        assert self.block is not None
-        if self.hosts == "netns":
-            return netns.host_address(self.block, f"b{slot}")
-        return addresses.broker_address(self.block, slot)
-
-    def _zk_address(self, node_id: int) -> str:
-        assert self.block is not None
-        if self.hosts == "netns":
-            return netns.host_address(self.block, f"zk{node_id}")
-        return addresses.zk_address(self.block, node_id)
-
-    def netns_hosts(self) -> netns.NetnsHosts:
-        """The namespaces of a running ``hosts="netns"`` cluster (faults, client hosts)."""
-        if self.hosts != "netns" or self.block is None:
-            raise KafkaError(ErrorCode.unknown_server_error, "not a --hosts netns cluster")
-        roles = [f"zk{z.id}" for z in self.zookeeper_nodes]
-        roles += [self.broker_role(b.id) for b in self.brokers]
-        roles += [f"c{n}" for n in range(1, CLIENT_HOSTS + 1)]
-        return netns.NetnsHosts(self.block, roles)
-
-    def broker_role(self, broker_id: int) -> str:
-        """The host role (``b<slot>``) of a broker: its place in the block, which is its
-        id unless the ids start elsewhere (--first-broker-id 0 puts broker 0 on b1)."""
-        b = self.broker(broker_id)
-        if self.hosts == "netns":
-            # Broker slot i lives on .(1+i) (netns.role_octet).
-            return f"b{int(b.host.rsplit('.', 1)[1]) - 1}"
-        return f"b{self.brokers.index(b) + 1}"
-
-    def exec_prefix(self, role: str) -> list[str]:
-        """Command prefix that runs a process on host ``role`` (b<i>, zk<j>, c<n>):
-        empty on loopback, ``ip netns exec <ns>`` on netns hosts."""
-        if self.hosts != "netns":
-            return []
-        assert self.block is not None
-        return netns.NetnsHosts(self.block).exec_prefix(role)
-
-    @staticmethod
-    def _remove_cgroup(z: ZkNodeInfo) -> None:
-        root = cgroup2_root()
-        if z.cgroup and root is not None:
-            try:
-                (root / z.cgroup).rmdir()
-            except OSError:
-                pass
-
-    # ----------------------------------------------------------------- ZooKeeper client
-
-    def _configure_zk_security(self, broker_config: Mapping[str, str], security: str) -> None:
-        """Decide how brokers and this manager authenticate to ZooKeeper: the
-        operator's ``odradek.zookeeper.auth`` / ``zookeeper.set.acl`` if given; for
-        ``--security sasl_ssl`` a digest identity of the cluster's own (kept in
-        ``DIR/security/zookeeper.auth``, reused by a restart) with secure ACLs, so a
-        ZooKeeper client cannot rewrite partition state or read SCRAM credentials."""
-        auth = broker_config.get("odradek.zookeeper.auth")
-        set_acl = broker_config.get("zookeeper.set.acl", "").strip().lower() == "true"
-        path = self.dir / "security" / "zookeeper.auth"
-        if auth is None and security == "sasl_ssl":
-            if path.exists():
-                auth = path.read_text().strip()
-            else:
-                auth = f"digest:{ZK_DIGEST_USER}:{secrets.token_urlsafe(18)}"
-            set_acl = set_acl or "zookeeper.set.acl" not in broker_config
-        if auth is None:
-            self.zk_auth_file, self.zk_set_acl = None, set_acl
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_private(path, auth + "\n")
-        self.zk_auth_file, self.zk_set_acl = str(path), set_acl
-        self.close_zk_client()  # reconnect authenticated
-
-    def _zk_auth_value(self) -> str | None:
-        if self.zk_auth_file is None:
-            return None
-        try:
-            return Path(self.zk_auth_file).read_text().strip() or None
-        except OSError:
-            return None
-
-    def zk_client(self) -> KazooClient:
-        """The manager's own ZooKeeper session (from 127.0.0.1, outside every block, so
-        fault rules on a block's addresses do not cut the manager off). It authenticates
-        as the brokers do, so the znodes it creates (the admin's SCRAM credentials) are
-        theirs too."""
-        if self._zk is None:
-            self._zk = connect_zk(
-                self.zk_connect, source_ip=None, session_timeout_s=10.0, timeout_s=5.0,
-                auth=parse_zk_auth(self._zk_auth_value()), secure_acls=self.zk_set_acl,
-            )
-        return self._zk
-
-    def close_zk_client(self) -> None:
-        if self._zk is not None:
-            try:
-                self._zk.stop()
-                self._zk.close()
-            finally:
-                self._zk = None
-
-    def is_registered(self, broker_id: int) -> bool:
-        return self.zk_client().exists(znodes.broker_path(broker_id)) is not None
-
-    def controller_id(self) -> int | None:
-        try:
-            data, _ = self.zk_client().get(znodes.CONTROLLER)
-        except Exception:  # NoNodeError, or a garbage znode: no controller to report
-            return None
-        try:
-            return znodes.decode_controller(data).broker_id
-        except KafkaError:
-            return None
-
-    # ----------------------------------------------------------------- waiting
-
-    def _poll(self, what: str, cond: Any, timeout: float, broker_id: int | None = None) -> None:
-        deadline = time.monotonic() + timeout
-        while not _safe(cond):
-            if broker_id is not None:
-                b = self.broker(broker_id)
-                popen = self._popens.get(("broker", broker_id))
-                if popen is not None:
-                    popen.poll()
-                if not procs.alive(b.pid, b.start_time):
-                    raise KafkaError(
-                        ErrorCode.broker_not_available,
-                        f"broker {broker_id} exited while waiting for {what}:\n{_tail(b.log)}",
-                    )
-            if time.monotonic() >= deadline:
-                extra = f":\n{_tail(self.broker(broker_id).log)}" if broker_id else ""
-                raise KafkaError(
-                    ErrorCode.request_timed_out, f"timed out after {timeout}s waiting for {what}{extra}"
-                )
-            time.sleep(0.05)
-
-    def _fresh_registration(self, broker_id: int) -> bool:
-        stat = self.zk_client().exists(znodes.broker_path(broker_id))
-        return stat is not None and stat.ephemeralOwner != self._stale_owner.get(broker_id)
-
-    def wait_broker_registered(self, broker_id: int, timeout: float = 30.0) -> None:
-        """Wait for ``/brokers/ids/<id>``; after a (re)launch by this object, only a
-        registration by a new session counts."""
-        self._poll(
-            f"broker {broker_id} to register in ZooKeeper",
-            lambda: self._fresh_registration(broker_id),
-            timeout,
-            broker_id,
-        )
-
-    def wait_broker_unregistered(self, broker_id: int, timeout: float = 30.0) -> None:
-        """E.g. after SIGKILL/SIGSTOP: ZooKeeper expires the session after
-        ``zookeeper.session.timeout.ms`` (REQ-R12)."""
-        self._poll(
-            f"broker {broker_id}'s registration to disappear",
-            lambda: not self.is_registered(broker_id),
-            timeout,
-        )
-
-    def wait_broker_ready(self, broker_id: int, timeout: float = 30.0) -> None:
-        """Accepts TCP on its listener AND is registered at /brokers/ids/<id>."""
-        b = self.broker(broker_id)
-        self._poll(
-            f"broker {broker_id} to accept connections on {b.address}",
-            lambda: _tcp_accepts(b.host, b.port),
-            timeout,
-            broker_id,
-        )
-        self.wait_broker_registered(broker_id, timeout)
-
-    def wait_brokers_see_each_other(self, timeout: float = 30.0) -> None:
-        """Until every broker, asked alone, lists every broker in its Metadata answer.
-
-        Registered in ZooKeeper is not enough for a client: each broker learns the
-        others from its own watch, a moment later, and a CreateTopics with replication
-        factor N answered by a broker that has seen N-1 of them is refused with
-        INVALID_REPLICATION_FACTOR, as Kafka refuses it (a CI run on a loaded machine did
-        exactly that, right after the cluster came up)."""
-        from odradek.client.connection import KafkaConnection  # noqa: PLC0415
-        from odradek.config import parse_properties  # noqa: PLC0415
-        from odradek.protocol.client_codec import request_entity  # noqa: PLC0415
-        from odradek.security.client_security import ClientSecurity  # noqa: PLC0415
-
-        props = (parse_properties(Path(self.client_properties).read_text())
-                 if self.client_properties else {})
-        security = ClientSecurity.from_properties(props)
-        want = {b.id for b in self.brokers}
-
-        def sees_all(b: BrokerInfo) -> bool:
-            try:
-                with KafkaConnection(b.host, b.port, security=security,
-                                     timeout_s=5.0) as conn:
-                    md = conn.request(request_entity(
-                        3, 12, topics=(), allow_auto_topic_creation=False,
-                        include_topic_authorized_operations=False))
-            except Exception:  # not answering yet: not yet
-                return False
-            return {int(x.node_id) for x in md.brokers} >= want
-
-        for b in self.brokers:
-            self._poll(f"broker {b.id} to see every broker", lambda b=b: sees_all(b),
-                       timeout, b.id)
-
     # ----------------------------------------------------------------- broker faults
 
     def broker_state(self, broker_id: int) -> str:
@@ -903,9 +544,7 @@ class LocalCluster:
             return "dead"
         return "stopped" if procs.is_stopped(b.pid, b.start_time) else "running"
 
-    def stop_broker(
-        self, broker_id: int, sig: int = signal.SIGTERM, timeout: float = 30.0
-    ) -> None:
+    def stop_broker(self, broker_id: int, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
         """TERM: graceful stop, KILL after ``timeout``; KILL: hard crash; both wait
         until the process is gone. STOP: freeze (a hung broker) until ``start_broker``."""
         b = self.broker(broker_id)
@@ -945,12 +584,16 @@ class LocalCluster:
             return "dead"
         return "stopped" if procs.is_stopped(z.pid, z.start_time) else "running"
 
-    def stop_zookeeper(self, node_id: int = 1, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+    def stop_zookeeper(
+        self, node_id: int = 1, sig: int = signal.SIGTERM, timeout: float = 15.0
+    ) -> None:
         z = self.zookeeper(node_id)
         if sig == signal.SIGSTOP:
             procs._send(z.pid or 0, signal.SIGSTOP)
             return
-        procs.terminate(z.pid, z.start_time, timeout, sig=sig, popen=self._popens.get(("zk", node_id)))
+        procs.terminate(
+            z.pid, z.start_time, timeout, sig=sig, popen=self._popens.get(("zk", node_id))
+        )
 
     def start_zookeeper(self, node_id: int = 1, timeout: float = 30.0) -> None:
         z = self.zookeeper(node_id)
@@ -992,7 +635,11 @@ class LocalCluster:
                 try:
                     srvr = four_letter_word(z.address, z.port, "srvr")
                     mode = next(
-                        (ln.split(":", 1)[1].strip() for ln in srvr.splitlines() if ln.startswith("Mode:")),
+                        (
+                            ln.split(":", 1)[1].strip()
+                            for ln in srvr.splitlines()
+                            if ln.startswith("Mode:")
+                        ),
                         "not serving",
                     )
                 except OSError:
@@ -1008,7 +655,12 @@ class LocalCluster:
                 except Exception:  # ZooKeeper unreachable: unknown, not False
                     registered = None
             brokers.append(
-                {**asdict(b), "address": b.address, "state": self.broker_state(b.id), "registered": registered}
+                {
+                    **asdict(b),
+                    "address": b.address,
+                    "state": self.broker_state(b.id),
+                    "registered": registered,
+                }
             )
         controller = None
         if zk_up:

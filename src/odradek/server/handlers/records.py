@@ -13,7 +13,7 @@ Kafka's ``ReplicaManager.deleteRecords`` + ``DelayedDeleteRecords``:
   watermark* — the smallest log start offset over the ISR — has reached the requested
   offset on every partition, then returns it; on timeout REQUEST_TIMED_OUT with -1.
 * Whole segments below the new log start offset are deleted by the next retention check
-  (``ReplicaManager.run_retention``) on every replica; the log-start-offset checkpoint is
+  (``ReplicaLogs.run_retention``) on every replica; the log-start-offset checkpoint is
   written at once so a restart does not bring the records back.
 """
 
