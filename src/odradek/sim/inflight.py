@@ -165,7 +165,7 @@ class _Batch:
     values: list[bytes]
     ts: int
     seq: int = -1  # -1: not sequenced yet (new, or reset by an epoch bump)
-    raw: bytes = b""
+    encoded: bytes = b""  # the batch as sent (its sequence fixed), empty until sequenced
     sent: bool = False  # a request carrying it is outstanding
     done: bool = False  # acknowledged
     retry: bool = False  # its last attempt failed: send it again
@@ -277,7 +277,7 @@ class PipelinedProducer:
                 st.queue.popleft()
                 bt.seq = st.next_seq
                 st.next_seq += len(bt.values)
-                bt.raw = encode_batch(
+                bt.encoded = encode_batch(
                     [(None, v) for v in bt.values],
                     timestamp_ms=bt.ts,
                     producer_id=self.pid,
@@ -289,7 +289,7 @@ class PipelinedProducer:
             conn = self.conns.get(b)
             if conn is None or not conn.usable():
                 conn = self.conns[b] = Connection(self.sink, b, self, self.client)
-            conn.send(p, bt.raw).add_done_callback(partial(self._answered, p, st, bt, b))
+            conn.send(p, bt.encoded).add_done_callback(partial(self._answered, p, st, bt, b))
 
     # ---------------------------------------------------------------- answers
     def _answered(self, p: int, st: _Partition, bt: _Batch, b: int, t: asyncio.Task[Answer]
@@ -355,7 +355,7 @@ class PipelinedProducer:
         self.bumping = False
         for st in self.parts.values():
             for bt in reversed(st.unfinished):
-                bt.seq, bt.raw, bt.retry, bt.unknown = -1, b"", False, False
+                bt.seq, bt.encoded, bt.retry, bt.unknown = -1, b"", False, False
                 st.queue.appendleft(bt)
             st.window.clear()
             st.next_seq, st.last_acked, st.bump = 0, -1, False
