@@ -19,18 +19,18 @@ import pyarrow as pa
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
-from odradek.spark import avro_values
+from odradek.spark import value_format
 from odradek.spark.arrow import arrow_schema
 from odradek.spark.avro_types import AvroTypeError, avro_columns
-from odradek.spark.avro_values import (
-    AvroValueDecoder,
+from odradek.spark.avro_values import AvroValueDecoder
+from odradek.spark.offsets import SparkOptionError, parse_subscription
+from odradek.spark.value_format import (
     ValueDecodeError,
     ValueOptions,
-    avro_arrow_schema,
-    avro_ddl,
+    value_arrow_schema,
+    value_ddl,
     value_options,
 )
-from odradek.spark.offsets import SparkOptionError, parse_subscription
 
 RICH = {
     "type": "record",
@@ -164,7 +164,7 @@ def batch(values: list[bytes | None]) -> pa.RecordBatch:
 
 
 def decoder(errors: str = "fail") -> AvroValueDecoder:
-    avro_values._WRITERS[(URL, 1)] = parse_schema(V1)
+    value_format._WRITERS[("avro", URL, 1)] = parse_schema(V1)
     vo = ValueOptions(URL, None, "t-value", 2, 2, json.dumps(V2), errors)
     return AvroValueDecoder(vo, arrow_schema(False))
 
@@ -232,7 +232,7 @@ def test_options() -> None:
     with pytest.raises(SparkOptionError, match=r"value\.decode\.errors"):
         value_options({"value.decode.errors": "ignore"}, sub)
     vo = ValueOptions(URL, None, "t-value", 1, 1, json.dumps(V1), "fail")
-    assert avro_ddl(vo, False) == (
+    assert value_ddl(vo, False) == (
         "key binary, `name` string, `age` int, topic string, partition int, offset long, "
         "timestamp timestamp, timestampType int"
     )
@@ -240,10 +240,10 @@ def test_options() -> None:
 
 def test_headers_stay_last_in_both_schemas() -> None:
     vo = ValueOptions(URL, None, "t-value", 1, 1, json.dumps(V1), "fail")
-    assert avro_ddl(vo, True).endswith(
+    assert value_ddl(vo, True).endswith(
         "timestampType int, headers array<struct<key: string, value: binary>>"
     )
-    assert avro_arrow_schema(arrow_schema(True), vo).names == [
+    assert value_arrow_schema(arrow_schema(True), vo).names == [
         "key",
         "name",
         "age",
