@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka.schema_registry._sync.protobuf import ProtobufSerializer
 from google.protobuf import message_factory
+from tests.support.source_batches import source_batch
 
 from odradek.spark.arrow import arrow_schema
 from odradek.spark.json_types import json_columns
@@ -155,22 +156,6 @@ def test_message_indexes_name_a_message_by_its_path() -> None:
     assert list(f.message_types_by_name["Order"].nested_types)[message_indexes(line)[1]] == line
 
 
-def batch(values: list[bytes | None]) -> pa.RecordBatch:
-    n = len(values)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([b"k"] * n, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array(["t"] * n),
-            pa.array([0] * n, pa.int32()),
-            pa.array(range(100, 100 + n), pa.int64()),
-            pa.array([0] * n, pa.timestamp("us", tz="UTC")),
-            pa.array([0] * n, pa.int32()),
-        ],
-        schema=arrow_schema(False),
-    )
-
-
 ORDER = {
     "id": 7,
     "item": "pen",
@@ -200,7 +185,9 @@ def test_protobuf_values_round_trip_through_the_sink_and_source_encoders() -> No
     assert value[:6] == frame(3) + b"\x00"  # the first message: the single-0 shortcut
     unset = sink.prefix + sink.payload({"id": 1})
     vo = ValueOptions(URL, None, "t-value", 1, 3, ORDER_PROTO, "fail", "protobuf")
-    out = make_decoder(vo, arrow_schema(False)).transform(batch([value, unset, None]), "t", 0)
+    out = make_decoder(vo, arrow_schema(False)).transform(
+        source_batch([value, unset, None]), "t", 0
+    )
     assert out.schema.names[:3] == ["key", "id", "item"]
     rows = out.to_pylist()
     got = {k: rows[0][k] for k in ORDER}
@@ -217,7 +204,7 @@ def test_protobuf_nested_message_frames_its_index_path() -> None:
     value = sink.prefix + sink.payload({"days": 9})
     assert value[5:7] == b"\x02\x02"  # one index: 1
     vo = ValueOptions(URL, None, "t-value", 1, 3, ORDER_PROTO, "fail", "protobuf", "shop.Ship")
-    out = make_decoder(vo, arrow_schema(False)).transform(batch([value]), "t", 0)
+    out = make_decoder(vo, arrow_schema(False)).transform(source_batch([value]), "t", 0)
     assert out.column("days").to_pylist() == [9]
 
 
@@ -236,17 +223,17 @@ def test_undecodable_values_follow_one_policy_for_all_formats() -> None:
     bad = [b"plain", frame(3) + b"\x02\x0a", frame(3) + b"\x00\xff\xff"]  # no frame; index 5
     vo = ValueOptions(URL, None, "t-value", 1, 3, ORDER_PROTO, "fail", "protobuf")
     with pytest.raises(ValueDecodeError, match=r"Protobuf value of t-0 at offset 101 .*magic"):
-        make_decoder(vo, arrow_schema(False)).transform(batch([good, *bad]), "t", 0)
+        make_decoder(vo, arrow_schema(False)).transform(source_batch([good, *bad]), "t", 0)
     vo = ValueOptions(URL, None, "t-value", 1, 3, ORDER_PROTO, "null", "protobuf")
-    out = make_decoder(vo, arrow_schema(False)).transform(batch([good, *bad]), "t", 0)
+    out = make_decoder(vo, arrow_schema(False)).transform(source_batch([good, *bad]), "t", 0)
     assert out.column("id").to_pylist() == [1, None, None, None]
     jvo = ValueOptions(URL, None, "t-value", 1, 4, json.dumps(POINT), "null", "json")
     docs = [frame(4) + b'{"x": 1}', frame(4) + b'{"x": "one"}', frame(4) + b"{nope"]
-    out = make_decoder(jvo, arrow_schema(False)).transform(batch(docs), "t", 0)
+    out = make_decoder(jvo, arrow_schema(False)).transform(source_batch(docs), "t", 0)
     assert out.column("x").to_pylist() == [1, None, None]
     jvo = ValueOptions(URL, None, "t-value", 1, 4, json.dumps(POINT), "fail", "json")
     with pytest.raises(ValueDecodeError, match=r"JSON value of t-0 at offset 101 .*value.x: 'one'"):
-        make_decoder(jvo, arrow_schema(False)).transform(batch(docs), "t", 0)
+        make_decoder(jvo, arrow_schema(False)).transform(source_batch(docs), "t", 0)
 
 
 POINT = {
