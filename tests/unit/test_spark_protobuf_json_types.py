@@ -20,6 +20,7 @@ from tests.support.source_batches import source_batch
 from odradek.spark.arrow import arrow_schema
 from odradek.spark.json_types import json_columns
 from odradek.spark.json_values import JsonSinkSchema
+from odradek.spark.offsets import SparkOptionError
 from odradek.spark.protobuf_types import (
     decode_indexes,
     encode_indexes,
@@ -36,6 +37,7 @@ from odradek.spark.value_format import (
     make_decoder,
     value_ddl,
 )
+from odradek.spark.value_sink import sink_value_options
 from odradek.spark.value_types import ValueTypeError
 
 URL = "http://127.0.0.1:9"  # never asked: the tests' schema ids are the reader's own
@@ -354,3 +356,28 @@ def test_json_sink_validates_and_leaves_nulls_out() -> None:
     with pytest.raises(Exception) as e:
         sink.payload({"x": "one"})
     assert sink.why({"x": "one"}, e.value) == "at /x: 'one' is not of type 'integer'"
+
+
+def test_sink_options_for_every_format() -> None:
+    url = {"schema.registry.url": "http://127.0.0.1:8081"}
+    for fmt in ("protobuf", "json"):
+        with pytest.raises(SparkOptionError, match=rf"value.format={fmt} needs option"):
+            sink_value_options({"value.format": fmt})
+    o = sink_value_options({**url, "value.format": "json", "value.schema.id": "12"})
+    assert o is not None and (o.fmt, o.schema_id, o.inline_schema) == ("json", 12, None)
+    o = sink_value_options(
+        {**url, "value.format": "protobuf", "value.protobuf.message": "shop.Ship"}
+    )
+    assert o is not None and (o.fmt, o.message, o.schema_id) == ("protobuf", "shop.Ship", None)
+    with pytest.raises(SparkOptionError, match="must be a schema id"):
+        sink_value_options({**url, "value.format": "json", "value.schema.id": "x"})
+    with pytest.raises(SparkOptionError, match="exclude each other"):
+        sink_value_options(
+            {**url, "value.format": "json", "value.schema.id": "1", "value.schema.version": "2"}
+        )
+    ok = {**url, "value.format": "protobuf", "value.schema": ORDER_PROTO}
+    assert sink_value_options(ok) is not None
+    with pytest.raises(SparkOptionError, match="not a valid Protobuf schema"):
+        sink_value_options({**ok, "value.protobuf.message": "shop.Nope"})
+    with pytest.raises(SparkOptionError, match="not a valid JSON schema"):
+        sink_value_options({**url, "value.format": "json", "value.schema": '{"type": 5}'})
