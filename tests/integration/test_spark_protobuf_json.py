@@ -135,16 +135,20 @@ def read(
     return r.load()
 
 
-def write(df: Any, cluster: LocalCluster, registry: RegistryProcess, topic: str, fmt: str) -> None:
-    (
+def write(
+    df: Any, cluster: LocalCluster, registry: RegistryProcess, topic: str, fmt: str, **opts: Any
+) -> None:
+    w = (
         df.write.format("odradek")
         .mode("append")
         .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
         .option("topic", topic)
         .option("value.format", fmt)
         .option("schema.registry.url", registry.url)
-        .save()
     )
+    for k, v in opts.items():
+        w = w.option(k, str(v))
+    w.save()
 
 
 def consume(cluster: LocalCluster, topic: str, de: Callable[..., Any], n: int) -> list[Any]:
@@ -292,8 +296,13 @@ def test_json_sink_rows_decode_with_the_deserializer(
     create_topic(cluster.bootstrap_servers, topic_name, partitions=1, wait_leaders=True)
     client = SchemaRegistryClient({"url": registry.url})
     schema_id = client.register_schema(f"{topic_name}-value", Schema(json.dumps(POINT), "JSON"))
+    # a compatible v2 (tags no longer required) is the latest; value.schema.id picks v1
+    v2 = {**POINT, "required": ["x"]}
+    assert (
+        client.register_schema(f"{topic_name}-value", Schema(json.dumps(v2), "JSON")) != schema_id
+    )
     df = spark.createDataFrame([(1, 2.5, ["a"], ("Oslo", 3)), (2, None, [], None)], POINT_DDL)
-    write(df, cluster, registry, topic_name, "json")
+    write(df, cluster, registry, topic_name, "json", **{"value.schema.id": schema_id})
     de = JSONDeserializer(None, schema_registry_client=client)  # validates, by default
     got = sorted(consume(cluster, topic_name, de, 2), key=lambda g: g[0]["x"])
     assert {sid for _, sid in got} == {schema_id}
