@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from odradek.spark.avro_sink import avro_sink_options, value_columns
 from odradek.spark.offsets import SparkOptionError
+from odradek.spark.value_sink import sink_value_options as avro_sink_options
+from odradek.spark.value_sink import value_columns
 
 URL = {"value.format": "avro", "schema.registry.url": "http://127.0.0.1:8081/,http://x"}
 
@@ -17,8 +18,8 @@ def test_binary_is_no_avro_and_avro_needs_a_registry() -> None:
     assert avro_sink_options({}) is None
     with pytest.raises(SparkOptionError, match=r"schema\.registry\.url"):
         avro_sink_options({"value.format": "avro"})
-    with pytest.raises(SparkOptionError, match="binary or avro"):
-        avro_sink_options({"value.format": "json"})
+    with pytest.raises(SparkOptionError, match="binary, avro, protobuf, json"):
+        avro_sink_options({"value.format": "xml"})
 
 
 def test_defaults_follow_confluents_serializer() -> None:

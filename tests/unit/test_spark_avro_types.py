@@ -18,19 +18,20 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from fastavro import parse_schema, schemaless_writer
+from tests.support.source_batches import source_batch
 
-from odradek.spark import avro_values
+from odradek.spark import value_format
 from odradek.spark.arrow import arrow_schema
 from odradek.spark.avro_types import AvroTypeError, avro_columns
-from odradek.spark.avro_values import (
-    AvroValueDecoder,
+from odradek.spark.avro_values import AvroValueDecoder
+from odradek.spark.offsets import SparkOptionError, parse_subscription
+from odradek.spark.value_format import (
     ValueDecodeError,
     ValueOptions,
-    avro_arrow_schema,
-    avro_ddl,
+    value_arrow_schema,
+    value_ddl,
     value_options,
 )
-from odradek.spark.offsets import SparkOptionError, parse_subscription
 
 RICH = {
     "type": "record",
@@ -146,25 +147,8 @@ def framed(schema: dict[str, Any], schema_id: int, record: dict[str, Any]) -> by
     return buf.getvalue()
 
 
-def batch(values: list[bytes | None]) -> pa.RecordBatch:
-    n = len(values)
-    schema = arrow_schema(False)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([b"k"] * n, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array(["t"] * n),
-            pa.array([0] * n, pa.int32()),
-            pa.array(range(100, 100 + n), pa.int64()),
-            pa.array([0] * n, pa.timestamp("us", tz="UTC")),
-            pa.array([0] * n, pa.int32()),
-        ],
-        schema=schema,
-    )
-
-
 def decoder(errors: str = "fail") -> AvroValueDecoder:
-    avro_values._WRITERS[(URL, 1)] = parse_schema(V1)
+    value_format._WRITERS[("avro", URL, 1)] = parse_schema(V1)
     vo = ValueOptions(URL, None, "t-value", 2, 2, json.dumps(V2), errors)
     return AvroValueDecoder(vo, arrow_schema(False))
 
@@ -175,7 +159,7 @@ def test_records_are_resolved_from_their_writer_schema_to_the_reader_schema() ->
         framed(V2, 2, {"name": "bo", "age": 7, "email": "b@o"}),
         None,  # a tombstone: a null row
     ]
-    out = decoder().transform(batch(values), "t", 0)
+    out = decoder().transform(source_batch(values), "t", 0)
     assert out.schema.names == [
         "key",
         "name",
@@ -196,8 +180,8 @@ def test_records_are_resolved_from_their_writer_schema_to_the_reader_schema() ->
 def test_undecodable_values_fail_naming_the_record_or_read_as_null() -> None:
     values = [framed(V2, 2, {"name": "a", "age": 1, "email": "e"}), b"plain text", b"\x00\x00"]
     with pytest.raises(ValueDecodeError, match=r"t-0 at offset 101 .*magic byte"):
-        decoder().transform(batch(values), "t", 0)
-    out = decoder("null").transform(batch(values), "t", 0)
+        decoder().transform(source_batch(values), "t", 0)
+    out = decoder("null").transform(source_batch(values), "t", 0)
     assert out.column("name").to_pylist() == ["a", None, None]
 
 
@@ -214,7 +198,7 @@ def test_logical_types_decode_to_spark_values() -> None:
     }
     vo = ValueOptions(URL, None, "t-value", 1, 7, json.dumps(schema), "fail")
     out = AvroValueDecoder(vo, arrow_schema(False)).transform(
-        batch([framed(schema, 7, rec)]), "t", 0
+        source_batch([framed(schema, 7, rec)]), "t", 0
     )
     row = {name: out.column(name)[0].as_py() for name in rec}
     assert row == {**rec, "tm": 3723000}  # time-millis is an int, as in spark-avro
@@ -232,7 +216,7 @@ def test_options() -> None:
     with pytest.raises(SparkOptionError, match=r"value\.decode\.errors"):
         value_options({"value.decode.errors": "ignore"}, sub)
     vo = ValueOptions(URL, None, "t-value", 1, 1, json.dumps(V1), "fail")
-    assert avro_ddl(vo, False) == (
+    assert value_ddl(vo, False) == (
         "key binary, `name` string, `age` int, topic string, partition int, offset long, "
         "timestamp timestamp, timestampType int"
     )
@@ -240,10 +224,10 @@ def test_options() -> None:
 
 def test_headers_stay_last_in_both_schemas() -> None:
     vo = ValueOptions(URL, None, "t-value", 1, 1, json.dumps(V1), "fail")
-    assert avro_ddl(vo, True).endswith(
+    assert value_ddl(vo, True).endswith(
         "timestampType int, headers array<struct<key: string, value: binary>>"
     )
-    assert avro_arrow_schema(arrow_schema(True), vo).names == [
+    assert value_arrow_schema(arrow_schema(True), vo).names == [
         "key",
         "name",
         "age",

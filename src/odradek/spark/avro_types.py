@@ -15,15 +15,21 @@ records what the schema itself allows.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from odradek.spark.offsets import SparkOptionError
+from odradek.spark.value_types import ValueColumn, ValueSchema, ValueTypeError, quote
 
-__all__ = ["AvroColumn", "AvroTypeError", "avro_columns", "strip_python_logical_types"]
+__all__ = [
+    "AvroColumn",
+    "AvroTypeError",
+    "avro_columns",
+    "avro_value_schema",
+    "strip_python_logical_types",
+]
 
 _PRIMITIVES: dict[str, tuple[str, pa.DataType]] = {
     "boolean": ("boolean", pa.bool_()),
@@ -48,22 +54,11 @@ _LOGICAL: dict[tuple[str, str], tuple[str, pa.DataType]] = {
 _PLAIN_LOGICAL = ("time-millis", "time-micros", "uuid")
 
 
-class AvroTypeError(SparkOptionError):
+class AvroTypeError(ValueTypeError):
     """An Avro schema the source cannot show as Spark columns."""
 
 
-@dataclass(frozen=True)
-class AvroColumn:
-    """One Spark column (or struct field) for an Avro type."""
-
-    name: str
-    ddl: str  # Spark's DDL for the type
-    arrow: pa.DataType  # the Arrow type Spark checks the batch against
-    nullable: bool  # whether the Avro schema allows null here
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
+AvroColumn = ValueColumn  # the columns of every value format are alike
 
 
 class _Mapper:
@@ -148,7 +143,7 @@ class _Mapper:
         self.active.add(name)
         cols = self.fields(schema, ns, where)
         self.active.discard(name)
-        ddl = ", ".join(f"{_quote(c.name)}: {c.ddl}" for c in cols)
+        ddl = ", ".join(f"{quote(c.name)}: {c.ddl}" for c in cols)
         return f"struct<{ddl}>", pa.struct([pa.field(c.name, c.arrow) for c in cols]), False
 
     def fields(self, schema: Mapping[str, Any], namespace: str, where: str) -> list[AvroColumn]:
@@ -186,6 +181,13 @@ def avro_columns(schema: Any) -> list[AvroColumn]:
         return mapper.fields(schema, ns, name)
     ddl, typ, nullable = mapper.map(schema, "", "value")
     return [AvroColumn("value", ddl, typ, nullable)]
+
+
+def avro_value_schema(text: str) -> ValueSchema:
+    """The value's columns for a registered Avro schema's text."""
+    schema = json.loads(text)
+    record = isinstance(schema, Mapping) and schema.get("type") in ("record", "error")
+    return ValueSchema(avro_columns(schema), record)
 
 
 def strip_python_logical_types(schema: Any) -> Any:

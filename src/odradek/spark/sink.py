@@ -44,14 +44,14 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from odradek.errors import ErrorCode, KafkaError
-from odradek.spark.avro_sink import (
-    AvroSinkOptions,
-    AvroValueEncoder,
-    avro_sink_options,
-    value_columns,
-)
 from odradek.spark.offsets import SparkOptionError, parse_bool, parse_positive_int
 from odradek.spark.source import parse_client
+from odradek.spark.value_sink import (
+    SinkValueOptions,
+    ValueEncoder,
+    sink_value_options,
+    value_columns,
+)
 
 __all__ = ["SinkOptions", "OdradekBatchWriter", "OdradekStreamWriter", "SinkCommitMessage",
            "TAG_HEADER", "marker_topic", "row_digest", "read_markers"]
@@ -80,8 +80,9 @@ class SinkOptions:
     # odradek.sink.guarantee (docs/spark.md): "dedupe" (replays skip rows already
     # written) or "transactional" (one Kafka transaction per task and micro-batch)
     transactional: bool = False
-    # value.format=avro (docs/spark.md): values encoded from the row's other columns
-    avro: AvroSinkOptions | None = None
+    # value.format avro/protobuf/json (docs/spark.md): values encoded from the row's
+    # other columns
+    value_fmt: SinkValueOptions | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
@@ -93,13 +94,14 @@ class SinkOptions:
             if k in conf:
                 raise SparkOptionError(f"odradek sink option 'kafka.{k}' is not supported")
         topic = options.get("topic")
-        avro = avro_sink_options(options)
-        _validate_schema(schema, has_topic_option=topic is not None, avro=avro is not None)
-        if avro is not None and (topic is not None or avro.subject):
+        value_fmt = sink_value_options(options)
+        _validate_schema(schema, has_topic_option=topic is not None,
+                         value_fmt=value_fmt.fmt if value_fmt else None)
+        if value_fmt is not None and (topic is not None or value_fmt.subject):
             # Resolve (and register, when allowed) the schema now: a missing schema or a
             # column the schema lacks fails the query before any task runs.
-            AvroValueEncoder(avro, None).check_columns(
-                schema.fieldNames(), avro.subject or f"{topic}-value")
+            ValueEncoder(value_fmt, None).check_columns(
+                schema.fieldNames(), value_fmt.subject or f"{topic}-value")
         client = parse_client(options, conf)
         if client == "columnar":
             from odradek.spark.columnar_sink import produce_settings
@@ -108,19 +110,22 @@ class SinkOptions:
                    exactly_once=parse_bool(options, "exactlyOnce", True),
                    fail_after_records=parse_positive_int(options, "odradek.test.failAfterRecords"),
                    fail_after_commit=parse_bool(options, "odradek.test.failAfterCommit", False),
-                   client=client, transactional=_parse_guarantee(options), avro=avro)
+                   client=client, transactional=_parse_guarantee(options),
+                   value_fmt=value_fmt)
 
 
-def _validate_schema(schema: StructType, *, has_topic_option: bool, avro: bool = False) -> None:
-    """Spark's Kafka sink checks, with its messages (with ``value.format=avro`` the value
-    is built from the other columns, avro_sink)."""
+def _validate_schema(schema: StructType, *, has_topic_option: bool,
+                     value_fmt: str | None = None) -> None:
+    """Spark's Kafka sink checks, with its messages (with ``value.format`` avro, protobuf or
+    json the value is built from the other columns, value_sink)."""
     types = {f.name.lower(): f.dataType for f in schema.fields}
-    if avro:
+    typed = value_fmt is not None
+    if typed:
         if not value_columns(schema.fieldNames()):
-            raise SparkOptionError("value.format=avro: no column to build the value from")
+            raise SparkOptionError(f"value.format={value_fmt}: no column to build the value from")
     elif "value" not in types:
         raise SparkOptionError("Required attribute 'value' not found")
-    for name in (("key",) if avro else ("value", "key")):
+    for name in (("key",) if typed else ("value", "key")):
         if name in types and not isinstance(types[name], (StringType, BinaryType)):
             raise SparkOptionError(f"{name} attribute type must be a string or binary")
     if "topic" in types and not isinstance(types["topic"], StringType):
@@ -402,8 +407,8 @@ class _Task:
         return f"{self.query_id}:{self.batch_id}:{self.task}"
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        if self.opts.avro is not None:
-            batches = AvroValueEncoder(self.opts.avro, self.opts.topic).encode_all(batches)
+        if self.opts.value_fmt is not None:
+            batches = ValueEncoder(self.opts.value_fmt, self.opts.topic).encode_all(batches)
         try:
             return self._run(batches)
         finally:

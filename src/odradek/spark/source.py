@@ -47,7 +47,6 @@ from pyspark.sql.types import StructType
 from odradek.errors import ErrorCode, KafkaError
 from odradek.spark import offsets as om
 from odradek.spark.arrow import arrow_schema, messages_to_batch, spark_ddl
-from odradek.spark.avro_values import AvroValueDecoder, ValueOptions, avro_ddl, value_options
 from odradek.spark.offsets import (
     TP,
     DataLossError,
@@ -55,6 +54,7 @@ from odradek.spark.offsets import (
     SparkOptionError,
     client_security,
 )
+from odradek.spark.value_format import ValueOptions, make_decoder, value_ddl, value_options
 
 __all__ = ["OdradekDataSource", "SourceOptions", "OdradekStreamReader", "OdradekBatchReader",
            "RangePartition", "read_range", "client_config", "parse_client", "CLIENTS",
@@ -109,7 +109,7 @@ class SourceOptions:
     fetch_retries: int = 30
     fetch_retry_interval_s: float = 1.0
     client: str = DEFAULT_CLIENT  # odradek.client: "columnar" or "confluent"
-    value: ValueOptions | None = None  # value.format=avro: the reader schema (avro_values)
+    value: ValueOptions | None = None  # value.format avro/protobuf/json: the reader schema
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool,
@@ -478,7 +478,7 @@ def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.Re
 def _decode_values(value: ValueOptions, include_headers: bool, batches: Iterator[pa.RecordBatch],
                    r: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Either client's batches with ``value`` replaced by the decoded columns."""
-    decoder = AvroValueDecoder(value, arrow_schema(include_headers))
+    decoder = make_decoder(value, arrow_schema(include_headers))
     for batch in batches:
         yield decoder.transform(batch, r.topic, r.partition)
 
@@ -593,7 +593,7 @@ class OdradekDataSource(DataSource):
     def schema(self) -> str:
         headers = om.parse_bool(self.options, "includeHeaders", False)
         value = self._value_options()
-        return spark_ddl(headers) if value is None else avro_ddl(value, headers)
+        return spark_ddl(headers) if value is None else value_ddl(value, headers)
 
     def _value_options(self) -> ValueOptions | None:
         # Resolved once: the reader schema behind schema() is the one the readers decode
