@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from odradek.errors import ErrorCode, KafkaError
@@ -207,6 +208,7 @@ class AvroValueDecoder:
         self._schema = avro_arrow_schema(base, vo)
         self._value_index = base.get_field_index("value")
         self._unknown: dict[int, str] = {}  # ids this task could not resolve, and why
+        self._columnar = _columnar_decoder(schema, self._type, self._record)
 
     def _writer(self, schema_id: int) -> Any:
         """The parsed writer schema, or None when it is the reader's own."""
@@ -243,10 +245,65 @@ class AvroValueDecoder:
         return self._read(buf, writer, self._reader)
 
     def transform(self, batch: pa.RecordBatch, topic: str, partition: int) -> pa.RecordBatch:
-        values = batch.column(self._value_index).to_pylist()
+        values = batch.column(self._value_index)
+        fast, slow = self._split(values)
+        cols: list[pa.Array] = []
+        if len(fast):
+            from odradek.spark.avro_columnar import ColumnarFallback  # noqa: PLC0415
+
+            assert self._columnar is not None
+            data, starts, ends = _value_bytes(values)
+            try:
+                cols = self._columnar.decode(data, starts[fast] + 5, ends[fast])
+            except ColumnarFallback as e:  # fastavro decodes them, and names the bad one
+                logger.debug(
+                    "odradek source: per-record Avro decoding of %d values: %s", len(fast), e
+                )
+                fast, slow = fast[:0], np.arange(len(values))
+        if len(slow):
+            decoded = self._decode_rows(batch, values, slow, topic, partition)
+            arr = pa.array(decoded, type=self._type)
+            slow_cols = arr.flatten() if self._record else [arr]
+            if not len(fast):
+                cols = slow_cols
+            else:  # both kinds: back into the batch's row order
+                order = pa.array(np.argsort(np.concatenate([fast, slow]), kind="stable"))
+                cols = [
+                    pa.concat_arrays([f, s]).take(order)
+                    for f, s in zip(cols, slow_cols, strict=True)
+                ]
+        arrays = list(batch.columns)
+        arrays[self._value_index : self._value_index + 1] = cols
+        return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+
+    def _split(self, values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """Rows for the compiled decoder (framed with the reader's own schema id) and the
+        rest (tombstones, other writer schemas, unframed values): fastavro's, one by one."""
+        n = len(values)
+        if self._columnar is None or n == 0:
+            return np.zeros(0, np.int64), np.arange(n)
+        data, starts, ends = _value_bytes(values)
+        ok = (ends - starts) >= 5
+        if values.null_count:
+            ok &= values.is_valid().to_numpy(zero_copy_only=False)
+        rows = np.flatnonzero(ok)
+        head = starts[rows]
+        sid = (
+            (data[head + 1].astype(np.int64) << 24)
+            | (data[head + 2].astype(np.int64) << 16)
+            | (data[head + 3].astype(np.int64) << 8)
+            | data[head + 4].astype(np.int64)
+        )
+        ok[rows] = (data[head] == _MAGIC) & (sid == self._vo.schema_id)
+        return np.flatnonzero(ok), np.flatnonzero(~ok)
+
+    def _decode_rows(
+        self, batch: pa.RecordBatch, values: pa.Array, rows: np.ndarray, topic: str, partition: int
+    ) -> list[Any]:
+        """fastavro, one record at a time: tombstones, writer schemas to resolve, bad values."""
         decoded: list[Any] = []
         fail = self._vo.decode_errors == "fail"
-        for i, v in enumerate(values):
+        for i, v in zip(rows.tolist(), values.take(pa.array(rows)).to_pylist(), strict=True):
             if v is None:  # a tombstone: a null row
                 decoded.append(None)
                 continue
@@ -266,8 +323,39 @@ class AvroValueDecoder:
                     ) from e
                 logger.debug("odradek source: %s", msg)
                 decoded.append(None)
-        arr = pa.array(decoded, type=self._type)
-        cols = arr.flatten() if self._record else [arr]
-        arrays = list(batch.columns)
-        arrays[self._value_index : self._value_index + 1] = cols
-        return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+        return decoded
+
+
+def _value_bytes(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bytes, starts, ends) of a binary array, over its own buffers (no copy)."""
+    n = len(values)
+    bufs = values.buffers()
+    offs = np.frombuffer(bufs[1], np.int32, count=n + 1, offset=values.offset * 4)
+    data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    bounds = offs.astype(np.int64)
+    return data, bounds[:-1], bounds[1:]
+
+
+def _columnar_decoder(schema: Any, typ: pa.DataType, record: bool) -> Any:
+    """The compiled decoder for values of the reader's own schema (``avro_columnar``), or
+    None when the schema has parts it does not decode (then fastavro decodes every value).
+    Its columns' types are checked once, on no values, against the Spark schema's."""
+    from odradek.spark.avro_columnar import (  # noqa: PLC0415 - numba: executors only
+        ColumnarAvroDecoder,
+        ColumnarFallback,
+    )
+
+    try:
+        dec = ColumnarAvroDecoder(strip_python_logical_types(schema))
+        empty = np.zeros(0, np.int64)
+        got = [a.type for a in dec.decode(np.zeros(0, np.uint8), empty, empty)]
+    except ColumnarFallback as e:
+        logger.info("odradek source: Avro values decoded per record (fastavro): %s", e)
+        return None
+    want = [f.type for f in typ] if record else [typ]
+    if got != want:  # a mapping this module and avro_types disagree on: stay correct
+        logger.warning(
+            "odradek source: compiled Avro decoder types %s != %s; using fastavro", got, want
+        )
+        return None
+    return dec
