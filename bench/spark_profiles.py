@@ -89,8 +89,8 @@ def sink(n: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         c = LocalCluster.start(Path(d) / "c", 1)
         try:
-            AdminClient({"bootstrap.servers": c.bootstrap_servers}).create_topics(
-                [NewTopic("out", 3, 1)])["out"].result(30)
+            admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})  # kept alive
+            admin.create_topics([NewTopic("out", 3, 1)])["out"].result(30)
             schema = StructType([StructField("value", BinaryType())])
             opts = SinkOptions.parse(
                 {"kafka.bootstrap.servers": c.bootstrap_servers, "topic": "out"}, schema)
