@@ -1,6 +1,7 @@
 """Spark read of Avro values: ``value.format=avro`` typed columns vs a fastavro Python UDF.
 
-Run: .venv/bin/python bench/spark_avro_bench.py [--records 200000] [--reps 2] [--json out.json]
+Run: .venv/bin/python bench/spark_avro_bench.py [--records 200000] [--reps 2] [--warmup 1]
+     [--json out.json]
 (issue 27, part 3; prints rows/s per query; not a timed test).
 
 N Confluent-framed Avro records with 10 fields (long, string, int, double, boolean,
@@ -13,6 +14,11 @@ repetition runs, back to back (interleaved A/B), and writes to Spark's ``noop`` 
 * ``udf``: the binary source, then a Python UDF doing what a job does today: strip the
   5-byte header, ``fastavro.schemaless_reader`` the rest, return a struct of the 10
   fields (selected as one struct column: ``udf(...).*`` would call the UDF once per field).
+
+``--warmup`` runs each query that many times untimed first: the first query of a session
+starts the Python workers, and the first ``value.format=avro`` read in a worker imports
+numba and loads (or, after a code change, compiles) the decoder, a one-off cost per worker
+that is not the decoding being compared.
 """
 
 from __future__ import annotations
@@ -119,6 +125,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=1, help="untimed runs of each query first")
     ap.add_argument("--json", help="write every measurement here")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -178,6 +185,9 @@ def bench(c: LocalCluster, url: str, args: argparse.Namespace) -> list[dict[str,
                  col("offset"), col("timestamp"), col("timestampType"))
          .write.format("noop").mode("overwrite").save())
 
+    for _ in range(args.warmup):
+        source()
+        with_udf()
     results: list[dict[str, Any]] = []
     for rep in range(args.reps):
         for who, run in (("source", source), ("udf", with_udf)):

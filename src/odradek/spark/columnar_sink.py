@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,8 +45,8 @@ from odradek.storage.records import (
     compress_payload,
 )
 
-__all__ = ["ArrowRows", "ColumnarWriter", "batch_digests", "produce_settings",
-           "ProduceSettings", "TAG_KEY"]
+__all__ = ["ArrowRows", "ColumnarWriter", "batch_digests", "not_written_before",
+           "produce_settings", "ProduceSettings", "TAG_KEY"]
 
 logger = logging.getLogger(__name__)
 
@@ -226,6 +227,47 @@ def produce_settings(conf: Mapping[str, str]) -> ProduceSettings:
 
 
 # --------------------------------------------------------------------------- writer
+
+def not_written_before(digests: np.ndarray, already: Counter[str]) -> np.ndarray:
+    """The rows of a replayed batch that earlier attempts did not write: ``already`` is the
+    multiset of their tags' digests (16 hex digits); a digest seen k times there skips its
+    first k rows here (rows that legitimately repeat are kept the right number of times),
+    and ``already`` is decremented by what was skipped, so later batches of the task see
+    the rest. Whole-array work: a replay of a large micro-batch made a Python string and a
+    Counter lookup per row before."""
+    n = digests.shape[0]
+    keep = np.ones(n, np.bool_)
+    keys = [h for h, c in already.items() if c > 0 and len(h) == 16]
+    values: list[int] = []
+    for h in list(keys):
+        try:
+            values.append(int(h, 16))
+        except ValueError:  # not a tag this sink wrote: it matches no row
+            keys.remove(h)
+    if n == 0 or not keys:
+        return keep
+    kv = np.array(values, np.uint64)
+    order = np.argsort(kv)
+    kv = kv[order]
+    kc = np.array([already[keys[i]] for i in order], np.int64)
+    at = np.minimum(np.searchsorted(kv, digests), kv.shape[0] - 1)
+    rows = np.flatnonzero(kv[at] == digests)
+    if rows.shape[0] == 0:
+        return keep
+    # Each hit row's rank among the earlier rows with its digest (0 for the first).
+    by = np.argsort(digests[rows], kind="stable")
+    d = digests[rows][by]
+    first = np.concatenate([[0], np.flatnonzero(d[1:] != d[:-1]) + 1])
+    sizes = np.diff(np.concatenate([first, [d.shape[0]]]))
+    rank = np.empty(rows.shape[0], np.int64)
+    rank[by] = np.arange(d.shape[0]) - np.repeat(first, sizes)
+    skip = rank < kc[at[rows]]
+    keep[rows[skip]] = False
+    used = np.bincount(at[rows][skip], minlength=kv.shape[0])
+    for i in np.flatnonzero(used).tolist():
+        already[keys[int(order[i])]] -= int(used[i])
+    return keep
+
 
 _MIN_RECORD_OVERHEAD = 12  # framing bytes a record adds beyond key, value and headers
 

@@ -558,13 +558,9 @@ class _Task:
 
     def _not_written_before(self, digests: np.ndarray) -> np.ndarray:
         """Rows an earlier attempt did not write (replays only; a multiset, per row)."""
-        keep = np.ones(digests.shape[0], np.bool_)
-        for i, d in enumerate(digests.tolist()):
-            h = f"{d:016x}"
-            if self.already[h] > 0:
-                self.already[h] -= 1
-                self.skipped += 1
-                keep[i] = False
+        from odradek.spark.columnar_sink import not_written_before
+        keep = not_written_before(digests, self.already)
+        self.skipped += int(keep.shape[0] - np.count_nonzero(keep))
         return keep
 
     @staticmethod

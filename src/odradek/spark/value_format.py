@@ -20,7 +20,7 @@ import struct
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -301,10 +301,23 @@ class ValueDecoder:
 
     def transform(self, batch: pa.RecordBatch, topic: str, partition: int) -> pa.RecordBatch:
         values = batch.column(self._value_index).to_pylist()
+        decoded = self.decode_rows(batch, values, range(len(values)), topic, partition)
+        return self.with_columns(batch, self.columns_of(decoded))
+
+    def decode_rows(
+        self,
+        batch: pa.RecordBatch,
+        values: list[bytes | None],
+        rows: Iterable[int],
+        topic: str,
+        partition: int,
+    ) -> list[Any]:
+        """``values`` (the batch's rows ``rows``) one record at a time, with the
+        decode-error policy (``value.decode.errors``)."""
         decoded: list[Any] = []
         fail = self._vo.decode_errors == "fail"
         decode = self.decode_value  # bound once: called per record
-        for i, v in enumerate(values):
+        for i, v in zip(rows, values, strict=True):
             if v is None:  # a tombstone: a null row
                 decoded.append(None)
                 continue
@@ -324,8 +337,15 @@ class ValueDecoder:
                     ) from e
                 logger.debug("odradek source: %s", msg)
                 decoded.append(None)
+        return decoded
+
+    def columns_of(self, decoded: list[Any]) -> list[pa.Array]:
+        """The value's Arrow columns from decoded Python values (a dict per record)."""
         arr = pa.array(decoded, type=self._type)
-        cols = arr.flatten() if self._record else [arr]
+        return arr.flatten() if self._record else [arr]
+
+    def with_columns(self, batch: pa.RecordBatch, cols: list[pa.Array]) -> pa.RecordBatch:
+        """``batch`` with its ``value`` column replaced by ``cols``."""
         arrays = list(batch.columns)
         arrays[self._value_index : self._value_index + 1] = cols
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
