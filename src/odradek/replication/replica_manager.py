@@ -63,7 +63,7 @@ from odradek.replication.fetch_serving import (
 from odradek.replication.fetch_session import FetchContext, FetchSession, FetchSessionCache
 from odradek.replication.fetcher import ReplicaFetcherManager
 from odradek.replication.leader_endpoint import EndpointFactory
-from odradek.replication.partition import Partition, Role, rebuild_producer_state
+from odradek.replication.partition import Partition, Role
 from odradek.replication.partition_state import (
     IsrConflict,
     IsrEligibility,
@@ -96,6 +96,7 @@ from odradek.replication.txn_verification import (
 from odradek.runtime import clock
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import Log, LogConfig
+from odradek.storage.log_chunks import rebuild_producer_state
 from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.truncation_ledger import TruncationLedger, ledger_root
 

@@ -116,7 +116,7 @@ def _shrinking_locally(
             zk_version=st.zk_version,
             controller_epoch=st.controller_epoch,
         )
-        self._mark_removed(st.isr, write.isr)
+        self._remotes.mark_removed(st.isr, write.isr)
         self._maybe_advance_hw()
         return None
 

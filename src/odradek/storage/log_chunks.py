@@ -17,8 +17,9 @@ from odradek.storage.batch import BatchHeader, parse_batches
 
 if TYPE_CHECKING:
     from odradek.storage.log import Log
+    from odradek.storage.producer_state import ProducerStateManager
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "LogChunk", "read_chunks"]
+__all__ = ["DEFAULT_CHUNK_BYTES", "LogChunk", "read_chunks", "rebuild_producer_state"]
 
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
 
@@ -60,3 +61,15 @@ def _chunks(log: Log, offset: int, stop: int, chunk_bytes: int) -> Iterator[LogC
             return
         yield LogChunk(data, headers)
         offset = headers[-1].next_offset
+
+
+def rebuild_producer_state(producers: ProducerStateManager, log: Log) -> None:
+    """Newest snapshot plus the batches after it (never a rescan of the whole log)."""
+    start = max(producers.load_latest_snapshot(log.log_end_offset), log.log_start_offset)
+    if producers.unindexed:  # a snapshot written before .txnindex files existed
+        log.record_aborted(producers.unindexed)
+        producers.unindexed = []
+    for chunk in read_chunks(log, start):
+        # Entries the .txnindex already has (written before the restart) are skipped.
+        log.record_aborted(producers.update(chunk.headers, chunk.data))
+    producers.dirty = False

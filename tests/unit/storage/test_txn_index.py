@@ -14,10 +14,10 @@ from _storage_helpers import small_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from odradek.replication.partition import rebuild_producer_state
 from odradek.storage.batch import parse_batches
 from odradek.storage.durability import LEDGER_ENV, simulate_power_loss
 from odradek.storage.log import Log
+from odradek.storage.log_chunks import rebuild_producer_state
 from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.records import decode_batch_records, encode_batch
 from odradek.storage.txn_index import ENTRY_SIZE, AbortedTxn, TransactionIndex
