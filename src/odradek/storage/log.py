@@ -15,6 +15,9 @@ handed out stay valid because bytes below the high watermark are never rewritten
 truncated (``truncate_to`` is only ever called above the HW by replication), and segments
 removed by retention / compaction keep their fd open for ``file.delete.delay.ms``
 (``schedule_delete``, REQ-R24).
+
+Owned collaborators: ``FlushState`` (``log_flush``: recovery point, what a flush must
+fsync) and ``PendingDeletions`` (segments waiting for ``file.delete.delay.ms``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from odradek.errors import ErrorCode, KafkaError
-from odradek.runtime import clock
 from odradek.storage.batch import (
     BatchHeader,
     parse_batches,
@@ -37,8 +39,10 @@ from odradek.storage.batch import (
 )
 from odradek.storage.checkpoint import fsync_dir
 from odradek.storage.durability import FlushJob
+from odradek.storage.log_flush import FlushState
 from odradek.storage.log_loader import load_segments
 from odradek.storage.log_types import AppendInfo, FileSlice, LogConfig
+from odradek.storage.pending_deletions import PendingDeletions
 from odradek.storage.recompression import needs_recompression, recompress_batches, target_codec
 from odradek.storage.retention import RetentionDecision, SegmentSummary, segments_to_delete
 from odradek.storage.segment import MAX_RELATIVE_OFFSET, Segment
@@ -47,6 +51,7 @@ from odradek.storage.txn_index import AbortedTxn
 __all__ = ["Log", "LogConfig", "AppendInfo", "FileSlice"]
 
 _logger = logging.getLogger(__name__)
+
 
 class Log:
     def __init__(
@@ -62,32 +67,17 @@ class Log:
         self.segments = segments
         self._bases = [s.base_offset for s in segments]
         self.log_start_offset = log_start_offset
-        self.recovery_point = recovery_point
+        self._flush = FlushState(recovery_point)
         # The recovery point this log was opened with: batches from it on were recovered
         # (Kafka's LogSegment.recover), and re-assign their epochs to the epoch cache.
         self.opened_recovery_point = recovery_point
-        self.unflushed_messages = 0
-        self.last_flush_ms: int | None = None
-        self._dir_dirty = False
-        self._parent_dirty = False  # the partition directory itself is new
-        # Files created, renamed or deleted since the last flush (a roll, a truncation or
-        # deletion of segments, a cleaner swap): unlike the dirty flags Log.open sets
-        # because it cannot know, these are changes this incarnation made.
-        self._dir_changed = False
-        # Bumped by every truncation: a flush begun before one must not move the
-        # recovery point over data that was replaced meanwhile.
-        self._generation = 0
-        # The generation whose every byte up to the recovery point is durable: the one
-        # opened, then each after a full flush (a truncation of the active segment is
-        # made durable only by a flush that includes it).
-        self._durable_generation = 0
         # Set by the broker (odradek.log_manager.flusher): called when this log wants an fsync
         # (flush.messages reached, a roll, or any append under odradek.ack.fsync). Without
         # it (tools, tests) flush.messages flushes inline, as before.
         self.flush_listener: Callable[[Log], None] | None = None
         self.closed = False
-        # Segments renamed to .deleted, waiting for file.delete.delay.ms: (due_ms, seg).
-        self.pending_deletions: list[tuple[int, Segment]] = []
+        # Segments renamed to .deleted, waiting for file.delete.delay.ms (owned).
+        self._deletions = PendingDeletions()
 
     # ------------------------------------------------------------------ open/recover
 
@@ -111,19 +101,19 @@ class Log:
         # Files and the directory itself exist durably only after fsyncs of this directory
         # and of the log dir. Nothing on disk says whether a previous incarnation did
         # them (it may have crashed first), so the first flush after open does both.
-        log._dir_dirty = True
-        log._parent_dirty = True
-        log._dir_changed = loaded.created  # a new partition directory is a change of ours
+        flush = log._flush
+        flush.dir_dirty = flush.parent_dirty = True
+        flush.dir_changed = loaded.created  # a new partition directory is a change of ours
         if lso > log.log_end_offset:
             log.truncate_fully_and_start_at(lso)
         log.opened_recovery_point = min(recovery_point, log.log_end_offset)
         if loaded.recovered and (loaded.damaged or log.log_end_offset > recovery_point):
             # Everything up to the LEO is now verified; make it durable so the
             # recovery point can move to the LEO (and a truncation of a torn tail sticks).
-            log._dir_dirty = True
+            flush.dir_dirty = True
             log.flush()
         else:
-            log.recovery_point = min(recovery_point, log.log_end_offset)
+            flush.recovery_point = min(recovery_point, log.log_end_offset)
         return log
 
     # ------------------------------------------------------------------ properties
@@ -159,8 +149,9 @@ class Log:
         cfg = self.config
         buf = bytearray(records)
         if headers is None:
-            headers = parse_batches(buf, verify_crc=True,
-                                    max_batch_bytes=cfg.max_message_bytes, strict_count=True)
+            headers = parse_batches(
+                buf, verify_crc=True, max_batch_bytes=cfg.max_message_bytes, strict_count=True
+            )
         if not headers:
             raise KafkaError(ErrorCode.invalid_record, "produce request without record batches")
         codec = target_codec(cfg.compression_type)
@@ -169,8 +160,7 @@ class Log:
             # followers copy these bytes. max.message.bytes applies to the result, as in
             # Kafka. The caller's header list is updated in place (offsets land in it).
             buf = recompress_batches(buf, headers, codec)
-            headers[:] = parse_batches(buf, verify_crc=False,
-                                       max_batch_bytes=cfg.max_message_bytes)
+            headers[:] = parse_batches(buf, verify_crc=False, max_batch_bytes=cfg.max_message_bytes)
         if len(buf) > cfg.segment_bytes:
             # Kafka: RecordBatchTooLargeException — the set must fit in one segment.
             raise KafkaError(
@@ -210,7 +200,10 @@ class Log:
         )
 
     def append_as_follower(
-        self, records: bytes | bytearray | memoryview, now_ms: int = 0, *,
+        self,
+        records: bytes | bytearray | memoryview,
+        now_ms: int = 0,
+        *,
         headers: list[BatchHeader] | None = None,
     ) -> AppendInfo:
         """Append replicated batches keeping their offsets and epochs (must be >= LEO).
@@ -271,12 +264,10 @@ class Log:
         )
 
     def _after_append(self, messages: int, now_ms: int) -> None:
-        self.unflushed_messages += messages
-        if self.last_flush_ms is None:
-            self.last_flush_ms = now_ms
+        self._flush.appended(messages, now_ms)
         cfg = self.config
         fm = cfg.flush_messages
-        due = fm is not None and self.unflushed_messages >= fm
+        due = fm is not None and self._flush.unflushed_messages >= fm
         if self.flush_listener is not None:
             if due or cfg.ack_fsync:
                 self.flush_listener(self)  # fsync in the broker's flusher thread
@@ -314,7 +305,7 @@ class Log:
         seg = Segment(self.directory, base, self.config.index_interval_bytes)
         self.segments.append(seg)
         self._bases.append(base)
-        self._dir_dirty = self._dir_changed = True
+        self._flush.files_changed()
         if self.flush_listener is not None:
             # Kafka flushes the rolled segment in the background at every roll.
             self.flush_listener(self)
@@ -372,7 +363,7 @@ class Log:
             if a.last_offset < self.log_start_offset or a.last_offset >= self.log_end_offset:
                 continue  # the marker is not in this log (deleted, or truncated meanwhile)
             if self.segments[self._segment_for(a.last_offset)].txn_index.append(a):
-                self._dir_dirty = self._dir_changed = True
+                self._flush.files_changed()
 
     def collect_aborted(self, start: int, end: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping ``[start, end)``, for a read_committed fetch
@@ -381,7 +372,7 @@ class Log:
         out: list[AbortedTxn] = []
         if start >= end:
             return out
-        for seg in self.segments[self._segment_for(start):]:
+        for seg in self.segments[self._segment_for(start) :]:
             if seg.txn_index.collect(start, end, out):
                 break
         return out
@@ -395,7 +386,7 @@ class Log:
     def aborted_entries(self, start: int = 0) -> list[AbortedTxn]:
         """Every indexed aborted transaction whose marker is at or above ``start``."""
         out: list[AbortedTxn] = []
-        for seg in self.segments[self._segment_for(start):]:
+        for seg in self.segments[self._segment_for(start) :]:
             out.extend(a for a in seg.txn_index.entries() if a.last_offset >= start)
         return out
 
@@ -446,96 +437,56 @@ class Log:
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
             self.segments.pop().delete()
             self._bases.pop()
-            self._dir_dirty = self._dir_changed = True
+            self._flush.files_changed()
         seg = self.segments[-1]
         if seg.base_offset >= offset:
             seg.truncate_to(offset)
         elif seg.next_offset > offset:
             seg.truncate_to(offset)
-        self.recovery_point = min(self.recovery_point, self.log_end_offset)
-        self._generation += 1
+        self._flush.truncated(min(self._flush.recovery_point, self.log_end_offset))
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        self._generation += 1
         for seg in self.segments:
             seg.delete()
         self.segments = [Segment(self.directory, offset, self.config.index_interval_bytes)]
         self._bases = [offset]
         self.log_start_offset = offset
-        self.recovery_point = offset
-        self._dir_dirty = self._dir_changed = True
+        self._flush.truncated(offset)
+        self._flush.files_changed()
 
     # ------------------------------------------------------------------ durability
 
     def flush_due(self, now_ms: int) -> bool:
         """True when ``flush.ms`` has elapsed with unflushed data (caller schedules)."""
-        fm = self.config.flush_ms
-        return (
-            fm is not None
-            and self.unflushed_messages > 0
-            and self.last_flush_ms is not None
-            and now_ms - self.last_flush_ms >= fm
-        )
+        return self._flush.due(now_ms, self.config.flush_ms)
+
+    @property
+    def recovery_point(self) -> int:
+        """Where the next open's recovery scan starts: every offset below is fsynced."""
+        return self._flush.recovery_point
 
     @property
     def durable_offset(self) -> int:
         """Every offset below this one is fsynced: the recovery point (REQ-R18)."""
-        return self.recovery_point
+        return self._flush.recovery_point
 
-    def begin_flush(self, now_ms: int | None = None, *, with_indexes: bool = True) -> FlushJob | None:
+    def begin_flush(
+        self, now_ms: int | None = None, *, with_indexes: bool = True
+    ) -> FlushJob | None:
         """Event-loop half of a flush: capture what to fsync (odradek.storage.durability).
 
         ``with_indexes=False`` (group commit) syncs only the ``.log`` data of the active
         segment: its indexes are rebuilt or sanity-checked on load, and are synced at roll,
         close and every full flush. Returns None when there is nothing to do.
         """
-        leo = self.log_end_offset
-        rp = self.recovery_point
-        active = self.active_segment
-        job = FlushJob(self.directory, leo, self._generation)
-        for seg in self.segments:
-            if seg.txn_index.unsynced:
-                # Always, group commit included: the entries of every marker below the
-                # recovery point must be durable (odradek.storage.txn_index).
-                seg.txn_index.unsynced = False
-                job.index_paths.append(seg.txn_index.path)
-            is_active = seg is active
-            if not (seg.next_offset > rp or (is_active and with_indexes)):
-                continue
-            job.files.append((os.dup(seg.fd), seg.log_path.name, seg.size))
-            job.covers_active |= is_active
-            # Buffered index entries are written here, on the loop (so a process crash
-            # keeps them in the page cache); the worker only fsyncs.
-            seg.index.write_pending()
-            seg.time_index.write_pending()
-            if with_indexes or not is_active:
-                job.index_paths += [seg.index.path, seg.time_index.path]
-                for ix in (seg.index, seg.time_index):
-                    if ix.renamed:  # a rewrite's rename: durable with this job's dir fsync
-                        ix.renamed = False
-                        self._dir_dirty = True
-        job.fsync_dir, self._dir_dirty = self._dir_dirty, False
-        self._dir_changed = False
-        job.fsync_parent, self._parent_dirty = self._parent_dirty, False
-        if not job.files and not job.index_paths and not job.fsync_dir and not job.fsync_parent:
-            return None
-        self.unflushed_messages = 0
-        self.last_flush_ms = now_ms
-        return job
+        return self._flush.begin(
+            self.directory, self.segments, self.log_end_offset, now_ms, with_indexes
+        )
 
     def complete_flush(self, job: FlushJob) -> None:
         """Event-loop half after ``job.run()``: the recovery point moves to the LEO captured
         before the fsync (appends made meanwhile wait for the next flush)."""
-        if job.error is not None:
-            self._dir_dirty |= job.fsync_dir
-            self._dir_changed |= job.fsync_dir
-            self._parent_dirty |= job.fsync_parent
-            raise KafkaError(ErrorCode.kafka_storage_error,
-                             f"fsync in {self.directory} failed: {job.error!r}")
-        if job.generation == self._generation:
-            self.recovery_point = max(self.recovery_point, min(job.target, self.log_end_offset))
-            if job.covers_active:
-                self._durable_generation = job.generation
+        self._flush.complete(job, self.log_end_offset)
 
     def flush(self, now_ms: int | None = None) -> None:
         """fsync everything up to the LEO and advance the recovery point (REQ-R18).
@@ -545,7 +496,7 @@ class Log:
         if job is not None:
             job.run()
             self.complete_flush(job)
-        self.recovery_point = max(self.recovery_point, self.log_end_offset)
+        self._flush.recovery_point = max(self._flush.recovery_point, self.log_end_offset)
 
     @property
     def unchanged_since_flush(self) -> bool:
@@ -558,8 +509,7 @@ class Log:
         next start skip their recovery scan) stays true. Re-syncing them cost 2-11 s at
         3,000-10,000 mostly idle logs (issue 13). Indexes are not part of that promise:
         they are sanity-checked on open and their tail rebuilt from the log."""
-        return (self.log_end_offset <= self.recovery_point and not self._dir_changed
-                and self._generation == self._durable_generation)
+        return self._flush.unchanged(self.log_end_offset)
 
     def close(self) -> None:
         """Clean close: flush (recovery point = LEO) and release file descriptors."""
@@ -589,8 +539,13 @@ class Log:
                 f"cannot move log start offset of {self.directory.name} to {offset} past "
                 f"the log end {self.log_end_offset} ({reason})",
             )
-        _logger.info("%s: log start offset %d -> %d (%s)", self.directory.name,
-                     self.log_start_offset, offset, reason)
+        _logger.info(
+            "%s: log start offset %d -> %d (%s)",
+            self.directory.name,
+            self.log_start_offset,
+            offset,
+            reason,
+        )
         self.log_start_offset = offset
         return True
 
@@ -613,10 +568,13 @@ class Log:
         cfg = self.config
         on = cfg.delete
         return segments_to_delete(
-            self.segment_summaries(), upper_bound=upper_bound, now_ms=now_ms,
+            self.segment_summaries(),
+            upper_bound=upper_bound,
+            now_ms=now_ms,
             retention_ms=cfg.retention_ms if on else -1,
             retention_bytes=cfg.retention_bytes if on else -1,
-            log_start_offset=self.log_start_offset)
+            log_start_offset=self.log_start_offset,
+        )
 
     def delete_old_segments(self, upper_bound: int, now_ms: int) -> RetentionDecision:
         """Kafka's ``deleteOldSegments``: decide (metadata only) and apply. Files are
@@ -625,14 +583,19 @@ class Log:
             return RetentionDecision(0, None, "", 0)
         d = self.retention_decision(upper_bound, now_ms)
         if d.count:
-            _logger.info("%s: deleting %d segment(s), %d B: %s", self.directory.name,
-                         d.count, d.bytes, d.detail)
-            self.delete_segments(self.segments[: d.count], d.reason or "retention",
-                                 now_ms=now_ms)
+            _logger.info(
+                "%s: deleting %d segment(s), %d B: %s",
+                self.directory.name,
+                d.count,
+                d.bytes,
+                d.detail,
+            )
+            self.delete_segments(self.segments[: d.count], d.reason or "retention", now_ms=now_ms)
         return d
 
-    def delete_segments(self, segments: Sequence[Segment], reason: str, *,
-                        now_ms: int | None = None) -> int:
+    def delete_segments(
+        self, segments: Sequence[Segment], reason: str, *, now_ms: int | None = None
+    ) -> int:
         """Remove leading non-active ``segments`` from the log; the log start offset moves
         to the first remaining segment's base if it was below. Files are deleted
         asynchronously (``schedule_delete``). Returns how many were removed: only the
@@ -661,25 +624,13 @@ class Log:
         open, because a ``FileSlice`` of it may still be queued on a connection. The fd
         is closed and the files unlinked by ``run_pending_deletions`` once
         ``file.delete.delay.ms`` has passed."""
-        segment.rename_to_deleted()
-        self._dir_dirty = self._dir_changed = True
-        now = _wall_ms() if now_ms is None else now_ms
-        self.pending_deletions.append((now + max(self.config.file_delete_delay_ms, 0), segment))
+        self._deletions.schedule(segment, self.config.file_delete_delay_ms, now_ms)
+        self._flush.files_changed()
 
     def run_pending_deletions(self, now_ms: int | None = None, *, force: bool = False) -> int:
         """Close and unlink the scheduled segments whose delay has passed (all of them
         with ``force``, e.g. at close). Called from the broker's retention loop."""
-        if not self.pending_deletions:
-            return 0
-        now = _wall_ms() if now_ms is None else now_ms
-        due = [s for t, s in self.pending_deletions if force or t <= now]
-        if not due:
-            return 0
-        self.pending_deletions = [(t, s) for t, s in self.pending_deletions
-                                  if not (force or t <= now)]
-        for seg in due:
-            seg.delete()
-        return len(due)
+        return self._deletions.run(now_ms, force=force)
 
     # ------------------------------------------------------------------ compaction
 
@@ -725,8 +676,10 @@ class Log:
             _replace_if_exists(src, dst)
         fsync_dir(self.directory)
         new = Segment(self.directory, cleaned_base, self.config.index_interval_bytes)
-        new.load(recover=False,
-                 max_batch_bytes=max(self.config.max_message_bytes, self.config.segment_bytes))
+        new.load(
+            recover=False,
+            max_batch_bytes=max(self.config.max_message_bytes, self.config.segment_bytes),
+        )
         segs[i : i + len(old)] = [new]
         self._bases[i : i + len(old)] = [new.base_offset]
         return True
@@ -739,14 +692,9 @@ class Log:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _wall_ms() -> int:
-    return clock.time_ns() // 1_000_000
-
-
 def _replace_if_exists(src: Path, dst: Path) -> None:
     try:
         os.replace(src, dst)
     except FileNotFoundError:
         if not src.name.endswith((".txnindex.cleaned", ".txnindex.swap")):
             raise
-
