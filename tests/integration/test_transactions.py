@@ -441,6 +441,11 @@ def test_aborted_transactions_are_served_by_every_replica_and_after_restarts(
     finally:
         for b in stopped:
             c.start_broker(b)
+        for b in stopped:
+            # The module's next test creates an RF 3 topic: every broker must list the
+            # restarted ones first (a loaded CI run was refused INVALID_REPLICATION_FACTOR
+            # by a broker whose watch had not fired yet).
+            c.wait_broker_seen(b)
 
 
 # ====================================================================== KIP-890 part 1

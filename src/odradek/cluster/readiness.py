@@ -92,6 +92,8 @@ class ClusterReadiness:
 
         def broker(self, broker_id: int) -> BrokerInfo: ...
 
+        def broker_state(self, broker_id: int) -> str: ...
+
         def _zk_auth_value(self) -> str | None: ...
 
     def zk_client(self) -> KazooClient:
@@ -194,6 +196,33 @@ class ClusterReadiness:
         factor N answered by a broker that has seen N-1 of them is refused with
         INVALID_REPLICATION_FACTOR, as Kafka refuses it (a CI run on a loaded machine did
         exactly that, right after the cluster came up)."""
+        want = {b.id for b in self.brokers}
+        for b in self.brokers:
+            self._poll(
+                f"broker {b.id} to see every broker",
+                lambda b=b: self._metadata_brokers(b) >= want,
+                timeout,
+                b.id,
+            )
+
+    def wait_broker_seen(self, broker_id: int, timeout: float = 30.0) -> None:
+        """Until every other running broker lists ``broker_id`` in its Metadata answer:
+        the same lag as at start-up (``wait_brokers_see_each_other``), after a restart.
+        Not part of ``start_broker``: a broker cut off by a fault test may never see it. A
+        loaded CI run created a topic right after a broker's restart and was refused
+        INVALID_REPLICATION_FACTOR ("3 larger than available brokers: 2") by a broker
+        whose watch had not yet fired."""
+        for b in self.brokers:
+            if b.id != broker_id and self.broker_state(b.id) == "running":
+                self._poll(
+                    f"broker {b.id} to see broker {broker_id}",
+                    lambda b=b: broker_id in self._metadata_brokers(b),
+                    timeout,
+                    b.id,
+                )
+
+    def _metadata_brokers(self, b: BrokerInfo) -> set[int]:
+        """The broker ids ``b`` lists in a Metadata answer (empty if it does not answer)."""
         from odradek.client.connection import KafkaConnection  # noqa: PLC0415
         from odradek.config import parse_properties  # noqa: PLC0415
         from odradek.protocol.client_codec import request_entity  # noqa: PLC0415
@@ -205,23 +234,17 @@ class ClusterReadiness:
             else {}
         )
         security = ClientSecurity.from_properties(props)
-        want = {b.id for b in self.brokers}
-
-        def sees_all(b: BrokerInfo) -> bool:
-            try:
-                with KafkaConnection(b.host, b.port, security=security, timeout_s=5.0) as conn:
-                    md = conn.request(
-                        request_entity(
-                            3,
-                            12,
-                            topics=(),
-                            allow_auto_topic_creation=False,
-                            include_topic_authorized_operations=False,
-                        )
+        try:
+            with KafkaConnection(b.host, b.port, security=security, timeout_s=5.0) as conn:
+                md = conn.request(
+                    request_entity(
+                        3,
+                        12,
+                        topics=(),
+                        allow_auto_topic_creation=False,
+                        include_topic_authorized_operations=False,
                     )
-            except Exception:  # not answering yet: not yet
-                return False
-            return {int(x.node_id) for x in md.brokers} >= want
-
-        for b in self.brokers:
-            self._poll(f"broker {b.id} to see every broker", lambda b=b: sees_all(b), timeout, b.id)
+                )
+        except Exception:  # not answering yet: not yet
+            return set()
+        return {int(x.node_id) for x in md.brokers}
