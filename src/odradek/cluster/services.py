@@ -48,6 +48,31 @@ class ClusterServices:
             self, what: str, cond: Any, timeout: float, broker_id: int | None = None
         ) -> None: ...
 
+    def _launch_service(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
+        """Start a service process of the cluster (its output to ``<dir>/<name>.out``, in
+        its own session so a terminal's signals do not reach it) and keep its Popen."""
+        with open(self.dir / f"{name}.out", "ab") as out:
+            p = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                start_new_session=True,
+            )
+        self._popens[(name, 0)] = p
+        return p
+
+    @staticmethod
+    def _service_entry(p: subprocess.Popen[bytes], url: str, log: Path | str) -> dict[str, Any]:
+        """What cluster.json records of a running service."""
+        return {
+            "pid": p.pid,
+            "start_time": procs.proc_start_time(p.pid),
+            "url": url,
+            "log": str(log),
+        }
+
     def start_console(self, reports: Sequence[Path] = ()) -> str:
         """Start ``odradek console`` for this cluster on the block's first address
         (claimed with the block, so the port is ours); returns its URL."""
@@ -72,22 +97,8 @@ class ClusterServices:
             cmd += ["--reports", str(r)]
         if self.client_properties:  # a secured cluster: its admin user's settings
             cmd += ["--command-config", self.client_properties]
-        with open(self.dir / "console.out", "ab") as out:
-            p = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.dir,
-                start_new_session=True,
-            )
-        self._popens[("console", 0)] = p
-        self.console = {
-            "pid": p.pid,
-            "start_time": procs.proc_start_time(p.pid),
-            "url": url,
-            "log": str(log),
-        }
+        p = self._launch_service("console", cmd)
+        self.console = self._service_entry(p, url, log)
         self.save()
         self._poll(
             "the console to accept connections",
@@ -142,22 +153,8 @@ class ClusterServices:
             cmd += ["--ssl-keystore-location", str(keystore), "--ssl-truststore-location", ca]
             if self.zk_auth_file:
                 cmd += ["--zookeeper-auth-file", self.zk_auth_file]
-        with open(self.dir / "schema-registry.out", "ab") as out:
-            p = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.dir,
-                start_new_session=True,
-            )
-        self._popens[("schema-registry", 0)] = p
-        self.schema_registry = {
-            "pid": p.pid,
-            "start_time": procs.proc_start_time(p.pid),
-            "url": url,
-            "log": str(log),
-        }
+        p = self._launch_service("schema-registry", cmd)
+        self.schema_registry = self._service_entry(p, url, log)
         self.save()
         self._poll(
             "the schema registry to answer",
