@@ -179,3 +179,24 @@ def test_a_fixed_pause_seed_range_holds_every_invariant() -> None:
         if not r.ok:
             failed[seed] = [str(v) for v in r.violations[:3]]
     assert failed == {}
+
+
+def test_a_stalled_loop_keeps_its_session_and_its_controller_thread_runs() -> None:
+    """``stall``: broker 1's event loop is blocked 3 s (its partition's leader, and the
+    controller). Broker 3 crashes meanwhile: broker 1's controller thread still takes it
+    out of the ISR when its session expires, broker 1's own session lives, and its loop
+    handles nothing until it resumes."""
+    plan = [
+        Step(2.0, fault=FaultSpec(0, "stall", 0, 1, 1, 3.0)),
+        Step(0.1, fault=FaultSpec(1, "crash", 0, 3, 1)),
+        Step(6.0),
+    ]
+    r = run_seed(1, profile="pause", plan=plan)
+    assert r.ok, r.violations
+    during = _between(r.timeline, "nemesis: stall the event loop of broker 1", "resume broker 1")
+    assert any("controller: broker 3 session expired" in line for line in during), during
+    assert any("controller: p0 leader 1" in line and "isr [1, 2]" in line for line in during)
+    assert not any("broker 1 session expired" in line for line in r.timeline)
+    assert not any(
+        line.split()[1:3] == ["broker", "1"] or "ISR write by 1" in line for line in during
+    ), during
