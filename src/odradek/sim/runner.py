@@ -118,9 +118,9 @@ def run_seed(
 ) -> RunResult:
     """One run. ``profile``: ``default``, ``power-loss`` (odradek.sim.power: the
     fsyncs are recorded and the nemesis also cuts a broker's power), or ``pause``
-    (odradek.sim.pause: the nemesis also freezes a broker, as SIGSTOP). ``plan``: replay
-    this fault schedule (``RunResult.schedule`` of an earlier run of the seed) instead
-    of drawing one, without the faults in ``skip``. ``timeline=False`` (``sim run``:
+    (odradek.sim.pause: the nemesis also freezes a broker, as SIGSTOP, or stalls its
+    event loop). ``plan``: replay this fault schedule (``RunResult.schedule`` of an
+    earlier run of the seed) instead of drawing one, without the faults in ``skip``. ``timeline=False`` (``sim run``:
     only the violations are printed) keeps no timeline and skips building its most
     frequent lines; the run itself is the same."""
     cfg = cfg or WorldConfig()
