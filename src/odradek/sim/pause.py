@@ -18,10 +18,8 @@ Both are the setting of KIP-841: a leader frozen with a follower's fetch already
 received, the follower dying and its session expiring meanwhile, the controller taking
 it out of the ISR; the leader resumes, reads the stale fetch and (without KIP-841) puts
 the dead follower back. The invariant that sees an ISR naming an unregistered follower
-is ``isr-unregistered`` (``check_isr_registered``): for longer than
-``UNREGISTERED_BOUND_S`` of time in which an active controller runs (KIP-841's
-controller would have refused the write; Odradek's controller undoes it within a watch
-delay).
+is ``isr-unregistered`` (``odradek.sim.isr_registered``, checked in every run on the
+real controller).
 
 Not modelled: a pause of the whole machine (the other processes on it run on), a clock
 jump seen by the paused process (virtual time is one clock), and TCP: a message to a
@@ -42,25 +40,12 @@ from typing import Any
 
 from odradek.replication.leader_endpoint import EpochRequest, EpochResult
 from odradek.replication.replica_manager import ReplicaManager
-from odradek.sim.checkers import Violation
 from odradek.sim.gate import ARRIVED, NODE, RANK, GatedSimLoop, run_as
 from odradek.sim.schedule import FaultSpec
 from odradek.sim.world import SimHarness, SimNetwork, World, _Fault, _InFlightEndpoint
 from odradek.sim.zk_cluster import ZkCluster
 
-__all__ = [
-    "UNREGISTERED_BOUND_S",
-    "GatedNetwork",
-    "PauseHarness",
-    "PauseWorld",
-    "check_isr_registered",
-    "check_profile",
-]
-
-# How long a follower may stay in an ISR while unregistered, counted only while an active
-# controller runs (registered, reaching ZooKeeper, not paused): its undo takes a watch
-# delay (<= 30 ms) and one turn of its thread.
-UNREGISTERED_BOUND_S = 1.0
+__all__ = ["GatedNetwork", "PauseHarness", "PauseWorld", "check_profile"]
 
 
 async def _arrive(node: int) -> None:
@@ -123,8 +108,6 @@ class PauseWorld(World):
     # broker -> (its fault's id, "pause" or "stall")
     paused: dict[int, tuple[int, str]] = field(default_factory=dict)
     _heal_on_resume: set[int] = field(default_factory=set)
-    _unregistered: dict[tuple[int, int], float] = field(default_factory=dict)
-    _reported: set[tuple[int, int]] = field(default_factory=set)
 
     @property
     def loop(self) -> GatedSimLoop:
@@ -213,52 +196,6 @@ class PauseWorld(World):
             self._heal_on_resume.add(b)  # its client reconnects once it runs again
             return
         super().zk_heal(b)
-
-    # ---------------------------------------------------------------- the invariant
-    def sample(self) -> None:
-        super().sample()
-        check_isr_registered(self, self._unregistered, self._reported)
-
-
-def check_isr_registered(
-    w: World, seen: dict[tuple[int, int], float], reported: set[tuple[int, int]]
-) -> None:
-    """``isr-unregistered``: an ISR naming a follower that is not registered, for more
-    than ``UNREGISTERED_BOUND_S`` while an active controller runs (registered, reaching
-    ZooKeeper, up, its thread not paused). ``seen``: since when each (partition, broker)
-    has been so; ``reported``: those already reported (once each)."""
-    c = w.controller
-    assert isinstance(c, ZkCluster)
-    now = w.now()
-    registered = c.registered
-    cid = c.controller_id
-    loop = asyncio.get_running_loop()
-    acting = (
-        cid in registered
-        and cid not in c.unreachable
-        and cid not in w.h.down
-        and not (isinstance(loop, GatedSimLoop) and loop.paused(-cid))
-    )
-    for p, z in c.znodes.items():
-        for b in w.cfg.brokers:
-            key = (p, b)
-            if z.leader < 0 or b == z.leader or b not in z.isr or b in registered:
-                seen.pop(key, None)
-                continue
-            if not acting:
-                seen[key] = now  # the clock runs only while a controller could act
-                continue
-            since = seen.setdefault(key, now)
-            if now - since > UNREGISTERED_BOUND_S and key not in reported:
-                reported.add(key)
-                w.violations.append(
-                    Violation(
-                        "isr-unregistered",
-                        f"p{p} ISR {list(z.isr)} (leader {z.leader}) names broker {b}, "
-                        f"unregistered since {since:.3f} at least, at {now:.3f} "
-                        f"(controller {cid} active)",
-                    )
-                )
 
 
 def check_profile(real_controller: bool, workload: str) -> None:

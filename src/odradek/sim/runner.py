@@ -24,6 +24,7 @@ from odradek.sim.clients import WORKLOAD_SEGMENT_BYTES, Workload
 from odradek.sim.disk import SimDisk, recording
 from odradek.sim.gate import GatedSimLoop
 from odradek.sim.harness import TOPIC
+from odradek.sim.isr_registered import IsrRegisteredCheck
 from odradek.sim.loop import SimLoop
 from odradek.sim.pause import GatedNetwork, PauseHarness, PauseWorld, check_profile
 from odradek.sim.power import PowerLossWorld
@@ -241,6 +242,14 @@ async def _run(
             watcher = loop.create_task(w.watch(cfg.sample_every_s))
         else:
             loop.before_advance = w.sample
+        isr_check = IsrRegisteredCheck(w) if cfg.real_controller else None
+        if isr_check is not None and watcher is None:
+
+            def at_instant_end() -> None:
+                w.sample()
+                isr_check()
+
+            loop.before_advance = at_instant_end
         wl = None
         if cfg.workload == "plain":
             producers = [loop.create_task(w.producer(k)) for k in range(cfg.producers)]
@@ -254,6 +263,8 @@ async def _run(
         await asyncio.gather(*producers)
         converged = await _await_liveness(w, cfg.liveness_bound_s, wl)
         w.sample()
+        if isr_check is not None:
+            isr_check()
         loop.before_advance = None
         if watcher is not None:
             watcher.cancel()
