@@ -200,3 +200,25 @@ def test_a_stalled_loop_keeps_its_session_and_its_controller_thread_runs() -> No
     assert not any(
         line.split()[1:3] == ["broker", "1"] or "ISR write by 1" in line for line in during
     ), during
+
+
+def test_a_stalled_leader_reads_a_dead_followers_late_fetch_kip_841() -> None:
+    """The production interleaving behind KIP-841, as a fixed schedule: leader 1 (also the
+    controller) stalls 3 s with follower 3's fetch arrived; 3 crashes; its session expires
+    and 1's controller thread takes it out of the ISR. On resume 1 applies that image
+    first, then reads the stale fetch: without KIP-841 it puts the dead broker back (seed
+    5 of this schedule; 10 of seeds 1-120), with it the write leaves 3 out."""
+    plan = [
+        Step(2.0, fault=FaultSpec(0, "stall", 0, 1, 1, 3.0)),
+        Step(0.05, fault=FaultSpec(1, "crash", 0, 3, 1)),
+        Step(8.0),
+    ]
+    bad = run_seed(5, profile="pause", plan=plan, bug="no-isr-eligibility")
+    assert "isr-unregistered" in {v.invariant for v in bad.violations}, bad.violations
+    after = _between(bad.timeline, "controller: broker 3 session expired", "end:")
+    resumed = next(k for k, line in enumerate(after) if "resume broker 1" in line)
+    assert any("ISR write by 1: p0 epoch 0 isr [1, 2, 3]" in x for x in after[resumed:][:10])
+    good = run_seed(5, profile="pause", plan=plan)
+    assert good.ok, good.violations
+    after = _between(good.timeline, "controller: broker 3 session expired", "restart broker 3")
+    assert not any("ISR write by 1" in x and "3]" in x for x in after), after
