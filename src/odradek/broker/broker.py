@@ -496,6 +496,7 @@ class Broker:
                 else:
                     for lg in self.replicas.logs.all_logs():
                         lg.run_pending_deletions()
+                self.replicas.logs.release_deleted()  # deleted replicas' descriptors
             except Exception:
                 logger.exception("retention check failed")
 

@@ -118,10 +118,12 @@ def add_parser(subparsers: Any) -> None:
         )
         p.add_argument(
             "--profile",
-            choices=("default", "power-loss"),
+            choices=("default", "power-loss", "pause"),
             default="default",
             help="power-loss: the nemesis also cuts one broker's power at a time (its "
-            "files keep what was fsynced plus a torn tail) and restarts it",
+            "files keep what was fsynced plus a torn tail) and restarts it; pause: it "
+            "also freezes a broker (SIGSTOP: its session expires past the timeout) or "
+            "stalls its event loop (docs/faults.md, 'Pause and stall')",
         )
         p.add_argument(
             "--first-world",

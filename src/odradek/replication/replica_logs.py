@@ -91,6 +91,8 @@ class ReplicaLogs:
         # What the checkpoint files hold (capture_checkpoints skips unchanged rewrites).
         self._written_hws: dict[TopicPartition, int] | None = None
         self._written_starts: dict[TopicPartition, int] | None = None
+        # Deleted logs' file descriptors, closed when due (``delete``): (due ms, fds).
+        self._deleted_fds: list[tuple[int, list[int]]] = []
 
     # ----------------------------------------------------------------- the logs
     def get(self, tp: TopicPartition) -> Log | None:
@@ -107,12 +109,33 @@ class ReplicaLogs:
 
     def delete(self, tp: TopicPartition) -> None:
         """Close and remove the local log of ``tp`` (its topic was deleted or it was
-        reassigned away), if there is one."""
+        reassigned away), if there is one. Its files go now (the name is free for a
+        replica moved back); its file descriptors stay open for file.delete.delay.ms,
+        as those of segments retention removes: a fetch read from it before the image
+        that deleted it may not have sent its answer yet (its FileSlices; closed at once,
+        the answer's read fails, or reads another file that got the descriptor's number).
+        ``release_deleted`` closes them."""
         lg = self._logs.pop(tp, None)
         if lg is not None:
             logger.info("deleting log of %s-%d (topic deleted)", *tp)
-            lg.close()
+            fds: list[int] = []
+            lg.close(keep_fds=fds)
             shutil.rmtree(self.log_dir / f"{tp[0]}-{tp[1]}", ignore_errors=True)
+            due = clock.time_ns() // 1_000_000 + max(lg.config.file_delete_delay_ms, 0)
+            self._deleted_fds.append((due, fds))
+
+    def release_deleted(self, now_ms: int | None = None, *, force: bool = False) -> int:
+        """Close the descriptors of deleted logs whose delay has passed (all with
+        ``force``); returns how many logs (the broker's retention loop calls it)."""
+        if not self._deleted_fds:
+            return 0
+        now = clock.time_ns() // 1_000_000 if now_ms is None else now_ms
+        due = [fds for t, fds in self._deleted_fds if force or t <= now]
+        self._deleted_fds = [(t, fds) for t, fds in self._deleted_fds if not (force or t <= now)]
+        for fds in due:
+            for fd in fds:
+                os.close(fd)
+        return len(due)
 
     def partitions_with_logs(self) -> list[TopicPartition]:
         return list(self._logs)
@@ -272,3 +295,4 @@ class ReplicaLogs:
         self.checkpoint_recovery_points()
         for lg in self._logs.values():
             lg.close()
+        self.release_deleted(force=True)

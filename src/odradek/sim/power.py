@@ -33,7 +33,7 @@ from odradek.sim.world import World, _Fault
 
 __all__ = ["PROFILES", "PowerLossWorld"]
 
-PROFILES = ("default", "power-loss")
+PROFILES = ("default", "power-loss", "pause")  # pause: odradek.sim.pause
 
 
 @dataclass

@@ -22,8 +22,11 @@ from odradek.sim import bugs
 from odradek.sim.checkers import Violation, lost_acks, prefix_divergence, unledgered_losses
 from odradek.sim.clients import WORKLOAD_SEGMENT_BYTES, Workload
 from odradek.sim.disk import SimDisk, recording
+from odradek.sim.gate import GatedSimLoop
 from odradek.sim.harness import TOPIC
+from odradek.sim.isr_registered import IsrRegisteredCheck
 from odradek.sim.loop import SimLoop
+from odradek.sim.pause import GatedNetwork, PauseHarness, PauseWorld, check_profile
 from odradek.sim.power import PowerLossWorld
 from odradek.sim.schedule import Step
 from odradek.sim.world import SimHarness, SimNetwork, World, WorldConfig
@@ -114,15 +117,18 @@ def run_seed(
     skip: frozenset[int] = frozenset(),
     timeline: bool = True,
 ) -> RunResult:
-    """One run. ``profile``: ``default``, or ``power-loss`` (odradek.sim.power: the
-    fsyncs are recorded and the nemesis also cuts a broker's power). ``plan``: replay
-    this fault schedule (``RunResult.schedule`` of an earlier run of the seed) instead
-    of drawing one, without the faults in ``skip``. ``timeline=False`` (``sim run``:
+    """One run. ``profile``: ``default``, ``power-loss`` (odradek.sim.power: the
+    fsyncs are recorded and the nemesis also cuts a broker's power), or ``pause``
+    (odradek.sim.pause: the nemesis also freezes a broker, as SIGSTOP, or stalls its
+    event loop). ``plan``: replay this fault schedule (``RunResult.schedule`` of an
+    earlier run of the seed) instead of drawing one, without the faults in ``skip``. ``timeline=False`` (``sim run``:
     only the violations are printed) keeps no timeline and skips building its most
     frequent lines; the run itself is the same."""
     cfg = cfg or WorldConfig()
     result = RunResult(seed, bug, profile=profile)
-    loop = SimLoop(seed)
+    if profile == "pause":
+        check_profile(cfg.real_controller, cfg.workload)
+    loop = GatedSimLoop(seed) if profile == "pause" else SimLoop(seed)
     disk = SimDisk(scratch=_scratch_dir()) if profile == "power-loss" else None
     disk_ctx: AbstractContextManager[object] = recording(disk) if disk else nullcontext()
 
@@ -150,6 +156,8 @@ def run_seed(
             )
         finally:
             loop.before_advance = None
+            if isinstance(loop, GatedSimLoop):
+                loop.resume_all()  # a task held behind a gate could not be cancelled
             loop.run_until_complete(_cancel_all())
             loop.close()
     result.virtual_s = loop.time()
@@ -183,8 +191,11 @@ async def _run(
     skip: frozenset[int],
     timeline: bool,
 ) -> None:
-    net = SimNetwork(random.Random(f"network-{seed}"), cfg.hop_latency_s)
-    h = SimHarness(
+    gated = isinstance(asyncio.get_running_loop(), GatedSimLoop)
+    net = (GatedNetwork if gated else SimNetwork)(
+        random.Random(f"network-{seed}"), cfg.hop_latency_s
+    )
+    h = (PauseHarness if gated else SimHarness)(
         root,
         brokers=cfg.brokers,
         partitions=cfg.partitions,
@@ -211,7 +222,10 @@ async def _run(
         ),
     )
     async with h:
-        if disk is None:
+        w: World
+        if gated:
+            w = PauseWorld(h, cfg, seed, trace, net, tracing=timeline)
+        elif disk is None:
             w = World(h, cfg, seed, trace, net, tracing=timeline)
         else:
             w = PowerLossWorld(h, cfg, seed, trace, net, tracing=timeline, disk=disk)
@@ -228,6 +242,14 @@ async def _run(
             watcher = loop.create_task(w.watch(cfg.sample_every_s))
         else:
             loop.before_advance = w.sample
+        isr_check = IsrRegisteredCheck(w) if cfg.real_controller else None
+        if isr_check is not None and watcher is None:
+
+            def at_instant_end() -> None:
+                w.sample()
+                isr_check()
+
+            loop.before_advance = at_instant_end
         wl = None
         if cfg.workload == "plain":
             producers = [loop.create_task(w.producer(k)) for k in range(cfg.producers)]
@@ -241,6 +263,8 @@ async def _run(
         await asyncio.gather(*producers)
         converged = await _await_liveness(w, cfg.liveness_bound_s, wl)
         w.sample()
+        if isr_check is not None:
+            isr_check()
         loop.before_advance = None
         if watcher is not None:
             watcher.cancel()

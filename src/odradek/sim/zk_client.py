@@ -43,6 +43,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import EventType, KazooState, KeeperState, WatchedEvent, ZnodeStat
 
 from odradek.sim import zookeeper as m
+from odradek.sim.gate import owned_by
 from odradek.zk.multi_read import GET_DATA, MultiRead
 
 __all__ = ["SimEnsemble", "SimKazooClient"]
@@ -283,6 +284,10 @@ class SimKazooClient:
         self._wrappers: dict[Any, Callable[[m.WatchedEvent], None]] = {}
         self._pending: list[tuple[int, Callable[[WatchedEvent], Any], WatchedEvent]] = []
         self._last_delivery = 0.0
+        # The gate of the process this client is in (0: none; -b: broker b's threads): a
+        # watch event delivered to it is that process's work (odradek.sim.gate: held while
+        # it is paused).
+        self.node = 0
 
     # ---------------------------------------------------------------- session
     def start(self, timeout: float | None = None) -> None:
@@ -373,7 +378,9 @@ class SimKazooClient:
             # A session's events arrive in order: never before the previous one.
             at = max(loop.time() + self.ensemble.delay(), self._last_delivery + 1e-6)
             self._last_delivery = at
-            loop.call_at(at, self._deliver, ev.session, watch, kev)
+            loop.call_at(
+                at, self._deliver, ev.session, watch, kev, context=owned_by(loop, self.node)
+            )
 
         self._wrappers[watch] = fire
         return fire

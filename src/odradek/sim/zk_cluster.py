@@ -36,6 +36,7 @@ from odradek.metadata.image import MetadataImage
 from odradek.metadata.store import MetadataStore
 from odradek.replication.isr_store import ZkIsrStore
 from odradek.sim import zookeeper as m
+from odradek.sim.gate import THREADSAFE, owned_by
 from odradek.sim.harness import TOPIC, _PartitionZnode
 from odradek.sim.zk_client import SimEnsemble, SimKazooClient
 from odradek.zk import znodes
@@ -69,6 +70,7 @@ class _Node:
             on_activity=self.poke,
             on_commit=cluster._committed,
         )
+        self.client.node = -b  # its threads (odradek.sim.gate)
         self.isr_zkc = KafkaZkClient(self.client)
         reg = znodes.BrokerRegistration.plaintext(b, "memory", b)
         self.store = MetadataStore(KafkaZkClient(self.client), b, reg, self._publish)
@@ -97,12 +99,12 @@ class _Node:
             if not self.client.dead:
                 self._deliver(image)
 
-        self.loop.call_soon(apply)
+        self.loop.call_soon(apply, context=owned_by(self.loop, self.b, THREADSAFE))
 
     def poke(self) -> None:
         if not self._scheduled and not self.client.dead:
             self._scheduled = True
-            self.loop.call_soon(self._pump)
+            self.loop.call_soon(self._pump, context=owned_by(self.loop, -self.b))
 
     def _pump(self) -> None:
         """One turn of the store's thread, then of the controller's."""
@@ -139,7 +141,9 @@ class _Node:
             self._timer.cancel()
             self._timer = None
         if wake:
-            self._timer = self.loop.call_at(min(wake), self.poke)
+            self._timer = self.loop.call_at(
+                min(wake), self.poke, context=owned_by(self.loop, -self.b)
+            )
 
     def kill(self) -> None:
         self.client.kill()
@@ -261,7 +265,12 @@ class ZkCluster:
             # seeded delay). It also keeps the old session's failure visible: a broker
             # re-registering in the same instant would look to a controller as if it
             # had never gone (a bounce no controller saw).
-            loop.call_later(self._startup_rng.uniform(*self.startup_s), self._start, node)
+            loop.call_later(
+                self._startup_rng.uniform(*self.startup_s),
+                self._start,
+                node,
+                context=owned_by(loop, broker),
+            )
         return ZkIsrStore(lambda: node.isr_zkc, lambda _t: self.topic_id, broker)
 
     def _start(self, node: _Node) -> None:
@@ -276,7 +285,9 @@ class ZkCluster:
                 if b in self.unreachable and self.nodes.get(b) is node:
                     self.broker_failed(b)
 
-            self.ensemble.loop.call_later(self.session_timeout_s, expire)
+            # ZooKeeper's timer, not the broker's: it runs while the broker is paused.
+            loop = self.ensemble.loop
+            loop.call_later(self.session_timeout_s, expire, context=owned_by(loop, 0))
 
     def started(self) -> None:
         """Every broker process of the first start exists: their nodes join ZooKeeper,

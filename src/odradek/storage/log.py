@@ -511,15 +511,17 @@ class Log:
         they are sanity-checked on open and their tail rebuilt from the log."""
         return self._flush.unchanged(self.log_end_offset)
 
-    def close(self) -> None:
-        """Clean close: flush (recovery point = LEO) and release file descriptors."""
+    def close(self, *, keep_fds: list[int] | None = None) -> None:
+        """Clean close: flush (recovery point = LEO) and release file descriptors
+        (``keep_fds``: appended to it instead, for the caller to close later: a deleted
+        replica's, whose FileSlices may still be on their way to a socket)."""
         if self.closed:
             return
         if not self.unchanged_since_flush:
             self.flush()
         for seg in self.segments:
-            seg.close()
-        self.run_pending_deletions(force=True)
+            seg.close(keep_fd=keep_fds)
+        self._deletions.run(force=True, keep_fds=keep_fds)
         self.closed = True
 
     # ------------------------------------------------------------------ retention

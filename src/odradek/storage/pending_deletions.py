@@ -36,9 +36,12 @@ class PendingDeletions:
         now = _wall_ms() if now_ms is None else now_ms
         self._due.append((now + max(delay_ms, 0), segment))
 
-    def run(self, now_ms: int | None = None, *, force: bool = False) -> int:
+    def run(
+        self, now_ms: int | None = None, *, force: bool = False, keep_fds: list[int] | None = None
+    ) -> int:
         """Close and unlink the segments whose delay has passed (all of them with
-        ``force``); returns how many."""
+        ``force``); returns how many. ``keep_fds``: their descriptors are appended to it
+        instead of closed (``Segment.close``)."""
         if not self._due:
             return 0
         now = _wall_ms() if now_ms is None else now_ms
@@ -47,5 +50,5 @@ class PendingDeletions:
             return 0
         self._due = [(t, s) for t, s in self._due if not (force or t <= now)]
         for seg in due:
-            seg.delete()
+            seg.delete(keep_fd=keep_fds)
         return len(due)

@@ -374,18 +374,25 @@ class Segment:
         self.time_index.write_pending(fsync=True)
         disk.fsync(self.fd)
 
-    def close(self) -> None:
+    def close(self, *, keep_fd: list[int] | None = None) -> None:
+        """``keep_fd``: the file descriptor is appended to it instead of closed (a deleted
+        replica's, closed after file.delete.delay.ms: odradek.replication.replica_logs)."""
         if self.closed:
             return
         self.index.write_pending()
         self.time_index.write_pending()
-        os.close(self.fd)
+        self._release(keep_fd)
+
+    def _release(self, keep_fd: list[int] | None) -> None:
+        if keep_fd is None:
+            os.close(self.fd)
+        else:
+            keep_fd.append(self.fd)
         self.closed = True
 
-    def delete(self) -> None:
+    def delete(self, *, keep_fd: list[int] | None = None) -> None:
         if not self.closed:
-            os.close(self.fd)
-            self.closed = True
+            self._release(keep_fd)
         for p in (self.log_path,):
             try:
                 p.unlink()

@@ -5,7 +5,10 @@ its own, and tells its owner through the hooks."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 from odradek.replication.partition import Partition
 from odradek.replication.replica_logs import (
@@ -15,6 +18,7 @@ from odradek.replication.replica_logs import (
 )
 from odradek.storage.checkpoint import read_checkpoint
 from odradek.storage.log import Log, LogConfig
+from odradek.storage.records import encode_batch
 
 
 def _logs(log_dir: Path, opened: list[Log], moved: list[TopicPartition]) -> ReplicaLogs:
@@ -54,3 +58,24 @@ def test_replica_logs_stand_alone_with_their_hooks(tmp_path: Path) -> None:
     assert read_checkpoint(tmp_path / LOG_START_CHECKPOINT) == {("t", 0): 0}
     logs2.delete(("t", 0))
     assert not logs2.has_log(("t", 0)) and not (tmp_path / "t-0").exists()
+
+
+def test_a_slice_read_before_its_replica_is_deleted_stays_readable(tmp_path: Path) -> None:
+    """A fetch's answer is built on the handler's next step, after the read: an image
+    deleting the replica can run in between (sim --profile pause, a draft's seed 76: the
+    answer's pread failed with EBADF; with the fd number reused it would read another
+    file). As for segments retention removes, the deleted log's files go at once (the
+    name is free for a replica moved back) and its fds stay open for
+    file.delete.delay.ms."""
+    logs = _logs(tmp_path, [], [])
+    lg = logs.open_log(("t", 0))
+    batch = encode_batch([(None, b"v")])
+    lg.append_as_leader(batch, 0, 1)
+    sl = lg.read(0, 1 << 20, max_offset=lg.log_end_offset)
+    assert sl is not None
+    logs.delete(("t", 0))
+    assert not (tmp_path / "t-0").exists()
+    assert len(sl.read_bytes()) == sl.size == len(batch)
+    assert logs.release_deleted(force=True) == 1
+    with pytest.raises(OSError):
+        os.fstat(sl.fd)

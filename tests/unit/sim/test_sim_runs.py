@@ -25,6 +25,9 @@ BUG_SEEDS = {
     "hw-ignores-min-isr": (1, "ack-under-replicated"),
     "idle-session": (23, "liveness"),
     "isr-shrink-unconditional": (47, "acked-lost"),
+    # Found once isr-unregistered was checked (odradek.sim.isr_registered): a fenced,
+    # live follower put back into the ISR (docs/faults.md, "Pause and stall").
+    "no-isr-eligibility": (1, "isr-unregistered"),
 }
 SHRINK_CASE = "hw-ignores-min-isr"  # the cheapest to shrink (8 replays)
 
