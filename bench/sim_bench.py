@@ -2,10 +2,13 @@
 """Simulator throughput: schedules per minute of ``odradek sim`` (issue 26).
 
 A benchmark, not a timed test: run it by hand (bench/README.md). Runs seeds
-``--first``.. for ``--seconds`` of wall time (at least one schedule), sequentially in
-this process as ``odradek sim run`` does, and reports schedules per minute, virtual
-seconds simulated per wall second, and the wall time per schedule (median and max), and
-the same per second of this process's CPU time (what a loaded machine does not skew).
+``--first``.. for ``--seconds`` of wall time (at least one schedule), or exactly
+``--schedules N`` seeds (the same seeds on every run: what a comparison of two branches
+needs), sequentially in this process as ``odradek sim run`` does, and reports schedules
+per minute, virtual seconds simulated per wall second, and the wall time per schedule
+(median and max), and the same per second of this process's CPU time (what a loaded
+machine skews least). The default shape is issue 26's: 3 brokers, 3 partitions RF 3,
+60 virtual seconds of faults, the real controller (``--partitions``, ``--duration``).
 ``--inject-bug NAME`` measures a run with a bug (failing schedules are counted too);
 ``--first-world`` the world before reassignments, watch delays and quiet heals (what
 the figures before issue 26 items 4-5 measured); ``--workload`` the idempotent or
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -31,10 +35,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=60.0, help="wall time to spend")
     ap.add_argument("--first", type=int, default=1, help="first seed")
     ap.add_argument(
+        "--schedules",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run exactly N seeds (--first..), whatever the time (overrides --seconds)",
+    )
+    ap.add_argument(
         "--duration",
         type=float,
+        default=60.0,
+        help="virtual seconds of faults per schedule (default 60, issue 26's shape; "
+        "`odradek sim run` defaults to 20)",
+    )
+    ap.add_argument(
+        "--partitions",
+        type=int,
         default=None,
-        help="virtual seconds of faults per schedule (default: the simulator's)",
+        metavar="N",
+        help="partitions, RF 3 each (default 3, issue 26's shape; 2 with --workload transactional)",
     )
     ap.add_argument("--inject-bug", default=None, metavar="NAME")
     ap.add_argument("--first-world", action="store_true")
@@ -60,20 +79,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, metavar="FILE", help="also write the figures")
     args = ap.parse_args(argv)
     cfg = FIRST_WORLD if args.first_world else WorldConfig()
-    if args.duration is not None:
-        cfg = replace(cfg, duration_s=args.duration)
+    parts = args.partitions
+    if parts is None:
+        parts = 2 if args.workload == "transactional" else 3
+    cfg = replace(cfg, duration_s=args.duration, partitions=parts, workload=args.workload)
     if args.controller is not None:
         cfg = replace(cfg, real_controller=args.controller == "real")
-    if args.workload != "plain":
-        parts = 2 if args.workload == "transactional" else cfg.partitions
-        cfg = replace(cfg, workload=args.workload, partitions=parts)
     walls: list[float] = []
     virtual = 0.0
     failed = 0
     seed = args.first
     t0 = time.perf_counter()
     c0 = time.process_time()
-    while not walls or time.perf_counter() - t0 < args.seconds:
+
+    def more() -> bool:
+        if args.schedules is not None:
+            return len(walls) < args.schedules
+        return not walls or time.perf_counter() - t0 < args.seconds
+
+    while more():
         t = time.perf_counter()
         r = run_seed(
             seed, bug=args.inject_bug, cfg=cfg, profile=args.profile, timeline=False
@@ -94,6 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         "per_cpu_minute": round(len(walls) / cpu * 60, 1),
         "virtual_per_cpu_s": round(virtual / cpu, 1),
         "virtual_s_per_schedule": round(virtual / len(walls), 1),
+        "cpu_s_per_schedule": round(cpu / len(walls), 3),
+        "partitions": cfg.partitions,
+        "duration_s": cfg.duration_s,
+        "real_controller": cfg.real_controller,
+        "seeds": f"{args.first}-{seed - 1}",
+        "load": round(os.getloadavg()[0], 2),
         "wall_s_median": round(statistics.median(walls), 3),
         "wall_s_max": round(max(walls), 3),
         "bug": args.inject_bug,
@@ -105,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{row['per_minute']} per minute, {row['virtual_per_wall_s']} virtual s per wall s, "
         f"{row['wall_s_median']} s median / {row['wall_s_max']} s max per schedule; "
         f"{row['per_cpu_minute']} per CPU minute, {row['virtual_per_cpu_s']} virtual s per "
-        f"CPU s ({row['virtual_s_per_schedule']} virtual s each)"
+        f"CPU s ({row['virtual_s_per_schedule']} virtual s, {row['cpu_s_per_schedule']} CPU s "
+        f"each); seeds {row['seeds']}, {cfg.partitions} partitions, {cfg.duration_s:g} s of "
+        f"faults, {'real' if cfg.real_controller else 'modelled'} controller, "
+        f"load {row['load']}"
     )
     if args.json:
         with open(args.json, "w") as f:

@@ -128,7 +128,9 @@ class RemoteReplicas:
         self._candidates.difference_update(brokers)
 
     def has_candidates_outside(self, isr: Iterable[int]) -> bool:
-        return bool(self._candidates - set(isr))
+        # Asked on every follower fetch; there is rarely a candidate (issue 29: CPU per
+        # request), so no set is built then.
+        return bool(self._candidates) and not self._candidates.issubset(isr)
 
     def mark_removed(self, old_isr: Iterable[int], new_isr: Iterable[int]) -> None:
         """Followers that just left the committed ISR: only a fetch after this may bring

@@ -266,7 +266,8 @@ class ProducerStateManager:
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest open transaction (None: nothing open)."""
-        return min(self.ongoing.values(), default=None)
+        ongoing = self.ongoing  # read on every fetch (the LSO); usually empty
+        return min(ongoing.values()) if ongoing else None
 
     def truncate_to(self, offset: int, aborted_above: Sequence[AbortedTxn] = ()) -> None:
         """Forget batches at or above ``offset``. ``aborted_above``: the .txnindex

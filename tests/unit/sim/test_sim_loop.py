@@ -68,3 +68,69 @@ def test_the_hook_runs_once_at_the_end_of_each_virtual_instant() -> None:
         assert seen == [0.0, 0.5, 1.0]
     finally:
         loop.close()
+
+
+class _AsyncioScheduling(SimLoop):
+    """SimLoop with asyncio's own timer heap and loop step (what SimLoop replaced)."""
+
+    call_at = asyncio.BaseEventLoop.call_at  # type: ignore[assignment]
+    call_later = asyncio.BaseEventLoop.call_later  # type: ignore[assignment]
+    call_soon = asyncio.BaseEventLoop.call_soon  # type: ignore[assignment]
+    _run_once = asyncio.BaseEventLoop._run_once  # type: ignore[attr-defined]
+
+
+def _timer_storm(loop: SimLoop) -> list[int]:
+    """Timers due at the same instants (ties), cancelled ones (enough for asyncio to
+    rebuild its heap), and timers that schedule more timers."""
+    import random
+
+    rng = random.Random(7)
+    ran: list[int] = []
+    handles: list[asyncio.TimerHandle] = []
+
+    def fire(i: int) -> None:
+        ran.append(i)
+        if rng.random() < 0.3:
+            handles.append(loop.call_later(rng.choice([0.0, 0.25, 0.5]), fire, 1000 + i))
+        if handles and rng.random() < 0.3:
+            handles[rng.randrange(len(handles))].cancel()
+
+    async def main() -> None:
+        for i in range(600):
+            handles.append(loop.call_at(rng.choice([0.5, 1.0, 1.0, 1.5, 2.0]), fire, i))
+            if rng.random() < 0.4:
+                handles[-1].cancel()
+        await asyncio.sleep(5.0)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    return ran
+
+
+def test_timers_run_in_the_order_asyncio_s_own_heap_gives_them() -> None:
+    """SimLoop heaps (when, handle) tuples instead of TimerHandles (cheaper compares):
+    a seed's runs stay the same only if timers due at the same instant -- whose order
+    asyncio leaves to its heap's moves -- run in the order asyncio's loop runs them."""
+    ran = _timer_storm(SimLoop(1))
+    assert ran == _timer_storm(_AsyncioScheduling(1))
+    assert len(ran) > 400 and any(i >= 1000 for i in ran)
+
+
+def test_an_exception_in_a_callback_goes_to_the_exception_handler() -> None:
+    loop = SimLoop(1)
+    got: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, ctx: got.append(ctx))
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    try:
+        loop.call_soon(boom)
+        loop.call_later(1.0, boom)
+        loop.run_until_complete(asyncio.sleep(2.0))
+    finally:
+        loop.close()
+    assert [type(c["exception"]) for c in got] == [ValueError, ValueError]
+    assert all(str(c["message"]).startswith("Exception in callback") for c in got)
