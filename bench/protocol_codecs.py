@@ -1,6 +1,6 @@
 """Micro-benchmark of the protocol hot paths; prints ops/s, asserts nothing.
 
-    .venv/bin/python bench/protocol_codecs.py
+.venv/bin/python bench/protocol_codecs.py
 """
 
 from __future__ import annotations
@@ -51,11 +51,19 @@ def _produce_v9_frame(records: bytes) -> bytes:
         transactional_id=None,
         acks=i16(-1),
         timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
-        topic_data=(topic_cls(name="bench", partition_data=(part_cls(index=i32(0), records=records),)),),
+        topic_data=(
+            topic_cls(name="bench", partition_data=(part_cls(index=i32(0), records=records),)),
+        ),
     )
     buf = io.BytesIO()
     entity_writer(RequestHeader)(
-        buf, RequestHeader(request_api_key=i16(0), request_api_version=i16(9), correlation_id=i32(1), client_id="bench")
+        buf,
+        RequestHeader(
+            request_api_key=i16(0),
+            request_api_version=i16(9),
+            correlation_id=i32(1),
+            client_id="bench",
+        ),
     )
     entity_writer(cls)(buf, req)
     return buf.getvalue()
@@ -66,13 +74,28 @@ def main() -> None:
     _rate("decode_request(Produce v9, 1 KiB records)", lambda: decode_request(frame))
 
     produce_topics = [("bench", [PartitionProduceResult(0, 0, 123456)])]
-    _rate("encode_produce_response(v9, 1 partition)", lambda: encode_produce_response(9, 1, produce_topics))
+    _rate(
+        "encode_produce_response(v9, 1 partition)",
+        lambda: encode_produce_response(9, 1, produce_topics),
+    )
 
     fetch_topics = [
-        ("bench", [PartitionFetchResult(p, 0, 10_000, 10_000, 0, _Slice(3, 0, 1 << 20)) for p in range(4)])
+        (
+            "bench",
+            [
+                PartitionFetchResult(p, 0, 10_000, 10_000, 0, _Slice(3, 0, 1 << 20))
+                for p in range(4)
+            ],
+        )
     ]
-    _rate("encode_fetch_response(v12, 4 partitions)", lambda: encode_fetch_response(12, 1, fetch_topics))
-    _rate("encode_fetch_response(v11, 4 partitions)", lambda: encode_fetch_response(11, 1, fetch_topics))
+    _rate(
+        "encode_fetch_response(v12, 4 partitions)",
+        lambda: encode_fetch_response(12, 1, fetch_topics),
+    )
+    _rate(
+        "encode_fetch_response(v11, 4 partitions)",
+        lambda: encode_fetch_response(11, 1, fetch_topics),
+    )
 
     stream = (struct.pack(">i", len(frame)) + frame) * 64
     _rate("FrameDecoder.feed(64 Produce frames)", lambda: FrameDecoder().feed(stream))

@@ -39,10 +39,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from broker_throughput import PRODUCER_PROPS, _f, mock_target  # noqa: E402  (bench/ is not a package)
+import itertools
 
-from odradek.cluster.local import LocalCluster  # noqa: E402
-from odradek.perf import make_payload, parse_props, percentile, run_produce  # noqa: E402
+from broker_throughput import PRODUCER_PROPS, _f, mock_target
+
+from odradek.cluster.local import LocalCluster
+from odradek.perf import make_payload, parse_props, percentile, run_produce
 
 PARTITIONS = 4
 MIN_ISR = "2"
@@ -72,14 +74,19 @@ def create_topic(bootstrap: str, topic: str, partitions: int, rf: int = 3) -> No
     from confluent_kafka.admin import NewTopic
 
     a = admin(bootstrap)
-    fut = a.create_topics([NewTopic(topic, partitions, rf, config={"min.insync.replicas": MIN_ISR})],
-                          operation_timeout=30)
+    fut = a.create_topics(
+        [NewTopic(topic, partitions, rf, config={"min.insync.replicas": MIN_ISR})],
+        operation_timeout=30,
+    )
     fut[topic].result(timeout=60)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # every partition has a leader and a full ISR
         md = a.list_topics(topic, timeout=10).topics.get(topic)
-        if md is not None and md.error is None and len(md.partitions) == partitions and all(
-            p.leader >= 0 and len(p.isrs) == rf for p in md.partitions.values()
+        if (
+            md is not None
+            and md.error is None
+            and len(md.partitions) == partitions
+            and all(p.leader >= 0 and len(p.isrs) == rf for p in md.partitions.values())
         ):
             return
         time.sleep(0.2)
@@ -98,7 +105,7 @@ def wait_full_isr(bootstrap: str, topic: str, rf: int, timeout: float = 90.0) ->
             md = admin(bootstrap).list_topics(topic, timeout=5).topics[topic]
             if all(p.leader >= 0 and len(p.isrs) == rf for p in md.partitions.values()):
                 return
-        except Exception:  # a broker restarting: retry until the deadline
+        except Exception:  # noqa: BLE001 - a broker restarting: retry until the deadline
             pass
         time.sleep(0.25)
     raise RuntimeError(f"{topic}: ISR not back to {rf} replicas within {timeout:.0f} s")
@@ -118,8 +125,10 @@ def committed_records(bootstrap: str, topic: str, partitions: int) -> int:
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw-probe"})
     try:
-        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                   for p in range(partitions))
+        return sum(
+            c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        )
     finally:
         c.close()
 
@@ -149,32 +158,62 @@ def bench_throughput(c: LocalCluster, records: int, rows: list[Row], rounds: int
             topic = f"tp-acks{acks}-{rnd}-{int(time.time() * 1000) % 10**8}"
             create_topic(c.bootstrap_servers, topic, PARTITIONS)
             props = dict(PRODUCER_PROPS, acks=acks)
-            print(f"[throughput] acks={acks} round {rnd}/{rounds}: {records} x 1 KB to {topic}, "
-                  f"load {os.getloadavg()[0]:.2f}", flush=True)
-            s = run_produce(c.bootstrap_servers, topic, records, 1024, producer_props=props,
-                            out=sys.stdout, report_interval_s=5.0, flush_timeout_s=120.0,
-                            stall_timeout_s=60.0)
+            print(
+                f"[throughput] acks={acks} round {rnd}/{rounds}: {records} x 1 KB to {topic}, "
+                f"load {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
+            s = run_produce(
+                c.bootstrap_servers,
+                topic,
+                records,
+                1024,
+                producer_props=props,
+                out=sys.stdout,
+                report_interval_s=5.0,
+                flush_timeout_s=120.0,
+                stall_timeout_s=60.0,
+            )
             catch_up = wait_replicated(c.bootstrap_servers, topic, s.records)
             replicated[acks] = s.records / (s.elapsed_s + catch_up)
             rate[acks] = s.records_per_sec
             print(f"  {s.line()}", flush=True)
-            print(f"  all replicated {catch_up:.2f} s after the last ack: "
-                  f"{replicated[acks] * 1024 / 1e6:.1f} MB/s replicated", flush=True)
+            print(
+                f"  all replicated {catch_up:.2f} s after the last ack: "
+                f"{replicated[acks] * 1024 / 1e6:.1f} MB/s replicated",
+                flush=True,
+            )
             note = f"{s.errors} errors" if s.errors else ""
-            rows.append(Row("throughput", f"acks={acks} round {rnd}", s.mb_per_sec, "MB/s",
-                            note=note))
-            rows.append(Row("throughput", f"acks={acks} round {rnd}, until replicated",
-                            replicated[acks] * 1024 / 1e6, "MB/s",
-                            note=f"+{catch_up:.2f} s after the last ack"))
+            rows.append(
+                Row("throughput", f"acks={acks} round {rnd}", s.mb_per_sec, "MB/s", note=note)
+            )
+            rows.append(
+                Row(
+                    "throughput",
+                    f"acks={acks} round {rnd}, until replicated",
+                    replicated[acks] * 1024 / 1e6,
+                    "MB/s",
+                    note=f"+{catch_up:.2f} s after the last ack",
+                )
+            )
             delete_topic(c.bootstrap_servers, topic)
         ratios.append(rate["all"] / rate["1"])
         replicated_ratios.append(replicated["all"] / replicated["1"])
-    for name, vals in (("acks=all / acks=1", ratios),
-                       ("acks=all / acks=1, until replicated", replicated_ratios)):
+    for name, vals in (
+        ("acks=all / acks=1", ratios),
+        ("acks=all / acks=1, until replicated", replicated_ratios),
+    ):
         spread = ", ".join(f"{v:.2f}" for v in vals)
-        rows.append(Row("throughput", name, sorted(vals)[len(vals) // 2], "ratio",
-                        "≥ 0.6 (Kafka 0.54)" if "until" not in name else "",
-                        f"median of {len(vals)} rounds: {spread}"))
+        rows.append(
+            Row(
+                "throughput",
+                name,
+                sorted(vals)[len(vals) // 2],
+                "ratio",
+                "≥ 0.6 (Kafka 0.54)" if "until" not in name else "",
+                f"median of {len(vals)} rounds: {spread}",
+            )
+        )
 
 
 # --- 2. end-to-end latency ---------------------------------------------------------------
@@ -213,9 +252,15 @@ with open(out_path, "wb") as f:
 """
 
 
-def paced_produce(bootstrap: str, topic: str, rate: float, duration_s: float, size: int,
-                  props: dict[str, str], fault: tuple[float, Callable[[], None]] | None = None
-                  ) -> tuple[array, array, int, int, float]:
+def paced_produce(
+    bootstrap: str,
+    topic: str,
+    rate: float,
+    duration_s: float,
+    size: int,
+    props: dict[str, str],
+    fault: tuple[float, Callable[[], None]] | None = None,
+) -> tuple[array, array, int, int, float]:
     """Produce ``rate`` records/s for ``duration_s`` (catching up in 1 ms steps); each value
     starts with time.time_ns(). Returns (send wall times s, ack wall times s, errors,
     sent, fault wall time) — ack time = send time + librdkafka's Message.latency().
@@ -234,8 +279,11 @@ def paced_produce(bootstrap: str, topic: str, rate: float, duration_s: float, si
         sends.append(sent_s)
         acks.append(sent_s + (msg.latency() or 0.0))
 
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "on_delivery": on_delivery,
-                            "message.timeout.ms": 120000}
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "on_delivery": on_delivery,
+        "message.timeout.ms": 120000,
+    }
     conf.update(props)
     p = Producer(conf)
     start = time.monotonic()
@@ -247,9 +295,11 @@ def paced_produce(bootstrap: str, topic: str, rate: float, duration_s: float, si
         if now - start >= duration_s:
             break
         if fault is not None and fault_thread is None and now - start >= fault[0]:
+
             def run_fault(fn: Callable[[], None] = fault[1]) -> None:
                 fault_at[0] = time.time()
                 fn()
+
             fault_thread = threading.Thread(target=run_fault, daemon=True)
             fault_thread.start()
         due = int((now - start) * rate)
@@ -308,9 +358,16 @@ def sched_totals(pids: list[int]) -> tuple[float, float, int]:
     return cpu, wait, slices
 
 
-def latency_run(bootstrap: str, case: LatencyCase, duration_s: float, size: int,
-                props: dict[str, str], workdir: Path, partitions: int,
-                broker_pids: list[int] | None = None) -> dict[str, float]:
+def latency_run(
+    bootstrap: str,
+    case: LatencyCase,
+    duration_s: float,
+    size: int,
+    props: dict[str, str],
+    workdir: Path,
+    partitions: int,
+    broker_pids: list[int] | None = None,
+) -> dict[str, float]:
     """One timed run of ``case``: a consumer process records each record's arrival time
     minus the µs stamp the producer put in the value at produce(). With ``broker_pids``,
     also the run-queue wait of the brokers and both clients per record (sched_totals):
@@ -323,9 +380,22 @@ def latency_run(bootstrap: str, case: LatencyCase, duration_s: float, size: int,
     warm_up(bootstrap, topic, partitions, case.acks)
     out = workdir / f"{topic}.bin"
     expected = int(case.rate * duration_s)
-    cons = subprocess.Popen([sys.executable, "-c", _CONSUMER, bootstrap, topic,
-                             str(partitions), str(expected), str(out), "15", str(partitions)],
-                            stdout=subprocess.PIPE, text=True)
+    cons = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _CONSUMER,
+            bootstrap,
+            topic,
+            str(partitions),
+            str(expected),
+            str(out),
+            "15",
+            str(partitions),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert cons.stdout is not None
         if cons.stdout.readline().strip() != "ready":
@@ -333,9 +403,9 @@ def latency_run(bootstrap: str, case: LatencyCase, duration_s: float, size: int,
         watched = [*(broker_pids or []), cons.pid, os.getpid()]
         before = sched_totals(watched)
         brokers_before = sched_totals(broker_pids or [])
-        _s, acks, errors, sent, _ = paced_produce(bootstrap, topic, case.rate,
-                                                  duration_s, size,
-                                                  dict(props, acks=case.acks))
+        _s, _acks, errors, sent, _ = paced_produce(
+            bootstrap, topic, case.rate, duration_s, size, dict(props, acks=case.acks)
+        )
         after = sched_totals(watched)  # before the consumer exits (its threads vanish)
         brokers_after = sched_totals(broker_pids or [])
         cons.wait(90)
@@ -346,19 +416,26 @@ def latency_run(bootstrap: str, case: LatencyCase, duration_s: float, size: int,
     raw = out.read_bytes()
     n = STAMP.unpack_from(raw)[0]
     hires = array("d")
-    hires.frombytes(raw[8 + 8 * n:8 + 16 * n])
+    hires.frombytes(raw[8 + 8 * n : 8 + 16 * n])
     ms = array("d", (x / 1000.0 for x in hires))
     p50, p99, p999 = pct_ms(ms)
     if case.target != "mock":
         delete_topic(bootstrap, topic)
     cpu_ns, wait_ns, slices = (x - y for x, y in zip(after, before))
     broker_cpu_ns, broker_wait_ns, _ = (x - y for x, y in zip(brokers_after, brokers_before))
-    return {"p50": p50, "p99": p99, "p99.9": p999, "consumed": len(ms), "sent": sent,
-            "errors": errors, "cpu_ms_per_s": cpu_ns / 1e6 / duration_s,
-            "wait_us_per_record": wait_ns / 1e3 / max(sent, 1),
-            "broker_cpu_ms_per_s": broker_cpu_ns / 1e6 / duration_s,
-            "broker_wait_us_per_record": broker_wait_ns / 1e3 / max(sent, 1),
-            "wait_us_per_slice": wait_ns / 1e3 / max(slices, 1)}
+    return {
+        "p50": p50,
+        "p99": p99,
+        "p99.9": p999,
+        "consumed": len(ms),
+        "sent": sent,
+        "errors": errors,
+        "cpu_ms_per_s": cpu_ns / 1e6 / duration_s,
+        "wait_us_per_record": wait_ns / 1e3 / max(sent, 1),
+        "broker_cpu_ms_per_s": broker_cpu_ns / 1e6 / duration_s,
+        "broker_wait_us_per_record": broker_wait_ns / 1e3 / max(sent, 1),
+        "wait_us_per_slice": wait_ns / 1e3 / max(slices, 1),
+    }
 
 
 @dataclass(frozen=True)
@@ -374,8 +451,12 @@ class LatencyCase:
         return f"{who}RF {self.rf}, acks={self.acks}, {self.rate:,} rec/s"
 
 
-LATENCY_CASES = (LatencyCase(1, "1", 1000), LatencyCase(3, "all", 1000),
-                 LatencyCase(1, "1", 10000), LatencyCase(3, "all", 10000))
+LATENCY_CASES = (
+    LatencyCase(1, "1", 1000),
+    LatencyCase(3, "all", 1000),
+    LatencyCase(1, "1", 10000),
+    LatencyCase(3, "all", 10000),
+)
 
 
 def latency_cases(rates: set[int], peer: str | None) -> tuple[LatencyCase, ...]:
@@ -397,9 +478,17 @@ MOCK_PARTITIONS = 4  # what librdkafka's mock broker gives an auto-created topic
 LATENCY_AIMS = {(3, 1000): "≤ 5 ms", (3, 10000): "≤ 10 ms (Kafka 3 ms)"}
 
 
-def bench_latency(c: LocalCluster, rounds: int, duration_s: float, size: int,
-                  props: dict[str, str], rows: list[Row], workdir: Path,
-                  partitions: int = 3, cases: tuple[LatencyCase, ...] = LATENCY_CASES) -> None:
+def bench_latency(
+    c: LocalCluster,
+    rounds: int,
+    duration_s: float,
+    size: int,
+    props: dict[str, str],
+    rows: list[Row],
+    workdir: Path,
+    partitions: int = 3,
+    cases: tuple[LatencyCase, ...] = LATENCY_CASES,
+) -> None:
     """End-to-end latency, RF 1 beside RF 3 and the peer -- the same clients against
     librdkafka's in-memory mock broker, the floor the clients and the machine set (Tansu
     is no floor here: it answers long polls late, p50 in the hundreds of ms) -- in
@@ -410,39 +499,56 @@ def bench_latency(c: LocalCluster, rounds: int, duration_s: float, size: int,
             try:
                 peers["mock"] = stack.enter_context(mock_target()).bootstrap
             except Exception as e:  # noqa: BLE001 - the peer is optional
-                print(f"[latency] mock broker unavailable ({e}); its cases are skipped",
-                      flush=True)
+                print(f"[latency] mock broker unavailable ({e}); its cases are skipped", flush=True)
                 cases = tuple(k for k in cases if k.target != "mock")
         runs: dict[LatencyCase, list[dict[str, float]]] = {k: [] for k in cases}
         for rnd in range(1, rounds + 1):
             for case in cases:
-                print(f"[latency] round {rnd}/{rounds}: {case.label}, {size} B, {props}, "
-                      f"{partitions} partitions, load {os.getloadavg()[0]:.2f}", flush=True)
-                pids = [b.pid for b in c.brokers if b.pid] if case.target == "odradek" \
-                    else []
-                r = latency_run(peers[case.target], case, duration_s, size, props, workdir,
-                                partitions, pids)
+                print(
+                    f"[latency] round {rnd}/{rounds}: {case.label}, {size} B, {props}, "
+                    f"{partitions} partitions, load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
+                pids = [b.pid for b in c.brokers if b.pid] if case.target == "odradek" else []
+                r = latency_run(
+                    peers[case.target], case, duration_s, size, props, workdir, partitions, pids
+                )
                 runs[case].append(r)
-                print(f"  p50/p99/p99.9 = {r['p50']:.2f}/{r['p99']:.2f}/{r['p99.9']:.2f} ms; "
-                      f"{int(r['consumed'])}/{int(r['sent'])} consumed, "
-                      f"{int(r['errors'])} errors; brokers+clients used "
-                      f"{r['cpu_ms_per_s'] / 10:.0f}% of a core (brokers "
-                      f"{r['broker_cpu_ms_per_s'] / 10:.0f}%), waited for a CPU "
-                      f"{r['wait_us_per_record']:.0f} µs per record (brokers "
-                      f"{r['broker_wait_us_per_record']:.0f}; "
-                      f"{r['wait_us_per_slice']:.0f} µs per time slice)", flush=True)
+                print(
+                    f"  p50/p99/p99.9 = {r['p50']:.2f}/{r['p99']:.2f}/{r['p99.9']:.2f} ms; "
+                    f"{int(r['consumed'])}/{int(r['sent'])} consumed, "
+                    f"{int(r['errors'])} errors; brokers+clients used "
+                    f"{r['cpu_ms_per_s'] / 10:.0f}% of a core (brokers "
+                    f"{r['broker_cpu_ms_per_s'] / 10:.0f}%), waited for a CPU "
+                    f"{r['wait_us_per_record']:.0f} µs per record (brokers "
+                    f"{r['broker_wait_us_per_record']:.0f}; "
+                    f"{r['wait_us_per_slice']:.0f} µs per time slice)",
+                    flush=True,
+                )
     for case in cases:
         rs = runs[case]
         for key in ("p50", "p99", "p99.9", "wait_us_per_record"):
             vals = sorted(r[key] for r in rs)
             med = vals[len(vals) // 2]
             spread = ", ".join(f"{v:.2f}" for v in (r[key] for r in rs))
-            aim = LATENCY_AIMS.get((case.rf, case.rate), "") if key == "p99" \
-                and case.target == "odradek" else ""
-            name, unit = (("CPU wait per record", "µs") if key == "wait_us_per_record"
-                          else (key, "ms"))
-            rows.append(Row("e2e latency", f"{case.label}, {name}", med, unit, aim,
-                            f"median of {len(rs)}: {spread}"))
+            aim = (
+                LATENCY_AIMS.get((case.rf, case.rate), "")
+                if key == "p99" and case.target == "odradek"
+                else ""
+            )
+            name, unit = (
+                ("CPU wait per record", "µs") if key == "wait_us_per_record" else (key, "ms")
+            )
+            rows.append(
+                Row(
+                    "e2e latency",
+                    f"{case.label}, {name}",
+                    med,
+                    unit,
+                    aim,
+                    f"median of {len(rs)}: {spread}",
+                )
+            )
 
 
 def trace_report(cluster_dir: Path) -> str:
@@ -460,7 +566,7 @@ def trace_report(cluster_dir: Path) -> str:
     for topic in sorted({k[0] for k in by_record}):
         hops: dict[str, list[float]] = {}
         example = None
-        for (t, part, off), evs in sorted(by_record.items()):
+        for (t, part, off), _evs in sorted(by_record.items()):
             if t != topic or off == 0:
                 continue  # offset 0 is a warm-up record
             tl = timeline(events, t, part, off)
@@ -484,8 +590,10 @@ def trace_report(cluster_dir: Path) -> str:
             example = example or (part, off, tl)
         if not hops:
             continue
-        out.append(f"{topic}: {len(hops.get('append', []))} traced records; median ms after "
-                   f"the leader's append:")
+        out.append(
+            f"{topic}: {len(hops.get('append', []))} traced records; median ms after "
+            f"the leader's append:"
+        )
         for key, vals in sorted(hops.items(), key=lambda kv: sorted(kv[1])[len(kv[1]) // 2]):
             vals.sort()
             out.append(f"  {key:<18} {vals[len(vals) // 2]:8.2f}  (n={len(vals)})")
@@ -504,36 +612,55 @@ def max_gap(acks: array, fault: float) -> tuple[float, float]:
     s = sorted(acks)
     if len(s) < 2:
         return math.nan, math.nan
-    gap, start = max((b - a, a) for a, b in zip(s, s[1:]))
+    gap, start = max((b - a, a) for a, b in itertools.pairwise(s))
     return gap, start - fault
 
 
-def bench_failover(c: LocalCluster, sig: signal.Signals, rate: float, duration_s: float,
-                   kill_at_s: float, session_ms: int, rows: list[Row], idempotent: bool) -> None:
+def bench_failover(
+    c: LocalCluster,
+    sig: signal.Signals,
+    rate: float,
+    duration_s: float,
+    kill_at_s: float,
+    session_ms: int,
+    rows: list[Row],
+    idempotent: bool,
+) -> None:
     topic = f"fo-{sig.name.lower()}-{int(time.time() * 1000) % 10**8}"
     create_topic(c.bootstrap_servers, topic, 1)
     leader, isr = leader_of(c.bootstrap_servers, topic)
-    print(f"[failover] {sig.name} leader {leader} of {topic} (ISR {isr}) at t={kill_at_s:.0f} s, "
-          f"{rate:.0f} records/s acks=all, session timeout {session_ms} ms", flush=True)
+    print(
+        f"[failover] {sig.name} leader {leader} of {topic} (ISR {isr}) at t={kill_at_s:.0f} s, "
+        f"{rate:.0f} records/s acks=all, session timeout {session_ms} ms",
+        flush=True,
+    )
 
     def fault() -> None:
         c.stop_broker(leader, sig, timeout=60)
 
-    props = {"acks": "all", "linger.ms": "1", "max.in.flight.requests.per.connection": "5",
-             "enable.idempotence": "true" if idempotent else "false"}
+    props = {
+        "acks": "all",
+        "linger.ms": "1",
+        "max.in.flight.requests.per.connection": "5",
+        "enable.idempotence": "true" if idempotent else "false",
+    }
     _sends, acks, errors, sent, fault_wall = paced_produce(
-        c.bootstrap_servers, topic, rate, duration_s, 64, props, (kill_at_s, fault))
+        c.bootstrap_servers, topic, rate, duration_s, 64, props, (kill_at_s, fault)
+    )
     gap, gap_start = max_gap(acks, fault_wall)
     new_leader, new_isr = leader_of(c.bootstrap_servers, topic)
-    note = (f"{len(acks)}/{sent} acked, {errors} errors, leader {leader}->{new_leader}, "
-            f"ISR {new_isr}")
+    note = (
+        f"{len(acks)}/{sent} acked, {errors} errors, leader {leader}->{new_leader}, ISR {new_isr}"
+    )
     target = "≤ session timeout + ~1 s" if sig == signal.SIGKILL else "< 1 s"
     setting = f"{sig.name}, session {session_ms} ms"
     rows.append(Row("failover", f"{setting}: longest ack gap", gap * 1000, "ms", target, note))
     rows.append(Row("failover", f"{setting}: gap start - fault", gap_start * 1000, "ms"))
-    print(f"  longest gap {gap * 1000:.0f} ms, starting {gap_start * 1000:.0f} ms after the "
-          f"fault; {note}",
-          flush=True)
+    print(
+        f"  longest gap {gap * 1000:.0f} ms, starting {gap_start * 1000:.0f} ms after the "
+        f"fault; {note}",
+        flush=True,
+    )
     c.start_broker(leader, timeout=60)  # back for the next trial, and wait for a full ISR
     wait_full_isr(c.bootstrap_servers, topic, 3)
 
@@ -543,7 +670,9 @@ def bench_failover(c: LocalCluster, sig: signal.Signals, rate: float, duration_s
 
 def render(rows: list[Row]) -> str:
     header = ["test", "setting", "value", "unit", "target", "note"]
-    lines = [header] + [[r.test, r.setting, _f(r.value, ",.2f"), r.unit, r.target, r.note] for r in rows]
+    lines = [header] + [
+        [r.test, r.setting, _f(r.value, ",.2f"), r.unit, r.target, r.note] for r in rows
+    ]
     widths = [max(len(x[i]) for x in lines) for i in range(len(header))]
     return "\n".join("  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in lines)
 
@@ -559,13 +688,18 @@ def _watched(c: LocalCluster, on: bool, interval_s: float, pages: bool = False) 
     import urllib.request
 
     url = c.start_console()
-    print(f"watched: console {url}, scrape every {interval_s:g} s"
-          f"{', brokers and topics pages open' if pages else ''}", flush=True)
+    print(
+        f"watched: console {url}, scrape every {interval_s:g} s"
+        f"{', brokers and topics pages open' if pages else ''}",
+        flush=True,
+    )
     stop = threading.Event()
 
     def hold(view: str) -> None:
-        with contextlib.suppress(Exception), \
-                urllib.request.urlopen(f"{url}events?view={view}&arg=", timeout=60) as r:
+        with (
+            contextlib.suppress(Exception),
+            urllib.request.urlopen(f"{url}events?view={view}&arg=", timeout=60) as r,
+        ):
             while not stop.is_set() and r.readline():  # keepalives at least every 15 s
                 pass
 
@@ -591,38 +725,81 @@ def _watched(c: LocalCluster, on: bool, interval_s: float, pages: bool = False) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tests", default="throughput,latency,failover",
-                    help="comma-separated subset of throughput,latency,failover")
-    ap.add_argument("--records", type=int, default=500_000,
-                    help="1 KB records per throughput run (broker_throughput.py: 500,000)")
-    ap.add_argument("--rates", type=lambda v: {int(x) for x in v.split(",")},
-                    default={1000, 10000}, help="e2e latency: records/s, comma-separated")
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="throughput and e2e latency: interleaved rounds (medians are reported)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--tests",
+        default="throughput,latency,failover",
+        help="comma-separated subset of throughput,latency,failover",
+    )
+    ap.add_argument(
+        "--records",
+        type=int,
+        default=500_000,
+        help="1 KB records per throughput run (broker_throughput.py: 500,000)",
+    )
+    ap.add_argument(
+        "--rates",
+        type=lambda v: {int(x) for x in v.split(",")},
+        default={1000, 10000},
+        help="e2e latency: records/s, comma-separated",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="throughput and e2e latency: interleaved rounds (medians are reported)",
+    )
     ap.add_argument("--duration", type=float, default=20.0, help="e2e latency: seconds per run")
-    ap.add_argument("--latency-peer", choices=["mock"], default=None,
-                    help="e2e latency: also run the RF 1 cases against librdkafka's mock broker")
-    ap.add_argument("--broker-config", nargs="*", metavar="K=V", default=[],
-                    help="extra broker properties, e.g. odradek.trace.records.every=5000")
+    ap.add_argument(
+        "--latency-peer",
+        choices=["mock"],
+        default=None,
+        help="e2e latency: also run the RF 1 cases against librdkafka's mock broker",
+    )
+    ap.add_argument(
+        "--broker-config",
+        nargs="*",
+        metavar="K=V",
+        default=[],
+        help="extra broker properties, e.g. odradek.trace.records.every=5000",
+    )
     ap.add_argument("--e2e-size", type=int, default=100, help="e2e latency: value bytes")
-    ap.add_argument("--e2e-producer-props", nargs="*", metavar="K=V",
-                    default=["linger.ms=0", "max.in.flight.requests.per.connection=5"],
-                    help="e2e latency producer settings (acks comes from each case); the "
-                         "issue's setting: linger.ms=0 and 5 requests in flight")
+    ap.add_argument(
+        "--e2e-producer-props",
+        nargs="*",
+        metavar="K=V",
+        default=["linger.ms=0", "max.in.flight.requests.per.connection=5"],
+        help="e2e latency producer settings (acks comes from each case); the "
+        "issue's setting: linger.ms=0 and 5 requests in flight",
+    )
     ap.add_argument("--failover-rate", type=float, default=2000)
-    ap.add_argument("--session-timeouts", default="6000,3000",
-                    help="zookeeper.session.timeout.ms values; one cluster each for failover")
+    ap.add_argument(
+        "--session-timeouts",
+        default="6000,3000",
+        help="zookeeper.session.timeout.ms values; one cluster each for failover",
+    )
     ap.add_argument("--failover-signals", default="KILL,TERM")
-    ap.add_argument("--idempotent", action="store_true", help="failover producer enable.idempotence")
-    ap.add_argument("--keep", metavar="DIR", help="put the clusters (and their logs) here and keep them")
+    ap.add_argument(
+        "--idempotent", action="store_true", help="failover producer enable.idempotence"
+    )
+    ap.add_argument(
+        "--keep", metavar="DIR", help="put the clusters (and their logs) here and keep them"
+    )
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
-    ap.add_argument("--watched", action="store_true",
-                    help="as `odradek cluster up` runs it: the web console on (its default "
-                         "polling) and a Prometheus-style scrape of every broker every "
-                         "--scrape-interval s (issue 29)")
-    ap.add_argument("--watched-pages", action="store_true",
-                    help="with --watched: the brokers and topics pages open in the console")
+    ap.add_argument(
+        "--watched",
+        action="store_true",
+        help="as `odradek cluster up` runs it: the web console on (its default "
+        "polling) and a Prometheus-style scrape of every broker every "
+        "--scrape-interval s (issue 29)",
+    )
+    ap.add_argument(
+        "--watched-pages",
+        action="store_true",
+        help="with --watched: the brokers and topics pages open in the console",
+    )
     ap.add_argument("--scrape-interval", type=float, default=15.0)
     args = ap.parse_args(argv)
     tests = {t.strip() for t in args.tests.split(",") if t.strip()}
@@ -632,8 +809,11 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     started = time.monotonic()
     load0 = os.getloadavg()[0]  # a shared machine: say how busy it was
-    broker_config = {"min.insync.replicas": MIN_ISR, "default.replication.factor": "3",
-                     **parse_props(args.broker_config)}
+    broker_config = {
+        "min.insync.replicas": MIN_ISR,
+        "default.replication.factor": "3",
+        **parse_props(args.broker_config),
+    }
     try:
         with tempfile.TemporaryDirectory(prefix="odradek-repl-bench-") as tmp_dir:
             tmp = args.keep or tmp_dir
@@ -642,29 +822,53 @@ def main(argv: list[str] | None = None) -> int:
                 if not first and "failover" not in tests:
                     break
                 print(f"== 3-broker cluster, zookeeper.session.timeout.ms={session_ms}", flush=True)
-                with LocalCluster.start(Path(tmp) / f"c{session_ms}", 3, broker_config=broker_config,
-                                        zk_session_timeout_ms=session_ms, timeout=90) as c, \
-                        _watched(c, args.watched, args.scrape_interval, args.watched_pages):
+                with (
+                    LocalCluster.start(
+                        Path(tmp) / f"c{session_ms}",
+                        3,
+                        broker_config=broker_config,
+                        zk_session_timeout_ms=session_ms,
+                        timeout=90,
+                    ) as c,
+                    _watched(c, args.watched, args.scrape_interval, args.watched_pages),
+                ):
                     if first and "throughput" in tests:
                         bench_throughput(c, args.records, rows, args.rounds)
                     if first and "latency" in tests:
-                        bench_latency(c, args.rounds, args.duration, args.e2e_size,
-                                      parse_props(args.e2e_producer_props), rows, Path(tmp),
-                                      cases=latency_cases(args.rates, args.latency_peer))
+                        bench_latency(
+                            c,
+                            args.rounds,
+                            args.duration,
+                            args.e2e_size,
+                            parse_props(args.e2e_producer_props),
+                            rows,
+                            Path(tmp),
+                            cases=latency_cases(args.rates, args.latency_peer),
+                        )
                         if "odradek.trace.records.every" in broker_config:
                             print(trace_report(Path(tmp) / f"c{session_ms}"), flush=True)
                     if "failover" in tests:
                         for sig in sigs:
                             # kill after 5 s; run long enough to see the recovery after a KILL
                             dur = 5 + session_ms / 1000 + 10 if sig == signal.SIGKILL else 15
-                            bench_failover(c, sig, args.failover_rate, dur, 5.0, session_ms, rows,
-                                           args.idempotent)
+                            bench_failover(
+                                c,
+                                sig,
+                                args.failover_rate,
+                                dur,
+                                5.0,
+                                session_ms,
+                                rows,
+                                args.idempotent,
+                            )
     finally:
         print()
-        print(f"cpu cores: {os.cpu_count()}, load average at end {os.getloadavg()[0]:.2f} "
-              f"(at start {load0:.2f}), wall {time.monotonic() - started:.0f} s; 3 brokers, RF 3, "
-              f"min.insync.replicas={MIN_ISR}; throughput producer {PRODUCER_PROPS} (acks varied), "
-              f"{PARTITIONS} partitions")
+        print(
+            f"cpu cores: {os.cpu_count()}, load average at end {os.getloadavg()[0]:.2f} "
+            f"(at start {load0:.2f}), wall {time.monotonic() - started:.0f} s; 3 brokers, RF 3, "
+            f"min.insync.replicas={MIN_ISR}; throughput producer {PRODUCER_PROPS} (acks varied), "
+            f"{PARTITIONS} partitions"
+        )
         print(render(rows))
         if args.json:
             Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=2))

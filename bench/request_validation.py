@@ -44,33 +44,63 @@ def _frame(entity: Any) -> bytes:
     cls = type(entity)
     header_cls = RequestHeaderV2 if cls.__header_schema__.__version__ >= 2 else RequestHeaderV1
     buf = io.BytesIO()
-    entity_writer(header_cls)(buf, header_cls(request_api_key=cls.__api_key__,
-                                              request_api_version=cls.__version__,
-                                              correlation_id=1, client_id="bench"))
+    entity_writer(header_cls)(
+        buf,
+        header_cls(
+            request_api_key=cls.__api_key__,
+            request_api_version=cls.__version__,
+            correlation_id=1,
+            client_id="bench",
+        ),
+    )
     entity_writer(cls)(buf, entity)
     return buf.getvalue()
 
 
 def produce(version: int, partitions: int, record_bytes: int) -> bytes:
     m = _module(0, version)
-    parts = tuple(m.PartitionProduceData(index=i, records=b"\x00" * record_bytes)
-                  for i in range(partitions))
-    return _frame(m.ProduceRequest(transactional_id=None, acks=-1,
-                                   timeout=timedelta(seconds=30),
-                                   topic_data=(m.TopicProduceData(name="bench",
-                                                                  partition_data=parts),)))
+    parts = tuple(
+        m.PartitionProduceData(index=i, records=b"\x00" * record_bytes) for i in range(partitions)
+    )
+    return _frame(
+        m.ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout=timedelta(seconds=30),
+            topic_data=(m.TopicProduceData(name="bench", partition_data=parts),),
+        )
+    )
 
 
 def fetch(version: int, partitions: int, replica_id: int) -> bytes:
     m = _module(1, version)
-    parts = tuple(_new(m.FetchPartition, partition=i, current_leader_epoch=3, fetch_offset=123456,
-                                   last_fetched_epoch=-1, log_start_offset=0,
-                                   partition_max_bytes=1 << 20) for i in range(partitions))
-    return _frame(_new(
-        m.FetchRequest, replica_id=replica_id, max_wait=timedelta(milliseconds=500), min_bytes=1,
-        max_bytes=50 << 20, isolation_level=0, session_id=0, session_epoch=-1,
-        topics=(m.FetchTopic(topic="bench", partitions=parts),), forgotten_topics_data=(),
-        rack_id=""))
+    parts = tuple(
+        _new(
+            m.FetchPartition,
+            partition=i,
+            current_leader_epoch=3,
+            fetch_offset=123456,
+            last_fetched_epoch=-1,
+            log_start_offset=0,
+            partition_max_bytes=1 << 20,
+        )
+        for i in range(partitions)
+    )
+    return _frame(
+        _new(
+            m.FetchRequest,
+            replica_id=replica_id,
+            max_wait=timedelta(milliseconds=500),
+            min_bytes=1,
+            max_bytes=50 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=(m.FetchTopic(topic="bench", partitions=parts),),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+    )
 
 
 # CPU time of this process by default: on the shared 2-core machine wall time also counts
@@ -107,8 +137,10 @@ def main() -> None:
         ("Fetch v12 follower, 100 partitions", fetch(12, 100, 2)),
         ("Fetch v12 follower, 1000 partitions", fetch(12, 1000, 2)),
     ]
-    print(f"{'request':<40} {'validator':>10} {'kio read':>10} {'decode_request':>15}  (µs "
-          f"{args.clock} time per request, median of {args.repeat})")
+    print(
+        f"{'request':<40} {'validator':>10} {'kio read':>10} {'decode_request':>15}  (µs "
+        f"{args.clock} time per request, median of {args.repeat})"
+    )
     for name, frame in cases:
         header = peek_header(frame)
         validate = request_validator(header.api_key, header.api_version)
@@ -116,12 +148,16 @@ def main() -> None:
         pos, end = header.header_size, len(frame)
         rows: list[tuple[float, float, float]] = []
         for _ in range(args.repeat):
-            rows.append((
-                _us_per_call(lambda v=validate, f=frame, p=pos, e=end:
-                             v(f, p, e, DEFAULT_MAX_ELEMENTS), args.seconds),
-                _us_per_call(lambda r=reader, f=frame, p=pos: r(f, p), args.seconds),
-                _us_per_call(lambda f=frame: decode_request(f), args.seconds),
-            ))
+            rows.append(
+                (
+                    _us_per_call(
+                        lambda v=validate, f=frame, p=pos, e=end: v(f, p, e, DEFAULT_MAX_ELEMENTS),
+                        args.seconds,
+                    ),
+                    _us_per_call(lambda r=reader, f=frame, p=pos: r(f, p), args.seconds),
+                    _us_per_call(lambda f=frame: decode_request(f), args.seconds),
+                )
+            )
         v, k, d = (statistics.median(col) for col in zip(*rows))
         print(f"{name:<40} {v:>10.2f} {k:>10.2f} {d:>15.2f}")
 

@@ -46,11 +46,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from broker_throughput import _f  # noqa: E402  (bench/ is not a package)
+from broker_throughput import _f
 
-from odradek.cluster.local import LocalCluster  # noqa: E402
-from odradek.perf import proc_cpu_seconds  # noqa: E402
-from odradek.zk.kafka_zk_client import KafkaZkClient  # noqa: E402
+from odradek.cluster.local import LocalCluster
+from odradek.perf import proc_cpu_seconds
+from odradek.zk.kafka_zk_client import KafkaZkClient
 
 BROKERS = 3
 RF = 3
@@ -95,18 +95,21 @@ def poll_until(what: str, cond: Callable[[], bool], timeout: float, interval: fl
         try:
             if cond():
                 return time.monotonic() - t0
-        except Exception as e:  # a broker going away mid-request: retry until the deadline
+        except Exception as e:  # noqa: BLE001 - a broker going away mid-request: retry until the deadline
             last = e
         else:
             last = None
         if time.monotonic() - t0 > timeout:
-            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}"
-                               + (f" (last error: {last})" if last else ""))
+            raise RuntimeError(
+                f"timed out after {timeout:.0f} s waiting for {what}"
+                + (f" (last error: {last})" if last else "")
+            )
         time.sleep(interval)
 
 
-def create_partitions(c: LocalCluster, prefix: str, total: int, per_topic: int,
-                      per_request: int, rows: list[Row]) -> list[str]:
+def create_partitions(
+    c: LocalCluster, prefix: str, total: int, per_topic: int, per_request: int, rows: list[Row]
+) -> list[str]:
     from confluent_kafka.admin import NewTopic
 
     a = admin(c.bootstrap_servers)
@@ -116,13 +119,19 @@ def create_partitions(c: LocalCluster, prefix: str, total: int, per_topic: int,
     chunk_s: list[float] = []
     for i in range(0, len(names), per_request):
         tc = time.monotonic()
-        chunk = [NewTopic(n, s, RF) for n, s in zip(names[i:i + per_request], sizes[i:i + per_request])]
+        chunk = [
+            NewTopic(n, s, RF)
+            for n, s in zip(names[i : i + per_request], sizes[i : i + per_request])
+        ]
         futs = a.create_topics(chunk, operation_timeout=60, request_timeout=120)
-        for n, f in futs.items():
+        for f in futs.values():
             f.result(timeout=180)
         chunk_s.append(time.monotonic() - tc)
-        print(f"  created {min(i + per_request, len(names))}/{len(names)} topics "
-              f"({time.monotonic() - t0:.1f} s, this request {chunk_s[-1]:.1f} s)", flush=True)
+        print(
+            f"  created {min(i + per_request, len(names))}/{len(names)} topics "
+            f"({time.monotonic() - t0:.1f} s, this request {chunk_s[-1]:.1f} s)",
+            flush=True,
+        )
     t_req = time.monotonic() - t0
 
     def all_led() -> bool:
@@ -138,8 +147,10 @@ def create_partitions(c: LocalCluster, prefix: str, total: int, per_topic: int,
 
     poll_until("every ISR to be full", all_isr, 600, 0.5)
     t_isr = time.monotonic() - t0
-    note = (f"{len(names)} topics x {per_topic}, {per_request} topics per CreateTopics; "
-            f"first request {chunk_s[0]:.1f} s, last {chunk_s[-1]:.1f} s")
+    note = (
+        f"{len(names)} topics x {per_topic}, {per_request} topics per CreateTopics; "
+        f"first request {chunk_s[0]:.1f} s, last {chunk_s[-1]:.1f} s"
+    )
     rows.append(Row(f"create {total} partitions: CreateTopics done", t_req, "s", "", note))
     rows.append(Row(f"create {total} partitions: all leaders", t_led, "s", "≤ 10 s at 3,000"))
     rows.append(Row(f"create {total} partitions: all ISRs full", t_isr, "s"))
@@ -176,11 +187,15 @@ def broker_leaders(address: str, topics: list[str]) -> dict[tuple[str, int], int
     from odradek.client.connection import KafkaConnection, parse_address  # noqa: PLC0415
     from odradek.protocol.client_codec import nested_request, request_entity  # noqa: PLC0415
 
-    req = request_entity(3, 12, topics=tuple(nested_request(3, 12, "MetadataRequestTopic",
-                                                            topic_id=None, name=t)
-                                             for t in topics),
-                         allow_auto_topic_creation=False,
-                         include_topic_authorized_operations=False)
+    req = request_entity(
+        3,
+        12,
+        topics=tuple(
+            nested_request(3, 12, "MetadataRequestTopic", topic_id=None, name=t) for t in topics
+        ),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
     host, port = parse_address(address)
     with KafkaConnection(host, port, client_id="scale-bench", timeout_s=5.0) as conn:
         resp = conn.request(req)
@@ -193,8 +208,15 @@ def zk_leaders(c: LocalCluster, tps: set[tuple[str, int]]) -> dict[tuple[str, in
     return {tp: st.leader for tp, (st, _) in got.items()}
 
 
-def measure_shutdown(c: LocalCluster, prefix: str, sig: signal.Signals, session_ms: int,
-                     rows: list[Row], timeout: float, total: int) -> None:
+def measure_shutdown(
+    c: LocalCluster,
+    prefix: str,
+    sig: signal.Signals,
+    session_ms: int,
+    rows: list[Row],
+    timeout: float,
+    total: int,
+) -> None:
     a = admin(c.bootstrap_servers)
     # A fresh client may first ask a broker whose metadata has not caught up yet.
     s: Leaders = {}
@@ -253,28 +275,46 @@ def measure_shutdown(c: LocalCluster, prefix: str, sig: signal.Signals, session_
         return bool(exited and moved and decided)
 
     try:
-        total = poll_until(f"{sig.name}: broker {victim} gone and its partitions re-led", done,
-                           timeout, 0.02)
+        poll_until(
+            f"{sig.name}: broker {victim} gone and its partitions re-led", done, timeout, 0.02
+        )
         watcher.join(timeout)
     except RuntimeError as e:
         stop.set()
         ex = f"process exited at {exited[0]:.1f} s" if exited else "process still running"
-        rows.append(Row(f"{sig.name} broker leading {len(led)}: not finished", timeout, "s", "",
-                        f"{ex}; {len(remaining)}/{len(led)} partitions still without a new "
-                        f"leader at the deadline"))
+        rows.append(
+            Row(
+                f"{sig.name} broker leading {len(led)}: not finished",
+                timeout,
+                "s",
+                "",
+                f"{ex}; {len(remaining)}/{len(led)} partitions still without a new "
+                f"leader at the deadline",
+            )
+        )
         print(f"  {e}", flush=True)
         return
-    del total
     if sig == signal.SIGTERM:
-        rows.append(Row(f"controlled shutdown (SIGTERM), broker leading {len(led)}: re-led",
-                        moved[0], "s", "≤ 1 s at 1,000; ≤ 3 s at 3,333",
-                        f"decided in ZooKeeper {decided[0]:.2f} s, process exit "
-                        f"{exited[0]:.2f} s"))
+        rows.append(
+            Row(
+                f"controlled shutdown (SIGTERM), broker leading {len(led)}: re-led",
+                moved[0],
+                "s",
+                "≤ 1 s at 1,000; ≤ 3 s at 3,333",
+                f"decided in ZooKeeper {decided[0]:.2f} s, process exit {exited[0]:.2f} s",
+            )
+        )
     else:
-        rows.append(Row(f"failover after SIGKILL, broker leading {len(led)}", moved[0], "s",
-                        f"session timeout {session_ms / 1000:.0f} s + ≤ 1 s",
-                        f"{moved[0] - session_ms / 1000:.2f} s after the session timeout "
-                        f"(decided in ZooKeeper at {decided[0] - session_ms / 1000:.2f} s)"))
+        rows.append(
+            Row(
+                f"failover after SIGKILL, broker leading {len(led)}",
+                moved[0],
+                "s",
+                f"session timeout {session_ms / 1000:.0f} s + ≤ 1 s",
+                f"{moved[0] - session_ms / 1000:.2f} s after the session timeout "
+                f"(decided in ZooKeeper at {decided[0] - session_ms / 1000:.2f} s)",
+            )
+        )
     print(f"  {rows[-1].test}: {rows[-1].value:.2f} s ({rows[-1].note})", flush=True)
 
 
@@ -284,6 +324,7 @@ def restore(c: LocalCluster, prefix: str, total: int, timeout: float) -> float:
     for b in c.brokers:
         if c.broker_state(b.id) == "dead":
             c.start_broker(b.id, timeout=timeout)
+
     def full() -> bool:
         # a fresh client each time: one made while a broker was down was seen to keep
         # timing out on it for minutes
@@ -302,20 +343,29 @@ def render(rows: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--partitions", type=int, default=3000)
     ap.add_argument("--per-topic", type=int, default=100, help="partitions per topic")
     ap.add_argument("--topics-per-request", type=int, default=5)
     ap.add_argument("--idle-seconds", type=float, default=20.0)
     ap.add_argument("--session-timeout-ms", type=int, default=6000)
-    ap.add_argument("--timeout", type=float, default=90.0,
-                    help="seconds per shutdown/failover measurement (twice that per restart)")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=90.0,
+        help="seconds per shutdown/failover measurement (twice that per restart)",
+    )
     ap.add_argument("--tests", default="idle,term,kill")
     ap.add_argument("--keep", metavar="DIR", help="cluster directory to use and keep (logs)")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
-    ap.add_argument("--broker-src", metavar="DIR",
-                    help="run the brokers from another source tree's src/ (an A/B run "
-                         "against an older commit: git archive COMMIT | tar -x -C DIR)")
+    ap.add_argument(
+        "--broker-src",
+        metavar="DIR",
+        help="run the brokers from another source tree's src/ (an A/B run "
+        "against an older commit: git archive COMMIT | tar -x -C DIR)",
+    )
     args = ap.parse_args(argv)
     tests = {t.strip() for t in args.tests.split(",")}
     rows: list[Row] = []
@@ -325,41 +375,73 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="odradek-scale-bench-")
     cdir = Path(args.keep) if args.keep else Path(tmp.name) / "cluster"
     try:
-        print(f"== {BROKERS} brokers, {args.partitions} partitions RF {RF}, "
-              f"zookeeper.session.timeout.ms={args.session_timeout_ms}", flush=True)
+        print(
+            f"== {BROKERS} brokers, {args.partitions} partitions RF {RF}, "
+            f"zookeeper.session.timeout.ms={args.session_timeout_ms}",
+            flush=True,
+        )
         command = None
         if args.broker_src:
             src = Path(args.broker_src).resolve() / "src"
-            command = ["env", f"PYTHONPATH={src}", sys.executable, "-m", "odradek", "broker",
-                       "--config"]
+            command = [
+                "env",
+                f"PYTHONPATH={src}",
+                sys.executable,
+                "-m",
+                "odradek",
+                "broker",
+                "--config",
+            ]
             print(f"brokers run from {src}", flush=True)
-        with LocalCluster.start(cdir, BROKERS, zk_session_timeout_ms=args.session_timeout_ms,
-                                timeout=90, broker_command=command) as c:
-            create_partitions(c, prefix, args.partitions, args.per_topic, args.topics_per_request,
-                              rows)
+        with LocalCluster.start(
+            cdir,
+            BROKERS,
+            zk_session_timeout_ms=args.session_timeout_ms,
+            timeout=90,
+            broker_command=command,
+        ) as c:
+            create_partitions(
+                c, prefix, args.partitions, args.per_topic, args.topics_per_request, rows
+            )
             if "idle" in tests:
                 print(f"[idle] {args.idle_seconds:.0f} s", flush=True)
                 idle_cpu(c, args.idle_seconds, rows)
             for name, sig in (("term", signal.SIGTERM), ("kill", signal.SIGKILL)):
                 if name not in tests:
                     continue
-                measure_shutdown(c, prefix, sig, args.session_timeout_ms, rows, args.timeout,
-                                 args.partitions)
+                measure_shutdown(
+                    c, prefix, sig, args.session_timeout_ms, rows, args.timeout, args.partitions
+                )
                 try:
                     t = restore(c, prefix, args.partitions, 2 * args.timeout)
-                except Exception as e:  # keep what was measured; later tests need a full ISR
-                    rows.append(Row(f"restart after {sig.name}: not finished", 2 * args.timeout,
-                                    "s", "", f"{type(e).__name__}: {e}; remaining tests skipped"))
+                except Exception as e:  # noqa: BLE001 - keep what was measured; later tests need a full ISR
+                    rows.append(
+                        Row(
+                            f"restart after {sig.name}: not finished",
+                            2 * args.timeout,
+                            "s",
+                            "",
+                            f"{type(e).__name__}: {e}; remaining tests skipped",
+                        )
+                    )
                     print(f"  {rows[-1].note}", flush=True)
                     break
-                rows.append(Row(f"restart after {sig.name} until every ISR is full", t, "s",
-                                "≤ 5 s at 3,000"))
+                rows.append(
+                    Row(
+                        f"restart after {sig.name} until every ISR is full",
+                        t,
+                        "s",
+                        "≤ 5 s at 3,000",
+                    )
+                )
                 print(f"  restarted, ISRs full after {t:.1f} s", flush=True)
     finally:
         print()
-        print(f"cpu cores: {os.cpu_count()}, load average at end {os.getloadavg()[0]:.2f} "
-              f"(at start {load0:.2f}), wall {time.monotonic() - started:.0f} s; "
-              f"{BROKERS} brokers, {args.partitions} partitions, RF {RF}")
+        print(
+            f"cpu cores: {os.cpu_count()}, load average at end {os.getloadavg()[0]:.2f} "
+            f"(at start {load0:.2f}), wall {time.monotonic() - started:.0f} s; "
+            f"{BROKERS} brokers, {args.partitions} partitions, RF {RF}"
+        )
         print(render(rows))
         if args.json:
             Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=2))

@@ -29,22 +29,30 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from broker_throughput import PRODUCER_PROPS  # noqa: E402  (bench/ is not a package)
+from broker_throughput import PRODUCER_PROPS
 
-from odradek.cluster.local import LocalCluster  # noqa: E402
-from odradek.perf import proc_cpu_seconds  # noqa: E402
+from odradek.cluster.local import LocalCluster
+from odradek.perf import proc_cpu_seconds
 
 PARTITIONS = 4
-SCHEMA = {"type": "record", "name": "Reading", "namespace": "bench",
-          "fields": [{"name": "s", "type": "string"}]}
+SCHEMA = {
+    "type": "record",
+    "name": "Reading",
+    "namespace": "bench",
+    "fields": [{"name": "s", "type": "string"}],
+}
 
 
 def register(url: str, subject: str) -> int:
     import urllib.request
 
     body = json.dumps({"schema": json.dumps(SCHEMA)}).encode()
-    req = urllib.request.Request(f"{url}/subjects/{subject}/versions", data=body, method="POST",
-                                 headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    req = urllib.request.Request(
+        f"{url}/subjects/{subject}/versions",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+    )
     with urllib.request.urlopen(req, timeout=30) as resp:
         return int(json.loads(resp.read())["id"])
 
@@ -66,20 +74,26 @@ def create(bootstrap: str, topic: str, validate: bool) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         md = a.list_topics(topic, timeout=10).topics.get(topic)
-        if md is not None and md.error is None and len(md.partitions) == PARTITIONS and all(
-                p.leader >= 0 for p in md.partitions.values()):
+        if (
+            md is not None
+            and md.error is None
+            and len(md.partitions) == PARTITIONS
+            and all(p.leader >= 0 for p in md.partitions.values())
+        ):
             return
         time.sleep(0.2)
     raise RuntimeError(f"topic {topic} not ready")
 
 
-def produce(bootstrap: str, topic: str, payload: bytes, records: int,
-            compression: str) -> tuple[float, int]:
+def produce(
+    bootstrap: str, topic: str, payload: bytes, records: int, compression: str
+) -> tuple[float, int]:
     """(records/s from the first produce() to the last delivery, failed deliveries)."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, **PRODUCER_PROPS,
-                  "compression.type": compression})
+    p = Producer(
+        {"bootstrap.servers": bootstrap, **PRODUCER_PROPS, "compression.type": compression}
+    )
     errors = [0]
 
     def report(err: object, _msg: object) -> None:
@@ -100,14 +114,22 @@ def produce(bootstrap: str, topic: str, payload: bytes, records: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--records", type=int, default=1_000_000, help="records per run (100 B)")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--warm-up", type=int, default=500_000,
-                    help="records produced to a validating topic before the rounds")
-    ap.add_argument("--compression", default="none",
-                    help="the producer's compression.type (validation decompresses)")
+    ap.add_argument(
+        "--warm-up",
+        type=int,
+        default=500_000,
+        help="records produced to a validating topic before the rounds",
+    )
+    ap.add_argument(
+        "--compression",
+        default="none",
+        help="the producer's compression.type (validation decompresses)",
+    )
     ap.add_argument("--dir", type=Path, default=None, help="cluster dir (default: a temp dir)")
     args = ap.parse_args(argv)
     base = args.dir or Path(tempfile.mkdtemp(prefix="odradek-validation-bench-"))
@@ -123,32 +145,48 @@ def main(argv: list[str] | None = None) -> int:
         warm = f"warm-up-{int(time.time() * 1000) % 10**8}"
         create(c.bootstrap_servers, warm, True)
         cpu0 = proc_cpu_seconds(pid)
-        produce(c.bootstrap_servers, warm, value(register(url, f"{warm}-value")),
-                args.warm_up, args.compression)
-        print(f"warm-up (first validating produce, numba loaded): {args.warm_up:,} records, "
-              f"broker {(proc_cpu_seconds(pid) - cpu0) * 1e6 / args.warm_up:.2f} "
-              f"CPU µs/record", flush=True)
+        produce(
+            c.bootstrap_servers,
+            warm,
+            value(register(url, f"{warm}-value")),
+            args.warm_up,
+            args.compression,
+        )
+        print(
+            f"warm-up (first validating produce, numba loaded): {args.warm_up:,} records, "
+            f"broker {(proc_cpu_seconds(pid) - cpu0) * 1e6 / args.warm_up:.2f} "
+            f"CPU µs/record",
+            flush=True,
+        )
         for rnd in range(1, args.rounds + 1):
             for mode in ("off", "on"):
                 topic = f"{mode}-{rnd}-{int(time.time() * 1000) % 10**8}"
                 create(c.bootstrap_servers, topic, mode == "on")
                 sid = register(url, f"{topic}-value")
                 cpu0 = proc_cpu_seconds(pid)
-                rate, errors = produce(c.bootstrap_servers, topic, value(sid), args.records,
-                                       args.compression)
+                rate, errors = produce(
+                    c.bootstrap_servers, topic, value(sid), args.records, args.compression
+                )
                 cpu[mode].append((proc_cpu_seconds(pid) - cpu0) * 1e6 / args.records)
                 if errors:
                     raise RuntimeError(f"{errors} records refused on {topic}")
                 runs[mode].append(rate)
-                print(f"round {rnd} {mode}: {rate:,.0f} records/s, broker "
-                      f"{cpu[mode][-1]:.2f} CPU µs/record", flush=True)
+                print(
+                    f"round {rnd} {mode}: {rate:,.0f} records/s, broker "
+                    f"{cpu[mode][-1]:.2f} CPU µs/record",
+                    flush=True,
+                )
     off, on = statistics.median(runs["off"]), statistics.median(runs["on"])
-    print("\n| mode | records/s per round | median | broker CPU µs/record per round | median |"
-          "\n| --- | --- | --- | --- | --- |")
+    print(
+        "\n| mode | records/s per round | median | broker CPU µs/record per round | median |"
+        "\n| --- | --- | --- | --- | --- |"
+    )
     for mode, rates in runs.items():
-        print(f"| {mode} | {', '.join(f'{r:,.0f}' for r in rates)} | "
-              f"{statistics.median(rates):,.0f} | {', '.join(f'{x:.2f}' for x in cpu[mode])} | "
-              f"{statistics.median(cpu[mode]):.2f} |")
+        print(
+            f"| {mode} | {', '.join(f'{r:,.0f}' for r in rates)} | "
+            f"{statistics.median(rates):,.0f} | {', '.join(f'{x:.2f}' for x in cpu[mode])} | "
+            f"{statistics.median(cpu[mode]):.2f} |"
+        )
     print(f"\non / off (medians): {on / off:.2f} (aim >= 0.8)")
     return 0
 

@@ -76,8 +76,10 @@ def scrape_loop(url: str, stop: threading.Event, sizes: list[int]) -> None:
 
 def summary(name: str, ms: list[float]) -> str:
     q = statistics.quantiles(ms, n=100)
-    return (f"{name:<22} n={len(ms):>6}  p50 {q[49]:6.3f} ms  p99 {q[98]:7.3f} ms  "
-            f"p99.9 {statistics.quantiles(ms, n=1000)[998]:7.3f} ms  max {max(ms):7.2f} ms")
+    return (
+        f"{name:<22} n={len(ms):>6}  p50 {q[49]:6.3f} ms  p99 {q[98]:7.3f} ms  "
+        f"p99.9 {statistics.quantiles(ms, n=1000)[998]:7.3f} ms  max {max(ms):7.2f} ms"
+    )
 
 
 def main() -> None:

@@ -44,7 +44,12 @@ from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import (
-    AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
     ResourceType,
 )
 
@@ -65,9 +70,23 @@ def cpu_s(pid: int) -> float:
 def start_profile(pid: int, out: Path) -> subprocess.Popen[bytes]:
     """py-spy on the broker, collapsed stacks (stopped with SIGINT, which writes them)."""
     exe = Path(sys.executable).with_name("py-spy")
-    proc = subprocess.Popen([str(exe), "record", "-p", str(pid), "--format", "raw",
-                             "--rate", "200", "--nonblocking", "-o", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(exe),
+            "record",
+            "-p",
+            str(pid),
+            "--format",
+            "raw",
+            "--rate",
+            "200",
+            "--nonblocking",
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(1.0)  # py-spy attaches before the timed part starts
     return proc
 
@@ -89,12 +108,25 @@ def top_frames(collapsed: Path, n: int = 15) -> list[tuple[str, float]]:
     return [(f, c / total) for f, c in sorted(leaf.items(), key=lambda x: -x[1])[:n]]
 
 
-def produce(conf: dict[str, Any], admin: AdminClient, pid: int, n: int,
-            profile_to: Path | None = None, value_size: int = 1024) -> dict[str, float]:
+def produce(
+    conf: dict[str, Any],
+    admin: AdminClient,
+    pid: int,
+    n: int,
+    profile_to: Path | None = None,
+    value_size: int = 1024,
+) -> dict[str, float]:
     topic = f"secbench-{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=30)[topic].result(60)
-    p = Producer({**conf, "acks": "1", "linger.ms": 5, "batch.size": 1_000_000,
-                  "queue.buffering.max.messages": 500_000})
+    p = Producer(
+        {
+            **conf,
+            "acks": "1",
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 500_000,
+        }
+    )
     value = os.urandom(value_size)
     p.produce(topic, value)  # connect and learn the leader outside the timed part
     p.flush(60)
@@ -112,43 +144,76 @@ def produce(conf: dict[str, Any], admin: AdminClient, pid: int, n: int,
     if prof is not None:
         stop_profile(prof)
     admin.delete_topics([topic], operation_timeout=30)[topic].result(60)
-    return {"records_s": n / elapsed, "mb_s": n * value_size / elapsed / 2**20,
-            "cpu_s_per_gb": cpu / (n * value_size / 1e9)}
+    return {
+        "records_s": n / elapsed,
+        "mb_s": n * value_size / elapsed / 2**20,
+        "cpu_s_per_gb": cpu / (n * value_size / 1e9),
+    }
 
 
-def connections(host: str, port: int, security: ClientSecurity, pid: int,
-                n: int) -> dict[str, float]:
+def connections(
+    host: str, port: int, security: ClientSecurity, pid: int, n: int
+) -> dict[str, float]:
     c0, t0 = cpu_s(pid), time.perf_counter()
     for _ in range(n):
         with KafkaConnection(host, port, security=security, timeout_s=30) as conn:
-            conn.request(request_entity(18, 3, client_software_name="bench",
-                                        client_software_version="1"))
+            conn.request(
+                request_entity(18, 3, client_software_name="bench", client_software_version="1")
+            )
     elapsed, cpu = time.perf_counter() - t0, cpu_s(pid) - c0
     return {"conn_s": n / elapsed, "broker_cpu_ms_per_conn": cpu * 1000 / n}
 
 
 def _set_quota(bootstrap: str, client_id: str, rate: str) -> None:
-    subprocess.run([sys.executable, "-m", "odradek", "configs", "--bootstrap-server",
-                    bootstrap, "--entity-type", "clients", "--entity-name", client_id,
-                    "--alter", "--add-config", f"producer_byte_rate={rate}"],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "odradek",
+            "configs",
+            "--bootstrap-server",
+            bootstrap,
+            "--entity-type",
+            "clients",
+            "--entity-name",
+            client_id,
+            "--alter",
+            "--add-config",
+            f"producer_byte_rate={rate}",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def authz_main(args: argparse.Namespace) -> int:
     """``--authz``: the produce path with and without an authorizer and client quotas."""
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="authzbench-") as d:
-        secured = LocalCluster.start(Path(d) / "on", 1, broker_config={
-            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-            "allow.everyone.if.no.acl.found": "true"})
+        secured = LocalCluster.start(
+            Path(d) / "on",
+            1,
+            broker_config={
+                "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                "allow.everyone.if.no.acl.found": "true",
+            },
+        )
         plain = LocalCluster.start(Path(d) / "off", 1)
         try:
             clusters = {"authz+quotas": secured, "none": plain}
-            admins = {k: AdminClient({"bootstrap.servers": c.bootstrap_servers})
-                      for k, c in clusters.items()}
-            allow = AclBinding(ResourceType.TOPIC, "secbench-", ResourcePatternType.PREFIXED,
-                               "User:ANONYMOUS", "*", AclOperation.ALL,
-                               AclPermissionType.ALLOW)
+            admins = {
+                k: AdminClient({"bootstrap.servers": c.bootstrap_servers})
+                for k, c in clusters.items()
+            }
+            allow = AclBinding(
+                ResourceType.TOPIC,
+                "secbench-",
+                ResourcePatternType.PREFIXED,
+                "User:ANONYMOUS",
+                "*",
+                AclOperation.ALL,
+                AclPermissionType.ALLOW,
+            )
             for f in admins["authz+quotas"].create_acls([allow]).values():
                 f.result(30)
             _set_quota(secured.bootstrap_servers, "bench", "1000000000000")
@@ -162,28 +227,46 @@ def authz_main(args: argparse.Namespace) -> int:
                         pid = c.brokers[0].pid
                         assert pid is not None
                         conf = {"bootstrap.servers": c.bootstrap_servers, "client.id": "bench"}
-                        row = {"round": r, "size": size, "mode": name,
-                               **produce(conf, admins[name], pid, args.records,
-                                         value_size=size),
-                               "load1": os.getloadavg()[0]}
+                        row = {
+                            "round": r,
+                            "size": size,
+                            "mode": name,
+                            **produce(conf, admins[name], pid, args.records, value_size=size),
+                            "load1": os.getloadavg()[0],
+                        }
                         rows.append(row)
-                        print(json.dumps({k: round(v, 2) if isinstance(v, float) else v
-                                          for k, v in row.items()}), flush=True)
+                        print(
+                            json.dumps(
+                                {
+                                    k: round(v, 2) if isinstance(v, float) else v
+                                    for k, v in row.items()
+                                }
+                            ),
+                            flush=True,
+                        )
         finally:
             secured.down()
             plain.down()
     print("\nmedians")
     for size in (100, 1024):
-        ratios = [a["records_s"] / b["records_s"] for a, b in zip(
-            (x for x in rows if x["size"] == size and x["mode"] == "authz+quotas"),
-            (x for x in rows if x["size"] == size and x["mode"] == "none"))]
+        ratios = [
+            a["records_s"] / b["records_s"]
+            for a, b in zip(
+                (x for x in rows if x["size"] == size and x["mode"] == "authz+quotas"),
+                (x for x in rows if x["size"] == size and x["mode"] == "none"),
+            )
+        ]
         for mode in ("none", "authz+quotas"):
             mine = [x for x in rows if x["size"] == size and x["mode"] == mode]
-            print(f"{size:5d} B {mode:13s} records/s "
-                  f"{statistics.median(x['records_s'] for x in mine):,.0f}  broker CPU s/GB "
-                  f"{statistics.median(x['cpu_s_per_gb'] for x in mine):.1f}")
-        print(f"{size:5d} B with/without per round {[round(x, 3) for x in ratios]} "
-              f"median {statistics.median(ratios):.3f}")
+            print(
+                f"{size:5d} B {mode:13s} records/s "
+                f"{statistics.median(x['records_s'] for x in mine):,.0f}  broker CPU s/GB "
+                f"{statistics.median(x['cpu_s_per_gb'] for x in mine):.1f}"
+            )
+        print(
+            f"{size:5d} B with/without per round {[round(x, 3) for x in ratios]} "
+            f"median {statistics.median(ratios):.3f}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
@@ -195,34 +278,53 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=100_000, help="1 KB records per run")
     ap.add_argument("--connections", type=int, default=200, help="new connections per run")
     ap.add_argument("--json", metavar="FILE", help="also write every run as JSON")
-    ap.add_argument("--profile", metavar="DIR",
-                    help="one extra produce run per listener under py-spy (not timed): "
-                         "collapsed stacks in DIR and the top frames printed")
-    ap.add_argument("--authz", action="store_true",
-                    help="authorizer and client quotas on vs off instead (issue 28)")
+    ap.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="one extra produce run per listener under py-spy (not timed): "
+        "collapsed stacks in DIR and the top frames printed",
+    )
+    ap.add_argument(
+        "--authz",
+        action="store_true",
+        help="authorizer and client quotas on vs off instead (issue 28)",
+    )
     args = ap.parse_args()
     if args.authz:
         return authz_main(args)
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="secbench-") as d, \
-            LocalCluster.start(Path(d), 1, security="sasl_ssl",
-                               extra_listeners=("PLAINTEXT",)) as c:
+    with (
+        tempfile.TemporaryDirectory(prefix="secbench-") as d,
+        LocalCluster.start(Path(d), 1, security="sasl_ssl", extra_listeners=("PLAINTEXT",)) as c,
+    ):
         b = c.brokers[0]
         assert b.pid is not None
         secured = client_config(c.client_properties)
         plain_port = b.port + EXTRA_LISTENERS["PLAINTEXT"]
         listeners = {
-            "SASL_SSL": ({**secured, "bootstrap.servers": f"{b.host}:{b.port}"}, b.port,
-                         ClientSecurity.from_properties(secured)),
-            "PLAINTEXT": ({"bootstrap.servers": f"{b.host}:{plain_port}"}, plain_port,
-                          ClientSecurity.from_properties({})),
+            "SASL_SSL": (
+                {**secured, "bootstrap.servers": f"{b.host}:{b.port}"},
+                b.port,
+                ClientSecurity.from_properties(secured),
+            ),
+            "PLAINTEXT": (
+                {"bootstrap.servers": f"{b.host}:{plain_port}"},
+                plain_port,
+                ClientSecurity.from_properties({}),
+            ),
         }
         admin = AdminClient({**secured, "bootstrap.servers": f"{b.host}:{b.port}"})
         # The PLAINTEXT listener's principal is User:ANONYMOUS; the authorizer checks it
         # like any other, so it gets the benchmark's topics (both paths pay for the check).
-        anonymous = AclBinding(ResourceType.TOPIC, "secbench-", ResourcePatternType.PREFIXED,
-                               "User:ANONYMOUS", "*", AclOperation.ALL,
-                               AclPermissionType.ALLOW)
+        anonymous = AclBinding(
+            ResourceType.TOPIC,
+            "secbench-",
+            ResourcePatternType.PREFIXED,
+            "User:ANONYMOUS",
+            "*",
+            AclOperation.ALL,
+            AclPermissionType.ALLOW,
+        )
         for f in admin.create_acls([anonymous]).values():
             f.result(30)
         print(f"load before: {os.getloadavg()}", flush=True)
@@ -230,13 +332,20 @@ def main() -> int:
             order = list(listeners) if r % 2 == 0 else list(reversed(listeners))
             for name in order:
                 conf, port, sec = listeners[name]
-                row = {"round": r, "listener": name,
-                       **produce(conf, admin, b.pid, args.records),
-                       **connections(b.host, port, sec, b.pid, args.connections),
-                       "load1": os.getloadavg()[0]}
+                row = {
+                    "round": r,
+                    "listener": name,
+                    **produce(conf, admin, b.pid, args.records),
+                    **connections(b.host, port, sec, b.pid, args.connections),
+                    "load1": os.getloadavg()[0],
+                }
                 rows.append(row)
-                print(json.dumps({k: round(v, 2) if isinstance(v, float) else v
-                                  for k, v in row.items()}), flush=True)
+                print(
+                    json.dumps(
+                        {k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}
+                    ),
+                    flush=True,
+                )
         if args.profile:
             out = Path(args.profile)
             out.mkdir(parents=True, exist_ok=True)
@@ -249,15 +358,22 @@ def main() -> int:
     print("\nmedians")
     for name in ("PLAINTEXT", "SASL_SSL"):
         mine = [x for x in rows if x["listener"] == name]
-        med = {k: statistics.median(x[k] for x in mine)
-               for k in ("records_s", "mb_s", "cpu_s_per_gb", "conn_s",
-                         "broker_cpu_ms_per_conn")}
+        med = {
+            k: statistics.median(x[k] for x in mine)
+            for k in ("records_s", "mb_s", "cpu_s_per_gb", "conn_s", "broker_cpu_ms_per_conn")
+        }
         print(f"{name:10s} " + "  ".join(f"{k}={v:.1f}" for k, v in med.items()))
-    ratios = [a["records_s"] / p["records_s"] for a, p in zip(
-        (x for x in rows if x["listener"] == "SASL_SSL"),
-        (x for x in rows if x["listener"] == "PLAINTEXT"))]
-    print(f"SASL_SSL/PLAINTEXT produce records/s per round: "
-          f"{[round(x, 2) for x in ratios]} median {statistics.median(ratios):.2f}")
+    ratios = [
+        a["records_s"] / p["records_s"]
+        for a, p in zip(
+            (x for x in rows if x["listener"] == "SASL_SSL"),
+            (x for x in rows if x["listener"] == "PLAINTEXT"),
+        )
+    ]
+    print(
+        f"SASL_SSL/PLAINTEXT produce records/s per round: "
+        f"{[round(x, 2) for x in ratios]} median {statistics.median(ratios):.2f}"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -78,9 +78,23 @@ def start_registry(c: LocalCluster, d: Path) -> tuple[subprocess.Popen[bytes], s
     url = f"http://{addresses.zk_address(c.block, 1)}:8081"
     out = open(d / "registry.out", "wb")  # noqa: SIM115 - the child keeps it
     proc = subprocess.Popen(
-        [sys.executable, "-m", "odradek", "schema-registry", "--bootstrap-server",
-         c.bootstrap_servers, "--listen", url, "--log-file", str(d / "registry.log")],
-        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "odradek",
+            "schema-registry",
+            "--bootstrap-server",
+            c.bootstrap_servers,
+            "--listen",
+            url,
+            "--log-file",
+            str(d / "registry.log"),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     out.close()
     client = SchemaRegistryClient({"url": url})
     deadline = time.monotonic() + 60
@@ -90,7 +104,9 @@ def start_registry(c: LocalCluster, d: Path) -> tuple[subprocess.Popen[bytes], s
             return proc, url
         except Exception:  # noqa: BLE001 - not listening yet
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the schema registry did not start: {(d / 'registry.out').read_text()}") from None
+                raise SystemExit(
+                    f"the schema registry did not start: {(d / 'registry.out').read_text()}"
+                ) from None
             time.sleep(0.2)
 
 
@@ -98,19 +114,38 @@ def produce(c: LocalCluster, url: str, n: int) -> None:
     admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
     admin.create_topics([NewTopic(TOPIC, PARTS, 1)])[TOPIC].result(30)
     schema_id = SchemaRegistryClient({"url": url}).register_schema(
-        f"{TOPIC}-value", Schema(json.dumps(SCHEMA), "AVRO"))
+        f"{TOPIC}-value", Schema(json.dumps(SCHEMA), "AVRO")
+    )
     header = b"\x00" + struct.pack(">I", schema_id)
     parsed = parse_schema(SCHEMA)
-    p = Producer({"bootstrap.servers": c.bootstrap_servers, "linger.ms": 20,
-                  "batch.num.messages": 10000, "queue.buffering.max.messages": 1000000})
+    p = Producer(
+        {
+            "bootstrap.servers": c.bootstrap_servers,
+            "linger.ms": 20,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 1000000,
+        }
+    )
     t0 = time.time()
     for i in range(n):
         buf = io.BytesIO()
         buf.write(header)
-        schemaless_writer(buf, parsed, {
-            "id": i, "user": f"user-{i % 1000}", "age": i % 90, "score": i / 7, "active": i % 2 == 0,
-            "at": 1_700_000_000_000 + i, "tags": ["a", "b"][: i % 3], "city": "Prague",
-            "amount": i * 0.5, "kind": "ABC"[i % 3]})
+        schemaless_writer(
+            buf,
+            parsed,
+            {
+                "id": i,
+                "user": f"user-{i % 1000}",
+                "age": i % 90,
+                "score": i / 7,
+                "active": i % 2 == 0,
+                "at": 1_700_000_000_000 + i,
+                "tags": ["a", "b"][: i % 3],
+                "city": "Prague",
+                "amount": i * 0.5,
+                "kind": "ABC"[i % 3],
+            },
+        )
         while True:
             try:
                 p.produce(TOPIC, buf.getvalue(), partition=i % PARTS)
@@ -144,9 +179,14 @@ def main() -> None:
     for who in ("source", "udf"):
         rates = [r["rows_per_s"] for r in results if r["who"] == who]
         print(f"{who:7} median {statistics.median(rates):12,.0f} rows/s over {len(rates)} reps")
-    ratios = [a["rows_per_s"] / b["rows_per_s"] for a, b in zip(
-        [r for r in results if r["who"] == "source"], [r for r in results if r["who"] == "udf"],
-        strict=True)]
+    ratios = [
+        a["rows_per_s"] / b["rows_per_s"]
+        for a, b in zip(
+            [r for r in results if r["who"] == "source"],
+            [r for r in results if r["who"] == "udf"],
+            strict=True,
+        )
+    ]
     print(f"source / udf: median {statistics.median(ratios):.2f}x  (load {os.getloadavg()})")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
@@ -155,12 +195,19 @@ def main() -> None:
 def bench(c: LocalCluster, url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     from pyspark.sql.functions import col, udf
 
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.python.worker.reuse", "true").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    base = {"kafka.bootstrap.servers": c.bootstrap_servers, "subscribe": TOPIC,
-            "startingOffsets": "earliest"}
+    base = {
+        "kafka.bootstrap.servers": c.bootstrap_servers,
+        "subscribe": TOPIC,
+        "startingOffsets": "earliest",
+    }
 
     @udf(returnType=UDF_TYPE)
     def decode(value: bytes) -> Any:
@@ -176,14 +223,35 @@ def bench(c: LocalCluster, url: str, args: argparse.Namespace) -> list[dict[str,
         return schemaless_reader(buf, parsed, None)
 
     def source() -> None:
-        (spark.read.format("odradek").options(**base).option("value.format", "avro")
-         .option("schema.registry.url", url).load().write.format("noop").mode("overwrite").save())
+        (
+            spark.read.format("odradek")
+            .options(**base)
+            .option("value.format", "avro")
+            .option("schema.registry.url", url)
+            .load()
+            .write.format("noop")
+            .mode("overwrite")
+            .save()
+        )
 
     def with_udf() -> None:
-        (spark.read.format("odradek").options(**base).load()
-         .select(col("key"), decode(col("value")).alias("v"), col("topic"), col("partition"),
-                 col("offset"), col("timestamp"), col("timestampType"))
-         .write.format("noop").mode("overwrite").save())
+        (
+            spark.read.format("odradek")
+            .options(**base)
+            .load()
+            .select(
+                col("key"),
+                decode(col("value")).alias("v"),
+                col("topic"),
+                col("partition"),
+                col("offset"),
+                col("timestamp"),
+                col("timestampType"),
+            )
+            .write.format("noop")
+            .mode("overwrite")
+            .save()
+        )
 
     for _ in range(args.warmup):
         source()
@@ -194,11 +262,20 @@ def bench(c: LocalCluster, url: str, args: argparse.Namespace) -> list[dict[str,
             t0 = time.monotonic()
             run()
             wall = time.monotonic() - t0
-            r = {"who": who, "rep": rep, "rows": args.records, "wall_s": wall,
-                 "rows_per_s": args.records / wall, "load1": os.getloadavg()[0]}
+            r = {
+                "who": who,
+                "rep": rep,
+                "rows": args.records,
+                "wall_s": wall,
+                "rows_per_s": args.records / wall,
+                "load1": os.getloadavg()[0],
+            }
             results.append(r)
-            print(f"rep {rep} {who:7} {r['rows_per_s']:12,.0f} rows/s  wall {wall:6.1f} s  "
-                  f"load {r['load1']:.2f}", flush=True)
+            print(
+                f"rep {rep} {who:7} {r['rows_per_s']:12,.0f} rows/s  wall {wall:6.1f} s  "
+                f"load {r['load1']:.2f}",
+                flush=True,
+            )
     spark.stop()
     return results
 

@@ -24,6 +24,7 @@ time (user + system) of this process's whole process tree during the query — t
 JVM, its Python workers, ZooKeeper and the brokers — and ``rows/s/core`` = rows / cpu s;
 ``brokers`` is the brokers' share of it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,8 +75,9 @@ def _mem_batches(p: int, start: int, stop: int) -> Iterator[pa.RecordBatch]:
     for s in range(start, stop, m):
         c = min(m, stop - s)
         off = pa.array(range(s, s + c), pa.int64())
-        yield pa.RecordBatch.from_arrays([k[:c], v[:c], t[:c], pp[:c], off, ts[:c], tt[:c]],
-                                         schema=arrow_schema(False))
+        yield pa.RecordBatch.from_arrays(
+            [k[:c], v[:c], t[:c], pp[:c], off, ts[:c], tt[:c]], schema=arrow_schema(False)
+        )
 
 
 class MemSource(DataSource):
@@ -155,6 +157,7 @@ class MemStreamWriter(DataSourceStreamArrowWriter):
 
 # --------------------------------------------------------------------------- CPU of the tree
 
+
 def _tree_cpu_s() -> float:
     """user + system seconds of this process tree (live descendants, and exited ones
     their parents waited for)."""
@@ -200,8 +203,12 @@ def wait_for_topics(admin: AdminClient, names: list[str], timeout_s: float = 30)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         md = admin.list_topics(timeout=5).topics
-        if all(n in md and len(md[n].partitions) == PARTS
-               and all(p.leader >= 0 for p in md[n].partitions.values()) for n in names):
+        if all(
+            n in md
+            and len(md[n].partitions) == PARTS
+            and all(p.leader >= 0 for p in md[n].partitions.values())
+            for n in names
+        ):
             return
         time.sleep(0.1)
     raise RuntimeError(f"topics {names} not ready within {timeout_s} s")
@@ -239,8 +246,14 @@ def bench(c: LocalCluster, d: str, args: argparse.Namespace) -> None:
     admin = AdminClient({"bootstrap.servers": bs})
     admin.create_topics([NewTopic("bench", PARTS, n_brokers)])["bench"].result(30)
     wait_for_topics(admin, ["bench"])
-    p = Producer({"bootstrap.servers": bs, "linger.ms": 20, "batch.num.messages": 10000,
-                  "queue.buffering.max.messages": 1000000})
+    p = Producer(
+        {
+            "bootstrap.servers": bs,
+            "linger.ms": 20,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 1000000,
+        }
+    )
     val = b"x" * 100
     t0 = time.time()
     for i in range(n):
@@ -251,10 +264,15 @@ def bench(c: LocalCluster, d: str, args: argparse.Namespace) -> None:
             except BufferError:
                 p.poll(0.01)
     p.flush(120)
-    print(f"produce {n}: {n / (time.time() - t0):,.0f} rows/s  (load {os.getloadavg()})",
-          flush=True)
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.python.worker.reuse", "true").getOrCreate())
+    print(
+        f"produce {n}: {n / (time.time() - t0):,.0f} rows/s  (load {os.getloadavg()})", flush=True
+    )
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     spark.dataSource.register(MemSource)
@@ -279,22 +297,45 @@ def bench(c: LocalCluster, d: str, args: argparse.Namespace) -> None:
         run()
         wall, cpu = time.monotonic() - t0, _tree_cpu_s() - cpu0
         bcpu = _pids_cpu_s(brokers) - bcpu0
-        r = {"query": query, "who": who, "rep": rep, "rows": rows, "wall_s": wall,
-             "rows_per_s": rows / wall, "cpu_s": cpu, "rows_per_core_s": rows / cpu if cpu else 0,
-             "broker_cpu_s": bcpu, "load1": os.getloadavg()[0]}
+        r = {
+            "query": query,
+            "who": who,
+            "rep": rep,
+            "rows": rows,
+            "wall_s": wall,
+            "rows_per_s": rows / wall,
+            "cpu_s": cpu,
+            "rows_per_core_s": rows / cpu if cpu else 0,
+            "broker_cpu_s": bcpu,
+            "load1": os.getloadavg()[0],
+        }
         results.append(r)
-        print(f"rep {rep} {query:12} {who:10} {r['rows_per_s']:12,.0f} rows/s  cpu {cpu:6.1f} s "
-              f"(brokers {bcpu:5.1f} s) {r['rows_per_core_s']:12,.0f} rows/core-s  "
-              f"load {r['load1']:.2f}", flush=True)
+        print(
+            f"rep {rep} {query:12} {who:10} {r['rows_per_s']:12,.0f} rows/s  cpu {cpu:6.1f} s "
+            f"(brokers {bcpu:5.1f} s) {r['rows_per_core_s']:12,.0f} rows/core-s  "
+            f"load {r['load1']:.2f}",
+            flush=True,
+        )
 
     od_src = {"kafka.bootstrap.servers": bs, "subscribe": "bench", "startingOffsets": "earliest"}
 
     def batch_read(fmt: str, **opts: Any) -> Callable[[], None]:
-        return lambda: spark.read.format(fmt).options(**opts).load() \
-            .write.format("noop").mode("overwrite").save()
+        return lambda: (
+            spark.read.format(fmt)
+            .options(**opts)
+            .load()
+            .write.format("noop")
+            .mode("overwrite")
+            .save()
+        )
 
-    def stream(fmt: str, sink: str, select_value: bool = False,
-               sink_opts: dict[str, str] | None = None, **opts: Any) -> Callable[[], None]:
+    def stream(
+        fmt: str,
+        sink: str,
+        select_value: bool = False,
+        sink_opts: dict[str, str] | None = None,
+        **opts: Any,
+    ) -> Callable[[], None]:
         def once() -> None:
             df = spark.readStream.format(fmt).options(**opts).load()
             if select_value:
@@ -303,6 +344,7 @@ def bench(c: LocalCluster, d: str, args: argparse.Namespace) -> None:
             for k, v in (sink_opts or {}).items():
                 w = w.option(k, v)
             w.trigger(availableNow=True).start().awaitTermination()
+
         return once
 
     m = n // 4
@@ -313,32 +355,71 @@ def bench(c: LocalCluster, d: str, args: argparse.Namespace) -> None:
             if q == "batch_read":
                 measure(q, "peer", rep, n_mem, batch_read("memarrow", n=n))
                 for cl in clients:
-                    measure(q, cl, rep, n, batch_read("odradek", **od_src, **{"odradek.client": cl}))
+                    measure(
+                        q, cl, rep, n, batch_read("odradek", **od_src, **{"odradek.client": cl})
+                    )
             elif q == "stream_read":
                 measure(q, "peer", rep, n_mem, stream("memarrow", "noop", n=n))
                 for cl in clients:
-                    measure(q, cl, rep, n, stream("odradek", "noop", **od_src,
-                                                  **{"odradek.client": cl}))
+                    measure(
+                        q, cl, rep, n, stream("odradek", "noop", **od_src, **{"odradek.client": cl})
+                    )
             elif q == "batch_write":
-                measure(q, "peer", rep, m, lambda: src.write.format("memarrow").mode("append").save())
+                measure(
+                    q, "peer", rep, m, lambda: src.write.format("memarrow").mode("append").save()
+                )
                 for cl in clients:
                     topic = out_topic()
-                    measure(q, cl, rep, m, lambda topic=topic, cl=cl: src.write.format("odradek")
-                            .option("kafka.bootstrap.servers", bs).option("topic", topic)
-                            .option("odradek.client", cl).mode("append").save())
+                    measure(
+                        q,
+                        cl,
+                        rep,
+                        m,
+                        lambda topic=topic, cl=cl: (
+                            src.write.format("odradek")
+                            .option("kafka.bootstrap.servers", bs)
+                            .option("topic", topic)
+                            .option("odradek.client", cl)
+                            .mode("append")
+                            .save()
+                        ),
+                    )
                     delete_topic(admin, topic)
             elif q == "stream_sink":
                 for cl in clients:
                     # the peer reads with the same client, so the ratio is the sink's cost
-                    measure(q, f"peer/{cl}", rep, n,
-                            stream("odradek", "memarrow", select_value=True, **od_src,
-                                   **{"odradek.client": cl}))
+                    measure(
+                        q,
+                        f"peer/{cl}",
+                        rep,
+                        n,
+                        stream(
+                            "odradek",
+                            "memarrow",
+                            select_value=True,
+                            **od_src,
+                            **{"odradek.client": cl},
+                        ),
+                    )
                     topic = out_topic()
-                    measure(q, cl, rep, n, stream(
-                        "odradek", "odradek", select_value=True, **od_src,
-                        **{"odradek.client": cl},
-                        sink_opts={"kafka.bootstrap.servers": bs, "topic": topic,
-                                   "odradek.client": cl}))
+                    measure(
+                        q,
+                        cl,
+                        rep,
+                        n,
+                        stream(
+                            "odradek",
+                            "odradek",
+                            select_value=True,
+                            **od_src,
+                            **{"odradek.client": cl},
+                            sink_opts={
+                                "kafka.bootstrap.servers": bs,
+                                "topic": topic,
+                                "odradek.client": cl,
+                            },
+                        ),
+                    )
                     delete_topic(admin, topic)
     spark.stop()
     summarize(results, queries, clients)
@@ -351,25 +432,32 @@ def summarize(results: list[dict[str, Any]], queries: list[str], clients: list[s
         xs = [r[key] for r in results if r["query"] == q and r["who"] == who]
         return statistics.median(xs) if xs else float("nan")
 
-    print(f"\n{'query':12} {'client':10} {'odradek rows/s':>15} {'peer rows/s':>12} "
-          f"{'ratio':>6} {'ratios':>18} {'rows/core-s':>12} {'cpu s':>6} {'brokers':>7} "
-          f"{'peer cpu s':>10}")
+    print(
+        f"\n{'query':12} {'client':10} {'odradek rows/s':>15} {'peer rows/s':>12} "
+        f"{'ratio':>6} {'ratios':>18} {'rows/core-s':>12} {'cpu s':>6} {'brokers':>7} "
+        f"{'peer cpu s':>10}"
+    )
     for q in queries:
         for cl in clients:
             peer = f"peer/{cl}" if q == "stream_sink" else "peer"
             ratios = []
             for r in results:
                 if r["query"] == q and r["who"] == cl:
-                    pr = [x for x in results if x["query"] == q and x["who"] == peer
-                          and x["rep"] == r["rep"]]
+                    pr = [
+                        x
+                        for x in results
+                        if x["query"] == q and x["who"] == peer and x["rep"] == r["rep"]
+                    ]
                     if pr:
                         ratios.append(r["rows_per_s"] / pr[0]["rows_per_s"])
             ratio = statistics.median(ratios) if ratios else float("nan")
-            print(f"{q:12} {cl:10} {med(q, cl, 'rows_per_s'):15,.0f} "
-                  f"{med(q, peer, 'rows_per_s'):12,.0f} {ratio:6.2f} "
-                  f"{'/'.join(f'{x:.2f}' for x in ratios):>18} "
-                  f"{med(q, cl, 'rows_per_core_s'):12,.0f} {med(q, cl, 'cpu_s'):6.1f} "
-                  f"{med(q, cl, 'broker_cpu_s'):7.1f} {med(q, peer, 'cpu_s'):10.1f}")
+            print(
+                f"{q:12} {cl:10} {med(q, cl, 'rows_per_s'):15,.0f} "
+                f"{med(q, peer, 'rows_per_s'):12,.0f} {ratio:6.2f} "
+                f"{'/'.join(f'{x:.2f}' for x in ratios):>18} "
+                f"{med(q, cl, 'rows_per_core_s'):12,.0f} {med(q, cl, 'cpu_s'):6.1f} "
+                f"{med(q, cl, 'broker_cpu_s'):7.1f} {med(q, peer, 'cpu_s'):10.1f}"
+            )
 
 
 if __name__ == "__main__":

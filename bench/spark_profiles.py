@@ -45,16 +45,35 @@ def avro(n: int) -> None:
     for i in range(n):
         buf = io.BytesIO()
         buf.write(b"\x00" + struct.pack(">I", 1))
-        schemaless_writer(buf, parsed, {
-            "id": i, "user": f"user-{i % 1000}", "age": i % 90, "score": i / 7,
-            "active": i % 2 == 0, "at": 1_700_000_000_000 + i, "tags": ["a", "b"][: i % 3],
-            "city": "Prague", "amount": i * 0.5, "kind": "ABC"[i % 3]})
+        schemaless_writer(
+            buf,
+            parsed,
+            {
+                "id": i,
+                "user": f"user-{i % 1000}",
+                "age": i % 90,
+                "score": i / 7,
+                "active": i % 2 == 0,
+                "at": 1_700_000_000_000 + i,
+                "tags": ["a", "b"][: i % 3],
+                "city": "Prague",
+                "amount": i * 0.5,
+                "kind": "ABC"[i % 3],
+            },
+        )
         vals.append(buf.getvalue())
     batch = pa.RecordBatch.from_arrays(
-        [pa.array([None] * n, pa.binary()), pa.array(vals, pa.binary()), pa.array(["t"] * n),
-         pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64()),
-         pa.array([0] * n, pa.timestamp("us", tz="UTC")), pa.array([0] * n, pa.int32())],
-        schema=arrow_schema(False))
+        [
+            pa.array([None] * n, pa.binary()),
+            pa.array(vals, pa.binary()),
+            pa.array(["t"] * n),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(n), pa.int64()),
+            pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+            pa.array([0] * n, pa.int32()),
+        ],
+        schema=arrow_schema(False),
+    )
     vo = ValueOptions("http://127.0.0.1:1", None, "t-value", 1, 1, json.dumps(SCHEMA), "fail")
     compiled = AvroValueDecoder(vo, arrow_schema(False))
     per_record = AvroValueDecoder(vo, arrow_schema(False))
@@ -63,9 +82,11 @@ def avro(n: int) -> None:
     def udf() -> Any:
         return [schemaless_reader(io.BytesIO(v[5:]), parsed, None) for v in vals]
 
-    runs = (("fastavro UDF decode", udf),
-            ("transform, fastavro", lambda: per_record.transform(batch, "t", 0)),
-            ("transform, compiled", lambda: compiled.transform(batch, "t", 0)))
+    runs = (
+        ("fastavro UDF decode", udf),
+        ("transform, fastavro", lambda: per_record.transform(batch, "t", 0)),
+        ("transform, compiled", lambda: compiled.transform(batch, "t", 0)),
+    )
     for _ in range(3):
         for name, f in runs:
             t = time.process_time()
@@ -93,7 +114,8 @@ def sink(n: int) -> None:
             admin.create_topics([NewTopic("out", 3, 1)])["out"].result(30)
             schema = StructType([StructField("value", BinaryType())])
             opts = SinkOptions.parse(
-                {"kafka.bootstrap.servers": c.bootstrap_servers, "topic": "out"}, schema)
+                {"kafka.bootstrap.servers": c.bootstrap_servers, "topic": "out"}, schema
+            )
             vals = pa.array([b"v" * 100] * 10_000, pa.binary())
             batches = [pa.RecordBatch.from_arrays([vals], names=["value"])] * (n // 10_000)
             writer = OdradekStreamWriter.__new__(OdradekStreamWriter)
@@ -106,9 +128,12 @@ def sink(n: int) -> None:
                 t1 = time.perf_counter()
                 writer.commit([msg], bid)
                 pr.disable()
-                print(f"batch {bid}: task {t1 - t0:.2f} s wall, commit "
-                      f"{time.perf_counter() - t1:.2f} s wall, "
-                      f"{time.process_time() - c0:.2f} CPU-s, {msg.written} rows", flush=True)
+                print(
+                    f"batch {bid}: task {t1 - t0:.2f} s wall, commit "
+                    f"{time.perf_counter() - t1:.2f} s wall, "
+                    f"{time.process_time() - c0:.2f} CPU-s, {msg.written} rows",
+                    flush=True,
+                )
             pstats.Stats(pr).sort_stats("cumulative").print_stats(30)
         finally:
             c.down()

@@ -38,8 +38,9 @@ VALUE = b"x" * 1024
 
 def _topic(admin: AdminClient) -> str:
     name = f"txbench-{uuid.uuid4().hex[:8]}"
-    admin.create_topics([NewTopic(name, 3, 3, config={"min.insync.replicas": "2"})],
-                        operation_timeout=30)[name].result(30)
+    admin.create_topics(
+        [NewTopic(name, 3, 3, config={"min.insync.replicas": "2"})], operation_timeout=30
+    )[name].result(30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         t = admin.list_topics(name, timeout=10).topics.get(name)
@@ -57,8 +58,9 @@ def run_idempotent(bs: str, topic: str, seconds: float) -> float:
         if err is None:
             acked += 1
 
-    p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "linger.ms": 5,
-                  "acks": "all"})
+    p = Producer(
+        {"bootstrap.servers": bs, "enable.idempotence": True, "linger.ms": 5, "acks": "all"}
+    )
     t0 = time.monotonic()
     end = t0 + seconds
     while time.monotonic() < end:
@@ -72,8 +74,13 @@ def run_idempotent(bs: str, topic: str, seconds: float) -> float:
 
 
 def run_transactional(bs: str, topic: str, seconds: float, commit_ms: int) -> float:
-    p = Producer({"bootstrap.servers": bs, "transactional.id": f"bench-{uuid.uuid4().hex[:6]}",
-                  "linger.ms": 5})
+    p = Producer(
+        {
+            "bootstrap.servers": bs,
+            "transactional.id": f"bench-{uuid.uuid4().hex[:6]}",
+            "linger.ms": 5,
+        }
+    )
     p.init_transactions(60)
     committed = 0
     t0 = time.monotonic()
@@ -97,9 +104,24 @@ def run_transactional(bs: str, topic: str, seconds: float, commit_ms: int) -> fl
 def _verification(bs: str, on: bool) -> None:
     key = "transaction.partition.verification.enable"
     change = ("--delete-config", key) if on else ("--add-config", f"{key}=false")
-    subprocess.run([sys.executable, "-m", "odradek", "configs", "--bootstrap-server", bs,
-                    "--entity-type", "brokers", "--entity-default", "--alter", *change],
-                   check=True, capture_output=True, timeout=90)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "odradek",
+            "configs",
+            "--bootstrap-server",
+            bs,
+            "--entity-type",
+            "brokers",
+            "--entity-default",
+            "--alter",
+            *change,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=90,
+    )
     time.sleep(1.0)  # the brokers apply it at their next metadata update (well under 1 s)
 
 
@@ -109,12 +131,21 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--commit-ms", type=int, default=100)
     ap.add_argument("--dir", type=Path, default=None)
-    ap.add_argument("--unverified", action="store_true",
-                    help="also run the transactional producer without KIP-890 verification")
+    ap.add_argument(
+        "--unverified",
+        action="store_true",
+        help="also run the transactional producer without KIP-890 verification",
+    )
     args = ap.parse_args()
     base = args.dir or Path(tempfile.mkdtemp(prefix="txbench-"))
-    c = LocalCluster.start(base / "cluster", 3, broker_config={
-        "transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3"})
+    c = LocalCluster.start(
+        base / "cluster",
+        3,
+        broker_config={
+            "transaction.state.log.num.partitions": "3",
+            "offsets.topic.num.partitions": "3",
+        },
+    )
     try:
         bs = c.bootstrap_servers
         admin = AdminClient({"bootstrap.servers": bs})
@@ -122,7 +153,7 @@ def main() -> None:
         rates: dict[str, list[float]] = {k: [] for k in kinds}
         idem, txn = rates["idempotent"], rates["transactional"]
         for r in range(args.rounds):
-            for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:  # interleaved
+            for kind in kinds[r % len(kinds) :] + kinds[: r % len(kinds)]:  # interleaved
                 topic = _topic(admin)
                 if kind == "idempotent":
                     rate = run_idempotent(bs, topic, args.seconds)
@@ -136,19 +167,26 @@ def main() -> None:
                         _verification(bs, on=True)
                 rates[kind].append(rate)
                 admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
-                print(f"round {r + 1} {kind:13s} {rate:10.0f} records/s "
-                      f"({rate * len(VALUE) / 1e6:.1f} MB/s)", flush=True)
+                print(
+                    f"round {r + 1} {kind:13s} {rate:10.0f} records/s "
+                    f"({rate * len(VALUE) / 1e6:.1f} MB/s)",
+                    flush=True,
+                )
         ratios = [t / i for t, i in zip(txn, idem)]
         print(f"median idempotent     {statistics.median(idem):10.0f} records/s")
         print(f"median transactional  {statistics.median(txn):10.0f} records/s")
-        print(f"per-round ratios {[f'{x:.2f}' for x in ratios]}, "
-              f"median {statistics.median(ratios):.2f}x (aim >= 0.8x)")
+        print(
+            f"per-round ratios {[f'{x:.2f}' for x in ratios]}, "
+            f"median {statistics.median(ratios):.2f}x (aim >= 0.8x)"
+        )
         if args.unverified:
             unv = rates["unverified"]
             vr = [t / u for t, u in zip(txn, unv)]
             print(f"median unverified     {statistics.median(unv):10.0f} records/s")
-            print(f"verified / unverified per round {[f'{x:.2f}' for x in vr]}, "
-                  f"median {statistics.median(vr):.2f}x")
+            print(
+                f"verified / unverified per round {[f'{x:.2f}' for x in vr]}, "
+                f"median {statistics.median(vr):.2f}x"
+            )
     finally:
         c.down()
 

@@ -39,9 +39,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # A process's slow links hang off one root qdisc on ``lo`` (two workers must not both own
 # it), and a netns cluster's leftover check looks names up by its loopback block, which
 # another worker's netns cluster could claim as soon as it is released.
-HOST_NETWORK_MODULES = frozenset(f"tests/integration/{m}.py" for m in (
-    "test_chaos_faults", "test_lost_records", "test_nemesis", "test_netns_hosts",
-    "test_scenarios", "test_spark_standalone", "test_transactions_failover"))
+HOST_NETWORK_MODULES = frozenset(
+    f"tests/integration/{m}.py"
+    for m in (
+        "test_chaos_faults",
+        "test_lost_records",
+        "test_nemesis",
+        "test_netns_hosts",
+        "test_scenarios",
+        "test_spark_standalone",
+        "test_transactions_failover",
+    )
+)
 
 
 def xdist_scope(nodeid: str) -> str:

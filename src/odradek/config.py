@@ -192,9 +192,11 @@ def parse_connection_overrides(value: str) -> dict[str, int]:
         host, sep, count = item.rpartition(":")
         host = host.strip().strip("[]")
         if not sep or not host or not count.strip().isdigit():
-            raise ConfigError("max.connections.per.ip.overrides",
-                              f"Invalid value {value} for configuration "
-                              "max.connections.per.ip.overrides: expected host:count,...")
+            raise ConfigError(
+                "max.connections.per.ip.overrides",
+                f"Invalid value {value} for configuration "
+                "max.connections.per.ip.overrides: expected host:count,...",
+            )
         out[host] = int(count)
     return out
 
@@ -209,14 +211,21 @@ def _check_zookeeper_security(values: Mapping[str, Any]) -> None:
     try:
         auth = parse_zk_auth(values["odradek.zookeeper.auth"])
     except ValueError as e:
-        raise ConfigError("odradek.zookeeper.auth", f"Invalid odradek.zookeeper.auth: {e}") from None
+        raise ConfigError(
+            "odradek.zookeeper.auth", f"Invalid odradek.zookeeper.auth: {e}"
+        ) from None
     if values["zookeeper.set.acl"] and auth is None:
-        raise ConfigError("zookeeper.set.acl",
-                          "zookeeper.set.acl is true, but no ZooKeeper authentication is "
-                          "configured (set odradek.zookeeper.auth)")
+        raise ConfigError(
+            "zookeeper.set.acl",
+            "zookeeper.set.acl is true, but no ZooKeeper authentication is "
+            "configured (set odradek.zookeeper.auth)",
+        )
     if auth is not None and auth.scheme == "sasl" and importlib.util.find_spec("puresasl") is None:
-        raise ConfigError("odradek.zookeeper.auth", "ZooKeeper SASL needs the pure-sasl "
-                          "package (kazoo's SASL client): pip install pure-sasl")
+        raise ConfigError(
+            "odradek.zookeeper.auth",
+            "ZooKeeper SASL needs the pure-sasl "
+            "package (kazoo's SASL client): pip install pure-sasl",
+        )
 
 
 def _default(name: str) -> Any:
@@ -260,18 +269,26 @@ class BrokerConfig:
             if d is None:
                 # listener.name.<listener>.<setting> are Kafka's per-listener overrides.
                 if not key.startswith("listener.name."):
-                    logger.warning("The configuration '%s' was supplied but isn't a known "
-                                   "config.", key)
+                    logger.warning(
+                        "The configuration '%s' was supplied but isn't a known config.", key
+                    )
             elif d.support is Support.IGNORED:
                 # A setting that changes nothing must say so (docs/configuration.md).
-                logger.warning("The configuration '%s' is accepted but ignored by Odradek: %s.",
-                               key, d.reason)
+                logger.warning(
+                    "The configuration '%s' is accepted but ignored by Odradek: %s.", key, d.reason
+                )
         values = _typed_broker_values(raw)
         for required in ("broker.id", "zookeeper.connect"):
             if required not in raw or not raw[required].strip():
-                raise ConfigError(required, f"Missing required configuration \"{required}\" which has no default value.")
+                raise ConfigError(
+                    required,
+                    f"Missing required configuration \"{required}\" which has no default value.",
+                )
         if values["broker.id"] < 0:
-            raise ConfigError("broker.id", f"Invalid value {values['broker.id']} for configuration broker.id: Value must be at least 0")
+            raise ConfigError(
+                "broker.id",
+                f"Invalid value {values['broker.id']} for configuration broker.id: Value must be at least 0",
+            )
         listeners = values["listeners"]
         parse_listeners(listeners, "listeners")
         if values["advertised.listeners"] is not None:
@@ -281,9 +298,11 @@ class BrokerConfig:
             raise ConfigError("log.dirs", "log.dirs must contain at least one directory")
         overrides = parse_connection_overrides(values["max.connections.per.ip.overrides"])
         if values["max.connections.per.ip"] == 0 and not overrides:
-            raise ConfigError("max.connections.per.ip",
-                              "max.connections.per.ip can be set to zero only if "
-                              "max.connections.per.ip.overrides property is set.")
+            raise ConfigError(
+                "max.connections.per.ip",
+                "max.connections.per.ip can be set to zero only if "
+                "max.connections.per.ip.overrides property is set.",
+            )
         _check_zookeeper_security(values)
         return cls(
             broker_id=values["broker.id"],
@@ -329,7 +348,9 @@ class BrokerConfig:
         pairs only when both are given)."""
         return bool(self.raw.get(name))
 
-    def listener_override(self, listener: str, key: str, mechanism: str | None = None) -> str | None:
+    def listener_override(
+        self, listener: str, key: str, mechanism: str | None = None
+    ) -> str | None:
         """Kafka's per-listener setting ``listener.name.<listener>[.<mechanism>].<key>``
         as given, or None."""
         middle = f"{mechanism.lower()}." if mechanism else ""
@@ -349,9 +370,14 @@ class BrokerConfig:
         key = "advertised.listeners" if self.advertised_listeners else "listeners"
         _, host, port = parse_listeners(self.advertised_listeners or self.listeners, key)[0]
         if not host:
-            raise ConfigError(key, f"{key}: an explicit host is required to advertise (got an empty host)")
+            raise ConfigError(
+                key, f"{key}: an explicit host is required to advertise (got an empty host)"
+            )
         if host == "0.0.0.0":
-            raise ConfigError(key, f"{key} cannot use the nonroutable meta-address 0.0.0.0. Use a routable IP address.")
+            raise ConfigError(
+                key,
+                f"{key} cannot use the nonroutable meta-address 0.0.0.0. Use a routable IP address.",
+            )
         return host, port
 
     def topic_defaults(self) -> dict[str, str]:
@@ -393,9 +419,12 @@ def _synonym_to_topic_value(syn: Synonym, d: ConfigDef, broker_value: str) -> st
 Synonyms = list[tuple[str, str | None, int]]
 
 
-def kafka_synonyms(name: str, names: Sequence[str],
-                   layers: Sequence[tuple[Mapping[str, str], ConfigSource]],
-                   sensitive: bool = False) -> Synonyms:
+def kafka_synonyms(
+    name: str,
+    names: Sequence[str],
+    layers: Sequence[tuple[Mapping[str, str], ConfigSource]],
+    sensitive: bool = False,
+) -> Synonyms:
     """Kafka's ``configSynonyms``: for each layer in precedence order (dynamic broker,
     dynamic default, static, default), the synonym names it sets in ``names`` order;
     then everything before the first entry named ``name`` is dropped (Kafka drops
@@ -415,8 +444,9 @@ def kafka_synonyms(name: str, names: Sequence[str],
 def _static_defaults() -> Mapping[str, str]:
     # Built once: every described topic config with synonyms asks for it (a dict of all
     # broker properties each time made DescribeConfigs of a few topics cost ~100 ms).
-    return MappingProxyType({n: d.default for n, d in BROKER_CONFIGS.items()
-                             if d.default is not None})
+    return MappingProxyType(
+        {n: d.default for n, d in BROKER_CONFIGS.items() if d.default is not None}
+    )
 
 
 def _broker_topic_value(
@@ -445,9 +475,15 @@ def _broker_topic_value(
     synonyms: Synonyms = []
     if d.synonyms:
         names = [s.name for s in d.synonyms]
-        synonyms = kafka_synonyms(names[0], names, [
-            (raw, ConfigSource.STATIC_BROKER_CONFIG),
-            (_static_defaults(), ConfigSource.DEFAULT_CONFIG)], d.sensitive)
+        synonyms = kafka_synonyms(
+            names[0],
+            names,
+            [
+                (raw, ConfigSource.STATIC_BROKER_CONFIG),
+                (_static_defaults(), ConfigSource.DEFAULT_CONFIG),
+            ],
+            d.sensitive,
+        )
     source = ConfigSource(synonyms[0][2]) if synonyms else ConfigSource.DEFAULT_CONFIG
     return chosen, source, synonyms
 
@@ -476,8 +512,12 @@ def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
         except ConfigValueError as e:
             raise _invalid(str(e)) from None
         if d.support is Support.IGNORED and value != d.default:
-            logger.warning("Topic config '%s=%s' is accepted but ignored by Odradek: %s.",
-                        name, value, d.reason)
+            logger.warning(
+                "Topic config '%s=%s' is accepted but ignored by Odradek: %s.",
+                name,
+                value,
+                d.reason,
+            )
         out[name] = value
     min_lag = typed.get("min.compaction.lag.ms", 0)
     max_lag = typed.get("max.compaction.lag.ms", LONG_MAX)
@@ -516,8 +556,9 @@ def _topic_base(broker: BrokerConfig) -> _TopicBase:
     base = _TOPIC_BASES.get(key)
     if base is None:
         raw = broker.raw
-        base = tuple((name, *_broker_topic_value(TOPIC_CONFIGS[name], raw))
-                     for name in sorted(TOPIC_CONFIGS))
+        base = tuple(
+            (name, *_broker_topic_value(TOPIC_CONFIGS[name], raw)) for name in sorted(TOPIC_CONFIGS)
+        )
         if len(_TOPIC_BASES) >= 8:  # configs seen by this process: a handful at most
             _TOPIC_BASES.clear()
         _TOPIC_BASES[key] = base
@@ -527,8 +568,9 @@ def _topic_base(broker: BrokerConfig) -> _TopicBase:
 _TOPIC_BASES: dict[tuple[Any, ...], _TopicBase] = {}
 
 
-def describe_topic_config(broker: BrokerConfig, overrides: Mapping[str, str],
-                          keys: Collection[str] | None = None) -> list[ConfigEntry]:
+def describe_topic_config(
+    broker: BrokerConfig, overrides: Mapping[str, str], keys: Collection[str] | None = None
+) -> list[ConfigEntry]:
     """Every topic config with value and source, like Kafka's DescribeConfigs(TOPIC);
     only those named in ``keys`` when given (the request's configuration_keys)."""
     entries: list[ConfigEntry] = []
@@ -572,9 +614,13 @@ def broker_synonyms(name: str) -> list[str]:
     return [name]
 
 
-def describe_broker_config(broker: BrokerConfig, dynamic: Mapping[str, str] | None = None,
-                           dynamic_default: Mapping[str, str] | None = None,
-                           *, per_broker: bool = True) -> list[ConfigEntry]:
+def describe_broker_config(
+    broker: BrokerConfig,
+    dynamic: Mapping[str, str] | None = None,
+    dynamic_default: Mapping[str, str] | None = None,
+    *,
+    per_broker: bool = True,
+) -> list[ConfigEntry]:
     """The broker properties Odradek knows, like Kafka's DescribeConfigs(BROKER).
 
     ``dynamic`` / ``dynamic_default``: the overrides of ``/config/brokers/<id>`` and
@@ -593,8 +639,11 @@ def describe_broker_config(broker: BrokerConfig, dynamic: Mapping[str, str] | No
         (raw, ConfigSource.STATIC_BROKER_CONFIG),
         (_static_defaults(), ConfigSource.DEFAULT_CONFIG),
     ]
-    names = sorted(BROKER_CONFIGS) if per_broker else sorted(
-        n for n in dyn_default if n in BROKER_CONFIGS)
+    names = (
+        sorted(BROKER_CONFIGS)
+        if per_broker
+        else sorted(n for n in dyn_default if n in BROKER_CONFIGS)
+    )
     entries: list[ConfigEntry] = []
     for name in names:
         d = BROKER_CONFIGS[name]

@@ -22,9 +22,14 @@ def _value(i: int, size: int) -> bytes:
     return (seed * (size // 16 + 1))[:size]
 
 
-def run_demo(n_brokers: int = 3, records: int = 100_000, record_size: int = 100,
-             partitions: int = 4, directory: Path | None = None,
-             security: str = "plaintext") -> int:
+def run_demo(
+    n_brokers: int = 3,
+    records: int = 100_000,
+    record_size: int = 100,
+    partitions: int = 4,
+    directory: Path | None = None,
+    security: str = "plaintext",
+) -> int:
     from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: PLC0415
     from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415
 
@@ -36,23 +41,30 @@ def run_demo(n_brokers: int = 3, records: int = 100_000, record_size: int = 100,
         bootstrap = cluster.bootstrap_servers
         # sasl_ssl: every client is the admin user of DIR/client.properties, over TLS
         sec = client_config(cluster.client_properties)
-        print(f"-- cluster up in {time.monotonic() - t0:.1f} s: ZooKeeper {cluster.zk_connect}, "
-              f"bootstrap.servers={bootstrap}")
+        print(
+            f"-- cluster up in {time.monotonic() - t0:.1f} s: ZooKeeper {cluster.zk_connect}, "
+            f"bootstrap.servers={bootstrap}"
+        )
         if sec:
-            print(f"   security {sec.get('security.protocol')} "
-                  f"{sec.get('sasl.mechanism', '')}: {cluster.client_properties}")
+            print(
+                f"   security {sec.get('security.protocol')} "
+                f"{sec.get('sasl.mechanism', '')}: {cluster.client_properties}"
+            )
         for b in cluster.brokers:
             print(f"   broker {b.id}: {b.host}:{b.port} pid {b.pid}")
         admin = AdminClient({"bootstrap.servers": bootstrap, **sec})
         rf = min(3, n_brokers)
         topic = "demo-events"
-        admin.create_topics([NewTopic(topic, num_partitions=partitions,
-                                      replication_factor=rf)])[topic].result(30)
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=rf)])[
+            topic
+        ].result(30)
         md = admin.list_topics(topic, timeout=10).topics[topic]
         print(f"-- created topic {topic}: {partitions} partitions, replication factor {rf}")
         for p in sorted(md.partitions.values(), key=lambda x: x.id):
-            print(f"   Topic: {topic}\tPartition: {p.id}\tLeader: {p.leader}\t"
-                  f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isrs))}")
+            print(
+                f"   Topic: {topic}\tPartition: {p.id}\tLeader: {p.leader}\t"
+                f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isrs))}"
+            )
 
         acked: dict[int, list[tuple[int, int]]] = {}
         errors: list[str] = []
@@ -61,17 +73,28 @@ def run_demo(n_brokers: int = 3, records: int = 100_000, record_size: int = 100,
             if err is not None:
                 errors.append(str(err))
                 return
-            acked.setdefault(msg.partition(), []).append(
-                (msg.offset(), int(msg.key())))
+            acked.setdefault(msg.partition(), []).append((msg.offset(), int(msg.key())))
 
-        producer = Producer({**sec, "bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                             "compression.type": "lz4", "enable.idempotence": False})
+        producer = Producer(
+            {
+                **sec,
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "linger.ms": 5,
+                "compression.type": "lz4",
+                "enable.idempotence": False,
+            }
+        )
         t1 = time.monotonic()
         for i in range(records):
             while True:
                 try:
-                    producer.produce(topic, key=str(i).encode(), value=_value(i, record_size),
-                                     on_delivery=on_delivery)
+                    producer.produce(
+                        topic,
+                        key=str(i).encode(),
+                        value=_value(i, record_size),
+                        on_delivery=on_delivery,
+                    )
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -79,12 +102,21 @@ def run_demo(n_brokers: int = 3, records: int = 100_000, record_size: int = 100,
         remaining = producer.flush(60)
         dt = time.monotonic() - t1
         n_acked = sum(len(v) for v in acked.values())
-        print(f"-- produced {n_acked:,} acknowledged records (acks=all, lz4) in {dt:.2f} s: "
-              f"{n_acked / dt:,.0f} records/s, {n_acked * record_size / dt / 1e6:.1f} MB/s; "
-              f"errors {len(errors)}, unsent {remaining}")
+        print(
+            f"-- produced {n_acked:,} acknowledged records (acks=all, lz4) in {dt:.2f} s: "
+            f"{n_acked / dt:,.0f} records/s, {n_acked * record_size / dt / 1e6:.1f} MB/s; "
+            f"errors {len(errors)}, unsent {remaining}"
+        )
 
-        consumer = Consumer({**sec, "bootstrap.servers": bootstrap, "group.id": "odradek-demo",
-                             "enable.auto.commit": False, "enable.partition.eof": False})
+        consumer = Consumer(
+            {
+                **sec,
+                "bootstrap.servers": bootstrap,
+                "group.id": "odradek-demo",
+                "enable.auto.commit": False,
+                "enable.partition.eof": False,
+            }
+        )
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         seen: dict[int, list[tuple[int, int]]] = {}
         bad = 0
@@ -107,9 +139,11 @@ def run_demo(n_brokers: int = 3, records: int = 100_000, record_size: int = 100,
         print(f"-- consumed {got:,} records in {dt2:.2f} s: {got / max(dt2, 1e-9):,.0f} records/s")
         in_order = all(seen.get(p, []) == sorted(v) for p, v in acked.items())
         complete = all(sorted(seen.get(p, [])) == sorted(v) for p, v in acked.items())
-        ok = (complete and in_order and bad == 0 and not errors and n_acked == records)
-        print(f"-- verification: every acknowledged record read back exactly once: {complete}; "
-              f"in offset order per partition: {in_order}; corrupt values: {bad}")
+        ok = complete and in_order and bad == 0 and not errors and n_acked == records
+        print(
+            f"-- verification: every acknowledged record read back exactly once: {complete}; "
+            f"in offset order per partition: {in_order}; corrupt values: {bad}"
+        )
         print("-- shutting the cluster down")
     print(f"== {'OK' if ok else 'FAILED'} in {time.monotonic() - t0:.1f} s")
     return 0 if ok else 1

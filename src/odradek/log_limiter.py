@@ -52,8 +52,15 @@ class LogLimiter:
         state[1] += 1
         return False, 0
 
-    def log(self, log: logging.Logger, level: int, kind: Hashable, msg: str, *args: Any,
-            exc_info: Any = None) -> None:
+    def log(
+        self,
+        log: logging.Logger,
+        level: int,
+        kind: Hashable,
+        msg: str,
+        *args: Any,
+        exc_info: Any = None,
+    ) -> None:
         """``log.log(level, msg, *args)`` unless this kind is over its budget."""
         ok, suppressed = self.allow(kind)
         if not ok:

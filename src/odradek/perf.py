@@ -216,9 +216,14 @@ class ConsumeSummary:
 
     def to_json(self) -> str:
         d = asdict(self)
-        d.update(elapsed_s=self.elapsed_s, mb=self.mb, mb_per_sec=self.mb_per_sec,
-                 msgs_per_sec=self.msgs_per_sec, fetch_mb_per_sec=self.fetch_mb_per_sec,
-                 fetch_msgs_per_sec=self.fetch_msgs_per_sec)
+        d.update(
+            elapsed_s=self.elapsed_s,
+            mb=self.mb,
+            mb_per_sec=self.mb_per_sec,
+            msgs_per_sec=self.msgs_per_sec,
+            fetch_mb_per_sec=self.fetch_mb_per_sec,
+            fetch_msgs_per_sec=self.fetch_msgs_per_sec,
+        )
         return json.dumps(d, sort_keys=True)
 
 

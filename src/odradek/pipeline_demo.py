@@ -49,17 +49,30 @@ WINDOW = "5 seconds"
 class EventProducer:
     """Page views at a steady rate; event times follow wall time."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: int, client_logger: Any,
-                 security: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        rate: int,
+        client_logger: Any,
+        security: dict[str, str] | None = None,
+    ) -> None:
         from confluent_kafka import Producer  # noqa: PLC0415
 
         self.topic, self.rate = topic, rate
         self.acked = 0
         self.errors: list[str] = []
         self.flush_ts = 0
-        self._p = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                            "enable.idempotence": True, "linger.ms": 5,
-                            "logger": client_logger, **(security or {})})
+        self._p = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "logger": client_logger,
+                **(security or {}),
+            }
+        )
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
         self._rnd = random.Random(7)
@@ -79,8 +92,9 @@ class EventProducer:
                 user = f"user-{self._rnd.randrange(500)}"
                 url = self._rnd.choice(URLS)
                 value = json.dumps({"user": user, "url": url, "ts": int(time.time() * 1000)})
-                self._p.produce(self.topic, key=user.encode(), value=value.encode(),
-                                on_delivery=self._cb)
+                self._p.produce(
+                    self.topic, key=user.encode(), value=value.encode(), on_delivery=self._cb
+                )
                 sent += 1
             self._p.poll(0.01)
         self._p.flush(60)
@@ -104,9 +118,15 @@ def _parse(df: Any) -> Any:
     """JSON page views with their event time (the flush event included)."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
-    return (df.select(F.from_json(F.col("value").cast("string"),
-                                  "user STRING, url STRING, ts LONG").alias("e"))
-            .select("e.*").withColumn("event_time", F.timestamp_millis("ts")))
+    return (
+        df.select(
+            F.from_json(F.col("value").cast("string"), "user STRING, url STRING, ts LONG").alias(
+                "e"
+            )
+        )
+        .select("e.*")
+        .withColumn("event_time", F.timestamp_millis("ts"))
+    )
 
 
 def _counts(events: Any, *, streaming: bool) -> Any:
@@ -143,11 +163,19 @@ def _executor_sources(spark: Any) -> list[str]:
     return sorted(set(rdd.map(lambda _: __import__("odradek").__file__).collect()))
 
 
-def run_pipeline_demo(seconds: int = 20, rate: int = 1000, directory: Path | None = None,
-                      kill_leader: bool = True, *, verbose: bool = False,
-                      console: bool = True, spark_master: str | None = None,
-                      driver_host: str = "127.0.0.1", security: str = "plaintext",
-                      hosts: str = "loopback") -> int:
+def run_pipeline_demo(
+    seconds: int = 20,
+    rate: int = 1000,
+    directory: Path | None = None,
+    kill_leader: bool = True,
+    *,
+    verbose: bool = False,
+    console: bool = True,
+    spark_master: str | None = None,
+    driver_host: str = "127.0.0.1",
+    security: str = "plaintext",
+    hosts: str = "loopback",
+) -> int:
     """``spark_master`` None: ``local[2]``. Else a ``spark://`` standalone master: the
     connector ships to its executors as a zip (``spark.archives``), the way a
     deployment would, and executors reach the brokers by their own addresses.
@@ -165,15 +193,36 @@ def run_pipeline_demo(seconds: int = 20, rate: int = 1000, directory: Path | Non
     workdir.mkdir(parents=True, exist_ok=True)
     out = RunOutput(workdir / "demo.log", verbose=verbose)
     try:
-        return _run(out, workdir, seconds, rate, kill_leader, verbose, console,
-                    spark_master, driver_host, security, hosts)
+        return _run(
+            out,
+            workdir,
+            seconds,
+            rate,
+            kill_leader,
+            verbose,
+            console,
+            spark_master,
+            driver_host,
+            security,
+            hosts,
+        )
     finally:
         out.close()
 
 
-def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bool,
-         verbose: bool, console: bool, spark_master: str | None, driver_host: str,
-         security: str = "plaintext", hosts: str = "loopback") -> int:
+def _run(
+    out: RunOutput,
+    workdir: Path,
+    seconds: int,
+    rate: int,
+    kill_leader: bool,
+    verbose: bool,
+    console: bool,
+    spark_master: str | None,
+    driver_host: str,
+    security: str = "plaintext",
+    hosts: str = "loopback",
+) -> int:
     from pyspark.sql import SparkSession  # noqa: PLC0415
     from pyspark.sql import functions as F  # noqa: PLC0415
 
@@ -183,19 +232,29 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
     t_start = time.monotonic()
     rdk = librdkafka_logger(workdir / "librdkafka.log", verbose=verbose)
     _say(f"[bold]Odradek pipeline demo[/bold]: {seconds} s of page views at {rate}/s")
-    _say(f"logs: {workdir / 'demo.log'} (this run), {workdir / 'librdkafka.log'}, "
-         f"{workdir / 'spark.log'}, {workdir / 'cluster'}/broker-N/broker.log")
-    with LocalCluster.start(workdir / "cluster", 3,
-                            broker_config={"replica.lag.time.max.ms": "5000"},
-                            zk_session_timeout_ms=4000, security=security,
-                            hosts=hosts) as cluster, contextlib.ExitStack() as stack:
+    _say(
+        f"logs: {workdir / 'demo.log'} (this run), {workdir / 'librdkafka.log'}, "
+        f"{workdir / 'spark.log'}, {workdir / 'cluster'}/broker-N/broker.log"
+    )
+    with (
+        LocalCluster.start(
+            workdir / "cluster",
+            3,
+            broker_config={"replica.lag.time.max.ms": "5000"},
+            zk_session_timeout_ms=4000,
+            security=security,
+            hosts=hosts,
+        ) as cluster,
+        contextlib.ExitStack() as stack,
+    ):
         bs = cluster.bootstrap_servers
         sec = cluster.client_config()  # {} on a plaintext cluster
         # The Spark source and sink take client settings as kafka.* options.
         kafka = {"kafka.bootstrap.servers": bs, **{f"kafka.{k}": v for k, v in sec.items()}}
-        _say(f"cluster up: bootstrap.servers={bs}"
-             + (f" ({sec['security.protocol']}, user {sec.get('sasl.username')})"
-                if sec else ""))
+        _say(
+            f"cluster up: bootstrap.servers={bs}"
+            + (f" ({sec['security.protocol']}, user {sec.get('sasl.username')})" if sec else "")
+        )
         if console:
             try:
                 _say(f"web console: [link]{cluster.start_console()}[/link]")
@@ -204,9 +263,12 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
         from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415
 
         admin = AdminClient({"bootstrap.servers": bs, "logger": rdk, **sec})
-        futs = admin.create_topics([
-            NewTopic("page-views", 4, 3, config={"min.insync.replicas": "2"}),
-            NewTopic("url-counts", 2, 3, config={"min.insync.replicas": "2"})])
+        futs = admin.create_topics(
+            [
+                NewTopic("page-views", 4, 3, config={"min.insync.replicas": "2"}),
+                NewTopic("url-counts", 2, 3, config={"min.insync.replicas": "2"}),
+            ]
+        )
         for f in futs.values():
             f.result(30)
         _say("topics page-views (4 partitions, RF 3, min ISR 2) and url-counts created")
@@ -216,14 +278,19 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
             from odradek.cluster.spark_standalone import SparkStandalone  # noqa: PLC0415
 
             standalone = stack.enter_context(
-                SparkStandalone.beside(cluster, workdir / "spark-standalone"))
+                SparkStandalone.beside(cluster, workdir / "spark-standalone")
+            )
             spark_master, driver_host = standalone.start(), standalone.host
-            _say(f"Spark standalone: master {spark_master}, workers on "
-                 f"{', '.join(standalone.worker_hosts)}")
-        builder = (SparkSession.builder.master(spark_master or "local[2]")
-                   .appName("odradek-pipeline-demo")
-                   .config("spark.sql.shuffle.partitions", "4")
-                   .config("spark.ui.enabled", "false"))
+            _say(
+                f"Spark standalone: master {spark_master}, workers on "
+                f"{', '.join(standalone.worker_hosts)}"
+            )
+        builder = (
+            SparkSession.builder.master(spark_master or "local[2]")
+            .appName("odradek-pipeline-demo")
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.ui.enabled", "false")
+        )
         if spark_master:
             from odradek.cluster.spark_standalone import connector_zip  # noqa: PLC0415
 
@@ -231,36 +298,54 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
             # 1 core and 512 MB per executor, 2 cores in all: a shared 2-core machine.
             # Executors unpack it into ./odradek-connector (see connector_zip for why
             # not --py-files); the driver uses the installed package.
-            builder = (builder.config("spark.archives", f"{pyfile}#odradek-connector")
-                       .config("spark.executorEnv.PYTHONPATH", "odradek-connector")
-                       .config("spark.executor.cores", "1").config("spark.cores.max", "2")
-                       .config("spark.executor.memory", "512m")
-                       .config("spark.driver.host", driver_host)
-                       .config("spark.driver.bindAddress", driver_host))
+            builder = (
+                builder.config("spark.archives", f"{pyfile}#odradek-connector")
+                .config("spark.executorEnv.PYTHONPATH", "odradek-connector")
+                .config("spark.executor.cores", "1")
+                .config("spark.cores.max", "2")
+                .config("spark.executor.memory", "512m")
+                .config("spark.driver.host", driver_host)
+                .config("spark.driver.bindAddress", driver_host)
+            )
         spark = quiet_spark(builder, workdir / "spark.log", verbose=verbose)
         register(spark)
         _say(f"Spark {spark.version} session started on {spark.sparkContext.master}")
         if spark_master:
             _say(f"executors import odradek from {', '.join(_executor_sources(spark))}")
 
-        stream = (spark.readStream.format("odradek").options(**kafka)
-                  .option("subscribe", "page-views").option("startingOffsets", "earliest")
-                  .option("maxOffsetsPerTrigger", 20000).load())
-        counts = _counts(_parse(stream).withWatermark("event_time", "2 seconds"),
-                         streaming=True)
+        stream = (
+            spark.readStream.format("odradek")
+            .options(**kafka)
+            .option("subscribe", "page-views")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", 20000)
+            .load()
+        )
+        counts = _counts(_parse(stream).withWatermark("event_time", "2 seconds"), streaming=True)
         rows_out = counts.select(
             F.concat_ws("|", F.col("window.start").cast("string"), "url").alias("key"),
-            F.to_json(F.struct(F.col("window.start").alias("start"), "url", "count"))
-            .alias("value"))
-        q_topic = (rows_out.writeStream.format("odradek").outputMode("append")
-                   .options(**kafka).option("topic", "url-counts")
-                   .option("checkpointLocation", str(workdir / "out" / "ck-topic"))
-                   .trigger(processingTime="2 seconds").start())
-        q_parquet = (counts.select(F.col("window.start").alias("start"), "url", "count")
-                     .writeStream.format("parquet").outputMode("append")
-                     .option("path", str(workdir / "out" / "parquet"))
-                     .option("checkpointLocation", str(workdir / "out" / "ck-parquet"))
-                     .trigger(processingTime="2 seconds").start())
+            F.to_json(F.struct(F.col("window.start").alias("start"), "url", "count")).alias(
+                "value"
+            ),
+        )
+        q_topic = (
+            rows_out.writeStream.format("odradek")
+            .outputMode("append")
+            .options(**kafka)
+            .option("topic", "url-counts")
+            .option("checkpointLocation", str(workdir / "out" / "ck-topic"))
+            .trigger(processingTime="2 seconds")
+            .start()
+        )
+        q_parquet = (
+            counts.select(F.col("window.start").alias("start"), "url", "count")
+            .writeStream.format("parquet")
+            .outputMode("append")
+            .option("path", str(workdir / "out" / "parquet"))
+            .option("checkpointLocation", str(workdir / "out" / "ck-parquet"))
+            .trigger(processingTime="2 seconds")
+            .start()
+        )
         _say("streaming queries started: windowed counts -> topic url-counts and Parquet")
 
         prod = EventProducer(bs, "page-views", rate, rdk, sec)
@@ -272,23 +357,32 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
         while time.monotonic() < deadline:
             time.sleep(1)
             p = q_topic.lastProgress or {}
-            out.update(task, completed=min(time.monotonic() - t_prod, seconds),
-                       description=f"producing: {prod.acked:,} acked, micro-batch "
-                       f"{p.get('batchId', '-')} read {p.get('numInputRows', 0)} rows")
-            out.detail(f"produced {prod.acked:,} acked; last micro-batch: "
-                       f"{p.get('numInputRows', 0)} rows (batch {p.get('batchId', '-')})")
+            out.update(
+                task,
+                completed=min(time.monotonic() - t_prod, seconds),
+                description=f"producing: {prod.acked:,} acked, micro-batch "
+                f"{p.get('batchId', '-')} read {p.get('numInputRows', 0)} rows",
+            )
+            out.detail(
+                f"produced {prod.acked:,} acked; last micro-batch: "
+                f"{p.get('numInputRows', 0)} rows (batch {p.get('batchId', '-')})"
+            )
             if kill_leader and killed is None and time.monotonic() > deadline - seconds / 2:
                 md = admin.list_topics("page-views", timeout=10).topics["page-views"]
                 killed = md.partitions[0].leader
-                _say(f"[red]SIGKILL broker {killed}[/red], leader of page-views-0 (REQ-R4); "
-                     "the producer and the queries ride through the failover")
+                _say(
+                    f"[red]SIGKILL broker {killed}[/red], leader of page-views-0 (REQ-R4); "
+                    "the producer and the queries ride through the failover"
+                )
                 cluster.stop_broker(killed, signal.SIGKILL)
         out.done(task)
         prod.stop()
         prod.send_watermark_flush()
         # prod.acked counts the flush event too: it is not a page view.
-        _say(f"producer stopped: {prod.acked - 1:,} page views acknowledged, errors "
-             f"{len(prod.errors)}; then one event an hour ahead, to close every window")
+        _say(
+            f"producer stopped: {prod.acked - 1:,} page views acknowledged, errors "
+            f"{len(prod.errors)}; then one event an hour ahead, to close every window"
+        )
         if killed is not None:
             cluster.start_broker(killed)
             _say(f"broker {killed} restarted")
@@ -297,8 +391,10 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
         from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
 
         c = Consumer({"bootstrap.servers": bs, "group.id": "demo-check", "logger": rdk, **sec})
-        ends = {p: c.get_watermark_offsets(TopicPartition("page-views", p), timeout=10)[1]
-                for p in range(4)}
+        ends = {
+            p: c.get_watermark_offsets(TopicPartition("page-views", p), timeout=10)[1]
+            for p in range(4)
+        }
         c.close()
 
         def caught_up(q: Any) -> bool:
@@ -323,8 +419,7 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
         def closed(q: Any) -> bool:
             return caught_up(q) and _watermark_ms(q) >= closing
 
-        task = out.progress("streams: reading the rest, then closing the last windows",
-                            total=4)
+        task = out.progress("streams: reading the rest, then closing the last windows", total=4)
         stall_deadline = hard_deadline = time.monotonic()
         stall_deadline += STALL_S
         hard_deadline += 900
@@ -337,10 +432,12 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
             if now > stall_deadline or now > hard_deadline:
                 out.say(f"[red]the queries made no progress for {STALL_S} s[/red]")
                 break
-            out.update(task, completed=sum(caught_up(q) for q in queries)
-                       + sum(closed(q) for q in queries),
-                       description=f"streams: micro-batches {seen}, catching up and "
-                       "closing the last windows")
+            out.update(
+                task,
+                completed=sum(caught_up(q) for q in queries) + sum(closed(q) for q in queries),
+                description=f"streams: micro-batches {seen}, catching up and "
+                "closing the last windows",
+            )
             time.sleep(0.5)
         out.done(task)
         watermark = min(_watermark(q_topic), _watermark(q_parquet))
@@ -349,26 +446,52 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
         q_parquet.stop()
         _say("streaming queries stopped; recomputing the same counts as a batch job")
 
-        batch = (spark.read.format("odradek").options(**kafka)
-                 .option("subscribe", "page-views").load())
-        all_windows = {(r["start"], r["url"], r["end"]): r["count"]
-                       for r in _counts(_parse(batch), streaming=False).select(
-                           F.col("window.start").alias("start"),
-                           F.col("window.end").alias("end"), "url", "count").collect()}
+        batch = (
+            spark.read.format("odradek").options(**kafka).option("subscribe", "page-views").load()
+        )
+        all_windows = {
+            (r["start"], r["url"], r["end"]): r["count"]
+            for r in _counts(_parse(batch), streaming=False)
+            .select(
+                F.col("window.start").alias("start"),
+                F.col("window.end").alias("end"),
+                "url",
+                "count",
+            )
+            .collect()
+        }
         # Every window is closed now (the watermark passed them all): all must match.
-        wm_ts = (datetime.datetime.fromisoformat(watermark.replace("Z", "+00:00"))
-                 .astimezone().replace(tzinfo=None) if watermark else None)
-        expected = {(st, u): n for (st, u, end), n in all_windows.items()
-                    if wm_ts is not None and end <= wm_ts}
+        wm_ts = (
+            datetime.datetime.fromisoformat(watermark.replace("Z", "+00:00"))
+            .astimezone()
+            .replace(tzinfo=None)
+            if watermark
+            else None
+        )
+        expected = {
+            (st, u): n
+            for (st, u, end), n in all_windows.items()
+            if wm_ts is not None and end <= wm_ts
+        }
         open_windows = len(all_windows) - len(expected)
-        parquet = {(r["start"], r["url"]): r["count"]
-                   for r in spark.read.parquet(str(workdir / "out" / "parquet")).collect()
-                   if (r["start"], r["url"]) in expected}
-        topic_rows = (spark.read.format("odradek").options(**kafka)
-                      .option("subscribe", "url-counts").load()
-                      .select(F.from_json(F.col("value").cast("string"),
-                                          "start TIMESTAMP, url STRING, count LONG").alias("r"))
-                      .select("r.*").collect())
+        parquet = {
+            (r["start"], r["url"]): r["count"]
+            for r in spark.read.parquet(str(workdir / "out" / "parquet")).collect()
+            if (r["start"], r["url"]) in expected
+        }
+        topic_rows = (
+            spark.read.format("odradek")
+            .options(**kafka)
+            .option("subscribe", "url-counts")
+            .load()
+            .select(
+                F.from_json(
+                    F.col("value").cast("string"), "start TIMESTAMP, url STRING, count LONG"
+                ).alias("r")
+            )
+            .select("r.*")
+            .collect()
+        )
         topic_rows = [r for r in topic_rows if (r["start"], r["url"]) in expected]
         from_topic = {(r["start"], r["url"]): r["count"] for r in topic_rows}
         spark.stop()
@@ -382,31 +505,52 @@ def _run(out: RunOutput, workdir: Path, seconds: int, rate: int, kill_leader: bo
     differing_t = sum(1 for k in expected if k in from_topic and from_topic[k] != expected[k])
     dup_t = len(topic_rows) - len(from_topic)
     ok_topic = from_topic == expected and dup_t == 0
-    ok = (ok_parquet and ok_topic and total == events_acked and not prod.errors
-          and len(expected) > 0 and open_windows == 0 and all_closed)
+    ok = (
+        ok_parquet
+        and ok_topic
+        and total == events_acked
+        and not prod.errors
+        and len(expected) > 0
+        and open_windows == 0
+        and all_closed
+    )
 
     table = Table(title="Pipeline result", show_lines=False)
     table.add_column("check")
     table.add_column("result", justify="right")
     table.add_column("", justify="left")
     mark = lambda good: "[green]ok[/green]" if good else "[red]FAILED[/red]"  # noqa: E731
-    table.add_row("page views acked / counted by the batch job",
-                  f"{events_acked:,} / {total:,}", mark(total == events_acked))
+    table.add_row(
+        "page views acked / counted by the batch job",
+        f"{events_acked:,} / {total:,}",
+        mark(total == events_acked),
+    )
     table.add_row("producer errors", str(len(prod.errors)), mark(not prod.errors))
     table.add_row("windows x URLs (batch recomputation)", f"{len(all_windows)}", "")
-    table.add_row("windows closed by the streams and compared",
-                  f"{len(expected)} of {len(all_windows)}", mark(open_windows == 0))
-    table.add_row("Parquet == batch (missing / differing)",
-                  f"{missing_pq} / {differing_pq}", mark(ok_parquet))
-    table.add_row("topic url-counts == batch (missing / differing / dup.)",
-                  f"{missing_t} / {differing_t} / {dup_t}", mark(ok_topic))
+    table.add_row(
+        "windows closed by the streams and compared",
+        f"{len(expected)} of {len(all_windows)}",
+        mark(open_windows == 0),
+    )
+    table.add_row(
+        "Parquet == batch (missing / differing)", f"{missing_pq} / {differing_pq}", mark(ok_parquet)
+    )
+    table.add_row(
+        "topic url-counts == batch (missing / differing / dup.)",
+        f"{missing_t} / {differing_t} / {dup_t}",
+        mark(ok_topic),
+    )
     if killed is not None:
         table.add_row(f"broker {killed} SIGKILLed midway, restarted", "", "")
     out.console.print(table)
-    out.detail(f"watermark {watermark or '-'}; windows {len(all_windows)}, compared "
-               f"{len(expected)}, open {open_windows}; parquet ok {ok_parquet}, topic ok "
-               f"{ok_topic}")
-    out.say(f"[bold]{'OK' if ok else 'FAILED'}[/bold] in {time.monotonic() - t_start:.0f} s."
-            f" Full log: {workdir / 'demo.log'}")
+    out.detail(
+        f"watermark {watermark or '-'}; windows {len(all_windows)}, compared "
+        f"{len(expected)}, open {open_windows}; parquet ok {ok_parquet}, topic ok "
+        f"{ok_topic}"
+    )
+    out.say(
+        f"[bold]{'OK' if ok else 'FAILED'}[/bold] in {time.monotonic() - t_start:.0f} s."
+        f" Full log: {workdir / 'demo.log'}"
+    )
     print(f"== {'OK' if ok else 'FAILED'} in {time.monotonic() - t_start:.0f} s", flush=True)
     return 0 if ok else 1

@@ -42,16 +42,18 @@ __all__ = ["RunOutput", "librdkafka_logger", "quiet_spark"]
 class RunOutput:
     """One long command's terminal and log file."""
 
-    def __init__(self, log_path: Path, *, verbose: bool = False,
-                 file: TextIO | None = None) -> None:
+    def __init__(
+        self, log_path: Path, *, verbose: bool = False, file: TextIO | None = None
+    ) -> None:
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.verbose = verbose
         out = file or sys.stdout
         # soft_wrap: long lines (paths) are not broken; a file or pipe gets 120 columns
         # for tables rather than rich's default of 80.
-        self.console = Console(file=out, highlight=False, soft_wrap=True,
-                               width=None if out.isatty() else 120)
+        self.console = Console(
+            file=out, highlight=False, soft_wrap=True, width=None if out.isatty() else 120
+        )
         self._log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115
         self._progress: Progress | None = None
         self.t0 = time.monotonic()
@@ -75,15 +77,17 @@ class RunOutput:
     def say(self, msg: str, style: str | None = None) -> None:
         """A line people should see (and the log keeps)."""
         self._write_log(msg)
-        self.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {msg}",
-                           style=style, markup=True)
+        self.console.print(
+            f"[dim]{time.strftime('%H:%M:%S')}[/dim] {msg}", style=style, markup=True
+        )
 
     def detail(self, msg: str) -> None:
         """A line for the log file (and the terminal with --verbose)."""
         self._write_log(msg)
         if self.verbose:
-            self.console.print(f"[dim]{time.strftime('%H:%M:%S')} {msg}[/dim]",
-                               markup=True, highlight=False)
+            self.console.print(
+                f"[dim]{time.strftime('%H:%M:%S')} {msg}[/dim]", markup=True, highlight=False
+            )
 
     def progress(self, description: str, total: float | None) -> TaskID:
         """Start (or add to) the live progress display; returns the task to update.
@@ -92,9 +96,14 @@ class RunOutput:
             return TaskID(-1)
         if self._progress is None:
             self._progress = Progress(
-                SpinnerColumn(), TextColumn("[progress.description]{task.description}"),
-                BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                console=self.console, transient=True)
+                SpinnerColumn(),
+                TextColumn("[progress.description]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
             self._progress.start()
         return self._progress.add_task(description, total=total)
 
@@ -113,8 +122,9 @@ class RunOutput:
         return time.monotonic() - self.t0
 
 
-def librdkafka_logger(path: Path, *, verbose: bool = False,
-                      name: str = "odradek.librdkafka") -> logging.Logger:
+def librdkafka_logger(
+    path: Path, *, verbose: bool = False, name: str = "odradek.librdkafka"
+) -> logging.Logger:
     """A logger for confluent-kafka's ``logger`` setting: librdkafka's lines go to
     ``path`` (and stderr with ``verbose``), never straight to the terminal."""
     lg = logging.getLogger(name)

@@ -19,9 +19,10 @@ def topic_name_error(name: str | None) -> str | None:
     if name in (".", ".."):
         return "Topic name cannot be \".\" or \"..\""
     if len(name) > MAX_TOPIC_NAME_LENGTH:
-        return (f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} "
-                "characters")
+        return f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters"
     if not _LEGAL_TOPIC.fullmatch(name):
-        return (f"Topic name \"{name}\" is illegal, it contains a character other than "
-                "ASCII alphanumerics, '.', '_' and '-'")
+        return (
+            f"Topic name \"{name}\" is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'"
+        )
     return None

@@ -45,9 +45,16 @@ class Got:
     timestamp_ms: int | None = None
 
 
-def make_records(n: int, partitions: int, seed: int, *, headers: bool = True,
-                 empty_key: bool = True, null_value: bool = False,
-                 big_every: int = 997) -> list[Rec]:
+def make_records(
+    n: int,
+    partitions: int,
+    seed: int,
+    *,
+    headers: bool = True,
+    empty_key: bool = True,
+    null_value: bool = False,
+    big_every: int = 997,
+) -> list[Rec]:
     """``n`` records round-robin over ``partitions`` with varied sizes.
 
     Mix: ~8% null keys, ~2% empty keys (``empty_key``), ~4% empty values, mostly small
@@ -74,12 +81,14 @@ def make_records(n: int, partitions: int, seed: int, *, headers: bool = True,
         elif big_every and i % big_every == big_every - 1:
             value = rnd.randbytes(rnd.randint(8 << 10, 64 << 10))
         else:
-            value = rnd.randbytes(rnd.choice((rnd.randint(1, 16), rnd.randint(16, 200),
-                                              rnd.randint(200, 1500))))
+            value = rnd.randbytes(
+                rnd.choice((rnd.randint(1, 16), rnd.randint(16, 200), rnd.randint(200, 1500)))
+            )
         hdrs: Headers = ()
         if headers and rnd.random() < 0.3:
-            hdrs = tuple((f"h{j}", rnd.randbytes(rnd.randint(0, 12)))
-                         for j in range(rnd.randint(1, 3)))
+            hdrs = tuple(
+                (f"h{j}", rnd.randbytes(rnd.randint(0, 12))) for j in range(rnd.randint(1, 3))
+            )
         out.append(Rec(key, value, hdrs, i % partitions))
     return out
 
@@ -91,10 +100,15 @@ def by_partition(recs: Iterable[Rec]) -> dict[int, list[Rec]]:
     return dict(out)
 
 
-def assert_round_trip(expected: Sequence[Rec], got: Sequence[Got], *,
-                      check_headers: bool = True, check_timestamps: bool = False,
-                      start_offsets: dict[int, int] | None = None,
-                      null_is_empty: bool = False) -> None:
+def assert_round_trip(
+    expected: Sequence[Rec],
+    got: Sequence[Got],
+    *,
+    check_headers: bool = True,
+    check_timestamps: bool = False,
+    start_offsets: dict[int, int] | None = None,
+    null_is_empty: bool = False,
+) -> None:
     """Byte-exact, in order per partition, offsets contiguous from ``start_offsets``.
 
     ``null_is_empty``: the client cannot tell a null value from an empty one (reported
@@ -129,37 +143,47 @@ def _short(b: bytes | None) -> str:
     return f"{len(b)}B:{b[:12]!r}"
 
 
-def assert_contiguous(per_partition_offsets: dict[int, list[int]],
-                      counts: dict[int, int]) -> None:
+def assert_contiguous(per_partition_offsets: dict[int, list[int]], counts: dict[int, int]) -> None:
     """Producer-reported offsets (delivery reports, futures) are 0..n-1 per partition."""
     for p, n in counts.items():
-        assert sorted(per_partition_offsets.get(p, [])) == list(range(n)), \
+        assert sorted(per_partition_offsets.get(p, [])) == list(range(n)), (
             f"partition {p}: producer offsets not contiguous"
+        )
 
 
 def timestamped(recs: Sequence[Rec], base_ms: int, step_ms: int = 1000) -> list[Rec]:
     """Same records with CreateTime ``base_ms + i*step_ms`` (strictly increasing)."""
-    return [Rec(r.key, r.value, r.headers, r.partition, base_ms + i * step_ms)
-            for i, r in enumerate(recs)]
+    return [
+        Rec(r.key, r.value, r.headers, r.partition, base_ms + i * step_ms)
+        for i, r in enumerate(recs)
+    ]
 
 
 # librdkafka-based helpers, shared by the confluent and kcat modules ------------------
-def confluent_create_topic(bootstrap: str, name: str, partitions: int = 1,
-                           config: dict[str, str] | None = None) -> None:
+def confluent_create_topic(
+    bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None
+) -> None:
     from tests.support.topics import create_topic  # noqa: PLC0415
 
     create_topic(bootstrap, name, partitions, 1, config=config)
 
 
-def confluent_consume(bootstrap: str, topic: str, partitions: int, expect: int,
-                      timeout: float = 60.0, **conf: Any) -> list[Got]:
+def confluent_consume(
+    bootstrap: str, topic: str, partitions: int, expect: int, timeout: float = 60.0, **conf: Any
+) -> list[Got]:
     """Read ``expect`` records from the beginning of every partition with ``assign``."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     # confluent-kafka insists on a group.id even for assign(); nothing is committed.
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "odradek-compat-assign",
-                  "enable.auto.commit": False,
-                  "enable.partition.eof": False, **conf})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "odradek-compat-assign",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            **conf,
+        }
+    )
     out: list[Got] = []
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -168,8 +192,16 @@ def confluent_consume(bootstrap: str, topic: str, partitions: int, expect: int,
             for m in c.consume(num_messages=10000, timeout=0.5):
                 err = m.error()
                 assert err is None, f"consume error {err}"
-                out.append(Got(m.partition(), m.offset(), m.key(), m.value(),
-                               tuple(m.headers() or ()), m.timestamp()[1]))
+                out.append(
+                    Got(
+                        m.partition(),
+                        m.offset(),
+                        m.key(),
+                        m.value(),
+                        tuple(m.headers() or ()),
+                        m.timestamp()[1],
+                    )
+                )
     finally:
         c.close()
     assert len(out) == expect, f"consumed {len(out)} of {expect} in {timeout}s"

@@ -21,11 +21,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-
-from odradek.cluster.local import LocalCluster
-from odradek.errors import ErrorCode
-from odradek.storage.batch import parse_batches
-from odradek.storage.records import COMPRESSION_GZIP, decode_batch_records, encode_batch
 from rawclient import (
     RawClient,
     create_topics_request,
@@ -36,6 +31,11 @@ from rawclient import (
     request_cls,
 )
 
+from odradek.cluster.local import LocalCluster
+from odradek.errors import ErrorCode
+from odradek.storage.batch import parse_batches
+from odradek.storage.records import COMPRESSION_GZIP, decode_batch_records, encode_batch
+
 CANARY_TOPIC = "canary"
 DATA_TOPIC = "data"  # 2 partitions, used by most tests
 
@@ -44,10 +44,15 @@ class Canary:
     """A real client (librdkafka) producing all along; its acks prove liveness."""
 
     def __init__(self, bootstrap: str) -> None:
-        self.producer = Producer({
-            "bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-            "message.timeout.ms": 30000, "socket.keepalive.enable": True,
-        })
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": 30000,
+                "socket.keepalive.enable": True,
+            }
+        )
         self.acked: list[tuple[int, int, bytes]] = []  # (partition, offset, value)
         self.errors: list[str] = []
         self._lock = threading.Lock()
@@ -64,8 +69,12 @@ class Canary:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.producer.produce(CANARY_TOPIC, f"canary-{self._seq}".encode(),
-                                  partition=self._seq % 2, on_delivery=self._on_delivery)
+            self.producer.produce(
+                CANARY_TOPIC,
+                f"canary-{self._seq}".encode(),
+                partition=self._seq % 2,
+                on_delivery=self._on_delivery,
+            )
             self._seq += 1
             self.producer.poll(0.01)  # ~100 records/s: steady, not a load test
 
@@ -82,7 +91,8 @@ class Canary:
         while self.count() < start + n:
             assert time.monotonic() < deadline, (
                 f"background producer made no progress ({self.count() - start} acks in "
-                f"{timeout}s); errors: {self.errors[-5:]}")
+                f"{timeout}s); errors: {self.errors[-5:]}"
+            )
             time.sleep(0.05)
 
     def stop(self) -> None:
@@ -92,14 +102,22 @@ class Canary:
         assert remaining == 0, f"{remaining} canary records never acknowledged"
 
 
-def create_topic(rc: RawClient, name: str, partitions: int, configs: dict[str, str] | None = None,
-                 rf: int = 1) -> None:
+def create_topic(
+    rc: RawClient, name: str, partitions: int, configs: dict[str, str] | None = None, rf: int = 1
+) -> None:
     r = rc.request(create_topics_request([(name, partitions, rf, configs or {})]))
     assert r.topics[0].error_code == ErrorCode.none, r
 
 
-def produce(rc: RawClient, topic: str, partition: int, records: bytes | None, *,
-            acks: int = -1, version: int = 9) -> Any:
+def produce(
+    rc: RawClient,
+    topic: str,
+    partition: int,
+    records: bytes | None,
+    *,
+    acks: int = -1,
+    version: int = 9,
+) -> Any:
     """Produce one partition's records; returns that partition's response."""
     r = rc.request(produce_request(topic, partition, records, acks=acks, version=version))
     return r.responses[0].partition_responses[0]
@@ -123,7 +141,7 @@ def read_all(rc: RawClient, topic: str, partition: int) -> list[tuple[int, bytes
         data = bytes(p.records or b"")
         assert data, f"no data at {offset} below HW {p.high_watermark}"
         for h in parse_batches(data, verify_crc=True):  # never corrupt bytes on the wire
-            for rec in decode_batch_records(data[h.position:h.position + h.size]):
+            for rec in decode_batch_records(data[h.position : h.position + h.size]):
                 if rec.offset >= offset:
                     out.append((rec.offset, rec.value))
             offset = h.next_offset
@@ -141,8 +159,9 @@ def legacy_v1_message(value: bytes, key: bytes | None = None) -> bytes:
 
 def api_versions_frame(version: int, correlation_id: int) -> bytes:
     # Hand-built: kio has no schema for ApiVersions v99. Header v2 shape (flexible).
-    return frame(struct.pack(">hhih", 18, version, correlation_id, 1) + b"x" + b"\x00"
-                 + b"\x02a\x021\x00")
+    return frame(
+        struct.pack(">hhih", 18, version, correlation_id, 1) + b"x" + b"\x00" + b"\x02a\x021\x00"
+    )
 
 
 def make_broker_fixtures(name: str, broker_config: dict[str, str]) -> tuple[Any, Any, Any]:
@@ -168,8 +187,12 @@ def make_broker_fixtures(name: str, broker_config: dict[str, str]) -> tuple[Any,
             written: list[tuple[int, int, bytes]] = []
             for i in range(10):
                 value = f"before-{i}".encode()
-                r = produce(rc, DATA_TOPIC, i % 2, encode_batch([(None, value)],
-                                                                compression=COMPRESSION_GZIP))
+                r = produce(
+                    rc,
+                    DATA_TOPIC,
+                    i % 2,
+                    encode_batch([(None, value)], compression=COMPRESSION_GZIP),
+                )
                 assert r.error_code == ErrorCode.none
                 written.append((i % 2, r.base_offset, value))
         canary = Canary(broker.bootstrap_servers)
@@ -192,8 +215,12 @@ def make_broker_fixtures(name: str, broker_config: dict[str, str]) -> tuple[Any,
         """The bystander: a connection opened before the bad input that must be
         unaffected."""
         bystander = RawClient.to(broker.bootstrap_servers)
-        assert bystander.request(request_cls(18, 3)(client_software_name="by",
-                                                    client_software_version="1")).error_code == 0
+        assert (
+            bystander.request(
+                request_cls(18, 3)(client_software_name="by", client_software_version="1")
+            ).error_code
+            == 0
+        )
         try:
             yield bystander
             assert broker.broker_state(1) == "running", "the broker process died"

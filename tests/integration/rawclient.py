@@ -23,8 +23,16 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
 __all__ = [
-    "ConnectionClosed", "RawClient", "create_topics_request", "encode_request", "fetch_request",
-    "frame", "list_offsets_request", "metadata_request", "produce_request", "request_cls",
+    "ConnectionClosed",
+    "RawClient",
+    "create_topics_request",
+    "encode_request",
+    "fetch_request",
+    "frame",
+    "list_offsets_request",
+    "metadata_request",
+    "produce_request",
+    "request_cls",
 ]
 
 _I32 = struct.Struct(">i")
@@ -63,8 +71,9 @@ def frame(payload: bytes) -> bytes:
 
 
 class RawClient:
-    def __init__(self, host: str, port: int, timeout: float = 10.0,
-                 client_id: str | None = "rawclient") -> None:
+    def __init__(
+        self, host: str, port: int, timeout: float = 10.0, client_id: str | None = "rawclient"
+    ) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.timeout = timeout
@@ -126,7 +135,7 @@ class RawClient:
                 chunk = self.sock.recv(65536)
             except (ConnectionResetError, BrokenPipeError):
                 return True
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 return False
             if not chunk:
                 return True
@@ -160,59 +169,127 @@ class RawClient:
 # ----------------------------------------------------------------- request builders
 # Plain ints are accepted by kio's writers; timeouts are timedeltas.
 
+
 def _module(api_key: int, version: int) -> Any:
     import sys
 
     return sys.modules[request_cls(api_key, version).__module__]
 
 
-def produce_request(topic: str, partition: int, records: bytes | None, *, acks: int = -1,
-                    timeout_ms: int = 10000, version: int = 9) -> Any:
+def produce_request(
+    topic: str,
+    partition: int,
+    records: bytes | None,
+    *,
+    acks: int = -1,
+    timeout_ms: int = 10000,
+    version: int = 9,
+) -> Any:
     m = _module(0, version)
     return m.ProduceRequest(
-        transactional_id=None, acks=acks, timeout=timedelta(milliseconds=timeout_ms),
-        topic_data=(m.TopicProduceData(name=topic, partition_data=(
-            m.PartitionProduceData(index=partition, records=records),)),))
+        transactional_id=None,
+        acks=acks,
+        timeout=timedelta(milliseconds=timeout_ms),
+        topic_data=(
+            m.TopicProduceData(
+                name=topic,
+                partition_data=(m.PartitionProduceData(index=partition, records=records),),
+            ),
+        ),
+    )
 
 
-def fetch_request(topic: str, partition: int, offset: int, *, current_leader_epoch: int = -1,
-                  max_wait_ms: int = 0, max_bytes: int = 1 << 20, version: int = 12) -> Any:
+def fetch_request(
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    current_leader_epoch: int = -1,
+    max_wait_ms: int = 0,
+    max_bytes: int = 1 << 20,
+    version: int = 12,
+) -> Any:
     m = _module(1, version)
-    fp = m.FetchPartition(partition=partition, current_leader_epoch=current_leader_epoch,
-                          fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
-                          partition_max_bytes=max_bytes)
-    return m.FetchRequest(replica_id=-1, max_wait=timedelta(milliseconds=max_wait_ms),
-                          min_bytes=1, max_bytes=max_bytes, isolation_level=0, session_id=0,
-                          session_epoch=-1, topics=(m.FetchTopic(topic=topic, partitions=(fp,)),),
-                          forgotten_topics_data=(), rack_id="")
+    fp = m.FetchPartition(
+        partition=partition,
+        current_leader_epoch=current_leader_epoch,
+        fetch_offset=offset,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=max_bytes,
+    )
+    return m.FetchRequest(
+        replica_id=-1,
+        max_wait=timedelta(milliseconds=max_wait_ms),
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(m.FetchTopic(topic=topic, partitions=(fp,)),),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
 
 
-def metadata_request(names: list[str] | None, *, allow_auto_topic_creation: bool = False,
-                     version: int = 12) -> Any:
+def metadata_request(
+    names: list[str] | None, *, allow_auto_topic_creation: bool = False, version: int = 12
+) -> Any:
     m = _module(3, version)
-    topics = None if names is None else tuple(
-        m.MetadataRequestTopic(topic_id=None, name=n) for n in names)
-    return m.MetadataRequest(topics=topics, allow_auto_topic_creation=allow_auto_topic_creation,
-                             include_topic_authorized_operations=False)
+    topics = (
+        None
+        if names is None
+        else tuple(m.MetadataRequestTopic(topic_id=None, name=n) for n in names)
+    )
+    return m.MetadataRequest(
+        topics=topics,
+        allow_auto_topic_creation=allow_auto_topic_creation,
+        include_topic_authorized_operations=False,
+    )
 
 
-def create_topics_request(topics: list[tuple[str, int, int, dict[str, str]]], *,
-                          timeout_ms: int = 15000, validate_only: bool = False,
-                          version: int = 5) -> Any:
+def create_topics_request(
+    topics: list[tuple[str, int, int, dict[str, str]]],
+    *,
+    timeout_ms: int = 15000,
+    validate_only: bool = False,
+    version: int = 5,
+) -> Any:
     """``topics``: (name, num_partitions, replication_factor, configs)."""
     m = _module(19, version)
     return m.CreateTopicsRequest(
-        topics=tuple(m.CreatableTopic(
-            name=name, num_partitions=n, replication_factor=rf, assignments=(),
-            configs=tuple(m.CreatableTopicConfig(name=k, value=v) for k, v in cfg.items()))
-            for name, n, rf, cfg in topics),
-        timeout=timedelta(milliseconds=timeout_ms), validate_only=validate_only)
+        topics=tuple(
+            m.CreatableTopic(
+                name=name,
+                num_partitions=n,
+                replication_factor=rf,
+                assignments=(),
+                configs=tuple(m.CreatableTopicConfig(name=k, value=v) for k, v in cfg.items()),
+            )
+            for name, n, rf, cfg in topics
+        ),
+        timeout=timedelta(milliseconds=timeout_ms),
+        validate_only=validate_only,
+    )
 
 
-def list_offsets_request(topic: str, partition: int, timestamp: int, *,
-                         current_leader_epoch: int = -1, version: int = 7) -> Any:
+def list_offsets_request(
+    topic: str, partition: int, timestamp: int, *, current_leader_epoch: int = -1, version: int = 7
+) -> Any:
     m = _module(2, version)
-    return m.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(m.ListOffsetsTopic(
-        name=topic, partitions=(m.ListOffsetsPartition(
-            partition_index=partition, current_leader_epoch=current_leader_epoch,
-            timestamp=timestamp),)),))
+    return m.ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=0,
+        topics=(
+            m.ListOffsetsTopic(
+                name=topic,
+                partitions=(
+                    m.ListOffsetsPartition(
+                        partition_index=partition,
+                        current_leader_epoch=current_leader_epoch,
+                        timestamp=timestamp,
+                    ),
+                ),
+            ),
+        ),
+    )

@@ -18,16 +18,24 @@ from odradek.cluster.local import LocalCluster
 from odradek.storage.batch import scan_batches
 
 
-def partition_meta(bootstrap: str, topic: str,
-                   security: dict[str, str] | None = None) -> dict[int, Any]:
+def partition_meta(
+    bootstrap: str, topic: str, security: dict[str, str] | None = None
+) -> dict[int, Any]:
     admin = AdminClient({"bootstrap.servers": bootstrap, **(security or {})})
     md = admin.list_topics(topic, timeout=10)
     return dict(md.topics[topic].partitions)
 
 
-def produce(bootstrap: str, topic: str, values: list[bytes], *, acks: str = "all",
-            partition: int | None = None, extra: dict[str, Any] | None = None,
-            timeout: float = 60) -> tuple[dict[bytes, tuple[int, int]], list[str]]:
+def produce(
+    bootstrap: str,
+    topic: str,
+    values: list[bytes],
+    *,
+    acks: str = "all",
+    partition: int | None = None,
+    extra: dict[str, Any] | None = None,
+    timeout: float = 60,
+) -> tuple[dict[bytes, tuple[int, int]], list[str]]:
     """Produce; returns ({value: (partition, offset)} for acknowledged records, errors)."""
     acked: dict[bytes, tuple[int, int]] = {}
     errors: list[str] = []
@@ -38,8 +46,13 @@ def produce(bootstrap: str, topic: str, values: list[bytes], *, acks: str = "all
         else:
             acked[msg.value()] = (msg.partition(), msg.offset())
 
-    conf = {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
-            "enable.idempotence": False, "message.timeout.ms": int(timeout * 1000) - 1000}
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "acks": acks,
+        "linger.ms": 5,
+        "enable.idempotence": False,
+        "message.timeout.ms": int(timeout * 1000) - 1000,
+    }
     conf.update(extra or {})
     p = Producer(conf)
     for v in values:
@@ -55,9 +68,13 @@ def produce(bootstrap: str, topic: str, values: list[bytes], *, acks: str = "all
     return acked, errors
 
 
-def consume_all(bootstrap: str, topic: str, partitions: list[int],
-                timeout: float = 30, security: dict[str, str] | None = None,
-                ) -> dict[int, list[tuple[int, bytes]]]:
+def consume_all(
+    bootstrap: str,
+    topic: str,
+    partitions: list[int],
+    timeout: float = 30,
+    security: dict[str, str] | None = None,
+) -> dict[int, list[tuple[int, bytes]]]:
     """Read every partition from offset 0 up to its current end (HW).
 
     Never returns a short read silently: if a partition has not reached the end it was
@@ -65,10 +82,18 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int],
     return (an offset reset), this raises with the consumer's own log of where it
     fetched from -- a short read-back is a possible loss until the log explains it."""
     log = _ClientLog()
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "replication-test",
-                  "enable.auto.commit": False, "enable.partition.eof": True,
-                  "auto.offset.reset": "error", "logger": log.logger,
-                  "debug": "metadata,topic,fetch", **(security or {})})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "replication-test",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+            "logger": log.logger,
+            "debug": "metadata,topic,fetch",
+            **(security or {}),
+        }
+    )
     ends = {}
     for p in partitions:
         # A broker that just came back may answer from stale metadata (NOT_LEADER) until
@@ -78,8 +103,12 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int],
                 return c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
             except Exception:
                 return None
-        ends[p] = wait_for(lambda: (lambda v: (v,) if v is not None else None)(hw()),
-                           30, f"the high watermark of {topic}-{p}")[0]
+
+        ends[p] = wait_for(
+            lambda: (lambda v: (v,) if v is not None else None)(hw()),
+            30,
+            f"the high watermark of {topic}-{p}",
+        )[0]
     c.assign([TopicPartition(topic, p, 0) for p in partitions])
     out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in partitions}
     done = {p for p in partitions if ends[p] == 0}
@@ -100,13 +129,13 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int],
                     done.add(m.partition())
     finally:
         c.close()
-    short = {p: (out[p][-1][0] + 1 if out[p] else 0, ends[p]) for p in partitions
-             if p not in done}
+    short = {p: (out[p][-1][0] + 1 if out[p] else 0, ends[p]) for p in partitions if p not in done}
     if short:
         raise AssertionError(
             f"read-back of {topic} stopped short within {timeout:.0f} s: "
             f"{{partition: (next offset, end from ListOffsets)}} = {short}; "
-            f"consumer errors {errors[-10:]}; the consumer's log:\n" + log.tail(80))
+            f"consumer errors {errors[-10:]}; the consumer's log:\n" + log.tail(80)
+        )
     return out
 
 
@@ -133,8 +162,13 @@ class _ClientLog:
         return "\n".join(list(self.lines)[-n:])
 
 
-def replica_log_bytes(cluster: LocalCluster, broker_id: int, topic: str, partition: int,
-                      upto_offset: int | None = None) -> bytes:
+def replica_log_bytes(
+    cluster: LocalCluster,
+    broker_id: int,
+    topic: str,
+    partition: int,
+    upto_offset: int | None = None,
+) -> bytes:
     """A replica's batches (concatenated segment files), optionally only below an offset."""
     d = Path(cluster.broker(broker_id).log_dir) / f"{topic}-{partition}"
     data = b"".join(f.read_bytes() for f in sorted(d.glob("*.log")))
@@ -169,8 +203,11 @@ def broker_views(cluster: LocalCluster, topic: str, partition: int = 0) -> dict[
             with RawClient.to(cluster.broker(b).address, timeout=5) as rc:
                 md = rc.request(metadata_request([topic])).topics[0].partitions
                 mp = next(x for x in md if int(x.partition_index) == partition)
-                view["metadata"] = (int(mp.leader_id), int(mp.leader_epoch),
-                                    sorted(int(r) for r in mp.isr_nodes))
+                view["metadata"] = (
+                    int(mp.leader_id),
+                    int(mp.leader_epoch),
+                    sorted(int(r) for r in mp.isr_nodes),
+                )
                 lo = rc.request(list_offsets_request(topic, partition, -1))
                 lp = lo.topics[0].partitions[0]
                 view["list_offsets"] = (int(lp.error_code), int(lp.offset))
@@ -184,8 +221,9 @@ def broker_views(cluster: LocalCluster, topic: str, partition: int = 0) -> dict[
     return views
 
 
-def every_broker_agrees(cluster: LocalCluster, topic: str, partition: int, leader: int,
-                        isr: list[int]) -> bool:
+def every_broker_agrees(
+    cluster: LocalCluster, topic: str, partition: int, leader: int, isr: list[int]
+) -> bool:
     """True when every broker's own Metadata answer names ``leader`` and ``isr``.
 
     Asking one broker picked by a client is not enough after a pause: a broker that was
@@ -193,5 +231,7 @@ def every_broker_agrees(cluster: LocalCluster, topic: str, partition: int, leade
     ISR) until ZooKeeper tells it otherwise, and a reader that bootstraps from it sees
     that view -- two separate client calls can each be answered by a different broker."""
     views = broker_views(cluster, topic, partition)
-    return all(v.get("metadata", (None, None, None))[0] == leader
-               and v["metadata"][2] == sorted(isr) for v in views.values())
+    return all(
+        v.get("metadata", (None, None, None))[0] == leader and v["metadata"][2] == sorted(isr)
+        for v in views.values()
+    )

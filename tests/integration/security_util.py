@@ -36,11 +36,18 @@ class Access:
     key: str | None = None
 
     def confluent(self) -> dict[str, Any]:
-        c: dict[str, Any] = {"bootstrap.servers": self.bootstrap,
-                             "security.protocol": self.protocol}
+        c: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": self.protocol,
+        }
         if self.mechanism:
-            c.update({"sasl.mechanism": self.mechanism, "sasl.username": self.username,
-                      "sasl.password": self.password})
+            c.update(
+                {
+                    "sasl.mechanism": self.mechanism,
+                    "sasl.username": self.username,
+                    "sasl.password": self.password,
+                }
+            )
         if self.ca:
             c["ssl.ca.location"] = self.ca
         if self.cert:
@@ -48,15 +55,26 @@ class Access:
         return c
 
     def kcat_args(self) -> list[str]:
-        return [x for k, v in self.confluent().items() if k != "bootstrap.servers"
-                for x in ("-X", f"{'sasl.mechanisms' if k == 'sasl.mechanism' else k}={v}")]
+        return [
+            x
+            for k, v in self.confluent().items()
+            if k != "bootstrap.servers"
+            for x in ("-X", f"{'sasl.mechanisms' if k == 'sasl.mechanism' else k}={v}")
+        ]
 
     def kafka_python(self) -> dict[str, Any]:
-        c: dict[str, Any] = {"bootstrap_servers": self.bootstrap.split(","),
-                             "security_protocol": self.protocol}
+        c: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap.split(","),
+            "security_protocol": self.protocol,
+        }
         if self.mechanism:
-            c.update({"sasl_mechanism": self.mechanism, "sasl_plain_username": self.username,
-                      "sasl_plain_password": self.password})
+            c.update(
+                {
+                    "sasl_mechanism": self.mechanism,
+                    "sasl_plain_username": self.username,
+                    "sasl_plain_password": self.password,
+                }
+            )
         if self.ca:
             c["ssl_cafile"] = self.ca
         if self.cert:
@@ -66,25 +84,40 @@ class Access:
     def aiokafka(self) -> dict[str, Any]:
         from aiokafka.helpers import create_ssl_context
 
-        c: dict[str, Any] = {"bootstrap_servers": self.bootstrap,
-                             "security_protocol": self.protocol}
+        c: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap,
+            "security_protocol": self.protocol,
+        }
         if self.mechanism:
-            c.update({"sasl_mechanism": self.mechanism, "sasl_plain_username": self.username,
-                      "sasl_plain_password": self.password})
+            c.update(
+                {
+                    "sasl_mechanism": self.mechanism,
+                    "sasl_plain_username": self.username,
+                    "sasl_plain_password": self.password,
+                }
+            )
         if self.ca:
-            c["ssl_context"] = create_ssl_context(cafile=self.ca, certfile=self.cert,
-                                                  keyfile=self.key)
+            c["ssl_context"] = create_ssl_context(
+                cafile=self.ca, certfile=self.cert, keyfile=self.key
+            )
         return c
 
     def security(self) -> ClientSecurity:
         props = {"security.protocol": self.protocol}
         if self.mechanism:
-            props.update({"sasl.mechanism": self.mechanism, "sasl.username": self.username or "",
-                          "sasl.password": self.password or ""})
+            props.update(
+                {
+                    "sasl.mechanism": self.mechanism,
+                    "sasl.username": self.username or "",
+                    "sasl.password": self.password or "",
+                }
+            )
         if self.ca:
             props["ssl.ca.location"] = self.ca
         if self.cert:
-            props.update({"ssl.certificate.location": self.cert, "ssl.key.location": self.key or ""})
+            props.update(
+                {"ssl.certificate.location": self.cert, "ssl.key.location": self.key or ""}
+            )
         return ClientSecurity.from_properties(props)
 
 
@@ -102,15 +135,29 @@ def bootstrap(c: LocalCluster, protocol: str) -> str:
     return ",".join(f"{b.host}:{b.port + port_off}" for b in c.brokers)
 
 
-def access(c: LocalCluster, protocol: str, mechanism: str | None = None,
-           user: str = "admin", password: str | None = None) -> Access:
+def access(
+    c: LocalCluster,
+    protocol: str,
+    mechanism: str | None = None,
+    user: str = "admin",
+    password: str | None = None,
+) -> Access:
     if protocol == "SSL":
         cert, key = client_certificate(c)
         return Access("SSL", bootstrap(c, "SSL"), ca=ca_file(c), cert=cert, key=key)
-    pw = password if password is not None else (
-        admin_password(c) if user == "admin" else PLAIN_USERS.get(user))
-    return Access(protocol, bootstrap(c, protocol), mechanism, user, pw,
-                  ca_file(c) if protocol == "SASL_SSL" else None)
+    pw = (
+        password
+        if password is not None
+        else (admin_password(c) if user == "admin" else PLAIN_USERS.get(user))
+    )
+    return Access(
+        protocol,
+        bootstrap(c, protocol),
+        mechanism,
+        user,
+        pw,
+        ca_file(c) if protocol == "SASL_SSL" else None,
+    )
 
 
 def client_certificate(c: LocalCluster) -> tuple[str, str]:
@@ -132,5 +179,6 @@ def raw_connection(a: Access, host_port: str | None = None) -> KafkaConnection:
 
 
 def odradek(*args: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "odradek", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "odradek", *args], capture_output=True, text=True, timeout=timeout
+    )

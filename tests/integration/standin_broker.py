@@ -35,7 +35,7 @@ def main() -> int:
     config = Path(sys.argv[sys.argv.index("--config") + 1])
     props = read_properties(config)
     broker_id = int(props["broker.id"])
-    listener, host, port = znodes.parse_endpoint(props["listeners"])
+    _listener, host, port = znodes.parse_endpoint(props["listeners"])
     server = socket.create_server((host, port), reuse_port=False)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

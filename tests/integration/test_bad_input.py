@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from hostile_util import (
     DATA_TOPIC,
     api_versions_frame,
@@ -34,11 +33,6 @@ from hostile_util import (
     produce,
     read_all,
 )
-from odradek.cluster.local import LocalCluster
-from odradek.errors import ErrorCode
-from odradek.storage.records import encode_batch
-from odradek.zk import znodes
-from odradek.zk.kafka_zk_client import KafkaZkClient, StateWrite
 from rawclient import (
     RawClient,
     create_topics_request,
@@ -50,6 +44,12 @@ from rawclient import (
     request_cls,
 )
 
+from odradek.cluster.local import LocalCluster
+from odradek.errors import ErrorCode
+from odradek.storage.records import encode_batch
+from odradek.zk import znodes
+from odradek.zk.kafka_zk_client import KafkaZkClient, StateWrite
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 MESSAGE_MAX_BYTES = 100_000
@@ -57,11 +57,14 @@ REQUEST_MAX_BYTES = 1 << 20
 
 
 # =============================================================================== fixtures
-broker, preexisting, still_serving = make_broker_fixtures("badinput", {
-    "socket.request.max.bytes": str(REQUEST_MAX_BYTES),
-    "message.max.bytes": str(MESSAGE_MAX_BYTES),
-    "auto.create.topics.enable": "true",
-})
+broker, preexisting, still_serving = make_broker_fixtures(
+    "badinput",
+    {
+        "socket.request.max.bytes": str(REQUEST_MAX_BYTES),
+        "message.max.bytes": str(MESSAGE_MAX_BYTES),
+        "auto.create.topics.enable": "true",
+    },
+)
 
 
 @pytest.fixture
@@ -93,7 +96,7 @@ def test_client_id_longer_than_frame_closes(rc: RawClient) -> None:
 
 
 def test_garbage_body_closes(rc: RawClient) -> None:
-    header = encode_request(metadata_request([DATA_TOPIC]), 7)[:10 + len("rawclient") + 1]
+    header = encode_request(metadata_request([DATA_TOPIC]), 7)[: 10 + len("rawclient") + 1]
     rc.send_raw(frame(header + b"\xff" * 40))
     expect_closed(rc)
 
@@ -284,12 +287,15 @@ def test_invalid_topic_name(rc: RawClient, name: str) -> None:
         assert m.topics[0].error_code == ErrorCode.invalid_topic_exception
 
 
-@pytest.mark.parametrize("configs", [
-    {"no.such.config": "1"},
-    {"cleanup.policy": "bogus"},
-    {"segment.bytes": "not-a-number"},
-    {"min.insync.replicas": "0"},
-])
+@pytest.mark.parametrize(
+    "configs",
+    [
+        {"no.such.config": "1"},
+        {"cleanup.policy": "bogus"},
+        {"segment.bytes": "not-a-number"},
+        {"min.insync.replicas": "0"},
+    ],
+)
 def test_invalid_topic_config(rc: RawClient, topic_name: str, configs: dict[str, str]) -> None:
     r = rc.request(create_topics_request([(topic_name, 1, 1, configs)]))
     assert r.topics[0].error_code == ErrorCode.invalid_config, r.topics[0]
@@ -323,8 +329,9 @@ def _leader_epoch(rc: RawClient, topic: str, partition: int) -> int:
     return next(p.leader_epoch for p in m.topics[0].partitions if p.partition_index == partition)
 
 
-def test_fetch_with_fenced_or_unknown_leader_epoch(broker: LocalCluster, rc: RawClient,
-                                                   topic_name: str) -> None:
+def test_fetch_with_fenced_or_unknown_leader_epoch(
+    broker: LocalCluster, rc: RawClient, topic_name: str
+) -> None:
     create_topic(rc, topic_name, 1)
     assert produce(rc, topic_name, 0, encode_batch([(None, b"e")])).error_code == 0
     # What a controller does when it re-elects a leader: bump the epoch in the partition
@@ -337,7 +344,8 @@ def test_fetch_with_fenced_or_unknown_leader_epoch(broker: LocalCluster, rc: Raw
     topic_id = znodes.decode_topic(topic_name, zk.get(znodes.topic_path(topic_name))[0]).topic_id
     # Brokers learn states from leader_and_isr notifications: write both, as it does.
     KafkaZkClient(zk).update_partition_states(
-        [StateWrite(topic_name, 0, topic_id, state, stat.version)], fence=None, writer=-1)
+        [StateWrite(topic_name, 0, topic_id, state, stat.version)], fence=None, writer=-1
+    )
     deadline = time.monotonic() + 15
     while _leader_epoch(rc, topic_name, 0) != state.leader_epoch:
         assert time.monotonic() < deadline, "the broker did not follow the new leader epoch"
@@ -347,10 +355,14 @@ def test_fetch_with_fenced_or_unknown_leader_epoch(broker: LocalCluster, rc: Raw
     while fetch(rc, topic_name, 0, 0, current_leader_epoch=epoch).error_code != 0:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    assert fetch(rc, topic_name, 0, 0, current_leader_epoch=epoch - 1).error_code == \
-        ErrorCode.fenced_leader_epoch
-    assert fetch(rc, topic_name, 0, 0, current_leader_epoch=epoch + 1).error_code == \
-        ErrorCode.unknown_leader_epoch
+    assert (
+        fetch(rc, topic_name, 0, 0, current_leader_epoch=epoch - 1).error_code
+        == ErrorCode.fenced_leader_epoch
+    )
+    assert (
+        fetch(rc, topic_name, 0, 0, current_leader_epoch=epoch + 1).error_code
+        == ErrorCode.unknown_leader_epoch
+    )
     lo = rc.request(list_offsets_request(topic_name, 0, -1, current_leader_epoch=epoch - 1))
     assert lo.topics[0].partitions[0].error_code == ErrorCode.fenced_leader_epoch
     lo = rc.request(list_offsets_request(topic_name, 0, -1, current_leader_epoch=epoch + 1))
@@ -375,8 +387,9 @@ def test_thousand_connections_opened_and_dropped(broker: LocalCluster) -> None:
         assert c.request(metadata_request([DATA_TOPIC])).topics[0].error_code == 0
 
 
-def test_slowloris_byte_by_byte_request_is_answered(broker: LocalCluster,
-                                                    still_serving: RawClient) -> None:
+def test_slowloris_byte_by_byte_request_is_answered(
+    broker: LocalCluster, still_serving: RawClient
+) -> None:
     batch = encode_batch([(b"slow", b"loris")])
     data = frame(encode_request(produce_request(DATA_TOPIC, 1, batch), 4242))
     with RawClient.to(broker.bootstrap_servers) as slow:
@@ -396,8 +409,9 @@ def test_slowloris_byte_by_byte_request_is_answered(broker: LocalCluster,
 
 
 def test_pipelined_requests_answered_in_order(rc: RawClient) -> None:
-    frames = b"".join(frame(encode_request(metadata_request([DATA_TOPIC]), cid))
-                      for cid in range(100, 150))
+    frames = b"".join(
+        frame(encode_request(metadata_request([DATA_TOPIC]), cid)) for cid in range(100, 150)
+    )
     rc.send_raw(frames)
     for cid in range(100, 150):
         assert rc.receive(3, 12, cid).topics[0].error_code == 0

@@ -16,7 +16,12 @@ from collections.abc import Iterator
 import pytest
 
 from odradek.chaos.faults import (
-    Faults, FaultsUnavailable, IptablesFault, IptRule, require_available, tagged_rules,
+    Faults,
+    FaultsUnavailable,
+    IptablesFault,
+    IptRule,
+    require_available,
+    tagged_rules,
 )
 from odradek.cluster.local import LocalCluster
 from odradek.zk.server import cgroup2_root
@@ -109,8 +114,12 @@ def test_slow_link_really_slows(faults: Faults) -> None:
         slow = _transfer_seconds(dst, 300_000)  # 2.4 Mbit at 1 Mbit/s: ~2 s
         assert f.active
     assert fast < 0.5 and slow > 1.2, (fast, slow)
-    assert "htb" not in subprocess.run(["tc", "qdisc", "show", "dev", "lo"],
-                                       capture_output=True, text=True).stdout
+    assert (
+        "htb"
+        not in subprocess.run(
+            ["tc", "qdisc", "show", "dev", "lo"], capture_output=True, text=True
+        ).stdout
+    )
     assert _transfer_seconds(dst, 300_000) < 0.5
 
 
@@ -134,17 +143,31 @@ def test_cgroup_rule_matches_a_process_that_cannot_bind(faults: Faults) -> None:
     srv.bind((dst, 0))
     srv.listen(8)
     port = srv.getsockname()[1]
-    probe = ("import socket,sys\ntry:\n socket.create_connection((sys.argv[1], int(sys.argv[2])),"
-             " timeout=1.5).close(); print('connected')\nexcept OSError: print('blocked')")
-    cmd = ["/bin/sh", "-c", 'echo $$ > "$0"; exec "$@"', str(root / cg / "cgroup.procs"),
-           sys.executable, "-c", probe, dst, str(port)]
+    probe = (
+        "import socket,sys\ntry:\n socket.create_connection((sys.argv[1], int(sys.argv[2])),"
+        " timeout=1.5).close(); print('connected')\nexcept OSError: print('blocked')"
+    )
+    cmd = [
+        "/bin/sh",
+        "-c",
+        'echo $$ > "$0"; exec "$@"',
+        str(root / cg / "cgroup.procs"),
+        sys.executable,
+        "-c",
+        probe,
+        dst,
+        str(port),
+    ]
     try:
-        f = IptablesFault("cgroup probe", lambda tag: [
-            IptRule("OUTPUT", tag, dst=dst, cgroup=cg)])
+        f = IptablesFault("cgroup probe", lambda tag: [IptRule("OUTPUT", tag, dst=dst, cgroup=cg)])
         try:
             inside = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout
-            outside = subprocess.run([sys.executable, "-c", probe, dst, str(port)],
-                                     capture_output=True, text=True, timeout=20).stdout
+            outside = subprocess.run(
+                [sys.executable, "-c", probe, dst, str(port)],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            ).stdout
         finally:
             f.heal()
         assert inside.strip() == "blocked" and outside.strip() == "connected"

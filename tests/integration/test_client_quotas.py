@@ -54,8 +54,9 @@ VALUE = b"x" * 10_000
 
 @pytest.fixture(scope="module")
 def qc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster.start(tmp_path_factory.mktemp("quotas"), 1,
-                           broker_config={"quota.window.num": "2"})
+    c = LocalCluster.start(
+        tmp_path_factory.mktemp("quotas"), 1, broker_config={"quota.window.num": "2"}
+    )
     try:
         yield c
     finally:
@@ -67,34 +68,53 @@ def _raw(c: LocalCluster) -> RawClient:
     return RawClient.to(c.bootstrap_servers.split(",")[0], timeout=30)
 
 
-def alter(c: LocalCluster, entity: list[tuple[str, str | None]],
-          ops: list[tuple[str, float, bool]], validate_only: bool = False
-          ) -> tuple[int, str | None]:
+def alter(
+    c: LocalCluster,
+    entity: list[tuple[str, str | None]],
+    ops: list[tuple[str, float, bool]],
+    validate_only: bool = False,
+) -> tuple[int, str | None]:
     cls = request_cls(49, 1)
     mod = sys.modules[cls.__module__]
-    req = cls(validate_only=validate_only, entries=(mod.EntryData(
-        entity=tuple(mod.EntityData(entity_type=t, entity_name=n) for t, n in entity),
-        ops=tuple(mod.OpData(key=k, value=v, remove=r) for k, v, r in ops)),))
+    req = cls(
+        validate_only=validate_only,
+        entries=(
+            mod.EntryData(
+                entity=tuple(mod.EntityData(entity_type=t, entity_name=n) for t, n in entity),
+                ops=tuple(mod.OpData(key=k, value=v, remove=r) for k, v, r in ops),
+            ),
+        ),
+    )
     with _raw(c) as raw:
         [entry] = raw.request(req).entries
     return int(entry.error_code), entry.error_message
 
 
-def describe(c: LocalCluster, components: list[tuple[str, int, str | None]],
-             strict: bool = False) -> tuple[int, dict[tuple, dict[str, float]]]:
+def describe(
+    c: LocalCluster, components: list[tuple[str, int, str | None]], strict: bool = False
+) -> tuple[int, dict[tuple, dict[str, float]]]:
     cls = request_cls(48, 1)
     mod = sys.modules[cls.__module__]
-    req = cls(strict=strict, components=tuple(
-        mod.ComponentData(entity_type=t, match_type=m, match=n) for t, m, n in components))
+    req = cls(
+        strict=strict,
+        components=tuple(
+            mod.ComponentData(entity_type=t, match_type=m, match=n) for t, m, n in components
+        ),
+    )
     with _raw(c) as raw:
         resp = raw.request(req)
-    out = {tuple((e.entity_type, e.entity_name) for e in entry.entity):
-           {v.key: v.value for v in entry.values} for entry in resp.entries or ()}
+    out = {
+        tuple((e.entity_type, e.entity_name) for e in entry.entity): {
+            v.key: v.value for v in entry.values
+        }
+        for entry in resp.entries or ()
+    }
     return int(resp.error_code), out
 
 
-def set_quota(c: LocalCluster, entity: list[tuple[str, str | None]], key: str,
-              value: float | None) -> None:
+def set_quota(
+    c: LocalCluster, entity: list[tuple[str, str | None]], key: str, value: float | None
+) -> None:
     code, msg = alter(c, entity, [(key, value or 0.0, value is None)])
     assert code == 0, msg
 
@@ -124,19 +144,26 @@ class ProducerLoad:
         self.max_throttle_ms = 0
         self.started = 0.0
         self._stop = threading.Event()
-        self.producer = Producer({
-            "bootstrap.servers": c.bootstrap_servers, "client.id": client_id,
-            "linger.ms": 5, "acks": "all", "enable.idempotence": False,
-            # A throttled producer must not queue a gigabyte meanwhile.
-            "queue.buffering.max.messages": 2000,
-            "statistics.interval.ms": 500, "stats_cb": self._stats,
-        })
+        self.producer = Producer(
+            {
+                "bootstrap.servers": c.bootstrap_servers,
+                "client.id": client_id,
+                "linger.ms": 5,
+                "acks": "all",
+                "enable.idempotence": False,
+                # A throttled producer must not queue a gigabyte meanwhile.
+                "queue.buffering.max.messages": 2000,
+                "statistics.interval.ms": 500,
+                "stats_cb": self._stats,
+            }
+        )
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _stats(self, text: str) -> None:
         for b in json.loads(text).get("brokers", {}).values():
-            self.max_throttle_ms = max(self.max_throttle_ms,
-                                       int(b.get("throttle", {}).get("max", 0)))
+            self.max_throttle_ms = max(
+                self.max_throttle_ms, int(b.get("throttle", {}).get("max", 0))
+            )
 
     def _cb(self, err: Any, msg: Any) -> None:
         if err is not None:
@@ -185,8 +212,9 @@ def _wait(seconds: float) -> None:
         time.sleep(0.1)
 
 
-def run_pair(c: LocalCluster, topic: str, limited: str, free: str, warmup_s: float,
-             measure_s: float) -> tuple[ProducerLoad, ProducerLoad, float, float]:
+def run_pair(
+    c: LocalCluster, topic: str, limited: str, free: str, warmup_s: float, measure_s: float
+) -> tuple[ProducerLoad, ProducerLoad, float, float]:
     a = ProducerLoad(c, topic, limited).start()
     b = ProducerLoad(c, topic, free).start()
     try:
@@ -212,10 +240,13 @@ def _check_pair(c: LocalCluster, topic_name: str, measure_s: float, tolerance: f
     finally:
         set_quota(c, [("client-id", limited)], "producer_byte_rate", None)
     limited_rate, free_rate = a.rate(t0, t1), b.rate(t0, t1)
-    print(f"limited {limited_rate / MB:.3f} MB/s, unlimited {free_rate / MB:.2f} MB/s, "
-          f"librdkafka throttle max {a.max_throttle_ms} ms")
-    assert abs(limited_rate - MB) <= tolerance * MB, \
+    print(
+        f"limited {limited_rate / MB:.3f} MB/s, unlimited {free_rate / MB:.2f} MB/s, "
+        f"librdkafka throttle max {a.max_throttle_ms} ms"
+    )
+    assert abs(limited_rate - MB) <= tolerance * MB, (
         f"limited producer: {limited_rate / MB:.3f} MB/s, quota 1 MB/s"
+    )
     # The other client-id shares the broker but not the quota: never throttled, and
     # several times faster than the limited one.
     assert b.max_throttle_ms == 0
@@ -281,9 +312,16 @@ def test_consumer_held_to_its_quota(qc: LocalCluster, topic_name: str) -> None:
         for b in json.loads(text).get("brokers", {}).values():
             throttles.append(int(b.get("throttle", {}).get("max", 0)))
 
-    consumer = Consumer({"bootstrap.servers": qc.bootstrap_servers, "group.id": client,
-                         "client.id": client, "enable.auto.commit": False,
-                         "statistics.interval.ms": 500, "stats_cb": stats})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": qc.bootstrap_servers,
+            "group.id": client,
+            "client.id": client,
+            "enable.auto.commit": False,
+            "statistics.interval.ms": 500,
+            "stats_cb": stats,
+        }
+    )
     received: list[tuple[float, int]] = []
     errors: list[str] = []
     try:
@@ -300,8 +338,10 @@ def test_consumer_held_to_its_quota(qc: LocalCluster, topic_name: str) -> None:
         set_quota(qc, [("client-id", client)], "consumer_byte_rate", None)
     t0, t1 = start + 2.0, start + 7.0
     rate = sum(n for t, n in received if t0 <= t < t1) / (t1 - t0)
-    print(f"consumer {rate / MB:.3f} MB/s; {len(received)} records, first at "
-          f"{received[0][0] - start if received else None}, errors {errors[:3]}")
+    print(
+        f"consumer {rate / MB:.3f} MB/s; {len(received)} records, first at "
+        f"{received[0][0] - start if received else None}, errors {errors[:3]}"
+    )
     # Held to the quota: never above it (beyond the sample windows' slack), and what held
     # it was the broker's throttle. The lower bound only catches gross over-throttling:
     # a CPU-starved consumer reads below the quota by itself (0.57 MB/s in a CI run at
@@ -318,9 +358,13 @@ def test_throttle_metrics_per_client_id(qc: LocalCluster, topic_name: str) -> No
     url = qc.broker(1).metrics_url
     assert url is not None
     try:
+
         def throttled() -> float:
-            return scrape(url).get("kafka_server_produce_throttle_time",
-                                   user="", client_id=client) or 0.0
+            return (
+                scrape(url).get("kafka_server_produce_throttle_time", user="", client_id=client)
+                or 0.0
+            )
+
         assert wait_until(throttled, "a produce throttle time in the metrics", 20) > 0
         rate = scrape(url).get("kafka_server_produce_byte_rate", user="", client_id=client)
         assert rate is not None and rate > 0
@@ -329,8 +373,9 @@ def test_throttle_metrics_per_client_id(qc: LocalCluster, topic_name: str) -> No
         set_quota(qc, [("client-id", client)], "producer_byte_rate", None)
 
 
-def test_throttled_connection_is_muted_for_the_throttle_time(qc: LocalCluster,
-                                                            topic_name: str) -> None:
+def test_throttled_connection_is_muted_for_the_throttle_time(
+    qc: LocalCluster, topic_name: str
+) -> None:
     """KIP-219 on the wire: the over-quota Produce is answered at once with its
     throttle_time_ms, and the next request on that connection waits that long."""
     create_topic(qc.bootstrap_servers, topic_name, 1, 1)
@@ -340,8 +385,9 @@ def test_throttled_connection_is_muted_for_the_throttle_time(qc: LocalCluster,
     try:
         with RawClient(host, int(port), timeout=30, client_id=client) as raw:
             t0 = time.monotonic()
-            resp = raw.request(produce_request(topic_name, 0,
-                                               encode_batch([(None, b"r" * 500_000)])))
+            resp = raw.request(
+                produce_request(topic_name, 0, encode_batch([(None, b"r" * 500_000)]))
+            )
             answered_s = time.monotonic() - t0
             assert int(resp.responses[0].partition_responses[0].error_code) == 0
             throttle_s = resp.throttle_time.total_seconds()
@@ -349,8 +395,7 @@ def test_throttled_connection_is_muted_for_the_throttle_time(qc: LocalCluster,
             assert throttle_s == pytest.approx(4.0, abs=0.2)
             assert answered_s < throttle_s / 2, "the response itself was held back"
             t1 = time.monotonic()
-            raw.request(request_cls(18, 3)(client_software_name="x",
-                                           client_software_version="1"))
+            raw.request(request_cls(18, 3)(client_software_name="x", client_software_version="1"))
             assert time.monotonic() - t1 >= throttle_s - 0.3
     finally:
         set_quota(qc, [("client-id", client)], "producer_byte_rate", None)
@@ -364,8 +409,9 @@ def test_request_percentage_throttles_handler_time(qc: LocalCluster) -> None:
     # 0.0001 % of a handler thread: any request is over it.
     set_quota(qc, [("client-id", client)], "request_percentage", 0.0001)
     host, port = qc.bootstrap_servers.split(",")[0].rsplit(":", 1)
-    metadata = request_cls(3, 12)(topics=None, allow_auto_topic_creation=False,
-                                  include_topic_authorized_operations=False)
+    metadata = request_cls(3, 12)(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
     api_versions = request_cls(18, 3)(client_software_name="x", client_software_version="1")
     try:
         with RawClient(host, int(port), timeout=30, client_id=client) as raw:
@@ -380,10 +426,12 @@ def test_request_percentage_throttles_handler_time(qc: LocalCluster) -> None:
         url = qc.broker(1).metrics_url
         assert url is not None
         samples = scrape(url)
-        assert (samples.get("kafka_server_request_throttle_time", user="",
-                            client_id=client) or 0) > 0
-        assert (samples.get("kafka_server_request_request_time", user="",
-                            client_id=client) or 0) > 0
+        assert (
+            samples.get("kafka_server_request_throttle_time", user="", client_id=client) or 0
+        ) > 0
+        assert (
+            samples.get("kafka_server_request_request_time", user="", client_id=client) or 0
+        ) > 0
     finally:
         set_quota(qc, [("client-id", client)], "request_percentage", None)
 
@@ -391,20 +439,33 @@ def test_request_percentage_throttles_handler_time(qc: LocalCluster) -> None:
 # ----------------------------------------------------------------------- admin
 def test_alter_and_describe_round_trip(qc: LocalCluster) -> None:
     zk = qc.zk_client()
-    code, msg = alter(qc, [("user", "alice")], [("producer_byte_rate", 1024.0, False)],
-                      validate_only=True)
+    code, msg = alter(
+        qc, [("user", "alice")], [("producer_byte_rate", 1024.0, False)], validate_only=True
+    )
     assert (code, msg) == (0, None)
     assert zk.exists("/config/users/alice") is None  # validate_only wrote nothing
-    assert alter(qc, [("user", "alice")], [("producer_byte_rate", 1024.0, False),
-                                          ("consumer_byte_rate", 2048.0, False)])[0] == 0
-    assert alter(qc, [("user", "alice"), ("client-id", None)],
-                 [("request_percentage", 12.5, False)])[0] == 0
+    assert (
+        alter(
+            qc,
+            [("user", "alice")],
+            [("producer_byte_rate", 1024.0, False), ("consumer_byte_rate", 2048.0, False)],
+        )[0]
+        == 0
+    )
+    assert (
+        alter(qc, [("user", "alice"), ("client-id", None)], [("request_percentage", 12.5, False)])[
+            0
+        ]
+        == 0
+    )
     assert alter(qc, [("client-id", "c 1")], [("producer_byte_rate", 10.0, False)])[0] == 0
     assert alter(qc, [("user", None)], [("consumer_byte_rate", 99.0, False)])[0] == 0
     # Kafka's znodes: sanitized names, <default>, the config JSON and a notification.
     data, _ = zk.get("/config/users/alice")
-    assert json.loads(data) == {"version": 1, "config": {"producer_byte_rate": "1024",
-                                                         "consumer_byte_rate": "2048"}}
+    assert json.loads(data) == {
+        "version": 1,
+        "config": {"producer_byte_rate": "1024", "consumer_byte_rate": "2048"},
+    }
     assert zk.exists("/config/users/alice/clients/<default>") is not None
     assert zk.exists("/config/clients/c%201") is not None
     changes = sorted(zk.get_children("/config/changes"))
@@ -418,15 +479,20 @@ def test_alter_and_describe_round_trip(qc: LocalCluster) -> None:
         (("user", "alice"), ("client-id", None)): {"request_percentage": 12.5},
     }
     assert describe(qc, [("user", 0, "alice")], strict=True)[1] == {
-        (("user", "alice"),): {"producer_byte_rate": 1024.0, "consumer_byte_rate": 2048.0}}
+        (("user", "alice"),): {"producer_byte_rate": 1024.0, "consumer_byte_rate": 2048.0}
+    }
     assert describe(qc, [("user", 1, None)], strict=True)[1] == {
-        (("user", None),): {"consumer_byte_rate": 99.0}}
+        (("user", None),): {"consumer_byte_rate": 99.0}
+    }
     assert describe(qc, [("client-id", 2, None)], strict=True)[1] == {
-        (("client-id", "c 1"),): {"producer_byte_rate": 10.0}}
+        (("client-id", "c 1"),): {"producer_byte_rate": 10.0}
+    }
 
     # remove: true; an entity left without quotas is no longer described.
-    assert alter(qc, [("user", "alice"), ("client-id", None)],
-                 [("request_percentage", 0.0, True)])[0] == 0
+    assert (
+        alter(qc, [("user", "alice"), ("client-id", None)], [("request_percentage", 0.0, True)])[0]
+        == 0
+    )
     assert describe(qc, [("user", 0, "alice"), ("client-id", 1, None)], strict=True)[1] == {}
 
     # Kafka's refusals.
@@ -436,64 +502,142 @@ def test_alter_and_describe_round_trip(qc: LocalCluster) -> None:
     assert describe(qc, [("group", 0, "g")])[0] == 35  # UNSUPPORTED_VERSION
     assert describe(qc, [("user", 0, "a"), ("user", 0, "b")])[0] == 42
     for entity in ([("user", "alice")], [("client-id", "c 1")], [("user", None)]):
-        alter(qc, entity, [(k, 0.0, True) for k in ("producer_byte_rate",
-                                                    "consumer_byte_rate")])
+        alter(qc, entity, [(k, 0.0, True) for k in ("producer_byte_rate", "consumer_byte_rate")])
 
 
 def odradek(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "odradek", *args], capture_output=True,
-                          text=True, timeout=90)
+    return subprocess.run(
+        [sys.executable, "-m", "odradek", *args], capture_output=True, text=True, timeout=90
+    )
 
 
 def test_configs_cli_users_and_clients(qc: LocalCluster) -> None:
     bs = ["--bootstrap-server", qc.bootstrap_servers]
-    r = odradek("configs", *bs, "--entity-type", "users", "--entity-name", "bob",
-                "--entity-type", "clients", "--entity-default", "--alter",
-                "--add-config", "producer_byte_rate=4096,consumer_byte_rate=8192")
+    r = odradek(
+        "configs",
+        *bs,
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "bob",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--alter",
+        "--add-config",
+        "producer_byte_rate=4096,consumer_byte_rate=8192",
+    )
     assert r.returncode == 0, r.stderr
     assert "Completed updating config for user bob, client-id <default>." in r.stdout
-    r = odradek("configs", *bs, "--entity-type", "clients", "--entity-default", "--alter",
-                "--add-config", "producer_byte_rate=1000000")
+    r = odradek(
+        "configs",
+        *bs,
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--alter",
+        "--add-config",
+        "producer_byte_rate=1000000",
+    )
     assert r.returncode == 0, r.stderr
-    r = odradek("configs", *bs, "--entity-type", "users", "--entity-name", "bob",
-                "--entity-type", "clients", "--entity-default", "--describe")
+    r = odradek(
+        "configs",
+        *bs,
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "bob",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--describe",
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
         "Quota configs for user-principal 'bob', the default client-id are "
-        "consumer_byte_rate=8192.0, producer_byte_rate=4096.0"]
+        "consumer_byte_rate=8192.0, producer_byte_rate=4096.0"
+    ]
     r = odradek("configs", *bs, "--entity-type", "clients", "--describe")
-    assert "Quota configs for the default client-id are producer_byte_rate=1000000.0" \
-        in r.stdout, r.stdout + r.stderr
-    r = odradek("configs", *bs, "--entity-type", "users", "--entity-name", "bob",
-                "--entity-type", "clients", "--entity-default", "--alter",
-                "--delete-config", "producer_byte_rate")
+    assert "Quota configs for the default client-id are producer_byte_rate=1000000.0" in r.stdout, (
+        r.stdout + r.stderr
+    )
+    r = odradek(
+        "configs",
+        *bs,
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "bob",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--alter",
+        "--delete-config",
+        "producer_byte_rate",
+    )
     assert r.returncode == 0, r.stderr
     assert describe(qc, [("user", 0, "bob"), ("client-id", 1, None)], strict=True)[1] == {
-        (("user", "bob"), ("client-id", None)): {"consumer_byte_rate": 8192.0}}
-    r = odradek("configs", *bs, "--entity-type", "clients", "--entity-default", "--alter",
-                "--delete-config", "producer_byte_rate")
+        (("user", "bob"), ("client-id", None)): {"consumer_byte_rate": 8192.0}
+    }
+    r = odradek(
+        "configs",
+        *bs,
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--alter",
+        "--delete-config",
+        "producer_byte_rate",
+    )
     assert r.returncode == 0, r.stderr
-    odradek("configs", *bs, "--entity-type", "users", "--entity-name", "bob",
-            "--entity-type", "clients", "--entity-default", "--alter",
-            "--delete-config", "consumer_byte_rate")
+    odradek(
+        "configs",
+        *bs,
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "bob",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--alter",
+        "--delete-config",
+        "consumer_byte_rate",
+    )
 
 
 # ----------------------------------------------------------------------- ACLs
 def _quota_requests() -> tuple[Any, Any]:
     describe_req = request_entity(48, 1, strict=False, components=())
-    alter_req = request_entity(49, 1, validate_only=False, entries=(
-        nested_request(49, 1, "EntryData",
-                       entity=(nested_request(49, 1, "EntityData", entity_type="user",
-                                              entity_name="carol"),),
-                       ops=(nested_request(49, 1, "OpData", key="producer_byte_rate",
-                                           value=4096.0, remove=False),)),))
+    alter_req = request_entity(
+        49,
+        1,
+        validate_only=False,
+        entries=(
+            nested_request(
+                49,
+                1,
+                "EntryData",
+                entity=(
+                    nested_request(49, 1, "EntityData", entity_type="user", entity_name="carol"),
+                ),
+                ops=(
+                    nested_request(
+                        49, 1, "OpData", key="producer_byte_rate", value=4096.0, remove=False
+                    ),
+                ),
+            ),
+        ),
+    )
     return describe_req, alter_req
 
 
 def test_quota_apis_need_cluster_acls_and_user_quotas_follow_the_principal(
-        make_cluster: Any) -> None:
-    c = make_cluster(1, security="sasl_ssl", extra_listeners=("SASL_PLAINTEXT",),
-                     plain_users=PLAIN_USERS)
+    make_cluster: Any,
+) -> None:
+    c = make_cluster(
+        1, security="sasl_ssl", extra_listeners=("SASL_PLAINTEXT",), plain_users=PLAIN_USERS
+    )
     carol = access(c, "SASL_PLAINTEXT", "PLAIN", "carol")
     su = access(c, "SASL_SSL", "SCRAM-SHA-512")
     describe_req, alter_req = _quota_requests()
@@ -501,15 +645,24 @@ def test_quota_apis_need_cluster_acls_and_user_quotas_follow_the_principal(
     def ask(a: Any, req: Any) -> int:
         with raw_connection(a) as cn:
             resp = cn.request(req)
-        return int(resp.error_code if hasattr(resp, "error_code")
-                   else resp.entries[0].error_code)
+        return int(resp.error_code if hasattr(resp, "error_code") else resp.entries[0].error_code)
 
     assert ask(carol, describe_req) == CLUSTER_AUTHORIZATION_FAILED
     assert ask(carol, alter_req) == CLUSTER_AUTHORIZATION_FAILED
     admin = AdminClient(su.confluent())
-    for f in admin.create_acls([AclBinding(
-            ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:carol",
-            "*", AclOperation.DESCRIBE_CONFIGS, AclPermissionType.ALLOW)]).values():
+    for f in admin.create_acls(
+        [
+            AclBinding(
+                ResourceType.BROKER,
+                "kafka-cluster",
+                ResourcePatternType.LITERAL,
+                "User:carol",
+                "*",
+                AclOperation.DESCRIBE_CONFIGS,
+                AclPermissionType.ALLOW,
+            )
+        ]
+    ).values():
         f.result(30)
     wait_until(lambda: ask(carol, describe_req) == 0, "DESCRIBE_CONFIGS granted", 10)
     assert ask(carol, alter_req) == CLUSTER_AUTHORIZATION_FAILED
@@ -518,29 +671,63 @@ def test_quota_apis_need_cluster_acls_and_user_quotas_follow_the_principal(
     data = json.loads(c.zk_client().get("/config/users/carol")[0])
     assert data["config"] == {"producer_byte_rate": "4096"}
     user = json.loads(c.zk_client().get("/config/users/admin")[0])
-    assert ask(su, request_entity(49, 1, validate_only=False, entries=(nested_request(
-        49, 1, "EntryData", entity=(nested_request(49, 1, "EntityData", entity_type="user",
-                                                   entity_name="admin"),),
-        ops=(nested_request(49, 1, "OpData", key="consumer_byte_rate", value=1e9,
-                            remove=False),)),))) == 0
+    assert (
+        ask(
+            su,
+            request_entity(
+                49,
+                1,
+                validate_only=False,
+                entries=(
+                    nested_request(
+                        49,
+                        1,
+                        "EntryData",
+                        entity=(
+                            nested_request(
+                                49, 1, "EntityData", entity_type="user", entity_name="admin"
+                            ),
+                        ),
+                        ops=(
+                            nested_request(
+                                49, 1, "OpData", key="consumer_byte_rate", value=1e9, remove=False
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        == 0
+    )
     after = json.loads(c.zk_client().get("/config/users/admin")[0])
     assert after["config"] == {**user["config"], "consumer_byte_rate": "1000000000"}
 
     # The user quota applies to carol's SASL principal (4096 B/s), not to the admin.
     topic = f"q-{uuid.uuid4().hex[:8]}"
-    create_secured_topic(su.bootstrap, topic, 1, 1, security=su.confluent(),
-                         wait_leaders=True)
-    for f in admin.create_acls([AclBinding(
-            ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:carol", "*",
-            AclOperation.WRITE, AclPermissionType.ALLOW)]).values():
+    create_secured_topic(su.bootstrap, topic, 1, 1, security=su.confluent(), wait_leaders=True)
+    for f in admin.create_acls(
+        [
+            AclBinding(
+                ResourceType.TOPIC,
+                topic,
+                ResourcePatternType.LITERAL,
+                "User:carol",
+                "*",
+                AclOperation.WRITE,
+                AclPermissionType.ALLOW,
+            )
+        ]
+    ).values():
         f.result(30)
     produce = produce_request(topic, 0, encode_batch([(None, b"q" * 100_000)]))
 
     def produce_as(a: Any) -> tuple[int, float]:
         with raw_connection(a) as cn:
             resp = cn.request(produce)
-        return (int(resp.responses[0].partition_responses[0].error_code),
-                resp.throttle_time.total_seconds())
+        return (
+            int(resp.responses[0].partition_responses[0].error_code),
+            resp.throttle_time.total_seconds(),
+        )
 
     def carol_throttle() -> float | None:
         code, throttle = produce_as(carol)

@@ -17,14 +17,19 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import InvalidPartitionsError, KafkaError
-
-from odradek.cluster.local import LocalCluster
-
+from aiokafka.errors import InvalidPartitionsError
 from clientutil import (
-    CODECS, Got, Rec, assert_contiguous, assert_round_trip, by_partition, make_records,
+    CODECS,
+    Got,
+    Rec,
+    assert_contiguous,
+    assert_round_trip,
+    by_partition,
+    make_records,
     timestamped,
 )
+
+from odradek.cluster.local import LocalCluster
 
 pytestmark = pytest.mark.integration
 
@@ -38,26 +43,39 @@ def run(coro: Any, timeout: float = 150.0) -> Any:
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
-async def create(b: str, name: str, partitions: int,
-                 configs: dict[str, str] | None = None) -> None:
+async def create(b: str, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
     a = AIOKafkaAdminClient(bootstrap_servers=b)
     await a.start()
     try:
-        r = await a.create_topics([NewTopic(name, partitions, 1, topic_configs=configs or {})],
-                                  timeout_ms=20000)
+        r = await a.create_topics(
+            [NewTopic(name, partitions, 1, topic_configs=configs or {})], timeout_ms=20000
+        )
         assert [e["error_code"] for e in r.to_object()["topic_errors"]] == [0]
     finally:
         await a.close()
 
 
 async def produce_all(b: str, topic: str, recs: list[Rec], **conf: Any) -> dict[int, list[int]]:
-    p = AIOKafkaProducer(bootstrap_servers=b, linger_ms=5, max_batch_size=256 * 1024,
-                         max_request_size=4 * 1024 * 1024, **conf)
+    p = AIOKafkaProducer(
+        bootstrap_servers=b,
+        linger_ms=5,
+        max_batch_size=256 * 1024,
+        max_request_size=4 * 1024 * 1024,
+        **conf,
+    )
     await p.start()
     try:
-        futs = [await p.send(topic, value=r.value, key=r.key, partition=r.partition,
-                             headers=list(r.headers), timestamp_ms=r.timestamp_ms)
-                for r in recs]
+        futs = [
+            await p.send(
+                topic,
+                value=r.value,
+                key=r.key,
+                partition=r.partition,
+                headers=list(r.headers),
+                timestamp_ms=r.timestamp_ms,
+            )
+            for r in recs
+        ]
         offsets: dict[int, list[int]] = defaultdict(list)
         for r, md in zip(recs, await asyncio.gather(*futs)):
             # acks=0: aiokafka resolves the future with None (no response, no offset).
@@ -67,10 +85,12 @@ async def produce_all(b: str, topic: str, recs: list[Rec], **conf: Any) -> dict[
         await p.stop()
 
 
-async def consume_all(b: str, topic: str, partitions: int, expect: int,
-                      timeout: float = 90.0) -> list[Got]:
-    c = AIOKafkaConsumer(bootstrap_servers=b, group_id=None, enable_auto_commit=False,
-                         auto_offset_reset="earliest")
+async def consume_all(
+    b: str, topic: str, partitions: int, expect: int, timeout: float = 90.0
+) -> list[Got]:
+    c = AIOKafkaConsumer(
+        bootstrap_servers=b, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
     await c.start()
     out: list[Got] = []
     try:
@@ -80,16 +100,19 @@ async def consume_all(b: str, topic: str, partitions: int, expect: int,
         deadline = time.monotonic() + timeout
         while len(out) < expect and time.monotonic() < deadline:
             for msgs in (await c.getmany(timeout_ms=500, max_records=20000)).values():
-                out.extend(Got(m.partition, m.offset, m.key, m.value,
-                               tuple(m.headers or ()), m.timestamp) for m in msgs)
+                out.extend(
+                    Got(m.partition, m.offset, m.key, m.value, tuple(m.headers or ()), m.timestamp)
+                    for m in msgs
+                )
     finally:
         await c.stop()
     assert len(out) == expect, f"consumed {len(out)} of {expect} in {timeout}s"
     return out
 
 
-async def round_trip(b: str, topic: str, partitions: int, recs: list[Rec],
-                     **conf: Any) -> dict[int, list[int]]:
+async def round_trip(
+    b: str, topic: str, partitions: int, recs: list[Rec], **conf: Any
+) -> dict[int, list[int]]:
     await create(b, topic, partitions)
     offsets = await produce_all(b, topic, recs, **conf)
     assert_round_trip(recs, await consume_all(b, topic, partitions, len(recs)))
@@ -98,16 +121,24 @@ async def round_trip(b: str, topic: str, partitions: int, recs: list[Rec],
 
 def test_round_trip_100k_zstd(cluster: LocalCluster, topic_name: str) -> None:
     recs = make_records(100_000, PARTITIONS, seed=31, null_value=False)
-    offsets = run(round_trip(cluster.bootstrap_servers, topic_name, PARTITIONS, recs,
-                             compression_type="zstd"))
+    offsets = run(
+        round_trip(cluster.bootstrap_servers, topic_name, PARTITIONS, recs, compression_type="zstd")
+    )
     assert_contiguous(offsets, {p: len(rs) for p, rs in by_partition(recs).items()})
 
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_codec(cluster: LocalCluster, topic_name: str, codec: str) -> None:
     recs = make_records(20_000, PARTITIONS, seed=300 + CODECS.index(codec))
-    run(round_trip(cluster.bootstrap_servers, topic_name, PARTITIONS, recs,
-                   compression_type=None if codec == "none" else codec))
+    run(
+        round_trip(
+            cluster.bootstrap_servers,
+            topic_name,
+            PARTITIONS,
+            recs,
+            compression_type=None if codec == "none" else codec,
+        )
+    )
 
 
 @pytest.mark.parametrize("acks", [0, 1, "all"])
@@ -128,15 +159,18 @@ def test_offsets_by_timestamp(cluster: LocalCluster, topic_name: str) -> None:
     async def go() -> None:
         await create(b, topic_name, 1)
         await produce_all(b, topic_name, recs)
-        assert_round_trip(recs, await consume_all(b, topic_name, 1, len(recs)),
-                          check_timestamps=True)
+        assert_round_trip(
+            recs, await consume_all(b, topic_name, 1, len(recs)), check_timestamps=True
+        )
         c = AIOKafkaConsumer(bootstrap_servers=b, group_id=None, enable_auto_commit=False)
         await c.start()
         tp = TopicPartition(topic_name, 0)
         try:
+
             async def at(ts: int) -> int | None:
                 found = (await c.offsets_for_times({tp: ts}))[tp]
                 return None if found is None else found.offset
+
             assert await at(base) == 0
             assert await at(base + 50_500) == 51
             assert await at(base + 99_000) == 99
@@ -145,6 +179,7 @@ def test_offsets_by_timestamp(cluster: LocalCluster, topic_name: str) -> None:
             assert await c.end_offsets([tp]) == {tp: 100}
         finally:
             await c.stop()
+
     run(go())
 
 
@@ -153,22 +188,29 @@ def test_admin(cluster: LocalCluster, topic_name: str) -> None:
         a = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
         await a.start()
         try:
-            r = await a.create_topics([NewTopic(topic_name, 2, 1,
-                                                topic_configs={"retention.ms": "123456"})],
-                                      timeout_ms=20000)
+            r = await a.create_topics(
+                [NewTopic(topic_name, 2, 1, topic_configs={"retention.ms": "123456"})],
+                timeout_ms=20000,
+            )
             assert r.to_object()["topic_errors"][0]["error_code"] == 0
             assert topic_name in await a.list_topics()
             [t] = await a.describe_topics([topic_name])
-            assert [(p["partition"], p["leader"], p["replicas"]) for p in t["partitions"]] \
-                == [(0, 1, [1]), (1, 1, [1])]
+            assert [(p["partition"], p["leader"], p["replicas"]) for p in t["partitions"]] == [
+                (0, 1, [1]),
+                (1, 1, [1]),
+            ]
 
             [r] = await a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name)])
             [res] = r.to_object()["resources"]
             cfg = {e["config_names"]: e for e in res["config_entries"]}
-            assert (cfg["retention.ms"]["config_value"], cfg["retention.ms"]["config_source"]) \
-                == ("123456", SOURCE_DYNAMIC_TOPIC)
-            assert (cfg["segment.bytes"]["config_value"], cfg["segment.bytes"]["config_source"]) \
-                == ("1073741824", SOURCE_DEFAULT)
+            assert (cfg["retention.ms"]["config_value"], cfg["retention.ms"]["config_source"]) == (
+                "123456",
+                SOURCE_DYNAMIC_TOPIC,
+            )
+            assert (
+                cfg["segment.bytes"]["config_value"],
+                cfg["segment.bytes"]["config_source"],
+            ) == ("1073741824", SOURCE_DEFAULT)
 
             await a.create_partitions({topic_name: NewPartitions(4)}, timeout_ms=20000)
             [t] = await a.describe_topics([topic_name])
@@ -177,21 +219,30 @@ def test_admin(cluster: LocalCluster, topic_name: str) -> None:
                 await a.create_partitions({topic_name: NewPartitions(2)})
 
             # Errors come back per topic in one response.
-            r = await a.create_topics([
-                NewTopic(topic_name, 1, 1),
-                NewTopic(topic_name + "-rf", 1, 3),
-                NewTopic(topic_name + "-cfg", 1, 1, topic_configs={"retention.ms": "abc"}),
-                NewTopic("bad name!", 1, 1)])
-            assert [e["error_code"] for e in r.to_object()["topic_errors"]] \
-                == [TOPIC_ALREADY_EXISTS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG,
-                    INVALID_TOPIC]
+            r = await a.create_topics(
+                [
+                    NewTopic(topic_name, 1, 1),
+                    NewTopic(topic_name + "-rf", 1, 3),
+                    NewTopic(topic_name + "-cfg", 1, 1, topic_configs={"retention.ms": "abc"}),
+                    NewTopic("bad name!", 1, 1),
+                ]
+            )
+            assert [e["error_code"] for e in r.to_object()["topic_errors"]] == [
+                TOPIC_ALREADY_EXISTS,
+                INVALID_REPLICATION_FACTOR,
+                INVALID_CONFIG,
+                INVALID_TOPIC,
+            ]
 
             r = await a.delete_topics([topic_name, topic_name + "-missing"], timeout_ms=20000)
-            assert [e["error_code"] for e in r.to_object()["topic_error_codes"]] \
-                == [0, UNKNOWN_TOPIC]
+            assert [e["error_code"] for e in r.to_object()["topic_error_codes"]] == [
+                0,
+                UNKNOWN_TOPIC,
+            ]
             assert not [n for n in await a.list_topics() if n.startswith(topic_name)]
         finally:
             await a.close()
+
     run(go())
 
 
@@ -199,8 +250,16 @@ def test_idempotent_producer(cluster: LocalCluster, topic_name: str) -> None:
     """aiokafka defaults to enable_idempotence=False (tested above); opting in uses
     InitProducerId and sequenced batches with acks=all."""
     recs = make_records(20_000, PARTITIONS, seed=39)
-    offsets = run(round_trip(cluster.bootstrap_servers, topic_name, PARTITIONS, recs,
-                             enable_idempotence=True, compression_type="gzip"))
+    offsets = run(
+        round_trip(
+            cluster.bootstrap_servers,
+            topic_name,
+            PARTITIONS,
+            recs,
+            enable_idempotence=True,
+            compression_type="gzip",
+        )
+    )
     assert_contiguous(offsets, {p: len(rs) for p, rs in by_partition(recs).items()})
 
 
@@ -222,8 +281,12 @@ def test_transactional_producer(cluster: LocalCluster, topic_name: str) -> None:
                     await p.send(topic_name, b"v%d" % i, partition=0)
         finally:
             await p.stop()
-        c = AIOKafkaConsumer(bootstrap_servers=b, isolation_level="read_committed",
-                             auto_offset_reset="earliest", enable_auto_commit=False)
+        c = AIOKafkaConsumer(
+            bootstrap_servers=b,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
         await c.start()
         try:
             c.assign([TopicPartition(topic_name, 0)])
@@ -236,4 +299,5 @@ def test_transactional_producer(cluster: LocalCluster, topic_name: str) -> None:
             return got
         finally:
             await c.stop()
+
     assert run(go()) == [b"v%d" % i for i in range(10)]

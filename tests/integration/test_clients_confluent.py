@@ -12,20 +12,35 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
+from clientutil import (
+    CODECS,
+    Rec,
+    assert_contiguous,
+    assert_round_trip,
+    by_partition,
+    confluent_consume,
+    confluent_create_topic,
+    make_records,
+    timestamped,
+)
 from confluent_kafka import (
-    Consumer, KafkaError, KafkaException, Producer, TopicPartition,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
 )
 from confluent_kafka.admin import (
-    AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic, OffsetSpec,
+    AdminClient,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
     ResourceType,
 )
 
 from odradek.cluster.local import LocalCluster
-
-from clientutil import (
-    CODECS, Rec, assert_contiguous, assert_round_trip, by_partition, confluent_consume,
-    confluent_create_topic, make_records, timestamped,
-)
 
 pytestmark = pytest.mark.integration
 
@@ -47,9 +62,15 @@ def produce_all(bootstrap: str, topic: str, recs: list[Rec], **conf: Any) -> dic
     for r in recs:
         while True:
             try:
-                p.produce(topic, r.value, r.key, partition=r.partition,
-                          headers=list(r.headers) or None, on_delivery=on_delivery,
-                          timestamp=r.timestamp_ms or 0)
+                p.produce(
+                    topic,
+                    r.value,
+                    r.key,
+                    partition=r.partition,
+                    headers=list(r.headers) or None,
+                    on_delivery=on_delivery,
+                    timestamp=r.timestamp_ms or 0,
+                )
                 break
             except BufferError:  # local queue full: let deliveries drain
                 p.poll(0.05)
@@ -108,16 +129,18 @@ def test_offsets_by_timestamp(cluster: LocalCluster, topic_name: str) -> None:
 
     c = Consumer({"bootstrap.servers": b, "group.id": "odradek-compat-assign"})
     try:
+
         def at(ts: int) -> int:
             [tp] = c.offsets_for_times([TopicPartition(topic_name, 0, ts)], timeout=10)
             assert tp.error is None
             return int(tp.offset)
+
         assert at(base) == 0
         assert at(base - 1) == 0
         assert at(base + 50_000) == 50
-        assert at(base + 50_500) == 51          # first record with timestamp >= ts
+        assert at(base + 50_500) == 51  # first record with timestamp >= ts
         assert at(base + 99_000) == 99
-        assert at(base + 99_001) == -1          # none: Kafka answers offset -1
+        assert at(base + 99_001) == -1  # none: Kafka answers offset -1
         assert c.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10) == (0, 100)
     finally:
         c.close()
@@ -125,8 +148,11 @@ def test_offsets_by_timestamp(cluster: LocalCluster, topic_name: str) -> None:
     # The admin ListOffsets path (earliest / latest / by timestamp).
     admin = AdminClient({"bootstrap.servers": b})
     tp = TopicPartition(topic_name, 0)
-    specs = {"earliest": OffsetSpec.earliest(), "latest": OffsetSpec.latest(),
-             "ts": OffsetSpec.for_timestamp(base + 10_000)}
+    specs = {
+        "earliest": OffsetSpec.earliest(),
+        "latest": OffsetSpec.latest(),
+        "ts": OffsetSpec.for_timestamp(base + 10_000),
+    }
     for name, spec in specs.items():
         res = admin.list_offsets({tp: spec}, request_timeout=10)[tp].result(15)
         assert res.offset == {"earliest": 0, "latest": 100, "ts": 10}[name], name
@@ -145,17 +171,17 @@ def _error_code(fut: Any) -> int:
 def test_admin_lifecycle(cluster: LocalCluster, topic_name: str) -> None:
     b = cluster.bootstrap_servers
     admin = AdminClient({"bootstrap.servers": b})
-    fs = admin.create_topics([NewTopic(topic_name, 2, 1, config={"retention.ms": "123456",
-                                                                  "cleanup.policy": "delete"})],
-                             operation_timeout=20)
+    fs = admin.create_topics(
+        [NewTopic(topic_name, 2, 1, config={"retention.ms": "123456", "cleanup.policy": "delete"})],
+        operation_timeout=20,
+    )
     _result(fs[topic_name])
 
     md = admin.list_topics(timeout=10)
     assert [(bm.id, f"{bm.host}:{bm.port}") for bm in md.brokers.values()] == [(1, b)]
     t = md.topics[topic_name]
     assert t.error is None and sorted(t.partitions) == [0, 1]
-    assert all(p.leader == 1 and p.replicas == [1] and p.isrs == [1]
-               for p in t.partitions.values())
+    assert all(p.leader == 1 and p.replicas == [1] and p.isrs == [1] for p in t.partitions.values())
 
     [fut] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic_name)]).values()
     cfg = _result(fut)
@@ -170,12 +196,15 @@ def test_admin_lifecycle(cluster: LocalCluster, topic_name: str) -> None:
     bcfg = _result(fut)
     assert bcfg["num.partitions"].value == "1"
 
-    _result(admin.create_partitions([NewPartitions(topic_name, 4)],
-                                    operation_timeout=20)[topic_name])
+    _result(
+        admin.create_partitions([NewPartitions(topic_name, 4)], operation_timeout=20)[topic_name]
+    )
     md = admin.list_topics(topic=topic_name, timeout=10)
     assert sorted(md.topics[topic_name].partitions) == [0, 1, 2, 3]
-    assert _error_code(admin.create_partitions([NewPartitions(topic_name, 2)])[topic_name]) \
+    assert (
+        _error_code(admin.create_partitions([NewPartitions(topic_name, 2)])[topic_name])
         == KafkaError.INVALID_PARTITIONS
+    )
 
     _result(admin.delete_topics([topic_name], operation_timeout=20)[topic_name])
     assert topic_name not in admin.list_topics(timeout=10).topics
@@ -190,15 +219,21 @@ def test_admin_errors(cluster: LocalCluster, topic_name: str) -> None:
     _result(admin.create_topics([NewTopic(topic_name, 1, 1)], operation_timeout=20)[topic_name])
     assert create(NewTopic(topic_name, 1, 1)) == KafkaError.TOPIC_ALREADY_EXISTS
     assert create(NewTopic(topic_name + "-rf", 1, 3)) == KafkaError.INVALID_REPLICATION_FACTOR
-    assert create(NewTopic(topic_name + "-cfg", 1, 1, config={"retention.ms": "abc"})) \
+    assert (
+        create(NewTopic(topic_name + "-cfg", 1, 1, config={"retention.ms": "abc"}))
         == KafkaError.INVALID_CONFIG
-    assert create(NewTopic(topic_name + "-cfg2", 1, 1, config={"no.such.config": "1"})) \
+    )
+    assert (
+        create(NewTopic(topic_name + "-cfg2", 1, 1, config={"no.such.config": "1"}))
         == KafkaError.INVALID_CONFIG
+    )
     assert create(NewTopic("bad name!", 1, 1)) == KafkaError.TOPIC_EXCEPTION
     assert create(NewTopic("x" * 250, 1, 1)) == KafkaError.TOPIC_EXCEPTION
     missing = topic_name + "-missing"
-    assert _error_code(admin.delete_topics([missing], operation_timeout=20)[missing]) \
+    assert (
+        _error_code(admin.delete_topics([missing], operation_timeout=20)[missing])
         == KafkaError.UNKNOWN_TOPIC_OR_PART
+    )
     # None of the rejected topics exists afterwards.
     names = admin.list_topics(timeout=10).topics
     assert not any(n.startswith(topic_name + "-") for n in names)
@@ -209,8 +244,9 @@ def test_idempotent_producer(cluster: LocalCluster, topic_name: str) -> None:
     b = cluster.bootstrap_servers
     confluent_create_topic(b, topic_name, PARTITIONS)
     recs = make_records(20_000, PARTITIONS, seed=11)
-    offsets = produce_all(b, topic_name, recs, **{"enable.idempotence": True,
-                                                  "compression.type": "zstd"})
+    offsets = produce_all(
+        b, topic_name, recs, **{"enable.idempotence": True, "compression.type": "zstd"}
+    )
     assert_contiguous(offsets, {p: len(rs) for p, rs in by_partition(recs).items()})
     assert_round_trip(recs, confluent_consume(b, topic_name, PARTITIONS, len(recs)))
 
@@ -229,11 +265,19 @@ def test_transactional_producer(cluster: LocalCluster, topic_name: str) -> None:
     p.abort_transaction(30)
     p.begin_transaction()
     for r in recs:
-        p.produce(topic_name, r.value, r.key, partition=0, headers=list(r.headers) or None,
-                  timestamp=r.timestamp_ms or 0)
+        p.produce(
+            topic_name,
+            r.value,
+            r.key,
+            partition=0,
+            headers=list(r.headers) or None,
+            timestamp=r.timestamp_ms or 0,
+        )
     p.commit_transaction(30)
-    assert_round_trip(recs, confluent_consume(b, topic_name, 1, len(recs),
-                                              **{"isolation.level": "read_committed"}))
+    assert_round_trip(
+        recs,
+        confluent_consume(b, topic_name, 1, len(recs), **{"isolation.level": "read_committed"}),
+    )
 
 
 def test_consumer_from_offset(cluster: LocalCluster, topic_name: str) -> None:
@@ -242,8 +286,9 @@ def test_consumer_from_offset(cluster: LocalCluster, topic_name: str) -> None:
     confluent_create_topic(b, topic_name, 1)
     recs = make_records(500, 1, seed=5)
     produce_all(b, topic_name, recs)
-    c = Consumer({"bootstrap.servers": b, "group.id": "odradek-compat-assign",
-                  "enable.auto.commit": False})
+    c = Consumer(
+        {"bootstrap.servers": b, "group.id": "odradek-compat-assign", "enable.auto.commit": False}
+    )
     try:
         c.assign([TopicPartition(topic_name, 0, 321)])
         got = []

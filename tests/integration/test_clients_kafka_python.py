@@ -15,16 +15,21 @@ from typing import Any
 
 import kafka.errors as kerr
 import pytest
+from clientutil import (
+    CODECS,
+    Got,
+    Rec,
+    assert_contiguous,
+    assert_round_trip,
+    by_partition,
+    make_records,
+    timestamped,
+)
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
 
 from odradek.cluster.local import LocalCluster
 from odradek.protocol.versions import ADVERTISED
-
-from clientutil import (
-    CODECS, Got, Rec, assert_contiguous, assert_round_trip, by_partition, make_records,
-    timestamped,
-)
 
 pytestmark = pytest.mark.integration
 
@@ -33,27 +38,43 @@ PARTITIONS = 3
 
 @pytest.fixture(scope="module")
 def admin(cluster: LocalCluster) -> Iterator[KafkaAdminClient]:
-    a = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers,
-                         request_timeout_ms=30000)
+    a = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=30000)
     try:
         yield a
     finally:
         a.close()
 
 
-def create(admin: KafkaAdminClient, name: str, partitions: int,
-           configs: dict[str, str] | None = None) -> None:
-    admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs or {})],
-                        timeout_ms=20000)
+def create(
+    admin: KafkaAdminClient, name: str, partitions: int, configs: dict[str, str] | None = None
+) -> None:
+    admin.create_topics(
+        [NewTopic(name, partitions, 1, topic_configs=configs or {})], timeout_ms=20000
+    )
 
 
 def produce_all(bootstrap: str, topic: str, recs: list[Rec], **conf: Any) -> dict[int, list[int]]:
     """Send every record to its partition; return the offsets from the futures."""
-    p = KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, linger_ms=5,
-                      batch_size=256 * 1024, max_request_size=4 * 1024 * 1024, **conf)
+    p = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        enable_idempotence=False,
+        linger_ms=5,
+        batch_size=256 * 1024,
+        max_request_size=4 * 1024 * 1024,
+        **conf,
+    )
     try:
-        futs = [p.send(topic, value=r.value, key=r.key, partition=r.partition,
-                       headers=list(r.headers), timestamp_ms=r.timestamp_ms) for r in recs]
+        futs = [
+            p.send(
+                topic,
+                value=r.value,
+                key=r.key,
+                partition=r.partition,
+                headers=list(r.headers),
+                timestamp_ms=r.timestamp_ms,
+            )
+            for r in recs
+        ]
         p.flush(timeout=120)
         offsets: dict[int, list[int]] = defaultdict(list)
         for f in futs:
@@ -64,10 +85,16 @@ def produce_all(bootstrap: str, topic: str, recs: list[Rec], **conf: Any) -> dic
         p.close(timeout=10)
 
 
-def consume_all(bootstrap: str, topic: str, partitions: int, expect: int,
-                timeout: float = 90.0) -> list[Got]:
-    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                      auto_offset_reset="earliest", max_partition_fetch_bytes=1 << 20)
+def consume_all(
+    bootstrap: str, topic: str, partitions: int, expect: int, timeout: float = 90.0
+) -> list[Got]:
+    c = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=1 << 20,
+    )
     out: list[Got] = []
     try:
         c.assign([TopicPartition(topic, p) for p in range(partitions)])
@@ -75,8 +102,10 @@ def consume_all(bootstrap: str, topic: str, partitions: int, expect: int,
         deadline = time.monotonic() + timeout
         while len(out) < expect and time.monotonic() < deadline:
             for recs in c.poll(timeout_ms=500, max_records=20000).values():
-                out.extend(Got(m.partition, m.offset, m.key, m.value,
-                               tuple(m.headers or ()), m.timestamp) for m in recs)
+                out.extend(
+                    Got(m.partition, m.offset, m.key, m.value, tuple(m.headers or ()), m.timestamp)
+                    for m in recs
+                )
     finally:
         c.close()
     assert len(out) == expect, f"consumed {len(out)} of {expect} in {timeout}s"
@@ -90,8 +119,9 @@ def test_broker_version_inference(admin: KafkaAdminClient) -> None:
     assert {k: tuple(v) for k, v in vd.api_versions.items()} == ADVERTISED
 
 
-def test_round_trip_100k_snappy(cluster: LocalCluster, admin: KafkaAdminClient,
-                                topic_name: str) -> None:
+def test_round_trip_100k_snappy(
+    cluster: LocalCluster, admin: KafkaAdminClient, topic_name: str
+) -> None:
     b = cluster.bootstrap_servers
     create(admin, topic_name, PARTITIONS)
     # kafka-python refuses a record whose key and value are both null, so no null values.
@@ -102,8 +132,7 @@ def test_round_trip_100k_snappy(cluster: LocalCluster, admin: KafkaAdminClient,
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_codec(cluster: LocalCluster, admin: KafkaAdminClient, topic_name: str,
-               codec: str) -> None:
+def test_codec(cluster: LocalCluster, admin: KafkaAdminClient, topic_name: str, codec: str) -> None:
     b = cluster.bootstrap_servers
     create(admin, topic_name, PARTITIONS)
     recs = make_records(20_000, PARTITIONS, seed=200 + CODECS.index(codec))
@@ -112,8 +141,9 @@ def test_codec(cluster: LocalCluster, admin: KafkaAdminClient, topic_name: str,
 
 
 @pytest.mark.parametrize("acks", [0, 1, "all"])
-def test_acks(cluster: LocalCluster, admin: KafkaAdminClient, topic_name: str,
-              acks: int | str) -> None:
+def test_acks(
+    cluster: LocalCluster, admin: KafkaAdminClient, topic_name: str, acks: int | str
+) -> None:
     b = cluster.bootstrap_servers
     create(admin, topic_name, 1)
     recs = make_records(2_000, 1, seed=27)
@@ -128,8 +158,9 @@ def test_acks(cluster: LocalCluster, admin: KafkaAdminClient, topic_name: str,
     assert_round_trip(recs, consume_all(b, topic_name, 1, len(recs)))
 
 
-def test_offsets_by_timestamp(cluster: LocalCluster, admin: KafkaAdminClient,
-                              topic_name: str) -> None:
+def test_offsets_by_timestamp(
+    cluster: LocalCluster, admin: KafkaAdminClient, topic_name: str
+) -> None:
     b = cluster.bootstrap_servers
     create(admin, topic_name, 1)
     base = int(time.time() * 1000) - 3_600_000
@@ -139,9 +170,11 @@ def test_offsets_by_timestamp(cluster: LocalCluster, admin: KafkaAdminClient,
     c = KafkaConsumer(bootstrap_servers=b, group_id=None, enable_auto_commit=False)
     tp = TopicPartition(topic_name, 0)
     try:
+
         def at(ts: int) -> int | None:
             found = c.offsets_for_times({tp: ts})[tp]
             return None if found is None else found.offset
+
         assert at(base) == 0
         assert at(base + 50_500) == 51
         assert at(base + 99_000) == 99
@@ -159,12 +192,14 @@ def test_admin_lifecycle(admin: KafkaAdminClient, topic_name: str) -> None:
     assert topic_name in admin.list_topics()
     [t] = admin.describe_topics([topic_name])
     assert t["error_code"] == 0
-    assert [(p["partition_index"], p["leader_id"], list(p["replica_nodes"]))
-            for p in sorted(t["partitions"], key=lambda p: p["partition_index"])] \
-        == [(0, 1, [1]), (1, 1, [1])]
+    assert [
+        (p["partition_index"], p["leader_id"], list(p["replica_nodes"]))
+        for p in sorted(t["partitions"], key=lambda p: p["partition_index"])
+    ] == [(0, 1, [1]), (1, 1, [1])]
 
-    res = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name)],
-                                 config_filter="all")
+    res = admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, topic_name)], config_filter="all"
+    )
     cfg = res["topic"][topic_name]
     assert cfg["retention.ms"]["value"] == "123456"
     assert cfg["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
@@ -199,8 +234,9 @@ def test_admin_errors(admin: KafkaAdminClient, topic_name: str) -> None:
     assert not [n for n in admin.list_topics() if n.startswith(topic_name + "-")]
 
 
-def test_default_idempotent_producer(cluster: LocalCluster, admin: KafkaAdminClient,
-                                     topic_name: str) -> None:
+def test_default_idempotent_producer(
+    cluster: LocalCluster, admin: KafkaAdminClient, topic_name: str
+) -> None:
     """kafka-python 3.x defaults to enable_idempotence=True (InitProducerId, acks=all,
     sequenced batches): the default producer round-trips."""
     b = cluster.bootstrap_servers
@@ -209,8 +245,12 @@ def test_default_idempotent_producer(cluster: LocalCluster, admin: KafkaAdminCli
     p = KafkaProducer(bootstrap_servers=b, linger_ms=5, compression_type="lz4")
     try:
         assert p.config["enable_idempotence"] is True
-        futs = [p.send(topic_name, value=r.value, key=r.key, partition=r.partition,
-                       headers=list(r.headers)) for r in recs]
+        futs = [
+            p.send(
+                topic_name, value=r.value, key=r.key, partition=r.partition, headers=list(r.headers)
+            )
+            for r in recs
+        ]
         p.flush(timeout=60)
         offsets: dict[int, list[int]] = defaultdict(list)
         for f in futs:
@@ -222,14 +262,14 @@ def test_default_idempotent_producer(cluster: LocalCluster, admin: KafkaAdminCli
     assert_round_trip(recs, consume_all(b, topic_name, PARTITIONS, len(recs)))
 
 
-def test_transactional_producer(cluster: LocalCluster, admin: KafkaAdminClient,
-                                topic_name: str) -> None:
+def test_transactional_producer(
+    cluster: LocalCluster, admin: KafkaAdminClient, topic_name: str
+) -> None:
     """Transactions (issue 18): kafka-python's transactional producer commits; its
     aborted transaction is invisible to a read_committed consumer."""
     b = cluster.bootstrap_servers
     create(admin, topic_name, 1)
-    p = KafkaProducer(bootstrap_servers=b, transactional_id=f"tx-{topic_name}",
-                      max_block_ms=30000)
+    p = KafkaProducer(bootstrap_servers=b, transactional_id=f"tx-{topic_name}", max_block_ms=30000)
     try:
         p.init_transactions()
         p.begin_transaction()
@@ -242,8 +282,12 @@ def test_transactional_producer(cluster: LocalCluster, admin: KafkaAdminClient,
         p.commit_transaction()
     finally:
         p.close(timeout=5)
-    c = KafkaConsumer(bootstrap_servers=b, isolation_level="read_committed",
-                      auto_offset_reset="earliest", consumer_timeout_ms=3000)
+    c = KafkaConsumer(
+        bootstrap_servers=b,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=3000,
+    )
     c.assign([TopicPartition(topic_name, 0)])
     assert [m.value for m in c] == [b"v%d" % i for i in range(10)]
     c.close()
@@ -257,8 +301,13 @@ def test_offset_delete(cluster: LocalCluster, admin: KafkaAdminClient, topic_nam
 
     create(admin, topic_name, 2)
     group = topic_name + "-g"
-    c = KafkaConsumer(topic_name, bootstrap_servers=cluster.bootstrap_servers, group_id=group,
-                      enable_auto_commit=False, session_timeout_ms=10000)
+    c = KafkaConsumer(
+        topic_name,
+        bootstrap_servers=cluster.bootstrap_servers,
+        group_id=group,
+        enable_auto_commit=False,
+        session_timeout_ms=10000,
+    )
     tp0, tp1 = TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)
     try:
         deadline = time.monotonic() + 30

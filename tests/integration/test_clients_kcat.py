@@ -15,13 +15,17 @@ import subprocess
 import time
 
 import pytest
-
-from odradek.cluster.local import LocalCluster
-
 from clientutil import (
-    CODECS, Got, Rec, assert_round_trip, confluent_create_topic, timestamped,
+    CODECS,
+    Got,
+    Rec,
+    assert_round_trip,
+    confluent_create_topic,
+    timestamped,
 )
 from test_clients_confluent import produce_all as confluent_produce
+
+from odradek.cluster.local import LocalCluster
 
 pytestmark = [
     pytest.mark.integration,
@@ -44,8 +48,11 @@ def text_records(n: int, partition: int, seed: int) -> list[Rec]:
     out = []
     for _ in range(n):
         klen = 0 if rnd.random() < 0.05 else rnd.randint(1, 20)
-        vlen = 0 if rnd.random() < 0.03 else rnd.choice((rnd.randint(1, 16), rnd.randint(16, 300),
-                                                         rnd.randint(300, 3000)))
+        vlen = (
+            0
+            if rnd.random() < 0.03
+            else rnd.choice((rnd.randint(1, 16), rnd.randint(16, 300), rnd.randint(300, 3000)))
+        )
         key = "".join(rnd.choices(alphabet, k=klen)).encode()
         value = "".join(rnd.choices(alphabet, k=vlen)).encode()
         out.append(Rec(key, value, (), partition))
@@ -67,18 +74,25 @@ def kcat_consume(b: str, topic: str, *extra: str) -> list[Got]:
     got = []
     for line in out.split("\n")[:-1]:
         p, o, ts, hdrs, key, value = line.split("|")
-        headers = tuple((h.split("=", 1)[0], h.split("=", 1)[1].encode())
-                        for h in hdrs.split(",")) if hdrs else ()
+        headers = (
+            tuple((h.split("=", 1)[0], h.split("=", 1)[1].encode()) for h in hdrs.split(","))
+            if hdrs
+            else ()
+        )
         got.append(Got(int(p), int(o), key.encode(), value.encode(), headers, int(ts)))
     return got
 
 
-def test_produce_consume_multi_partition_with_headers(cluster: LocalCluster,
-                                                      topic_name: str) -> None:
+def test_produce_consume_multi_partition_with_headers(
+    cluster: LocalCluster, topic_name: str
+) -> None:
     b = cluster.bootstrap_servers
     confluent_create_topic(b, topic_name, 3)
-    recs = [Rec(r.key, r.value, (("src", b"kcat"), ("n", b"7")), r.partition)
-            for p in range(3) for r in text_records(5_000, p, seed=40 + p)]
+    recs = [
+        Rec(r.key, r.value, (("src", b"kcat"), ("n", b"7")), r.partition)
+        for p in range(3)
+        for r in text_records(5_000, p, seed=40 + p)
+    ]
     kcat_produce(b, topic_name, recs, "-H", "src=kcat", "-H", "n=7")
     # kcat sends an empty key as an empty (not null) key and prints both the same way.
     assert_round_trip(recs, kcat_consume(b, topic_name), null_is_empty=True)
@@ -90,8 +104,7 @@ def test_codec(cluster: LocalCluster, topic_name: str, codec: str) -> None:
     confluent_create_topic(b, topic_name, 1)
     recs = text_records(20_000, 0, seed=400 + CODECS.index(codec))
     kcat_produce(b, topic_name, recs, "-z", codec)
-    assert_round_trip(recs, kcat_consume(b, topic_name), check_headers=False,
-                      null_is_empty=True)
+    assert_round_trip(recs, kcat_consume(b, topic_name), check_headers=False, null_is_empty=True)
 
 
 @pytest.mark.parametrize("acks", ["0", "1", "all"])
@@ -100,12 +113,10 @@ def test_acks(cluster: LocalCluster, topic_name: str, acks: str) -> None:
     confluent_create_topic(b, topic_name, 1)
     recs = text_records(2_000, 0, seed=47)
     kcat_produce(b, topic_name, recs, "-X", f"acks={acks}")
-    assert_round_trip(recs, kcat_consume(b, topic_name), check_headers=False,
-                      null_is_empty=True)
+    assert_round_trip(recs, kcat_consume(b, topic_name), check_headers=False, null_is_empty=True)
 
 
-def test_consume_with_key_format_and_auto_create(cluster: LocalCluster,
-                                                 topic_name: str) -> None:
+def test_consume_with_key_format_and_auto_create(cluster: LocalCluster, topic_name: str) -> None:
     """The commands from the issue: auto-created topic, `-f '%k %s\\n'`."""
     b = cluster.bootstrap_servers
     lines = b"".join(b"k%d\tv%d\n" % (i, i) for i in range(1000))
@@ -125,6 +136,7 @@ def test_offsets_by_timestamp(cluster: LocalCluster, topic_name: str) -> None:
         # kcat -Q prints "<topic> [<partition>] offset <n>"
         out = kcat("-b", b, "-Q", "-t", f"{topic_name}:0:{ts}")
         return int(out.strip().rsplit(" ", 1)[1])
+
     assert query(base) == 0
     assert query(base + 50_500) == 51
     assert query(base + 99_001) == -1
@@ -133,8 +145,9 @@ def test_offsets_by_timestamp(cluster: LocalCluster, topic_name: str) -> None:
 
     # Start consuming at the first record with timestamp >= ts (ListOffsets by time).
     got = kcat_consume(b, topic_name, "-o", f"s@{base + 90_000}")
-    assert [(g.offset, g.timestamp_ms) for g in got] == [(90 + i, base + (90 + i) * 1000)
-                                                         for i in range(10)]
+    assert [(g.offset, g.timestamp_ms) for g in got] == [
+        (90 + i, base + (90 + i) * 1000) for i in range(10)
+    ]
     # ...and stop before the first record with timestamp >= end.
     got = kcat_consume(b, topic_name, "-o", f"s@{base + 10_000}", "-o", f"e@{base + 12_000}")
     assert [g.offset for g in got] == [10, 11]
@@ -155,5 +168,6 @@ def test_metadata_listing(cluster: LocalCluster, topic_name: str) -> None:
     assert md["controllerid"] == 1
     [t] = md["topics"]
     assert t["topic"] == topic_name and "error" not in t
-    assert [(p["partition"], p["leader"], p["replicas"], p["isrs"]) for p in t["partitions"]] \
-        == [(i, 1, [{"id": 1}], [{"id": 1}]) for i in range(2)]
+    assert [(p["partition"], p["leader"], p["replicas"], p["isrs"]) for p in t["partitions"]] == [
+        (i, 1, [{"id": 1}], [{"id": 1}]) for i in range(2)
+    ]

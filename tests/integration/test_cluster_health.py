@@ -7,15 +7,18 @@ import subprocess
 import sys
 
 import pytest
-
 from replication_util import create_topic, wait_for
 
 pytestmark = pytest.mark.integration
 
 
 def _health(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "odradek", "cluster", "health", *args],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "odradek", "cluster", "health", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_health_exit_code_follows_a_broker_kill(make_cluster, topic_name) -> None:
@@ -32,8 +35,13 @@ def test_health_exit_code_follows_a_broker_kill(make_cluster, topic_name) -> Non
     assert r.returncode == 1 and "nodes_down" in r.stdout, r.stdout
     # Over the protocol alone, once its ZooKeeper session expired and the controller
     # shrank the ISRs: down, under-replicated and under min ISR.
-    r = wait_for(lambda: (lambda p: p if "under_min_isr_partitions" in p.stdout else None)(
-        _health("--bootstrap-server", c.bootstrap_servers)), 60, "an unhealthy report")
+    r = wait_for(
+        lambda: (lambda p: p if "under_min_isr_partitions" in p.stdout else None)(
+            _health("--bootstrap-server", c.bootstrap_servers)
+        ),
+        60,
+        "an unhealthy report",
+    )
     assert r.returncode == 1
     assert "Nodes down:                       [2]" in r.stdout
     assert "Under-replicated partitions (3):" in r.stdout

@@ -40,7 +40,11 @@ def _all_pids(c: LocalCluster) -> list[tuple[int | None, int | None]]:
 
 def test_up_status_down(tmp_path: Path) -> None:
     with LocalCluster.start(
-        tmp_path, 3, broker_config={"num.partitions": "3"}, zk_session_timeout_ms=SESSION_MS, broker_command=STANDIN
+        tmp_path,
+        3,
+        broker_config={"num.partitions": "3"},
+        zk_session_timeout_ms=SESSION_MS,
+        broker_command=STANDIN,
     ) as c:
         assert c.block is not None
         k = c.block
@@ -74,7 +78,9 @@ def test_up_status_down(tmp_path: Path) -> None:
 
 
 def test_kill_restart_and_freeze(tmp_path: Path) -> None:
-    with LocalCluster.start(tmp_path, 3, zk_session_timeout_ms=SESSION_MS, broker_command=STANDIN) as c:
+    with LocalCluster.start(
+        tmp_path, 3, zk_session_timeout_ms=SESSION_MS, broker_command=STANDIN
+    ) as c:
         old_pid = c.broker(2).pid
         c.stop_broker(2, signal.SIGKILL)
         assert c.broker_state(2) == "dead"
@@ -105,7 +111,9 @@ def test_kill_restart_and_freeze(tmp_path: Path) -> None:
 def test_restart_while_old_registration_lingers(tmp_path: Path) -> None:
     # KILL then immediate restart: the old session's ephemeral node still exists, and
     # must not be taken as the new process's registration.
-    with LocalCluster.start(tmp_path, 1, zk_session_timeout_ms=SESSION_MS, broker_command=STANDIN) as c:
+    with LocalCluster.start(
+        tmp_path, 1, zk_session_timeout_ms=SESSION_MS, broker_command=STANDIN
+    ) as c:
         before = c.zk_client().exists("/brokers/ids/1")
         c.stop_broker(1, signal.SIGKILL)
         c.start_broker(1, timeout=SESSION_MS / 1000 * 3 + 10)
@@ -212,9 +220,25 @@ def test_first_broker_id_and_add_broker(tmp_path: Path) -> None:
     from confluent_kafka.admin import AdminClient
 
     d = tmp_path / "c0"
-    r = subprocess.run([sys.executable, "-m", "odradek", "cluster", "up", "--brokers", "2",
-                        "--first-broker-id", "0", "--dir", str(d), "--no-schema-registry"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "odradek",
+            "cluster",
+            "up",
+            "--brokers",
+            "2",
+            "--first-broker-id",
+            "0",
+            "--dir",
+            str(d),
+            "--no-schema-registry",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     try:
         assert r.returncode == 0, r.stderr
         c = LocalCluster(d)
@@ -222,8 +246,12 @@ def test_first_broker_id_and_add_broker(tmp_path: Path) -> None:
         assert "confluent.schema.registry.url" not in Path(c.brokers[0].config).read_text()
         assert [b.id for b in c.brokers] == [0, 1]
         assert len({b.host for b in c.brokers}) == 2
-        r = subprocess.run([sys.executable, "-m", "odradek", "cluster", "add-broker",
-                            "--dir", str(d)], capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", "odradek", "cluster", "add-broker", "--dir", str(d)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
         assert r.stdout.startswith("broker 2: running")
         c = LocalCluster(d)
@@ -231,8 +259,11 @@ def test_first_broker_id_and_add_broker(tmp_path: Path) -> None:
         md = AdminClient({"bootstrap.servers": c.bootstrap_servers}).list_topics(timeout=20)
         assert sorted(md.brokers) == [0, 1, 2]
     finally:
-        subprocess.run([sys.executable, "-m", "odradek", "cluster", "down", "--dir", str(d)],
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "odradek", "cluster", "down", "--dir", str(d)],
+            capture_output=True,
+            timeout=120,
+        )
 
 
 def test_cluster_up_starts_the_schema_registry(tmp_path: Path) -> None:

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from replication_util import consume_all, create_topic
 
 from odradek.cli.main import main as odradek
 from odradek.cluster.roll import partition_isrs, under_replicated
-from replication_util import consume_all, create_topic
 
 pytestmark = pytest.mark.integration
 
@@ -24,15 +24,23 @@ FAST = {"replica.lag.time.max.ms": "4000", "zookeeper.session.timeout.ms": "6000
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_roll_under_load_loses_and_fails_nothing(make_cluster: Any, tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_roll_under_load_loses_and_fails_nothing(
+    make_cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from confluent_kafka import Producer
 
     c = make_cluster(3, broker_config=FAST)
     topic = "roll-load"
     create_topic(c.bootstrap_servers, topic, 6, 3, {"min.insync.replicas": "2"})
-    p = Producer({"bootstrap.servers": c.bootstrap_servers, "acks": "all",
-                  "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 120000})
+    p = Producer(
+        {
+            "bootstrap.servers": c.bootstrap_servers,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 120000,
+        }
+    )
     acked: list[bytes] = []
     errors: list[str] = []
     stop = threading.Event()
@@ -63,7 +71,10 @@ def test_roll_under_load_loses_and_fails_nothing(make_cluster: Any, tmp_path: Pa
     assert errors == [], errors[:5]
     assert len(acked) > 500
     assert under_replicated(partition_isrs(c.zk_client())) == []
-    logged = [v for recs in consume_all(c.bootstrap_servers, topic, list(range(6)), 60).values()
-              for _, v in recs]
+    logged = [
+        v
+        for recs in consume_all(c.bootstrap_servers, topic, list(range(6)), 60).values()
+        for _, v in recs
+    ]
     assert set(acked) <= set(logged)
     assert len(logged) == len(set(logged))  # idempotence: no duplicates from retries

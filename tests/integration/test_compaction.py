@@ -20,19 +20,26 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from replication_util import create_topic, partition_meta, wait_for
 
 from odradek.log_manager.log_cleaner import CLEANER_CHECKPOINT
 from odradek.storage.batch import scan_batches
 from odradek.storage.checkpoint import read_checkpoint
 from odradek.storage.records import decode_batch_records
-from replication_util import create_topic, partition_meta, wait_for
 
 pytestmark = pytest.mark.integration
 
-CLEANER = {"replica.lag.time.max.ms": "3000", "zookeeper.session.timeout.ms": "4000",
-           "log.cleaner.backoff.ms": "200"}
-TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "16384",
-                "min.cleanable.dirty.ratio": "0.01", "compression.type": "producer"}
+CLEANER = {
+    "replica.lag.time.max.ms": "3000",
+    "zookeeper.session.timeout.ms": "4000",
+    "log.cleaner.backoff.ms": "200",
+}
+TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "16384",
+    "min.cleanable.dirty.ratio": "0.01",
+    "compression.type": "producer",
+}
 
 
 def _value(key: bytes, version: int) -> bytes:
@@ -53,8 +60,10 @@ def _disk_records(log_dir: Path) -> list[tuple[int, bytes | None, bytes | None]]
         for h in scan.batches:
             if h.is_control:
                 continue
-            out += [(r.offset, r.key, r.value)
-                    for r in decode_batch_records(data[h.position:h.position + h.size])]
+            out += [
+                (r.offset, r.key, r.value)
+                for r in decode_batch_records(data[h.position : h.position + h.size])
+            ]
     return out
 
 
@@ -93,10 +102,16 @@ class _Reader(threading.Thread):
     def run(self) -> None:
         try:
             # Small fetches: many round trips, so reads interleave with segment swaps.
-            c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "compaction-reader",
-                          "enable.auto.commit": False, "enable.partition.eof": True,
-                          "max.partition.fetch.bytes": 8192})
-        except Exception as e:  # noqa: BLE001 - reported by the test
+            c = Consumer(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "group.id": "compaction-reader",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "max.partition.fetch.bytes": 8192,
+                }
+            )
+        except Exception as e:
             self.errors.append(repr(e))
             return
         try:
@@ -120,11 +135,13 @@ class _Reader(threading.Thread):
                     if m.value() is not None:
                         v = _version(m.value())
                         if v <= seen.get(m.key(), 0):
-                            self.errors.append(f"key {m.key()!r} went from v{seen[m.key()]} "
-                                               f"to v{v} at offset {m.offset()}")
+                            self.errors.append(
+                                f"key {m.key()!r} went from v{seen[m.key()]} "
+                                f"to v{v} at offset {m.offset()}"
+                            )
                         seen[m.key()] = v
                 self.passes += 1
-        except Exception as e:  # noqa: BLE001 - reported by the test
+        except Exception as e:
             self.errors.append(repr(e))
         finally:
             c.close()
@@ -136,17 +153,26 @@ def _cleaner_checkpoint(c: Any, broker_id: int, topic: str) -> int:
     return read_checkpoint(path).get((topic, 0), 0)
 
 
-def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None]],
-             codec: str = "lz4") -> list[str]:
+def _produce(
+    bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None]], codec: str = "lz4"
+) -> list[str]:
     errors: list[str] = []
 
     def cb(err: Any, msg: Any) -> None:
         if err is not None:
             errors.append(err.name())
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
-                  "compression.type": codec, "batch.num.messages": 50,
-                  "enable.idempotence": False, "max.in.flight": 1})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 2,
+            "compression.type": codec,
+            "batch.num.messages": 50,
+            "enable.idempotence": False,
+            "max.in.flight": 1,
+        }
+    )
     for k, v in records:
         while True:
             try:
@@ -161,8 +187,7 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None
 
 def test_compaction_on_every_replica_with_concurrent_reader(make_cluster, topic_name) -> None:
     c = make_cluster(3, broker_config=CLEANER)
-    create_topic(c.bootstrap_servers, topic_name, 1, 3, config=TOPIC_CONFIG,
-                 assignment=[[1, 2, 3]])
+    create_topic(c.bootstrap_servers, topic_name, 1, 3, config=TOPIC_CONFIG, assignment=[[1, 2, 3]])
     keys = [b"key-%04d" % i for i in range(150)]
     model: dict[bytes, bytes | None] = {}
     reader = _Reader(c.bootstrap_servers, topic_name)
@@ -184,8 +209,11 @@ def test_compaction_on_every_replica_with_concurrent_reader(make_cluster, topic_
                 # Three rounds fill more than two segments: wait for a cleaner pass on the
                 # leader so cleaning interleaves with producing and with the reader.
                 before = ckpt.get((topic_name, 0), 0)
-                wait_for(lambda: _cleaner_checkpoint(c, 1, topic_name) > before, 60,
-                         f"a cleaner pass after round {rnd}")
+                wait_for(
+                    lambda: _cleaner_checkpoint(c, 1, topic_name) > before,  # noqa: B023 - called only within this iteration
+                    60,
+                    f"a cleaner pass after round {rnd}",
+                )
                 ckpt[(topic_name, 0)] = _cleaner_checkpoint(c, 1, topic_name)
         # Fillers with their own keys push every update out of the active segment.
         fill = [(b"filler-%04d" % i, _value(b"filler", 1)) for i in range(300)]
@@ -196,24 +224,35 @@ def test_compaction_on_every_replica_with_concurrent_reader(make_cluster, topic_
         # far fewer records than were written (the active segment may hold duplicates).
         for b in (1, 2, 3):
             d = Path(c.broker(b).log_dir) / f"{topic_name}-0"
-            n = wait_for(lambda d=d: _replica_matches(d, model, total // 3), 90,
-                         f"broker {b}'s replica to be compacted")
+            n = wait_for(
+                lambda d=d: _replica_matches(d, model, total // 3),
+                90,
+                f"broker {b}'s replica to be compacted",
+            )
             assert n < total // 3
         # Keep reading a little after cleaning so passes see compacted segments too.
         passes = reader.passes
-        wait_for(lambda: reader.passes >= passes + 2 or reader.errors, 60,
-                 "two more full reads")
+        wait_for(lambda: reader.passes >= passes + 2 or reader.errors, 60, "two more full reads")
     finally:
         reader.stop.set()
         reader.join(30)
     assert reader.errors == [], reader.errors[:5]
     assert reader.passes >= 2 and reader.records > 0
-    log_text = (Path(c.broker(1).log_dir).parent / "broker.log").read_text() \
-        if (Path(c.broker(1).log_dir).parent / "broker.log").exists() else ""
+    log_text = (
+        (Path(c.broker(1).log_dir).parent / "broker.log").read_text()
+        if (Path(c.broker(1).log_dir).parent / "broker.log").exists()
+        else ""
+    )
     assert log_text == "" or log_text.count(f"cleaned {topic_name}-0") >= 4
     # A consumer's full read equals the model (tombstones read as null values).
-    cons = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": "final-read",
-                     "enable.partition.eof": True, "enable.auto.commit": False})
+    cons = Consumer(
+        {
+            "bootstrap.servers": c.bootstrap_servers,
+            "group.id": "final-read",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
     cons.assign([TopicPartition(topic_name, 0, 0)])
     got: dict[bytes, bytes | None] = {}
     deadline = time.monotonic() + 60
@@ -237,20 +276,27 @@ def test_compacted_topic_rejects_keyless_records(make_cluster, topic_name) -> No
     assert _produce(c.bootstrap_servers, topic_name, [(b"k", b"keyed")]) == []
 
 
-def test_committed_offsets_survive_offsets_topic_compaction_and_failover(make_cluster,
-                                                                           topic_name) -> None:
+def test_committed_offsets_survive_offsets_topic_compaction_and_failover(
+    make_cluster, topic_name
+) -> None:
     """__consumer_offsets is compacted; a new coordinator loads offsets from the cleaned
     log after the old one dies."""
-    cfg = dict(CLEANER, **{"offsets.topic.segment.bytes": "8192",
-                           "offsets.topic.num.partitions": "1",
-                           "offsets.topic.replication.factor": "3"})
+    cfg = dict(
+        CLEANER,
+        **{
+            "offsets.topic.segment.bytes": "8192",
+            "offsets.topic.num.partitions": "1",
+            "offsets.topic.replication.factor": "3",
+        },
+    )
     c = make_cluster(3, broker_config=cfg)
     create_topic(c.bootstrap_servers, topic_name, 4, 3)
     groups = [f"g{i}" for i in range(3)]
     final: dict[str, dict[int, int]] = {}
     for g in groups:
-        cons = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": g,
-                         "enable.auto.commit": False})
+        cons = Consumer(
+            {"bootstrap.servers": c.bootstrap_servers, "group.id": g, "enable.auto.commit": False}
+        )
         for n in range(1, 61):
             offs = [TopicPartition(topic_name, p, n * 10 + p) for p in range(4)]
             cons.commit(offsets=offs, asynchronous=False)
@@ -273,18 +319,23 @@ def test_committed_offsets_survive_offsets_topic_compaction_and_failover(make_cl
 
     wait_for(cleaned, 90, "__consumer_offsets-0 to be compacted")
     c.stop_broker(leader, signal.SIGKILL)
-    wait_for(lambda: partition_meta(c.bootstrap_servers, "__consumer_offsets")[0].leader
-             not in (-1, leader), 60, "a new offsets leader")
+    wait_for(
+        lambda: (
+            partition_meta(c.bootstrap_servers, "__consumer_offsets")[0].leader not in (-1, leader)
+        ),
+        60,
+        "a new offsets leader",
+    )
     for g in groups:
         cons = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": g})
 
         def committed(cons: Consumer = cons) -> Any:
             try:
                 tps = cons.committed([TopicPartition(topic_name, p) for p in range(4)], timeout=5)
-            except Exception:  # noqa: BLE001 - coordinator still loading
+            except Exception:
                 return None
             got = {tp.partition: tp.offset for tp in tps}
-            return got if got == final[g] else None
+            return got if got == final[g] else None  # noqa: B023 - called only within this iteration
 
         wait_for(committed, 60, f"committed offsets of {g}")
         cons.close()
@@ -294,8 +345,7 @@ def test_far_behind_follower_replicates_a_compacted_leader(make_cluster, topic_n
     """A follower that missed many updates fetches the leader's compacted log (offset gaps,
     batches with fewer records than offsets) and ends with the same newest values."""
     c = make_cluster(3, broker_config=CLEANER)
-    create_topic(c.bootstrap_servers, topic_name, 1, 3, config=TOPIC_CONFIG,
-                 assignment=[[1, 2, 3]])
+    create_topic(c.bootstrap_servers, topic_name, 1, 3, config=TOPIC_CONFIG, assignment=[[1, 2, 3]])
     keys = [b"key-%04d" % i for i in range(150)]
     model: dict[bytes, bytes | None] = {}
 
@@ -306,8 +356,11 @@ def test_far_behind_follower_replicates_a_compacted_leader(make_cluster, topic_n
 
     round_(1)
     c.stop_broker(3, signal.SIGKILL)
-    wait_for(lambda: 3 not in partition_meta(c.bootstrap_servers, topic_name)[0].isrs, 30,
-             "broker 3 to leave the ISR")
+    wait_for(
+        lambda: 3 not in partition_meta(c.bootstrap_servers, topic_name)[0].isrs,
+        30,
+        "broker 3 to leave the ISR",
+    )
     for rnd in range(2, 10):
         round_(rnd)
     fill = [(b"filler-%04d" % i, _value(b"filler", 1)) for i in range(300)]
@@ -317,8 +370,11 @@ def test_far_behind_follower_replicates_a_compacted_leader(make_cluster, topic_n
     d1 = Path(c.broker(1).log_dir) / f"{topic_name}-0"
     wait_for(lambda: _replica_matches(d1, model, total // 3), 90, "the leader to be compacted")
     c.start_broker(3)
-    wait_for(lambda: sorted(partition_meta(c.bootstrap_servers, topic_name)[0].isrs) == [1, 2, 3],
-             60, "broker 3 to rejoin the ISR")
+    wait_for(
+        lambda: sorted(partition_meta(c.bootstrap_servers, topic_name)[0].isrs) == [1, 2, 3],
+        60,
+        "broker 3 to rejoin the ISR",
+    )
     d3 = Path(c.broker(3).log_dir) / f"{topic_name}-0"
     wait_for(lambda: _replica_matches(d3, model, total), 60, "broker 3 to hold the newest values")
     # Above what broker 3 had before it died, it holds exactly the leader's (compacted)
@@ -337,7 +393,7 @@ def _markers_on_disk(log_dir: Path) -> dict[str, int] | None:
             data = f.read_bytes()
             for h in scan_batches(data, verify_crc=True).batches:
                 if h.is_control:
-                    key = decode_batch_records(data[h.position:h.position + h.size])[0].key
+                    key = decode_batch_records(data[h.position : h.position + h.size])[0].key
                     out["abort" if key is not None and key[2:4] == b"\x00\x00" else "commit"] += 1
     except FileNotFoundError:
         return None
@@ -351,8 +407,9 @@ def test_cleaner_removes_aborted_records_then_their_markers(make_cluster, topic_
     entry goes with the marker -- else a read_committed consumer reading from the start
     would wait for that marker and drop the producer's later committed records."""
     c = make_cluster(1, broker_config=CLEANER)
-    create_topic(c.bootstrap_servers, topic_name, 1, 1,
-                 {**TOPIC_CONFIG, "delete.retention.ms": "300"})
+    create_topic(
+        c.bootstrap_servers, topic_name, 1, 1, {**TOPIC_CONFIG, "delete.retention.ms": "300"}
+    )
     txn = Producer({"bootstrap.servers": c.bootstrap_servers, "transactional.id": "clean-me"})
     txn.init_transactions(30)
     txn.begin_transaction()
@@ -365,26 +422,33 @@ def test_cleaner_removes_aborted_records_then_their_markers(make_cluster, topic_
     txn.commit_transaction(30)
     log_dir = Path(c.broker(1).log_dir) / f"{topic_name}-0"
     # Batches well under segment.bytes (16 KiB), or the broker refuses them.
-    plain = Producer({"bootstrap.servers": c.bootstrap_servers, "linger.ms": 5,
-                      "batch.size": 4096})
+    plain = Producer({"bootstrap.servers": c.bootstrap_servers, "linger.ms": 5, "batch.size": 4096})
     n = 0
     errors: list[Any] = []
     # EndTxn answers once PrepareCommit is replicated; the coordinator writes the markers
     # after that (Kafka's order), so the COMMIT marker reaches the disk a moment later.
-    wait_for(lambda: _markers_on_disk(log_dir) == {"abort": 1, "commit": 1}, 30,
-             "the ABORT and COMMIT markers on disk")
+    wait_for(
+        lambda: _markers_on_disk(log_dir) == {"abort": 1, "commit": 1},
+        30,
+        "the ABORT and COMMIT markers on disk",
+    )
 
     def abort_marker_gone() -> bool:
         nonlocal n
         # Keyed updates roll segments, so the cleaner keeps running passes.
         for _ in range(200):
-            plain.produce(topic_name, key=b"filler-%d" % (n % 50), value=_value(b"f", n),
-                          on_delivery=lambda err, _m: errors.append(err) if err else None)
+            plain.produce(
+                topic_name,
+                key=b"filler-%d" % (n % 50),
+                value=_value(b"f", n),
+                on_delivery=lambda err, _m: errors.append(err) if err else None,
+            )
             n += 1
         plain.flush(30)
         assert errors == [], errors[:3]
         m = _markers_on_disk(log_dir)
         return m is not None and m["abort"] == 0
+
     wait_for(abort_marker_gone, 90, "the ABORT marker to be cleaned away", interval=0.3)
     # The cleaner may still be swapping segments: read the files again until one read
     # sees a consistent set (a file renamed away, or read mid-write, means "look again").
@@ -396,9 +460,15 @@ def test_cleaner_removes_aborted_records_then_their_markers(make_cluster, topic_
     txn.begin_transaction()
     txn.produce(topic_name, key=b"later", value=b"committed-2")
     txn.commit_transaction(30)
-    cons = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": "rc",
-                     "isolation.level": "read_committed", "enable.partition.eof": True,
-                     "auto.offset.reset": "earliest"})
+    cons = Consumer(
+        {
+            "bootstrap.servers": c.bootstrap_servers,
+            "group.id": "rc",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
     cons.assign([TopicPartition(topic_name, 0, 0)])
     got: dict[bytes, bytes] = {}
     deadline = time.monotonic() + 30

@@ -7,16 +7,21 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+from confluent_kafka import (
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
+from tests.integration.clientutil import confluent_create_topic
+from tests.support.polling import wait_until
 
 from odradek.cluster.local import LocalCluster
 from odradek.storage.batch import parse_batches
 from odradek.storage.checkpoint import read_checkpoint
 from odradek.storage.records import COMPRESSION_ZSTD
-from tests.integration.clientutil import confluent_create_topic
-from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +31,10 @@ CHECKPOINT_MS = 200
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> LocalCluster:
     c = LocalCluster.start(
-        tmp_path_factory.mktemp("honoured"), 1,
-        broker_config={"replica.high.watermark.checkpoint.interval.ms": str(CHECKPOINT_MS)})
+        tmp_path_factory.mktemp("honoured"),
+        1,
+        broker_config={"replica.high.watermark.checkpoint.interval.ms": str(CHECKPOINT_MS)},
+    )
     try:
         yield c  # type: ignore[misc]
     finally:
@@ -44,8 +51,9 @@ def _produce(bootstrap: str, topic: str, n: int, timestamp: int | None = None) -
     assert p.flush(30) == 0
 
 
-def test_high_watermark_checkpoint_interval_is_honoured(broker: LocalCluster,
-                                                        topic_name: str) -> None:
+def test_high_watermark_checkpoint_interval_is_honoured(
+    broker: LocalCluster, topic_name: str
+) -> None:
     """With a 200 ms interval the HW checkpoint follows each produce within a second; the
     old hard-coded 5 s period would miss most of these three deadlines."""
     bootstrap = broker.bootstrap_servers
@@ -55,19 +63,25 @@ def test_high_watermark_checkpoint_interval_is_honoured(broker: LocalCluster,
     for _ in range(3):
         _produce(bootstrap, topic_name, 50)
         total += 50
-        wait_until(lambda: path.exists() and read_checkpoint(path).get((topic_name, 0)) == total,
-                   f"HW checkpoint of {topic_name}-0 at {total}", timeout=1.5)
+        wait_until(
+            lambda: path.exists() and read_checkpoint(path).get((topic_name, 0)) == total,  # noqa: B023 - called only within this iteration
+            f"HW checkpoint of {topic_name}-0 at {total}",
+            timeout=1.5,
+        )
 
 
-def test_log_append_time_topic_stamps_the_broker_clock(broker: LocalCluster,
-                                                       topic_name: str) -> None:
+def test_log_append_time_topic_stamps_the_broker_clock(
+    broker: LocalCluster, topic_name: str
+) -> None:
     bootstrap = broker.bootstrap_servers
-    confluent_create_topic(bootstrap, topic_name,
-                           config={"message.timestamp.type": "LogAppendTime"})
+    confluent_create_topic(
+        bootstrap, topic_name, config={"message.timestamp.type": "LogAppendTime"}
+    )
     before_ms = int(time.time() * 1000)
     _produce(bootstrap, topic_name, 5, timestamp=1_000)  # a CreateTime from 1970
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": topic_name,
-                  "enable.auto.commit": False})
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": topic_name, "enable.auto.commit": False}
+    )
     try:
         c.assign([TopicPartition(topic_name, 0, 0)])
         got = []
@@ -87,8 +101,8 @@ def test_log_append_time_topic_stamps_the_broker_clock(broker: LocalCluster,
 def test_refused_topic_config_is_invalid_config(broker: LocalCluster, topic_name: str) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     fut = admin.create_topics(
-        [NewTopic(topic_name, 1, 1, config={"remote.storage.enable": "true"})],
-        operation_timeout=20)[topic_name]
+        [NewTopic(topic_name, 1, 1, config={"remote.storage.enable": "true"})], operation_timeout=20
+    )[topic_name]
     with pytest.raises(KafkaException) as e:
         fut.result(30)
     assert e.value.args[0].name() == "INVALID_CONFIG"
@@ -100,14 +114,16 @@ def test_topic_compression_type_recompresses(broker: LocalCluster, topic_name: s
     and a consumer reads the same records."""
     bootstrap = broker.bootstrap_servers
     confluent_create_topic(bootstrap, topic_name, config={"compression.type": "zstd"})
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                  "compression.type": "lz4"})
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "compression.type": "lz4"}
+    )
     values = [b"record-%d-" % i + b"x" * 200 for i in range(300)]
     for v in values:
         p.produce(topic_name, value=v)
     assert p.flush(30) == 0
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": topic_name,
-                  "enable.auto.commit": False})
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": topic_name, "enable.auto.commit": False}
+    )
     try:
         c.assign([TopicPartition(topic_name, 0, 0)])
         got: list[bytes] = []

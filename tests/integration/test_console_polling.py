@@ -26,13 +26,13 @@ APIS = ("ListOffsets", "DescribeConfigs", "ListGroups", "DescribeGroups", "Offse
 def _requests(c: LocalCluster) -> dict[str, float]:
     [b] = c.brokers
     assert b.metrics_url is not None
-    counts = scrape(b.metrics_url).by("kafka_network_requestmetrics_requests_total",
-                                      "request")
+    counts = scrape(b.metrics_url).by("kafka_network_requestmetrics_requests_total", "request")
     return {api: sum(v for k, v in counts.items() if k[0] == api) for api in APIS}
 
 
-def _round(col: ClusterCollector, c: LocalCluster, interest: Interest
-           ) -> tuple[RawState, dict[str, float]]:
+def _round(
+    col: ClusterCollector, c: LocalCluster, interest: Interest
+) -> tuple[RawState, dict[str, float]]:
     before = _requests(c)
     raw = col.collect(interest)
     after = _requests(c)
@@ -46,8 +46,9 @@ def test_rounds_ask_for_the_open_pages_only(cluster: LocalCluster, topic_name: s
         create_topic(c.bootstrap_servers, t, 2, 1)
         produce(c.bootstrap_servers, t, [b"x"] * 4, partition=0)
     group = f"{topic_name}-g"
-    consumer = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": group,
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": c.bootstrap_servers, "group.id": group, "enable.auto.commit": False}
+    )
 
     def commit(offset: int) -> Any:
         def go() -> bool:
@@ -56,6 +57,7 @@ def test_rounds_ask_for_the_open_pages_only(cluster: LocalCluster, topic_name: s
                 return True
             except KafkaException:
                 return False
+
         return wait_for(go, 60, f"commit {offset}", interval=0.5)
 
     commit(1)

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-
-from odradek.cluster.local import LocalCluster
 from rawclient import RawClient, request_cls
 from replication_util import create_topic, wait_for
+
+from odradek.cluster.local import LocalCluster
 
 pytestmark = pytest.mark.integration
 
@@ -101,7 +101,7 @@ else:
             except Exception as e:
                 print("commit failed:", e, file=sys.stderr)
     c.close()
-''' % {"session": SESSION_MS}
+''' % {"session": SESSION_MS}  # noqa: UP031 - the script's own braces need no escaping
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +123,10 @@ def produce_n(bootstrap: str, topic: str, n: int, partitions: int, start: int = 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe-" + uuid.uuid4().hex})
     try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in range(partitions)}
+        return {
+            p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        }
     finally:
         c.close()
 
@@ -140,10 +142,12 @@ class ConsumerProcs:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str) -> None:
-        log = open(self.dir / f"{name}.log", "wb")
+        log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115 - the child process owns the file
         self.procs[name] = subprocess.Popen(
             [sys.executable, str(self.script), *self.args, str(self.dir / name)],
-            stdout=log, stderr=subprocess.STDOUT)
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
     def stop(self, name: str, sig: int) -> None:
         p = self.procs.pop(name)
@@ -185,7 +189,8 @@ def balanced(procs: ConsumerProcs, n_partitions: int) -> dict[str, list[int]] | 
 
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])
 def test_group_rebalances_on_leave_crash_join_without_skipping(
-        groups_cluster: LocalCluster, tmp_path: Path, client: str) -> None:
+    groups_cluster: LocalCluster, tmp_path: Path, client: str
+) -> None:
     bs = groups_cluster.bootstrap_servers
     topic, group, n_parts = f"cg-{uuid.uuid4().hex[:8]}", f"g-{client}", 12
     create_topic(bs, topic, n_parts, 2)
@@ -222,9 +227,12 @@ def test_group_rebalances_on_leave_crash_join_without_skipping(
 
         def committed() -> bool:
             from confluent_kafka import ConsumerGroupTopicPartitions
-            res = admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group)])[group].result()
+
+            res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[
+                group
+            ].result()
             return {tp.partition: tp.offset for tp in res.topic_partitions} == ends
+
         wait_for(committed, 30, "committed offsets at the end of every partition")
     finally:
         procs.close()
@@ -235,9 +243,14 @@ def test_commit_restart_resumes_at_committed_offset(groups_cluster: LocalCluster
     topic, group = f"cr-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:6]}"
     create_topic(bs, topic, 1, 3)
     produce_n(bs, topic, 100, 1)
-    conf = {"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
-            "enable.auto.commit": False, "session.timeout.ms": SESSION_MS,
-            "heartbeat.interval.ms": 500}
+    conf = {
+        "bootstrap.servers": bs,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": SESSION_MS,
+        "heartbeat.interval.ms": 500,
+    }
     c = Consumer(conf)
     c.subscribe([topic])
     seen: list[int] = []
@@ -256,17 +269,27 @@ def test_commit_restart_resumes_at_committed_offset(groups_cluster: LocalCluster
     c2 = Consumer(conf)
     c2.subscribe([topic])
     try:
-        m = wait_for(lambda: (lambda m: m if m is not None and not m.error() else None)(
-            c2.poll(0.5)), 30, "first record after restart")
+        m = wait_for(
+            lambda: (lambda m: m if m is not None and not m.error() else None)(c2.poll(0.5)),
+            30,
+            "first record after restart",
+        )
         assert m.offset() == 37
     finally:
         c2.close()
 
     # A kafka-python consumer of the same group resumes there too.
     from kafka import KafkaConsumer
-    k = KafkaConsumer(topic, bootstrap_servers=bs, group_id=group, enable_auto_commit=False,
-                      auto_offset_reset="earliest", session_timeout_ms=SESSION_MS,
-                      heartbeat_interval_ms=500)
+
+    k = KafkaConsumer(
+        topic,
+        bootstrap_servers=bs,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=500,
+    )
     try:
         recs: list[Any] = []
         deadline = time.monotonic() + 30
@@ -281,15 +304,23 @@ def _join(rc: RawClient, group: str, member_id: str) -> Any:
     cls = request_cls(11, 7)
     mod = sys.modules[cls.__module__]
     from datetime import timedelta
-    return rc.request(cls(
-        group_id=group, session_timeout=timedelta(seconds=10),
-        rebalance_timeout=timedelta(seconds=30), member_id=member_id, group_instance_id=None,
-        protocol_type="consumer",
-        protocols=(mod.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x00"),)))
+
+    return rc.request(
+        cls(
+            group_id=group,
+            session_timeout=timedelta(seconds=10),
+            rebalance_timeout=timedelta(seconds=30),
+            member_id=member_id,
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=(mod.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x00"),),
+        )
+    )
 
 
 def test_first_join_completes_after_the_initial_delay_not_the_rebalance_timeout(
-        make_cluster: Any) -> None:
+    make_cluster: Any,
+) -> None:
     """group.initial.rebalance.delay.ms: a new group's first JoinGroup is held for the
     initial delay (3 s), then answered, long before the member's 30 s rebalance timeout.
     The upper bounds are the rebalance timeout with a margin, not the delay plus a
@@ -301,8 +332,11 @@ def test_first_join_completes_after_the_initial_delay_not_the_rebalance_timeout(
         # The first FindCoordinator creates __consumer_offsets (50 partitions by default);
         # wait until the group's coordinator is elected.
         find = request_cls(10, 3)
-        wait_for(lambda: rc.request(find(key="fresh", key_type=0)).error_code == 0, 30,
-                 "group coordinator available")
+        wait_for(
+            lambda: rc.request(find(key="fresh", key_type=0)).error_code == 0,
+            30,
+            "group coordinator available",
+        )
         first = _join(rc, "fresh", "")
         assert first.error_code == 79  # MEMBER_ID_REQUIRED (KIP-394)
         t0 = time.monotonic()
@@ -333,15 +367,19 @@ def test_committed_offsets_survive_coordinator_failover(make_cluster: Any) -> No
     topic, group = f"fo-{uuid.uuid4().hex[:8]}", "failover-group"
     create_topic(bs, topic, 3, 3)
     produce_n(bs, topic, 90, 3)
-    conf = {"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
-            "enable.auto.commit": False, "session.timeout.ms": SESSION_MS,
-            "heartbeat.interval.ms": 500}
+    conf = {
+        "bootstrap.servers": bs,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": SESSION_MS,
+        "heartbeat.interval.ms": 500,
+    }
     cons = Consumer(conf)
     cons.subscribe([topic])
     wait_for(lambda: (cons.poll(0.2), len(cons.assignment()) == 3)[1], 30, "assignment")
     want = {0: 11, 1: 22, 2: 29}
-    cons.commit(offsets=[TopicPartition(topic, p, o) for p, o in want.items()],
-                asynchronous=False)
+    cons.commit(offsets=[TopicPartition(topic, p, o) for p, o in want.items()], asynchronous=False)
     cons.close()
 
     admin = AdminClient({"bootstrap.servers": bs})
@@ -365,8 +403,9 @@ def test_committed_offsets_survive_coordinator_failover(make_cluster: Any) -> No
             r = rc.request(of(group_id=group, topics=None, require_stable=False))
         if r.error_code != 0:
             return None
-        return fc.node_id, {p.partition_index: p.committed_offset
-                            for t in r.topics for p in t.partitions}
+        return fc.node_id, {
+            p.partition_index: p.committed_offset for t in r.topics for p in t.partitions
+        }
 
     new_coord, got = wait_for(offsets, 40, "offsets from the new coordinator")
     assert got == want and new_coord != coordinator
@@ -386,8 +425,12 @@ def test_committed_offsets_survive_coordinator_failover(make_cluster: Any) -> No
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "odradek", "consumer-groups", *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "odradek", "consumer-groups", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_cli_list_describe_reset_delete(groups_cluster: LocalCluster) -> None:
@@ -395,26 +438,46 @@ def test_cli_list_describe_reset_delete(groups_cluster: LocalCluster) -> None:
     topic, group = f"cli-{uuid.uuid4().hex[:8]}", f"cli-{uuid.uuid4().hex[:6]}"
     create_topic(bs, topic, 2, 1)
     produce_n(bs, topic, 40, 2)
-    conf = {"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
-            "enable.auto.commit": False, "session.timeout.ms": SESSION_MS,
-            "heartbeat.interval.ms": 500,
-            "client.id": "cli-test-client"}
+    conf = {
+        "bootstrap.servers": bs,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": SESSION_MS,
+        "heartbeat.interval.ms": 500,
+        "client.id": "cli-test-client",
+    }
     cons = Consumer(conf)
     cons.subscribe([topic])
     wait_for(lambda: (cons.poll(0.2), len(cons.assignment()) == 2)[1], 30, "assignment")
-    cons.commit(offsets=[TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 7)],
-                asynchronous=False)
+    cons.commit(
+        offsets=[TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 7)], asynchronous=False
+    )
     try:
-        out = wait_for(lambda: (lambda r: r.stdout if group in r.stdout else None)(
-            _cli("--bootstrap-server", bs, "--list")), 20, "group listed")
+        out = wait_for(
+            lambda: (lambda r: r.stdout if group in r.stdout else None)(
+                _cli("--bootstrap-server", bs, "--list")
+            ),
+            20,
+            "group listed",
+        )
         assert group in out.split()
         r = _cli("--bootstrap-server", bs, "--describe", "--group", group)
         assert r.returncode == 0, r.stderr
         lines = r.stdout.splitlines()
-        header = next(l for l in lines if l.startswith("GROUP"))
-        assert header.split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET",
-                                  "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
-        rows = {int(l.split()[2]): l.split() for l in lines if l.startswith(group)}
+        header = next(ln for ln in lines if ln.startswith("GROUP"))
+        assert header.split() == [
+            "GROUP",
+            "TOPIC",
+            "PARTITION",
+            "CURRENT-OFFSET",
+            "LOG-END-OFFSET",
+            "LAG",
+            "CONSUMER-ID",
+            "HOST",
+            "CLIENT-ID",
+        ]
+        rows = {int(ln.split()[2]): ln.split() for ln in lines if ln.startswith(group)}
         assert rows[0][3:6] == ["5", "20", "15"] and rows[1][3:6] == ["7", "20", "13"]
         assert rows[0][8] == "cli-test-client"
         r = _cli("--bootstrap-server", bs, "--describe", "--group", group, "--state")
@@ -426,19 +489,50 @@ def test_cli_list_describe_reset_delete(groups_cluster: LocalCluster) -> None:
         assert r.returncode != 0 and "NON_EMPTY_GROUP" in (r.stdout + r.stderr)
     finally:
         cons.close()
-    r = _cli("--bootstrap-server", bs, "--reset-offsets", "--group", group, "--topic", topic,
-             "--shift-by", "-3", "--dry-run")
+    r = _cli(
+        "--bootstrap-server",
+        bs,
+        "--reset-offsets",
+        "--group",
+        group,
+        "--topic",
+        topic,
+        "--shift-by",
+        "-3",
+        "--dry-run",
+    )
     assert r.returncode == 0, r.stderr
-    assert [l.split()[2:4] for l in r.stdout.splitlines() if l.startswith(group)] == [
-        ["0", "2"], ["1", "4"]]
-    r = _cli("--bootstrap-server", bs, "--reset-offsets", "--group", group, "--topic", topic,
-             "--to-latest", "--execute")
+    assert [ln.split()[2:4] for ln in r.stdout.splitlines() if ln.startswith(group)] == [
+        ["0", "2"],
+        ["1", "4"],
+    ]
+    r = _cli(
+        "--bootstrap-server",
+        bs,
+        "--reset-offsets",
+        "--group",
+        group,
+        "--topic",
+        topic,
+        "--to-latest",
+        "--execute",
+    )
     assert r.returncode == 0, r.stderr
     r = _cli("--bootstrap-server", bs, "--describe", "--group", group)
-    rows = {int(l.split()[2]): l.split() for l in r.stdout.splitlines() if l.startswith(group)}
+    rows = {int(ln.split()[2]): ln.split() for ln in r.stdout.splitlines() if ln.startswith(group)}
     assert rows[0][3:6] == ["20", "20", "0"] and rows[1][3:6] == ["20", "20", "0"], r.stdout
-    r = _cli("--bootstrap-server", bs, "--reset-offsets", "--group", group, "--topic", topic,
-             "--to-offset", "1", "--execute")
+    r = _cli(
+        "--bootstrap-server",
+        bs,
+        "--reset-offsets",
+        "--group",
+        group,
+        "--topic",
+        topic,
+        "--to-offset",
+        "1",
+        "--execute",
+    )
     assert r.returncode == 0, r.stderr
     r = _cli("--bootstrap-server", bs, "--delete", "--group", group)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -447,7 +541,8 @@ def test_cli_list_describe_reset_delete(groups_cluster: LocalCluster) -> None:
 
 
 def test_static_member_restart_keeps_assignment_without_rebalance(
-        groups_cluster: LocalCluster) -> None:
+    groups_cluster: LocalCluster,
+) -> None:
     """KIP-345: a static member (group.instance.id) that restarts within its session gets
     its partitions back and the other members are not disturbed (no rebalance)."""
     bs = groups_cluster.bootstrap_servers
@@ -456,11 +551,20 @@ def test_static_member_restart_keeps_assignment_without_rebalance(
     revoked: dict[str, int] = {"a": 0, "b": 0}
 
     def consumer(name: str) -> Any:
-        c = Consumer({"bootstrap.servers": bs, "group.id": group,
-                      "group.instance.id": f"instance-{name}", "session.timeout.ms": 10000,
-                      "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest"})
-        c.subscribe([topic], on_revoke=lambda c_, ps: revoked.__setitem__(
-            name, revoked[name] + (1 if ps else 0)))
+        c = Consumer(
+            {
+                "bootstrap.servers": bs,
+                "group.id": group,
+                "group.instance.id": f"instance-{name}",
+                "session.timeout.ms": 10000,
+                "heartbeat.interval.ms": 500,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        c.subscribe(
+            [topic],
+            on_revoke=lambda c_, ps: revoked.__setitem__(name, revoked[name] + (1 if ps else 0)),
+        )
         return c
 
     b = consumer("b")  # first: the leader
@@ -473,14 +577,18 @@ def test_static_member_restart_keeps_assignment_without_rebalance(
             a.poll(0.05)
             b.poll(0.05)
             return len(a.assignment()) == 2 and len(b.assignment()) == 2
+
         wait_for(split, 30, "2 + 2 partitions")
         a_parts = sorted(tp.partition for tp in a.assignment())
         b_parts = sorted(tp.partition for tp in b.assignment())
         revoked_b = revoked["b"]
         a.close()  # a static member does not leave the group on close
         a = consumer("a")
-        wait_for(lambda: (a.poll(0.1), b.poll(0.05), len(a.assignment()) == 2)[2], 30,
-                 "restarted static member assigned")
+        wait_for(
+            lambda: (a.poll(0.1), b.poll(0.05), len(a.assignment()) == 2)[2],
+            30,
+            "restarted static member assigned",
+        )
         assert sorted(tp.partition for tp in a.assignment()) == a_parts
         for _ in range(10):
             b.poll(0.1)
@@ -495,31 +603,44 @@ def test_static_member_restart_keeps_assignment_without_rebalance(
 def test_kcat_consumer_group_commits(groups_cluster: LocalCluster) -> None:
     """librdkafka 2.0.2 (Debian's kcat) in group mode: joins, consumes, commits."""
     import shutil
+
     if shutil.which("kcat") is None:
         pytest.skip("kcat is not installed")
     bs = groups_cluster.bootstrap_servers
     topic, group = f"kc-{uuid.uuid4().hex[:8]}", f"kcat-{uuid.uuid4().hex[:6]}"
     create_topic(bs, topic, 2, 1)
     produce_n(bs, topic, 20, 2)
-    r = subprocess.run(["kcat", "-b", bs, "-G", group, "-o", "beginning", "-e",
-                        "-f", "%p:%o\n", topic], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["kcat", "-b", bs, "-G", group, "-o", "beginning", "-e", "-f", "%p:%o\n", topic],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert len(r.stdout.split()) == 20
     from confluent_kafka import ConsumerGroupTopicPartitions
+
     admin = AdminClient({"bootstrap.servers": bs})
-    res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
-                                            request_timeout=10)[group].result()
+    res = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)], request_timeout=10
+    )[group].result()
     assert {tp.partition: tp.offset for tp in res.topic_partitions} == {0: 10, 1: 10}
 
 
 def test_protocol_errors_over_raw_requests(groups_cluster: LocalCluster) -> None:
     """Error codes a client relies on, across old and new versions (raw kio requests)."""
     from datetime import timedelta
+
     bs = groups_cluster.bootstrap_servers
     group = f"raw-{uuid.uuid4().hex[:6]}"
     with RawClient.to(bs.split(",")[0]) as rc:
-        coord = wait_for(lambda: (lambda r: r if r.error_code == 0 else None)(
-            rc.request(request_cls(10, 0)(key=group))), 30, "coordinator")
+        coord = wait_for(
+            lambda: (lambda r: r if r.error_code == 0 else None)(
+                rc.request(request_cls(10, 0)(key=group))
+            ),
+            30,
+            "coordinator",
+        )
     others = [b for b in groups_cluster.brokers if b.id != coord.node_id]
     with RawClient(others[0].host, others[0].port) as rc:
         r = rc.request(request_cls(12, 0)(group_id=group, generation_id=1, member_id="m"))
@@ -528,38 +649,83 @@ def test_protocol_errors_over_raw_requests(groups_cluster: LocalCluster) -> None
         join0 = request_cls(11, 0)
         mod0 = sys.modules[join0.__module__]
         proto = (mod0.JoinGroupRequestProtocol(name="range", metadata=b""),)
-        r = rc.request(join0(group_id=group, session_timeout=timedelta(milliseconds=100),
-                             member_id="", protocol_type="consumer", protocols=proto))
+        r = rc.request(
+            join0(
+                group_id=group,
+                session_timeout=timedelta(milliseconds=100),
+                member_id="",
+                protocol_type="consumer",
+                protocols=proto,
+            )
+        )
         assert r.error_code == 26  # INVALID_SESSION_TIMEOUT
-        r = rc.request(join0(group_id="", session_timeout=timedelta(seconds=10),
-                             member_id="", protocol_type="consumer", protocols=proto))
+        r = rc.request(
+            join0(
+                group_id="",
+                session_timeout=timedelta(seconds=10),
+                member_id="",
+                protocol_type="consumer",
+                protocols=proto,
+            )
+        )
         assert r.error_code == 24  # INVALID_GROUP_ID
         # JoinGroup v0 (no MEMBER_ID_REQUIRED round trip): joins after the initial delay.
-        r = rc.request(join0(group_id=group, session_timeout=timedelta(seconds=10),
-                             member_id="", protocol_type="consumer", protocols=proto))
+        r = rc.request(
+            join0(
+                group_id=group,
+                session_timeout=timedelta(seconds=10),
+                member_id="",
+                protocol_type="consumer",
+                protocols=proto,
+            )
+        )
         assert (r.error_code, r.generation_id, r.leader) == (0, 1, r.member_id)
         member = r.member_id
-        r = rc.request(request_cls(12, 4)(group_id=group, generation_id=0, member_id=member,
-                                          group_instance_id=None))
+        r = rc.request(
+            request_cls(12, 4)(
+                group_id=group, generation_id=0, member_id=member, group_instance_id=None
+            )
+        )
         assert r.error_code == 22  # ILLEGAL_GENERATION
-        r = rc.request(request_cls(12, 4)(group_id=group, generation_id=1, member_id="who",
-                                          group_instance_id=None))
+        r = rc.request(
+            request_cls(12, 4)(
+                group_id=group, generation_id=1, member_id="who", group_instance_id=None
+            )
+        )
         assert r.error_code == 25  # UNKNOWN_MEMBER_ID
         # OffsetCommit during CompletingRebalance (before SyncGroup): REBALANCE_IN_PROGRESS
         oc = request_cls(8, 2)
         ocm = sys.modules[oc.__module__]
-        commit = oc(group_id=group, generation_id_or_member_epoch=1, member_id=member,
-                    retention_time=timedelta(milliseconds=-1), topics=(
-                        ocm.OffsetCommitRequestTopic(name="no-such-topic", partitions=(
-                            ocm.OffsetCommitRequestPartition(partition_index=0,
-                                                             committed_offset=5,
-                                                             committed_metadata=""),)),))
+        commit = oc(
+            group_id=group,
+            generation_id_or_member_epoch=1,
+            member_id=member,
+            retention_time=timedelta(milliseconds=-1),
+            topics=(
+                ocm.OffsetCommitRequestTopic(
+                    name="no-such-topic",
+                    partitions=(
+                        ocm.OffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=5, committed_metadata=""
+                        ),
+                    ),
+                ),
+            ),
+        )
         r = rc.request(commit)
         assert r.topics[0].partitions[0].error_code == 27
         sync = request_cls(14, 0)
         smod = sys.modules[sync.__module__]
-        r = rc.request(sync(group_id=group, generation_id=1, member_id=member, assignments=(
-            smod.SyncGroupRequestAssignment(member_id=member, assignment=b"\x00\x01"),)))
+        r = rc.request(
+            sync(
+                group_id=group,
+                generation_id=1,
+                member_id=member,
+                assignments=(
+                    smod.SyncGroupRequestAssignment(member_id=member, assignment=b"\x00\x01"),
+                ),
+            )
+        )
         assert (r.error_code, r.assignment) == (0, b"\x00\x01")
         r = rc.request(commit)
         assert r.topics[0].partitions[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
@@ -576,7 +742,13 @@ def test_protocol_errors_over_raw_requests(groups_cluster: LocalCluster) -> None
         # OffsetFetch v1 of a group with nothing committed: -1 per partition.
         of = request_cls(9, 1)
         ofm = sys.modules[of.__module__]
-        r = rc.request(of(group_id=group, topics=(
-            ofm.OffsetFetchRequestTopic(name="t", partition_indexes=(0, 1)),)))
+        r = rc.request(
+            of(
+                group_id=group,
+                topics=(ofm.OffsetFetchRequestTopic(name="t", partition_indexes=(0, 1)),),
+            )
+        )
         assert [(p.committed_offset, p.error_code) for p in r.topics[0].partitions] == [
-            (-1, 0), (-1, 0)]
+            (-1, 0),
+            (-1, 0),
+        ]

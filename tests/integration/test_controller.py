@@ -33,8 +33,7 @@ from odradek.zk.kafka_zk_client import KafkaZkClient, StateWrite
 pytestmark = pytest.mark.integration
 
 SESSION_MS = 4000
-BASE = {"zookeeper.session.timeout.ms": str(SESSION_MS),
-        "auto.leader.rebalance.enable": "false"}
+BASE = {"zookeeper.session.timeout.ms": str(SESSION_MS), "auto.leader.rebalance.enable": "false"}
 # The documents' figure (R2): 4 partitions, RF 3 over 3 brokers; preferred 1, 2, 3, 1.
 SPREAD = [[1, 2, 3], [2, 3, 1], [3, 1, 2], [1, 3, 2]]
 
@@ -43,15 +42,27 @@ SPREAD = [[1, 2, 3], [2, 3, 1], [3, 1, 2], [1, 3, 2]]
 wait_for = partial(support_wait_for, retry_on=(Exception,))
 
 
-def create_topic(c: LocalCluster, name: str, assignment: list[list[int]],
-                 config: dict[str, str] | None = None) -> None:
+def create_topic(
+    c: LocalCluster, name: str, assignment: list[list[int]], config: dict[str, str] | None = None
+) -> None:
     admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
-    fut = admin.create_topics([NewTopic(name, num_partitions=len(assignment),
-                                        replica_assignment=assignment,
-                                        config=config or {})], operation_timeout=20)[name]
+    fut = admin.create_topics(
+        [
+            NewTopic(
+                name,
+                num_partitions=len(assignment),
+                replica_assignment=assignment,
+                config=config or {},
+            )
+        ],
+        operation_timeout=20,
+    )[name]
     fut.result(30)
-    wait_for(lambda: all(s is not None and s.leader >= 0 for s in states(c, name).values()),
-             20, f"leaders for {name}")
+    wait_for(
+        lambda: all(s is not None and s.leader >= 0 for s in states(c, name).values()),
+        20,
+        f"leaders for {name}",
+    )
 
 
 def states(c: LocalCluster, topic: str) -> dict[int, znodes.PartitionState | None]:
@@ -84,8 +95,9 @@ def ensure_full_isr(c: LocalCluster, topic: str, wait_s: float = 10.0) -> None:
     assignment = znodes.decode_topic(topic, data).partitions
 
     def full() -> bool:
-        return all(s is not None and set(s.isr) == set(assignment[p])
-                   for p, s in states(c, topic).items())
+        return all(
+            s is not None and set(s.isr) == set(assignment[p]) for p, s in states(c, topic).items()
+        )
 
     try:
         wait_for(full, wait_s, f"the leaders of {topic} to re-admit every replica")
@@ -129,16 +141,29 @@ def _decisions(c: LocalCluster, topic: str) -> str:
     for b in c.brokers:
         log = c.dir / f"broker-{b.id}" / "broker.log"
         if log.exists():
-            lines += [f"broker {b.id}: {ln}" for ln in log.read_text(errors="replace").splitlines()
-                      if (topic in ln and "-barrier" not in ln) or "election" in ln]
+            lines += [
+                f"broker {b.id}: {ln}"
+                for ln in log.read_text(errors="replace").splitlines()
+                if (topic in ln and "-barrier" not in ln) or "election" in ln
+            ]
     return "\n".join(lines[-200:])
 
 
 def run_cli(c: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "odradek", "leader-election", "--bootstrap-server",
-         c.bootstrap_servers, *args],
-        capture_output=True, text=True, timeout=90)
+        [
+            sys.executable,
+            "-m",
+            "odradek",
+            "leader-election",
+            "--bootstrap-server",
+            c.bootstrap_servers,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
 
 
 def metadata_leader(c: LocalCluster, topic: str, p: int) -> tuple[int, Any]:
@@ -149,8 +174,9 @@ def metadata_leader(c: LocalCluster, topic: str, p: int) -> tuple[int, Any]:
 
 
 # ============================================================================== R5 walkthrough
-def test_documents_walkthrough_and_preferred_election_cli(make_cluster: Any,
-                                                          topic_name: str) -> None:
+def test_documents_walkthrough_and_preferred_election_cli(
+    make_cluster: Any, topic_name: str
+) -> None:
     c = make_cluster(3, broker_config=BASE, zk_session_timeout_ms=SESSION_MS)
     create_topic(c, topic_name, SPREAD)
     assert leaders(c, topic_name) == [1, 2, 3, 1]
@@ -161,8 +187,11 @@ def test_documents_walkthrough_and_preferred_election_cli(make_cluster: Any,
     wait_for(lambda: leaders(c, topic_name) == [1, 2, 1, 1], 20, "failover from broker 3")
     # The controller writes one state znode per partition: the dead broker leaves the
     # other partitions' ISRs in the same event, but not atomically with the new leader.
-    wait_for(lambda: all(s is not None and 3 not in s.isr
-                         for s in states(c, topic_name).values()), 10, "ISRs without 3")
+    wait_for(
+        lambda: all(s is not None and 3 not in s.isr for s in states(c, topic_name).values()),
+        10,
+        "ISRs without 3",
+    )
     st = states(c, topic_name)
     assert st[2] is not None and st[2].leader_epoch == epochs0[2] + 1  # R19
     assert st[0] is not None and st[0].leader_epoch == epochs0[0]  # ISR shrink: same epoch
@@ -185,8 +214,9 @@ def test_documents_walkthrough_and_preferred_election_cli(make_cluster: Any,
         assert f"{topic_name}-{p}" in r.stdout
     print(r.stdout)
     # (the barrier's partition, led by its only replica, is already preferred too)
-    assert (f"Valid replica already elected for partitions {topic_name}-1, "
-            f"{topic_name}-barrier-0\n") in r.stdout
+    assert (
+        f"Valid replica already elected for partitions {topic_name}-1, {topic_name}-barrier-0\n"
+    ) in r.stdout
     assert leaders(c, topic_name) == [1, 2, 3, 1]
     wait_for(lambda: metadata_leader(c, topic_name, 2)[0] == 3, 10, "metadata shows leader 3")
 
@@ -196,13 +226,17 @@ def test_documents_walkthrough_and_preferred_election_cli(make_cluster: Any,
 
     r = run_cli(c, "--election-type", "preferred", "--topic", topic_name, "--partition", "9")
     assert r.returncode == 1
-    assert (f"Error completing leader election (PREFERRED) for partition: "
-            f"{topic_name}-9:") in r.stdout
+    assert (
+        f"Error completing leader election (PREFERRED) for partition: {topic_name}-9:"
+    ) in r.stdout
 
 
 def test_automatic_leader_rebalance(make_cluster: Any, topic_name: str) -> None:
-    cfg = {**BASE, "auto.leader.rebalance.enable": "true",
-           "leader.imbalance.check.interval.seconds": "2"}
+    cfg = {
+        **BASE,
+        "auto.leader.rebalance.enable": "true",
+        "leader.imbalance.check.interval.seconds": "2",
+    }
     c = make_cluster(3, broker_config=cfg, zk_session_timeout_ms=SESSION_MS)
     create_topic(c, topic_name, SPREAD)
     ensure_full_isr(c, topic_name)
@@ -225,15 +259,22 @@ def test_controller_failover_then_leader_failover(make_cluster: Any, topic_name:
     epoch0 = znodes.decode_controller_epoch(zk.get(znodes.CONTROLLER_EPOCH)[0])
 
     kill(c, old)
-    new = wait_for(lambda: (cid := c.controller_id()) not in (None, old) and cid, 20,
-                   "a new controller")
+    new = wait_for(
+        lambda: (cid := c.controller_id()) not in (None, old) and cid, 20, "a new controller"
+    )
     epoch1 = znodes.decode_controller_epoch(zk.get(znodes.CONTROLLER_EPOCH)[0])
     assert epoch1 > epoch0
     # The new controller's first pass fails over the partitions the old one led (R13).
-    wait_for(lambda: old not in leaders(c, topic_name) and -1 not in leaders(c, topic_name),
-             20, "failover of the old controller's partitions")
-    assert all(s is not None and s.controller_epoch == epoch1
-               for p, s in states(c, topic_name).items() if SPREAD[p][0] == old)
+    wait_for(
+        lambda: old not in leaders(c, topic_name) and -1 not in leaders(c, topic_name),
+        20,
+        "failover of the old controller's partitions",
+    )
+    assert all(
+        s is not None and s.controller_epoch == epoch1
+        for p, s in states(c, topic_name).items()
+        if SPREAD[p][0] == old
+    )
 
     # The new controller keeps doing its job: kill a leader that is not the controller.
     victim = next(b for b in (1, 2, 3) if b not in (old, new))
@@ -254,8 +295,11 @@ def test_unclean_election_off_and_on(make_cluster: Any, topic_name: str) -> None
     ensure_full_isr(c, dirty)
 
     kill(c, 2)  # the follower first: the ISR shrinks to the leader alone
-    wait_for(lambda: all(states(c, t)[0].isr == [1] for t in (clean, dirty)), 20,  # type: ignore[union-attr]
-             "ISR [1]")
+    wait_for(
+        lambda: all(states(c, t)[0].isr == [1] for t in (clean, dirty)),
+        20,  # type: ignore[union-attr]
+        "ISR [1]",
+    )
     kill(c, 1)  # then the leader: no live replica at all
     wait_for(lambda: leaders(c, clean) == [-1] and leaders(c, dirty) == [-1], 20, "offline")
     assert states(c, clean)[0].isr == [1]  # type: ignore[union-attr]  # R15: ISR kept
@@ -289,8 +333,10 @@ def test_elect_leaders_unclean_via_cli(make_cluster: Any, topic_name: str) -> No
     assert leaders(c, topic_name) == [-1], _decisions(c, topic_name)
     r = run_cli(c, "--election-type", "unclean", "--topic", topic_name, "--partition", "0")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"Successfully completed leader election (UNCLEAN) for partitions {topic_name}-0" \
+    assert (
+        f"Successfully completed leader election (UNCLEAN) for partitions {topic_name}-0"
         in r.stdout
+    )
     assert leaders(c, topic_name) == [2]
     assert states(c, topic_name)[0].isr == [2]  # type: ignore[union-attr]
 
@@ -325,8 +371,11 @@ def test_a_starting_broker_serves_once_it_knows_the_controller(make_cluster: Any
     c.stop_broker(1)
     holder = c.zk_client()
     wait_for(lambda: not holder.exists(znodes.CONTROLLER), 10, "/controller to go")
-    holder.create(znodes.CONTROLLER, json.dumps(
-        {"version": 1, "brokerid": 99, "timestamp": "0"}).encode(), ephemeral=True)
+    holder.create(
+        znodes.CONTROLLER,
+        json.dumps({"version": 1, "brokerid": 99, "timestamp": "0"}).encode(),
+        ephemeral=True,
+    )
     try:
         c.start_broker(1)  # TCP accepts (listen backlog) and registered
         raw = RawClient.to(c.broker(1).address, timeout=30)

@@ -43,8 +43,7 @@ SESSION_MS = 4000
 TOPICS = [f"scale-{i}" for i in range(3)]
 PER_TOPIC = 100
 TOTAL = len(TOPICS) * PER_TOPIC
-CFG = {"zookeeper.session.timeout.ms": str(SESSION_MS),
-       "auto.leader.rebalance.enable": "false"}
+CFG = {"zookeeper.session.timeout.ms": str(SESSION_MS), "auto.leader.rebalance.enable": "false"}
 TP = tuple[str, int]
 States = dict[TP, tuple[znodes.PartitionState, int]]
 
@@ -60,8 +59,9 @@ def zk_states(c: LocalCluster) -> States:
 
 def setup(c: LocalCluster) -> States:
     admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
-    futs = admin.create_topics([NewTopic(t, PER_TOPIC, 3) for t in TOPICS],
-                               operation_timeout=60, request_timeout=90)
+    futs = admin.create_topics(
+        [NewTopic(t, PER_TOPIC, 3) for t in TOPICS], operation_timeout=60, request_timeout=90
+    )
     for f in futs.values():
         f.result(120)
     # Every ISR full: the leaders admitted their followers (REQ-R21).
@@ -81,8 +81,11 @@ def broker_view(address: str) -> dict[TP, tuple[int, int]]:
     """(leader, leader epoch) of every partition in one broker's metadata."""
     with RawClient.to(address, timeout=5) as rc:
         m = rc.request(metadata_request(TOPICS))
-    return {(t.name, p.partition_index): (p.leader_id, p.leader_epoch)
-            for t in m.topics for p in t.partitions}
+    return {
+        (t.name, p.partition_index): (p.leader_id, p.leader_epoch)
+        for t in m.topics
+        for p in t.partitions
+    }
 
 
 class LeaderSampler:
@@ -109,7 +112,7 @@ class LeaderSampler:
             for b in self.c.brokers:
                 try:
                     view = broker_view(b.address)
-                except Exception:  # noqa: BLE001 - a broker stopping or restarting
+                except Exception:
                     continue
                 self.samples += 1
                 for tp, (leader, epoch) in view.items():
@@ -117,8 +120,11 @@ class LeaderSampler:
                         self.epochs.setdefault(tp, {}).setdefault(epoch, set()).add(leader)
 
     def two_leaders(self) -> dict[TP, dict[int, set[int]]]:
-        return {tp: {e: ls for e, ls in eps.items() if len(ls) > 1}
-                for tp, eps in self.epochs.items() if any(len(ls) > 1 for ls in eps.values())}
+        return {
+            tp: {e: ls for e, ls in eps.items() if len(ls) > 1}
+            for tp, eps in self.epochs.items()
+            if any(len(ls) > 1 for ls in eps.values())
+        }
 
 
 def notified_two_leaders(c: LocalCluster) -> dict[TP, dict[int, set[int]]]:
@@ -131,7 +137,8 @@ def notified_two_leaders(c: LocalCluster) -> dict[TP, dict[int, set[int]]]:
         for ch in entries:
             if ch.state.leader >= 0:
                 seen.setdefault((ch.topic, ch.partition), {}).setdefault(
-                    ch.state.leader_epoch, set()).add(ch.state.leader)
+                    ch.state.leader_epoch, set()
+                ).add(ch.state.leader)
     return {tp: eps for tp, eps in seen.items() if any(len(ls) > 1 for ls in eps.values())}
 
 
@@ -146,10 +153,16 @@ def acting_leader_errors(c: LocalCluster, broker: int, epochs: dict[TP, int]) ->
     m = _module(2, 7)
     by_topic: dict[str, list[Any]] = {}
     for (t, p), e in sorted(epochs.items()):
-        by_topic.setdefault(t, []).append(m.ListOffsetsPartition(
-            partition_index=p, current_leader_epoch=e, timestamp=-1))
-    req = m.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=tuple(
-        m.ListOffsetsTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+        by_topic.setdefault(t, []).append(
+            m.ListOffsetsPartition(partition_index=p, current_leader_epoch=e, timestamp=-1)
+        )
+    req = m.ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=0,
+        topics=tuple(
+            m.ListOffsetsTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()
+        ),
+    )
     with RawClient.to(c.broker(broker).address, timeout=10) as rc:
         resp = rc.request(req)
     return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
@@ -164,16 +177,21 @@ def assert_no_stale_epochs(c: LocalCluster, states: States) -> None:
         for tp, (st, _) in states.items():
             want = ErrorCode.none if st.leader == b else ErrorCode.not_leader_or_follower
             assert got[tp] == want, (b, tp, st, got[tp])
-        older = {tp: st.leader_epoch - 1 for tp, (st, _) in states.items()
-                 if st.leader == b and st.leader_epoch > 0}
+        older = {
+            tp: st.leader_epoch - 1
+            for tp, (st, _) in states.items()
+            if st.leader == b and st.leader_epoch > 0
+        }
         if older:
             assert set(acting_leader_errors(c, b, older).values()) == {
-                ErrorCode.fenced_leader_epoch}
+                ErrorCode.fenced_leader_epoch
+            }
 
 
 # ============================================================================ shutdown
 def test_controlled_shutdown_moves_every_leader_off_the_broker(
-        make_cluster: Callable[..., LocalCluster]) -> None:
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
     c = make_cluster(3, broker_config=CFG, zk_session_timeout_ms=SESSION_MS)
     before = setup(c)
     victim = next(b for b in (1, 2, 3) if b != c.controller_id())
@@ -201,12 +219,14 @@ def test_controlled_shutdown_moves_every_leader_off_the_broker(
 
 # ============================================================================ SIGKILL
 def test_sigkill_every_partition_is_re_led_from_its_isr(
-        make_cluster: Callable[..., LocalCluster]) -> None:
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
     c = make_cluster(3, broker_config=CFG, zk_session_timeout_ms=SESSION_MS)
     before = setup(c)
     victim = next(b for b in (1, 2, 3) if b != c.controller_id())
     led = led_by(before, victim)
     c.stop_broker(victim, signal.SIGKILL)
+
     def re_led() -> States | None:
         s = zk_states(c)
         return None if led_by(s, victim) else s
@@ -259,8 +279,9 @@ zk.stop()
 def killer_on_next_notification(zk_connect: str, pid: int) -> Iterator[Callable[[float], bool]]:
     """SIGKILL ``pid`` as soon as a new leader_and_isr notification appears. Yields
     ``killed(timeout_s)``: whether that happened within the time."""
-    proc = subprocess.Popen([sys.executable, "-c", _KILLER, zk_connect, str(pid)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLER, zk_connect, str(pid)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None
         ready = proc.stdout.readline()  # the subprocess prints "ready" or dies
@@ -282,7 +303,8 @@ def killer_on_next_notification(zk_connect: str, pid: int) -> Iterator[Callable[
 
 # ============================================================================ failover
 def test_controller_killed_in_the_middle_of_a_batch(
-        make_cluster: Callable[..., LocalCluster]) -> None:
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
     # One partition per transaction, one transaction at a time: a batch of 300 writes
     # takes long enough to kill the controller in its middle.
     cfg = {**CFG, "odradek.zookeeper.multi.max.ops": "3", "zookeeper.max.in.flight.requests": "1"}
@@ -298,8 +320,7 @@ def test_controller_killed_in_the_middle_of_a_batch(
     assert ctl_pid is not None
     leaving_pid = c.broker(leaving).pid
     assert leaving_pid is not None
-    with killer_on_next_notification(c.zk_connect, ctl_pid) as killed, \
-            LeaderSampler(c) as sampler:
+    with killer_on_next_notification(c.zk_connect, ctl_pid) as killed, LeaderSampler(c) as sampler:
         os.kill(leaving_pid, signal.SIGTERM)  # controlled shutdown: a 300-partition batch
         assert killed(30), "the controller wrote nothing within 30 s"
         c.stop_broker(controller, signal.SIGKILL)  # reap it
@@ -309,13 +330,17 @@ def test_controller_killed_in_the_middle_of_a_batch(
         # The next controller (after the old one's session expires) finishes the batch
         # and answers the shutdown request; the leaving broker then exits.
         wait_for(lambda: c.broker_state(leaving) == "dead", 60, "the leaving broker to exit")
+
     # The exit deregisters the leaving broker; the controller then takes it (and the
     # killed one, once its session expires) out of every ISR it is still in -- e.g. after
     # a fetch it sent just before the shutdown reached a leader: poll for that final state.
     def settled() -> States | None:
         states = zk_states(c)
-        return states if all(st.leader == staying and st.isr == [staying]
-                             for st, _ in states.values()) else None
+        return (
+            states
+            if all(st.leader == staying and st.isr == [staying] for st, _ in states.values())
+            else None
+        )
 
     after = wait_for(settled, 30, f"broker {staying} alone leading every partition")
     new_epoch = znodes.decode_controller_epoch(zk.get(znodes.CONTROLLER_EPOCH)[0])

@@ -70,17 +70,19 @@ class LoadProducer:
         self.failed = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self.producer = Producer({
-            "bootstrap.servers": bootstrap,
-            "acks": TOPICS[topic],
-            "compression.type": COMPRESSION[topic],
-            "linger.ms": 2,
-            "batch.num.messages": 200,
-            "message.send.max.retries": 0,
-            "retries": 0,
-            "message.timeout.ms": 20000,
-            "queue.buffering.max.messages": 20000,
-        })
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": TOPICS[topic],
+                "compression.type": COMPRESSION[topic],
+                "linger.ms": 2,
+                "batch.num.messages": 200,
+                "message.send.max.retries": 0,
+                "retries": 0,
+                "message.timeout.ms": 20000,
+                "queue.buffering.max.messages": 20000,
+            }
+        )
         self._thread = threading.Thread(target=self._run, name=f"load-{topic}", daemon=True)
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
@@ -96,8 +98,9 @@ class LoadProducer:
         while not self._stop.is_set():
             value = f"{self.topic}|{self.tag}|{seq}|".encode() + b"x" * rnd.randrange(50, 400)
             try:
-                self.producer.produce(self.topic, value, partition=seq % PARTITIONS,
-                                      on_delivery=self._on_delivery)
+                self.producer.produce(
+                    self.topic, value, partition=seq % PARTITIONS, on_delivery=self._on_delivery
+                )
             except BufferError:
                 self.producer.poll(0.01)
                 continue
@@ -144,19 +147,27 @@ def check_partition_files(pdir: Path, *, allow_torn_tail: bool) -> int:
         scan = scan_batches(data, verify_crc=True)
         last = i == len(logs) - 1
         if scan.error is not None:
-            torn = data[scan.valid_bytes:]
-            assert allow_torn_tail and last, f"{seg}: invalid batch at {scan.valid_bytes}: {scan.error}"
+            torn = data[scan.valid_bytes :]
+            assert allow_torn_tail and last, (
+                f"{seg}: invalid batch at {scan.valid_bytes}: {scan.error}"
+            )
             # Only an incomplete final batch is acceptable (a write cut short by SIGKILL).
-            claimed = (struct.unpack_from(">i", torn, 8)[0] + LOG_OVERHEAD
-                       if len(torn) >= 12 else len(torn) + 1)
-            assert len(torn) < claimed, f"{seg}: complete but invalid batch at the tail: {scan.error}"
+            claimed = (
+                struct.unpack_from(">i", torn, 8)[0] + LOG_OVERHEAD
+                if len(torn) >= 12
+                else len(torn) + 1
+            )
+            assert len(torn) < claimed, (
+                f"{seg}: complete but invalid batch at the tail: {scan.error}"
+            )
         if expected is None:
             expected = base
         assert base == expected, f"{seg}: segment base {base}, previous segment ended at {expected}"
         starts: dict[int, int] = {}
         for h in scan.batches:
-            assert h.base_offset == expected, f"{seg}: batch at {h.position} has offset " \
-                f"{h.base_offset}, expected {expected}"
+            assert h.base_offset == expected, (
+                f"{seg}: batch at {h.position} has offset {h.base_offset}, expected {expected}"
+            )
             starts[h.position] = h.last_offset
             expected = h.next_offset
         check_index_files(seg, base, starts, expected)
@@ -172,8 +183,9 @@ def check_index_files(seg: Path, base: int, starts: dict[int, int], next_offset:
         prev = (-1, -1)
         for rel, pos in struct.iter_unpack(">ii", raw):
             assert (rel, pos) > prev and rel > prev[0] and pos > prev[1], f"{index}: not increasing"
-            assert starts.get(pos) == base + rel, \
+            assert starts.get(pos) == base + rel, (
                 f"{index}: entry ({base + rel}, {pos}) is not a batch start with that last offset"
+            )
             prev = (rel, pos)
     tindex = seg.with_suffix(".timeindex")
     if tindex.exists():
@@ -181,13 +193,14 @@ def check_index_files(seg: Path, base: int, starts: dict[int, int], next_offset:
         assert len(raw) % 12 == 0, f"{tindex}: size {len(raw)}"
         prev_ts = None
         for ts, rel in struct.iter_unpack(">qi", raw):
-            assert base <= base + rel < next_offset, f"{tindex}: offset {base + rel} outside segment"
+            assert base <= base + rel < next_offset, (
+                f"{tindex}: offset {base + rel} outside segment"
+            )
             assert prev_ts is None or ts >= prev_ts, f"{tindex}: timestamps decrease"
             prev_ts = ts
 
 
 # =============================================================================== reading back
-
 
 
 def fetch_partition(rc: RawClient, topic: str, partition: int, offset: int) -> Any:
@@ -197,12 +210,19 @@ def fetch_partition(rc: RawClient, topic: str, partition: int, offset: int) -> A
 
 def wait_leader(cluster: LocalCluster, topics: list[str], partitions: int) -> None:
     with RawClient.to(cluster.bootstrap_servers) as rc:
-        wait_until(lambda: all(fetch_partition(rc, t, p, 0).error_code == ErrorCode.none
-                               for t in topics for p in range(partitions)),
-                   "the restarted broker to lead every partition")
+        wait_until(
+            lambda: all(
+                fetch_partition(rc, t, p, 0).error_code == ErrorCode.none
+                for t in topics
+                for p in range(partitions)
+            ),
+            "the restarted broker to lead every partition",
+        )
 
 
-def read_partition(rc: RawClient, topic: str, partition: int) -> tuple[list[tuple[int, bytes]], int]:
+def read_partition(
+    rc: RawClient, topic: str, partition: int
+) -> tuple[list[tuple[int, bytes]], int]:
     """Every (offset, value) below the high watermark, each fetched batch CRC-checked."""
     out: list[tuple[int, bytes]] = []
     offset = 0
@@ -218,14 +238,15 @@ def read_partition(rc: RawClient, topic: str, partition: int) -> tuple[list[tupl
         # parse_batches raises on any CRC mismatch: corrupt bytes must never be served.
         for h in parse_batches(data, verify_crc=True):
             assert h.base_offset <= offset < h.next_offset or h.base_offset > offset, h
-            for rec in decode_batch_records(data[h.position:h.position + h.size]):
+            for rec in decode_batch_records(data[h.position : h.position + h.size]):
                 if rec.offset >= offset:
                     out.append((rec.offset, rec.value or b""))
             offset = h.next_offset
 
 
-def verify_consumed(cluster: LocalCluster, acked: Acked, sent: set[bytes],
-                    disk_leo: dict[tuple[str, int], int]) -> int:
+def verify_consumed(
+    cluster: LocalCluster, acked: Acked, sent: set[bytes], disk_leo: dict[tuple[str, int], int]
+) -> int:
     """Every acked record exactly once at its offset; nothing unsent; HW == LEO on disk."""
     total = 0
     with RawClient.to(cluster.bootstrap_servers) as rc:
@@ -234,8 +255,9 @@ def verify_consumed(cluster: LocalCluster, acked: Acked, sent: set[bytes],
                 records, hw = read_partition(rc, topic, p)
                 offsets = [o for o, _ in records]
                 assert offsets == list(range(len(offsets))), f"{topic}-{p}: offsets not contiguous"
-                assert hw == disk_leo[(topic, p)] == len(records), \
+                assert hw == disk_leo[(topic, p)] == len(records), (
                     f"{topic}-{p}: HW {hw}, LEO on disk {disk_leo[(topic, p)]}"
+                )
                 values = [v for _, v in records]
                 assert len(set(values)) == len(values), f"{topic}-{p}: a record is stored twice"
                 stored = dict(records)
@@ -243,14 +265,16 @@ def verify_consumed(cluster: LocalCluster, acked: Acked, sent: set[bytes],
                     assert v in sent, f"{topic}-{p}: a record nobody sent: {v[:40]!r}"
                 for (t, part, off), v in acked.items():
                     if t == topic and part == p:
-                        assert stored.get(off) == v, \
+                        assert stored.get(off) == v, (
                             f"{topic}-{p}@{off}: acknowledged record lost or moved"
+                        )
                 total += len(records)
     return total
 
 
-def disk_state(cluster: LocalCluster, *, allow_torn_tail: bool,
-               scratch: Path | None = None) -> dict[tuple[str, int], int]:
+def disk_state(
+    cluster: LocalCluster, *, allow_torn_tail: bool, scratch: Path | None = None
+) -> dict[tuple[str, int], int]:
     """LEO of every partition, checked on disk. With ``scratch``, a copy of each partition
     is also opened with ``Log.open`` (full recovery scan from offset 0), which must agree."""
     out: dict[tuple[str, int], int] = {}
@@ -276,8 +300,7 @@ def disk_state(cluster: LocalCluster, *, allow_torn_tail: bool,
 
 # =============================================================================== tests
 def test_sigkill_under_load_loses_nothing_acknowledged(make_cluster: Any, tmp_path: Path) -> None:
-    cluster: LocalCluster = make_cluster(1, broker_config=BROKER_CONFIG,
-                                         zk_session_timeout_ms=3000)
+    cluster: LocalCluster = make_cluster(1, broker_config=BROKER_CONFIG, zk_session_timeout_ms=3000)
     with RawClient.to(cluster.bootstrap_servers) as rc:
         r = rc.request(create_topics_request([(t, PARTITIONS, 1, {}) for t in TOPICS]))
         assert all(t.error_code == ErrorCode.none for t in r.topics), r
@@ -291,8 +314,11 @@ def test_sigkill_under_load_loses_nothing_acknowledged(make_cluster: Any, tmp_pa
             pr.start()
         # Kill at a random moment: once each producer has a random number of acks.
         targets = [rnd.randrange(500, 4000) for _ in producers]
-        wait_until(lambda: all(pr.count() >= n for pr, n in zip(producers, targets)),
-                   "the producers to get their acks", timeout=60)
+        wait_until(
+            lambda: all(pr.count() >= n for pr, n in zip(producers, targets)),  # noqa: B023 - called only within this iteration
+            "the producers to get their acks",
+            timeout=60,
+        )
         cluster.stop_broker(1, signal.SIGKILL)
         for pr in producers:
             pr.stop_after_crash()
@@ -308,8 +334,7 @@ def test_sigkill_under_load_loses_nothing_acknowledged(make_cluster: Any, tmp_pa
         total = verify_consumed(cluster, acked, sent, after)
         assert total >= len(acked)
         rolled = max(rolled, max(len(list(p.glob("*.log"))) for p in partition_dirs(cluster)))
-        print(f"iteration {it}: {len(acked)} acked so far, {total} stored, "
-              f"{rolled} segments max")
+        print(f"iteration {it}: {len(acked)} acked so far, {total} stored, {rolled} segments max")
     assert rolled >= 3, "segments never rolled: the test does not cover segment boundaries"
 
 
@@ -328,8 +353,7 @@ def _valid_prefix_leo(seg: Path, keep_batches: int | None = None) -> tuple[int, 
 
 
 def test_torn_tails_written_by_hand(make_cluster: Any) -> None:
-    cluster: LocalCluster = make_cluster(1, broker_config=BROKER_CONFIG,
-                                         zk_session_timeout_ms=3000)
+    cluster: LocalCluster = make_cluster(1, broker_config=BROKER_CONFIG, zk_session_timeout_ms=3000)
     topic = "torn"
     with RawClient.to(cluster.bootstrap_servers) as rc:
         r = rc.request(create_topics_request([(topic, 4, 1, {})]))
@@ -337,8 +361,10 @@ def test_torn_tails_written_by_hand(make_cluster: Any) -> None:
         # Enough batches per partition to roll a few 16 KiB segments.
         for p in range(4):
             for b in range(60):
-                batch = encode_batch([(None, f"{p}-{b}-{i}".encode() + b"y" * 300)
-                                      for i in range(10)], compression=COMPRESSION_LZ4 if b % 2 else 0)
+                batch = encode_batch(
+                    [(None, f"{p}-{b}-{i}".encode() + b"y" * 300) for i in range(10)],
+                    compression=COMPRESSION_LZ4 if b % 2 else 0,
+                )
                 resp = rc.request(produce_request(topic, p, batch, acks=1))
                 pr = resp.responses[0].partition_responses[0]
                 assert pr.error_code == ErrorCode.none and pr.base_offset == b * 10

@@ -29,10 +29,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from replication_util import create_topic, wait_for
 
 from odradek.cluster.local import LocalCluster
 from odradek.storage.durability import LEDGER_ENV, simulate_power_loss
-from replication_util import create_topic, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -81,9 +81,16 @@ class Writer:
             self.errors[err.name()] = self.errors.get(err.name(), 0) + 1
 
     def _run(self) -> None:
-        p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
-                      "enable.idempotence": True, "linger.ms": 5,
-                      "message.timeout.ms": 60000, "log_level": 2})
+        p = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 60000,
+                "log_level": 2,
+            }
+        )
         seq = 0
         t0 = time.monotonic()
         try:
@@ -122,8 +129,15 @@ def kill_all(c: LocalCluster) -> None:
         c.stop_broker(b.id, signal.SIGKILL)
 
 
-def read_back(bootstrap: str, topic: str, expected: set[bytes], *, partitions: int = PARTITIONS,
-              quiet_s: float = 10.0, timeout: float = 180.0) -> list[bytes]:
+def read_back(
+    bootstrap: str,
+    topic: str,
+    expected: set[bytes],
+    *,
+    partitions: int = PARTITIONS,
+    quiet_s: float = 10.0,
+    timeout: float = 180.0,
+) -> list[bytes]:
     """Every value of ``topic`` from offset 0, read until all of ``expected`` arrived or
     nothing new arrived for ``quiet_s`` (longer than replica.lag.time.max.ms: a follower
     still catching up after the restart holds the HW back until it leaves the ISR).
@@ -136,15 +150,22 @@ def read_back(bootstrap: str, topic: str, expected: set[bytes], *, partitions: i
     def ready() -> bool:
         try:
             md = admin.list_topics(topic, timeout=5).topics[topic]
-        except Exception:  # noqa: BLE001 - brokers still starting
+        except Exception:
             return False
-        return md.error is None and len(md.partitions) == partitions and all(
-            p.leader >= 0 for p in md.partitions.values())
+        return (
+            md.error is None
+            and len(md.partitions) == partitions
+            and all(p.leader >= 0 for p in md.partitions.values())
+        )
 
     wait_for(ready, timeout, f"{topic}: leaders after the restart", 0.25)
-    c = KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=None,
-                      enable_auto_commit=False, auto_offset_reset="earliest",
-                      request_timeout_ms=30000)
+    c = KafkaConsumer(
+        bootstrap_servers=bootstrap.split(","),
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        request_timeout_ms=30000,
+    )
     try:
         tps = [KTP(topic, p) for p in range(partitions)]
         c.assign(tps)
@@ -188,8 +209,12 @@ def run_rounds(c: LocalCluster, plan: list[bool]) -> list[Round]:
     for i, power_loss in enumerate(plan):
         writers = [Writer(c.bootstrap_servers, t, f"{t}-r{i}").start() for t in TOPIC_CONFIGS]
         try:
-            wait_for(lambda: all(len(w.acked) >= 400 for w in writers), 90,
-                     "400 acknowledged records per topic", 0.05)
+            wait_for(
+                lambda: all(len(w.acked) >= 400 for w in writers),  # noqa: B023 - called only within this iteration
+                90,
+                "400 acknowledged records per topic",
+                0.05,
+            )
             time.sleep(0.3 + 0.37 * (i % 3))  # vary where in the flush cycle the kill lands
         finally:
             kill_all(c)
@@ -211,16 +236,23 @@ def run_rounds(c: LocalCluster, plan: list[bool]) -> list[Round]:
             r.lost[t] = len(acked[t] - set(got))
             r.duplicates[t] = len(got) - len(set(got))
         rounds.append(r)
-        print(f"round {i} ({'kill + power loss' if power_loss else 'kill'}): "
-              + ", ".join(f"{t}: {r.acked[t]} acked, {r.lost[t]} lost, "
-                          f"{r.duplicates[t]} duplicated" for t in TOPIC_CONFIGS)
-              + (f" [{power}]" if power else ""), flush=True)
+        print(
+            f"round {i} ({'kill + power loss' if power_loss else 'kill'}): "
+            + ", ".join(
+                f"{t}: {r.acked[t]} acked, {r.lost[t]} lost, {r.duplicates[t]} duplicated"
+                for t in TOPIC_CONFIGS
+            )
+            + (f" [{power}]" if power else ""),
+            flush=True,
+        )
     return rounds
 
 
 def _check(rounds: list[Round]) -> None:
     for i, r in enumerate(rounds):
-        assert r.lost[DURABLE] == 0, f"round {i}: durable topic lost {r.lost[DURABLE]} acked records"
+        assert r.lost[DURABLE] == 0, (
+            f"round {i}: durable topic lost {r.lost[DURABLE]} acked records"
+        )
         assert r.duplicates[DURABLE] == 0, f"round {i}: duplicates in the durable topic"
     if any(r.power_loss for r in rounds):
         # Kafka's default acknowledges from the page cache (REQ-R18): a power cut loses.
@@ -228,8 +260,9 @@ def _check(rounds: list[Round]) -> None:
 
 
 # =============================================================================== tests
-def test_all_crash_with_power_loss_one_round(make_cluster: Any,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_all_crash_with_power_loss_one_round(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """CI: one SIGKILL-all + simulated power loss: durable loses nothing, default loses."""
     monkeypatch.setenv(LEDGER_ENV, "1")  # inherited by the broker processes
     c = make_cluster(3, broker_config=BROKER_CONFIG, zk_session_timeout_ms=ZK_SESSION_MS)
@@ -248,8 +281,9 @@ def test_all_crash_loop(make_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> N
     _check(run_rounds(c, plan))
 
 
-def test_acks1_durable_single_broker_survives_power_loss(make_cluster: Any,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_acks1_durable_single_broker_survives_power_loss(
+    make_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """acks=1 under odradek.ack.fsync answers after the leader's fsync: one broker,
     SIGKILL right after the last acknowledgement, power loss, restart — nothing acked is
     missing. The default topic, written the same way, is reported."""
@@ -261,16 +295,20 @@ def test_acks1_durable_single_broker_survives_power_loss(make_cluster: Any,
         create_topic(c.bootstrap_servers, t, 1, 1, conf)
     acked: dict[str, set[bytes]] = {}
     for t in ("d1", "k1"):
-        got, errors = produce(c.bootstrap_servers, t,
-                              [f"{t}-{i:06d}".encode().ljust(300, b".") for i in range(3000)],
-                              acks="1")
+        got, errors = produce(
+            c.bootstrap_servers,
+            t,
+            [f"{t}-{i:06d}".encode().ljust(300, b".") for i in range(3000)],
+            acks="1",
+        )
         assert not errors and len(got) == 3000
         acked[t] = set(got)
     kill_all(c)
     rep = simulate_power_loss(c.broker(1).log_dir)
     c.start_broker(1, 60)
-    lost = {t: len(acked[t] - set(read_back(c.bootstrap_servers, t, acked[t], partitions=1,
-                                                         quiet_s=5)))
-            for t in acked}
+    lost = {
+        t: len(acked[t] - set(read_back(c.bootstrap_servers, t, acked[t], partitions=1, quiet_s=5)))
+        for t in acked
+    }
     print(f"acks=1, one broker, kill + power loss ({rep}): lost {lost}")
     assert lost["d1"] == 0

@@ -56,8 +56,9 @@ class SteadyProducer:
         i = 0
         while not self._stop.is_set():
             try:
-                self._p.produce(self._topic, key=b"%d" % (i % 64), value=b"rec-%08d" % i,
-                                on_delivery=self._cb)
+                self._p.produce(
+                    self._topic, key=b"%d" % (i % 64), value=b"rec-%08d" % i, on_delivery=self._cb
+                )
                 i += 1
                 self.sent = i
             except BufferError:
@@ -74,8 +75,9 @@ class SteadyProducer:
         self._t.join(90)
 
 
-def _check_acked_present(acked: list[tuple[int, int, bytes]],
-                         read: dict[int, list[tuple[int, bytes]]]) -> list[tuple[int, int]]:
+def _check_acked_present(
+    acked: list[tuple[int, int, bytes]], read: dict[int, list[tuple[int, bytes]]]
+) -> list[tuple[int, int]]:
     """Return acknowledged (partition, offset) whose record is not at that offset."""
     at = {(p, o): v for p, recs in read.items() for o, v in recs}
     return [(p, o) for p, o, v in acked if at.get((p, o)) != v]
@@ -93,8 +95,9 @@ def _zk_leader(c: Any, topic: str, partition: int = 0) -> int:
 
 
 @pytest.mark.parametrize("idempotent", [False, True])
-def test_acks_all_min_isr_2_leader_kill_loses_nothing(make_cluster, topic_name,
-                                                      idempotent: bool) -> None:
+def test_acks_all_min_isr_2_leader_kill_loses_nothing(
+    make_cluster, topic_name, idempotent: bool
+) -> None:
     """REQ-R4, R7, R8, R14: acks=all + min ISR 2 + unclean off survives a leader SIGKILL."""
     c = make_cluster(3, broker_config=FAST)
     create_topic(c.bootstrap_servers, topic_name, 2, 3, {"min.insync.replicas": "2"})
@@ -104,22 +107,33 @@ def test_acks_all_min_isr_2_leader_kill_loses_nothing(make_cluster, topic_name,
         victim = _leader(c.bootstrap_servers, topic_name, 0)
         c.stop_broker(victim, signal.SIGKILL)
         n_at_kill = len(prod.acked)
-        wait_for(lambda: len(prod.acked) > n_at_kill + 2000, 40,
-                 "acknowledgements to resume on the new leader")
+        wait_for(
+            lambda: len(prod.acked) > n_at_kill + 2000,
+            40,
+            "acknowledgements to resume on the new leader",
+        )
     assert prod.errors == [], prod.errors[:5]
     c.start_broker(victim)
-    wait_for(lambda: all(len(p.isrs) == 3 for p in
-                         partition_meta(c.bootstrap_servers, topic_name).values()), 30,
-             "the restarted broker to rejoin every ISR")
+    wait_for(
+        lambda: all(
+            len(p.isrs) == 3 for p in partition_meta(c.bootstrap_servers, topic_name).values()
+        ),
+        30,
+        "the restarted broker to rejoin every ISR",
+    )
     read = consume_all(c.bootstrap_servers, topic_name, [0, 1])
     missing = _check_acked_present(prod.acked, read)
     assert missing == [], f"{len(missing)} acknowledged records lost, e.g. {missing[:5]}"
     for p, recs in read.items():
         offsets = [o for o, _ in recs]
-        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), (
+            f"partition {p}: offsets out of order or repeated"
+        )
         if idempotent:
             values = [v for _, v in recs]
-            assert len(values) == len(set(values)), "idempotent producer wrote duplicates"
+            assert len(values) == len(set(values)), (
+                f"partition {p}: the idempotent producer wrote duplicates"
+            )
     # REQ-R20: replicas byte-identical below the HW.
     for p in (0, 1):
         hw = max((o for o, _ in read[p]), default=-1) + 1
@@ -131,46 +145,72 @@ def test_acks_all_min_isr_2_leader_kill_loses_nothing(make_cluster, topic_name,
 def test_unclean_election_trade_off(make_cluster, topic_name, unclean: bool) -> None:
     """REQ-R10/R15: ISR shrinks to the leader, which dies; the follower returns first."""
     c = make_cluster(2, broker_config=FAST)
-    create_topic(c.bootstrap_servers, topic_name, 1, 2,
-                 {"unclean.leader.election.enable": str(unclean).lower()},
-                 assignment=[[1, 2]])
+    create_topic(
+        c.bootstrap_servers,
+        topic_name,
+        1,
+        2,
+        {"unclean.leader.election.enable": str(unclean).lower()},
+        assignment=[[1, 2]],
+    )
     acked1, err = produce(c.bootstrap_servers, topic_name, [b"a%d" % i for i in range(500)])
     assert not err
     c.stop_broker(2, signal.SIGKILL)  # the follower dies: ISR shrinks to [1]
-    wait_for(lambda: partition_meta(c.bootstrap_servers, topic_name)[0].isrs == [1], 20,
-             "ISR to shrink to the leader")
-    acked2, err = produce(c.bootstrap_servers, topic_name, [b"b%d" % i for i in range(500)],
-                          acks="all")
+    wait_for(
+        lambda: partition_meta(c.bootstrap_servers, topic_name)[0].isrs == [1],
+        20,
+        "ISR to shrink to the leader",
+    )
+    acked2, err = produce(
+        c.bootstrap_servers, topic_name, [b"b%d" % i for i in range(500)], acks="all"
+    )
     assert not err and len(acked2) == 500  # min ISR 1: accepted by the leader alone
     c.stop_broker(1, signal.SIGKILL)  # the only ISR member dies
     c.start_broker(2)  # the out-of-sync replica comes back first
     if not unclean:
         # Offline: no leader until an ISR member returns (no loss, unavailable).
-        wait_for(lambda: partition_meta(c.bootstrap_servers, topic_name)[0].leader in (-1, 1),
-                 10, "partition to stay without a new leader")
+        wait_for(
+            lambda: partition_meta(c.bootstrap_servers, topic_name)[0].leader in (-1, 1),
+            10,
+            "partition to stay without a new leader",
+        )
         assert partition_meta(c.bootstrap_servers, topic_name)[0].leader != 2
         c.start_broker(1)
-        wait_for(lambda: partition_meta(c.bootstrap_servers, topic_name)[0].leader == 1, 30,
-                 "the ISR member to lead again")
+        wait_for(
+            lambda: partition_meta(c.bootstrap_servers, topic_name)[0].leader == 1,
+            30,
+            "the ISR member to lead again",
+        )
         read = consume_all(c.bootstrap_servers, topic_name, [0])
-        lost = [(p, o) for (p, o) in list(acked1.values()) + list(acked2.values())
-                if (p, o) not in {(0, off) for off, _ in read[0]}]
+        lost = [
+            (p, o)
+            for (p, o) in list(acked1.values()) + list(acked2.values())
+            if (p, o) not in {(0, off) for off, _ in read[0]}
+        ]
         assert lost == []
     else:
-        wait_for(lambda: partition_meta(c.bootstrap_servers, topic_name)[0].leader == 2, 30,
-                 "the out-of-sync replica to be elected (unclean)")
+        wait_for(
+            lambda: partition_meta(c.bootstrap_servers, topic_name)[0].leader == 2,
+            30,
+            "the out-of-sync replica to be elected (unclean)",
+        )
         read = consume_all(c.bootstrap_servers, topic_name, [0])
         have = {v for _, v in read[0]}
         lost = sorted(o for v, (p, o) in acked2.items() if v not in have)
         # The documents: unclean election loses what only the old leader had.
-        assert lost == sorted(o for _, (p, o) in acked2.items()), \
+        assert lost == sorted(o for _, (p, o) in acked2.items()), (
             f"expected every record acked after the ISR shrank to be lost, lost {len(lost)}"
+        )
         assert all(v in have for v in acked1)
-        print(f"unclean election lost {len(lost)} acknowledged records: offsets "
-              f"{lost[0]}..{lost[-1]}")
+        print(
+            f"unclean election lost {len(lost)} acknowledged records: offsets {lost[0]}..{lost[-1]}"
+        )
         c.start_broker(1)  # the old leader returns and truncates to the new leader (R20)
-        wait_for(lambda: sorted(partition_meta(c.bootstrap_servers, topic_name)[0].isrs)
-                 == [1, 2], 30, "the old leader to rejoin as a follower")
+        wait_for(
+            lambda: sorted(partition_meta(c.bootstrap_servers, topic_name)[0].isrs) == [1, 2],
+            30,
+            "the old leader to rejoin as a follower",
+        )
         assert replica_log_bytes(c, 1, topic_name, 0) == replica_log_bytes(c, 2, topic_name, 0)
 
 
@@ -180,21 +220,31 @@ def test_leader_epoch_prevents_hw_truncation_loss(make_cluster, topic_name) -> N
     Before leader epochs a restarted follower truncated to its (stale) HW and, elected a
     moment later, lost records the old leader had acknowledged (the documents' example).
     """
-    c = make_cluster(2, broker_config={"replica.lag.time.max.ms": "30000",
-                                       "zookeeper.session.timeout.ms": "4000"})
-    create_topic(c.bootstrap_servers, topic_name, 1, 2, {"min.insync.replicas": "1"},
-                 assignment=[[1, 2]])
+    c = make_cluster(
+        2,
+        broker_config={"replica.lag.time.max.ms": "30000", "zookeeper.session.timeout.ms": "4000"},
+    )
+    create_topic(
+        c.bootstrap_servers, topic_name, 1, 2, {"min.insync.replicas": "1"}, assignment=[[1, 2]]
+    )
     acked, err = produce(c.bootstrap_servers, topic_name, [b"m%d" % i for i in range(200)])
     assert not err and len(acked) == 200
     c.stop_broker(2, signal.SIGKILL)
     c.start_broker(2)  # restarts as follower: it must not truncate to its stale HW
     # The controller removed the dead follower from the ISR; it rejoins after its first
     # fetch at the leader's HW. Fail the leader the moment it is back.
-    wait_for(lambda: partition_meta(c.bootstrap_servers, topic_name)[0].isrs == [1, 2], 30,
-             "the restarted follower to rejoin the ISR", interval=0.02)
+    wait_for(
+        lambda: partition_meta(c.bootstrap_servers, topic_name)[0].isrs == [1, 2],
+        30,
+        "the restarted follower to rejoin the ISR",
+        interval=0.02,
+    )
     c.stop_broker(1, signal.SIGKILL)
-    wait_for(lambda: partition_meta(c.bootstrap_servers, topic_name)[0].leader == 2, 30,
-             "the restarted follower to be elected")
+    wait_for(
+        lambda: partition_meta(c.bootstrap_servers, topic_name)[0].leader == 2,
+        30,
+        "the restarted follower to be elected",
+    )
     read = consume_all(c.bootstrap_servers, topic_name, [0])
     have = {v for _, v in read[0]}
     assert [v for v in acked if v not in have] == []
@@ -207,9 +257,14 @@ def test_rolling_restart_under_load(make_cluster, topic_name) -> None:
     conf = {"acks": "all", "enable.idempotence": True}
     with SteadyProducer(c.bootstrap_servers, topic_name, conf) as prod:
         for b in (1, 2, 3):
-            wait_for(lambda: all(len(p.isrs) == 3 for p in
-                                 partition_meta(c.bootstrap_servers, topic_name).values()),
-                     30, "full ISRs before the next restart")
+            wait_for(
+                lambda: all(
+                    len(p.isrs) == 3
+                    for p in partition_meta(c.bootstrap_servers, topic_name).values()
+                ),
+                30,
+                "full ISRs before the next restart",
+            )
             n = len(prod.acked)
             c.stop_broker(b, signal.SIGTERM)
             c.start_broker(b)
@@ -221,15 +276,22 @@ def test_rolling_restart_under_load(make_cluster, topic_name) -> None:
     assert len(values) == len(set(values))
 
 
-def test_idempotent_retries_after_leader_pause_no_duplicates_no_gaps(make_cluster,
-                                                                      topic_name) -> None:
+def test_idempotent_retries_after_leader_pause_no_duplicates_no_gaps(
+    make_cluster, topic_name
+) -> None:
     """Issue 4: SIGSTOP the leader past the request timeout, then SIGCONT. The producer
     retries (possibly to a new leader); the log has every record once, in send order."""
     c = make_cluster(3, broker_config=FAST)
-    create_topic(c.bootstrap_servers, topic_name, 1, 3, {"min.insync.replicas": "2"},
-                 assignment=[[1, 2, 3]])
-    conf = {"acks": "all", "enable.idempotence": True, "request.timeout.ms": 2000,
-            "socket.timeout.ms": 5000, "max.in.flight.requests.per.connection": 5}
+    create_topic(
+        c.bootstrap_servers, topic_name, 1, 3, {"min.insync.replicas": "2"}, assignment=[[1, 2, 3]]
+    )
+    conf = {
+        "acks": "all",
+        "enable.idempotence": True,
+        "request.timeout.ms": 2000,
+        "socket.timeout.ms": 5000,
+        "max.in.flight.requests.per.connection": 5,
+    }
     with SteadyProducer(c.bootstrap_servers, topic_name, conf) as prod:
         wait_for(lambda: len(prod.acked) > 1000, 20, "acks before the pause")
         c.stop_broker(1, signal.SIGSTOP)
@@ -237,8 +299,11 @@ def test_idempotent_retries_after_leader_pause_no_duplicates_no_gaps(make_cluste
         # Wait for the failover itself: acks alone can grow past any bound while librdkafka
         # delivers the reports of batches the leader answered just before it froze, and a
         # pause that ends there tests no failover at all (CI saw exactly that).
-        wait_for(lambda: _zk_leader(c, topic_name) not in (1, -1), 30,
-                 "the controller to elect a new leader")
+        wait_for(
+            lambda: _zk_leader(c, topic_name) not in (1, -1),
+            30,
+            "the controller to elect a new leader",
+        )
         n = len(prod.acked)
         # librdkafka drains what it had in flight to the paused broker before it resumes
         # on the new leader (idempotence), bounded by its socket timeout.
@@ -251,9 +316,14 @@ def test_idempotent_retries_after_leader_pause_no_duplicates_no_gaps(make_cluste
     # every broker, each asked alone. (CI once read back only the first 31,000 of 142,700
     # acknowledged records after a wait that took the ISR from one broker's answer and the
     # leader from another's: the woken broker's stale "ISR [1, 2, 3]" passed half the test.)
-    wait_for(lambda: every_broker_agrees(c, topic_name, 0, _zk_leader(c, topic_name),
-                                         [1, 2, 3]) and _zk_leader(c, topic_name) != 1,
-             30, "every broker to see the paused broker rejoin as a follower")
+    wait_for(
+        lambda: (
+            every_broker_agrees(c, topic_name, 0, _zk_leader(c, topic_name), [1, 2, 3])
+            and _zk_leader(c, topic_name) != 1
+        ),
+        30,
+        "every broker to see the paused broker rejoin as a follower",
+    )
     assert prod.errors == [], prod.errors[:5]
     read = consume_all(c.bootstrap_servers, topic_name, [0])
     values = [v for _, v in read[0]]
@@ -262,12 +332,15 @@ def test_idempotent_retries_after_leader_pause_no_duplicates_no_gaps(make_cluste
     seqs = [int(v.split(b"-")[1]) for v in values]
     assert seqs == list(range(len(seqs))), f"records missing or out of send order; {views}"
     missing = _check_acked_present(prod.acked, read)
-    assert missing == [], (f"{len(missing)} acknowledged records not read back, from "
-                           f"{missing[:3]}; read {len(values)}; brokers: {views}")
+    assert missing == [], (
+        f"{len(missing)} acknowledged records not read back, from "
+        f"{missing[:3]}; read {len(values)}; brokers: {views}"
+    )
 
 
 def test_woken_leader_answers_from_its_frozen_view_never_beyond_committed(
-        make_cluster, topic_name) -> None:
+    make_cluster, topic_name
+) -> None:
     """Why a read-back once stopped 111,700 records short (CI on 0cc1adb), pinned.
 
     A leader SIGSTOPped past its ZooKeeper session wakes up still believing it leads: a
@@ -285,20 +358,29 @@ def test_woken_leader_answers_from_its_frozen_view_never_beyond_committed(
     from odradek.storage.batch import scan_batches
 
     c = make_cluster(3, broker_config=FAST)
-    create_topic(c.bootstrap_servers, topic_name, 1, 3, {"min.insync.replicas": "2"},
-                 assignment=[[1, 2, 3]])
-    before, err = produce(c.bootstrap_servers, topic_name,
-                          [b"before-%05d" % i for i in range(2000)], partition=0)
+    create_topic(
+        c.bootstrap_servers, topic_name, 1, 3, {"min.insync.replicas": "2"}, assignment=[[1, 2, 3]]
+    )
+    before, err = produce(
+        c.bootstrap_servers, topic_name, [b"before-%05d" % i for i in range(2000)], partition=0
+    )
     assert not err and len(before) == 2000
     rc = RawClient.to(c.broker(1).address, timeout=30)  # open before the pause
     try:
         rc.request(metadata_request([topic_name]))
         c.stop_broker(1, signal.SIGSTOP)
         try:
-            wait_for(lambda: _zk_leader(c, topic_name) not in (1, -1), 30,
-                     "the controller to elect a new leader")
-            after, err = produce(c.bootstrap_servers, topic_name,
-                                 [b"after-%05d" % i for i in range(2000)], partition=0)
+            wait_for(
+                lambda: _zk_leader(c, topic_name) not in (1, -1),
+                30,
+                "the controller to elect a new leader",
+            )
+            after, err = produce(
+                c.bootstrap_servers,
+                topic_name,
+                [b"after-%05d" % i for i in range(2000)],
+                partition=0,
+            )
             assert not err and len(after) == 2000
             # Queued while the old leader is frozen: read first thing when it wakes.
             lo_id = rc.send(list_offsets_request(topic_name, 0, -1))
@@ -311,8 +393,9 @@ def test_woken_leader_answers_from_its_frozen_view_never_beyond_committed(
         rc.close()
     new_leader = _zk_leader(c, topic_name)
     with RawClient.to(c.broker(new_leader).address) as rl:
-        true_hw = int(rl.request(list_offsets_request(topic_name, 0, -1))
-                      .topics[0].partitions[0].offset)
+        true_hw = int(
+            rl.request(list_offsets_request(topic_name, 0, -1)).topics[0].partitions[0].offset
+        )
     assert true_hw >= 4000
     # Either already fenced (NOT_LEADER_OR_FOLLOWER), or the frozen high watermark: a
     # committed offset of the first 2,000 records, never one past the new leader's.

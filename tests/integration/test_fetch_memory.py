@@ -11,6 +11,7 @@ mutes it), and every byte arrives, CRC-valid, in order.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import socket
 import struct
 import sys
@@ -19,14 +20,20 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from rawclient import (
+    RawClient,
+    create_topics_request,
+    encode_request,
+    fetch_request,
+    frame,
+    metadata_request,
+)
+from tests.support.polling import wait_for
 
 from odradek.cluster.local import LocalCluster
 from odradek.errors import ErrorCode
 from odradek.fuzz.harness import process_rss_mb
 from odradek.storage.batch import parse_batches
-from rawclient import RawClient, create_topics_request, encode_request, fetch_request, frame, \
-    metadata_request
-from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -35,8 +42,9 @@ RECORD = 20_000
 
 
 def _fill(bootstrap: str, topic: str) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                  "acks": "1"})
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000, "acks": "1"}
+    )
     value = b"m" * RECORD
     for i in range(DATA_BYTES // RECORD):
         while True:
@@ -73,8 +81,10 @@ def test_unread_huge_fetches_do_not_grow_the_broker(make_cluster: Any, topic_nam
     c: LocalCluster = make_cluster(1, broker_config={"fetch.max.bytes": str(256 << 20)})
     b = c.broker(1)
     with RawClient.to(c.bootstrap_servers) as rc:
-        assert rc.request(create_topics_request([(topic_name, 1, 1, {})])).topics[0] \
-            .error_code == ErrorCode.none
+        assert (
+            rc.request(create_topics_request([(topic_name, 1, 1, {})])).topics[0].error_code
+            == ErrorCode.none
+        )
     _fill(c.bootstrap_servers, topic_name)
     rss_before = process_rss_mb(b.pid)
     socks = []
@@ -82,15 +92,19 @@ def test_unread_huge_fetches_do_not_grow_the_broker(make_cluster: Any, topic_nam
         s = socket.create_connection((b.host, b.port), timeout=30)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
         # A fetch for everything, then a metadata request pipelined behind it.
-        s.sendall(frame(encode_request(fetch_request(topic_name, 0, 0, max_bytes=0x7FFFFFFF),
-                                       1))
-                  + frame(encode_request(metadata_request([topic_name]), 2)))
+        s.sendall(
+            frame(encode_request(fetch_request(topic_name, 0, 0, max_bytes=0x7FFFFFFF), 1))
+            + frame(encode_request(metadata_request([topic_name]), 2))
+        )
         socks.append(s)
     # Bytes waiting on every socket: the broker has answered each fetch and its first
     # sendfile has returned (a 48 MB slice does not fit the sockets' buffers, so it
     # returned short: the moment the old code read the rest into memory).
-    wait_for(lambda: all(_unread_bytes(s) > 0 for s in socks), 60,
-             "the first bytes of every fetch response")
+    wait_for(
+        lambda: all(_unread_bytes(s) > 0 for s in socks),
+        60,
+        "the first bytes of every fetch response",
+    )
     # Meanwhile others are served; and once this answer is in, the broker's one event
     # loop has returned from those sends.
     with RawClient.to(c.bootstrap_servers) as rc:
@@ -105,7 +119,7 @@ def test_unread_huge_fetches_do_not_grow_the_broker(make_cluster: Any, topic_nam
         assert len(records) >= DATA_BYTES * 0.9
         batches = parse_batches(records, verify_crc=True)
         assert batches[0].base_offset == 0
-        assert all(x.next_offset == y.base_offset for x, y in zip(batches, batches[1:]))
+        assert all(x.next_offset == y.base_offset for x, y in itertools.pairwise(batches))
         # ... and the pipelined request is answered after it, not before.
         (size,) = struct.unpack(">i", _recv_exact(s, 4))
         assert struct.unpack_from(">i", _recv_exact(s, size), 0)[0] == 2

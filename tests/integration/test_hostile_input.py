@@ -20,10 +20,14 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
-    AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, ResourcePatternType,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
     ResourceType,
 )
-
 from hostile_util import (
     CANARY_TOPIC,
     create_topic,
@@ -32,10 +36,6 @@ from hostile_util import (
     make_broker_fixtures,
     produce,
 )
-from odradek.errors import ErrorCode
-from odradek.fuzz.harness import process_rss_mb
-from odradek.storage.batch import parse_batches
-from odradek.storage.records import encode_batch
 from rawclient import (
     RawClient,
     create_topics_request,
@@ -45,19 +45,27 @@ from rawclient import (
     request_cls,
 )
 
+from odradek.errors import ErrorCode
+from odradek.fuzz.harness import process_rss_mb
+from odradek.storage.batch import parse_batches
+from odradek.storage.records import encode_batch
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 FETCH_MAX_BYTES = 65536
 PER_REQUEST = 100
 MAX_ELEMENTS = 1000
 
-broker, preexisting, still_serving = make_broker_fixtures("hostile", {
-    "fetch.max.bytes": str(FETCH_MAX_BYTES),
-    "odradek.max.partitions.per.request": str(PER_REQUEST),
-    "odradek.request.max.elements": str(MAX_ELEMENTS),
-    "offsets.topic.replication.factor": "1",
-    "offsets.topic.num.partitions": "2",
-})
+broker, preexisting, still_serving = make_broker_fixtures(
+    "hostile",
+    {
+        "fetch.max.bytes": str(FETCH_MAX_BYTES),
+        "odradek.max.partitions.per.request": str(PER_REQUEST),
+        "odradek.request.max.elements": str(MAX_ELEMENTS),
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "2",
+    },
+)
 
 
 @pytest.fixture
@@ -83,7 +91,9 @@ def _create_partitions(rc: RawClient, name: str, count: int, *, validate_only: b
     m = _mod(37, 3)
     req = m.CreatePartitionsRequest(  # type: ignore[attr-defined]
         topics=(m.CreatePartitionsTopic(name=name, count=count, assignments=None),),  # type: ignore[attr-defined]
-        timeout=timedelta(seconds=1), validate_only=validate_only)
+        timeout=timedelta(seconds=1),
+        validate_only=validate_only,
+    )
     return rc.request(req).results[0]
 
 
@@ -96,22 +106,32 @@ def _still_answers(c: RawClient) -> None:
 def test_sync_group_compact_array_of_2_pow_32_closes(rc: RawClient) -> None:
     # The 217-byte request that made kio ask for 34 GB and abort the broker: a compact
     # array length of ff ff ff ff 0f (2^32 - 2 elements) with nothing after it.
-    req = request_cls(14, 5)(group_id="g", generation_id=1, member_id="m",
-                             group_instance_id=None, protocol_type="consumer",
-                             protocol_name="range", assignments=())
+    req = request_cls(14, 5)(
+        group_id="g",
+        generation_id=1,
+        member_id="m",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocol_name="range",
+        assignments=(),
+    )
     rc.send_raw(_patched(req, b"\x01\x00", b"\xff\xff\xff\xff\x0f\x00"))
     expect_closed(rc)
 
 
-@pytest.mark.parametrize("version, empty, lie", [
-    # body: topics (compact count 0 -> 01), two bools, empty tagged fields
-    (12, b"\x01\x00\x00\x00", b"\xff\xff\xff\xff\x0f\x00\x00\x00"),  # compact count
-    (12, b"\x01\x00\x00\x00", b"\xff\xff\xff\xff\xff\x01\x00\x00\x00"),  # 6-byte varint
-    (1, b"\x00\x00\x00\x00", b"\x7f\xff\xff\xff"),  # int32 count 2^31-1
-    (12, b"\x01\x00\x00\x00", b"\x01\x00\x00\x01\x05\x7f\x00"),  # tagged field past the end
-])
-def test_metadata_count_and_varint_lies_close(rc: RawClient, version: int, empty: bytes,
-                                              lie: bytes) -> None:
+@pytest.mark.parametrize(
+    "version, empty, lie",
+    [
+        # body: topics (compact count 0 -> 01), two bools, empty tagged fields
+        (12, b"\x01\x00\x00\x00", b"\xff\xff\xff\xff\x0f\x00\x00\x00"),  # compact count
+        (12, b"\x01\x00\x00\x00", b"\xff\xff\xff\xff\xff\x01\x00\x00\x00"),  # 6-byte varint
+        (1, b"\x00\x00\x00\x00", b"\x7f\xff\xff\xff"),  # int32 count 2^31-1
+        (12, b"\x01\x00\x00\x00", b"\x01\x00\x00\x01\x05\x7f\x00"),  # tagged field past the end
+    ],
+)
+def test_metadata_count_and_varint_lies_close(
+    rc: RawClient, version: int, empty: bytes, lie: bytes
+) -> None:
     req = request_cls(3, 1)(topics=()) if version == 1 else metadata_request([], version=version)
     rc.send_raw(_patched(req, empty, lie))
     expect_closed(rc)
@@ -135,8 +155,7 @@ def test_produce_records_length_lie_closes(rc: RawClient) -> None:
     expect_closed(rc)
 
 
-def test_batch_length_past_the_records_is_corrupt_message(rc: RawClient,
-                                                          topic_name: str) -> None:
+def test_batch_length_past_the_records_is_corrupt_message(rc: RawClient, topic_name: str) -> None:
     # The batch's own length field says 2^31-16 bytes; only its ~150 bytes were sent.
     # Kafka's batch reader finds no whole batch there (CORRUPT_MESSAGE); the size limit
     # (MESSAGE_TOO_LARGE) is for batches that are all there.
@@ -152,9 +171,15 @@ def test_join_group_with_null_protocols_closes(rc: RawClient, version: int) -> N
     # Non-nullable in Kafka's schema: its generated reader refuses it as malformed. It
     # used to reach the handler and raise TypeError there.
     ten_s = timedelta(seconds=10)
-    req = request_cls(11, version)(group_id="g", session_timeout=ten_s, rebalance_timeout=ten_s,
-                                   member_id="", group_instance_id=None,
-                                   protocol_type="consumer", protocols=())
+    req = request_cls(11, version)(
+        group_id="g",
+        session_timeout=ten_s,
+        rebalance_timeout=ten_s,
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(),
+    )
     if version == 5:
         data = _patched(req, b"\x00\x00\x00\x00", b"\xff\xff\xff\xff")
     else:
@@ -168,8 +193,9 @@ def test_more_array_elements_than_the_limit_closes(rc: RawClient) -> None:
     ok = request_cls(3, 1)(topics=tuple(topic_cls(name="data") for _ in range(MAX_ELEMENTS)))
     r = rc.request(ok)
     assert len(r.topics) == MAX_ELEMENTS
-    too_many = request_cls(3, 1)(topics=tuple(topic_cls(name="data")
-                                              for _ in range(MAX_ELEMENTS + 1)))
+    too_many = request_cls(3, 1)(
+        topics=tuple(topic_cls(name="data") for _ in range(MAX_ELEMENTS + 1))
+    )
     rc.send(too_many)
     expect_closed(rc)
 
@@ -200,11 +226,12 @@ def test_client_produce_to_internal_topic_is_refused(rc: RawClient) -> None:
     r = rc.request(request_cls(10, 3)(key="g", key_type=0))  # creates __consumer_offsets
     assert r.error_code in (ErrorCode.none, ErrorCode.coordinator_not_available)
     resp = rc.request(produce_request("__consumer_offsets", 0, encode_batch([(b"k", b"v")])))
-    assert resp.responses[0].partition_responses[0].error_code == \
-        ErrorCode.invalid_topic_exception
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.invalid_topic_exception
     m = _mod(21, 2)
-    topic = m.DeleteRecordsTopic(name="__consumer_offsets", partitions=(
-        m.DeleteRecordsPartition(partition_index=0, offset=-1),))
+    topic = m.DeleteRecordsTopic(
+        name="__consumer_offsets",
+        partitions=(m.DeleteRecordsPartition(partition_index=0, offset=-1),),
+    )
     r = rc.request(m.DeleteRecordsRequest(topics=(topic,), timeout=timedelta(seconds=1)))
     assert r.topics[0].partitions[0].error_code == ErrorCode.invalid_topic_exception
 
@@ -225,8 +252,9 @@ def test_illegal_names_never_reach_zookeeper(broker: Any, rc: RawClient, name: s
     assert name not in broker.zk_client().get_children("/brokers/topics")
 
 
-def test_huge_partition_counts_are_refused_before_any_work(broker: Any, rc: RawClient,
-                                                           topic_name: str) -> None:
+def test_huge_partition_counts_are_refused_before_any_work(
+    broker: Any, rc: RawClient, topic_name: str
+) -> None:
     rss0 = process_rss_mb(broker.broker(1).pid)
     for n in (0x7FFFFFFF, 100_000, PER_REQUEST + 1):
         t0 = time.monotonic()
@@ -248,8 +276,10 @@ def test_huge_partition_counts_are_refused_before_any_work(broker: Any, rc: RawC
     for count in (0x7FFFFFFF, PER_REQUEST + 2):
         c = _create_partitions(rc, topic_name, count, validate_only=True)
         assert c.error_code == ErrorCode.policy_violation
-    assert _create_partitions(rc, topic_name, PER_REQUEST + 1, validate_only=True).error_code \
+    assert (
+        _create_partitions(rc, topic_name, PER_REQUEST + 1, validate_only=True).error_code
         == ErrorCode.none
+    )
     assert process_rss_mb(broker.broker(1).pid) - rss0 < 30
 
 
@@ -265,34 +295,67 @@ def test_sasl_apis_answer_illegal_sasl_state(rc: RawClient) -> None:
 
 
 def test_acl_apis_answer_security_disabled(broker: Any, rc: RawClient) -> None:
-    d = request_cls(29, 2)(resource_type_filter=1, resource_name_filter=None,
-                           pattern_type_filter=1, principal_filter=None, host_filter=None,
-                           operation=1, permission_type=1)
+    d = request_cls(29, 2)(
+        resource_type_filter=1,
+        resource_name_filter=None,
+        pattern_type_filter=1,
+        principal_filter=None,
+        host_filter=None,
+        operation=1,
+        permission_type=1,
+    )
     r = rc.request(d)
     assert r.error_code == ErrorCode.security_disabled
     assert r.error_message == "No Authorizer is configured on the broker"
     cm = _mod(30, 3)
     cc = cm.CreateAclsRequest
-    creation = cm.AclCreation(resource_type=2, resource_name="t", resource_pattern_type=3,
-                              principal="User:x", host="*", operation=2, permission_type=3)
+    creation = cm.AclCreation(
+        resource_type=2,
+        resource_name="t",
+        resource_pattern_type=3,
+        principal="User:x",
+        host="*",
+        operation=2,
+        permission_type=3,
+    )
     r = rc.request(cc(creations=(creation, creation)))
     assert [x.error_code for x in r.results] == [ErrorCode.security_disabled] * 2
     dm = _mod(31, 3)
     dc = dm.DeleteAclsRequest
-    flt = dm.DeleteAclsFilter(resource_type_filter=1, resource_name_filter=None,
-                              pattern_type_filter=1, principal_filter=None, host_filter=None,
-                              operation=1, permission_type=1)
+    flt = dm.DeleteAclsFilter(
+        resource_type_filter=1,
+        resource_name_filter=None,
+        pattern_type_filter=1,
+        principal_filter=None,
+        host_filter=None,
+        operation=1,
+        permission_type=1,
+    )
     r = rc.request(dc(filters=(flt,)))
     assert [x.error_code for x in r.filter_results] == [ErrorCode.security_disabled]
     # A real client sees Kafka's answer too (it only sends what ApiVersions advertises).
     # librdkafka drops DescribeAcls' top-level error code (against Kafka as well): an
     # empty listing; CreateAcls propagates it.
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    acl_filter = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
-                                  AclOperation.ANY, AclPermissionType.ANY)
+    acl_filter = AclBindingFilter(
+        ResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
     assert admin.describe_acls(acl_filter, request_timeout=10).result(timeout=20) == []
-    binding = AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:x", "*",
-                         AclOperation.READ, AclPermissionType.ALLOW)
+    binding = AclBinding(
+        ResourceType.TOPIC,
+        "t",
+        ResourcePatternType.LITERAL,
+        "User:x",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
     for fut in admin.create_acls([binding], request_timeout=10).values():
         with pytest.raises(KafkaException) as e:
             fut.result(timeout=20)
@@ -307,9 +370,15 @@ def test_canary_topic_untouched(rc: RawClient) -> None:
 def test_unanswerable_frame_after_good_ones_keeps_order(rc: RawClient) -> None:
     # Pipelined: two good requests, then a lie. Both answers come, in order, then close.
     good = [frame(encode_request(metadata_request(["data"]), cid)) for cid in (31, 32)]
-    req = request_cls(14, 5)(group_id="g", generation_id=1, member_id="m",
-                             group_instance_id=None, protocol_type="consumer",
-                             protocol_name="range", assignments=())
+    req = request_cls(14, 5)(
+        group_id="g",
+        generation_id=1,
+        member_id="m",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocol_name="range",
+        assignments=(),
+    )
     rc.send_raw(b"".join(good) + _patched(req, b"\x01\x00", b"\xff\xff\xff\xff\x0f\x00"))
     assert rc.receive(3, 12, 31).topics[0].error_code == 0
     assert rc.receive(3, 12, 32).topics[0].error_code == 0
@@ -319,16 +388,35 @@ def test_unanswerable_frame_after_good_ones_keeps_order(rc: RawClient) -> None:
 def test_int32_lie_in_fetch_partitions_closes(rc: RawClient) -> None:
     m = _mod(1, 11)
     req = m.FetchRequest(
-        replica_id=-1, max_wait=timedelta(0), min_bytes=1, max_bytes=1 << 20,
-        isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
-        topics=(m.FetchTopic(topic="data", partitions=(m.FetchPartition(
-            partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
-            partition_max_bytes=1 << 20),)),), forgotten_topics_data=())
+        replica_id=-1,
+        max_wait=timedelta(0),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        rack_id="",
+        topics=(
+            m.FetchTopic(
+                topic="data",
+                partitions=(
+                    m.FetchPartition(
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
     payload = encode_request(req, 3)
     # v11 (non-flexible): topics count, topic name, partitions count (int32 = 1).
     i = payload.index(struct.pack(">h", 4) + b"data") + 6
-    assert payload[i:i + 4] == b"\x00\x00\x00\x01"
-    rc.send_raw(frame(payload[:i] + b"\x7f\xff\xff\xff" + payload[i + 4:]))
+    assert payload[i : i + 4] == b"\x00\x00\x00\x01"
+    rc.send_raw(frame(payload[:i] + b"\x7f\xff\xff\xff" + payload[i + 4 :]))
     expect_closed(rc)
 
 
@@ -341,9 +429,9 @@ def gzip_bomb() -> bytes:
     return encode_batch([(b"k", bytes(200 << 20))], compression=COMPRESSION_GZIP)
 
 
-def test_decompression_bomb_to_compacted_topic_is_refused(broker: Any, rc: RawClient,
-                                                          topic_name: str,
-                                                          gzip_bomb: bytes) -> None:
+def test_decompression_bomb_to_compacted_topic_is_refused(
+    broker: Any, rc: RawClient, topic_name: str, gzip_bomb: bytes
+) -> None:
     # Compacted topics decompress on produce (keys are required): the batch may not
     # expand past 64 MiB.
     create_topic(rc, topic_name, 1, {"cleanup.policy": "compact"})
@@ -354,8 +442,9 @@ def test_decompression_bomb_to_compacted_topic_is_refused(broker: Any, rc: RawCl
     assert produce(rc, topic_name, 0, encode_batch([(b"k", b"v")])).error_code == 0
 
 
-def test_list_offsets_by_time_over_a_stored_bomb(broker: Any, rc: RawClient, topic_name: str,
-                                                 gzip_bomb: bytes) -> None:
+def test_list_offsets_by_time_over_a_stored_bomb(
+    broker: Any, rc: RawClient, topic_name: str, gzip_bomb: bytes
+) -> None:
     # Ordinary topics store batches without decompressing; ListOffsets by timestamp then
     # decodes the batch it lands in (to find the exact record) -- bounded too.
     from rawclient import list_offsets_request

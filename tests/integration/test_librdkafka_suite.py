@@ -20,22 +20,40 @@ import pytest
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get(
-    "ODRADEK_LIBRDKAFKA_BUILD",
-    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "odradek"
-    / "librdkafka-build"))
+BUILD = Path(
+    os.environ.get(
+        "ODRADEK_LIBRDKAFKA_BUILD",
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        / "odradek"
+        / "librdkafka-build",
+    )
+)
 
 
 def test_librdkafka_ci_subset(tmp_path: Path) -> None:
     if not (BUILD / "tests" / "test-runner").exists() and not os.environ.get("LIBRDKAFKA_SRC"):
-        pytest.skip(f"no librdkafka build in {BUILD} and LIBRDKAFKA_SRC unset: run "
-                    "scripts/librdkafka_suite.sh --src <librdkafka checkout> once")
+        pytest.skip(
+            f"no librdkafka build in {BUILD} and LIBRDKAFKA_SRC unset: run "
+            "scripts/librdkafka_suite.sh --src <librdkafka checkout> once"
+        )
     out = tmp_path / "run"
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "librdkafka_suite.sh"), "--ci",
-                        "--out", str(out), "--timeout", "300"],
-                       capture_output=True, text=True, timeout=900)
-    results = dict(line.split("\t") for line in
-                   (out / "results.tsv").read_text().splitlines() if "\t" in line)
+    r = subprocess.run(
+        [
+            "bash",
+            str(ROOT / "scripts" / "librdkafka_suite.sh"),
+            "--ci",
+            "--out",
+            str(out),
+            "--timeout",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    results = dict(
+        line.split("\t") for line in (out / "results.tsv").read_text().splitlines() if "\t" in line
+    )
     failed = sorted(t for t, v in results.items() if v == "FAILED")
     assert not failed, f"{failed}; see {out / 'test-runner.log'}\n{r.stderr[-2000:]}"
     # Every selected test ran (a silent no-op would pass otherwise).

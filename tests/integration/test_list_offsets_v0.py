@@ -7,10 +7,10 @@ import struct
 
 import pytest
 from confluent_kafka import Producer
-
-from odradek.cluster.local import LocalCluster
 from rawclient import RawClient
 from replication_util import create_topic
+
+from odradek.cluster.local import LocalCluster
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +27,7 @@ def _request(topic: str, parts: list[tuple[int, int, int]], cid: int) -> bytes:
 def test_list_offsets_v0(cluster: LocalCluster, topic_name: str) -> None:
     create_topic(cluster.bootstrap_servers, topic_name, 1, 1, config={"segment.bytes": "2048"})
     p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 0})
-    for i in range(40):
+    for _i in range(40):
         p.produce(topic_name, value=b"v" * 200, partition=0)
         p.flush(10)  # one batch per record: several segments
     with RawClient.to(cluster.broker(1).address) as c:

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from replication_util import consume_all, create_topic, produce, wait_for
 
 from odradek.cli.main import main as odradek
 from odradek.storage.checkpoint import read_checkpoint
 from odradek.storage.truncation_ledger import ledger_root, list_entries
-from replication_util import consume_all, create_topic, produce, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -38,11 +38,20 @@ def _state(c: Any, topic: str) -> tuple[int, int, list[int]]:
 
 @pytest.mark.timeout(180)
 def test_unclean_election_loss_is_in_the_ledger_and_replayed_once(
-        make_cluster: Any, topic_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    make_cluster: Any,
+    topic_name: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     c = make_cluster(2, broker_config=FAST)
-    create_topic(c.bootstrap_servers, topic_name, 1, 2,
-                 {"unclean.leader.election.enable": "true"}, assignment=[[1, 2]])
+    create_topic(
+        c.bootstrap_servers,
+        topic_name,
+        1,
+        2,
+        {"unclean.leader.election.enable": "true"},
+        assignment=[[1, 2]],
+    )
     acked1, err = produce(c.bootstrap_servers, topic_name, [b"a%04d" % i for i in range(300)])
     assert not err and len(acked1) == 300
     c.stop_broker(2, signal.SIGKILL)  # the follower dies: the ISR shrinks to [1]
@@ -53,16 +62,22 @@ def test_unclean_election_loss_is_in_the_ledger_and_replayed_once(
     assert not err and len(acked2) == 200  # min ISR 1: the leader alone commits them
     # Its HW checkpoint must show them committed, so the ledger can say so.
     cp = Path(c.broker(1).log_dir) / "replication-offset-checkpoint"
-    wait_for(lambda: read_checkpoint(cp).get((topic_name, 0), 0) >= 500, 20,
-             "the leader's HW checkpoint to cover the records")
+    wait_for(
+        lambda: read_checkpoint(cp).get((topic_name, 0), 0) >= 500,
+        20,
+        "the leader's HW checkpoint to cover the records",
+    )
     c.stop_broker(1, signal.SIGKILL)
     c.start_broker(2)  # the out-of-sync replica is elected (unclean, REQ-R10)
     wait_for(lambda: _state(c, topic_name)[0] == 2, 30, "the unclean election of broker 2")
     new_epoch = _state(c, topic_name)[1]
     assert new_epoch > old_epoch
     c.start_broker(1)  # returns, truncates to the new leader (REQ-R19, R20)
-    wait_for(lambda: sorted(_state(c, topic_name)[2]) == [1, 2], 30,
-             "the old leader to rejoin as a follower")
+    wait_for(
+        lambda: sorted(_state(c, topic_name)[2]) == [1, 2],
+        30,
+        "the old leader to rejoin as a follower",
+    )
 
     have = {v for _, v in consume_all(c.bootstrap_servers, topic_name, [0])[0]}
     assert not any(v in have for v in lost_values)  # Kafka's loss, reproduced
@@ -94,16 +109,29 @@ def test_unclean_election_loss_is_in_the_ledger_and_replayed_once(
     import pyarrow.parquet as papq
 
     assert papq.read_table(pq).column("value").to_pylist() == lost_values
-    assert odradek(["lost-records", "replay", *cdir, "--bootstrap-server",
-                    c.bootstrap_servers, "--dry-run"]) == 0
+    assert (
+        odradek(
+            [
+                "lost-records",
+                "replay",
+                *cdir,
+                "--bootstrap-server",
+                c.bootstrap_servers,
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     assert "dry run: 200 record(s)" in capsys.readouterr().out
     assert list_entries(ledger_root(c.broker(1).log_dir))[0].replayed is None
-    assert odradek(["lost-records", "replay", *cdir, "--bootstrap-server",
-                    c.bootstrap_servers]) == 0
+    assert (
+        odradek(["lost-records", "replay", *cdir, "--bootstrap-server", c.bootstrap_servers]) == 0
+    )
     assert "replayed 200 record(s)" in capsys.readouterr().out
     assert list_entries(ledger_root(c.broker(1).log_dir))[0].replayed is not None
-    assert odradek(["lost-records", "replay", *cdir, "--bootstrap-server",
-                    c.bootstrap_servers]) == 0
+    assert (
+        odradek(["lost-records", "replay", *cdir, "--bootstrap-server", c.bootstrap_servers]) == 0
+    )
     assert "replayed 0 record(s)" in capsys.readouterr().out
 
     read = consume_all(c.bootstrap_servers, topic_name, [0])[0]

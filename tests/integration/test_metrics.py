@@ -11,11 +11,10 @@ import urllib.error
 import urllib.request
 
 import pytest
+from replication_util import create_topic, produce, wait_for
 
 from odradek.cluster.local import LocalCluster
 from odradek.metrics.scrape import Samples, scrape
-
-from replication_util import create_topic, produce, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -74,8 +73,9 @@ def _try_total(c: LocalCluster, name: str, skip: int | None = None) -> float | N
 
 
 def test_metrics_follow_produce_kill_and_restart(make_cluster, topic_name) -> None:
-    c = make_cluster(3, zk_session_timeout_ms=4000,
-                     broker_config={"replica.lag.time.max.ms": "4000"})
+    c = make_cluster(
+        3, zk_session_timeout_ms=4000, broker_config={"replica.lag.time.max.ms": "4000"}
+    )
     boot = c.bootstrap_servers
     create_topic(boot, topic_name, 3, 3)
     lonely = topic_name + "-rf1"  # one replica, on the broker that will be killed
@@ -92,70 +92,97 @@ def test_metrics_follow_produce_kill_and_restart(make_cluster, topic_name) -> No
     # Bytes in: what the leaders appended, i.e. their log sizes for this new topic.
     leaders_log_bytes = 0.0
     for samples in s.values():
-        for (topic, part), led in samples.by("kafka_cluster_partition_replicascount",
-                                             "topic", "partition").items():
+        for (topic, part), _led in samples.by(
+            "kafka_cluster_partition_replicascount", "topic", "partition"
+        ).items():
             if topic == topic_name:
-                leaders_log_bytes += samples.get("kafka_log_log_size", partition=part,
-                                                 topic=topic) or 0
+                leaders_log_bytes += (
+                    samples.get("kafka_log_log_size", partition=part, topic=topic) or 0
+                )
     bytes_in = _total(s, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic_name)
     assert bytes_in == leaders_log_bytes > sum(len(v) for v in values)
-    assert _total(s, "kafka_server_brokertopicmetrics_messagesin_total",
-                  topic=topic_name) == len(values)
+    assert _total(s, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic_name) == len(
+        values
+    )
     assert _total(s, "kafka_server_brokertopicmetrics_bytesin_total") >= bytes_in
-    produces = sum(v for s_ in s.values() for labels, v in
-                   s_.series("kafka_network_requestmetrics_requests_total").items()
-                   if ("request", "Produce") in labels)
+    produces = sum(
+        v
+        for s_ in s.values()
+        for labels, v in s_.series("kafka_network_requestmetrics_requests_total").items()
+        if ("request", "Produce") in labels
+    )
     assert produces >= 3
-    assert _total(s, "kafka_network_requestmetrics_totaltimems_count",
-                  request="Produce") == produces
+    assert (
+        _total(s, "kafka_network_requestmetrics_totaltimems_count", request="Produce") == produces
+    )
     # Queue time starts at the frame's arrival (stamped by the connection), so it is
     # never exactly 0; total time covers queue + local + remote.
-    queue_ms = _total(s, "kafka_network_requestmetrics_requestqueuetimems_sum",
-                      request="Produce")
+    queue_ms = _total(s, "kafka_network_requestmetrics_requestqueuetimems_sum", request="Produce")
     assert queue_ms > 0
-    assert _total(s, "kafka_network_requestmetrics_totaltimems_sum",
-                  request="Produce") >= queue_ms
+    assert _total(s, "kafka_network_requestmetrics_totaltimems_sum", request="Produce") >= queue_ms
     assert _total(s, "kafka_controller_kafkacontroller_activecontrollercount") == 1
     assert _total(s, "kafka_server_replicamanager_underreplicatedpartitions") == 0
     assert _total(s, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
     assert _total(s, "kafka_server_replicamanager_partitioncount") >= 3 * 3 + 1
     for samples in s.values():
-        assert samples.get("kafka_server_sessionexpirelistener_sessionstate",
-                           state="CONNECTED") == 1
+        assert (
+            samples.get("kafka_server_sessionexpirelistener_sessionstate", state="CONNECTED") == 1
+        )
         # The connection layer's counts: every broker leads a partition of the RF-3
         # topic, so the two followers' fetchers are connected to it.
-        open_now = samples.get("kafka_server_socket_server_metrics_connection_count",
-                               listener="PLAINTEXT")
-        created = samples.get("kafka_server_socket_server_metrics_connection_creation_total",
-                              listener="PLAINTEXT")
-        closed = samples.get("kafka_server_socket_server_metrics_connection_close_total",
-                             listener="PLAINTEXT")
+        open_now = samples.get(
+            "kafka_server_socket_server_metrics_connection_count", listener="PLAINTEXT"
+        )
+        created = samples.get(
+            "kafka_server_socket_server_metrics_connection_creation_total", listener="PLAINTEXT"
+        )
+        closed = samples.get(
+            "kafka_server_socket_server_metrics_connection_close_total", listener="PLAINTEXT"
+        )
         assert open_now is not None and created is not None and closed is not None
         assert open_now >= 2 and created == open_now + closed
     expands_before = _total(s, "kafka_server_replicamanager_isrexpands_total")
-    closes_before = _total({b: v for b, v in s.items() if b != KILLED},
-                           "kafka_server_socket_server_metrics_connection_close_total",
-                           listener="PLAINTEXT")
+    closes_before = _total(
+        {b: v for b, v in s.items() if b != KILLED},
+        "kafka_server_socket_server_metrics_connection_close_total",
+        listener="PLAINTEXT",
+    )
 
     c.stop_broker(KILLED, signal.SIGKILL)
     # Every partition of the RF-3 topic loses broker 3 from its ISR (the controller
     # removes it once its session expires) and is under-replicated on its leader; the
     # RF-1 topic's partition has no leader left: offline, counted by the controller.
-    wait_for(lambda: _try_total(c, "kafka_server_replicamanager_underreplicatedpartitions",
-                                KILLED) == 3, 60, "3 under-replicated partitions")
-    wait_for(lambda: _try_total(c, "kafka_controller_kafkacontroller_offlinepartitionscount",
-                                KILLED) == 1, 60, "1 offline partition")
+    wait_for(
+        lambda: _try_total(c, "kafka_server_replicamanager_underreplicatedpartitions", KILLED) == 3,
+        60,
+        "3 under-replicated partitions",
+    )
+    wait_for(
+        lambda: (
+            _try_total(c, "kafka_controller_kafkacontroller_offlinepartitionscount", KILLED) == 1
+        ),
+        60,
+        "1 offline partition",
+    )
     s = _scrape_all(c, KILLED)
     assert _total(s, "kafka_controller_kafkacontroller_activecontrollercount") == 1
     # The killed broker's fetcher connections to the other leaders were closed.
-    assert _total(s, "kafka_server_socket_server_metrics_connection_close_total",
-                  listener="PLAINTEXT") >= closes_before + 2
+    assert (
+        _total(s, "kafka_server_socket_server_metrics_connection_close_total", listener="PLAINTEXT")
+        >= closes_before + 2
+    )
 
     c.start_broker(KILLED)
-    wait_for(lambda: _try_total(c, "kafka_server_replicamanager_underreplicatedpartitions")
-             == 0, 60, "no under-replicated partition after the restart")
-    wait_for(lambda: _try_total(c, "kafka_controller_kafkacontroller_offlinepartitionscount")
-             == 0, 60, "no offline partition after the restart")
+    wait_for(
+        lambda: _try_total(c, "kafka_server_replicamanager_underreplicatedpartitions") == 0,
+        60,
+        "no under-replicated partition after the restart",
+    )
+    wait_for(
+        lambda: _try_total(c, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0,
+        60,
+        "no offline partition after the restart",
+    )
     # The leaders took broker 3 back into their ISRs: one expansion per partition.
     s = _scrape_all(c)
     assert _total(s, "kafka_server_replicamanager_isrexpands_total") >= expands_before + 3
@@ -183,8 +210,9 @@ def test_metrics_listener_bounds_hostile_input(cluster: LocalCluster) -> None:
     assert _raw(host, port, b"garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
     assert _raw(host, port, b"POST /metrics HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405")
     assert _raw(host, port, b"GET /nope HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 404")
-    assert _raw(host, port, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000) \
-        .startswith(b"HTTP/1.1 431")
+    assert _raw(host, port, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000).startswith(
+        b"HTTP/1.1 431"
+    )
     # Connections that never finish their request: more than the bound are refused
     # at once, and each is cut off after the head timeout; scrapes keep working.
     idle = [socket.create_connection((host, port), timeout=60) for _ in range(40)]
@@ -204,8 +232,9 @@ def test_metrics_listener_bounds_hostile_input(cluster: LocalCluster) -> None:
     assert e.value.code == 404
 
 
-def test_scrapes_at_once_and_abandoned_scrapes_all_answer(cluster: LocalCluster,
-                                                           topic_name: str) -> None:
+def test_scrapes_at_once_and_abandoned_scrapes_all_answer(
+    cluster: LocalCluster, topic_name: str
+) -> None:
     """A scrape renders off the event loop (copied in slices, formatted in a thread);
     scrapes that arrive together share one rendering. Each still gets the whole text,
     and a scraper that hangs up mid-rendering leaves the listener serving."""
@@ -227,8 +256,13 @@ def test_scrapes_at_once_and_abandoned_scrapes_all_answer(cluster: LocalCluster,
     with concurrent.futures.ThreadPoolExecutor(12) as pool:
         bodies = list(pool.map(lambda _: one(), range(24)))
     for body in bodies:
-        series = len(re.findall(rb'^kafka_log_log_size\{partition="\d+",topic="'
-                                + topic_name.encode() + rb'"\} ', body, re.M))
+        series = len(
+            re.findall(
+                rb'^kafka_log_log_size\{partition="\d+",topic="' + topic_name.encode() + rb'"\} ',
+                body,
+                re.M,
+            )
+        )
         assert series == 600, series
         assert b"process_cpu_seconds_total" in body  # the process collectors too
     head = _raw(host, port, b"HEAD /metrics HTTP/1.1\r\n\r\n")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip("pyarrow", reason="histories are Parquet (pip install .[spark])")
-from odradek.chaos.nemesis import NemesisCase, schedule  # noqa: E402
+from odradek.chaos.nemesis import NemesisCase, schedule
 
 pytestmark = pytest.mark.integration
 

@@ -17,14 +17,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from replication_util import consume_all, create_topic, partition_meta, produce, wait_for
 
 from odradek.cluster import netns
 from odradek.cluster.local import LocalCluster
 from odradek.zk.server import four_letter_word
-from replication_util import consume_all, create_topic, partition_meta, produce, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -57,8 +56,11 @@ def _leftovers(block: int) -> list[str]:
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     names = [ln.split()[0] for ln in ns.splitlines() if ln.strip()]
     names += [ln.split(":")[1].strip().split("@")[0] for ln in links.splitlines() if ":" in ln]
-    return [n for n in names if n.startswith(f"odx{block}-") or n.startswith(f"odx{block}v")
-            or n == f"odx{block}br"]
+    return [
+        n
+        for n in names
+        if n.startswith(f"odx{block}-") or n.startswith(f"odx{block}v") or n == f"odx{block}br"
+    ]
 
 
 @pytest.mark.timeout(300)
@@ -74,8 +76,9 @@ def test_netns_hosts_survive_broker_and_zookeeper_leader_kill(tmp_path: Path) ->
         assert block is not None
         # Every node really is in its own namespace, on its subnet address.
         for b in c.brokers:
-            ns = subprocess.run(["ip", "netns", "identify", str(b.pid)],
-                                capture_output=True, text=True).stdout.strip()
+            ns = subprocess.run(
+                ["ip", "netns", "identify", str(b.pid)], capture_output=True, text=True
+            ).stdout.strip()
             assert ns == netns.namespace_name(block, f"b{b.id}")
             assert b.host == f"10.209.{block}.{1 + b.id}"
         topic = "netns-acks-all"
@@ -86,13 +89,30 @@ def test_netns_hosts_survive_broker_and_zookeeper_leader_kill(tmp_path: Path) ->
         # a consumer that compared against the file before that stopped short.
         produced = tmp_path / "produced"
         common = ["--bootstrap", c.bootstrap_servers, "--topic", topic]
-        for host, args in (("c1", ["produce", "--out", str(acked), "--stop", str(stop)]),
-                           ("c2", ["consume", "--out", str(consumed), "--expect-file", str(acked),
-                                   "--stop", str(produced)])):
-            log = open(tmp_path / f"{host}.log", "wb")
-            clients.append(subprocess.Popen(
-                [*c.exec_prefix(host), sys.executable, str(CLIENTS), *args, *common],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        for host, args in (
+            ("c1", ["produce", "--out", str(acked), "--stop", str(stop)]),
+            (
+                "c2",
+                [
+                    "consume",
+                    "--out",
+                    str(consumed),
+                    "--expect-file",
+                    str(acked),
+                    "--stop",
+                    str(produced),
+                ],
+            ),
+        ):
+            log = open(tmp_path / f"{host}.log", "wb")  # noqa: SIM115 - the child process owns the file
+            clients.append(
+                subprocess.Popen(
+                    [*c.exec_prefix(host), sys.executable, str(CLIENTS), *args, *common],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         wait_for(lambda: len(_lines(acked)) >= 300, 60, "the producer on c1 to get 300 acks")
 
         c.stop_broker(2, signal.SIGKILL)
@@ -102,8 +122,9 @@ def test_netns_hosts_survive_broker_and_zookeeper_leader_kill(tmp_path: Path) ->
         leader = wait_for(lambda: _zk_leader(c), 30, "a ZooKeeper ensemble leader")
         c.stop_zookeeper(leader, signal.SIGKILL)
         mark = len(_lines(acked))
-        wait_for(lambda: len(_lines(acked)) >= mark + 300, 90,
-                 "acks after the ZooKeeper leader SIGKILL")
+        wait_for(
+            lambda: len(_lines(acked)) >= mark + 300, 90, "acks after the ZooKeeper leader SIGKILL"
+        )
         new_leader = wait_for(lambda: _zk_leader(c), 30, "a new ZooKeeper leader")
         assert new_leader != leader
 
@@ -118,8 +139,11 @@ def test_netns_hosts_survive_broker_and_zookeeper_leader_kill(tmp_path: Path) ->
         missing = want - set(_lines(consumed))
         assert not missing, f"the consumer group on c2 missed {len(missing)} acked records"
         # And the log itself holds each acknowledged record exactly once (idempotence).
-        logged = [v.decode() for recs in consume_all(c.bootstrap_servers, topic, [0, 1, 2], 60).values()
-                  for _, v in recs]
+        logged = [
+            v.decode()
+            for recs in consume_all(c.bootstrap_servers, topic, [0, 1, 2], 60).values()
+            for _, v in recs
+        ]
         assert want <= set(logged)
         assert len(logged) == len(set(logged))
     finally:
@@ -134,9 +158,10 @@ def test_netns_hosts_survive_broker_and_zookeeper_leader_kill(tmp_path: Path) ->
 
 def _reaches(c: LocalCluster, src: str, address: str, port: int) -> bool:
     """Can host ``src`` open a TCP connection to ``address:port``? (run inside its namespace)"""
-    probe = (f"import socket; socket.create_connection(({address!r}, {port}), timeout=1.5).close()")
-    r = subprocess.run([*c.exec_prefix(src), sys.executable, "-c", probe],
-                       capture_output=True, timeout=30)
+    probe = f"import socket; socket.create_connection(({address!r}, {port}), timeout=1.5).close()"
+    r = subprocess.run(
+        [*c.exec_prefix(src), sys.executable, "-c", probe], capture_output=True, timeout=30
+    )
     return r.returncode == 0
 
 
@@ -170,8 +195,9 @@ def test_down_removes_namespaces_after_a_crashed_manager(tmp_path: Path) -> None
         kind = hosts.shape("b1", delay_ms=50, rate_kbit=2000)  # netem if present, else htb
         try:
             dev = netns.veth_names(block, "b1")[0]
-            shown = subprocess.run(["tc", "qdisc", "show", "dev", dev], capture_output=True,
-                                   text=True).stdout
+            shown = subprocess.run(
+                ["tc", "qdisc", "show", "dev", dev], capture_output=True, text=True
+            ).stdout
             assert kind in shown
             assert _reaches(c, "c1", b1.host, b1.port)
         finally:
@@ -202,25 +228,39 @@ def test_a_broker_added_on_its_own_host_takes_a_reassigned_partition(tmp_path: P
         assert not errors and len(acked) == len(values)
         b4 = c.add_broker()
         assert (b4.id, b4.host) == (4, f"10.209.{block}.5")
-        ns = subprocess.run(["ip", "netns", "identify", str(b4.pid)],
-                            capture_output=True, text=True).stdout.strip()
+        ns = subprocess.run(
+            ["ip", "netns", "identify", str(b4.pid)], capture_output=True, text=True
+        ).stdout.strip()
         assert ns == netns.namespace_name(block, "b4")
         plan = tmp_path / "plan.json"
-        plan.write_text(json.dumps({"version": 1, "partitions": [
-            {"topic": topic, "partition": 0, "replicas": [4, 2]}]}))
-        odradek = [sys.executable, "-m", "odradek", "reassign-partitions",
-                   "--bootstrap-server", c.bootstrap_servers, "--reassignment-json-file",
-                   str(plan)]
+        plan.write_text(
+            json.dumps(
+                {"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [4, 2]}]}
+            )
+        )
+        odradek = [
+            sys.executable,
+            "-m",
+            "odradek",
+            "reassign-partitions",
+            "--bootstrap-server",
+            c.bootstrap_servers,
+            "--reassignment-json-file",
+            str(plan),
+        ]
         out = subprocess.run([*odradek, "--execute"], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
 
         def completed() -> bool:
-            v = subprocess.run([*odradek, "--verify"], capture_output=True, text=True,
-                               timeout=60)
+            v = subprocess.run([*odradek, "--verify"], capture_output=True, text=True, timeout=60)
             return f"Reassignment of partition {topic}-0 is completed." in v.stdout
+
         wait_for(completed, 90, "--verify to report the move completed")
-        wait_for(lambda: partition_meta(c.bootstrap_servers, topic)[0].replicas == [4, 2], 30,
-                 "metadata to show replicas [4, 2]")
+        wait_for(
+            lambda: partition_meta(c.bootstrap_servers, topic)[0].replicas == [4, 2],
+            30,
+            "metadata to show replicas [4, 2]",
+        )
         got = consume_all(c.bootstrap_servers, topic, [0, 1], 60)
         read = [v for recs in got.values() for _, v in recs]
         assert sorted(read) == sorted(values)

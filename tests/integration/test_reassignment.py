@@ -23,11 +23,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from replication_util import consume_all, create_topic, partition_meta, wait_for
 
 from odradek.cluster.local import LocalCluster
 from odradek.zk import znodes
-
-from replication_util import consume_all, create_topic, partition_meta, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -35,8 +34,9 @@ BASE = {"zookeeper.session.timeout.ms": "6000", "auto.leader.rebalance.enable": 
 
 
 def odradek(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "odradek", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "odradek", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,9 +54,15 @@ class LoadProducer(threading.Thread):
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         super().__init__(daemon=True)
-        self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                           "enable.idempotence": True, "linger.ms": 5,
-                           "message.timeout.ms": 120000})
+        self.p = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 120000,
+            }
+        )
         self.topic = topic
         self.stop = threading.Event()
         self.acked: set[bytes] = set()
@@ -98,22 +104,47 @@ def test_reassign_onto_new_broker_under_load(four: LocalCluster, tmp_path: Path)
         assert b4.id == 4
         meta = partition_meta(four.bootstrap_servers, topic)
         target = {p: [4] + [r for r in m.replicas if r != m.leader] for p, m in meta.items()}
-        plan = _write_json(tmp_path / "plan.json", {"version": 1, "partitions": [
-            {"topic": topic, "partition": p, "replicas": r} for p, r in target.items()]})
-        out = odradek("reassign-partitions", "--bootstrap-server", four.bootstrap_servers,
-                      "--execute", "--reassignment-json-file", str(plan))
+        plan = _write_json(
+            tmp_path / "plan.json",
+            {
+                "version": 1,
+                "partitions": [
+                    {"topic": topic, "partition": p, "replicas": r} for p, r in target.items()
+                ],
+            },
+        )
+        out = odradek(
+            "reassign-partitions",
+            "--bootstrap-server",
+            four.bootstrap_servers,
+            "--execute",
+            "--reassignment-json-file",
+            str(plan),
+        )
         assert out.returncode == 0, out.stderr
-        assert "Successfully started partition reassignments for " + ",".join(
-            f"{topic}-{p}" for p in sorted(target)) in out.stdout
-        assert "Save this to use as the --reassignment-json-file option during rollback" \
+        assert (
+            "Successfully started partition reassignments for "
+            + ",".join(f"{topic}-{p}" for p in sorted(target))
             in out.stdout
+        )
+        assert (
+            "Save this to use as the --reassignment-json-file option during rollback" in out.stdout
+        )
 
         def verified() -> bool:
-            v = odradek("reassign-partitions", "--bootstrap-server", four.bootstrap_servers,
-                        "--verify", "--reassignment-json-file", str(plan))
+            v = odradek(
+                "reassign-partitions",
+                "--bootstrap-server",
+                four.bootstrap_servers,
+                "--verify",
+                "--reassignment-json-file",
+                str(plan),
+            )
             assert v.returncode == 0, v.stderr
-            return all(f"Reassignment of partition {topic}-{p} is completed." in v.stdout
-                       for p in target)
+            return all(
+                f"Reassignment of partition {topic}-{p} is completed." in v.stdout for p in target
+            )
+
         wait_for(verified, 120, "--verify to report every partition completed", interval=1)
     finally:
         load.stop.set()
@@ -124,19 +155,26 @@ def test_reassign_onto_new_broker_under_load(four: LocalCluster, tmp_path: Path)
     # --verify asked one broker; the others apply the same znodes a moment later.
     def settled() -> dict[int, Any] | None:
         meta = partition_meta(four.bootstrap_servers, topic)
-        ok = all(list(m.replicas) == target[p] and m.leader in target[p]
-                 and sorted(m.isrs) == sorted(target[p]) for p, m in meta.items())
+        ok = all(
+            list(m.replicas) == target[p]
+            and m.leader in target[p]
+            and sorted(m.isrs) == sorted(target[p])
+            for p, m in meta.items()
+        )
         return meta if ok else None
+
     meta = wait_for(settled, 30, "every broker's metadata to show the new replicas")
-    listed = odradek("reassign-partitions", "--bootstrap-server", four.bootstrap_servers,
-                     "--list")
+    listed = odradek("reassign-partitions", "--bootstrap-server", four.bootstrap_servers, "--list")
     assert listed.stdout.strip() == "No partition reassignments found."
     # The dropped replicas stop and their logs are deleted; the new broker has them all.
-    for p, m in meta.items():
+    for p, _m in meta.items():
         for b in (1, 2, 3, 4):
             d = Path(four.broker(b).log_dir) / f"{topic}-{p}"
-            wait_for(lambda d=d, b=b: d.exists() == (b in target[p]), 30,
-                     f"{d} to {'exist' if b in target[p] else 'be deleted'}")
+            wait_for(
+                lambda d=d, b=b: d.exists() == (b in target[p]),  # noqa: B023 - called only within this iteration
+                30,
+                f"{d} to {'exist' if b in target[p] else 'be deleted'}",
+            )
     got = consume_all(four.bootstrap_servers, topic, sorted(meta), timeout=120)
     values = [v for recs in got.values() for _, v in recs]
     assert len(values) == len(set(values)), "duplicates"
@@ -173,8 +211,7 @@ def test_throttled_move_is_limited_then_cancelled(four: LocalCluster, tmp_path: 
     topic = "throttled"
     create_topic(four.bootstrap_servers, topic, 1, 2, assignment=[[1, 2]])
     values = [b"%06d" % i + b"x" * 1018 for i in range(4000)]  # ~4 MB
-    p = Producer({"bootstrap.servers": four.bootstrap_servers, "acks": "all",
-                  "linger.ms": 20})
+    p = Producer({"bootstrap.servers": four.bootstrap_servers, "acks": "all", "linger.ms": 20})
     for v in values:
         while True:
             try:
@@ -189,27 +226,47 @@ def test_throttled_move_is_limited_then_cancelled(four: LocalCluster, tmp_path: 
     # each acks=all write to it completes only after broker 3's next fetch from broker 1,
     # which would carry the throttled partition too if the quota let it.
     probe = f"{topic}-probe"
-    create_topic(four.bootstrap_servers, probe, config={"min.insync.replicas": "2"},
-                 assignment=[[1, 3]], wait_leaders=True)
-    plan = _write_json(tmp_path / "plan.json", {"version": 1, "partitions": [
-        {"topic": topic, "partition": 0, "replicas": [3, 2], "log_dirs": ["any", "any"]}]})
-    out = odradek("reassign-partitions", "--bootstrap-server", "127.0.0.1:1," +
-                  four.broker(1).address, "--execute", "--throttle", "2000",
-                  "--reassignment-json-file", str(plan))
+    create_topic(
+        four.bootstrap_servers,
+        probe,
+        config={"min.insync.replicas": "2"},
+        assignment=[[1, 3]],
+        wait_leaders=True,
+    )
+    plan = _write_json(
+        tmp_path / "plan.json",
+        {
+            "version": 1,
+            "partitions": [
+                {"topic": topic, "partition": 0, "replicas": [3, 2], "log_dirs": ["any", "any"]}
+            ],
+        },
+    )
+    out = odradek(
+        "reassign-partitions",
+        "--bootstrap-server",
+        "127.0.0.1:1," + four.broker(1).address,
+        "--execute",
+        "--throttle",
+        "2000",
+        "--reassignment-json-file",
+        str(plan),
+    )
     assert out.returncode == 0, out.stderr
     assert "The inter-broker throttle limit was set to 2000 B/s" in out.stdout
-    listed = odradek("reassign-partitions", "--bootstrap-server", four.broker(1).address,
-                     "--list")
+    listed = odradek("reassign-partitions", "--bootstrap-server", four.broker(1).address, "--list")
     assert f"{topic}-0: replicas: 3,2,1. adding: 3. removing: 1." in listed.stdout, listed
     ta = znodes.decode_topic(topic, four.zk_client().get(znodes.topic_path(topic))[0])
     assert ta.partitions[0] == [3, 2, 1]
     assert ta.adding_replicas == {0: [3]} and ta.removing_replicas == {0: [1]}
     assert _describe_config(four, ResourceType.TOPIC, topic, four.broker(1).address) == {
         "leader.replication.throttled.replicas": "0:1,0:2",
-        "follower.replication.throttled.replicas": "0:3"}
+        "follower.replication.throttled.replicas": "0:3",
+    }
     assert _describe_config(four, ResourceType.BROKER, "3", four.broker(3).address) == {
         "leader.replication.throttled.rate": "2000",
-        "follower.replication.throttled.rate": "2000"}
+        "follower.replication.throttled.rate": "2000",
+    }
     # The catch-up starts (one fetch of at most replica.fetch.max.bytes, 1 MiB), then
     # the quota holds it: over at least 4 s and ten more fetch rounds of broker 3 from
     # broker 1 (acks=all writes to the probe, each waiting for the next round) the new
@@ -223,33 +280,58 @@ def test_throttled_move_is_limited_then_cancelled(four: LocalCluster, tmp_path: 
     delivered: list[Any] = []  # each write's error (None: acknowledged)
     start = time.monotonic()
     while len(delivered) < 10 or time.monotonic() - start < 4:
-        pp.produce(probe, value=b"round %d" % len(delivered),
-                   on_delivery=lambda err, _msg: delivered.append(err))
+        pp.produce(
+            probe,
+            value=b"round %d" % len(delivered),
+            on_delivery=lambda err, _msg: delivered.append(err),
+        )
         assert pp.flush(30) == 0 and delivered[-1] is None, delivered[-1]
     copied = _log_bytes(four, 3, topic, 0)
     assert copied <= 2 * 1048576 + 65536, (t0, copied, full)
     assert copied < full
-    v = odradek("reassign-partitions", "--bootstrap-server", four.broker(1).address,
-                "--verify", "--reassignment-json-file", str(plan))
+    v = odradek(
+        "reassign-partitions",
+        "--bootstrap-server",
+        four.broker(1).address,
+        "--verify",
+        "--reassignment-json-file",
+        str(plan),
+    )
     assert f"Reassignment of partition {topic}-0 is still in progress." in v.stdout
     assert "Clearing" not in v.stdout  # throttles stay until the move is done
-    c = odradek("reassign-partitions", "--bootstrap-server", four.broker(1).address,
-                "--cancel", "--reassignment-json-file", str(plan))
+    c = odradek(
+        "reassign-partitions",
+        "--bootstrap-server",
+        four.broker(1).address,
+        "--cancel",
+        "--reassignment-json-file",
+        str(plan),
+    )
     assert c.returncode == 0, c.stderr
     assert f"Successfully cancelled partition reassignments for: {topic}-0" in c.stdout
     assert "Clearing broker-level throttles on brokers 1,2,3,4" in c.stdout
     # Kafka's ORS is RS minus the adding replicas, in RS's order (target first): the
     # original brokers come back as [2, 1], as they do in Kafka.
-    wait_for(lambda: list(partition_meta(four.bootstrap_servers, topic)[0].replicas) == [2, 1],
-             30, "the original replicas back")
+    wait_for(
+        lambda: list(partition_meta(four.bootstrap_servers, topic)[0].replicas) == [2, 1],
+        30,
+        "the original replicas back",
+    )
     ta = znodes.decode_topic(topic, four.zk_client().get(znodes.topic_path(topic))[0])
     assert ta.partitions[0] == [2, 1] and not ta.adding_replicas and not ta.removing_replicas
     d3 = Path(four.broker(3).log_dir) / f"{topic}-0"
     wait_for(lambda: not d3.exists(), 30, "the cancelled replica's log deleted")
     assert _describe_config(four, ResourceType.TOPIC, topic, four.broker(1).address) == {}
     assert _describe_config(four, ResourceType.BROKER, "3", four.broker(3).address) == {}
-    again = odradek("reassign-partitions", "--bootstrap-server", four.broker(1).address,
-                    "--cancel", "--preserve-throttles", "--reassignment-json-file", str(plan))
+    again = odradek(
+        "reassign-partitions",
+        "--bootstrap-server",
+        four.broker(1).address,
+        "--cancel",
+        "--preserve-throttles",
+        "--reassignment-json-file",
+        str(plan),
+    )
     assert "None of the specified partition reassignments are active." in again.stdout
     got = consume_all(four.bootstrap_servers, topic, [0])
     assert [v for _, v in got[0]] == values
@@ -267,8 +349,7 @@ def test_move_resumes_after_controller_failover(four: LocalCluster, tmp_path: Pa
     topic = "resumed"
     create_topic(four.bootstrap_servers, topic, 1, 2, assignment=[[a, b]])
     values = [b"%06d" % i + b"y" * 1018 for i in range(3000)]
-    p = Producer({"bootstrap.servers": four.bootstrap_servers, "acks": "all",
-                  "linger.ms": 20})
+    p = Producer({"bootstrap.servers": four.bootstrap_servers, "acks": "all", "linger.ms": 20})
     for v in values:
         while True:
             try:
@@ -277,30 +358,61 @@ def test_move_resumes_after_controller_failover(four: LocalCluster, tmp_path: Pa
             except BufferError:
                 p.poll(0.05)
     assert p.flush(60) == 0
-    plan = _write_json(tmp_path / "plan.json", {"version": 1, "partitions": [
-        {"topic": topic, "partition": 0, "replicas": [c, b]}]})
+    plan = _write_json(
+        tmp_path / "plan.json",
+        {"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [c, b]}]},
+    )
     alive = four.broker(a).address
-    out = odradek("reassign-partitions", "--bootstrap-server", alive, "--execute",
-                  "--throttle", "2000", "--reassignment-json-file", str(plan))
+    out = odradek(
+        "reassign-partitions",
+        "--bootstrap-server",
+        alive,
+        "--execute",
+        "--throttle",
+        "2000",
+        "--reassignment-json-file",
+        str(plan),
+    )
     assert out.returncode == 0, out.stderr
     four.stop_broker(ctrl, signal.SIGKILL)
     try:
         wait_for(lambda: four.controller_id() not in (None, ctrl), 60, "a new controller")
-        v = odradek("reassign-partitions", "--bootstrap-server", alive, "--verify",
-                    "--reassignment-json-file", str(plan))
+        v = odradek(
+            "reassign-partitions",
+            "--bootstrap-server",
+            alive,
+            "--verify",
+            "--reassignment-json-file",
+            str(plan),
+        )
         assert f"Reassignment of partition {topic}-0 is still in progress." in v.stdout, v
         # Lift the throttle (the topic's throttled replicas): the new controller, which
         # learnt of the move from the topic znode, completes it.
-        r = odradek("configs", "--bootstrap-server", alive, "--entity-type", "topics",
-                    "--entity-name", topic, "--alter", "--delete-config",
-                    "leader.replication.throttled.replicas,"
-                    "follower.replication.throttled.replicas")
+        r = odradek(
+            "configs",
+            "--bootstrap-server",
+            alive,
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            topic,
+            "--alter",
+            "--delete-config",
+            "leader.replication.throttled.replicas,follower.replication.throttled.replicas",
+        )
         assert r.returncode == 0, r.stderr
 
         def verified() -> bool:
-            v = odradek("reassign-partitions", "--bootstrap-server", alive, "--verify",
-                        "--reassignment-json-file", str(plan))
+            v = odradek(
+                "reassign-partitions",
+                "--bootstrap-server",
+                alive,
+                "--verify",
+                "--reassignment-json-file",
+                str(plan),
+            )
             return f"Reassignment of partition {topic}-0 is completed." in v.stdout
+
         wait_for(verified, 120, "the move completed by the new controller", interval=1)
         assert list(partition_meta(alive, topic)[0].replicas) == [c, b]
         got = consume_all(alive, topic, [0])

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
-
-from odradek.cluster.local import LocalCluster
-from odradek.storage.checkpoint import read_checkpoint
 from rawclient import RawClient, fetch_request
 from replication_util import create_topic, partition_meta, wait_for
 from replication_util import produce as _produce
+
+from odradek.cluster.local import LocalCluster
+from odradek.storage.checkpoint import read_checkpoint
 
 pytestmark = pytest.mark.integration
 
@@ -70,12 +70,19 @@ def _watermarks(bootstrap: str, topic: str, p: int = 0) -> tuple[int, int]:
         c.close()
 
 
-def _first_offsets(bootstrap: str, topic: str, start: int, reset: str, n: int,
-                   timeout: float = 30) -> tuple[list[int], list[str]]:
+def _first_offsets(
+    bootstrap: str, topic: str, start: int, reset: str, n: int, timeout: float = 30
+) -> tuple[list[int], list[str]]:
     """Offsets of the first ``n`` records a consumer positioned at ``start`` gets, and the
     errors it reports (auto.offset.reset decides what OFFSET_OUT_OF_RANGE does)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
-                  "enable.auto.commit": False, "auto.offset.reset": reset})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": reset,
+        }
+    )
     offsets: list[int] = []
     errors: list[str] = []
     try:
@@ -127,13 +134,19 @@ def test_delete_records_replicated_with_real_clients(make_cluster, topic_name) -
 
     def segments_gone(b: int) -> bool:
         bases = _bases(c, b, topic_name)
-        return (bases[0] <= 1000 and (len(bases) == 1 or bases[1] > 1000)
-                and not _deleted_files(c, b, topic_name)
-                and _checkpointed_start(c, b, topic_name) == 1000)
+        return (
+            bases[0] <= 1000
+            and (len(bases) == 1 or bases[1] > 1000)
+            and not _deleted_files(c, b, topic_name)
+            and _checkpointed_start(c, b, topic_name) == 1000
+        )
 
     for b in (1, 2, 3):
-        wait_for(lambda b=b: segments_gone(b), 30,
-                 f"segments below 1000 deleted and the log start checkpointed on broker {b}")
+        wait_for(
+            lambda b=b: segments_gone(b),
+            30,
+            f"segments below 1000 deleted and the log start checkpointed on broker {b}",
+        )
 
     # Consumers positioned below the log start: reset per their policy.
     offs, _ = _first_offsets(bs, topic_name, 5, "earliest", 3)
@@ -148,8 +161,11 @@ def test_delete_records_replicated_with_real_clients(make_cluster, topic_name) -
     th = threading.Thread(target=consume_latest)
     th.start()
     try:
-        wait_for(lambda: not th.is_alive() or _produce_late(bs, topic_name, latest), 40,
-                 "the latest-reset consumer to see new records")
+        wait_for(
+            lambda: not th.is_alive() or _produce_late(bs, topic_name, latest),
+            40,
+            "the latest-reset consumer to see new records",
+        )
     finally:
         th.join(60)
     assert latest["offs"] and latest["offs"][0] >= 2000, latest
@@ -174,10 +190,14 @@ def test_delete_records_replicated_with_real_clients(make_cluster, topic_name) -
     # A restarted replica keeps the log start (checkpoint + deleted files stay deleted).
     c.stop_broker(3)
     c.start_broker(3)
-    wait_for(lambda: sorted(partition_meta(bs, topic_name)[0].isrs) == [1, 2, 3], 60,
-             "broker 3 back in the ISR")
-    wait_for(lambda: _checkpointed_start(c, 3, topic_name) == hw, 30,
-             "broker 3's log start checkpoint")
+    wait_for(
+        lambda: sorted(partition_meta(bs, topic_name)[0].isrs) == [1, 2, 3],
+        60,
+        "broker 3 back in the ISR",
+    )
+    wait_for(
+        lambda: _checkpointed_start(c, 3, topic_name) == hw, 30, "broker 3's log start checkpoint"
+    )
     assert _bases(c, 3, topic_name)[0] <= hw
 
 
@@ -195,19 +215,23 @@ def test_follower_below_leader_log_start_restarts_there(make_cluster, topic_name
     create_topic(bs, topic_name, 1, 3, SMALL_SEGMENTS, assignment=[[1, 2, 3]])
     assert not produce(bs, topic_name, _values(300, "a"))[1]
     c.stop_broker(3)
-    wait_for(lambda: 3 not in partition_meta(bs, topic_name)[0].isrs, 30,
-             "broker 3 to leave the ISR")
+    wait_for(
+        lambda: 3 not in partition_meta(bs, topic_name)[0].isrs, 30, "broker 3 to leave the ISR"
+    )
     assert not produce(bs, topic_name, _values(1000, "b"))[1]
     admin = AdminClient({"bootstrap.servers": bs})
     (fut,) = admin.delete_records([TopicPartition(topic_name, 0, 1200)]).values()
     assert fut.result(60).low_watermark == 1200  # the ISR is {1, 2}
     c.start_broker(3)
-    wait_for(lambda: sorted(partition_meta(bs, topic_name)[0].isrs) == [1, 2, 3], 60,
-             "broker 3 back in the ISR")
-    wait_for(lambda: _bases(c, 3, topic_name)[0] >= 300, 30,
-             "broker 3's old segments replaced")
-    wait_for(lambda: _checkpointed_start(c, 3, topic_name) == 1200, 30,
-             "broker 3's log start checkpoint")
+    wait_for(
+        lambda: sorted(partition_meta(bs, topic_name)[0].isrs) == [1, 2, 3],
+        60,
+        "broker 3 back in the ISR",
+    )
+    wait_for(lambda: _bases(c, 3, topic_name)[0] >= 300, 30, "broker 3's old segments replaced")
+    wait_for(
+        lambda: _checkpointed_start(c, 3, topic_name) == 1200, 30, "broker 3's log start checkpoint"
+    )
 
 
 def test_retention_by_time_and_size_under_load(make_cluster) -> None:
@@ -217,10 +241,12 @@ def test_retention_by_time_and_size_under_load(make_cluster) -> None:
     c = make_cluster(3, broker_config=BROKER_CONFIG)
     bs = c.bootstrap_servers
     by_size, by_time = f"size-{uuid.uuid4().hex[:6]}", f"time-{uuid.uuid4().hex[:6]}"
-    create_topic(bs, by_size, 1, 3, {**SMALL_SEGMENTS, "retention.bytes": "16384"},
-                 assignment=[[1, 2, 3]])
-    create_topic(bs, by_time, 1, 3, {**SMALL_SEGMENTS, "retention.ms": "4000"},
-                 assignment=[[2, 3, 1]])
+    create_topic(
+        bs, by_size, 1, 3, {**SMALL_SEGMENTS, "retention.bytes": "16384"}, assignment=[[1, 2, 3]]
+    )
+    create_topic(
+        bs, by_time, 1, 3, {**SMALL_SEGMENTS, "retention.ms": "4000"}, assignment=[[2, 3, 1]]
+    )
     stop = threading.Event()
     produced: dict[str, int] = {by_size: 0, by_time: 0}
     tail: dict[str, list[int]] = {by_size: [], by_time: []}
@@ -234,8 +260,14 @@ def test_retention_by_time_and_size_under_load(make_cluster) -> None:
                 failures.extend(errs)
 
     def tailer(topic: str) -> None:
-        cons = Consumer({"bootstrap.servers": bs, "group.id": f"tail-{topic}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        cons = Consumer(
+            {
+                "bootstrap.servers": bs,
+                "group.id": f"tail-{topic}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
         cons.assign([TopicPartition(topic, 0, 0)])
         try:
             while not stop.is_set() or len(tail[topic]) < produced[topic]:
@@ -247,15 +279,22 @@ def test_retention_by_time_and_size_under_load(make_cluster) -> None:
             cons.close()
 
     threads = [threading.Thread(target=producer)] + [
-        threading.Thread(target=tailer, args=(t,)) for t in (by_size, by_time)]
+        threading.Thread(target=tailer, args=(t,)) for t in (by_size, by_time)
+    ]
     for th in threads:
         th.start()
     try:
         # Deletions happen while producing and fetching go on.
-        wait_for(lambda: all(_bases(c, b, by_size)[0] > 0 for b in (1, 2, 3)), 60,
-                 "size retention to delete segments on every replica")
-        wait_for(lambda: all(_bases(c, b, by_time)[0] > 0 for b in (1, 2, 3)), 60,
-                 "time retention to delete segments on every replica")
+        wait_for(
+            lambda: all(_bases(c, b, by_size)[0] > 0 for b in (1, 2, 3)),
+            60,
+            "size retention to delete segments on every replica",
+        )
+        wait_for(
+            lambda: all(_bases(c, b, by_time)[0] > 0 for b in (1, 2, 3)),
+            60,
+            "time retention to delete segments on every replica",
+        )
     finally:
         stop.set()
         for th in threads:
@@ -268,12 +307,20 @@ def test_retention_by_time_and_size_under_load(make_cluster) -> None:
     # Size: at most retention.bytes plus one segment (the one that would cross it, and
     # the active one) stays on each replica.
     for b in (1, 2, 3):
-        wait_for(lambda b=b: sum(f.stat().st_size for f in _dir(c, b, by_size).glob("*.log"))
-                 <= 16384 + 2 * 4096, 30, f"broker {b} within retention.bytes")
+        wait_for(
+            lambda b=b: (
+                sum(f.stat().st_size for f in _dir(c, b, by_size).glob("*.log")) <= 16384 + 2 * 4096
+            ),
+            30,
+            f"broker {b} within retention.bytes",
+        )
     # Time: once nothing new arrives for retention.ms, only the active segment remains.
     for b in (1, 2, 3):
-        wait_for(lambda b=b: len(_bases(c, b, by_time)) == 1 and not _deleted_files(c, b, by_time),
-                 30, f"broker {b}: only the active segment of {by_time} left")
+        wait_for(
+            lambda b=b: len(_bases(c, b, by_time)) == 1 and not _deleted_files(c, b, by_time),
+            30,
+            f"broker {b}: only the active segment of {by_time} left",
+        )
     low, high = _watermarks(bs, by_time)
     assert low == _bases(c, 2, by_time)[0] and high == produced[by_time]
     # A consumer left below the new start gets OFFSET_OUT_OF_RANGE and resets.
@@ -298,8 +345,7 @@ def test_delete_records_errors(make_cluster, topic_name) -> None:
     kadmin = KafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=30000)
     try:
         with pytest.raises(NotLeaderForPartitionError):
-            kadmin.delete_records({KTP(topic_name, 0): 5}, timeout_ms=10000,
-                                  partition_leader_id=2)
+            kadmin.delete_records({KTP(topic_name, 0): 5}, timeout_ms=10000, partition_leader_id=2)
         with pytest.raises(PolicyViolationError):
             kadmin.delete_records({KTP(compacted, 0): 0}, timeout_ms=10000)
     finally:

@@ -30,10 +30,12 @@ def spark(chaos_spark: Any) -> Any:
     return chaos_spark
 
 
-def _run(name: str, tmp_path: Path, spark: Any, security: str = "plaintext",
-         hosts: str = "loopback") -> None:
-    (res,) = run_scenarios([name], tmp_path, spark=spark, log=lambda s: None,
-                           security=security, hosts=hosts)
+def _run(
+    name: str, tmp_path: Path, spark: Any, security: str = "plaintext", hosts: str = "loopback"
+) -> None:
+    (res,) = run_scenarios(
+        [name], tmp_path, spark=spark, log=lambda s: None, security=security, hosts=hosts
+    )
     failed = [f"{c.what}: observed {c.observed}" for c in res.checks if not c.ok]
     assert res.error is None, f"{name}: {res.error}"
     assert res.ok, f"{name} ({get(name).expected}) failed:\n" + "\n".join(failed)
@@ -50,7 +52,7 @@ def test_safe_leader_kill_on_a_secured_cluster(tmp_path: Path, spark: Any) -> No
     """The same scenario with TLS + SCRAM listeners and ZooKeeper authentication: the
     faults and the loss checker work unchanged, every client authenticates."""
     _run("safe-leader-kill", tmp_path, spark, security="sasl_ssl")
-    cfg = (tmp_path / "safe-leader-kill" / "cluster" / "broker-1" / "server.properties")
+    cfg = tmp_path / "safe-leader-kill" / "cluster" / "broker-1" / "server.properties"
     assert "SASL_SSL://" in cfg.read_text()
 
 
@@ -61,14 +63,18 @@ def test_scenario(name: str, tmp_path: Path, spark: Any) -> None:
     _run(name, tmp_path, spark)
 
 
-NETNS_CI = ["p2-leader-cut-from-followers", "p4-leader-cut-from-zk-acksall",
-            "p6-leader-isolated-acks1"]
+NETNS_CI = [
+    "p2-leader-cut-from-followers",
+    "p4-leader-cut-from-zk-acksall",
+    "p6-leader-isolated-acks1",
+]
 NETNS_SLOW = ["p4-leader-cut-from-zk-acks1", "p6-leader-isolated-acksall"]
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("name", [*NETNS_CI, *(pytest.param(n, marks=pytest.mark.slow)
-                                               for n in NETNS_SLOW)])
+@pytest.mark.parametrize(
+    "name", [*NETNS_CI, *(pytest.param(n, marks=pytest.mark.slow) for n in NETNS_SLOW)]
+)
 def test_scenario_on_netns_hosts(name: str, tmp_path: Path, spark: Any) -> None:
     """Partition scenarios 2, 4 and 6 with every node in its own network namespace: the
     same expectations hold when the cuts are DROP rules inside the hosts' own stacks

@@ -78,20 +78,35 @@ AUTH_TIMEOUT_S = 3.0
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster.start(tmp_path_factory.mktemp("secure"), 3, security="sasl_ssl",
-                           extra_listeners=("SSL", "SASL_PLAINTEXT"), plain_users=PLAIN_USERS,
-                           broker_config={"offsets.topic.replication.factor": "3",
-                                          "offsets.topic.num.partitions": "6",
-                                          "group.initial.rebalance.delay.ms": "0",
-                                          # short, so the hostile-input tests wait little
-                                          "odradek.authentication.timeout.ms": str(
-                                              int(AUTH_TIMEOUT_S * 1000))})
+    c = LocalCluster.start(
+        tmp_path_factory.mktemp("secure"),
+        3,
+        security="sasl_ssl",
+        extra_listeners=("SSL", "SASL_PLAINTEXT"),
+        plain_users=PLAIN_USERS,
+        broker_config={
+            "offsets.topic.replication.factor": "3",
+            "offsets.topic.num.partitions": "6",
+            "group.initial.rebalance.delay.ms": "0",
+            # short, so the hostile-input tests wait little
+            "odradek.authentication.timeout.ms": str(int(AUTH_TIMEOUT_S * 1000)),
+        },
+    )
     try:
         admin = AdminClient(access(c, "SASL_SSL", "SCRAM-SHA-512").confluent())
         # The mTLS principal may use every topic and group (it is not a super user).
-        bindings = [AclBinding(rt, "*", ResourcePatternType.LITERAL, f"User:{CLIENT_DN}", "*",
-                               AclOperation.ALL, AclPermissionType.ALLOW)
-                    for rt in (ResourceType.TOPIC, ResourceType.GROUP)]
+        bindings = [
+            AclBinding(
+                rt,
+                "*",
+                ResourcePatternType.LITERAL,
+                f"User:{CLIENT_DN}",
+                "*",
+                AclOperation.ALL,
+                AclPermissionType.ALLOW,
+            )
+            for rt in (ResourceType.TOPIC, ResourceType.GROUP)
+        ]
         for f in admin.create_acls(bindings).values():
             f.result(30)
         yield c
@@ -180,30 +195,50 @@ def aiokafka_round_trip(a: Access, topic: str, values: list[bytes]) -> list[byte
         finally:
             await c.stop()
         return got
+
     return asyncio.run(asyncio.wait_for(go(), 150))
 
 
 def kcat_round_trip(a: Access, topic: str, values: list[bytes]) -> list[bytes]:
     lines = [v.hex().encode() for v in values]  # kcat is line oriented
     base = ["kcat", "-b", a.bootstrap, *a.kcat_args()]
-    subprocess.run([*base, "-P", "-t", topic, "-p", "0", "-X", "acks=all"],
-                   input=b"\n".join(lines) + b"\n", check=True, capture_output=True, timeout=60)
-    out = subprocess.run([*base, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
-                          "-c", str(len(values))], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [*base, "-P", "-t", topic, "-p", "0", "-X", "acks=all"],
+        input=b"\n".join(lines) + b"\n",
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    out = subprocess.run(
+        [*base, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e", "-c", str(len(values))],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return [bytes.fromhex(x) for x in out.stdout.decode().split()]
 
 
-CLIENTS = {"confluent": confluent_round_trip, "kafka-python": kafka_python_round_trip,
-           "aiokafka": aiokafka_round_trip, "kcat": kcat_round_trip}
-SETTINGS = [("SSL", None), ("SASL_SSL", "SCRAM-SHA-256"), ("SASL_SSL", "SCRAM-SHA-512"),
-            ("SASL_PLAINTEXT", "PLAIN")]
+CLIENTS = {
+    "confluent": confluent_round_trip,
+    "kafka-python": kafka_python_round_trip,
+    "aiokafka": aiokafka_round_trip,
+    "kcat": kcat_round_trip,
+}
+SETTINGS = [
+    ("SSL", None),
+    ("SASL_SSL", "SCRAM-SHA-256"),
+    ("SASL_SSL", "SCRAM-SHA-512"),
+    ("SASL_PLAINTEXT", "PLAIN"),
+]
 
 
-@pytest.mark.parametrize("protocol,mechanism", SETTINGS,
-                         ids=[f"{p}-{m or 'mtls'}" for p, m in SETTINGS])
+@pytest.mark.parametrize(
+    "protocol,mechanism", SETTINGS, ids=[f"{p}-{m or 'mtls'}" for p, m in SETTINGS]
+)
 @pytest.mark.parametrize("client", sorted(CLIENTS))
-def test_round_trip(secure: LocalCluster, client: str, protocol: str,
-                    mechanism: str | None) -> None:
+def test_round_trip(
+    secure: LocalCluster, client: str, protocol: str, mechanism: str | None
+) -> None:
     if client == "kcat" and shutil.which("kcat") is None:
         pytest.skip("kcat is not installed")
     user = "carol" if mechanism == "PLAIN" else "admin"
@@ -224,29 +259,40 @@ def test_ssl_principal_is_the_certificate_subject(secure: LocalCluster) -> None:
     anonymous = ClientSecurity("SSL", ca_location=a.ca)
     with pytest.raises(ConnectionLost):
         conn = raw_connection(Access("SSL", a.bootstrap, ca=a.ca))
-        conn.request(request_entity(18, 3, client_software_name="t",
-                                    client_software_version="1"))
+        conn.request(request_entity(18, 3, client_software_name="t", client_software_version="1"))
     assert anonymous.tls
     with raw_connection(a) as conn:
-        md = conn.request(request_entity(3, 12, topics=None, allow_auto_topic_creation=False,
-                                         include_topic_authorized_operations=True))
+        md = conn.request(
+            request_entity(
+                3,
+                12,
+                topics=None,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=True,
+            )
+        )
         assert md.brokers and all(int(b.port) == int(port) for b in md.brokers)
 
 
 # =============================================================================== failures
-@pytest.mark.parametrize("user,password", [("admin", "wrong-pw-3f9a"),
-                                           ("mallory", "whatever-7c1e")])
-def test_bad_credentials_are_refused(secure: LocalCluster, user: str, password: str,
-                                     caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    "user,password", [("admin", "wrong-pw-3f9a"), ("mallory", "whatever-7c1e")]
+)
+def test_bad_credentials_are_refused(
+    secure: LocalCluster, user: str, password: str, caplog: pytest.LogCaptureFixture
+) -> None:
     a = access(secure, "SASL_SSL", "SCRAM-SHA-256", user, password)
     # Our own client shows the wire: SASL_AUTHENTICATION_FAILED, then the broker closes.
     host, port = a.bootstrap.split(",")[0].rsplit(":", 1)
     from odradek.client.connection import KafkaConnection
-    conn = KafkaConnection(host, int(port), timeout_s=15,
-                           security=ClientSecurity("SSL", ca_location=a.ca))
+
+    conn = KafkaConnection(
+        host, int(port), timeout_s=15, security=ClientSecurity("SSL", ca_location=a.ca)
+    )
     hs = conn.request(request_entity(17, 1, mechanism="SCRAM-SHA-256"))
     assert int(hs.error_code) == 0
     from odradek.security.sasl_client import SaslClient
+
     sc = SaslClient("SCRAM-SHA-256", user, password)
     first = conn.request(request_entity(36, 2, auth_bytes=sc.next_token()))
     if int(first.error_code) == 0:
@@ -257,14 +303,15 @@ def test_bad_credentials_are_refused(secure: LocalCluster, user: str, password: 
     assert int(final.error_code) == SASL_AUTHENTICATION_FAILED
     assert "invalid credentials with SASL mechanism SCRAM-SHA-256" in final.error_message
     with pytest.raises(ConnectionLost):
-        conn.request(request_entity(18, 3, client_software_name="t",
-                                    client_software_version="1"))
+        conn.request(request_entity(18, 3, client_software_name="t", client_software_version="1"))
     # confluent-kafka reports the authentication failure to the application.
     errors: list[Any] = []
     p = Producer({**a.confluent(), "error_cb": errors.append})
     deadline = time.monotonic() + 30
-    while not any(e.code() == KafkaError._AUTHENTICATION for e in errors) \
-            and time.monotonic() < deadline:
+    while (
+        not any(e.code() == KafkaError._AUTHENTICATION for e in errors)
+        and time.monotonic() < deadline
+    ):
         p.poll(0.2)
     # Gone now, not at the next full garbage collection: the pytest.raises below keeps
     # this frame alive in a cycle, and a producer left running kept retrying its failed
@@ -275,6 +322,7 @@ def test_bad_credentials_are_refused(secure: LocalCluster, user: str, password: 
     # broker is SaslAuthenticationFailedError (code 58) with Kafka's message.
     import kafka.errors
     from kafka.admin import KafkaAdminClient
+
     caplog.set_level(logging.WARNING, logger="kafka")
     with pytest.raises(kafka.errors.KafkaError) as ei:
         KafkaAdminClient(**a.kafka_python(), request_timeout_ms=5000, bootstrap_timeout_ms=5000)
@@ -303,8 +351,9 @@ def test_plaintext_client_on_tls_port_fails_cleanly(secure: LocalCluster) -> Non
     try:
         # confluent-kafka on the wrong protocol: an error, not a hang.
         errors: list[Any] = []
-        p = Producer({"bootstrap.servers": b.address, "error_cb": errors.append,
-                      "socket.timeout.ms": 5000})
+        p = Producer(
+            {"bootstrap.servers": b.address, "error_cb": errors.append, "socket.timeout.ms": 5000}
+        )
         deadline = time.monotonic() + 20
         while not errors and time.monotonic() < deadline:
             p.poll(0.2)
@@ -312,19 +361,23 @@ def test_plaintext_client_on_tls_port_fails_cleanly(secure: LocalCluster) -> Non
         # The broker is alive and serves everyone else.
         topic = _topic(secure, 1)
         values = _values(10, "after-plaintext")
-        assert confluent_round_trip(access(secure, "SASL_SSL", "SCRAM-SHA-512"), topic,
-                                    values) == values
+        assert (
+            confluent_round_trip(access(secure, "SASL_SSL", "SCRAM-SHA-512"), topic, values)
+            == values
+        )
     finally:
         stalled.close()
     assert all(secure.broker_state(x.id) == "running" for x in secure.brokers)
 
 
 # =============================================================================== ACLs
-def _grant(c: LocalCluster, principal: str, rtype: Any, name: str, op: Any,
-           *, remove: bool = False) -> None:
+def _grant(
+    c: LocalCluster, principal: str, rtype: Any, name: str, op: Any, *, remove: bool = False
+) -> None:
     admin = _admin(c)
-    b = AclBinding(rtype, name, ResourcePatternType.LITERAL, principal, "*", op,
-                   AclPermissionType.ALLOW)
+    b = AclBinding(
+        rtype, name, ResourcePatternType.LITERAL, principal, "*", op, AclPermissionType.ALLOW
+    )
     futures = admin.delete_acls([b]) if remove else admin.create_acls([b])
     for f in futures.values():
         f.result(30)
@@ -332,8 +385,14 @@ def _grant(c: LocalCluster, principal: str, rtype: Any, name: str, op: Any,
 
 def _fetch_error(conn: Any, topic: str) -> int:
     from odradek.client.connection import request_header  # noqa: F401 - documents v11
-    body = encode_fetch_request([FetchPartitionRequest(topic, 0, 0, 1 << 20)], max_wait_ms=0,
-                                min_bytes=0, max_bytes=1 << 20, isolation_level=0)
+
+    body = encode_fetch_request(
+        [FetchPartitionRequest(topic, 0, 0, 1 << 20)],
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+    )
     conn.send_body(1, 11, body)
     _, _, frame = conn.receive_frame()
     _, parts = decode_fetch_response(frame)
@@ -347,21 +406,58 @@ def test_alice_acls(secure: LocalCluster, tmp_path: Path) -> None:
     t, u = _topic(secure, 1), _topic(secure, 1)
     group = f"g-{uuid.uuid4().hex[:6]}"
     # kafka-configs and kafka-acls, as a Kafka user would run them.
-    r = odradek("configs", "--bootstrap-server", b0.address, "--command-config", props,
-                "--entity-type", "users", "--entity-name", "alice", "--alter",
-                "--add-config", "SCRAM-SHA-512=[iterations=8192,password=alice-secret]")
+    r = odradek(
+        "configs",
+        "--bootstrap-server",
+        b0.address,
+        "--command-config",
+        props,
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "alice",
+        "--alter",
+        "--add-config",
+        "SCRAM-SHA-512=[iterations=8192,password=alice-secret]",
+    )
     assert r.returncode == 0, r.stderr
     assert "Completed updating config for user alice." in r.stdout
-    r = odradek("configs", "--bootstrap-server", b0.address, "--command-config", props,
-                "--entity-type", "users", "--entity-name", "alice", "--describe")
-    assert "SCRAM credential configs for user-principal 'alice' are " \
-           "SCRAM-SHA-512=iterations=8192" in r.stdout, r.stdout + r.stderr
-    r = odradek("acls", "--bootstrap-server", b0.address, "--command-config", props, "--add",
-                "--allow-principal", "User:alice", "--operation", "Write", "--topic", t)
+    r = odradek(
+        "configs",
+        "--bootstrap-server",
+        b0.address,
+        "--command-config",
+        props,
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "alice",
+        "--describe",
+    )
+    assert (
+        "SCRAM credential configs for user-principal 'alice' are "
+        "SCRAM-SHA-512=iterations=8192" in r.stdout
+    ), r.stdout + r.stderr
+    r = odradek(
+        "acls",
+        "--bootstrap-server",
+        b0.address,
+        "--command-config",
+        props,
+        "--add",
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Write",
+        "--topic",
+        t,
+    )
     assert r.returncode == 0, r.stderr
-    assert (f"Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name={t}, "
-            f"patternType=LITERAL)`: \n \t(principal=User:alice, host=*, operation=WRITE, "
-            f"permissionType=ALLOW) \n") in r.stdout
+    assert (
+        f"Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name={t}, "
+        f"patternType=LITERAL)`: \n \t(principal=User:alice, host=*, operation=WRITE, "
+        f"permissionType=ALLOW) \n"
+    ) in r.stdout
 
     alice = access(secure, "SASL_SSL", "SCRAM-SHA-512", "alice", "alice-secret")
     # Writes to t succeed (WRITE implies DESCRIBE, and her producer may be idempotent:
@@ -383,14 +479,29 @@ def test_alice_acls(secure: LocalCluster, tmp_path: Path) -> None:
     try:
         assert {_fetch_error(cn, t) for cn in conns} == {TOPIC_AUTHORIZATION_FAILED}
         # Grant READ on t and READ on the group: she consumes with the group.
-        r = odradek("acls", "--bootstrap-server", b0.address, "--command-config", props,
-                    "--add", "--allow-principal", "User:alice", "--consumer", "--topic", t,
-                    "--group", group)
+        r = odradek(
+            "acls",
+            "--bootstrap-server",
+            b0.address,
+            "--command-config",
+            props,
+            "--add",
+            "--allow-principal",
+            "User:alice",
+            "--consumer",
+            "--topic",
+            t,
+            "--group",
+            group,
+        )
         assert r.returncode == 0, r.stderr
         # (a broker that does not lead t answers NOT_LEADER_OR_FOLLOWER once authorized:
         # the authorization check comes first, so every broker shows its ACL cache)
-        wait_until(lambda: all(_fetch_error(cn, t) != TOPIC_AUTHORIZATION_FAILED
-                               for cn in conns), "READ granted", 10)
+        wait_until(
+            lambda: all(_fetch_error(cn, t) != TOPIC_AUTHORIZATION_FAILED for cn in conns),
+            "READ granted",
+            10,
+        )
         c = Consumer({**alice.confluent(), "group.id": group, "auto.offset.reset": "earliest"})
         c.subscribe([t])
         got = []
@@ -406,9 +517,21 @@ def test_alice_acls(secure: LocalCluster, tmp_path: Path) -> None:
         # Revoke READ on t: every broker refuses her (the change notification's watch;
         # about a second on an idle machine: the times are printed, not asserted, as a
         # loaded machine may take longer).
-        r = odradek("acls", "--bootstrap-server", b0.address, "--command-config", props,
-                    "--remove", "--force", "--allow-principal", "User:alice", "--operation",
-                    "Read", "--topic", t)
+        r = odradek(
+            "acls",
+            "--bootstrap-server",
+            b0.address,
+            "--command-config",
+            props,
+            "--remove",
+            "--force",
+            "--allow-principal",
+            "User:alice",
+            "--operation",
+            "Read",
+            "--topic",
+            t,
+        )
         assert r.returncode == 0, r.stderr
         t0 = time.monotonic()
         took: dict[int, float] = {}
@@ -422,18 +545,28 @@ def test_alice_acls(secure: LocalCluster, tmp_path: Path) -> None:
         for cn in conns:
             cn.close()
     # The listing is kafka-acls'.
-    r = odradek("acls", "--bootstrap-server", b0.address, "--command-config", props, "--list",
-                "--topic", t)
-    assert (f"Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name={t}, "
-            f"patternType=LITERAL)`: \n") in r.stdout
+    r = odradek(
+        "acls", "--bootstrap-server", b0.address, "--command-config", props, "--list", "--topic", t
+    )
+    assert (
+        f"Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name={t}, "
+        f"patternType=LITERAL)`: \n"
+    ) in r.stdout
     assert "operation=READ" not in r.stdout and "operation=WRITE" in r.stdout
 
 
 def test_acl_apis_need_cluster_alter_and_znodes_are_kafkas(secure: LocalCluster) -> None:
     carol = access(secure, "SASL_PLAINTEXT", "PLAIN", "carol")
     admin = AdminClient(carol.confluent())
-    b = AclBinding(ResourceType.TOPIC, "x", ResourcePatternType.LITERAL, "User:carol", "*",
-                   AclOperation.ALL, AclPermissionType.ALLOW)
+    b = AclBinding(
+        ResourceType.TOPIC,
+        "x",
+        ResourcePatternType.LITERAL,
+        "User:carol",
+        "*",
+        AclOperation.ALL,
+        AclPermissionType.ALLOW,
+    )
     with pytest.raises(Exception) as ei:
         for f in admin.create_acls([b]).values():
             f.result(30)
@@ -441,11 +574,16 @@ def test_acl_apis_need_cluster_alter_and_znodes_are_kafkas(secure: LocalCluster)
     _grant(secure, "User:carol", ResourceType.TOPIC, "pfx-", AclOperation.READ)
     zk = secure.zk_client()
     data, _ = zk.get("/kafka-acl/Topic/pfx-")
-    assert json.loads(data) == {"version": 1, "acls": [
-        {"principal": "User:carol", "permissionType": "Allow", "operation": "Read",
-         "host": "*"}]}
-    assert any(zk.get(f"/kafka-acl-changes/{ch}")[0] == b"Topic:pfx-"
-               for ch in zk.get_children("/kafka-acl-changes"))
+    assert json.loads(data) == {
+        "version": 1,
+        "acls": [
+            {"principal": "User:carol", "permissionType": "Allow", "operation": "Read", "host": "*"}
+        ],
+    }
+    assert any(
+        zk.get(f"/kafka-acl-changes/{ch}")[0] == b"Topic:pfx-"
+        for ch in zk.get_children("/kafka-acl-changes")
+    )
     user = json.loads(zk.get("/config/users/admin")[0])
     assert set(user["config"]) == {"SCRAM-SHA-256", "SCRAM-SHA-512"}
     assert "password" not in json.dumps(user)
@@ -458,16 +596,18 @@ def _frame(api_key: int, version: int, body: bytes = b"", corr: int = 7) -> byte
     return struct.pack(">i", len(payload)) + payload
 
 
-def _tls(c: LocalCluster, listener: str, cert: tuple[str, str] | None = None,
-         ca: str | None = None) -> ssl.SSLSocket:
+def _tls(
+    c: LocalCluster, listener: str, cert: tuple[str, str] | None = None, ca: str | None = None
+) -> ssl.SSLSocket:
     b = c.brokers[0]
     port = b.port + (0 if listener == "SASL_SSL" else EXTRA_LISTENERS[listener])
     ctx = ssl.create_default_context(cafile=ca or ca_file(c))
     ctx.check_hostname = False
     if cert:
         ctx.load_cert_chain(*cert)
-    return ctx.wrap_socket(socket.create_connection((b.host, port), timeout=15),
-                           server_hostname=b.host)
+    return ctx.wrap_socket(
+        socket.create_connection((b.host, port), timeout=15), server_hostname=b.host
+    )
 
 
 def _answer(s: socket.socket) -> tuple[int, bytes]:
@@ -516,8 +656,10 @@ def test_unauthenticated_clients_get_only_the_handshake_apis(secure: LocalCluste
         took, got = _closed_after(s, 10)
         assert got == b"" and took < AUTH_TIMEOUT_S - 1, took  # not the timeout
     # Produce straight away, without even a handshake: closed, nothing written.
-    with socket.create_connection((secure.brokers[0].host, secure.brokers[0].port
-                                   + EXTRA_LISTENERS["SASL_PLAINTEXT"]), timeout=15) as s:
+    with socket.create_connection(
+        (secure.brokers[0].host, secure.brokers[0].port + EXTRA_LISTENERS["SASL_PLAINTEXT"]),
+        timeout=15,
+    ) as s:
         s.sendall(_frame(0, 3, struct.pack(">hii", -1, 1, 1000) + struct.pack(">i", 0)))
         took, got = _closed_after(s, 10)
         assert got == b"" and took < AUTH_TIMEOUT_S - 1, took
@@ -553,8 +695,7 @@ def test_stalled_handshakes_are_closed(secure: LocalCluster) -> None:
     assert "SASL authentication did not complete within 3 s" in log
 
 
-def test_bad_client_certificates_close_the_connection(secure: LocalCluster,
-                                                      tmp_path: Path) -> None:
+def test_bad_client_certificates_close_the_connection(secure: LocalCluster, tmp_path: Path) -> None:
     """ssl.client.auth=required: a certificate from another CA, or none, ends the TLS
     handshake with an alert -- no Kafka byte is answered -- and the broker serves on."""
     other = make_ca(tmp_path, "Not the cluster's CA")
@@ -582,8 +723,11 @@ def test_failed_logins_are_logged_without_the_secret(secure: LocalCluster) -> No
     secret = "plain-secret-b41d"
     a = access(secure, "SASL_PLAINTEXT", "PLAIN", "carol", secret)
     for b in secure.brokers:
-        with pytest.raises(ConnectionLost, match=r"SASL_AUTHENTICATION_FAILED|58|"
-                                                  r"Authentication failed"):
+        with pytest.raises(
+            ConnectionLost,
+            match=r"SASL_AUTHENTICATION_FAILED|58|"
+            r"Authentication failed",
+        ):
             raw_connection(a, f"{b.host}:{b.port + EXTRA_LISTENERS['SASL_PLAINTEXT']}")
     logs = "".join(Path(b.log).read_text(errors="replace") for b in secure.brokers)
     assert "Failed authentication with" in logs
@@ -597,8 +741,9 @@ def test_transactions_cross_the_secured_inter_broker_listener(secure: LocalClust
     broker: a transaction over partitions led by every broker commits and aborts."""
     a = access(secure, "SASL_SSL", "SCRAM-SHA-512")
     topic = _topic(secure, partitions=3)
-    p = Producer({**a.confluent(), "transactional.id": f"sec-tx-{uuid.uuid4().hex[:6]}",
-                  "linger.ms": 5})
+    p = Producer(
+        {**a.confluent(), "transactional.id": f"sec-tx-{uuid.uuid4().hex[:6]}", "linger.ms": 5}
+    )
     p.init_transactions(60)
     for commit, tag in ((True, "c1"), (False, "a"), (True, "c2")):
         p.begin_transaction()
@@ -609,8 +754,15 @@ def test_transactions_cross_the_secured_inter_broker_listener(secure: LocalClust
             p.commit_transaction(60)
         else:
             p.abort_transaction(60)
-    c = Consumer({**a.confluent(), "group.id": "unused", "enable.auto.commit": False,
-                  "isolation.level": "read_committed", "enable.partition.eof": True})
+    c = Consumer(
+        {
+            **a.confluent(),
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
     c.assign([TopicPartition(topic, i, 0) for i in range(3)])
     got: list[bytes] = []
     eof: set[int] = set()
@@ -629,7 +781,8 @@ def test_transactions_cross_the_secured_inter_broker_listener(secure: LocalClust
 
 
 def test_offset_delete_needs_delete_on_the_group_and_read_on_each_topic(
-        secure: LocalCluster) -> None:
+    secure: LocalCluster,
+) -> None:
     """OffsetDelete (KIP-496) under ACLs, as Kafka's KafkaApis: without DELETE on the
     group the whole request is GROUP_AUTHORIZATION_FAILED and nothing goes; with it, a
     topic the principal may not READ is TOPIC_AUTHORIZATION_FAILED per partition and
@@ -647,24 +800,51 @@ def test_offset_delete_needs_delete_on_the_group_and_read_on_each_topic(
     group = f"g-{uuid.uuid4().hex[:6]}"
     su = access(secure, "SASL_SSL", "SCRAM-SHA-512")
     c = Consumer({**su.confluent(), "group.id": group, "enable.auto.commit": False})
-    c.commit(offsets=[TopicPartition(readable, 0, 5), TopicPartition(hidden, 0, 7)],
-             asynchronous=False)
+    c.commit(
+        offsets=[TopicPartition(readable, 0, 5), TopicPartition(hidden, 0, 7)], asynchronous=False
+    )
     c.close()
-    r = odradek("configs", "--bootstrap-server", b0.address, "--command-config", props,
-                "--entity-type", "users", "--entity-name", "dave", "--alter",
-                "--add-config", "SCRAM-SHA-512=[iterations=8192,password=dave-secret]")
+    r = odradek(
+        "configs",
+        "--bootstrap-server",
+        b0.address,
+        "--command-config",
+        props,
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "dave",
+        "--alter",
+        "--add-config",
+        "SCRAM-SHA-512=[iterations=8192,password=dave-secret]",
+    )
     assert r.returncode == 0, r.stderr
 
     def grant(*args: str) -> None:
-        r = odradek("acls", "--bootstrap-server", b0.address, "--command-config", props,
-                    "--add", "--allow-principal", "User:dave", *args)
+        r = odradek(
+            "acls",
+            "--bootstrap-server",
+            b0.address,
+            "--command-config",
+            props,
+            "--add",
+            "--allow-principal",
+            "User:dave",
+            *args,
+        )
         assert r.returncode == 0, r.stderr
 
     grant("--operation", "Read", "--topic", readable)
     dave = access(secure, "SASL_SSL", "SCRAM-SHA-512", "dave", "dave-secret")
-    req = OffsetDeleteRequest(group_id=group, topics=tuple(
-        OffsetDeleteRequestTopic(name=t, partitions=(OffsetDeleteRequestPartition(
-            partition_index=0),)) for t in (readable, hidden)))
+    req = OffsetDeleteRequest(
+        group_id=group,
+        topics=tuple(
+            OffsetDeleteRequestTopic(
+                name=t, partitions=(OffsetDeleteRequestPartition(partition_index=0),)
+            )
+            for t in (readable, hidden)
+        ),
+    )
 
     def ask() -> Any:
         # The coordinator answers; any broker checks the ACLs the same way, so ask each
@@ -683,8 +863,7 @@ def test_offset_delete_needs_delete_on_the_group_and_read_on_each_topic(
     per = {str(t.name): int(t.partitions[0].error_code) for t in resp.topics}
     assert per == {readable: 0, hidden: TOPIC_AUTHORIZATION_FAILED}
     admin = AdminClient(su.confluent())
-    [fut] = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group)]).values()
+    [fut] = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
     left = {tp.topic: tp.offset for tp in fut.result(30).topic_partitions}
     assert left.get(hidden) == 7 and left.get(readable, -1001) == -1001, left
 
@@ -704,8 +883,12 @@ def test_every_file_holding_a_secret_is_private(secure: LocalCluster) -> None:
         data = path.read_bytes()
         if b"PRIVATE KEY" in data or any(s.encode() in data for s in secrets):
             holders[str(path.relative_to(secure.dir))] = path.stat().st_mode & 0o777
-    expected = {"client.properties", "security/zookeeper.auth", "security/ca-key.pem",
-                *(f"broker-{b.id}/server.properties" for b in secure.brokers),
-                *(f"security/broker-{b.id}.pem" for b in secure.brokers)}
+    expected = {
+        "client.properties",
+        "security/zookeeper.auth",
+        "security/ca-key.pem",
+        *(f"broker-{b.id}/server.properties" for b in secure.brokers),
+        *(f"security/broker-{b.id}.pem" for b in secure.brokers),
+    }
     assert expected <= set(holders)  # (besides client certificates of the tests)
     assert {p: oct(m) for p, m in holders.items() if m & 0o077} == {}

@@ -12,12 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from replication_util import consume_all, create_topic, partition_meta, replica_log_bytes, wait_for
+from test_failover import FAST, SteadyProducer, _check_acked_present
 
 from odradek.cluster.local import LocalCluster
 from odradek.cluster.security_setup import client_config
-
-from replication_util import consume_all, create_topic, partition_meta, replica_log_bytes, wait_for
-from test_failover import FAST, SteadyProducer, _check_acked_present
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
 
@@ -35,17 +34,22 @@ def test_sasl_ssl_cluster_fails_over_and_replicates(secured: LocalCluster) -> No
     create_topic(bs, topic, 2, 3, {"min.insync.replicas": "2"}, security=sec)
     meta = lambda: partition_meta(bs, topic, security=sec)  # noqa: E731
     wait_for(lambda: all(len(p.isrs) == 3 for p in meta().values()), 30, "full ISRs")
-    with SteadyProducer(bs, topic, {"acks": "all", "enable.idempotence": True,
-                                    **sec}) as prod:
+    with SteadyProducer(bs, topic, {"acks": "all", "enable.idempotence": True, **sec}) as prod:
         wait_for(lambda: len(prod.acked) > 2000, 30, "records acknowledged before the kill")
         victim = meta()[0].leader
         c.stop_broker(victim, signal.SIGKILL)
         n_at_kill = len(prod.acked)
-        wait_for(lambda: len(prod.acked) > n_at_kill + 2000, 60,
-                 "acknowledgements to resume on the new leader")
+        wait_for(
+            lambda: len(prod.acked) > n_at_kill + 2000,
+            60,
+            "acknowledgements to resume on the new leader",
+        )
         c.start_broker(victim)
-        wait_for(lambda: all(len(p.isrs) == 3 for p in meta().values()), 60,
-                 "the restarted broker to catch up over SASL_SSL and rejoin every ISR")
+        wait_for(
+            lambda: all(len(p.isrs) == 3 for p in meta().values()),
+            60,
+            "the restarted broker to catch up over SASL_SSL and rejoin every ISR",
+        )
         # A controlled restart of another broker under the same load.
         other = next(b.id for b in c.brokers if b.id != victim)
         n = len(prod.acked)

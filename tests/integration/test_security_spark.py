@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from security_util import access
+from spark_util import local_spark
 
 from odradek.cluster.local import LocalCluster
 from odradek.spark.source import SparkOptionError
-
-from security_util import access
-from spark_util import local_spark
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -60,9 +59,19 @@ def test_spark_write_and_read_over_sasl_ssl(spark: Any, tmp_path: Any) -> None:
 def test_columnar_client_security_options() -> None:
     from odradek.spark.source import parse_client
 
-    assert parse_client({}, {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
-                             "sasl.username": "u", "sasl.password": "p"}) == "columnar"
-    with pytest.raises(SparkOptionError, match="kafka.security.protocol"):
+    assert (
+        parse_client(
+            {},
+            {
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": "u",
+                "sasl.password": "p",
+            },
+        )
+        == "columnar"
+    )
+    with pytest.raises(SparkOptionError, match=r"kafka\.security\.protocol"):
         parse_client({}, {"security.protocol": "SASL_SSL"})  # no username/password
-    with pytest.raises(SparkOptionError, match="kafka.security.protocol"):
+    with pytest.raises(SparkOptionError, match=r"kafka\.security\.protocol"):
         parse_client({}, {"security.protocol": "TLS"})

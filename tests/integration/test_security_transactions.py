@@ -47,7 +47,6 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.list_transactions.v0.request import ListTransactionsRequest
 from kio.schema.types import ProducerId, TopicName, TransactionalId
@@ -57,32 +56,44 @@ from kio.schema.write_txn_markers.v1.request import (
     WriteTxnMarkersRequest,
 )
 from kio.static.primitive import i16, i32
+from security_util import access, raw_connection
+from tests.support.polling import wait_until
 
 from odradek.cli.transactions_cmd import parse_describe_transactions
 from odradek.cluster.local import LocalCluster
 from odradek.errors import ErrorCode
-from security_util import access, raw_connection
-from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-_COORDINATOR_RETRIABLE = (ErrorCode.coordinator_load_in_progress,
-                          ErrorCode.coordinator_not_available, ErrorCode.not_coordinator)
+_COORDINATOR_RETRIABLE = (
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available,
+    ErrorCode.not_coordinator,
+)
 
-SINGLE = {"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "2",
-          "transaction.state.log.replication.factor": "1",
-          "transaction.state.log.min.isr": "1", "transaction.state.log.num.partitions": "2",
-          "group.initial.rebalance.delay.ms": "0"}
+SINGLE = {
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "2",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "2",
+    "group.initial.rebalance.delay.ms": "0",
+}
 
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster.start(tmp_path_factory.mktemp("txn-acl"), 1, security="sasl_ssl",
-                            broker_config=SINGLE) as c:
+    with LocalCluster.start(
+        tmp_path_factory.mktemp("txn-acl"), 1, security="sasl_ssl", broker_config=SINGLE
+    ) as c:
         admin = AdminClient(access(c, "SASL_SSL", "SCRAM-SHA-512").confluent())
-        for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
-                "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
-                b"bob-secret")]).values():
+        for f in admin.alter_user_scram_credentials(
+            [
+                UserScramCredentialUpsertion(
+                    "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"bob-secret"
+                )
+            ]
+        ).values():
             f.result(30)
         yield c
 
@@ -92,16 +103,21 @@ def _admin(c: LocalCluster) -> AdminClient:
 
 
 def _grant(c: LocalCluster, *acls: tuple[Any, str, Any]) -> None:
-    bindings = [AclBinding(rt, name, ResourcePatternType.LITERAL, "User:bob", "*", op,
-                           AclPermissionType.ALLOW) for rt, name, op in acls]
+    bindings = [
+        AclBinding(
+            rt, name, ResourcePatternType.LITERAL, "User:bob", "*", op, AclPermissionType.ALLOW
+        )
+        for rt, name, op in acls
+    ]
     admin = _admin(c)  # referenced until the futures complete (a collected client fails them)
     for f in admin.create_acls(bindings).values():
         f.result(30)
 
 
 def _revoke(c: LocalCluster, rt: Any, name: str, op: Any) -> None:
-    flt = AclBindingFilter(rt, name, ResourcePatternType.LITERAL, "User:bob", "*", op,
-                           AclPermissionType.ALLOW)
+    flt = AclBindingFilter(
+        rt, name, ResourcePatternType.LITERAL, "User:bob", "*", op, AclPermissionType.ALLOW
+    )
     admin = _admin(c)
     for f in admin.delete_acls([flt]).values():
         f.result(30)
@@ -110,22 +126,30 @@ def _revoke(c: LocalCluster, rt: Any, name: str, op: Any) -> None:
 def _topics(c: LocalCluster, n: int) -> list[str]:
     names = [f"txn-acl-{uuid.uuid4().hex[:8]}" for _ in range(n)]
     admin = _admin(c)
-    for f in admin.create_topics([NewTopic(t, 1, 1) for t in names],
-                                     operation_timeout=30).values():
+    for f in admin.create_topics([NewTopic(t, 1, 1) for t in names], operation_timeout=30).values():
         f.result(60)
     return names
 
 
 def _bob_producer(c: LocalCluster, txn_id: str) -> Producer:
-    p = Producer({**access(c, "SASL_SSL", "SCRAM-SHA-512", "bob", "bob-secret").confluent(),
-                  "transactional.id": txn_id, "transaction.timeout.ms": 30000})
+    p = Producer(
+        {
+            **access(c, "SASL_SSL", "SCRAM-SHA-512", "bob", "bob-secret").confluent(),
+            "transactional.id": txn_id,
+            "transaction.timeout.ms": 30000,
+        }
+    )
     p.init_transactions(30)
     return p
 
 
 def _group_metadata(c: LocalCluster, group: str) -> Any:
-    cons = Consumer({**access(c, "SASL_SSL", "SCRAM-SHA-512", "bob", "bob-secret").confluent(),
-                     "group.id": group})
+    cons = Consumer(
+        {
+            **access(c, "SASL_SSL", "SCRAM-SHA-512", "bob", "bob-secret").confluent(),
+            "group.id": group,
+        }
+    )
     md = cons.consumer_group_metadata()
     cons.close()
     return md
@@ -161,12 +185,16 @@ def test_transaction_apis_check_acls(secure: LocalCluster) -> None:
     c = secure
     t, u, v = _topics(c, 3)
     txn, group, denied_group = f"tx-{uuid.uuid4().hex[:6]}", "g-ok", "g-denied"
-    _grant(c, (ResourceType.TRANSACTIONAL_ID, txn, AclOperation.WRITE),
-           (ResourceType.TOPIC, t, AclOperation.WRITE), (ResourceType.TOPIC, t, AclOperation.READ),
-           (ResourceType.GROUP, group, AclOperation.READ),
-           # DESCRIBE only on u and v: metadata shows them, writing/reading is refused
-           (ResourceType.TOPIC, u, AclOperation.DESCRIBE),
-           (ResourceType.TOPIC, v, AclOperation.DESCRIBE))
+    _grant(
+        c,
+        (ResourceType.TRANSACTIONAL_ID, txn, AclOperation.WRITE),
+        (ResourceType.TOPIC, t, AclOperation.WRITE),
+        (ResourceType.TOPIC, t, AclOperation.READ),
+        (ResourceType.GROUP, group, AclOperation.READ),
+        # DESCRIBE only on u and v: metadata shows them, writing/reading is refused
+        (ResourceType.TOPIC, u, AclOperation.DESCRIBE),
+        (ResourceType.TOPIC, v, AclOperation.DESCRIBE),
+    )
 
     # The whole transaction, with the right ACLs.
     p = _bob_producer(c, txn)
@@ -176,11 +204,17 @@ def test_transaction_apis_check_acls(secure: LocalCluster) -> None:
     p.send_offsets_to_transaction([TopicPartition(t, 0, 7)], _group_metadata(c, group), 30)
     p.commit_transaction(30)
     admin = _admin(c)
-    committed = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group)])[group].result(30)
+    committed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[
+        group
+    ].result(30)
     assert [(x.topic, x.offset) for x in committed.topic_partitions] == [(t, 7)]
-    reader = Consumer({**access(c, "SASL_SSL", "SCRAM-SHA-512").confluent(),
-                       "group.id": "reader", "isolation.level": "read_committed"})
+    reader = Consumer(
+        {
+            **access(c, "SASL_SSL", "SCRAM-SHA-512").confluent(),
+            "group.id": "reader",
+            "isolation.level": "read_committed",
+        }
+    )
     reader.assign([TopicPartition(t, 0, 0)])
     got: list[bytes] = []
     deadline = time.monotonic() + 30
@@ -212,8 +246,9 @@ def test_transaction_apis_check_acls(secure: LocalCluster) -> None:
     p.begin_transaction()
     _started(p, t)
     with pytest.raises(KafkaException) as e:
-        p.send_offsets_to_transaction([TopicPartition(t, 0, 1)],
-                                      _group_metadata(c, denied_group), 30)
+        p.send_offsets_to_transaction(
+            [TopicPartition(t, 0, 1)], _group_metadata(c, denied_group), 30
+        )
     assert _code(e.value) == KafkaError.GROUP_AUTHORIZATION_FAILED, e.value
     p.abort_transaction(30)
 
@@ -232,8 +267,9 @@ def test_transaction_apis_check_acls(secure: LocalCluster) -> None:
     admin_conn = raw_connection(access(c, "SASL_SSL", "SCRAM-SHA-512"))
     other = f"tx-other-{uuid.uuid4().hex[:6]}"
     try:
-        other_p = Producer({**access(c, "SASL_SSL", "SCRAM-SHA-512").confluent(),
-                            "transactional.id": other})
+        other_p = Producer(
+            {**access(c, "SASL_SSL", "SCRAM-SHA-512").confluent(), "transactional.id": other}
+        )
         other_p.init_transactions(30)  # a transaction bob may not see
         assert _described(bob_conn, txn) == 0
         assert _described(bob_conn, other) == TXN_ID_DENIED
@@ -241,18 +277,42 @@ def test_transaction_apis_check_acls(secure: LocalCluster) -> None:
         assert txn in _listed(bob_conn) and other not in _listed(bob_conn)
         assert {txn, other} <= _listed(admin_conn)
         # The command line tool, as the admin user through --command-config.
-        cli = subprocess.run([sys.executable, "-m", "odradek", "transactions", "--list",
-                              "--bootstrap-server", c.bootstrap_servers,
-                              "--command-config", str(c.client_properties)],
-                             capture_output=True, text=True, timeout=60)
+        cli = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "odradek",
+                "transactions",
+                "--list",
+                "--bootstrap-server",
+                c.bootstrap_servers,
+                "--command-config",
+                str(c.client_properties),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert cli.returncode == 0, cli.stderr
         assert txn in cli.stdout and other in cli.stdout
-        markers = bob_conn.request(WriteTxnMarkersRequest(markers=(WritableTxnMarker(
-            producer_id=ProducerId(1), producer_epoch=i16(0), transaction_result=True,
-            topics=(WritableTxnMarkerTopic(name=TopicName(t), partition_indexes=(i32(0),)),),
-            coordinator_epoch=i32(0)),)))
-        codes = [int(pp.error_code) for m in markers.markers for tt in m.topics
-                 for pp in tt.partitions]
+        markers = bob_conn.request(
+            WriteTxnMarkersRequest(
+                markers=(
+                    WritableTxnMarker(
+                        producer_id=ProducerId(1),
+                        producer_epoch=i16(0),
+                        transaction_result=True,
+                        topics=(
+                            WritableTxnMarkerTopic(name=TopicName(t), partition_indexes=(i32(0),)),
+                        ),
+                        coordinator_epoch=i32(0),
+                    ),
+                )
+            )
+        )
+        codes = [
+            int(pp.error_code) for m in markers.markers for tt in m.topics for pp in tt.partitions
+        ]
         assert codes == [KafkaError.CLUSTER_AUTHORIZATION_FAILED]
     finally:
         bob_conn.close()
@@ -281,8 +341,7 @@ def test_transaction_apis_check_acls(secure: LocalCluster) -> None:
     del e
 
 
-def test_transactional_produce_needs_write_on_its_transactional_id(
-        secure: LocalCluster) -> None:
+def test_transactional_produce_needs_write_on_its_transactional_id(secure: LocalCluster) -> None:
     """Kafka's KafkaApis.handleProduceRequest: a produce of transactional records needs
     WRITE on the request's TransactionalId besides WRITE on the topic. Without it every
     partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is appended, even
@@ -311,25 +370,43 @@ def test_transactional_produce_needs_write_on_its_transactional_id(
         if int(find.error_code) in _COORDINATOR_RETRIABLE:
             return None
         assert int(find.error_code) == 0, find
-        r = ask(admin_access, request_cls(22, 3)(
-            transactional_id=txn, transaction_timeout=datetime.timedelta(seconds=60),
-            producer_id=-1, producer_epoch=-1))
+        r = ask(
+            admin_access,
+            request_cls(22, 3)(
+                transactional_id=txn,
+                transaction_timeout=datetime.timedelta(seconds=60),
+                producer_id=-1,
+                producer_epoch=-1,
+            ),
+        )
         return None if int(r.error_code) in _COORDINATOR_RETRIABLE else r
 
     init = wait_until(init_producer_id, "InitProducerId past the coordinator's load", 60)
     assert int(init.error_code) == 0
     pid, epoch = int(init.producer_id), int(init.producer_epoch)
     m = sys.modules[request_cls(24, 3).__module__]
-    added = ask(admin_access, m.AddPartitionsToTxnRequest(
-        v3_and_below_transactional_id=txn, v3_and_below_producer_id=pid,
-        v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=(m.AddPartitionsToTxnTopic(name=t, partitions=(0,)),)))
-    assert int(added.results_by_topic_v3_and_below[0].results_by_partition[0]
-               .partition_error_code) == 0
+    added = ask(
+        admin_access,
+        m.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=txn,
+            v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=(m.AddPartitionsToTxnTopic(name=t, partitions=(0,)),),
+        ),
+    )
+    assert (
+        int(added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
+        == 0
+    )
 
     def produce(seq: int) -> int:
-        batch = encode_batch([(b"k", b"v%d" % seq)], producer_id=pid, producer_epoch=epoch,
-                             base_sequence=seq, transactional=True)
+        batch = encode_batch(
+            [(b"k", b"v%d" % seq)],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+            transactional=True,
+        )
         req = dataclasses.replace(produce_request(t, 0, batch), transactional_id=txn)
         return int(ask(bob_access, req).responses[0].partition_responses[0].error_code)
 

@@ -57,32 +57,51 @@ def leader_of(bootstrap: str, topic: str, partition: int) -> int:
 
 def produce_mixed(bootstrap: str, topic: str, partitions: int, n: int, codec: str) -> None:
     """Keys, null keys, values, null values (tombstones), headers with null values."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": codec,
-                  "enable.idempotence": True})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "compression.type": codec,
+            "enable.idempotence": True,
+        }
+    )
     for i in range(n):
-        p.produce(topic, None if i % 9 == 0 else b"value-%d-" % i + bytes([i % 256]) * (i % 40),
-                  None if i % 4 == 0 else b"key-%d" % (i % 17), partition=i % partitions,
-                  headers=[("h", b"%d" % i), ("nothing", None), ("h", b"")] if i % 3 else None)
+        p.produce(
+            topic,
+            None if i % 9 == 0 else b"value-%d-" % i + bytes([i % 256]) * (i % 40),
+            None if i % 4 == 0 else b"key-%d" % (i % 17),
+            partition=i % partitions,
+            headers=[("h", b"%d" % i), ("nothing", None), ("h", b"")] if i % 3 else None,
+        )
     assert p.flush(30) == 0
 
 
 def rows(spark: Any, bootstrap: str, topic: str, client: str, **opts: str) -> list[tuple]:
-    df = (spark.read.format("odradek").option("kafka.bootstrap.servers", bootstrap)
-          .option("subscribe", topic).option("includeHeaders", "true")
-          .option("odradek.client", client).options(**opts).load())
+    df = (
+        spark.read.format("odradek")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("includeHeaders", "true")
+        .option("odradek.client", client)
+        .options(**opts)
+        .load()
+    )
     out = []
     for r in df.collect():
         hs = None if r.headers is None else [(h.key, h.value) for h in r.headers]
-        out.append((r.topic, r.partition, r.offset, r.key, r.value, r.timestamp,
-                    r.timestampType, hs))
+        out.append(
+            (r.topic, r.partition, r.offset, r.key, r.value, r.timestamp, r.timestampType, hs)
+        )
     return sorted(out, key=lambda x: (x[1], x[2]))
 
 
 # --------------------------------------------------------------------------- reads
 
+
 @pytest.mark.parametrize("codec", CODECS)
-def test_both_clients_read_identical_rows(spark: Any, cluster: LocalCluster, topic_name: str,
-                                          codec: str) -> None:
+def test_both_clients_read_identical_rows(
+    spark: Any, cluster: LocalCluster, topic_name: str, codec: str
+) -> None:
     bs = cluster.bootstrap_servers
     create_topic(bs, topic_name, 2)
     produce_mixed(bs, topic_name, 2, 1500, codec)
@@ -92,16 +111,21 @@ def test_both_clients_read_identical_rows(spark: Any, cluster: LocalCluster, top
     assert sum(1 for r in columnar if r[4] is None) == len(range(0, 1500, 9))  # tombstones
     assert sum(1 for r in columnar if r[3] is None) == len(range(0, 1500, 4))
     # a range that starts and ends inside batches, split into more tasks
-    part = {"startingOffsets": f'{{"{topic_name}":{{"0":17,"1":300}}}}',
-            "endingOffsets": f'{{"{topic_name}":{{"0":701,"1":333}}}}', "minPartitions": "5"}
+    part = {
+        "startingOffsets": f'{{"{topic_name}":{{"0":17,"1":300}}}}',
+        "endingOffsets": f'{{"{topic_name}":{{"0":701,"1":333}}}}',
+        "minPartitions": "5",
+    }
     sub = rows(spark, bs, topic_name, "columnar", **part)
     assert sub == rows(spark, bs, topic_name, "confluent", **part)
-    assert [(p, o) for _, p, o, *_ in sub] == ([(0, o) for o in range(17, 701)]
-                                              + [(1, o) for o in range(300, 333)])
+    assert [(p, o) for _, p, o, *_ in sub] == (
+        [(0, o) for o in range(17, 701)] + [(1, o) for o in range(300, 333)]
+    )
 
 
-def test_log_append_time_reads_identically(spark: Any, cluster: LocalCluster,
-                                           topic_name: str) -> None:
+def test_log_append_time_reads_identically(
+    spark: Any, cluster: LocalCluster, topic_name: str
+) -> None:
     bs = cluster.bootstrap_servers
     create_topic(bs, topic_name, 1, config={"message.timestamp.type": "LogAppendTime"})
     produce_mixed(bs, topic_name, 1, 300, "lz4")
@@ -110,8 +134,9 @@ def test_log_append_time_reads_identically(spark: Any, cluster: LocalCluster,
     assert columnar == rows(spark, bs, topic_name, "confluent")
 
 
-def test_leader_killed_mid_read_gives_same_rows(make_cluster: Callable[..., LocalCluster],
-                                                topic_name: str) -> None:
+def test_leader_killed_mid_read_gives_same_rows(
+    make_cluster: Callable[..., LocalCluster], topic_name: str
+) -> None:
     """read_range (the executor code) over a 3-broker cluster; the leader dies after the
     first fetch; the rest comes from the new leader; same rows as confluent-kafka."""
     from odradek.spark.source import RangePartition, SourceOptions, read_range
@@ -128,16 +153,22 @@ def test_leader_killed_mid_read_gives_same_rows(make_cluster: Callable[..., Loca
     victim = leader_of(bs, topic_name, 0)
 
     def read(client: str) -> list[tuple]:
-        opts = SourceOptions.parse({"kafka.bootstrap.servers": bs, "subscribe": topic_name,
-                                    "odradek.client": client,
-                                    "kafka.max.partition.fetch.bytes": "16384"},
-                                   streaming=False)
+        opts = SourceOptions.parse(
+            {
+                "kafka.bootstrap.servers": bs,
+                "subscribe": topic_name,
+                "odradek.client": client,
+                "kafka.max.partition.fetch.bytes": "16384",
+            },
+            streaming=False,
+        )
         out: list[tuple] = []
         for i, batch in enumerate(read_range(opts, RangePartition(topic_name, 0, 0, 20_000))):
             if i == 1 and client == "columnar":
                 c.stop_broker(victim, signal.SIGKILL)
-            out.extend((r["offset"], r["key"], r["value"], r["timestamp"])
-                       for r in batch.to_pylist())
+            out.extend(
+                (r["offset"], r["key"], r["value"], r["timestamp"]) for r in batch.to_pylist()
+            )
         return out
 
     columnar = read("columnar")
@@ -149,9 +180,11 @@ def test_leader_killed_mid_read_gives_same_rows(make_cluster: Callable[..., Loca
 
 # --------------------------------------------------------------------------- writes
 
+
 def consume(bootstrap: str, topic: str, partitions: int, n: int) -> list[Any]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "columnar-test",
-                  "enable.auto.commit": False})
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "columnar-test", "enable.auto.commit": False}
+    )
     out: list[Any] = []
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -168,7 +201,8 @@ def consume(bootstrap: str, topic: str, partitions: int, n: int) -> list[Any]:
 
 
 def test_leader_killed_mid_write_writes_each_record_once(
-        make_cluster: Callable[..., LocalCluster], topic_name: str) -> None:
+    make_cluster: Callable[..., LocalCluster], topic_name: str
+) -> None:
     """ColumnarWriter (the executor code) while the leader of both partitions dies."""
     import pyarrow as pa
 
@@ -184,9 +218,12 @@ def test_leader_killed_mid_write_writes_each_record_once(
     try:
         for start in range(0, n, step):
             batch = pa.RecordBatch.from_pydict(
-                {"value": [b"v%d" % i for i in range(start, start + step)],
-                 "partition": [i % 2 for i in range(start, start + step)]},
-                schema=pa.schema([("value", pa.binary()), ("partition", pa.int32())]))
+                {
+                    "value": [b"v%d" % i for i in range(start, start + step)],
+                    "partition": [i % 2 for i in range(start, start + step)],
+                },
+                schema=pa.schema([("value", pa.binary()), ("partition", pa.int32())]),
+            )
             writer.write(ArrowRows.from_batch(batch, topic_name))
             if start == n // 3:
                 killer.start()  # in the middle of the writes, batches in flight
@@ -209,19 +246,34 @@ def _kcat(*args: str) -> bytes:
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_sink_output_readable_by_confluent_and_kcat(spark: Any, cluster: LocalCluster,
-                                                     topic_name: str, codec: str) -> None:
+def test_sink_output_readable_by_confluent_and_kcat(
+    spark: Any, cluster: LocalCluster, topic_name: str, codec: str
+) -> None:
     bs = cluster.bootstrap_servers
     create_topic(bs, topic_name, 2)
-    data = [(f"k{i % 7}" if i % 5 else None, None if i % 13 == 0 else f"value {i}".encode(),
-             [("h", f"{i}".encode()), ("n", None)] if i % 2 else None) for i in range(400)]
-    df = spark.createDataFrame(data, "key string, value binary, "
-                                     "headers array<struct<key:string,value:binary>>")
-    (df.write.format("odradek").option("kafka.bootstrap.servers", bs)
-     .option("topic", topic_name).option("kafka.compression.type", codec)
-     .option("odradek.client", "columnar").mode("append").save())
-    expected = sorted(((None if k is None else k.encode(), v, h or None) for k, v, h in data),
-                      key=repr)
+    data = [
+        (
+            f"k{i % 7}" if i % 5 else None,
+            None if i % 13 == 0 else f"value {i}".encode(),
+            [("h", f"{i}".encode()), ("n", None)] if i % 2 else None,
+        )
+        for i in range(400)
+    ]
+    df = spark.createDataFrame(
+        data, "key string, value binary, headers array<struct<key:string,value:binary>>"
+    )
+    (
+        df.write.format("odradek")
+        .option("kafka.bootstrap.servers", bs)
+        .option("topic", topic_name)
+        .option("kafka.compression.type", codec)
+        .option("odradek.client", "columnar")
+        .mode("append")
+        .save()
+    )
+    expected = sorted(
+        ((None if k is None else k.encode(), v, h or None) for k, v, h in data), key=repr
+    )
     got = consume(bs, topic_name, 2, 400)
     assert sorted(((m.key(), m.value(), m.headers()) for m in got), key=repr) == expected
     placed: dict[bytes, set[int]] = {}
@@ -238,24 +290,39 @@ def test_sink_output_readable_by_confluent_and_kcat(spark: Any, cluster: LocalCl
     lines = [ln for ln in out.split(b"\n") if ln]
     assert len(lines) == 400
     seen = sorted(tuple(ln.split(b"|", 4)) for ln in lines)
-    want = sorted((str(-1 if k is None else len(k)).encode(),
-                   str(-1 if v is None else len(v)).encode(),
-                   (k or "").encode(), v or b"",
-                   b",".join(f"{hk}={'NULL' if hv is None else hv.decode()}".encode()
-                             for hk, hv in h) if h else b"")
-                  for k, v, h in data)
+    want = sorted(
+        (
+            str(-1 if k is None else len(k)).encode(),
+            str(-1 if v is None else len(v)).encode(),
+            (k or "").encode(),
+            v or b"",
+            b",".join(f"{hk}={'NULL' if hv is None else hv.decode()}".encode() for hk, hv in h)
+            if h
+            else b"",
+        )
+        for k, v, h in data
+    )
     assert seen == want
 
 
-def test_same_key_same_partition_on_both_clients(spark: Any, cluster: LocalCluster,
-                                                 topic_name: str) -> None:
+def test_same_key_same_partition_on_both_clients(
+    spark: Any, cluster: LocalCluster, topic_name: str
+) -> None:
     """murmur2 of the key, like Java's (and librdkafka's murmur2_random) partitioner."""
     bs = cluster.bootstrap_servers
     create_topic(bs, topic_name, 5)
-    df = spark.createDataFrame([(f"key-{i}", f"v{i}") for i in range(200)], "key string, value string")
+    df = spark.createDataFrame(
+        [(f"key-{i}", f"v{i}") for i in range(200)], "key string, value string"
+    )
     for client in ("columnar", "confluent"):
-        (df.write.format("odradek").option("kafka.bootstrap.servers", bs)
-         .option("topic", topic_name).option("odradek.client", client).mode("append").save())
+        (
+            df.write.format("odradek")
+            .option("kafka.bootstrap.servers", bs)
+            .option("topic", topic_name)
+            .option("odradek.client", client)
+            .mode("append")
+            .save()
+        )
     placed: dict[bytes, set[int]] = {}
     for m in consume(bs, topic_name, 5, 400):
         placed.setdefault(m.key(), set()).add(m.partition())
@@ -265,9 +332,21 @@ def test_same_key_same_partition_on_both_clients(spark: Any, cluster: LocalClust
 def test_client_option_is_validated(spark: Any, cluster: LocalCluster, topic_name: str) -> None:
     bs = cluster.bootstrap_servers
     with pytest.raises(Exception, match=r"odradek\.client"):
-        (spark.read.format("odradek").option("kafka.bootstrap.servers", bs)
-         .option("subscribe", topic_name).option("odradek.client", "fast").load().collect())
+        (
+            spark.read.format("odradek")
+            .option("kafka.bootstrap.servers", bs)
+            .option("subscribe", topic_name)
+            .option("odradek.client", "fast")
+            .load()
+            .collect()
+        )
     with pytest.raises(Exception, match=r"compression\.type"):
-        (spark.createDataFrame([("x",)], "value string").write.format("odradek")
-         .option("kafka.bootstrap.servers", bs).option("topic", topic_name)
-         .option("kafka.compression.type", "brotli").mode("append").save())
+        (
+            spark.createDataFrame([("x",)], "value string")
+            .write.format("odradek")
+            .option("kafka.bootstrap.servers", bs)
+            .option("topic", topic_name)
+            .option("kafka.compression.type", "brotli")
+            .mode("append")
+            .save()
+        )

@@ -35,6 +35,7 @@ BASE_TS = 1_700_000_000_000  # ms; records get BASE_TS + offset * 1000 per parti
 
 # --------------------------------------------------------------------------- helpers
 
+
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     yield from local_spark("odradek-source-tests")
@@ -44,8 +45,16 @@ def spark() -> Iterator[Any]:
 create_topic = partial(support_create_topic, wait_leaders=True, timeout=60.0)
 
 
-def produce(bootstrap: str, topic: str, partitions: int, n: int, *, tag: str = "r",
-            first_offset: int = 0, headers: bool = False) -> None:
+def produce(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    n: int,
+    *,
+    tag: str = "r",
+    first_offset: int = 0,
+    headers: bool = False,
+) -> None:
     """``n`` records round-robin over partitions; value ``tag-i``; timestamps by offset.
 
     The record that will get offset ``o`` in its partition has timestamp
@@ -56,10 +65,15 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int, *, tag: str = "
     for i in range(n):
         part = i % partitions
         off = first_offset + i // partitions
-        p.produce(topic, f"{tag}-{i}".encode(), f"k{i}".encode(), partition=part,
-                  timestamp=BASE_TS + off * 1000,
-                  headers=[("h", f"{i}".encode()), ("n", None)] if headers and i % 2 else None,
-                  on_delivery=lambda err, msg: errors.append(err) if err else None)
+        p.produce(
+            topic,
+            f"{tag}-{i}".encode(),
+            f"k{i}".encode(),
+            partition=part,
+            timestamp=BASE_TS + off * 1000,
+            headers=[("h", f"{i}".encode()), ("n", None)] if headers and i % 2 else None,
+            on_delivery=lambda err, msg: errors.append(err) if err else None,
+        )
         p.poll(0)
     assert p.flush(30) == 0 and not errors, errors[:3]
 
@@ -80,7 +94,9 @@ def collect_both(spark: Any, bootstrap: str, **opts: Any) -> list[Any]:
     checking that confluent-kafka's per-record path returns exactly the same rows."""
     got = {}
     for client in ("columnar", "confluent"):
-        rows = reader(spark, bootstrap, stream=False, **{"odradek.client": client}, **opts).collect()
+        rows = reader(
+            spark, bootstrap, stream=False, **{"odradek.client": client}, **opts
+        ).collect()
         got[client] = sorted(rows, key=lambda r: (r.topic, r.partition, r.offset))
     assert got["columnar"] == got["confluent"]
     return got["columnar"]
@@ -93,8 +109,10 @@ class Collector:
         self.batches: dict[int, list[tuple[str, int, int, str]]] = {}
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        self.batches[batch_id] = [(r.topic, r.partition, r.offset, r.value.decode())
-                                  for r in df.select("topic", "partition", "offset", "value").collect()]
+        self.batches[batch_id] = [
+            (r.topic, r.partition, r.offset, r.value.decode())
+            for r in df.select("topic", "partition", "offset", "value").collect()
+        ]
 
     @property
     def rows(self) -> list[tuple[str, int, int, str]]:
@@ -105,22 +123,32 @@ class Collector:
 
 
 def start_stream(df: Any, sink: Collector, checkpoint: Path, **trigger: Any) -> Any:
-    return (df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
-            .trigger(**(trigger or {"processingTime": "200 milliseconds"})).start())
+    return (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(**(trigger or {"processingTime": "200 milliseconds"}))
+        .start()
+    )
 
 
-def assert_exactly(rows: list[tuple[str, int, int, str]], expected: set[tuple[str, int, int]]) -> None:
+def assert_exactly(
+    rows: list[tuple[str, int, int, str]], expected: set[tuple[str, int, int]]
+) -> None:
     keys = [(t, p, o) for t, p, o, _ in rows]
     assert len(keys) == len(set(keys)), "a record was delivered twice"
-    assert set(keys) == expected, (f"missing {sorted(expected - set(keys))[:5]}, "
-                                   f"extra {sorted(set(keys) - expected)[:5]}")
+    assert set(keys) == expected, (
+        f"missing {sorted(expected - set(keys))[:5]}, extra {sorted(set(keys) - expected)[:5]}"
+    )
 
 
-def offsets_of(topic: str, partitions: int, n_per_partition: int, start: int = 0) -> set[tuple[str, int, int]]:
+def offsets_of(
+    topic: str, partitions: int, n_per_partition: int, start: int = 0
+) -> set[tuple[str, int, int]]:
     return {(topic, p, o) for p in range(partitions) for o in range(start, n_per_partition)}
 
 
 # --------------------------------------------------------------------------- batch reads
+
 
 def test_batch_read_schema_and_records(spark: Any, cluster: LocalCluster, topic_name: str) -> None:
     bs = cluster.bootstrap_servers
@@ -129,7 +157,8 @@ def test_batch_read_schema_and_records(spark: Any, cluster: LocalCluster, topic_
     df = reader(spark, bs, stream=False, subscribe=topic_name, includeHeaders="true")
     assert df.schema.simpleString() == (
         "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
-        "timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>>")
+        "timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>>"
+    )
     rows = collect_both(spark, bs, subscribe=topic_name, includeHeaders="true")
     assert len(rows) == 90
     for r in rows:
@@ -153,9 +182,13 @@ def test_batch_read_offset_ranges(spark: Any, cluster: LocalCluster, topic_name:
     bs = cluster.bootstrap_servers
     create_topic(bs, topic_name, 2)
     produce(bs, topic_name, 2, 40)  # offsets 0..19 in each partition
-    rows = collect_both(spark, bs, assign=f'{{"{topic_name}":[0,1]}}',
-                        startingOffsets=f'{{"{topic_name}":{{"0":5,"1":-2}}}}',
-                        endingOffsets=f'{{"{topic_name}":{{"0":8,"1":-1}}}}')
+    rows = collect_both(
+        spark,
+        bs,
+        assign=f'{{"{topic_name}":[0,1]}}',
+        startingOffsets=f'{{"{topic_name}":{{"0":5,"1":-2}}}}',
+        endingOffsets=f'{{"{topic_name}":{{"0":8,"1":-1}}}}',
+    )
     got = [(r.partition, r.offset) for r in rows]
     assert got == [(0, o) for o in range(5, 8)] + [(1, o) for o in range(0, 20)]
     with pytest.raises(Exception, match="starting offset can't be latest"):
@@ -170,32 +203,47 @@ def test_batch_read_timestamp_ranges(spark: Any, cluster: LocalCluster, topic_na
     produce(bs, topic_name, 2, 40)  # timestamp of offset o = BASE_TS + o*1000
 
     def read(**opts: Any) -> list[tuple[int, int]]:
-        return [(r.partition, r.offset) for r in collect_both(spark, bs, subscribe=topic_name, **opts)]
+        return [
+            (r.partition, r.offset) for r in collect_both(spark, bs, subscribe=topic_name, **opts)
+        ]
 
-    assert read(startingTimestamp=BASE_TS + 15_000) == [(p, o) for p in (0, 1) for o in range(15, 20)]
+    assert read(startingTimestamp=BASE_TS + 15_000) == [
+        (p, o) for p in (0, 1) for o in range(15, 20)
+    ]
     # between timestamps the first offset at or after the timestamp is used
-    assert read(startingOffsetsByTimestamp=f'{{"{topic_name}":{{"0":{BASE_TS + 2500},"1":{BASE_TS}}}}}',
-                endingOffsetsByTimestamp=f'{{"{topic_name}":{{"0":{BASE_TS + 6000},"1":{BASE_TS + 2000}}}}}') == (
-        [(0, o) for o in range(3, 6)] + [(1, o) for o in range(0, 2)])
+    assert read(
+        startingOffsetsByTimestamp=f'{{"{topic_name}":{{"0":{BASE_TS + 2500},"1":{BASE_TS}}}}}',
+        endingOffsetsByTimestamp=f'{{"{topic_name}":{{"0":{BASE_TS + 6000},"1":{BASE_TS + 2000}}}}}',
+    ) == ([(0, o) for o in range(3, 6)] + [(1, o) for o in range(0, 2)])
     # no record at or after the starting timestamp: Spark's strategy option decides
     with pytest.raises(Exception, match="No offset matched the starting timestamp"):
         read(startingTimestamp=BASE_TS + 10**9)
-    assert read(startingTimestamp=BASE_TS + 10**9, startingOffsetsByTimestampStrategy="latest") == []
+    assert (
+        read(startingTimestamp=BASE_TS + 10**9, startingOffsetsByTimestampStrategy="latest") == []
+    )
     # an ending timestamp past the end means latest
     assert len(read(endingTimestamp=BASE_TS + 10**9)) == 40
 
 
 # --------------------------------------------------------------------------- streaming
 
+
 @pytest.mark.parametrize("client", ["columnar", "confluent"])
-def test_stream_restart_resumes_exactly(spark: Any, cluster: LocalCluster, topic_name: str,
-                                        tmp_path: Path, client: str) -> None:
+def test_stream_restart_resumes_exactly(
+    spark: Any, cluster: LocalCluster, topic_name: str, tmp_path: Path, client: str
+) -> None:
     bs = cluster.bootstrap_servers
     create_topic(bs, topic_name, 3)
     produce(bs, topic_name, 3, 150, tag="a")  # 50 per partition
     sink = Collector()
-    df = reader(spark, bs, stream=True, subscribe=topic_name, startingOffsets="earliest",
-                **{"odradek.client": client})
+    df = reader(
+        spark,
+        bs,
+        stream=True,
+        subscribe=topic_name,
+        startingOffsets="earliest",
+        **{"odradek.client": client},
+    )
     q = start_stream(df, sink, tmp_path / "ck")
     try:
         wait_for(lambda: sink.count() >= 150, "first 150 rows")
@@ -204,8 +252,11 @@ def test_stream_restart_resumes_exactly(spark: Any, cluster: LocalCluster, topic
     finally:
         q.stop()
     produce(bs, topic_name, 3, 90, tag="c", first_offset=70)  # while stopped
-    q = start_stream(reader(spark, bs, stream=True, subscribe=topic_name,
-                            **{"odradek.client": client}), sink, tmp_path / "ck")
+    q = start_stream(
+        reader(spark, bs, stream=True, subscribe=topic_name, **{"odradek.client": client}),
+        sink,
+        tmp_path / "ck",
+    )
     try:
         wait_for(lambda: sink.count() >= 300, "all 300 rows after restart")
         q.processAllAvailable()
@@ -214,14 +265,21 @@ def test_stream_restart_resumes_exactly(spark: Any, cluster: LocalCluster, topic
     assert_exactly(sink.rows, offsets_of(topic_name, 3, 100))
 
 
-def test_max_offsets_per_trigger_and_available_now(spark: Any, cluster: LocalCluster,
-                                                   topic_name: str, tmp_path: Path) -> None:
+def test_max_offsets_per_trigger_and_available_now(
+    spark: Any, cluster: LocalCluster, topic_name: str, tmp_path: Path
+) -> None:
     bs = cluster.bootstrap_servers
     create_topic(bs, topic_name, 3)
     produce(bs, topic_name, 3, 601)  # 201/200/200: uneven on purpose
     sink = Collector()
-    df = reader(spark, bs, stream=True, subscribe=topic_name, startingOffsets="earliest",
-                maxOffsetsPerTrigger=70)
+    df = reader(
+        spark,
+        bs,
+        stream=True,
+        subscribe=topic_name,
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger=70,
+    )
     q = start_stream(df, sink, tmp_path / "ck", availableNow=True)
     assert q.awaitTermination(120), "AvailableNow query did not stop by itself"
     assert q.exception() is None
@@ -237,14 +295,16 @@ def test_max_offsets_per_trigger_and_available_now(spark: Any, cluster: LocalClu
 
 
 def test_subscribe_pattern_picks_up_new_topics_and_partitions(
-        spark: Any, cluster: LocalCluster, topic_name: str, tmp_path: Path) -> None:
+    spark: Any, cluster: LocalCluster, topic_name: str, tmp_path: Path
+) -> None:
     bs = cluster.bootstrap_servers
     first, second = f"{topic_name}-a", f"{topic_name}-b"
     create_topic(bs, first, 1)
     produce(bs, first, 1, 10)
     sink = Collector()
-    df = reader(spark, bs, stream=True, subscribePattern=f"{topic_name}-.*",
-                startingOffsets="earliest")
+    df = reader(
+        spark, bs, stream=True, subscribePattern=f"{topic_name}-.*", startingOffsets="earliest"
+    )
     q = start_stream(df, sink, tmp_path / "ck")
     try:
         wait_for(lambda: sink.count() >= 10, "rows of the first topic")
@@ -262,12 +322,15 @@ def test_subscribe_pattern_picks_up_new_topics_and_partitions(
         q.processAllAvailable()
     finally:
         q.stop()
-    assert_exactly(sink.rows, offsets_of(first, 1, 10) | offsets_of(second, 2, 10)
-                   | {(first, 1, o) for o in range(5)})
+    assert_exactly(
+        sink.rows,
+        offsets_of(first, 1, 10) | offsets_of(second, 2, 10) | {(first, 1, o) for o in range(5)},
+    )
 
 
-def test_fail_on_data_loss_when_offsets_go_backwards(spark: Any, cluster: LocalCluster,
-                                                     topic_name: str, tmp_path: Path) -> None:
+def test_fail_on_data_loss_when_offsets_go_backwards(
+    spark: Any, cluster: LocalCluster, topic_name: str, tmp_path: Path
+) -> None:
     """A topic deleted and recreated under a running query: its offsets went backwards."""
     bs = cluster.bootstrap_servers
     create_topic(bs, topic_name, 1)
@@ -291,7 +354,9 @@ def test_fail_on_data_loss_when_offsets_go_backwards(spark: Any, cluster: LocalC
     produce(bs, topic_name, 1, 5, tag="newer", first_offset=10)
     q = start_stream(lenient, sink, tmp_path / "ck", availableNow=True)
     assert q.awaitTermination(120) and q.exception() is None
-    assert [v for _, _, o, v in sink.rows if v.startswith("newer")] == [f"newer-{i}" for i in range(5)]
+    assert [v for _, _, o, v in sink.rows if v.startswith("newer")] == [
+        f"newer-{i}" for i in range(5)
+    ]
 
 
 def _recreate(admin: AdminClient, name: str) -> bool:
@@ -312,7 +377,8 @@ def _delete_records(bs: str, topic: str, partition: int, before: int) -> None:
 
 
 def test_fail_on_data_loss_when_retention_removed_unread_data(
-        spark: Any, cluster: LocalCluster, topic_name: str, tmp_path: Path) -> None:
+    spark: Any, cluster: LocalCluster, topic_name: str, tmp_path: Path
+) -> None:
     """Spark's Kafka source semantics once the log start passed unread offsets (issue 5):
     failOnDataLoss=true fails the query with a clear message; false skips to the new
     earliest offset, logs a warning and goes on. Planning-time detection (a checkpoint
@@ -342,8 +408,11 @@ def test_fail_on_data_loss_when_retention_removed_unread_data(
     old = {"startingOffsets": f'{{"{topic_name}":{{"0":5}}}}'}
     with pytest.raises(Exception, match="failOnDataLoss"):
         reader(spark, bs, stream=False, subscribe=topic_name, **old).collect()
-    rows = reader(spark, bs, stream=False, subscribe=topic_name, failOnDataLoss="false",
-                  **old).select("offset").collect()
+    rows = (
+        reader(spark, bs, stream=False, subscribe=topic_name, failOnDataLoss="false", **old)
+        .select("offset")
+        .collect()
+    )
     assert [r.offset for r in rows] == list(range(30, 40))
 
     # Executor path: the range [30, 40) was planned, then DeleteRecords moved the start
@@ -351,14 +420,27 @@ def test_fail_on_data_loss_when_retention_removed_unread_data(
     _delete_records(bs, topic_name, 0, 35)
     part = RangePartition(topic_name, 0, 30, 40)
     for client in ("columnar", "confluent"):
-        strict = SourceOptions.parse({"kafka.bootstrap.servers": bs, "subscribe": topic_name,
-                                      "kafkaConsumer.pollTimeoutMs": "20000",
-                                      "odradek.client": client}, streaming=True)
+        strict = SourceOptions.parse(
+            {
+                "kafka.bootstrap.servers": bs,
+                "subscribe": topic_name,
+                "kafkaConsumer.pollTimeoutMs": "20000",
+                "odradek.client": client,
+            },
+            streaming=True,
+        )
         with pytest.raises(DataLossError, match="failOnDataLoss"):
             list(read_range(strict, part))
-        loose = SourceOptions.parse({"kafka.bootstrap.servers": bs, "subscribe": topic_name,
-                                     "failOnDataLoss": "false", "odradek.client": client,
-                                     "kafkaConsumer.pollTimeoutMs": "20000"}, streaming=True)
+        loose = SourceOptions.parse(
+            {
+                "kafka.bootstrap.servers": bs,
+                "subscribe": topic_name,
+                "failOnDataLoss": "false",
+                "odradek.client": client,
+                "kafkaConsumer.pollTimeoutMs": "20000",
+            },
+            streaming=True,
+        )
         got = [o for batch in read_range(loose, part) for o in batch.column("offset").to_pylist()]
         assert got == list(range(35, 40)), client
 
@@ -385,10 +467,13 @@ finally:
 '''
 
 
-def test_spark_connect_source_and_sink(cluster: LocalCluster, topic_name: str, tmp_path: Path) -> None:
+def test_spark_connect_source_and_sink(
+    cluster: LocalCluster, topic_name: str, tmp_path: Path
+) -> None:
     """The same source and sink through Spark Connect (issue 7, proof), in a subprocess
     so its local Connect server does not share this module's SparkContext."""
     import subprocess
+
     bs = cluster.bootstrap_servers
     out = f"{topic_name}-out"
     create_topic(bs, topic_name, 2)
@@ -397,9 +482,14 @@ def test_spark_connect_source_and_sink(cluster: LocalCluster, topic_name: str, t
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     # Own process group: the local Connect server's JVM is a child of the script and
     # must go down with it even if the script hangs.
-    proc = subprocess.Popen([sys.executable, "-c", _CONNECT_SCRIPT, bs, topic_name, out,
-                             str(tmp_path / "ck")], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CONNECT_SCRIPT, bs, topic_name, out, str(tmp_path / "ck")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = proc.communicate(timeout=180)
     finally:
@@ -407,7 +497,10 @@ def test_spark_connect_source_and_sink(cluster: LocalCluster, topic_name: str, t
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     result = [ln for ln in stdout.splitlines() if ln.startswith("RESULT")]
-    causes = [ln for ln in stderr.splitlines()
-              if ("Error" in ln or "Exception" in ln) and not ln.lstrip().startswith("at ")]
+    causes = [
+        ln
+        for ln in stderr.splitlines()
+        if ("Error" in ln or "Exception" in ln) and not ln.lstrip().startswith("at ")
+    ]
     assert proc.returncode == 0 and result, "\n".join(causes[:15]) or stderr[-3000:]
     assert result[0] == "RESULT 50 50"

@@ -19,8 +19,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.mark.timeout(600)
-def test_pipeline_demo_on_spark_standalone(tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_pipeline_demo_on_spark_standalone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with SparkStandalone(tmp_path / "spark", workers=2) as s:
         url = s.start()
         rc = run_pipeline_demo(16, 500, tmp_path / "demo", kill_leader=True, spark_master=url)
@@ -30,12 +31,15 @@ def test_pipeline_demo_on_spark_standalone(tmp_path: Path,
         assert "odradek-connector/odradek/__init__.py" in out, out
         assert rc == 0, out
         # Executors ran under the workers, not in the driver: their work dirs exist.
-        assert any((tmp_path / "spark").glob("work-*/app-*/*/stderr")), list((tmp_path / "spark").rglob("*"))[:20]
+        assert any((tmp_path / "spark").glob("work-*/app-*/*/stderr")), list(
+            (tmp_path / "spark").rglob("*")
+        )[:20]
 
 
 @pytest.mark.timeout(600)
-def test_pipeline_demo_with_executors_on_other_hosts(tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_pipeline_demo_with_executors_on_other_hosts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Brokers and ZooKeeper as network-namespace hosts, the Spark workers (and so every
     executor JVM) on the client hosts c1 and c2: executors reach the brokers and the
     driver only by their host addresses, across the bridge, as on separate machines."""
@@ -45,8 +49,9 @@ def test_pipeline_demo_with_executors_on_other_hosts(tmp_path: Path,
 
     if os.geteuid() != 0 or (why := netns.available()) is not None:
         pytest.skip("network namespaces need root" if os.geteuid() != 0 else why)
-    rc = run_pipeline_demo(16, 500, tmp_path / "demo", kill_leader=True,
-                           spark_master="standalone", hosts="netns")
+    rc = run_pipeline_demo(
+        16, 500, tmp_path / "demo", kill_leader=True, spark_master="standalone", hosts="netns"
+    )
     out = capsys.readouterr().out
     assert "SIGKILL broker" in out, out
     assert "bootstrap.servers=10.209." in out, out

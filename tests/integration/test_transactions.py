@@ -67,19 +67,32 @@ def new_topic(bootstrap: str, partitions: int = PARTITIONS, rf: int = 3) -> str:
 
 
 def txn_producer(bootstrap: str, txn_id: str, **conf: Any) -> Producer:
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
-                  "linger.ms": 5, **conf})
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5, **conf}
+    )
     p.init_transactions(60)
     return p
 
 
-def read_all(bootstrap: str, topic: str, isolation: str, *, partitions: int = PARTITIONS,
-             timeout: float = 30.0) -> list[tuple[int, bytes]]:
+def read_all(
+    bootstrap: str,
+    topic: str,
+    isolation: str,
+    *,
+    partitions: int = PARTITIONS,
+    timeout: float = 30.0,
+) -> list[tuple[int, bytes]]:
     """Every record of every partition from the beginning, up to each partition's end
     (the LSO for read_committed), as (partition, value) in per-partition order."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
-                  "isolation.level": isolation, "enable.partition.eof": True,
-                  "enable.auto.commit": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:6]}",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         got: list[tuple[int, bytes]] = []
@@ -126,8 +139,9 @@ def test_commit_and_abort_read_committed_and_uncommitted(txn_cluster: LocalClust
     assert values(rc) == set(committed + committed2)
     for part in range(PARTITIONS):  # in order within each partition
         seq = [v for p_, v in rc if p_ == part]
-        assert seq == [v for i, v in enumerate(committed + committed2)
-                       if i % 30 % PARTITIONS == part]
+        assert seq == [
+            v for i, v in enumerate(committed + committed2) if i % 30 % PARTITIONS == part
+        ]
     ru = read_all(bs, topic, "read_uncommitted")
     assert values(ru) == set(committed + aborted + committed2)
 
@@ -162,8 +176,11 @@ def test_zombie_producer_is_fenced(txn_cluster: LocalCluster) -> None:
     with pytest.raises(KafkaException) as exc:
         zombie.produce(topic, b"zombie-2", partition=0)
         zombie.commit_transaction(30)
-    assert exc.value.args[0].code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                                        KafkaError.INVALID_PRODUCER_EPOCH), exc.value
+    assert exc.value.args[0].code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    ), exc.value
     assert values(read_all(bs, topic, "read_committed")) == {b"fresh"}
 
 
@@ -216,8 +233,9 @@ def test_offsets_committed_in_the_transaction(txn_cluster: LocalCluster) -> None
         c.close()
 
 
-def test_cli_lists_and_describes_transactions(txn_cluster: LocalCluster,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_lists_and_describes_transactions(
+    txn_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
     from odradek.cli.main import main
 
     bs = txn_cluster.bootstrap_servers
@@ -232,8 +250,10 @@ def test_cli_lists_and_describes_transactions(txn_cluster: LocalCluster,
     assert out[0].split() == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
     row = next(line.split() for line in out if line.startswith(tid + " "))
     assert row[3] == "Ongoing"
-    assert main(["transactions", "--bootstrap-server", bs, "--describe",
-                 "--transactional-id", tid]) == 0
+    assert (
+        main(["transactions", "--bootstrap-server", bs, "--describe", "--transactional-id", tid])
+        == 0
+    )
     head, vals = [line.split() for line in capsys.readouterr().out.splitlines()]
     desc = dict(zip(head, vals))
     assert desc["TransactionState"] == "Ongoing" and desc["ProducerEpoch"] == "0"
@@ -241,11 +261,31 @@ def test_cli_lists_and_describes_transactions(txn_cluster: LocalCluster,
 
     def producers(*extra: str) -> dict[str, dict[str, str]]:
         # Kafka's form: the command as a positional argument.
-        assert main(["transactions", "--bootstrap-server", bs, "describe-producers",
-                     "--topic", topic, "--partition", "2", *extra]) == 0
+        assert (
+            main(
+                [
+                    "transactions",
+                    "--bootstrap-server",
+                    bs,
+                    "describe-producers",
+                    "--topic",
+                    topic,
+                    "--partition",
+                    "2",
+                    *extra,
+                ]
+            )
+            == 0
+        )
         head, *rows = [line.split() for line in capsys.readouterr().out.splitlines()]
-        assert head == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch",
-                        "LastSequence", "LastTimestamp", "CurrentTransactionStartOffset"]
+        assert head == [
+            "ProducerId",
+            "ProducerEpoch",
+            "LatestCoordinatorEpoch",
+            "LastSequence",
+            "LastTimestamp",
+            "CurrentTransactionStartOffset",
+        ]
         return {r[0]: dict(zip(head, r)) for r in rows}
 
     # KIP-664: the leader's producer state shows the open transaction's first offset.
@@ -254,29 +294,63 @@ def test_cli_lists_and_describes_transactions(txn_cluster: LocalCluster,
     assert ongoing["ProducerEpoch"] == "0" and ongoing["LastSequence"] == "0"
     assert abs(int(ongoing["LastTimestamp"]) - time.time() * 1000) < 60_000
     p.commit_transaction(30)
-    wait_for(lambda: producers()[desc["ProducerId"]]["CurrentTransactionStartOffset"] == "None",
-             20, "the COMMIT marker on the leader")
+    wait_for(
+        lambda: producers()[desc["ProducerId"]]["CurrentTransactionStartOffset"] == "None",
+        20,
+        "the COMMIT marker on the leader",
+    )
     committed = producers()[desc["ProducerId"]]
     assert int(committed["LatestCoordinatorEpoch"]) >= 0
     # A follower answers from its own producer state (--broker-id), as in Kafka.
     leader, isr = _leader_and_isr(txn_cluster, topic, partition=2)
     follower = next(b for b in isr if b != leader)
-    wait_for(lambda: producers("--broker-id", str(follower)).get(desc["ProducerId"]) == committed,
-             20, "the follower's producer state")
-    assert main(["transactions", "--bootstrap-server", bs, "describe-producers",
-                 "--topic", topic, "--partition", "99"]) == 1
+    wait_for(
+        lambda: producers("--broker-id", str(follower)).get(desc["ProducerId"]) == committed,
+        20,
+        "the follower's producer state",
+    )
+    assert (
+        main(
+            [
+                "transactions",
+                "--bootstrap-server",
+                bs,
+                "describe-producers",
+                "--topic",
+                topic,
+                "--partition",
+                "99",
+            ]
+        )
+        == 1
+    )
     assert "UNKNOWN_TOPIC_OR_PARTITION" in capsys.readouterr().err
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        assert main(["transactions", "--bootstrap-server", bs, "--describe",
-                     "--transactional-id", tid]) == 0
+        assert (
+            main(
+                ["transactions", "--bootstrap-server", bs, "--describe", "--transactional-id", tid]
+            )
+            == 0
+        )
         head, vals = [line.split() for line in capsys.readouterr().out.splitlines()]
         if dict(zip(head, vals))["TransactionState"] == "CompleteCommit":
             break
         time.sleep(0.1)
     assert dict(zip(head, vals))["TransactionState"] == "CompleteCommit"
-    assert main(["transactions", "--bootstrap-server", bs, "--describe",
-                 "--transactional-id", "no-such-id"]) == 1
+    assert (
+        main(
+            [
+                "transactions",
+                "--bootstrap-server",
+                bs,
+                "--describe",
+                "--transactional-id",
+                "no-such-id",
+            ]
+        )
+        == 1
+    )
 
 
 def test_kafka_python_and_aiokafka_transactions(txn_cluster: LocalCluster) -> None:
@@ -308,8 +382,7 @@ def test_kafka_python_and_aiokafka_transactions(txn_cluster: LocalCluster) -> No
     kp.close()
 
     async def aio() -> list[bytes]:
-        p = AIOKafkaProducer(bootstrap_servers=bs,
-                             transactional_id=f"aio-{uuid.uuid4().hex[:6]}")
+        p = AIOKafkaProducer(bootstrap_servers=bs, transactional_id=f"aio-{uuid.uuid4().hex[:6]}")
         await p.start()
         try:
             async with p.transaction():
@@ -320,8 +393,12 @@ def test_kafka_python_and_aiokafka_transactions(txn_cluster: LocalCluster) -> No
             await p.abort_transaction()
         finally:
             await p.stop()
-        c = AIOKafkaConsumer(bootstrap_servers=bs, isolation_level="read_committed",
-                             auto_offset_reset="earliest", enable_auto_commit=False)
+        c = AIOKafkaConsumer(
+            bootstrap_servers=bs,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
         await c.start()
         try:
             c.assign([ATP(topic, 0)])
@@ -336,25 +413,32 @@ def test_kafka_python_and_aiokafka_transactions(txn_cluster: LocalCluster) -> No
             await c.stop()
 
     assert asyncio.run(aio()) == [b"kp-committed", b"aio-committed"]
-    kc = KafkaConsumer(bootstrap_servers=bs, isolation_level="read_committed",
-                       auto_offset_reset="earliest", enable_auto_commit=False,
-                       consumer_timeout_ms=3000)
+    kc = KafkaConsumer(
+        bootstrap_servers=bs,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=3000,
+    )
     kc.assign([KTP(topic, 0)])
     assert [m.value for m in kc] == [b"kp-committed", b"aio-committed"]
     kc.close()
     assert values(read_all(bs, topic, "read_uncommitted", partitions=1)) == {
-        b"kp-aborted", b"kp-committed", b"aio-committed", b"aio-aborted"}
+        b"kp-aborted",
+        b"kp-committed",
+        b"aio-committed",
+        b"aio-aborted",
+    }
     admin = AdminClient({"bootstrap.servers": bs})
     for group, offset in ((kp_group, 11), (aio_group, 12)):
-        [fut] = admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group)]).values()
+        [fut] = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
         assert [(tp.topic, tp.offset) for tp in fut.result(30).topic_partitions] == [
-            (topic, offset)], group
+            (topic, offset)
+        ], group
 
 
 def _leader_and_isr(c: LocalCluster, topic: str, partition: int = 0) -> tuple[int, list[int]]:
-    st = json.loads(c.zk_client().get(
-        f"/brokers/topics/{topic}/partitions/{partition}/state")[0])
+    st = json.loads(c.zk_client().get(f"/brokers/topics/{topic}/partitions/{partition}/state")[0])
     return int(st["leader"]), [int(b) for b in st["isr"]]
 
 
@@ -365,27 +449,46 @@ def _read_committed_view(c: LocalCluster, topic: str) -> dict[str, Any]:
     leader, isr = _leader_and_isr(c, topic)
     out: dict[str, Any] = {"leader": leader, "isr": isr}
     m = sys.modules[request_cls(1, 12).__module__]
-    fp = m.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0,
-                          last_fetched_epoch=-1, log_start_offset=-1,
-                          partition_max_bytes=1 << 20)
-    req = m.FetchRequest(replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1,
-                         max_bytes=1 << 20, isolation_level=1, session_id=0,
-                         session_epoch=-1, topics=(m.FetchTopic(topic=topic, partitions=(fp,)),),
-                         forgotten_topics_data=(), rack_id="")
+    fp = m.FetchPartition(
+        partition=0,
+        current_leader_epoch=-1,
+        fetch_offset=0,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=1 << 20,
+    )
+    req = m.FetchRequest(
+        replica_id=-1,
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=1,
+        session_id=0,
+        session_epoch=-1,
+        topics=(m.FetchTopic(topic=topic, partitions=(fp,)),),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
     try:
         r = _ask(c.broker(leader).address, req).responses[0].partitions[0]
-        out["fetch"] = dict(error=int(r.error_code), hw=int(r.high_watermark),
-                            lso=int(r.last_stable_offset), log_start=int(r.log_start_offset),
-                            bytes=len(r.records or b""),
-                            aborted=[(int(a.producer_id), int(a.first_offset))
-                                     for a in (r.aborted_transactions or ())])
-    except Exception as e:  # noqa: BLE001 - a diagnosis must not hide the failure
+        out["fetch"] = dict(
+            error=int(r.error_code),
+            hw=int(r.high_watermark),
+            lso=int(r.last_stable_offset),
+            log_start=int(r.log_start_offset),
+            bytes=len(r.records or b""),
+            aborted=[
+                (int(a.producer_id), int(a.first_offset)) for a in (r.aborted_transactions or ())
+            ],
+        )
+    except Exception as e:
         out["fetch"] = repr(e)
     return out
 
 
 def test_aborted_transactions_are_served_by_every_replica_and_after_restarts(
-        txn_cluster: LocalCluster) -> None:
+    txn_cluster: LocalCluster,
+) -> None:
     """The .txnindex entries are written by followers as they replicate the ABORT
     markers, and read back from disk after a crash: a read_committed consumer still
     drops the aborted records when the leader is killed and when the killed broker,
@@ -417,15 +520,17 @@ def test_aborted_transactions_are_served_by_every_replica_and_after_restarts(
     first, _ = _leader_and_isr(c, topic)
     c.stop_broker(first, signal.SIGKILL)
     try:
-        wait_for(lambda: _leader_and_isr(c, topic)[0] not in (first, -1), 30,
-                 "a follower to lead")
+        wait_for(lambda: _leader_and_isr(c, topic)[0] not in (first, -1), 30, "a follower to lead")
         committed_only()  # a follower's own index
     finally:
         c.start_broker(first)
     # The restarted broker rebuilt its state from its files; once back in the ISR, make
     # it lead by stopping whichever other broker leads (a clean stop moves leadership).
-    wait_for(lambda: sorted(_leader_and_isr(c, topic)[1]) == [1, 2, 3], 60,
-             f"broker {first} back in the ISR")
+    wait_for(
+        lambda: sorted(_leader_and_isr(c, topic)[1]) == [1, 2, 3],
+        60,
+        f"broker {first} back in the ISR",
+    )
     stopped: list[int] = []
     try:
         for _ in range(2):
@@ -434,8 +539,11 @@ def test_aborted_transactions_are_served_by_every_replica_and_after_restarts(
                 break
             c.stop_broker(leader)
             stopped.append(leader)
-            wait_for(lambda gone=leader: _leader_and_isr(c, topic)[0] not in (gone, -1), 30,
-                     f"leadership to leave broker {leader}")
+            wait_for(
+                lambda gone=leader: _leader_and_isr(c, topic)[0] not in (gone, -1),
+                30,
+                f"leadership to leave broker {leader}",
+            )
         assert _leader_and_isr(c, topic)[0] == first
         committed_only()
     finally:
@@ -464,23 +572,35 @@ def _find_coordinator(bootstrap: str, key: str, key_type: int = 1) -> Any:
     def found() -> Any:
         r = _ask(bootstrap, req)
         return r if int(r.error_code) == 0 else None
+
     return wait_for(found, 30, f"a coordinator for {key}")
 
 
 def _init_producer(coordinator: str, tid: str) -> tuple[int, int]:
-    init = _ask(coordinator, request_cls(22, 3)(
-        transactional_id=tid, transaction_timeout=datetime.timedelta(seconds=60),
-        producer_id=-1, producer_epoch=-1))
+    init = _ask(
+        coordinator,
+        request_cls(22, 3)(
+            transactional_id=tid,
+            transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1,
+            producer_epoch=-1,
+        ),
+    )
     assert int(init.error_code) == 0
     return int(init.producer_id), int(init.producer_epoch)
 
 
 def _add_partition(coordinator: str, tid: str, pid: int, epoch: int, topic: str) -> int:
     m = sys.modules[request_cls(24, 3).__module__]
-    r = _ask(coordinator, m.AddPartitionsToTxnRequest(
-        v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
-        v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=(m.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),)))
+    r = _ask(
+        coordinator,
+        m.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=tid,
+            v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=(m.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),),
+        ),
+    )
     return int(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
 
 
@@ -491,14 +611,24 @@ def _txn_state(coordinator: str, tid: str) -> str:
 
 
 def _end_txn(coordinator: str, tid: str, pid: int, epoch: int, commit: bool) -> int:
-    return int(_ask(coordinator, request_cls(26, 3)(
-        transactional_id=tid, producer_id=pid, producer_epoch=epoch,
-        committed=commit)).error_code)
+    return int(
+        _ask(
+            coordinator,
+            request_cls(26, 3)(
+                transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=commit
+            ),
+        ).error_code
+    )
 
 
 def _produce_txn(leader: str, tid: str, pid: int, epoch: int, topic: str, seq: int) -> int:
-    batch = encode_batch([(b"k", b"v%d" % seq)], producer_id=pid, producer_epoch=epoch,
-                         base_sequence=seq, transactional=True)
+    batch = encode_batch(
+        [(b"k", b"v%d" % seq)],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        transactional=True,
+    )
     req = dataclasses.replace(produce_request(topic, 0, batch), transactional_id=tid)
     return int(_ask(leader, req).responses[0].partition_responses[0].error_code)
 
@@ -513,11 +643,13 @@ def _end_offset(address: str, topic: str, isolation_level: int) -> int:
         code = int(p.error_code)
         assert code in (0, 3, 5, 6), code  # retriable: UNKNOWN_TOPIC, NO_LEADER, NOT_LEADER
         return (int(p.offset),) if code == 0 else None
+
     return wait_for(answered, 20, f"ListOffsets of {topic}-0 from {address}")[0]
 
 
 def test_a_batch_outside_its_transaction_is_refused_by_the_leader(
-        txn_cluster: LocalCluster) -> None:
+    txn_cluster: LocalCluster,
+) -> None:
     """KIP-890 part 1: a transactional batch that would open a transaction on a partition
     is appended only if the coordinator confirms the partition is in the producer's
     transaction. Otherwise (never added, or a late batch after the abort) it gets
@@ -553,14 +685,28 @@ def test_a_batch_outside_its_transaction_is_refused_by_the_leader(
     # TRANSACTION_ABORTABLE for one not in the transaction; v4: INVALID_TXN_STATE).
     for version, not_in in ((5, TRANSACTION_ABORTABLE), (4, INVALID_TXN_STATE)):
         m = sys.modules[request_cls(24, version).__module__]
-        verify = _ask(coordinator, m.AddPartitionsToTxnRequest(transactions=(
-            m.AddPartitionsToTxnTransaction(
-                transactional_id=tid, producer_id=pid, producer_epoch=epoch, verify_only=True,
-                topics=(m.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),
-                        m.AddPartitionsToTxnTopic(name="elsewhere", partitions=(0,)))),)))
+        verify = _ask(
+            coordinator,
+            m.AddPartitionsToTxnRequest(
+                transactions=(
+                    m.AddPartitionsToTxnTransaction(
+                        transactional_id=tid,
+                        producer_id=pid,
+                        producer_epoch=epoch,
+                        verify_only=True,
+                        topics=(
+                            m.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),
+                            m.AddPartitionsToTxnTopic(name="elsewhere", partitions=(0,)),
+                        ),
+                    ),
+                )
+            ),
+        )
         assert int(verify.error_code) == 0
-        got = {str(t.name): int(t.results_by_partition[0].partition_error_code)
-               for t in verify.results_by_transaction[0].topic_results}
+        got = {
+            str(t.name): int(t.results_by_partition[0].partition_error_code)
+            for t in verify.results_by_transaction[0].topic_results
+        }
         assert got == {topic: 0, "elsewhere": not_in}, version
     # 4. Aborted; a late batch of the same producer and epoch is refused.
     assert _end_txn(coordinator, tid, pid, epoch, commit=False) == 0
@@ -569,17 +715,22 @@ def test_a_batch_outside_its_transaction_is_refused_by_the_leader(
     # answers a verification CONCURRENT_TRANSACTIONS, which the leader maps to the
     # retriable NOT_ENOUGH_REPLICAS (Kafka's mapping: a client retries). A loaded CI
     # run sent the late batch in that window and got 19.
-    wait_for(lambda: _txn_state(coordinator, tid) == "CompleteAbort", 30,
-             "the coordinator to complete the abort")
+    wait_for(
+        lambda: _txn_state(coordinator, tid) == "CompleteAbort",
+        30,
+        "the coordinator to complete the abort",
+    )
     assert produce(1) == INVALID_TXN_STATE
     # Nothing is left open: the last stable offset is the high watermark (record+marker).
     assert _end_offset(at_leader, topic, 1) == _end_offset(at_leader, topic, 0) == 2
-    assert [v for _, v in read_all(c.bootstrap_servers, topic, "read_committed",
-                                   partitions=1)] == []
+    assert [
+        v for _, v in read_all(c.bootstrap_servers, topic, "read_committed", partitions=1)
+    ] == []
 
 
 def test_a_transactional_batch_without_a_transactional_id_is_refused(
-        txn_cluster: LocalCluster) -> None:
+    txn_cluster: LocalCluster,
+) -> None:
     """A produce whose records are transactional but whose request names no
     transactional id cannot be verified with any coordinator, and no marker would ever
     close what it opened: as in Kafka, every partition of the request gets
@@ -588,21 +739,22 @@ def test_a_transactional_batch_without_a_transactional_id_is_refused(
     topic = new_topic(c.bootstrap_servers, partitions=1)
     leader, _ = _leader_and_isr(c, topic)
     at_leader = c.broker(leader).address
-    batch = encode_batch([(b"k", b"stray")], producer_id=4242, producer_epoch=0,
-                         base_sequence=0, transactional=True)
+    batch = encode_batch(
+        [(b"k", b"stray")], producer_id=4242, producer_epoch=0, base_sequence=0, transactional=True
+    )
     r = _ask(at_leader, produce_request(topic, 0, batch))
     assert int(r.responses[0].partition_responses[0].error_code) == 53
     assert _end_offset(at_leader, topic, 0) == 0
     # A plain batch in the same form is appended as usual.
-    plain = encode_batch([(b"k", b"fine")], producer_id=-1, producer_epoch=-1,
-                         base_sequence=-1)
+    plain = encode_batch([(b"k", b"fine")], producer_id=-1, producer_epoch=-1, base_sequence=-1)
     r = _ask(at_leader, produce_request(topic, 0, plain))
     assert int(r.responses[0].partition_responses[0].error_code) == 0
     assert _end_offset(at_leader, topic, 1) == _end_offset(at_leader, topic, 0) == 1
 
 
 def test_transactional_offsets_outside_their_transaction_are_refused(
-        txn_cluster: LocalCluster) -> None:
+    txn_cluster: LocalCluster,
+) -> None:
     """KIP-890 for TxnOffsetCommit (Kafka's GroupCoordinator): the group coordinator
     writes a transaction's first offsets only once the transaction coordinator (another
     broker here) confirms the group's __consumer_offsets partition is in it. Without
@@ -626,26 +778,54 @@ def test_transactional_offsets_outside_their_transaction_are_refused(
     fetch_mod = sys.modules[request_cls(9, 7).__module__]
 
     def commit(offset: int) -> int:
-        r = _ask(group_coordinator, commit_mod.TxnOffsetCommitRequest(
-            transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch,
-            generation_id=-1, member_id="", group_instance_id=None,
-            topics=(commit_mod.TxnOffsetCommitRequestTopic(name=topic, partitions=(
-                commit_mod.TxnOffsetCommitRequestPartition(
-                    partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
-                    committed_metadata=""),)),)))
+        r = _ask(
+            group_coordinator,
+            commit_mod.TxnOffsetCommitRequest(
+                transactional_id=tid,
+                group_id=group,
+                producer_id=pid,
+                producer_epoch=epoch,
+                generation_id=-1,
+                member_id="",
+                group_instance_id=None,
+                topics=(
+                    commit_mod.TxnOffsetCommitRequestTopic(
+                        name=topic,
+                        partitions=(
+                            commit_mod.TxnOffsetCommitRequestPartition(
+                                partition_index=0,
+                                committed_offset=offset,
+                                committed_leader_epoch=-1,
+                                committed_metadata="",
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        )
         return int(r.topics[0].partitions[0].error_code)
 
     def stable_offset() -> tuple[int, int]:
-        r = _ask(group_coordinator, fetch_mod.OffsetFetchRequest(
-            group_id=group, require_stable=True, topics=(
-                fetch_mod.OffsetFetchRequestTopic(name=topic, partition_indexes=(0,)),)))
+        r = _ask(
+            group_coordinator,
+            fetch_mod.OffsetFetchRequest(
+                group_id=group,
+                require_stable=True,
+                topics=(fetch_mod.OffsetFetchRequestTopic(name=topic, partition_indexes=(0,)),),
+            ),
+        )
         p = r.topics[0].partitions[0]
         return int(p.error_code), int(p.committed_offset)
 
     def add_offsets() -> int:
-        return int(_ask(coordinator, request_cls(25, 3)(
-            transactional_id=tid, producer_id=pid, producer_epoch=epoch,
-            group_id=group)).error_code)
+        return int(
+            _ask(
+                coordinator,
+                request_cls(25, 3)(
+                    transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group
+                ),
+            ).error_code
+        )
 
     # 1. The group's offsets partition was never added: refused, nothing pending.
     assert commit(5) == INVALID_TXN_STATE
@@ -661,14 +841,18 @@ def test_transactional_offsets_outside_their_transaction_are_refused(
     # in PrepareAbort, and a verification then answers CONCURRENT_TRANSACTIONS, which the
     # group coordinator turns into the retriable COORDINATOR_NOT_AVAILABLE (Kafka's
     # maybeConvertOffsetCommitError). A loaded CI run sent the late commit in that window.
-    wait_for(lambda: _txn_state(coordinator, tid) == "CompleteAbort", 30,
-             "the transaction coordinator to complete the abort")
+    wait_for(
+        lambda: _txn_state(coordinator, tid) == "CompleteAbort",
+        30,
+        "the transaction coordinator to complete the abort",
+    )
     assert commit(7) == INVALID_TXN_STATE
     assert stable_offset() == (0, -1)
 
 
 def test_verification_can_be_switched_off_as_a_dynamic_broker_config(
-        txn_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    txn_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
     """transaction.partition.verification.enable=false (cluster default, dynamic): the
     leader appends without asking, as before KIP-890. The transaction that stray batch
     opens hangs; the operator finds it and aborts it with kafka-transactions' commands
@@ -683,11 +867,27 @@ def test_verification_can_be_switched_off_as_a_dynamic_broker_config(
 
     def set_default(value: str | None) -> None:
         # kafka-configs --entity-type brokers --entity-default (Kafka's "" resource)
-        change = (("--add-config", f"{key}={value}") if value is not None
-                  else ("--delete-config", key))
-        r = subprocess.run([sys.executable, "-m", "odradek", "configs", "--bootstrap-server",
-                            bs, "--entity-type", "brokers", "--entity-default", "--alter",
-                            *change], capture_output=True, text=True, timeout=90)
+        change = (
+            ("--add-config", f"{key}={value}") if value is not None else ("--delete-config", key)
+        )
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "odradek",
+                "configs",
+                "--bootstrap-server",
+                bs,
+                "--entity-type",
+                "brokers",
+                "--entity-default",
+                "--alter",
+                *change,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
         assert r.returncode == 0, r.stderr
 
     tid = f"kip890-off-{uuid.uuid4().hex[:6]}"
@@ -698,8 +898,11 @@ def test_verification_can_be_switched_off_as_a_dynamic_broker_config(
     set_default("false")
     try:
         # Accepted once the leader has the new default (a metadata update away).
-        wait_for(lambda: _produce_txn(at_leader, tid, pid, epoch, topic, 0) == 0, 30,
-                 "the unverified batch to be appended")
+        wait_for(
+            lambda: _produce_txn(at_leader, tid, pid, epoch, topic, 0) == 0,
+            30,
+            "the unverified batch to be appended",
+        )
     finally:
         set_default(None)
     # What verification prevents: a transaction the coordinator does not know holds
@@ -707,24 +910,78 @@ def test_verification_can_be_switched_off_as_a_dynamic_broker_config(
     assert _end_offset(at_leader, topic, 1) == 0 < _end_offset(at_leader, topic, 0)
 
     def hanging() -> list[list[str]]:
-        assert main(["transactions", "--bootstrap-server", bs, "find-hanging", "--topic",
-                     topic, "--max-transaction-timeout", "0"]) == 0
+        assert (
+            main(
+                [
+                    "transactions",
+                    "--bootstrap-server",
+                    bs,
+                    "find-hanging",
+                    "--topic",
+                    topic,
+                    "--max-transaction-timeout",
+                    "0",
+                ]
+            )
+            == 0
+        )
         head, *rows = [line.split() for line in capsys.readouterr().out.splitlines()]
-        assert head == ["Topic", "Partition", "ProducerId", "ProducerEpoch",
-                        "CoordinatorEpoch", "StartOffset", "LastTimestamp", "Duration(min)"]
+        assert head == [
+            "Topic",
+            "Partition",
+            "ProducerId",
+            "ProducerEpoch",
+            "CoordinatorEpoch",
+            "StartOffset",
+            "LastTimestamp",
+            "Duration(min)",
+        ]
         return rows
 
     # Found: open on the partition, and not in any transaction its coordinator knows.
     [row] = wait_for(hanging, 20, "the hanging transaction")
     assert row[:6] == [topic, "0", str(pid), str(epoch), "-1", "0"]
     # Aborted by its start offset: an ABORT marker from the leader closes it.
-    assert main(["transactions", "--bootstrap-server", bs, "abort", "--topic", topic,
-                 "--partition", "0", "--start-offset", "0"]) == 0
+    assert (
+        main(
+            [
+                "transactions",
+                "--bootstrap-server",
+                bs,
+                "abort",
+                "--topic",
+                topic,
+                "--partition",
+                "0",
+                "--start-offset",
+                "0",
+            ]
+        )
+        == 0
+    )
     wait_for(lambda: _end_offset(at_leader, topic, 1) == 2, 30, "the abort marker")
     assert hanging() == []
-    assert main(["transactions", "--bootstrap-server", bs, "abort", "--topic", topic,
-                 "--partition", "0", "--start-offset", "0"]) == 1
+    assert (
+        main(
+            [
+                "transactions",
+                "--bootstrap-server",
+                bs,
+                "abort",
+                "--topic",
+                topic,
+                "--partition",
+                "0",
+                "--start-offset",
+                "0",
+            ]
+        )
+        == 1
+    )
     assert "Could not find any open transactions" in capsys.readouterr().err
     # And with the default back, the next unverified batch is refused again.
-    wait_for(lambda: _produce_txn(at_leader, tid, pid, epoch, topic, 1) == INVALID_TXN_STATE,
-             30, "verification to be back on")
+    wait_for(
+        lambda: _produce_txn(at_leader, tid, pid, epoch, topic, 1) == INVALID_TXN_STATE,
+        30,
+        "verification to be back on",
+    )

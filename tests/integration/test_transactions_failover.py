@@ -76,23 +76,29 @@ def test_coordinator_killed_between_prepare_commit_and_markers(faults: Faults) -
         assert read_all(bs, topic, "read_committed", partitions=1, timeout=20) == []
         c.stop_broker(coord, signal.SIGKILL)
     # A new coordinator loads __transaction_state, finds PrepareCommit, sends the markers.
-    _wait(lambda: len(read_all(bs, topic, "read_committed", partitions=1, timeout=10)) == 20, 90,
-          "the commit to complete on the new coordinator")
+    _wait(
+        lambda: len(read_all(bs, topic, "read_committed", partitions=1, timeout=10)) == 20,
+        90,
+        "the commit to complete on the new coordinator",
+    )
     got = [v for _, v in read_all(bs, topic, "read_committed", partitions=1)]
     assert got == [b"v%d" % i for i in range(20)]
     c.start_broker(coord)
 
 
-def _processor(bs: str, src: str, dst: str, group: str, n: int, log: Path
-                ) -> subprocess.Popen[bytes]:
+def _processor(
+    bs: str, src: str, dst: str, group: str, n: int, log: Path
+) -> subprocess.Popen[bytes]:
     script = Path(__file__).with_name("txn_processor.py")
     with open(log, "ab") as out:  # the child keeps its own descriptor
-        return subprocess.Popen([sys.executable, str(script), bs, src, dst, group, "tx-cp",
-                                 str(n)], stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, str(script), bs, src, dst, group, "tx-cp", str(n)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
-def test_consume_transform_produce_exactly_once_across_kills(make_cluster, tmp_path: Path
-                                                             ) -> None:  # type: ignore[no-untyped-def]
+def test_consume_transform_produce_exactly_once_across_kills(make_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     c: LocalCluster = make_cluster(3, broker_config=CONFIG)
     bs = c.bootstrap_servers
     src, dst, group, n = f"in-{uuid.uuid4().hex[:6]}", f"out-{uuid.uuid4().hex[:6]}", "cp", 3

@@ -25,8 +25,9 @@ RECORDS = 2000
 
 
 def _run(*args: str | Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([str(a) for a in args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    proc = subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
     assert proc.returncode == 0, f"{args}: {proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     return proc
 
@@ -48,31 +49,83 @@ def test_wheel_without_extras_runs_a_cluster(tmp_path: Path) -> None:
     assert _run(exe, "--version").stdout.strip() == f"odradek {odradek.__version__}"
     helped = _run(exe, "--help")
     assert "unavailable" not in helped.stderr, helped.stderr
-    for command in ("broker", "cluster", "topics", "perf", "configs", "leader-election",
-                    "consumer-groups", "lost-records", "chaos"):
+    for command in (
+        "broker",
+        "cluster",
+        "topics",
+        "perf",
+        "configs",
+        "leader-election",
+        "consumer-groups",
+        "lost-records",
+        "chaos",
+    ):
         assert command in helped.stdout, command
     # Without the extras, pyspark stays out of the venv (the extras name what they add).
-    probe = subprocess.run([venv / "bin" / "python", "-c", "import pyspark"],
-                           capture_output=True, timeout=60)
+    probe = subprocess.run(
+        [venv / "bin" / "python", "-c", "import pyspark"], capture_output=True, timeout=60
+    )
     assert probe.returncode != 0
 
     cluster_dir = tmp_path / "cluster"
     try:
         up = _run(exe, "cluster", "up", "--brokers", "3", "--dir", cluster_dir, timeout=180)
         bootstrap = up.stdout.strip().splitlines()[-1]
-        _run(exe, "topics", "--bootstrap-server", bootstrap, "--create", "--topic", "wheel",
-             "--partitions", "3", "--replication-factor", "3", timeout=120)
-        produced = _summary(_run(
-            exe, "perf", "produce", "--bootstrap-server", bootstrap, "--topic", "wheel",
-            "--num-records", str(RECORDS), "--record-size", "100",
-            "--producer-props", "acks=all", "--json", timeout=180).stdout)
-        consumed = _summary(_run(
-            exe, "perf", "consume", "--bootstrap-server", bootstrap, "--topic", "wheel",
-            "--messages", str(RECORDS), "--timeout", "60", "--json", timeout=180).stdout)
+        _run(
+            exe,
+            "topics",
+            "--bootstrap-server",
+            bootstrap,
+            "--create",
+            "--topic",
+            "wheel",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "3",
+            timeout=120,
+        )
+        produced = _summary(
+            _run(
+                exe,
+                "perf",
+                "produce",
+                "--bootstrap-server",
+                bootstrap,
+                "--topic",
+                "wheel",
+                "--num-records",
+                str(RECORDS),
+                "--record-size",
+                "100",
+                "--producer-props",
+                "acks=all",
+                "--json",
+                timeout=180,
+            ).stdout
+        )
+        consumed = _summary(
+            _run(
+                exe,
+                "perf",
+                "consume",
+                "--bootstrap-server",
+                bootstrap,
+                "--topic",
+                "wheel",
+                "--messages",
+                str(RECORDS),
+                "--timeout",
+                "60",
+                "--json",
+                timeout=180,
+            ).stdout
+        )
         assert (produced["records"], produced["errors"]) == (RECORDS, 0), produced
         assert consumed["messages"] == RECORDS, consumed
         assert consumed["bytes"] == RECORDS * 100, consumed
         print("produce:", produced, "\nconsume:", consumed)
     finally:
-        subprocess.run([exe, "cluster", "down", "--dir", cluster_dir], capture_output=True,
-                       timeout=120)
+        subprocess.run(
+            [exe, "cluster", "down", "--dir", cluster_dir], capture_output=True, timeout=120
+        )

@@ -109,7 +109,8 @@ def test_three_node_ensemble(tmp_path: Path) -> None:
     _require_zookeeper()
     peers = [(i, f"127.0.250.{10 + i}") for i in (1, 2, 3)]
     servers = [
-        ZooKeeperServer(tmp_path / f"zk{i}", addr, 2181, server_id=i, peers=peers) for i, addr in peers
+        ZooKeeperServer(tmp_path / f"zk{i}", addr, 2181, server_id=i, peers=peers)
+        for i, addr in peers
     ]
     try:
         for s in servers:
@@ -117,7 +118,9 @@ def test_three_node_ensemble(tmp_path: Path) -> None:
         for s in servers:
             s.wait_ready(60)
         assert (tmp_path / "zk2" / "myid").read_text().strip() == "2"
-        modes = sorted(four_letter_word(s.address, 2181, "srvr").split("Mode: ")[1].split()[0] for s in servers)
+        modes = sorted(
+            four_letter_word(s.address, 2181, "srvr").split("Mode: ")[1].split()[0] for s in servers
+        )
         assert modes == ["follower", "follower", "leader"]
         connect = ",".join(s.connect for s in servers)
         zk = connect_zk(connect, source_ip=None, session_timeout_s=4)

@@ -18,14 +18,13 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
+from replication_util import consume_all, create_topic, partition_meta, produce
+from security_util import odradek
 from tests.support.polling import wait_for
 
 from odradek.cluster.local import LocalCluster
 from odradek.cluster.security_setup import client_config
 from odradek.zk.client import connect_zk
-
-from replication_util import consume_all, create_topic, partition_meta, produce
-from security_util import odradek
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -50,7 +49,8 @@ def anyone(secured: LocalCluster) -> Iterator[KazooClient]:
 
 
 def test_unauthenticated_zookeeper_client_cannot_rewrite_the_cluster(
-        secured: LocalCluster, anyone: KazooClient, tmp_path: Path) -> None:
+    secured: LocalCluster, anyone: KazooClient, tmp_path: Path
+) -> None:
     c, topic = secured, "zk-acl"
     sec = client_config(c.client_properties)
     bs = c.bootstrap_servers
@@ -66,8 +66,9 @@ def test_unauthenticated_zookeeper_client_cannot_rewrite_the_cluster(
         lambda: anyone.create("/brokers/ids/99", b"{}", ephemeral=True),
         lambda: anyone.create("/brokers/topics/evil", b"{}"),
         lambda: anyone.set(f"/brokers/topics/{topic}", b"{}"),
-        lambda: anyone.set(f"/brokers/topics/{topic}/partitions/0/state",
-                           b'{"leader":-1,"isr":[]}'),
+        lambda: anyone.set(
+            f"/brokers/topics/{topic}/partitions/0/state", b'{"leader":-1,"isr":[]}'
+        ),
         lambda: anyone.delete(f"/brokers/topics/{topic}/partitions/0/state"),
         lambda: anyone.set("/controller", b'{"brokerid":99}'),
         lambda: anyone.set("/controller_epoch", b"99"),
@@ -101,13 +102,17 @@ def test_unauthenticated_zookeeper_client_cannot_rewrite_the_cluster(
     assert errors == [] and len(acked) == 200
     victim = meta()[0].leader
     c.stop_broker(victim, signal.SIGKILL)
-    wait_for(lambda: meta()[0].leader not in (victim, -1), 30,
-             "a new leader elected after the SIGKILL")
+    wait_for(
+        lambda: meta()[0].leader not in (victim, -1), 30, "a new leader elected after the SIGKILL"
+    )
     acked2, errors = produce(bs, topic, [b"b%d" % i for i in range(200)], extra=sec)
     assert errors == [] and len(acked2) == 200
     c.start_broker(victim)
-    wait_for(lambda: all(len(p.isrs) == 3 for p in meta().values()), 60,
-             "the restarted broker to re-register and rejoin every ISR")
+    wait_for(
+        lambda: all(len(p.isrs) == 3 for p in meta().values()),
+        60,
+        "the restarted broker to re-register and rejoin every ISR",
+    )
     read = consume_all(bs, topic, [0, 1], security=sec)
     values = {v for recs in read.values() for _, v in recs}
     assert set(acked) | set(acked2) <= values
@@ -116,12 +121,35 @@ def test_unauthenticated_zookeeper_client_cannot_rewrite_the_cluster(
     # cluster's CA, the SCRAM inter-broker user, the ZooKeeper identity) takes replicas.
     new = c.add_broker()
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"version": 1, "partitions": [
-        {"topic": topic, "partition": 0, "replicas": [new.id, *sorted(meta()[0].replicas)[:2]]}]}))
-    r = odradek("reassign-partitions", "--bootstrap-server", bs, "--command-config",
-                str(c.client_properties), "--execute", "--reassignment-json-file", str(plan))
+    plan.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "partitions": [
+                    {
+                        "topic": topic,
+                        "partition": 0,
+                        "replicas": [new.id, *sorted(meta()[0].replicas)[:2]],
+                    }
+                ],
+            }
+        )
+    )
+    r = odradek(
+        "reassign-partitions",
+        "--bootstrap-server",
+        bs,
+        "--command-config",
+        str(c.client_properties),
+        "--execute",
+        "--reassignment-json-file",
+        str(plan),
+    )
     assert r.returncode == 0, r.stdout + r.stderr
-    wait_for(lambda: new.id in meta()[0].isrs and len(meta()[0].replicas) == 3, 60,
-             "the added broker to join partition 0's ISR over SASL_SSL")
+    wait_for(
+        lambda: new.id in meta()[0].isrs and len(meta()[0].replicas) == 3,
+        60,
+        "the added broker to join partition 0's ISR over SASL_SSL",
+    )
     for b in c.brokers:  # no broker was refused by its own ACLs
         assert "NoAuth" not in Path(b.log).read_text(errors="replace"), b.id

@@ -21,15 +21,19 @@ from confluent_kafka import Consumer, KafkaError, Producer
 
 
 def produce(args: argparse.Namespace) -> int:
-    p = Producer({
-        "bootstrap.servers": args.bootstrap,
-        "acks": "all",
-        "enable.idempotence": True,
-        "linger.ms": 5,
-        "message.timeout.ms": 120000,
-    })
-    with open(args.out, "a", buffering=1) as out, \
-            open(args.out + ".errors", "a", buffering=1) as errors:
+    p = Producer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 120000,
+        }
+    )
+    with (
+        open(args.out, "a", buffering=1) as out,
+        open(args.out + ".errors", "a", buffering=1) as errors,
+    ):
 
         def on_delivery(err: KafkaError | None, msg: object) -> None:
             if err is None:
@@ -48,13 +52,15 @@ def produce(args: argparse.Namespace) -> int:
 
 
 def consume(args: argparse.Namespace) -> int:
-    c = Consumer({
-        "bootstrap.servers": args.bootstrap,
-        "group.id": args.group,
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        "session.timeout.ms": 10000,
-    })
+    c = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": args.group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 10000,
+        }
+    )
     c.subscribe([args.topic])
     seen: set[str] = set()
     deadline = time.monotonic() + args.deadline

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("pyarrow", reason="histories are Parquet (pip install .[spark])")
 pytest.importorskip("pyspark", reason="the checker runs on PySpark")
-from odradek.chaos.workload import History  # noqa: E402
+from odradek.chaos.workload import History
 
 
 def _history(name: str, t0: float) -> History:
@@ -67,7 +67,15 @@ def test_checker_metrics(tmp_path: Path) -> None:
     assert b["phases"]["deposed"]["acks"] == 4  # acks of 4..7
     assert b["phases"]["deposed"]["isrs"] == ["[1, 2, 3]", "[2, 3]"]
     assert b["error_kinds"] == {"REQUEST_TIMED_OUT": 1}
-    for k in ("lost", "duplicated", "out_of_order", "unacked_read", "dirty_reads", "divergent",
-              "split_brain_acks", "leader_changes"):
+    for k in (
+        "lost",
+        "duplicated",
+        "out_of_order",
+        "unacked_read",
+        "dirty_reads",
+        "divergent",
+        "split_brain_acks",
+        "leader_changes",
+    ):
         assert g[k] == 0, k
     assert g["unavailable_s"] == 0

@@ -5,8 +5,17 @@ from __future__ import annotations
 import pytest
 
 from odradek.chaos.nemesis import (
-    KINDS, MAX_ACTIVE, PROCESS_KINDS, NemesisCase, Op, actions, describe, nemesis_checks,
-    parse_case, parse_seeds, schedule,
+    KINDS,
+    MAX_ACTIVE,
+    PROCESS_KINDS,
+    NemesisCase,
+    Op,
+    actions,
+    describe,
+    nemesis_checks,
+    parse_case,
+    parse_seeds,
+    schedule,
 )
 
 NODES = ["b1", "b2", "b3", "zk"]
@@ -40,8 +49,12 @@ def test_constraints_hold(seed: int) -> None:
 def test_every_kind_appears_over_twenty_seeds() -> None:
     kinds = {o.kind for s in range(1, 21) for o in schedule(s, 30, NODES)}
     assert kinds == set(KINDS)
-    dirs = {o.direction for s in range(1, 21) for o in schedule(s, 30, NODES)
-            if o.kind.startswith("partition")}
+    dirs = {
+        o.direction
+        for s in range(1, 21)
+        for o in schedule(s, 30, NODES)
+        if o.kind.startswith("partition")
+    }
     assert dirs == {"both", "a->b", "b->a"}
 
 
@@ -61,13 +74,14 @@ def test_partitions_name_two_distinct_nodes() -> None:
 
 def test_actions_heal_before_start_at_same_time() -> None:
     ops = [Op(0.0, "kill", ("b1",), 2.0), Op(2.0, "pause", ("b2",), 1.0)]
-    assert actions(ops) == [(0.0, "start", 0), (2.0, "end", 0), (2.0, "start", 1),
-                            (3.0, "end", 1)]
+    assert actions(ops) == [(0.0, "start", 0), (2.0, "end", 0), (2.0, "start", 1), (3.0, "end", 1)]
 
 
 def test_describe() -> None:
-    assert describe(Op(1.0, "partition-bb", ("b1", "b2"), 2.5, "a->b")) == \
-        "t=  1.0s..  3.5s  partition b1 -> b2"
+    assert (
+        describe(Op(1.0, "partition-bb", ("b1", "b2"), 2.5, "a->b"))
+        == "t=  1.0s..  3.5s  partition b1 -> b2"
+    )
     assert "SIGKILL b3, restart" in describe(Op(0.5, "kill", ("b3",), 1.0))
 
 
@@ -85,9 +99,18 @@ def test_too_few_brokers() -> None:
 
 
 def test_checks_pass_and_fail() -> None:
-    good = {"lost": 0, "duplicated": 0, "out_of_order": 0, "divergent": 0, "dirty_reads": 0,
-            "never_sent_read": 0, "acked": 10, "final_isrs_full": True}
+    good = {
+        "lost": 0,
+        "duplicated": 0,
+        "out_of_order": 0,
+        "divergent": 0,
+        "dirty_reads": 0,
+        "never_sent_read": 0,
+        "acked": 10,
+        "final_isrs_full": True,
+    }
     assert all(c.ok for c in nemesis_checks(good))
-    bad = [c.what for c in nemesis_checks({**good, "lost": 2, "final_isrs_full": False})
-           if not c.ok]
+    bad = [
+        c.what for c in nemesis_checks({**good, "lost": 2, "final_isrs_full": False}) if not c.ok
+    ]
     assert bad == ["lost == 0", "every partition's ISR full after healing (R21)"]

@@ -8,8 +8,15 @@ from pathlib import Path
 import pytest
 
 from odradek.chaos.report import (
-    FaultWindow, fault_windows, format_summary, longest_gap, markdown_summary, rate_series,
-    state_series, summarize, write_report,
+    FaultWindow,
+    fault_windows,
+    format_summary,
+    longest_gap,
+    markdown_summary,
+    rate_series,
+    state_series,
+    summarize,
+    write_report,
 )
 
 
@@ -31,32 +38,57 @@ def test_longest_gap() -> None:
 
 
 def test_fault_windows_pairing() -> None:
-    ev = [(1.0, "fault", "SIGKILL b2"), (2.0, "fault", "partition b1 <-> zk"),
-          (3.0, "heal", "partition b1 <-> zk"), (4.0, "heal", "start b2"),
-          (5.0, "fault", "SIGSTOP 3"), (6.0, "heal", "SIGSTOP 3"),
-          (7.0, "fault", "SIGKILL 1,2"), (8.0, "heal", "start 1"),
-          (9.0, "fault", "isolate b3 from zk,b1,b2"), (5.5, "phase", "x")]
+    ev = [
+        (1.0, "fault", "SIGKILL b2"),
+        (2.0, "fault", "partition b1 <-> zk"),
+        (3.0, "heal", "partition b1 <-> zk"),
+        (4.0, "heal", "start b2"),
+        (5.0, "fault", "SIGSTOP 3"),
+        (6.0, "heal", "SIGSTOP 3"),
+        (7.0, "fault", "SIGKILL 1,2"),
+        (8.0, "heal", "start 1"),
+        (9.0, "fault", "isolate b3 from zk,b1,b2"),
+        (5.5, "phase", "x"),
+    ]
     w = fault_windows(ev, end=12.0)
-    assert w == [FaultWindow(1.0, 4.0, "SIGKILL b2"),
-                 FaultWindow(2.0, 3.0, "partition b1 <-> zk"),
-                 FaultWindow(5.0, 6.0, "SIGSTOP 3"),
-                 FaultWindow(7.0, 8.0, "SIGKILL b1"),
-                 FaultWindow(7.0, 12.0, "SIGKILL b2"),  # never restarted: until the end
-                 FaultWindow(9.0, 12.0, "isolate b3 from zk,b1,b2")]
+    assert w == [
+        FaultWindow(1.0, 4.0, "SIGKILL b2"),
+        FaultWindow(2.0, 3.0, "partition b1 <-> zk"),
+        FaultWindow(5.0, 6.0, "SIGSTOP 3"),
+        FaultWindow(7.0, 8.0, "SIGKILL b1"),
+        FaultWindow(7.0, 12.0, "SIGKILL b2"),  # never restarted: until the end
+        FaultWindow(9.0, 12.0, "isolate b3 from zk,b1,b2"),
+    ]
 
 
 def test_state_series() -> None:
-    ev = [(2.0, "state", 0, 2, "[2, 3]"), (1.0, "state", 0, 1, "[1, 2, 3]"),
-          (1.5, "state", 1, 3, "[3]"), (1.7, "controller", None, 1, None)]
+    ev = [
+        (2.0, "state", 0, 2, "[2, 3]"),
+        (1.0, "state", 0, 1, "[1, 2, 3]"),
+        (1.5, "state", 1, 3, "[3]"),
+        (1.7, "controller", None, 1, None),
+    ]
     assert state_series(ev) == {0: [(1.0, 1, 3), (2.0, 2, 2)], 1: [(1.5, 3, 1)]}
 
 
 def _result(name: str, ok: bool = True) -> dict:
-    return {"name": name, "ok": ok, "error": None, "seconds": 40.0, "title": "t",
-            "metrics": {"acked": 100, "lost": 0 if ok else 3, "duplicated": 0,
-                        "out_of_order": 0, "divergent": 0, "unavailable_s": 1.5,
-                        "split_brain_s": 0.0},
-            "checks": [{"what": "lost == 0", "ok": ok, "observed": "0" if ok else "3"}]}
+    return {
+        "name": name,
+        "ok": ok,
+        "error": None,
+        "seconds": 40.0,
+        "title": "t",
+        "metrics": {
+            "acked": 100,
+            "lost": 0 if ok else 3,
+            "duplicated": 0,
+            "out_of_order": 0,
+            "divergent": 0,
+            "unavailable_s": 1.5,
+            "split_brain_s": 0.0,
+        },
+        "checks": [{"what": "lost == 0", "ok": ok, "observed": "0" if ok else "3"}],
+    }
 
 
 def test_summary_tables() -> None:
@@ -78,19 +110,31 @@ def _write_history(d: Path) -> None:
     from odradek.chaos.workload import EVENTS_SCHEMA, PRODUCER_SCHEMA
 
     d.mkdir(parents=True)
-    prod = [("s1", i, k, 100.0 + i * 0.1 + (0.05 if k == "ack" else 0), 0, None, None)
-            for i in range(50) for k in ("send", "ack") if not (k == "ack" and 20 <= i < 30)]
+    prod = [
+        ("s1", i, k, 100.0 + i * 0.1 + (0.05 if k == "ack" else 0), 0, None, None)
+        for i in range(50)
+        for k in ("send", "ack")
+        if not (k == "ack" and 20 <= i < 30)
+    ]
     prod += [("s1", 25, "error", 103.0, 0, None, "NOT_ENOUGH_REPLICAS")]
-    ev = [("s1", 100.0, "state", "", 0, 1, 0, "[1, 2, 3]"),
-          ("s1", 102.0, "fault", "SIGKILL b1", None, None, None, None),
-          ("s1", 102.5, "state", "", 0, 2, 1, "[2, 3]"),
-          ("s1", 103.5, "heal", "start b1", None, None, None, None),
-          ("s1", 100.0, "phase", "steady", None, None, None, None)]
-    for name, rows, schema in (("producer", prod, PRODUCER_SCHEMA),
-                               ("events", ev, EVENTS_SCHEMA)):
+    ev = [
+        ("s1", 100.0, "state", "", 0, 1, 0, "[1, 2, 3]"),
+        ("s1", 102.0, "fault", "SIGKILL b1", None, None, None, None),
+        ("s1", 102.5, "state", "", 0, 2, 1, "[2, 3]"),
+        ("s1", 103.5, "heal", "start b1", None, None, None, None),
+        ("s1", 100.0, "phase", "steady", None, None, None, None),
+    ]
+    for name, rows, schema in (("producer", prod, PRODUCER_SCHEMA), ("events", ev, EVENTS_SCHEMA)):
         cols = list(zip(*rows))
-        pq.write_table(pa.table({n: pa.array(list(c), type=schema.field(n).type)
-                                 for n, c in zip(schema.names, cols)}), d / f"{name}.parquet")
+        pq.write_table(
+            pa.table(
+                {
+                    n: pa.array(list(c), type=schema.field(n).type)
+                    for n, c in zip(schema.names, cols)
+                }
+            ),
+            d / f"{name}.parquet",
+        )
 
 
 def test_write_report_with_plot(tmp_path: Path) -> None:
@@ -112,8 +156,11 @@ def test_cli_report_rerenders_a_run(tmp_path: Path, capsys: pytest.CaptureFixtur
 
     run = tmp_path / "run"
     _write_history(run / "s1")
-    (run / "results.json").write_text(json.dumps(
-        {"command": "odradek chaos run s1", "results": [_result("s1"), _result("s2", False)]}))
+    (run / "results.json").write_text(
+        json.dumps(
+            {"command": "odradek chaos run s1", "results": [_result("s1"), _result("s2", False)]}
+        )
+    )
     assert main(["chaos", "report", str(run)]) == 1  # s2 failed
     text = capsys.readouterr().out
     assert "s1" in text and "FAILED lost == 0" in text

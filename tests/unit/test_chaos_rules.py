@@ -7,7 +7,13 @@ import os
 import pytest
 
 from odradek.chaos.faults import (
-    TAG_PREFIX, HtbLink, IptRule, htb_major, htb_root_add_cmd, htb_root_del_cmd, new_tag,
+    TAG_PREFIX,
+    HtbLink,
+    IptRule,
+    htb_major,
+    htb_root_add_cmd,
+    htb_root_del_cmd,
+    new_tag,
     partition_rules,
 )
 
@@ -15,10 +21,26 @@ from odradek.chaos.faults import (
 def test_partition_both_directions_drops_each_way_with_one_tag() -> None:
     rules = partition_rules("127.0.5.2", "127.0.5.3", "odradek-chaos-1-1")
     assert [(r.chain, r.src, r.dst) for r in rules] == [
-        ("INPUT", "127.0.5.2", "127.0.5.3"), ("INPUT", "127.0.5.3", "127.0.5.2")]
+        ("INPUT", "127.0.5.2", "127.0.5.3"),
+        ("INPUT", "127.0.5.3", "127.0.5.2"),
+    ]
     assert rules[0].add_cmd() == [
-        "iptables", "-w", "5", "-I", "INPUT", "-s", "127.0.5.2/32", "-d", "127.0.5.3/32",
-        "-m", "comment", "--comment", "odradek-chaos-1-1", "-j", "DROP"]
+        "iptables",
+        "-w",
+        "5",
+        "-I",
+        "INPUT",
+        "-s",
+        "127.0.5.2/32",
+        "-d",
+        "127.0.5.3/32",
+        "-m",
+        "comment",
+        "--comment",
+        "odradek-chaos-1-1",
+        "-j",
+        "DROP",
+    ]
     # Deleted by its exact spec (never a flush, never a rule number).
     assert rules[0].delete_cmd()[:5] == ["iptables", "-w", "5", "-D", "INPUT"]
     assert rules[0].delete_cmd()[5:] == rules[0].add_cmd()[5:]
@@ -64,14 +86,34 @@ def test_rule_needs_an_address_and_distinct_ends() -> None:
 def test_htb_link_commands() -> None:
     link = HtbLink(0xD123, 0x11, "127.0.5.4", "1mbit")
     assert link.classid == "d123:11"
-    assert link.class_add_cmd()[:9] == ["tc", "class", "add", "dev", "lo", "parent", "d123:",
-                                        "classid", "d123:11"]
+    assert link.class_add_cmd()[:9] == [
+        "tc",
+        "class",
+        "add",
+        "dev",
+        "lo",
+        "parent",
+        "d123:",
+        "classid",
+        "d123:11",
+    ]
     f = link.filter_add_cmd()
     assert f[f.index("prio") + 1] == "17" and f[-2:] == ["flowid", "d123:11"]
-    assert ["match", "ip", "dst", "127.0.5.4/32"] == f[f.index("u32") + 1:f.index("u32") + 5]
+    assert ["match", "ip", "dst", "127.0.5.4/32"] == f[f.index("u32") + 1 : f.index("u32") + 5]
     # The filter is removed by its own priority, the class by its id.
-    assert link.filter_del_cmd() == ["tc", "filter", "del", "dev", "lo", "parent", "d123:",
-                                     "protocol", "ip", "prio", "17"]
+    assert link.filter_del_cmd() == [
+        "tc",
+        "filter",
+        "del",
+        "dev",
+        "lo",
+        "parent",
+        "d123:",
+        "protocol",
+        "ip",
+        "prio",
+        "17",
+    ]
     assert link.class_del_cmd() == ["tc", "class", "del", "dev", "lo", "classid", "d123:11"]
     assert htb_root_add_cmd(0xD123)[-3:] == ["handle", "d123:", "htb"]
     assert htb_root_del_cmd(0xD123)[-3:] == ["handle", "d123:", "htb"]

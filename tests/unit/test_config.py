@@ -126,7 +126,9 @@ def test_log_dir_fallback_and_log_dirs_precedence() -> None:
         ({"log.retention.hours": "-5"}, -1),  # any negative means "forever"
     ],
 )
-def test_retention_precedence_ms_over_minutes_over_hours(props: dict[str, str], expected: int) -> None:
+def test_retention_precedence_ms_over_minutes_over_hours(
+    props: dict[str, str], expected: int
+) -> None:
     cfg = broker(**props)
     assert cfg.topic_defaults()["retention.ms"] == str(expected)
     assert log_config_for_topic(cfg, {})["retention_ms"] == expected
@@ -134,7 +136,10 @@ def test_retention_precedence_ms_over_minutes_over_hours(props: dict[str, str], 
 
 def test_roll_ms_over_hours() -> None:
     assert broker(**{"log.roll.hours": "2"}).topic_defaults()["segment.ms"] == "7200000"
-    assert broker(**{"log.roll.hours": "2", "log.roll.ms": "99"}).topic_defaults()["segment.ms"] == "99"
+    assert (
+        broker(**{"log.roll.hours": "2", "log.roll.ms": "99"}).topic_defaults()["segment.ms"]
+        == "99"
+    )
 
 
 def test_missing_required_keys() -> None:
@@ -182,7 +187,9 @@ def test_listeners_and_advertised_endpoint() -> None:
     ]
     cfg = broker(listeners="PLAINTEXT://127.0.0.3:19092")
     assert cfg.advertised_endpoint() == ("127.0.0.3", 19092)
-    cfg = broker(**{"listeners": "PLAINTEXT://:9092", "advertised.listeners": "PLAINTEXT://127.0.0.4:9092"})
+    cfg = broker(
+        **{"listeners": "PLAINTEXT://:9092", "advertised.listeners": "PLAINTEXT://127.0.0.4:9092"}
+    )
     assert cfg.advertised_endpoint() == ("127.0.0.4", 9092)
     with pytest.raises(ConfigError) as e:
         broker().advertised_endpoint()  # empty host: Odradek requires it explicit
@@ -223,13 +230,15 @@ def test_topic_config_table_has_kafkas_names_and_defaults() -> None:
 
 
 def test_topic_defaults_follow_broker_synonyms() -> None:
-    cfg = broker(**{
-        "log.segment.bytes": "2048",
-        "message.max.bytes": "5000",
-        "log.cleanup.policy": "compact, delete",
-        "log.flush.scheduler.interval.ms": "1000",
-        "min.insync.replicas": "2",
-    })
+    cfg = broker(
+        **{
+            "log.segment.bytes": "2048",
+            "message.max.bytes": "5000",
+            "log.cleanup.policy": "compact, delete",
+            "log.flush.scheduler.interval.ms": "1000",
+            "min.insync.replicas": "2",
+        }
+    )
     d = cfg.topic_defaults()
     assert d["segment.bytes"] == "2048"
     assert d["max.message.bytes"] == "5000"
@@ -242,17 +251,29 @@ def test_topic_defaults_follow_broker_synonyms() -> None:
     ("configs", "message"),
     [
         ({"no.such.config": "1"}, "Unknown topic config name: no.such.config"),
-        ({"retention.ms": "abc"}, "Invalid value abc for configuration retention.ms: Not a number of type LONG"),
-        ({"retention.ms": "-2"}, "Invalid value -2 for configuration retention.ms: Value must be at least -1"),
+        (
+            {"retention.ms": "abc"},
+            "Invalid value abc for configuration retention.ms: Not a number of type LONG",
+        ),
+        (
+            {"retention.ms": "-2"},
+            "Invalid value -2 for configuration retention.ms: Value must be at least -1",
+        ),
         ({"min.cleanable.dirty.ratio": "1.5"}, "Value must be no more than 1"),
         ({"cleanup.policy": "delete,purge"}, "String must be one of: compact, delete"),
-        ({"compression.type": "brotli"}, "String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
+        (
+            {"compression.type": "brotli"},
+            "String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer",
+        ),
         ({"message.timestamp.type": "Now"}, "String must be one of: CreateTime, LogAppendTime"),
         ({"preallocate": "1"}, "Expected value to be either true or false"),
         ({"segment.bytes": "13"}, "Value must be at least 14"),
         ({"compression.gzip.level": "0"}, "compression.gzip.level"),
         ({"leader.replication.throttled.replicas": "x"}, "[partitionId]:[brokerId]"),
-        ({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"}, "conflict topic config setting"),
+        (
+            {"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"},
+            "conflict topic config setting",
+        ),
     ],
 )
 def test_validate_topic_configs_rejects(configs: dict[str, str | None], message: str) -> None:
@@ -279,7 +300,9 @@ def test_validate_topic_configs_accepts() -> None:
 
 def test_log_config_for_topic_overrides_win() -> None:
     cfg = broker(**{"log.retention.hours": "1"})
-    lc = log_config_for_topic(cfg, {"retention.ms": "5000", "cleanup.policy": "compact", "odradek.ack.fsync": "true"})
+    lc = log_config_for_topic(
+        cfg, {"retention.ms": "5000", "cleanup.policy": "compact", "odradek.ack.fsync": "true"}
+    )
     assert lc["retention_ms"] == 5000
     assert lc["cleanup_policy"] == ["compact"]
     assert lc["ack_fsync"] is True
@@ -296,7 +319,11 @@ def test_describe_topic_sources_and_synonyms() -> None:
     assert set(entries) == set(TOPIC_CONFIGS)
 
     seg = entries["segment.bytes"]
-    assert (seg.value, seg.source, seg.is_default) == ("1048576", ConfigSource.DYNAMIC_TOPIC_CONFIG, False)
+    assert (seg.value, seg.source, seg.is_default) == (
+        "1048576",
+        ConfigSource.DYNAMIC_TOPIC_CONFIG,
+        False,
+    )
     assert seg.synonyms[0] == ("segment.bytes", "1048576", ConfigSource.DYNAMIC_TOPIC_CONFIG)
     assert seg.config_type == ConfigType.INT
 
@@ -309,7 +336,8 @@ def test_describe_topic_sources_and_synonyms() -> None:
     assert ret.config_type == ConfigType.LONG
     seg_bytes_default = {e.name: e for e in describe_topic_config(cfg, {})}["segment.bytes"]
     assert seg_bytes_default.synonyms == [
-        ("log.segment.bytes", "1073741824", ConfigSource.DEFAULT_CONFIG)]
+        ("log.segment.bytes", "1073741824", ConfigSource.DEFAULT_CONFIG)
+    ]
 
     cfg_ms = broker(**{"log.retention.ms": "1000", "log.retention.hours": "24"})
     ret = {e.name: e for e in describe_topic_config(cfg_ms, {})}["retention.ms"]
@@ -333,7 +361,12 @@ def test_describe_broker_sources_and_passwords() -> None:
     cfg = broker(**{"num.partitions": "3", "ssl.keystore.password": "secret"})
     entries = {e.name: e for e in describe_broker_config(cfg)}
     np_ = entries["num.partitions"]
-    assert (np_.value, np_.source, np_.is_default, np_.read_only) == ("3", ConfigSource.STATIC_BROKER_CONFIG, False, True)
+    assert (np_.value, np_.source, np_.is_default, np_.read_only) == (
+        "3",
+        ConfigSource.STATIC_BROKER_CONFIG,
+        False,
+        True,
+    )
     rf = entries["default.replication.factor"]
     assert (rf.value, rf.source, rf.is_default) == ("1", ConfigSource.DEFAULT_CONFIG, True)
     assert entries["log.retention.ms"].value is None  # no default, like Kafka
@@ -347,8 +380,12 @@ def test_describe_broker_sources_and_passwords() -> None:
 def test_describe_broker_dynamic_layers() -> None:
     cfg = broker(**{"log.retention.hours": "24"})
     rate = "follower.replication.throttled.rate"
-    entries = {e.name: e for e in describe_broker_config(
-        cfg, {rate: "1000"}, {rate: "5000", "leader.replication.throttled.rate": "7"})}
+    entries = {
+        e.name: e
+        for e in describe_broker_config(
+            cfg, {rate: "1000"}, {rate: "5000", "leader.replication.throttled.rate": "7"}
+        )
+    }
     e = entries[rate]
     assert (e.value, e.source, e.read_only) == ("1000", ConfigSource.DYNAMIC_BROKER_CONFIG, False)
     assert e.synonyms == [
@@ -360,18 +397,24 @@ def test_describe_broker_dynamic_layers() -> None:
     assert (lead.value, lead.source) == ("7", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
     assert entries["num.partitions"].read_only
     # The <default> resource lists only the dynamic defaults, without per-broker values.
-    defaults = {e.name: e for e in describe_broker_config(
-        cfg, {rate: "1000"}, {rate: "5000"}, per_broker=False)}
+    defaults = {
+        e.name: e
+        for e in describe_broker_config(cfg, {rate: "1000"}, {rate: "5000"}, per_broker=False)
+    }
     assert list(defaults) == [rate]
     assert defaults[rate].value == "5000"
     assert defaults[rate].synonyms[0] == (rate, "5000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
 
 
 def test_topic_override_and_dynamic_broker_value_are_typed_by_the_table(
-        caplog: pytest.LogCaptureFixture) -> None:
-    overrides = {"min.insync.replicas": " 2", "unclean.leader.election.enable": "TRUE",
-                 "leader.replication.throttled.replicas": "0:1, 1:2",
-                 "segment.bytes": "many"}
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    overrides = {
+        "min.insync.replicas": " 2",
+        "unclean.leader.election.enable": "TRUE",
+        "leader.replication.throttled.replicas": "0:1, 1:2",
+        "segment.bytes": "many",
+    }
     assert topic_override(overrides, "min.insync.replicas") == 2
     assert topic_override(overrides, "unclean.leader.election.enable") is True
     assert topic_override(overrides, "leader.replication.throttled.replicas") == ["0:1", "1:2"]
@@ -398,7 +441,8 @@ def test_describe_topic_config_keys_and_a_changed_broker_config() -> None:
     cfg = broker(**{"log.retention.hours": "24"})
     only = describe_topic_config(cfg, {"min.insync.replicas": "2"}, {"min.insync.replicas"})
     assert [(e.name, e.value, e.source) for e in only] == [
-        ("min.insync.replicas", "2", ConfigSource.DYNAMIC_TOPIC_CONFIG)]
+        ("min.insync.replicas", "2", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    ]
     assert describe_topic_config(cfg, {}, set()) == []
 
     def value(c: BrokerConfig, name: str) -> str | None:

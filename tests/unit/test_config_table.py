@@ -40,19 +40,25 @@ def _read_by_code(name: str, code: str) -> bool:
 
 def test_every_honoured_topic_config_is_read() -> None:
     code = _code()
-    unread = [n for n, d in TOPIC_CONFIGS.items()
-              if d.support is Support.HONOURED and not _read_by_code(n, code)]
+    unread = [
+        n
+        for n, d in TOPIC_CONFIGS.items()
+        if d.support is Support.HONOURED and not _read_by_code(n, code)
+    ]
     assert unread == [], f"honoured topic configs no code reads: {unread}"
 
 
 def test_every_honoured_broker_property_is_read() -> None:
     code = _code()
     # A broker property that is an honoured topic config's fallback is read through it.
-    fallbacks = {s.name for d in TOPIC_CONFIGS.values() if d.support is Support.HONOURED
-                 for s in d.synonyms}
-    unread = [n for n, d in BROKER_CONFIGS.items()
-              if d.support is Support.HONOURED and n not in fallbacks
-              and not _read_by_code(n, code)]
+    fallbacks = {
+        s.name for d in TOPIC_CONFIGS.values() if d.support is Support.HONOURED for s in d.synonyms
+    }
+    unread = [
+        n
+        for n, d in BROKER_CONFIGS.items()
+        if d.support is Support.HONOURED and n not in fallbacks and not _read_by_code(n, code)
+    ]
     assert unread == [], f"honoured broker properties no code reads: {unread}"
 
 
@@ -64,26 +70,46 @@ def test_unsupported_settings_give_a_reason() -> None:
 def test_reference_is_generated_from_the_table() -> None:
     committed = (ROOT / "docs" / "configuration.md").read_text()
     assert committed == render_reference(), (
-        "docs/configuration.md is stale: python -m odradek.config_reference > "
-        "docs/configuration.md")
+        "docs/configuration.md is stale: python -m odradek.config_reference > docs/configuration.md"
+    )
 
 
 _SETTING_ASSIGNMENT = re.compile(r"`([a-z][a-z0-9]*(?:\.[a-z0-9]+)+)=[^`]*`")
 # Client-side settings the docs show next to broker settings (they are not the broker's).
-_CLIENT_SETTINGS = {"bootstrap.servers", "group.id", "auto.offset.reset", "enable.idempotence",
-                    "linger.ms", "batch.size", "enable.auto.commit", "isolation.level",
-                    "security.protocol", "sasl.mechanism", "max.poll.records",
-                    "fetch.min.bytes", "fetch.wait.max.ms", "acks", "queue.buffering.max.ms",
-                    "message.send.max.retries", "batch.num.messages", "client.id",
-                    "message.timeout.ms", "fetch.queue.backoff.ms",
-                    "test.mock.num.brokers",  # librdkafka mock cluster (benchmarks)
-                    "odradek.client",  # the Spark source's option (docs/spark.md)
-                    "odradek.sink.guarantee",  # the Spark sink's option (docs/spark.md)
-                    # the Spark source's Avro options (docs/spark.md)
-                    "value.format", "value.decode.errors", "value.subject",
-                    "value.schema.version", "schema.registry.url",
-                    # librdkafka's own test suite's test.conf (docs/compatibility.md)
-                    "test.timeout.multiplier", "test.topic.random"}
+_CLIENT_SETTINGS = {
+    "bootstrap.servers",
+    "group.id",
+    "auto.offset.reset",
+    "enable.idempotence",
+    "linger.ms",
+    "batch.size",
+    "enable.auto.commit",
+    "isolation.level",
+    "security.protocol",
+    "sasl.mechanism",
+    "max.poll.records",
+    "fetch.min.bytes",
+    "fetch.wait.max.ms",
+    "acks",
+    "queue.buffering.max.ms",
+    "message.send.max.retries",
+    "batch.num.messages",
+    "client.id",
+    "message.timeout.ms",
+    "fetch.queue.backoff.ms",
+    "test.mock.num.brokers",  # librdkafka mock cluster (benchmarks)
+    "odradek.client",  # the Spark source's option (docs/spark.md)
+    "odradek.sink.guarantee",  # the Spark sink's option (docs/spark.md)
+    # the Spark source's Avro options (docs/spark.md)
+    "value.format",
+    "value.decode.errors",
+    "value.subject",
+    "value.schema.version",
+    "schema.registry.url",
+    # librdkafka's own test suite's test.conf (docs/compatibility.md)
+    "test.timeout.multiplier",
+    "test.topic.random",
+}
 
 
 def test_every_setting_the_docs_assign_is_in_the_table() -> None:
@@ -102,8 +128,9 @@ def _props(**extra: str) -> dict[str, str]:
 
 def test_ignored_and_unknown_broker_settings_warn(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="odradek.config"):
-        BrokerConfig.from_dict(_props(**{"num.io.threads": "16", "no.such.setting": "1",
-                                         "num.partitions": "3"}))
+        BrokerConfig.from_dict(
+            _props(**{"num.io.threads": "16", "no.such.setting": "1", "num.partitions": "3"})
+        )
     text = caplog.text
     assert "'num.io.threads' is accepted but ignored" in text
     assert "'no.such.setting' was supplied but isn't a known config" in text
@@ -111,10 +138,11 @@ def test_ignored_and_unknown_broker_settings_warn(caplog: pytest.LogCaptureFixtu
 
 
 def test_refused_settings_are_errors() -> None:
-    with pytest.raises(KafkaError, match="remote.storage.enable"):
+    with pytest.raises(KafkaError, match=r"remote\.storage\.enable"):
         validate_topic_configs({"remote.storage.enable": "true"})
     assert validate_topic_configs({"remote.storage.enable": "false"}) == {
-        "remote.storage.enable": "false"}
+        "remote.storage.enable": "false"
+    }
 
 
 def test_ignored_topic_config_warns(caplog: pytest.LogCaptureFixture) -> None:
@@ -134,10 +162,14 @@ def test_no_ignored_setting_is_read() -> None:
     """The other direction: a setting marked ignored that code reads was implemented and
     must be marked honoured. config.py is left out: it maps every topic config into the
     typed topic settings whatever its support."""
-    code = "\n".join(p.read_text() for p in SRC.rglob("*.py")
-                     if _reader(p, frozenset({"config.py"})))
-    read = [n for n, d in [*TOPIC_CONFIGS.items(), *BROKER_CONFIGS.items()]
-            if d.support is Support.IGNORED and (f'"{n}"' in code or f"'{n}'" in code)]
+    code = "\n".join(
+        p.read_text() for p in SRC.rglob("*.py") if _reader(p, frozenset({"config.py"}))
+    )
+    read = [
+        n
+        for n, d in [*TOPIC_CONFIGS.items(), *BROKER_CONFIGS.items()]
+        if d.support is Support.IGNORED and (f'"{n}"' in code or f"'{n}'" in code)
+    ]
     assert read == [], f"ignored settings the code reads (mark them honoured): {read}"
 
 
@@ -153,17 +185,29 @@ def _settings_classes() -> list[type]:
         rel = path.relative_to(SRC.parent).with_suffix("")
         module = importlib.import_module(".".join(rel.parts))
         for obj in vars(module).values():
-            if (isinstance(obj, type) and dataclasses.is_dataclass(obj)
-                    and any("setting" in f.metadata for f in dataclasses.fields(obj))):
+            if (
+                isinstance(obj, type)
+                and dataclasses.is_dataclass(obj)
+                and any("setting" in f.metadata for f in dataclasses.fields(obj))
+            ):
                 found[f"{obj.__module__}.{obj.__qualname__}"] = obj
     return list(found.values())
 
 
 def test_settings_classes_are_found() -> None:
     names = {c.__name__ for c in _settings_classes()}
-    assert {"ControllerSettings", "FetcherSettings", "ReplicaManagerSettings", "BrokerSettings",
-            "GroupConfig", "OffsetsSettings", "TxnCoordinatorSettings", "ServerSettings",
-            "CleanerSettings", "SecuritySettings"} <= names
+    assert {
+        "ControllerSettings",
+        "FetcherSettings",
+        "ReplicaManagerSettings",
+        "BrokerSettings",
+        "GroupConfig",
+        "OffsetsSettings",
+        "TxnCoordinatorSettings",
+        "ServerSettings",
+        "CleanerSettings",
+        "SecuritySettings",
+    } <= names
 
 
 def _frozen(value: object) -> object:
@@ -177,8 +221,9 @@ def test_settings_objects_are_typed_from_the_table() -> None:
 
     from odradek.configdefs import python_type, settings_from  # noqa: PLC0415
 
-    config = BrokerConfig.from_dict(_props(**{"replica.fetch.backoff.ms": "250",
-                                              "auto.leader.rebalance.enable": "false"}))
+    config = BrokerConfig.from_dict(
+        _props(**{"replica.fetch.backoff.ms": "250", "auto.leader.rebalance.enable": "false"})
+    )
     for cls in _settings_classes():
         assert cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
         built = config.settings(cls)
@@ -221,9 +266,13 @@ def test_typed_settings_take_their_defaults_from_the_table() -> None:
     def field_defaults(module: object, cls: str) -> dict[str, ast.expr]:
         tree = ast.parse(Path(module.__file__).read_text())  # type: ignore[attr-defined]
         node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
-        return {s.target.id: s.value for s in node.body
-                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
-                and s.value is not None}
+        return {
+            s.target.id: s.value
+            for s in node.body
+            if isinstance(s, ast.AnnAssign)
+            and isinstance(s.target, ast.Name)
+            and s.value is not None
+        }
 
     def from_table(value: ast.expr) -> bool:
         if isinstance(value, ast.Constant) and value.value is None:
@@ -232,10 +281,15 @@ def test_typed_settings_take_their_defaults_from_the_table() -> None:
         if any(isinstance(c.func, ast.Name) and c.func.id == "_default" for c in calls):
             return True
         # field(default_factory=dict|list): an empty container, not a setting's default
-        return (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
-                and value.func.id == "field" and all(
-                    isinstance(k.value, ast.Name) and k.value.id in ("dict", "list")
-                    for k in value.keywords))
+        return (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id == "field"
+            and all(
+                isinstance(k.value, ast.Name) and k.value.id in ("dict", "list")
+                for k in value.keywords
+            )
+        )
 
     for module, cls in ((config_module, "BrokerConfig"), (log_types, "LogConfig")):
         written = [name for name, v in field_defaults(module, cls).items() if not from_table(v)]
@@ -256,7 +310,7 @@ def test_operations_guide_lists_the_dynamic_broker_configs() -> None:
     lines = (ROOT / "docs" / "operations.md").read_text().splitlines()
     start = lines.index("| broker config | takes effect |")
     listed: set[str] = set()
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         listed.update(re.findall(r"`([a-z0-9.]+)`", line.split("|")[1]))

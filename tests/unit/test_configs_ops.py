@@ -8,50 +8,71 @@ import argparse
 
 import pytest
 
-from odradek.server.handlers.configs import (
-    OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT, apply_incremental, replace_all,
-)
 from odradek.cli.configs_cmd import (
-    ConfigCommandError, Entry, add_parser, describe_lines, entities_of, format_entry,
-    parse_add_config, parse_delete_config,
+    ConfigCommandError,
+    Entry,
+    add_parser,
+    describe_lines,
+    entities_of,
+    format_entry,
+    parse_add_config,
+    parse_delete_config,
 )
 from odradek.cli.quotas_cmd import DEFAULT, describe_filter, format_quota_line, quota_entity
 from odradek.config import validate_topic_configs
 from odradek.errors import ErrorCode, KafkaError
+from odradek.server.handlers.configs import (
+    OP_APPEND,
+    OP_DELETE,
+    OP_SET,
+    OP_SUBTRACT,
+    apply_incremental,
+    replace_all,
+)
 
 
 # ---------------------------------------------------------------------------- operations
 def test_set_and_delete() -> None:
     cur = {"retention.ms": "1000", "segment.bytes": "2048"}
-    out = apply_incremental(cur, [("retention.ms", OP_SET, "5000"),
-                                  ("segment.bytes", OP_DELETE, None),
-                                  ("min.insync.replicas", OP_SET, "2")])
+    out = apply_incremental(
+        cur,
+        [
+            ("retention.ms", OP_SET, "5000"),
+            ("segment.bytes", OP_DELETE, None),
+            ("min.insync.replicas", OP_SET, "2"),
+        ],
+    )
     assert out == {"retention.ms": "5000", "min.insync.replicas": "2"}
     assert cur == {"retention.ms": "1000", "segment.bytes": "2048"}  # input untouched
 
 
 def test_delete_of_absent_or_unknown_key_is_a_no_op() -> None:
-    assert apply_incremental({}, [("segment.bytes", OP_DELETE, None),
-                                  ("not.a.config", OP_DELETE, "ignored")]) == {}
+    assert (
+        apply_incremental(
+            {}, [("segment.bytes", OP_DELETE, None), ("not.a.config", OP_DELETE, "ignored")]
+        )
+        == {}
+    )
 
 
 def test_append_starts_from_the_default_and_keeps_elements_distinct() -> None:
     # cleanup.policy defaults to "delete" (Kafka: APPEND to an unset LIST uses the default).
     assert apply_incremental({}, [("cleanup.policy", OP_APPEND, "compact")]) == {
-        "cleanup.policy": "delete,compact"}
-    assert apply_incremental({"cleanup.policy": "compact"},
-                             [("cleanup.policy", OP_APPEND, "compact, delete")]) == {
-        "cleanup.policy": "compact,delete"}
+        "cleanup.policy": "delete,compact"
+    }
+    assert apply_incremental(
+        {"cleanup.policy": "compact"}, [("cleanup.policy", OP_APPEND, "compact, delete")]
+    ) == {"cleanup.policy": "compact,delete"}
     # Throttled-replica lists default to empty.
-    assert apply_incremental({}, [("leader.replication.throttled.replicas", OP_APPEND,
-                                   "0:1,1:2")]) == {
-        "leader.replication.throttled.replicas": "0:1,1:2"}
+    assert apply_incremental(
+        {}, [("leader.replication.throttled.replicas", OP_APPEND, "0:1,1:2")]
+    ) == {"leader.replication.throttled.replicas": "0:1,1:2"}
 
 
 def test_subtract() -> None:
-    assert apply_incremental({"cleanup.policy": "compact,delete"},
-                             [("cleanup.policy", OP_SUBTRACT, "delete")]) == {
-        "cleanup.policy": "compact"}
+    assert apply_incremental(
+        {"cleanup.policy": "compact,delete"}, [("cleanup.policy", OP_SUBTRACT, "delete")]
+    ) == {"cleanup.policy": "compact"}
     out = apply_incremental({}, [("cleanup.policy", OP_SUBTRACT, "delete")])
     assert out == {"cleanup.policy": ""}
     assert validate_topic_configs(out) == {"cleanup.policy": ""}  # empty list is legal
@@ -84,7 +105,9 @@ def test_request_shape_errors_are_invalid_request() -> None:
 
 def test_replace_all() -> None:
     assert replace_all([("retention.ms", "1"), ("segment.ms", "2"), ("retention.ms", "3")]) == {
-        "retention.ms": "3", "segment.ms": "2"}
+        "retention.ms": "3",
+        "segment.ms": "2",
+    }
     assert replace_all([]) == {}
     with pytest.raises(KafkaError) as ei:
         replace_all([("a", None), ("b", "1"), ("c", None)])
@@ -94,10 +117,10 @@ def test_replace_all() -> None:
 
 # ---------------------------------------------------------------------------- CLI parsing
 def test_parse_add_config_brackets_keep_commas() -> None:
-    assert parse_add_config("k1=v1,k2=[a,b],k3 = x=y") == {"k1": "v1", "k2": "a,b",
-                                                           "k3": "x=y"}
+    assert parse_add_config("k1=v1,k2=[a,b],k3 = x=y") == {"k1": "v1", "k2": "a,b", "k3": "x=y"}
     assert parse_add_config("cleanup.policy=[compact,delete]") == {
-        "cleanup.policy": "compact,delete"}
+        "cleanup.policy": "compact,delete"
+    }
     assert parse_add_config("") == {}
     with pytest.raises(ConfigCommandError, match="key=val"):
         parse_add_config("novalue")
@@ -105,20 +128,32 @@ def test_parse_add_config_brackets_keep_commas() -> None:
 
 
 # ---------------------------------------------------------------------------- CLI output
-def _entry(name: str, value: str | None, source: int,
-           synonyms: tuple[tuple[str, str | None, int], ...], sensitive: bool = False) -> Entry:
+def _entry(
+    name: str,
+    value: str | None,
+    source: int,
+    synonyms: tuple[tuple[str, str | None, int], ...],
+    sensitive: bool = False,
+) -> Entry:
     return Entry(name, value, source, sensitive, synonyms)
 
 
 def test_format_entry_is_kafka_configs_line() -> None:
-    e = _entry("segment.bytes", "1024", 1,
-               (("segment.bytes", "1024", 1), ("log.segment.bytes", "1073741824", 5)))
+    e = _entry(
+        "segment.bytes",
+        "1024",
+        1,
+        (("segment.bytes", "1024", 1), ("log.segment.bytes", "1073741824", 5)),
+    )
     assert format_entry(e) == (
         "  segment.bytes=1024 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:segment.bytes=1024,"
-        " DEFAULT_CONFIG:log.segment.bytes=1073741824}")
+        " DEFAULT_CONFIG:log.segment.bytes=1073741824}"
+    )
     pw = _entry("ssl.keystore.password", None, 4, (("ssl.keystore.password", None, 4),), True)
-    assert format_entry(pw) == ("  ssl.keystore.password=null sensitive=true "
-                                "synonyms={STATIC_BROKER_CONFIG:ssl.keystore.password=null}")
+    assert format_entry(pw) == (
+        "  ssl.keystore.password=null sensitive=true "
+        "synonyms={STATIC_BROKER_CONFIG:ssl.keystore.password=null}"
+    )
     assert format_entry(_entry("x", "1", 5, ())) == "  x=1 sensitive=false synonyms={}"
 
 
@@ -148,8 +183,16 @@ def _parse(*argv: str) -> argparse.Namespace:
 
 
 def test_entity_options_pair_up_in_kafka_configs_order() -> None:
-    args = _parse("--entity-type", "users", "--entity-name", "alice", "--entity-type",
-                  "clients", "--entity-default", "--describe")
+    args = _parse(
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "alice",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--describe",
+    )
     assert entities_of(args) == [("users", "alice"), ("clients", DEFAULT)]
     assert args.entity_type == "users" and args.entity_name == "alice"
     args = _parse("--entity-type", "clients", "--entity-default", "--describe")
@@ -173,9 +216,13 @@ def test_quota_entity_and_describe_filter() -> None:
 
 
 def test_format_quota_line_is_kafka_configs_line() -> None:
-    assert format_quota_line([("user", "alice"), ("client-id", None)],
-                             {"producer_byte_rate": 1024.0, "consumer_byte_rate": 2.0}) == (
+    assert format_quota_line(
+        [("user", "alice"), ("client-id", None)],
+        {"producer_byte_rate": 1024.0, "consumer_byte_rate": 2.0},
+    ) == (
         "Quota configs for user-principal 'alice', the default client-id are "
-        "consumer_byte_rate=2.0, producer_byte_rate=1024.0")
+        "consumer_byte_rate=2.0, producer_byte_rate=1024.0"
+    )
     assert format_quota_line([("client-id", "c1")], {"request_percentage": 12.5}) == (
-        "Quota configs for client-id 'c1' are request_percentage=12.5")
+        "Quota configs for client-id 'c1' are request_percentage=12.5"
+    )

@@ -18,27 +18,41 @@ from odradek.metrics.scrape import parse
 
 
 def _view() -> ClusterView:
-    return ClusterView(controller=1, live={1: "h:1", 2: "h:2"}, known={1, 2, 3},
-                       partitions=[PartitionView("t", 0, 1, (1, 2, 3), (1, 2)),
-                                   PartitionView("t", 1, -1, (3,), (3,))],
-                       min_isr={"t": 2})
+    return ClusterView(
+        controller=1,
+        live={1: "h:1", 2: "h:2"},
+        known={1, 2, 3},
+        partitions=[
+            PartitionView("t", 0, 1, (1, 2, 3), (1, 2)),
+            PartitionView("t", 1, -1, (3,), (3,)),
+        ],
+        min_isr={"t": 2},
+    )
 
 
 def _metrics(bytes_in: float, leo: int = 40) -> object:
-    return parse(f"kafka_server_brokertopicmetrics_bytesin_total {bytes_in}\n"
-                 "kafka_server_brokertopicmetrics_bytesout_total 0\n"
-                 "kafka_server_brokertopicmetrics_messagesin_total 0\n"
-                 f'kafka_log_log_logendoffset{{topic="t",partition="0"}} {leo}\n'
-                 'kafka_log_log_size{topic="t",partition="0"} 4096\n')
+    return parse(
+        f"kafka_server_brokertopicmetrics_bytesin_total {bytes_in}\n"
+        "kafka_server_brokertopicmetrics_bytesout_total 0\n"
+        "kafka_server_brokertopicmetrics_messagesin_total 0\n"
+        f'kafka_log_log_logendoffset{{topic="t",partition="0"}} {leo}\n'
+        'kafka_log_log_size{topic="t",partition="0"} 4096\n'
+    )
 
 
 def test_snapshot_rows_rates_and_lag() -> None:
     b = SnapshotBuilder()
-    raw = RawState(taken_at=100.0, view=_view(), high_watermarks={("t", 0): 40},
-                   log_starts={("t", 0): 0},
-                   groups=[RawGroup("g", "Stable", "range", 1,
-                                    [("m-1", "c", "/h", [("t", 0)])], {("t", 0): 30})],
-                   metrics={1: _metrics(1000)}, metrics_urls={1: "u1", 2: "u2"})
+    raw = RawState(
+        taken_at=100.0,
+        view=_view(),
+        high_watermarks={("t", 0): 40},
+        log_starts={("t", 0): 0},
+        groups=[
+            RawGroup("g", "Stable", "range", 1, [("m-1", "c", "/h", [("t", 0)])], {("t", 0): 30})
+        ],
+        metrics={1: _metrics(1000)},
+        metrics_urls={1: "u1", 2: "u2"},
+    )
     s1 = b.build(raw)
     assert [(r.id, r.up) for r in s1.brokers] == [(1, True), (2, False), (3, False)]
     # 2 is live in Metadata but its metrics endpoint failed: down at once.
@@ -46,20 +60,30 @@ def test_snapshot_rows_rates_and_lag() -> None:
     t = s1.topic("t")
     assert t is not None and t.under_replicated == 1 and t.offline == 1
     p0 = t.partitions[0]
-    assert (p0.high_watermark, p0.log_end_offset, p0.size_bytes, p0.out_of_sync) == \
-        (40, 40, 4096, (3,))
+    assert (p0.high_watermark, p0.log_end_offset, p0.size_bytes, p0.out_of_sync) == (
+        40,
+        40,
+        4096,
+        (3,),
+    )
     g = s1.group("g")
     assert g is not None and g.total_lag == 10 and g.lags[0].member == "m-1"
-    raw2 = RawState(taken_at=102.0, view=_view(), metrics={1: _metrics(3000)},
-                    metrics_urls={1: "u1"})
+    raw2 = RawState(
+        taken_at=102.0, view=_view(), metrics={1: _metrics(3000)}, metrics_urls={1: "u1"}
+    )
     s2 = b.build(raw2)
     rate = s2.brokers[0].rate
     assert rate is not None and rate.bytes_in == 1000.0 and s2.version == 2
     assert len(s2.brokers[0].history) == 1
     # The collector scrapes every 15 s and rounds more often: a round that carries the
     # same scrape again keeps its rate and adds no point to the history.
-    raw3 = RawState(taken_at=104.0, view=_view(), metrics={1: _metrics(3000)},
-                    metrics_at={1: 102.0}, metrics_urls={1: "u1"})
+    raw3 = RawState(
+        taken_at=104.0,
+        view=_view(),
+        metrics={1: _metrics(3000)},
+        metrics_at={1: 102.0},
+        metrics_urls={1: "u1"},
+    )
     s3 = b.build(raw3)
     assert s3.brokers[0].rate == rate and len(s3.brokers[0].history) == 1
 
@@ -96,8 +120,9 @@ def test_reports_are_confined_to_their_directories(tmp_path: Path) -> None:
     rep = tmp_path / "runs" / "chaos-1" / "report"
     rep.mkdir(parents=True)
     (rep / "index.html").write_text("<html>report</html>")
-    (rep / "summary.json").write_text(json.dumps([{"scenario": "a", "result": "FAIL"},
-                                                  {"scenario": "b", "result": "PASS"}]))
+    (rep / "summary.json").write_text(
+        json.dumps([{"scenario": "a", "result": "FAIL"}, {"scenario": "b", "result": "PASS"}])
+    )
     (rep / "a.png").write_bytes(b"png")
     (tmp_path / "secret.txt").write_text("no")
     reports = ChaosReports([tmp_path / "runs"])
@@ -110,8 +135,14 @@ def test_reports_are_confined_to_their_directories(tmp_path: Path) -> None:
 
 def test_lag_exporter_names() -> None:
     b = SnapshotBuilder()
-    snap = b.build(RawState(taken_at=1.0, view=_view(), high_watermarks={("t", 0): 40},
-                            groups=[RawGroup("g", "Empty", "", 1, [], {("t", 0): 25})]))
+    snap = b.build(
+        RawState(
+            taken_at=1.0,
+            view=_view(),
+            high_watermarks={("t", 0): 40},
+            groups=[RawGroup("g", "Empty", "", 1, [], {("t", 0): 25})],
+        )
+    )
     reg = CollectorRegistry()
     reg.register(LagCollector(lambda: snap))
     s = parse(generate_latest(reg).decode())
@@ -124,8 +155,8 @@ def test_lag_exporter_names() -> None:
 def test_basic_credentials_and_loopback() -> None:
     from base64 import b64encode
 
-    from odradek.security.http_basic import basic_credentials as _basic_credentials
     from odradek.console.server import _loopback
+    from odradek.security.http_basic import basic_credentials as _basic_credentials
 
     def basic(text: str) -> str:
         return "Basic " + b64encode(text.encode()).decode()
@@ -145,9 +176,15 @@ def test_a_viewer_sees_only_what_it_may_describe() -> None:
     from odradek.console.auth import Viewer
     from odradek.security.client_security import ClientSecurity
 
-    raw = RawState(taken_at=100.0, view=_view(), high_watermarks={("t", 0): 40},
-                   groups=[RawGroup("g", "Stable", "range", 1, [], {("t", 0): 30}),
-                           RawGroup("h", "Stable", "range", 1, [], {})])
+    raw = RawState(
+        taken_at=100.0,
+        view=_view(),
+        high_watermarks={("t", 0): 40},
+        groups=[
+            RawGroup("g", "Stable", "range", 1, [], {("t", 0): 30}),
+            RawGroup("h", "Stable", "range", 1, [], {}),
+        ],
+    )
     snap = SnapshotBuilder().build(raw)
     sec = ClientSecurity("SASL_PLAINTEXT", "PLAIN", "alice", "pw")
     seen = Viewer("alice", sec, frozenset(), frozenset({"h"})).filter(snap)

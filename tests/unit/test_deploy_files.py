@@ -31,7 +31,9 @@ def test_hosts_agree_on_zookeeper_and_differ_in_identity() -> None:
     assert len({p["zookeeper.connect"] for p in props}) == 1
     assert len({p["broker.id"] for p in props}) == 3
     assert len({p["listeners"] for p in props}) == 3
-    zk_servers = {p["zookeeper.connect"].split(",")[i].split(":")[0] for p in props for i in range(3)}
+    zk_servers = {
+        p["zookeeper.connect"].split(",")[i].split(":")[0] for p in props for i in range(3)
+    }
     for h in HOSTS:
         zoo = parse_properties((h / "zoo.cfg").read_text())
         assert {zoo[f"server.{i}"].split(":")[0] for i in (1, 2, 3)} == zk_servers

@@ -98,9 +98,11 @@ def tokens(text: str) -> list[str]:
     depth = 0
     for k, w in enumerate(words):
         if depth == 0 and w in _SHELL_STOPS:
-            if w == "|" and words[k + 1:k + 2] and words[k + 1].startswith("-"):
-                raise ValueError("a bare '|' between options: write each alternative on "
-                                 "its own line, or in parentheses")
+            if w == "|" and words[k + 1 : k + 2] and words[k + 1].startswith("-"):
+                raise ValueError(
+                    "a bare '|' between options: write each alternative on "
+                    "its own line, or in parentheses"
+                )
             break
         for t in _split_brackets(w):
             depth += (t in _CLOSE) - (t in ("]", ")"))
@@ -118,8 +120,7 @@ def _sequence(toks: list[str], i: int, closer: str | None) -> tuple[list[list[st
             if t == "[":
                 inner = [[], *inner]
         else:
-            inner = [[w] for w in t.split("|")] if "|" in t and not t.startswith("-") \
-                else [[t]]
+            inner = [[w] for w in t.split("|")] if "|" in t and not t.startswith("-") else [[t]]
             i += 1
         variants = [v + x for v in variants for x in inner]
         assert len(variants) <= MAX_VARIANTS, f"over {MAX_VARIANTS} variants: {toks}"
@@ -143,8 +144,10 @@ def variants(text: str) -> list[list[str]]:
     toks = tokens(text)
     out, i = _sequence(toks, 0, None)
     if i != len(toks):
-        raise ValueError(f"unexpected {toks[i]!r} (one command a line: write alternatives "
-                         f"as separate lines or in parentheses)")
+        raise ValueError(
+            f"unexpected {toks[i]!r} (one command a line: write alternatives "
+            f"as separate lines or in parentheses)"
+        )
     return out
 
 
@@ -180,14 +183,20 @@ def parse_error(argv: list[str]) -> str | None:
 # ------------------------------------------------------------------------------ tests
 def test_the_synopsis_notation_expands() -> None:
     assert variants("odradek a --x 1 [--y 2] # comment") == [
-        ["a", "--x", "1"], ["a", "--x", "1", "--y", "2"]]
+        ["a", "--x", "1"],
+        ["a", "--x", "1", "--y", "2"],
+    ]
     assert variants("odradek a (--t T [--p P] | --b N) --f jsonl|parquet") == [
-        ["a", "--t", "T", "--f", "jsonl"], ["a", "--t", "T", "--f", "parquet"],
+        ["a", "--t", "T", "--f", "jsonl"],
+        ["a", "--t", "T", "--f", "parquet"],
         ["a", "--t", "T", "--p", "P", "--f", "jsonl"],
         ["a", "--t", "T", "--p", "P", "--f", "parquet"],
-        ["a", "--b", "N", "--f", "jsonl"], ["a", "--b", "N", "--f", "parquet"]]
+        ["a", "--b", "N", "--f", "jsonl"],
+        ["a", "--b", "N", "--f", "parquet"],
+    ]
     assert variants("sudo .venv/bin/odradek c --add-config 'a=[x,y]' | grep z") == [
-        ["c", "--add-config", "a=[x,y]"]]
+        ["c", "--add-config", "a=[x,y]"]
+    ]
     assert variants("python -m odradek c --k v 2>&1") == [["c", "--k", "v"]]
     with pytest.raises(ValueError, match=r"bare '\|'"):
         variants("odradek t --list | --delete --topic t")
@@ -195,10 +204,14 @@ def test_the_synopsis_notation_expands() -> None:
 
 def test_doc_commands_are_found(tmp_path: Path) -> None:
     doc = tmp_path / "x.md"
-    doc.write_text("odradek outside\n```bash\n$ odradek a \\\n   --b c\nls\n```\n"
-                   "~~~\n.venv/bin/odradek d  # e\n~~~\n")
-    assert doc_commands(doc, tmp_path) == [DocCommand("x.md:3", "odradek a --b c"),
-                                           DocCommand("x.md:8", ".venv/bin/odradek d  # e")]
+    doc.write_text(
+        "odradek outside\n```bash\n$ odradek a \\\n   --b c\nls\n```\n"
+        "~~~\n.venv/bin/odradek d  # e\n~~~\n"
+    )
+    assert doc_commands(doc, tmp_path) == [
+        DocCommand("x.md:3", "odradek a --b c"),
+        DocCommand("x.md:8", ".venv/bin/odradek d  # e"),
+    ]
 
 
 def test_every_subcommand_module_loads() -> None:
@@ -211,9 +224,23 @@ def test_every_subcommand_module_loads() -> None:
 def test_the_parser_refuses_unknown_options() -> None:
     assert parse_error(["topics", "--bootstrap-server", "B", "--list"]) is None
     assert "unrecognized arguments: --no-such-option" in (
-        parse_error(["topics", "--bootstrap-server", "B", "--list", "--no-such-option"]) or "")
-    assert parse_error(["transactions", "--bootstrap-server", "B", "describe-producers",
-                        "--topic", "T", "--partition", "P"]) is None
+        parse_error(["topics", "--bootstrap-server", "B", "--list", "--no-such-option"]) or ""
+    )
+    assert (
+        parse_error(
+            [
+                "transactions",
+                "--bootstrap-server",
+                "B",
+                "describe-producers",
+                "--topic",
+                "T",
+                "--partition",
+                "P",
+            ]
+        )
+        is None
+    )
     assert "invalid choice" in (parse_error(["no-such-command"]) or "")
 
 
@@ -226,6 +253,9 @@ def test_the_docs_have_commands() -> None:
 
 @pytest.mark.parametrize("cmd", _ALL, ids=[c.where for c in _ALL])
 def test_doc_command_parses(cmd: DocCommand) -> None:
-    failures = [f"{' '.join(argv)}: {err}" for argv in variants(cmd.text)
-                if (err := parse_error(argv)) is not None]
+    failures = [
+        f"{' '.join(argv)}: {err}"
+        for argv in variants(cmd.text)
+        if (err := parse_error(argv)) is not None
+    ]
     assert failures == [], f"{cmd.where}: {cmd.text}"

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 from odradek.controller.elections import (
-    NO_LEADER, ElectionResult, StateChange, controlled_shutdown_election,
-    is_preferred_leader, isr_after_broker_failure, leader_imbalance, offline_election,
-    partitions_to_rebalance, preferred_election, reconcile_partition,
+    NO_LEADER,
+    ElectionResult,
+    StateChange,
+    controlled_shutdown_election,
+    is_preferred_leader,
+    isr_after_broker_failure,
+    leader_imbalance,
+    offline_election,
+    partitions_to_rebalance,
+    preferred_election,
+    reconcile_partition,
 )
 
 # ----------------------------------------------------------------- offline election (R14)
@@ -61,14 +69,16 @@ def test_is_preferred_leader() -> None:
 
 
 def test_controlled_shutdown_moves_to_next_isr_replica() -> None:
-    assert controlled_shutdown_election([1, 2, 3], [1, 2, 3], {1, 2, 3}, {1}) == \
-        ElectionResult(2, [2, 3])
+    assert controlled_shutdown_election([1, 2, 3], [1, 2, 3], {1, 2, 3}, {1}) == ElectionResult(
+        2, [2, 3]
+    )
 
 
 def test_controlled_shutdown_skips_dead_and_out_of_sync() -> None:
     assert controlled_shutdown_election([1, 2, 3], [1, 3], {1, 2}, {1}) is None
-    assert controlled_shutdown_election([1, 2, 3], [1, 2, 3], {1, 3}, {1}) == \
-        ElectionResult(3, [2, 3])
+    assert controlled_shutdown_election([1, 2, 3], [1, 2, 3], {1, 3}, {1}) == ElectionResult(
+        3, [2, 3]
+    )
 
 
 # ----------------------------------------------------------------- follower failure
@@ -108,8 +118,11 @@ def test_partitions_to_rebalance_threshold_and_isr() -> None:
 # ----------------------------------------------------------------- the documents' example (R5)
 
 
-def _round(assignments: dict[tuple[str, int], list[int]], state: dict[tuple[str, int], tuple[int, int, list[int]]],
-           registered: set[int]) -> None:
+def _round(
+    assignments: dict[tuple[str, int], list[int]],
+    state: dict[tuple[str, int], tuple[int, int, list[int]]],
+    registered: set[int],
+) -> None:
     """One controller full pass over every partition (unclean disabled)."""
     for tp, replicas in assignments.items():
         leader, epoch, isr = state[tp]
@@ -120,8 +133,12 @@ def _round(assignments: dict[tuple[str, int], list[int]], state: dict[tuple[str,
 
 def test_documents_example_leaders_pile_up_then_preferred_election_restores() -> None:
     # 3 brokers, 4 partitions, RF 3 (R2 figure): preferred leaders spread 1,2,3,1.
-    assignments = {("t", 0): [1, 2, 3], ("t", 1): [2, 3, 1], ("t", 2): [3, 1, 2],
-                   ("t", 3): [1, 3, 2]}
+    assignments = {
+        ("t", 0): [1, 2, 3],
+        ("t", 1): [2, 3, 1],
+        ("t", 2): [3, 1, 2],
+        ("t", 3): [1, 3, 2],
+    }
     state = {tp: (r[0], 0, list(r)) for tp, r in assignments.items()}
     _round(assignments, state, {1, 2})  # broker 3 dies
     assert state[("t", 2)][0] == 1 and state[("t", 2)][1] == 1
@@ -154,8 +171,9 @@ def test_reconcile_no_change() -> None:
 
 
 def test_reconcile_dead_leader_elects_and_bumps_epoch() -> None:
-    assert reconcile_partition([1, 2, 3], 1, 3, [1, 2, 3], {2, 3}, set(), False) == \
-        StateChange(2, 4, [2, 3], "election")
+    assert reconcile_partition([1, 2, 3], 1, 3, [1, 2, 3], {2, 3}, set(), False) == StateChange(
+        2, 4, [2, 3], "election"
+    )
 
 
 def test_reconcile_offline_keeps_isr_and_bumps_epoch_once() -> None:
@@ -164,29 +182,35 @@ def test_reconcile_offline_keeps_isr_and_bumps_epoch_once() -> None:
     # Already offline, still nobody eligible: no write.
     assert reconcile_partition([1, 2], NO_LEADER, 4, [1], {2}, set(), False) is None
     # The ISR member returns (R15).
-    assert reconcile_partition([1, 2], NO_LEADER, 4, [1], {1, 2}, set(), False) == \
-        StateChange(1, 5, [1], "election")
+    assert reconcile_partition([1, 2], NO_LEADER, 4, [1], {1, 2}, set(), False) == StateChange(
+        1, 5, [1], "election"
+    )
 
 
 def test_reconcile_unclean() -> None:
-    assert reconcile_partition([1, 2], NO_LEADER, 4, [1], {2}, set(), True) == \
-        StateChange(2, 5, [2], "unclean")
+    assert reconcile_partition([1, 2], NO_LEADER, 4, [1], {2}, set(), True) == StateChange(
+        2, 5, [2], "unclean"
+    )
 
 
 def test_reconcile_dead_follower_leaves_isr_same_epoch() -> None:
-    assert reconcile_partition([1, 2, 3], 1, 3, [1, 2, 3], {1, 2}, set(), False) == \
-        StateChange(1, 3, [1, 2], "isr")
+    assert reconcile_partition([1, 2, 3], 1, 3, [1, 2, 3], {1, 2}, set(), False) == StateChange(
+        1, 3, [1, 2], "isr"
+    )
 
 
 def test_reconcile_controlled_shutdown() -> None:
     # Leader shutting down: leadership moves, broker leaves the ISR.
-    assert reconcile_partition([1, 2, 3], 1, 3, [1, 2, 3], {1, 2, 3}, {1}, False) == \
-        StateChange(2, 4, [2, 3], "controlled-shutdown")
+    assert reconcile_partition([1, 2, 3], 1, 3, [1, 2, 3], {1, 2, 3}, {1}, False) == StateChange(
+        2, 4, [2, 3], "controlled-shutdown"
+    )
     # Nobody else in sync: it keeps leading.
     assert reconcile_partition([1, 2], 1, 3, [1], {1, 2}, {1}, False) is None
     # Follower shutting down: leaves the ISR, same epoch.
-    assert reconcile_partition([1, 2, 3], 1, 3, [1, 2, 3], {1, 2, 3}, {3}, False) == \
-        StateChange(1, 3, [1, 2], "isr")
+    assert reconcile_partition([1, 2, 3], 1, 3, [1, 2, 3], {1, 2, 3}, {3}, False) == StateChange(
+        1, 3, [1, 2], "isr"
+    )
     # A shutting-down broker is never elected for a dead leader.
-    assert reconcile_partition([1, 2, 3], 1, 3, [1, 2, 3], {2, 3}, {2}, False) == \
-        StateChange(3, 4, [3], "election")
+    assert reconcile_partition([1, 2, 3], 1, 3, [1, 2, 3], {2, 3}, {2}, False) == StateChange(
+        3, 4, [3], "election"
+    )

@@ -52,17 +52,33 @@ def test_offset_value_v1_with_expire_timestamp_decodes() -> None:
 def test_group_key_and_value_round_trip() -> None:
     assert encode_group_key("grp") == struct.pack(">h", 2) + s16("grp")
     assert decode_key(encode_group_key("grp")) == GroupKey("grp")
-    v = GroupValue("consumer", 4, "range", "m-1", 123, (
-        MemberValue("m-1", None, "client", "/127.0.0.1", 300000, 10000, b"sub", b"asg"),
-        MemberValue("m-2", "inst-2", "client2", "/127.0.0.2", 60000, 45000, b"", b"\x00")))
+    v = GroupValue(
+        "consumer",
+        4,
+        "range",
+        "m-1",
+        123,
+        (
+            MemberValue("m-1", None, "client", "/127.0.0.1", 300000, 10000, b"sub", b"asg"),
+            MemberValue("m-2", "inst-2", "client2", "/127.0.0.2", 60000, 45000, b"", b"\x00"),
+        ),
+    )
     raw = encode_group_value(v)
     assert raw[:2] == struct.pack(">h", 3)
     assert decode_group_value(raw) == v
     # member layout: memberId, groupInstanceId (null = -1), clientId, clientHost,
     # rebalanceTimeout, sessionTimeout, subscription, assignment
-    first_member = (s16("m-1") + struct.pack(">h", -1) + s16("client") + s16("/127.0.0.1")
-                    + struct.pack(">ii", 300000, 10000) + struct.pack(">i", 3) + b"sub"
-                    + struct.pack(">i", 3) + b"asg")
+    first_member = (
+        s16("m-1")
+        + struct.pack(">h", -1)
+        + s16("client")
+        + s16("/127.0.0.1")
+        + struct.pack(">ii", 300000, 10000)
+        + struct.pack(">i", 3)
+        + b"sub"
+        + struct.pack(">i", 3)
+        + b"asg"
+    )
     assert first_member in raw
 
 
@@ -79,15 +95,18 @@ def test_unknown_key_versions_are_skipped_and_truncation_raises() -> None:
         decode_offset_value(struct.pack(">hq", 3, 1))
 
 
-@pytest.mark.parametrize("group, hashcode, partition", [
-    # Values printed by Java 17's String.hashCode on this machine.
-    ("", 0, 0),
-    ("abc", 96354, 4),
-    ("my-group", -1906497762, 12),
-    ("consumer-group-with-a-long-name-0123456789", -1857696348, 48),
-    ("grüppe-\U0001F600", -1039948164, 14),  # non-BMP: UTF-16 surrogate pair
-    ("polygenelubricants", -2147483648, 0),  # Integer.MIN_VALUE: Utils.abs gives 0
-])
+@pytest.mark.parametrize(
+    "group, hashcode, partition",
+    [
+        # Values printed by Java 17's String.hashCode on this machine.
+        ("", 0, 0),
+        ("abc", 96354, 4),
+        ("my-group", -1906497762, 12),
+        ("consumer-group-with-a-long-name-0123456789", -1857696348, 48),
+        ("grüppe-\U0001f600", -1039948164, 14),  # non-BMP: UTF-16 surrogate pair
+        ("polygenelubricants", -2147483648, 0),  # Integer.MIN_VALUE: Utils.abs gives 0
+    ],
+)
 def test_group_partition_is_kafkas(group: str, hashcode: int, partition: int) -> None:
     assert java_string_hashcode(group) == hashcode
     assert partition_for(group, 50) == partition

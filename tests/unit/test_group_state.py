@@ -3,20 +3,35 @@
 from __future__ import annotations
 
 from odradek.coordinator.group_state import (
-    Group, GroupConfig, GroupState, JoinRequest, JoinResult, Persist, SyncResult,
+    Group,
+    GroupConfig,
+    GroupState,
+    JoinRequest,
+    JoinResult,
+    Persist,
+    SyncResult,
 )
 from odradek.errors import ErrorCode
 
-CFG = GroupConfig(initial_rebalance_delay_ms=3000, min_session_timeout_ms=6000,
-                  max_session_timeout_ms=1800000)
+CFG = GroupConfig(
+    initial_rebalance_delay_ms=3000, min_session_timeout_ms=6000, max_session_timeout_ms=1800000
+)
 PROTOS = (("range", b"r-meta"), ("roundrobin", b"rr-meta"))
 
 
-def req(member_id: str = "", *, instance: str | None = None, session: int = 10000,
-        rebalance: int = 60000, protocols: tuple[tuple[str, bytes], ...] = PROTOS,
-        v4: bool = True, ptype: str = "consumer") -> JoinRequest:
-    return JoinRequest(member_id, instance, "client", "/127.0.0.1", session, rebalance, ptype,
-                       protocols, v4)
+def req(
+    member_id: str = "",
+    *,
+    instance: str | None = None,
+    session: int = 10000,
+    rebalance: int = 60000,
+    protocols: tuple[tuple[str, bytes], ...] = PROTOS,
+    v4: bool = True,
+    ptype: str = "consumer",
+) -> JoinRequest:
+    return JoinRequest(
+        member_id, instance, "client", "/127.0.0.1", session, rebalance, ptype, protocols, v4
+    )
 
 
 def joins(effects: list) -> dict[str, JoinResult]:
@@ -30,10 +45,10 @@ def syncs(effects: list) -> dict[str, SyncResult]:
 def stable_group_of_two(now: int = 0, session: int = 10000) -> tuple[Group, str, str]:
     """Two dynamic members, generation 1, Stable."""
     g = Group("g", CFG)
-    a, eff = g.join(req(session=session), now, "a")
+    _a, eff = g.join(req(session=session), now, "a")
     assert joins(eff)["a"].error is ErrorCode.member_id_required
     assert g.join(req("a", session=session), now, "x") == ("a", [])  # parked: initial delay
-    b, _ = g.join(req(session=session), now + 10, "b")
+    _b, _ = g.join(req(session=session), now + 10, "b")
     assert g.join(req("b", session=session), now + 10, "x") == ("b", [])
     eff = g.expire(now + 3000)  # new member arrived during the delay: extend once
     assert eff == [] and g.state is GroupState.PREPARING_REBALANCE
@@ -60,7 +75,11 @@ def test_first_join_waits_initial_delay_only() -> None:
     assert g.expire(3004) == []
     res = joins(g.expire(3005))["m1"]
     assert (res.error, res.generation, res.protocol_name, res.leader) == (
-        ErrorCode.none, 1, "range", "m1")
+        ErrorCode.none,
+        1,
+        "range",
+        "m1",
+    )
     assert res.members == (("m1", None, b"r-meta"),)
 
 
@@ -79,7 +98,8 @@ def test_balanced_rebalance_heartbeat_and_leave() -> None:
     assert errors == [ErrorCode.none] and g.state is GroupState.PREPARING_REBALANCE
     assert g.heartbeat(a, None, 1, 7001) is ErrorCode.rebalance_in_progress
     assert g.sync(a, None, 1, None, None, {}, 7001) == [
-        SyncResult(a, ErrorCode.rebalance_in_progress)]
+        SyncResult(a, ErrorCode.rebalance_in_progress)
+    ]
     # the remaining member rejoins: everyone has joined, so the join completes at once
     _, eff = g.join(req(a), 7002, "x")
     assert joins(eff)[a].generation == 2 and joins(eff)[a].members == ((a, None, b"r-meta"),)
@@ -148,12 +168,17 @@ def test_static_member_rejoin_is_fenced_and_skips_rebalance() -> None:
 
 def test_validation_errors() -> None:
     g = Group("g", CFG)
-    assert joins(g.join(req(session=5999), 0, "m")[1])[""].error is \
-        ErrorCode.invalid_session_timeout
-    assert joins(g.join(req(session=1800001), 0, "m")[1])[""].error is \
-        ErrorCode.invalid_session_timeout
-    assert joins(g.join(req(protocols=()), 0, "m")[1])[""].error is \
-        ErrorCode.inconsistent_group_protocol
+    assert (
+        joins(g.join(req(session=5999), 0, "m")[1])[""].error is ErrorCode.invalid_session_timeout
+    )
+    assert (
+        joins(g.join(req(session=1800001), 0, "m")[1])[""].error
+        is ErrorCode.invalid_session_timeout
+    )
+    assert (
+        joins(g.join(req(protocols=()), 0, "m")[1])[""].error
+        is ErrorCode.inconsistent_group_protocol
+    )
     assert joins(g.join(req("ghost"), 0, "m")[1])["ghost"].error is ErrorCode.unknown_member_id
     g.join(req(v4=False), 0, "a")
     _, eff = g.join(req(v4=False, protocols=(("sticky", b""),)), 0, "b")
@@ -207,4 +232,3 @@ def test_unload_answers_parked_requests() -> None:
     eff = g.mark_dead(1)
     assert joins(eff)["a"].error is ErrorCode.not_coordinator
     assert g.state is GroupState.DEAD
-

@@ -19,15 +19,21 @@ def test_import_contracts_hold() -> None:
     exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
     if exe is None:
         pytest.fail("lint-imports is missing: the test extra installs import-linter")
-    proc = subprocess.run([exe, "--no-logo", "--no-cache"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [exe, "--no-logo", "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "BROKEN" not in proc.stdout
 
 
 # Allowed below (or beside) the config modules: each other and the error type.
-_GROUND_FLOOR = {"odradek.config", "odradek.configdefs", "odradek.config_tables",
-                 "odradek.zookeeper_auth", "odradek.errors"}
+_GROUND_FLOOR = {
+    "odradek.config",
+    "odradek.configdefs",
+    "odradek.config_tables",
+    "odradek.zookeeper_auth",
+    "odradek.errors",
+}
 
 
 def test_config_ground_floor_contract_names_every_other_module() -> None:

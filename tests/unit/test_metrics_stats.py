@@ -7,7 +7,11 @@ import pytest
 from odradek.metrics.http_listener import BadRequest, parse_listener_url, parse_request_head
 from odradek.metrics.scrape import parse
 from odradek.metrics.stats import (
-    LATENCY_BUCKETS_MS, BrokerTopicStats, IsrStats, LatencyHistogram, RequestMetrics,
+    LATENCY_BUCKETS_MS,
+    BrokerTopicStats,
+    IsrStats,
+    LatencyHistogram,
+    RequestMetrics,
 )
 
 
@@ -62,16 +66,28 @@ def test_isr_changes_count_each_direction() -> None:
     assert (st.shrinks, st.expands) == (2, 2)
 
 
-@pytest.mark.parametrize("url,expected", [
-    ("http://127.0.0.1:9404", ("127.0.0.1", 9404)),
-    ("http://127.0.3.2:0/", ("127.0.3.2", 0)),
-])
+@pytest.mark.parametrize(
+    "url,expected",
+    [
+        ("http://127.0.0.1:9404", ("127.0.0.1", 9404)),
+        ("http://127.0.3.2:0/", ("127.0.3.2", 0)),
+    ],
+)
 def test_listener_url(url: str, expected: tuple[str, int]) -> None:
     assert parse_listener_url(url) == expected
 
 
-@pytest.mark.parametrize("bad", ["127.0.0.1:9404", "https://h:1", "http://h", "http://:9",
-                                 "http://h:99999", "http://h:1/metrics"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "127.0.0.1:9404",
+        "https://h:1",
+        "http://h",
+        "http://:9",
+        "http://h:99999",
+        "http://h:1/metrics",
+    ],
+)
 def test_listener_url_rejects(bad: str) -> None:
     with pytest.raises(ValueError):
         parse_listener_url(bad)
@@ -80,15 +96,20 @@ def test_listener_url_rejects(bad: str) -> None:
 def test_request_head() -> None:
     assert parse_request_head(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a") == ("GET", "/metrics")
     assert parse_request_head(b"HEAD / HTTP/1.0") == ("HEAD", "/")
-    for bad, status in ((b"GET /metrics", 400), (b"\xff\xfe / HTTP/1.1", 400),
-                        (b"DELETE /metrics HTTP/1.1", 405), (b"", 400)):
+    for bad, status in (
+        (b"GET /metrics", 400),
+        (b"\xff\xfe / HTTP/1.1", 400),
+        (b"DELETE /metrics HTTP/1.1", 405),
+        (b"", 400),
+    ):
         with pytest.raises(BadRequest) as e:
             parse_request_head(bad)
         assert e.value.status == status
 
 
 def test_scrape_parse_keys_by_labels() -> None:
-    s = parse("# TYPE x counter\nx_total{topic=\"a\"} 3\nx_total 4\n"
-              "y{topic=\"a\",partition=\"0\"} 7\n")
+    s = parse(
+        "# TYPE x counter\nx_total{topic=\"a\"} 3\nx_total 4\ny{topic=\"a\",partition=\"0\"} 7\n"
+    )
     assert s.get("x_total", topic="a") == 3 and s.get("x_total") == 4
     assert s.by("y", "topic", "partition") == {("a", "0"): 7}

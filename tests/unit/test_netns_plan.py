@@ -63,10 +63,44 @@ def test_teardown_removes_only_this_blocks_objects() -> None:
 def test_a_cut_drops_on_the_receiving_side_inside_the_namespaces() -> None:
     cmds = netns.cut_commands(3, "b1", "zk1", op="-I", comment="t1")
     assert cmds == [
-        ["ip", "netns", "exec", "odx3-zk1", "iptables", "-w", "5", "-I", "INPUT",
-         "-s", "10.209.3.2/32", "-m", "comment", "--comment", "t1", "-j", "DROP"],
-        ["ip", "netns", "exec", "odx3-b1", "iptables", "-w", "5", "-I", "INPUT",
-         "-s", "10.209.3.1/32", "-m", "comment", "--comment", "t1", "-j", "DROP"],
+        [
+            "ip",
+            "netns",
+            "exec",
+            "odx3-zk1",
+            "iptables",
+            "-w",
+            "5",
+            "-I",
+            "INPUT",
+            "-s",
+            "10.209.3.2/32",
+            "-m",
+            "comment",
+            "--comment",
+            "t1",
+            "-j",
+            "DROP",
+        ],
+        [
+            "ip",
+            "netns",
+            "exec",
+            "odx3-b1",
+            "iptables",
+            "-w",
+            "5",
+            "-I",
+            "INPUT",
+            "-s",
+            "10.209.3.1/32",
+            "-m",
+            "comment",
+            "--comment",
+            "t1",
+            "-j",
+            "DROP",
+        ],
     ]
     # Healing deletes exactly those rules.
     heal = netns.cut_commands(3, "b1", "zk1", op="-D", comment="t1")
@@ -89,14 +123,36 @@ def test_the_manager_side_is_cut_in_the_hosts_namespace() -> None:
     """The scenarios' clients live in the manager's namespace (behind the bridge, .254):
     packets to it are dropped on the way out of the broker's namespace."""
     to_broker, to_manager = netns.cut_commands(3, netns.MANAGER, "b1", op="-I")
-    assert to_broker[3:] == ["odx3-b1", "iptables", "-w", "5", "-I", "INPUT",
-                             "-s", "10.209.3.254/32", "-j", "DROP"]
-    assert to_manager[3:] == ["odx3-b1", "iptables", "-w", "5", "-I", "OUTPUT",
-                              "-d", "10.209.3.254/32", "-j", "DROP"]
+    assert to_broker[3:] == [
+        "odx3-b1",
+        "iptables",
+        "-w",
+        "5",
+        "-I",
+        "INPUT",
+        "-s",
+        "10.209.3.254/32",
+        "-j",
+        "DROP",
+    ]
+    assert to_manager[3:] == [
+        "odx3-b1",
+        "iptables",
+        "-w",
+        "5",
+        "-I",
+        "OUTPUT",
+        "-d",
+        "10.209.3.254/32",
+        "-j",
+        "DROP",
+    ]
 
 
-@pytest.mark.parametrize("kw", [{"op": "-A"}, {"op": "-F"}, {"op": "-I", "direction": "up"},
-                                {"op": "-I", "probability": 0.0}])
+@pytest.mark.parametrize(
+    "kw",
+    [{"op": "-A"}, {"op": "-F"}, {"op": "-I", "direction": "up"}, {"op": "-I", "probability": 0.0}],
+)
 def test_bad_cuts_are_refused(kw: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         netns.cut_commands(3, "b1", "b2", **kw)  # type: ignore[arg-type]

@@ -50,7 +50,9 @@ def test_latency_stats_summary() -> None:
     assert s.max_latency_ms == 100.0
     assert (s.p50_ms, s.p95_ms, s.p99_ms, s.p999_ms) == (51.0, 96.0, 100.0, 100.0)
     line = s.line()
-    assert line.startswith("100 records sent, 50.000000 records/sec (0.00 MB/sec), 50.50 ms avg latency")
+    assert line.startswith(
+        "100 records sent, 50.000000 records/sec (0.00 MB/sec), 50.50 ms avg latency"
+    )
     assert line.endswith("51 ms 50th, 96 ms 95th, 100 ms 99th, 100 ms 99.9th.")
     assert json.loads(s.to_json())["p99_ms"] == 100.0
 
@@ -61,7 +63,10 @@ def test_latency_stats_windows() -> None:
     stats.record(4.0, 1024 * 1024)
     assert stats.maybe_report(4.9) is None
     line = stats.maybe_report(5.0)
-    assert line == "2 records sent, 0.4 records/sec (0.40 MB/sec), 3.0 ms avg latency, 4.0 ms max latency."
+    assert (
+        line
+        == "2 records sent, 0.4 records/sec (0.40 MB/sec), 3.0 ms avg latency, 4.0 ms max latency."
+    )
     # a new window starts empty; the totals keep everything
     assert stats.window.count == 0
     assert len(stats.latencies) == 2
@@ -73,8 +78,10 @@ def test_empty_summary_has_no_nan() -> None:
 
 
 def test_parse_mock_bootstrap() -> None:
-    line = ("MOCK [rdkafka#producer-1] [thrd:app]: Mock cluster enabled: original bootstrap.servers "
-            "and security.protocol ignored and replaced with 127.0.0.1:44503")
+    line = (
+        "MOCK [rdkafka#producer-1] [thrd:app]: Mock cluster enabled: original bootstrap.servers "
+        "and security.protocol ignored and replaced with 127.0.0.1:44503"
+    )
     assert parse_mock_bootstrap(line) == "127.0.0.1:44503"
     many = "Mock cluster enabled: ... replaced with 127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"
     assert parse_mock_bootstrap(many) == "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"
@@ -83,15 +90,23 @@ def test_parse_mock_bootstrap() -> None:
 
 def test_parse_props() -> None:
     assert parse_props(["acks=all", " linger.ms = 5", "sasl.jaas.config=a=b"]) == {
-        "acks": "all", "linger.ms": "5", "sasl.jaas.config": "a=b"}
+        "acks": "all",
+        "linger.ms": "5",
+        "sasl.jaas.config": "a=b",
+    }
     assert parse_props(None) == {}
     with pytest.raises(ValueError):
         parse_props(["novalue"])
 
 
 def test_consume_summary_and_csv() -> None:
-    s = ConsumeSummary(start_ms=1_000_000, end_ms=1_002_000, messages=20000,
-                       bytes=2 * 1024 * 1024, fetch_start_ms=1_000_500)
+    s = ConsumeSummary(
+        start_ms=1_000_000,
+        end_ms=1_002_000,
+        messages=20000,
+        bytes=2 * 1024 * 1024,
+        fetch_start_ms=1_000_500,
+    )
     assert s.mb == 2.0
     assert s.mb_per_sec == pytest.approx(1.0)
     assert s.msgs_per_sec == pytest.approx(10000.0)
@@ -118,13 +133,29 @@ def test_cli_registers_perf_subcommands() -> None:
 
     parser = argparse.ArgumentParser()
     perf_cmd.add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["perf", "produce", "--bootstrap-server", "b:1", "--topic", "t",
-                              "--num-records", "10", "--record-size", "100",
-                              "--producer-props", "acks=all", "linger.ms=0", "--json"])
+    args = parser.parse_args(
+        [
+            "perf",
+            "produce",
+            "--bootstrap-server",
+            "b:1",
+            "--topic",
+            "t",
+            "--num-records",
+            "10",
+            "--record-size",
+            "100",
+            "--producer-props",
+            "acks=all",
+            "linger.ms=0",
+            "--json",
+        ]
+    )
     assert args.func is perf_cmd.cmd_produce and args.throughput == -1
     assert args.producer_props == ["acks=all", "linger.ms=0"] and args.json
-    args = parser.parse_args(["perf", "consume", "--bootstrap-server", "b:1", "--topic", "t",
-                              "--messages", "5"])
+    args = parser.parse_args(
+        ["perf", "consume", "--bootstrap-server", "b:1", "--topic", "t", "--messages", "5"]
+    )
     assert args.func is perf_cmd.cmd_consume
 
 

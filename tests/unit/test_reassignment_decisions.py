@@ -71,9 +71,10 @@ def test_reassignment_znode_round_trip() -> None:
 
 
 def _image() -> MetadataImage:
-    parts = {0: PartitionInfo(0, (1, 2), 1, 0, (1, 2)),
-             1: PartitionInfo(1, (3, 1, 2), 1, 0, (1, 2), adding_replicas=(3,),
-                              removing_replicas=(2,))}
+    parts = {
+        0: PartitionInfo(0, (1, 2), 1, 0, (1, 2)),
+        1: PartitionInfo(1, (3, 1, 2), 1, 0, (1, 2), adding_replicas=(3,), removing_replicas=(2,)),
+    }
     topic = TopicInfo("t", uuid.uuid4(), parts)
     brokers = {b: BrokerInfo(b, "127.0.0.1", 9000 + b) for b in (1, 2, 3)}
     return MetadataImage("c", 1, brokers, {"t": topic}, complete=True)
@@ -104,27 +105,39 @@ def test_cli_reassignment_json() -> None:
     import pytest
 
     from odradek.cli.reassign_partitions_cmd import (
-        ReassignError, format_assignment, generate, parse_reassignment, throttle_configs,
+        ReassignError,
+        format_assignment,
+        generate,
+        parse_reassignment,
+        throttle_configs,
     )
-    text = ('{"version":1,"partitions":[{"topic":"t","partition":1,"replicas":[3,1],'
-            '"log_dirs":["any","any"]},{"topic":"t","partition":0,"replicas":[2,3]}]}')
+
+    text = (
+        '{"version":1,"partitions":[{"topic":"t","partition":1,"replicas":[3,1],'
+        '"log_dirs":["any","any"]},{"topic":"t","partition":0,"replicas":[2,3]}]}'
+    )
     a = parse_reassignment(text)
     assert a == {("t", 1): [3, 1], ("t", 0): [2, 3]}
     assert format_assignment(a) == (
         '{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[2,3],'
         '"log_dirs":["any","any"]},{"topic":"t","partition":1,"replicas":[3,1],'
-        '"log_dirs":["any","any"]}]}')
-    for bad in ('{"partitions":[]}',
-                '{"partitions":[{"topic":"t","partition":0,"replicas":[1,1]}]}',
-                '{"partitions":[{"topic":"t","partition":0,"replicas":[1],"log_dirs":["/d"]}]}',
-                '{"partitions":[{"topic":"t","partition":0,"replicas":[1]},'
-                '{"topic":"t","partition":0,"replicas":[2]}]}'):
+        '"log_dirs":["any","any"]}]}'
+    )
+    for bad in (
+        '{"partitions":[]}',
+        '{"partitions":[{"topic":"t","partition":0,"replicas":[1,1]}]}',
+        '{"partitions":[{"topic":"t","partition":0,"replicas":[1],"log_dirs":["/d"]}]}',
+        '{"partitions":[{"topic":"t","partition":0,"replicas":[1]},'
+        '{"topic":"t","partition":0,"replicas":[2]}]}',
+    ):
         with pytest.raises(ReassignError):
             parse_reassignment(bad)
     current = {("t", 0): [1, 2], ("t", 1): [2, 3], ("u", 0): [1, 2]}
     proposed = {("t", 0): [1, 4], ("t", 1): [2, 3], ("u", 0): [4, 3]}
     assert throttle_configs(current, proposed) == {
-        "t": ("0:1,0:2", "0:4"), "u": ("0:1,0:2", "0:4,0:3")}
+        "t": ("0:1,0:2", "0:4"),
+        "u": ("0:1,0:2", "0:4,0:3"),
+    }
     g = generate(current, [1, 2, 3, 4], seed=7)
     assert set(g) == set(current)
     assert all(len(r) == 2 and len(set(r)) == 2 and set(r) <= {1, 2, 3, 4} for r in g.values())

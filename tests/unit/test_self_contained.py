@@ -8,8 +8,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 _TREES = ["src", "tests", "docs", "bench", "scripts", "deploy"]
-_SUFFIXES = {".py", ".md", ".sh", ".toml", ".txt", ".dot", ".cfg", ".ini", ".properties",
-             ".service"}
+_SUFFIXES = {
+    ".py",
+    ".md",
+    ".sh",
+    ".toml",
+    ".txt",
+    ".dot",
+    ".cfg",
+    ".ini",
+    ".properties",
+    ".service",
+}
 # Spelled in pieces so this file does not match itself.
 _OUTSIDE = re.compile("|".join([r"shared" + "/", r"\bSP" + r"EC\b", r"FAC" + r"TS\b"]))
 
@@ -17,8 +27,11 @@ _OUTSIDE = re.compile("|".join([r"shared" + "/", r"\bSP" + r"EC\b", r"FAC" + r"T
 def _files() -> list[Path]:
     out = [ROOT / "README.md", ROOT / "pyproject.toml"]
     for tree in _TREES:
-        out += [p for p in (ROOT / tree).rglob("*") if p.suffix in _SUFFIXES and p.is_file()
-                and ".venv" not in p.parts]
+        out += [
+            p
+            for p in (ROOT / tree).rglob("*")
+            if p.suffix in _SUFFIXES and p.is_file() and ".venv" not in p.parts
+        ]
     return out
 
 

@@ -8,6 +8,8 @@ integration tests cannot produce until retention exists, issue 5).
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from odradek.spark import offsets as om
@@ -17,6 +19,7 @@ A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
 
 
 # --------------------------------------------------------------------------- options
+
 
 def test_exactly_one_subscription_option() -> None:
     with pytest.raises(SparkOptionError, match="exactly one"):
@@ -34,7 +37,12 @@ def test_subscription_select() -> None:
     assert om.parse_subscription({"subscribe": "a"}).select(counts) == [A0, A1]
     assert om.parse_subscription({"subscribePattern": "a.*"}).select(counts) == [A0, A1, ("ab", 0)]
     # internal topics are never matched by a pattern
-    assert om.parse_subscription({"subscribePattern": ".*"}).select(counts) == [A0, A1, ("ab", 0), B0]
+    assert om.parse_subscription({"subscribePattern": ".*"}).select(counts) == [
+        A0,
+        A1,
+        ("ab", 0),
+        B0,
+    ]
 
 
 def test_json_round_trip_and_errors() -> None:
@@ -51,11 +59,22 @@ def test_starting_and_ending_specs() -> None:
     assert om.starting_spec({}, streaming=False).kind == "earliest"
     assert om.ending_spec({}, streaming=False).kind == "latest"
     # precedence: startingTimestamp > startingOffsetsByTimestamp > startingOffsets
-    spec = om.starting_spec({"startingTimestamp": "5", "startingOffsetsByTimestamp": '{"a":{"0":1}}',
-                             "startingOffsets": "earliest"}, streaming=True)
+    spec = om.starting_spec(
+        {
+            "startingTimestamp": "5",
+            "startingOffsetsByTimestamp": '{"a":{"0":1}}',
+            "startingOffsets": "earliest",
+        },
+        streaming=True,
+    )
     assert (spec.kind, spec.timestamp, spec.no_match) == ("global_timestamp", 5, "error")
-    spec = om.starting_spec({"startingOffsetsByTimestamp": '{"a":{"0":1}}',
-                             "startingOffsetsByTimestampStrategy": "latest"}, streaming=False)
+    spec = om.starting_spec(
+        {
+            "startingOffsetsByTimestamp": '{"a":{"0":1}}',
+            "startingOffsetsByTimestampStrategy": "latest",
+        },
+        streaming=False,
+    )
     assert (spec.kind, dict(spec.offsets), spec.no_match) == ("timestamps", {A0: 1}, "latest")
     with pytest.raises(SparkOptionError, match="latest for batch"):
         om.starting_spec({"startingOffsets": "latest"}, streaming=False)
@@ -88,12 +107,19 @@ def test_resolve() -> None:
     with pytest.raises(SparkOptionError, match="No offset matched"):
         om.resolve(spec, tps, earliest, latest, {A0: 3, A1: -1}, is_start=True)
     lenient = OffsetSpec("global_timestamp", timestamp=100, no_match="latest")
-    assert om.resolve(lenient, tps, earliest, latest, {A0: 3, A1: -1}, is_start=True) == {A0: 3, A1: 20}
+    assert om.resolve(lenient, tps, earliest, latest, {A0: 3, A1: -1}, is_start=True) == {
+        A0: 3,
+        A1: 20,
+    }
     # an ending timestamp without a match means latest
-    assert om.resolve(spec, tps, earliest, latest, {A0: -1, A1: 9}, is_start=False) == {A0: 10, A1: 9}
+    assert om.resolve(spec, tps, earliest, latest, {A0: -1, A1: 9}, is_start=False) == {
+        A0: 10,
+        A1: 9,
+    }
 
 
 # --------------------------------------------------------------------------- rate limit
+
 
 def test_rate_limit_under_budget_returns_latest() -> None:
     assert om.rate_limit({A0: 0, A1: 0}, {A0: 5, A1: 5}, 100) == {A0: 5, A1: 5}
@@ -129,21 +155,26 @@ def test_rate_limit_new_partitions_start_at_their_earliest() -> None:
 
 # --------------------------------------------------------------------------- planning
 
+
 def test_plan_ranges_plain_and_new_partition() -> None:
-    ranges, problems = om.plan_ranges({A0: 5}, {A0: 9, A1: 3}, {A0: 0, A1: 0},
-                                      fail_on_data_loss=True)
+    ranges, problems = om.plan_ranges(
+        {A0: 5}, {A0: 9, A1: 3}, {A0: 0, A1: 0}, fail_on_data_loss=True
+    )
     assert ranges == [OffsetRange("a", 0, 5, 9), OffsetRange("a", 1, 0, 3)]
     assert problems == []
     ranges, _ = om.plan_ranges({A0: 9}, {A0: 9}, {A0: 0}, fail_on_data_loss=True)
     assert ranges == []
 
 
-@pytest.mark.parametrize("start,end,earliest,message", [
-    ({A0: 5}, {A0: 9}, {A0: 7}, "the log starts at 7"),  # retention removed unread data
-    ({A0: 30}, {A0: 10}, {A0: 0}, "offset was changed from 30 to 10"),  # topic recreated
-    ({A0: 3, B0: 4}, {A0: 3}, {A0: 0}, "b-0 are gone"),  # topic deleted
-    ({A0: 3}, {A0: 3, A1: 9}, {A0: 0, A1: 2}, "Added partition a-1 starts from 2"),
-])
+@pytest.mark.parametrize(
+    "start,end,earliest,message",
+    [
+        ({A0: 5}, {A0: 9}, {A0: 7}, "the log starts at 7"),  # retention removed unread data
+        ({A0: 30}, {A0: 10}, {A0: 0}, "offset was changed from 30 to 10"),  # topic recreated
+        ({A0: 3, B0: 4}, {A0: 3}, {A0: 0}, "b-0 are gone"),  # topic deleted
+        ({A0: 3}, {A0: 3, A1: 9}, {A0: 0, A1: 2}, "Added partition a-1 starts from 2"),
+    ],
+)
 def test_plan_ranges_data_loss(start: dict, end: dict, earliest: dict, message: str) -> None:
     with pytest.raises(DataLossError, match=message) as e:
         om.plan_ranges(start, end, earliest, fail_on_data_loss=True)
@@ -167,5 +198,5 @@ def test_split_ranges() -> None:
     assert [r for r in out if r.partition == 1] == [rs[1]]  # small range kept whole
     a0 = [r for r in out if r.topic == "a" and r.partition == 0]
     assert len(a0) == 9 and a0[0].start == 0 and a0[-1].end == 90
-    assert all(x.end == y.start for x, y in zip(a0, a0[1:]))
+    assert all(x.end == y.start for x, y in itertools.pairwise(a0))
     assert {r.size for r in a0} == {10}

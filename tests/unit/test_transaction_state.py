@@ -12,7 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from odradek.coordinator.txn_codec import (
-    TxnLogValue, decode_txn_key, decode_txn_value, encode_txn_key, encode_txn_value,
+    TxnLogValue,
+    decode_txn_key,
+    decode_txn_value,
+    encode_txn_key,
+    encode_txn_value,
 )
 from odradek.coordinator.txn_markers import control_batch
 from odradek.coordinator.txn_state import Transition, TxnMetadata, TxnState
@@ -26,8 +30,7 @@ from odradek.storage.records import encode_batch
 # ----------------------------------------------------------------------------- codec
 def test_key_and_value_in_kafkas_layout() -> None:
     assert encode_txn_key("tx") == b"\x00\x00\x00\x02tx"
-    v = TxnLogValue(7, 3, 60000, int(TxnState.ONGOING), (("b", 1), ("a", 0), ("a", 2)),
-                    1000, 900)
+    v = TxnLogValue(7, 3, 60000, int(TxnState.ONGOING), (("b", 1), ("a", 0), ("a", 2)), 1000, 900)
     raw = encode_txn_value(v)
     # version 0, pid, epoch, timeout, status, then topics sorted with their partitions
     assert raw[:17] == struct.pack(">hqhib", 0, 7, 3, 60000, 1)
@@ -36,7 +39,11 @@ def test_key_and_value_in_kafkas_layout() -> None:
     back = decode_txn_value(raw)
     assert back.partitions is not None and sorted(back.partitions) == sorted(v.partitions or ())
     assert (back.producer_id, back.producer_epoch, back.last_update_ms, back.start_ms) == (
-        7, 3, 1000, 900)
+        7,
+        3,
+        1000,
+        900,
+    )
     empty = encode_txn_value(TxnLogValue(1, 0, 10, 0, None, 5, -1))
     assert decode_txn_value(empty).partitions is None
     assert decode_txn_key(encode_txn_key("tx")) == "tx"
@@ -122,8 +129,14 @@ def test_state_round_trips_through_the_log_record() -> None:
 
 # ----------------------------------------------------------------------------- partition side
 def _batch(base: int, pid: int, epoch: int, seq: int, n: int = 2) -> bytes:
-    return encode_batch([(b"k", b"v")] * n, base_offset=base, producer_id=pid,
-                        producer_epoch=epoch, base_sequence=seq, transactional=True)
+    return encode_batch(
+        [(b"k", b"v")] * n,
+        base_offset=base,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        transactional=True,
+    )
 
 
 def _marker(base: int, pid: int, epoch: int, commit: bool) -> bytes:
@@ -139,7 +152,7 @@ def _feed(ps: ProducerStateManager, raw: bytes) -> list[AbortedTxn]:
 def test_lso_and_the_aborted_transactions_an_update_completes(tmp_path: Path) -> None:
     ps = ProducerStateManager(tmp_path)
     assert _feed(ps, _batch(0, 1, 0, 0)) == []  # pid 1: offsets 0-1
-    _feed(ps, _batch(2, 2, 0, 0))          # pid 2: offsets 2-3
+    _feed(ps, _batch(2, 2, 0, 0))  # pid 2: offsets 2-3
     assert ps.first_unstable_offset() == 0
     # Abort pid 1 at offset 4: pid 2's open transaction bounds the entry's LSO.
     assert _feed(ps, _marker(4, 1, 0, False)) == [AbortedTxn(1, 0, 4, 2)]
@@ -160,7 +173,8 @@ def test_marker_with_a_bumped_epoch_fences_the_old_producer(tmp_path: Path) -> N
 
 
 def test_truncating_a_marker_reopens_its_transaction_and_snapshots_keep_state(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     ps = ProducerStateManager(tmp_path)
     _feed(ps, _batch(0, 1, 0, 0))
     _feed(ps, _batch(2, 2, 0, 0))
@@ -173,11 +187,10 @@ def test_truncating_a_marker_reopens_its_transaction_and_snapshots_keep_state(
     assert ps.first_unstable_offset() == 0 and ps.ongoing == {1: 0, 2: 2}
 
 
-def test_a_version_1_snapshots_aborted_list_is_handed_over_for_indexing(
-        tmp_path: Path) -> None:
+def test_a_version_1_snapshots_aborted_list_is_handed_over_for_indexing(tmp_path: Path) -> None:
     (tmp_path / f"{5:020d}.snapshot").write_text(
-        '{"version": 1, "offset": 5, "producers": {}, "ongoing": {},'
-        ' "aborted": [[1, 0, 4, 5]]}')
+        '{"version": 1, "offset": 5, "producers": {}, "ongoing": {}, "aborted": [[1, 0, 4, 5]]}'
+    )
     ps = ProducerStateManager(tmp_path)
     assert ps.load_latest_snapshot(10) == 5
     assert ps.unindexed == [AbortedTxn(1, 0, 4, 5)]
@@ -197,20 +210,22 @@ def test_verify_partitions_answers_in_kafkas_order() -> None:
     m = TxnMetadata("tx", 5, 0, 60000)
     inside, outside = ("t", 0), ("t", 1)
     both = {inside, outside}
-    assert m.verify_partitions(5, 0, both) == {inside: ErrorCode.transaction_abortable,
-                                               outside: ErrorCode.transaction_abortable}
+    assert m.verify_partitions(5, 0, both) == {
+        inside: ErrorCode.transaction_abortable,
+        outside: ErrorCode.transaction_abortable,
+    }
     _apply(m, m.add_partitions(5, 0, {inside}, 100))
-    assert m.verify_partitions(5, 0, both) == {inside: ErrorCode.none,
-                                               outside: ErrorCode.transaction_abortable}
-    assert set(m.verify_partitions(6, 0, both).values()) == {
-        ErrorCode.invalid_producer_id_mapping}
+    assert m.verify_partitions(5, 0, both) == {
+        inside: ErrorCode.none,
+        outside: ErrorCode.transaction_abortable,
+    }
+    assert set(m.verify_partitions(6, 0, both).values()) == {ErrorCode.invalid_producer_id_mapping}
     assert set(m.verify_partitions(5, 1, both).values()) == {ErrorCode.producer_fenced}
     m.pending = True  # a write in flight is not a refusal (the append checks again)
     assert m.verify_partitions(5, 0, {inside}) == {inside: ErrorCode.none}
     m.pending = False
     _apply(m, m.end_txn(5, 0, False, 200))
-    assert set(m.verify_partitions(5, 0, both).values()) == {
-        ErrorCode.concurrent_transactions}
+    assert set(m.verify_partitions(5, 0, both).values()) == {ErrorCode.concurrent_transactions}
     _apply(m, m.complete(300))  # ended: a late batch's partition is no longer in it
     assert m.verify_partitions(5, 0, {inside}) == {inside: ErrorCode.transaction_abortable}
 
@@ -222,8 +237,12 @@ def test_verification_answers_become_produce_errors_as_in_kafka() -> None:
     assert produce_error(E.producer_fenced) is E.invalid_producer_epoch
     assert produce_error(E.transaction_abortable) is E.invalid_txn_state
     assert produce_error(E.cluster_authorization_failed) is E.invalid_txn_state
-    for retriable in (E.concurrent_transactions, E.coordinator_load_in_progress,
-                      E.coordinator_not_available, E.not_coordinator):
+    for retriable in (
+        E.concurrent_transactions,
+        E.coordinator_load_in_progress,
+        E.coordinator_not_available,
+        E.not_coordinator,
+    ):
         assert produce_error(retriable) is E.not_enough_replicas
     assert produce_error(E.network_exception) is E.network_exception
     assert produce_error(E.invalid_producer_id_mapping) is E.invalid_producer_id_mapping
@@ -245,8 +264,9 @@ def test_verification_answers_become_offset_commit_errors_as_in_kafka() -> None:
     assert _commit_error(E.not_leader_or_follower) is E.not_coordinator
     # Kafka's "case other => other": a producer the coordinator does not know, an empty
     # transactional id, any other append error, answered as they are.
-    assert _commit_error(produce_error(E.invalid_producer_id_mapping)) \
-        is E.invalid_producer_id_mapping
+    assert (
+        _commit_error(produce_error(E.invalid_producer_id_mapping)) is E.invalid_producer_id_mapping
+    )
     assert _commit_error(produce_error(E.invalid_request)) is E.invalid_request
     assert _commit_error(E.corrupt_message) is E.corrupt_message
 
@@ -286,17 +306,21 @@ def test_a_transaction_opens_only_with_its_verification_guard(tmp_path: Path) ->
     ps.check_verified(_headers(plain), object())
 
 
-@pytest.mark.parametrize("args, message", [
-    (["abort", "--topic", "t", "--partition", "0"], "--start-offset or with --producer-id"),
-    (["abort", "--topic", "t", "--start-offset", "0"], "--topic and --partition are required"),
-    (["find-hanging"], "requires either --topic or --broker-id"),
-    (["find-hanging", "--broker-id", "1", "--partition", "0"], "--partition argument requires"),
-    (["describe-producers", "--topic", "t"], "--topic and --partition are required"),
-    (["list", "--describe"], "Exactly one command"),
-    ([], "Exactly one command"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["abort", "--topic", "t", "--partition", "0"], "--start-offset or with --producer-id"),
+        (["abort", "--topic", "t", "--start-offset", "0"], "--topic and --partition are required"),
+        (["find-hanging"], "requires either --topic or --broker-id"),
+        (["find-hanging", "--broker-id", "1", "--partition", "0"], "--partition argument requires"),
+        (["describe-producers", "--topic", "t"], "--topic and --partition are required"),
+        (["list", "--describe"], "Exactly one command"),
+        ([], "Exactly one command"),
+    ],
+)
 def test_transactions_cli_checks_its_arguments_before_connecting(
-        args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """kafka-transactions.sh's argument rules; nothing listens on the address given, so
     a command that got past them would fail differently."""
     from odradek.cli.main import main

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # What changes the host network: slow links and partitions (odradek.chaos faults, the
 # chaos_spark fixture that requires them) and clusters on network namespaces.
 _CHANGES_HOST_NETWORK = re.compile(
-    r"from odradek\.chaos\.(faults|scenarios|nemesis) import|chaos_spark|hosts=\"netns\"")
+    r"from odradek\.chaos\.(faults|scenarios|nemesis) import|chaos_spark|hosts=\"netns\""
+)
 
 
 def test_group_names_existing_modules_only() -> None:
@@ -33,5 +34,8 @@ def test_every_module_that_changes_the_host_network_is_in_the_group() -> None:
 
 def test_a_module_is_one_unit_and_the_group_another() -> None:
     assert xdist_scope("tests/unit/test_config.py::test_a[x-y]") == "tests/unit/test_config.py"
-    assert (xdist_scope("tests/integration/test_scenarios.py::test_s[p2]")
-            == xdist_scope("tests/integration/test_netns_hosts.py::test_n") == "host-network")
+    assert (
+        xdist_scope("tests/integration/test_scenarios.py::test_s[p2]")
+        == xdist_scope("tests/integration/test_netns_hosts.py::test_n")
+        == "host-network"
+    )

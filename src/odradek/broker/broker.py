@@ -124,7 +124,8 @@ def _resolve_overrides(settings: BrokerSettings) -> dict[str, int]:
     InetAddress.getByName once, when the config is loaded)."""
     out: dict[str, int] = {}
     for host, count in parse_connection_overrides(
-            settings.max_connections_per_ip_overrides).items():
+        settings.max_connections_per_ip_overrides
+    ).items():
         try:
             out[str(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0])] = count
         except OSError:
@@ -141,24 +142,29 @@ class Broker:
         self._log_configs: dict[tuple[tuple[str, str], ...], LogConfig] = {}
         host, port = config.advertised_endpoint()
         self.advertised_host, self.advertised_port = host, port
-        self.replicas = ReplicaManager(self.broker_id, Path(config.log_dirs[0]),
-                                       self.log_config_for,
-                                       ReplicaManagerSettings.from_config(config), source_ip=host,
-                                       isr_store=ZkIsrStore(lambda: self.zkc, self._topic_id,
-                                                            self.broker_id),
-                                       tracer=RecordTracer(settings.trace_records_every,
-                                                           self.broker_id))
+        self.replicas = ReplicaManager(
+            self.broker_id,
+            Path(config.log_dirs[0]),
+            self.log_config_for,
+            ReplicaManagerSettings.from_config(config),
+            source_ip=host,
+            isr_store=ZkIsrStore(lambda: self.zkc, self._topic_id, self.broker_id),
+            tracer=RecordTracer(settings.trace_records_every, self.broker_id),
+        )
         # Flush policy, odradek.ack.fsync group commit, recovery-point checkpoints
         # (issue 5): fsyncs run in the flusher's thread, never on the event loop.
         self.flusher = Flusher(
-            logs=self.replicas.logs.all_logs, on_flushed=self.replicas.on_log_flushed,
+            logs=self.replicas.logs.all_logs,
+            on_flushed=self.replicas.on_log_flushed,
             recovery_points=self.replicas.logs.recovery_points,
             checkpoint_path=Path(config.log_dirs[0]) / RECOVERY_POINT_CHECKPOINT,
             scheduler_interval_ms=settings.log_flush_scheduler_interval_ms,
-            checkpoint_interval_ms=settings.log_flush_offset_checkpoint_interval_ms)
+            checkpoint_interval_ms=settings.log_flush_offset_checkpoint_interval_ms,
+        )
         self.replicas.flusher = self.flusher
-        self.cleaner = LogCleanerManager(self.replicas, Path(config.log_dirs[0]),
-                                         config.settings(CleanerSettings))
+        self.cleaner = LogCleanerManager(
+            self.replicas, Path(config.log_dirs[0]), config.settings(CleanerSettings)
+        )
         self.zk: KazooClient | None = None
         self.zkc: KafkaZkClient | None = None  # batched znode I/O over self.zk
         self.store: MetadataStore | None = None
@@ -166,16 +172,25 @@ class Broker:
         self.groups = GroupCoordinator(self.broker_id, config, self.replicas, self)
         self.producer_ids: ProducerIdManager | None = None
         # Transactions (issue 18): __transaction_state, markers to partition leaders.
-        self.txns = TransactionCoordinator(self.broker_id, config, self.replicas,
-                                           self.groups, self, source_ip=host)
+        self.txns = TransactionCoordinator(
+            self.broker_id, config, self.replicas, self.groups, self, source_ip=host
+        )
         # Handlers see this narrow view, not the broker (the ZooKeeper client and producer
         # ids are filled in once connected, before the listener starts serving).
         self.context = RequestContext(
-            broker_id=self.broker_id, config=config, replicas=self.replicas,
-            groups=self.groups, producer_ids=None, admin=None, metadata=self, txns=self.txns)
+            broker_id=self.broker_id,
+            config=config,
+            replicas=self.replicas,
+            groups=self.groups,
+            producer_ids=None,
+            admin=None,
+            metadata=self,
+            txns=self.txns,
+        )
         # Client quotas (KIP-13): followed from /config/users and /config/clients.
-        self.context.quotas = QuotaManager(settings.quota_window_size_seconds,
-                                           settings.quota_window_num)
+        self.context.quotas = QuotaManager(
+            settings.quota_window_size_seconds, settings.quota_window_num
+        )
         self.quota_follower: QuotaFollower | None = None
         # Broker-side schema id validation (issue 27): the registry topics with
         # confluent.value/key.schema.validation are checked against.
@@ -183,7 +198,8 @@ class Broker:
             self.context.schema_ids = SchemaIdValidator(
                 list(settings.schema_registry_urls),
                 user_info=settings.schema_registry_user_info,
-                cafile=settings.schema_registry_cafile)
+                cafile=settings.schema_registry_cafile,
+            )
         # Metrics (issue 15): only with a metrics.listener; otherwise no request timing
         # and no per-topic counters, so a broker without metrics pays nothing for them.
         listener = settings.metrics_listener
@@ -194,17 +210,19 @@ class Broker:
             self.metrics = BrokerMetrics(self)
             self.replicas.topic_stats = self.metrics.topics
         self.dispatcher = RequestDispatcher(
-            self.context, self.metrics.requests if self.metrics else None)
+            self.context, self.metrics.requests if self.metrics else None
+        )
         self.stall_detector: stall_detector.StallDetector | None = None
         self.stopping = False
         self._limits = ConnectionLimits(
             max_frame_bytes=settings.socket_request_max_bytes,
             stamp_arrivals=self.metrics is not None,
             max_unauthenticated_frame_bytes=settings.sasl_server_max_receive_size,
-            authentication_timeout_s=settings.authentication_timeout_ms / 1000)
-        self._quotas = ConnectionQuotas(settings.max_connections,
-                                        settings.max_connections_per_ip,
-                                        _resolve_overrides(settings))
+            authentication_timeout_s=settings.authentication_timeout_ms / 1000,
+        )
+        self._quotas = ConnectionQuotas(
+            settings.max_connections, settings.max_connections_per_ip, _resolve_overrides(settings)
+        )
         self._request_queue = RequestQueue(settings.queued_max_requests)
         # One SocketServer per listener, made in start() once the settings are checked.
         self.socket_servers: dict[str, SocketServer] = {}
@@ -243,11 +261,13 @@ class Broker:
         if problems:
             raise ConfigError("listeners", "; ".join(problems))
         self.stall_detector = stall_detector.maybe_start(  # ODRADEK_LOOP_STALL_MS
-            self._loop, METRICS_STALL_THRESHOLD_MS if self.metrics else None)
+            self._loop, METRICS_STALL_THRESHOLD_MS if self.metrics else None
+        )
         if self.metrics is not None and self.metrics_address is not None:
             # Before the logs load: a scrape during a long recovery already answers.
-            self.metrics_listener = MetricsListener(*self.metrics_address,
-                                                    self.metrics.render_async)
+            self.metrics_listener = MetricsListener(
+                *self.metrics_address, self.metrics.render_async
+            )
             await self.metrics_listener.start()
         self._make_socket_servers()
         t0 = time.monotonic()
@@ -259,18 +279,20 @@ class Broker:
             self.socket_servers[spec.name].bind(spec.host, spec.port)
         session_s = self.settings.zookeeper_session_timeout_ms / 1000
         self.zk = await asyncio.to_thread(
-            connect_zk, self.config.zookeeper_connect, source_ip=self.advertised_host,
+            connect_zk,
+            self.config.zookeeper_connect,
+            source_ip=self.advertised_host,
             session_timeout_s=session_s,
             timeout_s=self.settings.zookeeper_connection_timeout() / 1000,
             auth=parse_zk_auth(self.settings.zookeeper_auth),
-            secure_acls=self.settings.zookeeper_set_acl)
+            secure_acls=self.settings.zookeeper_set_acl,
+        )
         if self.metrics is not None and self.zk is not None:
             self.zk.add_listener(self.metrics.zk_session.on_state)
         registration = self._registration()
         self.zkc = self._zk_client()
         # The store and the controller run on their own threads: one client each.
-        self.store = MetadataStore(self._zk_client(), self.broker_id, registration,
-                                   self._publish)
+        self.store = MetadataStore(self._zk_client(), self.broker_id, registration, self._publish)
         self.producer_ids = ProducerIdManager(self.zk, self.broker_id)
         self.controller = Controller(self._zk_client(), self.broker_id, self.config)
         self.context.admin = ZkAdminGateway(self.zk)
@@ -291,9 +313,12 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
         self._tasks.append(asyncio.create_task(self._isr_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
-        logger.info("broker %d serving on %s (advertised %s)", self.broker_id,
-                 ", ".join(f"{s} ({s.protocol})" for s in lc.listeners(self.config)),
-                 ", ".join(str(s) for s in lc.advertised_listeners(self.config)))
+        logger.info(
+            "broker %d serving on %s (advertised %s)",
+            self.broker_id,
+            ", ".join(f"{s} ({s.protocol})" for s in lc.listeners(self.config)),
+            ", ".join(str(s) for s in lc.advertised_listeners(self.config)),
+        )
 
     async def _await_controller(self, timeout_s: float) -> None:
         """Serve only once the image names a registered controller (bounded).
@@ -321,13 +346,23 @@ class Broker:
     def _make_socket_servers(self) -> None:
         config = self.config
         for spec in lc.listeners(config):
-            ctx: ssl.SSLContext | None = (lc.server_ssl_context(config, spec.name)
-                                          if spec.tls else None)
+            ctx: ssl.SSLContext | None = (
+                lc.server_ssl_context(config, spec.name) if spec.tls else None
+            )
             self.socket_servers[spec.name] = SocketServer(
-                (self.dispatcher.dispatch_metered if self.metrics is not None
-                 else self.dispatcher.dispatch), self._limits, self._quotas, self._request_queue,
-                idle_ms=self.settings.connections_max_idle_ms, name=spec.name,
-                ssl_context=ctx, session_factory=self._session_factory(spec))
+                (
+                    self.dispatcher.dispatch_metered
+                    if self.metrics is not None
+                    else self.dispatcher.dispatch
+                ),
+                self._limits,
+                self._quotas,
+                self._request_queue,
+                idle_ms=self.settings.connections_max_idle_ms,
+                name=spec.name,
+                ssl_context=ctx,
+                session_factory=self._session_factory(spec),
+            )
         inter = lc.inter_broker_listener(config)
         self.replicas.fetchers.listener = inter
         self.replicas.fetchers.security = ClientSecurity.for_inter_broker(config)
@@ -343,44 +378,66 @@ class Broker:
         def plain_check(user: str, password: str) -> bool:
             expected = plain_users.get(user)
             # compare_digest: the time taken does not reveal how much of it matched
-            return expected is not None and hmac.compare_digest(expected.encode(),
-                                                                password.encode())
+            return expected is not None and hmac.compare_digest(
+                expected.encode(), password.encode()
+            )
 
         def scram_lookup(mechanism: str, user: str) -> Any:
             cache = self.context.credentials
             return cache.lookup(mechanism, user) if cache is not None else None
+
         reauth_ms = self.settings.connections_max_reauth_ms
 
         def factory(ip: str, ssl_object: ssl.SSLObject | None) -> Session:
             if spec.sasl:
-                return Session(spec.name, spec.protocol, ip, None, SaslServerAuthenticator(
-                    mechanisms, scram_lookup=scram_lookup, plain_check=plain_check,
-                    max_reauth_ms=reauth_ms))
+                return Session(
+                    spec.name,
+                    spec.protocol,
+                    ip,
+                    None,
+                    SaslServerAuthenticator(
+                        mechanisms,
+                        scram_lookup=scram_lookup,
+                        plain_check=plain_check,
+                        max_reauth_ms=reauth_ms,
+                    ),
+                )
             principal = ANONYMOUS
             if ssl_object is not None:
                 principal = principal_from_certificate(ssl_object.getpeercert(binary_form=True))
             return Session(spec.name, spec.protocol, ip, principal)
+
         return factory
 
     def _registration(self) -> znodes.BrokerRegistration:
         adv = lc.advertised_listeners(self.config)
         return znodes.BrokerRegistration(
-            self.broker_id, self.advertised_host, self.advertised_port,
-            tuple(str(s) for s in adv), listener_security_protocol_map={
-                s.name: s.protocol for s in adv})
+            self.broker_id,
+            self.advertised_host,
+            self.advertised_port,
+            tuple(str(s) for s in adv),
+            listener_security_protocol_map={s.name: s.protocol for s in adv},
+        )
 
     async def _start_security(self) -> None:
         """The authorizer and the SCRAM credential cache, loaded before serving."""
         assert self.zk is not None and self._loop is not None
         config, settings = self.config, self.settings
         if settings.authorizer_class_name:
-            auth = Authorizer(self.zk, self._loop,
-                              super_users=parse_super_users(settings.super_users),
-                              allow_if_no_acl=settings.allow_everyone_if_no_acl_found)
+            auth = Authorizer(
+                self.zk,
+                self._loop,
+                super_users=parse_super_users(settings.super_users),
+                allow_if_no_acl=settings.allow_everyone_if_no_acl_found,
+            )
             await asyncio.to_thread(auth.start)
             self.context.authorizer = auth
-        scram = any(m.startswith("SCRAM-") for s in lc.listeners(config) if s.sasl
-                    for m in lc.enabled_mechanisms(config, s.name))
+        scram = any(
+            m.startswith("SCRAM-")
+            for s in lc.listeners(config)
+            if s.sasl
+            for m in lc.enabled_mechanisms(config, s.name)
+        )
         if scram or settings.authorizer_class_name:
             creds = CredentialCache(self.zk, self._loop)
             await asyncio.to_thread(creds.start)
@@ -394,8 +451,11 @@ class Broker:
 
     def _zk_client(self) -> KafkaZkClient:
         assert self.zk is not None
-        return KafkaZkClient(self.zk, max_ops=self.settings.zookeeper_multi_max_ops,
-                             max_in_flight=self.settings.zookeeper_max_in_flight_requests)
+        return KafkaZkClient(
+            self.zk,
+            max_ops=self.settings.zookeeper_multi_max_ops,
+            max_in_flight=self.settings.zookeeper_max_in_flight_requests,
+        )
 
     async def shutdown(self) -> None:
         """Stop serving, leave ZooKeeper (so failover starts at once), flush the logs.
@@ -418,16 +478,23 @@ class Broker:
             t0 = time.monotonic()
             # Its own thread, not asyncio.to_thread: the default executor may hold a queue
             # of ISR writes (thousands after a restart at scale) this must not wait behind.
-            moved = await _in_own_thread("controlled-shutdown", request_controlled_shutdown,
-                                         self.zk, self.broker_id, CONTROLLED_SHUTDOWN_TIMEOUT_S)
-            logger.info("controlled shutdown %s in %.2f s", "completed" if moved else "timed out",
-                     time.monotonic() - t0)
+            moved = await _in_own_thread(
+                "controlled-shutdown",
+                request_controlled_shutdown,
+                self.zk,
+                self.broker_id,
+                CONTROLLED_SHUTDOWN_TIMEOUT_S,
+            )
+            logger.info(
+                "controlled shutdown %s in %.2f s",
+                "completed" if moved else "timed out",
+                time.monotonic() - t0,
+            )
         await self._bounded("stop replica fetchers", self.replicas.stop_fetchers())
         for server in self.socket_servers.values():
             server.close()
         if self.context.schema_ids is not None:
-            await self._bounded("close the schema registry client",
-                                self.context.schema_ids.close())
+            await self._bounded("close the schema registry client", self.context.schema_ids.close())
         for t in self._tasks:
             t.cancel()
         if self.controller is not None:
@@ -436,8 +503,9 @@ class Broker:
             await self._bounded("stop the metadata thread", asyncio.to_thread(self.store.stop))
         if self.zk is not None:
             zk = self.zk
-            await self._bounded("close the ZooKeeper session",
-                                asyncio.to_thread(lambda: (zk.stop(), zk.close())))
+            await self._bounded(
+                "close the ZooKeeper session", asyncio.to_thread(lambda: (zk.stop(), zk.close()))
+            )
         self.groups.stop()  # consumer groups (issue 4)
         self.txns.stop()
         await self._bounded("stop the log cleaner", asyncio.to_thread(self.cleaner.stop))
@@ -462,8 +530,7 @@ class Broker:
     async def _checkpoint_loop(self) -> None:
         while True:
             # replica.high.watermark.checkpoint.interval.ms, as Kafka's ReplicaManager
-            await asyncio.sleep(
-                self.settings.replica_high_watermark_checkpoint_interval_ms / 1000)
+            await asyncio.sleep(self.settings.replica_high_watermark_checkpoint_interval_ms / 1000)
             try:
                 await asyncio.to_thread(self.replicas.logs.capture_checkpoints())
             except Exception:

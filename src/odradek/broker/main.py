@@ -58,8 +58,10 @@ async def _serve(config: BrokerConfig) -> int:
 
 def run_broker(config_path: str | Path, log_level: str = "INFO") -> int:
     logging.basicConfig(
-        level=getattr(logging, log_level.upper(), logging.INFO), stream=sys.stderr,
-        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+        level=getattr(logging, log_level.upper(), logging.INFO),
+        stream=sys.stderr,
+        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
+    )
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
         config = BrokerConfig.from_properties_file(config_path)

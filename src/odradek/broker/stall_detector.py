@@ -95,15 +95,19 @@ class StallDetector:
                 self.stalls += 1
                 frame = sys._current_frames().get(self._loop_thread)
                 stack = "".join(traceback.format_stack(frame)) if frame else "(no frame)"
-                logger.warning("event loop stalled for %.0f ms so far; loop thread stack:\n%s",
-                            late * 1000, stack)
+                logger.warning(
+                    "event loop stalled for %.0f ms so far; loop thread stack:\n%s",
+                    late * 1000,
+                    stack,
+                )
                 if self.report_file:
                     with open(self.report_file, "a") as f:
                         f.write(f"--- pid {os.getpid()} stalled {late * 1000:.0f} ms\n{stack}")
 
 
-def maybe_start(loop: asyncio.AbstractEventLoop,
-                default_ms: float | None = None) -> StallDetector | None:
+def maybe_start(
+    loop: asyncio.AbstractEventLoop, default_ms: float | None = None
+) -> StallDetector | None:
     """Start a detector if ``ODRADEK_LOOP_STALL_MS`` is set (see module doc), else with
     ``default_ms`` if given (a broker with metrics exports the detector's figures)."""
     raw = os.environ.get(ENV) or (str(default_ms) if default_ms else None)

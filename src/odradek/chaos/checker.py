@@ -48,13 +48,16 @@ def spark_session(log_path: Path | None = None) -> Any:
 
     from odradek.terminal import quiet_spark
 
-    builder = (SparkSession.builder.master("local[2]").appName("odradek-chaos-checker")
-               .config("spark.ui.enabled", "false")
-               # Histories are small: one task per stage keeps the ~100 stages cheap.
-               .config("spark.sql.shuffle.partitions", "1")
-               .config("spark.default.parallelism", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.driver.memory", "1g"))
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("odradek-chaos-checker")
+        .config("spark.ui.enabled", "false")
+        # Histories are small: one task per stage keeps the ~100 stages cheap.
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+    )
     if log_path is None:
         spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
         spark.sparkContext.setLogLevel("WARN")
@@ -75,17 +78,26 @@ def check_run(run_dir: Path, spark: Any | None = None) -> dict[str, dict[str, An
     own = spark is None
     spark = spark or spark_session(run_dir / "spark.log")
     try:
+
         def load(table: str) -> Any:
             return spark.read.parquet(*[str(run_dir / n / f"{table}.parquet") for n in names])
 
         # Small inputs read many times: cache them once.
-        prod, reads, events, replicas = (load(t).cache() for t in
-                                         ("producer", "reads", "events", "replicas"))
-        sends = (prod.where("kind = 'send'").groupBy("scenario", "seq")
-                 .agg(F.min("ts").alias("send_ts")))
-        acks = (prod.where("kind = 'ack'").groupBy("scenario", "seq")
-                .agg(F.min("ts").alias("ack_ts"), F.first("offset").alias("offset"),
-                     F.count("*").alias("n_acks")))
+        prod, reads, events, replicas = (
+            load(t).cache() for t in ("producer", "reads", "events", "replicas")
+        )
+        sends = (
+            prod.where("kind = 'send'").groupBy("scenario", "seq").agg(F.min("ts").alias("send_ts"))
+        )
+        acks = (
+            prod.where("kind = 'ack'")
+            .groupBy("scenario", "seq")
+            .agg(
+                F.min("ts").alias("ack_ts"),
+                F.first("offset").alias("offset"),
+                F.count("*").alias("n_acks"),
+            )
+        )
         errors = prod.where("kind = 'error'")
         final = reads.where("phase = 'final'")
         live = reads.where("phase = 'live'")
@@ -106,18 +118,27 @@ def check_run(run_dir: Path, spark: Any | None = None) -> dict[str, dict[str, An
         count("sent", sends)
         count("acked", acks)
         count("errors", errors)
-        count("failed_sends", errors.select("scenario", "seq").distinct()
-              .join(acks, ["scenario", "seq"], "left_anti"))
-        metric(F.concat(F.lit("error:"), F.col("error")),
-               errors.groupBy("scenario", "error").agg(F.count("*").alias("n")))
+        count(
+            "failed_sends",
+            errors.select("scenario", "seq")
+            .distinct()
+            .join(acks, ["scenario", "seq"], "left_anti"),
+        )
+        metric(
+            F.concat(F.lit("error:"), F.col("error")),
+            errors.groupBy("scenario", "error").agg(F.count("*").alias("n")),
+        )
 
         lost = acks.join(final_seqs, ["scenario", "seq"], "left_anti")
         count("lost", lost)
         # The lost-records ledger (issue 6 item 5): every broker's quarantined records,
         # ``ledger.parquet`` (absent in runs from before the ledger existed).
         with_ledger = [n for n in names if (run_dir / n / "ledger.parquet").exists()]
-        ledger = (spark.read.parquet(*[str(run_dir / n / "ledger.parquet") for n in with_ledger])
-                  if with_ledger else spark.createDataFrame([], "scenario string, seq long"))
+        ledger = (
+            spark.read.parquet(*[str(run_dir / n / "ledger.parquet") for n in with_ledger])
+            if with_ledger
+            else spark.createDataFrame([], "scenario string, seq long")
+        )
         ledger_seqs = ledger.where("seq >= 0").select("scenario", "seq").distinct()
         count("ledger_records", ledger_seqs)
         count("lost_in_ledger", lost.join(ledger_seqs, ["scenario", "seq"], "left_semi"))
@@ -126,66 +147,120 @@ def check_run(run_dir: Path, spark: Any | None = None) -> dict[str, dict[str, An
         dup = final.groupBy("scenario", "seq").agg(F.count("*").alias("c")).where("c > 1")
         metric("duplicated", dup.groupBy("scenario").agg(F.sum(F.col("c") - 1).alias("n")))
 
-        w = (Window.partitionBy("scenario", "partition").orderBy("offset")
-             .rowsBetween(Window.unboundedPreceding, -1))
-        count("out_of_order", final.withColumn("prev_max", F.max("seq").over(w))
-              .where("seq < prev_max"))
+        w = (
+            Window.partitionBy("scenario", "partition")
+            .orderBy("offset")
+            .rowsBetween(Window.unboundedPreceding, -1)
+        )
+        count(
+            "out_of_order",
+            final.withColumn("prev_max", F.max("seq").over(w)).where("seq < prev_max"),
+        )
 
         read_seqs = reads.where("seq >= 0").select("scenario", "seq").distinct()
         count("unacked_read", read_seqs.join(acks, ["scenario", "seq"], "left_anti"))
-        count("never_sent_read", reads.select("scenario", "seq").distinct()
-              .join(sends, ["scenario", "seq"], "left_anti"))
+        count(
+            "never_sent_read",
+            reads.select("scenario", "seq")
+            .distinct()
+            .join(sends, ["scenario", "seq"], "left_anti"),
+        )
 
         fin = final.select("scenario", "partition", "offset", F.col("seq").alias("fseq"))
-        dirty = (live.join(fin, ["scenario", "partition", "offset"], "left")
-                 .where(F.col("fseq").isNull() | (F.col("fseq") != F.col("seq"))))
+        dirty = live.join(fin, ["scenario", "partition", "offset"], "left").where(
+            F.col("fseq").isNull() | (F.col("fseq") != F.col("seq"))
+        )
         count("dirty_reads", dirty.select("scenario", "partition", "offset").distinct())
 
         below = replicas.where("offset < hw")
-        count("divergent", below.groupBy("scenario", "partition", "offset")
-              .agg(F.countDistinct("seq").alias("k")).where("k > 1"))
+        count(
+            "divergent",
+            below.groupBy("scenario", "partition", "offset")
+            .agg(F.countDistinct("seq").alias("k"))
+            .where("k > 1"),
+        )
         per_replica = replicas.groupBy("scenario", "broker").agg(
-            F.max("hw").alias("hw"), F.max("leo").alias("leo"))
+            F.max("hw").alias("hw"), F.max("leo").alias("leo")
+        )
         metric("replica_hw_min", per_replica.groupBy("scenario").agg(F.min("hw").alias("n")))
-        metric(F.concat(F.lit("leo:"), F.col("broker").cast("string")),
-               per_replica.withColumnRenamed("leo", "n"))
+        metric(
+            F.concat(F.lit("leo:"), F.col("broker").cast("string")),
+            per_replica.withColumnRenamed("leo", "n"),
+        )
 
         # Leadership as ZooKeeper recorded it: the first state seen is the initial leader.
         states = events.where("kind = 'state'")
         sw = Window.partitionBy("scenario").orderBy("ts")
-        first_state = (states.withColumn("rn", F.row_number().over(sw)).where("rn = 1")
-                       .select("scenario", F.col("leader").alias("leader0"),
-                               F.col("epoch").alias("epoch0")))
-        first_change = (states.join(first_state, "scenario")
-                        .where("leader >= 0 AND leader != leader0 AND epoch > epoch0")
-                        .groupBy("scenario").agg(F.min("ts").alias("change_ts")))
-        count("leader_changes", states.join(first_state, "scenario").where("epoch > epoch0")
-              .select("scenario", "epoch").distinct())
+        first_state = (
+            states.withColumn("rn", F.row_number().over(sw))
+            .where("rn = 1")
+            .select("scenario", F.col("leader").alias("leader0"), F.col("epoch").alias("epoch0"))
+        )
+        first_change = (
+            states.join(first_state, "scenario")
+            .where("leader >= 0 AND leader != leader0 AND epoch > epoch0")
+            .groupBy("scenario")
+            .agg(F.min("ts").alias("change_ts"))
+        )
+        count(
+            "leader_changes",
+            states.join(first_state, "scenario")
+            .where("epoch > epoch0")
+            .select("scenario", "epoch")
+            .distinct(),
+        )
         count("offline_seen", states.where("leader < 0"))
         sb = lost.join(first_change, "scenario").where("ack_ts > change_ts")
         count("split_brain_acks", sb)
         # How long the deposed leader went on acknowledging after the new one took over.
-        metric("split_brain_s", sb.groupBy("scenario").agg(
-            F.round(F.max(F.col("ack_ts") - F.col("change_ts")), 2).alias("n")))
+        metric(
+            "split_brain_s",
+            sb.groupBy("scenario").agg(
+                F.round(F.max(F.col("ack_ts") - F.col("change_ts")), 2).alias("n")
+            ),
+        )
 
         # Availability: 0.5 s windows between the first and the last send without an ack.
-        span = prod.where("kind = 'send'").groupBy("scenario").agg(
-            F.min("ts").alias("t0"), F.max("ts").alias("t1"))
+        span = (
+            prod.where("kind = 'send'")
+            .groupBy("scenario")
+            .agg(F.min("ts").alias("t0"), F.max("ts").alias("t1"))
+        )
         metric("span_s", span.select("scenario", (F.col("t1") - F.col("t0")).alias("n")))
-        count("ack_bins", acks.join(span, "scenario").where("ack_ts <= t1")
-              .select("scenario", F.floor((F.col("ack_ts") - F.col("t0")) / BIN_S).alias("b"))
-              .distinct())
+        count(
+            "ack_bins",
+            acks.join(span, "scenario")
+            .where("ack_ts <= t1")
+            .select("scenario", F.floor((F.col("ack_ts") - F.col("t0")) / BIN_S).alias("b"))
+            .distinct(),
+        )
 
         union = parts[0]
         for p in parts[1:]:
             union = union.unionByName(p)
         for n in names:
             out[n].update(error_kinds={}, replica_leo={})
-            for k in ("sent", "acked", "errors", "failed_sends", "lost", "final_records",
-                      "duplicated", "out_of_order", "unacked_read", "never_sent_read",
-                      "dirty_reads", "divergent", "leader_changes", "offline_seen",
-                      "split_brain_acks", "ack_bins", "ledger_records", "lost_in_ledger",
-                      "lost_not_in_ledger"):
+            for k in (
+                "sent",
+                "acked",
+                "errors",
+                "failed_sends",
+                "lost",
+                "final_records",
+                "duplicated",
+                "out_of_order",
+                "unacked_read",
+                "never_sent_read",
+                "dirty_reads",
+                "divergent",
+                "leader_changes",
+                "offline_seen",
+                "split_brain_acks",
+                "ack_bins",
+                "ledger_records",
+                "lost_in_ledger",
+                "lost_not_in_ledger",
+            ):
                 out[n][k] = 0
             out[n]["ledger_collected"] = n in with_ledger
             out[n].update(split_brain_s=0.0, replica_hw_min=None, span_s=0.0)
@@ -215,8 +290,9 @@ def check_run(run_dir: Path, spark: Any | None = None) -> dict[str, dict[str, An
             o = out[n]
             o["leaders_seen"] = sorted({r["leader"] for r in st if r["leader"] >= 0})
             o["isrs_seen"] = sorted({r["isr"] for r in st})
-            o["controllers_seen"] = [r["leader"] for r in mine
-                                     if r["kind"] == "controller" and r["leader"] is not None]
+            o["controllers_seen"] = [
+                r["leader"] for r in mine if r["kind"] == "controller" and r["leader"] is not None
+            ]
             o["final_leader"] = st[-1]["leader"] if st else None
             o["final_isr"] = json.loads(st[-1]["isr"]) if st else []
             o["phases"] = {}
@@ -228,27 +304,44 @@ def check_run(run_dir: Path, spark: Any | None = None) -> dict[str, dict[str, An
                 before = [s for s in st if s["ts"] <= r["ts"]][-1:]
                 during = [s for s in st if r["ts"] < s["ts"] < end]
                 o["phases"][r["detail"]] = {
-                    "acks": 0, "p50_ms": None, "p99_ms": None, "errors": {},
+                    "acks": 0,
+                    "p50_ms": None,
+                    "p99_ms": None,
+                    "errors": {},
                     "seconds": round(end - r["ts"], 2) if end < 1e17 else None,
                     "isrs": sorted({s["isr"] for s in before + during}),
-                    "leaders": sorted({s["leader"] for s in before + during})}
+                    "leaders": sorted({s["leader"] for s in before + during}),
+                }
 
         # Phases: acks, errors and latency between consecutive phase markers (R8, R9).
         if phase_rows:
-            phases = spark.createDataFrame(phase_rows, "scenario string, phase string, "
-                                                       "start double, end double")
+            phases = spark.createDataFrame(
+                phase_rows, "scenario string, phase string, start double, end double"
+            )
             lat = acks.join(sends, ["scenario", "seq"]).withColumn(
-                "latency_ms", (F.col("ack_ts") - F.col("send_ts")) * 1000)
-            pa = (lat.join(phases, "scenario").where("ack_ts >= start AND ack_ts < end")
-                  .groupBy("scenario", "phase").agg(
-                      F.count("*").alias("acks"),
-                      F.percentile_approx("latency_ms", 0.5).alias("p50_ms"),
-                      F.percentile_approx("latency_ms", 0.99).alias("p99_ms"),
-                      F.lit(None).cast("string").alias("error")))
-            pe = (errors.join(phases, "scenario").where("ts >= start AND ts < end")
-                  .groupBy("scenario", "phase", "error").agg(
-                      F.count("*").alias("acks"), F.lit(None).cast("double").alias("p50_ms"),
-                      F.lit(None).cast("double").alias("p99_ms")))
+                "latency_ms", (F.col("ack_ts") - F.col("send_ts")) * 1000
+            )
+            pa = (
+                lat.join(phases, "scenario")
+                .where("ack_ts >= start AND ack_ts < end")
+                .groupBy("scenario", "phase")
+                .agg(
+                    F.count("*").alias("acks"),
+                    F.percentile_approx("latency_ms", 0.5).alias("p50_ms"),
+                    F.percentile_approx("latency_ms", 0.99).alias("p99_ms"),
+                    F.lit(None).cast("string").alias("error"),
+                )
+            )
+            pe = (
+                errors.join(phases, "scenario")
+                .where("ts >= start AND ts < end")
+                .groupBy("scenario", "phase", "error")
+                .agg(
+                    F.count("*").alias("acks"),
+                    F.lit(None).cast("double").alias("p50_ms"),
+                    F.lit(None).cast("double").alias("p99_ms"),
+                )
+            )
             for r in pa.unionByName(pe).collect():
                 ph = out[r["scenario"]]["phases"][r["phase"]]
                 if r["error"] is None:

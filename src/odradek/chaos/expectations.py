@@ -11,9 +11,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Check", "Metrics", "Expect", "phase_acks", "phase_errors", "no_divergence",
-           "zero_loss", "leader_changed", "isr_seen", "split_brain_bounded", "final_isr_full",
-           "ledger_accounts", "report", "SPLIT_BRAIN_BOUND_S", "LAG_S"]
+__all__ = [
+    "Check",
+    "Metrics",
+    "Expect",
+    "phase_acks",
+    "phase_errors",
+    "no_divergence",
+    "zero_loss",
+    "leader_changed",
+    "isr_seen",
+    "split_brain_bounded",
+    "final_isr_full",
+    "ledger_accounts",
+    "report",
+    "SPLIT_BRAIN_BOUND_S",
+    "LAG_S",
+]
 
 # Must match scenarios.FAST_BROKER_CONFIG["replica.lag.time.max.ms"] (checked there).
 LAG_S = 2.0
@@ -34,12 +48,12 @@ Metrics = dict[str, Any]
 Expect = Callable[[Metrics], list[Check]]
 
 
-
-
 def _cmp(m: Metrics, key: str, op: str, value: float) -> Check:
     got = m.get(key)
-    ok = got is not None and {"==": got == value, ">": got > value, ">=": got >= value,
-                              "<=": got <= value}[op]
+    ok = (
+        got is not None
+        and {"==": got == value, ">": got > value, ">=": got >= value, "<=": got <= value}[op]
+    )
     return Check(f"{key} {op} {value}", bool(ok), str(got))
 
 
@@ -65,8 +79,11 @@ def no_divergence(m: Metrics, *, unclean: bool = False) -> list[Check]:
     # read a record that was later truncated (they read below the HW, R16) -- except
     # after an unclean election, which by definition discards committed records that
     # consumers may already have read (REQ-R10).
-    dirty = (report(m, "dirty_reads", "R10: unclean election loses committed, readable "
-                    "records") if unclean else _cmp(m, "dirty_reads", "==", 0))
+    dirty = (
+        report(m, "dirty_reads", "R10: unclean election loses committed, readable records")
+        if unclean
+        else _cmp(m, "dirty_reads", "==", 0)
+    )
     return [_cmp(m, "divergent", "==", 0), dirty, _cmp(m, "never_sent_read", "==", 0)]
 
 
@@ -76,8 +93,11 @@ def zero_loss(m: Metrics) -> list[Check]:
 
 def leader_changed(m: Metrics, yes: bool = True) -> Check:
     got = m.get("leader_changes", 0)
-    return Check("leader changed" if yes else "leader never changed (no split brain)",
-                 (got > 0) if yes else (got == 0), f"{got} change(s), leaders {m.get('leaders_seen')}")
+    return Check(
+        "leader changed" if yes else "leader never changed (no split brain)",
+        (got > 0) if yes else (got == 0),
+        f"{got} change(s), leaders {m.get('leaders_seen')}",
+    )
 
 
 def isr_seen(m: Metrics, phase: str, pred: Callable[[list[int]], bool], what: str) -> Check:
@@ -88,26 +108,38 @@ def isr_seen(m: Metrics, phase: str, pred: Callable[[list[int]], bool], what: st
 
 
 def split_brain_bounded(m: Metrics) -> Check:
-    return Check(f"split_brain_s <= {SPLIT_BRAIN_BOUND_S} (deposed leader stops once its ISR "
-                 "write fails)", (m.get("split_brain_s") or 0.0) <= SPLIT_BRAIN_BOUND_S,
-                 f"{m.get('split_brain_s')} s, {m.get('split_brain_acks')} acks")
+    return Check(
+        f"split_brain_s <= {SPLIT_BRAIN_BOUND_S} (deposed leader stops once its ISR write fails)",
+        (m.get("split_brain_s") or 0.0) <= SPLIT_BRAIN_BOUND_S,
+        f"{m.get('split_brain_s')} s, {m.get('split_brain_acks')} acks",
+    )
 
 
 def final_isr_full(m: Metrics) -> Check:
-    return Check("ISR full again after healing (rejoin, R21)", len(m.get("final_isr", [])) == 3,
-                 str(m.get("final_isr")))
+    return Check(
+        "ISR full again after healing (rejoin, R21)",
+        len(m.get("final_isr", [])) == 3,
+        str(m.get("final_isr")),
+    )
 
 
 def ledger_accounts(m: Metrics, *, with_isr: bool = True) -> list[Check]:
     """Issue 6 item 5: every acknowledged-but-lost record is in some broker's lost-records
     ledger. Only complete once every replica has rejoined (and so truncated): the run
     waits for a full ISR before the final read, checked here unless the caller does."""
-    checks = [Check("ledgers collected (ledger.parquet)", m.get("ledger_collected") is True,
-                    str(m.get("ledger_collected"))),
-              Check("lost_not_in_ledger == 0 (the ledger accounts for every lost record)",
-                    m.get("lost_not_in_ledger") == 0,
-                    f"{m.get('lost_in_ledger')} of {m.get('lost')} lost in the ledger, "
-                    f"{m.get('lost_not_in_ledger')} not")]
+    checks = [
+        Check(
+            "ledgers collected (ledger.parquet)",
+            m.get("ledger_collected") is True,
+            str(m.get("ledger_collected")),
+        ),
+        Check(
+            "lost_not_in_ledger == 0 (the ledger accounts for every lost record)",
+            m.get("lost_not_in_ledger") == 0,
+            f"{m.get('lost_in_ledger')} of {m.get('lost')} lost in the ledger, "
+            f"{m.get('lost_not_in_ledger')} not",
+        ),
+    ]
     return checks + ([final_isr_full(m)] if with_isr else [])
 
 

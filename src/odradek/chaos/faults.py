@@ -142,16 +142,26 @@ class IptRule:
         return ["iptables", "-w", "5", "-D", self.chain, *self.spec()]
 
 
-def partition_rules(a: str, b: str, tag: str, *, direction: Direction = "both",
-                    probability: float | None = None,
-                    a_cgroup: str | None = None, b_cgroup: str | None = None) -> list[IptRule]:
+def partition_rules(
+    a: str,
+    b: str,
+    tag: str,
+    *,
+    direction: Direction = "both",
+    probability: float | None = None,
+    a_cgroup: str | None = None,
+    b_cgroup: str | None = None,
+) -> list[IptRule]:
     """DROP rules cutting packets a->b and/or b->a (platform-notes: dropping one direction of TCP
     also breaks new connections the other way, since the SYN-ACK is lost)."""
     if a == b:
         raise ValueError("a partition needs two different addresses")
     rules: list[IptRule] = []
-    pairs = {"both": [(a, b, a_cgroup), (b, a, b_cgroup)], "a->b": [(a, b, a_cgroup)],
-             "b->a": [(b, a, b_cgroup)]}[direction]
+    pairs = {
+        "both": [(a, b, a_cgroup), (b, a, b_cgroup)],
+        "a->b": [(a, b, a_cgroup)],
+        "b->a": [(b, a, b_cgroup)],
+    }[direction]
     for src, dst, cg in pairs:
         rules.append(IptRule("INPUT", tag, src=src, dst=dst, probability=probability))
         if cg is not None:
@@ -193,21 +203,65 @@ class HtbLink:
 
     def class_add_cmd(self) -> list[str]:
         # burst/quantum >= lo's 64 KiB MTU, else htb cannot schedule a single packet well.
-        return ["tc", "class", "add", "dev", self.dev, "parent", f"{self.major:x}:",
-                "classid", self.classid, "htb", "rate", self.rate, "ceil", self.rate,
-                "burst", "70k", "cburst", "70k", "quantum", "65536"]
+        return [
+            "tc",
+            "class",
+            "add",
+            "dev",
+            self.dev,
+            "parent",
+            f"{self.major:x}:",
+            "classid",
+            self.classid,
+            "htb",
+            "rate",
+            self.rate,
+            "ceil",
+            self.rate,
+            "burst",
+            "70k",
+            "cburst",
+            "70k",
+            "quantum",
+            "65536",
+        ]
 
     def filter_add_cmd(self) -> list[str]:
         match = ["match", "ip", "dst", f"{self.dst}/32"]
         if self.src:
             match += ["match", "ip", "src", f"{self.src}/32"]
-        return ["tc", "filter", "add", "dev", self.dev, "parent", f"{self.major:x}:",
-                "protocol", "ip", "prio", str(self.prio), "u32", *match,
-                "flowid", self.classid]
+        return [
+            "tc",
+            "filter",
+            "add",
+            "dev",
+            self.dev,
+            "parent",
+            f"{self.major:x}:",
+            "protocol",
+            "ip",
+            "prio",
+            str(self.prio),
+            "u32",
+            *match,
+            "flowid",
+            self.classid,
+        ]
 
     def filter_del_cmd(self) -> list[str]:
-        return ["tc", "filter", "del", "dev", self.dev, "parent", f"{self.major:x}:",
-                "protocol", "ip", "prio", str(self.prio)]
+        return [
+            "tc",
+            "filter",
+            "del",
+            "dev",
+            self.dev,
+            "parent",
+            f"{self.major:x}:",
+            "protocol",
+            "ip",
+            "prio",
+            str(self.prio),
+        ]
 
     def class_del_cmd(self) -> list[str]:
         return ["tc", "class", "del", "dev", self.dev, "classid", self.classid]
@@ -228,15 +282,20 @@ def htb_root_del_cmd(major: int, dev: str = "lo") -> list[str]:
 def _run(cmd: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
     r = subprocess.run(list(cmd), capture_output=True, text=True)
     if check and r.returncode != 0:
-        raise FaultsUnavailable(f"`{shlex.join(cmd)}` failed: {r.stderr.strip() or r.stdout.strip()}")
+        raise FaultsUnavailable(
+            f"`{shlex.join(cmd)}` failed: {r.stderr.strip() or r.stdout.strip()}"
+        )
     return r
 
 
 def tagged_rules(tag_prefix: str = TAG_PREFIX) -> list[str]:
     """``iptables -S`` lines (filter table) whose comment starts with ``tag_prefix``."""
     out = _run(["iptables", "-w", "5", "-S"], check=False).stdout
-    return [ln for ln in out.splitlines() if f"--comment {tag_prefix}" in ln
-            or f'--comment "{tag_prefix}' in ln]
+    return [
+        ln
+        for ln in out.splitlines()
+        if f"--comment {tag_prefix}" in ln or f'--comment "{tag_prefix}' in ln
+    ]
 
 
 def remove_stale_rules() -> int:
@@ -247,7 +306,7 @@ def remove_stale_rules() -> int:
         words = shlex.split(line)
         tag = words[words.index("--comment") + 1]
         try:
-            pid = int(tag[len(TAG_PREFIX) + 1:].split("-")[0])
+            pid = int(tag[len(TAG_PREFIX) + 1 :].split("-")[0])
         except ValueError:
             continue
         if pid == os.getpid() or os.path.exists(f"/proc/{pid}"):
@@ -376,7 +435,8 @@ class _HtbRoot:
                         raise FaultsUnavailable(
                             f"lo already has a root qdisc: {shown.strip()} (if it is a "
                             "leftover of a killed chaos run, handle dXXX:, remove it with "
-                            "`tc qdisc del dev lo root`)")
+                            "`tc qdisc del dev lo root`)"
+                        )
                     _run(htb_root_add_cmd(major))
             cls.users += 1
 
@@ -447,8 +507,13 @@ class Faults:
     """Faults on one ``LocalCluster``. ``on_event(kind, detail)`` records each fault and
     heal in the workload history (issue 6 item 2)."""
 
-    def __init__(self, cluster: LocalCluster, on_event: Callable[[str, str], None] | None = None,
-                 *, need_tc: bool = False) -> None:
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        on_event: Callable[[str, str], None] | None = None,
+        *,
+        need_tc: bool = False,
+    ) -> None:
         require_available(need_tc=need_tc)
         remove_stale_rules()
         self.cluster = cluster
@@ -500,8 +565,9 @@ class Faults:
         return None
 
     def nodes(self) -> list[str]:
-        return ([f"zk{z.id}" if z.id != 1 else "zk" for z in self.cluster.zookeeper_nodes]
-                + [f"b{b.id}" for b in self.cluster.brokers])
+        return [f"zk{z.id}" if z.id != 1 else "zk" for z in self.cluster.zookeeper_nodes] + [
+            f"b{b.id}" for b in self.cluster.brokers
+        ]
 
     def _add(self, f: Fault) -> Fault:
         self.faults.append(f)
@@ -509,8 +575,9 @@ class Faults:
         return f
 
     # -- network
-    def partition(self, a: Node, b: Node, *, direction: Direction = "both",
-                  probability: float | None = None) -> Fault:
+    def partition(
+        self, a: Node, b: Node, *, direction: Direction = "both", probability: float | None = None
+    ) -> Fault:
         aa, ba = self.address(a), self.address(b)
         if aa == "127.0.0.1" and ba == "127.0.0.1":
             raise ValueError("refusing to cut 127.0.0.1 from itself")
@@ -521,18 +588,32 @@ class Faults:
             name += f" p={probability}"
         if self.hosts is not None:
             return self._add(self._netns_cut(name, [(a, b, direction)], probability))
-        return self._add(IptablesFault(name, lambda tag: partition_rules(
-            aa, ba, tag, direction=direction, probability=probability,
-            a_cgroup=self._cgroup(a), b_cgroup=self._cgroup(b))))
+        return self._add(
+            IptablesFault(
+                name,
+                lambda tag: partition_rules(
+                    aa,
+                    ba,
+                    tag,
+                    direction=direction,
+                    probability=probability,
+                    a_cgroup=self._cgroup(a),
+                    b_cgroup=self._cgroup(b),
+                ),
+            )
+        )
 
-    def lossy(self, a: Node, b: Node, probability: float, *, direction: Direction = "both") -> Fault:
+    def lossy(
+        self, a: Node, b: Node, probability: float, *, direction: Direction = "both"
+    ) -> Fault:
         return self.partition(a, b, direction=direction, probability=probability)
 
     def isolate(self, node: Node, from_: Iterable[Node] | None = None) -> Fault:
         """Cut ``node`` from every other node of the cluster (or from ``from_``), both ways."""
         me = self.address(node)
-        others = list(from_) if from_ is not None else [n for n in self.nodes()
-                                                         if self.address(n) != me]
+        others = (
+            list(from_) if from_ is not None else [n for n in self.nodes() if self.address(n) != me]
+        )
         name = f"isolate {node} from {','.join(map(str, others))}"
         if self.hosts is not None:
             return self._add(self._netns_cut(name, [(node, o, "both") for o in others]))
@@ -544,15 +625,18 @@ class Faults:
             for oa, ocg in addrs:
                 rules += partition_rules(me, oa, tag, a_cgroup=mycg, b_cgroup=ocg)
             return rules
+
         return self._add(IptablesFault(name, build))
 
-    def _netns_cut(self, name: str, links: Sequence[tuple[Node, Node, str]],
-                   probability: float | None = None) -> Fault:
+    def _netns_cut(
+        self, name: str, links: Sequence[tuple[Node, Node, str]], probability: float | None = None
+    ) -> Fault:
         from odradek.chaos.netns_faults import NetnsCutFault
 
         assert self.hosts is not None
-        return NetnsCutFault(name, self.hosts,
-                             [(self.role(a), self.role(b), d) for a, b, d in links], probability)
+        return NetnsCutFault(
+            name, self.hosts, [(self.role(a), self.role(b), d) for a, b, d in links], probability
+        )
 
     def slow(self, dst: Node, *, rate: str = "1mbit", src: Node | None = None) -> Fault:
         name = f"slow link to {dst}" + (f" from {src}" if src is not None else "") + f" {rate}"
@@ -562,11 +646,16 @@ class Faults:
             if src is not None:
                 # A veth's qdisc shapes everything into its host; one link alone would
                 # need per-source filters there, which nothing here asks for yet.
-                raise FaultsUnavailable("netns hosts: a slow link shapes all traffic into "
-                                        "a host; a single source is not supported")
+                raise FaultsUnavailable(
+                    "netns hosts: a slow link shapes all traffic into "
+                    "a host; a single source is not supported"
+                )
             return self._add(NetnsShapeFault(name, self.hosts, self.role(dst), rate))
-        return self._add(SlowLinkFault(name, self.address(dst), rate,
-                                       self.address(src) if src is not None else None))
+        return self._add(
+            SlowLinkFault(
+                name, self.address(dst), rate, self.address(src) if src is not None else None
+            )
+        )
 
     # -- processes
     def kill(self, node: Node, sig: int = signal.SIGKILL) -> None:
@@ -597,12 +686,20 @@ class Faults:
     def pause(self, node: Node) -> Fault:
         kind, i = self._parse(node)
         if kind == "zk":
-            return self._add(PauseFault(f"SIGSTOP {node}",
-                                        lambda: self.cluster.stop_zookeeper(i, signal.SIGSTOP),
-                                        lambda: self.cluster.start_zookeeper(i)))
-        return self._add(PauseFault(f"SIGSTOP {node}",
-                                    lambda: self.cluster.stop_broker(i, signal.SIGSTOP),
-                                    lambda: self.cluster.start_broker(i, wait=False)))
+            return self._add(
+                PauseFault(
+                    f"SIGSTOP {node}",
+                    lambda: self.cluster.stop_zookeeper(i, signal.SIGSTOP),
+                    lambda: self.cluster.start_zookeeper(i),
+                )
+            )
+        return self._add(
+            PauseFault(
+                f"SIGSTOP {node}",
+                lambda: self.cluster.stop_broker(i, signal.SIGSTOP),
+                lambda: self.cluster.start_broker(i, wait=False),
+            )
+        )
 
     def restart(self, node: Node, *, wait: bool = True, timeout: float = 30.0) -> None:
         """Bring a killed (or paused) node back."""

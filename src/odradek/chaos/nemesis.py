@@ -35,20 +35,34 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Op", "NemesisCase", "schedule", "parse_seeds", "describe", "actions", "supervise",
-           "nemesis_checks", "run_nemesis", "case_name", "parse_case", "KINDS",
-           "MAX_ACTIVE", "PROCESS_KINDS", "NEMESIS_PARTITIONS"]
+__all__ = [
+    "Op",
+    "NemesisCase",
+    "schedule",
+    "parse_seeds",
+    "describe",
+    "actions",
+    "supervise",
+    "nemesis_checks",
+    "run_nemesis",
+    "case_name",
+    "parse_case",
+    "KINDS",
+    "MAX_ACTIVE",
+    "PROCESS_KINDS",
+    "NEMESIS_PARTITIONS",
+]
 
 # kind -> weight. Process faults first, then network faults.
 KINDS: dict[str, int] = {
-    "kill": 3,            # SIGKILL, restart at the end of the window
-    "term": 1,            # SIGTERM (controlled shutdown), restart at the end
-    "pause": 2,           # SIGSTOP, SIGCONT at the end (a hung process, sockets open)
-    "partition-bb": 3,    # broker <-> broker, one direction or both
-    "partition-bzk": 2,   # broker <-> ZooKeeper
+    "kill": 3,  # SIGKILL, restart at the end of the window
+    "term": 1,  # SIGTERM (controlled shutdown), restart at the end
+    "pause": 2,  # SIGSTOP, SIGCONT at the end (a hung process, sockets open)
+    "partition-bb": 3,  # broker <-> broker, one direction or both
+    "partition-bzk": 2,  # broker <-> ZooKeeper
     "partition-bclient": 1,  # broker <-> the clients (127.0.0.1)
-    "isolate": 2,         # one broker cut from every other node (clients still reach it)
-    "slow": 1,            # tc htb rate limit on the link to a broker
+    "isolate": 2,  # one broker cut from every other node (clients still reach it)
+    "slow": 1,  # tc htb rate limit on the link to a broker
 }
 PROCESS_KINDS = ("kill", "term", "pause")
 MAX_ACTIVE = 2
@@ -76,9 +90,13 @@ class Op:
 
 
 def describe(op: Op) -> str:
-    what = {"kill": "SIGKILL {0}, restart", "term": "SIGTERM {0}, restart",
-            "pause": "SIGSTOP {0}, SIGCONT", "isolate": "isolate {0}",
-            "slow": "slow link to {0}"}.get(op.kind)
+    what = {
+        "kill": "SIGKILL {0}, restart",
+        "term": "SIGTERM {0}, restart",
+        "pause": "SIGSTOP {0}, SIGCONT",
+        "isolate": "isolate {0}",
+        "slow": "slow link to {0}",
+    }.get(op.kind)
     if what is None:
         arrow = {"both": "<->", "a->b": "->", "b->a": "<-"}[op.direction]
         text = f"partition {op.nodes[0]} {arrow} {op.nodes[1]}"
@@ -138,8 +156,9 @@ def schedule(seed: int, duration_s: float, nodes: Sequence[str]) -> list[Op]:
     return ops
 
 
-def _draw(rng: random.Random, kind: str, t: float, dur: float, brokers: list[str],
-          zks: list[str]) -> Op | None:
+def _draw(
+    rng: random.Random, kind: str, t: float, dur: float, brokers: list[str], zks: list[str]
+) -> Op | None:
     b = rng.choice(brokers)
     if kind in PROCESS_KINDS:
         # ZooKeeper ensembles of >= 3 may lose one member; a lone ZooKeeper never.
@@ -204,8 +223,8 @@ def case_name(seed: int) -> str:
 def parse_case(name: str) -> int | None:
     """``nemesis:7`` or ``nemesis-7`` -> 7; anything else -> None."""
     for prefix in ("nemesis:", "nemesis-"):
-        if name.startswith(prefix) and name[len(prefix):].isdigit():
-            return int(name[len(prefix):])
+        if name.startswith(prefix) and name[len(prefix) :].isdigit():
+            return int(name[len(prefix) :])
     return None
 
 
@@ -213,12 +232,20 @@ def nemesis_checks(m: dict[str, Any], partitions: int = NEMESIS_PARTITIONS) -> l
     """The safe configuration's promises (REQ-R7, R8, R16, R19, R20)."""
     from odradek.chaos.expectations import Check, _cmp
 
-    return [_cmp(m, "lost", "==", 0), _cmp(m, "duplicated", "==", 0),
-            _cmp(m, "out_of_order", "==", 0), _cmp(m, "divergent", "==", 0),
-            _cmp(m, "dirty_reads", "==", 0), _cmp(m, "never_sent_read", "==", 0),
-            _cmp(m, "acked", ">", 0),
-            Check("every partition's ISR full after healing (R21)",
-                  m.get("final_isrs_full") is True, str(m.get("final_isrs")))]
+    return [
+        _cmp(m, "lost", "==", 0),
+        _cmp(m, "duplicated", "==", 0),
+        _cmp(m, "out_of_order", "==", 0),
+        _cmp(m, "divergent", "==", 0),
+        _cmp(m, "dirty_reads", "==", 0),
+        _cmp(m, "never_sent_read", "==", 0),
+        _cmp(m, "acked", ">", 0),
+        Check(
+            "every partition's ISR full after healing (R21)",
+            m.get("final_isrs_full") is True,
+            str(m.get("final_isrs")),
+        ),
+    ]
 
 
 # ----------------------------------------------------------------- running (effects)
@@ -245,8 +272,12 @@ def _apply(op: Op, start: bool, faults: Any, handles: dict[int, Any], idx: int) 
         # A controlled shutdown may take long under other faults (up to 30 s before
         # LocalCluster escalates to SIGKILL): in a thread, so the schedule keeps time.
         if start:
-            t = threading.Thread(target=faults.kill, args=(op.nodes[0], signal.SIGTERM),
-                                 name=f"nemesis-term-{op.nodes[0]}", daemon=True)
+            t = threading.Thread(
+                target=faults.kill,
+                args=(op.nodes[0], signal.SIGTERM),
+                name=f"nemesis-term-{op.nodes[0]}",
+                daemon=True,
+            )
             t.start()
             handles[idx] = t
         else:
@@ -281,8 +312,9 @@ def supervise(faults: Any, history: Any, down: set[str] | None = None) -> None:
             faults.restart(node, wait=False)
 
 
-def run_schedule(ops: Sequence[Op], faults: Any, history: Any,
-                 log: Callable[[str], None] = print) -> None:
+def run_schedule(
+    ops: Sequence[Op], faults: Any, history: Any, log: Callable[[str], None] = print
+) -> None:
     """Apply ``ops`` in real time (an action that blocks, e.g. iptables waiting for its
     lock, delays the next; SIGTERM runs in a thread). A failing action is recorded and
     skipped.
@@ -307,15 +339,15 @@ def run_schedule(ops: Sequence[Op], faults: Any, history: Any,
             log(f"   op {i} {what} failed: {e!r}")
 
 
-def _create_topic(bootstrap: str, topic: str, partitions: int,
-                  security: dict[str, str] | None = None) -> None:
+def _create_topic(
+    bootstrap: str, topic: str, partitions: int, security: dict[str, str] | None = None
+) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from odradek.chaos.workload import client_logging
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **client_logging(), **(security or {})})
-    nt = NewTopic(topic, num_partitions=partitions, replication_factor=3,
-                  config=SAFE_TOPIC_CONFIG)
+    nt = NewTopic(topic, num_partitions=partitions, replication_factor=3, config=SAFE_TOPIC_CONFIG)
     admin.create_topics([nt], operation_timeout=30)[topic].result(30)
 
 
@@ -330,9 +362,14 @@ def _wait(cond: Callable[[], Any], timeout: float, what: str, history: Any) -> N
     raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def run_nemesis(case: NemesisCase, run_dir: Path, *,
-                log: Callable[[str], None] = print, security: str = "plaintext",
-                hosts: str = "loopback") -> Any:
+def run_nemesis(
+    case: NemesisCase,
+    run_dir: Path,
+    *,
+    log: Callable[[str], None] = print,
+    security: str = "plaintext",
+    hosts: str = "loopback",
+) -> Any:
     """Run one seed on a fresh cluster; the histories go to ``run_dir/nemesis-<seed>/``
     with ``schedule.json``. Returns a ``ScenarioResult`` (checks are added by
     ``evaluate_nemesis`` once the checker ran). Faults are always healed and the cluster
@@ -359,24 +396,56 @@ def run_nemesis(case: NemesisCase, run_dir: Path, *,
     t_start = time.monotonic()
     topic = f"chaos-{case.name}"
     n = case.partitions
-    log(f"== {case.name}: randomized nemesis, seed {case.seed}, {case.duration_s:.0f} s, "
-        f"{n} partitions, safe configuration")
+    log(
+        f"== {case.name}: randomized nemesis, seed {case.seed}, {case.duration_s:.0f} s, "
+        f"{n} partitions, safe configuration"
+    )
     try:
-        with LocalCluster.start(d / "cluster", 3, broker_config=FAST_BROKER_CONFIG,
-                                zk_session_timeout_ms=ZK_SESSION_MS, security=security,
-                                hosts=hosts) as c:
+        with LocalCluster.start(
+            d / "cluster",
+            3,
+            broker_config=FAST_BROKER_CONFIG,
+            zk_session_timeout_ms=ZK_SESSION_MS,
+            security=security,
+            hosts=hosts,
+        ) as c:
             nodes = [f"b{b.id}" for b in c.brokers] + [
-                "zk" if z.id == 1 else f"zk{z.id}" for z in c.zookeeper_nodes]
+                "zk" if z.id == 1 else f"zk{z.id}" for z in c.zookeeper_nodes
+            ]
             ops = schedule(case.seed, case.duration_s, nodes)
-            (d / "schedule.json").write_text(json.dumps(
-                {"seed": case.seed, "duration_s": case.duration_s, "nodes": nodes,
-                 "ops": [asdict(o) for o in ops]}, indent=1) + "\n")
+            (d / "schedule.json").write_text(
+                json.dumps(
+                    {
+                        "seed": case.seed,
+                        "duration_s": case.duration_s,
+                        "nodes": nodes,
+                        "ops": [asdict(o) for o in ops],
+                    },
+                    indent=1,
+                )
+                + "\n"
+            )
             for o in ops:
                 log(f"   {describe(o)}")
-            faults = Faults(c, on_event=lambda k, detail: h.event(k, detail),
-                            need_tc=any(o.kind == "slow" for o in ops))
-            _drive(case, c, faults, h, res, topic, ops, log,
-                   MetadataPoller, ProducerWorkload, LiveConsumer, final_read)
+            faults = Faults(
+                c,
+                on_event=lambda k, detail: h.event(k, detail),
+                need_tc=any(o.kind == "slow" for o in ops),
+            )
+            _drive(
+                case,
+                c,
+                faults,
+                h,
+                res,
+                topic,
+                ops,
+                log,
+                MetadataPoller,
+                ProducerWorkload,
+                LiveConsumer,
+                final_read,
+            )
             c.down()
             dump_replicas(h, c, topic, n)
             try:
@@ -393,9 +462,20 @@ def run_nemesis(case: NemesisCase, run_dir: Path, *,
     return res
 
 
-def _drive(case: NemesisCase, c: Any, faults: Any, h: Any, res: Any, topic: str,
-           ops: list[Op], log: Callable[[str], None], MetadataPoller: Any,
-           ProducerWorkload: Any, LiveConsumer: Any, final_read: Any) -> None:
+def _drive(
+    case: NemesisCase,
+    c: Any,
+    faults: Any,
+    h: Any,
+    res: Any,
+    topic: str,
+    ops: list[Op],
+    log: Callable[[str], None],
+    MetadataPoller: Any,
+    ProducerWorkload: Any,
+    LiveConsumer: Any,
+    final_read: Any,
+) -> None:
     from odradek.chaos.workload import restart_stopped_brokers, wind_down
 
     n = case.partitions
@@ -415,9 +495,17 @@ def _drive(case: NemesisCase, c: Any, faults: Any, h: Any, res: Any, topic: str,
         poller.start()
         _wait(all_full, 30, "every partition led with a full ISR", h)
         h.phase("steady")
-        producer = ProducerWorkload(h, c.bootstrap_servers, topic, acks="all",
-                                    idempotence=True, rate=case.rate, size=100,
-                                    partitions=n, extra={**NEMESIS_PRODUCER, **sec}).start()
+        producer = ProducerWorkload(
+            h,
+            c.bootstrap_servers,
+            topic,
+            acks="all",
+            idempotence=True,
+            rate=case.rate,
+            size=100,
+            partitions=n,
+            extra={**NEMESIS_PRODUCER, **sec},
+        ).start()
         consumer = LiveConsumer(h, c.bootstrap_servers, topic, partitions=n, extra=sec).start()
         _wait(lambda: producer.acked >= 50, 30, "50 acknowledged records", h)
         h.phase("nemesis")
@@ -434,6 +522,7 @@ def _drive(case: NemesisCase, c: Any, faults: Any, h: Any, res: Any, topic: str,
                 last[0] = time.monotonic()
                 supervise(faults, h)
             return all_full()
+
         _wait(healed, 60, "every ISR full after healing", h)
         a = producer.acked
         _wait(lambda: producer.acked >= a + 50, 30, "50 acks after healing", h)
@@ -459,12 +548,16 @@ def _drive(case: NemesisCase, c: Any, faults: Any, h: Any, res: Any, topic: str,
         poller.stop()
 
 
-def evaluate_nemesis(res: Any, metrics: dict[str, Any], partitions: int = NEMESIS_PARTITIONS
-                     ) -> None:
+def evaluate_nemesis(
+    res: Any, metrics: dict[str, Any], partitions: int = NEMESIS_PARTITIONS
+) -> None:
     """Merge the checker's metrics into ``res`` and evaluate the expectations."""
     from odradek.chaos.expectations import Check
 
     extra = {k: v for k, v in res.metrics.items() if k.startswith("final_isrs")}
     res.metrics = {**metrics, **extra}
-    res.checks = (nemesis_checks(res.metrics, partitions) if metrics
-                  else [Check("checker produced metrics", False, "none")])
+    res.checks = (
+        nemesis_checks(res.metrics, partitions)
+        if metrics
+        else [Check("checker produced metrics", False, "none")]
+    )

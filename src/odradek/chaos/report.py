@@ -28,9 +28,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FaultWindow", "rate_series", "longest_gap", "fault_windows", "state_series",
-           "load_tables", "summarize", "format_summary", "markdown_summary", "plot_timeline",
-           "write_report", "SUMMARY_COLUMNS"]
+__all__ = [
+    "FaultWindow",
+    "rate_series",
+    "longest_gap",
+    "fault_windows",
+    "state_series",
+    "load_tables",
+    "summarize",
+    "format_summary",
+    "markdown_summary",
+    "plot_timeline",
+    "write_report",
+    "SUMMARY_COLUMNS",
+]
 
 
 @dataclass(frozen=True)
@@ -43,8 +54,9 @@ class FaultWindow:
 # ----------------------------------------------------------------- pure computations
 
 
-def rate_series(ts: Sequence[float], t0: float, t1: float, bin_s: float = 1.0
-                ) -> tuple[list[float], list[float]]:
+def rate_series(
+    ts: Sequence[float], t0: float, t1: float, bin_s: float = 1.0
+) -> tuple[list[float], list[float]]:
     """Events per second in ``bin_s`` bins over [t0, t1): (bin starts relative to t0,
     rates)."""
     n = max(1, math.ceil((t1 - t0) / bin_s))
@@ -105,36 +117,53 @@ def fault_windows(events: Sequence[tuple[float, str, str]], end: float) -> list[
     return sorted(out, key=lambda w: (w.start, w.label))
 
 
-def state_series(events: Sequence[tuple[float, str, int | None, int | None, str | None]]
-                 ) -> dict[int, list[tuple[float, int, int]]]:
+def state_series(
+    events: Sequence[tuple[float, str, int | None, int | None, str | None]],
+) -> dict[int, list[tuple[float, int, int]]]:
     """Per partition, the (ts, leader, ISR size) steps from ``state`` events given as
     (ts, kind, partition, leader, isr-json)."""
     out: dict[int, list[tuple[float, int, int]]] = defaultdict(list)
     for ts, kind, part, leader, isr in sorted(events, key=lambda e: e[0]):
         if kind != "state" or part is None:
             continue
-        out[int(part)].append((ts, int(leader if leader is not None else -1),
-                               len(json.loads(isr)) if isr else 0))
+        out[int(part)].append(
+            (ts, int(leader if leader is not None else -1), len(json.loads(isr)) if isr else 0)
+        )
     return dict(out)
 
 
-SUMMARY_COLUMNS = [("scenario", "scenario"), ("acked", "acked"), ("lost", "lost"),
-                   ("duplicated", "dup"), ("out_of_order", "ooo"), ("divergent", "diverg"),
-                   ("unavailable_s", "unavail s"), ("longest_gap_s", "max gap s"),
-                   ("split_brain_s", "split-brain s"), ("result", "result")]
+SUMMARY_COLUMNS = [
+    ("scenario", "scenario"),
+    ("acked", "acked"),
+    ("lost", "lost"),
+    ("duplicated", "dup"),
+    ("out_of_order", "ooo"),
+    ("divergent", "diverg"),
+    ("unavailable_s", "unavail s"),
+    ("longest_gap_s", "max gap s"),
+    ("split_brain_s", "split-brain s"),
+    ("result", "result"),
+]
 
 
 def summarize(result: dict[str, Any], longest_gap_s: float | None) -> dict[str, Any]:
     m = result.get("metrics") or {}
     failed = [c["what"] for c in result.get("checks", []) if not c.get("ok")]
-    return {"scenario": result["name"], "acked": m.get("acked"), "lost": m.get("lost"),
-            "duplicated": m.get("duplicated"), "out_of_order": m.get("out_of_order"),
-            "divergent": m.get("divergent"), "unavailable_s": m.get("unavailable_s"),
-            "longest_gap_s": longest_gap_s, "split_brain_s": m.get("split_brain_s"),
-            "split_brain_acks": m.get("split_brain_acks"),
-            "result": "PASS" if result.get("ok") else "FAIL",
-            "failed": failed + ([f"error: {result['error']}"] if result.get("error") else []),
-            "seconds": result.get("seconds")}
+    return {
+        "scenario": result["name"],
+        "acked": m.get("acked"),
+        "lost": m.get("lost"),
+        "duplicated": m.get("duplicated"),
+        "out_of_order": m.get("out_of_order"),
+        "divergent": m.get("divergent"),
+        "unavailable_s": m.get("unavailable_s"),
+        "longest_gap_s": longest_gap_s,
+        "split_brain_s": m.get("split_brain_s"),
+        "split_brain_acks": m.get("split_brain_acks"),
+        "result": "PASS" if result.get("ok") else "FAIL",
+        "failed": failed + ([f"error: {result['error']}"] if result.get("error") else []),
+        "seconds": result.get("seconds"),
+    }
 
 
 def _cell(v: Any) -> str:
@@ -150,8 +179,12 @@ def format_summary(rows: Sequence[dict[str, Any]]) -> str:
     heads = [h for _, h in SUMMARY_COLUMNS]
     cells = [[_cell(r.get(k)) for k, _ in SUMMARY_COLUMNS] for r in rows]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
-    line = lambda cs: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
-                                for i, (c, w) in enumerate(zip(cs, widths)))
+
+    def line(cs: list[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cs, widths))
+        )
+
     out = [line(heads), line(["-" * w for w in widths])] + [line(c) for c in cells]
     for r in rows:
         for f in r.get("failed", []):
@@ -182,8 +215,10 @@ def load_tables(scn_dir: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, .
         t = pq.read_table(p, columns=cols).to_pydict()
         return list(zip(*[t[c] for c in cols]))
 
-    return (rows("producer", ["seq", "kind", "ts", "partition", "error"]),
-            rows("events", ["ts", "kind", "detail", "partition", "leader", "isr"]))
+    return (
+        rows("producer", ["seq", "kind", "ts", "partition", "error"]),
+        rows("events", ["ts", "kind", "detail", "partition", "leader", "isr"]),
+    )
 
 
 def _final_seqs(scn_dir: Path) -> set[int] | None:
@@ -201,8 +236,9 @@ def gap_of(scn_dir: Path) -> float | None:
     prod, _ = load_tables(scn_dir)
     if not prod:
         return None
-    return longest_gap([r[2] for r in prod if r[1] == "send"],
-                       [r[2] for r in prod if r[1] == "ack"])
+    return longest_gap(
+        [r[2] for r in prod if r[1] == "send"], [r[2] for r in prod if r[1] == "ack"]
+    )
 
 
 # ----------------------------------------------------------------- plotting
@@ -222,8 +258,9 @@ def plot_timeline(scn_dir: Path, out_png: Path, title: str = "") -> Path | None:
     all_ts = [r[2] for r in prod] + [e[0] for e in events]
     t0, t1 = min(all_ts), max(all_ts)
     end = t1 - t0
-    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(10, 6.2), sharex=True,
-                                        gridspec_kw={"height_ratios": [3, 1.4, 1.2]})
+    fig, (ax1, ax2, ax3) = plt.subplots(
+        3, 1, figsize=(10, 6.2), sharex=True, gridspec_kw={"height_ratios": [3, 1.4, 1.2]}
+    )
     xs, acks = rate_series([r[2] for r in prod if r[1] == "ack"], t0, t1)
     ax1.step(xs, acks, where="post", color="tab:green", lw=1.3, label="acked/s")
     final = _final_seqs(scn_dir)
@@ -231,8 +268,14 @@ def plot_timeline(scn_dir: Path, out_png: Path, title: str = "") -> Path | None:
         lost_ts = [r[2] for r in prod if r[1] == "ack" and r[0] not in final]
         if lost_ts:
             xs, lost = rate_series(lost_ts, t0, t1)
-            ax1.step(xs, lost, where="post", color="black", lw=1.3,
-                     label=f"acked, later lost/s ({len(lost_ts)})")
+            ax1.step(
+                xs,
+                lost,
+                where="post",
+                color="black",
+                lw=1.3,
+                label=f"acked, later lost/s ({len(lost_ts)})",
+            )
     xs, sent = rate_series(send_ts, t0, t1)
     ax1.step(xs, sent, where="post", color="tab:gray", lw=0.8, ls=":", label="sent/s")
     by_kind: dict[str, list[float]] = defaultdict(list)
@@ -242,8 +285,9 @@ def plot_timeline(scn_dir: Path, out_png: Path, title: str = "") -> Path | None:
     colors = ["tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
     for i, (kind, ts) in enumerate(sorted(by_kind.items())):
         xs, er = rate_series(ts, t0, t1)
-        ax1.step(xs, er, where="post", color=colors[i % len(colors)], lw=1.0,
-                 label=f"error {kind}/s")  # (a label starting with "_" is hidden)
+        ax1.step(
+            xs, er, where="post", color=colors[i % len(colors)], lw=1.0, label=f"error {kind}/s"
+        )  # (a label starting with "_" is hidden)
     ax1.set_ylabel("records/s")
     ax1.legend(loc="upper right", fontsize=7, ncol=2)
     ax1.set_title(title or scn_dir.name, fontsize=10)
@@ -251,10 +295,8 @@ def plot_timeline(scn_dir: Path, out_png: Path, title: str = "") -> Path | None:
     states = state_series([(e[0], e[1], e[3], e[4], e[5]) for e in events])
     for p, steps in sorted(states.items()):
         px = [s[0] - t0 for s in steps] + [end]
-        ax2.step(px, [s[1] for s in steps] + [steps[-1][1]], where="post", lw=1.2,
-                 label=f"p{p}")
-        ax3.step(px, [s[2] for s in steps] + [steps[-1][2]], where="post", lw=1.2,
-                 label=f"p{p}")
+        ax2.step(px, [s[1] for s in steps] + [steps[-1][1]], where="post", lw=1.2, label=f"p{p}")
+        ax3.step(px, [s[2] for s in steps] + [steps[-1][2]], where="post", lw=1.2, label=f"p{p}")
     ax2.set_ylabel("leader")
     ax2.set_yticks(sorted({s[1] for st in states.values() for s in st} | {-1}))
     ax3.set_ylabel("ISR size")
@@ -267,15 +309,28 @@ def plot_timeline(scn_dir: Path, out_png: Path, title: str = "") -> Path | None:
     for i, w in enumerate(wins):
         for ax in (ax1, ax2, ax3):
             ax.axvspan(w.start - t0, w.end - t0, color="tab:red", alpha=0.10, lw=0)
-        ax1.annotate(w.label, (w.start - t0, 1.0), xycoords=("data", "axes fraction"),
-                     xytext=(2, -9 - 8 * (i % 4)), textcoords="offset points", fontsize=6,
-                     color="darkred")
+        ax1.annotate(
+            w.label,
+            (w.start - t0, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(2, -9 - 8 * (i % 4)),
+            textcoords="offset points",
+            fontsize=6,
+            color="darkred",
+        )
     for e in events:
         if e[1] == "phase":
             for ax in (ax1, ax2, ax3):
                 ax.axvline(e[0] - t0, color="tab:blue", lw=0.6, ls="--", alpha=0.6)
-            ax3.annotate(e[2], (e[0] - t0, 0.02), xycoords=("data", "axes fraction"),
-                         fontsize=6, color="tab:blue", rotation=90, va="bottom")
+            ax3.annotate(
+                e[2],
+                (e[0] - t0, 0.02),
+                xycoords=("data", "axes fraction"),
+                fontsize=6,
+                color="tab:blue",
+                rotation=90,
+                va="bottom",
+            )
     fig.tight_layout()
     out_png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_png, dpi=80)
@@ -286,16 +341,19 @@ def plot_timeline(scn_dir: Path, out_png: Path, title: str = "") -> Path | None:
 # ----------------------------------------------------------------- the run report
 
 
-def _html(rows: list[dict[str, Any]], results: list[dict[str, Any]], pngs: dict[str, str],
-          command: str) -> str:
+def _html(
+    rows: list[dict[str, Any]], results: list[dict[str, Any]], pngs: dict[str, str], command: str
+) -> str:
     esc = html.escape
     head = "".join(f"<th>{esc(h)}</th>" for _, h in SUMMARY_COLUMNS)
     body = []
     for r in rows:
         cls = "pass" if r["result"] == "PASS" else "fail"
         tds = "".join(f"<td>{esc(_cell(r.get(k)))}</td>" for k, _ in SUMMARY_COLUMNS[1:])
-        body.append(f'<tr class="{cls}"><td><a href="#{esc(r["scenario"])}">'
-                    f'{esc(r["scenario"])}</a></td>{tds}</tr>')
+        body.append(
+            f'<tr class="{cls}"><td><a href="#{esc(r["scenario"])}">'
+            f'{esc(r["scenario"])}</a></td>{tds}</tr>'
+        )
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>Odradek chaos report</title>",
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
@@ -313,27 +371,41 @@ def _html(rows: list[dict[str, Any]], results: list[dict[str, Any]], pngs: dict[
     ]
     for res in results:
         name = res["name"]
-        parts.append(f'<h2 id="{esc(name)}">{esc(name)} '
-                     f'<span class="{"ok" if res.get("ok") else "bad"}">'
-                     f'{"PASS" if res.get("ok") else "FAIL"}</span></h2>')
+        parts.append(
+            f'<h2 id="{esc(name)}">{esc(name)} '
+            f'<span class="{"ok" if res.get("ok") else "bad"}">'
+            f'{"PASS" if res.get("ok") else "FAIL"}</span></h2>'
+        )
         if res.get("title"):
             parts.append(f"<p>{esc(res['title'])}</p>")
         if res.get("error"):
             parts.append(f'<p class="bad">error: {esc(str(res["error"]))}</p>')
         if name in pngs:
             parts.append(f'<img src="{esc(pngs[name])}" alt="timeline of {esc(name)}">')
-        items = "".join(f'<li class="{"ok" if c.get("ok") else "bad"}">{esc(c["what"])}: '
-                        f'{esc(str(c.get("observed")))}</li>' for c in res.get("checks", []))
+        items = "".join(
+            f'<li class="{"ok" if c.get("ok") else "bad"}">{esc(c["what"])}: '
+            f'{esc(str(c.get("observed")))}</li>'
+            for c in res.get("checks", [])
+        )
         parts.append(f"<ul>{items}</ul>")
         if res.get("schedule"):
-            parts.append("<details><summary>nemesis schedule</summary><pre>"
-                         + esc("\n".join(res["schedule"])) + "</pre></details>")
+            parts.append(
+                "<details><summary>nemesis schedule</summary><pre>"
+                + esc("\n".join(res["schedule"]))
+                + "</pre></details>"
+            )
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
-def write_report(run_dir: Path, results: list[dict[str, Any]], out_dir: Path, *,
-                 command: str = "", plots: bool = True) -> list[dict[str, Any]]:
+def write_report(
+    run_dir: Path,
+    results: list[dict[str, Any]],
+    out_dir: Path,
+    *,
+    command: str = "",
+    plots: bool = True,
+) -> list[dict[str, Any]]:
     """PNG per scenario, ``index.html``, ``summary.json`` and ``summary.md`` in
     ``out_dir``; returns the summary rows (also what the terminal table shows)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -345,8 +417,11 @@ def write_report(run_dir: Path, results: list[dict[str, Any]], out_dir: Path, *,
         if plots and d.is_dir():
             try:
                 title = f"{res['name']}: {res.get('title', '')}".split(". Expected")[0]
-                png = plot_timeline(d, out_dir / f"{res['name']}.png",
-                                    title if len(title) <= 120 else title[:117] + "...")
+                png = plot_timeline(
+                    d,
+                    out_dir / f"{res['name']}.png",
+                    title if len(title) <= 120 else title[:117] + "...",
+                )
                 if png is not None:
                     pngs[res["name"]] = png.name
             except Exception as e:  # a plot must not hide the results

@@ -52,8 +52,19 @@ from odradek.chaos.workload import (
     wind_down,
 )
 
-__all__ = ["Scenario", "Check", "Ctx", "ScenarioResult", "SCENARIOS", "get", "run_scenario",
-           "run_scenarios", "evaluate", "ScenarioError", "FAST_BROKER_CONFIG"]
+__all__ = [
+    "Scenario",
+    "Check",
+    "Ctx",
+    "ScenarioResult",
+    "SCENARIOS",
+    "get",
+    "run_scenario",
+    "run_scenarios",
+    "evaluate",
+    "ScenarioError",
+    "FAST_BROKER_CONFIG",
+]
 
 FAST_BROKER_CONFIG = {
     "replica.lag.time.max.ms": "2000",
@@ -112,9 +123,19 @@ class ScenarioResult:
 class Ctx:
     """What a scenario body works with: the cluster, faults, history and roles."""
 
-    def __init__(self, scenario: Scenario, cluster: Any, faults: Faults, history: History,
-                 poller: MetadataPoller, producer: ProducerWorkload, topic: str,
-                 leader: int, x: int, ctl: int) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        cluster: Any,
+        faults: Faults,
+        history: History,
+        poller: MetadataPoller,
+        producer: ProducerWorkload,
+        topic: str,
+        leader: int,
+        x: int,
+        ctl: int,
+    ) -> None:
         self.scenario = scenario
         self.cluster = cluster
         self.faults = faults
@@ -142,15 +163,22 @@ class Ctx:
                 return got
             time.sleep(0.05)
         self.history.event("note", f"timed out: {what}")
-        raise ScenarioError(f"timed out after {timeout:.0f} s waiting for {what} "
-                            f"(state {self.state()}, controller {self.poller.controller})")
+        raise ScenarioError(
+            f"timed out after {timeout:.0f} s waiting for {what} "
+            f"(state {self.state()}, controller {self.poller.controller})"
+        )
 
     def wait_isr(self, isr: list[int], timeout: float = 20.0) -> None:
         self.wait(lambda: self.isr() == sorted(isr), timeout, f"ISR == {sorted(isr)}")
 
     def wait_new_leader(self, old: int, timeout: float = 25.0) -> int:
-        return int(self.wait(lambda: self.leader() if self.leader() not in (old, -1) else 0,
-                             timeout, f"a leader other than {old}"))
+        return int(
+            self.wait(
+                lambda: self.leader() if self.leader() not in (old, -1) else 0,
+                timeout,
+                f"a leader other than {old}",
+            )
+        )
 
     def run_for(self, seconds: float) -> None:
         """Let the workload run under the current faults (the observation window)."""
@@ -337,8 +365,9 @@ def _controller_cut_from_brokers(ctx: Ctx) -> None:
 def _controller_cut_from_zookeeper(ctx: Ctx) -> None:
     ctx.run_for(1)
     cut = ctx.faults.partition(ctx.C, "zk")
-    ctx.wait(lambda: ctx.poller.controller not in (None, ctx.C), 25,
-             f"a controller other than {ctx.C}")
+    ctx.wait(
+        lambda: ctx.poller.controller not in (None, ctx.C), 25, f"a controller other than {ctx.C}"
+    )
     ctx.phase("new-controller")
     ctx.run_for(3)
     ctx.faults.heal(cut)
@@ -383,154 +412,348 @@ _DURABLE = {"odradek.ack.fsync": "true"}
 
 
 def _safe_kill_expect(m: Metrics) -> list[Check]:
-    return [*zero_loss(m), _cmp(m, "duplicated", "==", 0), _cmp(m, "out_of_order", "==", 0),
-            leader_changed(m), phase_acks(m, "failover", ">", 0)]
+    return [
+        *zero_loss(m),
+        _cmp(m, "duplicated", "==", 0),
+        _cmp(m, "out_of_order", "==", 0),
+        leader_changed(m),
+        phase_acks(m, "failover", ">", 0),
+    ]
 
 
 _SAFE = dict(acks="all", idempotence=True, min_isr=2, unclean=False)
 _NO_RETRY = {"retries": 0}  # so NOT_ENOUGH_REPLICAS reaches the history as such
 
 SCENARIOS: list[Scenario] = [
-    Scenario("acks1-leader-failover", "acks=1, leader SIGKILL while followers lag (still in "
-             "the ISR), clean failover", "REQ-R4, R7, R19",
-             "loss: records acknowledged by the leader alone and not yet fetched are lost, "
-             "although the election is clean; replicas never diverge",
-             _kill_leader_ahead_of_followers, lambda m: [
-                 _cmp(m, "lost", ">=", 1), *no_divergence(m),
-                 leader_changed(m), phase_acks(m, "failover", ">", 0), *ledger_accounts(m)],
-             acks="1"),
-    Scenario("acks1-unclean-after-shrink", "acks=1, ISR shrank to the leader, leader dies, "
-             "unclean election", "REQ-R10, R14, R15",
-             "large loss: everything acknowledged while the ISR was the leader alone",
-             _shrink_then_unclean, lambda m: [
-                 _cmp(m, "lost", ">=", max(1, _phase(m, "isr-leader-only").get("acks", 0))),
-                 *no_divergence(m, unclean=True), leader_changed(m), *ledger_accounts(m)],
-             acks="1", unclean=True),
-    Scenario("acksall-unclean-after-shrink", "acks=all, min ISR 1, unclean on, ISR shrank, "
-             "leader dies", "REQ-R10, R14",
-             "loss: acks=all only waits for the ISR, which was the leader alone; the unclean "
-             "leader lacks those records", _shrink_then_unclean, lambda m: [
-                 _cmp(m, "lost", ">=", max(1, _phase(m, "isr-leader-only").get("acks", 0))),
-                 *no_divergence(m, unclean=True), leader_changed(m), *ledger_accounts(m)],
-             acks="all", unclean=True),
-    Scenario("safe-leader-kill", "acks=all, min ISR 2, unclean off, idempotent; leader SIGKILL",
-             "REQ-R4, R7, R8, R19", "zero loss, no duplicates, no reordering",
-             _kill_leader_failover, _safe_kill_expect, slow=False, **_SAFE),
-    Scenario("safe-min-isr-refuses", "acks=all, min ISR 2: ISR below the minimum",
-             "REQ-R8", "NOT_ENOUGH_REPLICAS while the ISR < 2, nothing acknowledged then; "
-             "writes resume after healing; zero loss", _isr_below_min, lambda m: [
-                 phase_errors(m, "isr-below-min", NER, ">", 0),
-                 phase_acks(m, "isr-below-min", "==", 0), phase_acks(m, "healing", ">", 0),
-                 *zero_loss(m)], acks="all", min_isr=2, producer_extra=_NO_RETRY),
-    Scenario("safe-slow-follower", "acks=all: a slow follower (tc htb) leaves the ISR",
-             "REQ-R6, R9", "acks=all latency is high while the slow follower is in the ISR "
-             "and drops once it is removed; zero loss", _slow_follower, lambda m: [
-                 Check("p50 latency drops after the slow follower leaves the ISR",
-                       (_phase(m, "slow-in-isr").get("p50_ms") or 0)
-                       > 2 * (_phase(m, "slow-out-of-isr").get("p50_ms") or 1e9),
-                       f"in ISR {_phase(m, 'slow-in-isr').get('p50_ms')} ms, out "
-                       f"{_phase(m, 'slow-out-of-isr').get('p50_ms')} ms, baseline "
-                       f"{_phase(m, 'baseline').get('p50_ms')} ms"),
-                 *zero_loss(m)], acks="all", rate=250, size=1000, needs_tc=True),
-    Scenario("p1-follower-cut-from-leader", "scenario 1: follower cannot reach the leader",
-             "REQ-P1, R6, R21", "the follower leaves the ISR, rejoins after healing; "
-             "no split brain, no loss", _follower_cut_from_leader, lambda m: [
-                 leader_changed(m, False), phase_acks(m, "cut", ">", 0), final_isr_full(m),
-                 *zero_loss(m)]),
-    Scenario("p2-leader-cut-from-followers", "scenario 2: leader reaches no follower",
-             "REQ-P2, R6, R8", "ISR shrinks to the leader; no split brain; writes "
-             "go on without redundancy (min ISR 1); no loss", _leader_cut_from_followers, lambda m: [
-                 leader_changed(m, False), phase_acks(m, "isr-leader-only", ">", 0),
-                 final_isr_full(m), *zero_loss(m)]),
-    Scenario("p3-follower-cut-from-zk", "scenario 3: follower reaches the leader, not ZooKeeper",
-             "REQ-P3, R12", "the follower keeps fetching and stays in the ISR; "
-             "ZooKeeper marks it dead; nothing else happens", _follower_cut_from_zookeeper, lambda m: [
-                 leader_changed(m, False), phase_acks(m, "expired", ">", 0),
-                 isr_seen(m, "expired", lambda i: len(i) == 3, "follower stays in the ISR"),
-                 final_isr_full(m), *zero_loss(m)]),
-    Scenario("p4-leader-cut-from-zk-acks1", "scenario 4, acks=1: leader reaches followers, "
-             "not ZooKeeper", "REQ-P4, R13",
-             "a new leader is elected; the old one accepts acks=1 writes until its ISR shrink "
-             "fails, then rejects; those records are lost on healing (brief split brain)",
-             _leader_cut_from_zookeeper, lambda m: [leader_changed(m), _cmp(m, "lost", ">", 0),
-                             _cmp(m, "split_brain_acks", ">", 0), split_brain_bounded(m),
-                             *no_divergence(m), final_isr_full(m),
-                             *ledger_accounts(m, with_isr=False)], acks="1"),
-    Scenario("p4-leader-cut-from-zk-acksall", "scenario 4, acks=all",
-             "REQ-P4, R7", "acks=all writes to the deposed leader fail; no loss",
-             _leader_cut_from_zookeeper, lambda m: [leader_changed(m), *zero_loss(m), final_isr_full(m)]),
-    Scenario("p5-follower-isolated", "scenario 5: follower cut off from everyone",
-             "REQ-P5, R6, R21", "it leaves the ISR and rejoins after healing; no loss",
-             _follower_isolated, lambda m: [leader_changed(m, False), phase_acks(m, "isolated", ">", 0),
-                             final_isr_full(m), *zero_loss(m)]),
-    Scenario("p6-leader-isolated-acks1", "scenario 6, acks=1: leader cut off from everyone "
-             "(clients still reach it)", "REQ-P6",
-             "it accepts acks=1 writes briefly, fails to shrink the ISR and stops; a new leader "
-             "is elected; on healing it truncates: those records are lost",
-             _leader_isolated, lambda m: [leader_changed(m), _cmp(m, "lost", ">", 0),
-                             split_brain_bounded(m), *no_divergence(m), final_isr_full(m),
-                             *ledger_accounts(m, with_isr=False)],
-             acks="1"),
-    Scenario("p6-leader-isolated-acksall", "scenario 6, acks=all", "REQ-P6, R7",
-             "acks=all writes to the isolated leader fail; no loss",
-             _leader_isolated, lambda m: [leader_changed(m), *zero_loss(m), final_isr_full(m)]),
-    Scenario("p6-shrunk-isolated-minisr1", "scenario 6 variant: ISR already the leader alone, "
-             "then isolated; acks=all, min ISR 1, unclean on", "REQ-P6, R8, R10",
-             "the isolated leader keeps accepting even acks=all writes (its ISR is itself); "
-             "all lost once the new leader takes over", _leader_isolated_after_isr_shrank, lambda m: [
-                 leader_changed(m), _cmp(m, "lost", ">", 0), _cmp(m, "split_brain_acks", ">", 0),
-                 *no_divergence(m, unclean=True), *ledger_accounts(m)],
-             acks="all", unclean=True),
-    Scenario("p6-shrunk-isolated-minisr2", "scenario 6 variant with min ISR 2",
-             "REQ-P6, R8", "min.insync.replicas=2 refuses the writes "
-             "(NOT_ENOUGH_REPLICAS): nothing acknowledged, nothing lost", _leader_isolated_after_isr_shrank,
-             lambda m: [phase_errors(m, "isr-leader-only", NER, ">", 0),
-                        phase_acks(m, "isr-leader-only", "==", 0), _cmp(m, "lost", "==", 0),
-                        *no_divergence(m, unclean=True)],
-             acks="all", unclean=True, min_isr=2, producer_extra=_NO_RETRY),
-    Scenario("p7-controller-cut-from-brokers", "scenario 7: controller cannot reach the "
-             "brokers; the leader dies meanwhile", "REQ-P7, R13",
-             "leadership still changes (propagated through ZooKeeper here); no split brain, "
-             "no loss", _controller_cut_from_brokers, lambda m: [leader_changed(m),
-                                        phase_acks(m, "failover-during-cut", ">", 0),
-                                        _cmp(m, "split_brain_acks", "==", 0), *zero_loss(m)]),
-    Scenario("p8-controller-cut-from-zk", "scenario 8: controller cannot reach ZooKeeper",
-             "REQ-P8, R12, R13", "ZooKeeper elects a new controller; the old one does "
-             "nothing and rejoins as a normal broker; no leader change, no loss", _controller_cut_from_zookeeper,
-             lambda m: [Check("a new controller was elected",
-                              len(set(m.get("controllers_seen") or [])) >= 2,
-                              str(m.get("controllers_seen"))),
-                        leader_changed(m, False), phase_acks(m, "new-controller", ">", 0),
-                        *zero_loss(m)]),
-    Scenario("all-replicas-crash", "every replica SIGKILLed at once, then restarted",
-             "REQ-R15, R18, R22", "records only in the page cache may be lost on a machine "
-             "crash (a process kill keeps the page cache); replicas must converge without "
-             "divergence", _all_crash, lambda m: [
-                 report(m, "lost", "R18: acknowledged from memory"), *no_divergence(m),
-                 phase_acks(m, "restarted", ">", 0), final_isr_full(m)],
-             acks="all", min_isr=2),
-    Scenario("all-crash-durable", "every replica SIGKILLed at once; odradek.ack.fsync=true",
-             "REQ-R7, R18, R22 (beyond Kafka)", "nothing acknowledged is lost: acks=all "
-             "answers only once every ISR member fsynced the record",
-             _all_crash, lambda m: [*zero_loss(m), phase_acks(m, "restarted", ">", 0),
-                                    final_isr_full(m)],
-             acks="all", min_isr=2, topic_config=_DURABLE),
-    Scenario("all-crash-power-loss", "every replica SIGKILLed at once, then a simulated "
-             "power loss (unflushed data cut); Kafka's default flush policy",
-             "REQ-R18, R22, R27", "acknowledged records that were only in the page cache "
-             "are lost; replicas still converge without divergence",
-             _all_crash_power_loss, lambda m: [
-                 _cmp(m, "lost", ">", 0), *no_divergence(m, unclean=True),
-                 phase_acks(m, "restarted", ">", 0), final_isr_full(m)],
-             acks="all", min_isr=2, fsync_ledger=True),
-    Scenario("all-crash-durable-power-loss", "every replica SIGKILLed at once, then a "
-             "simulated power loss; odradek.ack.fsync=true",
-             "REQ-R7, R18, R22 (beyond Kafka)", "zero loss, and no dirty reads: consumers "
-             "only ever see fsynced data (below the HW)",
-             _all_crash_power_loss, lambda m: [*zero_loss(m),
-                                               phase_acks(m, "restarted", ">", 0),
-                                               final_isr_full(m)],
-             acks="all", min_isr=2, topic_config=_DURABLE, fsync_ledger=True),
+    Scenario(
+        "acks1-leader-failover",
+        "acks=1, leader SIGKILL while followers lag (still in the ISR), clean failover",
+        "REQ-R4, R7, R19",
+        "loss: records acknowledged by the leader alone and not yet fetched are lost, "
+        "although the election is clean; replicas never diverge",
+        _kill_leader_ahead_of_followers,
+        lambda m: [
+            _cmp(m, "lost", ">=", 1),
+            *no_divergence(m),
+            leader_changed(m),
+            phase_acks(m, "failover", ">", 0),
+            *ledger_accounts(m),
+        ],
+        acks="1",
+    ),
+    Scenario(
+        "acks1-unclean-after-shrink",
+        "acks=1, ISR shrank to the leader, leader dies, unclean election",
+        "REQ-R10, R14, R15",
+        "large loss: everything acknowledged while the ISR was the leader alone",
+        _shrink_then_unclean,
+        lambda m: [
+            _cmp(m, "lost", ">=", max(1, _phase(m, "isr-leader-only").get("acks", 0))),
+            *no_divergence(m, unclean=True),
+            leader_changed(m),
+            *ledger_accounts(m),
+        ],
+        acks="1",
+        unclean=True,
+    ),
+    Scenario(
+        "acksall-unclean-after-shrink",
+        "acks=all, min ISR 1, unclean on, ISR shrank, leader dies",
+        "REQ-R10, R14",
+        "loss: acks=all only waits for the ISR, which was the leader alone; the unclean "
+        "leader lacks those records",
+        _shrink_then_unclean,
+        lambda m: [
+            _cmp(m, "lost", ">=", max(1, _phase(m, "isr-leader-only").get("acks", 0))),
+            *no_divergence(m, unclean=True),
+            leader_changed(m),
+            *ledger_accounts(m),
+        ],
+        acks="all",
+        unclean=True,
+    ),
+    Scenario(
+        "safe-leader-kill",
+        "acks=all, min ISR 2, unclean off, idempotent; leader SIGKILL",
+        "REQ-R4, R7, R8, R19",
+        "zero loss, no duplicates, no reordering",
+        _kill_leader_failover,
+        _safe_kill_expect,
+        slow=False,
+        **_SAFE,
+    ),
+    Scenario(
+        "safe-min-isr-refuses",
+        "acks=all, min ISR 2: ISR below the minimum",
+        "REQ-R8",
+        "NOT_ENOUGH_REPLICAS while the ISR < 2, nothing acknowledged then; "
+        "writes resume after healing; zero loss",
+        _isr_below_min,
+        lambda m: [
+            phase_errors(m, "isr-below-min", NER, ">", 0),
+            phase_acks(m, "isr-below-min", "==", 0),
+            phase_acks(m, "healing", ">", 0),
+            *zero_loss(m),
+        ],
+        acks="all",
+        min_isr=2,
+        producer_extra=_NO_RETRY,
+    ),
+    Scenario(
+        "safe-slow-follower",
+        "acks=all: a slow follower (tc htb) leaves the ISR",
+        "REQ-R6, R9",
+        "acks=all latency is high while the slow follower is in the ISR "
+        "and drops once it is removed; zero loss",
+        _slow_follower,
+        lambda m: [
+            Check(
+                "p50 latency drops after the slow follower leaves the ISR",
+                (_phase(m, "slow-in-isr").get("p50_ms") or 0)
+                > 2 * (_phase(m, "slow-out-of-isr").get("p50_ms") or 1e9),
+                f"in ISR {_phase(m, 'slow-in-isr').get('p50_ms')} ms, out "
+                f"{_phase(m, 'slow-out-of-isr').get('p50_ms')} ms, baseline "
+                f"{_phase(m, 'baseline').get('p50_ms')} ms",
+            ),
+            *zero_loss(m),
+        ],
+        acks="all",
+        rate=250,
+        size=1000,
+        needs_tc=True,
+    ),
+    Scenario(
+        "p1-follower-cut-from-leader",
+        "scenario 1: follower cannot reach the leader",
+        "REQ-P1, R6, R21",
+        "the follower leaves the ISR, rejoins after healing; no split brain, no loss",
+        _follower_cut_from_leader,
+        lambda m: [
+            leader_changed(m, False),
+            phase_acks(m, "cut", ">", 0),
+            final_isr_full(m),
+            *zero_loss(m),
+        ],
+    ),
+    Scenario(
+        "p2-leader-cut-from-followers",
+        "scenario 2: leader reaches no follower",
+        "REQ-P2, R6, R8",
+        "ISR shrinks to the leader; no split brain; writes "
+        "go on without redundancy (min ISR 1); no loss",
+        _leader_cut_from_followers,
+        lambda m: [
+            leader_changed(m, False),
+            phase_acks(m, "isr-leader-only", ">", 0),
+            final_isr_full(m),
+            *zero_loss(m),
+        ],
+    ),
+    Scenario(
+        "p3-follower-cut-from-zk",
+        "scenario 3: follower reaches the leader, not ZooKeeper",
+        "REQ-P3, R12",
+        "the follower keeps fetching and stays in the ISR; "
+        "ZooKeeper marks it dead; nothing else happens",
+        _follower_cut_from_zookeeper,
+        lambda m: [
+            leader_changed(m, False),
+            phase_acks(m, "expired", ">", 0),
+            isr_seen(m, "expired", lambda i: len(i) == 3, "follower stays in the ISR"),
+            final_isr_full(m),
+            *zero_loss(m),
+        ],
+    ),
+    Scenario(
+        "p4-leader-cut-from-zk-acks1",
+        "scenario 4, acks=1: leader reaches followers, not ZooKeeper",
+        "REQ-P4, R13",
+        "a new leader is elected; the old one accepts acks=1 writes until its ISR shrink "
+        "fails, then rejects; those records are lost on healing (brief split brain)",
+        _leader_cut_from_zookeeper,
+        lambda m: [
+            leader_changed(m),
+            _cmp(m, "lost", ">", 0),
+            _cmp(m, "split_brain_acks", ">", 0),
+            split_brain_bounded(m),
+            *no_divergence(m),
+            final_isr_full(m),
+            *ledger_accounts(m, with_isr=False),
+        ],
+        acks="1",
+    ),
+    Scenario(
+        "p4-leader-cut-from-zk-acksall",
+        "scenario 4, acks=all",
+        "REQ-P4, R7",
+        "acks=all writes to the deposed leader fail; no loss",
+        _leader_cut_from_zookeeper,
+        lambda m: [leader_changed(m), *zero_loss(m), final_isr_full(m)],
+    ),
+    Scenario(
+        "p5-follower-isolated",
+        "scenario 5: follower cut off from everyone",
+        "REQ-P5, R6, R21",
+        "it leaves the ISR and rejoins after healing; no loss",
+        _follower_isolated,
+        lambda m: [
+            leader_changed(m, False),
+            phase_acks(m, "isolated", ">", 0),
+            final_isr_full(m),
+            *zero_loss(m),
+        ],
+    ),
+    Scenario(
+        "p6-leader-isolated-acks1",
+        "scenario 6, acks=1: leader cut off from everyone (clients still reach it)",
+        "REQ-P6",
+        "it accepts acks=1 writes briefly, fails to shrink the ISR and stops; a new leader "
+        "is elected; on healing it truncates: those records are lost",
+        _leader_isolated,
+        lambda m: [
+            leader_changed(m),
+            _cmp(m, "lost", ">", 0),
+            split_brain_bounded(m),
+            *no_divergence(m),
+            final_isr_full(m),
+            *ledger_accounts(m, with_isr=False),
+        ],
+        acks="1",
+    ),
+    Scenario(
+        "p6-leader-isolated-acksall",
+        "scenario 6, acks=all",
+        "REQ-P6, R7",
+        "acks=all writes to the isolated leader fail; no loss",
+        _leader_isolated,
+        lambda m: [leader_changed(m), *zero_loss(m), final_isr_full(m)],
+    ),
+    Scenario(
+        "p6-shrunk-isolated-minisr1",
+        "scenario 6 variant: ISR already the leader alone, "
+        "then isolated; acks=all, min ISR 1, unclean on",
+        "REQ-P6, R8, R10",
+        "the isolated leader keeps accepting even acks=all writes (its ISR is itself); "
+        "all lost once the new leader takes over",
+        _leader_isolated_after_isr_shrank,
+        lambda m: [
+            leader_changed(m),
+            _cmp(m, "lost", ">", 0),
+            _cmp(m, "split_brain_acks", ">", 0),
+            *no_divergence(m, unclean=True),
+            *ledger_accounts(m),
+        ],
+        acks="all",
+        unclean=True,
+    ),
+    Scenario(
+        "p6-shrunk-isolated-minisr2",
+        "scenario 6 variant with min ISR 2",
+        "REQ-P6, R8",
+        "min.insync.replicas=2 refuses the writes "
+        "(NOT_ENOUGH_REPLICAS): nothing acknowledged, nothing lost",
+        _leader_isolated_after_isr_shrank,
+        lambda m: [
+            phase_errors(m, "isr-leader-only", NER, ">", 0),
+            phase_acks(m, "isr-leader-only", "==", 0),
+            _cmp(m, "lost", "==", 0),
+            *no_divergence(m, unclean=True),
+        ],
+        acks="all",
+        unclean=True,
+        min_isr=2,
+        producer_extra=_NO_RETRY,
+    ),
+    Scenario(
+        "p7-controller-cut-from-brokers",
+        "scenario 7: controller cannot reach the brokers; the leader dies meanwhile",
+        "REQ-P7, R13",
+        "leadership still changes (propagated through ZooKeeper here); no split brain, no loss",
+        _controller_cut_from_brokers,
+        lambda m: [
+            leader_changed(m),
+            phase_acks(m, "failover-during-cut", ">", 0),
+            _cmp(m, "split_brain_acks", "==", 0),
+            *zero_loss(m),
+        ],
+    ),
+    Scenario(
+        "p8-controller-cut-from-zk",
+        "scenario 8: controller cannot reach ZooKeeper",
+        "REQ-P8, R12, R13",
+        "ZooKeeper elects a new controller; the old one does "
+        "nothing and rejoins as a normal broker; no leader change, no loss",
+        _controller_cut_from_zookeeper,
+        lambda m: [
+            Check(
+                "a new controller was elected",
+                len(set(m.get("controllers_seen") or [])) >= 2,
+                str(m.get("controllers_seen")),
+            ),
+            leader_changed(m, False),
+            phase_acks(m, "new-controller", ">", 0),
+            *zero_loss(m),
+        ],
+    ),
+    Scenario(
+        "all-replicas-crash",
+        "every replica SIGKILLed at once, then restarted",
+        "REQ-R15, R18, R22",
+        "records only in the page cache may be lost on a machine "
+        "crash (a process kill keeps the page cache); replicas must converge without "
+        "divergence",
+        _all_crash,
+        lambda m: [
+            report(m, "lost", "R18: acknowledged from memory"),
+            *no_divergence(m),
+            phase_acks(m, "restarted", ">", 0),
+            final_isr_full(m),
+        ],
+        acks="all",
+        min_isr=2,
+    ),
+    Scenario(
+        "all-crash-durable",
+        "every replica SIGKILLed at once; odradek.ack.fsync=true",
+        "REQ-R7, R18, R22 (beyond Kafka)",
+        "nothing acknowledged is lost: acks=all "
+        "answers only once every ISR member fsynced the record",
+        _all_crash,
+        lambda m: [*zero_loss(m), phase_acks(m, "restarted", ">", 0), final_isr_full(m)],
+        acks="all",
+        min_isr=2,
+        topic_config=_DURABLE,
+    ),
+    Scenario(
+        "all-crash-power-loss",
+        "every replica SIGKILLed at once, then a simulated "
+        "power loss (unflushed data cut); Kafka's default flush policy",
+        "REQ-R18, R22, R27",
+        "acknowledged records that were only in the page cache "
+        "are lost; replicas still converge without divergence",
+        _all_crash_power_loss,
+        lambda m: [
+            _cmp(m, "lost", ">", 0),
+            *no_divergence(m, unclean=True),
+            phase_acks(m, "restarted", ">", 0),
+            final_isr_full(m),
+        ],
+        acks="all",
+        min_isr=2,
+        fsync_ledger=True,
+    ),
+    Scenario(
+        "all-crash-durable-power-loss",
+        "every replica SIGKILLed at once, then a simulated power loss; odradek.ack.fsync=true",
+        "REQ-R7, R18, R22 (beyond Kafka)",
+        "zero loss, and no dirty reads: consumers only ever see fsynced data (below the HW)",
+        _all_crash_power_loss,
+        lambda m: [*zero_loss(m), phase_acks(m, "restarted", ">", 0), final_isr_full(m)],
+        acks="all",
+        min_isr=2,
+        topic_config=_DURABLE,
+        fsync_ledger=True,
+    ),
 ]
 
 
@@ -544,8 +767,13 @@ def get(name: str) -> Scenario:
 # ----------------------------------------------------------------- running
 
 
-def _create_topic(bootstrap: str, topic: str, assignment: list[int], config: dict[str, str],
-                  security: Mapping[str, str] | None = None) -> None:
+def _create_topic(
+    bootstrap: str,
+    topic: str,
+    assignment: list[int],
+    config: dict[str, str],
+    security: Mapping[str, str] | None = None,
+) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **client_logging(), **(security or {})})
@@ -553,8 +781,14 @@ def _create_topic(bootstrap: str, topic: str, assignment: list[int], config: dic
     admin.create_topics([nt], operation_timeout=30)[topic].result(30)
 
 
-def run_scenario(scn: Scenario, run_dir: Path, *, log: Callable[[str], None] = print,
-                 security: str = "plaintext", hosts: str = "loopback") -> ScenarioResult:
+def run_scenario(
+    scn: Scenario,
+    run_dir: Path,
+    *,
+    log: Callable[[str], None] = print,
+    security: str = "plaintext",
+    hosts: str = "loopback",
+) -> ScenarioResult:
     """Run one scenario; its history goes to ``run_dir/<name>/``. Faults are always
     healed and the cluster always brought down, even on failure. ``security``:
     ``sasl_ssl`` runs it on a secured cluster (TLS + SCRAM, as ``cluster up
@@ -591,14 +825,26 @@ def run_scenario(scn: Scenario, run_dir: Path, *, log: Callable[[str], None] = p
     return res
 
 
-def _run_on_cluster(scn: Scenario, d: Path, h: History, res: ScenarioResult, topic: str,
-                    log: Callable[[str], None], security: str = "plaintext",
-                    hosts: str = "loopback") -> None:
+def _run_on_cluster(
+    scn: Scenario,
+    d: Path,
+    h: History,
+    res: ScenarioResult,
+    topic: str,
+    log: Callable[[str], None],
+    security: str = "plaintext",
+    hosts: str = "loopback",
+) -> None:
     from odradek.cluster.local import LocalCluster
 
-    with LocalCluster.start(d / "cluster", 3, broker_config=FAST_BROKER_CONFIG,
-                            zk_session_timeout_ms=ZK_SESSION_MS, security=security,
-                            hosts=hosts) as c:
+    with LocalCluster.start(
+        d / "cluster",
+        3,
+        broker_config=FAST_BROKER_CONFIG,
+        zk_session_timeout_ms=ZK_SESSION_MS,
+        security=security,
+        hosts=hosts,
+    ) as c:
         sec = c.client_config()  # {} on a plaintext cluster
         faults = Faults(c, on_event=lambda k, detail: h.event(k, detail), need_tc=scn.needs_tc)
         poller = MetadataPoller(h, c, topic)
@@ -610,17 +856,32 @@ def _run_on_cluster(scn: Scenario, d: Path, h: History, res: ScenarioResult, top
                 time.sleep(0.05)
             ctl = c.controller_id() or 1
             L, X = [b.id for b in c.brokers if b.id != ctl][:2]
-            _create_topic(c.bootstrap_servers, topic, [L, X, ctl], {
-                "min.insync.replicas": str(scn.min_isr),
-                "unclean.leader.election.enable": str(scn.unclean).lower(),
-                **scn.topic_config}, sec)
+            _create_topic(
+                c.bootstrap_servers,
+                topic,
+                [L, X, ctl],
+                {
+                    "min.insync.replicas": str(scn.min_isr),
+                    "unclean.leader.election.enable": str(scn.unclean).lower(),
+                    **scn.topic_config,
+                },
+                sec,
+            )
             poller.start()
-            producer = ProducerWorkload(h, c.bootstrap_servers, topic, acks=scn.acks,
-                                        idempotence=scn.idempotence, rate=scn.rate,
-                                        size=scn.size, extra={**scn.producer_extra, **sec})
+            producer = ProducerWorkload(
+                h,
+                c.bootstrap_servers,
+                topic,
+                acks=scn.acks,
+                idempotence=scn.idempotence,
+                rate=scn.rate,
+                size=scn.size,
+                extra={**scn.producer_extra, **sec},
+            )
             ctx = Ctx(scn, c, faults, h, poller, producer, topic, L, X, ctl)
-            ctx.wait(lambda: ctx.leader() == L and len(ctx.isr()) == 3, 30,
-                     f"leader {L} with a full ISR")
+            ctx.wait(
+                lambda: ctx.leader() == L and len(ctx.isr()) == 3, 30, f"leader {L} with a full ISR"
+            )
             h.event("note", f"roles: leader {L}, follower {X}, controller {ctl}")
             consumer = LiveConsumer(h, c.bootstrap_servers, topic, extra=sec).start()
             ctx.phase("steady")
@@ -632,8 +893,11 @@ def _run_on_cluster(scn: Scenario, d: Path, h: History, res: ScenarioResult, top
                 if c.broker_state(b.id) != "running":
                     faults.restart(b.id)
             ctx.phase("healed")
-            ctx.wait(lambda: len(ctx.isr()) == 3 and ctx.leader() >= 0, 40,
-                     "a leader and a full ISR after healing")
+            ctx.wait(
+                lambda: len(ctx.isr()) == 3 and ctx.leader() >= 0,
+                40,
+                "a leader and a full ISR after healing",
+            )
             a = producer.acked
             ctx.wait(lambda: producer.acked >= a + 50, 30, "50 acks after healing")
         except Exception as e:  # a finding: recorded, the run goes on to the checker
@@ -678,26 +942,67 @@ def dump_ledger(d: Path, cluster: Any, topic: str, scenario: str) -> None:
     for b in cluster.brokers:
         for e in list_entries(ledger_root(b.log_dir), topic):
             for r in e.iter_records():
-                rows.append((scenario, b.id, r.partition, r.offset, decode_seq(r.value),
-                             r.leader_epoch, e.new_leader_epoch, e.below_high_watermark,
-                             e.reason, e.time_ms / 1000))
-    names = ["scenario", "broker", "partition", "offset", "seq", "epoch", "new_leader_epoch",
-             "below_hw", "reason", "ts"]
-    types = [pa.string(), pa.int32(), pa.int32(), pa.int64(), pa.int64(), pa.int32(),
-             pa.int32(), pa.bool_(), pa.string(), pa.float64()]
+                rows.append(
+                    (
+                        scenario,
+                        b.id,
+                        r.partition,
+                        r.offset,
+                        decode_seq(r.value),
+                        r.leader_epoch,
+                        e.new_leader_epoch,
+                        e.below_high_watermark,
+                        e.reason,
+                        e.time_ms / 1000,
+                    )
+                )
+    names = [
+        "scenario",
+        "broker",
+        "partition",
+        "offset",
+        "seq",
+        "epoch",
+        "new_leader_epoch",
+        "below_hw",
+        "reason",
+        "ts",
+    ]
+    types = [
+        pa.string(),
+        pa.int32(),
+        pa.int32(),
+        pa.int64(),
+        pa.int64(),
+        pa.int32(),
+        pa.int32(),
+        pa.bool_(),
+        pa.string(),
+        pa.float64(),
+    ]
     cols = list(zip(*rows)) if rows else [[] for _ in names]
-    pq.write_table(pa.table({n: pa.array(list(c), type=t) for n, c, t in zip(names, cols, types)}),
-                   d / "ledger.parquet")
+    pq.write_table(
+        pa.table({n: pa.array(list(c), type=t) for n, c, t in zip(names, cols, types)}),
+        d / "ledger.parquet",
+    )
 
 
 def evaluate(scn: Scenario, res: ScenarioResult, metrics: Metrics) -> None:
     res.metrics = metrics
-    res.checks = scn.expect(metrics) if metrics else [Check("checker produced metrics", False, "none")]
+    res.checks = (
+        scn.expect(metrics) if metrics else [Check("checker produced metrics", False, "none")]
+    )
 
 
-def run_scenarios(names: list[str], run_dir: Path, *, log: Callable[[str], None] = print,
-                  spark: Any | None = None, security: str = "plaintext",
-                  hosts: str = "loopback") -> list[ScenarioResult]:
+def run_scenarios(
+    names: list[str],
+    run_dir: Path,
+    *,
+    log: Callable[[str], None] = print,
+    spark: Any | None = None,
+    security: str = "plaintext",
+    hosts: str = "loopback",
+) -> list[ScenarioResult]:
     """Run the scenarios one after another, then check all of them in one Spark session."""
     from odradek.chaos.checker import check_run
 

@@ -57,21 +57,51 @@ __all__ = [
     "REPLICAS_SCHEMA",
 ]
 
-PRODUCER_SCHEMA = pa.schema([("scenario", pa.string()), ("seq", pa.int64()),
-                             ("kind", pa.string()), ("ts", pa.float64()),
-                             ("partition", pa.int32()), ("offset", pa.int64()),
-                             ("error", pa.string())])
-READS_SCHEMA = pa.schema([("scenario", pa.string()), ("phase", pa.string()),
-                          ("partition", pa.int32()), ("offset", pa.int64()),
-                          ("seq", pa.int64()), ("ts", pa.float64())])
-EVENTS_SCHEMA = pa.schema([("scenario", pa.string()), ("ts", pa.float64()),
-                           ("kind", pa.string()), ("detail", pa.string()),
-                           ("partition", pa.int32()), ("leader", pa.int32()),
-                           ("epoch", pa.int32()), ("isr", pa.string())])
-REPLICAS_SCHEMA = pa.schema([("scenario", pa.string()), ("broker", pa.int32()),
-                             ("partition", pa.int32()), ("offset", pa.int64()),
-                             ("seq", pa.int64()), ("epoch", pa.int32()),
-                             ("hw", pa.int64()), ("leo", pa.int64())])
+PRODUCER_SCHEMA = pa.schema(
+    [
+        ("scenario", pa.string()),
+        ("seq", pa.int64()),
+        ("kind", pa.string()),
+        ("ts", pa.float64()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("error", pa.string()),
+    ]
+)
+READS_SCHEMA = pa.schema(
+    [
+        ("scenario", pa.string()),
+        ("phase", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("seq", pa.int64()),
+        ("ts", pa.float64()),
+    ]
+)
+EVENTS_SCHEMA = pa.schema(
+    [
+        ("scenario", pa.string()),
+        ("ts", pa.float64()),
+        ("kind", pa.string()),
+        ("detail", pa.string()),
+        ("partition", pa.int32()),
+        ("leader", pa.int32()),
+        ("epoch", pa.int32()),
+        ("isr", pa.string()),
+    ]
+)
+REPLICAS_SCHEMA = pa.schema(
+    [
+        ("scenario", pa.string()),
+        ("broker", pa.int32()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("seq", pa.int64()),
+        ("epoch", pa.int32()),
+        ("hw", pa.int64()),
+        ("leo", pa.int64()),
+    ]
+)
 
 
 def encode_value(scenario: str, seq: int, size: int) -> bytes:
@@ -101,12 +131,21 @@ class History:
     replicas: list[tuple[Any, ...]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def event(self, kind: str, detail: str = "", *, partition: int | None = None,
-              leader: int | None = None, epoch: int | None = None, isr: str | None = None,
-              ts: float | None = None) -> None:
+    def event(
+        self,
+        kind: str,
+        detail: str = "",
+        *,
+        partition: int | None = None,
+        leader: int | None = None,
+        epoch: int | None = None,
+        isr: str | None = None,
+        ts: float | None = None,
+    ) -> None:
         with self.lock:
-            self.events.append((self.scenario, ts or time.time(), kind, detail, partition,
-                                leader, epoch, isr))
+            self.events.append(
+                (self.scenario, ts or time.time(), kind, detail, partition, leader, epoch, isr)
+            )
 
     def phase(self, name: str) -> None:
         """Start a named phase (the checker splits acks/errors/latency by phase)."""
@@ -119,14 +158,21 @@ class History:
     def write(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         with self.lock:
-            tables = {"producer": (self.producer, PRODUCER_SCHEMA),
-                      "reads": (self.reads, READS_SCHEMA),
-                      "events": (self.events, EVENTS_SCHEMA),
-                      "replicas": (self.replicas, REPLICAS_SCHEMA)}
+            tables = {
+                "producer": (self.producer, PRODUCER_SCHEMA),
+                "reads": (self.reads, READS_SCHEMA),
+                "events": (self.events, EVENTS_SCHEMA),
+                "replicas": (self.replicas, REPLICAS_SCHEMA),
+            }
             for name, (rows, schema) in tables.items():
                 cols = list(zip(*rows)) if rows else [[] for _ in schema.names]
-                t = pa.table({n: pa.array(list(c), type=schema.field(n).type)
-                              for n, c in zip(schema.names, cols)}, schema=schema)
+                t = pa.table(
+                    {
+                        n: pa.array(list(c), type=schema.field(n).type)
+                        for n, c in zip(schema.names, cols)
+                    },
+                    schema=schema,
+                )
                 pq.write_table(t, directory / f"{name}.parquet")
 
 
@@ -134,9 +180,19 @@ class ProducerWorkload:
     """A confluent-kafka producer in its own thread sending ``rate`` records/s of ``size``
     bytes; every send, ack (partition, offset) and error is recorded with a timestamp."""
 
-    def __init__(self, history: History, bootstrap: str, topic: str, *, acks: str,
-                 idempotence: bool = False, rate: float = 200.0, size: int = 100,
-                 extra: dict[str, Any] | None = None, partitions: int = 1) -> None:
+    def __init__(
+        self,
+        history: History,
+        bootstrap: str,
+        topic: str,
+        *,
+        acks: str,
+        idempotence: bool = False,
+        rate: float = 200.0,
+        size: int = 100,
+        extra: dict[str, Any] | None = None,
+        partitions: int = 1,
+    ) -> None:
         from confluent_kafka import Producer
 
         self.h = history
@@ -147,10 +203,16 @@ class ProducerWorkload:
         self.rate = rate
         self.size = size
         conf: dict[str, Any] = {
-            "bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": idempotence,
-            "linger.ms": 5, "message.timeout.ms": 10000, "request.timeout.ms": 5000,
-            "retry.backoff.ms": 100, "retry.backoff.max.ms": 500,
-            "socket.timeout.ms": 5000, "topic.metadata.refresh.interval.ms": 60000,
+            "bootstrap.servers": bootstrap,
+            "acks": acks,
+            "enable.idempotence": idempotence,
+            "linger.ms": 5,
+            "message.timeout.ms": 10000,
+            "request.timeout.ms": 5000,
+            "retry.backoff.ms": 100,
+            "retry.backoff.max.ms": 500,
+            "socket.timeout.ms": 5000,
+            "topic.metadata.refresh.interval.ms": 60000,
             **client_logging(),
         }
         conf.update(extra or {})
@@ -167,12 +229,14 @@ class ProducerWorkload:
         with self.h.lock:
             if err is not None:
                 self.failed += 1
-                self.h.producer.append((self.h.scenario, seq, "error", now, msg.partition(),
-                                        None, err.name()))
+                self.h.producer.append(
+                    (self.h.scenario, seq, "error", now, msg.partition(), None, err.name())
+                )
             else:
                 self.acked += 1
-                self.h.producer.append((self.h.scenario, seq, "ack", now, msg.partition(),
-                                        msg.offset(), None))
+                self.h.producer.append(
+                    (self.h.scenario, seq, "ack", now, msg.partition(), msg.offset(), None)
+                )
 
     def _run(self) -> None:
         start = time.monotonic()
@@ -187,8 +251,9 @@ class ProducerWorkload:
                 except BufferError:
                     break  # the local queue is full (leader unavailable): retry later
                 with self.h.lock:
-                    self.h.producer.append((self.h.scenario, seq, "send", time.time(), part,
-                                            None, None))
+                    self.h.producer.append(
+                        (self.h.scenario, seq, "send", time.time(), part, None, None)
+                    )
                 seq += 1
                 self.sent = seq
             self._p.poll(0.005)
@@ -210,23 +275,40 @@ class ProducerWorkload:
     def errors_since(self, ts: float, names: Iterable[str] | None = None) -> int:
         wanted = set(names) if names is not None else None
         with self.h.lock:
-            return sum(1 for r in self.h.producer if r[2] == "error" and r[3] >= ts
-                       and (wanted is None or r[6] in wanted))
+            return sum(
+                1
+                for r in self.h.producer
+                if r[2] == "error" and r[3] >= ts and (wanted is None or r[6] in wanted)
+            )
 
 
 class LiveConsumer:
     """Reads partitions 0..partitions-1 from the start while the scenario runs (reads
     below the HW)."""
 
-    def __init__(self, history: History, bootstrap: str, topic: str, partitions: int = 1,
-                 extra: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        history: History,
+        bootstrap: str,
+        topic: str,
+        partitions: int = 1,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
         self.h = history
-        self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{topic}",
-                            "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                            "socket.timeout.ms": 5000, "session.timeout.ms": 10000,
-                            **client_logging(), **(extra or {})})
+        self._c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"chaos-{topic}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "socket.timeout.ms": 5000,
+                "session.timeout.ms": 10000,
+                **client_logging(),
+                **(extra or {}),
+            }
+        )
         self._c.assign([TopicPartition(topic, p, 0) for p in range(max(1, partitions))])
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, name=f"consumer-{topic}", daemon=True)
@@ -238,8 +320,16 @@ class LiveConsumer:
                     continue
                 now = time.time()
                 with self.h.lock:
-                    self.h.reads.append((self.h.scenario, "live", m.partition(), m.offset(),
-                                         decode_seq(m.value()), now))
+                    self.h.reads.append(
+                        (
+                            self.h.scenario,
+                            "live",
+                            m.partition(),
+                            m.offset(),
+                            decode_seq(m.value()),
+                            now,
+                        )
+                    )
         self._c.close()
 
     def start(self) -> LiveConsumer:
@@ -256,8 +346,9 @@ class MetadataPoller:
     ``/controller``, polled from the cluster manager's own ZooKeeper session (127.0.0.1,
     outside the fault rules)."""
 
-    def __init__(self, history: History, cluster: Any, topic: str, partitions: int = 1,
-                 interval: float = 0.1) -> None:
+    def __init__(
+        self, history: History, cluster: Any, topic: str, partitions: int = 1, interval: float = 0.1
+    ) -> None:
         self.h = history
         self.cluster = cluster
         self.topic = topic
@@ -279,8 +370,14 @@ class MetadataPoller:
             cur = (int(st["leader"]), int(st["leader_epoch"]), [int(b) for b in st["isr"]])
             if self.state.get(p) != cur:
                 self.state[p] = cur
-                self.h.event("state", f"leader={cur[0]} epoch={cur[1]} isr={cur[2]}",
-                             partition=p, leader=cur[0], epoch=cur[1], isr=json.dumps(cur[2]))
+                self.h.event(
+                    "state",
+                    f"leader={cur[0]} epoch={cur[1]} isr={cur[2]}",
+                    partition=p,
+                    leader=cur[0],
+                    epoch=cur[1],
+                    isr=json.dumps(cur[2]),
+                )
         ctl = self.cluster.controller_id()
         if ctl != self.controller:
             self.controller = ctl
@@ -319,19 +416,33 @@ def _high_watermark(c: Any, tp: Any, deadline: float) -> int:
             time.sleep(0.2)  # a retry backoff, as a client's retry.backoff.ms
 
 
-def final_read(history: History, bootstrap: str, topic: str, partitions: int = 1,
-               timeout: float = 30.0, extra: Mapping[str, Any] | None = None) -> dict[int, int]:
+def final_read(
+    history: History,
+    bootstrap: str,
+    topic: str,
+    partitions: int = 1,
+    timeout: float = 30.0,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[int, int]:
     """Read every partition from offset 0 to its HW after the faults healed; returns the
     high watermarks. ``extra``: client properties (a secured cluster's TLS/SASL)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-final-{topic}",
-                  "enable.auto.commit": False, "enable.partition.eof": True,
-                  **client_logging(), **(extra or {})})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"chaos-final-{topic}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            **client_logging(),
+            **(extra or {}),
+        }
+    )
     try:
         deadline = time.monotonic() + timeout
-        ends = {p: _high_watermark(c, TopicPartition(topic, p), deadline)
-                for p in range(partitions)}
+        ends = {
+            p: _high_watermark(c, TopicPartition(topic, p), deadline) for p in range(partitions)
+        }
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         pos = {p: 0 for p in range(partitions)}
         while any(pos[p] < ends[p] for p in pos) and time.monotonic() < deadline:
@@ -340,8 +451,16 @@ def final_read(history: History, bootstrap: str, topic: str, partitions: int = 1
                     continue
                 pos[m.partition()] = m.offset() + 1
                 with history.lock:
-                    history.reads.append((history.scenario, "final", m.partition(), m.offset(),
-                                          decode_seq(m.value()), time.time()))
+                    history.reads.append(
+                        (
+                            history.scenario,
+                            "final",
+                            m.partition(),
+                            m.offset(),
+                            decode_seq(m.value()),
+                            time.time(),
+                        )
+                    )
         if any(pos[p] < ends[p] for p in pos):
             history.event("note", f"final read incomplete: at {pos}, HW {ends}")
         return ends
@@ -373,9 +492,19 @@ def dump_replicas(history: History, cluster: Any, topic: str, partitions: int = 
             hw = min(hws.get((topic, p), 0), leo)
             rows = []
             for h in scan.batches:
-                for r in decode_batch_records(data[h.position:h.position + h.size]):
-                    rows.append((history.scenario, b.id, p, r.offset, decode_seq(r.value),
-                                 h.partition_leader_epoch, hw, leo))
+                for r in decode_batch_records(data[h.position : h.position + h.size]):
+                    rows.append(
+                        (
+                            history.scenario,
+                            b.id,
+                            p,
+                            r.offset,
+                            decode_seq(r.value),
+                            h.partition_leader_epoch,
+                            hw,
+                            leo,
+                        )
+                    )
             with history.lock:
                 history.replicas.extend(rows)
 

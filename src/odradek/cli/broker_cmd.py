@@ -7,8 +7,11 @@ from typing import Any
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("broker", help="run one broker in the foreground",
-                       description="Run one broker with Kafka's server.properties names.")
+    p = sub.add_parser(
+        "broker",
+        help="run one broker in the foreground",
+        description="Run one broker with Kafka's server.properties names.",
+    )
     p.add_argument("--config", required=True, help="path to server.properties")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=_run)

@@ -18,8 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "cmd_list", "cmd_run", "cmd_nemesis", "cmd_report", "format_result",
-           "run_cases"]
+__all__ = [
+    "add_parser",
+    "cmd_list",
+    "cmd_run",
+    "cmd_nemesis",
+    "cmd_report",
+    "format_result",
+    "run_cases",
+]
 
 
 def add_parser(subparsers: Any) -> None:
@@ -44,21 +51,40 @@ def add_parser(subparsers: Any) -> None:
 
 def _common(p: Any) -> None:
     p.add_argument("--dir", default=None, help="run directory (default: ./chaos-<time>)")
-    p.add_argument("--duration", type=float, default=30.0,
-                   help="seconds of faults per nemesis seed (default 30)")
-    p.add_argument("--report", default=None, metavar="DIR|FILE",
-                   help="a directory: HTML page + timeline PNGs + summary.json/.md; a FILE "
-                        "ending in .json or .md: the results in that format")
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=30.0,
+        help="seconds of faults per nemesis seed (default 30)",
+    )
+    p.add_argument(
+        "--report",
+        default=None,
+        metavar="DIR|FILE",
+        help="a directory: HTML page + timeline PNGs + summary.json/.md; a FILE "
+        "ending in .json or .md: the results in that format",
+    )
     p.add_argument("--no-plots", action="store_true", help="report without PNGs")
-    p.add_argument("--security", choices=("plaintext", "sasl_ssl"), default="plaintext",
-                   help="sasl_ssl: each case on a cluster with TLS + SCRAM listeners and "
-                        "ZooKeeper authentication, as `cluster up --security sasl_ssl`")
-    p.add_argument("--hosts", choices=("loopback", "netns"), default="loopback",
-                   help="netns: each node in its own network namespace, as `cluster up "
-                        "--hosts netns`; faults cut links inside the namespaces (root)")
-    p.add_argument("--verbose", action="store_true",
-                   help="every step and each scenario's details on the terminal too "
-                        "(always in RUN_DIR/chaos.log)")
+    p.add_argument(
+        "--security",
+        choices=("plaintext", "sasl_ssl"),
+        default="plaintext",
+        help="sasl_ssl: each case on a cluster with TLS + SCRAM listeners and "
+        "ZooKeeper authentication, as `cluster up --security sasl_ssl`",
+    )
+    p.add_argument(
+        "--hosts",
+        choices=("loopback", "netns"),
+        default="loopback",
+        help="netns: each node in its own network namespace, as `cluster up "
+        "--hosts netns`; faults cut links inside the namespaces (root)",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="every step and each scenario's details on the terminal too "
+        "(always in RUN_DIR/chaos.log)",
+    )
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -66,9 +92,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     for s in SCENARIOS:
         tag = "" if s.slow else "  [fast]"
-        print(f"{s.name}{tag}\n    {s.title}  ({s.spec}; acks={s.acks}, "
-              f"min.insync.replicas={s.min_isr}, unclean={str(s.unclean).lower()}"
-              f"{', idempotent' if s.idempotence else ''})\n    expected: {s.expected}")
+        print(
+            f"{s.name}{tag}\n    {s.title}  ({s.spec}; acks={s.acks}, "
+            f"min.insync.replicas={s.min_isr}, unclean={str(s.unclean).lower()}"
+            f"{', idempotent' if s.idempotence else ''})\n    expected: {s.expected}"
+        )
     return 0
 
 
@@ -77,12 +105,16 @@ def format_result(r: Any) -> str:
     lines = [f"{r.name}  [{'PASS' if r.ok else 'FAIL'}]  {r.seconds:.0f} s"]
     if r.error:
         lines.append(f"  error: {r.error}")
-    lines.append(f"  {'acked':>8} {'lost':>6} {'dup':>5} {'unacked-read':>12} "
-                 f"{'divergent':>9} {'unavail s':>9}  errors")
-    lines.append(f"  {m.get('acked', '-'):>8} {m.get('lost', '-'):>6} "
-                 f"{m.get('duplicated', '-'):>5} {m.get('unacked_read', '-'):>12} "
-                 f"{m.get('divergent', '-'):>9} {m.get('unavailable_s', '-'):>9}  "
-                 f"{json.dumps(m.get('error_kinds', {}))}")
+    lines.append(
+        f"  {'acked':>8} {'lost':>6} {'dup':>5} {'unacked-read':>12} "
+        f"{'divergent':>9} {'unavail s':>9}  errors"
+    )
+    lines.append(
+        f"  {m.get('acked', '-'):>8} {m.get('lost', '-'):>6} "
+        f"{m.get('duplicated', '-'):>5} {m.get('unacked_read', '-'):>12} "
+        f"{m.get('divergent', '-'):>9} {m.get('unavailable_s', '-'):>9}  "
+        f"{json.dumps(m.get('error_kinds', {}))}"
+    )
     w = max([len(c.what) for c in r.checks] + [10])
     lines.append(f"  {'expected':<{w}}  observed")
     for c in r.checks:
@@ -91,26 +123,44 @@ def format_result(r: Any) -> str:
 
 
 def _markdown(results: list[Any]) -> str:
-    rows = ["| scenario | acked | lost | dup | split-brain acks | unavail. s | divergent | "
-            "result |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| scenario | acked | lost | dup | split-brain acks | unavail. s | divergent | result |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         m = r.metrics
-        rows.append(f"| {r.name} | {m.get('acked')} | {m.get('lost')} | {m.get('duplicated')} "
-                    f"| {m.get('split_brain_acks')} | {m.get('unavailable_s')} | "
-                    f"{m.get('divergent')} | {'pass' if r.ok else 'FAIL'} |")
+        rows.append(
+            f"| {r.name} | {m.get('acked')} | {m.get('lost')} | {m.get('duplicated')} "
+            f"| {m.get('split_brain_acks')} | {m.get('unavailable_s')} | "
+            f"{m.get('divergent')} | {'pass' if r.ok else 'FAIL'} |"
+        )
     return "\n".join(rows) + "\n"
 
 
 def _as_dict(r: Any, titles: dict[str, str], schedules: dict[str, list[str]]) -> dict[str, Any]:
-    return {"name": r.name, "ok": r.ok, "error": r.error, "seconds": round(r.seconds, 1),
-            "title": titles.get(r.name, ""), "schedule": schedules.get(r.name, []),
-            "metrics": r.metrics, "checks": [c.__dict__ for c in r.checks]}
+    return {
+        "name": r.name,
+        "ok": r.ok,
+        "error": r.error,
+        "seconds": round(r.seconds, 1),
+        "title": titles.get(r.name, ""),
+        "schedule": schedules.get(r.name, []),
+        "metrics": r.metrics,
+        "checks": [c.__dict__ for c in r.checks],
+    }
 
 
-def run_cases(names: list[str], run_dir: Path, *, duration: float = 30.0,
-              log: Any = print, spark: Any | None = None,
-              on_case: Any = None, security: str = "plaintext",
-              hosts: str = "loopback") -> list[Any]:
+def run_cases(
+    names: list[str],
+    run_dir: Path,
+    *,
+    duration: float = 30.0,
+    log: Any = print,
+    spark: Any | None = None,
+    on_case: Any = None,
+    security: str = "plaintext",
+    hosts: str = "loopback",
+) -> list[Any]:
     """Run scenarios and ``nemesis:SEED`` cases one after another, then check them all
     in ONE Spark session; returns ``ScenarioResult`` s in the given order.
     ``on_case(i, name)`` is called before each case (and with ``i == len(names)``
@@ -127,11 +177,13 @@ def run_cases(names: list[str], run_dir: Path, *, duration: float = 30.0,
             on_case(i, n)
         seed = parse_case(n)
         if seed is not None:
-            results.append(run_nemesis(NemesisCase(seed, duration), run_dir, log=log,
-                                       security=security, hosts=hosts))
+            results.append(
+                run_nemesis(
+                    NemesisCase(seed, duration), run_dir, log=log, security=security, hosts=hosts
+                )
+            )
         else:
-            results.append(run_scenario(get(n), run_dir, log=log, security=security,
-                                        hosts=hosts))
+            results.append(run_scenario(get(n), run_dir, log=log, security=security, hosts=hosts))
     if on_case is not None:
         on_case(len(names), "checking the histories on Spark")
     log("== checking the histories on Spark")
@@ -144,8 +196,9 @@ def run_cases(names: list[str], run_dir: Path, *, duration: float = 30.0,
     return results
 
 
-def _titles_and_schedules(run_dir: Path, names: list[str]) -> tuple[dict[str, str],
-                                                                   dict[str, list[str]]]:
+def _titles_and_schedules(
+    run_dir: Path, names: list[str]
+) -> tuple[dict[str, str], dict[str, list[str]]]:
     from odradek.chaos.nemesis import Op, case_name, describe, parse_case
     from odradek.chaos.scenarios import get
 
@@ -158,19 +211,28 @@ def _titles_and_schedules(run_dir: Path, names: list[str]) -> tuple[dict[str, st
             titles[n] = f"{s.title} ({s.spec}). Expected: {s.expected}"
             continue
         name = case_name(seed)
-        titles[name] = (f"randomized nemesis, seed {seed}: acks=all, min.insync.replicas=2, "
-                        "unclean off, idempotent producer, RF 3, 3 partitions. Expected: "
-                        "zero loss, no duplicates, no reordering, no divergence")
+        titles[name] = (
+            f"randomized nemesis, seed {seed}: acks=all, min.insync.replicas=2, "
+            "unclean off, idempotent producer, RF 3, 3 partitions. Expected: "
+            "zero loss, no duplicates, no reordering, no divergence"
+        )
         f = run_dir / name / "schedule.json"
         if f.exists():
-            ops = [Op(**{**o, "nodes": tuple(o["nodes"])})
-                   for o in json.loads(f.read_text())["ops"]]
+            ops = [
+                Op(**{**o, "nodes": tuple(o["nodes"])}) for o in json.loads(f.read_text())["ops"]
+            ]
             schedules[name] = [describe(o) for o in ops]
     return titles, schedules
 
 
-def _finish(names: list[str], results: list[Any], run_dir: Path, args: argparse.Namespace,
-            command: str, out: Any) -> int:
+def _finish(
+    names: list[str],
+    results: list[Any],
+    run_dir: Path,
+    args: argparse.Namespace,
+    command: str,
+    out: Any,
+) -> int:
     from odradek.chaos.report import format_summary, gap_of, summarize, write_report
 
     for r in results:  # each scenario's details: the log (and --verbose)
@@ -178,8 +240,9 @@ def _finish(names: list[str], results: list[Any], run_dir: Path, args: argparse.
             out.detail(line)
     titles, schedules = _titles_and_schedules(run_dir, names)
     dicts = [_as_dict(r, titles, schedules) for r in results]
-    (run_dir / "results.json").write_text(json.dumps(
-        {"command": command, "results": dicts}, indent=1, default=str) + "\n")
+    (run_dir / "results.json").write_text(
+        json.dumps({"command": command, "results": dicts}, indent=1, default=str) + "\n"
+    )
     rows = None
     if args.report:
         rep = Path(args.report)
@@ -188,20 +251,23 @@ def _finish(names: list[str], results: list[Any], run_dir: Path, args: argparse.
         elif rep.suffix == ".json":
             rep.write_text(json.dumps(dicts, indent=2, default=str) + "\n")
         else:
-            rows = write_report(run_dir, dicts, rep, command=command,
-                                plots=not args.no_plots)
+            rows = write_report(run_dir, dicts, rep, command=command, plots=not args.no_plots)
     if rows is None:
         rows = [summarize(d, gap_of(run_dir / d["name"])) for d in dicts]
     out.console.print(format_summary(rows), markup=False, highlight=False)
     failed = [r.name for r in results if not r.ok]
-    out.say(f"{len(results) - len(failed)} passed, {len(failed)} failed"
-            + (f": {', '.join(failed)}" if failed else ""),
-            style="red" if failed else "green")
+    out.say(
+        f"{len(results) - len(failed)} passed, {len(failed)} failed"
+        + (f": {', '.join(failed)}" if failed else ""),
+        style="red" if failed else "green",
+    )
     if args.report:
         rep = Path(args.report)
         out.say(f"report: {rep / 'index.html' if rep.suffix not in ('.md', '.json') else rep}")
-    out.say(f"results: {run_dir / 'results.json'}; full log: {out.log_path}; "
-            f"Spark: {run_dir / 'spark.log'}")
+    out.say(
+        f"results: {run_dir / 'results.json'}; full log: {out.log_path}; "
+        f"Spark: {run_dir / 'spark.log'}"
+    )
     return 1 if failed else 0
 
 
@@ -212,6 +278,7 @@ def _exit_on_sigterm() -> None:
 
     def raise_exit(signum: int, frame: Any) -> None:
         raise SystemExit(128 + signum)
+
     signal.signal(signal.SIGTERM, raise_exit)
 
 
@@ -225,8 +292,7 @@ def _prepare(names: list[str]) -> str | None:
             if parse_case(n) is None:
                 get(n)
         # A nemesis schedule may include a slow link (tc).
-        require_available(need_tc=any(parse_case(n) is not None or get(n).needs_tc
-                                      for n in names))
+        require_available(need_tc=any(parse_case(n) is not None or get(n).needs_tc for n in names))
     except (KeyError, FaultsUnavailable) as e:
         return str(e)
     _exit_on_sigterm()
@@ -272,8 +338,11 @@ def _run_and_report(names: list[str], args: argparse.Namespace, command: str) ->
         task = out.progress("starting", total=len(names) + 1)
 
         def on_case(i: int, name: str) -> None:
-            out.update(task, completed=i, description=name if i == len(names)
-                       else f"case {i + 1}/{len(names)}: {name}")
+            out.update(
+                task,
+                completed=i,
+                description=name if i == len(names) else f"case {i + 1}/{len(names)}: {name}",
+            )
             if i < len(names):
                 out.detail(f"== case {i + 1}/{len(names)}: {name}")
 
@@ -284,8 +353,15 @@ def _run_and_report(names: list[str], args: argparse.Namespace, command: str) ->
             else:
                 out.detail(line)
 
-        results = run_cases(names, run_dir, duration=args.duration, log=log, on_case=on_case,
-                            security=args.security, hosts=args.hosts)
+        results = run_cases(
+            names,
+            run_dir,
+            duration=args.duration,
+            log=log,
+            on_case=on_case,
+            security=args.security,
+            hosts=args.hosts,
+        )
         out.done(task)
         rc = _finish(names, results, run_dir, args, command + _flags(args), out)
         out.say(f"wall time {out.elapsed():.0f} s")

@@ -28,7 +28,12 @@ from odradek.errors import KafkaError
 
 __all__ = ["add_parser", "main"]
 
-SIGNALS = {"TERM": signal.SIGTERM, "KILL": signal.SIGKILL, "STOP": signal.SIGSTOP, "INT": signal.SIGINT}
+SIGNALS = {
+    "TERM": signal.SIGTERM,
+    "KILL": signal.SIGKILL,
+    "STOP": signal.SIGSTOP,
+    "INT": signal.SIGINT,
+}
 
 
 def _kv(s: str) -> tuple[str, str]:
@@ -72,21 +77,31 @@ def cmd_up(args: argparse.Namespace) -> int:
     if c.client_properties:
         # Kafka's tools take it as --command-config; confluent-kafka, kcat -F and Spark's
         # kafka.* options take the same settings.
-        print(f"client properties (admin user, {args.security.upper()}): "
-              f"{c.client_properties}", file=sys.stderr)
+        print(
+            f"client properties (admin user, {args.security.upper()}): {c.client_properties}",
+            file=sys.stderr,
+        )
     if c.schema_registry:
-        print(f"schema registry: {c.schema_registry['url']} (log {c.schema_registry['log']}; "
-              f"the brokers' confluent.schema.registry.url)", file=sys.stderr)
+        print(
+            f"schema registry: {c.schema_registry['url']} (log {c.schema_registry['log']}; "
+            f"the brokers' confluent.schema.registry.url)",
+            file=sys.stderr,
+        )
     elif not args.no_schema_registry:
-        print("schema registry: not started (it needs the default brokers on loopback "
-              "addresses)", file=sys.stderr)
+        print(
+            "schema registry: not started (it needs the default brokers on loopback addresses)",
+            file=sys.stderr,
+        )
     if not args.no_console:
         try:
             url = c.start_console([Path(r) for r in args.reports] or [c.dir.parent])
             print(f"console: {url} (log {c.dir / 'console.log'})", file=sys.stderr)
             if c.client_properties:  # a secured cluster's console asks for a login
-                print("console login: a SASL user of the cluster (e.g. admin, password in "
-                      f"{c.client_properties})", file=sys.stderr)
+                print(
+                    "console login: a SASL user of the cluster (e.g. admin, password in "
+                    f"{c.client_properties})",
+                    file=sys.stderr,
+                )
         except KafkaError as e:  # the cluster is up; the console is an extra
             print(f"console did not start: {e}", file=sys.stderr)
     print(bootstrap, flush=True)
@@ -109,8 +124,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         st = c.status()
         if st["controller"] is not None:
             try:
-                parts = collect(c.zk_client(), {b.id: b.log_dir for b in c.brokers},
-                                c.bootstrap_servers, c.client_config())
+                parts = collect(
+                    c.zk_client(),
+                    {b.id: b.log_dir for b in c.brokers},
+                    c.bootstrap_servers,
+                    c.client_config(),
+                )
             except Exception as e:  # noqa: BLE001 - status must still print the rest
                 print(f"partitions unavailable: {e}")
         st["partitions"] = [vars(p) for p in parts]
@@ -124,7 +143,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"security {c.security}  client properties {c.client_properties}")
     for z in st["zookeeper"]:
         mode = z["mode"] or "-"
-        print(f"zookeeper {z['id']}  {z['address']}:{z['port']}  pid {z['pid']}  {z['state']}  mode={mode}")
+        print(
+            f"zookeeper {z['id']}  {z['address']}:{z['port']}  pid {z['pid']}  {z['state']}  mode={mode}"
+        )
     for b in st["brokers"]:
         reg = {True: "registered", False: "not-registered", None: "registered=?"}[b["registered"]]
         print(f"broker {b['id']}  {b['address']}  pid {b['pid']}  {b['state']}  {reg}")
@@ -155,8 +176,7 @@ def cmd_health(args: argparse.Namespace) -> int:
         known = [b.id for b in c.brokers]
     if not bootstrap:
         raise SystemExit("error: give --bootstrap-server or --dir")
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0,
-                         "logger": _quiet_logger()})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "logger": _quiet_logger()})
     deadline = time.monotonic() + max(args.wait, 0.0)
     while True:
         try:
@@ -242,17 +262,35 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     up = sub.add_parser("up", help="start ZooKeeper and N brokers; prints bootstrap.servers")
     up.add_argument("--brokers", type=int, required=True, help="number of brokers (ids 1..N)")
-    up.add_argument("--first-broker-id", type=int, default=1,
-                    help="id of the first broker (default 1; 0 as Kafka's tests assume)")
-    up.add_argument("--dir", required=True, help="cluster directory (configs, logs, data, cluster.json)")
-    up.add_argument("--partitions-default", type=int, default=None, help="num.partitions for the brokers")
-    up.add_argument("--zk-session-timeout-ms", type=int, default=6000, help="zookeeper.session.timeout.ms")
-    up.add_argument("--zookeepers", type=int, default=1, help="ZooKeeper ensemble size (default 1)")
-    up.add_argument("--security", choices=("plaintext", "sasl_ssl"), default="plaintext",
-                    help="sasl_ssl: TLS + SCRAM listeners, ACLs, an admin super user and "
-                         "DIR/client.properties (default plaintext)")
     up.add_argument(
-        "--broker-config", type=_kv, action="append", metavar="K=V", help="extra server.properties entry (repeatable)"
+        "--first-broker-id",
+        type=int,
+        default=1,
+        help="id of the first broker (default 1; 0 as Kafka's tests assume)",
+    )
+    up.add_argument(
+        "--dir", required=True, help="cluster directory (configs, logs, data, cluster.json)"
+    )
+    up.add_argument(
+        "--partitions-default", type=int, default=None, help="num.partitions for the brokers"
+    )
+    up.add_argument(
+        "--zk-session-timeout-ms", type=int, default=6000, help="zookeeper.session.timeout.ms"
+    )
+    up.add_argument("--zookeepers", type=int, default=1, help="ZooKeeper ensemble size (default 1)")
+    up.add_argument(
+        "--security",
+        choices=("plaintext", "sasl_ssl"),
+        default="plaintext",
+        help="sasl_ssl: TLS + SCRAM listeners, ACLs, an admin super user and "
+        "DIR/client.properties (default plaintext)",
+    )
+    up.add_argument(
+        "--broker-config",
+        type=_kv,
+        action="append",
+        metavar="K=V",
+        help="extra server.properties entry (repeatable)",
     )
     up.add_argument(
         "--broker-command",
@@ -260,14 +298,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="command that runs a broker, config path appended (default: python -m odradek broker --config)",
     )
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster")
-    up.add_argument("--no-metrics", action="store_true",
-                    help="no metrics.listener on the brokers (default: one per broker)")
+    up.add_argument(
+        "--no-metrics",
+        action="store_true",
+        help="no metrics.listener on the brokers (default: one per broker)",
+    )
     up.add_argument("--no-console", action="store_true", help="do not start the web console")
-    up.add_argument("--no-schema-registry", action="store_true",
-                    help="do not start the schema registry (default: one, on the block's first "
-                    "address, port 8081, and the brokers' confluent.schema.registry.url)")
-    up.add_argument("--reports", action="append", default=[], metavar="DIR",
-                    help="chaos report directories for the console (default: DIR's parent)")
+    up.add_argument(
+        "--no-schema-registry",
+        action="store_true",
+        help="do not start the schema registry (default: one, on the block's first "
+        "address, port 8081, and the brokers' confluent.schema.registry.url)",
+    )
+    up.add_argument(
+        "--reports",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="chaos report directories for the console (default: DIR's parent)",
+    )
     up.add_argument(
         "--hosts",
         choices=("loopback", "netns"),
@@ -287,17 +336,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=_guarded(cmd_status))
 
-    he = sub.add_parser("health", help="rpk-style health: controller, nodes down, leaderless, "
-                        "under-replicated and under-min-ISR partitions; exit 0 only if healthy")
+    he = sub.add_parser(
+        "health",
+        help="rpk-style health: controller, nodes down, leaderless, "
+        "under-replicated and under-min-ISR partitions; exit 0 only if healthy",
+    )
     he.add_argument("--bootstrap-server", default=None, help="any broker(s) of the cluster")
-    he.add_argument("--dir", default=None,
-                    help="a local cluster's directory (its brokers count as known nodes)")
-    he.add_argument("--wait", type=float, default=0.0, metavar="S",
-                    help="poll until healthy, at most S seconds (default: check once)")
+    he.add_argument(
+        "--dir", default=None, help="a local cluster's directory (its brokers count as known nodes)"
+    )
+    he.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="poll until healthy, at most S seconds (default: check once)",
+    )
     he.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
     he.set_defaults(func=_guarded(cmd_health))
 
-    sb = sub.add_parser("stop-broker", help="TERM (graceful), KILL (crash) or STOP (freeze) a broker")
+    sb = sub.add_parser(
+        "stop-broker", help="TERM (graceful), KILL (crash) or STOP (freeze) a broker"
+    )
     sb.add_argument("--dir", required=True)
     sb.add_argument("--broker-id", type=int, required=True)
     sb.add_argument("--signal", choices=sorted(SIGNALS), default="TERM")
@@ -306,16 +366,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     ab = sub.add_parser("add-broker", help="start one more broker (next id and address)")
     ab.add_argument("--dir", required=True)
-    ab.add_argument("--broker-config", action="append", type=_kv, metavar="K=V",
-                    help="server.properties override for the new broker")
+    ab.add_argument(
+        "--broker-config",
+        action="append",
+        type=_kv,
+        metavar="K=V",
+        help="server.properties override for the new broker",
+    )
     ab.add_argument("--timeout", type=float, default=30.0)
     ab.set_defaults(func=_guarded(cmd_add_broker))
 
-    rb = sub.add_parser("start-broker", help="resume (SIGCONT) a frozen broker or relaunch a dead one")
+    rb = sub.add_parser(
+        "start-broker", help="resume (SIGCONT) a frozen broker or relaunch a dead one"
+    )
     rb.add_argument("--dir", required=True)
     rb.add_argument("--broker-id", type=int, required=True)
     rb.add_argument("--timeout", type=float, default=30.0)
-    rb.add_argument("--no-wait", action="store_true", help="do not wait for TCP + ZooKeeper registration")
+    rb.add_argument(
+        "--no-wait", action="store_true", help="do not wait for TCP + ZooKeeper registration"
+    )
     rb.set_defaults(func=_guarded(cmd_start_broker))
 
     ro = sub.add_parser(

@@ -19,19 +19,38 @@ from odradek.config import parse_properties
 from odradek.security.client_security import ClientSecurity
 
 # Security properties that only the Java client understands: translated, never passed on.
-_SECURITY_KEYS = frozenset({
-    "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username",
-    "sasl.password", "sasl.jaas.config", "ssl.ca.location", "ssl.certificate.location",
-    "ssl.key.location", "ssl.key.password", "ssl.endpoint.identification.algorithm",
-    "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password",
-    "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.password",
-})
+_SECURITY_KEYS = frozenset(
+    {
+        "security.protocol",
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "sasl.username",
+        "sasl.password",
+        "sasl.jaas.config",
+        "ssl.ca.location",
+        "ssl.certificate.location",
+        "ssl.key.location",
+        "ssl.key.password",
+        "ssl.endpoint.identification.algorithm",
+        "ssl.truststore.location",
+        "ssl.truststore.type",
+        "ssl.truststore.password",
+        "ssl.keystore.location",
+        "ssl.keystore.type",
+        "ssl.keystore.password",
+    }
+)
 
 
 def add_command_config(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--command-config", action="append", default=[], metavar="FILE",
-                   help="client properties file (security.protocol, sasl.*, ssl.*), as "
-                        "Kafka's tools take; K=V pairs are accepted too")
+    p.add_argument(
+        "--command-config",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="client properties file (security.protocol, sasl.*, ssl.*), as "
+        "Kafka's tools take; K=V pairs are accepted too",
+    )
 
 
 def command_properties(args: argparse.Namespace) -> dict[str, str]:

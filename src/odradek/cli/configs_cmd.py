@@ -93,7 +93,8 @@ def parse_add_config(text: str) -> dict[str, str]:
         pair = re.split(r"\s*=\s*" + _OUTSIDE_BRACKETS, item, maxsplit=1)
         if len(pair) != 2 or not pair[0].strip():
             raise ConfigCommandError(
-                'Invalid entity config: all configs to be added must be in the format "key=val".')
+                'Invalid entity config: all configs to be added must be in the format "key=val".'
+            )
         out[pair[0].strip()] = re.sub(r"[\[\]]", "", pair[1]).strip()
     return out
 
@@ -112,14 +113,15 @@ def _java_str(value: object) -> str:
 
 def format_entry(e: Entry) -> str:
     """``  name=value sensitive=false synonyms={SOURCE:name=value, ...}`` (Kafka's line)."""
-    syns = ", ".join(f"{SOURCE_NAMES.get(s, str(s))}:{n}={_java_str(v)}"
-                     for n, v, s in e.synonyms)
-    return (f"  {e.name}={_java_str(e.value)} sensitive={_java_str(e.is_sensitive)} "
-            f"synonyms={{{syns}}}")
+    syns = ", ".join(f"{SOURCE_NAMES.get(s, str(s))}:{n}={_java_str(v)}" for n, v, s in e.synonyms)
+    return (
+        f"  {e.name}={_java_str(e.value)} sensitive={_java_str(e.is_sensitive)} synonyms={{{syns}}}"
+    )
 
 
-def describe_lines(entity_type: str, entity_name: str, entries: Sequence[Entry],
-                   describe_all: bool) -> list[str]:
+def describe_lines(
+    entity_type: str, entity_name: str, entries: Sequence[Entry], describe_all: bool
+) -> list[str]:
     """kafka-configs --describe output for one entity: header, then sorted entries."""
     kind = "All" if describe_all else "Dynamic"
     if entity_type == "brokers" and entity_name == "":
@@ -143,8 +145,7 @@ def _addresses(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-def _request(addresses: Sequence[tuple[str, int]], entity: Any,
-             security: Any = None) -> Any:
+def _request(addresses: Sequence[tuple[str, int]], entity: Any, security: Any = None) -> Any:
     """Send one request to the first broker that accepts a connection (over the one wire
     client, odradek.client, that the Spark connector uses too; TLS and SASL as the
     --command-config client properties say)."""
@@ -154,73 +155,128 @@ def _request(addresses: Sequence[tuple[str, int]], entity: Any,
     last: Exception | None = None
     for host, port in addresses:
         try:
-            with KafkaConnection(host, port, client_id="odradek-configs", timeout_s=_TIMEOUT_S,
-                                 security=security or PLAINTEXT) as conn:
+            with KafkaConnection(
+                host,
+                port,
+                client_id="odradek-configs",
+                timeout_s=_TIMEOUT_S,
+                security=security or PLAINTEXT,
+            ) as conn:
                 return conn.request(entity)
         except ConnectionLost as e:
             last = e
     raise ConfigCommandError(f"no broker reachable in {list(addresses)}: {last}")
 
 
-def alter_default_broker_configs(addresses: Sequence[tuple[str, int]],
-                                 ops: Sequence[tuple[str, int, str | None]]) -> None:
+def alter_default_broker_configs(
+    addresses: Sequence[tuple[str, int]], ops: Sequence[tuple[str, int, str | None]]
+) -> None:
     """IncrementalAlterConfigs v1 on the ``<default>`` broker resource (empty name), which
     confluent-kafka's AdminClient cannot name; raises ConfigCommandError on failure."""
     from odradek.errors import error_name  # noqa: PLC0415
     from odradek.protocol.client_codec import nested_request, request_entity  # noqa: PLC0415
 
-    req = request_entity(44, 1, validate_only=False, resources=(
-        nested_request(44, 1, "AlterConfigsResource", resource_type=4, resource_name="",
-                       configs=tuple(nested_request(44, 1, "AlterableConfig", name=k,
-                                                    config_operation=op, value=v)
-                                     for k, op, v in ops)),))
+    req = request_entity(
+        44,
+        1,
+        validate_only=False,
+        resources=(
+            nested_request(
+                44,
+                1,
+                "AlterConfigsResource",
+                resource_type=4,
+                resource_name="",
+                configs=tuple(
+                    nested_request(44, 1, "AlterableConfig", name=k, config_operation=op, value=v)
+                    for k, op, v in ops
+                ),
+            ),
+        ),
+    )
     for r in _request(addresses, req).responses:
         if int(r.error_code) != 0:
             raise ConfigCommandError(f"{error_name(int(r.error_code))}: {r.error_message}")
 
 
-def describe_configs(addresses: Sequence[tuple[str, int]], resource_type: int,
-                     names: Sequence[str], security: Any = None) -> dict[str, list[Entry]]:
+def describe_configs(
+    addresses: Sequence[tuple[str, int]],
+    resource_type: int,
+    names: Sequence[str],
+    security: Any = None,
+) -> dict[str, list[Entry]]:
     """DescribeConfigs v4 with synonyms; raises ConfigCommandError on a resource error."""
     from odradek.errors import error_name  # noqa: PLC0415
     from odradek.protocol.client_codec import nested_request, request_entity  # noqa: PLC0415
 
-    req = request_entity(32, 4, resources=tuple(
-        nested_request(32, 4, "DescribeConfigsResource", resource_type=resource_type,
-                       resource_name=n, configuration_keys=None) for n in names),
-        include_synonyms=True, include_documentation=False)
+    req = request_entity(
+        32,
+        4,
+        resources=tuple(
+            nested_request(
+                32,
+                4,
+                "DescribeConfigsResource",
+                resource_type=resource_type,
+                resource_name=n,
+                configuration_keys=None,
+            )
+            for n in names
+        ),
+        include_synonyms=True,
+        include_documentation=False,
+    )
     resp = _request(addresses, req, security)
     out: dict[str, list[Entry]] = {}
     for r in resp.results:
         if int(r.error_code) != 0:
-            raise ConfigCommandError(f"{error_name(int(r.error_code))}: "
-                                     f"{r.error_message or 'describing ' + r.resource_name}")
+            raise ConfigCommandError(
+                f"{error_name(int(r.error_code))}: "
+                f"{r.error_message or 'describing ' + r.resource_name}"
+            )
         out[r.resource_name] = [
-            Entry(c.name, c.value, int(c.config_source), bool(c.is_sensitive),
-                  tuple((s.name, s.value, int(s.source)) for s in c.synonyms))
-            for c in r.configs]
+            Entry(
+                c.name,
+                c.value,
+                int(c.config_source),
+                bool(c.is_sensitive),
+                tuple((s.name, s.value, int(s.source)) for s in c.synonyms),
+            )
+            for c in r.configs
+        ]
     return out
 
 
 # =============================================================================== command
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("configs", help="describe and alter topic configs at runtime",
-                       description="Like kafka-configs.sh.")
+    p = sub.add_parser(
+        "configs",
+        help="describe and alter topic configs at runtime",
+        description="Like kafka-configs.sh.",
+    )
     p.add_argument("--bootstrap-server", required=True)
     # Repeatable, in Kafka's order: users and clients pair up into a (user, client-id)
     # quota entity ("--entity-type users --entity-name U --entity-type clients
     # --entity-default").
-    p.add_argument("--entity-type", required=True, choices=sorted(_RESOURCE_TYPES),
-                   action=_EntityAction)
+    p.add_argument(
+        "--entity-type", required=True, choices=sorted(_RESOURCE_TYPES), action=_EntityAction
+    )
     p.add_argument("--entity-name", action=_EntityAction)
-    p.add_argument("--entity-default", nargs=0, action=_EntityAction,
-                   help="brokers: the cluster-wide default (/config/brokers/<default>); "
-                        "users, clients: the default quota entity")
+    p.add_argument(
+        "--entity-default",
+        nargs=0,
+        action=_EntityAction,
+        help="brokers: the cluster-wide default (/config/brokers/<default>); "
+        "users, clients: the default quota entity",
+    )
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true")
     action.add_argument("--alter", action="store_true")
-    p.add_argument("--all", action="store_true",
-                   help="with --describe: every config, not only the dynamic ones")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="with --describe: every config, not only the dynamic ones",
+    )
     p.add_argument("--add-config", default="", metavar="K=V,K2=[A,B]")
     p.add_argument("--add-config-file", metavar="FILE", help="a .properties file to add")
     p.add_argument("--delete-config", default="", metavar="K1,K2")
@@ -233,8 +289,13 @@ class _EntityAction(argparse.Action):
     (``entity_tokens``), and the first of each in ``entity_type`` / ``entity_name`` /
     ``entity_default`` for the single-entity commands."""
 
-    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        ns: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         tokens = list(getattr(ns, "entity_tokens", None) or [])
         tokens.append((self.dest, values))
         ns.entity_tokens = tokens
@@ -269,8 +330,10 @@ def _run(args: argparse.Namespace) -> int:
         print(str(e), file=sys.stderr)
         return 1
     except Exception as e:  # noqa: BLE001 - Kafka's tool prints the failure and exits 1
-        print(f"Error while executing config command with args "
-              f"'{' '.join(sys.argv[1:])}'", file=sys.stderr)
+        print(
+            f"Error while executing config command with args '{' '.join(sys.argv[1:])}'",
+            file=sys.stderr,
+        )
         print(_client_error_text(e), file=sys.stderr)
         return 1
 
@@ -281,19 +344,23 @@ def parse_scram_configs(to_add: dict[str, str]) -> dict[str, tuple[int, str]]:
     out = {}
     for mech, spec in to_add.items():
         if mech.upper() not in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-            raise ConfigCommandError(f"Invalid config(s): {mech} (users take SCRAM-SHA-256 "
-                                     "and SCRAM-SHA-512)")
+            raise ConfigCommandError(
+                f"Invalid config(s): {mech} (users take SCRAM-SHA-256 and SCRAM-SHA-512)"
+            )
         fields: dict[str, str] = {}
         for kv in spec.split(","):
             k, sep, v = kv.partition("=")
             if not sep:
-                raise ConfigCommandError(f"Invalid SCRAM credential {mech}: expected "
-                                         "[iterations=N,]password=P")
+                raise ConfigCommandError(
+                    f"Invalid SCRAM credential {mech}: expected [iterations=N,]password=P"
+                )
             fields[k.strip()] = v
         if "password" not in fields:
             raise ConfigCommandError(f"Invalid SCRAM credential {mech}: password is missing")
-        out[mech.upper()] = (int(fields.get("iterations", _SCRAM_DEFAULT_ITERATIONS)),
-                             fields["password"])
+        out[mech.upper()] = (
+            int(fields.get("iterations", _SCRAM_DEFAULT_ITERATIONS)),
+            fields["password"],
+        )
     return out
 
 
@@ -312,13 +379,13 @@ def _users_and_clients(args: argparse.Namespace, entities: list[tuple[str, Any]]
     to_add = parse_add_config(args.add_config)
     to_delete = parse_delete_config(args.delete_config)
     if not to_add and not to_delete:
-        raise ConfigCommandError("At least one of --add-config or --delete-config must be "
-                                 "specified with --alter")
+        raise ConfigCommandError(
+            "At least one of --add-config or --delete-config must be specified with --alter"
+        )
     scram_add = {k: v for k, v in to_add.items() if k not in quotas_cmd.QUOTA_KEYS}
     scram_delete = [k for k in to_delete if k not in quotas_cmd.QUOTA_KEYS]
     if (scram_add or scram_delete) and not one_user:
-        raise ConfigCommandError(
-            f"Invalid config(s): {','.join([*scram_add, *scram_delete])}")
+        raise ConfigCommandError(f"Invalid config(s): {','.join([*scram_add, *scram_delete])}")
     quotas_cmd.run_quota_command(args, entities)
     if scram_add or scram_delete:
         return _alter_users(args, scram_add, scram_delete)
@@ -329,18 +396,22 @@ def _describe_users(args: argparse.Namespace) -> int:
     admin = admin_client(args)
     users = [args.entity_name] if args.entity_name else None
     fut = admin.describe_user_scram_credentials(users, request_timeout=_TIMEOUT_S)
-    results = ({u: f.result(_TIMEOUT_S) for u, f in fut.items()} if isinstance(fut, dict)
-               else fut.result(_TIMEOUT_S))
+    results = (
+        {u: f.result(_TIMEOUT_S) for u, f in fut.items()}
+        if isinstance(fut, dict)
+        else fut.result(_TIMEOUT_S)
+    )
     for user in sorted(results):
         desc = results[user]
-        infos = ", ".join(f"{i.mechanism.name.replace('_', '-')}=iterations={i.iterations}"
-                          for i in desc.scram_credential_infos)
+        infos = ", ".join(
+            f"{i.mechanism.name.replace('_', '-')}=iterations={i.iterations}"
+            for i in desc.scram_credential_infos
+        )
         print(f"SCRAM credential configs for user-principal '{user}' are {infos}")
     return 0
 
 
-def _alter_users(args: argparse.Namespace, raw_add: dict[str, str],
-                 raw_delete: list[str]) -> int:
+def _alter_users(args: argparse.Namespace, raw_add: dict[str, str], raw_delete: list[str]) -> int:
     import secrets  # noqa: PLC0415
 
     from confluent_kafka.admin import (  # noqa: PLC0415
@@ -355,22 +426,29 @@ def _alter_users(args: argparse.Namespace, raw_add: dict[str, str],
     to_add = parse_scram_configs(raw_add)
     to_delete = [m.upper() for m in raw_delete]
     if not to_add and not to_delete:
-        raise ConfigCommandError("At least one of --add-config or --delete-config must be "
-                                 "specified with --alter")
-    mech = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256,
-            "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}
+        raise ConfigCommandError(
+            "At least one of --add-config or --delete-config must be specified with --alter"
+        )
+    mech = {
+        "SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256,
+        "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512,
+    }
     alterations: list[Any] = []
     for m, (iterations, password) in to_add.items():
-        alterations.append(UserScramCredentialUpsertion(
-            args.entity_name, ScramCredentialInfo(mech[m], iterations), password.encode(),
-            secrets.token_bytes(32)))
+        alterations.append(
+            UserScramCredentialUpsertion(
+                args.entity_name,
+                ScramCredentialInfo(mech[m], iterations),
+                password.encode(),
+                secrets.token_bytes(32),
+            )
+        )
     for m in to_delete:
         if m not in mech:
             raise ConfigCommandError(f"Invalid config(s): {m}")
         alterations.append(UserScramCredentialDeletion(args.entity_name, mech[m]))
     admin = admin_client(args)
-    for fut in admin.alter_user_scram_credentials(alterations,
-                                                  request_timeout=_TIMEOUT_S).values():
+    for fut in admin.alter_user_scram_credentials(alterations, request_timeout=_TIMEOUT_S).values():
         fut.result(_TIMEOUT_S * 2)
     print(f"Completed updating config for user {args.entity_name}.")
     return 0
@@ -397,8 +475,7 @@ def _describe(args: argparse.Namespace) -> int:
         else:
             md = admin_client(args).list_topics(timeout=_TIMEOUT_S)
             names = sorted(md.topics)
-        described = (describe_configs(bootstrap, 2, names, client_security(args)) if names
-                     else {})
+        described = describe_configs(bootstrap, 2, names, client_security(args)) if names else {}
         for n in names:
             print("\n".join(describe_lines(et, n, described.get(n, []), args.all)))
         return 0
@@ -437,12 +514,15 @@ def _alter(args: argparse.Namespace) -> int:
         to_add.update(parse_properties(Path(args.add_config_file).read_text()))
     to_delete = parse_delete_config(args.delete_config)
     if not to_add and not to_delete:
-        raise ConfigCommandError("At least one of --add-config, --add-config-file or "
-                                 "--delete-config must be specified with --alter")
+        raise ConfigCommandError(
+            "At least one of --add-config, --add-config-file or "
+            "--delete-config must be specified with --alter"
+        )
     if et == "topics":
         # Kafka's ConfigCommand refuses to delete what is not set on the entity.
-        current = describe_configs(_addresses(args.bootstrap_server), 2,
-                                   [args.entity_name], client_security(args))[args.entity_name]
+        current = describe_configs(
+            _addresses(args.bootstrap_server), 2, [args.entity_name], client_security(args)
+        )[args.entity_name]
         dynamic = {e.name for e in current if e.source == _DYNAMIC_SOURCE[et]}
         missing = [k for k in to_delete if k not in dynamic]
         if missing:
@@ -450,14 +530,14 @@ def _alter(args: argparse.Namespace) -> int:
     if et == "brokers" and args.entity_name == "":
         alter_default_broker_configs(
             _addresses(args.bootstrap_server),
-            [(k, 0, v) for k, v in to_add.items()] + [(k, 1, None) for k in to_delete])
+            [(k, 0, v) for k, v in to_add.items()] + [(k, 1, None) for k in to_delete],
+        )
         print("Completed updating default config for brokers in the cluster.")
         return 0
     rtype = ResourceType.TOPIC if et == "topics" else ResourceType.BROKER
-    ops = ([ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-            for k, v in to_add.items()]
-           + [ConfigEntry(k, "", incremental_operation=AlterConfigOpType.DELETE)
-              for k in to_delete])
+    ops = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in to_add.items()
+    ] + [ConfigEntry(k, "", incremental_operation=AlterConfigOpType.DELETE) for k in to_delete]
     resource = ConfigResource(rtype, args.entity_name, incremental_configs=ops)
     admin = admin_client(args)  # keep a reference: a collected client fails its futures
     futures = admin.incremental_alter_configs([resource], request_timeout=_TIMEOUT_S)

@@ -22,28 +22,53 @@ __all__ = ["add_parser"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("console", help="web console: brokers, topics, groups, messages, "
-                       "chaos reports (live)")
-    p.add_argument("--bootstrap-server", default=None,
-                   help="any broker(s) (default: from --cluster-dir)")
+    p = sub.add_parser(
+        "console", help="web console: brokers, topics, groups, messages, chaos reports (live)"
+    )
+    p.add_argument(
+        "--bootstrap-server", default=None, help="any broker(s) (default: from --cluster-dir)"
+    )
     p.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT to serve on")
-    p.add_argument("--cluster-dir", default=None,
-                   help="a local cluster's directory: broker metrics and liveness")
-    p.add_argument("--reports", action="append", default=[], metavar="DIR",
-                   help="where to look for chaos reports (repeatable; default: .)")
+    p.add_argument(
+        "--cluster-dir",
+        default=None,
+        help="a local cluster's directory: broker metrics and liveness",
+    )
+    p.add_argument(
+        "--reports",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="where to look for chaos reports (repeatable; default: .)",
+    )
     # Defaults: console.collector.Cadence (docs/console.md says what each one costs).
-    p.add_argument("--refresh", type=float, default=None,
-                   help="seconds between updates of the pages open in a browser: "
-                        "Metadata, the open topic's offsets, the open group (default 2)")
-    p.add_argument("--lists-refresh", type=float, default=None,
-                   help="seconds between reads of every partition's offsets and every "
-                        "group while a topics or groups list is open (default 5)")
-    p.add_argument("--background", type=float, default=None,
-                   help="seconds between rounds with no page open (everything, for "
-                        "/health and the lag in /metrics), and between scrapes of the "
-                        "brokers' /metrics (default 15)")
-    p.add_argument("--log-file", default=None,
-                   help="log file (default: CLUSTER_DIR/console.log or ./odradek-console.log)")
+    p.add_argument(
+        "--refresh",
+        type=float,
+        default=None,
+        help="seconds between updates of the pages open in a browser: "
+        "Metadata, the open topic's offsets, the open group (default 2)",
+    )
+    p.add_argument(
+        "--lists-refresh",
+        type=float,
+        default=None,
+        help="seconds between reads of every partition's offsets and every "
+        "group while a topics or groups list is open (default 5)",
+    )
+    p.add_argument(
+        "--background",
+        type=float,
+        default=None,
+        help="seconds between rounds with no page open (everything, for "
+        "/health and the lag in /metrics), and between scrapes of the "
+        "brokers' /metrics (default 15)",
+    )
+    p.add_argument(
+        "--log-file",
+        default=None,
+        help="log file (default: CLUSTER_DIR/console.log or ./odradek-console.log)",
+    )
     p.add_argument("--verbose", action="store_true", help="also log to the terminal")
     add_command_config(p)
     p.set_defaults(func=_run)
@@ -67,22 +92,43 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    log_file = Path(args.log_file) if args.log_file else (
-        cluster_dir / "console.log" if cluster_dir else Path("odradek-console.log"))
+    log_file = (
+        Path(args.log_file)
+        if args.log_file
+        else (cluster_dir / "console.log" if cluster_dir else Path("odradek-console.log"))
+    )
     handlers: list[logging.Handler] = [logging.FileHandler(log_file)]
     if args.verbose:
         handlers.append(logging.StreamHandler(sys.stderr))
-    logging.basicConfig(level=logging.INFO, handlers=handlers,
-                        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        handlers=handlers,
+        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
+    )
     reports = [Path(r) for r in args.reports] or [Path(".")]
-    print(f"console: http://{host}:{port}/  (cluster {bootstrap}; logs {log_file})",
-          flush=True)
+    print(f"console: http://{host}:{port}/  (cluster {bootstrap}; logs {log_file})", flush=True)
     try:
-        asyncio.run(serve(bootstrap, host, port, cluster_dir=cluster_dir, reports=reports,
-                          cadence=Cadence(**{k: v for k, v in (
-                              ("refresh_s", args.refresh), ("lists_s", args.lists_refresh),
-                              ("background_s", args.background)) if v is not None}),
-                          client_props=command_properties(args)))
+        asyncio.run(
+            serve(
+                bootstrap,
+                host,
+                port,
+                cluster_dir=cluster_dir,
+                reports=reports,
+                cadence=Cadence(
+                    **{
+                        k: v
+                        for k, v in (
+                            ("refresh_s", args.refresh),
+                            ("lists_s", args.lists_refresh),
+                            ("background_s", args.background),
+                        )
+                        if v is not None
+                    }
+                ),
+                client_props=command_properties(args),
+            )
+        )
     except OSError as e:
         print(f"error: cannot serve on {args.listen}: {e}", file=sys.stderr)
         return 1

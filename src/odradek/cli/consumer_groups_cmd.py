@@ -23,8 +23,11 @@ _TIMEOUT_S = 30.0
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("consumer-groups", help="list, describe, reset and delete consumer groups",
-                       description="Like kafka-consumer-groups.sh.")
+    p = sub.add_parser(
+        "consumer-groups",
+        help="list, describe, reset and delete consumer groups",
+        description="Like kafka-consumer-groups.sh.",
+    )
     p.add_argument("--bootstrap-server", required=True)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true")
@@ -90,8 +93,9 @@ def _describe_group(admin: Any, group: str) -> Any:
 def _committed(admin: Any, group: str) -> dict[tuple[str, int], Any]:
     from confluent_kafka import ConsumerGroupTopicPartitions  # noqa: PLC0415
 
-    res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
-                                            request_timeout=_TIMEOUT_S)[group].result()
+    res = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)], request_timeout=_TIMEOUT_S
+    )[group].result()
     return {(tp.topic, tp.partition): tp for tp in res.topic_partitions if tp.offset >= 0}
 
 
@@ -100,16 +104,21 @@ def _list_offsets(admin: Any, tps: list[tuple[str, int]], spec: Any) -> dict[tup
 
     if not tps:
         return {}
-    futs = admin.list_offsets({TopicPartition(t, p): spec for t, p in tps},
-                              request_timeout=_TIMEOUT_S)
+    futs = admin.list_offsets(
+        {TopicPartition(t, p): spec for t, p in tps}, request_timeout=_TIMEOUT_S
+    )
     return {(tp.topic, tp.partition): f.result().offset for tp, f in futs.items()}
 
 
 def _state_name(desc: Any) -> str:
     s = desc.state
-    names = {"STABLE": "Stable", "EMPTY": "Empty", "DEAD": "Dead",
-             "PREPARING_REBALANCING": "PreparingRebalance",
-             "COMPLETING_REBALANCING": "CompletingRebalance"}
+    names = {
+        "STABLE": "Stable",
+        "EMPTY": "Empty",
+        "DEAD": "Dead",
+        "PREPARING_REBALANCING": "PreparingRebalance",
+        "COMPLETING_REBALANCING": "CompletingRebalance",
+    }
     return names.get(getattr(s, "name", str(s)), getattr(s, "name", str(s)).title())
 
 
@@ -124,9 +133,20 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
         return 1
     if args.state:
         c = desc.coordinator
-        print(_table([["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
-                      [group, f"{c.host}:{c.port} ({c.id})", desc.partition_assignor or "",
-                       state, str(len(desc.members))]]))
+        print(
+            _table(
+                [
+                    ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
+                    [
+                        group,
+                        f"{c.host}:{c.port} ({c.id})",
+                        desc.partition_assignor or "",
+                        state,
+                        str(len(desc.members)),
+                    ],
+                ]
+            )
+        )
         return 0
     if args.members:
         if not desc.members:
@@ -140,15 +160,26 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
         return 0
     owner: dict[tuple[str, int], Any] = {}
     for m in desc.members:
-        for tp in (m.assignment.topic_partitions if m.assignment else []):
+        for tp in m.assignment.topic_partitions if m.assignment else []:
             owner[(tp.topic, tp.partition)] = m
     committed = _committed(admin, group)
     tps = sorted(set(committed) | set(owner))
     ends = _list_offsets(admin, tps, OffsetSpec.latest())
     if not desc.members:
         print(f"Consumer group '{group}' has no active members.")
-    rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-             "CONSUMER-ID", "HOST", "CLIENT-ID"]]
+    rows = [
+        [
+            "GROUP",
+            "TOPIC",
+            "PARTITION",
+            "CURRENT-OFFSET",
+            "LOG-END-OFFSET",
+            "LAG",
+            "CONSUMER-ID",
+            "HOST",
+            "CLIENT-ID",
+        ]
+    ]
     total = 0
     for t, p in tps:
         cur = committed.get((t, p))
@@ -158,9 +189,19 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
             total += max(end - cur.offset, 0)
             lag = str(max(end - cur.offset, 0))
         m = owner.get((t, p))
-        rows.append([group, t, str(p), str(cur.offset) if cur is not None else "-",
-                     str(end) if end >= 0 else "-", lag, m.member_id if m else "-",
-                     (m.host or "/") if m else "-", m.client_id if m else "-"])
+        rows.append(
+            [
+                group,
+                t,
+                str(p),
+                str(cur.offset) if cur is not None else "-",
+                str(end) if end >= 0 else "-",
+                lag,
+                m.member_id if m else "-",
+                (m.host or "/") if m else "-",
+                m.client_id if m else "-",
+            ]
+        )
     print()
     print(_table(rows))
     print(f"\nTOTAL-LAG {total}")
@@ -187,13 +228,19 @@ def _reset(admin: Any, args: argparse.Namespace) -> int:
         print("Option --topic is required with --reset-offsets", file=sys.stderr)
         return 2
     if not (args.dry_run or args.execute):
-        print("WARN: No action will be performed as the --execute option is missing. "
-              "Use --dry-run or --execute.", file=sys.stderr)
+        print(
+            "WARN: No action will be performed as the --execute option is missing. "
+            "Use --dry-run or --execute.",
+            file=sys.stderr,
+        )
     desc = _describe_group(admin, group)
     state = _state_name(desc)
     if state not in ("Empty", "Dead"):
-        print(f"Error: Assignments can only be reset if the group '{group}' is inactive, but "
-              f"the current state is {state}.", file=sys.stderr)
+        print(
+            f"Error: Assignments can only be reset if the group '{group}' is inactive, but "
+            f"the current state is {state}.",
+            file=sys.stderr,
+        )
         return 1
     topic, _, only = args.topic.partition(":")
     md = admin.list_topics(topic, timeout=_TIMEOUT_S)
@@ -220,20 +267,25 @@ def _reset(admin: Any, args: argparse.Namespace) -> int:
             cur = committed[tp].offset if tp in committed else low[tp]
             new[tp] = min(max(cur + args.shift_by, low[tp]), high[tp])
     elif args.to_datetime is not None:
-        found = _list_offsets(admin, tps, OffsetSpec.for_timestamp(
-            _parse_datetime(args.to_datetime)))
+        found = _list_offsets(
+            admin, tps, OffsetSpec.for_timestamp(_parse_datetime(args.to_datetime))
+        )
         new = {tp: (found[tp] if found.get(tp, -1) >= 0 else high[tp]) for tp in tps}
     else:
-        print("One of the reset specifications is required (--to-earliest, --to-latest, "
-              "--to-offset, --to-datetime, --shift-by)", file=sys.stderr)
+        print(
+            "One of the reset specifications is required (--to-earliest, --to-latest, "
+            "--to-offset, --to-datetime, --shift-by)",
+            file=sys.stderr,
+        )
         return 2
     rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
     rows += [[group, t, str(p), str(new[(t, p)])] for t, p in tps]
     print()
     print(_table(rows))
     if args.execute:
-        req = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, new[(t, p)])
-                                                   for t, p in tps])
+        req = ConsumerGroupTopicPartitions(
+            group, [TopicPartition(t, p, new[(t, p)]) for t, p in tps]
+        )
         res = admin.alter_consumer_group_offsets([req], request_timeout=_TIMEOUT_S)[group]
         for tp in res.result().topic_partitions:
             if tp.error is not None:

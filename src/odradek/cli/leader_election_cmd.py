@@ -22,19 +22,30 @@ from odradek.cli.common import add_command_config, client_config
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("leader-election", help="elect preferred or unclean leaders",
-                       description="Like kafka-leader-election.sh.")
+    p = sub.add_parser(
+        "leader-election",
+        help="elect preferred or unclean leaders",
+        description="Like kafka-leader-election.sh.",
+    )
     p.add_argument("--bootstrap-server", required=True)
-    p.add_argument("--election-type", required=True, type=str.lower,
-                   choices=["preferred", "unclean"])
+    p.add_argument(
+        "--election-type", required=True, type=str.lower, choices=["preferred", "unclean"]
+    )
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--topic")
     which.add_argument("--all-topic-partitions", action="store_true")
-    which.add_argument("--path-to-json-file", type=Path,
-                       help='{"partitions": [{"topic": "t", "partition": 0}, ...]}')
+    which.add_argument(
+        "--path-to-json-file",
+        type=Path,
+        help='{"partitions": [{"topic": "t", "partition": 0}, ...]}',
+    )
     p.add_argument("--partition", type=int)
-    p.add_argument("--admin.config", dest="admin_config", type=Path,
-                   help="client properties file (same as --command-config)")
+    p.add_argument(
+        "--admin.config",
+        dest="admin_config",
+        type=Path,
+        help="client properties file (same as --command-config)",
+    )
     add_command_config(p)
     p.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
     p.set_defaults(func=_run)
@@ -95,8 +106,10 @@ def _run(args: argparse.Namespace) -> int:
         else:
             failed.append((name, _describe(kerr)))
     if succeeded:
-        print(f"Successfully completed leader election ({label}) for partitions "
-              f"{', '.join(succeeded)}")
+        print(
+            f"Successfully completed leader election ({label}) for partitions "
+            f"{', '.join(succeeded)}"
+        )
     if noop:
         print(f"Valid replica already elected for partitions {', '.join(noop)}")
     for name, why in failed:

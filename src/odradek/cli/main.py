@@ -34,7 +34,8 @@ _SUBCOMMAND_MODULES = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="odradek",
-        description="Odradek: a replicated streaming log that speaks the Kafka protocol.")
+        description="Odradek: a replicated streaming log that speaks the Kafka protocol.",
+    )
     parser.add_argument("--version", action="version", version=f"odradek {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _SUBCOMMAND_MODULES:

@@ -32,10 +32,16 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--topic", required=True)
     p.add_argument("--num-records", type=int, required=True)
     p.add_argument("--record-size", type=int, required=True, help="value size in bytes")
-    p.add_argument("--throughput", type=float, default=-1,
-                   help="max records/sec; -1 = no limit (default)")
-    p.add_argument("--producer-props", nargs="*", default=[], metavar="K=V",
-                   help="librdkafka producer properties (default acks=1 linger.ms=5)")
+    p.add_argument(
+        "--throughput", type=float, default=-1, help="max records/sec; -1 = no limit (default)"
+    )
+    p.add_argument(
+        "--producer-props",
+        nargs="*",
+        default=[],
+        metavar="K=V",
+        help="librdkafka producer properties (default acks=1 linger.ms=5)",
+    )
     p.add_argument("--reporting-interval", type=float, default=5.0, metavar="SECONDS")
     p.add_argument("--json", action="store_true", help="print a JSON summary last")
     add_command_config(p)
@@ -46,8 +52,12 @@ def add_parser(subparsers: Any) -> None:
     c.add_argument("--topic", required=True)
     c.add_argument("--messages", type=int, required=True)
     c.add_argument("--consumer-props", nargs="*", default=[], metavar="K=V")
-    c.add_argument("--timeout", type=float, default=10.0,
-                   help="give up after this many seconds without records")
+    c.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="give up after this many seconds without records",
+    )
     c.add_argument("--json", action="store_true", help="print a JSON summary last")
     add_command_config(c)
     c.set_defaults(func=cmd_consume)
@@ -63,9 +73,14 @@ def cmd_produce(args: argparse.Namespace) -> int:
         return 2
     try:
         summary = run_produce(
-            args.bootstrap_server, args.topic, args.num_records, args.record_size,
-            throughput=args.throughput, producer_props=props,
-            report_interval_s=args.reporting_interval, out=sys.stdout,
+            args.bootstrap_server,
+            args.topic,
+            args.num_records,
+            args.record_size,
+            throughput=args.throughput,
+            producer_props=props,
+            report_interval_s=args.reporting_interval,
+            out=sys.stdout,
         )
     except (RuntimeError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -85,16 +100,24 @@ def cmd_consume(args: argparse.Namespace) -> int:
         print(e, file=sys.stderr)
         return 2
     try:
-        summary = run_consume(args.bootstrap_server, args.topic, args.messages,
-                              consumer_props=props, timeout_s=args.timeout)
+        summary = run_consume(
+            args.bootstrap_server,
+            args.topic,
+            args.messages,
+            consumer_props=props,
+            timeout_s=args.timeout,
+        )
     except (RuntimeError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(CONSUME_CSV_HEADER)
     print(format_consume_csv(summary), flush=True)
     if summary.timed_out:
-        print(f"WARNING: Exiting before consuming the expected number of messages: timeout "
-              f"({args.timeout} s) exceeded.", file=sys.stderr)
+        print(
+            f"WARNING: Exiting before consuming the expected number of messages: timeout "
+            f"({args.timeout} s) exceeded.",
+            file=sys.stderr,
+        )
     if args.json:
         print(summary.to_json(), flush=True)
     return 0

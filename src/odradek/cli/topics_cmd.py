@@ -14,8 +14,11 @@ from odradek.cli.common import add_command_config, admin_client
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("topics", help="create, list, describe and delete topics",
-                       description="Like kafka-topics.sh.")
+    p = sub.add_parser(
+        "topics",
+        help="create, list, describe and delete topics",
+        description="Like kafka-topics.sh.",
+    )
     p.add_argument("--bootstrap-server", required=True)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--create", action="store_true")
@@ -26,8 +29,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--topic")
     p.add_argument("--partitions", type=int)
     p.add_argument("--replication-factor", type=int)
-    p.add_argument("--replica-assignment",
-                   help="broker lists per partition, e.g. 1:2,2:3 (partition 0 on 1,2 ...)")
+    p.add_argument(
+        "--replica-assignment",
+        help="broker lists per partition, e.g. 1:2,2:3 (partition 0 on 1,2 ...)",
+    )
     p.add_argument("--config", action="append", default=[], metavar="K=V")
     p.add_argument("--if-not-exists", action="store_true")
     p.add_argument("--if-exists", action="store_true")
@@ -61,12 +66,14 @@ def _run(args: argparse.Namespace) -> int:
         if args.create:
             kw: dict[str, Any] = {"config": dict(kv.split("=", 1) for kv in args.config)}
             if args.replica_assignment:
-                kw["replica_assignment"] = [[int(b) for b in part.split(":")]
-                                            for part in args.replica_assignment.split(",")]
+                kw["replica_assignment"] = [
+                    [int(b) for b in part.split(":")] for part in args.replica_assignment.split(",")
+                ]
             else:
                 kw["num_partitions"] = args.partitions if args.partitions else -1
-                kw["replication_factor"] = (args.replication_factor
-                                            if args.replication_factor else -1)
+                kw["replication_factor"] = (
+                    args.replication_factor if args.replication_factor else -1
+                )
             fut = admin.create_topics([NewTopic(args.topic, **kw)], operation_timeout=30)
             try:
                 fut[args.topic].result()
@@ -89,8 +96,9 @@ def _run(args: argparse.Namespace) -> int:
             if not args.partitions:
                 print("--alter needs --partitions", file=sys.stderr)
                 return 2
-            fut = admin.create_partitions([NewPartitions(args.topic, args.partitions)],
-                                          operation_timeout=30)
+            fut = admin.create_partitions(
+                [NewPartitions(args.topic, args.partitions)], operation_timeout=30
+            )
             fut[args.topic].result()
             return 0
     except KafkaException as e:
@@ -101,8 +109,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _describe(admin: Any, args: argparse.Namespace) -> int:
-    md = admin.list_topics(topic=args.topic, timeout=15) if args.topic else admin.list_topics(
-        timeout=15)
+    md = (
+        admin.list_topics(topic=args.topic, timeout=15)
+        if args.topic
+        else admin.list_topics(timeout=15)
+    )
     live = set(md.brokers)
     for name in sorted(md.topics):
         t = md.topics[name]
@@ -112,14 +123,22 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
             print(f"Error while executing topic command : {t.error.str()}", file=sys.stderr)
             return 1
         parts = [t.partitions[p] for p in sorted(t.partitions)]
-        filtering = (args.under_replicated_partitions or args.unavailable_partitions
-                     or args.under_min_isr_partitions or args.at_min_isr_partitions)
-        min_isr = (_min_isr(admin, name)
-                   if args.under_min_isr_partitions or args.at_min_isr_partitions else 1)
+        filtering = (
+            args.under_replicated_partitions
+            or args.unavailable_partitions
+            or args.under_min_isr_partitions
+            or args.at_min_isr_partitions
+        )
+        min_isr = (
+            _min_isr(admin, name)
+            if args.under_min_isr_partitions or args.at_min_isr_partitions
+            else 1
+        )
         if not filtering:
             rf = len(parts[0].replicas) if parts else 0
-            print(f"Topic: {name}\tPartitionCount: {len(parts)}\tReplicationFactor: {rf}\t"
-                  f"Configs: ")
+            print(
+                f"Topic: {name}\tPartitionCount: {len(parts)}\tReplicationFactor: {rf}\tConfigs: "
+            )
         for p in parts:
             if args.under_replicated_partitions and len(p.isrs) >= len(p.replicas):
                 continue
@@ -130,9 +149,11 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
             if args.at_min_isr_partitions and len(p.isrs) != min_isr:
                 continue
             leader = p.leader if p.leader >= 0 else "none"
-            print(f"\tTopic: {name}\tPartition: {p.id}\tLeader: {leader}\t"
-                  f"Replicas: {','.join(map(str, p.replicas))}\t"
-                  f"Isr: {','.join(map(str, p.isrs))}")
+            print(
+                f"\tTopic: {name}\tPartition: {p.id}\tLeader: {leader}\t"
+                f"Replicas: {','.join(map(str, p.replicas))}\t"
+                f"Isr: {','.join(map(str, p.isrs))}"
+            )
     return 0
 
 

@@ -64,11 +64,18 @@ _COMMANDS = ("list", "describe", "describe-producers", "find-hanging", "abort")
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("transactions", help="list and describe transactions and producers",
-                       description="Like kafka-transactions.sh (list, describe, "
-                       "describe-producers, find-hanging, abort).")
-    p.add_argument("command", nargs="?", choices=_COMMANDS,
-                   help="kafka-transactions.sh's command (or use the flags below)")
+    p = sub.add_parser(
+        "transactions",
+        help="list and describe transactions and producers",
+        description="Like kafka-transactions.sh (list, describe, "
+        "describe-producers, find-hanging, abort).",
+    )
+    p.add_argument(
+        "command",
+        nargs="?",
+        choices=_COMMANDS,
+        help="kafka-transactions.sh's command (or use the flags below)",
+    )
     p.add_argument("--bootstrap-server", required=True)
     action = p.add_mutually_exclusive_group()
     action.add_argument("--list", action="store_true")
@@ -79,11 +86,18 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--transactional-id")
     p.add_argument("--topic")
     p.add_argument("--partition", type=int)
-    p.add_argument("--broker-id", type=int,
-                   help="describe-producers: ask this replica instead of the leader; "
-                   "find-hanging: search the partitions with a replica on it")
-    p.add_argument("--max-transaction-timeout", type=int, default=15,
-                   help="find-hanging: minutes a transaction may stay open (default 15)")
+    p.add_argument(
+        "--broker-id",
+        type=int,
+        help="describe-producers: ask this replica instead of the leader; "
+        "find-hanging: search the partitions with a replica on it",
+    )
+    p.add_argument(
+        "--max-transaction-timeout",
+        type=int,
+        default=15,
+        help="find-hanging: minutes a transaction may stay open (default 15)",
+    )
     p.add_argument("--start-offset", type=int, help="abort: the transaction's first offset")
     p.add_argument("--producer-id", type=int)
     p.add_argument("--producer-epoch", type=int)
@@ -107,24 +121,35 @@ def _run(args: argparse.Namespace) -> int:
     if command == "describe" and not args.transactional_id:
         print("Option --transactional-id is required with describe", file=sys.stderr)
         return 2
-    if command in ("describe-producers", "abort") and (args.topic is None
-                                                       or args.partition is None):
+    if command in ("describe-producers", "abort") and (
+        args.topic is None or args.partition is None
+    ):
         print(f"Options --topic and --partition are required with {command}", file=sys.stderr)
         return 2
     if command == "find-hanging" and args.topic is None and args.broker_id is None:
-        print("The find-hanging command requires either --topic or --broker-id to limit "
-              "the scope of the search", file=sys.stderr)
+        print(
+            "The find-hanging command requires either --topic or --broker-id to limit "
+            "the scope of the search",
+            file=sys.stderr,
+        )
         return 2
     if command == "find-hanging" and args.partition is not None and args.topic is None:
         print("The --partition argument requires --topic to be provided", file=sys.stderr)
         return 2
-    if command == "abort" and args.start_offset is None and None in (
-            args.producer_id, args.producer_epoch, args.coordinator_epoch):
-        print("The transaction to abort must be identified either with --start-offset or "
-              "with --producer-id, --producer-epoch and --coordinator-epoch", file=sys.stderr)
+    if (
+        command == "abort"
+        and args.start_offset is None
+        and None in (args.producer_id, args.producer_epoch, args.coordinator_epoch)
+    ):
+        print(
+            "The transaction to abort must be identified either with --start-offset or "
+            "with --producer-id, --producer-epoch and --coordinator-epoch",
+            file=sys.stderr,
+        )
         return 2
-    with ClusterClient(args.bootstrap_server, client_id="odradek-transactions",
-                       security=client_security(args)) as cc:
+    with ClusterClient(
+        args.bootstrap_server, client_id="odradek-transactions", security=client_security(args)
+    ) as cc:
         md = cc.refresh(())
         if command == "list":
             return _list(cc, sorted(md.brokers))
@@ -137,13 +162,17 @@ def _run(args: argparse.Namespace) -> int:
         return _describe(cc, args.transactional_id)
 
 
-def describe_producers(cc: ClusterClient, topic: str, partition: int,
-                       broker_id: int | None = None) -> list[Any]:
+def describe_producers(
+    cc: ClusterClient, topic: str, partition: int, broker_id: int | None = None
+) -> list[Any]:
     """The DescribeProducers producer states of one partition, from its leader (or
     ``broker_id``); raises KafkaError with the partition's error."""
     broker = broker_id if broker_id is not None else cc.leader(topic, partition).leader
-    resp = cc.connection(broker).request(DescribeProducersRequest(topics=(
-        TopicRequest(name=TopicName(topic), partition_indexes=(i32(partition),)),)))
+    resp = cc.connection(broker).request(
+        DescribeProducersRequest(
+            topics=(TopicRequest(name=TopicName(topic), partition_indexes=(i32(partition),)),)
+        )
+    )
     result = resp.topics[0].partitions[0]
     code = ErrorCode(int(result.error_code))
     if code is not ErrorCode.none:
@@ -151,25 +180,42 @@ def describe_producers(cc: ClusterClient, topic: str, partition: int,
     return list(result.active_producers)
 
 
-def _describe_producers(cc: ClusterClient, topic: str, partition: int,
-                        broker_id: int | None) -> int:
+def _describe_producers(
+    cc: ClusterClient, topic: str, partition: int, broker_id: int | None
+) -> int:
     try:
         states = describe_producers(cc, topic, partition, broker_id)
     except KafkaError as e:
         print(f"Error: {e.code.name.upper()} for {topic}-{partition}", file=sys.stderr)
         return 1
-    rows = [["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
-             "LastTimestamp", "CurrentTransactionStartOffset"]]
-    rows += [[str(s.producer_id), str(s.producer_epoch), str(s.coordinator_epoch),
-              str(s.last_sequence), str(s.last_timestamp),
-              str(s.current_txn_start_offset) if s.current_txn_start_offset >= 0 else "None"]
-             for s in states]
+    rows = [
+        [
+            "ProducerId",
+            "ProducerEpoch",
+            "LatestCoordinatorEpoch",
+            "LastSequence",
+            "LastTimestamp",
+            "CurrentTransactionStartOffset",
+        ]
+    ]
+    rows += [
+        [
+            str(s.producer_id),
+            str(s.producer_epoch),
+            str(s.coordinator_epoch),
+            str(s.last_sequence),
+            str(s.last_timestamp),
+            str(s.current_txn_start_offset) if s.current_txn_start_offset >= 0 else "None",
+        ]
+        for s in states
+    ]
     print(_table(rows))
     return 0
 
 
-def find_hanging(cc: ClusterClient, partitions: list[tuple[str, int]], broker_id: int | None,
-                 max_timeout_ms: int) -> list[tuple[str, int, Any]]:
+def find_hanging(
+    cc: ClusterClient, partitions: list[tuple[str, int]], broker_id: int | None, max_timeout_ms: int
+) -> list[tuple[str, int, Any]]:
     """Kafka's find-hanging: the open transactions (topic, partition, producer state)
     older than ``max_timeout_ms`` by their last timestamp whose producer id no
     coordinator lists, or whose transaction does not hold that partition."""
@@ -181,20 +227,29 @@ def find_hanging(cc: ClusterClient, partitions: list[tuple[str, int]], broker_id
         except KafkaError as e:
             logger.warning("%s-%d: %s", topic, partition, e.code.name.upper())
             continue
-        open_txns += [(topic, partition, s) for s in states
-                      if s.current_txn_start_offset >= 0
-                      and now - s.last_timestamp > max_timeout_ms]
+        open_txns += [
+            (topic, partition, s)
+            for s in states
+            if s.current_txn_start_offset >= 0 and now - s.last_timestamp > max_timeout_ms
+        ]
     if not open_txns:
         return []
     pids = {int(s.producer_id) for _, _, s in open_txns}
-    ids = {pid: tid for tid, _b, pid, _s in list_transactions(cc, sorted(cc.metadata.brokers),
-                                                              producer_ids=pids)}
+    ids = {
+        pid: tid
+        for tid, _b, pid, _s in list_transactions(
+            cc, sorted(cc.metadata.brokers), producer_ids=pids
+        )
+    }
     hanging = []
     for topic, partition, s in open_txns:
         tid = ids.get(int(s.producer_id))
         described = describe_transaction(cc, tid)[1] if tid is not None else None
-        if (described is None or described.error_code != 0
-                or (topic, partition) not in described.partitions):
+        if (
+            described is None
+            or described.error_code != 0
+            or (topic, partition) not in described.partitions
+        ):
             hanging.append((topic, partition, s))
     return hanging
 
@@ -204,31 +259,72 @@ def _find_hanging(cc: ClusterClient, args: argparse.Namespace) -> int:
         partitions = [(args.topic, args.partition)]
     else:
         md = cc.refresh([args.topic] if args.topic is not None else None)
-        partitions = sorted(tp for tp, info in md.partitions.items()
-                            if (args.topic is None or tp[0] == args.topic)
-                            and (args.broker_id is None or args.broker_id in info.replicas))
+        partitions = sorted(
+            tp
+            for tp, info in md.partitions.items()
+            if (args.topic is None or tp[0] == args.topic)
+            and (args.broker_id is None or args.broker_id in info.replicas)
+        )
     now = int(time.time() * 1000)
-    rows = [["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
-             "StartOffset", "LastTimestamp", "Duration(min)"]]
-    for topic, partition, s in find_hanging(cc, partitions, args.broker_id,
-                                            args.max_transaction_timeout * 60_000):
-        rows.append([topic, str(partition), str(s.producer_id), str(s.producer_epoch),
-                     str(s.coordinator_epoch), str(s.current_txn_start_offset),
-                     str(s.last_timestamp), str((now - s.last_timestamp) // 60_000)])
+    rows = [
+        [
+            "Topic",
+            "Partition",
+            "ProducerId",
+            "ProducerEpoch",
+            "CoordinatorEpoch",
+            "StartOffset",
+            "LastTimestamp",
+            "Duration(min)",
+        ]
+    ]
+    for topic, partition, s in find_hanging(
+        cc, partitions, args.broker_id, args.max_transaction_timeout * 60_000
+    ):
+        rows.append(
+            [
+                topic,
+                str(partition),
+                str(s.producer_id),
+                str(s.producer_epoch),
+                str(s.coordinator_epoch),
+                str(s.current_txn_start_offset),
+                str(s.last_timestamp),
+                str((now - s.last_timestamp) // 60_000),
+            ]
+        )
     print(_table(rows))
     return 0
 
 
-def abort_transaction(cc: ClusterClient, topic: str, partition: int, producer_id: int,
-                      producer_epoch: int, coordinator_epoch: int) -> ErrorCode:
+def abort_transaction(
+    cc: ClusterClient,
+    topic: str,
+    partition: int,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+) -> ErrorCode:
     """Kafka's Admin.abortTransaction: an ABORT marker for the producer's transaction,
     written by the partition's leader (WriteTxnMarkers, which needs CLUSTER_ACTION)."""
     leader = cc.leader(topic, partition).leader
-    resp = cc.connection(leader).request(WriteTxnMarkersRequest(markers=(WritableTxnMarker(
-        producer_id=ProducerId(producer_id), producer_epoch=i16(producer_epoch),
-        transaction_result=False, coordinator_epoch=i32(coordinator_epoch),
-        topics=(WritableTxnMarkerTopic(name=TopicName(topic),
-                                       partition_indexes=(i32(partition),)),)),)))
+    resp = cc.connection(leader).request(
+        WriteTxnMarkersRequest(
+            markers=(
+                WritableTxnMarker(
+                    producer_id=ProducerId(producer_id),
+                    producer_epoch=i16(producer_epoch),
+                    transaction_result=False,
+                    coordinator_epoch=i32(coordinator_epoch),
+                    topics=(
+                        WritableTxnMarkerTopic(
+                            name=TopicName(topic), partition_indexes=(i32(partition),)
+                        ),
+                    ),
+                ),
+            )
+        )
+    )
     return ErrorCode(int(resp.markers[0].topics[0].partitions[0].error_code))
 
 
@@ -238,13 +334,18 @@ def _abort(cc: ClusterClient, args: argparse.Namespace) -> int:
         try:
             states = describe_producers(cc, args.topic, args.partition)
         except KafkaError as e:
-            print(f"Failed to validate producer state for partition {tp}: "
-                  f"{e.code.name.upper()}", file=sys.stderr)
+            print(
+                f"Failed to validate producer state for partition {tp}: {e.code.name.upper()}",
+                file=sys.stderr,
+            )
             return 1
         found = [s for s in states if s.current_txn_start_offset == args.start_offset]
         if not found:
-            print(f"Could not find any open transactions starting at offset "
-                  f"{args.start_offset} on partition {tp}", file=sys.stderr)
+            print(
+                f"Could not find any open transactions starting at offset "
+                f"{args.start_offset} on partition {tp}",
+                file=sys.stderr,
+            )
             return 1
         pid, epoch = int(found[0].producer_id), int(found[0].producer_epoch)
         coordinator_epoch = int(found[0].coordinator_epoch)
@@ -253,28 +354,34 @@ def _abort(cc: ClusterClient, args: argparse.Namespace) -> int:
         coordinator_epoch = args.coordinator_epoch
     # As Kafka's tool: a transaction that hung before its producer's first marker has
     # coordinator epoch -1; 0 is at most any epoch a coordinator has written with.
-    code = abort_transaction(cc, args.topic, args.partition, pid, epoch,
-                             max(coordinator_epoch, 0))
+    code = abort_transaction(cc, args.topic, args.partition, pid, epoch, max(coordinator_epoch, 0))
     if code is not ErrorCode.none:
-        print(f"Failed to abort transaction of producer {pid} (epoch {epoch}) on {tp}: "
-              f"{code.name.upper()}", file=sys.stderr)
+        print(
+            f"Failed to abort transaction of producer {pid} (epoch {epoch}) on {tp}: "
+            f"{code.name.upper()}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
 
-def list_transactions(cc: ClusterClient, brokers: list[int],
-                      producer_ids: set[int] | None = None) -> list[tuple[str, int, int, str]]:
+def list_transactions(
+    cc: ClusterClient, brokers: list[int], producer_ids: set[int] | None = None
+) -> list[tuple[str, int, int, str]]:
     """(transactional id, coordinator, producer id, state) from every broker, optionally
     only those of ``producer_ids``."""
     rows: list[tuple[str, int, int, str]] = []
-    req = ListTransactionsRequest(producer_id_filters=tuple(
-        ProducerId(p) for p in sorted(producer_ids or ())))
+    req = ListTransactionsRequest(
+        producer_id_filters=tuple(ProducerId(p) for p in sorted(producer_ids or ()))
+    )
     for b in brokers:
         resp = cc.connection(b).request(req)
         if int(resp.error_code) != 0:
             raise RuntimeError(f"broker {b}: {ErrorCode(int(resp.error_code)).name}")
-        rows += [(str(s.transactional_id), b, int(s.producer_id), s.transaction_state)
-                 for s in resp.transaction_states]
+        rows += [
+            (str(s.transactional_id), b, int(s.producer_id), s.transaction_state)
+            for s in resp.transaction_states
+        ]
     return sorted(rows)
 
 
@@ -310,7 +417,7 @@ class _Reader:
     def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.buf):
             raise ValueError("truncated DescribeTransactions response")
-        b = self.buf[self.pos:self.pos + n]
+        b = self.buf[self.pos : self.pos + n]
         self.pos += n
         return b
 
@@ -367,8 +474,9 @@ def describe_transaction(cc: ClusterClient, txn_id: str) -> tuple[int, Described
     """(coordinator id, DescribeTransactions result) of one id."""
     deadline = time.monotonic() + 30
     while True:
-        fc = cc.any_connection().request(FindCoordinatorRequest(
-            key=txn_id, key_type=i8(KEY_TYPE_TRANSACTION)))
+        fc = cc.any_connection().request(
+            FindCoordinatorRequest(key=txn_id, key_type=i8(KEY_TYPE_TRANSACTION))
+        )
         code = ErrorCode(int(fc.error_code))
         if code is ErrorCode.none:
             break
@@ -390,11 +498,29 @@ def _describe(cc: ClusterClient, txn_id: str) -> int:
         return 1
     duration = str(int(time.time() * 1000) - s.start_ms) if s.start_ms >= 0 else "None"
     parts = ",".join(f"{t}-{p}" for t, p in s.partitions)
-    rows = [["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
-             "TransactionState", "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
-             "TransactionDurationMs", "TopicPartitions"],
-            [str(coordinator), s.transactional_id, str(s.producer_id), str(s.producer_epoch),
-             s.state, str(s.timeout_ms), str(s.start_ms) if s.start_ms >= 0 else "None",
-             duration, parts]]
+    rows = [
+        [
+            "CoordinatorId",
+            "TransactionalId",
+            "ProducerId",
+            "ProducerEpoch",
+            "TransactionState",
+            "TransactionTimeoutMs",
+            "CurrentTransactionStartTimeMs",
+            "TransactionDurationMs",
+            "TopicPartitions",
+        ],
+        [
+            str(coordinator),
+            s.transactional_id,
+            str(s.producer_id),
+            str(s.producer_epoch),
+            s.state,
+            str(s.timeout_ms),
+            str(s.start_ms) if s.start_ms >= 0 else "None",
+            duration,
+            parts,
+        ],
+    ]
     print(_table(rows))
     return 0

@@ -28,8 +28,7 @@ from odradek.client.connection import ConnectionLost, KafkaConnection, parse_add
 from odradek.errors import ErrorCode, KafkaError
 from odradek.security.client_security import PLAINTEXT, ClientSecurity
 
-__all__ = ["ClusterClient", "PartitionInfo", "Metadata", "STALE_METADATA", "EARLIEST",
-           "LATEST"]
+__all__ = ["ClusterClient", "PartitionInfo", "Metadata", "STALE_METADATA", "EARLIEST", "LATEST"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +37,19 @@ EARLIEST, LATEST = -2, -1  # ListOffsets timestamps
 
 # Errors after which a client refreshes metadata and retries (Kafka's
 # InvalidMetadataException family, plus an election in progress).
-STALE_METADATA = frozenset({
-    ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available,
-    ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
-    ErrorCode.unknown_topic_or_partition, ErrorCode.not_controller,
-    ErrorCode.offset_not_available, ErrorCode.kafka_storage_error,
-    ErrorCode.replica_not_available,
-})
+STALE_METADATA = frozenset(
+    {
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.leader_not_available,
+        ErrorCode.fenced_leader_epoch,
+        ErrorCode.unknown_leader_epoch,
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.not_controller,
+        ErrorCode.offset_not_available,
+        ErrorCode.kafka_storage_error,
+        ErrorCode.replica_not_available,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +73,15 @@ class Metadata:
 class ClusterClient:
     """Connections to the brokers of one cluster (one owner thread)."""
 
-    def __init__(self, bootstrap_servers: str, *, client_id: str = "odradek",
-                 timeout_s: float = 30.0, max_response_bytes: int = 128 << 20,
-                 security: ClientSecurity = PLAINTEXT) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        client_id: str = "odradek",
+        timeout_s: float = 30.0,
+        max_response_bytes: int = 128 << 20,
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
         self.security = security
         self.bootstrap = [parse_address(a) for a in bootstrap_servers.split(",") if a.strip()]
         if not self.bootstrap:
@@ -99,9 +110,14 @@ class ClusterClient:
     # ------------------------------------------------------------------ connections
 
     def _connect(self, host: str, port: int) -> KafkaConnection:
-        return KafkaConnection(host, port, client_id=self.client_id, timeout_s=self.timeout_s,
-                               max_response_bytes=self.max_response_bytes,
-                               security=self.security)
+        return KafkaConnection(
+            host,
+            port,
+            client_id=self.client_id,
+            timeout_s=self.timeout_s,
+            max_response_bytes=self.max_response_bytes,
+            security=self.security,
+        )
 
     def any_connection(self) -> KafkaConnection:
         """A live connection to some broker: a known one first, then the bootstrap list."""
@@ -140,9 +156,12 @@ class ClusterClient:
         """Metadata for ``topics`` (None: all); merges into ``self.metadata``."""
         names = None if topics is None else sorted(set(topics))
         req = MetadataRequest(
-            topics=None if names is None else tuple(
-                MetadataRequestTopic(topic_id=None, name=TopicName(n)) for n in names),
-            allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+            topics=None
+            if names is None
+            else tuple(MetadataRequestTopic(topic_id=None, name=TopicName(n)) for n in names),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
         try:
             resp = self.any_connection().request(req)
         except ConnectionLost:
@@ -159,8 +178,11 @@ class ClusterClient:
                 del md.partitions[old]
             for p in t.partitions:
                 md.partitions[(t.name, p.partition_index)] = PartitionInfo(
-                    p.leader_id, p.leader_epoch, int(p.error_code),
-                    tuple(int(r) for r in p.replica_nodes))
+                    p.leader_id,
+                    p.leader_epoch,
+                    int(p.error_code),
+                    tuple(int(r) for r in p.replica_nodes),
+                )
         for bid in [b for b in self._conns if b not in md.brokers]:
             self.drop(bid)
         return md
@@ -173,16 +195,24 @@ class ClusterClient:
             info = self.metadata.partitions.get((topic, partition))
         if info is None:
             code = self.metadata.topic_errors.get(topic, ErrorCode.unknown_topic_or_partition)
-            raise KafkaError(ErrorCode(code or ErrorCode.unknown_topic_or_partition),
-                             f"{topic}-{partition} is not in the metadata")
+            raise KafkaError(
+                ErrorCode(code or ErrorCode.unknown_topic_or_partition),
+                f"{topic}-{partition} is not in the metadata",
+            )
         if info.leader < 0:
             raise KafkaError(ErrorCode.leader_not_available, f"{topic}-{partition} has no leader")
         return info
 
     # ------------------------------------------------------------------ ListOffsets
 
-    def list_offsets(self, queries: Mapping[TP, int], *, isolation_level: int = 0,
-                     retries: int = 30, retry_interval_s: float = 1.0) -> dict[TP, int]:
+    def list_offsets(
+        self,
+        queries: Mapping[TP, int],
+        *,
+        isolation_level: int = 0,
+        retries: int = 30,
+        retry_interval_s: float = 1.0,
+    ) -> dict[TP, int]:
         """``{tp: EARLIEST | LATEST | timestamp_ms}`` -> offsets (-1: no record at/after ts).
 
         Sent to each partition's leader; retriable errors and lost connections refresh
@@ -194,7 +224,7 @@ class ClusterClient:
         last: Exception | None = None
         for attempt in range(retries + 1):
             if attempt:
-                time.sleep(min(retry_interval_s, 0.05 * 2 ** attempt))
+                time.sleep(min(retry_interval_s, 0.05 * 2**attempt))
                 try:
                     self.refresh({t for t, _ in todo})
                 except (ConnectionLost, KafkaError) as e:
@@ -211,8 +241,9 @@ class ClusterClient:
                     failed[tp], last = query, e
             for broker, tps in by_leader.items():
                 try:
-                    got = self._list_offsets_on(broker, {tp: todo[tp] for tp in tps},
-                                                isolation_level)
+                    got = self._list_offsets_on(
+                        broker, {tp: todo[tp] for tp in tps}, isolation_level
+                    )
                 except (ConnectionLost, KafkaError) as e:
                     if isinstance(e, KafkaError) and e.code not in STALE_METADATA:
                         raise
@@ -232,35 +263,50 @@ class ClusterClient:
                 return out
             todo = failed
             logger.info("ListOffsets retry %d for %d partitions (%s)", attempt + 1, len(todo), last)
-        raise KafkaError(ErrorCode.request_timed_out,
-                         f"ListOffsets for {sorted(todo)[:5]} failed {retries + 1} times: {last}")
+        raise KafkaError(
+            ErrorCode.request_timed_out,
+            f"ListOffsets for {sorted(todo)[:5]} failed {retries + 1} times: {last}",
+        )
 
-    def _list_offsets_on(self, broker: int, queries: Mapping[TP, int],
-                         isolation_level: int) -> dict[TP, tuple[int, int]]:
+    def _list_offsets_on(
+        self, broker: int, queries: Mapping[TP, int], isolation_level: int
+    ) -> dict[TP, tuple[int, int]]:
         by_topic: dict[str, list[ListOffsetsPartition]] = {}
         for (topic, p), ts in queries.items():
             by_topic.setdefault(topic, []).append(
-                ListOffsetsPartition(partition_index=i32(p), current_leader_epoch=i32(-1),
-                                     timestamp=i64(ts)))
+                ListOffsetsPartition(
+                    partition_index=i32(p), current_leader_epoch=i32(-1), timestamp=i64(ts)
+                )
+            )
         req = ListOffsetsRequest(
-            replica_id=BrokerId(-1), isolation_level=i8(isolation_level), topics=tuple(
+            replica_id=BrokerId(-1),
+            isolation_level=i8(isolation_level),
+            topics=tuple(
                 ListOffsetsTopic(name=TopicName(t), partitions=tuple(ps))
-                for t, ps in by_topic.items()))
+                for t, ps in by_topic.items()
+            ),
+        )
         resp = self.connection(broker).request(req)
-        return {(t.name, p.partition_index): (int(p.error_code), int(p.offset))
-                for t in resp.topics for p in t.partitions}
+        return {
+            (t.name, p.partition_index): (int(p.error_code), int(p.offset))
+            for t in resp.topics
+            for p in t.partitions
+        }
 
     # ------------------------------------------------------------------ producer ids
 
     def init_producer_id(self, retries: int = 30, retry_interval_s: float = 1.0) -> tuple[int, int]:
         """An idempotent producer id and epoch (InitProducerId without transactional id)."""
-        req = InitProducerIdRequest(transactional_id=None,
-                                    transaction_timeout=i32Timedelta.parse(timedelta(seconds=60)),
-                                    producer_id=ProducerId(-1), producer_epoch=i16(-1))
+        req = InitProducerIdRequest(
+            transactional_id=None,
+            transaction_timeout=i32Timedelta.parse(timedelta(seconds=60)),
+            producer_id=ProducerId(-1),
+            producer_epoch=i16(-1),
+        )
         last: Exception | None = None
         for attempt in range(retries + 1):
             if attempt:
-                time.sleep(min(retry_interval_s, 0.05 * 2 ** attempt))
+                time.sleep(min(retry_interval_s, 0.05 * 2**attempt))
             try:
                 resp = self.any_connection().request(req)
             except ConnectionLost as e:
@@ -269,8 +315,10 @@ class ClusterClient:
             code = ErrorCode(resp.error_code)
             if code == ErrorCode.none:
                 return int(resp.producer_id), int(resp.producer_epoch)
-            if not code.retriable and code not in (ErrorCode.coordinator_not_available,
-                                                   ErrorCode.not_coordinator):
+            if not code.retriable and code not in (
+                ErrorCode.coordinator_not_available,
+                ErrorCode.not_coordinator,
+            ):
                 raise KafkaError(code, "InitProducerId")
             last = KafkaError(code, "InitProducerId")
         raise KafkaError(ErrorCode.request_timed_out, f"InitProducerId failed: {last}")

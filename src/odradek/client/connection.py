@@ -57,8 +57,9 @@ def parse_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def request_header(api_key: int, api_version: int, correlation_id: int,
-                   client_id: bytes | None) -> bytes:
+def request_header(
+    api_key: int, api_version: int, correlation_id: int, client_id: bytes | None
+) -> bytes:
     """Request header v1 (non-flexible requests; the hand-encoded Fetch v11 / Produce v8)."""
     if client_id is None:
         return _HEADER_V1.pack(api_key, api_version, correlation_id, -1)
@@ -75,10 +76,17 @@ class _InFlight:
 class KafkaConnection:
     """A blocking client connection to one broker (not thread-safe: one owner thread)."""
 
-    def __init__(self, host: str, port: int, *, client_id: str = "odradek",
-                 timeout_s: float = 30.0, max_response_bytes: int = 128 << 20,
-                 source_address: tuple[str, int] | None = None,
-                 security: ClientSecurity = PLAINTEXT) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str = "odradek",
+        timeout_s: float = 30.0,
+        max_response_bytes: int = 128 << 20,
+        source_address: tuple[str, int] | None = None,
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
         self.host, self.port = host, port
         self.client_id = client_id
         self._client_id_raw = client_id.encode()
@@ -88,7 +96,8 @@ class KafkaConnection:
         self._in_flight: deque[_InFlight] = deque()
         try:
             self._sock: socket.socket | None = socket.create_connection(
-                (host, port), timeout=timeout_s, source_address=source_address)
+                (host, port), timeout=timeout_s, source_address=source_address
+            )
         except OSError as e:
             raise ConnectionLost(f"connect to {host}:{port}: {e}") from e
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -103,15 +112,16 @@ class KafkaConnection:
                 self._authenticate(security)
         except (OSError, SaslClientError) as e:
             self.close()
-            raise ConnectionLost(f"{security.protocol} connection to {host}:{port}: {e}") \
-                from e
+            raise ConnectionLost(f"{security.protocol} connection to {host}:{port}: {e}") from e
 
     def _authenticate(self, security: ClientSecurity) -> None:
         mech = security.sasl_mechanism or ""
         hs = self.request(request_entity(17, 1, mechanism=mech))
         if int(hs.error_code):
-            raise SaslClientError(f"SaslHandshake error {int(hs.error_code)}; the broker "
-                                  f"enables {list(hs.mechanisms)}")
+            raise SaslClientError(
+                f"SaslHandshake error {int(hs.error_code)}; the broker "
+                f"enables {list(hs.mechanisms)}"
+            )
         client = SaslClient(mech, security.sasl_username or "", security.sasl_password or "")
         while not client.complete:
             resp = self.request(request_entity(36, 2, auth_bytes=client.next_token()))
@@ -159,8 +169,9 @@ class KafkaConnection:
         """Send a kio request entity; returns its correlation id."""
         cls = type(entity)
         cid = self._take_id()
-        self._send_frame(encode_request(entity, cid, self.client_id), cid,
-                         cls.__api_key__, cls.__version__)
+        self._send_frame(
+            encode_request(entity, cid, self.client_id), cid, cls.__api_key__, cls.__version__
+        )
         return cid
 
     def send_body(self, api_key: int, api_version: int, body: bytes | list[bytes]) -> int:
@@ -172,8 +183,9 @@ class KafkaConnection:
         self._send_frame([_I32.pack(size), header, *parts], cid, api_key, api_version)
         return cid
 
-    def _send_frame(self, data: bytes | list[bytes], cid: int, api_key: int,
-                    api_version: int) -> None:
+    def _send_frame(
+        self, data: bytes | list[bytes], cid: int, api_key: int, api_version: int
+    ) -> None:
         sock = self._require()
         try:
             if isinstance(data, list) and self._tls:
@@ -205,15 +217,19 @@ class KafkaConnection:
         (size,) = _I32.unpack(head)
         if size < 4 or size > self.max_response_bytes:
             self.close()
-            raise ConnectionLost(f"{self.host}:{self.port} sent a {size}-byte frame "
-                                 f"(limit {self.max_response_bytes}): closing")
+            raise ConnectionLost(
+                f"{self.host}:{self.port} sent a {size}-byte frame "
+                f"(limit {self.max_response_bytes}): closing"
+            )
         frame = self._recv_exact(size)
         (cid,) = _I32.unpack_from(frame, 0)
         expected = self._in_flight.popleft()
         if cid != expected.correlation_id:
             self.close()
-            raise ConnectionLost(f"{self.host}:{self.port} answered correlation id {cid}, "
-                                 f"expected {expected.correlation_id}: closing")
+            raise ConnectionLost(
+                f"{self.host}:{self.port} answered correlation id {cid}, "
+                f"expected {expected.correlation_id}: closing"
+            )
         return expected.api_key, expected.api_version, memoryview(frame)[4:]
 
     def receive(self) -> Any:
@@ -224,8 +240,10 @@ class KafkaConnection:
             return decode_response(api_key, api_version, frame)[1]
         except Exception as e:  # kio raises ValueError/KeyError/struct.error on bad input
             self.close()
-            raise ConnectionLost(f"malformed response to api {api_key} v{api_version} "
-                                 f"from {self.host}:{self.port}: {e}") from e
+            raise ConnectionLost(
+                f"malformed response to api {api_key} v{api_version} "
+                f"from {self.host}:{self.port}: {e}"
+            ) from e
 
     def request(self, entity: Any) -> Any:
         """Send one kio request and wait for its response (nothing else in flight)."""
@@ -251,8 +269,10 @@ class KafkaConnection:
                 with memoryview(buf) as view:
                     k = sock.recv_into(view[got:])
                 if k == 0:
-                    raise ConnectionLost(f"{self.host}:{self.port} closed the connection "
-                                         f"({got} of {n} bytes received)")
+                    raise ConnectionLost(
+                        f"{self.host}:{self.port} closed the connection "
+                        f"({got} of {n} bytes received)"
+                    )
                 got += k
                 if got < n and time.monotonic() > deadline:
                     raise TimeoutError(f"{got} of {n} bytes within {self.timeout_s} s")

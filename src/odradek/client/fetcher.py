@@ -74,9 +74,16 @@ class FetchConfig:
 class PartitionFetcher:
     """Iterate ``RecordColumns`` of ``topic``-``partition`` offsets ``[start, end)``."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, partition: int, start: int,
-                 end: int, config: FetchConfig,
-                 on_data_loss: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        config: FetchConfig,
+        on_data_loss: Callable[[str], None],
+    ) -> None:
         self.topic, self.partition = topic, partition
         self.start, self.end = start, end
         self.config = config
@@ -84,9 +91,12 @@ class PartitionFetcher:
         self.where = f"{topic}-{partition}"
         fetch_bytes = min(config.max_partition_bytes, config.max_bytes)
         self.cluster = ClusterClient(
-            bootstrap_servers, client_id=config.client_id,
+            bootstrap_servers,
+            client_id=config.client_id,
             timeout_s=config.socket_timeout_s + config.max_wait_ms / 1000,
-            max_response_bytes=fetch_bytes + _RESPONSE_SLACK, security=config.security)
+            max_response_bytes=fetch_bytes + _RESPONSE_SLACK,
+            security=config.security,
+        )
         self.fetch_bytes = fetch_bytes
         self.position = start
         self.fetches = 0
@@ -110,9 +120,11 @@ class PartitionFetcher:
         sent_at: int | None = None  # offset of the fetch in flight on ``leader``
         while self.position < self.end:
             if time.monotonic() > progress_deadline:
-                raise KafkaError(ErrorCode.request_timed_out,
-                                 f"no records from {self.where} at offset {self.position} "
-                                 f"within kafkaConsumer.pollTimeoutMs")
+                raise KafkaError(
+                    ErrorCode.request_timed_out,
+                    f"no records from {self.where} at offset {self.position} "
+                    f"within kafkaConsumer.pollTimeoutMs",
+                )
             try:
                 if leader is None:
                     leader = self.cluster.leader(self.topic, self.partition).leader
@@ -136,22 +148,29 @@ class PartitionFetcher:
                 if fetched.error_code == ErrorCode.offset_out_of_range:
                     self._out_of_range()
                 elif fetched.error_code in STALE_METADATA:
-                    logger.info("%s: fetch answered %s; looking up the leader again",
-                                self.where, error_name(fetched.error_code))
+                    logger.info(
+                        "%s: fetch answered %s; looking up the leader again",
+                        self.where,
+                        error_name(fetched.error_code),
+                    )
                     self.cluster.drop(leader)
                     leader = None
                     self._backoff_and_refresh()
                 else:
-                    raise KafkaError(ErrorCode(fetched.error_code),
-                                     f"fetch {self.where} at offset {self.position}")
+                    raise KafkaError(
+                        ErrorCode(fetched.error_code),
+                        f"fetch {self.where} at offset {self.position}",
+                    )
                 continue
             scan = scan_fetched(fetched.records, self.where)
             nxt = scan.next_offset
             if nxt is None:
                 if len(fetched.records):
-                    raise KafkaError(ErrorCode.message_too_large,
-                                     f"{self.where}: the batch at offset {self.position} is "
-                                     f"larger than max.partition.fetch.bytes={self.fetch_bytes}")
+                    raise KafkaError(
+                        ErrorCode.message_too_large,
+                        f"{self.where}: the batch at offset {self.position} is "
+                        f"larger than max.partition.fetch.bytes={self.fetch_bytes}",
+                    )
                 hw = fetched.high_watermark
                 lso = fetched.last_stable_offset
                 visible = lso if cfg.read_committed and 0 <= lso <= hw else hw
@@ -167,8 +186,10 @@ class PartitionFetcher:
                 now = time.monotonic()
                 hw_below_since = hw_below_since if hw_below_since is not None else now
                 if now - hw_below_since >= cfg.hw_grace_s:
-                    self.on_data_loss(f"{self.where}: offsets {self.position}..{self.end - 1} "
-                                      f"were planned but the log now ends at {hw}")
+                    self.on_data_loss(
+                        f"{self.where}: offsets {self.position}..{self.end - 1} "
+                        f"were planned but the log now ends at {hw}"
+                    )
                     return  # lenient: what is gone is skipped
                 continue
             hw_below_since = None
@@ -176,16 +197,25 @@ class PartitionFetcher:
             if nxt < self.end:
                 self._send(conn, nxt)
                 sent_at = nxt
-            cols = scan.decode(self.position, self.end, read_committed=cfg.read_committed,
-                               aborted=fetched.aborted_transactions,
-                               with_headers=cfg.with_headers, check_crcs=cfg.check_crcs)
+            cols = scan.decode(
+                self.position,
+                self.end,
+                read_committed=cfg.read_committed,
+                aborted=fetched.aborted_transactions,
+                with_headers=cfg.with_headers,
+                check_crcs=cfg.check_crcs,
+            )
             first = self.position
             self.position = nxt
             progress_deadline = time.monotonic() + cfg.poll_timeout_s
             if cols is not None:
                 if cols.offsets[0] > first and first == self.start:
-                    logger.info("%s: first record at %d, not %d (compacted or deleted)",
-                                self.where, int(cols.offsets[0]), first)
+                    logger.info(
+                        "%s: first record at %d, not %d (compacted or deleted)",
+                        self.where,
+                        int(cols.offsets[0]),
+                        first,
+                    )
                 yield cols
 
     # ------------------------------------------------------------------ helpers
@@ -194,8 +224,11 @@ class PartitionFetcher:
         cfg = self.config
         body = encode_fetch_request(
             [FetchPartitionRequest(self.topic, self.partition, offset, self.fetch_bytes)],
-            max_wait_ms=cfg.max_wait_ms, min_bytes=1, max_bytes=self.fetch_bytes,
-            isolation_level=1 if cfg.read_committed else 0)
+            max_wait_ms=cfg.max_wait_ms,
+            min_bytes=1,
+            max_bytes=self.fetch_bytes,
+            isolation_level=1 if cfg.read_committed else 0,
+        )
         conn.send_body(FETCH_KEY, FETCH_VERSION, body)  # type: ignore[attr-defined]
         self.fetches += 1
 
@@ -225,16 +258,25 @@ class PartitionFetcher:
         offs = self.cluster.list_offsets({(self.topic, self.partition): EARLIEST})
         earliest = offs[(self.topic, self.partition)]
         latest = self.cluster.list_offsets({(self.topic, self.partition): LATEST})[
-            (self.topic, self.partition)]
+            (self.topic, self.partition)
+        ]
         pos = self.position
         if pos < earliest:
-            self.on_data_loss(f"Cannot fetch offset {pos} of {self.where}: it is out of "
-                              f"range (the log starts at {earliest})")
-            logger.warning("%s: skipped offsets %d..%d (no longer available; "
-                           "failOnDataLoss=false)", self.where, pos, earliest - 1)
+            self.on_data_loss(
+                f"Cannot fetch offset {pos} of {self.where}: it is out of "
+                f"range (the log starts at {earliest})"
+            )
+            logger.warning(
+                "%s: skipped offsets %d..%d (no longer available; failOnDataLoss=false)",
+                self.where,
+                pos,
+                earliest - 1,
+            )
             self.position = earliest
         elif pos >= latest:
-            self.on_data_loss(f"{self.where}: offsets {pos}..{self.end - 1} were planned but "
-                              f"the log now ends at {latest}")
+            self.on_data_loss(
+                f"{self.where}: offsets {pos}..{self.end - 1} were planned but "
+                f"the log now ends at {latest}"
+            )
             self.position = self.end
         # else: the leader moved between the fetch and ListOffsets; fetch again

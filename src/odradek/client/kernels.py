@@ -24,8 +24,17 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["HAVE_NUMBA", "scan_batch_headers", "decode_records", "murmur2_keys",
-           "encode_records", "xxh64_rows", "schema_ids", "BATCH_FIELDS", "SEG_FIELDS"]
+__all__ = [
+    "HAVE_NUMBA",
+    "scan_batch_headers",
+    "decode_records",
+    "murmur2_keys",
+    "encode_records",
+    "xxh64_rows",
+    "schema_ids",
+    "BATCH_FIELDS",
+    "SEG_FIELDS",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,9 +51,22 @@ except ImportError:  # pragma: no cover - exercised only without the spark extra
     def jit(fn: F) -> F:
         return fn
 
+
 # Columns of the table ``scan_batch_headers`` fills, one row per batch.
-B_POS, B_SIZE, B_BASE_OFFSET, B_LAST_DELTA, B_ATTR, B_BASE_TS, B_MAX_TS, B_PID, \
-    B_COUNT, B_EPOCH, B_BASE_SEQ, B_CRC = range(12)
+(
+    B_POS,
+    B_SIZE,
+    B_BASE_OFFSET,
+    B_LAST_DELTA,
+    B_ATTR,
+    B_BASE_TS,
+    B_MAX_TS,
+    B_PID,
+    B_COUNT,
+    B_EPOCH,
+    B_BASE_SEQ,
+    B_CRC,
+) = range(12)
 BATCH_FIELDS = 12
 # Columns of the segment table ``decode_records`` reads: one row per batch to decode.
 S_SRC, S_START, S_END, S_BASE_OFFSET, S_BASE_TS, S_MAX_TS, S_TS_TYPE, S_COUNT = range(8)
@@ -56,6 +78,7 @@ _MASK63 = 0x7FFFFFFFFFFFFFFF
 
 
 # --------------------------------------------------------------------------- decoding
+
 
 @jit
 def _be(buf: np.ndarray, pos: int, n: int) -> int:
@@ -75,7 +98,9 @@ def _signed(v: int, bits: int) -> int:
 
 
 @jit
-def scan_batch_headers(buf: np.ndarray, start: int, stop: int, out: np.ndarray) -> tuple[int, int, int]:
+def scan_batch_headers(
+    buf: np.ndarray, start: int, stop: int, out: np.ndarray
+) -> tuple[int, int, int]:
     """Fill ``out`` (rows of BATCH_FIELDS) with the v2 headers of whole batches in
     ``buf[start:stop]``. Returns (batches, end position, status): status 0 ok (a cut-off
     last batch is left for the next fetch), 1 magic != 2, 2 batchLength below the header.
@@ -127,13 +152,29 @@ def _varint(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
 
 
 @jit
-def decode_records(buf0: np.ndarray, buf1: np.ndarray, segs: np.ndarray, lo: int, hi: int,
-                   with_headers: bool, offsets: np.ndarray, timestamps: np.ndarray,
-                   ts_types: np.ndarray, key_offs: np.ndarray, key_bytes: np.ndarray,
-                   key_valid: np.ndarray, val_offs: np.ndarray, val_bytes: np.ndarray,
-                   val_valid: np.ndarray, hdr_offs: np.ndarray, hk_offs: np.ndarray,
-                   hk_bytes: np.ndarray, hv_offs: np.ndarray, hv_bytes: np.ndarray,
-                   hv_valid: np.ndarray) -> tuple[int, int, int]:
+def decode_records(
+    buf0: np.ndarray,
+    buf1: np.ndarray,
+    segs: np.ndarray,
+    lo: int,
+    hi: int,
+    with_headers: bool,
+    offsets: np.ndarray,
+    timestamps: np.ndarray,
+    ts_types: np.ndarray,
+    key_offs: np.ndarray,
+    key_bytes: np.ndarray,
+    key_valid: np.ndarray,
+    val_offs: np.ndarray,
+    val_bytes: np.ndarray,
+    val_valid: np.ndarray,
+    hdr_offs: np.ndarray,
+    hk_offs: np.ndarray,
+    hk_bytes: np.ndarray,
+    hv_offs: np.ndarray,
+    hv_bytes: np.ndarray,
+    hv_valid: np.ndarray,
+) -> tuple[int, int, int]:
     """Records of every segment (one batch's record bytes each, in ``buf0`` or, once
     decompressed, ``buf1``) with offsets in [lo, hi) -> column buffers.
 
@@ -236,6 +277,7 @@ def decode_records(buf0: np.ndarray, buf1: np.ndarray, segs: np.ndarray, lo: int
 
 # --------------------------------------------------------------------------- hashing
 
+
 @jit
 def _framed_id(buf: np.ndarray, pos: int, n: int) -> int:
     """The schema id of the ``n``-byte field at ``pos`` (see ``schema_ids``)."""
@@ -246,8 +288,9 @@ def _framed_id(buf: np.ndarray, pos: int, n: int) -> int:
 
 
 @jit
-def schema_ids(buf: np.ndarray, count: int, want_key: bool, want_value: bool,
-               out: np.ndarray) -> int:
+def schema_ids(
+    buf: np.ndarray, count: int, want_key: bool, want_value: bool, out: np.ndarray
+) -> int:
     """Broker-side schema id validation (issue 27): for each of the ``count`` records of
     one decompressed batch body, its index (``out[i, 0]``) and the schema id its key
     (``out[i, 1]``) and value (``out[i, 2]``) carry in Confluent's wire format (magic byte 0, 4-byte big-endian
@@ -300,9 +343,12 @@ def murmur2_keys(key_offs: np.ndarray, key_bytes: np.ndarray, out: np.ndarray) -
         h = (0x9747B28C ^ length) & mask
         full = length & ~3
         for i in range(0, full, 4):
-            k = (np.int64(key_bytes[start + i]) | (np.int64(key_bytes[start + i + 1]) << 8)
-                 | (np.int64(key_bytes[start + i + 2]) << 16)
-                 | (np.int64(key_bytes[start + i + 3]) << 24))
+            k = (
+                np.int64(key_bytes[start + i])
+                | (np.int64(key_bytes[start + i + 1]) << 8)
+                | (np.int64(key_bytes[start + i + 2]) << 16)
+                | (np.int64(key_bytes[start + i + 3]) << 24)
+            )
             k = (k * m) & mask
             k ^= k >> 24
             k = (k * m) & mask
@@ -399,8 +445,9 @@ def xxh64(b: np.ndarray, n: int, seed: np.uint64) -> np.uint64:
 
 
 @jit
-def _put_field(scratch: np.ndarray, at: int, src: np.ndarray, start: int, length: int,
-               valid: bool) -> int:
+def _put_field(
+    scratch: np.ndarray, at: int, src: np.ndarray, start: int, length: int, valid: bool
+) -> int:
     """Length-prefixed field (4 bytes big-endian, or 0xFF for null) into ``scratch``."""
     if not valid:
         scratch[at] = 0xFF
@@ -416,37 +463,64 @@ def _put_field(scratch: np.ndarray, at: int, src: np.ndarray, start: int, length
 
 
 @jit
-def xxh64_rows(topic_ids: np.ndarray, topic_offs: np.ndarray, topic_bytes: np.ndarray,
-               key_offs: np.ndarray, key_bytes: np.ndarray, key_valid: np.ndarray,
-               val_offs: np.ndarray, val_bytes: np.ndarray, val_valid: np.ndarray,
-               part_text_offs: np.ndarray, part_text: np.ndarray, part_valid: np.ndarray,
-               hdr_offs: np.ndarray, hk_offs: np.ndarray, hk_bytes: np.ndarray,
-               hv_offs: np.ndarray, hv_bytes: np.ndarray, hv_valid: np.ndarray,
-               scratch: np.ndarray, out: np.ndarray) -> None:
+def xxh64_rows(
+    topic_ids: np.ndarray,
+    topic_offs: np.ndarray,
+    topic_bytes: np.ndarray,
+    key_offs: np.ndarray,
+    key_bytes: np.ndarray,
+    key_valid: np.ndarray,
+    val_offs: np.ndarray,
+    val_bytes: np.ndarray,
+    val_valid: np.ndarray,
+    part_text_offs: np.ndarray,
+    part_text: np.ndarray,
+    part_valid: np.ndarray,
+    hdr_offs: np.ndarray,
+    hk_offs: np.ndarray,
+    hk_bytes: np.ndarray,
+    hv_offs: np.ndarray,
+    hv_bytes: np.ndarray,
+    hv_valid: np.ndarray,
+    scratch: np.ndarray,
+    out: np.ndarray,
+) -> None:
     """The sink's row digest: XXH64 over the length-prefixed fields of each row (topic,
     key, value, partition column as decimal text, then each header as key, 0x00, value).
     ``None`` is 0xFF, distinct from an empty field. ``scratch`` holds the longest row."""
     for row in range(out.shape[0]):
         t = topic_ids[row]
-        at = _put_field(scratch, 0, topic_bytes, topic_offs[t], topic_offs[t + 1] - topic_offs[t], True)
-        at = _put_field(scratch, at, key_bytes, key_offs[row], key_offs[row + 1] - key_offs[row],
-                        key_valid[row])
-        at = _put_field(scratch, at, val_bytes, val_offs[row], val_offs[row + 1] - val_offs[row],
-                        val_valid[row])
-        at = _put_field(scratch, at, part_text, part_text_offs[row],
-                        part_text_offs[row + 1] - part_text_offs[row], part_valid[row])
+        at = _put_field(
+            scratch, 0, topic_bytes, topic_offs[t], topic_offs[t + 1] - topic_offs[t], True
+        )
+        at = _put_field(
+            scratch, at, key_bytes, key_offs[row], key_offs[row + 1] - key_offs[row], key_valid[row]
+        )
+        at = _put_field(
+            scratch, at, val_bytes, val_offs[row], val_offs[row + 1] - val_offs[row], val_valid[row]
+        )
+        at = _put_field(
+            scratch,
+            at,
+            part_text,
+            part_text_offs[row],
+            part_text_offs[row + 1] - part_text_offs[row],
+            part_valid[row],
+        )
         for h in range(hdr_offs[row], hdr_offs[row + 1]):
             for i in range(hk_offs[h], hk_offs[h + 1]):
                 scratch[at] = hk_bytes[i]
                 at += 1
             scratch[at] = 0
             at += 1
-            at = _put_field(scratch, at, hv_bytes, hv_offs[h], hv_offs[h + 1] - hv_offs[h],
-                            hv_valid[h])
+            at = _put_field(
+                scratch, at, hv_bytes, hv_offs[h], hv_offs[h + 1] - hv_offs[h], hv_valid[h]
+            )
         out[row] = xxh64(scratch, at, np.uint64(0))
 
 
 # --------------------------------------------------------------------------- encoding
+
 
 @jit
 def _put_varint(out: np.ndarray, at: int, value: int) -> int:
@@ -473,13 +547,27 @@ def _varint_size(value: int) -> int:
 
 
 @jit
-def encode_records(rows: np.ndarray, key_offs: np.ndarray, key_bytes: np.ndarray,
-                   key_valid: np.ndarray, val_offs: np.ndarray, val_bytes: np.ndarray,
-                   val_valid: np.ndarray, hdr_offs: np.ndarray, hk_offs: np.ndarray,
-                   hk_bytes: np.ndarray, hv_offs: np.ndarray, hv_bytes: np.ndarray,
-                   hv_valid: np.ndarray, tag_prefix: np.ndarray, tag_key: np.ndarray,
-                   digests: np.ndarray, use_tag: bool, out: np.ndarray,
-                   starts: np.ndarray) -> int:
+def encode_records(
+    rows: np.ndarray,
+    key_offs: np.ndarray,
+    key_bytes: np.ndarray,
+    key_valid: np.ndarray,
+    val_offs: np.ndarray,
+    val_bytes: np.ndarray,
+    val_valid: np.ndarray,
+    hdr_offs: np.ndarray,
+    hk_offs: np.ndarray,
+    hk_bytes: np.ndarray,
+    hv_offs: np.ndarray,
+    hv_bytes: np.ndarray,
+    hv_valid: np.ndarray,
+    tag_prefix: np.ndarray,
+    tag_key: np.ndarray,
+    digests: np.ndarray,
+    use_tag: bool,
+    out: np.ndarray,
+    starts: np.ndarray,
+) -> int:
     """Encode ``rows`` (indexes into the columns) as DefaultRecords with offsetDelta =
     position in ``rows`` and timestampDelta 0, back to back into ``out``.
 
@@ -494,8 +582,21 @@ def encode_records(rows: np.ndarray, key_offs: np.ndarray, key_bytes: np.ndarray
     for i in range(rows.shape[0]):
         r = rows[i]
         starts[i] = at
-        body = _record_body_size(r, i, key_offs, key_valid, val_offs, val_valid, hdr_offs,
-                                 hk_offs, hv_offs, hv_valid, tag_prefix, tag_key, use_tag)
+        body = _record_body_size(
+            r,
+            i,
+            key_offs,
+            key_valid,
+            val_offs,
+            val_valid,
+            hdr_offs,
+            hk_offs,
+            hv_offs,
+            hv_valid,
+            tag_prefix,
+            tag_key,
+            use_tag,
+        )
         at = _put_varint(out, at, body)
         out[at] = 0  # attributes
         out[at + 1] = 0  # timestampDelta 0
@@ -550,10 +651,21 @@ def encode_records(rows: np.ndarray, key_offs: np.ndarray, key_bytes: np.ndarray
 
 
 @jit
-def _record_body_size(r: int, delta: int, key_offs: np.ndarray, key_valid: np.ndarray,
-                      val_offs: np.ndarray, val_valid: np.ndarray, hdr_offs: np.ndarray,
-                      hk_offs: np.ndarray, hv_offs: np.ndarray, hv_valid: np.ndarray,
-                      tag_prefix: np.ndarray, tag_key: np.ndarray, use_tag: bool) -> int:
+def _record_body_size(
+    r: int,
+    delta: int,
+    key_offs: np.ndarray,
+    key_valid: np.ndarray,
+    val_offs: np.ndarray,
+    val_valid: np.ndarray,
+    hdr_offs: np.ndarray,
+    hk_offs: np.ndarray,
+    hv_offs: np.ndarray,
+    hv_valid: np.ndarray,
+    tag_prefix: np.ndarray,
+    tag_key: np.ndarray,
+    use_tag: bool,
+) -> int:
     size = 2 + _varint_size(delta)  # attributes, timestampDelta 0, offsetDelta
     if key_valid[r]:
         kl = key_offs[r + 1] - key_offs[r]
@@ -583,17 +695,43 @@ def _record_body_size(r: int, delta: int, key_offs: np.ndarray, key_valid: np.nd
 
 
 @jit
-def record_sizes(rows: np.ndarray, key_offs: np.ndarray, key_valid: np.ndarray,
-                 val_offs: np.ndarray, val_valid: np.ndarray, hdr_offs: np.ndarray,
-                 hk_offs: np.ndarray, hv_offs: np.ndarray, hv_valid: np.ndarray,
-                 tag_prefix: np.ndarray, tag_key: np.ndarray, use_tag: bool,
-                 out: np.ndarray) -> int:
+def record_sizes(
+    rows: np.ndarray,
+    key_offs: np.ndarray,
+    key_valid: np.ndarray,
+    val_offs: np.ndarray,
+    val_valid: np.ndarray,
+    hdr_offs: np.ndarray,
+    hk_offs: np.ndarray,
+    hv_offs: np.ndarray,
+    hv_valid: np.ndarray,
+    tag_prefix: np.ndarray,
+    tag_key: np.ndarray,
+    use_tag: bool,
+    out: np.ndarray,
+) -> int:
     """Encoded size of each record of ``rows`` with offsetDelta = its position in a batch
     that starts at it (an upper bound for later positions: varint(delta) <= 5 bytes)."""
     total = 0
     for i in range(rows.shape[0]):
-        body = _record_body_size(rows[i], 0, key_offs, key_valid, val_offs, val_valid, hdr_offs,
-                                 hk_offs, hv_offs, hv_valid, tag_prefix, tag_key, use_tag) + 4
+        body = (
+            _record_body_size(
+                rows[i],
+                0,
+                key_offs,
+                key_valid,
+                val_offs,
+                val_valid,
+                hdr_offs,
+                hk_offs,
+                hv_offs,
+                hv_valid,
+                tag_prefix,
+                tag_key,
+                use_tag,
+            )
+            + 4
+        )
         out[i] = body + _varint_size(body)
         total += out[i]
     return total

@@ -49,10 +49,13 @@ logger = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 _RETRIABLE = STALE_METADATA | {
-    ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append,
-    ErrorCode.request_timed_out, ErrorCode.network_exception,
+    ErrorCode.not_enough_replicas,
+    ErrorCode.not_enough_replicas_after_append,
+    ErrorCode.request_timed_out,
+    ErrorCode.network_exception,
     ErrorCode.corrupt_message,  # Kafka: retriable (a bad copy on the wire)
-    ErrorCode.concurrent_transactions, ErrorCode.coordinator_load_in_progress,
+    ErrorCode.concurrent_transactions,
+    ErrorCode.coordinator_load_in_progress,
 }
 
 
@@ -106,9 +109,12 @@ class BatchProducer:
         self.config = config or ProduceConfig()
         if not 1 <= self.config.max_in_flight <= 5:
             raise ValueError("max_in_flight must be 1..5 for an idempotent producer (KIP-98)")
-        self.cluster = ClusterClient(bootstrap_servers, client_id=self.config.client_id,
-                                     timeout_s=self.config.socket_timeout_s,
-                                     security=self.config.security)
+        self.cluster = ClusterClient(
+            bootstrap_servers,
+            client_id=self.config.client_id,
+            timeout_s=self.config.socket_timeout_s,
+            security=self.config.security,
+        )
         self.producer_id, self.producer_epoch = self.cluster.init_producer_id()
         self._parts: dict[TP, _PartitionState] = {}
         self._requests: dict[int, deque[_Request]] = {}  # broker -> in flight, oldest first
@@ -132,12 +138,24 @@ class BatchProducer:
             self.cluster.refresh([topic])
             n = self.cluster.metadata.partition_count(topic)
         if n == 0:
-            code = self.cluster.metadata.topic_errors.get(topic) or ErrorCode.unknown_topic_or_partition
+            code = (
+                self.cluster.metadata.topic_errors.get(topic)
+                or ErrorCode.unknown_topic_or_partition
+            )
             raise KafkaError(ErrorCode(code), f"topic {topic} has no partitions")
         return n
 
-    def append(self, topic: str, partition: int, payload: bytes | memoryview, records: int, *,
-               codec: int, first_timestamp: int, max_timestamp: int) -> None:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        payload: bytes | memoryview,
+        records: int,
+        *,
+        codec: int,
+        first_timestamp: int,
+        max_timestamp: int,
+    ) -> None:
         """Queue one batch of ``records`` encoded records (``payload``: the records section,
         already compressed with ``codec``) for ``topic``-``partition``."""
         self._raise_if_failed()
@@ -147,16 +165,38 @@ class BatchProducer:
             st = self._parts[tp] = _PartitionState()
         size = BATCH_HEADER_SIZE + len(payload)
         if size > self.config.max_request_bytes:
-            raise ProduceFailed(ErrorCode.message_too_large,
-                                f"a batch of {size} bytes exceeds message.max.bytes")
+            raise ProduceFailed(
+                ErrorCode.message_too_large, f"a batch of {size} bytes exceeds message.max.bytes"
+            )
         data = bytearray(size)
-        HEADER_STRUCT.pack_into(data, 0, 0, size - 12, -1, 2, 0, codec, records - 1,
-                                first_timestamp, max_timestamp, self.producer_id,
-                                self.producer_epoch, st.next_sequence, records)
+        HEADER_STRUCT.pack_into(
+            data,
+            0,
+            0,
+            size - 12,
+            -1,
+            2,
+            0,
+            codec,
+            records - 1,
+            first_timestamp,
+            max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            st.next_sequence,
+            records,
+        )
         data[BATCH_HEADER_SIZE:] = payload
         data[17:21] = crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
-        st.queue.append(_Batch(tp, data, records, st.next_sequence,
-                               time.monotonic() + self.config.delivery_timeout_s))
+        st.queue.append(
+            _Batch(
+                tp,
+                data,
+                records,
+                st.next_sequence,
+                time.monotonic() + self.config.delivery_timeout_s,
+            )
+        )
         st.next_sequence = (st.next_sequence + records) & 0x7FFFFFFF  # wraps like Kafka's
         self._queued_bytes += size
         self._pump()
@@ -169,8 +209,10 @@ class BatchProducer:
         while self._queued_bytes:
             self._raise_if_failed()
             if deadline is not None and time.monotonic() > deadline:
-                raise ProduceFailed(ErrorCode.request_timed_out,
-                                    f"{self._queued_bytes} bytes not acknowledged in {timeout_s} s")
+                raise ProduceFailed(
+                    ErrorCode.request_timed_out,
+                    f"{self._queued_bytes} bytes not acknowledged in {timeout_s} s",
+                )
             self._pump()
             self._poll(0.2)
         self._raise_if_failed()
@@ -196,9 +238,12 @@ class BatchProducer:
             if not st.queue or len(st.in_flight) >= cfg.max_in_flight:
                 continue
             if st.queue[0].deadline < now:
-                self._fail(ProduceFailed(ErrorCode.request_timed_out,
-                                         f"{tp[0]}-{tp[1]}: not delivered within "
-                                         f"delivery.timeout.ms"))
+                self._fail(
+                    ProduceFailed(
+                        ErrorCode.request_timed_out,
+                        f"{tp[0]}-{tp[1]}: not delivered within delivery.timeout.ms",
+                    )
+                )
                 return
             try:
                 leader = self.cluster.leader(*tp).leader
@@ -217,9 +262,11 @@ class BatchProducer:
     def _send(self, leader: int, batches: list[_Batch]) -> None:
         try:
             conn = self.cluster.connection(leader)
-            body = encode_produce_request([(b.tp[0], b.tp[1], memoryview(b.data)) for b in batches],
-                                          acks=self.config.acks,
-                                          timeout_ms=self.config.request_timeout_ms)
+            body = encode_produce_request(
+                [(b.tp[0], b.tp[1], memoryview(b.data)) for b in batches],
+                acks=self.config.acks,
+                timeout_ms=self.config.request_timeout_ms,
+            )
             conn.send_body(PRODUCE_KEY, PRODUCE_VERSION, body)  # type: ignore[arg-type]
         except (ConnectionLost, KafkaError) as e:
             logger.info("produce to broker %d: %s; retrying", leader, e)
@@ -268,16 +315,18 @@ class BatchProducer:
             if st.in_flight and st.in_flight[0] is b:
                 st.in_flight.popleft()
             else:  # answered out of order: cannot happen on one connection
-                self._fail(ProduceFailed(ErrorCode.unknown_server_error,
-                                         f"{b.tp}: response out of order"))
+                self._fail(
+                    ProduceFailed(ErrorCode.unknown_server_error, f"{b.tp}: response out of order")
+                )
                 return
             if code in (ErrorCode.none, ErrorCode.duplicate_sequence_number):
                 self._queued_bytes -= len(b.data)
                 self.acked_records += b.records
                 continue
             msg = getattr(r, "error_message", None) or error_name(code)
-            if code in _RETRIABLE or (code == ErrorCode.out_of_order_sequence_number
-                                      and st.retrying):
+            if code in _RETRIABLE or (
+                code == ErrorCode.out_of_order_sequence_number and st.retrying
+            ):
                 st.queue.appendleft(b)  # resent unchanged: same producer id, epoch, sequence
                 self._mark_retry(b.tp, msg)
                 if code in STALE_METADATA:
@@ -296,8 +345,13 @@ class BatchProducer:
     def _mark_retry(self, tp: TP, why: str) -> None:
         st = self._parts[tp]
         if not st.retrying:
-            logger.info("%s-%d: %s; resending from sequence %d", tp[0], tp[1], why,
-                        min(b.sequence for b in [*st.queue, *st.in_flight]))
+            logger.info(
+                "%s-%d: %s; resending from sequence %d",
+                tp[0],
+                tp[1],
+                why,
+                min(b.sequence for b in [*st.queue, *st.in_flight]),
+            )
         st.retrying = True
         st.retry_at = time.monotonic() + self.config.retry_backoff_s
 
@@ -342,14 +396,16 @@ class BatchProducer:
         limit = self.config.request_timeout_ms / 1000 + 1.0
         for leader, reqs in list(self._requests.items()):
             if reqs and now - reqs[0].sent_at > limit:
-                logger.info("broker %d did not answer a produce within request.timeout.ms",
-                            leader)
+                logger.info("broker %d did not answer a produce within request.timeout.ms", leader)
                 self._lost(leader)
         for tp, st in self._parts.items():
             if st.in_flight and st.in_flight[0].deadline < now:
-                self._fail(ProduceFailed(ErrorCode.request_timed_out,
-                                         f"{tp[0]}-{tp[1]}: not acknowledged within "
-                                         "delivery.timeout.ms"))
+                self._fail(
+                    ProduceFailed(
+                        ErrorCode.request_timed_out,
+                        f"{tp[0]}-{tp[1]}: not acknowledged within delivery.timeout.ms",
+                    )
+                )
                 return
 
     def _fail(self, error: ProduceFailed) -> None:

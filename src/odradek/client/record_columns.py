@@ -97,9 +97,16 @@ class ScannedFetch:
             return None
         return int(self.table[-1, k.B_BASE_OFFSET] + self.table[-1, k.B_LAST_DELTA] + 1)
 
-    def decode(self, lo: int, hi: int, *, read_committed: bool = False,
-               aborted: list[tuple[int, int]] | None = None, with_headers: bool = False,
-               check_crcs: bool = False) -> RecordColumns | None:
+    def decode(
+        self,
+        lo: int,
+        hi: int,
+        *,
+        read_committed: bool = False,
+        aborted: list[tuple[int, int]] | None = None,
+        with_headers: bool = False,
+        check_crcs: bool = False,
+    ) -> RecordColumns | None:
         """Records with offsets in [lo, hi); None when there are none."""
         buf, table, where = self.buf, self.table, self.where
         if table.shape[0] == 0:
@@ -107,10 +114,12 @@ class ScannedFetch:
         if check_crcs:
             for row in table:
                 pos, bsize = int(row[k.B_POS]), int(row[k.B_SIZE])
-                if crc32c(buf[pos + 21:pos + bsize].data) != int(row[k.B_CRC]):
-                    raise KafkaError(ErrorCode.corrupt_message,
-                                     f"{where}: CRC-32C mismatch in the batch at offset "
-                                     f"{int(row[k.B_BASE_OFFSET])}")
+                if crc32c(buf[pos + 21 : pos + bsize].data) != int(row[k.B_CRC]):
+                    raise KafkaError(
+                        ErrorCode.corrupt_message,
+                        f"{where}: CRC-32C mismatch in the batch at offset "
+                        f"{int(row[k.B_BASE_OFFSET])}",
+                    )
         # Batches wholly outside [lo, hi) never reach the record loop.
         last = table[:, k.B_BASE_OFFSET] + table[:, k.B_LAST_DELTA]
         wanted = (last >= lo) & (table[:, k.B_BASE_OFFSET] < hi)
@@ -118,15 +127,22 @@ class ScannedFetch:
         if not (read_committed and aborted) and bool(np.all(plain | ~wanted)):
             # The common case: whole uncompressed data batches, no per-batch Python.
             return _decode(buf, None, _plain_segments(table[wanted]), lo, hi, with_headers, where)
-        keep, buf1 = _filter_batches(buf, table, wanted,
-                                     aborted if read_committed else None, where)
+        keep, buf1 = _filter_batches(buf, table, wanted, aborted if read_committed else None, where)
         segs = np.empty((len(keep), k.SEG_FIELDS), dtype=np.int64)
         for j, (src, i, start, end) in enumerate(keep):
             row = table[i]
             if src == 0:
                 start, end = int(row[k.B_POS]) + k.HEADER_SIZE, int(row[k.B_POS] + row[k.B_SIZE])
-            segs[j] = (src, start, end, row[k.B_BASE_OFFSET], row[k.B_BASE_TS],
-                       row[k.B_MAX_TS], 1 if row[k.B_ATTR] & _TS_TYPE else 0, row[k.B_COUNT])
+            segs[j] = (
+                src,
+                start,
+                end,
+                row[k.B_BASE_OFFSET],
+                row[k.B_BASE_TS],
+                row[k.B_MAX_TS],
+                1 if row[k.B_ATTR] & _TS_TYPE else 0,
+                row[k.B_COUNT],
+            )
         return _decode(buf, buf1, segs, lo, hi, with_headers, where)
 
 
@@ -138,20 +154,35 @@ def scan_fetched(records: memoryview | bytes | bytearray, where: str = "") -> Sc
     table = np.empty((size // k.HEADER_SIZE + 1, k.BATCH_FIELDS), dtype=np.int64)
     nb, _end, status = k.scan_batch_headers(buf, 0, size, table)
     if status:
-        raise KafkaError(ErrorCode.corrupt_message, f"{where}: batch {nb} is not a v2 record "
-                         f"batch ({'magic' if status == 1 else 'batchLength'})")
+        raise KafkaError(
+            ErrorCode.corrupt_message,
+            f"{where}: batch {nb} is not a v2 record "
+            f"batch ({'magic' if status == 1 else 'batchLength'})",
+        )
     return ScannedFetch(buf, table[:nb], where)
 
 
-def decode_fetched(records: memoryview | bytes | bytearray, lo: int, hi: int, *,
-                   read_committed: bool = False,
-                   aborted: list[tuple[int, int]] | None = None,
-                   with_headers: bool = False, check_crcs: bool = False,
-                   where: str = "") -> DecodedFetch:
+def decode_fetched(
+    records: memoryview | bytes | bytearray,
+    lo: int,
+    hi: int,
+    *,
+    read_committed: bool = False,
+    aborted: list[tuple[int, int]] | None = None,
+    with_headers: bool = False,
+    check_crcs: bool = False,
+    where: str = "",
+) -> DecodedFetch:
     """``scan_fetched`` + ``decode`` in one call."""
     scan = scan_fetched(records, where)
-    cols = scan.decode(lo, hi, read_committed=read_committed, aborted=aborted,
-                       with_headers=with_headers, check_crcs=check_crcs)
+    cols = scan.decode(
+        lo,
+        hi,
+        read_committed=read_committed,
+        aborted=aborted,
+        with_headers=with_headers,
+        check_crcs=check_crcs,
+    )
     return DecodedFetch(cols, scan.next_offset, scan.batches)
 
 
@@ -168,9 +199,13 @@ def _plain_segments(rows: np.ndarray) -> np.ndarray:
     return segs
 
 
-def _filter_batches(buf: np.ndarray, table: np.ndarray, wanted: np.ndarray,
-                    aborted: list[tuple[int, int]] | None,
-                    where: str) -> tuple[list[tuple[int, int, int, int]], np.ndarray | None]:
+def _filter_batches(
+    buf: np.ndarray,
+    table: np.ndarray,
+    wanted: np.ndarray,
+    aborted: list[tuple[int, int]] | None,
+    where: str,
+) -> tuple[list[tuple[int, int, int, int]], np.ndarray | None]:
     """Per-batch decisions (control, aborted, compressed): (src, batch index, start, end)
     of every batch to decode; decompressed record sections are concatenated into buf1."""
     pending = sorted(aborted or [], key=lambda a: a[1])  # by first offset
@@ -197,13 +232,15 @@ def _filter_batches(buf: np.ndarray, table: np.ndarray, wanted: np.ndarray,
             continue
         pos, size = int(row[k.B_POS]), int(row[k.B_SIZE])
         try:
-            raw = decompress_payload(codec, bytes(buf[pos + k.HEADER_SIZE:pos + size]))
+            raw = decompress_payload(codec, bytes(buf[pos + k.HEADER_SIZE : pos + size]))
         except KafkaError:
             raise  # an unknown codec id: UNSUPPORTED_COMPRESSION_TYPE as it is
         except Exception as e:  # each codec library raises its own type
-            raise KafkaError(ErrorCode.corrupt_message,
-                             f"{where}: cannot decompress the batch at offset "
-                             f"{int(row[k.B_BASE_OFFSET])} (codec {codec}): {e}") from e
+            raise KafkaError(
+                ErrorCode.corrupt_message,
+                f"{where}: cannot decompress the batch at offset "
+                f"{int(row[k.B_BASE_OFFSET])} (codec {codec}): {e}",
+            ) from e
         parts.append(raw)
         keep.append((1, i, at, at + len(raw)))
         at += len(raw)
@@ -213,7 +250,7 @@ def _filter_batches(buf: np.ndarray, table: np.ndarray, wanted: np.ndarray,
 
 def _is_abort_marker(buf: np.ndarray, row: np.ndarray) -> bool:
     pos, size = int(row[k.B_POS]), int(row[k.B_SIZE])
-    recs = decode_batch_records(bytes(buf[pos:pos + size]))
+    recs = decode_batch_records(bytes(buf[pos : pos + size]))
     key = recs[0].key if recs else None
     return key is not None and len(key) >= 4 and _CONTROL_KEY.unpack_from(key)[1] == 0
 
@@ -221,40 +258,80 @@ def _is_abort_marker(buf: np.ndarray, row: np.ndarray) -> bool:
 _EMPTY = np.zeros(1, dtype=np.uint8)
 
 
-def _decode(buf0: np.ndarray, buf1: np.ndarray | None, segs: np.ndarray, lo: int, hi: int,
-            with_headers: bool, where: str) -> RecordColumns | None:
+def _decode(
+    buf0: np.ndarray,
+    buf1: np.ndarray | None,
+    segs: np.ndarray,
+    lo: int,
+    hi: int,
+    with_headers: bool,
+    where: str,
+) -> RecordColumns | None:
     if segs.shape[0] == 0:
         return None
     if buf1 is None:
         buf1 = _EMPTY
     # Output sizes are bounded by the bytes at hand, never by a count in a header.
     data = int(np.sum(segs[:, k.S_END] - segs[:, k.S_START]))
-    rows = int(min(int(np.sum(np.maximum(segs[:, k.S_COUNT], 0))), data // _MIN_RECORD + 1,
-                   max(hi - lo, 0)))
+    rows = int(
+        min(
+            int(np.sum(np.maximum(segs[:, k.S_COUNT], 0))), data // _MIN_RECORD + 1, max(hi - lo, 0)
+        )
+    )
     hdrs = data // 2 + 1 if with_headers else 1
     hbytes = data if with_headers else 1
     out = RecordColumns(
-        n=0, offsets=np.empty(rows, np.int64), timestamps=np.empty(rows, np.int64),
-        ts_types=np.empty(rows, np.int32), key_offs=np.empty(rows + 1, np.int32),
-        key_bytes=np.empty(data, np.uint8), key_valid=np.empty(rows, np.bool_),
-        val_offs=np.empty(rows + 1, np.int32), val_bytes=np.empty(data, np.uint8),
-        val_valid=np.empty(rows, np.bool_), hdr_offs=np.empty(rows + 1, np.int32),
-        hk_offs=np.empty(hdrs + 1, np.int32), hk_bytes=np.empty(hbytes, np.uint8),
-        hv_offs=np.empty(hdrs + 1, np.int32), hv_bytes=np.empty(hbytes, np.uint8),
-        hv_valid=np.empty(hdrs, np.bool_))
+        n=0,
+        offsets=np.empty(rows, np.int64),
+        timestamps=np.empty(rows, np.int64),
+        ts_types=np.empty(rows, np.int32),
+        key_offs=np.empty(rows + 1, np.int32),
+        key_bytes=np.empty(data, np.uint8),
+        key_valid=np.empty(rows, np.bool_),
+        val_offs=np.empty(rows + 1, np.int32),
+        val_bytes=np.empty(data, np.uint8),
+        val_valid=np.empty(rows, np.bool_),
+        hdr_offs=np.empty(rows + 1, np.int32),
+        hk_offs=np.empty(hdrs + 1, np.int32),
+        hk_bytes=np.empty(hbytes, np.uint8),
+        hv_offs=np.empty(hdrs + 1, np.int32),
+        hv_bytes=np.empty(hbytes, np.uint8),
+        hv_valid=np.empty(hdrs, np.bool_),
+    )
     hdr_offs, hk_offs, hk_bytes = out.hdr_offs, out.hk_offs, out.hk_bytes
     hv_offs, hv_bytes, hv_valid = out.hv_offs, out.hv_bytes, out.hv_valid
     assert hdr_offs is not None and hk_offs is not None and hk_bytes is not None
     assert hv_offs is not None and hv_bytes is not None and hv_valid is not None
     n, status, seg = k.decode_records(
-        buf0, buf1, segs, lo, hi, with_headers, out.offsets, out.timestamps, out.ts_types,
-        out.key_offs, out.key_bytes, out.key_valid, out.val_offs, out.val_bytes,
-        out.val_valid, hdr_offs, hk_offs, hk_bytes, hv_offs, hv_bytes, hv_valid)
+        buf0,
+        buf1,
+        segs,
+        lo,
+        hi,
+        with_headers,
+        out.offsets,
+        out.timestamps,
+        out.ts_types,
+        out.key_offs,
+        out.key_bytes,
+        out.key_valid,
+        out.val_offs,
+        out.val_bytes,
+        out.val_valid,
+        hdr_offs,
+        hk_offs,
+        hk_bytes,
+        hv_offs,
+        hv_bytes,
+        hv_valid,
+    )
     if status:
-        raise KafkaError(ErrorCode.corrupt_message,
-                         f"{where}: malformed record in the batch at offset "
-                         f"{int(segs[seg, k.S_BASE_OFFSET])}"
-                         + (" (more records than its bytes can hold)" if status == 2 else ""))
+        raise KafkaError(
+            ErrorCode.corrupt_message,
+            f"{where}: malformed record in the batch at offset "
+            f"{int(segs[seg, k.S_BASE_OFFSET])}"
+            + (" (more records than its bytes can hold)" if status == 2 else ""),
+        )
     if n == 0:
         return None
     out.n = n

@@ -21,9 +21,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
-    "FETCH_VERSION", "PRODUCE_VERSION", "FETCH_KEY", "PRODUCE_KEY", "MalformedResponse",
-    "ResponseReader", "FetchPartitionRequest", "FetchedPartition", "encode_fetch_request",
-    "decode_fetch_response", "ProducePartitionResult", "encode_produce_request",
+    "FETCH_VERSION",
+    "PRODUCE_VERSION",
+    "FETCH_KEY",
+    "PRODUCE_KEY",
+    "MalformedResponse",
+    "ResponseReader",
+    "FetchPartitionRequest",
+    "FetchedPartition",
+    "encode_fetch_request",
+    "decode_fetch_response",
+    "ProducePartitionResult",
+    "encode_produce_request",
     "decode_produce_response",
 ]
 
@@ -77,7 +86,7 @@ class ResponseReader:
         if n == -1:
             return None
         self._need(n)
-        raw = bytes(self.buf[self.pos:self.pos + n])
+        raw = bytes(self.buf[self.pos : self.pos + n])
         self.pos += n
         try:
             return raw.decode()
@@ -95,7 +104,7 @@ class ResponseReader:
         if n == -1:
             return None
         self._need(n)
-        view = memoryview(self.buf)[self.pos:self.pos + n]
+        view = memoryview(self.buf)[self.pos : self.pos + n]
         self.pos += n
         return view
 
@@ -105,8 +114,10 @@ class ResponseReader:
         if n == -1 and nullable:
             return -1
         if n < 0 or n * min_element_bytes > self.end - self.pos:
-            raise MalformedResponse(f"array of {n} elements at {self.pos - 4} does not fit "
-                                    f"in the {self.end - self.pos} bytes left")
+            raise MalformedResponse(
+                f"array of {n} elements at {self.pos - 4} does not fit "
+                f"in the {self.end - self.pos} bytes left"
+            )
         return n
 
 
@@ -116,6 +127,7 @@ def _string(s: str) -> bytes:
 
 
 # --------------------------------------------------------------------------- Fetch v11
+
 
 @dataclass(frozen=True, slots=True)
 class FetchPartitionRequest:
@@ -139,19 +151,29 @@ class FetchedPartition:
     records: memoryview  # zero or more v2 batches; the last one may be cut off
 
 
-def encode_fetch_request(partitions: Sequence[FetchPartitionRequest], *, max_wait_ms: int,
-                         min_bytes: int, max_bytes: int, isolation_level: int) -> bytes:
+def encode_fetch_request(
+    partitions: Sequence[FetchPartitionRequest],
+    *,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+    isolation_level: int,
+) -> bytes:
     """FetchRequest v11 body, sessionless (session id 0, epoch -1: a full fetch)."""
     by_topic: dict[str, list[FetchPartitionRequest]] = {}
     for p in partitions:
         by_topic.setdefault(p.topic, []).append(p)
-    out = [_FETCH_HEAD.pack(-1, max_wait_ms, min_bytes, max_bytes, isolation_level, 0, -1),
-           _I32.pack(len(by_topic))]
+    out = [
+        _FETCH_HEAD.pack(-1, max_wait_ms, min_bytes, max_bytes, isolation_level, 0, -1),
+        _I32.pack(len(by_topic)),
+    ]
     for topic, parts in by_topic.items():
         out.append(_string(topic))
         out.append(_I32.pack(len(parts)))
-        out.extend(_FETCH_PART.pack(p.partition, p.current_leader_epoch, p.offset, -1,
-                                    p.max_bytes) for p in parts)
+        out.extend(
+            _FETCH_PART.pack(p.partition, p.current_leader_epoch, p.offset, -1, p.max_bytes)
+            for p in parts
+        )
     out.append(_I32.pack(0))  # forgotten_topics_data
     out.append(_string(""))  # rack_id
     return b"".join(out)
@@ -173,17 +195,26 @@ def decode_fetch_response(body: memoryview | bytes) -> tuple[int, list[FetchedPa
             aborted = None if n < 0 else [r.unpack(_ABORTED) for _ in range(n)]
             preferred = r.i32()
             records = r.nullable_bytes()
-            out.append(FetchedPartition(topic, index, err, hw, lso, log_start,
-                                        aborted,  # type: ignore[arg-type]
-                                        preferred, records if records is not None
-                                        else memoryview(b"")))
+            out.append(
+                FetchedPartition(
+                    topic,
+                    index,
+                    err,
+                    hw,
+                    lso,
+                    log_start,
+                    aborted,  # type: ignore[arg-type]
+                    preferred,
+                    records if records is not None else memoryview(b""),
+                )
+            )
     if r.pos != r.end:
         raise MalformedResponse(f"{r.end - r.pos} trailing bytes after the fetch response")
     return error_code, out
 
 
-
 # --------------------------------------------------------------------------- Produce v8
+
 
 @dataclass(slots=True)
 class ProducePartitionResult:
@@ -195,8 +226,9 @@ class ProducePartitionResult:
     error_message: str | None
 
 
-def encode_produce_request(batches: Sequence[tuple[str, int, bytes | memoryview]], *,
-                           acks: int, timeout_ms: int) -> list[bytes | memoryview]:
+def encode_produce_request(
+    batches: Sequence[tuple[str, int, bytes | memoryview]], *, acks: int, timeout_ms: int
+) -> list[bytes | memoryview]:
     """ProduceRequest v8 body as parts (the record batches are not copied).
 
     ``batches``: (topic, partition, records); one entry per partition.
@@ -204,8 +236,12 @@ def encode_produce_request(batches: Sequence[tuple[str, int, bytes | memoryview]
     by_topic: dict[str, list[tuple[int, bytes | memoryview]]] = {}
     for topic, partition, records in batches:
         by_topic.setdefault(topic, []).append((partition, records))
-    out: list[bytes | memoryview] = [_I16.pack(-1), _I16.pack(acks), _I32.pack(timeout_ms),
-                                     _I32.pack(len(by_topic))]
+    out: list[bytes | memoryview] = [
+        _I16.pack(-1),
+        _I16.pack(acks),
+        _I32.pack(timeout_ms),
+        _I32.pack(len(by_topic)),
+    ]
     for topic, parts in by_topic.items():
         out.append(_string(topic))
         out.append(_I32.pack(len(parts)))

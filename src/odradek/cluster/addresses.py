@@ -147,7 +147,11 @@ def claim_block(
                 continue
             _claim_path(block).write_text(
                 json.dumps(
-                    {"owner": owner, "pid": os.getpid(), "pid_start": procs.proc_start_time(os.getpid())}
+                    {
+                        "owner": owner,
+                        "pid": os.getpid(),
+                        "pid_start": procs.proc_start_time(os.getpid()),
+                    }
                 )
             )
             return block

@@ -28,8 +28,9 @@ _VALID_DAYS = 825
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 @dataclass
@@ -38,8 +39,15 @@ class CertificateAuthority:
     cert: x509.Certificate
     cert_path: Path
 
-    def issue(self, path: Path, common_name: str, hosts: list[str], *,
-              organization: str = "Odradek", client: bool = True) -> Path:
+    def issue(
+        self,
+        path: Path,
+        common_name: str,
+        hosts: list[str],
+        *,
+        organization: str = "Odradek",
+        client: bool = True,
+    ) -> Path:
         """A keystore PEM (key + certificate + CA certificate) for ``hosts``."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
@@ -49,26 +57,38 @@ class CertificateAuthority:
                 sans.append(x509.IPAddress(ipaddress.ip_address(h)))
             except ValueError:
                 sans.append(x509.DNSName(h))
-        usages = [ExtendedKeyUsageOID.SERVER_AUTH] + ([ExtendedKeyUsageOID.CLIENT_AUTH]
-                                                      if client else [])
-        builder = (x509.CertificateBuilder()
-                   # Most general first, as certificates are usually built: the subject
-                   # then reads CN=<name>,O=<organization> in RFC 2253 (Kafka's principal)
-                   .subject_name(x509.Name([
-                       x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization),
-                       x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-                   .issuer_name(self.cert.subject)
-                   .public_key(key.public_key())
-                   .serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=_VALID_DAYS))
-                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), True)
-                   .add_extension(x509.ExtendedKeyUsage(usages), False))
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH] + (
+            [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
+        )
+        builder = (
+            x509.CertificateBuilder()
+            # Most general first, as certificates are usually built: the subject
+            # then reads CN=<name>,O=<organization> in RFC 2253 (Kafka's principal)
+            .subject_name(
+                x509.Name(
+                    [
+                        x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization),
+                        x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+                    ]
+                )
+            )
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=_VALID_DAYS))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), True)
+            .add_extension(x509.ExtendedKeyUsage(usages), False)
+        )
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), False)
         cert = builder.sign(self.key, hashes.SHA256())
-        write_private(path, _key_pem(key) + cert.public_bytes(serialization.Encoding.PEM)
-                       + self.cert.public_bytes(serialization.Encoding.PEM))
+        write_private(
+            path,
+            _key_pem(key)
+            + cert.public_bytes(serialization.Encoding.PEM)
+            + self.cert.public_bytes(serialization.Encoding.PEM),
+        )
         return path
 
 
@@ -77,19 +97,31 @@ def make_ca(directory: Path, name: str = "Odradek local cluster CA") -> Certific
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    cert = (x509.CertificateBuilder()
-            .subject_name(subject).issuer_name(subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=_VALID_DAYS))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True,
-                                         crl_sign=True, content_commitment=False,
-                                         key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False,
-                                         decipher_only=False), True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=_VALID_DAYS))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            True,
+        )
+        .sign(key, hashes.SHA256())
+    )
     cert_path = directory / "ca.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     write_private(directory / "ca-key.pem", _key_pem(key))

@@ -24,8 +24,15 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PartitionView", "ClusterView", "HealthReport", "fetch_view", "fetch_metadata",
-           "assess", "format_report"]
+__all__ = [
+    "PartitionView",
+    "ClusterView",
+    "HealthReport",
+    "fetch_view",
+    "fetch_metadata",
+    "assess",
+    "format_report",
+]
 
 
 @dataclass(frozen=True)
@@ -66,23 +73,22 @@ class HealthReport:
     under_min_isr: list[str]
 
 
-def fetch_view(admin: Any, timeout_s: float = 10.0, extra_known: Iterable[int] = ()
-               ) -> ClusterView:
+def fetch_view(admin: Any, timeout_s: float = 10.0, extra_known: Iterable[int] = ()) -> ClusterView:
     """Metadata and topic configs through a confluent-kafka ``AdminClient``."""
     view, md = _metadata(admin, timeout_s, extra_known)
     view.min_isr.update(_min_isr(admin, sorted(md.topics), timeout_s))
     return view
 
 
-def fetch_metadata(admin: Any, timeout_s: float = 10.0, extra_known: Iterable[int] = ()
-                   ) -> ClusterView:
+def fetch_metadata(
+    admin: Any, timeout_s: float = 10.0, extra_known: Iterable[int] = ()
+) -> ClusterView:
     """Metadata only (``min_isr`` empty): for a caller that keeps topic configs itself
     and asks for them less often (the console, issue 29)."""
     return _metadata(admin, timeout_s, extra_known)[0]
 
 
-def _metadata(admin: Any, timeout_s: float, extra_known: Iterable[int]
-              ) -> tuple[ClusterView, Any]:
+def _metadata(admin: Any, timeout_s: float, extra_known: Iterable[int]) -> tuple[ClusterView, Any]:
     md = admin.list_topics(timeout=timeout_s)
     live = {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}
     known = set(live) | set(extra_known)
@@ -94,8 +100,9 @@ def _metadata(admin: Any, timeout_s: float, extra_known: Iterable[int]
             parts.append(PartitionView(name, pid, p.leader, replicas, tuple(p.isrs)))
     parts.sort(key=lambda p: (p.topic, p.partition))
     controller = md.controller_id if md.controller_id is not None else -1
-    return ClusterView(controller, live, known, parts, {},
-                       {n for n in md.topics if n.startswith("__")}), md
+    return ClusterView(
+        controller, live, known, parts, {}, {n for n in md.topics if n.startswith("__")}
+    ), md
 
 
 def _min_isr(admin: Any, topics: list[str], timeout_s: float) -> dict[str, int]:
@@ -104,8 +111,8 @@ def _min_isr(admin: Any, topics: list[str], timeout_s: float) -> dict[str, int]:
     min_isr: dict[str, int] = {}
     if topics:
         futures = admin.describe_configs(
-            [ConfigResource(ResourceType.TOPIC, n) for n in topics],
-            request_timeout=timeout_s)
+            [ConfigResource(ResourceType.TOPIC, n) for n in topics], request_timeout=timeout_s
+        )
         # One deadline for all topics, not one each: a cluster without a controller must
         # not cost timeout x topics.
         concurrent.futures.wait(list(futures.values()), timeout=timeout_s)
@@ -127,8 +134,7 @@ def assess(view: ClusterView) -> HealthReport:
     down = sorted((view.known | view.known_down) - live)
     leaderless = [p.name for p in view.partitions if p.leader < 0 or p.leader not in live]
     under = [p.name for p in view.partitions if len(p.isr) < len(p.replicas)]
-    under_min = [p.name for p in view.partitions
-                 if len(p.isr) < view.min_isr.get(p.topic, 1)]
+    under_min = [p.name for p in view.partitions if len(p.isr) < view.min_isr.get(p.topic, 1)]
     reasons = []
     if view.controller < 0 or view.controller not in live:
         reasons.append("no_elected_controller")
@@ -140,9 +146,16 @@ def assess(view: ClusterView) -> HealthReport:
         reasons.append("under_replicated_partitions")
     if under_min:
         reasons.append("under_min_isr_partitions")
-    return HealthReport(not reasons, reasons, view.controller,
-                        sorted(view.known | view.known_down), down,
-                        leaderless, under, under_min)
+    return HealthReport(
+        not reasons,
+        reasons,
+        view.controller,
+        sorted(view.known | view.known_down),
+        down,
+        leaderless,
+        under,
+        under_min,
+    )
 
 
 def _listing(items: list[str], limit: int = 20) -> str:
@@ -159,10 +172,12 @@ def format_report(r: HealthReport) -> list[str]:
         ("All nodes:", "[" + " ".join(map(str, r.all_nodes)) + "]"),
         ("Nodes down:", "[" + " ".join(map(str, r.nodes_down)) + "]"),
         (f"Leaderless partitions ({len(r.leaderless)}):", _listing(r.leaderless)),
-        (f"Under-replicated partitions ({len(r.under_replicated)}):",
-         _listing(r.under_replicated)),
+        (f"Under-replicated partitions ({len(r.under_replicated)}):", _listing(r.under_replicated)),
         (f"Under-min-ISR partitions ({len(r.under_min_isr)}):", _listing(r.under_min_isr)),
     ]
     width = max(len(k) for k, _ in rows) + 2
-    return ["CLUSTER HEALTH OVERVIEW", "=======================",
-            *(k.ljust(width) + v for k, v in rows)]
+    return [
+        "CLUSTER HEALTH OVERVIEW",
+        "=======================",
+        *(k.ljust(width) + v for k, v in rows),
+    ]

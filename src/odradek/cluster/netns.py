@@ -118,9 +118,16 @@ def endpoint_address(block: int, role: str) -> str:
     return host_address(block, role)
 
 
-def cut_commands(block: int, a: str, b: str, *, op: str, direction: str = "both",
-                 probability: float | None = None, comment: str | None = None
-                 ) -> list[list[str]]:
+def cut_commands(
+    block: int,
+    a: str,
+    b: str,
+    *,
+    op: str,
+    direction: str = "both",
+    probability: float | None = None,
+    comment: str | None = None,
+) -> list[list[str]]:
     """The iptables commands (``op``: ``-I`` to cut, ``-D`` to heal) that drop packets
     from ``a`` to ``b`` and/or from ``b`` to ``a``.
 
@@ -149,8 +156,14 @@ def cut_commands(block: int, a: str, b: str, *, op: str, direction: str = "both"
             if not 0.0 < probability <= 1.0:
                 raise ValueError(f"probability {probability} outside (0, 1]")
             if probability < 1.0:
-                cmd += ["-m", "statistic", "--mode", "random", "--probability",
-                        f"{probability:.5f}"]
+                cmd += [
+                    "-m",
+                    "statistic",
+                    "--mode",
+                    "random",
+                    "--probability",
+                    f"{probability:.5f}",
+                ]
         if comment is not None:
             cmd += ["-m", "comment", "--comment", comment]
         cmds.append([*cmd, "-j", "DROP"])
@@ -185,7 +198,9 @@ def host_commands(block: int, role: str) -> list[list[str]]:
     ]
 
 
-def teardown_commands(block: int, namespaces: Iterable[str], links: Iterable[str]) -> list[list[str]]:
+def teardown_commands(
+    block: int, namespaces: Iterable[str], links: Iterable[str]
+) -> list[list[str]]:
     """Delete commands for the existing objects (``ip netns list`` / ``ip link`` names)
     that carry this block's prefix, and nothing else."""
     p = _prefix(block)
@@ -295,15 +310,29 @@ class NetnsHosts:
     def link_up(self, role: str) -> None:
         _run(["ip", "link", "set", veth_names(self.block, role)[0], "up"])
 
-    def cut(self, a: str, b: str, *, direction: str = "both",
-            probability: float | None = None, comment: str | None = None) -> None:
+    def cut(
+        self,
+        a: str,
+        b: str,
+        *,
+        direction: str = "both",
+        probability: float | None = None,
+        comment: str | None = None,
+    ) -> None:
         """Partition hosts ``a`` and ``b`` (roles, or :data:`MANAGER`) from each other:
         both directions, or one (``a->b``, ``b->a``); ``probability`` drops only that
         share of the packets (a lossy link)."""
         done: list[list[str]] = []
         try:
-            for cmd in cut_commands(self.block, a, b, op="-I", direction=direction,
-                                    probability=probability, comment=comment):
+            for cmd in cut_commands(
+                self.block,
+                a,
+                b,
+                op="-I",
+                direction=direction,
+                probability=probability,
+                comment=comment,
+            ):
                 _run(cmd)
                 done.append(cmd)
         except BaseException:
@@ -313,12 +342,20 @@ class NetnsHosts:
                 _run([("-D" if x == "-I" else x) for x in cmd], check=False)
             raise
 
-    def heal(self, a: str, b: str, *, direction: str = "both",
-             probability: float | None = None, comment: str | None = None) -> None:
+    def heal(
+        self,
+        a: str,
+        b: str,
+        *,
+        direction: str = "both",
+        probability: float | None = None,
+        comment: str | None = None,
+    ) -> None:
         """Remove what :meth:`cut` with the same arguments added (missing rules are
         ignored: healing twice is harmless)."""
-        for cmd in cut_commands(self.block, a, b, op="-D", direction=direction,
-                                probability=probability, comment=comment):
+        for cmd in cut_commands(
+            self.block, a, b, op="-D", direction=direction, probability=probability, comment=comment
+        ):
             _run(cmd, check=False)
 
     def shape(self, role: str, *, delay_ms: int | None = None, rate_kbit: int | None = None) -> str:
@@ -341,8 +378,24 @@ class NetnsHosts:
         if rate_kbit is None:
             raise ValueError("shape needs delay_ms or rate_kbit")
         _run(["tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10"])
-        _run(["tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb",
-              "rate", f"{rate_kbit}kbit", "ceil", f"{rate_kbit}kbit"])
+        _run(
+            [
+                "tc",
+                "class",
+                "add",
+                "dev",
+                dev,
+                "parent",
+                "1:",
+                "classid",
+                "1:10",
+                "htb",
+                "rate",
+                f"{rate_kbit}kbit",
+                "ceil",
+                f"{rate_kbit}kbit",
+            ]
+        )
         return "htb"
 
     def unshape(self, role: str) -> None:

@@ -66,8 +66,12 @@ def peek_log_end_offset(partition_dir: Path) -> int | None:
     return base
 
 
-def collect(zk: Any, log_dirs: dict[int, str], bootstrap: str | None,
-            client_conf: dict[str, str] | None = None) -> list[PartitionStatus]:
+def collect(
+    zk: Any,
+    log_dirs: dict[int, str],
+    bootstrap: str | None,
+    client_conf: dict[str, str] | None = None,
+) -> list[PartitionStatus]:
     out: list[PartitionStatus] = []
     for topic in sorted(zk.get_children(znodes.BROKER_TOPICS)):
         try:
@@ -92,21 +96,28 @@ def collect(zk: Any, log_dirs: dict[int, str], bootstrap: str | None,
     return out
 
 
-def _fill_high_watermarks(bootstrap: str, parts: list[PartitionStatus],
-                          client_conf: dict[str, str]) -> None:
+def _fill_high_watermarks(
+    bootstrap: str, parts: list[PartitionStatus], client_conf: dict[str, str]
+) -> None:
     try:
         from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
     except ImportError:
         return
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "odradek-status",
-                  "enable.auto.commit": False, "log_level": 0, **client_conf})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "odradek-status",
+            "enable.auto.commit": False,
+            "log_level": 0,
+            **client_conf,
+        }
+    )
     try:
         for st in parts:
             if st.leader < 0:
                 continue
             try:
-                _, hi = c.get_watermark_offsets(TopicPartition(st.topic, st.partition),
-                                                timeout=2)
+                _, hi = c.get_watermark_offsets(TopicPartition(st.topic, st.partition), timeout=2)
                 st.high_watermark = hi
             except Exception:
                 pass
@@ -125,10 +136,17 @@ def format_table(parts: list[PartitionStatus]) -> list[str]:
             if leo is None:
                 reps.append(f"{r}:-")
                 continue
-            lag = "" if st.high_watermark is None else f"(lag {st.high_watermark - leo:+d})" \
-                if leo != st.high_watermark else ""
+            lag = (
+                ""
+                if st.high_watermark is None
+                else f"(lag {st.high_watermark - leo:+d})"
+                if leo != st.high_watermark
+                else ""
+            )
             reps.append(f"{r}:{leo}{lag}")
-        lines.append(f"Topic: {st.topic}\tPartition: {st.partition}\tLeader: {leader}\t"
-                     f"Epoch: {st.leader_epoch}\tIsr: {','.join(map(str, st.isr))}\tHW: {hw}\t"
-                     f"LEO: {' '.join(reps)}")
+        lines.append(
+            f"Topic: {st.topic}\tPartition: {st.partition}\tLeader: {leader}\t"
+            f"Epoch: {st.leader_epoch}\tIsr: {','.join(map(str, st.isr))}\tHW: {hw}\t"
+            f"LEO: {' '.join(reps)}"
+        )
     return lines

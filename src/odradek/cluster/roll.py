@@ -45,7 +45,9 @@ def roll_order(broker_ids: Sequence[int], controller: int | None) -> list[int]:
     return rest + ([controller] if controller is not None and controller in broker_ids else [])
 
 
-def under_replicated(states: dict[tuple[str, int], tuple[list[int], list[int]]]) -> list[tuple[str, int]]:
+def under_replicated(
+    states: dict[tuple[str, int], tuple[list[int], list[int]]],
+) -> list[tuple[str, int]]:
     """Partitions whose ISR is not the whole replica list; ``states`` maps
     (topic, partition) to (replicas, isr)."""
     return sorted(tp for tp, (replicas, isr) in states.items() if set(isr) != set(replicas))
@@ -133,7 +135,9 @@ def roll(
     return order
 
 
-def procedure_text(hosts: Sequence[tuple[int, str]], bootstrap: str, unit: str = "odradek-broker") -> str:
+def procedure_text(
+    hosts: Sequence[tuple[int, str]], bootstrap: str, unit: str = "odradek-broker"
+) -> str:
     """The rolling-restart steps for brokers on real hosts run by systemd
     (``deploy/systemd/odradek-broker.service``); ``hosts`` is [(broker id, host)]."""
     lines = [

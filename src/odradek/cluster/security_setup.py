@@ -53,22 +53,28 @@ class SecuritySetup:
     plain_users: dict[str, str] | None = None
 
     def broker_properties(self, broker_id: int, host: str, port: int) -> dict[str, str]:
-        jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
-                f'username="{ADMIN_USER}" password="{self.admin_password}";')
+        jaas = (
+            'org.apache.kafka.common.security.scram.ScramLoginModule required '
+            f'username="{ADMIN_USER}" password="{self.admin_password}";'
+        )
         ln = LISTENER.lower()
         listeners = [f"{LISTENER}://{host}:{port}"] + [
-            f"{name}://{host}:{port + EXTRA_LISTENERS[name]}" for name in self.extra_listeners]
+            f"{name}://{host}:{port + EXTRA_LISTENERS[name]}" for name in self.extra_listeners
+        ]
         extra: dict[str, str] = {}
         if "SSL" in self.extra_listeners:
             extra["listener.name.ssl.ssl.client.auth"] = "required"
         if "SASL_PLAINTEXT" in self.extra_listeners:
             users = {ADMIN_USER: self.admin_password, **(self.plain_users or {})}
             extra["listener.name.sasl_plaintext.sasl.enabled.mechanisms"] = (
-                "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512")
+                "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+            )
             extra["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
                 "org.apache.kafka.common.security.plain.PlainLoginModule required "
                 f'username="{ADMIN_USER}" password="{self.admin_password}" '
-                + " ".join(f'user_{u}="{p}"' for u, p in users.items()) + ";")
+                + " ".join(f'user_{u}="{p}"' for u, p in users.items())
+                + ";"
+            )
             for m in ("scram-sha-256", "scram-sha-512"):
                 extra[f"listener.name.sasl_plaintext.{m}.sasl.jaas.config"] = jaas
         return {
@@ -89,9 +95,14 @@ class SecuritySetup:
         }
 
 
-def prepare(directory: Path, brokers: dict[int, str], zk: KazooClient, *,
-            extra_listeners: tuple[str, ...] = (),
-            plain_users: dict[str, str] | None = None) -> SecuritySetup:
+def prepare(
+    directory: Path,
+    brokers: dict[int, str],
+    zk: KazooClient,
+    *,
+    extra_listeners: tuple[str, ...] = (),
+    plain_users: dict[str, str] | None = None,
+) -> SecuritySetup:
     """Key material, the admin user in ZooKeeper and client.properties (idempotent for
     the user: a restarted cluster keeps its password)."""
     sec_dir = directory / "security"
@@ -101,31 +112,41 @@ def prepare(directory: Path, brokers: dict[int, str], zk: KazooClient, *,
         password = parse_properties(props_path.read_text()).get("sasl.password")
     password = password or secrets.token_urlsafe(18)
     ca = make_ca(sec_dir)
-    keystores = {bid: ca.issue(sec_dir / f"broker-{bid}.pem", f"broker-{bid}", [host])
-                 for bid, host in brokers.items()}
+    keystores = {
+        bid: ca.issue(sec_dir / f"broker-{bid}.pem", f"broker-{bid}", [host])
+        for bid, host in brokers.items()
+    }
     security_store.update_user_config(
-        zk, ADMIN_USER, {m: credential_from_password(m, password, 4096).to_config()
-                         for m in MECHANISMS}, set())
-    write_private(props_path,
+        zk,
+        ADMIN_USER,
+        {m: credential_from_password(m, password, 4096).to_config() for m in MECHANISMS},
+        set(),
+    )
+    write_private(
+        props_path,
         "# written by `odradek cluster up --security sasl_ssl`: the admin user (a super "
         "user)\n"
         "security.protocol=SASL_SSL\n"
         f"sasl.mechanism={INTER_BROKER_MECHANISM}\n"
         f"sasl.username={ADMIN_USER}\n"
         f"sasl.password={password}\n"
-        f"ssl.ca.location={ca.cert_path}\n")
-    return SecuritySetup(props_path, ca.cert_path, keystores, password,
-                         tuple(extra_listeners), plain_users)
+        f"ssl.ca.location={ca.cert_path}\n",
+    )
+    return SecuritySetup(
+        props_path, ca.cert_path, keystores, password, tuple(extra_listeners), plain_users
+    )
 
 
-def added_broker_properties(directory: Path, first: dict[str, str], broker_id: int,
-                            first_host: str, host: str) -> dict[str, str]:
+def added_broker_properties(
+    directory: Path, first: dict[str, str], broker_id: int, first_host: str, host: str
+) -> dict[str, str]:
     """Properties of a broker added to a running ``sasl_ssl`` cluster: a keystore for
     ``host`` issued by the cluster's CA (hostname verification between brokers must
     pass) and the first broker's listeners moved to ``host``."""
     sec_dir = directory / "security"
-    keystore = load_ca(sec_dir).issue(sec_dir / f"broker-{broker_id}.pem",
-                                      f"broker-{broker_id}", [host])
+    keystore = load_ca(sec_dir).issue(
+        sec_dir / f"broker-{broker_id}.pem", f"broker-{broker_id}", [host]
+    )
     out = {"ssl.keystore.location": str(keystore)}
     for key in ("listeners", "advertised.listeners"):
         if key in first:

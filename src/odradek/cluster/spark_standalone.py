@@ -105,9 +105,13 @@ class SparkStandalone:
 
         hosts = cluster.netns_hosts()
         roles = [f"c{i}" for i in range(1, workers + 1)]
-        return cls(dir, host=netns.endpoint_address(hosts.block, netns.MANAGER),
-                   workers=workers, worker_prefixes=[cluster.exec_prefix(r) for r in roles],
-                   worker_hosts=[hosts.address(r) for r in roles])
+        return cls(
+            dir,
+            host=netns.endpoint_address(hosts.block, netns.MANAGER),
+            workers=workers,
+            worker_prefixes=[cluster.exec_prefix(r) for r in roles],
+            worker_hosts=[hosts.address(r) for r in roles],
+        )
 
     @property
     def master_url(self) -> str:
@@ -125,8 +129,13 @@ class SparkStandalone:
         # The child keeps its own copy of the descriptor; ours is closed on leaving.
         with open(self.dir / f"{name}.log", "ab") as log_file:
             p = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                env=env, cwd=self.dir, start_new_session=True,
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.dir,
+                start_new_session=True,
             )
         self._procs.append(p)
         return p
@@ -136,17 +145,39 @@ class SparkStandalone:
         spark_class = str(spark_home() / "bin" / "spark-class")
         self.port = _free_port(self.host)
         try:
-            self._spawn("master", [
-                spark_class, "org.apache.spark.deploy.master.Master",
-                "--host", self.host, "--port", str(self.port), "--webui-port", "0",
-            ])
+            self._spawn(
+                "master",
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    self.host,
+                    "--port",
+                    str(self.port),
+                    "--webui-port",
+                    "0",
+                ],
+            )
             for i in range(self.n_workers):
-                self._spawn(f"worker-{i + 1}", [
-                    *self.worker_prefixes[i], spark_class, "org.apache.spark.deploy.worker.Worker",
-                    "--host", self.worker_hosts[i], "--webui-port", "0",
-                    "--cores", str(self.worker_cores), "--memory", self.worker_memory,
-                    "--work-dir", str(self.dir / f"work-{i + 1}"), self.master_url,
-                ])
+                self._spawn(
+                    f"worker-{i + 1}",
+                    [
+                        *self.worker_prefixes[i],
+                        spark_class,
+                        "org.apache.spark.deploy.worker.Worker",
+                        "--host",
+                        self.worker_hosts[i],
+                        "--webui-port",
+                        "0",
+                        "--cores",
+                        str(self.worker_cores),
+                        "--memory",
+                        self.worker_memory,
+                        "--work-dir",
+                        str(self.dir / f"work-{i + 1}"),
+                        self.master_url,
+                    ],
+                )
             self._wait_workers(timeout)
         except BaseException:
             self.stop()
@@ -160,8 +191,10 @@ class SparkStandalone:
         while time.monotonic() < deadline:
             for p in self._procs:
                 if p.poll() is not None:
-                    raise KafkaError(ErrorCode.unknown_server_error,
-                                     f"a Spark daemon exited ({p.args!r}); see {self.dir}")
+                    raise KafkaError(
+                        ErrorCode.unknown_server_error,
+                        f"a Spark daemon exited ({p.args!r}); see {self.dir}",
+                    )
             try:
                 n = len(re.findall(r"Registering worker", log.read_text(errors="replace")))
             except FileNotFoundError:
@@ -169,8 +202,10 @@ class SparkStandalone:
             if n >= self.n_workers:
                 return
             time.sleep(0.3)
-        raise KafkaError(ErrorCode.request_timed_out,
-                         f"{n}/{self.n_workers} Spark workers registered after {timeout:.0f} s")
+        raise KafkaError(
+            ErrorCode.request_timed_out,
+            f"{n}/{self.n_workers} Spark workers registered after {timeout:.0f} s",
+        )
 
     def stop(self) -> None:
         # Workers first (they kill their executors), then the master; each by its pid.

@@ -111,8 +111,12 @@ def _fmt_bytes(n: float | int | None) -> str:
 def _fmt_ts(ms: int | None) -> str:
     if ms is None or ms < 0:
         return "-"
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC) \
-        .strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    return (
+        datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[
+            :-3
+        ]
+        + "Z"
+    )
 
 
 def _fmt_time(t: float) -> str:
@@ -120,10 +124,13 @@ def _fmt_time(t: float) -> str:
 
 
 def _templates() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
-                             autoescape=jinja2.select_autoescape(["html"]),
-                             trim_blocks=True, lstrip_blocks=True,
-                             undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=jinja2.select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
     env.filters["bytes"] = _fmt_bytes
     env.filters["ts"] = _fmt_ts
     env.filters["clock"] = _fmt_time
@@ -145,17 +152,24 @@ def _int_param(request: web.Request, name: str, lo: int, hi: int) -> int | None:
     return v
 
 
-def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
-             *, title: str = "Odradek console",
-             read: Callable[..., Any] = read_messages,
-             client_conf: Mapping[str, str] | None = None,
-             login: ConsoleLogin | None = None) -> web.Application:
+def make_app(
+    state: ConsoleState,
+    bootstrap: str,
+    reports: ChaosReports,
+    *,
+    title: str = "Odradek console",
+    read: Callable[..., Any] = read_messages,
+    client_conf: Mapping[str, str] | None = None,
+    login: ConsoleLogin | None = None,
+) -> web.Application:
     """``client_conf``: librdkafka security settings of a secured cluster (the message
     browser's consumer). ``login``: every page needs a login, and shows and reads what
     the logged-in user may (the browser's consumer then uses the user's settings)."""
     env = _templates()
-    app = web.Application(client_max_size=64 * 1024,  # no uploads: small bodies only
-                          middlewares=[login.middleware] if login is not None else [])
+    app = web.Application(
+        client_max_size=64 * 1024,  # no uploads: small bodies only
+        middlewares=[login.middleware] if login is not None else [],
+    )
     streams: set[web.StreamResponse] = set()
     browse_slots = asyncio.Semaphore(BROWSE_CONCURRENCY)
     registry = CollectorRegistry(auto_describe=False)
@@ -173,9 +187,9 @@ def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
 
     def page(r: web.Request, name: str, **ctx: Any) -> web.Response:
         v = viewer_of(r)
-        html = env.get_template(name).render(title=title, bootstrap=bootstrap,
-                                             snap=seen(r), user=v.user if v else None,
-                                             **ctx)
+        html = env.get_template(name).render(
+            title=title, bootstrap=bootstrap, snap=seen(r), user=v.user if v else None, **ctx
+        )
         return web.Response(text=html, content_type="text/html")
 
     def fragment(view: str, arg: str, snap: Snapshot) -> str:
@@ -185,26 +199,56 @@ def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
         raise web.HTTPFound("/brokers")
 
     async def brokers(r: web.Request) -> web.Response:
-        return page(r, "live.html", view="brokers", arg="", heading="Brokers",
-                    live=fragment("brokers", "", seen(r)))
+        return page(
+            r,
+            "live.html",
+            view="brokers",
+            arg="",
+            heading="Brokers",
+            live=fragment("brokers", "", seen(r)),
+        )
 
     async def topics(r: web.Request) -> web.Response:
-        return page(r, "live.html", view="topics", arg="", heading="Topics",
-                    live=fragment("topics", "", seen(r)))
+        return page(
+            r,
+            "live.html",
+            view="topics",
+            arg="",
+            heading="Topics",
+            live=fragment("topics", "", seen(r)),
+        )
 
     async def topic(r: web.Request) -> web.Response:
         name = r.match_info["name"]
-        return page(r, "live.html", view="topic", arg=name, heading=f"Topic {name}",
-                    live=fragment("topic", name, seen(r)))
+        return page(
+            r,
+            "live.html",
+            view="topic",
+            arg=name,
+            heading=f"Topic {name}",
+            live=fragment("topic", name, seen(r)),
+        )
 
     async def groups(r: web.Request) -> web.Response:
-        return page(r, "live.html", view="groups", arg="", heading="Consumer groups",
-                    live=fragment("groups", "", seen(r)))
+        return page(
+            r,
+            "live.html",
+            view="groups",
+            arg="",
+            heading="Consumer groups",
+            live=fragment("groups", "", seen(r)),
+        )
 
     async def group(r: web.Request) -> web.Response:
         gid = r.match_info["group"]
-        return page(r, "live.html", view="group", arg=gid, heading=f"Consumer group {gid}",
-                    live=fragment("group", gid, seen(r)))
+        return page(
+            r,
+            "live.html",
+            view="group",
+            arg=gid,
+            heading=f"Consumer group {gid}",
+            live=fragment("group", gid, seen(r)),
+        )
 
     async def messages(r: web.Request) -> web.Response:
         topic_name = r.query.get("topic", "")
@@ -218,9 +262,14 @@ def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
         timestamp_ms = None
         if ts_text:
             try:
-                timestamp_ms = int(ts_text) if ts_text.isdigit() else int(
-                    datetime.datetime.fromisoformat(ts_text.replace("Z", "+00:00"))
-                    .timestamp() * 1000)
+                timestamp_ms = (
+                    int(ts_text)
+                    if ts_text.isdigit()
+                    else int(
+                        datetime.datetime.fromisoformat(ts_text.replace("Z", "+00:00")).timestamp()
+                        * 1000
+                    )
+                )
             except ValueError:
                 raise web.HTTPBadRequest(text="timestamp: epoch ms or ISO 8601") from None
         records: list[Any] = []
@@ -235,14 +284,33 @@ def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
                 async with browse_slots:
                     try:
                         start, records = await asyncio.to_thread(
-                            read, bootstrap, topic_name, partition, offset=offset,
-                            timestamp_ms=timestamp_ms, limit=limit, fmt=fmt,
-                            **({"client_conf": conf} if conf else {}))
+                            read,
+                            bootstrap,
+                            topic_name,
+                            partition,
+                            offset=offset,
+                            timestamp_ms=timestamp_ms,
+                            limit=limit,
+                            fmt=fmt,
+                            **({"client_conf": conf} if conf else {}),
+                        )
                     except Exception as e:  # noqa: BLE001 - shown on the page
                         error = str(e)
-        return page(r, "messages.html", heading="Messages", topic=topic_name,
-                    partition=partition, offset=offset, timestamp=ts_text, limit=limit,
-                    fmt=fmt, formats=FORMATS, records=records, start=start, error=error)
+        return page(
+            r,
+            "messages.html",
+            heading="Messages",
+            topic=topic_name,
+            partition=partition,
+            offset=offset,
+            timestamp=ts_text,
+            limit=limit,
+            fmt=fmt,
+            formats=FORMATS,
+            records=records,
+            start=start,
+            error=error,
+        )
 
     async def chaos(r: web.Request) -> web.Response:
         return page(r, "chaos.html", heading="Chaos reports", reports=reports.list())
@@ -260,8 +328,9 @@ def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
             raise web.HTTPBadRequest(text="unknown view")
         if len(streams) >= MAX_EVENT_STREAMS:
             raise web.HTTPServiceUnavailable(text="too many event streams")
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
         await resp.prepare(r)
         streams.add(resp)
         try:
@@ -291,14 +360,16 @@ def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
         if viewer_of(r) is not None:  # this viewer's groups only
             reg = CollectorRegistry(auto_describe=False)
             reg.register(LagCollector(lambda: seen(r)))
-        return web.Response(body=generate_latest(reg),
-                            headers={"Content-Type": "text/plain; version=0.0.4"})
+        return web.Response(
+            body=generate_latest(reg), headers={"Content-Type": "text/plain; version=0.0.4"}
+        )
 
     async def health(_r: web.Request) -> web.Response:
         h = state.snapshot.health
-        return web.json_response({"healthy": bool(h and h.healthy),
-                                  "reasons": h.reasons if h else ["collecting"]},
-                                 status=200 if h and h.healthy else 503)
+        return web.json_response(
+            {"healthy": bool(h and h.healthy), "reasons": h.reasons if h else ["collecting"]},
+            status=200 if h and h.healthy else 503,
+        )
 
     app.router.add_get("/", index)
     app.router.add_get("/brokers", brokers)
@@ -319,5 +390,6 @@ def make_app(state: ConsoleState, bootstrap: str, reports: ChaosReports,
             task = s.task
             if task is not None:
                 task.cancel()
+
     app.on_shutdown.append(close_streams)
     return app

@@ -19,8 +19,15 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FORMATS", "MAX_MESSAGES", "MAX_SHOWN_BYTES", "Decoded", "BrowsedRecord",
-           "decode", "read_messages"]
+__all__ = [
+    "FORMATS",
+    "MAX_MESSAGES",
+    "MAX_SHOWN_BYTES",
+    "Decoded",
+    "BrowsedRecord",
+    "decode",
+    "read_messages",
+]
 
 FORMATS = ("auto", "text", "json", "hex")
 MAX_MESSAGES = 100
@@ -38,7 +45,7 @@ class Decoded:
 def _hex(data: bytes) -> str:
     lines = []
     for i in range(0, len(data), 16):
-        chunk = data[i:i + 16]
+        chunk = data[i : i + 16]
         ascii_ = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
         lines.append(f"{i:08x}  {chunk.hex(' '):<47}  {ascii_}")
     return "\n".join(lines)
@@ -64,12 +71,15 @@ def decode(data: bytes | None, fmt: str = "auto") -> Decoded:
         except UnicodeDecodeError as e:
             # A multi-byte character cut by the limit is not an error.
             if rest and e.start >= len(shown) - 3:
-                text = shown[:e.start].decode("utf-8")
+                text = shown[: e.start].decode("utf-8")
                 rest += len(shown) - e.start
             else:
                 text = None
-        if text is not None and (fmt != "auto" or text.isprintable() or
-                                 all(c.isprintable() or c in "\n\r\t" for c in text)):
+        if text is not None and (
+            fmt != "auto"
+            or text.isprintable()
+            or all(c.isprintable() or c in "\n\r\t" for c in text)
+        ):
             return Decoded(text, "text", rest)
     return Decoded(_hex(shown), "hex", rest)
 
@@ -86,28 +96,40 @@ class BrowsedRecord:
 _GROUP_AUTHORIZATION_FAILED = 30
 
 
-def read_messages(bootstrap: str, topic: str, partition: int, *, offset: int | None = None,
-                  timestamp_ms: int | None = None, limit: int = 20, fmt: str = "auto",
-                  timeout_s: float = READ_TIMEOUT_S,
-                  client_conf: Mapping[str, str] | None = None,
-                  ) -> tuple[int, list[BrowsedRecord]]:
+def read_messages(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    *,
+    offset: int | None = None,
+    timestamp_ms: int | None = None,
+    limit: int = 20,
+    fmt: str = "auto",
+    timeout_s: float = READ_TIMEOUT_S,
+    client_conf: Mapping[str, str] | None = None,
+) -> tuple[int, list[BrowsedRecord]]:
     """(start offset, records) from ``offset`` (or the first at/after ``timestamp_ms``;
     neither: the last ``limit`` records). Blocking: run it in a thread."""
     from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
 
     limit = max(1, min(limit, MAX_MESSAGES))
-    c = Consumer({"bootstrap.servers": bootstrap,
-                  "group.id": f"odradek-console-browser-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "enable.partition.eof": True,
-                  "auto.offset.reset": "earliest",
-                  "logger": logging.getLogger("odradek.console.librdkafka"),
-                  **(client_conf or {})})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"odradek-console-browser-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "logger": logging.getLogger("odradek.console.librdkafka"),
+            **(client_conf or {}),
+        }
+    )
     try:
-        low, high = c.get_watermark_offsets(TopicPartition(topic, partition),
-                                            timeout=timeout_s)
+        low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
         if timestamp_ms is not None:
-            found = c.offsets_for_times([TopicPartition(topic, partition, timestamp_ms)],
-                                        timeout=timeout_s)[0].offset
+            found = c.offsets_for_times(
+                [TopicPartition(topic, partition, timestamp_ms)], timeout=timeout_s
+            )[0].offset
             start = found if found >= 0 else high
         elif offset is not None:
             start = min(max(offset, low), high)
@@ -141,7 +163,7 @@ def read_messages(bootstrap: str, topic: str, partition: int, *, offset: int | N
 
 def _record(m: Any, fmt: str) -> BrowsedRecord:
     _, ts = m.timestamp()
-    headers = tuple((k, decode(v, "text" if fmt == "auto" else fmt))
-                    for k, v in (m.headers() or []))
-    return BrowsedRecord(m.offset(), ts, decode(m.key(), fmt), decode(m.value(), fmt),
-                         headers)
+    headers = tuple(
+        (k, decode(v, "text" if fmt == "auto" else fmt)) for k, v in (m.headers() or [])
+    )
+    return BrowsedRecord(m.offset(), ts, decode(m.key(), fmt), decode(m.value(), fmt), headers)

@@ -51,6 +51,7 @@ __all__ = ["Cadence", "ClusterCollector", "local_cluster_brokers"]
 REQUEST_TIMEOUT_S = 5.0
 SCRAPE_TIMEOUT_S = 2.0
 
+
 @dataclass(frozen=True)
 class Cadence:
     """How often each part of the cluster is asked for (see the module docstring)."""
@@ -61,7 +62,9 @@ class Cadence:
     configs_s: float = 300.0
 
 
-def local_cluster_brokers(cluster_dir: Path) -> tuple[dict[int, str], dict[int, tuple[int, int | None]]]:
+def local_cluster_brokers(
+    cluster_dir: Path,
+) -> tuple[dict[int, str], dict[int, tuple[int, int | None]]]:
     """From a local cluster's ``cluster.json``: broker id → metrics URL, and broker id
     → (pid, start time) for liveness checks."""
     state = json.loads((cluster_dir / "cluster.json").read_text())
@@ -75,11 +78,17 @@ def local_cluster_brokers(cluster_dir: Path) -> tuple[dict[int, str], dict[int, 
 
 
 class ClusterCollector:
-    def __init__(self, bootstrap: str, on_snapshot: Callable[[Snapshot], None], *,
-                 cadence: Cadence | None = None, cluster_dir: Path | None = None,
-                 metrics_urls: dict[int, str] | None = None,
-                 security: ClientSecurity = PLAINTEXT,
-                 interest: Callable[[], Interest] = Interest) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        on_snapshot: Callable[[Snapshot], None],
+        *,
+        cadence: Cadence | None = None,
+        cluster_dir: Path | None = None,
+        metrics_urls: dict[int, str] | None = None,
+        security: ClientSecurity = PLAINTEXT,
+        interest: Callable[[], Interest] = Interest,
+    ) -> None:
         from confluent_kafka.admin import AdminClient  # noqa: PLC0415
 
         self.bootstrap = bootstrap
@@ -90,10 +99,14 @@ class ClusterCollector:
         self.interest = interest
         # librdkafka's own log lines (a dead broker: "Connect to ... failed") go to the
         # console's log file through this logger, never to the terminal.
-        self.admin = AdminClient({"bootstrap.servers": bootstrap,
-                                  "logger": logging.getLogger("odradek.console.librdkafka"),
-                                  "socket.connection.setup.timeout.ms": 3000,
-                                  **security.librdkafka_config()})
+        self.admin = AdminClient(
+            {
+                "bootstrap.servers": bootstrap,
+                "logger": logging.getLogger("odradek.console.librdkafka"),
+                "socket.connection.setup.timeout.ms": 3000,
+                **security.librdkafka_config(),
+            }
+        )
         # Consumer groups (and topic configs) through Odradek's own client: librdkafka's
         # group admin calls can abort the process when a coordinator dies
         # (console/groups.py says why).
@@ -102,8 +115,7 @@ class ClusterCollector:
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="console-scrape")
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="console-collector",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="console-collector", daemon=True)
         self._state = _Cache()
 
     def start(self) -> None:
@@ -152,16 +164,19 @@ class ClusterCollector:
                 local_urls, pids = local_cluster_brokers(self.cluster_dir)
                 urls.update(local_urls)
                 known = sorted(set(local_urls) | set(pids))
-                raw.process_down = {b for b, (pid, start) in pids.items()
-                                    if not _alive(pid, start)}
+                raw.process_down = {b for b, (pid, start) in pids.items() if not _alive(pid, start)}
             except (OSError, ValueError) as e:
                 raw.errors.append(f"cluster.json: {e}")
         raw.metrics_urls = urls
         c = self.cadence
         force_scrape = any(v == "topic" for v, _ in opened)
-        due_scrapes = {b: url for b, url in urls.items()
-                       if force_scrape or st.scrape_failed.get(b, True)
-                       or now - st.scraped_at.get(b, -1e9) >= c.background_s}
+        due_scrapes = {
+            b: url
+            for b, url in urls.items()
+            if force_scrape
+            or st.scrape_failed.get(b, True)
+            or now - st.scraped_at.get(b, -1e9) >= c.background_s
+        }
         scrapes = {b: self._pool.submit(_scrape_or_none, url) for b, url in due_scrapes.items()}
         try:
             view = fetch_metadata(self.admin, REQUEST_TIMEOUT_S, known)
@@ -208,8 +223,9 @@ class ClusterCollector:
             del st.min_isr[t]
         view.min_isr.update(st.min_isr)
 
-    def _groups(self, interest: Interest, opened: set[View], now: float, every_s: float,
-                raw: RawState) -> None:
+    def _groups(
+        self, interest: Interest, opened: set[View], now: float, every_s: float, raw: RawState
+    ) -> None:
         st = self._state
         if now - st.groups_at >= every_s or ("groups", "") in opened:
             groups, errors = self.group_reader.read()
@@ -225,15 +241,23 @@ class ClusterCollector:
             st.groups.update((g.group_id, g) for g in groups)
             raw.errors.extend(errors)
 
-    def _offsets(self, view: ClusterView, interest: Interest, opened: set[View],
-                 now: float, every_s: float, raw: RawState) -> None:
+    def _offsets(
+        self,
+        view: ClusterView,
+        interest: Interest,
+        opened: set[View],
+        now: float,
+        every_s: float,
+        raw: RawState,
+    ) -> None:
         from confluent_kafka import TopicPartition  # noqa: PLC0415
         from confluent_kafka.admin import OffsetSpec  # noqa: PLC0415
 
         st = self._state
         led = {(p.topic, p.partition) for p in view.partitions if p.leader >= 0}
         everything = now - st.offsets_at >= every_s or bool(
-            opened & {("topics", ""), ("groups", "")})
+            opened & {("topics", ""), ("groups", "")}
+        )
         if everything:
             tps = led
             st.offsets_at = now
@@ -250,17 +274,26 @@ class ClusterCollector:
         if not tps:
             return
         sent = []
-        for spec, target in ((OffsetSpec.latest(), st.high_watermarks),
-                             (OffsetSpec.earliest(), st.log_starts)):
+        for spec, target in (
+            (OffsetSpec.latest(), st.high_watermarks),
+            (OffsetSpec.earliest(), st.log_starts),
+        ):
             try:
-                sent.append((target, self.admin.list_offsets(
-                    {TopicPartition(t, p): spec for t, p in sorted(tps)},
-                    request_timeout=REQUEST_TIMEOUT_S)))
+                sent.append(
+                    (
+                        target,
+                        self.admin.list_offsets(
+                            {TopicPartition(t, p): spec for t, p in sorted(tps)},
+                            request_timeout=REQUEST_TIMEOUT_S,
+                        ),
+                    )
+                )
             except Exception as e:  # noqa: BLE001
                 raw.errors.append(f"list offsets: {e}")
         # Both requests in flight at once, one deadline for every answer.
-        concurrent.futures.wait([f for _, futs in sent for f in futs.values()],
-                                timeout=REQUEST_TIMEOUT_S)
+        concurrent.futures.wait(
+            [f for _, futs in sent for f in futs.values()], timeout=REQUEST_TIMEOUT_S
+        )
         for target, futs in sent:
             for ktp, fut in futs.items():
                 if not fut.done():

@@ -52,8 +52,9 @@ class ChaosReports:
                     continue
                 if depth < MAX_DEPTH:
                     try:
-                        stack.extend((c, depth + 1) for c in d.iterdir()
-                                     if c.is_dir() and not c.is_symlink())
+                        stack.extend(
+                            (c, depth + 1) for c in d.iterdir() if c.is_dir() and not c.is_symlink()
+                        )
                     except OSError:
                         continue
         return found
@@ -70,13 +71,20 @@ class ChaosReports:
                 summary = json.loads((d / "summary.json").read_text())
                 rows = summary if isinstance(summary, list) else summary.get("rows", [])
                 scenarios = len(rows)
-                failed = sum(1 for r in rows
-                             if isinstance(r, dict) and r.get("result") == "FAIL")
+                failed = sum(1 for r in rows if isinstance(r, dict) and r.get("result") == "FAIL")
             except (OSError, ValueError, AttributeError):
                 pass
-            out.append(ChaosReport(self._rid(d), d, d.parent.name + "/" + d.name, scenarios,
-                                   failed, (d / "index.html").stat().st_mtime,
-                                   tuple(sorted(p.name for p in d.glob("*.png")))))
+            out.append(
+                ChaosReport(
+                    self._rid(d),
+                    d,
+                    d.parent.name + "/" + d.name,
+                    scenarios,
+                    failed,
+                    (d / "index.html").stat().st_mtime,
+                    tuple(sorted(p.name for p in d.glob("*.png"))),
+                )
+            )
         return sorted(out, key=lambda r: -r.modified)
 
     def resolve(self, rid: str, rel: str) -> Path | None:

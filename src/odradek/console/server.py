@@ -39,10 +39,17 @@ def _loopback(host: str) -> bool:
         return False
 
 
-async def serve(bootstrap: str, host: str, port: int, *, cluster_dir: Path | None,
-                reports: list[Path], cadence: Cadence | None = None,
-                started: asyncio.Event | None = None,
-                client_props: Mapping[str, str] | None = None) -> None:
+async def serve(
+    bootstrap: str,
+    host: str,
+    port: int,
+    *,
+    cluster_dir: Path | None,
+    reports: list[Path],
+    cadence: Cadence | None = None,
+    started: asyncio.Event | None = None,
+    client_props: Mapping[str, str] | None = None,
+) -> None:
     """Serve until SIGTERM/SIGINT (or cancellation). ``client_props``: a Kafka client
     properties file's settings (security.protocol, sasl.*, ssl.*) for a secured cluster."""
     loop = asyncio.get_running_loop()
@@ -52,24 +59,36 @@ async def serve(bootstrap: str, host: str, port: int, *, cluster_dir: Path | Non
         asyncio.run_coroutine_threadsafe(state.publish(snap), loop)
 
     security = ClientSecurity.from_properties(dict(client_props or {}))
-    collector = ClusterCollector(bootstrap, on_snapshot, cadence=cadence,
-                                 cluster_dir=cluster_dir, security=security,
-                                 interest=state.interest)
+    collector = ClusterCollector(
+        bootstrap,
+        on_snapshot,
+        cadence=cadence,
+        cluster_dir=cluster_dir,
+        security=security,
+        interest=state.interest,
+    )
     state.on_view_opened = collector.wake
     # A secured cluster: the console's own user is usually a super user, so every page
     # needs a login with a user of the cluster, and shows what that user may see.
     login = ConsoleLogin(bootstrap, security) if security.sasl else None
     if login is not None and not _loopback(host):
-        logger.warning("console on %s:%d: logins use HTTP basic authentication without "
-                       "TLS; passwords cross the network in clear. Listen on a loopback "
-                       "address (or put a TLS proxy in front) unless the network is "
-                       "trusted.", host, port)
-    app = make_app(state, bootstrap, ChaosReports(reports),
-                   client_conf=security.librdkafka_config() if client_props else None,
-                   login=login)
+        logger.warning(
+            "console on %s:%d: logins use HTTP basic authentication without "
+            "TLS; passwords cross the network in clear. Listen on a loopback "
+            "address (or put a TLS proxy in front) unless the network is "
+            "trusted.",
+            host,
+            port,
+        )
+    app = make_app(
+        state,
+        bootstrap,
+        ChaosReports(reports),
+        client_conf=security.librdkafka_config() if client_props else None,
+        login=login,
+    )
     # Keep-alive bounded; aiohttp already bounds request lines (8 KiB) and headers.
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=15,
-                           shutdown_timeout=2.0)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=15, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True, backlog=128)
     await site.start()

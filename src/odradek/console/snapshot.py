@@ -17,9 +17,23 @@ from odradek.metrics.scrape import Samples
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["View", "Interest", "RawGroup", "RawState", "BrokerRow", "PartitionRow",
-           "TopicRow", "LagRow", "MemberRow", "GroupRow", "RatePoint", "Snapshot", "SnapshotBuilder", "EMPTY",
-           "HISTORY_POINTS"]
+__all__ = [
+    "View",
+    "Interest",
+    "RawGroup",
+    "RawState",
+    "BrokerRow",
+    "PartitionRow",
+    "TopicRow",
+    "LagRow",
+    "MemberRow",
+    "GroupRow",
+    "RatePoint",
+    "Snapshot",
+    "SnapshotBuilder",
+    "EMPTY",
+    "HISTORY_POINTS",
+]
 
 HISTORY_POINTS = 240  # rate samples kept per broker (an hour at a scrape every 15 s)
 
@@ -138,8 +152,11 @@ class TopicRow:
 
     @property
     def messages(self) -> int:
-        return sum((p.high_watermark or 0) - (p.log_start_offset or 0)
-                   for p in self.partitions if p.high_watermark is not None)
+        return sum(
+            (p.high_watermark or 0) - (p.log_start_offset or 0)
+            for p in self.partitions
+            if p.high_watermark is not None
+        )
 
     @property
     def size_bytes(self) -> int:
@@ -217,9 +234,12 @@ def _rate(prev: tuple[float, Samples] | None, cur: tuple[float, Samples]) -> Rat
             return 0.0
         return (b - a) / dt
 
-    return RatePoint(cur[0], delta("kafka_server_brokertopicmetrics_bytesin_total"),
-                     delta("kafka_server_brokertopicmetrics_bytesout_total"),
-                     delta("kafka_server_brokertopicmetrics_messagesin_total"))
+    return RatePoint(
+        cur[0],
+        delta("kafka_server_brokertopicmetrics_bytesin_total"),
+        delta("kafka_server_brokertopicmetrics_bytesout_total"),
+        delta("kafka_server_brokertopicmetrics_messagesin_total"),
+    )
 
 
 class SnapshotBuilder:
@@ -238,8 +258,7 @@ class SnapshotBuilder:
         if raw.view is not None:
             self._last_view = raw.view
         if view is None:
-            return Snapshot(self.version, raw.taken_at, -1, (), (), (), None,
-                            tuple(raw.errors))
+            return Snapshot(self.version, raw.taken_at, -1, (), (), (), None, tuple(raw.errors))
         view.known_down = set(raw.process_down)
         health = assess(view)
         down = set(health.nodes_down)
@@ -269,23 +288,40 @@ class SnapshotBuilder:
             # its ZooKeeper session expires and Metadata drops it.
             metrics_failed = bid in raw.metrics_urls and samples is None
             up = bid not in down and not metrics_failed
-            urp = samples.get("kafka_server_replicamanager_underreplicatedpartitions") \
-                if samples is not None else None
-            stalls = samples.get("odradek_eventloop_stalls_total") \
-                if samples is not None else None
-            brokers.append(BrokerRow(
-                id=bid, address=view.live.get(bid, "-"), up=up,
-                controller=(bid == view.controller), leaders=leaders.get(bid, 0),
-                replicas=replicas.get(bid, 0), metrics_url=raw.metrics_urls.get(bid),
-                metrics_ok=samples is not None,
-                under_replicated=int(urp) if urp is not None else None,
-                stalls=int(stalls) if stalls is not None else None,
-                rate=rate if up else None,
-                history=tuple(self._history.get(bid, ()))))
+            urp = (
+                samples.get("kafka_server_replicamanager_underreplicatedpartitions")
+                if samples is not None
+                else None
+            )
+            stalls = samples.get("odradek_eventloop_stalls_total") if samples is not None else None
+            brokers.append(
+                BrokerRow(
+                    id=bid,
+                    address=view.live.get(bid, "-"),
+                    up=up,
+                    controller=(bid == view.controller),
+                    leaders=leaders.get(bid, 0),
+                    replicas=replicas.get(bid, 0),
+                    metrics_url=raw.metrics_urls.get(bid),
+                    metrics_ok=samples is not None,
+                    under_replicated=int(urp) if urp is not None else None,
+                    stalls=int(stalls) if stalls is not None else None,
+                    rate=rate if up else None,
+                    history=tuple(self._history.get(bid, ())),
+                )
+            )
         topics = self._topics(view, raw)
         groups = self._groups(raw)
-        return Snapshot(self.version, raw.taken_at, view.controller, tuple(brokers),
-                        topics, groups, health, tuple(raw.errors))
+        return Snapshot(
+            self.version,
+            raw.taken_at,
+            view.controller,
+            tuple(brokers),
+            topics,
+            groups,
+            health,
+            tuple(raw.errors),
+        )
 
     @staticmethod
     def _topics(view: ClusterView, raw: RawState) -> tuple[TopicRow, ...]:
@@ -300,14 +336,25 @@ class SnapshotBuilder:
                 v = leader_metrics.get("kafka_log_log_size", **labels)
                 size = int(v) if v is not None else None
             tp = (p.topic, p.partition)
-            by_topic.setdefault(p.topic, []).append(PartitionRow(
-                p.topic, p.partition, p.leader, p.replicas, p.isr,
-                raw.high_watermarks.get(tp), leo, raw.log_starts.get(tp), size))
+            by_topic.setdefault(p.topic, []).append(
+                PartitionRow(
+                    p.topic,
+                    p.partition,
+                    p.leader,
+                    p.replicas,
+                    p.isr,
+                    raw.high_watermarks.get(tp),
+                    leo,
+                    raw.log_starts.get(tp),
+                    size,
+                )
+            )
         return tuple(
-            TopicRow(name, name in view.topics_internal, tuple(parts),
-                     view.min_isr.get(name, 1))
-            for name, parts in sorted(by_topic.items(), key=lambda kv: (kv[0].startswith("__"),
-                                                                       kv[0])))
+            TopicRow(name, name in view.topics_internal, tuple(parts), view.min_isr.get(name, 1))
+            for name, parts in sorted(
+                by_topic.items(), key=lambda kv: (kv[0].startswith("__"), kv[0])
+            )
+        )
 
     @staticmethod
     def _groups(raw: RawState) -> tuple[GroupRow, ...]:
@@ -315,9 +362,16 @@ class SnapshotBuilder:
         for g in sorted(raw.groups, key=lambda g: g.group_id):
             owner = {tp: m[0] for m in g.members for tp in m[3]}
             tps = sorted(set(g.committed) | set(owner))
-            lags = tuple(LagRow(t, p, g.committed.get((t, p)), raw.high_watermarks.get((t, p)),
-                                owner.get((t, p))) for t, p in tps)
-            members = tuple(MemberRow(m[0], m[1], m[2], tuple(sorted(m[3])))
-                            for m in g.members)
+            lags = tuple(
+                LagRow(
+                    t,
+                    p,
+                    g.committed.get((t, p)),
+                    raw.high_watermarks.get((t, p)),
+                    owner.get((t, p)),
+                )
+                for t, p in tps
+            )
+            members = tuple(MemberRow(m[0], m[1], m[2], tuple(sorted(m[3]))) for m in g.members)
             out.append(GroupRow(g.group_id, g.state, g.protocol, g.coordinator, members, lags))
         return tuple(out)

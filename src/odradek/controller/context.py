@@ -74,8 +74,10 @@ class ControllerContext:
     def set_topic(self, assignment: znodes.TopicAssignment) -> None:
         self.assignments[assignment.topic] = assignment.partitions
         self.topic_ids[assignment.topic] = assignment.topic_id
-        for moving, given in ((self.adding, assignment.adding_replicas),
-                              (self.removing, assignment.removing_replicas)):
+        for moving, given in (
+            (self.adding, assignment.adding_replicas),
+            (self.removing, assignment.removing_replicas),
+        ):
             if given:
                 moving[assignment.topic] = given
             else:
@@ -83,8 +85,9 @@ class ControllerContext:
 
     def moving(self) -> set[TopicPartition]:
         """Partitions with a reassignment in progress."""
-        return {(t, p) for m in (self.adding, self.removing) for t, parts in m.items()
-                for p in parts}
+        return {
+            (t, p) for m in (self.adding, self.removing) for t, parts in m.items() for p in parts
+        }
 
     def remove_topic(self, topic: str) -> None:
         self.assignments.pop(topic, None)
@@ -95,8 +98,9 @@ class ControllerContext:
         for tp in [tp for tp in self.states if tp[0] == topic]:
             del self.states[tp]
 
-    def put_states(self, states: dict[TopicPartition, StateAndVersion],
-                   absent: Iterable[TopicPartition] = ()) -> None:
+    def put_states(
+        self, states: dict[TopicPartition, StateAndVersion], absent: Iterable[TopicPartition] = ()
+    ) -> None:
         """Fresh reads from ZooKeeper: they win over what we held; ``absent`` are
         partitions read and found without a state znode."""
         self.states.update(states)
@@ -112,7 +116,8 @@ class ControllerContext:
         for ch in changes:
             tid = self.topic_ids.get(ch.topic)
             if ch.topic not in self.assignments or (
-                    tid is not None and ch.topic_id is not None and tid != ch.topic_id):
+                tid is not None and ch.topic_id is not None and tid != ch.topic_id
+            ):
                 continue
             tp = (ch.topic, ch.partition)
             cur = self.states.get(tp)

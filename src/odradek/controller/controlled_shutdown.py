@@ -40,7 +40,6 @@ from odradek.zk.znodes import CONTROLLED_SHUTDOWN_PATH
 logger = logging.getLogger(__name__)
 
 
-
 def request_path(broker_id: int) -> str:
     return f"{CONTROLLED_SHUTDOWN_PATH}/{broker_id}"
 

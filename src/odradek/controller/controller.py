@@ -112,9 +112,18 @@ class NotController(Exception):
 # A decision rule for one partition: (replicas, current state) -> change or None.
 Decide = Callable[[list[int], znodes.PartitionState], StateChange | None]
 
-_WATCHED = (BrokersChanged, TopicsChanged, TopicChanged, DeletionsChanged, ControllerChanged,
-            SessionReestablished, TopicConfigChanged, AdminRequestsChanged,
-            PartitionStatesChanged, StatesReloaded)
+_WATCHED = (
+    BrokersChanged,
+    TopicsChanged,
+    TopicChanged,
+    DeletionsChanged,
+    ControllerChanged,
+    SessionReestablished,
+    TopicConfigChanged,
+    AdminRequestsChanged,
+    PartitionStatesChanged,
+    StatesReloaded,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +133,9 @@ class ControllerSettings:
     unclean_leader_election_enable: bool = setting("unclean.leader.election.enable")
     auto_leader_rebalance_enable: bool = setting("auto.leader.rebalance.enable")
     leader_imbalance_check_interval_seconds: int = setting(
-        "leader.imbalance.check.interval.seconds")
-    leader_imbalance_per_broker_percentage: int = setting(
-        "leader.imbalance.per.broker.percentage")
+        "leader.imbalance.check.interval.seconds"
+    )
+    leader_imbalance_per_broker_percentage: int = setting("leader.imbalance.per.broker.percentage")
 
 
 class Controller:
@@ -137,7 +146,9 @@ class Controller:
         self.epoch = -1
         self.active = False
         self._epoch_zk_version = -1  # /controller_epoch's version when we won
-        settings = config.settings(ControllerSettings) if config is not None else ControllerSettings()
+        settings = (
+            config.settings(ControllerSettings) if config is not None else ControllerSettings()
+        )
         self.unclean_default = settings.unclean_leader_election_enable
         self.auto_rebalance = settings.auto_leader_rebalance_enable
         self.imbalance_interval_s = float(settings.leader_imbalance_check_interval_seconds)
@@ -177,8 +188,10 @@ class Controller:
             if got is None:
                 return
             data, stat = got
-            if (znodes.decode_controller(data).broker_id == self.broker_id
-                    and stat.ephemeralOwner == self.zkc.zk.client_id[0]):
+            if (
+                znodes.decode_controller(data).broker_id == self.broker_id
+                and stat.ephemeralOwner == self.zkc.zk.client_id[0]
+            ):
                 self.zkc.zk.delete(znodes.CONTROLLER, version=stat.version)
         except Exception:  # noqa: BLE001 - best effort: the session's end removes it too
             pass
@@ -219,8 +232,9 @@ class Controller:
                 batch.append(kind())
                 # Due again one interval from now whatever our role: a non-controller
                 # that skipped this would spin on an expired timer.
-                self._timers[kind] = now + (self.imbalance_interval_s if kind is _RebalanceTick
-                                            else self.purge_interval_s)
+                self._timers[kind] = now + (
+                    self.imbalance_interval_s if kind is _RebalanceTick else self.purge_interval_s
+                )
         try:
             while True:
                 batch.append(self._events.get_nowait())
@@ -235,8 +249,11 @@ class Controller:
             self.process(batch)
             return 0.0
         except NotController:
-            logger.warning("broker %d is no longer the controller (epoch %d fenced)",
-                           self.broker_id, self.epoch)
+            logger.warning(
+                "broker %d is no longer the controller (epoch %d fenced)",
+                self.broker_id,
+                self.epoch,
+            )
             self.active = False
             self.ctx = None
             self._epoch_zk_version = -1
@@ -246,8 +263,9 @@ class Controller:
         except (ConnectionLoss, SessionExpiredError) as e:
             # Cut from ZooKeeper (REQ-P8): nothing to decide until it answers again; no
             # stack trace for an outage the cluster is built to survive.
-            logger.warning("controller step failed, ZooKeeper unreachable (%s); retrying",
-                           type(e).__name__)
+            logger.warning(
+                "controller step failed, ZooKeeper unreachable (%s); retrying", type(e).__name__
+            )
         except Exception:
             logger.exception("controller step failed; re-reading ZooKeeper and retrying")
         self.ctx = None  # a write may or may not have landed: trust only ZooKeeper
@@ -261,8 +279,12 @@ class Controller:
         self._process(batch)
         elapsed = time.monotonic() - t0
         if elapsed > 0.2:  # the slow steps, for whoever profiles a failover
-            logger.info("controller step of %d events took %.0f ms, %d ZooKeeper requests",
-                        len(batch), elapsed * 1e3, self.zkc.stats.requests - requests0)
+            logger.info(
+                "controller step of %d events took %.0f ms, %d ZooKeeper requests",
+                len(batch),
+                elapsed * 1e3,
+                self.zkc.stats.requests - requests0,
+            )
 
     def _process(self, batch: list[Any]) -> None:
         if any(isinstance(e, (ControllerChanged, SessionReestablished)) for e in batch):
@@ -270,8 +292,8 @@ class Controller:
         if not self.active:
             return
         full_pass = self.ctx is None or any(
-            not isinstance(e, (PartitionStatesChanged, _RebalanceTick, _PurgeTick))
-            for e in batch)
+            not isinstance(e, (PartitionStatesChanged, _RebalanceTick, _PurgeTick)) for e in batch
+        )
         if self.ctx is None:
             self.ctx = self._load_context()
         else:
@@ -286,8 +308,12 @@ class Controller:
             self._reassigner.process_requests(ctx)
         else:
             moving = ctx.moving()
-            named = {(ch.topic, ch.partition) for e in batch
-                     if isinstance(e, PartitionStatesChanged) for ch in e.changes}
+            named = {
+                (ch.topic, ch.partition)
+                for e in batch
+                if isinstance(e, PartitionStatesChanged)
+                for ch in e.changes
+            }
             if moving & named:  # a moving partition's ISR changed: maybe complete
                 self._reassigner.check(ctx, sorted(moving & named))
             self._undo_ineligible(ctx, named)
@@ -306,10 +332,12 @@ class Controller:
         leader recorded, so the follower "rejoins". A loaded CI run then had the dead
         broker elected from that ISR with an empty log. (A method of its own so that the
         simulator's ``no-isr-eligibility`` bug can switch it off: odradek.sim.bugs.)"""
-        back = {tp: ctx.unclean_enabled(tp[0], self.unclean_default)
-                for tp in sorted(named)
-                if (cur := ctx.states.get(tp)) is not None
-                and not _settled(cur[0], ctx.live_brokers, ctx.shutting_down)}
+        back = {
+            tp: ctx.unclean_enabled(tp[0], self.unclean_default)
+            for tp in sorted(named)
+            if (cur := ctx.states.get(tp)) is not None
+            and not _settled(cur[0], ctx.live_brokers, ctx.shutting_down)
+        }
         if back:
             self._write_per_partition(ctx, back, ctx.live_brokers, ctx.shutting_down)
 
@@ -321,9 +349,11 @@ class Controller:
             data, stat = got
             holder = znodes.decode_controller(data).broker_id
             was = self.active
-            self.active = (holder == self.broker_id
-                           and stat.ephemeralOwner == zkc.zk.client_id[0]
-                           and self._epoch_zk_version >= 0)
+            self.active = (
+                holder == self.broker_id
+                and stat.ephemeralOwner == zkc.zk.client_id[0]
+                and self._epoch_zk_version >= 0
+            )
             if was and not self.active:
                 logger.warning("controller role lost to broker %d", holder)
                 self.ctx = None
@@ -347,10 +377,15 @@ class Controller:
         ctx.shutting_down = self._shutdown_requests() & ctx.live_brokers
         ctx.deleting = set(zkc.get_children(znodes.DELETE_TOPICS))
         self._load_topics(ctx, zkc.get_children(znodes.BROKER_TOPICS))
-        logger.info("controller context loaded: %d brokers, %d topics, %d partitions in "
-                    "%.0f ms (%d ZooKeeper requests so far)", len(ctx.live_brokers),
-                    len(ctx.assignments), len(ctx.states),
-                    (time.monotonic() - t0) * 1e3, zkc.stats.requests)
+        logger.info(
+            "controller context loaded: %d brokers, %d topics, %d partitions in "
+            "%.0f ms (%d ZooKeeper requests so far)",
+            len(ctx.live_brokers),
+            len(ctx.assignments),
+            len(ctx.states),
+            (time.monotonic() - t0) * 1e3,
+            zkc.stats.requests,
+        )
         return ctx
 
     def _load_topics(self, ctx: ControllerContext, topics: Iterable[str]) -> None:
@@ -391,17 +426,27 @@ class Controller:
             for gone in set(ctx.assignments) - names:
                 ctx.remove_topic(gone)
             self._load_topics(ctx, sorted(names - set(ctx.assignments)))
-        changed = sorted({e.topic for e in batch if isinstance(e, TopicChanged)
-                          and e.topic in ctx.assignments})
+        changed = sorted(
+            {e.topic for e in batch if isinstance(e, TopicChanged) and e.topic in ctx.assignments}
+        )
         if changed:  # partitions added: their (rare) existing states are read too
             assignments = zkc.get_topic_assignments(changed)
             for a in assignments.values():
                 ctx.set_topic(a)
-            new = [(t, p) for t, a in assignments.items() for p in a.partitions
-                   if (t, p) not in ctx.states]
+            new = [
+                (t, p)
+                for t, a in assignments.items()
+                for p in a.partitions
+                if (t, p) not in ctx.states
+            ]
             ctx.put_states(zkc.get_partition_states(new), absent=new)
-        configs = sorted({e.topic for e in batch if isinstance(e, TopicConfigChanged)
-                          and e.topic in ctx.assignments})
+        configs = sorted(
+            {
+                e.topic
+                for e in batch
+                if isinstance(e, TopicConfigChanged) and e.topic in ctx.assignments
+            }
+        )
         if configs:
             ctx.configs.update(zkc.get_topic_configs(configs))
         if StatesReloaded in kinds:
@@ -414,8 +459,9 @@ class Controller:
                 ctx.apply_changes(e.changes)
 
     def _shutdown_requests(self) -> set[int]:
-        return {int(c) for c in self.zkc.get_children(znodes.CONTROLLED_SHUTDOWN_PATH)
-                if c.isdigit()}
+        return {
+            int(c) for c in self.zkc.get_children(znodes.CONTROLLED_SHUTDOWN_PATH) if c.isdigit()
+        }
 
     def _adopt_shutdown_requests(self, ctx: ControllerContext, requests: set[int]) -> None:
         """The brokers in a controlled shutdown from now on: those registered that asked
@@ -439,8 +485,9 @@ class Controller:
             ctx.put_states(self.zkc.get_partition_states(tps), absent=tps)
 
     # ------------------------------------------------------------------ writing
-    def _write_changes(self, ctx: ControllerContext, tps: Iterable[TopicPartition],
-                       decide: Decide, why: str) -> dict[TopicPartition, StateChange]:
+    def _write_changes(
+        self, ctx: ControllerContext, tps: Iterable[TopicPartition], decide: Decide, why: str
+    ) -> dict[TopicPartition, StateChange]:
         """Decide ``tps`` from the context and write every change in chunked, fenced,
         conditional transactions (Kafka's ``doElectLeaderForPartitions`` loop). Partitions
         whose znode changed meanwhile are re-read (one multiRead) and decided again."""
@@ -457,15 +504,17 @@ class Controller:
                 change = decide(replicas, cur[0])
                 if change is None:
                     continue
-                new = znodes.PartitionState(change.leader, change.leader_epoch, change.isr,
-                                            self.epoch)
+                new = znodes.PartitionState(
+                    change.leader, change.leader_epoch, change.isr, self.epoch
+                )
                 writes.append(StateWrite(tp[0], tp[1], ctx.topic_ids.get(tp[0]), new, cur[1]))
                 olds[tp] = (cur[0], change)
             if not writes:
                 break
             try:
                 result = self.zkc.update_partition_states(
-                    writes, fence=self._epoch_zk_version, writer=self.broker_id)
+                    writes, fence=self._epoch_zk_version, writer=self.broker_id
+                )
             except ControllerMovedError:
                 raise NotController() from None
             for w in writes:
@@ -481,16 +530,27 @@ class Controller:
                 break
             ctx.put_states(self.zkc.get_partition_states(remaining), absent=remaining)
         else:
-            logger.warning("%s: gave up on %d partitions after %d conflicting rounds: %s",
-                           why, len(remaining), _MAX_CAS_ROUNDS, _names(remaining))
+            logger.warning(
+                "%s: gave up on %d partitions after %d conflicting rounds: %s",
+                why,
+                len(remaining),
+                _MAX_CAS_ROUNDS,
+                _names(remaining),
+            )
         if done:
             kinds: dict[str, int] = {}
             for ch in done.values():
                 kinds[ch.kind] = kinds.get(ch.kind, 0) + 1
-            logger.info("%s: wrote %d partition states (%s) at controller epoch %d in %.0f ms, "
-                        "%d ZooKeeper requests", why, len(done),
-                        ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())), self.epoch,
-                        (time.monotonic() - t0) * 1e3, self.zkc.stats.requests - requests0)
+            logger.info(
+                "%s: wrote %d partition states (%s) at controller epoch %d in %.0f ms, "
+                "%d ZooKeeper requests",
+                why,
+                len(done),
+                ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())),
+                self.epoch,
+                (time.monotonic() - t0) * 1e3,
+                self.zkc.stats.requests - requests0,
+            )
         return done
 
     def _create_states(self, ctx: ControllerContext, tps: list[TopicPartition]) -> None:
@@ -507,20 +567,29 @@ class Controller:
             return
         try:
             result = self.zkc.create_partition_states(
-                writes, fence=self._epoch_zk_version, writer=self.broker_id)
+                writes, fence=self._epoch_zk_version, writer=self.broker_id
+            )
         except ControllerMovedError:
             raise NotController() from None
         for w in writes:
             if w.tp in result.versions:
                 ctx.states[w.tp] = (w.state, result.versions[w.tp])
-                logger.debug("partition %s-%d: leader %d at epoch 0, isr %s (new partition)",
-                             w.topic, w.partition, w.state.leader, w.state.isr)
+                logger.debug(
+                    "partition %s-%d: leader %d at epoch 0, isr %s (new partition)",
+                    w.topic,
+                    w.partition,
+                    w.state.leader,
+                    w.state.isr,
+                )
         if result.conflicts:  # created meanwhile (an earlier attempt of ours): read them
             again = sorted(result.conflicts)
             ctx.put_states(self.zkc.get_partition_states(again), absent=again)
-        logger.info("new partitions: created %d partition states at controller epoch %d%s",
-                    len(result.versions), self.epoch,
-                    f" ({len(result.conflicts)} existed already)" if result.conflicts else "")
+        logger.info(
+            "new partitions: created %d partition states at controller epoch %d%s",
+            len(result.versions),
+            self.epoch,
+            f" ({len(result.conflicts)} existed already)" if result.conflicts else "",
+        )
 
     # ------------------------------------------------------------------ full pass
     def _full_pass(self, ctx: ControllerContext) -> None:
@@ -548,14 +617,16 @@ class Controller:
         for broker_id in sorted(requests):
             # Every partition has been decided with the broker shutting down: done.
             try:
-                self.zkc.delete_paths([f"{znodes.CONTROLLED_SHUTDOWN_PATH}/{broker_id}"],
-                                      fence=self._epoch_zk_version)
+                self.zkc.delete_paths(
+                    [f"{znodes.CONTROLLED_SHUTDOWN_PATH}/{broker_id}"], fence=self._epoch_zk_version
+                )
             except ControllerMovedError:
                 raise NotController() from None
             logger.info("controlled shutdown of broker %d: leadership moved", broker_id)
 
-    def _fail_bounced(self, ctx: ControllerContext, registered: set[int],
-                      shutting: set[int]) -> None:
+    def _fail_bounced(
+        self, ctx: ControllerContext, registered: set[int], shutting: set[int]
+    ) -> None:
         """Partitions naming brokers that bounced: decided as if those brokers had failed,
         then started (``bounces.after_bounce``; Kafka's onBrokerFailure, onBrokerStartup)."""
         stale, ctx.stale = ctx.stale, {}
@@ -564,23 +635,36 @@ class Controller:
             if ctx.replicas(tp) is not None:
                 groups.setdefault(frozenset(members), []).append(tp)
         for gone, tps in sorted(groups.items(), key=lambda g: sorted(g[0])):
-            logger.warning("brokers %s registered again since %d partition states naming them "
-                           "were written (%s): treated as failed there first",
-                           sorted(gone), len(tps), _names(tps))
+            logger.warning(
+                "brokers %s registered again since %d partition states naming them "
+                "were written (%s): treated as failed there first",
+                sorted(gone),
+                len(tps),
+                _names(tps),
+            )
             for flag in (False, True):
-                chosen = [tp for tp in tps
-                          if ctx.unclean_enabled(tp[0], self.unclean_default) is flag]
+                chosen = [
+                    tp for tp in tps if ctx.unclean_enabled(tp[0], self.unclean_default) is flag
+                ]
 
-                def rule(replicas: list[int], st: znodes.PartitionState, _flag: bool = flag,
-                         _gone: frozenset[int] = gone) -> StateChange | None:
-                    return bounces.after_bounce(replicas, st, registered, _gone, shutting,
-                                                _flag)
+                def rule(
+                    replicas: list[int],
+                    st: znodes.PartitionState,
+                    _flag: bool = flag,
+                    _gone: frozenset[int] = gone,
+                ) -> StateChange | None:
+                    return bounces.after_bounce(replicas, st, registered, _gone, shutting, _flag)
 
                 if chosen:
                     self._write_changes(ctx, chosen, rule, "bounced brokers")
 
-    def _write_per_partition(self, ctx: ControllerContext, todo: dict[TopicPartition, bool],
-                             registered: set[int], shutting: set[int]) -> None:
+    def _write_per_partition(
+        self,
+        ctx: ControllerContext,
+        todo: dict[TopicPartition, bool],
+        registered: set[int],
+        shutting: set[int],
+    ) -> None:
         # Partitions of unclean-enabled topics and the others are decided by the same
         # rule with a different flag: two batches at most.
         for flag in (False, True):
@@ -588,10 +672,12 @@ class Controller:
             if not tps:
                 continue
 
-            def rule(replicas: list[int], st: znodes.PartitionState,
-                     _flag: bool = flag) -> StateChange | None:
-                return elections.reconcile_partition(replicas, st.leader, st.leader_epoch,
-                                                     st.isr, registered, shutting, _flag)
+            def rule(
+                replicas: list[int], st: znodes.PartitionState, _flag: bool = flag
+            ) -> StateChange | None:
+                return elections.reconcile_partition(
+                    replicas, st.leader, st.leader_epoch, st.isr, registered, shutting, _flag
+                )
 
             self._write_changes(ctx, tps, rule, "full pass")
 
@@ -604,20 +690,26 @@ class Controller:
         if wanted is None:
             return
         kind = "unclean" if path == znodes.UNCLEAN_LEADER_ELECTION_PATH else "preferred"
-        logger.info("%s election requested for %d partitions: %s", kind, len(wanted),
-                    _names(wanted))
+        logger.info(
+            "%s election requested for %d partitions: %s", kind, len(wanted), _names(wanted)
+        )
         # An operator's request names its partitions: decide them on fresh reads.
         named = sorted({tp for tp in wanted if ctx.replicas(tp) is not None})
         ctx.put_states(self.zkc.get_partition_states(named), absent=named)
         eligible, registered = ctx.eligible, ctx.live_brokers
         if kind == "preferred":
+
             def rule(replicas: list[int], st: znodes.PartitionState) -> StateChange | None:
-                return elections.preferred_change(replicas, st.leader, st.leader_epoch,
-                                                  st.isr, eligible)
+                return elections.preferred_change(
+                    replicas, st.leader, st.leader_epoch, st.isr, eligible
+                )
         else:
+
             def rule(replicas: list[int], st: znodes.PartitionState) -> StateChange | None:
-                return elections.unclean_change(replicas, st.leader, st.leader_epoch, st.isr,
-                                                registered, eligible)
+                return elections.unclean_change(
+                    replicas, st.leader, st.leader_epoch, st.isr, registered, eligible
+                )
+
         self._write_changes(ctx, named, rule, f"{kind} election")
         try:
             self.zkc.delete_paths([path], fence=self._epoch_zk_version)
@@ -635,17 +727,22 @@ class Controller:
                 continue
             flat[tp], leaders[tp], isrs[tp] = replicas, cur[0].leader, cur[0].isr
         eligible = ctx.eligible
-        todo = elections.partitions_to_rebalance(flat, leaders, isrs, eligible,
-                                                 self.imbalance_percentage)
+        todo = elections.partitions_to_rebalance(
+            flat, leaders, isrs, eligible, self.imbalance_percentage
+        )
         if not todo:
             return
-        logger.info("auto leader rebalance: preferred election for %d partitions: %s",
-                    len(todo), _names(todo))
+        logger.info(
+            "auto leader rebalance: preferred election for %d partitions: %s",
+            len(todo),
+            _names(todo),
+        )
         ctx.put_states(self.zkc.get_partition_states(todo), absent=todo)
 
         def rule(replicas: list[int], st: znodes.PartitionState) -> StateChange | None:
-            return elections.preferred_change(replicas, st.leader, st.leader_epoch, st.isr,
-                                              eligible)
+            return elections.preferred_change(
+                replicas, st.leader, st.leader_epoch, st.isr, eligible
+            )
 
         self._write_changes(ctx, todo, rule, "auto leader rebalance")
 
@@ -658,8 +755,9 @@ class Controller:
         roots = [p for t in topics for p in (znodes.topic_path(t), znodes.topic_config_path(t))]
         try:
             self.zkc.delete_recursive(roots, fence=self._epoch_zk_version)
-            self.zkc.delete_paths([znodes.delete_topic_path(t) for t in topics],
-                                  fence=self._epoch_zk_version)
+            self.zkc.delete_paths(
+                [znodes.delete_topic_path(t) for t in topics], fence=self._epoch_zk_version
+            )
         except ControllerMovedError:
             raise NotController() from None
         for t in topics:
@@ -689,8 +787,11 @@ def _settled(st: znodes.PartitionState, registered: set[int], shutting: set[int]
     """Nothing for the controller to do (a cheap pre-filter; ``reconcile_partition``
     decides): the leader is live and eligible, and every ISR member is registered and
     not shutting down."""
-    return (st.leader in registered and st.leader not in shutting
-            and all(b in registered and b not in shutting for b in st.isr))
+    return (
+        st.leader in registered
+        and st.leader not in shutting
+        and all(b in registered and b not in shutting for b in st.isr)
+    )
 
 
 def _names(tps: Iterable[TopicPartition], limit: int = 20) -> str:
@@ -702,15 +803,39 @@ def _names(tps: Iterable[TopicPartition], limit: int = 20) -> str:
 def _log_change(tp: TopicPartition, old: znodes.PartitionState, ch: StateChange) -> None:
     name = f"{tp[0]}-{tp[1]}"
     if ch.kind == "unclean":
-        logger.warning("unclean election for %s: leader %d -> %d at epoch %d, isr %s "
-                       "(records not on the new leader are lost, REQ-R10)",
-                       name, old.leader, ch.leader, ch.leader_epoch, ch.isr)
+        logger.warning(
+            "unclean election for %s: leader %d -> %d at epoch %d, isr %s "
+            "(records not on the new leader are lost, REQ-R10)",
+            name,
+            old.leader,
+            ch.leader,
+            ch.leader_epoch,
+            ch.isr,
+        )
     elif ch.kind == "offline":
-        logger.warning("partition %s is offline: leader %d -> -1 at epoch %d, no live "
-                       "replica in isr %s", name, old.leader, ch.leader_epoch, ch.isr)
+        logger.warning(
+            "partition %s is offline: leader %d -> -1 at epoch %d, no live replica in isr %s",
+            name,
+            old.leader,
+            ch.leader_epoch,
+            ch.isr,
+        )
     elif ch.kind == "isr":
-        logger.debug("partition %s: isr %s -> %s (leader %d, epoch %d)", name, old.isr,
-                     ch.isr, ch.leader, ch.leader_epoch)
+        logger.debug(
+            "partition %s: isr %s -> %s (leader %d, epoch %d)",
+            name,
+            old.isr,
+            ch.isr,
+            ch.leader,
+            ch.leader_epoch,
+        )
     else:
-        logger.debug("partition %s: leader %d -> %d at epoch %d, isr %s (%s)", name,
-                     old.leader, ch.leader, ch.leader_epoch, ch.isr, ch.kind)
+        logger.debug(
+            "partition %s: leader %d -> %d at epoch %d, isr %s (%s)",
+            name,
+            old.leader,
+            ch.leader,
+            ch.leader_epoch,
+            ch.isr,
+            ch.kind,
+        )

@@ -41,8 +41,9 @@ class ElectionResult:
     unclean: bool = False
 
 
-def offline_election(replicas: Sequence[int], isr: Sequence[int], live: Collection[int],
-                     unclean_enabled: bool) -> ElectionResult | None:
+def offline_election(
+    replicas: Sequence[int], isr: Sequence[int], live: Collection[int], unclean_enabled: bool
+) -> ElectionResult | None:
     """New leader for a partition whose leader is gone (REQ-R4, R14). None: offline —
     the caller writes leader -1 and keeps the ISR (REQ-R15)."""
     for r in replicas:
@@ -55,8 +56,9 @@ def offline_election(replicas: Sequence[int], isr: Sequence[int], live: Collecti
     return None
 
 
-def preferred_election(replicas: Sequence[int], isr: Sequence[int],
-                       live: Collection[int]) -> ElectionResult | None:
+def preferred_election(
+    replicas: Sequence[int], isr: Sequence[int], live: Collection[int]
+) -> ElectionResult | None:
     """The preferred replica if it can lead (live, in the ISR), else None (Kafka:
     PREFERRED_LEADER_NOT_AVAILABLE). The caller answers ELECTION_NOT_NEEDED when it
     already leads (see ``is_preferred_leader``)."""
@@ -72,9 +74,12 @@ def is_preferred_leader(replicas: Sequence[int], leader: int) -> bool:
     return bool(replicas) and replicas[0] == leader
 
 
-def controlled_shutdown_election(replicas: Sequence[int], isr: Sequence[int],
-                                 live: Collection[int],
-                                 shutting_down: Collection[int]) -> ElectionResult | None:
+def controlled_shutdown_election(
+    replicas: Sequence[int],
+    isr: Sequence[int],
+    live: Collection[int],
+    shutting_down: Collection[int],
+) -> ElectionResult | None:
     """Move leadership off shutting-down brokers: first live, in-sync replica that is not
     shutting down; ISR minus the shutting-down brokers. None: nobody can take over (the
     partition stays with its leader until that broker dies — then it is an offline
@@ -92,8 +97,11 @@ def isr_after_broker_failure(isr: Sequence[int], dead: Collection[int]) -> list[
     return remaining if remaining else list(isr)
 
 
-def leader_imbalance(assignments: Mapping[tuple[str, int], Sequence[int]],
-                     leaders: Mapping[tuple[str, int], int], broker: int) -> float:
+def leader_imbalance(
+    assignments: Mapping[tuple[str, int], Sequence[int]],
+    leaders: Mapping[tuple[str, int], int],
+    broker: int,
+) -> float:
     """Fraction of the partitions preferring ``broker`` that ``broker`` does not lead
     (Kafka's imbalance ratio, compared with ``leader.imbalance.per.broker.percentage``/100).
     0.0 when no partition prefers it."""
@@ -104,10 +112,13 @@ def leader_imbalance(assignments: Mapping[tuple[str, int], Sequence[int]],
     return elsewhere / len(preferring)
 
 
-def partitions_to_rebalance(assignments: Mapping[tuple[str, int], Sequence[int]],
-                            leaders: Mapping[tuple[str, int], int],
-                            isrs: Mapping[tuple[str, int], Sequence[int]],
-                            live: Collection[int], percentage: int) -> list[tuple[str, int]]:
+def partitions_to_rebalance(
+    assignments: Mapping[tuple[str, int], Sequence[int]],
+    leaders: Mapping[tuple[str, int], int],
+    isrs: Mapping[tuple[str, int], Sequence[int]],
+    live: Collection[int],
+    percentage: int,
+) -> list[tuple[str, int]]:
     """Auto rebalance (REQ-R5): for every live broker whose imbalance exceeds
     ``percentage`` %, its partitions not led by it where it is live and in the ISR."""
     out: list[tuple[str, int]] = []
@@ -115,11 +126,14 @@ def partitions_to_rebalance(assignments: Mapping[tuple[str, int], Sequence[int]]
         if leader_imbalance(assignments, leaders, broker) * 100 <= percentage:
             continue
         for tp, replicas in sorted(assignments.items()):
-            if (replicas and replicas[0] == broker and leaders.get(tp, NO_LEADER) != broker
-                    and preferred_election(replicas, isrs.get(tp, ()), live) is not None):
+            if (
+                replicas
+                and replicas[0] == broker
+                and leaders.get(tp, NO_LEADER) != broker
+                and preferred_election(replicas, isrs.get(tp, ()), live) is not None
+            ):
                 out.append(tp)
     return out
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +146,9 @@ class StateChange:
     kind: str  # "election" | "unclean" | "offline" | "isr" | "controlled-shutdown"
 
 
-def initial_leader_and_isr(replicas: Sequence[int],
-                           eligible: Collection[int]) -> ElectionResult | None:
+def initial_leader_and_isr(
+    replicas: Sequence[int], eligible: Collection[int]
+) -> ElectionResult | None:
     """A new partition (REQ-R2, R13): the first eligible replica in assignment order
     leads (the preferred one when it can), and every eligible replica starts in the ISR
     (Kafka's initial ISR: followers that do not keep up are dropped by the leader after
@@ -143,8 +158,13 @@ def initial_leader_and_isr(replicas: Sequence[int],
     return ElectionResult(live[0], live) if live else None
 
 
-def preferred_change(replicas: Sequence[int], leader: int, leader_epoch: int,
-                     isr: Sequence[int], eligible: Collection[int]) -> StateChange | None:
+def preferred_change(
+    replicas: Sequence[int],
+    leader: int,
+    leader_epoch: int,
+    isr: Sequence[int],
+    eligible: Collection[int],
+) -> StateChange | None:
     """Preferred election of one partition (REQ-R5); None when the preferred replica
     already leads (ELECTION_NOT_NEEDED) or cannot (PREFERRED_LEADER_NOT_AVAILABLE)."""
     if is_preferred_leader(replicas, leader):
@@ -155,9 +175,14 @@ def preferred_change(replicas: Sequence[int], leader: int, leader_epoch: int,
     return StateChange(res.leader, leader_epoch + 1, res.isr, "preferred")
 
 
-def unclean_change(replicas: Sequence[int], leader: int, leader_epoch: int,
-                   isr: Sequence[int], registered: Collection[int],
-                   eligible: Collection[int]) -> StateChange | None:
+def unclean_change(
+    replicas: Sequence[int],
+    leader: int,
+    leader_epoch: int,
+    isr: Sequence[int],
+    registered: Collection[int],
+    eligible: Collection[int],
+) -> StateChange | None:
     """ElectLeaders UNCLEAN for one partition (REQ-R10): only a partition without a live
     leader; an ISR member is still preferred, else any live replica (records it lacks
     are lost). None: it has a leader, or no replica is live."""
@@ -166,14 +191,20 @@ def unclean_change(replicas: Sequence[int], leader: int, leader_epoch: int,
     res = offline_election(replicas, isr, eligible, unclean_enabled=True)
     if res is None:
         return None
-    return StateChange(res.leader, leader_epoch + 1, res.isr,
-                       "unclean" if res.unclean else "election")
+    return StateChange(
+        res.leader, leader_epoch + 1, res.isr, "unclean" if res.unclean else "election"
+    )
 
 
-def reconcile_partition(replicas: Sequence[int], leader: int, leader_epoch: int,
-                        isr: Sequence[int], registered: Collection[int],
-                        shutting_down: Collection[int],
-                        unclean_enabled: bool) -> StateChange | None:
+def reconcile_partition(
+    replicas: Sequence[int],
+    leader: int,
+    leader_epoch: int,
+    isr: Sequence[int],
+    registered: Collection[int],
+    shutting_down: Collection[int],
+    unclean_enabled: bool,
+) -> StateChange | None:
     """The controller's full-pass rule for one partition (REQ-R4, R13-R15); None when
     the state is already right. ``registered``: brokers with a live ZooKeeper session;
     ``shutting_down``: those in a controlled shutdown (alive, but never elected).
@@ -192,8 +223,9 @@ def reconcile_partition(replicas: Sequence[int], leader: int, leader_epoch: int,
             if leader == NO_LEADER:
                 return None
             return StateChange(NO_LEADER, leader_epoch + 1, list(isr), "offline")
-        return StateChange(res.leader, leader_epoch + 1, res.isr,
-                           "unclean" if res.unclean else "election")
+        return StateChange(
+            res.leader, leader_epoch + 1, res.isr, "unclean" if res.unclean else "election"
+        )
     if leader in shutting_down:
         res = controlled_shutdown_election(replicas, isr, eligible, shutting_down)
         if res is not None:
@@ -203,4 +235,3 @@ def reconcile_partition(replicas: Sequence[int], leader: int, leader_epoch: int,
     if new_isr != list(isr):
         return StateChange(leader, leader_epoch, new_isr, "isr")
     return None
-

@@ -33,9 +33,18 @@ from dataclasses import dataclass, field
 from odradek.errors import ErrorCode, KafkaError
 
 __all__ = [
-    "OffsetKey", "GroupKey", "OffsetValue", "GroupValue", "MemberValue",
-    "encode_offset_key", "encode_offset_value", "encode_group_key", "encode_group_value",
-    "decode_key", "decode_offset_value", "decode_group_value",
+    "OffsetKey",
+    "GroupKey",
+    "OffsetValue",
+    "GroupValue",
+    "MemberValue",
+    "encode_offset_key",
+    "encode_offset_value",
+    "encode_group_key",
+    "encode_group_value",
+    "decode_key",
+    "decode_offset_value",
+    "decode_group_value",
 ]
 
 OFFSET_KEY_VERSION = 1
@@ -133,7 +142,7 @@ class _Reader:
     def _take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.data):
             raise KafkaError(ErrorCode.corrupt_message, "truncated __consumer_offsets record")
-        out = self.data[self.pos:self.pos + n]
+        out = self.data[self.pos : self.pos + n]
         self.pos += n
         return out
 
@@ -157,8 +166,7 @@ class _Reader:
 
 # ------------------------------------------------------------------ keys
 def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
-    return bytes(_Writer().i16(OFFSET_KEY_VERSION).string(group).string(topic)
-                 .i32(partition).buf)
+    return bytes(_Writer().i16(OFFSET_KEY_VERSION).string(group).string(topic).i32(partition).buf)
 
 
 def encode_group_key(group: str) -> bytes:
@@ -180,8 +188,15 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
 
 # ------------------------------------------------------------------ offset values
 def encode_offset_value(v: OffsetValue) -> bytes:
-    return bytes(_Writer().i16(OFFSET_VALUE_VERSION).i64(v.offset).i32(v.leader_epoch)
-                 .string(v.metadata).i64(v.commit_timestamp).buf)
+    return bytes(
+        _Writer()
+        .i16(OFFSET_VALUE_VERSION)
+        .i64(v.offset)
+        .i32(v.leader_epoch)
+        .string(v.metadata)
+        .i64(v.commit_timestamp)
+        .buf
+    )
 
 
 def decode_offset_value(data: bytes) -> OffsetValue:
@@ -198,13 +213,27 @@ def decode_offset_value(data: bytes) -> OffsetValue:
 
 # ------------------------------------------------------------------ group values
 def encode_group_value(v: GroupValue) -> bytes:
-    w = (_Writer().i16(GROUP_VALUE_VERSION).string(v.protocol_type).i32(v.generation)
-         .string(v.protocol).string(v.leader).i64(v.current_state_timestamp)
-         .i32(len(v.members)))
+    w = (
+        _Writer()
+        .i16(GROUP_VALUE_VERSION)
+        .string(v.protocol_type)
+        .i32(v.generation)
+        .string(v.protocol)
+        .string(v.leader)
+        .i64(v.current_state_timestamp)
+        .i32(len(v.members))
+    )
     for m in v.members:
-        (w.string(m.member_id).string(m.group_instance_id).string(m.client_id)
-         .string(m.client_host).i32(m.rebalance_timeout_ms).i32(m.session_timeout_ms)
-         .bytes_(m.subscription).bytes_(m.assignment))
+        (
+            w.string(m.member_id)
+            .string(m.group_instance_id)
+            .string(m.client_id)
+            .string(m.client_host)
+            .i32(m.rebalance_timeout_ms)
+            .i32(m.session_timeout_ms)
+            .bytes_(m.subscription)
+            .bytes_(m.assignment)
+        )
     return bytes(w.buf)
 
 
@@ -228,6 +257,16 @@ def decode_group_value(data: bytes) -> GroupValue:
         rebalance = session
         if version >= 1:
             rebalance, session = session, r.i32()
-        members.append(MemberValue(member_id, instance, client_id, client_host, rebalance,
-                                   session, r.bytes_(), r.bytes_()))
+        members.append(
+            MemberValue(
+                member_id,
+                instance,
+                client_id,
+                client_host,
+                rebalance,
+                session,
+                r.bytes_(),
+                r.bytes_(),
+            )
+        )
     return GroupValue(protocol_type, generation, protocol, leader, ts, tuple(members))

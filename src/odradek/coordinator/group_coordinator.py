@@ -113,8 +113,9 @@ class OffsetsSettings:
 
 
 class GroupCoordinator:
-    def __init__(self, broker_id: int, config: BrokerConfig, replicas: ReplicaManager,
-                 cluster: ClusterView) -> None:
+    def __init__(
+        self, broker_id: int, config: BrokerConfig, replicas: ReplicaManager, cluster: ClusterView
+    ) -> None:
         self.broker_id = broker_id
         self.broker_config = config
         self.replicas = replicas
@@ -127,11 +128,18 @@ class GroupCoordinator:
         self.offsets: dict[str, dict[TopicPartition, tuple[OffsetValue, int]]] = {}
         # Which offsets partitions we coordinate, at which leader epoch, and their loads.
         self.runtime: CoordinatorRuntime[_GroupLoader] = CoordinatorRuntime(
-            OFFSETS_TOPIC, replicas, new_loader=_GroupLoader, install=self._install,
-            unload=self._unload)
+            OFFSETS_TOPIC,
+            replicas,
+            new_loader=_GroupLoader,
+            install=self._install,
+            unload=self._unload,
+        )
         self.topic = CoordinatorTopic(
-            self.runtime, cluster, configured_partitions=self.settings.topic_num_partitions,
-            create=self._create_offsets_topic)
+            self.runtime,
+            cluster,
+            configured_partitions=self.settings.topic_num_partitions,
+            create=self._create_offsets_topic,
+        )
         # TxnOffsetCommit (KIP-98): offsets written inside a transaction, per producer id,
         # invisible until the transaction's COMMIT marker reaches the offsets partition.
         self.pending_txn: dict[int, dict[str, dict[TopicPartition, tuple[OffsetValue, int]]]] = {}
@@ -211,11 +219,18 @@ class GroupCoordinator:
                     self._add_group(Group(gid, self.config))
         for pid, txn in loader.pending.items():
             self.pending_txn.setdefault(pid, {}).update(txn)
-        logger.info("coordinator for %s-%d (epoch %d): loaded %d records, %d groups in %d ms "
-                    "(longest hold of the event loop %.1f ms, %d slices)",
-                    OFFSETS_TOPIC, idx, epoch, stats.records,
-                    sum(1 for g in self.groups if self._partition_of(g) == idx),
-                    stats.elapsed_s * 1000, stats.longest_slice_s * 1000, stats.slices)
+        logger.info(
+            "coordinator for %s-%d (epoch %d): loaded %d records, %d groups in %d ms "
+            "(longest hold of the event loop %.1f ms, %d slices)",
+            OFFSETS_TOPIC,
+            idx,
+            epoch,
+            stats.records,
+            sum(1 for g in self.groups if self._partition_of(g) == idx),
+            stats.elapsed_s * 1000,
+            stats.longest_slice_s * 1000,
+            stats.slices,
+        )
 
     def _unload(self, idx: int) -> None:
         t = now_ms()
@@ -250,8 +265,12 @@ class GroupCoordinator:
     async def _create_offsets_topic(self) -> None:
         cfg = self.settings
         await create_internal_topic(
-            self.cluster, OFFSETS_TOPIC, cfg.topic_num_partitions, cfg.topic_replication_factor,
-            {"cleanup.policy": "compact", "segment.bytes": str(cfg.topic_segment_bytes)})
+            self.cluster,
+            OFFSETS_TOPIC,
+            cfg.topic_num_partitions,
+            cfg.topic_replication_factor,
+            {"cleanup.policy": "compact", "segment.bytes": str(cfg.topic_segment_bytes)},
+        )
 
     # ================================================================= group protocol
     async def join(self, group_id: str, r: JoinRequest) -> JoinResult:
@@ -263,8 +282,11 @@ class GroupCoordinator:
             g = self._add_group(Group(group_id, self.config))
         if r.member_id:
             # A retry of a join still parked replaces it.
-            self._resolve(self._join_waiters, (group_id, r.member_id),
-                          JoinResult(r.member_id, ErrorCode.rebalance_in_progress))
+            self._resolve(
+                self._join_waiters,
+                (group_id, r.member_id),
+                JoinResult(r.member_id, ErrorCode.rebalance_in_progress),
+            )
         fresh = f"{r.group_instance_id or r.client_id}-{uuid.uuid4()}"
         mid, effects = g.join(r, now_ms(), fresh)
         fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
@@ -276,27 +298,48 @@ class GroupCoordinator:
             if self._join_waiters.get((group_id, mid)) is fut:
                 del self._join_waiters[(group_id, mid)]
 
-    async def sync(self, group_id: str, member_id: str, instance_id: str | None,
-                   generation: int, protocol_type: str | None, protocol_name: str | None,
-                   assignments: dict[str, bytes]) -> SyncResult:
+    async def sync(
+        self,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+    ) -> SyncResult:
         self.check(group_id, membership=True)
         g = self.groups.get(group_id)
         if g is None:
             return SyncResult(member_id, ErrorCode.unknown_member_id)
-        self._resolve(self._sync_waiters, (group_id, member_id),
-                      SyncResult(member_id, ErrorCode.rebalance_in_progress))
+        self._resolve(
+            self._sync_waiters,
+            (group_id, member_id),
+            SyncResult(member_id, ErrorCode.rebalance_in_progress),
+        )
         fut: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
         self._sync_waiters[(group_id, member_id)] = fut
-        self._dispatch(group_id, g.sync(member_id, instance_id, generation, protocol_type,
-                                        protocol_name, assignments, now_ms()))
+        self._dispatch(
+            group_id,
+            g.sync(
+                member_id,
+                instance_id,
+                generation,
+                protocol_type,
+                protocol_name,
+                assignments,
+                now_ms(),
+            ),
+        )
         try:
             return await fut
         finally:
             if self._sync_waiters.get((group_id, member_id)) is fut:
                 del self._sync_waiters[(group_id, member_id)]
 
-    def heartbeat(self, group_id: str, member_id: str, instance_id: str | None,
-                  generation: int) -> ErrorCode:
+    def heartbeat(
+        self, group_id: str, member_id: str, instance_id: str | None, generation: int
+    ) -> ErrorCode:
         self.check(group_id, membership=True)
         g = self.groups.get(group_id)
         if g is None:
@@ -330,8 +373,9 @@ class GroupCoordinator:
 
     def _persist_group(self, group_id: str) -> None:
         g = self.groups.get(group_id)
-        value = None if g is None or g.state is GroupState.DEAD else encode_group_value(
-            g.to_value())
+        value = (
+            None if g is None or g.state is GroupState.DEAD else encode_group_value(g.to_value())
+        )
         try:
             idx = self.check(group_id)
         except KafkaError:
@@ -340,25 +384,33 @@ class GroupCoordinator:
         # coordinator that loses it makes members rejoin; committed offsets are what must
         # never be lost, and those are awaited (commit below).
         asyncio.get_running_loop().create_task(
-            self._append(idx, [(encode_group_key(group_id), value)]))
+            self._append(idx, [(encode_group_key(group_id), value)])
+        )
 
-    async def _append(self, idx: int, records: list[tuple[bytes, bytes | None]]) -> tuple[
-            ErrorCode, int]:
+    async def _append(
+        self, idx: int, records: list[tuple[bytes, bytes | None]]
+    ) -> tuple[ErrorCode, int]:
         """Append to our offsets partition and wait until it is replicated (HW past it)."""
         tp = (OFFSETS_TOPIC, idx)
         if tp not in self.replicas.partitions or self.runtime.epoch(idx) is None:
             return ErrorCode.not_coordinator, -1
-        code, first = await self.replicas.append_and_wait(tp, encode_batch(records),
-                                                          self.commit_timeout_s)
+        code, first = await self.replicas.append_and_wait(
+            tp, encode_batch(records), self.commit_timeout_s
+        )
         if code != ErrorCode.none:
             logger.info("append to %s-%d not acknowledged: %s", *tp, code.name)
             return _APPEND_ERRORS.get(code, ErrorCode.unknown_server_error), -1
         return ErrorCode.none, first
 
     # ================================================================= offsets
-    async def commit(self, group_id: str, member_id: str, instance_id: str | None,
-                     generation: int, entries: list[CommitEntry]
-                     ) -> dict[TopicPartition, ErrorCode]:
+    async def commit(
+        self,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        entries: list[CommitEntry],
+    ) -> dict[TopicPartition, ErrorCode]:
         """OffsetCommit: answered once the records are replicated (reliability levers, REQ-R7)."""
         idx = self.check(group_id)
         epoch = self.runtime.epoch(idx)
@@ -387,10 +439,13 @@ class GroupCoordinator:
                 results[tp] = code
         return results
 
-    def _offset_records(self, group_id: str, entries: list[CommitEntry], t: int
-                        ) -> tuple[dict[TopicPartition, ErrorCode],
-                                   list[tuple[bytes, bytes | None]],
-                                   list[tuple[TopicPartition, OffsetValue]]]:
+    def _offset_records(
+        self, group_id: str, entries: list[CommitEntry], t: int
+    ) -> tuple[
+        dict[TopicPartition, ErrorCode],
+        list[tuple[bytes, bytes | None]],
+        list[tuple[TopicPartition, OffsetValue]],
+    ]:
         """OffsetCommit and TxnOffsetCommit alike: the entries refused at once (metadata
         too large, unknown partition) with their errors, and the offset records (key,
         value) to append for the others, with the values they carry."""
@@ -406,16 +461,25 @@ class GroupCoordinator:
                 results[tp] = ErrorCode.unknown_topic_or_partition
             else:
                 v = OffsetValue(offset, leader_epoch, metadata or "", t)
-                records.append((encode_offset_key(group_id, topic, partition),
-                                encode_offset_value(v)))
+                records.append(
+                    (encode_offset_key(group_id, topic, partition), encode_offset_value(v))
+                )
                 values.append((tp, v))
         return results, records, values
 
-    async def txn_commit(self, group_id: str, producer_id: int, epoch: int, member_id: str,
-                         instance_id: str | None, generation: int,
-                         entries: list[CommitEntry], *, transactional_id: str | None,
-                         verifier: PartitionVerifier
-                         ) -> dict[TopicPartition, ErrorCode]:
+    async def txn_commit(
+        self,
+        group_id: str,
+        producer_id: int,
+        epoch: int,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        entries: list[CommitEntry],
+        *,
+        transactional_id: str | None,
+        verifier: PartitionVerifier,
+    ) -> dict[TopicPartition, ErrorCode]:
         """TxnOffsetCommit (KIP-98, KIP-447): the offsets are written as a transactional
         batch of the producer and stay pending until its marker arrives
         (``complete_txn_offsets``). Generation checks apply only when the client sent
@@ -436,14 +500,22 @@ class GroupCoordinator:
             if tpo not in self.replicas.partitions:
                 code = ErrorCode.not_coordinator
             else:
-                code, guard = await self._verify_txn(tpo, transactional_id, producer_id,
-                                                     epoch, verifier)
+                code, guard = await self._verify_txn(
+                    tpo, transactional_id, producer_id, epoch, verifier
+                )
                 if code is ErrorCode.none:
                     code, first = await self.replicas.append_and_wait(
-                        tpo, encode_batch(records, producer_id=producer_id,
-                                          producer_epoch=epoch, base_sequence=-1,
-                                          transactional=True),
-                        self.commit_timeout_s, verification_guard=guard)
+                        tpo,
+                        encode_batch(
+                            records,
+                            producer_id=producer_id,
+                            producer_epoch=epoch,
+                            base_sequence=-1,
+                            transactional=True,
+                        ),
+                        self.commit_timeout_s,
+                        verification_guard=guard,
+                    )
                 if code is not ErrorCode.none:
                     code = _commit_error(code)
             if code is ErrorCode.none and self.runtime.epoch(idx) == epoch_loaded:
@@ -457,9 +529,14 @@ class GroupCoordinator:
                 results[tp] = code
         return results
 
-    async def _verify_txn(self, tp: TopicPartition, tid: str | None, producer_id: int,
-                          epoch: int, verifier: PartitionVerifier
-                          ) -> tuple[ErrorCode, object | None]:
+    async def _verify_txn(
+        self,
+        tp: TopicPartition,
+        tid: str | None,
+        producer_id: int,
+        epoch: int,
+        verifier: PartitionVerifier,
+    ) -> tuple[ErrorCode, object | None]:
         """KIP-890 for TxnOffsetCommit, as Kafka's GroupCoordinator: a transaction's first
         offsets in the group's ``__consumer_offsets`` partition are written only once its
         coordinator confirms the partition is in the transaction (AddOffsetsToTxn put it
@@ -486,8 +563,7 @@ class GroupCoordinator:
 
     def pending_txn_partitions(self, group_id: str) -> set[TopicPartition]:
         """Partitions with an offset of ``group_id`` in an open transaction."""
-        return {tp for per_pid in self.pending_txn.values()
-                for tp in per_pid.get(group_id, {})}
+        return {tp for per_pid in self.pending_txn.values() for tp in per_pid.get(group_id, {})}
 
     def complete_txn_offsets(self, idx: int, producer_id: int, commit: bool) -> None:
         """The transaction's marker is in offsets partition ``idx``: its pending offsets
@@ -506,8 +582,9 @@ class GroupCoordinator:
         if not per_pid:
             del self.pending_txn[producer_id]
 
-    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None) -> list[
-            tuple[str, list[tuple[int, OffsetValue | None]]]]:
+    def fetch_offsets(
+        self, group_id: str, topics: list[tuple[str, list[int]]] | None
+    ) -> list[tuple[str, list[tuple[int, OffsetValue | None]]]]:
         """Committed offsets (the next offset to read); None where nothing is committed."""
         self.check(group_id)
         per = self.offsets.get(group_id, {})
@@ -518,8 +595,9 @@ class GroupCoordinator:
             return list(by_topic.items())
         out = []
         for topic, parts in topics:
-            out.append((topic, [(p, per[(topic, p)][0] if (topic, p) in per else None)
-                                for p in parts]))
+            out.append(
+                (topic, [(p, per[(topic, p)][0] if (topic, p) in per else None) for p in parts])
+            )
         return out
 
     # ================================================================= admin
@@ -531,15 +609,18 @@ class GroupCoordinator:
         """ListGroups: the groups of the partitions we coordinate; while one of ours still
         loads, COORDINATOR_LOAD_IN_PROGRESS with them (Kafka's handleListGroups), so that
         a client does not take the missing groups for absent ones."""
-        code = (ErrorCode.coordinator_load_in_progress if self.runtime.loading()
-                else ErrorCode.none)
-        return code, [g for gid, g in self.groups.items()
-                      if self.runtime.epoch(self._partition_of(gid)) is not None
-                      and g.state is not GroupState.DEAD
-                      and (not states or g.state.value.lower() in states)]
+        code = ErrorCode.coordinator_load_in_progress if self.runtime.loading() else ErrorCode.none
+        return code, [
+            g
+            for gid, g in self.groups.items()
+            if self.runtime.epoch(self._partition_of(gid)) is not None
+            and g.state is not GroupState.DEAD
+            and (not states or g.state.value.lower() in states)
+        ]
 
-    async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
-                             ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+    async def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
         """OffsetDelete (KIP-496): tombstone the group's committed offsets of
         ``partitions``. An empty group loses any of them; an active consumer group keeps
         those of topics its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC); an active
@@ -557,15 +638,17 @@ class GroupCoordinator:
             if g.protocol_type != "consumer":
                 return ErrorCode.non_empty_group, {}
             subscribed = g.subscribed_topics()
-        results = {tp: (ErrorCode.group_subscribed_to_topic if tp[0] in subscribed
-                        else ErrorCode.none) for tp in partitions}
-        gone = [tp for tp, code in results.items()
-                if code is ErrorCode.none and tp in committed]
+        results = {
+            tp: (ErrorCode.group_subscribed_to_topic if tp[0] in subscribed else ErrorCode.none)
+            for tp in partitions
+        }
+        gone = [tp for tp, code in results.items() if code is ErrorCode.none and tp in committed]
         if gone:
             for tp in gone:
                 committed.pop(tp, None)
-            code, _ = await self._append(idx, [(encode_offset_key(group_id, *tp), None)
-                                               for tp in gone])
+            code, _ = await self._append(
+                idx, [(encode_offset_key(group_id, *tp), None) for tp in gone]
+            )
             if code is not ErrorCode.none:
                 results.update({tp: code for tp in gone})
         return ErrorCode.none, results
@@ -582,7 +665,8 @@ class GroupCoordinator:
         if err is not ErrorCode.none:
             return err
         records: list[tuple[bytes, bytes | None]] = [
-            (encode_offset_key(group_id, t, p), None) for t, p in self.offsets.get(group_id, {})]
+            (encode_offset_key(group_id, t, p), None) for t, p in self.offsets.get(group_id, {})
+        ]
         records.append((encode_group_key(group_id), None))
         self._dispatch(group_id, g.mark_dead(now_ms()))
         del self.groups[group_id]
@@ -616,13 +700,17 @@ class _GroupLoader:
             key = decode_key(rec.key)
             if isinstance(key, OffsetKey):
                 tp = (key.topic, key.partition)
-                per = (self.pending.setdefault(h.producer_id, {}).setdefault(key.group, {})
-                       if h.is_transactional else self.offsets.setdefault(key.group, {}))
+                per = (
+                    self.pending.setdefault(h.producer_id, {}).setdefault(key.group, {})
+                    if h.is_transactional
+                    else self.offsets.setdefault(key.group, {})
+                )
                 if rec.value is None:
                     per.pop(tp, None)
                 else:
                     per[tp] = (decode_offset_value(rec.value), rec.offset)
             elif isinstance(key, GroupKey):
-                self.group_values[key.group] = (None if rec.value is None
-                                                else decode_group_value(rec.value))
+                self.group_values[key.group] = (
+                    None if rec.value is None else decode_group_value(rec.value)
+                )
         return n

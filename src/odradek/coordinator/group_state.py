@@ -77,14 +77,19 @@ class GroupState(enum.Enum):
 _G = GroupState
 # Kafka's GroupState.validPreviousStates (GroupMetadata.scala): the only transitions a
 # group makes. Restoring a group from the log sets its state directly (``Group.restore``).
-GROUP_TRANSITIONS: TransitionTable[GroupState] = TransitionTable("group", {
-    _G.PREPARING_REBALANCE: frozenset({_G.STABLE, _G.COMPLETING_REBALANCE, _G.EMPTY}),
-    _G.COMPLETING_REBALANCE: frozenset({_G.PREPARING_REBALANCE}),
-    _G.STABLE: frozenset({_G.COMPLETING_REBALANCE}),
-    _G.EMPTY: frozenset({_G.PREPARING_REBALANCE}),
-    _G.DEAD: frozenset({_G.STABLE, _G.PREPARING_REBALANCE, _G.COMPLETING_REBALANCE,
-                        _G.EMPTY, _G.DEAD}),
-}, ErrorCode.unknown_server_error)
+GROUP_TRANSITIONS: TransitionTable[GroupState] = TransitionTable(
+    "group",
+    {
+        _G.PREPARING_REBALANCE: frozenset({_G.STABLE, _G.COMPLETING_REBALANCE, _G.EMPTY}),
+        _G.COMPLETING_REBALANCE: frozenset({_G.PREPARING_REBALANCE}),
+        _G.STABLE: frozenset({_G.COMPLETING_REBALANCE}),
+        _G.EMPTY: frozenset({_G.PREPARING_REBALANCE}),
+        _G.DEAD: frozenset(
+            {_G.STABLE, _G.PREPARING_REBALANCE, _G.COMPLETING_REBALANCE, _G.EMPTY, _G.DEAD}
+        ),
+    },
+    ErrorCode.unknown_server_error,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,8 +264,9 @@ class Group:
         m.client_id, m.client_host = r.client_id, r.client_host
         m.session_deadline_ms = now_ms + r.session_timeout_ms
 
-    def _replace_static(self, old_id: str, new_id: str, r: JoinRequest,
-                        now_ms: int) -> list[Effect]:
+    def _replace_static(
+        self, old_id: str, new_id: str, r: JoinRequest, now_ms: int
+    ) -> list[Effect]:
         m = self.members.pop(old_id)
         effects: list[Effect] = []
         if m.awaiting_join:
@@ -285,9 +291,18 @@ class Group:
         return effects + self._prepare_rebalance(now_ms)
 
     def _add_and_rebalance(self, mid: str, r: JoinRequest, now_ms: int) -> list[Effect]:
-        m = Member(mid, r.group_instance_id, r.client_id, r.client_host, r.session_timeout_ms,
-                   r.rebalance_timeout_ms, r.protocol_type, r.protocols,
-                   session_deadline_ms=now_ms + r.session_timeout_ms, awaiting_join=True)
+        m = Member(
+            mid,
+            r.group_instance_id,
+            r.client_id,
+            r.client_host,
+            r.session_timeout_ms,
+            r.rebalance_timeout_ms,
+            r.protocol_type,
+            r.protocols,
+            session_deadline_ms=now_ms + r.session_timeout_ms,
+            awaiting_join=True,
+        )
         if not self.members:
             self.protocol_type = r.protocol_type
         self.members[mid] = m
@@ -304,10 +319,19 @@ class Group:
     def _join_answer(self, m: Member) -> JoinResult:
         members: tuple[tuple[str, str | None, bytes], ...] = ()
         if m.member_id == self.leader:
-            members = tuple((o.member_id, o.group_instance_id, o.metadata_for(self.protocol))
-                            for o in self.members.values())
-        return JoinResult(m.member_id, ErrorCode.none, self.generation, self.protocol_type,
-                          self.protocol, self.leader or "", members)
+            members = tuple(
+                (o.member_id, o.group_instance_id, o.metadata_for(self.protocol))
+                for o in self.members.values()
+            )
+        return JoinResult(
+            m.member_id,
+            ErrorCode.none,
+            self.generation,
+            self.protocol_type,
+            self.protocol,
+            self.leader or "",
+            members,
+        )
 
     # ================================================================= rebalance
     def _rebalance_timeout_ms(self) -> int:
@@ -337,8 +361,11 @@ class Group:
         return not self.pending and all(m.awaiting_join for m in self.members.values())
 
     def _maybe_complete_join(self, now_ms: int) -> list[Effect]:
-        if (self.state is GroupState.PREPARING_REBALANCE and not self.initial_delay_active
-                and self._all_joined()):
+        if (
+            self.state is GroupState.PREPARING_REBALANCE
+            and not self.initial_delay_active
+            and self._all_joined()
+        ):
             return self._complete_join(now_ms)
         return []
 
@@ -379,22 +406,33 @@ class Group:
         self.state_timestamp_ms = now_ms
 
     # ================================================================= SyncGroup
-    def sync(self, member_id: str, instance_id: str | None, generation: int,
-             protocol_type: str | None, protocol_name: str | None,
-             assignments: dict[str, bytes], now_ms: int) -> list[Effect]:
+    def sync(
+        self,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+        now_ms: int,
+    ) -> list[Effect]:
         err = self._check_member(member_id, instance_id, generation)
         if err is not ErrorCode.none:
             return [SyncResult(member_id, err)]
-        if ((protocol_type is not None and protocol_type != self.protocol_type)
-                or (protocol_name is not None and protocol_name != self.protocol)):
+        if (protocol_type is not None and protocol_type != self.protocol_type) or (
+            protocol_name is not None and protocol_name != self.protocol
+        ):
             return [SyncResult(member_id, ErrorCode.inconsistent_group_protocol)]
         m = self.members[member_id]
         m.session_deadline_ms = now_ms + m.session_timeout_ms
         if self.state is GroupState.PREPARING_REBALANCE:
             return [SyncResult(member_id, ErrorCode.rebalance_in_progress)]
         if self.state is GroupState.STABLE:
-            return [SyncResult(member_id, ErrorCode.none, self.protocol_type, self.protocol,
-                               m.assignment)]
+            return [
+                SyncResult(
+                    member_id, ErrorCode.none, self.protocol_type, self.protocol, m.assignment
+                )
+            ]
         effects: list[Effect] = []
         m.awaiting_sync = True
         if member_id != self.leader:
@@ -406,12 +444,16 @@ class Group:
         for o in self.members.values():
             if o.awaiting_sync:
                 o.awaiting_sync = False
-                effects.append(SyncResult(o.member_id, ErrorCode.none, self.protocol_type,
-                                          self.protocol, o.assignment))
+                effects.append(
+                    SyncResult(
+                        o.member_id, ErrorCode.none, self.protocol_type, self.protocol, o.assignment
+                    )
+                )
         return effects + [Persist(self.group_id)]
 
-    def _check_member(self, member_id: str, instance_id: str | None,
-                      generation: int | None) -> ErrorCode:
+    def _check_member(
+        self, member_id: str, instance_id: str | None, generation: int | None
+    ) -> ErrorCode:
         if self.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
         if instance_id is not None:
@@ -425,8 +467,9 @@ class Group:
         return ErrorCode.none
 
     # ================================================================= Heartbeat
-    def heartbeat(self, member_id: str, instance_id: str | None, generation: int,
-                  now_ms: int) -> ErrorCode:
+    def heartbeat(
+        self, member_id: str, instance_id: str | None, generation: int, now_ms: int
+    ) -> ErrorCode:
         err = self._check_member(member_id, instance_id, generation)
         if err is not ErrorCode.none:
             return err
@@ -437,8 +480,9 @@ class Group:
         return ErrorCode.none
 
     # ================================================================= LeaveGroup
-    def leave(self, who: list[tuple[str, str | None]], now_ms: int) -> tuple[
-            list[ErrorCode], list[Effect]]:
+    def leave(
+        self, who: list[tuple[str, str | None]], now_ms: int
+    ) -> tuple[list[ErrorCode], list[Effect]]:
         """``who``: (member_id, group_instance_id) pairs; v3+ may name a static member by
         its instance id alone."""
         errors: list[ErrorCode] = []
@@ -494,8 +538,11 @@ class Group:
     def next_deadline_ms(self) -> int | None:
         ds = [d for d in (self.rebalance_deadline_ms, self.sync_deadline_ms) if d is not None]
         ds += self.pending.values()
-        ds += [m.session_deadline_ms for m in self.members.values()
-               if not m.awaiting_join and not m.awaiting_sync]
+        ds += [
+            m.session_deadline_ms
+            for m in self.members.values()
+            if not m.awaiting_join and not m.awaiting_sync
+        ]
         return min(ds) if ds else None
 
     def expire(self, now_ms: int) -> list[Effect]:
@@ -508,24 +555,32 @@ class Group:
                 del self.pending[pid]
                 changed = True
         for m in list(self.members.values()):
-            if (not m.awaiting_join and not m.awaiting_sync
-                    and now_ms >= m.session_deadline_ms):
+            if not m.awaiting_join and not m.awaiting_sync and now_ms >= m.session_deadline_ms:
                 effects += self._remove(m.member_id)  # session timeout
                 changed = True
         if changed:
             effects += self._after_removal(now_ms)
-        if (self.state is GroupState.PREPARING_REBALANCE and self.rebalance_deadline_ms is not None
-                and now_ms >= self.rebalance_deadline_ms):
-            if (self.initial_delay_active and self.new_member_added
-                    and self.initial_remaining_ms > 0):
+        if (
+            self.state is GroupState.PREPARING_REBALANCE
+            and self.rebalance_deadline_ms is not None
+            and now_ms >= self.rebalance_deadline_ms
+        ):
+            if (
+                self.initial_delay_active
+                and self.new_member_added
+                and self.initial_remaining_ms > 0
+            ):
                 step = min(self.config.initial_rebalance_delay_ms, self.initial_remaining_ms)
                 self.initial_remaining_ms -= step
                 self.new_member_added = False
                 self.rebalance_deadline_ms = now_ms + step
             else:
                 effects += self._complete_join(now_ms)
-        if (self.state is GroupState.COMPLETING_REBALANCE and self.sync_deadline_ms is not None
-                and now_ms >= self.sync_deadline_ms):
+        if (
+            self.state is GroupState.COMPLETING_REBALANCE
+            and self.sync_deadline_ms is not None
+            and now_ms >= self.sync_deadline_ms
+        ):
             # The leader never sent its assignment: drop whoever did not sync, start over.
             for m in [m for m in self.members.values() if not m.awaiting_sync]:
                 effects += self._remove(m.member_id)
@@ -533,8 +588,9 @@ class Group:
         return effects
 
     # ================================================================= offsets & admin
-    def validate_commit(self, member_id: str, instance_id: str | None, generation: int,
-                        now_ms: int) -> ErrorCode:
+    def validate_commit(
+        self, member_id: str, instance_id: str | None, generation: int, now_ms: int
+    ) -> ErrorCode:
         if self.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
         if generation < 0 and member_id == "" and self.state is GroupState.EMPTY:
@@ -581,27 +637,52 @@ class Group:
     # ================================================================= persistence
     def to_value(self) -> GroupValue:
         return GroupValue(
-            protocol_type=self.protocol_type or "", generation=self.generation,
-            protocol=self.protocol, leader=self.leader,
+            protocol_type=self.protocol_type or "",
+            generation=self.generation,
+            protocol=self.protocol,
+            leader=self.leader,
             current_state_timestamp=self.state_timestamp_ms,
-            members=tuple(MemberValue(m.member_id, m.group_instance_id, m.client_id,
-                                      m.client_host, m.rebalance_timeout_ms,
-                                      m.session_timeout_ms, m.metadata_for(self.protocol),
-                                      m.assignment) for m in self.members.values()))
+            members=tuple(
+                MemberValue(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.rebalance_timeout_ms,
+                    m.session_timeout_ms,
+                    m.metadata_for(self.protocol),
+                    m.assignment,
+                )
+                for m in self.members.values()
+            ),
+        )
 
     @classmethod
     def restore(cls, group_id: str, v: GroupValue, config: GroupConfig, now_ms: int) -> Group:
         """A group as loaded from ``__consumer_offsets``: Stable with its members (who get a
         fresh session to find the new coordinator), or Empty."""
-        g = cls(group_id, config, generation=v.generation,
-                protocol_type=v.protocol_type or None, protocol=v.protocol,
-                leader=v.leader, state_timestamp_ms=v.current_state_timestamp)
+        g = cls(
+            group_id,
+            config,
+            generation=v.generation,
+            protocol_type=v.protocol_type or None,
+            protocol=v.protocol,
+            leader=v.leader,
+            state_timestamp_ms=v.current_state_timestamp,
+        )
         for mv in v.members:
             g.members[mv.member_id] = Member(
-                mv.member_id, mv.group_instance_id, mv.client_id, mv.client_host,
-                mv.session_timeout_ms, mv.rebalance_timeout_ms, v.protocol_type,
+                mv.member_id,
+                mv.group_instance_id,
+                mv.client_id,
+                mv.client_host,
+                mv.session_timeout_ms,
+                mv.rebalance_timeout_ms,
+                v.protocol_type,
                 ((v.protocol or "", mv.subscription),),
-                session_deadline_ms=now_ms + mv.session_timeout_ms, assignment=mv.assignment)
+                session_deadline_ms=now_ms + mv.session_timeout_ms,
+                assignment=mv.assignment,
+            )
             if mv.group_instance_id is not None:
                 g.instances[mv.group_instance_id] = mv.member_id
         g.state = GroupState.STABLE if g.members else GroupState.EMPTY

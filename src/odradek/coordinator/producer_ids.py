@@ -25,8 +25,10 @@ BLOCK_SIZE = 1000
 
 
 def encode_block(broker_id: int, start: int, end: int) -> bytes:
-    return json.dumps({"version": 1, "broker": broker_id, "block_start": str(start),
-                       "block_end": str(end)}, separators=(",", ":")).encode()
+    return json.dumps(
+        {"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(end)},
+        separators=(",", ":"),
+    ).encode()
 
 
 def decode_block(data: bytes) -> tuple[int, int, int]:
@@ -57,16 +59,20 @@ class ProducerIdManager:
                 data, stat = self.zk.get(PRODUCER_ID_BLOCK)
             except NoNodeError:
                 try:
-                    self.zk.create(PRODUCER_ID_BLOCK,
-                                   encode_block(self.broker_id, 0, BLOCK_SIZE - 1))
+                    self.zk.create(
+                        PRODUCER_ID_BLOCK, encode_block(self.broker_id, 0, BLOCK_SIZE - 1)
+                    )
                     return 0, BLOCK_SIZE - 1
                 except NodeExistsError:
                     continue
             _, _, last_end = decode_block(data)
             start, end = last_end + 1, last_end + BLOCK_SIZE
             try:
-                self.zk.set(PRODUCER_ID_BLOCK, encode_block(self.broker_id, start, end),
-                            version=stat.version)
+                self.zk.set(
+                    PRODUCER_ID_BLOCK,
+                    encode_block(self.broker_id, start, end),
+                    version=stat.version,
+                )
                 return start, end
             except BadVersionError:
                 continue  # another broker claimed a block meanwhile

@@ -85,10 +85,12 @@ class TxnCoordinatorSettings:
 
     max_timeout_ms: int = setting("transaction.max.timeout.ms")
     abort_timed_out_cleanup_interval_ms: int = setting(
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms")
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+    )
     id_expiration_ms: int = setting("transactional.id.expiration.ms")
     remove_expired_cleanup_interval_ms: int = setting(
-        "transaction.remove.expired.transaction.cleanup.interval.ms")
+        "transaction.remove.expired.transaction.cleanup.interval.ms"
+    )
     log_num_partitions: int = setting("transaction.state.log.num.partitions")
     log_replication_factor: int = setting("transaction.state.log.replication.factor")
     log_min_isr: int = setting("transaction.state.log.min.isr")
@@ -96,9 +98,15 @@ class TxnCoordinatorSettings:
 
 
 class TransactionCoordinator:
-    def __init__(self, broker_id: int, config: BrokerConfig, replicas: ReplicaManager,
-                 groups: GroupCoordinator, cluster: TxnClusterView,
-                 source_ip: str | None) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        config: BrokerConfig,
+        replicas: ReplicaManager,
+        groups: GroupCoordinator,
+        cluster: TxnClusterView,
+        source_ip: str | None,
+    ) -> None:
         self.broker_id = broker_id
         self.config = config
         self.replicas = replicas
@@ -107,23 +115,35 @@ class TransactionCoordinator:
         self.txns: dict[str, TxnMetadata] = {}
         # Which __transaction_state partitions we coordinate, at which epoch; their loads.
         self.runtime: CoordinatorRuntime[_TxnLoader] = CoordinatorRuntime(
-            TRANSACTION_TOPIC, replicas, new_loader=_TxnLoader, install=self._install,
-            unload=self._unload)
+            TRANSACTION_TOPIC,
+            replicas,
+            new_loader=_TxnLoader,
+            install=self._install,
+            unload=self._unload,
+        )
         self.settings = settings = config.settings(TxnCoordinatorSettings)
         self.topic = CoordinatorTopic(
-            self.runtime, cluster, configured_partitions=settings.log_num_partitions,
-            create=self._create_topic)
+            self.runtime,
+            cluster,
+            configured_partitions=settings.log_num_partitions,
+            create=self._create_topic,
+        )
         self.max_timeout_ms = settings.max_timeout_ms
         self.abort_interval_ms = settings.abort_timed_out_cleanup_interval_ms
         self.expiration_ms = settings.id_expiration_ms
         self.expire_interval_ms = settings.remove_expired_cleanup_interval_ms
         self.write_timeout_s = groups.settings.commit_timeout_ms / 1000
         # Requests to other brokers go to their inter-broker listener, in its protocol.
-        self.pool = BrokerConnectionPool(self._inter_broker_address, source_ip,
-                                         f"txn-coordinator-{broker_id}", MARKER_TIMEOUT_S,
-                                         security=lambda: replicas.fetchers.security)
-        self.markers = TxnMarkerChannel(broker_id, replicas, groups,
-                                        lambda: self.cluster.image, self.pool)
+        self.pool = BrokerConnectionPool(
+            self._inter_broker_address,
+            source_ip,
+            f"txn-coordinator-{broker_id}",
+            MARKER_TIMEOUT_S,
+            security=lambda: replicas.fetchers.security,
+        )
+        self.markers = TxnMarkerChannel(
+            broker_id, replicas, groups, lambda: self.cluster.image, self.pool
+        )
         self.verifier = TxnVerifier(broker_id, self, self.pool)
         self._completing: dict[str, asyncio.Task[None]] = {}
         self._ticker: asyncio.Task[None] | None = None
@@ -160,8 +180,13 @@ class TransactionCoordinator:
     def _abort_timed_out(self, t: int) -> None:
         for tid, m in list(self.txns.items()):
             if m.timed_out(t):
-                logger.info("transaction %s (producer %d epoch %d) timed out after %d ms: "
-                            "aborting", tid, m.producer_id, m.producer_epoch, m.timeout_ms)
+                logger.info(
+                    "transaction %s (producer %d epoch %d) timed out after %d ms: aborting",
+                    tid,
+                    m.producer_id,
+                    m.producer_epoch,
+                    m.timeout_ms,
+                )
                 self._spawn(self._fence_and_abort(tid, m))
 
     def _expire_ids(self, t: int) -> None:
@@ -201,11 +226,18 @@ class TransactionCoordinator:
                 # but may not have written every marker; finish the transaction.
                 resumed += 1
                 self._start_completion(tid, m)
-        logger.info("transaction coordinator for %s-%d (epoch %d): %d ids, %d resumed, "
-                    "%d records in %d ms (longest hold of the event loop %.1f ms)",
-                    TRANSACTION_TOPIC, idx, epoch,
-                    sum(1 for v in loader.values.values() if v is not None), resumed,
-                    stats.records, stats.elapsed_s * 1000, stats.longest_slice_s * 1000)
+        logger.info(
+            "transaction coordinator for %s-%d (epoch %d): %d ids, %d resumed, "
+            "%d records in %d ms (longest hold of the event loop %.1f ms)",
+            TRANSACTION_TOPIC,
+            idx,
+            epoch,
+            sum(1 for v in loader.values.values() if v is not None),
+            resumed,
+            stats.records,
+            stats.elapsed_s * 1000,
+            stats.longest_slice_s * 1000,
+        )
 
     def _unload(self, idx: int) -> None:
         for tid in [t for t in self.txns if self.partition_of(t) == idx]:
@@ -233,10 +265,17 @@ class TransactionCoordinator:
         rf = min(cfg.log_replication_factor, len(self.cluster.image.live_broker_ids()))
         min_isr = min(cfg.log_min_isr, rf)
         await create_internal_topic(
-            self.cluster, TRANSACTION_TOPIC, cfg.log_num_partitions, rf,
-            {"cleanup.policy": "compact", "min.insync.replicas": str(min_isr),
-             "unclean.leader.election.enable": "false",
-             "segment.bytes": str(cfg.log_segment_bytes)})
+            self.cluster,
+            TRANSACTION_TOPIC,
+            cfg.log_num_partitions,
+            rf,
+            {
+                "cleanup.policy": "compact",
+                "min.insync.replicas": str(min_isr),
+                "unclean.leader.election.enable": "false",
+                "segment.bytes": str(cfg.log_segment_bytes),
+            },
+        )
 
     # ================================================================= persistence
     async def _write(self, tid: str, m: TxnMetadata, t: Transition | None) -> ErrorCode:
@@ -250,7 +289,8 @@ class TransactionCoordinator:
         try:
             record = (encode_txn_key(tid), None if t is None else encode_txn_value(t.value))
             code, _ = await self.replicas.append_and_wait(
-                (TRANSACTION_TOPIC, idx), encode_batch([record]), self.write_timeout_s)
+                (TRANSACTION_TOPIC, idx), encode_batch([record]), self.write_timeout_s
+            )
         finally:
             m.pending = False
         if code is not ErrorCode.none:
@@ -265,8 +305,9 @@ class TransactionCoordinator:
         return ErrorCode.none
 
     # ================================================================= requests
-    async def init_producer_id(self, tid: str, timeout_ms: int, producer_id: int,
-                               epoch: int) -> tuple[ErrorCode, int, int]:
+    async def init_producer_id(
+        self, tid: str, timeout_ms: int, producer_id: int, epoch: int
+    ) -> tuple[ErrorCode, int, int]:
         self._check_owner(tid)
         if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
             return ErrorCode.invalid_transaction_timeout, -1, -1
@@ -275,8 +316,9 @@ class TransactionCoordinator:
         if m is None:
             pid = await self._new_producer_id()
             m = self.txns[tid] = TxnMetadata(tid, pid, -1, timeout_ms)
-            tr: ErrorCode | Transition = m._value(TxnState.EMPTY, t, epoch=0,
-                                                  partitions=set(), start_ms=-1)
+            tr: ErrorCode | Transition = m._value(
+                TxnState.EMPTY, t, epoch=0, partitions=set(), start_ms=-1
+            )
         else:
             if m.state is TxnState.ONGOING and not m.pending:
                 # A new instance of the producer: abort the zombie's transaction with a
@@ -284,8 +326,7 @@ class TransactionCoordinator:
                 self._spawn(self._fence_and_abort(tid, m))
                 return ErrorCode.concurrent_transactions, -1, -1
             new_pid = await self._new_producer_id() if m.needs_epoch_bump() else None
-            tr = _decide(m, lambda: m.init_producer_id(timeout_ms, producer_id, epoch, t,
-                                                       new_pid))
+            tr = _decide(m, lambda: m.init_producer_id(timeout_ms, producer_id, epoch, t, new_pid))
         if isinstance(tr, ErrorCode):
             return tr, -1, -1
         code = await self._write(tid, m, tr)
@@ -301,8 +342,9 @@ class TransactionCoordinator:
             raise KafkaError(ErrorCode.coordinator_not_available, "not connected")
         return await asyncio.to_thread(ids.next_id)
 
-    async def add_partitions(self, tid: str, producer_id: int, epoch: int,
-                             parts: set[tuple[str, int]]) -> ErrorCode:
+    async def add_partitions(
+        self, tid: str, producer_id: int, epoch: int, parts: set[tuple[str, int]]
+    ) -> ErrorCode:
         self._check_owner(tid)
         m = self.txns.get(tid)
         if m is None:
@@ -314,8 +356,9 @@ class TransactionCoordinator:
             return tr
         return await self._write(tid, m, tr)
 
-    def verify_partitions(self, tid: str, producer_id: int, epoch: int,
-                          parts: set[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+    def verify_partitions(
+        self, tid: str, producer_id: int, epoch: int, parts: set[tuple[str, int]]
+    ) -> dict[tuple[str, int], ErrorCode]:
         """KIP-890: is each partition in the producer's ongoing transaction? (Kafka's
         handleVerifyPartitionsInTransaction; ownership errors are per partition too.)"""
         if not tid:
@@ -332,8 +375,7 @@ class TransactionCoordinator:
     def offsets_partition(self, group_id: str) -> tuple[str, int]:
         return OFFSETS_TOPIC, self.groups.topic.partition_of(group_id)
 
-    async def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool
-                      ) -> ErrorCode:
+    async def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool) -> ErrorCode:
         self._check_owner(tid)
         m = self.txns.get(tid)
         if m is None:
@@ -372,8 +414,7 @@ class TransactionCoordinator:
     def _start_completion(self, tid: str, m: TxnMetadata) -> None:
         if tid in self._completing and not self._completing[tid].done():
             return
-        self._completing[tid] = asyncio.get_running_loop().create_task(
-            self._complete(tid, m))
+        self._completing[tid] = asyncio.get_running_loop().create_task(self._complete(tid, m))
 
     async def _complete(self, tid: str, m: TxnMetadata) -> None:
         commit = m.state is TxnState.PREPARE_COMMIT
@@ -385,8 +426,14 @@ class TransactionCoordinator:
             return self.runtime.epoch(idx) == coordinator_epoch and self.txns.get(tid) is m
 
         try:
-            done = await self.markers.send(m.producer_id, m.producer_epoch, commit,
-                                           coordinator_epoch, set(m.partitions), still_owner)
+            done = await self.markers.send(
+                m.producer_id,
+                m.producer_epoch,
+                commit,
+                coordinator_epoch,
+                set(m.partitions),
+                still_owner,
+            )
             if not done:
                 return
             while still_owner():
@@ -395,9 +442,13 @@ class TransactionCoordinator:
                     return
                 code = await self._write(tid, m, tr)
                 if code is ErrorCode.none:
-                    logger.info("transaction %s (producer %d epoch %d) %s", tid,
-                                m.producer_id, m.producer_epoch,
-                                "committed" if commit else "aborted")
+                    logger.info(
+                        "transaction %s (producer %d epoch %d) %s",
+                        tid,
+                        m.producer_id,
+                        m.producer_epoch,
+                        "committed" if commit else "aborted",
+                    )
                     return
                 await asyncio.sleep(0.1)
         except asyncio.CancelledError:
@@ -420,8 +471,11 @@ class TransactionCoordinator:
         and nothing (Kafka's listTransactionStates)."""
         if self.runtime.loading():
             return ErrorCode.coordinator_load_in_progress, []
-        return ErrorCode.none, [m for tid, m in self.txns.items()
-                                if self.runtime.epoch(self.partition_of(tid)) is not None]
+        return ErrorCode.none, [
+            m
+            for tid, m in self.txns.items()
+            if self.runtime.epoch(self.partition_of(tid)) is not None
+        ]
 
 
 def _decide(m: TxnMetadata, decision: Callable[[], _D]) -> _D | ErrorCode:
@@ -431,11 +485,14 @@ def _decide(m: TxnMetadata, decision: Callable[[], _D]) -> _D | ErrorCode:
     try:
         return decision()
     except IllegalStateError as e:
-        logger.warning("transactional id %s (producer %d epoch %d): %s", m.transactional_id,
-                       m.producer_id, m.producer_epoch, e)
+        logger.warning(
+            "transactional id %s (producer %d epoch %d): %s",
+            m.transactional_id,
+            m.producer_id,
+            m.producer_epoch,
+            e,
+        )
         return e.code
-
-
 
 
 class _TxnLoader:
@@ -454,6 +511,9 @@ class _TxnLoader:
             if rec.key is None:
                 continue
             tid = decode_txn_key(rec.key)
-            self.values[tid] = (None if rec.value is None else TxnMetadata.from_value(
-                tid, decode_txn_value(rec.value)))
+            self.values[tid] = (
+                None
+                if rec.value is None
+                else TxnMetadata.from_value(tid, decode_txn_value(rec.value))
+            )
         return n

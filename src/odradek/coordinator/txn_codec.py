@@ -20,8 +20,14 @@ from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TRANSACTION_TOPIC", "TxnLogValue", "encode_txn_key", "decode_txn_key",
-           "encode_txn_value", "decode_txn_value"]
+__all__ = [
+    "TRANSACTION_TOPIC",
+    "TxnLogValue",
+    "encode_txn_key",
+    "decode_txn_key",
+    "encode_txn_value",
+    "decode_txn_value",
+]
 
 TRANSACTION_TOPIC = "__transaction_state"
 
@@ -56,7 +62,7 @@ class _Reader:
     def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.buf):
             raise ValueError(f"truncated transaction log record at {self.pos} (+{n})")
-        b = self.buf[self.pos:self.pos + n]
+        b = self.buf[self.pos : self.pos + n]
         self.pos += n
         return b
 
@@ -87,8 +93,7 @@ def decode_txn_key(key: bytes) -> str:
 
 
 def encode_txn_value(v: TxnLogValue) -> bytes:
-    out = bytearray(_VALUE_HEAD.pack(0, v.producer_id, v.producer_epoch, v.timeout_ms,
-                                     v.status))
+    out = bytearray(_VALUE_HEAD.pack(0, v.producer_id, v.producer_epoch, v.timeout_ms, v.status))
     if v.partitions is None:
         out += _I32.pack(-1)
     else:

@@ -58,18 +58,32 @@ _GIVE_UP = {ErrorCode.unknown_topic_or_partition}
 
 def control_batch(producer_id: int, epoch: int, commit: bool, coordinator_epoch: int) -> bytes:
     kind = CONTROL_TYPE_COMMIT if commit else CONTROL_TYPE_ABORT
-    return encode_batch([(_KEY.pack(0, kind), _VALUE.pack(0, coordinator_epoch))],
-                        producer_id=producer_id, producer_epoch=epoch, base_sequence=-1,
-                        transactional=True, control=True)
+    return encode_batch(
+        [(_KEY.pack(0, kind), _VALUE.pack(0, coordinator_epoch))],
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=-1,
+        transactional=True,
+        control=True,
+    )
 
 
-async def write_marker_locally(replicas: ReplicaManager, groups: GroupCoordinator,
-                               tp: tuple[str, int], producer_id: int, epoch: int,
-                               commit: bool, coordinator_epoch: int, timeout_s: float
-                               ) -> ErrorCode:
+async def write_marker_locally(
+    replicas: ReplicaManager,
+    groups: GroupCoordinator,
+    tp: tuple[str, int],
+    producer_id: int,
+    epoch: int,
+    commit: bool,
+    coordinator_epoch: int,
+    timeout_s: float,
+) -> ErrorCode:
     code, _ = await replicas.append_and_wait(
-        tp, control_batch(producer_id, epoch, commit, coordinator_epoch), timeout_s,
-        allow_control=True)
+        tp,
+        control_batch(producer_id, epoch, commit, coordinator_epoch),
+        timeout_s,
+        allow_control=True,
+    )
     if code is ErrorCode.none and tp[0] == OFFSETS_TOPIC:
         groups.complete_txn_offsets(tp[1], producer_id, commit)
     return code
@@ -78,16 +92,29 @@ async def write_marker_locally(replicas: ReplicaManager, groups: GroupCoordinato
 class TxnMarkerChannel:
     """Sends one transaction's markers to every partition's leader until all succeed."""
 
-    def __init__(self, broker_id: int, replicas: ReplicaManager, groups: GroupCoordinator,
-                 image: Callable[[], MetadataImage], pool: BrokerConnectionPool) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        replicas: ReplicaManager,
+        groups: GroupCoordinator,
+        image: Callable[[], MetadataImage],
+        pool: BrokerConnectionPool,
+    ) -> None:
         self.broker_id = broker_id
         self.replicas = replicas
         self.groups = groups
         self._image = image
         self._pool = pool  # the coordinator's, shared with its KIP-890 verifier
 
-    async def send(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
-                   partitions: set[tuple[str, int]], still_owner: Callable[[], bool]) -> bool:
+    async def send(
+        self,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        partitions: set[tuple[str, int]],
+        still_owner: Callable[[], bool],
+    ) -> bool:
         """Write the markers; True once every partition has its marker (or is gone),
         False if this broker stopped being the coordinator meanwhile."""
         todo = set(partitions)
@@ -103,35 +130,65 @@ class TxnMarkerChannel:
                     todo.discard(tp)
                     continue
                 by_leader.setdefault(pinfo.leader, []).append(tp)
-            results = await asyncio.gather(*(
-                self._send_to(leader, tps, producer_id, epoch, commit, coordinator_epoch)
-                for leader, tps in by_leader.items()))
+            results = await asyncio.gather(
+                *(
+                    self._send_to(leader, tps, producer_id, epoch, commit, coordinator_epoch)
+                    for leader, tps in by_leader.items()
+                )
+            )
             for done in results:
                 todo -= done
             if todo:
                 await asyncio.sleep(RETRY_BACKOFF_S)
         return True
 
-    async def _send_to(self, leader: int, tps: list[tuple[str, int]], producer_id: int,
-                       epoch: int, commit: bool, coordinator_epoch: int
-                       ) -> set[tuple[str, int]]:
+    async def _send_to(
+        self,
+        leader: int,
+        tps: list[tuple[str, int]],
+        producer_id: int,
+        epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> set[tuple[str, int]]:
         if leader < 0:
             return set()
         if leader == self.broker_id:
-            codes = await asyncio.gather(*(write_marker_locally(
-                self.replicas, self.groups, tp, producer_id, epoch, commit,
-                coordinator_epoch, MARKER_TIMEOUT_S) for tp in tps))
-            return {tp for tp, c in zip(tps, codes)
-                    if c is ErrorCode.none or c in _GIVE_UP}
+            codes = await asyncio.gather(
+                *(
+                    write_marker_locally(
+                        self.replicas,
+                        self.groups,
+                        tp,
+                        producer_id,
+                        epoch,
+                        commit,
+                        coordinator_epoch,
+                        MARKER_TIMEOUT_S,
+                    )
+                    for tp in tps
+                )
+            )
+            return {tp for tp, c in zip(tps, codes) if c is ErrorCode.none or c in _GIVE_UP}
         by_topic: dict[str, list[int]] = {}
         for t, p in tps:
             by_topic.setdefault(t, []).append(p)
-        req = WriteTxnMarkersRequest(markers=(WritableTxnMarker(
-            producer_id=ProducerId(producer_id), producer_epoch=i16(epoch),
-            transaction_result=commit, coordinator_epoch=i32(coordinator_epoch),
-            topics=tuple(WritableTxnMarkerTopic(name=TopicName(t),
-                                                partition_indexes=tuple(i32(p) for p in ps))
-                         for t, ps in by_topic.items())),))
+        req = WriteTxnMarkersRequest(
+            markers=(
+                WritableTxnMarker(
+                    producer_id=ProducerId(producer_id),
+                    producer_epoch=i16(epoch),
+                    transaction_result=commit,
+                    coordinator_epoch=i32(coordinator_epoch),
+                    topics=tuple(
+                        WritableTxnMarkerTopic(
+                            name=TopicName(t), partition_indexes=tuple(i32(p) for p in ps)
+                        )
+                        for t, ps in by_topic.items()
+                    ),
+                ),
+            )
+        )
         try:
             resp = await self._pool.request(leader, req)
         except (TimeoutError, BrokerConnectionError, OSError) as e:
@@ -145,6 +202,11 @@ class TxnMarkerChannel:
                     if code is ErrorCode.none or code in _GIVE_UP:
                         done.add((str(t.name), int(pr.partition_index)))
                     else:
-                        logger.info("marker for %s-%d on broker %d: %s; retrying", t.name,
-                                    pr.partition_index, leader, code.name)
+                        logger.info(
+                            "marker for %s-%d on broker %d: %s; retrying",
+                            t.name,
+                            pr.partition_index,
+                            leader,
+                            code.name,
+                        )
         return done

@@ -33,8 +33,14 @@ from odradek.errors import ErrorCode
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TxnState", "TxnMetadata", "Transition", "MAX_EPOCH", "TXN_TRANSITIONS",
-           "IllegalStateError"]
+__all__ = [
+    "TxnState",
+    "TxnMetadata",
+    "Transition",
+    "MAX_EPOCH",
+    "TXN_TRANSITIONS",
+    "IllegalStateError",
+]
 
 MAX_EPOCH = 32767 - 1  # Kafka: a new producer id when the epoch would reach Short.MaxValue
 
@@ -64,16 +70,20 @@ _T = TxnState
 # checked against it before its record is written (``_value``, Kafka's
 # prepareTransitionTo) and again when applied. DEAD: the id's tombstone (expiration).
 # Replaying the log is not a transition (``from_value`` takes the state as written).
-TXN_TRANSITIONS: TransitionTable[TxnState] = TransitionTable("transaction", {
-    _T.EMPTY: frozenset({_T.EMPTY, _T.COMPLETE_COMMIT, _T.COMPLETE_ABORT}),
-    _T.ONGOING: frozenset({_T.ONGOING, _T.EMPTY, _T.COMPLETE_COMMIT, _T.COMPLETE_ABORT}),
-    _T.PREPARE_COMMIT: frozenset({_T.ONGOING}),
-    _T.PREPARE_ABORT: frozenset({_T.ONGOING, _T.PREPARE_EPOCH_FENCE}),
-    _T.COMPLETE_COMMIT: frozenset({_T.PREPARE_COMMIT}),
-    _T.COMPLETE_ABORT: frozenset({_T.PREPARE_ABORT}),
-    _T.DEAD: frozenset({_T.EMPTY, _T.COMPLETE_ABORT, _T.COMPLETE_COMMIT}),
-    _T.PREPARE_EPOCH_FENCE: frozenset({_T.ONGOING}),
-}, ErrorCode.invalid_txn_state)
+TXN_TRANSITIONS: TransitionTable[TxnState] = TransitionTable(
+    "transaction",
+    {
+        _T.EMPTY: frozenset({_T.EMPTY, _T.COMPLETE_COMMIT, _T.COMPLETE_ABORT}),
+        _T.ONGOING: frozenset({_T.ONGOING, _T.EMPTY, _T.COMPLETE_COMMIT, _T.COMPLETE_ABORT}),
+        _T.PREPARE_COMMIT: frozenset({_T.ONGOING}),
+        _T.PREPARE_ABORT: frozenset({_T.ONGOING, _T.PREPARE_EPOCH_FENCE}),
+        _T.COMPLETE_COMMIT: frozenset({_T.PREPARE_COMMIT}),
+        _T.COMPLETE_ABORT: frozenset({_T.PREPARE_ABORT}),
+        _T.DEAD: frozenset({_T.EMPTY, _T.COMPLETE_ABORT, _T.COMPLETE_COMMIT}),
+        _T.PREPARE_EPOCH_FENCE: frozenset({_T.ONGOING}),
+    },
+    ErrorCode.invalid_txn_state,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,22 +108,43 @@ class TxnMetadata:
     # ------------------------------------------------------------ log records
     @classmethod
     def from_value(cls, txn_id: str, v: TxnLogValue) -> TxnMetadata:
-        return cls(txn_id, v.producer_id, v.producer_epoch, v.timeout_ms, TxnState(v.status),
-                   set(v.partitions or ()), v.start_ms, v.last_update_ms)
+        return cls(
+            txn_id,
+            v.producer_id,
+            v.producer_epoch,
+            v.timeout_ms,
+            TxnState(v.status),
+            set(v.partitions or ()),
+            v.start_ms,
+            v.last_update_ms,
+        )
 
-    def _value(self, state: TxnState, now_ms: int, *, epoch: int | None = None,
-               producer_id: int | None = None, partitions: set[tuple[str, int]] | None = None,
-               start_ms: int | None = None, timeout_ms: int | None = None) -> Transition:
+    def _value(
+        self,
+        state: TxnState,
+        now_ms: int,
+        *,
+        epoch: int | None = None,
+        producer_id: int | None = None,
+        partitions: set[tuple[str, int]] | None = None,
+        start_ms: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> Transition:
         """The record of a transition to ``state``; IllegalStateError if the table does
         not allow it from the current state."""
         TXN_TRANSITIONS.check(self.state, state)
         parts = self.partitions if partitions is None else partitions
-        return Transition(TxnLogValue(
-            self.producer_id if producer_id is None else producer_id,
-            self.producer_epoch if epoch is None else epoch,
-            self.timeout_ms if timeout_ms is None else timeout_ms, int(state),
-            None if state is TxnState.EMPTY else tuple(sorted(parts)), now_ms,
-            self.start_ms if start_ms is None else start_ms))
+        return Transition(
+            TxnLogValue(
+                self.producer_id if producer_id is None else producer_id,
+                self.producer_epoch if epoch is None else epoch,
+                self.timeout_ms if timeout_ms is None else timeout_ms,
+                int(state),
+                None if state is TxnState.EMPTY else tuple(sorted(parts)),
+                now_ms,
+                self.start_ms if start_ms is None else start_ms,
+            )
+        )
 
     def apply(self, t: Transition) -> None:
         """The written transition takes effect (checked again: the state must not have
@@ -135,29 +166,48 @@ class TxnMetadata:
             return ErrorCode.concurrent_transactions
         return ErrorCode.none
 
-    def init_producer_id(self, timeout_ms: int, producer_id: int, epoch: int, now_ms: int,
-                         new_producer_id: int | None) -> ErrorCode | Transition:
+    def init_producer_id(
+        self,
+        timeout_ms: int,
+        producer_id: int,
+        epoch: int,
+        now_ms: int,
+        new_producer_id: int | None,
+    ) -> ErrorCode | Transition:
         """InitProducerId for an existing id. ``producer_id``/``epoch`` come from the
         request (KIP-360: -1 unless the producer recovers); ``new_producer_id`` is a fresh
         id to use when the epoch is exhausted."""
         if self.pending or self.state in PREPARE:
             return ErrorCode.concurrent_transactions
-        if producer_id >= 0 and (producer_id, epoch) != (self.producer_id,
-                                                          self.producer_epoch):
+        if producer_id >= 0 and (producer_id, epoch) != (self.producer_id, self.producer_epoch):
             return ErrorCode.producer_fenced
         if self.state is TxnState.ONGOING:
             return ErrorCode.concurrent_transactions  # the caller aborts it first (fence)
         if self.producer_epoch + 1 >= MAX_EPOCH and new_producer_id is not None:
-            return self._value(TxnState.EMPTY, now_ms, epoch=0, producer_id=new_producer_id,
-                               partitions=set(), start_ms=-1, timeout_ms=timeout_ms)
-        return self._value(TxnState.EMPTY, now_ms, epoch=self.producer_epoch + 1,
-                           partitions=set(), start_ms=-1, timeout_ms=timeout_ms)
+            return self._value(
+                TxnState.EMPTY,
+                now_ms,
+                epoch=0,
+                producer_id=new_producer_id,
+                partitions=set(),
+                start_ms=-1,
+                timeout_ms=timeout_ms,
+            )
+        return self._value(
+            TxnState.EMPTY,
+            now_ms,
+            epoch=self.producer_epoch + 1,
+            partitions=set(),
+            start_ms=-1,
+            timeout_ms=timeout_ms,
+        )
 
     def needs_epoch_bump(self) -> bool:
         return self.producer_epoch + 1 >= MAX_EPOCH
 
-    def add_partitions(self, producer_id: int, epoch: int, parts: set[tuple[str, int]],
-                       now_ms: int) -> ErrorCode | Transition | None:
+    def add_partitions(
+        self, producer_id: int, epoch: int, parts: set[tuple[str, int]], now_ms: int
+    ) -> ErrorCode | Transition | None:
         """AddPartitionsToTxn / AddOffsetsToTxn. None: nothing to write (all present)."""
         err = self._check_producer(producer_id, epoch)
         if err is not ErrorCode.none:
@@ -167,11 +217,13 @@ class TxnMetadata:
         if self.state is TxnState.ONGOING and parts <= self.partitions:
             return None
         start = self.start_ms if self.state is TxnState.ONGOING else now_ms
-        return self._value(TxnState.ONGOING, now_ms, partitions=self.partitions | parts,
-                           start_ms=start)
+        return self._value(
+            TxnState.ONGOING, now_ms, partitions=self.partitions | parts, start_ms=start
+        )
 
-    def verify_partitions(self, producer_id: int, epoch: int, parts: set[tuple[str, int]]
-                          ) -> dict[tuple[str, int], ErrorCode]:
+    def verify_partitions(
+        self, producer_id: int, epoch: int, parts: set[tuple[str, int]]
+    ) -> dict[tuple[str, int], ErrorCode]:
         """KIP-890 verification (AddPartitionsToTxn v4+, verify_only), asked by a leader
         before a transactional batch opens a transaction on one of its partitions.
         Kafka's order of checks; a write in flight is not a reason to refuse (the
@@ -185,12 +237,15 @@ class TxnMetadata:
         elif self.state in PREPARE:
             err = ErrorCode.concurrent_transactions
         else:
-            return {tp: ErrorCode.none if tp in self.partitions
-                    else ErrorCode.transaction_abortable for tp in parts}
+            return {
+                tp: ErrorCode.none if tp in self.partitions else ErrorCode.transaction_abortable
+                for tp in parts
+            }
         return dict.fromkeys(parts, err)
 
-    def end_txn(self, producer_id: int, epoch: int, commit: bool, now_ms: int
-                ) -> ErrorCode | Transition | None:
+    def end_txn(
+        self, producer_id: int, epoch: int, commit: bool, now_ms: int
+    ) -> ErrorCode | Transition | None:
         """EndTxn. None: already complete in the requested way (a retry): success."""
         if producer_id != self.producer_id:
             return ErrorCode.invalid_producer_id_mapping
@@ -226,10 +281,17 @@ class TxnMetadata:
     # ------------------------------------------------------------ timers
     def timed_out(self, now_ms: int) -> bool:
         """transaction.timeout.ms: an Ongoing transaction older than its timeout."""
-        return (self.state is TxnState.ONGOING and not self.pending
-                and self.start_ms >= 0 and now_ms > self.start_ms + self.timeout_ms)
+        return (
+            self.state is TxnState.ONGOING
+            and not self.pending
+            and self.start_ms >= 0
+            and now_ms > self.start_ms + self.timeout_ms
+        )
 
     def expired(self, now_ms: int, expiration_ms: int) -> bool:
         """transactional.id.expiration.ms: an idle id (no transaction in flight)."""
-        return (not self.pending and self.state in (TxnState.EMPTY, *COMPLETE)
-                and now_ms > self.last_update_ms + expiration_ms)
+        return (
+            not self.pending
+            and self.state in (TxnState.EMPTY, *COMPLETE)
+            and now_ms > self.last_update_ms + expiration_ms
+        )

@@ -34,11 +34,13 @@ FUZZ_BROKER_CONFIG = {
 
 def _summary(r: FuzzReport) -> str:
     rate = r.requests / r.elapsed_s if r.elapsed_s else 0.0
-    return (f"{r.requests} requests ({rate:.0f}/s) over {len(r.per_api)} APIs: "
-            f"{r.answered} answered, {r.closed} closed, {r.unanswered} unanswered in time; "
-            f"{r.checks} checks, {r.round_trips} round trips; RSS {r.rss_start_mb:.0f} -> "
-            f"max {r.rss_max_mb:.0f} MB; failures: {len(r.failures)}; distinct unexpected "
-            f"handler failures: {len(r.handler_failures)}")
+    return (
+        f"{r.requests} requests ({rate:.0f}/s) over {len(r.per_api)} APIs: "
+        f"{r.answered} answered, {r.closed} closed, {r.unanswered} unanswered in time; "
+        f"{r.checks} checks, {r.round_trips} round trips; RSS {r.rss_start_mb:.0f} -> "
+        f"max {r.rss_max_mb:.0f} MB; failures: {len(r.failures)}; distinct unexpected "
+        f"handler failures: {len(r.handler_failures)}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,14 +60,26 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
 
-    cfg = FuzzConfig(bootstrap=args.bootstrap or "", broker_pid=args.broker_pid,
-                     broker_log=args.broker_log, duration_s=args.minutes * 60,
-                     max_requests=args.max_requests, seed=args.seed, workers=args.workers,
-                     rss_ceiling_mb=args.rss_ceiling_mb, check_every_s=args.check_every)
+    cfg = FuzzConfig(
+        bootstrap=args.bootstrap or "",
+        broker_pid=args.broker_pid,
+        broker_log=args.broker_log,
+        duration_s=args.minutes * 60,
+        max_requests=args.max_requests,
+        seed=args.seed,
+        workers=args.workers,
+        rss_ceiling_mb=args.rss_ceiling_mb,
+        check_every_s=args.check_every,
+    )
 
     def progress(r: FuzzReport) -> None:
-        logger.info("%d requests, %d answered, %d closed, %d unanswered", r.requests,
-                     r.answered, r.closed, r.unanswered)
+        logger.info(
+            "%d requests, %d answered, %d closed, %d unanswered",
+            r.requests,
+            r.answered,
+            r.closed,
+            r.unanswered,
+        )
 
     if args.bootstrap:
         report = run_fuzz(cfg, progress)

@@ -63,8 +63,13 @@ _CONFIGS = {
 }
 # APIs whose requests may name internal topics: they refuse writes or only read.
 _MAY_NAME_INTERNAL = frozenset({0, 1, 2, 3, 21, 23})
-_CODECS = (COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4,
-           COMPRESSION_ZSTD)
+_CODECS = (
+    COMPRESSION_NONE,
+    COMPRESSION_GZIP,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_LZ4,
+    COMPRESSION_ZSTD,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +85,15 @@ def encode_request(entity: Any, correlation_id: int = 1, client_id: str | None =
     cls = type(entity)
     header_cls = RequestHeaderV2 if cls.__header_schema__.__version__ >= 2 else RequestHeaderV1
     buf = io.BytesIO()
-    entity_writer(header_cls)(buf, header_cls(
-        request_api_key=cls.__api_key__, request_api_version=cls.__version__,
-        correlation_id=i32(correlation_id), client_id=client_id))
+    entity_writer(header_cls)(
+        buf,
+        header_cls(
+            request_api_key=cls.__api_key__,
+            request_api_version=cls.__version__,
+            correlation_id=i32(correlation_id),
+            client_id=client_id,
+        ),
+    )
     entity_writer(cls)(buf, entity)
     return buf.getvalue()
 
@@ -94,8 +105,19 @@ _EXTREME_INTS: dict[str, tuple[int, ...]] = {
     "int32": (-2147483648, -1, 0, 2147483647),
     "int64": (-9223372036854775808, -1, 0, 9223372036854775807),
 }
-_EXTREME_STRINGS = ("", "..", "../x", ".", "a\n", "x" * 250, "\u00fc\u00f1\u00ef",
-                    "a/b", "__consumer_offsets", "fz-a\x00", " ")
+_EXTREME_STRINGS = (
+    "",
+    "..",
+    "../x",
+    ".",
+    "a\n",
+    "x" * 250,
+    "\u00fc\u00f1\u00ef",
+    "a/b",
+    "__consumer_offsets",
+    "fz-a\x00",
+    " ",
+)
 
 
 class _Values:
@@ -130,9 +152,13 @@ class _Values:
                 return timedelta(milliseconds=rnd.choice((-1, 0, 2147483647)))
         if kafka_type == "records":
             n = rnd.randrange(1, 4)
-            return encode_batch([(b"k%d" % i if rnd.random() < 0.5 else None,
-                                  b"v" * rnd.randrange(0, 200)) for i in range(n)],
-                                compression=rnd.choice(_CODECS))
+            return encode_batch(
+                [
+                    (b"k%d" % i if rnd.random() < 0.5 else None, b"v" * rnd.randrange(0, 200))
+                    for i in range(n)
+                ],
+                compression=rnd.choice(_CODECS),
+            )
         if kafka_type in ("timedelta_i32", "timedelta_i64"):
             if name == "session_timeout":
                 return timedelta(milliseconds=rnd.choice((6000, 10000, 1000)))
@@ -171,8 +197,7 @@ class _Values:
             return rnd.choice(("", "m-1", "fuzz-" + str(rnd.randrange(10))))
         if name == "states_filter":
             return rnd.choice(("Stable", "Empty"))
-        if name == "transactional_id" and owner in ("ProduceRequest",
-                                                     "InitProducerIdRequest"):
+        if name == "transactional_id" and owner in ("ProduceRequest", "InitProducerIdRequest"):
             return None if rnd.random() < 0.9 else "fz-txn"  # nullable only there
         if name.endswith("transactional_id") or name == "transactional_ids":
             return "fz-txn"
@@ -182,8 +207,7 @@ class _Values:
 
     def integer(self, name: str, kafka_type: str) -> int:
         rnd = self.rnd
-        if name in ("partition", "partition_index", "index", "partitions",
-                    "partition_indexes"):
+        if name in ("partition", "partition_index", "index", "partitions", "partition_indexes"):
             return rnd.choice((0, 1, 0, 1, 2, -1, 7))
         if name == "acks":
             return rnd.choice((-1, 1, 1, 0))
@@ -205,9 +229,18 @@ class _Values:
             return rnd.choice((1, 1024, 1 << 20))
         if name in ("fetch_offset", "offset", "committed_offset", "timestamp"):
             return rnd.choice((0, 1, 5, -1, -2))
-        if name in ("current_leader_epoch", "leader_epoch", "last_fetched_epoch",
-                    "committed_leader_epoch", "generation_id", "generation_id_or_member_epoch",
-                    "session_epoch", "producer_epoch", "producer_id", "log_start_offset"):
+        if name in (
+            "current_leader_epoch",
+            "leader_epoch",
+            "last_fetched_epoch",
+            "committed_leader_epoch",
+            "generation_id",
+            "generation_id_or_member_epoch",
+            "session_epoch",
+            "producer_epoch",
+            "producer_id",
+            "log_start_offset",
+        ):
             return rnd.choice((-1, 0, 1))
         if name == "session_id":
             return rnd.choice((0, 0, 1))
@@ -218,7 +251,8 @@ class _Values:
         if name == "key_type":
             return rnd.choice((0, 0, 1))
         limit = {"int8": 1 << 7, "int16": 1 << 15, "int32": 1 << 31, "int64": 1 << 63}.get(
-            kafka_type, 1 << 7)
+            kafka_type, 1 << 7
+        )
         return rnd.choice((0, 1, 2, min(100, limit - 1)))
 
     def entity(self, cls: type, depth: int = 0) -> Any:
@@ -236,7 +270,8 @@ class _Values:
             elif isinstance(fc, PrimitiveTupleField):
                 kwargs[f.name] = tuple(
                     self.primitive(f.name, f.metadata["kafka_type"], cls.__name__)
-                    for _ in range(rnd.randrange(0, 3)))
+                    for _ in range(rnd.randrange(0, 3))
+                )
             elif isinstance(fc, EntityField):
                 kwargs[f.name] = self.entity(fc.type_, depth + 1)
             else:
@@ -248,8 +283,9 @@ class _Values:
         return cls(**kwargs)
 
 
-def build_corpus(seed: int = 0, per_version: int = 3,
-                 extreme_per_version: int = 4) -> list[CorpusEntry]:
+def build_corpus(
+    seed: int = 0, per_version: int = 3, extreme_per_version: int = 4
+) -> list[CorpusEntry]:
     """``per_version`` valid requests for every served (api_key, version), plus
     ``extreme_per_version`` well-formed ones full of boundary values."""
     rnd = random.Random(seed)

@@ -126,7 +126,8 @@ def probe_api_versions(address: str, timeout_s: float) -> str | None:
     from kio.index import load_request_schema  # noqa: PLC0415
 
     req: Any = load_request_schema(18, 3)(  # type: ignore[call-arg]
-        client_software_name="fuzz-probe", client_software_version="1")
+        client_software_name="fuzz-probe", client_software_version="1"
+    )
     payload = encode_request(req, correlation_id=7)
     try:
         with socket.create_connection(_split(address), timeout=timeout_s) as s:
@@ -161,11 +162,22 @@ class RoundTrip:
         self.bootstrap = bootstrap
         self._new_topic = NewTopic
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
-        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                                  "message.timeout.ms": 25000, "linger.ms": 0})
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fuzz-canary",
-                                  "enable.auto.commit": False,
-                                  "auto.offset.reset": "earliest"})
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "message.timeout.ms": 25000,
+                "linger.ms": 0,
+            }
+        )
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "fuzz-canary",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
         self.seq = 0
 
     def ensure_topics(self, names: tuple[str, ...], timeout_s: float = 30.0) -> None:
@@ -173,7 +185,8 @@ class RoundTrip:
         missing = [n for n in names if n not in meta.topics]
         if missing:
             futures = self.admin.create_topics(
-                [self._new_topic(n, num_partitions=2, replication_factor=1) for n in missing])
+                [self._new_topic(n, num_partitions=2, replication_factor=1) for n in missing]
+            )
             for fut in futures.values():
                 try:
                     fut.result(timeout_s)
@@ -188,8 +201,12 @@ class RoundTrip:
         self.seq += 1
         value = f"canary-{self.seq}-{random.random()}".encode()
         delivered: list[Any] = []
-        self.producer.produce(CANARY_TOPIC, value, partition=0,
-                              on_delivery=lambda err, msg: delivered.append((err, msg)))
+        self.producer.produce(
+            CANARY_TOPIC,
+            value,
+            partition=0,
+            on_delivery=lambda err, msg: delivered.append((err, msg)),
+        )
         deadline = time.monotonic() + timeout_s
         while not delivered and time.monotonic() < deadline:
             self.producer.poll(0.1)
@@ -235,7 +252,8 @@ class _Run:
 
     def _api_stats(self, key: int) -> dict[str, int]:
         return self.report.per_api.setdefault(
-            api_name(key), {"sent": 0, "answered": 0, "closed": 0, "unanswered": 0})
+            api_name(key), {"sent": 0, "answered": 0, "closed": 0, "unanswered": 0}
+        )
 
     def _next_request(self) -> tuple[int, bytes, bool]:
         """(api_key, framed bytes, honest frame?)"""
@@ -252,8 +270,7 @@ class _Run:
         if len(payload) >= 8:
             payload = payload[:4] + _I32.pack(cid) + payload[8:]
         if self.rnd.random() < self.cfg.frame_lie_ratio:
-            size = self.rnd.choice((-1, 0, 3, len(payload) // 2, len(payload) + 7,
-                                    0x7FFFFFFF))
+            size = self.rnd.choice((-1, 0, 3, len(payload) // 2, len(payload) + 7, 0x7FFFFFFF))
             return entry.api_key, _I32.pack(size) + payload, False
         return entry.api_key, _I32.pack(len(payload)) + payload, True
 
@@ -308,8 +325,9 @@ class _Run:
             if conn is not None:
                 conn[1].close()
 
-    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        data: bytes) -> str:
+    async def _exchange(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes
+    ) -> str:
         expected_cid = _I32.unpack_from(data, 8)[0] if len(data) >= 12 else None
         try:
             writer.write(data)
@@ -325,7 +343,8 @@ class _Run:
         if cid != expected_cid:
             self.report.wrong_correlation += 1
             self.report.failures.append(
-                f"response correlation id {cid}, expected {expected_cid}: {data[:256].hex()}")
+                f"response correlation id {cid}, expected {expected_cid}: {data[:256].hex()}"
+            )
             self.halt()
         return "answered"
 
@@ -399,9 +418,15 @@ def scan_handler_failures(log_path: str, start: int) -> dict[str, int]:
     for i, line in enumerate(lines):
         if "answering UNKNOWN_SERVER_ERROR" in line:
             # The traceback's last line names the exception; its "File" lines the site.
-            tail = [ln for ln in lines[i + 1:i + 60] if ln.startswith("  File ")]
-            exc = next((ln for ln in lines[i + 1:i + 60]
-                        if ln and not ln.startswith((" ", "Traceback"))), "")
+            tail = [ln for ln in lines[i + 1 : i + 60] if ln.startswith("  File ")]
+            exc = next(
+                (
+                    ln
+                    for ln in lines[i + 1 : i + 60]
+                    if ln and not ln.startswith((" ", "Traceback"))
+                ),
+                "",
+            )
             site = tail[-1].strip() if tail else "?"
             out[f"{line.split(': ', 1)[-1][:80]} | {site} | {exc[:120]}"] += 1
     return dict(out)
@@ -411,8 +436,9 @@ def run_fuzz(cfg: FuzzConfig, progress: Callable[[FuzzReport], None] | None = No
     """Fuzz the broker at ``cfg.bootstrap`` until ``duration_s`` or ``max_requests``."""
     report = FuzzReport()
     corpus = build_corpus(cfg.seed)
-    log_start = os.path.getsize(cfg.broker_log) if cfg.broker_log and Path(
-        cfg.broker_log).exists() else 0
+    log_start = (
+        os.path.getsize(cfg.broker_log) if cfg.broker_log and Path(cfg.broker_log).exists() else 0
+    )
     round_trip = RoundTrip(cfg.bootstrap)
     try:
         round_trip.ensure_topics((CANARY_TOPIC, *FUZZ_TOPICS))

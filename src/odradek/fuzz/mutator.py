@@ -49,8 +49,12 @@ _BYTES: Final = (0x00, 0x7F, 0x80, 0xFF)
 class Mutator:
     """Seeded: the same seed and corpus give the same sequence of requests."""
 
-    def __init__(self, corpus: Sequence[bytes], seed: int = 0,
-                 header_variants: Mapping[int, Sequence[int]] | None = None) -> None:
+    def __init__(
+        self,
+        corpus: Sequence[bytes],
+        seed: int = 0,
+        header_variants: Mapping[int, Sequence[int]] | None = None,
+    ) -> None:
         self.corpus = list(corpus)
         self.rnd = random.Random(seed)
         # api_key -> its served versions (for the ``header`` mutation)
@@ -91,22 +95,22 @@ class Mutator:
             raw = struct.pack(">i", self.rnd.choice(_INT32_LIES))
         if len(data) >= len(raw):
             i = self._pos(data, len(raw))
-            data[i:i + len(raw)] = raw
+            data[i : i + len(raw)] = raw
 
     def varint(self, data: bytearray) -> None:
         raw = self.rnd.choice(_VARINT_LIES)
         if data:
             i = self._pos(data)
-            data[i:i + len(raw)] = raw
+            data[i : i + len(raw)] = raw
 
     def truncate(self, data: bytearray) -> None:
         if len(data) > 1:
-            del data[self.rnd.randrange(1, len(data)):]
+            del data[self.rnd.randrange(1, len(data)) :]
 
     def extend(self, data: bytearray) -> None:
         if data and self.rnd.random() < 0.5:
             i = self.rnd.randrange(len(data))
-            data += data[i:i + self.rnd.randrange(1, 64)] * self.rnd.randrange(1, 8)
+            data += data[i : i + self.rnd.randrange(1, 64)] * self.rnd.randrange(1, 8)
         else:
             data += bytes(self.rnd.getrandbits(8) for _ in range(self.rnd.randrange(1, 32)))
 
@@ -114,7 +118,7 @@ class Mutator:
         other = self.rnd.choice(self.corpus)
         if len(data) > 1 and len(other) > 1:
             cut = self.rnd.randrange(1, len(data))
-            data[cut:] = other[self.rnd.randrange(1, len(other)):]
+            data[cut:] = other[self.rnd.randrange(1, len(other)) :]
 
     def insert(self, data: bytearray) -> None:
         i = self._pos(data)
@@ -123,7 +127,7 @@ class Mutator:
     def delete(self, data: bytearray) -> None:
         if len(data) > 1:
             i = self._pos(data)
-            del data[i:i + self.rnd.randrange(1, 9)]
+            del data[i : i + self.rnd.randrange(1, 9)]
 
     def header(self, data: bytearray) -> None:
         if len(data) < 4:

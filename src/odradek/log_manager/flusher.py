@@ -66,12 +66,16 @@ def _now_ms() -> int:
 class Flusher:
     """One per broker. ``mark`` is cheap and callable from any code on the event loop."""
 
-    def __init__(self, *, logs: Callable[[], Iterable[Log]],
-                 on_flushed: Callable[[Log], None],
-                 recovery_points: Callable[[], dict[tuple[str, int], int]] | None = None,
-                 checkpoint_path: Path | None = None,
-                 scheduler_interval_ms: int | None = None,
-                 checkpoint_interval_ms: int = broker_default("log.flush.offset.checkpoint.interval.ms")) -> None:
+    def __init__(
+        self,
+        *,
+        logs: Callable[[], Iterable[Log]],
+        on_flushed: Callable[[Log], None],
+        recovery_points: Callable[[], dict[tuple[str, int], int]] | None = None,
+        checkpoint_path: Path | None = None,
+        scheduler_interval_ms: int | None = None,
+        checkpoint_interval_ms: int = broker_default("log.flush.offset.checkpoint.interval.ms"),
+    ) -> None:
         self._logs = logs
         self._on_flushed = on_flushed
         self._recovery_points = recovery_points
@@ -109,8 +113,11 @@ class Flusher:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._executor = ThreadPoolExecutor(FLUSH_THREADS, thread_name_prefix="log-flusher")
-        self._tasks = [loop.create_task(self._run()), loop.create_task(self._schedule()),
-                       loop.create_task(self._checkpoints())]
+        self._tasks = [
+            loop.create_task(self._run()),
+            loop.create_task(self._schedule()),
+            loop.create_task(self._checkpoints()),
+        ]
 
     def stop(self) -> None:
         for t in self._tasks:
@@ -161,8 +168,11 @@ class Flusher:
                 job.close()
                 return
             self._in_flight.add(key)
-            fut.add_done_callback(lambda _f, key=key, lg=lg, job=job:  # type: ignore[misc]
-                                  self._finished(key, lg, job))
+            fut.add_done_callback(
+                lambda _f, key=key, lg=lg, job=job: (  # type: ignore[misc]
+                    self._finished(key, lg, job)
+                )
+            )
         self._resolve()
 
     def _finished(self, key: int, lg: Log, job: FlushJob) -> None:
@@ -209,8 +219,9 @@ class Flusher:
                 for lg in list(self._logs()):
                     if lg.closed:
                         continue
-                    if lg.flush_due(now) or (lg.config.ack_fsync
-                                             and lg.durable_offset < lg.log_end_offset):
+                    if lg.flush_due(now) or (
+                        lg.config.ack_fsync and lg.durable_offset < lg.log_end_offset
+                    ):
                         self.mark(lg)
             except Exception:
                 logger.exception("flush scheduler failed")

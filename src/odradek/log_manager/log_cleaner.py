@@ -42,8 +42,13 @@ from odradek.storage.cleaner import (
 from odradek.storage.log import Log
 from odradek.storage.segment import Segment
 
-__all__ = ["LogCleanerManager", "CleanerCandidate", "choose_log", "cleanable_range",
-           "CLEANER_CHECKPOINT"]
+__all__ = [
+    "LogCleanerManager",
+    "CleanerCandidate",
+    "choose_log",
+    "cleanable_range",
+    "CLEANER_CHECKPOINT",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +105,9 @@ def cleanable_range(
     return CleanerCandidate(tp, first_dirty, stop, clean, dirty, forced)
 
 
-def choose_log(candidates: list[CleanerCandidate], ratios: dict[TopicPartition, float]) -> CleanerCandidate | None:
+def choose_log(
+    candidates: list[CleanerCandidate], ratios: dict[TopicPartition, float]
+) -> CleanerCandidate | None:
     """The dirtiest eligible log (Kafka's grabFilthiestCompactedLog): forced ones first."""
     eligible = [c for c in candidates if c.forced or c.ratio >= ratios.get(c.tp, 0.5)]
     if not eligible:
@@ -159,8 +166,9 @@ class CleanerSettings:
 
 
 class LogCleanerManager:
-    def __init__(self, replicas: ReplicaLogs, log_dir: Path,
-                 settings: CleanerSettings | None = None) -> None:
+    def __init__(
+        self, replicas: ReplicaLogs, log_dir: Path, settings: CleanerSettings | None = None
+    ) -> None:
         settings = settings if settings is not None else CleanerSettings()
         self.replicas = replicas
         self.log_dir = log_dir
@@ -253,8 +261,9 @@ class LogCleanerManager:
     def _clean(self, job: _Job) -> None:
         stats = CleanStats()
         t0 = time.monotonic()
-        omap = build_offset_map(job.views, job.first_dirty, job.stop, job.params.max_map_entries,
-                                job.params.aborted)
+        omap = build_offset_map(
+            job.views, job.first_dirty, job.stop, job.params.max_map_entries, job.params.aborted
+        )
         stats.map_seconds = time.monotonic() - t0
         if omap.end <= job.first_dirty:
             return
@@ -293,10 +302,20 @@ class LogCleanerManager:
         self.passes += 1
         self.last_stats = stats
         secs = time.monotonic() - t0
-        logger.info("cleaned %s-%d [%d, %d): %d -> %d bytes in %.2f s (%.1f MB/s), %d/%d groups "
-                 "swapped%s", job.tp[0], job.tp[1], job.first_dirty, omap.end, stats.bytes_read,
-                 stats.bytes_written, secs, stats.bytes_read / 1e6 / max(secs, 1e-9), swapped,
-                 len(groups), " (map full)" if omap.full else "")
+        logger.info(
+            "cleaned %s-%d [%d, %d): %d -> %d bytes in %.2f s (%.1f MB/s), %d/%d groups swapped%s",
+            job.tp[0],
+            job.tp[1],
+            job.first_dirty,
+            omap.end,
+            stats.bytes_read,
+            stats.bytes_written,
+            secs,
+            stats.bytes_read / 1e6 / max(secs, 1e-9),
+            swapped,
+            len(groups),
+            " (map full)" if omap.full else "",
+        )
 
     # ------------------------------------------------------------------ loop side
     def _pick(self) -> _Job | None:
@@ -316,8 +335,7 @@ class LogCleanerManager:
             if tp in busy or lg.closed or not lg.config.compact:
                 continue
             # KIP-98: never clean past the LSO (an open transaction may still abort).
-            c = cleanable_range(tp, lg, ckpt.get(tp),
-                                min(part.high_watermark, _lso(part)), now)
+            c = cleanable_range(tp, lg, ckpt.get(tp), min(part.high_watermark, _lso(part)), now)
             if c is not None:
                 cands.append(c)
                 ratios[tp] = lg.config.min_cleanable_dirty_ratio
@@ -328,20 +346,34 @@ class LogCleanerManager:
         lg = logs[best.tp]
         cfg = lg.config
         segs = [s for s in lg.segments[:-1] if s.next_offset <= best.stop]
-        views = [SegmentView(s.base_offset, s.next_offset, s.size, s.max_timestamp, _dup(s.fd))
-                 for s in segs]
+        views = [
+            SegmentView(s.base_offset, s.next_offset, s.size, s.max_timestamp, _dup(s.fd))
+            for s in segs
+        ]
         params = CleanParams(
-            segment_bytes=cfg.segment_bytes, index_interval_bytes=cfg.index_interval_bytes,
-            delete_retention_ms=cfg.delete_retention_ms, now_ms=now,
+            segment_bytes=cfg.segment_bytes,
+            index_interval_bytes=cfg.index_interval_bytes,
+            delete_retention_ms=cfg.delete_retention_ms,
+            now_ms=now,
             dedupe_buffer_bytes=max(1, self.dedupe_buffer_bytes // max(self.threads, 1)),
-            aborted=tuple(lg.aborted_entries()))
+            aborted=tuple(lg.aborted_entries()),
+        )
         with self._lock:
             self._busy.add(best.tp)
-        return _Job(best.tp, lg, best.first_dirty, best.stop, views, segs, params,
-                    [(s.size, s.next_offset) for s in segs])
+        return _Job(
+            best.tp,
+            lg,
+            best.first_dirty,
+            best.stop,
+            views,
+            segs,
+            params,
+            [(s.size, s.next_offset) for s in segs],
+        )
 
-    def _swap(self, job: _Job, olds: list[Segment], snap: list[tuple[int, int]],
-              g: CleanedGroup) -> bool:
+    def _swap(
+        self, job: _Job, olds: list[Segment], snap: list[tuple[int, int]], g: CleanedGroup
+    ) -> bool:
         """On the loop: the segments must be unchanged (no truncation) and still present.
         The cleaned segment's .txnindex, written with it, leaves out the ABORT markers
         the group dropped, so no fetch sees one without the other."""
@@ -361,4 +393,3 @@ def _dup(fd: int) -> int:
 def _lso(part: CleanableReplica) -> int:
     lso = getattr(part, "last_stable_offset", None)
     return part.high_watermark if lso is None else int(lso)
-

@@ -123,10 +123,21 @@ class Stop:
     pass
 
 
-MetadataEvent = (BrokersChanged | TopicsChanged | TopicChanged | LeaderAndIsrNotified
-                 | PartitionStatesChanged | StatesReloaded | TopicConfigChanged
-                 | ControllerChanged | DeletionsChanged | SessionReestablished
-                 | AdminRequestsChanged | BrokerConfigChanged | Stop)
+MetadataEvent = (
+    BrokersChanged
+    | TopicsChanged
+    | TopicChanged
+    | LeaderAndIsrNotified
+    | PartitionStatesChanged
+    | StatesReloaded
+    | TopicConfigChanged
+    | ControllerChanged
+    | DeletionsChanged
+    | SessionReestablished
+    | AdminRequestsChanged
+    | BrokerConfigChanged
+    | Stop
+)
 
 StateAndVersion = tuple[znodes.PartitionState, int]
 
@@ -147,9 +158,13 @@ class _TopicState:
 class MetadataStore:
     """Owns the broker's ZooKeeper session and produces ``MetadataImage`` snapshots."""
 
-    def __init__(self, zk: KafkaZkClient, broker_id: int,
-                 registration: znodes.BrokerRegistration,
-                 publish: Callable[[MetadataImage], None]) -> None:
+    def __init__(
+        self,
+        zk: KafkaZkClient,
+        broker_id: int,
+        registration: znodes.BrokerRegistration,
+        publish: Callable[[MetadataImage], None],
+    ) -> None:
         self.zkc = zk
         self.zk = zk.zk  # the kazoo client: registration, watches, session state
         self.broker_id = broker_id
@@ -197,15 +212,20 @@ class MetadataStore:
         self.zk.ChildrenWatch(znodes.DELETE_TOPICS, self._watch_children(DeletionsChanged()))
         self.zk.DataWatch(znodes.CONTROLLER, self._watch_data(ControllerChanged()))
         for entity in (str(self.broker_id), znodes.DEFAULT_BROKER_ENTITY):
-            self.zk.DataWatch(znodes.broker_config_path(entity),
-                              self._watch_data(BrokerConfigChanged()))
+            self.zk.DataWatch(
+                znodes.broker_config_path(entity), self._watch_data(BrokerConfigChanged())
+            )
         # Controller requests (controller.py): watched here so they arrive as events.
         self.zk.ensure_path(znodes.CONTROLLED_SHUTDOWN_PATH)
-        for path in (znodes.PREFERRED_REPLICA_ELECTION, znodes.UNCLEAN_LEADER_ELECTION_PATH,
-                     znodes.REASSIGN_PARTITIONS):
+        for path in (
+            znodes.PREFERRED_REPLICA_ELECTION,
+            znodes.UNCLEAN_LEADER_ELECTION_PATH,
+            znodes.REASSIGN_PARTITIONS,
+        ):
             self.zk.DataWatch(path, self._watch_data(AdminRequestsChanged()))
-        self.zk.ChildrenWatch(znodes.CONTROLLED_SHUTDOWN_PATH,
-                              self._watch_children(AdminRequestsChanged()))
+        self.zk.ChildrenWatch(
+            znodes.CONTROLLED_SHUTDOWN_PATH, self._watch_children(AdminRequestsChanged())
+        )
         # Initial full load before serving, so the first image is complete.
         self._reload_all()
         self._emit()
@@ -242,7 +262,8 @@ class MetadataStore:
                 if time.monotonic() > deadline:
                     raise RuntimeError(
                         f"{path} is held by another session (is broker.id "
-                        f"{self.broker_id} already running?)") from None
+                        f"{self.broker_id} already running?)"
+                    ) from None
                 time.sleep(0.2)
 
     def add_event(self, ev: MetadataEvent) -> None:
@@ -264,15 +285,18 @@ class MetadataStore:
                 return False
             self._events.put(ev)
             return True
+
         return cb
 
-    def _watch_data(self, ev: MetadataEvent,
-                    alive: Callable[[], bool] = lambda: True) -> Callable[..., bool]:
+    def _watch_data(
+        self, ev: MetadataEvent, alive: Callable[[], bool] = lambda: True
+    ) -> Callable[..., bool]:
         def cb(_data: bytes | None, _stat: object, *_: object) -> bool:
             if self._stopped.is_set() or not alive():
                 return False
             self._events.put(ev)
             return True
+
         return cb
 
     def _on_notification(self, _event: Any) -> None:
@@ -314,8 +338,9 @@ class MetadataStore:
                 self._emit()
         except (ConnectionLoss, SessionExpiredError) as err:
             # Cut from ZooKeeper: an outage, not a bug (no stack trace); read again later.
-            logger.warning("metadata update failed, ZooKeeper unreachable (%s); retrying",
-                           type(err).__name__)
+            logger.warning(
+                "metadata update failed, ZooKeeper unreachable (%s); retrying", type(err).__name__
+            )
             ok = False
             for e in batch:
                 self._events.put(e)
@@ -345,12 +370,18 @@ class MetadataStore:
             self._load_broker_configs()
         if TopicsChanged in kinds or DeletionsChanged in kinds:
             self._load_topic_list()
-        changed = sorted({e.topic for e in batch if isinstance(e, TopicChanged)
-                          and e.topic in self._topics})
+        changed = sorted(
+            {e.topic for e in batch if isinstance(e, TopicChanged) and e.topic in self._topics}
+        )
         if changed:
             self._load_topics(changed)
-        configs = sorted({e.topic for e in batch if isinstance(e, TopicConfigChanged)
-                          and e.topic in self._topics})
+        configs = sorted(
+            {
+                e.topic
+                for e in batch
+                if isinstance(e, TopicConfigChanged) and e.topic in self._topics
+            }
+        )
         if configs:
             self._load_configs(configs)
         if LeaderAndIsrNotified in kinds:
@@ -384,11 +415,21 @@ class MetadataStore:
             self._cluster_changed = True
 
     def _load_brokers(self) -> None:
-        brokers = {b: BrokerInfo(reg.broker_id, reg.host, reg.port, reg.rack,
-                                 tuple(znodes.parse_endpoint(e) for e in reg.endpoints))
-                   for b, reg in self.zkc.get_broker_registrations().items()}
-        changed = {b for b in brokers.keys() | self._brokers.keys()
-                   if brokers.get(b) != self._brokers.get(b)}
+        brokers = {
+            b: BrokerInfo(
+                reg.broker_id,
+                reg.host,
+                reg.port,
+                reg.rack,
+                tuple(znodes.parse_endpoint(e) for e in reg.endpoints),
+            )
+            for b, reg in self.zkc.get_broker_registrations().items()
+        }
+        changed = {
+            b
+            for b in brokers.keys() | self._brokers.keys()
+            if brokers.get(b) != self._brokers.get(b)
+        }
         self._brokers = brokers
         if not changed:
             return
@@ -410,9 +451,12 @@ class MetadataStore:
         def read(entity: str) -> dict[str, str]:
             got = self.zkc.get_data(znodes.broker_config_path(entity))
             return znodes.decode_topic_config(got[0]) if got else {}  # topic configs' JSON
+
         mine, default = read(str(self.broker_id)), read(znodes.DEFAULT_BROKER_ENTITY)
-        self._cluster_changed |= (mine, default) != (self._broker_overrides,
-                                                     self._default_broker_overrides)
+        self._cluster_changed |= (mine, default) != (
+            self._broker_overrides,
+            self._default_broker_overrides,
+        )
         self._broker_overrides, self._default_broker_overrides = mine, default
 
     def _load_topic_list(self) -> None:
@@ -443,20 +487,26 @@ class MetadataStore:
             elif set(ts.assignment) - set(a.partitions):
                 self._rebuild.add(t)  # partitions removed (Kafka never does): start over
             else:  # partitions added (CreatePartitions) or reassigned
-                changed = {p for p, r in a.partitions.items()
-                           if ts.assignment.get(p) != r
-                           or ts.adding.get(p) != a.adding_replicas.get(p)
-                           or ts.removing.get(p) != a.removing_replicas.get(p)}
+                changed = {
+                    p
+                    for p, r in a.partitions.items()
+                    if ts.assignment.get(p) != r
+                    or ts.adding.get(p) != a.adding_replicas.get(p)
+                    or ts.removing.get(p) != a.removing_replicas.get(p)
+                }
                 if changed:
                     self._dirty_parts.setdefault(t, set()).update(changed)
             ts.assignment = a.partitions
             ts.adding, ts.removing = a.adding_replicas, a.removing_replicas
         if new:
             self._load_configs(new)
-        missing = [(t, p) for t, a in assignments.items() for p in a.partitions
-                   if p not in self._topics[t].states]
-        for (t, p), (st, version, mzxid) in self.zkc.get_partition_states_mzxid(
-                missing).items():
+        missing = [
+            (t, p)
+            for t, a in assignments.items()
+            for p in a.partitions
+            if p not in self._topics[t].states
+        ]
+        for (t, p), (st, version, mzxid) in self.zkc.get_partition_states_mzxid(missing).items():
             self._topics[t].states[p] = (st, version)
             self._hold(self._topics[t], p, st, mzxid)
             self._dirty_parts.setdefault(t, set()).add(p)
@@ -464,10 +514,10 @@ class MetadataStore:
             if t not in self._watched_topics:
                 self._watched_topics.add(t)
                 alive = lambda t=t: t in self._topics  # noqa: E731
-                self.zk.DataWatch(znodes.topic_path(t),
-                                  self._watch_data(TopicChanged(t), alive))
-                self.zk.DataWatch(znodes.topic_config_path(t),
-                                  self._watch_data(TopicConfigChanged(t), alive))
+                self.zk.DataWatch(znodes.topic_path(t), self._watch_data(TopicChanged(t), alive))
+                self.zk.DataWatch(
+                    znodes.topic_config_path(t), self._watch_data(TopicConfigChanged(t), alive)
+                )
 
     def _load_configs(self, topics: list[str]) -> None:
         for t, cfg in self.zkc.get_topic_configs(topics).items():
@@ -479,7 +529,8 @@ class MetadataStore:
     # ------------------------------------------------------------------ leader_and_isr
     def _load_notifications(self) -> None:
         names, purged = self.zkc.list_leader_and_isr_notifications(
-            watch=self._on_notification, after=self._notification_seq)
+            watch=self._on_notification, after=self._notification_seq
+        )
         if self._notification_seq < purged:
             self._reload_states(names, purged, "notifications were purged before we read them")
             return
@@ -500,8 +551,11 @@ class MetadataStore:
             ts = self._topics.get(ch.topic)
             if ts is None:
                 continue  # not loaded yet: its states are read when it is
-            if (ch.topic_id is not None and ts.topic_id != _NO_TOPIC_ID
-                    and ch.topic_id != ts.topic_id):
+            if (
+                ch.topic_id is not None
+                and ts.topic_id != _NO_TOPIC_ID
+                and ch.topic_id != ts.topic_id
+            ):
                 continue  # an older incarnation of the topic: its versions mean nothing
             cur = ts.states.get(ch.partition)
             if cur is None or ch.zk_version > cur[1]:
@@ -518,8 +572,7 @@ class MetadataStore:
         arrives; Kafka's brokers act only on the controller's LeaderAndIsr. The image
         shows no state for it until a newer version comes (odradek sim, instant
         restarts)."""
-        if mzxid < self._broker_epoch and (st.leader == self.broker_id
-                                           or self.broker_id in st.isr):
+        if mzxid < self._broker_epoch and (st.leader == self.broker_id or self.broker_id in st.isr):
             ts.held.add(p)
         else:
             ts.held.discard(p)
@@ -551,8 +604,14 @@ class MetadataStore:
 
     # ------------------------------------------------------------------ image
     def _has_changes(self) -> bool:
-        return bool(self._everything_changed or self._cluster_changed or self._rebuild
-                    or self._dirty_topics or self._dirty_parts or self._touched)
+        return bool(
+            self._everything_changed
+            or self._cluster_changed
+            or self._rebuild
+            or self._dirty_topics
+            or self._dirty_parts
+            or self._touched
+        )
 
     def build_image(self) -> MetadataImage:
         """The next image, sharing everything unchanged with the previous one: a batch of
@@ -572,23 +631,35 @@ class MetadataStore:
                         if p in ts.assignment:
                             parts[p] = self._partition_info(ts, p)
                 if parts is not info.partitions or name in self._dirty_topics:
-                    info = TopicInfo(name, ts.topic_id, parts, dict(ts.configs),
-                                     name in self._deleting)
+                    info = TopicInfo(
+                        name, ts.topic_id, parts, dict(ts.configs), name in self._deleting
+                    )
             self._built[name] = topics[name] = info
         for gone in set(self._built) - set(self._topics):
             del self._built[gone]
-        changed = None if self._everything_changed else frozenset(
-            self._rebuild | self._dirty_topics | self._dirty_parts.keys() | self._touched)
+        changed = (
+            None
+            if self._everything_changed
+            else frozenset(
+                self._rebuild | self._dirty_topics | self._dirty_parts.keys() | self._touched
+            )
+        )
         self._rebuild.clear()
         self._dirty_topics.clear()
         self._dirty_parts.clear()
         self._touched.clear()
         self._everything_changed = self._cluster_changed = False
-        return MetadataImage(self._cluster_id, self._controller_id, dict(self._brokers),
-                             topics, complete=True, changed_topics=changed,
-                             broker_overrides=dict(self._broker_overrides),
-                             default_broker_overrides=dict(self._default_broker_overrides),
-                             shutting_down=self._shutting_down)
+        return MetadataImage(
+            self._cluster_id,
+            self._controller_id,
+            dict(self._brokers),
+            topics,
+            complete=True,
+            changed_topics=changed,
+            broker_overrides=dict(self._broker_overrides),
+            default_broker_overrides=dict(self._default_broker_overrides),
+            shutting_down=self._shutting_down,
+        )
 
     @staticmethod
     def _partition_info(ts: _TopicState, p: int) -> PartitionInfo:
@@ -599,8 +670,17 @@ class MetadataStore:
         if sv is None or p in ts.held:
             return PartitionInfo(p, replicas, adding_replicas=adding, removing_replicas=removing)
         state, version = sv
-        return PartitionInfo(p, replicas, state.leader, state.leader_epoch, tuple(state.isr),
-                             state.controller_epoch, version, adding, removing)
+        return PartitionInfo(
+            p,
+            replicas,
+            state.leader,
+            state.leader_epoch,
+            tuple(state.isr),
+            state.controller_epoch,
+            version,
+            adding,
+            removing,
+        )
 
     def _topic_info(self, name: str, ts: _TopicState) -> TopicInfo:
         parts = {p: self._partition_info(ts, p) for p in ts.assignment}

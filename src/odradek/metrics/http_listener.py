@@ -84,18 +84,33 @@ def parse_request_head(head: bytes) -> tuple[str, str]:
     return method, path
 
 
-def _response(status: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
-              head_only: bool = False) -> bytes:
-    reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-              408: "Request Timeout", 431: "Request Header Fields Too Large",
-              500: "Internal Server Error", 503: "Service Unavailable"}.get(status, "Error")
-    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode("ascii")
+def _response(
+    status: int,
+    body: bytes,
+    content_type: str = "text/plain; charset=utf-8",
+    head_only: bool = False,
+) -> bytes:
+    reason = {
+        200: "OK",
+        400: "Bad Request",
+        404: "Not Found",
+        405: "Method Not Allowed",
+        408: "Request Timeout",
+        431: "Request Header Fields Too Large",
+        500: "Internal Server Error",
+        503: "Service Unavailable",
+    }.get(status, "Error")
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode("ascii")
     return head if head_only else head + body
 
 
-_INDEX = (b"<html><head><title>Odradek broker metrics</title></head><body>"
-          b"<a href=\"/metrics\">/metrics</a></body></html>")
+_INDEX = (
+    b"<html><head><title>Odradek broker metrics</title></head><body>"
+    b"<a href=\"/metrics\">/metrics</a></body></html>"
+)
 
 
 class _MetricsConnection(asyncio.Protocol):
@@ -196,9 +211,13 @@ class MetricsListener:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _MetricsConnection(self),
-                                                host=self.host, port=self.port,
-                                                reuse_address=True, backlog=64)
+        self._server = await loop.create_server(
+            lambda: _MetricsConnection(self),
+            host=self.host,
+            port=self.port,
+            reuse_address=True,
+            backlog=64,
+        )
         sock = self._server.sockets[0] if self._server.sockets else None
         if sock is not None:
             self.port = sock.getsockname()[1]  # port 0: the one the OS chose

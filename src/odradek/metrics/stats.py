@@ -32,8 +32,23 @@ __all__ = [
 # Upper bounds (ms) of the request latency buckets: sub-millisecond answers on loopback
 # up to the 30 s request timeout. 18 buckets keep a scrape small for ~26 APIs x 4 parts.
 LATENCY_BUCKETS_MS: tuple[float, ...] = (
-    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0,
-    1000.0, 2500.0, 5000.0, 10000.0, 30000.0,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    25.0,
+    50.0,
+    100.0,
+    250.0,
+    500.0,
+    1000.0,
+    2500.0,
+    5000.0,
+    10000.0,
+    30000.0,
 )
 
 
@@ -104,8 +119,15 @@ class RequestMetrics:
             m = self.apis[api_key] = ApiRequestMetrics()
         return m
 
-    def record(self, api_key: int, version: int, queue_ms: float, local_ms: float,
-               remote_ms: float, total_ms: float) -> None:
+    def record(
+        self,
+        api_key: int,
+        version: int,
+        queue_ms: float,
+        local_ms: float,
+        remote_ms: float,
+        total_ms: float,
+    ) -> None:
         m = self.apis.get(api_key)
         if m is None:
             m = self.api(api_key)

@@ -178,8 +178,10 @@ def _decoder(api_key: int, api_version: int) -> tuple[Validator, Any]:
     key = (api_key, api_version)
     pair = _decoders.get(key)
     if pair is None:
-        pair = _decoders[key] = (request_validator(api_key, api_version),
-                                 _reader(api_key, api_version))
+        pair = _decoders[key] = (
+            request_validator(api_key, api_version),
+            _reader(api_key, api_version),
+        )
     return pair
 
 
@@ -250,11 +252,12 @@ def _read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, i
             raise InvalidRequest("varint too long")
 
 
-def _list_offsets_v0(frame: bytes | bytearray | memoryview, header: RequestHeaderInfo,
-                     max_elements: int) -> Any:
+def _list_offsets_v0(
+    frame: bytes | bytearray | memoryview, header: RequestHeaderInfo, max_elements: int
+) -> Any:
     """ListOffsets v0: kio has no schema for it (``list_offsets_v0``)."""
     try:
-        req = list_offsets_v0.decode_request(memoryview(frame)[header.header_size:])
+        req = list_offsets_v0.decode_request(memoryview(frame)[header.header_size :])
     except (ValueError, struct.error) as e:  # UnicodeDecodeError is a ValueError
         raise InvalidRequest(f"malformed ListOffsets v0: {e}", header) from None
     if len(req.topics) + sum(len(t.partitions) for t in req.topics) > max_elements:
@@ -262,8 +265,9 @@ def _list_offsets_v0(frame: bytes | bytearray | memoryview, header: RequestHeade
     return req
 
 
-def decode_request(frame: bytes | bytearray | memoryview,
-                   max_elements: int = DEFAULT_MAX_ELEMENTS) -> tuple[RequestHeaderInfo, Any]:
+def decode_request(
+    frame: bytes | bytearray | memoryview, max_elements: int = DEFAULT_MAX_ELEMENTS
+) -> tuple[RequestHeaderInfo, Any]:
     """Decode one request frame into (header, kio request entity).
 
     Raises ``UnsupportedVersion`` for (key, version) outside ``SERVED`` and
@@ -274,8 +278,10 @@ def decode_request(frame: bytes | bytearray | memoryview,
     if len(frame) >= _HEADER_FIXED:
         api_key, api_version, _, _ = _HEADER.unpack_from(frame, 0)
         rng = SERVED.get(api_key)
-        if (rng is None or not rng[0] <= api_version <= rng[1]) \
-                and (api_key, api_version) not in HAND_CODED:
+        if (rng is None or not rng[0] <= api_version <= rng[1]) and (
+            api_key,
+            api_version,
+        ) not in HAND_CODED:
             raise UnsupportedVersion(_peek(frame, strict=False))
     header = _peek(frame, strict=True)
     if (header.api_key, header.api_version) == (2, 0):

@@ -63,10 +63,6 @@ class PartitionFetchResult:
     preferred_read_replica: int = -1  # v11+
 
 
-
-
-
-
 def parts_size(parts: Sequence[Any]) -> int:
     """Total bytes of a parts list (``bytes`` or objects with ``size``)."""
     return sum(len(p) if isinstance(p, (bytes, bytearray, memoryview)) else p.size for p in parts)
@@ -106,7 +102,11 @@ def encode_fetch_response(
             if has_v5:
                 append(
                     _PART_V5.pack(
-                        p.index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset
+                        p.index,
+                        p.error_code,
+                        p.high_watermark,
+                        p.last_stable_offset,
+                        p.log_start_offset,
                     )
                 )
             else:

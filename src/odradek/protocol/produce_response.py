@@ -51,12 +51,7 @@ class PartitionProduceResult:
     record_errors: list[tuple[int, str | None]] | None = None  # (batch index, message)
 
 
-
-
-
-
-def _append_nullable(append: Callable[[bytes], None], flexible: bool,
-                     value: str | None) -> None:
+def _append_nullable(append: Callable[[bytes], None], flexible: bool, value: str | None) -> None:
     if value is None:
         append(b"\x00" if flexible else b"\xff\xff")
         return
@@ -64,8 +59,12 @@ def _append_nullable(append: Callable[[bytes], None], flexible: bool,
     append((uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw)
 
 
-def _append_record_errors(append: Callable[[bytes], None], flexible: bool,
-                          errors: list[tuple[int, str | None]], message: str | None) -> None:
+def _append_record_errors(
+    append: Callable[[bytes], None],
+    flexible: bool,
+    errors: list[tuple[int, str | None]],
+    message: str | None,
+) -> None:
     """record_errors[] then error_message (the rare INVALID_RECORD path: not hot)."""
     append(uvarint(len(errors) + 1) if flexible else _I32.pack(len(errors)))
     for index, msg in errors:
@@ -103,7 +102,11 @@ def encode_produce_response(
             if has_v5:
                 append(
                     part_struct.pack(
-                        p.index, p.error_code, p.base_offset, p.log_append_time_ms, p.log_start_offset
+                        p.index,
+                        p.error_code,
+                        p.base_offset,
+                        p.log_append_time_ms,
+                        p.log_start_offset,
                     )
                 )
             else:

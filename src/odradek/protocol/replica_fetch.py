@@ -104,9 +104,16 @@ def _compact_string(s: str) -> bytes:
 
 
 def encode_replica_fetch_request(
-    correlation_id: int, client_id: str, replica_id: int, max_wait_ms: int, min_bytes: int,
-    max_bytes: int, partitions: Sequence[ReplicaFetchPartition], *,
-    session_id: int = 0, session_epoch: int = -1,
+    correlation_id: int,
+    client_id: str,
+    replica_id: int,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+    partitions: Sequence[ReplicaFetchPartition],
+    *,
+    session_id: int = 0,
+    session_epoch: int = -1,
     forgotten: Sequence[tuple[str, Sequence[int]]] = (),
 ) -> bytes:
     """Size prefix + header v2 + FetchRequest v12 body; partitions are grouped by topic
@@ -116,18 +123,30 @@ def encode_replica_fetch_request(
     for p in partitions:
         topics.setdefault(p.topic, []).append(p)
     cid = client_id.encode()
-    parts: list[bytes] = [b"", _I16.pack(len(cid)), cid, b"\x00",
-                          _TOP.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, session_id,
-                                    session_epoch),
-                          uvarint(len(topics) + 1)]
+    parts: list[bytes] = [
+        b"",
+        _I16.pack(len(cid)),
+        cid,
+        b"\x00",
+        _TOP.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, session_id, session_epoch),
+        uvarint(len(topics) + 1),
+    ]
     append = parts.append
     pack = _PART.pack
     for topic, ps in topics.items():
         append(_compact_string(topic))
         append(uvarint(len(ps) + 1))
         for p in ps:
-            append(pack(p.partition, p.current_leader_epoch, p.fetch_offset,
-                        p.last_fetched_epoch, p.log_start_offset, p.partition_max_bytes))
+            append(
+                pack(
+                    p.partition,
+                    p.current_leader_epoch,
+                    p.fetch_offset,
+                    p.last_fetched_epoch,
+                    p.log_start_offset,
+                    p.partition_max_bytes,
+                )
+            )
             append(b"\x00")
         append(b"\x00")
     append(uvarint(len(forgotten) + 1))
@@ -190,8 +209,9 @@ class _Reader:
             self.take(self.uvarint())
 
 
-def decode_fetch_response_v12(frame: bytes | memoryview
-                              ) -> tuple[int, int, int, list[FetchPartitionData]]:
+def decode_fetch_response_v12(
+    frame: bytes | memoryview,
+) -> tuple[int, int, int, list[FetchPartitionData]]:
     """(correlation_id, top-level error code, session id, partitions) from a frame
     without its size prefix. Records are views of ``frame`` (keep it alive while they are used)."""
     buf = memoryview(frame)
@@ -202,7 +222,7 @@ def decode_fetch_response_v12(frame: bytes | memoryview
     out: list[FetchPartitionData] = []
     for _ in range(r.count(3)):
         n = r.uvarint() - 1
-        topic = bytes(buf[r.take(n):r.pos]).decode("utf-8", "replace") if n > 0 else ""
+        topic = bytes(buf[r.take(n) : r.pos]).decode("utf-8", "replace") if n > 0 else ""
         for _ in range(r.count(_RESP_PART.size + 7)):
             idx, err, hw, lso, start = _RESP_PART.unpack_from(buf, r.take(_RESP_PART.size))
             aborted = r.count(17)
@@ -212,7 +232,7 @@ def decode_fetch_response_v12(frame: bytes | memoryview
                     r.skip_tags()
             r.take(4)  # preferred_read_replica
             size = r.uvarint() - 1
-            records = buf[r.take(size):r.pos] if size > 0 else None
+            records = buf[r.take(size) : r.pos] if size > 0 else None
             r.skip_tags()
             out.append(FetchPartitionData(topic, idx, err, hw, lso, start, records))
         r.skip_tags()

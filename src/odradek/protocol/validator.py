@@ -100,8 +100,9 @@ def _bad(message: str) -> None:
 
 
 def _too_many(limit: int) -> None:
-    raise TooManyElements(f"request decodes to more than {limit} array elements "
-                          "(odradek.request.max.elements)")
+    raise TooManyElements(
+        f"request decodes to more than {limit} array elements (odradek.request.max.elements)"
+    )
 
 
 def _uvarint(b: Any, p: int, e: int) -> tuple[int, int]:
@@ -184,8 +185,9 @@ class _Compiler:
         return f"n{self._tmp}"
 
     def _entity(self, cls: type, name: str, root: bool = False) -> str:
-        out: list[str] = ([f"def {name}(b, p, e, m):", "    c = [m, m]"] if root
-                          else [f"def {name}(b, p, e, c):"])
+        out: list[str] = (
+            [f"def {name}(b, p, e, m):", "    c = [m, m]"] if root else [f"def {name}(b, p, e, c):"]
+        )
         out += self._body(cls, "    ", depth=0)
         out.append("    return p")
         return "\n".join(out) + "\n"
@@ -235,10 +237,12 @@ class _Compiler:
                 return [f"{ind}p = {fn}(b, p, e, c)"]
             # KIP-893 nullable struct: int8 marker, -1 null, 1 present. Anything else is
             # refused rather than guessed at (the walk must read exactly what kio reads).
-            return [f"{ind}if p >= e: _t()",
-                    f"{ind}if b[p] == 0xFF: p += 1",
-                    f"{ind}elif b[p] == 1: p = {fn}(b, p + 1, e, c)",
-                    f"{ind}else: _bad('invalid null marker in {label}')"]
+            return [
+                f"{ind}if p >= e: _t()",
+                f"{ind}if b[p] == 0xFF: p += 1",
+                f"{ind}elif b[p] == 1: p = {fn}(b, p + 1, e, c)",
+                f"{ind}else: _bad('invalid null marker in {label}')",
+            ]
         n = self._var()
         out = self._length(n, flexible, wide=True, nullable=nullable, ind=ind, label=label)
         # out leaves the item count in n (-1 for null, already allowed)
@@ -254,16 +258,18 @@ class _Compiler:
                 out.append(f"{body}if p > e: _t()")
                 return out
             min_item = _length_size(kt, flexible)
-            out.append(f"{body}if {n} * {min_item} > e - p: _bad('{label}: count exceeds "
-                       "the bytes left')")
+            out.append(
+                f"{body}if {n} * {min_item} > e - p: _bad('{label}: count exceeds the bytes left')"
+            )
             out.append(f"{body}for _ in range({n}):")
             out += self._primitive(kt, flexible, False, body + "    ", label + "[]")
             return out
         assert isinstance(fc, EntityTupleField)
         min_item = max(1, self.min_size(fc.type_))
         out.append(f"{ind}if {n} > 0:")
-        out.append(f"{body}if {n} * {min_item} > e - p: _bad('{label}: count exceeds the "
-                   "bytes left')")
+        out.append(
+            f"{body}if {n} * {min_item} > e - p: _bad('{label}: count exceeds the bytes left')"
+        )
         out.append(f"{body}c[0] -= {n}")
         out.append(f"{body}if c[0] < 0: _many(c[1])")
         out.append(f"{body}for _ in range({n}):")
@@ -273,72 +279,82 @@ class _Compiler:
             out.append(f"{body}    p = {self.function_for(fc.type_)}(b, p, e, c)")
         return out
 
-    def _primitive(self, kt: str, flexible: bool, nullable: bool, ind: str,
-                   label: str) -> list[str]:
+    def _primitive(
+        self, kt: str, flexible: bool, nullable: bool, ind: str, label: str
+    ) -> list[str]:
         size = _FIXED_SIZES.get(kt)
         if size is not None:
             return _advance(size, ind)
         if kt not in _STRINGS and kt not in _BYTES:
             raise TypeError(f"{label}: unsupported kafka type {kt!r}")
         n = self._var()
-        out = self._length(n, flexible, wide=kt in _BYTES, nullable=nullable, ind=ind,
-                           label=label)
+        out = self._length(n, flexible, wide=kt in _BYTES, nullable=nullable, ind=ind, label=label)
         out.append(f"{ind}if {n} > 0:")
         out.append(f"{ind}    p += {n}")
         out.append(f"{ind}    if p > e: _t()")
         return out
 
     @staticmethod
-    def _length(n: str, flexible: bool, *, wide: bool, nullable: bool, ind: str,
-                label: str) -> list[str]:
+    def _length(
+        n: str, flexible: bool, *, wide: bool, nullable: bool, ind: str, label: str
+    ) -> list[str]:
         """Read a length/count into ``n`` (-1 = null), refusing null if not nullable."""
-        null_check = ([] if nullable
-                      else [f"{ind}    _bad('null value for non-nullable field {label}')"])
+        null_check = (
+            [] if nullable else [f"{ind}    _bad('null value for non-nullable field {label}')"]
+        )
         if flexible:
-            out = [f"{ind}if p >= e: _t()",
-                   f"{ind}{n} = b[p]",
-                   f"{ind}if {n} < 0x80: p += 1",
-                   f"{ind}else: {n}, p = _uv(b, p, e)",
-                   f"{ind}{n} -= 1"]
+            out = [
+                f"{ind}if p >= e: _t()",
+                f"{ind}{n} = b[p]",
+                f"{ind}if {n} < 0x80: p += 1",
+                f"{ind}else: {n}, p = _uv(b, p, e)",
+                f"{ind}{n} -= 1",
+            ]
         else:
             width, reader = (4, "_i32") if wide else (2, "_i16")
-            out = [f"{ind}if p + {width} > e: _t()",
-                   f"{ind}{n} = {reader}(b, p)[0]",
-                   f"{ind}p += {width}",
-                   f"{ind}if {n} < -1: _bad('negative length in {label}')"]
+            out = [
+                f"{ind}if p + {width} > e: _t()",
+                f"{ind}{n} = {reader}(b, p)[0]",
+                f"{ind}p += {width}",
+                f"{ind}if {n} < -1: _bad('negative length in {label}')",
+            ]
         if null_check:
             out.append(f"{ind}if {n} < 0:")
             out += null_check
         return out
 
-    def _tagged_section(self, tagged: dict[int, Any], ind: str, owner: str,
-                        depth: int) -> list[str]:
+    def _tagged_section(
+        self, tagged: dict[int, Any], ind: str, owner: str, depth: int
+    ) -> list[str]:
         """Tagged fields: known tags are walked inside exactly their declared size;
         unknown ones are skipped (KIP-482), their size checked like any length."""
         if not tagged:
             # The common case: no tag is known, so only the count and sizes matter; an
             # empty section (one zero byte) is the usual wire content.
             k, end = self._var(), self._var()
-            return [f"{ind}if p >= e: _t()",
-                    f"{ind}if b[p] == 0: p += 1",
-                    f"{ind}else:",
-                    f"{ind}    {k}, p = _uv(b, p, e)",
-                    f"{ind}    if {k} > e - p: _bad('{owner}: tagged-field count exceeds "
-                    "the bytes left')",
-                    f"{ind}    for _ in range({k}):",
-                    f"{ind}        _, p = _uv(b, p, e)",
-                    f"{ind}        {end}, p = _uv(b, p, e)",
-                    f"{ind}        p += {end}",
-                    f"{ind}        if p > e: _t()"]
+            return [
+                f"{ind}if p >= e: _t()",
+                f"{ind}if b[p] == 0: p += 1",
+                f"{ind}else:",
+                f"{ind}    {k}, p = _uv(b, p, e)",
+                f"{ind}    if {k} > e - p: _bad('{owner}: tagged-field count exceeds "
+                "the bytes left')",
+                f"{ind}    for _ in range({k}):",
+                f"{ind}        _, p = _uv(b, p, e)",
+                f"{ind}        {end}, p = _uv(b, p, e)",
+                f"{ind}        p += {end}",
+                f"{ind}        if p > e: _t()",
+            ]
         k, tag, end, outer = self._var(), self._var(), self._var(), self._var()
-        out = [f"{ind}{k}, p = _uv(b, p, e)",
-               f"{ind}if {k} > e - p: _bad('{owner}: tagged-field count exceeds the bytes "
-               "left')",
-               f"{ind}for _ in range({k}):",
-               f"{ind}    {tag}, p = _uv(b, p, e)",
-               f"{ind}    {end}, p = _uv(b, p, e)",
-               f"{ind}    {end} += p",
-               f"{ind}    if {end} > e: _t()"]
+        out = [
+            f"{ind}{k}, p = _uv(b, p, e)",
+            f"{ind}if {k} > e - p: _bad('{owner}: tagged-field count exceeds the bytes left')",
+            f"{ind}for _ in range({k}):",
+            f"{ind}    {tag}, p = _uv(b, p, e)",
+            f"{ind}    {end}, p = _uv(b, p, e)",
+            f"{ind}    {end} += p",
+            f"{ind}    if {end} > e: _t()",
+        ]
         first = True
         for tag_id, f in sorted(tagged.items()):
             kw = "if" if first else "elif"
@@ -349,8 +365,10 @@ class _Compiler:
             # nullable type still has its null encoding, so nullability is kept.
             out += self._field(f, True, ind + "        ", f"{owner}.{f.name}", depth)
             out.append(f"{ind}        e = {outer}")
-            out.append(f"{ind}        if p != {end}: _bad('tagged field {tag_id} of {owner} "
-                       "does not fill its size')")
+            out.append(
+                f"{ind}        if p != {end}: _bad('tagged field {tag_id} of {owner} "
+                "does not fill its size')"
+            )
         out.append(f"{ind}    else:")
         out.append(f"{ind}        p = {end}")
         return out

@@ -152,8 +152,9 @@ class AlterPartitionManager(Generic[P]):
             try:
                 self._on_outcome(write, payload, outcome_of(write, results))
             except Exception:
-                logger.exception("%s-%d: applying the ISR write outcome failed",
-                                 write.topic, write.partition)
+                logger.exception(
+                    "%s-%d: applying the ISR write outcome failed", write.topic, write.partition
+                )
         if len(self.queue):
             self._schedule()
 
@@ -167,8 +168,9 @@ class AlterPartitionManager(Generic[P]):
                 await asyncio.sleep(0)
 
 
-def write_each(store: Callable[[IsrWrite], int],
-               writes: Sequence[IsrWrite]) -> dict[TopicPartition, IsrOutcome]:
+def write_each(
+    store: Callable[[IsrWrite], int], writes: Sequence[IsrWrite]
+) -> dict[TopicPartition, IsrOutcome]:
     """A batch as single writes, for stores without a batched form (the in-memory store
     of the replication harness): each write's result or exception is its outcome."""
     out: dict[TopicPartition, IsrOutcome] = {}

@@ -79,8 +79,15 @@ class _ClientProtocol(asyncio.Protocol):
 
 
 class BrokerConnection:
-    def __init__(self, host: str, port: int, source_ip: str | None, client_id: str,
-                 timeout_s: float, security: ClientSecurity = PLAINTEXT) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        source_ip: str | None,
+        client_id: str,
+        timeout_s: float,
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
         self.host, self.port = host, port
         self.security = security
         self.source_ip = source_ip
@@ -101,8 +108,13 @@ class BrokerConnection:
             # asyncio.timeout: wait_for (3.11) can swallow a cancel racing the connect.
             async with asyncio.timeout(self.timeout_s):
                 _, proto = await loop.create_connection(
-                    _ClientProtocol, self.host, self.port, local_addr=local, ssl=ctx,
-                    server_hostname=self.host if ctx is not None else None)
+                    _ClientProtocol,
+                    self.host,
+                    self.port,
+                    local_addr=local,
+                    ssl=ctx,
+                    server_hostname=self.host if ctx is not None else None,
+                )
         except (TimeoutError, OSError) as e:
             self.close()
             raise BrokerConnectionError(f"connect to {self.host}:{self.port}: {e!r}") from e
@@ -119,18 +131,20 @@ class BrokerConnection:
         mech = sec.sasl_mechanism or ""
         hs = await self.request(request_entity(17, 1, mechanism=mech))
         if int(hs.error_code):
-            raise BrokerConnectionError(f"SASL handshake with {self.host}:{self.port} "
-                                        f"failed: error {int(hs.error_code)}, mechanisms "
-                                        f"{list(hs.mechanisms)}")
+            raise BrokerConnectionError(
+                f"SASL handshake with {self.host}:{self.port} "
+                f"failed: error {int(hs.error_code)}, mechanisms "
+                f"{list(hs.mechanisms)}"
+            )
         try:
             client = SaslClient(mech, sec.sasl_username or "", sec.sasl_password or "")
             while not client.complete:
-                resp = await self.request(request_entity(36, 2,
-                                                         auth_bytes=client.next_token()))
+                resp = await self.request(request_entity(36, 2, auth_bytes=client.next_token()))
                 if int(resp.error_code):
                     raise BrokerConnectionError(
                         f"SASL authentication with {self.host}:{self.port} failed: "
-                        f"{resp.error_message}")
+                        f"{resp.error_message}"
+                    )
                 client.receive(bytes(resp.auth_bytes))
         except SaslClientError as e:
             raise BrokerConnectionError(f"SASL with {self.host}:{self.port}: {e}") from e
@@ -139,8 +153,9 @@ class BrokerConnection:
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
         return self._correlation
 
-    async def send(self, data: bytes, correlation_id: int,
-                   timeout_s: float | None = None) -> memoryview | bytes:
+    async def send(
+        self, data: bytes, correlation_id: int, timeout_s: float | None = None
+    ) -> memoryview | bytes:
         """Send one encoded request (size prefix included) and return its response frame
         (without the size prefix); the caller decodes it and checks the correlation id."""
         if not self.connected:
@@ -156,8 +171,7 @@ class BrokerConnection:
             return await fut
         except TimeoutError as e:
             self.close()
-            raise BrokerConnectionError(f"request to {self.host}:{self.port} timed out") \
-                from e
+            raise BrokerConnectionError(f"request to {self.host}:{self.port} timed out") from e
         except BrokerConnectionError:
             self.close()
             raise
@@ -168,8 +182,9 @@ class BrokerConnection:
         """A kio request entity in, its decoded kio response out (rare requests)."""
         corr = self.next_correlation_id()
         frame = await self.send(encode_request(entity, corr, self.client_id), corr, timeout_s)
-        got, response = decode_response(type(entity).__api_key__, type(entity).__version__,
-                                        bytes(frame))
+        got, response = decode_response(
+            type(entity).__api_key__, type(entity).__version__, bytes(frame)
+        )
         if got != corr:
             self.close()
             raise BrokerConnectionError(f"correlation id {got} != {corr}")
@@ -193,9 +208,14 @@ class BrokerConnectionPool:
     on the inter-broker listener in the current metadata (None: not registered);
     ``security`` is that listener's protocol, read at each new connection."""
 
-    def __init__(self, address: Callable[[int], tuple[str, int] | None],
-                 source_ip: str | None, client_id: str, timeout_s: float,
-                 security: Callable[[], ClientSecurity] = lambda: PLAINTEXT) -> None:
+    def __init__(
+        self,
+        address: Callable[[int], tuple[str, int] | None],
+        source_ip: str | None,
+        client_id: str,
+        timeout_s: float,
+        security: Callable[[], ClientSecurity] = lambda: PLAINTEXT,
+    ) -> None:
         self._address = address
         self._security = security
         self._source_ip = source_ip
@@ -215,9 +235,14 @@ class BrokerConnectionPool:
                     addr = self._address(broker_id)
                     if addr is None:
                         raise BrokerConnectionError(f"broker {broker_id} is not registered")
-                    conn = BrokerConnection(addr[0], addr[1], self._source_ip,
-                                            self._client_id, timeout_s=self._timeout_s,
-                                            security=self._security())
+                    conn = BrokerConnection(
+                        addr[0],
+                        addr[1],
+                        self._source_ip,
+                        self._client_id,
+                        timeout_s=self._timeout_s,
+                        security=self._security(),
+                    )
                     await conn.connect()
                     self._conns[broker_id] = conn
                 return await conn.request(entity, timeout_s or self._timeout_s)

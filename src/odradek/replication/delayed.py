@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from odradek.replication.fetch_session import FetchSession
     from odradek.replication.partition import Partition
 
+
 class _PartitionWait(Protocol):
     def check(self) -> bool: ...
 
@@ -120,9 +121,15 @@ class DelayedFetch(DelayedOperation[Any]):
 
     __slots__ = ("watches", "committed_only", "min_bytes", "read", "session", "_marks")
 
-    def __init__(self, timeout_s: float, watches: list[FetchWatch], committed_only: bool,
-                 min_bytes: int, read: Callable[[], tuple[Any, int, bool]],
-                 session: FetchSession | None = None) -> None:
+    def __init__(
+        self,
+        timeout_s: float,
+        watches: list[FetchWatch],
+        committed_only: bool,
+        min_bytes: int,
+        read: Callable[[], tuple[Any, int, bool]],
+        session: FetchSession | None = None,
+    ) -> None:
         super().__init__(timeout_s)
         self.watches = watches
         self.committed_only = committed_only

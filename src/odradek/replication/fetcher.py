@@ -59,8 +59,9 @@ _THROTTLE_RECHECK_S = 0.1  # how often a throttled follower looks at its quota a
 DurableWait = Callable[[list[tuple["Log", int]]], Awaitable[None]]
 # A fetch session the leader no longer knows (evicted, leader restarted) or a lost
 # response: the next fetch is full, sent at once (no backoff, KIP-227).
-_SESSION_ERRORS = frozenset({ErrorCode.fetch_session_id_not_found,
-                             ErrorCode.invalid_fetch_session_epoch})
+_SESSION_ERRORS = frozenset(
+    {ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,17 +96,27 @@ class FetchState:
         state = self.fetch_state
         if state is None:
             p = self.partition
-            state = self.fetch_state = (p.log_end_offset, p.leader_epoch,
-                                        p.epochs.latest_epoch, p.log.log_start_offset,
-                                        max_bytes)
+            state = self.fetch_state = (
+                p.log_end_offset,
+                p.leader_epoch,
+                p.epochs.latest_epoch,
+                p.log.log_start_offset,
+                max_bytes,
+            )
         return state
 
 
 class ReplicaFetcher:
-    def __init__(self, broker_id: int, leader_id: int, endpoint: LeaderEndpoint,
-                 settings: FetcherSettings, on_progress: Callable[[Partition], None],
-                 tracer: RecordTracer | None = None,
-                 wait_durable: DurableWait | None = None) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        leader_id: int,
+        endpoint: LeaderEndpoint,
+        settings: FetcherSettings,
+        on_progress: Callable[[Partition], None],
+        tracer: RecordTracer | None = None,
+        wait_durable: DurableWait | None = None,
+    ) -> None:
         self.broker_id = broker_id
         self.leader_id = leader_id
         self.endpoint = endpoint
@@ -183,8 +194,7 @@ class ReplicaFetcher:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                logger.exception("fetcher %d→%d failed; retrying", self.broker_id,
-                                 self.leader_id)
+                logger.exception("fetcher %d→%d failed; retrying", self.broker_id, self.leader_id)
                 await asyncio.sleep(backoff_s)
 
     async def _truncate(self) -> None:
@@ -201,11 +211,20 @@ class ReplicaFetcher:
             pending.append(s)
         if not pending:
             return
-        asked = {(s.partition.topic, s.partition.index): s.partition.epochs.latest_epoch
-                 for s in pending}
-        results = await self.endpoint.offsets_for_leader_epoch([
-            EpochRequest(s.partition.topic, s.partition.index, s.partition.leader_epoch,
-                         s.partition.epochs.latest_epoch) for s in pending])
+        asked = {
+            (s.partition.topic, s.partition.index): s.partition.epochs.latest_epoch for s in pending
+        }
+        results = await self.endpoint.offsets_for_leader_epoch(
+            [
+                EpochRequest(
+                    s.partition.topic,
+                    s.partition.index,
+                    s.partition.leader_epoch,
+                    s.partition.epochs.latest_epoch,
+                )
+                for s in pending
+            ]
+        )
         for r in results:
             tp = (r.topic, r.partition)
             st = self.states.get(tp)
@@ -217,19 +236,33 @@ class ReplicaFetcher:
             p = st.partition
             _, own_end = p.epochs.end_offset_for(r.leader_epoch, p.log_end_offset)
             decision = decide_truncation(
-                leader_id=self.leader_id, current_leader_epoch=p.leader_epoch,
-                asked_epoch=asked.get(tp, -1), leader_epoch=r.leader_epoch,
+                leader_id=self.leader_id,
+                current_leader_epoch=p.leader_epoch,
+                asked_epoch=asked.get(tp, -1),
+                leader_epoch=r.leader_epoch,
                 leader_end_offset=r.end_offset,
                 own_end_offset=own_end if r.leader_epoch >= 0 else -1,
-                log_end_offset=p.log_end_offset, high_watermark=p.high_watermark)
+                log_end_offset=p.log_end_offset,
+                high_watermark=p.high_watermark,
+            )
             if decision.removes_from(p.log_end_offset):
-                logger.info("%s: truncating from %d to %d (leader %d epoch %d ends at %d)",
-                            p.name, p.log_end_offset, decision.offset, self.leader_id,
-                            r.leader_epoch, r.end_offset)
+                logger.info(
+                    "%s: truncating from %d to %d (leader %d epoch %d ends at %d)",
+                    p.name,
+                    p.log_end_offset,
+                    decision.offset,
+                    self.leader_id,
+                    r.leader_epoch,
+                    r.end_offset,
+                )
                 # The removed suffix goes to the lost-records ledger first.
                 st.fetch_state = None
-                p.truncate_to(decision.offset, reason=decision.reason,
-                              leader_id=self.leader_id, leader_epoch=p.leader_epoch)
+                p.truncate_to(
+                    decision.offset,
+                    reason=decision.reason,
+                    leader_id=self.leader_id,
+                    leader_epoch=p.leader_epoch,
+                )
                 self._on_progress(p)
             st.truncating = False
 
@@ -265,20 +298,25 @@ class ReplicaFetcher:
         # Rotate the order: only the first partition of a response may exceed the byte
         # limits (KIP-74), so a fixed order could starve partitions with large batches.
         self._rotation = (self._rotation + 1) % len(ready)
-        ready = ready[self._rotation:] + ready[:self._rotation]
+        ready = ready[self._rotation :] + ready[: self._rotation]
         cfg = self.settings
         max_bytes = cfg.max_bytes
         # Each partition's fetch state as a plain tuple: the request entry is built only
         # for the partitions the fetch names (issue 13: thousands of idle partitions).
-        states = {(s.partition.topic, s.partition.index): s.current_state(max_bytes)
-                  for s in ready}
+        states = {(s.partition.topic, s.partition.index): s.current_state(max_bytes) for s in ready}
 
         def make(tp: TopicPartition) -> FetchRequestPartition:
             offset, epoch, last_epoch, start, limit = states[tp]
             return FetchRequestPartition(
-                topic=tp[0], partition=tp[1], fetch_offset=offset, current_leader_epoch=epoch,
-                last_fetched_epoch=last_epoch, log_start_offset=start,
-                partition_max_bytes=limit)
+                topic=tp[0],
+                partition=tp[1],
+                fetch_offset=offset,
+                current_leader_epoch=epoch,
+                last_fetched_epoch=last_epoch,
+                log_start_offset=start,
+                partition_max_bytes=limit,
+            )
+
         if self._traced:
             for tp, off in self._traced:
                 self._tracer.hop(tp, off, "next.fetch")
@@ -287,14 +325,16 @@ class ReplicaFetcher:
         # state changed; the leader remembers the others.
         fetch = self.session.build_from_states(states, make)
         try:
-            response = await self.endpoint.fetch(fetch, max_wait_ms=cfg.wait_max_ms,
-                                                 min_bytes=cfg.min_bytes,
-                                                 max_bytes=cfg.response_max_bytes)
+            response = await self.endpoint.fetch(
+                fetch,
+                max_wait_ms=cfg.wait_max_ms,
+                min_bytes=cfg.min_bytes,
+                max_bytes=cfg.response_max_bytes,
+            )
         except BaseException:
             self.session.handle_error()
             raise
-        if not self.session.handle_response(fetch, response.error_code,
-                                            response.session_id):
+        if not self.session.handle_response(fetch, response.error_code, response.session_id):
             if response.error_code in _SESSION_ERRORS:
                 return 0.0  # start over at once with a full fetch
             raise EndpointError(f"fetch failed: {error_name(response.error_code)}")
@@ -325,8 +365,7 @@ class ReplicaFetcher:
             leo_before = p.log_end_offset
             st.fetch_state = None  # the append may move the LEO, epochs and log start
             try:
-                p.append_as_follower(r.records or b"", r.high_watermark, now_ms,
-                                     r.log_start_offset)
+                p.append_as_follower(r.records or b"", r.high_watermark, now_ms, r.log_start_offset)
             except Exception as e:  # noqa: BLE001
                 logger.warning("%s: follower append failed (%s); re-truncating", p.name, e)
                 st.truncating = True
@@ -358,8 +397,13 @@ class ReplicaFetcher:
         if 0 <= p.log_end_offset < leader_start:
             # Below the leader's log start (retention / DeleteRecords while we were away):
             # Kafka's handleOffsetOutOfRange restarts the log at the leader's log start.
-            logger.info("%s: LEO %d below leader %d's log start %d; restarting the log "
-                        "there", p.name, p.log_end_offset, self.leader_id, leader_start)
+            logger.info(
+                "%s: LEO %d below leader %d's log start %d; restarting the log there",
+                p.name,
+                p.log_end_offset,
+                self.leader_id,
+                leader_start,
+            )
             p.truncate_fully_and_start_at(leader_start)
             self._on_progress(p)
             return
@@ -373,18 +417,25 @@ class ReplicaFetcher:
         st.backoff_until = clock.monotonic() + self.settings.backoff_ms / 1000
         if code in (ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch):
             st.truncating = True
-        logger.info("%s: %s from leader %d: %s", st.partition.name, what, self.leader_id,
-                    error_name(code))
+        logger.info(
+            "%s: %s from leader %d: %s", st.partition.name, what, self.leader_id, error_name(code)
+        )
 
 
 class ReplicaFetcherManager:
     """The follower side of the replica manager: which partitions each leader's fetcher
     carries (Kafka's ReplicaFetcherManager)."""
 
-    def __init__(self, broker_id: int, settings: FetcherSettings,
-                 endpoint_factory: EndpointFactory | None,
-                 *, on_progress: Callable[[Partition], None],
-                 tracer: RecordTracer | None = None, source_ip: str | None = None) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        settings: FetcherSettings,
+        endpoint_factory: EndpointFactory | None,
+        *,
+        on_progress: Callable[[Partition], None],
+        tracer: RecordTracer | None = None,
+        source_ip: str | None = None,
+    ) -> None:
         self.broker_id = broker_id
         self.settings = settings
         # False from controlled shutdown on (quiesce_fetchers): start no fetcher.
@@ -475,9 +526,15 @@ class ReplicaFetcherManager:
             fetcher = None
         if fetcher is None:
             factory = self._endpoint_factory or self._remote_endpoint
-            fetcher = ReplicaFetcher(self.broker_id, leader, factory(leader, *address),
-                                     self.settings, self._on_progress, self._tracer,
-                                     self.wait_durable)
+            fetcher = ReplicaFetcher(
+                self.broker_id,
+                leader,
+                factory(leader, *address),
+                self.settings,
+                self._on_progress,
+                self._tracer,
+                self.wait_durable,
+            )
             fetcher.quota = self.quota
             self.fetchers[leader] = fetcher
             self._addresses[leader] = address
@@ -487,8 +544,14 @@ class ReplicaFetcherManager:
         return fetcher
 
     def _remote_endpoint(self, leader: int, host: str, port: int) -> LeaderEndpoint:
-        return RemoteLeaderEndpoint(self.broker_id, host, port, self._source_ip,
-                                    self.settings.socket_timeout_ms, self.security)
+        return RemoteLeaderEndpoint(
+            self.broker_id,
+            host,
+            port,
+            self._source_ip,
+            self.settings.socket_timeout_ms,
+            self.security,
+        )
 
     async def stop_all(self) -> None:
         """Shutdown: stop every fetcher; no new one starts afterwards (a metadata image

@@ -49,9 +49,13 @@ ZK_WRITE_TIMEOUT_S = 2.0  # an ISR write that cannot reach ZooKeeper fails after
 
 
 class ZkIsrStore:
-    def __init__(self, zkc: Callable[[], KafkaZkClient | None],
-                 topic_id: Callable[[str], uuid.UUID | None], writer: int,
-                 timeout_s: float = ZK_WRITE_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        zkc: Callable[[], KafkaZkClient | None],
+        topic_id: Callable[[str], uuid.UUID | None],
+        writer: int,
+        timeout_s: float = ZK_WRITE_TIMEOUT_S,
+    ) -> None:
         self._zkc = zkc  # over the broker's current session (None before it connected)
         self._topic_id = topic_id  # carried in the notification (a recreated topic's check)
         self.writer = writer  # this broker's id, recorded in the notification
@@ -72,15 +76,25 @@ class ZkIsrStore:
         zkc = self._zkc()
         if zkc is None or not zkc.zk.connected:
             return _all(writes, IsrStoreUnavailable("not connected to ZooKeeper"))
-        batch = [StateWrite(w.topic, w.partition, self._topic_id(w.topic),
-                            znodes.PartitionState(leader=w.leader, leader_epoch=w.leader_epoch,
-                                                  isr=list(w.isr),
-                                                  controller_epoch=w.controller_epoch),
-                            w.zk_version)
-                 for w in writes]
+        batch = [
+            StateWrite(
+                w.topic,
+                w.partition,
+                self._topic_id(w.topic),
+                znodes.PartitionState(
+                    leader=w.leader,
+                    leader_epoch=w.leader_epoch,
+                    isr=list(w.isr),
+                    controller_epoch=w.controller_epoch,
+                ),
+                w.zk_version,
+            )
+            for w in writes
+        ]
         try:
-            result = zkc.update_partition_states(batch, fence=None, writer=self.writer,
-                                                 timeout_s=self.timeout_s)
+            result = zkc.update_partition_states(
+                batch, fence=None, writer=self.writer, timeout_s=self.timeout_s
+            )
         except Exception as e:  # noqa: BLE001 - kazoo errors and timeouts alike
             # Chunks already committed before the failure are reported unavailable too:
             # the leader fences itself and its re-assertion finds the znode as it is.
@@ -88,28 +102,37 @@ class ZkIsrStore:
             return _all(writes, IsrStoreUnavailable(repr(e)))
         out: dict[TopicPartition, IsrOutcome] = dict(result.versions)
         for tp in result.missing:
-            out[tp] = IsrStoreUnavailable(
-                f"{znodes.partition_state_path(*tp)} does not exist")
+            out[tp] = IsrStoreUnavailable(f"{znodes.partition_state_path(*tp)} does not exist")
         if result.conflicts:
             # The version moved: read the znodes as they are now (one multiRead), so each
             # leader can tell "the controller changed my ISR" from "someone else leads".
             try:
-                current = zkc.get_partition_states(sorted(result.conflicts),
-                                                   timeout_s=self.timeout_s)
+                current = zkc.get_partition_states(
+                    sorted(result.conflicts), timeout_s=self.timeout_s
+                )
             except Exception as e:  # noqa: BLE001 - unreachable meanwhile
                 current = {}
-                logger.warning("reading %d conflicting state znodes failed: %r",
-                               len(result.conflicts), e)
+                logger.warning(
+                    "reading %d conflicting state znodes failed: %r", len(result.conflicts), e
+                )
             for tp in result.conflicts:
                 got = current.get(tp)
                 if got is None:
                     out[tp] = IsrStoreUnavailable(
-                        f"{znodes.partition_state_path(*tp)} could not be read")
+                        f"{znodes.partition_state_path(*tp)} could not be read"
+                    )
                     continue
                 cur, version = got
-                out[tp] = IsrConflict(LeaderAndIsr(
-                    leader=cur.leader, leader_epoch=cur.leader_epoch, isr=tuple(cur.isr),
-                    replicas=(), zk_version=version, controller_epoch=cur.controller_epoch))
+                out[tp] = IsrConflict(
+                    LeaderAndIsr(
+                        leader=cur.leader,
+                        leader_epoch=cur.leader_epoch,
+                        isr=tuple(cur.isr),
+                        replicas=(),
+                        zk_version=version,
+                        controller_epoch=cur.controller_epoch,
+                    )
+                )
         return out
 
 

@@ -88,11 +88,11 @@ class FetchResult:
 
 
 class LeaderEndpoint(Protocol):
-    async def fetch(self, request: FetchRequestData, *, max_wait_ms: int,
-                    min_bytes: int, max_bytes: int) -> FetchResult: ...
+    async def fetch(
+        self, request: FetchRequestData, *, max_wait_ms: int, min_bytes: int, max_bytes: int
+    ) -> FetchResult: ...
 
-    async def offsets_for_leader_epoch(self, requests: list[EpochRequest]
-                                       ) -> list[EpochResult]: ...
+    async def offsets_for_leader_epoch(self, requests: list[EpochRequest]) -> list[EpochResult]: ...
 
     def close(self) -> None: ...
 
@@ -105,21 +105,43 @@ class RemoteLeaderEndpoint:
     """The Kafka protocol over one connection (one request at a time, like Kafka's
     replica fetcher thread)."""
 
-    def __init__(self, broker_id: int, host: str, port: int, source_ip: str | None,
-                 socket_timeout_ms: int, security: ClientSecurity = PLAINTEXT) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        host: str,
+        port: int,
+        source_ip: str | None,
+        socket_timeout_ms: int,
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
         self.broker_id = broker_id
         self.socket_timeout_s = socket_timeout_ms / 1000
-        self._conn = BrokerConnection(host, port, source_ip, f"replica-fetcher-{broker_id}",
-                                      timeout_s=self.socket_timeout_s, security=security)
+        self._conn = BrokerConnection(
+            host,
+            port,
+            source_ip,
+            f"replica-fetcher-{broker_id}",
+            timeout_s=self.socket_timeout_s,
+            security=security,
+        )
 
-    async def fetch(self, request: FetchRequestData, *, max_wait_ms: int,
-                    min_bytes: int, max_bytes: int) -> FetchResult:
+    async def fetch(
+        self, request: FetchRequestData, *, max_wait_ms: int, min_bytes: int, max_bytes: int
+    ) -> FetchResult:
         conn = self._conn
         corr = conn.next_correlation_id()
         data = encode_replica_fetch_request(
-            corr, conn.client_id, self.broker_id, max_wait_ms, min_bytes, max_bytes,
-            request.partitions, session_id=request.session_id, session_epoch=request.epoch,
-            forgotten=request.forgotten)
+            corr,
+            conn.client_id,
+            self.broker_id,
+            max_wait_ms,
+            min_bytes,
+            max_bytes,
+            request.partitions,
+            session_id=request.session_id,
+            session_epoch=request.epoch,
+            forgotten=request.forgotten,
+        )
         frame = await conn.send(data, corr, max_wait_ms / 1000 + self.socket_timeout_s)
         try:
             got, error, session_id, parts = decode_fetch_response_v12(frame)
@@ -129,23 +151,54 @@ class RemoteLeaderEndpoint:
         if got != corr:
             conn.close()
             raise EndpointError(f"correlation id {got} != {corr}")
-        return FetchResult(error, session_id, [
-            FetchedPartition(p.topic, p.partition, p.error_code, p.high_watermark,
-                             p.log_start_offset, p.records) for p in parts])
+        return FetchResult(
+            error,
+            session_id,
+            [
+                FetchedPartition(
+                    p.topic,
+                    p.partition,
+                    p.error_code,
+                    p.high_watermark,
+                    p.log_start_offset,
+                    p.records,
+                )
+                for p in parts
+            ],
+        )
 
-    async def offsets_for_leader_epoch(self, requests: list[EpochRequest]
-                                       ) -> list[EpochResult]:
+    async def offsets_for_leader_epoch(self, requests: list[EpochRequest]) -> list[EpochResult]:
         by_topic: dict[str, list[Any]] = {}
         for r in requests:
-            by_topic.setdefault(r.topic, []).append(nested_request(
-                23, EPOCH_VERSION, "OffsetForLeaderPartition", partition=r.partition,
-                current_leader_epoch=r.current_leader_epoch, leader_epoch=r.leader_epoch))
-        req = request_entity(23, EPOCH_VERSION, replica_id=self.broker_id, topics=tuple(
-            nested_request(23, EPOCH_VERSION, "OffsetForLeaderTopic", topic=t,
-                           partitions=tuple(ps)) for t, ps in by_topic.items()))
+            by_topic.setdefault(r.topic, []).append(
+                nested_request(
+                    23,
+                    EPOCH_VERSION,
+                    "OffsetForLeaderPartition",
+                    partition=r.partition,
+                    current_leader_epoch=r.current_leader_epoch,
+                    leader_epoch=r.leader_epoch,
+                )
+            )
+        req = request_entity(
+            23,
+            EPOCH_VERSION,
+            replica_id=self.broker_id,
+            topics=tuple(
+                nested_request(
+                    23, EPOCH_VERSION, "OffsetForLeaderTopic", topic=t, partitions=tuple(ps)
+                )
+                for t, ps in by_topic.items()
+            ),
+        )
         resp = await self._conn.request(req)
-        return [EpochResult(t.topic, int(r.partition), int(r.error_code), int(r.leader_epoch),
-                            int(r.end_offset)) for t in resp.topics for r in t.partitions]
+        return [
+            EpochResult(
+                t.topic, int(r.partition), int(r.error_code), int(r.leader_epoch), int(r.end_offset)
+            )
+            for t in resp.topics
+            for r in t.partitions
+        ]
 
     @property
     def address(self) -> tuple[str, int]:

@@ -92,8 +92,9 @@ class DelayedOperationPurgatory(Generic[K]):
     def __len__(self) -> int:
         """Operations still watched (a completed one is counted until its keys are
         checked or it is cancelled -- the figure is for tests and metrics)."""
-        return len({op.op_id for ops in self._watchers.values() for op in ops.values()
-                    if not op.completed})
+        return len(
+            {op.op_id for ops in self._watchers.values() for op in ops.values() if not op.completed}
+        )
 
     def try_complete_else_watch(self, op: DelayedOperation[R], keys: Iterable[K]) -> bool:
         """Complete ``op`` now if it can; otherwise watch it under ``keys`` until an event
@@ -110,8 +111,7 @@ class DelayedOperationPurgatory(Generic[K]):
         op._keys = keys
         for key in keys:
             self._watchers.setdefault(key, {})[op.op_id] = op
-        op._timer = asyncio.get_running_loop().call_later(max(op.timeout_s, 0.0),
-                                                          self._expire, op)
+        op._timer = asyncio.get_running_loop().call_later(max(op.timeout_s, 0.0), self._expire, op)
         op.done.add_done_callback(lambda _f, op=op: self._unwatch(op))  # type: ignore[misc]
         return False
 

@@ -54,23 +54,32 @@ class RecordTracer:
         k = -(-first // n) * n  # the first multiple of n >= first
         return k if k <= last else None
 
-    def hop(self, tp: TopicPartition, offset: int, hop: str, detail: str = "",
-            t_us: int | None = None) -> None:
-        logger.info("TRACE %s %d %d %s %d %s", tp[0], tp[1], offset, hop,
-                    _now_us() if t_us is None else t_us,
-                    f"broker={self.broker_id} {detail}".strip())
+    def hop(
+        self, tp: TopicPartition, offset: int, hop: str, detail: str = "", t_us: int | None = None
+    ) -> None:
+        logger.info(
+            "TRACE %s %d %d %s %d %s",
+            tp[0],
+            tp[1],
+            offset,
+            hop,
+            _now_us() if t_us is None else t_us,
+            f"broker={self.broker_id} {detail}".strip(),
+        )
 
     # -- the hops (each a no-op unless a sampled offset is in range) -------------------
-    def appended_as_leader(self, tp: TopicPartition, first: int, last: int,
-                           create_time_ms: int = -1) -> None:
+    def appended_as_leader(
+        self, tp: TopicPartition, first: int, last: int, create_time_ms: int = -1
+    ) -> None:
         off = self.sampled(first, last)
         if off is not None:
             if create_time_ms > 0:  # the producer's CreateTime (ms resolution)
                 self.hop(tp, off, "created", t_us=create_time_ms * 1000)
             self.hop(tp, off, "append")
 
-    def fetch_answered(self, tp: TopicPartition, fetch_offset: int, end_offset: int,
-                       replica_id: int) -> None:
+    def fetch_answered(
+        self, tp: TopicPartition, fetch_offset: int, end_offset: int, replica_id: int
+    ) -> None:
         """A fetch response with records [fetch_offset, end_offset) is ready (the end is
         the HW for a consumer, the LEO for a follower, at the time of the read)."""
         off = self.sampled(fetch_offset, end_offset - 1)
@@ -108,11 +117,14 @@ def parse_trace_lines(lines: Iterable[str]) -> list[TraceEvent]:
     return out
 
 
-def timeline(events: list[TraceEvent], topic: str, partition: int, offset: int
-             ) -> list[tuple[int, str, str]]:
+def timeline(
+    events: list[TraceEvent], topic: str, partition: int, offset: int
+) -> list[tuple[int, str, str]]:
     """(µs since the first hop, hop, detail) for one record, in time order."""
-    mine = sorted((e for e in events if (e.topic, e.partition, e.offset)
-                   == (topic, partition, offset)), key=lambda e: e.t_us)
+    mine = sorted(
+        (e for e in events if (e.topic, e.partition, e.offset) == (topic, partition, offset)),
+        key=lambda e: e.t_us,
+    )
     if not mine:
         return []
     t0 = mine[0].t_us

@@ -32,9 +32,17 @@ class TruncationDecision:
         return self.offset < log_end_offset
 
 
-def decide_truncation(*, leader_id: int, current_leader_epoch: int, asked_epoch: int,
-                      leader_epoch: int, leader_end_offset: int, own_end_offset: int,
-                      log_end_offset: int, high_watermark: int) -> TruncationDecision:
+def decide_truncation(
+    *,
+    leader_id: int,
+    current_leader_epoch: int,
+    asked_epoch: int,
+    leader_epoch: int,
+    leader_end_offset: int,
+    own_end_offset: int,
+    log_end_offset: int,
+    high_watermark: int,
+) -> TruncationDecision:
     """``asked_epoch``: our latest epoch, as sent; ``leader_epoch``/``leader_end_offset``:
     the leader's answer; ``own_end_offset``: where ``leader_epoch`` ends in our own
     leader-epoch cache (-1 if we do not know it)."""
@@ -43,10 +51,12 @@ def decide_truncation(*, leader_id: int, current_leader_epoch: int, asked_epoch:
         return TruncationDecision(
             target,
             f"truncate to the high watermark {target}: leader {leader_id} (epoch "
-            f"{current_leader_epoch}) knows no epoch <= {asked_epoch}")
+            f"{current_leader_epoch}) knows no epoch <= {asked_epoch}",
+        )
     own = own_end_offset if own_end_offset >= 0 else high_watermark
     target = min(leader_end_offset, own, log_end_offset)
     return TruncationDecision(
         target,
         f"truncate after OffsetsForLeaderEpoch to {target} (leader {leader_id} epoch "
-        f"{current_leader_epoch}: epoch {leader_epoch} ends at {leader_end_offset} there)")
+        f"{current_leader_epoch}: epoch {leader_epoch} ends at {leader_end_offset} there)",
+    )

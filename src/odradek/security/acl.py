@@ -33,11 +33,24 @@ from odradek.errors import ErrorCode
 from odradek.security.principal import KafkaPrincipal
 
 __all__ = [
-    "AccessControlEntry", "AclBinding", "AclBindingFilter", "AclCache", "AclOperation",
-    "AclPermissionType", "PatternType", "ResourcePattern", "ResourceType",
-    "KAFKA_RESOURCE_TYPES", "REGISTRY_RESOURCE_TYPES",
-    "WILDCARD_HOST", "WILDCARD_RESOURCE", "CLUSTER_NAME", "authorization_error",
-    "canonical_host", "pascal_name", "parse_enum",
+    "AccessControlEntry",
+    "AclBinding",
+    "AclBindingFilter",
+    "AclCache",
+    "AclOperation",
+    "AclPermissionType",
+    "PatternType",
+    "ResourcePattern",
+    "ResourceType",
+    "KAFKA_RESOURCE_TYPES",
+    "REGISTRY_RESOURCE_TYPES",
+    "WILDCARD_HOST",
+    "WILDCARD_RESOURCE",
+    "CLUSTER_NAME",
+    "authorization_error",
+    "canonical_host",
+    "pascal_name",
+    "parse_enum",
 ]
 
 WILDCARD_HOST = "*"
@@ -118,15 +131,38 @@ def parse_enum(cls: type[enum.IntEnum], text: str) -> enum.IntEnum:
 
 # Operations each resource type supports (Kafka's AclEntry.supportedOperations).
 SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
-    ResourceType.TOPIC: frozenset({AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE,
-                                   AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.ALTER,
-                                   AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}),
-    ResourceType.GROUP: frozenset({AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE,
-                                   AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}),
-    ResourceType.CLUSTER: frozenset({AclOperation.CREATE, AclOperation.CLUSTER_ACTION,
-                                     AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
-                                     AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
-                                     AclOperation.DESCRIBE}),
+    ResourceType.TOPIC: frozenset(
+        {
+            AclOperation.READ,
+            AclOperation.WRITE,
+            AclOperation.CREATE,
+            AclOperation.DESCRIBE,
+            AclOperation.DELETE,
+            AclOperation.ALTER,
+            AclOperation.DESCRIBE_CONFIGS,
+            AclOperation.ALTER_CONFIGS,
+        }
+    ),
+    ResourceType.GROUP: frozenset(
+        {
+            AclOperation.READ,
+            AclOperation.DESCRIBE,
+            AclOperation.DELETE,
+            AclOperation.DESCRIBE_CONFIGS,
+            AclOperation.ALTER_CONFIGS,
+        }
+    ),
+    ResourceType.CLUSTER: frozenset(
+        {
+            AclOperation.CREATE,
+            AclOperation.CLUSTER_ACTION,
+            AclOperation.DESCRIBE_CONFIGS,
+            AclOperation.ALTER_CONFIGS,
+            AclOperation.IDEMPOTENT_WRITE,
+            AclOperation.ALTER,
+            AclOperation.DESCRIBE,
+        }
+    ),
     ResourceType.TRANSACTIONAL_ID: frozenset({AclOperation.DESCRIBE, AclOperation.WRITE}),
     ResourceType.DELEGATION_TOKEN: frozenset({AclOperation.DESCRIBE}),
     ResourceType.USER: frozenset({AclOperation.CREATE_TOKENS, AclOperation.DESCRIBE_TOKENS}),
@@ -147,11 +183,18 @@ def authorization_error(resource_type: ResourceType) -> ErrorCode:
 
 # Kafka's implied operations: an ALLOW for any of these also allows the key.
 _ALLOW_OPS: dict[AclOperation, frozenset[AclOperation]] = {
-    AclOperation.DESCRIBE: frozenset({AclOperation.DESCRIBE, AclOperation.READ,
-                                      AclOperation.WRITE, AclOperation.DELETE,
-                                      AclOperation.ALTER}),
-    AclOperation.DESCRIBE_CONFIGS: frozenset({AclOperation.DESCRIBE_CONFIGS,
-                                              AclOperation.ALTER_CONFIGS}),
+    AclOperation.DESCRIBE: frozenset(
+        {
+            AclOperation.DESCRIBE,
+            AclOperation.READ,
+            AclOperation.WRITE,
+            AclOperation.DELETE,
+            AclOperation.ALTER,
+        }
+    ),
+    AclOperation.DESCRIBE_CONFIGS: frozenset(
+        {AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}
+    ),
 }
 
 
@@ -181,8 +224,10 @@ class ResourcePattern:
     pattern_type: PatternType = PatternType.LITERAL
 
     def __str__(self) -> str:  # kafka-acls prints exactly this
-        return (f"ResourcePattern(resourceType={self.resource_type.name}, name={self.name}, "
-                f"patternType={self.pattern_type.name})")
+        return (
+            f"ResourcePattern(resourceType={self.resource_type.name}, name={self.name}, "
+            f"patternType={self.pattern_type.name})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +238,10 @@ class AccessControlEntry:
     permission_type: AclPermissionType
 
     def __str__(self) -> str:
-        return (f"(principal={self.principal}, host={self.host}, "
-                f"operation={self.operation.name}, permissionType={self.permission_type.name})")
+        return (
+            f"(principal={self.principal}, host={self.host}, "
+            f"operation={self.operation.name}, permissionType={self.permission_type.name})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,11 +279,15 @@ class AclBindingFilter:
         return self.name is None or p.name == self.name
 
     def matches_entry(self, e: AccessControlEntry) -> bool:
-        return ((self.principal is None or e.principal == self.principal)
-                and (self.host is None or e.host == self.host)
-                and (self.operation == AclOperation.ANY or e.operation == self.operation)
-                and (self.permission_type == AclPermissionType.ANY
-                     or e.permission_type == self.permission_type))
+        return (
+            (self.principal is None or e.principal == self.principal)
+            and (self.host is None or e.host == self.host)
+            and (self.operation == AclOperation.ANY or e.operation == self.operation)
+            and (
+                self.permission_type == AclPermissionType.ANY
+                or e.permission_type == self.permission_type
+            )
+        )
 
     def matches(self, b: AclBinding) -> bool:
         return self.matches_pattern(b.pattern) and self.matches_entry(b.entry)
@@ -313,8 +364,9 @@ class AclCache:
         return sum(len(v) for v in self._acls.values())
 
     # -------------------------------------------------------------- the decision
-    def matching_entries(self, resource_type: ResourceType, name: str
-                         ) -> list[frozenset[AccessControlEntry]]:
+    def matching_entries(
+        self, resource_type: ResourceType, name: str
+    ) -> list[frozenset[AccessControlEntry]]:
         found = []
         lit = self._literal
         e = lit.get((resource_type, name))
@@ -332,8 +384,14 @@ class AclCache:
     def is_super_user(self, principal: KafkaPrincipal | str) -> bool:
         return str(principal) in self.super_users
 
-    def authorize(self, principal: KafkaPrincipal | str, host: str, operation: AclOperation,
-                  resource_type: ResourceType, name: str) -> bool:
+    def authorize(
+        self,
+        principal: KafkaPrincipal | str,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+    ) -> bool:
         p = str(principal)
         if p in self.super_users:
             return True
@@ -352,14 +410,17 @@ class AclCache:
                 if e.permission_type == AclPermissionType.DENY:
                     if e.operation == operation or e.operation == AclOperation.ALL:
                         return False
-                elif not allowed and (e.operation in allow_ops
-                                      or e.operation == AclOperation.ALL):
+                elif not allowed and (e.operation in allow_ops or e.operation == AclOperation.ALL):
                     allowed = True
         return allowed
 
-    def authorize_by_resource_type(self, principal: KafkaPrincipal | str, host: str,
-                                   operation: AclOperation,
-                                   resource_type: ResourceType) -> bool:
+    def authorize_by_resource_type(
+        self,
+        principal: KafkaPrincipal | str,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool:
         """Kafka's ``authorizeByResourceType`` (KIP-679: an idempotent producer may use
         WRITE on any topic instead of IDEMPOTENT_WRITE on the cluster): is there a
         resource of this type the principal may do ``operation`` on?  Simplified to what
@@ -376,10 +437,12 @@ class AclCache:
                 continue
             any_acl = True
             for e in entries:
-                if (e.permission_type == AclPermissionType.ALLOW
-                        and (e.principal == p or e.principal == "User:*")
-                        and _host_matches(e.host, chost)
-                        and (e.operation == operation or e.operation == AclOperation.ALL)
-                        and self.authorize(p, host, operation, resource_type, pattern.name)):
+                if (
+                    e.permission_type == AclPermissionType.ALLOW
+                    and (e.principal == p or e.principal == "User:*")
+                    and _host_matches(e.host, chost)
+                    and (e.operation == operation or e.operation == AclOperation.ALL)
+                    and self.authorize(p, host, operation, resource_type, pattern.name)
+                ):
                     return True
         return not any_acl and self.allow_if_no_acl

@@ -59,8 +59,9 @@ class ClientSecurity:
         else:
             ctx.load_default_certs()
         if self.certificate_location:
-            ctx.load_cert_chain(self.certificate_location, self.key_location,
-                                password=self.key_password)
+            ctx.load_cert_chain(
+                self.certificate_location, self.key_location, password=self.key_password
+            )
         ctx.check_hostname = self.check_hostname
         self._context.append(ctx)
         return ctx
@@ -70,8 +71,10 @@ class ClientSecurity:
     def from_properties(props: dict[str, str]) -> ClientSecurity:
         protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
         if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-            raise ValueError(f"security.protocol={protocol} is not one of PLAINTEXT, SSL, "
-                             "SASL_PLAINTEXT, SASL_SSL")
+            raise ValueError(
+                f"security.protocol={protocol} is not one of PLAINTEXT, SSL, "
+                "SASL_PLAINTEXT, SASL_SSL"
+            )
         mech = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "").strip()
         user, password = props.get("sasl.username"), props.get("sasl.password")
         if props.get("sasl.jaas.config") and user is None:
@@ -81,16 +84,27 @@ class ClientSecurity:
             if not mech:
                 mech = "GSSAPI"  # Kafka's default, which Odradek's tools do not speak
             if user is None or password is None:
-                raise ValueError(f"security.protocol={protocol} needs sasl.username and "
-                                 "sasl.password (or sasl.jaas.config)")
+                raise ValueError(
+                    f"security.protocol={protocol} needs sasl.username and "
+                    "sasl.password (or sasl.jaas.config)"
+                )
         ca = props.get("ssl.ca.location") or props.get("ssl.truststore.location")
         cert = props.get("ssl.certificate.location") or props.get("ssl.keystore.location")
-        key = props.get("ssl.key.location") or (cert if props.get("ssl.keystore.location")
-                                                else None)
+        key = props.get("ssl.key.location") or (
+            cert if props.get("ssl.keystore.location") else None
+        )
         algo = props.get("ssl.endpoint.identification.algorithm", "https").strip().lower()
-        return ClientSecurity(protocol, mech.upper() or None, user, password, ca, cert, key,
-                              props.get("ssl.key.password"), check_hostname=algo != "none"
-                              and algo != "")
+        return ClientSecurity(
+            protocol,
+            mech.upper() or None,
+            user,
+            password,
+            ca,
+            cert,
+            key,
+            props.get("ssl.key.password"),
+            check_hostname=algo != "none" and algo != "",
+        )
 
     @staticmethod
     def for_inter_broker(config: BrokerConfig) -> ClientSecurity:
@@ -116,9 +130,13 @@ class ClientSecurity:
         """confluent-kafka settings for the same connection."""
         out = {"security.protocol": self.protocol.lower()}
         if self.sasl:
-            out.update({"sasl.mechanism": self.sasl_mechanism or "",
-                        "sasl.username": self.sasl_username or "",
-                        "sasl.password": self.sasl_password or ""})
+            out.update(
+                {
+                    "sasl.mechanism": self.sasl_mechanism or "",
+                    "sasl.username": self.sasl_username or "",
+                    "sasl.password": self.sasl_password or "",
+                }
+            )
         if self.tls:
             if self.ca_location:
                 out["ssl.ca.location"] = self.ca_location
@@ -129,7 +147,8 @@ class ClientSecurity:
             if self.key_password:
                 out["ssl.key.password"] = self.key_password
             out["ssl.endpoint.identification.algorithm"] = (
-                "https" if self.check_hostname else "none")
+                "https" if self.check_hostname else "none"
+            )
         return out
 
 

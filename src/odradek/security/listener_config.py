@@ -36,9 +36,18 @@ if TYPE_CHECKING:
     from odradek.config import BrokerConfig
 
 __all__ = [
-    "ListenerSpec", "SECURITY_PROTOCOLS", "advertised_listeners", "client_ssl_context",
-    "enabled_mechanisms", "inter_broker_listener", "jaas_entry", "listener_security_errors",
-    "listener_setting", "listeners", "protocol_map", "server_ssl_context",
+    "ListenerSpec",
+    "SECURITY_PROTOCOLS",
+    "advertised_listeners",
+    "client_ssl_context",
+    "enabled_mechanisms",
+    "inter_broker_listener",
+    "jaas_entry",
+    "listener_security_errors",
+    "listener_setting",
+    "listeners",
+    "protocol_map",
+    "server_ssl_context",
 ]
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -93,8 +102,10 @@ def _specs(config: BrokerConfig, value: str, key: str) -> list[ListenerSpec]:
     from odradek.config import parse_listeners
 
     pmap = protocol_map(config)
-    return [ListenerSpec(name, host, port, pmap.get(name, ""))
-            for name, host, port in parse_listeners(value, key)]
+    return [
+        ListenerSpec(name, host, port, pmap.get(name, ""))
+        for name, host, port in parse_listeners(value, key)
+    ]
 
 
 def listeners(config: BrokerConfig) -> list[ListenerSpec]:
@@ -121,14 +132,19 @@ def listener_setting(config: BrokerConfig, listener: str, key: str) -> str | Non
 
 
 def enabled_mechanisms(config: BrokerConfig, listener: str) -> tuple[str, ...]:
-    return tuple(m.upper() for m in parse_list(
-        listener_setting(config, listener, "sasl.enabled.mechanisms") or ""))
+    return tuple(
+        m.upper()
+        for m in parse_list(listener_setting(config, listener, "sasl.enabled.mechanisms") or "")
+    )
 
 
 def jaas_entry(config: BrokerConfig, listener: str, mechanism: str) -> JaasEntry | None:
     key = "sasl.jaas.config"
-    for value in (config.listener_override(listener, key, mechanism),
-                  config.listener_override(listener, key), config.text(key)):
+    for value in (
+        config.listener_override(listener, key, mechanism),
+        config.listener_override(listener, key),
+        config.text(key),
+    ):
         if value:
             return parse_jaas_config(value)
     return None
@@ -142,13 +158,15 @@ def _load_keystore(ctx: ssl.SSLContext, config: BrokerConfig, listener: str) -> 
     get = lambda k: listener_setting(config, listener, k)  # noqa: E731
     location = get("ssl.keystore.location")
     if location:
-        ctx.load_cert_chain(location, password=get("ssl.key.password")
-                            or get("ssl.keystore.password"))
+        ctx.load_cert_chain(
+            location, password=get("ssl.key.password") or get("ssl.keystore.password")
+        )
         return True
     key, chain = get("ssl.keystore.key"), get("ssl.keystore.certificate.chain")
     if key and chain:
-        with private_temp_file(key.strip() + "\n" + chain.strip() + "\n",
-                               prefix="odradek-keystore-", suffix=".pem") as path:
+        with private_temp_file(
+            key.strip() + "\n" + chain.strip() + "\n", prefix="odradek-keystore-", suffix=".pem"
+        ) as path:
             ctx.load_cert_chain(path, password=get("ssl.key.password"))
         return True
     return False
@@ -161,8 +179,11 @@ def _truststore(config: BrokerConfig, listener: str) -> tuple[str | None, str | 
 
 
 def _apply_protocols(ctx: ssl.SSLContext, config: BrokerConfig, listener: str) -> None:
-    versions = [v for v in parse_list(
-        listener_setting(config, listener, "ssl.enabled.protocols") or "") if v]
+    versions = [
+        v
+        for v in parse_list(listener_setting(config, listener, "ssl.enabled.protocols") or "")
+        if v
+    ]
     known = sorted(_TLS_VERSIONS[v] for v in versions if v in _TLS_VERSIONS)
     if known:
         ctx.minimum_version, ctx.maximum_version = known[0], known[-1]
@@ -181,7 +202,8 @@ def server_ssl_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     if location or inline:
         ctx.load_verify_locations(cafile=location or None, cadata=inline or None)
     ctx.verify_mode = {"required": ssl.CERT_REQUIRED, "requested": ssl.CERT_OPTIONAL}.get(
-        auth, ssl.CERT_NONE)
+        auth, ssl.CERT_NONE
+    )
     return ctx
 
 
@@ -214,8 +236,10 @@ def listener_security_errors(config: BrokerConfig) -> list[str]:
     for spec in specs:
         where = f"listener {spec}"
         if spec.name not in pmap:
-            errors.append(f"{where}: no security protocol defined for listener {spec.name} in "
-                          "listener.security.protocol.map")
+            errors.append(
+                f"{where}: no security protocol defined for listener {spec.name} in "
+                "listener.security.protocol.map"
+            )
             continue
         if spec.protocol not in SECURITY_PROTOCOLS:
             errors.append(f"{where}: unknown security protocol {spec.protocol}")
@@ -235,36 +259,47 @@ def listener_security_errors(config: BrokerConfig) -> list[str]:
             errors.append(f"advertised.listeners: listener {a.name} is not in listeners")
     settings = config.settings(SecuritySettings)
     if config.is_set("inter.broker.listener.name") and config.is_set(
-            "security.inter.broker.protocol"):
-        errors.append("Only one of inter.broker.listener.name and "
-                      "security.inter.broker.protocol should be set.")
+        "security.inter.broker.protocol"
+    ):
+        errors.append(
+            "Only one of inter.broker.listener.name and "
+            "security.inter.broker.protocol should be set."
+        )
     inter = inter_broker_listener(config)
     inter_spec = next((s for s in specs if s.name == inter), None)
     if inter_spec is None:
-        errors.append(f"inter.broker.listener.name must be a listener name defined in "
-                      f"advertised.listeners. The valid options based on currently configured "
-                      f"listeners are {','.join(sorted(names))} (the inter-broker listener is "
-                      f"{inter})")
+        errors.append(
+            f"inter.broker.listener.name must be a listener name defined in "
+            f"advertised.listeners. The valid options based on currently configured "
+            f"listeners are {','.join(sorted(names))} (the inter-broker listener is "
+            f"{inter})"
+        )
     elif inter_spec.sasl:
         mech = (settings.sasl_mechanism_inter_broker_protocol or "").upper()
         if mech not in enabled_mechanisms(config, inter):
-            errors.append(f"sasl.mechanism.inter.broker.protocol={mech} must be one of the "
-                          f"mechanisms enabled on the inter-broker listener {inter}")
+            errors.append(
+                f"sasl.mechanism.inter.broker.protocol={mech} must be one of the "
+                f"mechanisms enabled on the inter-broker listener {inter}"
+            )
         else:
             jaas = jaas_entry(config, inter, mech)
-            if jaas is None or not jaas.options.get("username") \
-                    or "password" not in jaas.options:
-                errors.append(f"listener {inter}: the inter-broker mechanism {mech} needs the "
-                              f"broker's own username and password in "
-                              f"listener.name.{inter.lower()}.{mech.lower()}.sasl.jaas.config")
+            if jaas is None or not jaas.options.get("username") or "password" not in jaas.options:
+                errors.append(
+                    f"listener {inter}: the inter-broker mechanism {mech} needs the "
+                    f"broker's own username and password in "
+                    f"listener.name.{inter.lower()}.{mech.lower()}.sasl.jaas.config"
+                )
     authorizer = settings.authorizer_class_name or ""
     if authorizer and authorizer != ACL_AUTHORIZER:
-        errors.append(f"authorizer.class.name={authorizer}: Odradek provides "
-                      f"{ACL_AUTHORIZER} (ZooKeeper-based ACLs) only")
+        errors.append(
+            f"authorizer.class.name={authorizer}: Odradek provides "
+            f"{ACL_AUTHORIZER} (ZooKeeper-based ACLs) only"
+        )
     rules = settings.ssl_principal_mapping_rules or "DEFAULT"
     if rules.strip() != "DEFAULT":
-        errors.append("ssl.principal.mapping.rules: only DEFAULT (the full subject DN) is "
-                      "supported")
+        errors.append(
+            "ssl.principal.mapping.rules: only DEFAULT (the full subject DN) is supported"
+        )
     return errors
 
 
@@ -275,28 +310,36 @@ def _tls_errors(config: BrokerConfig, spec: ListenerSpec) -> list[str]:
     for kind in ("keystore", "truststore"):
         stype = (get(f"ssl.{kind}.type") or "").upper()
         used = get(f"ssl.{kind}.location") or (
-            get("ssl.keystore.key") if kind == "keystore" else get("ssl.truststore.certificates"))
+            get("ssl.keystore.key") if kind == "keystore" else get("ssl.truststore.certificates")
+        )
         if used and stype != "PEM":
-            errors.append(f"{where}: ssl.{kind}.type={stype or 'JKS'} is not supported; "
-                          f"Odradek reads PEM files (ssl.{kind}.type=PEM)")
+            errors.append(
+                f"{where}: ssl.{kind}.type={stype or 'JKS'} is not supported; "
+                f"Odradek reads PEM files (ssl.{kind}.type=PEM)"
+            )
     location = get("ssl.keystore.location")
     if location:
         if not Path(location).is_file():
-            errors.append(f"{where}: its key material is missing: ssl.keystore.location "
-                          f"{location} does not exist")
+            errors.append(
+                f"{where}: its key material is missing: ssl.keystore.location "
+                f"{location} does not exist"
+            )
     elif not (get("ssl.keystore.key") and get("ssl.keystore.certificate.chain")):
-        errors.append(f"{where}: its key material is missing: ssl.keystore.location is not "
-                      "set")
+        errors.append(f"{where}: its key material is missing: ssl.keystore.location is not set")
     trust = get("ssl.truststore.location")
     if trust and not Path(trust).is_file():
         errors.append(f"{where}: ssl.truststore.location {trust} does not exist")
     auth = (get("ssl.client.auth") or "none").lower()
     if auth not in ("required", "requested", "none"):
-        errors.append(f"{where}: Invalid value {auth} for configuration ssl.client.auth: "
-                      "String must be one of: required, requested, none")
+        errors.append(
+            f"{where}: Invalid value {auth} for configuration ssl.client.auth: "
+            "String must be one of: required, requested, none"
+        )
     elif auth != "none" and not (trust or get("ssl.truststore.certificates")):
-        errors.append(f"{where}: ssl.client.auth={auth} needs a truststore "
-                      "(ssl.truststore.location) to verify client certificates")
+        errors.append(
+            f"{where}: ssl.client.auth={auth} needs a truststore "
+            "(ssl.truststore.location) to verify client certificates"
+        )
     if not errors:
         try:
             server_ssl_context(config, spec.name)
@@ -313,8 +356,10 @@ def _sasl_errors(config: BrokerConfig, spec: ListenerSpec) -> list[str]:
         errors.append(f"{where}: sasl.enabled.mechanisms is empty")
     for m in mechs:
         if m not in SUPPORTED_MECHANISMS:
-            errors.append(f"{where}: SASL mechanism {m} is not supported (Odradek supports "
-                          f"{', '.join(SUPPORTED_MECHANISMS)}); set sasl.enabled.mechanisms")
+            errors.append(
+                f"{where}: SASL mechanism {m} is not supported (Odradek supports "
+                f"{', '.join(SUPPORTED_MECHANISMS)}); set sasl.enabled.mechanisms"
+            )
     if "PLAIN" in mechs:
         try:
             jaas = jaas_entry(config, spec.name, "PLAIN")
@@ -322,7 +367,9 @@ def _sasl_errors(config: BrokerConfig, spec: ListenerSpec) -> list[str]:
             errors.append(f"{where}: {e}")
             jaas = None
         if jaas is None or not jaas.plain_users:
-            errors.append(f"{where}: PLAIN needs its users in "
-                          f"listener.name.{spec.name.lower()}.plain.sasl.jaas.config "
-                          '(PlainLoginModule required user_<name>="<password>" ...;)')
+            errors.append(
+                f"{where}: PLAIN needs its users in "
+                f"listener.name.{spec.name.lower()}.plain.sasl.jaas.config "
+                '(PlainLoginModule required user_<name>="<password>" ...;)'
+            )
     return errors

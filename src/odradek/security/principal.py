@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ANONYMOUS", "KafkaPrincipal", "WILDCARD_PRINCIPAL", "parse_principal",
-           "principal_from_certificate"]
+__all__ = [
+    "ANONYMOUS",
+    "KafkaPrincipal",
+    "WILDCARD_PRINCIPAL",
+    "parse_principal",
+    "principal_from_certificate",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +35,7 @@ def parse_principal(text: str) -> KafkaPrincipal:
     """``"User:alice"`` -> KafkaPrincipal (Kafka's SecurityUtils.parseKafkaPrincipal)."""
     ptype, sep, name = text.partition(":")
     if not sep or not ptype or not name:
-        raise ValueError(f"expected a string in format principalType:principalName but got "
-                         f"{text}")
+        raise ValueError(f"expected a string in format principalType:principalName but got {text}")
     return KafkaPrincipal(ptype, name)
 
 

@@ -35,8 +35,13 @@ from odradek.errors import ErrorCode
 from odradek.security.principal import KafkaPrincipal
 from odradek.security.scram import MECHANISMS, ScramCredential
 
-__all__ = ["SUPPORTED_MECHANISMS", "AuthResult", "SaslFailure", "SaslServerAuthenticator",
-           "SaslState"]
+__all__ = [
+    "SUPPORTED_MECHANISMS",
+    "AuthResult",
+    "SaslFailure",
+    "SaslServerAuthenticator",
+    "SaslState",
+]
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -76,8 +81,7 @@ class _Plain:
         # RFC 4616: [authzid] NUL authcid NUL passwd
         parts = token.split(b"\x00")
         if len(parts) != 3:
-            raise SaslFailure(f"Invalid SASL/PLAIN response: expected 3 tokens, got "
-                              f"{len(parts)}")
+            raise SaslFailure(f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(parts)}")
         try:
             authzid, user, password = (p.decode("utf-8") for p in parts)
         except UnicodeDecodeError:
@@ -89,8 +93,10 @@ class _Plain:
         if not self._check(user, password):
             raise SaslFailure("Authentication failed: Invalid username or password")
         if authzid and authzid != user:
-            raise SaslFailure("Authentication failed: Client requested an authorization id "
-                              "that is different from username")
+            raise SaslFailure(
+                "Authentication failed: Client requested an authorization id "
+                "that is different from username"
+            )
         self.authorization_id = user
         self.complete = True
         return b""
@@ -103,7 +109,8 @@ class _Scram:
         self._user = ""
         # A server nonce about as long as Kafka's (~26 characters; scramp's default is 64).
         self._server = scramp.ScramMechanism(mechanism).make_server(
-            self._auth_info, s_nonce=secrets.token_hex(13))
+            self._auth_info, s_nonce=secrets.token_hex(13)
+        )
         self._step = 0
         self.complete = False
         self.authorization_id = ""
@@ -153,8 +160,14 @@ class _Scram:
 class SaslServerAuthenticator:
     """One connection's SASL state (create one per connection of a SASL listener)."""
 
-    def __init__(self, enabled_mechanisms: tuple[str, ...], *, scram_lookup: ScramLookup,
-                 plain_check: PlainCheck, max_reauth_ms: int = 0) -> None:
+    def __init__(
+        self,
+        enabled_mechanisms: tuple[str, ...],
+        *,
+        scram_lookup: ScramLookup,
+        plain_check: PlainCheck,
+        max_reauth_ms: int = 0,
+    ) -> None:
         self.enabled = tuple(m for m in enabled_mechanisms if m in SUPPORTED_MECHANISMS)
         self._scram_lookup = scram_lookup
         self._plain_check = plain_check
@@ -208,31 +221,40 @@ class SaslServerAuthenticator:
     def authenticate(self, token: bytes, version: int, now_ms: int) -> AuthResult:
         """One SaslAuthenticate (or, after a v0 handshake, one raw token)."""
         reauth = self.state == SaslState.REAUTHENTICATE
-        if self.state not in (SaslState.AUTHENTICATE, SaslState.REAUTHENTICATE) \
-                or self._server is None:
+        if (
+            self.state not in (SaslState.AUTHENTICATE, SaslState.REAUTHENTICATE)
+            or self._server is None
+        ):
             self.state = SaslState.FAILED
-            return AuthResult(ErrorCode.illegal_sasl_state,
-                              "SaslAuthenticate request received in the wrong state", b"", 0,
-                              True)
+            return AuthResult(
+                ErrorCode.illegal_sasl_state,
+                "SaslAuthenticate request received in the wrong state",
+                b"",
+                0,
+                True,
+            )
         if version > 0:
             self.supports_reauth = True
         server = self._server
         try:
             out = server.evaluate(token)
             # The exchange's principal, once it is complete (None while tokens remain).
-            principal = (KafkaPrincipal("User", server.authorization_id)
-                         if server.complete else None)
+            principal = KafkaPrincipal("User", server.authorization_id) if server.complete else None
             if principal is not None and reauth and principal != self.principal:
                 raise SaslFailure("Cannot change principals during re-authentication")
         except SaslFailure as e:
             self.state = SaslState.FAILED
             plain = self.mechanism == "PLAIN"
             # SCRAM's reasons may reveal whether a user exists: Kafka answers a fixed text.
-            message = str(e) if plain else (
-                f"Authentication failed during {'re' if reauth else ''}authentication due to "
-                f"invalid credentials with SASL mechanism {self.mechanism}")
-            return AuthResult(ErrorCode.sasl_authentication_failed, message, b"", 0, True,
-                              str(e))
+            message = (
+                str(e)
+                if plain
+                else (
+                    f"Authentication failed during {'re' if reauth else ''}authentication due to "
+                    f"invalid credentials with SASL mechanism {self.mechanism}"
+                )
+            )
+            return AuthResult(ErrorCode.sasl_authentication_failed, message, b"", 0, True, str(e))
         lifetime = 0
         if principal is not None:
             self.principal = principal

@@ -19,8 +19,14 @@ from dataclasses import dataclass
 
 import scramp
 
-__all__ = ["MECHANISMS", "MECHANISM_TYPES", "ScramCredential", "credential_from_password",
-           "credential_from_salted_password", "mechanism_name"]
+__all__ = [
+    "MECHANISMS",
+    "MECHANISM_TYPES",
+    "ScramCredential",
+    "credential_from_password",
+    "credential_from_salted_password",
+    "mechanism_name",
+]
 
 # Kafka's ScramMechanism: name -> (wire type in APIs 50/51, hash, min and max iterations).
 MECHANISMS: dict[str, tuple[int, str, int, int]] = {
@@ -43,8 +49,10 @@ class ScramCredential:
 
     def to_config(self) -> str:
         b64 = base64.b64encode
-        return (f"salt={b64(self.salt).decode()},stored_key={b64(self.stored_key).decode()},"
-                f"server_key={b64(self.server_key).decode()},iterations={self.iterations}")
+        return (
+            f"salt={b64(self.salt).decode()},stored_key={b64(self.stored_key).decode()},"
+            f"server_key={b64(self.server_key).decode()},iterations={self.iterations}"
+        )
 
     @staticmethod
     def from_config(text: str) -> ScramCredential:
@@ -58,10 +66,12 @@ class ScramCredential:
         if set(props) != {"salt", "stored_key", "server_key", "iterations"}:
             raise ValueError("Credentials not valid")
         try:
-            return ScramCredential(base64.b64decode(props["salt"], validate=True),
-                                   base64.b64decode(props["stored_key"], validate=True),
-                                   base64.b64decode(props["server_key"], validate=True),
-                                   int(props["iterations"]))
+            return ScramCredential(
+                base64.b64decode(props["salt"], validate=True),
+                base64.b64decode(props["stored_key"], validate=True),
+                base64.b64decode(props["server_key"], validate=True),
+                int(props["iterations"]),
+            )
         except (binascii.Error, ValueError) as e:
             raise ValueError("Credentials not valid") from e
 
@@ -70,16 +80,19 @@ class ScramCredential:
         return self.salt, self.stored_key, self.server_key, self.iterations
 
 
-def credential_from_password(mechanism: str, password: str, iterations: int = 4096,
-                             salt: bytes | None = None) -> ScramCredential:
+def credential_from_password(
+    mechanism: str, password: str, iterations: int = 4096, salt: bytes | None = None
+) -> ScramCredential:
     """What kafka-configs stores for ``SCRAM-SHA-256=[iterations=..,password=..]``."""
     salt_b, stored, server, i = scramp.ScramMechanism(mechanism).make_auth_info(
-        password, iteration_count=iterations, salt=salt)
+        password, iteration_count=iterations, salt=salt
+    )
     return ScramCredential(salt_b, stored, server, i)
 
 
-def credential_from_salted_password(mechanism: str, salt: bytes, salted_password: bytes,
-                                    iterations: int) -> ScramCredential:
+def credential_from_salted_password(
+    mechanism: str, salt: bytes, salted_password: bytes, iterations: int
+) -> ScramCredential:
     """RFC 5802: StoredKey = H(HMAC(SaltedPassword, "Client Key")), ServerKey =
     HMAC(SaltedPassword, "Server Key") -- the stdlib's HMAC and hashes, the same two
     steps Kafka's ScramFormatter takes for an AlterUserScramCredentials upsertion."""

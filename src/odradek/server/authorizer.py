@@ -109,8 +109,9 @@ class _ZkFollower:
                     self.failures += 1
                     failed = True
                     self.failed()
-                    logger.exception("refresh from ZooKeeper failed; retrying in %.1f s",
-                                     self._retry_s)
+                    logger.exception(
+                        "refresh from ZooKeeper failed; retrying in %.1f s", self._retry_s
+                    )
                 if not self._again:
                     return
         finally:
@@ -127,9 +128,15 @@ class _ZkFollower:
 
 
 class Authorizer(_ZkFollower):
-    def __init__(self, zk: KazooClient, loop: asyncio.AbstractEventLoop, *,
-                 super_users: list[str], allow_if_no_acl: bool,
-                 resource_types: frozenset[ResourceType] = KAFKA_RESOURCE_TYPES) -> None:
+    def __init__(
+        self,
+        zk: KazooClient,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        super_users: list[str],
+        allow_if_no_acl: bool,
+        resource_types: frozenset[ResourceType] = KAFKA_RESOURCE_TYPES,
+    ) -> None:
         """``resource_types``: the ACLs this authorizer holds (a broker: Kafka's own;
         the schema registry: its subjects and registry), the others in the store are
         skipped, so a broker's DescribeAcls never returns a registry ACL."""
@@ -178,8 +185,7 @@ class Authorizer(_ZkFollower):
         self.trigger()
         return True
 
-    def written(self, pattern: ResourcePattern, entries: frozenset[AccessControlEntry]
-                ) -> None:
+    def written(self, pattern: ResourcePattern, entries: frozenset[AccessControlEntry]) -> None:
         """On the loop: this broker has just written ``entries`` as the ACLs of
         ``pattern`` (None of them: deleted). Visible to the next request at once."""
         self.cache.set_acls(pattern, entries)
@@ -203,8 +209,7 @@ class Authorizer(_ZkFollower):
         try:
             positions = dict(self._positions)
             for root in store.ACL_CHANGE_ROOTS:
-                for seq, pattern in store.changes_after(self.zk, root,
-                                                        positions.get(root, -1)):
+                for seq, pattern in store.changes_after(self.zk, root, positions.get(root, -1)):
                     positions[root] = seq
                     if pattern is not None and pattern.resource_type in self.resource_types:
                         patterns.add(pattern)
@@ -217,9 +222,9 @@ class Authorizer(_ZkFollower):
         def apply() -> None:
             for pattern, entries in updates:
                 self.cache.set_acls(pattern, entries)
-                logger.info("authorizer: ACLs of %s are now %d entries", pattern,
-                            len(entries))
+                logger.info("authorizer: ACLs of %s are now %d entries", pattern, len(entries))
             self._positions = positions
+
         return apply
 
     def _read_everything(self) -> Callable[[], None]:
@@ -233,15 +238,25 @@ class Authorizer(_ZkFollower):
             self._positions = positions
             if self._reload_all:
                 self.reloads += 1
-                logger.warning("authorizer: all ACLs reloaded (after a failed refresh or a "
-                               "lost session): %d bindings", len(self.cache))
+                logger.warning(
+                    "authorizer: all ACLs reloaded (after a failed refresh or a "
+                    "lost session): %d bindings",
+                    len(self.cache),
+                )
             else:
                 logger.info("authorizer: %d ACL bindings loaded", len(self.cache))
             self._reload_all = False
+
         return apply
 
-    def authorize(self, principal: KafkaPrincipal | str, host: str, op: AclOperation,
-                  rtype: ResourceType, name: str) -> bool:
+    def authorize(
+        self,
+        principal: KafkaPrincipal | str,
+        host: str,
+        op: AclOperation,
+        rtype: ResourceType,
+        name: str,
+    ) -> bool:
         return self.cache.authorize(principal, host, op, rtype, name)
 
 
@@ -269,8 +284,9 @@ class CredentialCache(_ZkFollower):
         for child in children:
             if child not in self._watched:
                 self._watched.add(child)
-                self._watches.append(DataWatch(self.zk, f"{store.USERS_ROOT}/{child}",
-                                               self._on_user))
+                self._watches.append(
+                    DataWatch(self.zk, f"{store.USERS_ROOT}/{child}", self._on_user)
+                )
         self.trigger()
         return True
 
@@ -286,9 +302,9 @@ class CredentialCache(_ZkFollower):
                     try:
                         creds[(mech, user)] = ScramCredential.from_config(config[mech])
                     except ValueError:
-                        logger.warning("user %s: unreadable %s credential; ignored", user,
-                                       mech)
+                        logger.warning("user %s: unreadable %s credential; ignored", user, mech)
 
         def apply() -> None:
             self._creds = creds
+
         return apply

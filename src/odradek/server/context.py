@@ -45,14 +45,34 @@ class MetadataSource(Protocol):
 
 
 class RequestContext:
-    __slots__ = ("broker_id", "config", "settings", "replicas", "groups", "producer_ids",
-                 "_admin", "_metadata", "authorizer", "credentials", "txns", "quotas",
-                 "schema_ids")
+    __slots__ = (
+        "broker_id",
+        "config",
+        "settings",
+        "replicas",
+        "groups",
+        "producer_ids",
+        "_admin",
+        "_metadata",
+        "authorizer",
+        "credentials",
+        "txns",
+        "quotas",
+        "schema_ids",
+    )
 
-    def __init__(self, *, broker_id: int, config: BrokerConfig, replicas: ReplicaManager,
-                 groups: GroupCoordinator, producer_ids: ProducerIdManager | None,
-                 admin: AdminGateway | None, metadata: MetadataSource,
-                 txns: TransactionCoordinator | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        config: BrokerConfig,
+        replicas: ReplicaManager,
+        groups: GroupCoordinator,
+        producer_ids: ProducerIdManager | None,
+        admin: AdminGateway | None,
+        metadata: MetadataSource,
+        txns: TransactionCoordinator | None = None,
+    ) -> None:
         self.broker_id = broker_id
         self.config = config
         # The settings handlers read (a context without a config, in unit tests: defaults).
@@ -115,8 +135,9 @@ class RequestContext:
         if auth is None:
             return True
         s = current_session()
-        return auth.cache.authorize_by_resource_type(s.principal_or_anonymous, s.client_host,
-                                                     op, ResourceType.TOPIC)
+        return auth.cache.authorize_by_resource_type(
+            s.principal_or_anonymous, s.client_host, op, ResourceType.TOPIC
+        )
 
     @property
     def image(self) -> MetadataImage:

@@ -137,8 +137,9 @@ FAILURE_LOG = LogLimiter(burst=1, interval_s=60.0)
 
 
 class RequestDispatcher:
-    def __init__(self, context: RequestContext,
-                 request_metrics: RequestMetrics | None = None) -> None:
+    def __init__(
+        self, context: RequestContext, request_metrics: RequestMetrics | None = None
+    ) -> None:
         self.context = context
         self.request_metrics = request_metrics
         # request_percentage (KIP-124): the context's manager (an inactive one for a bare
@@ -146,8 +147,9 @@ class RequestDispatcher:
         quotas = getattr(context, "quotas", None)
         self._request_quotas = (quotas if quotas is not None else QuotaManager()).request
         settings = getattr(context, "settings", None)  # None: a bare context in unit tests
-        self.max_elements = (settings.request_max_elements if settings is not None
-                             else DEFAULT_MAX_ELEMENTS)
+        self.max_elements = (
+            settings.request_max_elements if settings is not None else DEFAULT_MAX_ELEMENTS
+        )
 
     def dispatch(self, frame: bytes) -> Any:
         """Decode one request frame and run its handler (see server.KafkaConnection)."""
@@ -191,8 +193,11 @@ class RequestDispatcher:
     def _request_quota(self, header: RequestHeaderInfo, result: Any, nanos: int) -> Any:
         session = current_session()
         delay = self._request_quotas.record(
-            session.principal_or_anonymous.name, header.client_id or "", nanos * 1e-7,
-            time.monotonic() * 1000.0)
+            session.principal_or_anonymous.name,
+            header.client_id or "",
+            nanos * 1e-7,
+            time.monotonic() * 1000.0,
+        )
         if not delay:
             return result
         session.throttle(delay)
@@ -213,18 +218,23 @@ class RequestDispatcher:
         (api_key,) = _API_KEY.unpack_from(frame)
         if not auth.authenticated:
             if api_key not in _PRE_AUTH_APIS:
-                raise CloseConnection(f"Unexpected Kafka request of type {api_name(api_key)} "
-                                      "during SASL handshake.")
+                raise CloseConnection(
+                    f"Unexpected Kafka request of type {api_name(api_key)} during SASL handshake."
+                )
             return None
         if api_key not in (SASL_HANDSHAKE, SASL_AUTHENTICATE) and auth.expired(
-                int(time.time() * 1000)):
+            int(time.time() * 1000)
+        ):
             # KIP-368: the client did not re-authenticate within its session lifetime.
-            raise CloseConnection("SASL session expired (connections.max.reauth.ms); the "
-                                  "client did not re-authenticate")
+            raise CloseConnection(
+                "SASL session expired (connections.max.reauth.ms); the "
+                "client did not re-authenticate"
+            )
         return None
 
-    async def _finish_later(self, header: RequestHeaderInfo, req: Any,
-                            coro: Coroutine[Any, Any, Any]) -> Any:
+    async def _finish_later(
+        self, header: RequestHeaderInfo, req: Any, coro: Coroutine[Any, Any, Any]
+    ) -> Any:
         try:
             return _encoded(header, await coro)
         except CloseConnection:
@@ -237,22 +247,29 @@ class RequestDispatcher:
         names; close the connection only if even that cannot be built."""
         if isinstance(exc, KafkaError):
             code, message = exc.code, exc.message or None
-            logger.info("%s v%d failed: %s", api_name(header.api_key), header.api_version,
-                        exc)
+            logger.info("%s v%d failed: %s", api_name(header.api_key), header.api_version, exc)
         else:
             code, message = ErrorCode.unknown_server_error, "unexpected error; see broker log"
             tb = traceback.extract_tb(exc.__traceback__)
             site = (tb[-1].filename, tb[-1].lineno) if tb else None
-            FAILURE_LOG.log(logger, logging.ERROR,
-                            (header.api_key, type(exc).__name__, site),
-                            "%s v%d from client %r failed; answering UNKNOWN_SERVER_ERROR",
-                            api_name(header.api_key), header.api_version, header.client_id,
-                            exc_info=exc)
+            FAILURE_LOG.log(
+                logger,
+                logging.ERROR,
+                (header.api_key, type(exc).__name__, site),
+                "%s v%d from client %r failed; answering UNKNOWN_SERVER_ERROR",
+                api_name(header.api_key),
+                header.api_version,
+                header.client_id,
+                exc_info=exc,
+            )
         try:
             return _encoded(header, error_response(header, req, code, message))
         except Exception as e:
-            logger.exception("cannot build the error response of %s v%d",
-                             api_name(header.api_key), header.api_version)
+            logger.exception(
+                "cannot build the error response of %s v%d",
+                api_name(header.api_key),
+                header.api_version,
+            )
             raise CloseConnection(f"handler failed and no error response: {e!r}") from e
 
     # ------------------------------------------------------------------ request metrics
@@ -273,24 +290,42 @@ class RequestDispatcher:
         arrived = FRAME_ARRIVED_AT.get() or start
         local_end = time.perf_counter()
         if isinstance(result, Pipelined):
-            result.coro = self._meter_wait(metrics, api_key, version, arrived, start,
-                                           local_end, result.coro)
+            result.coro = self._meter_wait(
+                metrics, api_key, version, arrived, start, local_end, result.coro
+            )
             return result
         if isinstance(result, Coroutine):
-            return self._meter_wait(metrics, api_key, version, arrived, start, local_end,
-                                    result)
-        metrics.record(api_key, version, (start - arrived) * 1e3,
-                       (local_end - start) * 1e3, 0.0, (local_end - arrived) * 1e3)
+            return self._meter_wait(metrics, api_key, version, arrived, start, local_end, result)
+        metrics.record(
+            api_key,
+            version,
+            (start - arrived) * 1e3,
+            (local_end - start) * 1e3,
+            0.0,
+            (local_end - arrived) * 1e3,
+        )
         return result
 
-    async def _meter_wait(self, metrics: RequestMetrics, api_key: int, version: int,
-                          arrived: float, start: float, local_end: float,
-                          coro: Coroutine[Any, Any, Any]) -> Any:
+    async def _meter_wait(
+        self,
+        metrics: RequestMetrics,
+        api_key: int,
+        version: int,
+        arrived: float,
+        start: float,
+        local_end: float,
+        coro: Coroutine[Any, Any, Any],
+    ) -> Any:
         result = await coro  # the purgatory wait, then the response's encoding
         end = time.perf_counter()
-        metrics.record(api_key, version, (start - arrived) * 1e3,
-                       (local_end - start) * 1e3, (end - local_end) * 1e3,
-                       (end - arrived) * 1e3)
+        metrics.record(
+            api_key,
+            version,
+            (start - arrived) * 1e3,
+            (local_end - start) * 1e3,
+            (end - local_end) * 1e3,
+            (end - arrived) * 1e3,
+        )
         return result
 
 

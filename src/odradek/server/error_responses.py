@@ -39,74 +39,175 @@ def _seq(value: Any) -> tuple[Any, ...]:
 
 
 def _produce(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
-    topics = [(t.name, [PartitionProduceResult(index=int(p.index), error_code=code,
-                                               base_offset=-1, error_message=msg)
-                        for p in _seq(t.partition_data)])
-              for t in _seq(req.topic_data)]
+    topics = [
+        (
+            t.name,
+            [
+                PartitionProduceResult(
+                    index=int(p.index), error_code=code, base_offset=-1, error_message=msg
+                )
+                for p in _seq(t.partition_data)
+            ],
+        )
+        for t in _seq(req.topic_data)
+    ]
     if int(req.acks) == 0:
         return None  # acks=0 gets no response at all
     return encode_produce_response(h.api_version, h.correlation_id, topics)
 
 
 def _fetch(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
-    topics = [(t.topic, [PartitionFetchResult(index=int(p.partition), error_code=code,
-                                              high_watermark=-1, last_stable_offset=-1,
-                                              log_start_offset=-1, records=None)
-                         for p in _seq(t.partitions)])
-              for t in _seq(req.topics)]
+    topics = [
+        (
+            t.topic,
+            [
+                PartitionFetchResult(
+                    index=int(p.partition),
+                    error_code=code,
+                    high_watermark=-1,
+                    last_stable_offset=-1,
+                    log_start_offset=-1,
+                    records=None,
+                )
+                for p in _seq(t.partitions)
+            ],
+        )
+        for t in _seq(req.topics)
+    ]
     return encode_fetch_response(h.api_version, h.correlation_id, topics, error_code=code)
 
 
 def _list_offsets(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
     if v == 0:  # hand-encoded (kio has no v0)
-        return encode_list_offsets_v0(h.correlation_id, [
-            (t.name, [(p.partition_index, int(code), []) for p in t.partitions])
-            for t in req.topics])
-    return response(2, v, topics=tuple(
-        part(2, v, "ListOffsetsTopicResponse", name=t.name, partitions=tuple(
-            part(2, v, "ListOffsetsPartitionResponse", partition_index=p.partition_index,
-                 error_code=code, timestamp=-1, offset=-1, leader_epoch=-1)
-            for p in _seq(t.partitions)))
-        for t in _seq(req.topics)))
+        return encode_list_offsets_v0(
+            h.correlation_id,
+            [
+                (t.name, [(p.partition_index, int(code), []) for p in t.partitions])
+                for t in req.topics
+            ],
+        )
+    return response(
+        2,
+        v,
+        topics=tuple(
+            part(
+                2,
+                v,
+                "ListOffsetsTopicResponse",
+                name=t.name,
+                partitions=tuple(
+                    part(
+                        2,
+                        v,
+                        "ListOffsetsPartitionResponse",
+                        partition_index=p.partition_index,
+                        error_code=code,
+                        timestamp=-1,
+                        offset=-1,
+                        leader_epoch=-1,
+                    )
+                    for p in _seq(t.partitions)
+                ),
+            )
+            for t in _seq(req.topics)
+        ),
+    )
 
 
 def _metadata(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
     topics = tuple(
-        part(3, v, "MetadataResponseTopic", error_code=code, name=t.name,
-             topic_id=getattr(t, "topic_id", None), is_internal=False, partitions=(),
-             topic_authorized_operations=_OPS_OMITTED)
-        for t in _seq(req.topics))
-    return response(3, v, brokers=(), cluster_id=None, controller_id=-1, topics=topics,
-                    cluster_authorized_operations=_OPS_OMITTED)
+        part(
+            3,
+            v,
+            "MetadataResponseTopic",
+            error_code=code,
+            name=t.name,
+            topic_id=getattr(t, "topic_id", None),
+            is_internal=False,
+            partitions=(),
+            topic_authorized_operations=_OPS_OMITTED,
+        )
+        for t in _seq(req.topics)
+    )
+    return response(
+        3,
+        v,
+        brokers=(),
+        cluster_id=None,
+        controller_id=-1,
+        topics=topics,
+        cluster_authorized_operations=_OPS_OMITTED,
+    )
 
 
 def _offset_commit(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(8, v, topics=tuple(
-        part(8, v, "OffsetCommitResponseTopic", name=t.name, partitions=tuple(
-            part(8, v, "OffsetCommitResponsePartition", partition_index=p.partition_index,
-                 error_code=code) for p in _seq(t.partitions)))
-        for t in _seq(req.topics)))
+    return response(
+        8,
+        v,
+        topics=tuple(
+            part(
+                8,
+                v,
+                "OffsetCommitResponseTopic",
+                name=t.name,
+                partitions=tuple(
+                    part(
+                        8,
+                        v,
+                        "OffsetCommitResponsePartition",
+                        partition_index=p.partition_index,
+                        error_code=code,
+                    )
+                    for p in _seq(t.partitions)
+                ),
+            )
+            for t in _seq(req.topics)
+        ),
+    )
 
 
 def _offset_fetch(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
     # v2+ carries the error at the top; v1 only per partition (Kafka does the same).
     per_partition = code if v < 2 else ErrorCode.none
-    return response(9, v, error_code=code, topics=tuple(
-        part(9, v, "OffsetFetchResponseTopic", name=t.name, partitions=tuple(
-            part(9, v, "OffsetFetchResponsePartition", partition_index=p,
-                 committed_offset=-1, committed_leader_epoch=-1, metadata="",
-                 error_code=per_partition) for p in _seq(t.partition_indexes)))
-        for t in _seq(req.topics)))
+    return response(
+        9,
+        v,
+        error_code=code,
+        topics=tuple(
+            part(
+                9,
+                v,
+                "OffsetFetchResponseTopic",
+                name=t.name,
+                partitions=tuple(
+                    part(
+                        9,
+                        v,
+                        "OffsetFetchResponsePartition",
+                        partition_index=p,
+                        committed_offset=-1,
+                        committed_leader_epoch=-1,
+                        metadata="",
+                        error_code=per_partition,
+                    )
+                    for p in _seq(t.partition_indexes)
+                ),
+            )
+            for t in _seq(req.topics)
+        ),
+    )
 
 
 def _top_level(api_key: int, **fixed: Any) -> Builder:
     """APIs whose response has one top-level error code."""
+
     def build(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
         return response(api_key, h.api_version, error_code=code, error_message=msg, **fixed)
+
     return build
 
 
@@ -114,46 +215,136 @@ def _add_partitions_to_txn(h: RequestHeaderInfo, req: Any, code: int, msg: str |
     v = h.api_version
 
     def topics(ts: Any) -> tuple[Any, ...]:
-        return tuple(part(24, v, "AddPartitionsToTxnTopicResult", name=t.name,
-                          results_by_partition=tuple(
-            part(24, v, "AddPartitionsToTxnPartitionResult", partition_index=p,
-                 partition_error_code=code) for p in _seq(t.partitions)))
-            for t in _seq(ts))
+        return tuple(
+            part(
+                24,
+                v,
+                "AddPartitionsToTxnTopicResult",
+                name=t.name,
+                results_by_partition=tuple(
+                    part(
+                        24,
+                        v,
+                        "AddPartitionsToTxnPartitionResult",
+                        partition_index=p,
+                        partition_error_code=code,
+                    )
+                    for p in _seq(t.partitions)
+                ),
+            )
+            for t in _seq(ts)
+        )
+
     if v <= 3:
         return response(24, v, results_by_topic_v3_and_below=topics(req.v3_and_below_topics))
     # v4+ (between brokers, KIP-890): the top-level code, and each partition's.
-    return response(24, v, error_code=code, results_by_transaction=tuple(
-        part(24, v, "AddPartitionsToTxnResult", transactional_id=txn.transactional_id,
-             topic_results=topics(txn.topics)) for txn in _seq(req.transactions)))
+    return response(
+        24,
+        v,
+        error_code=code,
+        results_by_transaction=tuple(
+            part(
+                24,
+                v,
+                "AddPartitionsToTxnResult",
+                transactional_id=txn.transactional_id,
+                topic_results=topics(txn.topics),
+            )
+            for txn in _seq(req.transactions)
+        ),
+    )
 
 
 def _write_txn_markers(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(27, v, markers=tuple(
-        part(27, v, "WritableTxnMarkerResult", producer_id=m.producer_id, topics=tuple(
-            part(27, v, "WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(
-                part(27, v, "WritableTxnMarkerPartitionResult", partition_index=p,
-                     error_code=code) for p in _seq(t.partition_indexes)))
-            for t in _seq(m.topics)))
-        for m in _seq(req.markers)))
+    return response(
+        27,
+        v,
+        markers=tuple(
+            part(
+                27,
+                v,
+                "WritableTxnMarkerResult",
+                producer_id=m.producer_id,
+                topics=tuple(
+                    part(
+                        27,
+                        v,
+                        "WritableTxnMarkerTopicResult",
+                        name=t.name,
+                        partitions=tuple(
+                            part(
+                                27,
+                                v,
+                                "WritableTxnMarkerPartitionResult",
+                                partition_index=p,
+                                error_code=code,
+                            )
+                            for p in _seq(t.partition_indexes)
+                        ),
+                    )
+                    for t in _seq(m.topics)
+                ),
+            )
+            for m in _seq(req.markers)
+        ),
+    )
 
 
 def _txn_offset_commit(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(28, v, topics=tuple(
-        part(28, v, "TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
-            part(28, v, "TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
-                 error_code=code) for p in _seq(t.partitions)))
-        for t in _seq(req.topics)))
+    return response(
+        28,
+        v,
+        topics=tuple(
+            part(
+                28,
+                v,
+                "TxnOffsetCommitResponseTopic",
+                name=t.name,
+                partitions=tuple(
+                    part(
+                        28,
+                        v,
+                        "TxnOffsetCommitResponsePartition",
+                        partition_index=p.partition_index,
+                        error_code=code,
+                    )
+                    for p in _seq(t.partitions)
+                ),
+            )
+            for t in _seq(req.topics)
+        ),
+    )
 
 
 def _describe_producers(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(61, v, topics=tuple(
-        part(61, v, "TopicResponse", name=t.name, partitions=tuple(
-            part(61, v, "PartitionResponse", partition_index=p, error_code=code,
-                 error_message=msg, active_producers=()) for p in _seq(t.partition_indexes)))
-        for t in _seq(req.topics)))
+    return response(
+        61,
+        v,
+        topics=tuple(
+            part(
+                61,
+                v,
+                "TopicResponse",
+                name=t.name,
+                partitions=tuple(
+                    part(
+                        61,
+                        v,
+                        "PartitionResponse",
+                        partition_index=p,
+                        error_code=code,
+                        error_message=msg,
+                        active_producers=(),
+                    )
+                    for p in _seq(t.partition_indexes)
+                ),
+            )
+            for t in _seq(req.topics)
+        ),
+    )
 
 
 def _describe_transactions(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
@@ -161,18 +352,41 @@ def _describe_transactions(h: RequestHeaderInfo, req: Any, code: int, msg: str |
 
     v = h.api_version
     epoch = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
-    return response(65, v, transaction_states=tuple(
-        part(65, v, "TransactionState", error_code=code, transactional_id=t,
-             transaction_state="", transaction_timeout=0, transaction_start_time=epoch,
-             producer_id=-1, producer_epoch=-1, topics=())
-        for t in _seq(req.transactional_ids)))
+    return response(
+        65,
+        v,
+        transaction_states=tuple(
+            part(
+                65,
+                v,
+                "TransactionState",
+                error_code=code,
+                transactional_id=t,
+                transaction_state="",
+                transaction_timeout=0,
+                transaction_start_time=epoch,
+                producer_id=-1,
+                producer_epoch=-1,
+                topics=(),
+            )
+            for t in _seq(req.transactional_ids)
+        ),
+    )
 
 
 def _join_group(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(11, v, error_code=code, generation_id=-1, protocol_type=None,
-                    protocol_name=None if v >= 7 else "", leader="",
-                    member_id=req.member_id or "", members=())
+    return response(
+        11,
+        v,
+        error_code=code,
+        generation_id=-1,
+        protocol_type=None,
+        protocol_name=None if v >= 7 else "",
+        leader="",
+        member_id=req.member_id or "",
+        members=(),
+    )
 
 
 def _leave_group(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
@@ -181,79 +395,192 @@ def _leave_group(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> 
 
 def _describe_groups(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(15, v, groups=tuple(
-        part(15, v, "DescribedGroup", error_code=code, group_id=g, group_state="",
-             protocol_type="", protocol_data="", members=(),
-             authorized_operations=_OPS_OMITTED)
-        for g in _seq(req.groups)))
+    return response(
+        15,
+        v,
+        groups=tuple(
+            part(
+                15,
+                v,
+                "DescribedGroup",
+                error_code=code,
+                group_id=g,
+                group_state="",
+                protocol_type="",
+                protocol_data="",
+                members=(),
+                authorized_operations=_OPS_OMITTED,
+            )
+            for g in _seq(req.groups)
+        ),
+    )
 
 
 def _create_topics(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(19, v, topics=tuple(
-        part(19, v, "CreatableTopicResult", name=t.name, error_code=code, error_message=msg,
-             topic_config_error_code=0, num_partitions=-1, replication_factor=-1,
-             configs=None)
-        for t in _seq(req.topics)))
+    return response(
+        19,
+        v,
+        topics=tuple(
+            part(
+                19,
+                v,
+                "CreatableTopicResult",
+                name=t.name,
+                error_code=code,
+                error_message=msg,
+                topic_config_error_code=0,
+                num_partitions=-1,
+                replication_factor=-1,
+                configs=None,
+            )
+            for t in _seq(req.topics)
+        ),
+    )
 
 
 def _delete_topics(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(20, v, responses=tuple(
-        part(20, v, "DeletableTopicResult", name=n, error_code=code, error_message=msg)
-        for n in _seq(req.topic_names)))
+    return response(
+        20,
+        v,
+        responses=tuple(
+            part(20, v, "DeletableTopicResult", name=n, error_code=code, error_message=msg)
+            for n in _seq(req.topic_names)
+        ),
+    )
 
 
 def _delete_records(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(21, v, topics=tuple(
-        part(21, v, "DeleteRecordsTopicResult", name=t.name, partitions=tuple(
-            part(21, v, "DeleteRecordsPartitionResult", partition_index=p.partition_index,
-                 low_watermark=-1, error_code=code) for p in _seq(t.partitions)))
-        for t in _seq(req.topics)))
+    return response(
+        21,
+        v,
+        topics=tuple(
+            part(
+                21,
+                v,
+                "DeleteRecordsTopicResult",
+                name=t.name,
+                partitions=tuple(
+                    part(
+                        21,
+                        v,
+                        "DeleteRecordsPartitionResult",
+                        partition_index=p.partition_index,
+                        low_watermark=-1,
+                        error_code=code,
+                    )
+                    for p in _seq(t.partitions)
+                ),
+            )
+            for t in _seq(req.topics)
+        ),
+    )
 
 
-def _offset_for_leader_epoch(h: RequestHeaderInfo, req: Any, code: int,
-                             msg: str | None) -> Any:
+def _offset_for_leader_epoch(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(23, v, topics=tuple(
-        part(23, v, "OffsetForLeaderTopicResult", topic=t.topic, partitions=tuple(
-            part(23, v, "EpochEndOffset", error_code=code, partition=p.partition,
-                 leader_epoch=-1, end_offset=-1) for p in _seq(t.partitions)))
-        for t in _seq(req.topics)))
+    return response(
+        23,
+        v,
+        topics=tuple(
+            part(
+                23,
+                v,
+                "OffsetForLeaderTopicResult",
+                topic=t.topic,
+                partitions=tuple(
+                    part(
+                        23,
+                        v,
+                        "EpochEndOffset",
+                        error_code=code,
+                        partition=p.partition,
+                        leader_epoch=-1,
+                        end_offset=-1,
+                    )
+                    for p in _seq(t.partitions)
+                ),
+            )
+            for t in _seq(req.topics)
+        ),
+    )
 
 
 def _describe_configs(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(32, v, results=tuple(
-        part(32, v, "DescribeConfigsResult", error_code=code, error_message=msg,
-             resource_type=r.resource_type, resource_name=r.resource_name, configs=())
-        for r in _seq(req.resources)))
+    return response(
+        32,
+        v,
+        results=tuple(
+            part(
+                32,
+                v,
+                "DescribeConfigsResult",
+                error_code=code,
+                error_message=msg,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                configs=(),
+            )
+            for r in _seq(req.resources)
+        ),
+    )
 
 
 def _alter_configs(api_key: int) -> Builder:
     def build(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
         v = h.api_version
-        return response(api_key, v, responses=tuple(
-            part(api_key, v, "AlterConfigsResourceResponse", error_code=code,
-                 error_message=msg, resource_type=r.resource_type,
-                 resource_name=r.resource_name)
-            for r in _seq(req.resources)))
+        return response(
+            api_key,
+            v,
+            responses=tuple(
+                part(
+                    api_key,
+                    v,
+                    "AlterConfigsResourceResponse",
+                    error_code=code,
+                    error_message=msg,
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                )
+                for r in _seq(req.resources)
+            ),
+        )
+
     return build
 
 
 def _create_partitions(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(37, v, results=tuple(
-        part(37, v, "CreatePartitionsTopicResult", name=t.name, error_code=code,
-             error_message=msg) for t in _seq(req.topics)))
+    return response(
+        37,
+        v,
+        results=tuple(
+            part(
+                37,
+                v,
+                "CreatePartitionsTopicResult",
+                name=t.name,
+                error_code=code,
+                error_message=msg,
+            )
+            for t in _seq(req.topics)
+        ),
+    )
 
 
 def _delete_groups(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(42, v, results=tuple(
-        part(42, v, "DeletableGroupResult", group_id=g, error_code=code)
-        for g in _seq(req.groups_names)))
+    return response(
+        42,
+        v,
+        results=tuple(
+            part(42, v, "DeletableGroupResult", group_id=g, error_code=code)
+            for g in _seq(req.groups_names)
+        ),
+    )
 
 
 def _offset_delete(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
@@ -262,49 +589,130 @@ def _offset_delete(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -
 
 def _elect_leaders(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(43, v, error_code=code, replica_election_results=tuple(
-        part(43, v, "ReplicaElectionResult", topic=t.topic, partition_result=tuple(
-            part(43, v, "PartitionResult", partition_id=p, error_code=code,
-                 error_message=msg) for p in _seq(t.partitions)))
-        for t in _seq(req.topic_partitions)))
+    return response(
+        43,
+        v,
+        error_code=code,
+        replica_election_results=tuple(
+            part(
+                43,
+                v,
+                "ReplicaElectionResult",
+                topic=t.topic,
+                partition_result=tuple(
+                    part(
+                        43, v, "PartitionResult", partition_id=p, error_code=code, error_message=msg
+                    )
+                    for p in _seq(t.partitions)
+                ),
+            )
+            for t in _seq(req.topic_partitions)
+        ),
+    )
 
 
 def _create_acls(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(30, v, results=tuple(
-        part(30, v, "AclCreationResult", error_code=code, error_message=msg)
-        for _ in _seq(req.creations)))
+    return response(
+        30,
+        v,
+        results=tuple(
+            part(30, v, "AclCreationResult", error_code=code, error_message=msg)
+            for _ in _seq(req.creations)
+        ),
+    )
 
 
 def _delete_acls(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(31, v, filter_results=tuple(
-        part(31, v, "DeleteAclsFilterResult", error_code=code, error_message=msg,
-             matching_acls=()) for _ in _seq(req.filters)))
+    return response(
+        31,
+        v,
+        filter_results=tuple(
+            part(
+                31,
+                v,
+                "DeleteAclsFilterResult",
+                error_code=code,
+                error_message=msg,
+                matching_acls=(),
+            )
+            for _ in _seq(req.filters)
+        ),
+    )
 
 
 def _alter_scram(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
-    users = dict.fromkeys([d.name for d in _seq(req.deletions)] +
-                          [u.name for u in _seq(req.upsertions)])
-    return response(51, h.api_version, results=tuple(
-        part(51, h.api_version, "AlterUserScramCredentialsResult", user=u, error_code=code,
-             error_message=msg) for u in users))
+    users = dict.fromkeys(
+        [d.name for d in _seq(req.deletions)] + [u.name for u in _seq(req.upsertions)]
+    )
+    return response(
+        51,
+        h.api_version,
+        results=tuple(
+            part(
+                51,
+                h.api_version,
+                "AlterUserScramCredentialsResult",
+                user=u,
+                error_code=code,
+                error_message=msg,
+            )
+            for u in users
+        ),
+    )
+
+
 def _alter_client_quotas(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(49, v, entries=tuple(
-        part(49, v, "EntryData", error_code=code, error_message=msg, entity=tuple(
-            part(49, v, "EntityData", entity_type=e.entity_type, entity_name=e.entity_name)
-            for e in _seq(entry.entity)))
-        for entry in _seq(req.entries)))
+    return response(
+        49,
+        v,
+        entries=tuple(
+            part(
+                49,
+                v,
+                "EntryData",
+                error_code=code,
+                error_message=msg,
+                entity=tuple(
+                    part(49, v, "EntityData", entity_type=e.entity_type, entity_name=e.entity_name)
+                    for e in _seq(entry.entity)
+                ),
+            )
+            for entry in _seq(req.entries)
+        ),
+    )
 
 
 def _alter_reassignments(h: RequestHeaderInfo, req: Any, code: int, msg: str | None) -> Any:
     v = h.api_version
-    return response(45, v, error_code=code, error_message=msg, responses=tuple(
-        part(45, v, "ReassignableTopicResponse", name=t.name, partitions=tuple(
-            part(45, v, "ReassignablePartitionResponse", partition_index=p.partition_index,
-                 error_code=code, error_message=msg) for p in _seq(t.partitions)))
-        for t in _seq(req.topics)))
+    return response(
+        45,
+        v,
+        error_code=code,
+        error_message=msg,
+        responses=tuple(
+            part(
+                45,
+                v,
+                "ReassignableTopicResponse",
+                name=t.name,
+                partitions=tuple(
+                    part(
+                        45,
+                        v,
+                        "ReassignablePartitionResponse",
+                        partition_index=p.partition_index,
+                        error_code=code,
+                        error_message=msg,
+                    )
+                    for p in _seq(t.partitions)
+                ),
+            )
+            for t in _seq(req.topics)
+        ),
+    )
 
 
 ERROR_RESPONSES: dict[int, Builder] = {
@@ -322,8 +730,14 @@ ERROR_RESPONSES: dict[int, Builder] = {
     15: _describe_groups,
     16: _top_level(16, groups=()),
     17: _top_level(17, mechanisms=()),
-    18: _top_level(18, api_keys=(), supported_features=(), finalized_features_epoch=-1,
-                   finalized_features=(), zk_migration_ready=False),
+    18: _top_level(
+        18,
+        api_keys=(),
+        supported_features=(),
+        finalized_features_epoch=-1,
+        finalized_features=(),
+        zk_migration_ready=False,
+    ),
     19: _create_topics,
     20: _delete_topics,
     21: _delete_records,
@@ -354,13 +768,20 @@ ERROR_RESPONSES: dict[int, Builder] = {
     66: _top_level(66, unknown_state_filters=(), transaction_states=()),
     45: _alter_reassignments,
     46: _top_level(46, topics=()),
-    60: _top_level(60, endpoint_type=1, cluster_id="", controller_id=-1, brokers=(),
-                   cluster_authorized_operations=_OPS_OMITTED),
+    60: _top_level(
+        60,
+        endpoint_type=1,
+        cluster_id="",
+        controller_id=-1,
+        brokers=(),
+        cluster_authorized_operations=_OPS_OMITTED,
+    ),
 }
 
 
-def error_response(header: RequestHeaderInfo, req: Any, code: int,
-                   message: str | None = None) -> Any:
+def error_response(
+    header: RequestHeaderInfo, req: Any, code: int, message: str | None = None
+) -> Any:
     """The answer to ``req`` with ``code`` for everything it names (see module doc):
     a kio response entity, encoded bytes / parts (Produce, Fetch) or None (acks=0)."""
     # kio's writers want the ErrorCode enum (an int subclass: the hand-written Produce

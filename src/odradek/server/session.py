@@ -54,7 +54,8 @@ class Session:
 
 _DEFAULT = Session()
 CURRENT_SESSION: contextvars.ContextVar[Session] = contextvars.ContextVar(
-    "odradek_session", default=_DEFAULT)
+    "odradek_session", default=_DEFAULT
+)
 
 
 def current_session() -> Session:

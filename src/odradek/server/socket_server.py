@@ -54,8 +54,9 @@ class ConnectionQuotas:
 
     __slots__ = ("max_connections", "max_per_ip", "overrides", "total", "_per_ip")
 
-    def __init__(self, max_connections: int, max_per_ip: int,
-                 overrides: dict[str, int] | None = None) -> None:
+    def __init__(
+        self, max_connections: int, max_per_ip: int, overrides: dict[str, int] | None = None
+    ) -> None:
         self.max_connections = max_connections
         self.max_per_ip = max_per_ip
         self.overrides = dict(overrides or {})
@@ -94,11 +95,19 @@ class ConnectionQuotas:
 class SocketServer:
     """One listener: its socket, its connections and their limits."""
 
-    def __init__(self, dispatch: Dispatch, limits: ConnectionLimits, quotas: ConnectionQuotas,
-                 request_queue: RequestQueue, idle_ms: int,
-                 on_connection_closed: Callable[[KafkaConnection], None] | None = None,
-                 *, name: str = "PLAINTEXT", ssl_context: ssl.SSLContext | None = None,
-                 session_factory: SessionFactory | None = None) -> None:
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        limits: ConnectionLimits,
+        quotas: ConnectionQuotas,
+        request_queue: RequestQueue,
+        idle_ms: int,
+        on_connection_closed: Callable[[KafkaConnection], None] | None = None,
+        *,
+        name: str = "PLAINTEXT",
+        ssl_context: ssl.SSLContext | None = None,
+        session_factory: SessionFactory | None = None,
+    ) -> None:
         self._dispatch = dispatch
         self.name = name
         self.ssl_context = ssl_context
@@ -124,8 +133,9 @@ class SocketServer:
     # ------------------------------------------------------------------ lifecycle
     def bind(self, host: str, port: int, backlog: int = 1024) -> tuple[str, int]:
         """Bind and listen (connections queue in the backlog until ``start_serving``)."""
-        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
         family, _, _, _, addr = infos[0]
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -174,8 +184,13 @@ class SocketServer:
                 raise
             except OSError as e:
                 # EMFILE/ENFILE/ENOBUFS: retry shortly rather than spin or die.
-                _REJECT_LOG.log(logger, logging.ERROR, ("accept", e.errno),
-                                "error while accepting a connection: %r", e)
+                _REJECT_LOG.log(
+                    logger,
+                    logging.ERROR,
+                    ("accept", e.errno),
+                    "error while accepting a connection: %r",
+                    e,
+                )
                 await asyncio.sleep(0.1)
                 continue
             # One spelling per address (an IPv4 client of a dual-stack listener is
@@ -183,10 +198,15 @@ class SocketServer:
             # overrides, ACL hosts and logs all see the same text.
             ip = canonical_host(addr[0]) if isinstance(addr, tuple) else str(addr)
             if not self.quotas.inc(ip):
-                _REJECT_LOG.log(logger, logging.INFO, ("per-ip", ip),
-                                "Rejected connection from %s, address already has the "
-                                "configured maximum of %d connections.", ip,
-                                self.quotas.limit_for(ip))
+                _REJECT_LOG.log(
+                    logger,
+                    logging.INFO,
+                    ("per-ip", ip),
+                    "Rejected connection from %s, address already has the "
+                    "configured maximum of %d connections.",
+                    ip,
+                    self.quotas.limit_for(ip),
+                )
                 self.connections_rejected += 1
                 sock.close()
                 continue
@@ -202,19 +222,24 @@ class SocketServer:
         holder: list[KafkaConnection] = []
 
         def make() -> KafkaConnection:
-            conn = KafkaConnection(self._dispatch, self.limits, self, ip,
-                                   session_factory=self._session_factory)
+            conn = KafkaConnection(
+                self._dispatch, self.limits, self, ip, session_factory=self._session_factory
+            )
             holder.append(conn)
             return conn
+
         try:
             if self.ssl_context is None:
                 await loop.connect_accepted_socket(make, sock)
             else:
                 await loop.connect_accepted_socket(
-                    make, sock, ssl=self.ssl_context,
+                    make,
+                    sock,
+                    ssl=self.ssl_context,
                     # Kafka has no separate setting (connections.max.idle.ms bounds
                     # it); a shorter bound frees a stalled handshake's slot sooner.
-                    ssl_handshake_timeout=self.limits.authentication_timeout_s)
+                    ssl_handshake_timeout=self.limits.authentication_timeout_s,
+                )
         except asyncio.CancelledError:
             sock.close()
             if not (holder and holder[0].made):
@@ -222,9 +247,15 @@ class SocketServer:
             raise
         except Exception as e:  # noqa: BLE001 - one bad socket never stops accepting
             self.handshake_failures += self.ssl_context is not None
-            _REJECT_LOG.log(logger, logging.INFO, ("setup", ip),
-                            "could not set up the connection from %s on listener %s: %r",
-                            ip, self.name, e)
+            _REJECT_LOG.log(
+                logger,
+                logging.INFO,
+                ("setup", ip),
+                "could not set up the connection from %s on listener %s: %r",
+                ip,
+                self.name,
+                e,
+            )
             sock.close()
             if not (holder and holder[0].made):
                 # connection_made never ran, so connection_closed will not give the
@@ -260,8 +291,9 @@ class SocketServer:
         limit = self.idle_ms / 1000
         expired = [c for c in self.connections if now - c.last_io > limit]
         for conn in expired:
-            conn.log_close(f"idle for more than connections.max.idle.ms={self.idle_ms}",
-                           logging.DEBUG)
+            conn.log_close(
+                f"idle for more than connections.max.idle.ms={self.idle_ms}", logging.DEBUG
+            )
             conn.close()
         return len(expired)
 

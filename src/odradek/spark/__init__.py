@@ -27,4 +27,5 @@ def register(spark: Any) -> None:
     it is installed in (``PYSPARK_PYTHON``; docs/platform-notes.md, PySpark).
     """
     from odradek.spark.source import OdradekDataSource
+
     spark.dataSource.register(OdradekDataSource)

@@ -18,11 +18,20 @@ import pyarrow as pa
 if TYPE_CHECKING:  # the decoder (numba) is imported by executors only, not by planning
     from odradek.client.record_columns import RecordColumns
 
-__all__ = ["SCHEMA_DDL", "HEADERS_DDL", "arrow_schema", "spark_ddl", "messages_to_batch",
-           "timestamp_type", "columns_to_batch"]
+__all__ = [
+    "SCHEMA_DDL",
+    "HEADERS_DDL",
+    "arrow_schema",
+    "spark_ddl",
+    "messages_to_batch",
+    "timestamp_type",
+    "columns_to_batch",
+]
 
-SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset long, "
-              "timestamp timestamp, timestampType int")
+SCHEMA_DDL = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
 HEADERS_DDL = ", headers array<struct<key: string, value: binary>>"
 
 _HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
@@ -55,8 +64,13 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def messages_to_batch(messages: Sequence[Any], include_headers: bool, *,
-                      topic: str | None = None, partition: int | None = None) -> pa.RecordBatch:
+def messages_to_batch(
+    messages: Sequence[Any],
+    include_headers: bool,
+    *,
+    topic: str | None = None,
+    partition: int | None = None,
+) -> pa.RecordBatch:
     """confluent-kafka ``Message`` objects (no error set) -> one RecordBatch.
 
     ``topic``/``partition``: when every message comes from one partition (a source task
@@ -68,34 +82,51 @@ def messages_to_batch(messages: Sequence[Any], include_headers: bool, *,
     arrays = [
         pa.array([m.key() for m in messages], pa.binary()),
         pa.array([m.value() for m in messages], pa.binary()),
-        (pa.repeat(pa.scalar(topic, pa.string()), n) if topic is not None
-         else pa.array([m.topic() for m in messages], pa.string())),
-        (pa.repeat(pa.scalar(partition, pa.int32()), n) if partition is not None
-         else pa.array([m.partition() for m in messages], pa.int32())),
+        (
+            pa.repeat(pa.scalar(topic, pa.string()), n)
+            if topic is not None
+            else pa.array([m.topic() for m in messages], pa.string())
+        ),
+        (
+            pa.repeat(pa.scalar(partition, pa.int32()), n)
+            if partition is not None
+            else pa.array([m.partition() for m in messages], pa.int32())
+        ),
         pa.array([m.offset() for m in messages], pa.int64()),
-        pa.array([ts * 1000 if kind else None for kind, ts in stamps],
-                 pa.timestamp("us", tz="UTC")),
+        pa.array(
+            [ts * 1000 if kind else None for kind, ts in stamps], pa.timestamp("us", tz="UTC")
+        ),
         pa.array([_TS_TYPE.get(kind, -1) for kind, _ in stamps], pa.int32()),
     ]
     if include_headers:
         # Spark shows a record without headers as null, not as an empty array
-        arrays.append(pa.array([[{"key": k, "value": v} for k, v in h] if h else None
-                                for h in (m.headers() for m in messages)], _HEADER_TYPE))
+        arrays.append(
+            pa.array(
+                [
+                    [{"key": k, "value": v} for k, v in h] if h else None
+                    for h in (m.headers() for m in messages)
+                ],
+                _HEADER_TYPE,
+            )
+        )
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
 
 
-def _binary(offs: np.ndarray, data: np.ndarray, valid: np.ndarray, n: int,
-            typ: pa.DataType) -> pa.Array:
+def _binary(
+    offs: np.ndarray, data: np.ndarray, valid: np.ndarray, n: int, typ: pa.DataType
+) -> pa.Array:
     """A binary/string array over the buffers (no copy); validity only when nulls exist."""
     nulls = n - int(np.count_nonzero(valid[:n]))
     bitmap = None if nulls == 0 else pa.py_buffer(np.packbits(valid[:n], bitorder="little"))
     end = int(offs[n])
-    return pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offs[:n + 1]),
-                                          pa.py_buffer(data[:end])], null_count=nulls)
+    return pa.Array.from_buffers(
+        typ, n, [bitmap, pa.py_buffer(offs[: n + 1]), pa.py_buffer(data[:end])], null_count=nulls
+    )
 
 
-def columns_to_batch(cols: RecordColumns, include_headers: bool, *, topic: str,
-                     partition: int) -> pa.RecordBatch:
+def columns_to_batch(
+    cols: RecordColumns, include_headers: bool, *, topic: str, partition: int
+) -> pa.RecordBatch:
     """Decoded record columns of one partition -> a RecordBatch with Spark's schema.
 
     Key and value arrays are built over the decoder's buffers without copying; a record
@@ -108,8 +139,9 @@ def columns_to_batch(cols: RecordColumns, include_headers: bool, *, topic: str,
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
         pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(cols.offsets[:n])]),
-        pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n,
-                              [None, pa.py_buffer(cols.timestamps[:n])]),
+        pa.Array.from_buffers(
+            pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(cols.timestamps[:n])]
+        ),
         pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(cols.ts_types[:n])]),
     ]
     if include_headers:
@@ -121,9 +153,16 @@ def columns_to_batch(cols: RecordColumns, include_headers: bool, *, topic: str,
         hkeys.validate(full=True)  # header keys are Java Strings: UTF-8 or the batch is bad
         hvals = _binary(cols.hv_offs, cols.hv_bytes, cols.hv_valid, nh, pa.binary())
         entries = pa.StructArray.from_arrays([hkeys, hvals], fields=list(_HEADER_TYPE.value_type))
-        has = np.diff(cols.hdr_offs[:n + 1]) > 0
+        has = np.diff(cols.hdr_offs[: n + 1]) > 0
         nulls = n - int(np.count_nonzero(has))
         bitmap = None if nulls == 0 else pa.py_buffer(np.packbits(has, bitorder="little"))
-        arrays.append(pa.Array.from_buffers(_HEADER_TYPE, n, [bitmap, pa.py_buffer(
-            cols.hdr_offs[:n + 1])], null_count=nulls, children=[entries]))
+        arrays.append(
+            pa.Array.from_buffers(
+                _HEADER_TYPE,
+                n,
+                [bitmap, pa.py_buffer(cols.hdr_offs[: n + 1])],
+                null_count=nulls,
+                children=[entries],
+            )
+        )
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))

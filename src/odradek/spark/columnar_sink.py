@@ -45,14 +45,26 @@ from odradek.storage.records import (
     compress_payload,
 )
 
-__all__ = ["ArrowRows", "ColumnarWriter", "batch_digests", "not_written_before",
-           "produce_settings", "ProduceSettings", "TAG_KEY"]
+__all__ = [
+    "ArrowRows",
+    "ColumnarWriter",
+    "batch_digests",
+    "not_written_before",
+    "produce_settings",
+    "ProduceSettings",
+    "TAG_KEY",
+]
 
 logger = logging.getLogger(__name__)
 
 TAG_KEY = b"odradek.sink"
-_CODECS = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY,
-           "lz4": COMPRESSION_LZ4, "zstd": COMPRESSION_ZSTD}
+_CODECS = {
+    "none": COMPRESSION_NONE,
+    "gzip": COMPRESSION_GZIP,
+    "snappy": COMPRESSION_SNAPPY,
+    "lz4": COMPRESSION_LZ4,
+    "zstd": COMPRESSION_ZSTD,
+}
 _EMPTY_I32 = np.zeros(1, np.int32)
 _EMPTY_U8 = np.zeros(1, np.uint8)
 _EMPTY_BOOL = np.zeros(1, np.bool_)
@@ -75,10 +87,11 @@ def _binary_buffers(arr: pa.Array | None, n: int) -> tuple[np.ndarray, np.ndarra
     if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type):
         arr = arr.cast(pa.binary())
     bufs = arr.buffers()
-    offs = np.frombuffer(bufs[1], np.int32)[arr.offset:arr.offset + n + 1] if n else _EMPTY_I32
+    offs = np.frombuffer(bufs[1], np.int32)[arr.offset : arr.offset + n + 1] if n else _EMPTY_I32
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None and bufs[2].size else _EMPTY_U8
-    valid = (arr.is_valid().to_numpy(zero_copy_only=False) if arr.null_count
-             else np.ones(n, np.bool_))
+    valid = (
+        arr.is_valid().to_numpy(zero_copy_only=False) if arr.null_count else np.ones(n, np.bool_)
+    )
     return _ro(offs), _ro(data), _ro(valid)
 
 
@@ -106,9 +119,11 @@ class ArrowRows:
         else:
             col = cols.get("topic")
             if col is None or col.null_count:
-                raise KafkaError(ErrorCode.invalid_topic_exception,
-                                 "null topic present in the data. Use the topic option for "
-                                 "setting a default topic.")
+                raise KafkaError(
+                    ErrorCode.invalid_topic_exception,
+                    "null topic present in the data. Use the topic option for "
+                    "setting a default topic.",
+                )
             enc = pc.dictionary_encode(col)
             topics = enc.dictionary.to_pylist()
             topic_ids = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -119,9 +134,18 @@ class ArrowRows:
             partition = part.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
             part_text = _binary_buffers(part.cast(pa.string()), n)
         hdr_offs, hkey, hval = _headers(cols.get("headers"), n)
-        return cls(n, _ro(topic_ids), topics, _binary_buffers(cols.get("key"), n),
-                   _binary_buffers(cols.get("value"), n), partition, hdr_offs, hkey, hval,
-                   part_text)
+        return cls(
+            n,
+            _ro(topic_ids),
+            topics,
+            _binary_buffers(cols.get("key"), n),
+            _binary_buffers(cols.get("value"), n),
+            partition,
+            hdr_offs,
+            hkey,
+            hval,
+            part_text,
+        )
 
     def topic_table(self) -> tuple[np.ndarray, np.ndarray]:
         raw = [t.encode() for t in self.topics]
@@ -132,16 +156,15 @@ class ArrowRows:
 
 def _headers(col: pa.Array | None, n: int) -> tuple[np.ndarray, tuple, tuple]:
     if col is None or col.null_count == n:
-        return (_ro(np.zeros(n + 1, np.int32)), _binary_buffers(None, 0),
-                _binary_buffers(None, 0))
-    offs = np.frombuffer(col.buffers()[1], np.int32)[col.offset:col.offset + n + 1]
+        return (_ro(np.zeros(n + 1, np.int32)), _binary_buffers(None, 0), _binary_buffers(None, 0))
+    offs = np.frombuffer(col.buffers()[1], np.int32)[col.offset : col.offset + n + 1]
     if col.null_count:
         # A null list has no headers; Arrow lets its slot span entries anyway (rare):
         # rebuild the column then.
         valid = col.is_valid().to_numpy(zero_copy_only=False)
         if (np.diff(offs)[~valid] != 0).any():
             col = pa.array([h or [] for h in col.to_pylist()], col.type)
-            offs = np.frombuffer(col.buffers()[1], np.int32)[col.offset:col.offset + n + 1]
+            offs = np.frombuffer(col.buffers()[1], np.int32)[col.offset : col.offset + n + 1]
     entries = col.values
     if entries.null_count:
         raise KafkaError(ErrorCode.invalid_record, "a header entry is null")
@@ -156,20 +179,37 @@ def batch_digests(rows: ArrowRows) -> np.ndarray:
     """The replay tag's 64-bit digest of every row (see ``kernels.xxh64_rows``)."""
     n = rows.n
     t_offs, t_bytes = rows.topic_table()
-    lens = (np.diff(rows.key[0]).astype(np.int64) + np.diff(rows.value[0])
-            + np.diff(rows.partition_text[0]) + (np.diff(t_offs)[rows.topic_ids] if n else 0))
+    lens = (
+        np.diff(rows.key[0]).astype(np.int64)
+        + np.diff(rows.value[0])
+        + np.diff(rows.partition_text[0])
+        + (np.diff(t_offs)[rows.topic_ids] if n else 0)
+    )
     if int(rows.hdr_offs[-1]):
         per_header = np.diff(rows.hkey[0]).astype(np.int64) + np.diff(rows.hval[0]) + 6
         cum = np.concatenate([[0], np.cumsum(per_header)])
         lens = lens + cum[rows.hdr_offs[1:]] - cum[rows.hdr_offs[:-1]]
     scratch = np.empty(int(lens.max(initial=0)) + 32, np.uint8)
     out = np.empty(n, np.uint64)
-    k.xxh64_rows(rows.topic_ids, t_offs, t_bytes, *rows.key, *rows.value, *rows.partition_text,
-                 rows.hdr_offs, rows.hkey[0], rows.hkey[1], *rows.hval, scratch, out)
+    k.xxh64_rows(
+        rows.topic_ids,
+        t_offs,
+        t_bytes,
+        *rows.key,
+        *rows.value,
+        *rows.partition_text,
+        rows.hdr_offs,
+        rows.hkey[0],
+        rows.hkey[1],
+        *rows.hval,
+        scratch,
+        out,
+    )
     return out
 
 
 # --------------------------------------------------------------------------- settings
+
 
 @dataclass(frozen=True)
 class ProduceSettings:
@@ -197,15 +237,20 @@ def produce_settings(conf: Mapping[str, str]) -> ProduceSettings:
     and defaults, so one set of options means the same on both clients)."""
     codec_name = str(conf.get("compression.type", conf.get("compression.codec", "none"))).lower()
     if codec_name not in _CODECS:
-        raise SparkOptionError(f"option 'kafka.compression.type' must be one of "
-                               f"{', '.join(_CODECS)}, got {codec_name!r}")
+        raise SparkOptionError(
+            f"option 'kafka.compression.type' must be one of "
+            f"{', '.join(_CODECS)}, got {codec_name!r}"
+        )
     acks = str(conf.get("acks", conf.get("request.required.acks", "all"))).lower()
     if acks not in ("all", "-1"):
-        raise SparkOptionError("the odradek sink's producer is idempotent: kafka.acks must "
-                               f"be all (-1), got {acks!r}")
+        raise SparkOptionError(
+            f"the odradek sink's producer is idempotent: kafka.acks must be all (-1), got {acks!r}"
+        )
     if str(conf.get("enable.idempotence", "true")).lower() != "true":
-        raise SparkOptionError("kafka.enable.idempotence=false is not supported by "
-                               "odradek.client=columnar (use odradek.client=confluent)")
+        raise SparkOptionError(
+            "kafka.enable.idempotence=false is not supported by "
+            "odradek.client=columnar (use odradek.client=confluent)"
+        )
     max_message = _positive(conf, "message.max.bytes", 1_000_000)
     in_flight = min(_positive(conf, "max.in.flight.requests.per.connection", 5), 5)
     return ProduceSettings(
@@ -215,18 +260,22 @@ def produce_settings(conf: Mapping[str, str]) -> ProduceSettings:
         producer=ProduceConfig(
             acks=-1,
             request_timeout_ms=_positive(conf, "request.timeout.ms", 30_000),
-            delivery_timeout_s=_positive(conf, "delivery.timeout.ms",
-                                         _positive(conf, "message.timeout.ms", 300_000)) / 1000,
+            delivery_timeout_s=_positive(
+                conf, "delivery.timeout.ms", _positive(conf, "message.timeout.ms", 300_000)
+            )
+            / 1000,
             max_in_flight=in_flight,
             retry_backoff_s=_positive(conf, "retry.backoff.ms", 100) / 1000,
             max_request_bytes=max_message,
             client_id=str(conf.get("client.id", "odradek-spark-sink")),
             socket_timeout_s=_positive(conf, "socket.timeout.ms", 60_000) / 1000,
             security=client_security(conf),
-        ))
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- writer
+
 
 def not_written_before(digests: np.ndarray, already: Counter[str]) -> np.ndarray:
     """The rows of a replayed batch that earlier attempts did not write: ``already`` is the
@@ -278,6 +327,7 @@ class _Kernels:
 
     def __getattr__(self, name: str) -> Any:
         from odradek.client import kernels
+
         return getattr(kernels, name)
 
 
@@ -299,9 +349,15 @@ class ColumnarWriter:
     def flush(self) -> None:
         self.producer.flush()
 
-    def write(self, rows: ArrowRows, keep: np.ndarray | None = None, *,
-              tag_prefix: bytes | None = None, digests: np.ndarray | None = None,
-              before_topic: Callable[[str], None] | None = None) -> int:
+    def write(
+        self,
+        rows: ArrowRows,
+        keep: np.ndarray | None = None,
+        *,
+        tag_prefix: bytes | None = None,
+        digests: np.ndarray | None = None,
+        before_topic: Callable[[str], None] | None = None,
+    ) -> int:
         """Queue the rows selected by ``keep`` (all when None); returns how many.
 
         ``tag_prefix`` + ``digests``: the replay tag header of the exactly-once sink.
@@ -341,9 +397,11 @@ class ColumnarWriter:
         bad = (parts >= n_for_row) | (parts < -1)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                             f"Invalid partition given with record: {int(parts[i])} is not in "
-                             f"the range [0...{int(n_for_row[i])}]")
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition,
+                f"Invalid partition given with record: {int(parts[i])} is not in "
+                f"the range [0...{int(n_for_row[i])}]",
+            )
         key_valid = rows.key[2][selected]
         keyed = (parts < 0) & key_valid
         if keyed.any():
@@ -352,16 +410,21 @@ class ColumnarWriter:
             parts[keyed] = hashes[selected[keyed]] % n_for_row[keyed]
         keyless = parts < 0
         if keyless.any():
-            parts[keyless] = self._sticky_partitions(rows, selected[keyless],
-                                                     rows.topic_ids[selected[keyless]], counts)
+            parts[keyless] = self._sticky_partitions(
+                rows, selected[keyless], rows.topic_ids[selected[keyless]], counts
+            )
         return parts
 
-    def _sticky_partitions(self, rows: ArrowRows, idx: np.ndarray, tids: np.ndarray,
-                           counts: np.ndarray) -> np.ndarray:
+    def _sticky_partitions(
+        self, rows: ArrowRows, idx: np.ndarray, tids: np.ndarray, counts: np.ndarray
+    ) -> np.ndarray:
         """KIP-794: keyless records fill one partition's batch, then move to the next."""
         out = np.empty(idx.shape[0], np.int64)
-        size = (np.diff(rows.value[0])[idx].astype(np.int64) + np.diff(rows.key[0])[idx]
-                + _MIN_RECORD_OVERHEAD)
+        size = (
+            np.diff(rows.value[0])[idx].astype(np.int64)
+            + np.diff(rows.key[0])[idx]
+            + _MIN_RECORD_OVERHEAD
+        )
         for tid in np.unique(tids).tolist():
             sel = tids == tid
             topic, n = rows.topics[tid], int(counts[tid])
@@ -373,14 +436,34 @@ class ColumnarWriter:
             self._sticky[topic] = int((start + int(chunk[-1]) + 1) % n)
         return out
 
-    def _encode_partition(self, rows: ArrowRows, idx: np.ndarray, topic: str, partition: int,
-                          prefix: np.ndarray, tag_key: np.ndarray, digests: np.ndarray,
-                          use_tag: bool) -> None:
+    def _encode_partition(
+        self,
+        rows: ArrowRows,
+        idx: np.ndarray,
+        topic: str,
+        partition: int,
+        prefix: np.ndarray,
+        tag_key: np.ndarray,
+        digests: np.ndarray,
+        use_tag: bool,
+    ) -> None:
         s = self.settings
         sizes = np.empty(idx.shape[0], np.int64)
-        k.record_sizes(idx, rows.key[0], rows.key[2], rows.value[0], rows.value[2],
-                       rows.hdr_offs, rows.hkey[0], rows.hval[0], rows.hval[2], prefix,
-                       tag_key, use_tag, sizes)
+        k.record_sizes(
+            idx,
+            rows.key[0],
+            rows.key[2],
+            rows.value[0],
+            rows.value[2],
+            rows.hdr_offs,
+            rows.hkey[0],
+            rows.hval[0],
+            rows.hval[2],
+            prefix,
+            tag_key,
+            use_tag,
+            sizes,
+        )
         cum = np.cumsum(sizes)
         budget = s.batch_bytes - k.HEADER_SIZE
         at, total = 0, idx.shape[0]
@@ -391,15 +474,39 @@ class ColumnarWriter:
             chunk = idx[at:end]
             out = np.empty(int(cum[end - 1]) - base + 16, np.uint8)
             starts = np.empty(chunk.shape[0] + 1, np.int64)
-            used = k.encode_records(chunk, rows.key[0], rows.key[1], rows.key[2], rows.value[0],
-                                    rows.value[1], rows.value[2], rows.hdr_offs, rows.hkey[0],
-                                    rows.hkey[1], rows.hval[0], rows.hval[1], rows.hval[2],
-                                    prefix, tag_key, digests, use_tag, out, starts)
+            used = k.encode_records(
+                chunk,
+                rows.key[0],
+                rows.key[1],
+                rows.key[2],
+                rows.value[0],
+                rows.value[1],
+                rows.value[2],
+                rows.hdr_offs,
+                rows.hkey[0],
+                rows.hkey[1],
+                rows.hval[0],
+                rows.hval[1],
+                rows.hval[2],
+                prefix,
+                tag_key,
+                digests,
+                use_tag,
+                out,
+                starts,
+            )
             payload: bytes | memoryview = out[:used].data
             if s.codec != COMPRESSION_NONE:
                 payload = compress_payload(s.codec, bytes(payload))
             now = int(time.time() * 1000)
-            self.producer.append(topic, partition, payload, chunk.shape[0], codec=s.codec,
-                                 first_timestamp=now, max_timestamp=now)
+            self.producer.append(
+                topic,
+                partition,
+                payload,
+                chunk.shape[0],
+                codec=s.codec,
+                first_timestamp=now,
+                max_timestamp=now,
+            )
             self.batches += 1
             at = end

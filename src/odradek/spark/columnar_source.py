@@ -51,8 +51,10 @@ def fetch_config(opts: object) -> FetchConfig:
     conf: Mapping[str, str] = opts.conf  # type: ignore[attr-defined]
     iso = str(conf.get("isolation.level", "read_committed")).lower()
     if iso not in ("read_committed", "read_uncommitted"):
-        raise SparkOptionError(f"option 'kafka.isolation.level' must be read_committed or "
-                               f"read_uncommitted, got {iso!r}")
+        raise SparkOptionError(
+            f"option 'kafka.isolation.level' must be read_committed or "
+            f"read_uncommitted, got {iso!r}"
+        )
     check = str(conf.get("check.crcs", "false")).lower()
     poll_s: float = opts.poll_timeout_s  # type: ignore[attr-defined]
     grace = opts.fetch_retries * opts.fetch_retry_interval_s  # type: ignore[attr-defined]
@@ -86,8 +88,15 @@ def read_range_columnar(opts: object, partition: InputPartition) -> Iterator[pa.
             raise DataLossError(message)
         logger.warning("odradek source: %s (failOnDataLoss=false: skipping)", message)
 
-    fetcher = PartitionFetcher(opts.conf["bootstrap.servers"], r.topic, r.partition,  # type: ignore[attr-defined]
-                               r.start, r.end, fetch_config(opts), on_data_loss)
+    fetcher = PartitionFetcher(
+        opts.conf["bootstrap.servers"],  # type: ignore[attr-defined]
+        r.topic,
+        r.partition,
+        r.start,
+        r.end,
+        fetch_config(opts),
+        on_data_loss,
+    )
     include_headers: bool = opts.include_headers  # type: ignore[attr-defined]
     for cols in fetcher:
         yield columns_to_batch(cols, include_headers, topic=r.topic, partition=r.partition)

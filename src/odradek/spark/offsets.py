@@ -23,10 +23,27 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.security.client_security import ClientSecurity
 
 __all__ = [
-    "TP", "EARLIEST", "LATEST", "SparkOptionError", "DataLossError", "OffsetSpec",
-    "OffsetRange", "Subscription", "parse_subscription", "parse_partition_json",
-    "to_json", "from_json", "starting_spec", "ending_spec", "timestamp_queries", "resolve",
-    "rate_limit", "plan_ranges", "split_ranges", "parse_bool", "parse_positive_int",
+    "TP",
+    "EARLIEST",
+    "LATEST",
+    "SparkOptionError",
+    "DataLossError",
+    "OffsetSpec",
+    "OffsetRange",
+    "Subscription",
+    "parse_subscription",
+    "parse_partition_json",
+    "to_json",
+    "from_json",
+    "starting_spec",
+    "ending_spec",
+    "timestamp_queries",
+    "resolve",
+    "rate_limit",
+    "plan_ranges",
+    "split_ranges",
+    "parse_bool",
+    "parse_positive_int",
 ]
 
 TP = tuple[str, int]
@@ -45,14 +62,20 @@ class DataLossError(KafkaError):
     """Offsets the query needs are gone (failOnDataLoss=true), as Spark reports it."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(ErrorCode.offset_out_of_range, message + (
-            ". Some data may have been lost because they are not available in Odradek any "
-            "more; either the data was aged out or the topic may have been deleted before "
-            "all the data in the topic was processed. If you don't want your streaming query "
-            "to fail on such cases, set the source option \"failOnDataLoss\" to \"false\"."))
+        super().__init__(
+            ErrorCode.offset_out_of_range,
+            message
+            + (
+                ". Some data may have been lost because they are not available in Odradek any "
+                "more; either the data was aged out or the topic may have been deleted before "
+                "all the data in the topic was processed. If you don't want your streaming query "
+                "to fail on such cases, set the source option \"failOnDataLoss\" to \"false\"."
+            ),
+        )
 
 
 # --------------------------------------------------------------------------- options
+
 
 def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raw = options.get(name)
@@ -118,19 +141,23 @@ def parse_subscription(options: Mapping[str, str]) -> Subscription:
         raise SparkOptionError(
             "One of the following options must be specified for the odradek source: "
             "subscribe, subscribePattern, assign (exactly one)"
-            + (f"; got {', '.join(given)}" if given else ""))
+            + (f"; got {', '.join(given)}" if given else "")
+        )
     kind = given[0]
     raw = str(options[kind]).strip()
     if kind == "subscribe":
         topics = tuple(t.strip() for t in raw.split(",") if t.strip())
         if not topics:
-            raise SparkOptionError(f"No topics to subscribe to as specified value for option "
-                                   f"'subscribe' is '{raw}'")
+            raise SparkOptionError(
+                f"No topics to subscribe to as specified value for option 'subscribe' is '{raw}'"
+            )
         return Subscription("subscribe", topics=topics)
     if kind == "subscribePattern":
         if not raw:
-            raise SparkOptionError("Pattern to subscribe is empty as specified value for "
-                                   "option 'subscribePattern' is ''")
+            raise SparkOptionError(
+                "Pattern to subscribe is empty as specified value for "
+                "option 'subscribePattern' is ''"
+            )
         try:
             re.compile(raw)
         except re.error as e:
@@ -140,8 +167,9 @@ def parse_subscription(options: Mapping[str, str]) -> Subscription:
     tps: list[TP] = []
     for topic, parts in parsed.items():
         if not isinstance(parts, list) or not all(isinstance(p, int) for p in parts):
-            raise SparkOptionError(f"option 'assign' must look like {{\"topicA\":[0,1]}}, "
-                                   f"got {raw!r}")
+            raise SparkOptionError(
+                f"option 'assign' must look like {{\"topicA\":[0,1]}}, got {raw!r}"
+            )
         tps.extend((topic, p) for p in parts)
     if not tps:
         raise SparkOptionError("option 'assign' names no partitions")
@@ -163,14 +191,16 @@ def parse_partition_json(raw: str, name: str) -> dict[TP, int]:
     out: dict[TP, int] = {}
     for topic, parts in _parse_json_object(raw, name).items():
         if not isinstance(parts, dict):
-            raise SparkOptionError(f"option '{name}' must look like "
-                                   f"{{\"topicA\":{{\"0\":23}}}}, got {raw!r}")
+            raise SparkOptionError(
+                f"option '{name}' must look like {{\"topicA\":{{\"0\":23}}}}, got {raw!r}"
+            )
         for p, v in parts.items():
             try:
                 out[(topic, int(p))] = int(v)
             except (TypeError, ValueError):
-                raise SparkOptionError(f"option '{name}': bad partition/offset "
-                                       f"{p!r}: {v!r}") from None
+                raise SparkOptionError(
+                    f"option '{name}': bad partition/offset {p!r}: {v!r}"
+                ) from None
     return out
 
 
@@ -187,6 +217,7 @@ def from_json(obj: Mapping[str, Mapping[str, int]]) -> dict[TP, int]:
 
 
 # --------------------------------------------------------------------------- specs
+
 
 @dataclass(frozen=True)
 class OffsetSpec:
@@ -206,31 +237,38 @@ def _timestamp_option(options: Mapping[str, str], name: str) -> int | None:
     try:
         return int(str(raw).strip())
     except ValueError:
-        raise SparkOptionError(f"option '{name}' must be milliseconds since the epoch, "
-                               f"got {raw!r}") from None
+        raise SparkOptionError(
+            f"option '{name}' must be milliseconds since the epoch, got {raw!r}"
+        ) from None
 
 
 def starting_spec(options: Mapping[str, str], *, streaming: bool) -> OffsetSpec:
     """startingTimestamp > startingOffsetsByTimestamp > startingOffsets (Spark's order)."""
     strategy = str(options.get("startingOffsetsByTimestampStrategy", "error")).lower()
     if strategy not in ("error", "latest"):
-        raise SparkOptionError("option 'startingOffsetsByTimestampStrategy' must be "
-                               f"'error' or 'latest', got {strategy!r}")
+        raise SparkOptionError(
+            "option 'startingOffsetsByTimestampStrategy' must be "
+            f"'error' or 'latest', got {strategy!r}"
+        )
     ts = _timestamp_option(options, "startingTimestamp")
     if ts is not None:
         return OffsetSpec("global_timestamp", timestamp=ts, no_match=strategy)  # type: ignore[arg-type]
     raw = options.get("startingOffsetsByTimestamp")
     if raw is not None:
-        return OffsetSpec("timestamps", parse_partition_json(str(raw), "startingOffsetsByTimestamp"),
-                          no_match=strategy)  # type: ignore[arg-type]
+        return OffsetSpec(
+            "timestamps",
+            parse_partition_json(str(raw), "startingOffsetsByTimestamp"),
+            no_match=strategy,  # type: ignore[arg-type]
+        )
     raw = options.get("startingOffsets")
     default = "latest" if streaming else "earliest"
     spec = _offsets_spec(str(raw) if raw is not None else default, "startingOffsets")
     if not streaming:
         # Spark: a batch query cannot start at "latest" (it would read nothing, by design).
         if spec.kind == "latest" or any(v == LATEST for v in spec.offsets.values()):
-            raise SparkOptionError("starting offset can't be latest for batch queries "
-                                   "on the odradek source")
+            raise SparkOptionError(
+                "starting offset can't be latest for batch queries on the odradek source"
+            )
     return spec
 
 
@@ -240,8 +278,9 @@ def ending_spec(options: Mapping[str, str], *, streaming: bool) -> OffsetSpec:
     if streaming:
         for n in names:
             if options.get(n) is not None:
-                raise SparkOptionError(f"option '{n}' is not valid for streaming queries "
-                                       "on the odradek source")
+                raise SparkOptionError(
+                    f"option '{n}' is not valid for streaming queries on the odradek source"
+                )
         return OffsetSpec("latest")
     ts = _timestamp_option(options, "endingTimestamp")
     if ts is not None:
@@ -252,8 +291,9 @@ def ending_spec(options: Mapping[str, str], *, streaming: bool) -> OffsetSpec:
     raw = options.get("endingOffsets")
     spec = _offsets_spec(str(raw) if raw is not None else "latest", "endingOffsets")
     if spec.kind == "earliest" or any(v == EARLIEST for v in spec.offsets.values()):
-        raise SparkOptionError("ending offset can't be earliest for batch queries "
-                               "on the odradek source")
+        raise SparkOptionError(
+            "ending offset can't be earliest for batch queries on the odradek source"
+        )
     return spec
 
 
@@ -274,9 +314,15 @@ def timestamp_queries(spec: OffsetSpec, partitions: list[TP]) -> dict[TP, int]:
     return {}
 
 
-def resolve(spec: OffsetSpec, partitions: list[TP], earliest: Mapping[TP, int],
-            latest: Mapping[TP, int], by_timestamp: Mapping[TP, int | None], *,
-            is_start: bool) -> dict[TP, int]:
+def resolve(
+    spec: OffsetSpec,
+    partitions: list[TP],
+    earliest: Mapping[TP, int],
+    latest: Mapping[TP, int],
+    by_timestamp: Mapping[TP, int | None],
+    *,
+    is_start: bool,
+) -> dict[TP, int]:
     """Concrete offsets for ``partitions``.
 
     ``by_timestamp[tp]`` is ListOffsets' answer for the timestamp (None: no record at or
@@ -289,9 +335,11 @@ def resolve(spec: OffsetSpec, partitions: list[TP], earliest: Mapping[TP, int],
         missing = [tp for tp in partitions if tp not in spec.offsets]
         if missing:
             which = "startingOffsets" if is_start else "endingOffsets"
-            raise SparkOptionError(f"{which}{'ByTimestamp' if spec.kind == 'timestamps' else ''}"
-                                   f" does not name partitions {sorted(missing)}; every "
-                                   "subscribed partition must be listed")
+            raise SparkOptionError(
+                f"{which}{'ByTimestamp' if spec.kind == 'timestamps' else ''}"
+                f" does not name partitions {sorted(missing)}; every "
+                "subscribed partition must be listed"
+            )
     for tp in partitions:
         if spec.kind == "earliest":
             out[tp] = earliest[tp]
@@ -307,13 +355,15 @@ def resolve(spec: OffsetSpec, partitions: list[TP], earliest: Mapping[TP, int],
                     raise SparkOptionError(
                         f"No offset matched the starting timestamp for partition {tp[0]}-"
                         f"{tp[1]}; set startingOffsetsByTimestampStrategy=latest to start "
-                        "from the end instead")
+                        "from the end instead"
+                    )
                 found = latest[tp]
             out[tp] = found
     return out
 
 
 # --------------------------------------------------------------------------- planning
+
 
 @dataclass(frozen=True, slots=True)
 class OffsetRange:
@@ -329,8 +379,12 @@ class OffsetRange:
         return self.end - self.start
 
 
-def rate_limit(start: Mapping[TP, int], latest: Mapping[TP, int], max_rows: int,
-               new_start: Mapping[TP, int] | None = None) -> dict[TP, int]:
+def rate_limit(
+    start: Mapping[TP, int],
+    latest: Mapping[TP, int],
+    max_rows: int,
+    new_start: Mapping[TP, int] | None = None,
+) -> dict[TP, int]:
     """End offsets advancing at most ``max_rows`` records in total (maxOffsetsPerTrigger).
 
     Like Spark's ``rateLimit``, the budget is shared in proportion to each partition's
@@ -341,8 +395,9 @@ def rate_limit(start: Mapping[TP, int], latest: Mapping[TP, int], max_rows: int,
     as long as ``max_rows`` >= the number of partitions with a backlog.
     """
     begin = {**(new_start or {}), **start}
-    sizes = {tp: end - begin[tp] for tp, end in latest.items()
-             if tp in begin and end - begin[tp] > 0}
+    sizes = {
+        tp: end - begin[tp] for tp, end in latest.items() if tp in begin and end - begin[tp] > 0
+    }
     total = sum(sizes.values())
     if total <= max_rows:
         return dict(latest)
@@ -352,12 +407,18 @@ def rate_limit(start: Mapping[TP, int], latest: Mapping[TP, int], max_rows: int,
     order = sorted(sizes, key=lambda tp: (take[tp] > 0, -(shares[tp] - take[tp]), tp))
     for tp in order[:left]:
         take[tp] += 1
-    return {tp: (min(end, begin[tp] + take[tp]) if tp in sizes else end)
-            for tp, end in latest.items()}
+    return {
+        tp: (min(end, begin[tp] + take[tp]) if tp in sizes else end) for tp, end in latest.items()
+    }
 
 
-def plan_ranges(start: Mapping[TP, int], end: Mapping[TP, int], earliest: Mapping[TP, int],
-                *, fail_on_data_loss: bool) -> tuple[list[OffsetRange], list[str]]:
+def plan_ranges(
+    start: Mapping[TP, int],
+    end: Mapping[TP, int],
+    earliest: Mapping[TP, int],
+    *,
+    fail_on_data_loss: bool,
+) -> tuple[list[OffsetRange], list[str]]:
     """The ranges of a micro-batch, with Spark's data-loss checks.
 
     * partition in ``start`` missing from ``end`` (deleted): data loss;

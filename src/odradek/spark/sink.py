@@ -53,8 +53,16 @@ from odradek.spark.value_sink import (
     value_columns,
 )
 
-__all__ = ["SinkOptions", "OdradekBatchWriter", "OdradekStreamWriter", "SinkCommitMessage",
-           "TAG_HEADER", "marker_topic", "row_digest", "read_markers"]
+__all__ = [
+    "SinkOptions",
+    "OdradekBatchWriter",
+    "OdradekStreamWriter",
+    "SinkCommitMessage",
+    "TAG_HEADER",
+    "marker_topic",
+    "row_digest",
+    "read_markers",
+]
 
 logger = logging.getLogger("odradek.spark")
 
@@ -86,36 +94,48 @@ class SinkOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
-        conf = {k[len("kafka."):]: str(v) for k, v in options.items() if k.startswith("kafka.")}
+        conf = {k[len("kafka.") :]: str(v) for k, v in options.items() if k.startswith("kafka.")}
         if not conf.get("bootstrap.servers"):
-            raise SparkOptionError("Option 'kafka.bootstrap.servers' must be specified for "
-                                   "configuring the odradek sink")
+            raise SparkOptionError(
+                "Option 'kafka.bootstrap.servers' must be specified for "
+                "configuring the odradek sink"
+            )
         for k in _FORBIDDEN_KAFKA:
             if k in conf:
                 raise SparkOptionError(f"odradek sink option 'kafka.{k}' is not supported")
         topic = options.get("topic")
         value_fmt = sink_value_options(options)
-        _validate_schema(schema, has_topic_option=topic is not None,
-                         value_fmt=value_fmt.fmt if value_fmt else None)
+        _validate_schema(
+            schema,
+            has_topic_option=topic is not None,
+            value_fmt=value_fmt.fmt if value_fmt else None,
+        )
         if value_fmt is not None and (topic is not None or value_fmt.subject):
             # Resolve (and register, when allowed) the schema now: a missing schema or a
             # column the schema lacks fails the query before any task runs.
             ValueEncoder(value_fmt, None).check_columns(
-                schema.fieldNames(), value_fmt.subject or f"{topic}-value")
+                schema.fieldNames(), value_fmt.subject or f"{topic}-value"
+            )
         client = parse_client(options, conf)
         if client == "columnar":
             from odradek.spark.columnar_sink import produce_settings
+
             produce_settings(conf)  # option errors at planning time, not in a task
-        return cls(conf=conf, topic=str(topic) if topic is not None else None,
-                   exactly_once=parse_bool(options, "exactlyOnce", True),
-                   fail_after_records=parse_positive_int(options, "odradek.test.failAfterRecords"),
-                   fail_after_commit=parse_bool(options, "odradek.test.failAfterCommit", False),
-                   client=client, transactional=_parse_guarantee(options),
-                   value_fmt=value_fmt)
+        return cls(
+            conf=conf,
+            topic=str(topic) if topic is not None else None,
+            exactly_once=parse_bool(options, "exactlyOnce", True),
+            fail_after_records=parse_positive_int(options, "odradek.test.failAfterRecords"),
+            fail_after_commit=parse_bool(options, "odradek.test.failAfterCommit", False),
+            client=client,
+            transactional=_parse_guarantee(options),
+            value_fmt=value_fmt,
+        )
 
 
-def _validate_schema(schema: StructType, *, has_topic_option: bool,
-                     value_fmt: str | None = None) -> None:
+def _validate_schema(
+    schema: StructType, *, has_topic_option: bool, value_fmt: str | None = None
+) -> None:
     """Spark's Kafka sink checks, with its messages (with ``value.format`` avro, protobuf or
     json the value is built from the other columns, value_sink)."""
     types = {f.name.lower(): f.dataType for f in schema.fields}
@@ -125,23 +145,29 @@ def _validate_schema(schema: StructType, *, has_topic_option: bool,
             raise SparkOptionError(f"value.format={value_fmt}: no column to build the value from")
     elif "value" not in types:
         raise SparkOptionError("Required attribute 'value' not found")
-    for name in (("key",) if typed else ("value", "key")):
+    for name in ("key",) if typed else ("value", "key"):
         if name in types and not isinstance(types[name], (StringType, BinaryType)):
             raise SparkOptionError(f"{name} attribute type must be a string or binary")
     if "topic" in types and not isinstance(types["topic"], StringType):
         raise SparkOptionError("topic attribute type must be a string")
     if "topic" not in types and not has_topic_option:
-        raise SparkOptionError("topic option required when no 'topic' attribute is present. "
-                               "Use the topic option for setting a topic.")
+        raise SparkOptionError(
+            "topic option required when no 'topic' attribute is present. "
+            "Use the topic option for setting a topic."
+        )
     if "partition" in types and not isinstance(types["partition"], IntegerType):
         raise SparkOptionError("partition attribute type must be an int")
     if "headers" in types:
         h = types["headers"]
-        ok = (isinstance(h, ArrayType) and isinstance(h.elementType, StructType)
-              and [f.name for f in h.elementType.fields] == ["key", "value"])
+        ok = (
+            isinstance(h, ArrayType)
+            and isinstance(h.elementType, StructType)
+            and [f.name for f in h.elementType.fields] == ["key", "value"]
+        )
         if not ok:
-            raise SparkOptionError("headers attribute type must be "
-                                   "array<struct<key:string,value:binary>>")
+            raise SparkOptionError(
+                "headers attribute type must be array<struct<key:string,value:binary>>"
+            )
 
 
 @dataclass
@@ -155,51 +181,78 @@ class SinkCommitMessage(WriterCommitMessage):
 
 # --------------------------------------------------------------------------- rows
 
+
 def _b(v: Any) -> bytes | None:
     if v is None or isinstance(v, bytes):
         return v
     return str(v).encode()
 
 
-def _rows(batch: pa.RecordBatch, default_topic: str | None) -> Iterator[tuple[
-        str, bytes | None, bytes | None, int | None, list[tuple[str, bytes | None]]]]:
+def _rows(
+    batch: pa.RecordBatch, default_topic: str | None
+) -> Iterator[tuple[str, bytes | None, bytes | None, int | None, list[tuple[str, bytes | None]]]]:
     cols = {name.lower(): batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
     n = batch.num_rows
     none = [None] * n
     values, keys = cols["value"], cols.get("key", none)
-    topics, parts, headers = cols.get("topic", none), cols.get("partition", none), cols.get("headers", none)
+    topics, parts, headers = (
+        cols.get("topic", none),
+        cols.get("partition", none),
+        cols.get("headers", none),
+    )
     for i in range(n):
         topic = default_topic if default_topic is not None else topics[i]
         if topic is None:
-            raise KafkaError(ErrorCode.invalid_topic_exception,
-                             "null topic present in the data. Use the topic option for "
-                             "setting a default topic.")
+            raise KafkaError(
+                ErrorCode.invalid_topic_exception,
+                "null topic present in the data. Use the topic option for setting a default topic.",
+            )
         hs = [(h["key"], _b(h["value"])) for h in headers[i]] if headers[i] else []
         yield topic, _b(keys[i]), _b(values[i]), parts[i], hs
 
 
-def row_digest(topic: str, key: bytes | None, value: bytes | None, partition: int | None,
-               headers: list[tuple[str, bytes | None]]) -> str:
+def row_digest(
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    partition: int | None,
+    headers: list[tuple[str, bytes | None]],
+) -> str:
     """64-bit content digest of a row (length-prefixed fields; None != b""), as hex.
 
     XXH64 (``kernels.xxh64_rows``), the same function both clients tag rows with."""
     batch = pa.RecordBatch.from_pydict(
-        {"topic": [topic], "key": [key], "value": [value], "partition": [partition],
-         "headers": [[{"key": k, "value": v} for k, v in headers] or None]},
-        schema=pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
-                          ("partition", pa.int32()), ("headers", pa.list_(pa.struct(
-                              [("key", pa.string()), ("value", pa.binary())])))]))
+        {
+            "topic": [topic],
+            "key": [key],
+            "value": [value],
+            "partition": [partition],
+            "headers": [[{"key": k, "value": v} for k, v in headers] or None],
+        },
+        schema=pa.schema(
+            [
+                ("topic", pa.string()),
+                ("key", pa.binary()),
+                ("value", pa.binary()),
+                ("partition", pa.int32()),
+                ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+            ]
+        ),
+    )
     from odradek.spark.columnar_sink import ArrowRows, batch_digests
+
     return f"{int(batch_digests(ArrowRows.from_batch(batch, None))[0]):016x}"
 
 
 # --------------------------------------------------------------------------- cluster helpers
 
+
 def _parse_guarantee(options: Mapping[str, str]) -> bool:
     g = str(options.get("odradek.sink.guarantee", "dedupe")).lower()
     if g not in ("dedupe", "transactional"):
-        raise SparkOptionError("option 'odradek.sink.guarantee' must be dedupe or "
-                               f"transactional, not {g!r}")
+        raise SparkOptionError(
+            f"option 'odradek.sink.guarantee' must be dedupe or transactional, not {g!r}"
+        )
     return g == "transactional"
 
 
@@ -211,8 +264,16 @@ def transactional_id(query_id: str, task: int) -> str:
 
 def _producer(conf: Mapping[str, str]) -> Any:
     from confluent_kafka import Producer
-    return Producer({"enable.idempotence": True, "acks": "all", "linger.ms": 5,
-                     "partitioner": "murmur2_random", **conf})
+
+    return Producer(
+        {
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "partitioner": "murmur2_random",
+            **conf,
+        }
+    )
 
 
 class _Delivery:
@@ -228,12 +289,15 @@ class _Delivery:
     def check(self, producer: Any) -> None:
         left = producer.flush(120)
         if left or self.errors:
-            raise KafkaError(ErrorCode.request_timed_out if left else ErrorCode.unknown_server_error,
-                             f"{left} records undelivered; errors: {self.errors[:3]}")
+            raise KafkaError(
+                ErrorCode.request_timed_out if left else ErrorCode.unknown_server_error,
+                f"{left} records undelivered; errors: {self.errors[:3]}",
+            )
 
 
 def _admin(conf: Mapping[str, str]) -> Any:
     from confluent_kafka.admin import AdminClient
+
     return AdminClient(dict(conf))
 
 
@@ -253,6 +317,7 @@ def _ensure_marker_topic(admin: Any, topic: str) -> None:
 def _create_marker_topic(admin: Any, topic: str, replication_factor: int) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
+
     fut = admin.create_topics([NewTopic(topic, 1, replication_factor)], operation_timeout=30)[topic]
     try:
         fut.result()
@@ -264,19 +329,29 @@ def _create_marker_topic(admin: Any, topic: str, replication_factor: int) -> Non
             return
         t = admin.list_topics(topic, timeout=10).topics.get(topic)
         if t is None or t.error is not None:
-            raise KafkaError(ErrorCode.unknown_server_error,
-                             f"cannot create marker topic {topic}: {e}") from e
+            raise KafkaError(
+                ErrorCode.unknown_server_error, f"cannot create marker topic {topic}: {e}"
+            ) from e
 
 
 def _consumer(conf: Mapping[str, str]) -> Any:
     from confluent_kafka import Consumer
-    return Consumer({"group.id": "odradek-spark-sink", "enable.auto.commit": False,
-                     "enable.partition.eof": False, **conf, "auto.offset.reset": "earliest"})
+
+    return Consumer(
+        {
+            "group.id": "odradek-spark-sink",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            **conf,
+            "auto.offset.reset": "earliest",
+        }
+    )
 
 
 def _read_range(consumer: Any, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
     """Records ``[start, end)`` of one partition (committed data only)."""
     from confluent_kafka import TopicPartition
+
     if end <= start:
         return
     consumer.assign([TopicPartition(topic, partition, start)])
@@ -297,26 +372,30 @@ def _read_range(consumer: Any, topic: str, partition: int, start: int, end: int)
         if at > pos:
             pos, deadline = at, time.monotonic() + 60
         if time.monotonic() > deadline:
-            raise KafkaError(ErrorCode.request_timed_out, f"scan {topic}-{partition} stuck at {pos}")
+            raise KafkaError(
+                ErrorCode.request_timed_out, f"scan {topic}-{partition} stuck at {pos}"
+            )
 
 
-def _watermarks(admin: Any, topic: str, partition: int,
-                conf: Mapping[str, str]) -> tuple[int, int]:
+def _watermarks(admin: Any, topic: str, partition: int, conf: Mapping[str, str]) -> tuple[int, int]:
     """(log start, high watermark) through ListOffsets (the admin client looks the topic
     up itself; a consumer's cached metadata may not know a just-created topic yet)."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
     from odradek.spark.source import list_offsets_retrying, read_committed
+
     tp = TopicPartition(topic, partition)
     lo = list_offsets_retrying(admin, {tp: OffsetSpec.earliest()}, 30, 1.0, conf)[tp]
-    hi = list_offsets_retrying(admin, {tp: OffsetSpec.latest()}, 30, 1.0, conf,
-                               committed=read_committed(conf))[tp]
+    hi = list_offsets_retrying(
+        admin, {tp: OffsetSpec.latest()}, 30, 1.0, conf, committed=read_committed(conf)
+    )[tp]
     return lo, hi
 
 
-def read_markers(conf: Mapping[str, str], admin: Any, query_id: str,
-                 batch_id: int) -> list[dict[str, Any]]:
+def read_markers(
+    conf: Mapping[str, str], admin: Any, query_id: str, batch_id: int
+) -> list[dict[str, Any]]:
     """All markers of ``batch_id``, reading the marker topic backwards in growing windows."""
     topic = marker_topic(query_id)
     low, high = _watermarks(admin, topic, 0, conf)
@@ -346,25 +425,38 @@ def read_markers(conf: Mapping[str, str], admin: Any, query_id: str,
 def _write_marker(p: Any, query_id: str, marker: dict[str, Any]) -> None:
     """Produce one marker and wait until it is committed (acks=all)."""
     d = _Delivery()
-    p.produce(marker_topic(query_id), json.dumps(marker).encode(), str(marker["batch"]).encode(),
-              partition=0, on_delivery=d)
+    p.produce(
+        marker_topic(query_id),
+        json.dumps(marker).encode(),
+        str(marker["batch"]).encode(),
+        partition=0,
+        on_delivery=d,
+    )
     d.check(p)
 
 
 def _latest_offsets(admin: Any, topic: str, conf: Mapping[str, str]) -> dict[str, int]:
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
+
     t = admin.list_topics(topic, timeout=30).topics.get(topic)
     if t is None or t.error is not None:
         raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {topic} does not exist")
     from odradek.spark.source import list_offsets_retrying, read_committed
-    got = list_offsets_retrying(admin, {TopicPartition(topic, p): OffsetSpec.latest()
-                                        for p in t.partitions}, 30, 1.0, conf,
-                                committed=read_committed(conf))
+
+    got = list_offsets_retrying(
+        admin,
+        {TopicPartition(topic, p): OffsetSpec.latest() for p in t.partitions},
+        30,
+        1.0,
+        conf,
+        committed=read_committed(conf),
+    )
     return {str(tp.partition): off for tp, off in got.items()}
 
 
 # --------------------------------------------------------------------------- writers
+
 
 @dataclass
 class _Task:
@@ -389,6 +481,7 @@ class _Task:
             return None
         if self._native is None:
             from odradek.spark.sink_markers import NativeMarkers
+
             self._native = NativeMarkers(self.opts.conf)
         return self._native
 
@@ -429,20 +522,30 @@ class _Task:
                 _ensure_marker_topic(self.admin, topic)
                 markers = read_markers(self.opts.conf, self.admin, self.query_id, self.batch_id)
             if any(m["type"] == "commit" for m in markers):
-                logger.info("odradek sink: batch %s of query %s already committed; skipping",
-                         self.batch_id, self.query_id)
+                logger.info(
+                    "odradek sink: batch %s of query %s already committed; skipping",
+                    self.batch_id,
+                    self.query_id,
+                )
                 return SinkCommitMessage(self.query_id, self.task, 0, 0, skipped_batch=True)
 
-            self._load_previous_attempts([m for m in markers
-                                          if m["type"] == "begin" and m["task"] == self.task])
+            self._load_previous_attempts(
+                [m for m in markers if m["type"] == "begin" and m["task"] == self.task]
+            )
         if self.opts.client == "columnar":
             return self._run_columnar(batches)
         from odradek.spark.columnar_sink import ArrowRows, batch_digests
+
         producer, delivery = _producer(self.opts.conf), _Delivery()
         for batch in batches:
-            digests = (batch_digests(ArrowRows.from_batch(batch, self.opts.topic)).tolist()
-                       if self.exactly_once else None)
-            for i, (topic, key, value, partition, headers) in enumerate(_rows(batch, self.opts.topic)):
+            digests = (
+                batch_digests(ArrowRows.from_batch(batch, self.opts.topic)).tolist()
+                if self.exactly_once
+                else None
+            )
+            for i, (topic, key, value, partition, headers) in enumerate(
+                _rows(batch, self.opts.topic)
+            ):
                 if digests is not None:
                     digest = f"{digests[i]:016x}"
                     if self.already[digest] > 0:
@@ -456,9 +559,11 @@ class _Task:
                 self.written += 1
                 if self.opts.fail_after_records and self.written >= self.opts.fail_after_records:
                     delivery.check(producer)
-                    raise KafkaError(ErrorCode.unknown_server_error,
-                                     f"odradek.test.failAfterRecords: injected failure after "
-                                     f"{self.written} durable records")
+                    raise KafkaError(
+                        ErrorCode.unknown_server_error,
+                        f"odradek.test.failAfterRecords: injected failure after "
+                        f"{self.written} durable records",
+                    )
         delivery.check(producer)
         return SinkCommitMessage(self.query_id, self.task, self.written, self.skipped)
 
@@ -470,21 +575,38 @@ class _Task:
         transactional.id), so read_committed consumers never see it."""
         assert self.query_id is not None and self.batch_id is not None
         from confluent_kafka import Producer
+
         _ensure_marker_topic(self.admin, marker_topic(self.query_id))
-        producer = Producer({"acks": "all", "linger.ms": 5, "partitioner": "murmur2_random",
-                             **self.opts.conf,
-                             "transactional.id": transactional_id(self.query_id, self.task)})
+        producer = Producer(
+            {
+                "acks": "all",
+                "linger.ms": 5,
+                "partitioner": "murmur2_random",
+                **self.opts.conf,
+                "transactional.id": transactional_id(self.query_id, self.task),
+            }
+        )
         # First fence and abort an earlier attempt of this task, then read the markers
         # (read_committed, up to the LSO): only committed transactions count.
         producer.init_transactions(120)
         conf = {**self.opts.conf, "isolation.level": "read_committed"}
         markers = read_markers(conf, self.admin, self.query_id, self.batch_id)
-        if any(m["type"] == "commit" or (m["type"] == "task" and m["task"] == self.task)
-               for m in markers):
-            logger.info("odradek sink: task %d of batch %s already committed; skipping",
-                        self.task, self.batch_id)
-            return SinkCommitMessage(self.query_id, self.task, 0, 0,
-                                     skipped_batch=any(m["type"] == "commit" for m in markers))
+        if any(
+            m["type"] == "commit" or (m["type"] == "task" and m["task"] == self.task)
+            for m in markers
+        ):
+            logger.info(
+                "odradek sink: task %d of batch %s already committed; skipping",
+                self.task,
+                self.batch_id,
+            )
+            return SinkCommitMessage(
+                self.query_id,
+                self.task,
+                0,
+                0,
+                skipped_batch=any(m["type"] == "commit" for m in markers),
+            )
         producer.begin_transaction()
         delivery = _Delivery()
         for batch in batches:
@@ -493,13 +615,24 @@ class _Task:
                 self.written += 1
                 if self.opts.fail_after_records and self.written >= self.opts.fail_after_records:
                     delivery.check(producer)  # durable, but in a transaction never committed
-                    raise KafkaError(ErrorCode.unknown_server_error,
-                                     f"odradek.test.failAfterRecords: injected failure after "
-                                     f"{self.written} records")
-        marker = {"type": "task", "batch": self.batch_id, "task": self.task,
-                  "written": self.written}
-        producer.produce(marker_topic(self.query_id), json.dumps(marker).encode(),
-                         str(self.batch_id).encode(), partition=0, on_delivery=delivery)
+                    raise KafkaError(
+                        ErrorCode.unknown_server_error,
+                        f"odradek.test.failAfterRecords: injected failure after "
+                        f"{self.written} records",
+                    )
+        marker = {
+            "type": "task",
+            "batch": self.batch_id,
+            "task": self.task,
+            "written": self.written,
+        }
+        producer.produce(
+            marker_topic(self.query_id),
+            json.dumps(marker).encode(),
+            str(self.batch_id).encode(),
+            partition=0,
+            on_delivery=delivery,
+        )
         delivery.check(producer)
         producer.commit_transaction(120)
         return SinkCommitMessage(self.query_id, self.task, self.written, 0)
@@ -512,8 +645,10 @@ class _Task:
             batch_digests,
             produce_settings,
         )
-        writer = ColumnarWriter(self.opts.conf["bootstrap.servers"],
-                                produce_settings(self.opts.conf))
+
+        writer = ColumnarWriter(
+            self.opts.conf["bootstrap.servers"], produce_settings(self.opts.conf)
+        )
 
         def before_topic(topic: str) -> None:
             if topic in self.begun:
@@ -522,10 +657,19 @@ class _Task:
             # (with everything queued before it) before any record reaches ``topic``.
             assert self.query_id is not None
             from odradek.spark.sink_markers import NativeMarkers
-            NativeMarkers.write(writer.producer, marker_topic(self.query_id), {
-                "type": "begin", "batch": self.batch_id, "task": self.task,
-                "attempt": self.attempt, "topic": topic,
-                "offsets": self.native.latest_offsets(topic)})
+
+            NativeMarkers.write(
+                writer.producer,
+                marker_topic(self.query_id),
+                {
+                    "type": "begin",
+                    "batch": self.batch_id,
+                    "task": self.task,
+                    "attempt": self.attempt,
+                    "topic": topic,
+                    "offsets": self.native.latest_offsets(topic),
+                },
+            )
             self.begun.add(topic)
 
         limit = self.opts.fail_after_records
@@ -540,17 +684,23 @@ class _Task:
                         keep = self._not_written_before(digests)
                 if limit is not None:
                     chosen = np.flatnonzero(keep) if keep is not None else np.arange(rows.n)
-                    chosen = chosen[:max(limit - self.written, 0)]
+                    chosen = chosen[: max(limit - self.written, 0)]
                     keep = np.zeros(rows.n, np.bool_)
                     keep[chosen] = True
-                self.written += writer.write(rows, keep, tag_prefix=prefix, digests=digests,
-                                             before_topic=before_topic if self.exactly_once
-                                             else None)
+                self.written += writer.write(
+                    rows,
+                    keep,
+                    tag_prefix=prefix,
+                    digests=digests,
+                    before_topic=before_topic if self.exactly_once else None,
+                )
                 if limit is not None and self.written >= limit:
                     writer.flush()
-                    raise KafkaError(ErrorCode.unknown_server_error,
-                                     f"odradek.test.failAfterRecords: injected failure after "
-                                     f"{self.written} durable records")
+                    raise KafkaError(
+                        ErrorCode.unknown_server_error,
+                        f"odradek.test.failAfterRecords: injected failure after "
+                        f"{self.written} durable records",
+                    )
             writer.flush()
         finally:
             writer.close()
@@ -559,13 +709,21 @@ class _Task:
     def _not_written_before(self, digests: np.ndarray) -> np.ndarray:
         """Rows an earlier attempt did not write (replays only; a multiset, per row)."""
         from odradek.spark.columnar_sink import not_written_before
+
         keep = not_written_before(digests, self.already)
         self.skipped += int(keep.shape[0] - np.count_nonzero(keep))
         return keep
 
     @staticmethod
-    def _produce(producer: Any, delivery: _Delivery, topic: str, key: bytes | None,
-                 value: bytes | None, partition: int | None, headers: list[Any]) -> None:
+    def _produce(
+        producer: Any,
+        delivery: _Delivery,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        headers: list[Any],
+    ) -> None:
         kw: dict[str, Any] = {"on_delivery": delivery}
         if partition is not None:
             kw["partition"] = partition
@@ -582,10 +740,18 @@ class _Task:
         """Durably record where this attempt starts writing to ``topic``."""
         delivery.check(producer)  # keep "marker before records" for every topic
         assert self.query_id is not None
-        _write_marker(producer, self.query_id, {
-            "type": "begin", "batch": self.batch_id, "task": self.task,
-            "attempt": self.attempt, "topic": topic,
-            "offsets": _latest_offsets(self.admin, topic, self.opts.conf)})
+        _write_marker(
+            producer,
+            self.query_id,
+            {
+                "type": "begin",
+                "batch": self.batch_id,
+                "task": self.task,
+                "attempt": self.attempt,
+                "topic": topic,
+                "offsets": _latest_offsets(self.admin, topic, self.opts.conf),
+            },
+        )
         self.begun.add(topic)
 
     def _load_previous_attempts(self, begins: list[dict[str, Any]]) -> None:
@@ -605,16 +771,21 @@ class _Task:
                 for m in _read_range(c, topic, p, frm, end):
                     for k, v in m.headers() or ():
                         if k == TAG_HEADER and v is not None and v.startswith(prefix):
-                            self.already[v[len(prefix):].decode()] += 1
+                            self.already[v[len(prefix) :].decode()] += 1
         finally:
             c.close()
-        logger.warning("odradek sink: replay of batch %s task %s: %d records already written by "
-                    "earlier attempts will be skipped", self.batch_id, self.task,
-                    sum(self.already.values()))
+        logger.warning(
+            "odradek sink: replay of batch %s task %s: %d records already written by "
+            "earlier attempts will be skipped",
+            self.batch_id,
+            self.task,
+            sum(self.already.values()),
+        )
 
 
 def _task_context() -> tuple[str | None, int | None, int, int]:
     from pyspark import TaskContext
+
     tc = TaskContext.get()
     if tc is None:
         return None, None, 0, 0
@@ -640,14 +811,20 @@ class OdradekStreamWriter(DataSourceStreamArrowWriter):
             return
         if any(m.skipped_batch for m in ours):
             return  # the marker is already there
-        marker = {"type": "commit", "batch": batchId, "written": sum(m.written for m in ours),
-                  "skipped_replayed": sum(m.skipped_replayed for m in ours)}
+        marker = {
+            "type": "commit",
+            "batch": batchId,
+            "written": sum(m.written for m in ours),
+            "skipped_replayed": sum(m.skipped_replayed for m in ours),
+        }
         if self.opts.client == "columnar":
             from odradek.client.producer import BatchProducer
             from odradek.spark.columnar_sink import produce_settings
             from odradek.spark.sink_markers import NativeMarkers
-            producer = BatchProducer(self.opts.conf["bootstrap.servers"],
-                                     produce_settings(self.opts.conf).producer)
+
+            producer = BatchProducer(
+                self.opts.conf["bootstrap.servers"], produce_settings(self.opts.conf).producer
+            )
             try:
                 NativeMarkers.write(producer, marker_topic(qid), marker)
             finally:
@@ -655,14 +832,17 @@ class OdradekStreamWriter(DataSourceStreamArrowWriter):
         else:
             _write_marker(_producer(self.opts.conf), qid, marker)
         if self.opts.fail_after_commit:
-            raise KafkaError(ErrorCode.unknown_server_error,
-                             "odradek.test.failAfterCommit: injected failure after the "
-                             f"commit marker of batch {batchId}")
+            raise KafkaError(
+                ErrorCode.unknown_server_error,
+                "odradek.test.failAfterCommit: injected failure after the "
+                f"commit marker of batch {batchId}",
+            )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         # Nothing to undo: records already written stay, and the replay skips them.
-        logger.warning("odradek sink: batch %s aborted; a replay will not duplicate its records",
-                    batchId)
+        logger.warning(
+            "odradek sink: batch %s aborted; a replay will not duplicate its records", batchId
+        )
 
 
 class OdradekBatchWriter(DataSourceArrowWriter):

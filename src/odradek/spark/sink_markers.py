@@ -38,9 +38,11 @@ class NativeMarkers:
     def __init__(self, conf: Mapping[str, str]) -> None:
         self.bootstrap = conf["bootstrap.servers"]
         self.security = client_security(conf)
-        self.cluster = ClusterClient(self.bootstrap,
-                                     client_id=str(conf.get("client.id", "odradek-spark-sink")),
-                                     security=self.security)
+        self.cluster = ClusterClient(
+            self.bootstrap,
+            client_id=str(conf.get("client.id", "odradek-spark-sink")),
+            security=self.security,
+        )
 
     def close(self) -> None:
         self.cluster.close()
@@ -84,13 +86,18 @@ class NativeMarkers:
             raise KafkaError(ErrorCode.offset_out_of_range, f"marker topic: {message}")
 
         out: list[dict[str, Any]] = []
-        fetcher = PartitionFetcher(self.bootstrap, topic, 0, start, end,
-                                   FetchConfig(poll_timeout_s=60, client_id="odradek-spark-sink",
-                                               security=self.security),
-                                   lost)
+        fetcher = PartitionFetcher(
+            self.bootstrap,
+            topic,
+            0,
+            start,
+            end,
+            FetchConfig(poll_timeout_s=60, client_id="odradek-spark-sink", security=self.security),
+            lost,
+        )
         for cols in fetcher:
             for i in range(cols.n):
-                raw = bytes(cols.val_bytes[cols.val_offs[i]:cols.val_offs[i + 1]])
+                raw = bytes(cols.val_bytes[cols.val_offs[i] : cols.val_offs[i + 1]])
                 out.append(json.loads(raw))
         return out
 
@@ -99,8 +106,10 @@ class NativeMarkers:
         """Append one marker and wait until it (and everything queued before it) is
         committed: acks=all, idempotent."""
         now = int(time.time() * 1000)
-        batch = encode_batch([(str(marker["batch"]).encode(), json.dumps(marker).encode())],
-                             timestamp_ms=now)
-        producer.append(topic, 0, batch[BATCH_HEADER_SIZE:], 1, codec=0, first_timestamp=now,
-                        max_timestamp=now)
+        batch = encode_batch(
+            [(str(marker["batch"]).encode(), json.dumps(marker).encode())], timestamp_ms=now
+        )
+        producer.append(
+            topic, 0, batch[BATCH_HEADER_SIZE:], 1, codec=0, first_timestamp=now, max_timestamp=now
+        )
         producer.flush()

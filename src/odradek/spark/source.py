@@ -56,15 +56,29 @@ from odradek.spark.offsets import (
 )
 from odradek.spark.value_format import ValueOptions, make_decoder, value_ddl, value_options
 
-__all__ = ["OdradekDataSource", "SourceOptions", "OdradekStreamReader", "OdradekBatchReader",
-           "RangePartition", "read_range", "client_config", "parse_client", "CLIENTS",
-           "DEFAULT_CLIENT"]
+__all__ = [
+    "OdradekDataSource",
+    "SourceOptions",
+    "OdradekStreamReader",
+    "OdradekBatchReader",
+    "RangePartition",
+    "read_range",
+    "client_config",
+    "parse_client",
+    "CLIENTS",
+    "DEFAULT_CLIENT",
+]
 
 logger = logging.getLogger("odradek.spark")
 
 # kafka.* options Spark's Kafka source refuses because the source manages them itself.
-_FORBIDDEN_KAFKA = ("auto.offset.reset", "enable.auto.commit", "key.deserializer",
-                    "value.deserializer", "interceptor.classes")
+_FORBIDDEN_KAFKA = (
+    "auto.offset.reset",
+    "enable.auto.commit",
+    "key.deserializer",
+    "value.deserializer",
+    "interceptor.classes",
+)
 _ROWS_PER_BATCH = 8192  # Arrow batch size: large enough to amortize, small enough to stream
 # Which client moves the records (docs/spark.md, "Two clients"); chosen by benchmark.
 CLIENTS = ("columnar", "confluent")
@@ -76,20 +90,22 @@ def parse_client(options: Mapping[str, str], conf: Mapping[str, str]) -> str:
     confluent (librdkafka through confluent-kafka, one Python object per record)."""
     client = str(options.get("odradek.client", DEFAULT_CLIENT)).strip().lower()
     if client not in CLIENTS:
-        raise SparkOptionError(f"option 'odradek.client' must be one of {', '.join(CLIENTS)}, "
-                               f"got {client!r}")
+        raise SparkOptionError(
+            f"option 'odradek.client' must be one of {', '.join(CLIENTS)}, got {client!r}"
+        )
     if client == "columnar":
         client_security(conf)  # a bad security setting fails the query at once
     return client
 
 
-
 def client_config(options: Mapping[str, str]) -> dict[str, str]:
     """``kafka.*`` options -> librdkafka config (prefix stripped), bootstrap required."""
-    conf = {k[len("kafka."):]: str(v) for k, v in options.items() if k.startswith("kafka.")}
+    conf = {k[len("kafka.") :]: str(v) for k, v in options.items() if k.startswith("kafka.")}
     if not conf.get("bootstrap.servers"):
-        raise SparkOptionError("Option 'kafka.bootstrap.servers' must be specified for "
-                               "configuring the odradek source/sink")
+        raise SparkOptionError(
+            "Option 'kafka.bootstrap.servers' must be specified for "
+            "configuring the odradek source/sink"
+        )
     return conf
 
 
@@ -112,16 +128,19 @@ class SourceOptions:
     value: ValueOptions | None = None  # value.format avro/protobuf/json: the reader schema
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], *, streaming: bool,
-              value: ValueOptions | None = None) -> SourceOptions:
+    def parse(
+        cls, options: Mapping[str, str], *, streaming: bool, value: ValueOptions | None = None
+    ) -> SourceOptions:
         """``value``: the value format already resolved by ``schema()`` (the same reader
         schema for the whole query); resolved here when Spark did not ask for a schema."""
         conf = client_config(options)
         for k in _FORBIDDEN_KAFKA:
             if k in conf:
-                raise SparkOptionError(f"odradek option 'kafka.{k}' is not supported: the "
-                                       "source manages it (use startingOffsets / "
-                                       "failOnDataLoss instead)")
+                raise SparkOptionError(
+                    f"odradek option 'kafka.{k}' is not supported: the "
+                    "source manages it (use startingOffsets / "
+                    "failOnDataLoss instead)"
+                )
         timeout_ms = om.parse_positive_int(options, "kafkaConsumer.pollTimeoutMs") or 120_000
         subscription = om.parse_subscription(options)
         return cls(
@@ -135,8 +154,10 @@ class SourceOptions:
             min_partitions=om.parse_positive_int(options, "minPartitions"),
             poll_timeout_s=timeout_ms / 1000.0,
             fetch_retries=om.parse_positive_int(options, "fetchOffset.numRetries") or 30,
-            fetch_retry_interval_s=(om.parse_positive_int(options, "fetchOffset.retryIntervalMs")
-                                    or 1000) / 1000.0,
+            fetch_retry_interval_s=(
+                om.parse_positive_int(options, "fetchOffset.retryIntervalMs") or 1000
+            )
+            / 1000.0,
             client=parse_client(options, conf),
             value=value if value is not None else value_options(options, subscription),
         )
@@ -154,17 +175,27 @@ class RangePartition(InputPartition):
 
 # --------------------------------------------------------------------------- driver side
 
+
 def _transient(err: Any) -> bool:
     """Errors an election or a metadata refresh will clear (Kafka's retriable ones)."""
     from confluent_kafka import KafkaError as CKError
+
     if err is None or not hasattr(err, "code"):
         return True
     return bool(err.retriable()) or err.code() in (
-        CKError.LEADER_NOT_AVAILABLE, CKError.NOT_LEADER_FOR_PARTITION,
-        CKError.UNKNOWN_TOPIC_OR_PART, CKError.REQUEST_TIMED_OUT, CKError.OFFSET_NOT_AVAILABLE,
-        CKError.UNKNOWN_LEADER_EPOCH, CKError.FENCED_LEADER_EPOCH, CKError._TRANSPORT,
-        CKError._TIMED_OUT, CKError._ALL_BROKERS_DOWN, CKError._UNKNOWN_PARTITION,
-        CKError._NOENT)  # _NOENT: "No leaders found" while the admin's metadata catches up
+        CKError.LEADER_NOT_AVAILABLE,
+        CKError.NOT_LEADER_FOR_PARTITION,
+        CKError.UNKNOWN_TOPIC_OR_PART,
+        CKError.REQUEST_TIMED_OUT,
+        CKError.OFFSET_NOT_AVAILABLE,
+        CKError.UNKNOWN_LEADER_EPOCH,
+        CKError.FENCED_LEADER_EPOCH,
+        CKError._TRANSPORT,
+        CKError._TIMED_OUT,
+        CKError._ALL_BROKERS_DOWN,
+        CKError._UNKNOWN_PARTITION,
+        CKError._NOENT,
+    )  # _NOENT: "No leaders found" while the admin's metadata catches up
 
 
 def read_committed(conf: Mapping[str, str]) -> bool:
@@ -172,9 +203,15 @@ def read_committed(conf: Mapping[str, str]) -> bool:
     return str(conf.get("isolation.level", "read_committed")).lower() == "read_committed"
 
 
-def list_offsets_retrying(admin: Any, req: Mapping[Any, Any], retries: int,
-                          interval_s: float, conf: Mapping[str, str] | None = None,
-                          *, committed: bool = False) -> dict[Any, int]:
+def list_offsets_retrying(
+    admin: Any,
+    req: Mapping[Any, Any],
+    retries: int,
+    interval_s: float,
+    conf: Mapping[str, str] | None = None,
+    *,
+    committed: bool = False,
+) -> dict[Any, int]:
     """AdminClient.list_offsets, retrying partitions that fail with a retriable error.
 
     A topic created a moment ago, or a partition whose leader just died, answers
@@ -189,6 +226,7 @@ def list_offsets_retrying(admin: Any, req: Mapping[Any, Any], retries: int,
     from confluent_kafka import IsolationLevel, KafkaException
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.admin._listoffsets import TimestampSpec
+
     # KIP-98: under read_committed "latest" is the last stable offset, so a micro-batch
     # never ends inside an open transaction (its reader would wait for it to finish).
     iso = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
@@ -199,16 +237,17 @@ def list_offsets_retrying(admin: Any, req: Mapping[Any, Any], retries: int,
         last: Exception | None = None
         if attempt and conf is not None:
             admin = AdminClient(dict(conf))
-        for tp, fut in admin.list_offsets(todo, request_timeout=10,
-                                          isolation_level=iso).items():
+        for tp, fut in admin.list_offsets(todo, request_timeout=10, isolation_level=iso).items():
             try:
                 off = int(fut.result().offset)
                 if off < 0 and not isinstance(todo[tp], TimestampSpec):
                     # A leader elected a moment ago answered before it knew its high
                     # watermark (seen: -1001 for ~0.1 s after a failover). Only a
                     # timestamp lookup may legitimately answer -1 (no match).
-                    last = KafkaError(ErrorCode.offset_not_available,
-                                      f"ListOffsets {tp.topic}-{tp.partition}: offset {off}")
+                    last = KafkaError(
+                        ErrorCode.offset_not_available,
+                        f"ListOffsets {tp.topic}-{tp.partition}: offset {off}",
+                    )
                     if attempt == retries:
                         raise last
                     failed[tp] = todo[tp]
@@ -223,10 +262,14 @@ def list_offsets_retrying(admin: Any, req: Mapping[Any, Any], retries: int,
                     raise
         if not failed:
             return out
-        logger.info("odradek source: ListOffsets retry %d for %d partitions (%s)", attempt + 1,
-                 len(failed), last)
+        logger.info(
+            "odradek source: ListOffsets retry %d for %d partitions (%s)",
+            attempt + 1,
+            len(failed),
+            last,
+        )
         todo = failed
-        time.sleep(min(interval_s, 0.1 * 2 ** attempt))  # quick first retries
+        time.sleep(min(interval_s, 0.1 * 2**attempt))  # quick first retries
     return out
 
 
@@ -235,6 +278,7 @@ class _ClusterView:
 
     def __init__(self, conf: Mapping[str, str], retries: int, retry_interval_s: float) -> None:
         from confluent_kafka.admin import AdminClient
+
         self._conf = dict(conf)
         # librdkafka reports a refused SASL login only to error_cb; list_topics then fails
         # with a bare "transport failure". Kept, so the job says why it failed.
@@ -245,11 +289,13 @@ class _ClusterView:
 
     def _on_error(self, err: Any) -> None:
         from confluent_kafka import KafkaError
+
         if err.code() == KafkaError._AUTHENTICATION:
             self._auth_error = err
 
     def partition_counts(self) -> dict[str, int]:
         from confluent_kafka import KafkaException
+
         try:
             md = self._admin.list_topics(timeout=30)
         except KafkaException as e:
@@ -265,13 +311,25 @@ class _ClusterView:
             return {}
         from confluent_kafka import TopicPartition
         from confluent_kafka.admin import OffsetSpec
+
         req = {}
         for (topic, p), q in queries.items():
-            spec = (OffsetSpec.earliest() if q == om.EARLIEST else
-                    OffsetSpec.latest() if q == om.LATEST else OffsetSpec.for_timestamp(q))
+            spec = (
+                OffsetSpec.earliest()
+                if q == om.EARLIEST
+                else OffsetSpec.latest()
+                if q == om.LATEST
+                else OffsetSpec.for_timestamp(q)
+            )
             req[TopicPartition(topic, p)] = spec
-        got = list_offsets_retrying(self._admin, req, self._retries, self._retry_interval_s,
-                                    self._conf, committed=read_committed(self._conf))
+        got = list_offsets_retrying(
+            self._admin,
+            req,
+            self._retries,
+            self._retry_interval_s,
+            self._conf,
+            committed=read_committed(self._conf),
+        )
         return {(tp.topic, tp.partition): off for tp, off in got.items()}
 
     def earliest(self, tps: list[TP]) -> dict[TP, int]:
@@ -295,18 +353,21 @@ class _NativeClusterView(_ClusterView):
 
     def __init__(self, conf: Mapping[str, str], retries: int, retry_interval_s: float) -> None:
         from odradek.client.cluster import ClusterClient
+
         self._isolation = 1 if read_committed(conf) else 0
-        self._cluster = ClusterClient(conf["bootstrap.servers"],
-                                      client_id=conf.get("client.id", "odradek-spark"),
-                                      timeout_s=int(conf.get("socket.timeout.ms", 60_000)) / 1000,
-                                      security=client_security(conf))
+        self._cluster = ClusterClient(
+            conf["bootstrap.servers"],
+            client_id=conf.get("client.id", "odradek-spark"),
+            timeout_s=int(conf.get("socket.timeout.ms", 60_000)) / 1000,
+            security=client_security(conf),
+        )
         self._retries = retries
         self._retry_interval_s = retry_interval_s
 
     def partition_counts(self) -> dict[str, int]:
         md = self._retrying(lambda: self._cluster.refresh(None))
         counts: dict[str, int] = {}
-        for (topic, _p) in md.partitions:
+        for topic, _p in md.partitions:
             if md.topic_errors.get(topic, 0) == ErrorCode.none:
                 counts[topic] = counts.get(topic, 0) + 1
         return counts
@@ -314,12 +375,16 @@ class _NativeClusterView(_ClusterView):
     def list_offsets(self, queries: Mapping[TP, int]) -> dict[TP, int]:
         """``{tp: EARLIEST | LATEST | timestamp_ms}`` -> offsets (-1: no match)."""
         from odradek.client.cluster import EARLIEST, LATEST
+
         out: dict[TP, int] = {}
         todo = dict(queries)
         for attempt in range(self._retries + 1):
-            got = self._cluster.list_offsets(todo, retries=self._retries,
-                                             retry_interval_s=self._retry_interval_s,
-                                             isolation_level=self._isolation)
+            got = self._cluster.list_offsets(
+                todo,
+                retries=self._retries,
+                retry_interval_s=self._retry_interval_s,
+                isolation_level=self._isolation,
+            )
             # A leader elected a moment ago may answer before it knows its high
             # watermark; only a timestamp lookup may legitimately answer -1 (no match).
             bad = {tp for tp, off in got.items() if off < 0 and todo[tp] in (EARLIEST, LATEST)}
@@ -327,21 +392,24 @@ class _NativeClusterView(_ClusterView):
             if not bad:
                 return out
             if attempt == self._retries:
-                raise KafkaError(ErrorCode.offset_not_available,
-                                 f"ListOffsets {sorted(bad)[:3]}: negative offsets")
+                raise KafkaError(
+                    ErrorCode.offset_not_available,
+                    f"ListOffsets {sorted(bad)[:3]}: negative offsets",
+                )
             todo = {tp: todo[tp] for tp in bad}
-            time.sleep(min(self._retry_interval_s, 0.1 * 2 ** attempt))
+            time.sleep(min(self._retry_interval_s, 0.1 * 2**attempt))
         return out
 
     def _retrying(self, call: Any) -> Any:
         from odradek.client.connection import ConnectionLost
+
         for attempt in range(self._retries + 1):
             try:
                 return call()
             except (ConnectionLost, KafkaError) as e:
                 if attempt == self._retries or (isinstance(e, KafkaError) and not e.retriable):
                     raise
-                time.sleep(min(self._retry_interval_s, 0.1 * 2 ** attempt))
+                time.sleep(min(self._retry_interval_s, 0.1 * 2**attempt))
         raise AssertionError("unreachable")
 
     def close(self) -> None:
@@ -363,8 +431,9 @@ class _DriverBase:
     def view(self) -> _ClusterView:
         if self._view is None:
             cls = _NativeClusterView if self.opts.client == "columnar" else _ClusterView
-            self._view = cls(self.opts.conf, self.opts.fetch_retries,
-                             self.opts.fetch_retry_interval_s)
+            self._view = cls(
+                self.opts.conf, self.opts.fetch_retries, self.opts.fetch_retry_interval_s
+            )
         return self._view
 
     def current_partitions(self) -> list[TP]:
@@ -380,12 +449,15 @@ class _DriverBase:
 
     def plan(self, start: dict[TP, int], end: dict[TP, int]) -> list[RangePartition]:
         earliest = self.view.earliest(sorted(end))
-        ranges, problems = om.plan_ranges(start, end, earliest,
-                                          fail_on_data_loss=self.opts.fail_on_data_loss)
+        ranges, problems = om.plan_ranges(
+            start, end, earliest, fail_on_data_loss=self.opts.fail_on_data_loss
+        )
         for msg in problems:
             logger.warning("odradek source: %s (failOnDataLoss=false: continuing)", msg)
-        return [RangePartition(r.topic, r.partition, r.start, r.end)
-                for r in om.split_ranges(ranges, self.opts.min_partitions)]
+        return [
+            RangePartition(r.topic, r.partition, r.start, r.end)
+            for r in om.split_ranges(ranges, self.opts.min_partitions)
+        ]
 
 
 class OdradekStreamReader(_DriverBase, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -410,8 +482,11 @@ class OdradekStreamReader(_DriverBase, DataSourceStreamReader, SupportsTriggerAv
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         frm = om.from_json(start)
-        latest = (dict(self._target) if self._target is not None
-                  else self.view.latest(self.current_partitions()))
+        latest = (
+            dict(self._target)
+            if self._target is not None
+            else self.view.latest(self.current_partitions())
+        )
         if isinstance(limit, ReadMaxRows):
             new = [tp for tp in latest if tp not in frm]
             end = om.rate_limit(frm, latest, limit.max_rows, new_start=self.view.earliest(new))
@@ -453,8 +528,9 @@ class OdradekBatchReader(_DriverBase, DataSourceReader):
         end = self.view.resolve(self.opts.ending, tps, is_start=False)
         for tp in tps:
             if end[tp] < start[tp]:
-                raise SparkOptionError(f"{tp[0]}-{tp[1]}: ending offset {end[tp]} is below "
-                                       f"starting offset {start[tp]}")
+                raise SparkOptionError(
+                    f"{tp[0]}-{tp[1]}: ending offset {end[tp]} is below starting offset {start[tp]}"
+                )
         return self.plan(start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -463,10 +539,12 @@ class OdradekBatchReader(_DriverBase, DataSourceReader):
 
 # --------------------------------------------------------------------------- executors
 
+
 def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """Yield ``[start, end)`` of one partition as Arrow batches, with the chosen client."""
     if opts.client == "columnar":
         from odradek.spark.columnar_source import read_range_columnar
+
         batches = read_range_columnar(opts, partition)
     else:
         batches = read_range_confluent(opts, partition)
@@ -475,15 +553,18 @@ def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.Re
     return _decode_values(opts.value, opts.include_headers, batches, OffsetRange(*partition.value))
 
 
-def _decode_values(value: ValueOptions, include_headers: bool, batches: Iterator[pa.RecordBatch],
-                   r: OffsetRange) -> Iterator[pa.RecordBatch]:
+def _decode_values(
+    value: ValueOptions, include_headers: bool, batches: Iterator[pa.RecordBatch], r: OffsetRange
+) -> Iterator[pa.RecordBatch]:
     """Either client's batches with ``value`` replaced by the decoded columns."""
     decoder = make_decoder(value, arrow_schema(include_headers))
     for batch in batches:
         yield decoder.transform(batch, r.topic, r.partition)
 
 
-def read_range_confluent(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+def read_range_confluent(
+    opts: SourceOptions, partition: InputPartition
+) -> Iterator[pa.RecordBatch]:
     """Yield ``[r.start, r.end)`` of one partition as Arrow batches (confluent-kafka).
 
     Stops as soon as the position reaches ``r.end`` (offsets may have gaps once
@@ -526,12 +607,16 @@ def read_range_confluent(opts: SourceOptions, partition: InputPartition) -> Iter
                 err = m.error()
                 if err is not None:
                     if err.code() == CKError._AUTO_OFFSET_RESET:
-                        raise DataLossError(f"Cannot fetch offset {pos} of {r.topic}-{r.partition}"
-                                            f": it is out of range ({err.str()})")
+                        raise DataLossError(
+                            f"Cannot fetch offset {pos} of {r.topic}-{r.partition}"
+                            f": it is out of range ({err.str()})"
+                        )
                     if err.code() == CKError._PARTITION_EOF:
                         continue
-                    raise KafkaError(ErrorCode.unknown_server_error,
-                                     f"fetch {r.topic}-{r.partition} @{pos}: {err.str()}")
+                    raise KafkaError(
+                        ErrorCode.unknown_server_error,
+                        f"fetch {r.topic}-{r.partition} @{pos}: {err.str()}",
+                    )
                 off = m.offset()
                 if off < pos:  # reset below our start (offsets went backwards): not ours
                     continue
@@ -539,15 +624,21 @@ def read_range_confluent(opts: SourceOptions, partition: InputPartition) -> Iter
                     pos = r.end
                     break
                 if off > pos and pos == r.start and not opts.fail_on_data_loss:
-                    logger.warning("odradek source: %s-%d skipped offsets %d..%d (no longer "
-                                "available; failOnDataLoss=false)", r.topic, r.partition,
-                                pos, off - 1)
+                    logger.warning(
+                        "odradek source: %s-%d skipped offsets %d..%d (no longer "
+                        "available; failOnDataLoss=false)",
+                        r.topic,
+                        r.partition,
+                        pos,
+                        off - 1,
+                    )
                 pending.append(m)
                 pos = off + 1
                 progressed = True
             if len(pending) >= _ROWS_PER_BATCH or (pending and pos >= r.end):
-                yield messages_to_batch(pending, opts.include_headers, topic=r.topic,
-                                        partition=r.partition)
+                yield messages_to_batch(
+                    pending, opts.include_headers, topic=r.topic, partition=r.partition
+                )
                 pending = []
             if progressed:
                 deadline = time.monotonic() + opts.poll_timeout_s
@@ -559,29 +650,36 @@ def read_range_confluent(opts: SourceOptions, partition: InputPartition) -> Iter
             # record waits for kafkaConsumer.pollTimeoutMs; librdkafka does not expose
             # its fetch position past a gap.)
             try:
-                wm = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition),
-                                                    timeout=10, cached=False)
+                wm = consumer.get_watermark_offsets(
+                    TopicPartition(r.topic, r.partition), timeout=10, cached=False
+                )
             except CKException:  # e.g. leader election in progress: keep waiting
                 wm = None
             if wm is not None and wm[1] <= pos:
-                msg = (f"{r.topic}-{r.partition}: offsets {pos}..{r.end - 1} were planned but "
-                       f"the log now ends at {wm[1]}")
+                msg = (
+                    f"{r.topic}-{r.partition}: offsets {pos}..{r.end - 1} were planned but "
+                    f"the log now ends at {wm[1]}"
+                )
                 if opts.fail_on_data_loss:
                     raise DataLossError(msg)
                 logger.warning("odradek source: %s (failOnDataLoss=false: skipping)", msg)
                 break
             if time.monotonic() > deadline:
-                raise KafkaError(ErrorCode.request_timed_out,
-                                 f"no records from {r.topic}-{r.partition} at offset {pos} "
-                                 f"within kafkaConsumer.pollTimeoutMs")
+                raise KafkaError(
+                    ErrorCode.request_timed_out,
+                    f"no records from {r.topic}-{r.partition} at offset {pos} "
+                    f"within kafkaConsumer.pollTimeoutMs",
+                )
         if pending:
-            yield messages_to_batch(pending, opts.include_headers, topic=r.topic,
-                                        partition=r.partition)
+            yield messages_to_batch(
+                pending, opts.include_headers, topic=r.topic, partition=r.partition
+            )
     finally:
         consumer.close()
 
 
 # --------------------------------------------------------------------------- data source
+
 
 class OdradekDataSource(DataSource):
     """``format("odradek")``: Spark's Kafka source and sink options and schema."""
@@ -603,17 +701,21 @@ class OdradekDataSource(DataSource):
         return self._value
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return OdradekBatchReader(SourceOptions.parse(self.options, streaming=False,
-                                                      value=self._value_options()))
+        return OdradekBatchReader(
+            SourceOptions.parse(self.options, streaming=False, value=self._value_options())
+        )
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return OdradekStreamReader(SourceOptions.parse(self.options, streaming=True,
-                                                       value=self._value_options()))
+        return OdradekStreamReader(
+            SourceOptions.parse(self.options, streaming=True, value=self._value_options())
+        )
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from odradek.spark.sink import OdradekBatchWriter
+
         return OdradekBatchWriter(self.options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from odradek.spark.sink import OdradekStreamWriter
+
         return OdradekStreamWriter(self.options, schema)

@@ -167,9 +167,7 @@ def _check_one(
             )
         raise KafkaError(ErrorCode.corrupt_message, f"invalid magic {magic} at position {pos}")
     if remaining < BATCH_HEADER_SIZE:
-        raise KafkaError(
-            ErrorCode.corrupt_message, f"truncated batch header at position {pos}"
-        )
+        raise KafkaError(ErrorCode.corrupt_message, f"truncated batch header at position {pos}")
     h = BatchHeader.unpack(buf, pos)
     size = h.batch_length + LOG_OVERHEAD
     if size < BATCH_HEADER_SIZE:
@@ -201,8 +199,10 @@ def _check_one(
     # Produce (strict_count, Kafka's LogValidator) needs lastOffsetDelta == count - 1.
     # Batches already in a log may have fewer records than their offset range: the
     # cleaner keeps a retained batch's original range (REQ-R25), as Kafka does.
-    if h.records_count <= 0 or h.last_offset_delta < h.records_count - 1 or (
-        strict_count and h.last_offset_delta != h.records_count - 1
+    if (
+        h.records_count <= 0
+        or h.last_offset_delta < h.records_count - 1
+        or (strict_count and h.last_offset_delta != h.records_count - 1)
     ):
         raise KafkaError(
             ErrorCode.invalid_record,

@@ -277,7 +277,8 @@ def keyless_records(records: bytes | bytearray | memoryview) -> list[int]:
         if not h.is_control:
             payload = _decompress(h.compression, bytes(mv[pos + BATCH_HEADER_SIZE : pos + h.size]))
             for i, (_s, _e, _o, _t, key, _tomb) in enumerate(
-                    iter_records(payload, h.records_count)):
+                iter_records(payload, h.records_count)
+            ):
                 if key is None:
                     out.append(i)
         pos += h.size
@@ -289,7 +290,9 @@ def record_key_check(records: bytes | bytearray | memoryview) -> bool:
     return not keyless_records(records)
 
 
-def iter_segment_batches(seg: SegmentView, start_pos: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:
+def iter_segment_batches(
+    seg: SegmentView, start_pos: int = 0
+) -> Iterator[tuple[BatchHeader, bytes]]:
     """Whole batches of a segment, read in ~1 MiB windows (bounded memory)."""
     pos = start_pos
     buf = b""
@@ -323,12 +326,12 @@ def is_aborted(h: BatchHeader, aborted: tuple[AbortedTxn, ...]) -> bool:
     if not h.is_transactional or h.is_control or not aborted:
         return False
     pid, off = h.producer_id, h.base_offset
-    return any(a.producer_id == pid and a.first_offset <= off <= a.last_offset
-               for a in aborted)
+    return any(a.producer_id == pid and a.first_offset <= off <= a.last_offset for a in aborted)
 
 
-def _marker_expired(h: BatchHeader, txn_remains: dict[int, bool], cleaned_upto: int,
-                    horizon: int) -> bool:
+def _marker_expired(
+    h: BatchHeader, txn_remains: dict[int, bool], cleaned_upto: int, horizon: int
+) -> bool:
     """May this COMMIT/ABORT marker go? Kafka's rule (CleanedTransactionMetadata): once
     no batch of its transaction is left in the log -- a read_committed consumer needs the
     marker only to close batches it read -- and, like a tombstone, only after it was in
@@ -339,7 +342,10 @@ def _marker_expired(h: BatchHeader, txn_remains: dict[int, bool], cleaned_upto: 
 
 
 def build_offset_map(
-    segments: list[SegmentView], start: int, stop: int, max_entries: int,
+    segments: list[SegmentView],
+    start: int,
+    stop: int,
+    max_entries: int,
     aborted: tuple[AbortedTxn, ...] = (),
 ) -> OffsetMap:
     """Latest offset per key over ``[start, stop)`` of ``segments`` (ascending); records
@@ -518,9 +524,21 @@ def _filter_batch(
     # Same baseOffset, lastOffsetDelta, baseTimestamp, producer id/epoch/sequence,
     # leader epoch and attributes (codec): only the count, max timestamp and CRC change.
     HEADER_STRUCT.pack_into(
-        out, 0, h.base_offset, BATCH_HEADER_SIZE - LOG_OVERHEAD + len(data),
-        h.partition_leader_epoch, h.magic, 0, h.attributes, h.last_offset_delta,
-        h.base_timestamp, max_ts, h.producer_id, h.producer_epoch, h.base_sequence, len(kept),
+        out,
+        0,
+        h.base_offset,
+        BATCH_HEADER_SIZE - LOG_OVERHEAD + len(data),
+        h.partition_leader_epoch,
+        h.magic,
+        0,
+        h.attributes,
+        h.last_offset_delta,
+        h.base_timestamp,
+        max_ts,
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        len(kept),
     )
     out += data
     struct.pack_into(">I", out, 17, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
@@ -568,16 +586,23 @@ def clean_segments(
                     drop_below = omap.start if h.max_timestamp < horizon else -1
                     kept = _filter_batch(h, batch, omap, drop_below, stats)
                     if h.is_transactional:
-                        txn_remains[h.producer_id] = (kept is not None
-                                                      or txn_remains.get(h.producer_id, False))
+                        txn_remains[h.producer_id] = kept is not None or txn_remains.get(
+                            h.producer_id, False
+                        )
                     if kept is not None:
                         w.append(kept, h.last_offset, HEADER_STRUCT.unpack_from(kept, 0)[8])
             # The surviving .txnindex entries of the group's segments: the ABORT markers
             # kept (Kafka's cleaner rebuilds the cleaned segment's index the same way).
             dropped = set(cg.dropped_aborts)
             end = group[-1].next_offset
-            w.finish([a for a in params.aborted if cg.base_offset <= a.last_offset < end
-                      and (a.producer_id, a.last_offset) not in dropped])
+            w.finish(
+                [
+                    a
+                    for a in params.aborted
+                    if cg.base_offset <= a.last_offset < end
+                    and (a.producer_id, a.last_offset) not in dropped
+                ]
+            )
         except BaseException:
             w.abort()
             discard_cleaned(directory, cg.base_offset)
@@ -625,18 +650,25 @@ def complete_swaps(directory: Path) -> list[int]:
     """
     done: list[int] = []
     names = os.listdir(directory)
-    swaps = sorted(int(n[:20]) for n in names if n.endswith(".log" + SWAP_SUFFIX) and n[:20].isdigit())
+    swaps = sorted(
+        int(n[:20]) for n in names if n.endswith(".log" + SWAP_SUFFIX) and n[:20].isdigit()
+    )
     for base in swaps:
         swap_log = directory / f"{base:020d}.log{SWAP_SUFFIX}"
         last = max(base, _last_offset(swap_log))
         for n in os.listdir(directory):
             stem, _, ext = n.partition(".")
-            if not stem.isdigit() or len(stem) != 20 or ext not in ("log", "index", "timeindex",
-                                                                    "txnindex"):
+            if (
+                not stem.isdigit()
+                or len(stem) != 20
+                or ext not in ("log", "index", "timeindex", "txnindex")
+            ):
                 continue
             if base <= int(stem) <= last:
                 (directory / n).unlink()
-        for final, swap in zip(cleaned_paths(directory, base, ""), cleaned_paths(directory, base, SWAP_SUFFIX)):
+        for final, swap in zip(
+            cleaned_paths(directory, base, ""), cleaned_paths(directory, base, SWAP_SUFFIX)
+        ):
             if swap.exists():
                 os.replace(swap, final)
         done.append(base)
@@ -674,14 +706,21 @@ def clean_log(
         return start
     cfg = log.config
     aborted = tuple(log.aborted_entries())
-    params = CleanParams(cfg.segment_bytes, cfg.index_interval_bytes, cfg.delete_retention_ms,
-                         now, dedupe_buffer_bytes, aborted=aborted)
-    views = [SegmentView(s.base_offset, s.next_offset, s.size, s.max_timestamp, os.dup(s.fd))
-             for s in segs]
+    params = CleanParams(
+        cfg.segment_bytes,
+        cfg.index_interval_bytes,
+        cfg.delete_retention_ms,
+        now,
+        dedupe_buffer_bytes,
+        aborted=aborted,
+    )
+    views = [
+        SegmentView(s.base_offset, s.next_offset, s.size, s.max_timestamp, os.dup(s.fd))
+        for s in segs
+    ]
     try:
         t0 = time.monotonic()
-        omap = build_offset_map(views, start, segs[-1].next_offset, params.max_map_entries,
-                                aborted)
+        omap = build_offset_map(views, start, segs[-1].next_offset, params.max_map_entries, aborted)
         if stats is not None:
             stats.map_seconds += time.monotonic() - t0
         if omap.end <= start:

@@ -38,8 +38,14 @@ from odradek.runtime import disk
 from odradek.storage.checkpoint import fsync_dir
 
 __all__ = [
-    "FlushJob", "LEDGER_ENV", "LEDGER_NAME", "ledger_enabled", "read_ledger", "DurableState",
-    "simulate_power_loss", "PowerLossReport",
+    "FlushJob",
+    "LEDGER_ENV",
+    "LEDGER_NAME",
+    "ledger_enabled",
+    "read_ledger",
+    "DurableState",
+    "simulate_power_loss",
+    "PowerLossReport",
 ]
 
 LEDGER_ENV = "ODRADEK_FSYNC_LEDGER"
@@ -169,12 +175,16 @@ class PowerLossReport:
     deleted_dirs: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
-        return (f"cut {self.truncated_bytes} bytes from {self.truncated_files} file(s), "
-                f"deleted {len(self.deleted_files)} file(s) and {len(self.deleted_dirs)} "
-                f"partition dir(s)")
+        return (
+            f"cut {self.truncated_bytes} bytes from {self.truncated_files} file(s), "
+            f"deleted {len(self.deleted_files)} file(s) and {len(self.deleted_dirs)} "
+            f"partition dir(s)"
+        )
 
 
-def simulate_power_loss(log_dir: Path | str, partitions: Iterable[str] | None = None) -> PowerLossReport:
+def simulate_power_loss(
+    log_dir: Path | str, partitions: Iterable[str] | None = None
+) -> PowerLossReport:
     """Leave ``log_dir`` as a power cut would have (worst case; broker must be down).
 
     Only partition directories holding segment files are touched (``partitions`` limits

@@ -57,8 +57,16 @@ from odradek.runtime import disk
 from odradek.storage.batch import BatchHeader
 from odradek.storage.txn_index import AbortedTxn
 
-__all__ = ["AbortedTxn", "BatchMeta", "ProducerEntry", "ProducerStateManager",
-           "CONTROL_TYPE_ABORT", "CONTROL_TYPE_COMMIT", "ONGOING_AT_REQUEST", "control_type"]
+__all__ = [
+    "AbortedTxn",
+    "BatchMeta",
+    "ProducerEntry",
+    "ProducerStateManager",
+    "CONTROL_TYPE_ABORT",
+    "CONTROL_TYPE_COMMIT",
+    "ONGOING_AT_REQUEST",
+    "control_type",
+]
 
 CONTROL_TYPE_ABORT = 0  # Kafka's ControlRecordType
 CONTROL_TYPE_COMMIT = 1
@@ -150,8 +158,10 @@ class ProducerStateManager:
             else:
                 entry = self.producers.get(pid)
                 if entry is not None and h.producer_epoch == entry.epoch:
-                    dup = next((b for b in entry.batches
-                                if b.first_seq == first and b.last_seq == last), None)
+                    dup = next(
+                        (b for b in entry.batches if b.first_seq == first and b.last_seq == last),
+                        None,
+                    )
                     if dup is not None:
                         if duplicate is None:
                             duplicate = dup
@@ -159,26 +169,35 @@ class ProducerStateManager:
                 known = entry is not None
                 known_epoch, last_seq = (entry.epoch, entry.last_seq) if entry else (-1, -1)
             if known and h.producer_epoch < known_epoch:
-                raise KafkaError(ErrorCode.invalid_producer_epoch,
-                                 f"producer {pid} epoch {h.producer_epoch} < {known_epoch}")
+                raise KafkaError(
+                    ErrorCode.invalid_producer_epoch,
+                    f"producer {pid} epoch {h.producer_epoch} < {known_epoch}",
+                )
             if not known:
                 if first != 0:
-                    raise KafkaError(ErrorCode.unknown_producer_id,
-                                     f"unknown producer {pid} starting at sequence {first}")
+                    raise KafkaError(
+                        ErrorCode.unknown_producer_id,
+                        f"unknown producer {pid} starting at sequence {first}",
+                    )
             elif h.producer_epoch > known_epoch:
                 if first != 0:
-                    raise KafkaError(ErrorCode.out_of_order_sequence_number,
-                                     f"producer {pid} new epoch {h.producer_epoch} must start "
-                                     f"at sequence 0, not {first}")
+                    raise KafkaError(
+                        ErrorCode.out_of_order_sequence_number,
+                        f"producer {pid} new epoch {h.producer_epoch} must start "
+                        f"at sequence 0, not {first}",
+                    )
             elif first != _next_seq(last_seq):
-                raise KafkaError(ErrorCode.out_of_order_sequence_number,
-                                 f"producer {pid} epoch {h.producer_epoch}: expected sequence "
-                                 f"{_next_seq(last_seq)}, got {first}")
+                raise KafkaError(
+                    ErrorCode.out_of_order_sequence_number,
+                    f"producer {pid} epoch {h.producer_epoch}: expected sequence "
+                    f"{_next_seq(last_seq)}, got {first}",
+                )
             pending[pid] = (h.producer_epoch, last)
         if duplicate is not None and pending:
             # A request mixing a duplicate with new batches cannot be half-applied.
-            raise KafkaError(ErrorCode.out_of_order_sequence_number,
-                             "request mixes duplicate and new batches")
+            raise KafkaError(
+                ErrorCode.out_of_order_sequence_number, "request mixes duplicate and new batches"
+            )
         return duplicate
 
     def maybe_start_verification(self, producer_id: int) -> tuple[object, bool]:
@@ -207,16 +226,23 @@ class ProducerStateManager:
         ``guard`` None (the caller verified nothing) opens none."""
         for h in batches:
             pid = h.producer_id
-            if (h.is_transactional and not h.is_control and pid >= 0
-                    and pid not in self.ongoing
-                    and (guard is None or self.verifying.get(pid) is not guard)):
-                raise KafkaError(ErrorCode.invalid_txn_state,
-                                 f"producer {pid}: the partition was not verified to be in "
-                                 "the transaction (it may have ended)")
+            if (
+                h.is_transactional
+                and not h.is_control
+                and pid >= 0
+                and pid not in self.ongoing
+                and (guard is None or self.verifying.get(pid) is not guard)
+            ):
+                raise KafkaError(
+                    ErrorCode.invalid_txn_state,
+                    f"producer {pid}: the partition was not verified to be in "
+                    "the transaction (it may have ended)",
+                )
 
     # ------------------------------------------------------------------ updates
-    def update(self, batches: list[BatchHeader],
-               buf: bytes | bytearray | memoryview | None = None) -> list[AbortedTxn]:
+    def update(
+        self, batches: list[BatchHeader], buf: bytes | bytearray | memoryview | None = None
+    ) -> list[AbortedTxn]:
         """Record appended batches (offsets assigned). Leaders and followers alike.
         ``buf`` holds the batches (control batches are read from it). Returns the
         transactions the batches' ABORT markers completed, for the log's .txnindex."""
@@ -227,7 +253,8 @@ class ProducerStateManager:
                 kind, coordinator_epoch = -1, -1
                 if buf is not None:
                     kind, coordinator_epoch = control_marker(
-                        memoryview(buf)[h.position:h.position + h.size])
+                        memoryview(buf)[h.position : h.position + h.size]
+                    )
                 done = self._complete_txn(pid, h.producer_epoch, kind, h.last_offset)
                 if done is not None:
                     aborted.append(done)
@@ -238,9 +265,14 @@ class ProducerStateManager:
                 entry = self.producers.get(pid)
                 if entry is None or h.producer_epoch > entry.epoch:
                     entry = self.producers[pid] = ProducerEntry(h.producer_epoch)
-                entry.batches.append(BatchMeta(h.base_sequence,
-                                               h.base_sequence + h.last_offset_delta,
-                                               h.base_offset, h.last_offset))
+                entry.batches.append(
+                    BatchMeta(
+                        h.base_sequence,
+                        h.base_sequence + h.last_offset_delta,
+                        h.base_offset,
+                        h.last_offset,
+                    )
+                )
                 entry.last_timestamp = h.max_timestamp
                 if h.is_transactional and pid not in self.ongoing:
                     self.ongoing[pid] = h.base_offset
@@ -249,8 +281,9 @@ class ProducerStateManager:
         self.dirty = True
         return aborted
 
-    def _complete_txn(self, pid: int, epoch: int, kind: int,
-                      marker_offset: int) -> AbortedTxn | None:
+    def _complete_txn(
+        self, pid: int, epoch: int, kind: int, marker_offset: int
+    ) -> AbortedTxn | None:
         self.verifying.pop(pid, None)  # a batch verified before this marker is too late
         entry = self.producers.get(pid)
         if entry is None or epoch > entry.epoch:
@@ -299,13 +332,25 @@ class ProducerStateManager:
         """The snapshot's path and body, taken on the event loop (state may change right
         after); clears ``dirty``. ``write_snapshot_file`` does the blocking part."""
         offset = self.last_offset + 1
-        body = json.dumps({
-            "version": 2, "offset": offset,
-            "producers": {str(pid): {"epoch": e.epoch, "batches": [
-                [b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches],
-                "ts": e.last_timestamp, "ce": e.coordinator_epoch}
-                for pid, e in self.producers.items()},
-            "ongoing": {str(pid): first for pid, first in self.ongoing.items()}})
+        body = json.dumps(
+            {
+                "version": 2,
+                "offset": offset,
+                "producers": {
+                    str(pid): {
+                        "epoch": e.epoch,
+                        "batches": [
+                            [b.first_seq, b.last_seq, b.first_offset, b.last_offset]
+                            for b in e.batches
+                        ],
+                        "ts": e.last_timestamp,
+                        "ce": e.coordinator_epoch,
+                    }
+                    for pid, e in self.producers.items()
+                },
+                "ongoing": {str(pid): first for pid, first in self.ongoing.items()},
+            }
+        )
         self.dirty = False
         return self.snapshot_path(offset), body
 
@@ -349,8 +394,11 @@ class ProducerStateManager:
         except (OSError, ValueError):
             return 0  # a torn snapshot: rebuild from the log instead
         for pid, e in data.get("producers", {}).items():
-            entry = ProducerEntry(int(e["epoch"]), last_timestamp=int(e.get("ts", -1)),
-                                  coordinator_epoch=int(e.get("ce", -1)))
+            entry = ProducerEntry(
+                int(e["epoch"]),
+                last_timestamp=int(e.get("ts", -1)),
+                coordinator_epoch=int(e.get("ce", -1)),
+            )
             for fs, ls, fo, lo in e["batches"]:
                 entry.batches.append(BatchMeta(fs, ls, fo, lo))
             self.producers[int(pid)] = entry

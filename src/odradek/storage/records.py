@@ -48,7 +48,9 @@ COMPRESSION_LZ4 = 3
 COMPRESSION_ZSTD = 4
 
 Header = tuple[str, bytes | None]
-RecordInput = tuple[bytes | None, bytes | None, Sequence[Header]] | tuple[bytes | None, bytes | None]
+RecordInput = (
+    tuple[bytes | None, bytes | None, Sequence[Header]] | tuple[bytes | None, bytes | None]
+)
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
@@ -136,8 +138,9 @@ MAX_DECOMPRESSED_BATCH_BYTES = 64 << 20
 
 
 def _too_big(limit: int) -> KafkaError:
-    return KafkaError(ErrorCode.corrupt_message,
-                      f"record batch decompresses to more than {limit} bytes")
+    return KafkaError(
+        ErrorCode.corrupt_message, f"record batch decompresses to more than {limit} bytes"
+    )
 
 
 def _decompress(codec: int, data: bytes, limit: int = MAX_DECOMPRESSED_BATCH_BYTES) -> bytes:
@@ -174,8 +177,9 @@ def _decompress(codec: int, data: bytes, limit: int = MAX_DECOMPRESSED_BATCH_BYT
                 raise _too_big(limit)
             return bytes(cramjam.snappy.decompress_raw(data))
         if codec in (COMPRESSION_LZ4, COMPRESSION_ZSTD):
-            return _decompress_into(cramjam.lz4 if codec == COMPRESSION_LZ4 else cramjam.zstd,
-                                    data, limit)
+            return _decompress_into(
+                cramjam.lz4 if codec == COMPRESSION_LZ4 else cramjam.zstd, data, limit
+            )
     except cramjam.DecompressionError as e:
         raise KafkaError(ErrorCode.corrupt_message, f"codec {codec}: {e}") from None
     raise KafkaError(ErrorCode.unsupported_compression_type, f"codec {codec}")

@@ -25,8 +25,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["SegmentSummary", "RetentionDecision", "segments_to_delete",
-           "REASON_TIME", "REASON_SIZE", "REASON_LOG_START"]
+__all__ = [
+    "SegmentSummary",
+    "RetentionDecision",
+    "segments_to_delete",
+    "REASON_TIME",
+    "REASON_SIZE",
+    "REASON_LOG_START",
+]
 
 REASON_TIME = "retention.ms"
 REASON_SIZE = "retention.bytes"
@@ -103,12 +109,16 @@ def segments_to_delete(
     first, last = segments[0].base_offset, segments[count - 1].next_offset
     if count == n_time:
         reason = REASON_TIME
-        detail = (f"segments [{first}, {last}) have largest timestamps older than "
-                  f"retention.ms={retention_ms}")
+        detail = (
+            f"segments [{first}, {last}) have largest timestamps older than "
+            f"retention.ms={retention_ms}"
+        )
     elif count == n_size:
         reason = REASON_SIZE
-        detail = (f"log size {sum(s.size for s in segments)} B exceeds "
-                  f"retention.bytes={retention_bytes} by at least {size} B")
+        detail = (
+            f"log size {sum(s.size for s in segments)} B exceeds "
+            f"retention.bytes={retention_bytes} by at least {size} B"
+        )
     else:
         reason = REASON_LOG_START
         detail = f"segments [{first}, {last}) lie wholly below log start offset {log_start_offset}"

@@ -57,8 +57,9 @@ class Segment:
         self.time_index = TimeIndex(
             directory / segment_file_name(base_offset, ".timeindex"), base_offset
         )
-        self.txn_index = TransactionIndex(directory / segment_file_name(base_offset,
-                                                                        TXN_INDEX_SUFFIX))
+        self.txn_index = TransactionIndex(
+            directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX)
+        )
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.next_offset = base_offset  # last offset + 1
@@ -236,7 +237,9 @@ class Segment:
             self._bytes_since_index = 0
         self._bytes_since_index += size
 
-    def append(self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int) -> None:
+    def append(
+        self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int
+    ) -> None:
         """Write ``buf`` (whole batches, offsets already set) with one write at the end."""
         base = self.size
         _write_all(self.fd, buf, base)

@@ -147,24 +147,52 @@ class LedgerEntry:
             if h.is_control:
                 continue
             key = (self.topic, self.partition, h.base_offset, h.partition_leader_epoch, h.crc)
-            for r in decode_batch_records(memoryview(data)[h.position:h.position + h.size]):
+            for r in decode_batch_records(memoryview(data)[h.position : h.position + h.size]):
                 seq = h.base_sequence + (r.offset - h.base_offset) if h.base_sequence >= 0 else -1
-                yield LostRecord(self.topic, self.partition, r.offset, r.timestamp, r.key,
-                                 r.value, list(r.headers), h.producer_id, h.producer_epoch,
-                                 seq, h.partition_leader_epoch, key)
+                yield LostRecord(
+                    self.topic,
+                    self.partition,
+                    r.offset,
+                    r.timestamp,
+                    r.key,
+                    r.value,
+                    list(r.headers),
+                    h.producer_id,
+                    h.producer_epoch,
+                    seq,
+                    h.partition_leader_epoch,
+                    key,
+                )
 
 
-_FIELDS = ("topic", "partition", "broker_id", "start_offset", "end_offset", "truncated_to",
-           "records", "batches", "size_bytes", "data_epochs", "new_leader_id",
-           "new_leader_epoch", "high_watermark", "below_high_watermark", "reason", "time_ms",
-           "replayed", "replayed_offsets")
+_FIELDS = (
+    "topic",
+    "partition",
+    "broker_id",
+    "start_offset",
+    "end_offset",
+    "truncated_to",
+    "records",
+    "batches",
+    "size_bytes",
+    "data_epochs",
+    "new_leader_id",
+    "new_leader_epoch",
+    "high_watermark",
+    "below_high_watermark",
+    "reason",
+    "time_ms",
+    "replayed",
+    "replayed_offsets",
+)
 
 
 class TruncationLedger:
     """One per log dir (owned by the replica manager); ``record`` before truncating."""
 
-    def __init__(self, root: Path | str, broker_id: int,
-                 retention_bytes: int = DEFAULT_RETENTION_BYTES) -> None:
+    def __init__(
+        self, root: Path | str, broker_id: int, retention_bytes: int = DEFAULT_RETENTION_BYTES
+    ) -> None:
         self.root = Path(root)
         self.broker_id = broker_id
         self.retention_bytes = retention_bytes
@@ -173,9 +201,19 @@ class TruncationLedger:
     def enabled(self) -> bool:
         return self.retention_bytes != 0
 
-    def record(self, lg: Log, topic: str, partition: int, offset: int, *, reason: str,
-               new_leader_id: int = -1, new_leader_epoch: int = -1,
-               high_watermark: int = -1, now_ms: int | None = None) -> LedgerEntry | None:
+    def record(
+        self,
+        lg: Log,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        reason: str,
+        new_leader_id: int = -1,
+        new_leader_epoch: int = -1,
+        high_watermark: int = -1,
+        now_ms: int | None = None,
+    ) -> LedgerEntry | None:
         """Copy every batch ``lg.truncate_to(offset)`` is about to remove and make it
         durable. Returns the entry, or None when nothing would be removed."""
         if not self.enabled:
@@ -218,20 +256,41 @@ class TruncationLedger:
         if below:
             reason += f"; below the high watermark {high_watermark}: committed records removed"
         entry = LedgerEntry(
-            path=pdir / f"{stem}.json", topic=topic, partition=partition,
-            broker_id=self.broker_id, start_offset=start, end_offset=leo, truncated_to=offset,
-            records=sum(h.records_count for h in headers), batches=len(headers),
-            size_bytes=size, data_epochs=epochs, new_leader_id=new_leader_id,
-            new_leader_epoch=new_leader_epoch, high_watermark=high_watermark,
-            below_high_watermark=below, reason=reason, time_ms=now_ms)
+            path=pdir / f"{stem}.json",
+            topic=topic,
+            partition=partition,
+            broker_id=self.broker_id,
+            start_offset=start,
+            end_offset=leo,
+            truncated_to=offset,
+            records=sum(h.records_count for h in headers),
+            batches=len(headers),
+            size_bytes=size,
+            data_epochs=epochs,
+            new_leader_id=new_leader_id,
+            new_leader_epoch=new_leader_epoch,
+            high_watermark=high_watermark,
+            below_high_watermark=below,
+            reason=reason,
+            time_ms=now_ms,
+        )
         os.replace(tmp, entry.batches_path)  # made durable by the json's directory fsync
         _write_json_durably(entry.path, entry.to_json())  # the commit point of the entry
         fsync_dir(pdir)
         if created:
             fsync_dir(self.root)
-        logger.warning("%s-%d: %d record(s) at offsets [%d, %d) of epoch(s) %s quarantined in %s "
-                    "before truncation (%s)", topic, partition, entry.records, start, leo,
-                    epochs, entry.path, reason)
+        logger.warning(
+            "%s-%d: %d record(s) at offsets [%d, %d) of epoch(s) %s quarantined in %s "
+            "before truncation (%s)",
+            topic,
+            partition,
+            entry.records,
+            start,
+            leo,
+            epochs,
+            entry.path,
+            reason,
+        )
         self.enforce_retention(keep=entry.path)
         return entry
 
@@ -248,9 +307,16 @@ class TruncationLedger:
                 break
             if e.path == keep:
                 continue
-            logger.warning("lost-records ledger over %s=%d: dropping the oldest entry %s "
-                        "(%d record(s) of %s-%d)", RETENTION_CONFIG, self.retention_bytes,
-                        e.path, e.records, e.topic, e.partition)
+            logger.warning(
+                "lost-records ledger over %s=%d: dropping the oldest entry %s "
+                "(%d record(s) of %s-%d)",
+                RETENTION_CONFIG,
+                self.retention_bytes,
+                e.path,
+                e.records,
+                e.topic,
+                e.partition,
+            )
             e.path.unlink(missing_ok=True)  # first: the entry no longer exists
             e.batches_path.unlink(missing_ok=True)
             total -= e.size_bytes
@@ -280,8 +346,13 @@ def list_entries(root: Path | str, topic: str | None = None) -> list[LedgerEntry
     return out
 
 
-def mark_replayed(entry: LedgerEntry, *, offsets: Iterable[int] = (),
-                  complete: bool, info: dict[str, Any] | None = None) -> None:
+def mark_replayed(
+    entry: LedgerEntry,
+    *,
+    offsets: Iterable[int] = (),
+    complete: bool,
+    info: dict[str, Any] | None = None,
+) -> None:
     """Record (atomically) that ``offsets`` of the entry were re-produced; ``complete``
     marks the whole entry so later replays skip it."""
     done = sorted(set(entry.replayed_offsets) | set(offsets))
@@ -318,14 +389,15 @@ def _remove_leftovers(root: Path) -> None:
             continue
         for f in pdir.iterdir():
             if f.name.startswith(".pending-") or (
-                    f.suffix == ".batches" and not f.with_suffix(".json").exists()):
+                f.suffix == ".batches" and not f.with_suffix(".json").exists()
+            ):
                 f.unlink(missing_ok=True)
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _write_json_durably(path: Path, obj: dict[str, Any]) -> None:
@@ -337,4 +409,3 @@ def _write_json_durably(path: Path, obj: dict[str, Any]) -> None:
     finally:
         os.close(fd)
     disk.replace_durably(tmp, path)
-

@@ -32,9 +32,11 @@ MAX_ZNODE_BYTES = 1_000_000
 
 def _check_znode_size(topic: str, data: bytes) -> None:
     if len(data) > MAX_ZNODE_BYTES:
-        raise KafkaError(ErrorCode.policy_violation,
-                         f"The assignment of topic '{topic}' would take {len(data)} bytes, "
-                         f"more than a ZooKeeper znode holds ({MAX_ZNODE_BYTES}).")
+        raise KafkaError(
+            ErrorCode.policy_violation,
+            f"The assignment of topic '{topic}' would take {len(data)} bytes, "
+            f"more than a ZooKeeper znode holds ({MAX_ZNODE_BYTES}).",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,46 +54,66 @@ class NewTopicPlan:
         return len(self.assignment[0]) if self.assignment else 0
 
 
-def plan_new_topic(name: str, num_partitions: int, replication_factor: int,
-                   manual: dict[int, list[int]] | None, configs: dict[str, str],
-                   live_brokers: list[int], default_partitions: int,
-                   default_replication_factor: int) -> NewTopicPlan:
+def plan_new_topic(
+    name: str,
+    num_partitions: int,
+    replication_factor: int,
+    manual: dict[int, list[int]] | None,
+    configs: dict[str, str],
+    live_brokers: list[int],
+    default_partitions: int,
+    default_replication_factor: int,
+) -> NewTopicPlan:
     """Validate a CreateTopics entry and compute its assignment (REQ-R1, R2). Pure."""
     why = topic_name_error(name)
     if why:
         raise KafkaError(ErrorCode.invalid_topic_exception, why)
     if manual:
         if num_partitions != -1 or replication_factor != -1:
-            raise KafkaError(ErrorCode.invalid_request,
-                             "Both numPartitions or replicationFactor and replicasAssignment "
-                             "were set. Both cannot be used at the same time.")
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                "Both numPartitions or replicationFactor and replicasAssignment "
+                "were set. Both cannot be used at the same time.",
+            )
         if sorted(manual) != list(range(len(manual))):
-            raise KafkaError(ErrorCode.invalid_replica_assignment,
-                             "Partitions should be a consecutive 0-based integer sequence")
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                "Partitions should be a consecutive 0-based integer sequence",
+            )
         sizes = {len(r) for r in manual.values()}
         if len(sizes) != 1 or 0 in sizes:
-            raise KafkaError(ErrorCode.invalid_replica_assignment,
-                             "All partitions should have the same number of replicas")
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                "All partitions should have the same number of replicas",
+            )
         for p, replicas in manual.items():
             if len(set(replicas)) != len(replicas):
-                raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                 f"Duplicate replica assignment for partition {p}: {replicas}")
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Duplicate replica assignment for partition {p}: {replicas}",
+                )
             unknown = [b for b in replicas if b not in live_brokers]
             if unknown:
-                raise KafkaError(ErrorCode.broker_not_available,
-                                 f"Unknown broker(s) {unknown} in replica assignment")
+                raise KafkaError(
+                    ErrorCode.broker_not_available,
+                    f"Unknown broker(s) {unknown} in replica assignment",
+                )
         return NewTopicPlan(name, {p: list(r) for p, r in manual.items()}, configs)
     n = default_partitions if num_partitions == -1 else num_partitions
     rf = default_replication_factor if replication_factor == -1 else replication_factor
     if n <= 0:
-        raise KafkaError(ErrorCode.invalid_partitions, "Number of partitions must be larger than 0.")
+        raise KafkaError(
+            ErrorCode.invalid_partitions, "Number of partitions must be larger than 0."
+        )
     if rf <= 0:
-        raise KafkaError(ErrorCode.invalid_replication_factor,
-                         "Replication factor must be larger than 0.")
+        raise KafkaError(
+            ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0."
+        )
     if rf > len(live_brokers):
-        raise KafkaError(ErrorCode.invalid_replication_factor,
-                         f"Replication factor: {rf} larger than available brokers: "
-                         f"{len(live_brokers)}.")
+        raise KafkaError(
+            ErrorCode.invalid_replication_factor,
+            f"Replication factor: {rf} larger than available brokers: {len(live_brokers)}.",
+        )
     return NewTopicPlan(name, assign_replicas(sorted(live_brokers), n, rf), configs)
 
 
@@ -100,18 +122,20 @@ def create_topic(zk: KazooClient, plan: NewTopicPlan) -> None:
     if zk.exists(znodes.topic_path(plan.name)):
         raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{plan.name}' already exists.")
     if zk.exists(znodes.delete_topic_path(plan.name)):
-        raise KafkaError(ErrorCode.topic_already_exists,
-                         f"Topic '{plan.name}' is marked for deletion.")
+        raise KafkaError(
+            ErrorCode.topic_already_exists, f"Topic '{plan.name}' is marked for deletion."
+        )
     # Kafka refuses topics whose names collide once '.' and '_' are treated alike
     # (metric names would clash).
     canon = plan.name.replace(".", "_")
     for existing in zk.get_children(znodes.BROKER_TOPICS):
         if existing == plan.name:  # created meanwhile by another client
-            raise KafkaError(ErrorCode.topic_already_exists,
-                             f"Topic '{plan.name}' already exists.")
+            raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{plan.name}' already exists.")
         if existing.replace(".", "_") == canon:
-            raise KafkaError(ErrorCode.invalid_topic_exception,
-                             f"Topic '{plan.name}' collides with existing topic: {existing}")
+            raise KafkaError(
+                ErrorCode.invalid_topic_exception,
+                f"Topic '{plan.name}' collides with existing topic: {existing}",
+            )
     assignment = znodes.TopicAssignment(plan.name, znodes.new_kafka_uuid(), plan.assignment)
     encoded = znodes.encode_topic(assignment)
     _check_znode_size(plan.name, encoded)
@@ -124,61 +148,77 @@ def create_topic(zk: KazooClient, plan: NewTopicPlan) -> None:
     try:
         zk.create(znodes.topic_path(plan.name), encoded, makepath=True)
     except NodeExistsError:
-        raise KafkaError(ErrorCode.topic_already_exists,
-                         f"Topic '{plan.name}' already exists.") from None
+        raise KafkaError(
+            ErrorCode.topic_already_exists, f"Topic '{plan.name}' already exists."
+        ) from None
 
 
 def mark_topic_for_deletion(zk: KazooClient, topic: str) -> None:
     if not zk.exists(znodes.topic_path(topic)):
-        raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                         "This server does not host this topic-partition.")
+        raise KafkaError(
+            ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."
+        )
     try:
         zk.create(znodes.delete_topic_path(topic), b"", makepath=True)
     except NodeExistsError:
         pass  # already being deleted: Kafka answers success
 
 
-def add_partitions(zk: KazooClient, topic: str, new_total: int,
-                   manual: list[list[int]] | None, live_brokers: list[int],
-                   validate_only: bool) -> None:
+def add_partitions(
+    zk: KazooClient,
+    topic: str,
+    new_total: int,
+    manual: list[list[int]] | None,
+    live_brokers: list[int],
+    validate_only: bool,
+) -> None:
     """CreatePartitions: append partitions to ``/brokers/topics/T`` (conditional write)."""
     try:
         data, stat = zk.get(znodes.topic_path(topic))
     except NoNodeError:
-        raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                         f"The topic '{topic}' does not exist.") from None
+        raise KafkaError(
+            ErrorCode.unknown_topic_or_partition, f"The topic '{topic}' does not exist."
+        ) from None
     if zk.exists(znodes.delete_topic_path(topic)):
-        raise KafkaError(ErrorCode.invalid_topic_exception,
-                         f"The topic '{topic}' is queued for deletion.")
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception, f"The topic '{topic}' is queued for deletion."
+        )
     current = znodes.decode_topic(topic, data)
     existing = len(current.partitions)
     if new_total < existing:
-        raise KafkaError(ErrorCode.invalid_partitions,
-                         f"Topic currently has {existing} partitions, which is higher than the "
-                         f"requested {new_total}.")
+        raise KafkaError(
+            ErrorCode.invalid_partitions,
+            f"Topic currently has {existing} partitions, which is higher than the "
+            f"requested {new_total}.",
+        )
     if new_total == existing:
-        raise KafkaError(ErrorCode.invalid_partitions,
-                         f"Topic already has {existing} partitions.")
+        raise KafkaError(ErrorCode.invalid_partitions, f"Topic already has {existing} partitions.")
     rf = len(current.partitions[0])
     adding = new_total - existing
     if manual is not None:
         if len(manual) != adding:
-            raise KafkaError(ErrorCode.invalid_replica_assignment,
-                             f"Increasing the number of partitions by {adding} but "
-                             f"{len(manual)} assignments provided.")
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                f"Increasing the number of partitions by {adding} but "
+                f"{len(manual)} assignments provided.",
+            )
         for replicas in manual:
             if len(replicas) != rf or len(set(replicas)) != rf:
-                raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                 f"Inconsistent replication factor in {replicas}")
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Inconsistent replication factor in {replicas}",
+                )
             if any(b not in live_brokers for b in replicas):
-                raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                 f"Unknown broker in {replicas}")
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment, f"Unknown broker in {replicas}"
+                )
         new = {existing + i: list(r) for i, r in enumerate(manual)}
     else:
         if rf > len(live_brokers):
-            raise KafkaError(ErrorCode.invalid_replication_factor,
-                             f"Replication factor {rf} larger than available brokers "
-                             f"{len(live_brokers)}")
+            raise KafkaError(
+                ErrorCode.invalid_replication_factor,
+                f"Replication factor {rf} larger than available brokers {len(live_brokers)}",
+            )
         new = assign_replicas(sorted(live_brokers), adding, rf, start_partition_id=existing)
     merged = dict(current.partitions)
     merged.update(new)
@@ -207,9 +247,14 @@ def _decode_reassignment_leniently(data: bytes | None) -> dict[TopicPartition, l
 def merge_reassignment(zk: KazooClient, entries: dict[TopicPartition, list[int] | None]) -> None:
     """Add ``entries`` to ``/admin/reassign_partitions`` (create or conditional set), so
     that concurrent requests on other brokers are not lost."""
-    update_znode(zk, znodes.REASSIGN_PARTITIONS, lambda current: {**current, **entries},
-                 decode=_decode_reassignment_leniently, encode=znodes.encode_reassignment,
-                 attempts=_REASSIGN_CAS_ATTEMPTS)
+    update_znode(
+        zk,
+        znodes.REASSIGN_PARTITIONS,
+        lambda current: {**current, **entries},
+        decode=_decode_reassignment_leniently,
+        encode=znodes.encode_reassignment,
+        attempts=_REASSIGN_CAS_ATTEMPTS,
+    )
 
 
 def reassignment_pending(zk: KazooClient, entries: dict[TopicPartition, list[int] | None]) -> bool:
@@ -225,8 +270,9 @@ def reassignment_pending(zk: KazooClient, entries: dict[TopicPartition, list[int
     return any(tp in current and current[tp] == target for tp, target in entries.items())
 
 
-def request_election(zk: KazooClient, path: str, partitions: list[TopicPartition],
-                     deadline: float) -> bool:
+def request_election(
+    zk: KazooClient, path: str, partitions: list[TopicPartition], deadline: float
+) -> bool:
     """Create the election admin znode ``path``, waiting (until the monotonic ``deadline``)
     while an earlier request is pending. False: still pending at the deadline."""
     data = znodes.encode_partition_list(partitions)

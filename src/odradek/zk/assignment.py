@@ -52,7 +52,9 @@ def assign_replicas(
     brokers = sorted(set(broker_ids))
     n = len(brokers)
     if num_partitions < 1:
-        raise KafkaError(ErrorCode.invalid_partitions, "Number of partitions must be larger than 0.")
+        raise KafkaError(
+            ErrorCode.invalid_partitions, "Number of partitions must be larger than 0."
+        )
     if replication_factor < 1:
         raise KafkaError(
             ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0."

@@ -119,8 +119,9 @@ def _op_bytes(op: tuple[Any, ...]) -> int:
 
 
 class KafkaZkClient:
-    def __init__(self, zk: KazooClient, *, max_ops: int = MULTI_MAX_OPS,
-                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
+    def __init__(
+        self, zk: KazooClient, *, max_ops: int = MULTI_MAX_OPS, max_in_flight: int = MAX_IN_FLIGHT
+    ) -> None:
         self.zk = zk
         self.max_ops = max(2, max_ops)
         self.max_in_flight = max(1, max_in_flight)
@@ -128,8 +129,11 @@ class KafkaZkClient:
         self._multi_read = True  # False once the server said it has no multiRead (< 3.6)
 
     # ================================================================= reads
-    def read(self, ops: Sequence[ReadOp], timeout_s: float = REQUEST_TIMEOUT_S,
-             ) -> list[ReadResult]:
+    def read(
+        self,
+        ops: Sequence[ReadOp],
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> list[ReadResult]:
         """Results of ``ops`` in order: ``(data, stat)``, a list of children, or the
         exception for that slot (``NoNodeError()``). Pipelined multiReads."""
         if not ops:
@@ -143,10 +147,10 @@ class KafkaZkClient:
         return self._read_single(ops, timeout_s)
 
     def _read_multi(self, ops: Sequence[ReadOp], timeout_s: float) -> list[ReadResult]:
-        chunks = [ops[i:i + self.max_ops] for i in range(0, len(ops), self.max_ops)]
+        chunks = [ops[i : i + self.max_ops] for i in range(0, len(ops), self.max_ops)]
         out: list[ReadResult] = []
         for w in range(0, len(chunks), self.max_in_flight):
-            window = chunks[w:w + self.max_in_flight]
+            window = chunks[w : w + self.max_in_flight]
             futures = [multi_read_async(self.zk, c) for c in window]
             self.stats.requests += len(window)
             self.stats.ops += sum(len(c) for c in window)
@@ -173,8 +177,11 @@ class KafkaZkClient:
                 out.append(e)
         return out
 
-    def get_data(self, path: str, watch: Callable[..., Any] | None = None,
-                 ) -> tuple[bytes, Any] | None:
+    def get_data(
+        self,
+        path: str,
+        watch: Callable[..., Any] | None = None,
+    ) -> tuple[bytes, Any] | None:
         """One znode's data and stat (None if absent); ``watch`` is kazoo's one-shot."""
         self._count(1)
         try:
@@ -195,22 +202,28 @@ class KafkaZkClient:
         self.stats.round_trips += 1
 
     # ----------------------------------------------------------------- typed reads
-    def get_partition_states(self, tps: Iterable[TopicPartition],
-                             timeout_s: float = REQUEST_TIMEOUT_S,
-                             ) -> dict[TopicPartition, tuple[znodes.PartitionState, int]]:
+    def get_partition_states(
+        self,
+        tps: Iterable[TopicPartition],
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> dict[TopicPartition, tuple[znodes.PartitionState, int]]:
         """State and znode version of each partition that has a state znode."""
-        return {tp: (st, version) for tp, (st, version, _) in
-                self.get_partition_states_mzxid(tps, timeout_s).items()}
+        return {
+            tp: (st, version)
+            for tp, (st, version, _) in self.get_partition_states_mzxid(tps, timeout_s).items()
+        }
 
-    def get_partition_states_mzxid(self, tps: Iterable[TopicPartition],
-                                   timeout_s: float = REQUEST_TIMEOUT_S,
-                                   ) -> dict[TopicPartition, tuple[znodes.PartitionState, int,
-                                                                   int]]:
+    def get_partition_states_mzxid(
+        self,
+        tps: Iterable[TopicPartition],
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> dict[TopicPartition, tuple[znodes.PartitionState, int, int]]:
         """State, znode version and the zxid of its last write (``mzxid``), for each
         partition that has a state znode."""
         keys = list(tps)
-        results = self.read([(GET_DATA, znodes.partition_state_path(t, p)) for t, p in keys],
-                            timeout_s)
+        results = self.read(
+            [(GET_DATA, znodes.partition_state_path(t, p)) for t, p in keys], timeout_s
+        )
         out: dict[TopicPartition, tuple[znodes.PartitionState, int, int]] = {}
         for tp, r in zip(keys, results):
             if isinstance(r, tuple):
@@ -220,21 +233,25 @@ class KafkaZkClient:
     def get_topic_assignments(self, topics: Iterable[str]) -> dict[str, znodes.TopicAssignment]:
         names = list(topics)
         results = self.read([(GET_DATA, znodes.topic_path(t)) for t in names])
-        return {t: znodes.decode_topic(t, r[0])
-                for t, r in zip(names, results) if isinstance(r, tuple)}
+        return {
+            t: znodes.decode_topic(t, r[0]) for t, r in zip(names, results) if isinstance(r, tuple)
+        }
 
     def get_topic_configs(self, topics: Iterable[str]) -> dict[str, dict[str, str]]:
         """Each topic's overrides (``{}`` when ``/config/topics/T`` is absent)."""
         names = list(topics)
         results = self.read([(GET_DATA, znodes.topic_config_path(t)) for t in names])
-        return {t: znodes.decode_topic_config(r[0]) if isinstance(r, tuple) else {}
-                for t, r in zip(names, results)}
+        return {
+            t: znodes.decode_topic_config(r[0]) if isinstance(r, tuple) else {}
+            for t, r in zip(names, results)
+        }
 
     def get_broker_registrations(self) -> dict[int, znodes.BrokerRegistration]:
         ids = sorted(int(c) for c in self.get_children(znodes.BROKER_IDS) if c.isdigit())
         results = self.read([(GET_DATA, znodes.broker_path(b)) for b in ids])
-        return {b: znodes.decode_broker(b, r[0])
-                for b, r in zip(ids, results) if isinstance(r, tuple)}
+        return {
+            b: znodes.decode_broker(b, r[0]) for b, r in zip(ids, results) if isinstance(r, tuple)
+        }
 
     def get_broker_ids(self) -> set[int]:
         return {int(c) for c in self.get_children(znodes.BROKER_IDS) if c.isdigit()}
@@ -260,9 +277,11 @@ class KafkaZkClient:
             return []
 
     # ----------------------------------------------------------------- notifications
-    def list_leader_and_isr_notifications(self, watch: Callable[..., Any] | None = None,
-                                          after: int = -1,
-                                          ) -> tuple[list[tuple[int, str]], int]:
+    def list_leader_and_isr_notifications(
+        self,
+        watch: Callable[..., Any] | None = None,
+        after: int = -1,
+    ) -> tuple[list[tuple[int, str]], int]:
         """-> ([(sequence, name)] sorted, purged_through), only sequences > ``after``.
         The listing is sent before the read of the purge mark, and ZooKeeper answers a
         session's requests in order, so the mark is at least as new as the listing: a
@@ -284,8 +303,10 @@ class KafkaZkClient:
         named = sorted((znodes.leader_and_isr_sequence(c), c) for c in children if c > floor)
         return [(s, c) for s, c in named if s >= 0], znodes.decode_leader_and_isr_purge(data)
 
-    def read_leader_and_isr_notifications(self, names: Sequence[str],
-                                          ) -> list[list[znodes.PartitionStateChange]] | None:
+    def read_leader_and_isr_notifications(
+        self,
+        names: Sequence[str],
+    ) -> list[list[znodes.PartitionStateChange]] | None:
         """The changes listed by each notification, in the order given; None if one of
         them is gone (purged after it was listed: the caller must re-read everything)."""
         base = znodes.LEADER_AND_ISR_NOTIFICATION
@@ -314,10 +335,14 @@ class KafkaZkClient:
             data, stat = got
             epoch = znodes.decode_controller_epoch(data) + 1
             tx = self.zk.transaction()
-            tx.create(znodes.CONTROLLER, znodes.encode_controller(
-                znodes.ControllerRegistration(broker_id)), ephemeral=True)
-            tx.set_data(znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(epoch),
-                        version=stat.version)
+            tx.create(
+                znodes.CONTROLLER,
+                znodes.encode_controller(znodes.ControllerRegistration(broker_id)),
+                ephemeral=True,
+            )
+            tx.set_data(
+                znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(epoch), version=stat.version
+            )
             self._count(1)
             res = tx.commit()
             if not any(isinstance(r, Exception) for r in res):
@@ -325,24 +350,35 @@ class KafkaZkClient:
             if isinstance(res[0], NodeExistsError):
                 return None
             if not isinstance(res[1], BadVersionError):  # pragma: no cover - unexpected
-                raise next(r for r in res if isinstance(r, Exception)
-                           and not isinstance(r, (RolledBackError, RuntimeInconsistency)))
+                raise next(
+                    r
+                    for r in res
+                    if isinstance(r, Exception)
+                    and not isinstance(r, (RolledBackError, RuntimeInconsistency))
+                )
             # Another controller bumped the epoch meanwhile: read it again.
 
     # ================================================================= writes
-    def create_partition_states(self, writes: Sequence[StateWrite], *, fence: int | None,
-                                writer: int) -> StateWriteResult:
+    def create_partition_states(
+        self, writes: Sequence[StateWrite], *, fence: int | None, writer: int
+    ) -> StateWriteResult:
         """Create state znodes of new partitions (their parents first, Kafka's
         ``createTopicPartitionStatesRaw``). ``fence``: our ``/controller_epoch`` version."""
         if not writes:
             return StateWriteResult()
         topics = sorted({w.topic for w in writes})
-        listing = self.read([(GET_CHILDREN, znodes.topic_path(t)) for t in topics]
-                            + [(GET_CHILDREN, znodes.topic_partitions_path(t)) for t in topics])
-        has_parts_dir = {t: isinstance(r, list) and "partitions" in r
-                         for t, r in zip(topics, listing[:len(topics)])}
-        existing = {t: set(r) if isinstance(r, list) else set()
-                    for t, r in zip(topics, listing[len(topics):])}
+        listing = self.read(
+            [(GET_CHILDREN, znodes.topic_path(t)) for t in topics]
+            + [(GET_CHILDREN, znodes.topic_partitions_path(t)) for t in topics]
+        )
+        has_parts_dir = {
+            t: isinstance(r, list) and "partitions" in r
+            for t, r in zip(topics, listing[: len(topics)])
+        }
+        existing = {
+            t: set(r) if isinstance(r, list) else set()
+            for t, r in zip(topics, listing[len(topics) :])
+        }
         parents: list[_Item] = []
         for t in topics:
             if not has_parts_dir[t]:
@@ -363,9 +399,14 @@ class KafkaZkClient:
             items.append(_Item(w.tp, [("create", path, data)], note))
         return self._state_result(self._run(items, fence=fence, writer=writer))
 
-    def update_partition_states(self, writes: Sequence[StateWrite], *, fence: int | None,
-                                writer: int, timeout_s: float = REQUEST_TIMEOUT_S,
-                                ) -> StateWriteResult:
+    def update_partition_states(
+        self,
+        writes: Sequence[StateWrite],
+        *,
+        fence: int | None,
+        writer: int,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> StateWriteResult:
         """Conditional writes of existing state znodes (Kafka's ``updateLeaderAndIsr``):
         each on its ``expected_version``, each chunk fenced by ``fence`` (None: not the
         controller, e.g. a leader writing its ISR)."""
@@ -373,29 +414,38 @@ class KafkaZkClient:
         for w in writes:
             data = znodes.encode_partition_state(w.state)
             path = znodes.partition_state_path(w.topic, w.partition)
-            note = znodes.PartitionStateChange(w.topic, w.topic_id, w.partition, w.state,
-                                               w.expected_version + 1)
+            note = znodes.PartitionStateChange(
+                w.topic, w.topic_id, w.partition, w.state, w.expected_version + 1
+            )
             items.append(_Item(w.tp, [("set_data", path, data, w.expected_version)], note))
-        return self._state_result(self._run(items, fence=fence, writer=writer,
-                                            timeout_s=timeout_s))
+        return self._state_result(self._run(items, fence=fence, writer=writer, timeout_s=timeout_s))
 
-    def update_isr(self, write: StateWrite, writer: int,
-                   timeout_s: float = REQUEST_TIMEOUT_S) -> int:
+    def update_isr(
+        self, write: StateWrite, writer: int, timeout_s: float = REQUEST_TIMEOUT_S
+    ) -> int:
         """A leader's ISR change (REQ-R6): one conditional write plus its notification,
         not fenced by the controller epoch (Kafka's leaders write the state znode
         themselves). Returns the new znode version; raises ``BadVersionError`` /
         ``NoNodeError`` when the znode is not at ``write.expected_version``."""
-        result = self.update_partition_states([write], fence=None, writer=writer,
-                                              timeout_s=timeout_s)
+        result = self.update_partition_states(
+            [write], fence=None, writer=writer, timeout_s=timeout_s
+        )
         if write.tp in result.versions:
             return result.versions[write.tp]
         if write.tp in result.conflicts:
             raise BadVersionError()
         raise NoNodeError()
 
-    def update_topic_and_states(self, topic: str, topic_data: bytes, topic_version: int,
-                                writes: Sequence[StateWrite], *, fence: int,
-                                writer: int) -> bool:
+    def update_topic_and_states(
+        self,
+        topic: str,
+        topic_data: bytes,
+        topic_version: int,
+        writes: Sequence[StateWrite],
+        *,
+        fence: int,
+        writer: int,
+    ) -> bool:
         """One fenced transaction: the topic znode (conditional on ``topic_version``),
         the state znodes of ``writes`` (each conditional) and their ``leader_and_isr``
         notification -- a reassignment step (KIP-455) that must land whole. False: some
@@ -404,19 +454,29 @@ class KafkaZkClient:
         tx.check(znodes.CONTROLLER_EPOCH, fence)
         notes = []
         for w in writes:
-            tx.set_data(znodes.partition_state_path(w.topic, w.partition),
-                        znodes.encode_partition_state(w.state), version=w.expected_version)
-            notes.append(znodes.PartitionStateChange(w.topic, w.topic_id, w.partition, w.state,
-                                                     w.expected_version + 1))
+            tx.set_data(
+                znodes.partition_state_path(w.topic, w.partition),
+                znodes.encode_partition_state(w.state),
+                version=w.expected_version,
+            )
+            notes.append(
+                znodes.PartitionStateChange(
+                    w.topic, w.topic_id, w.partition, w.state, w.expected_version + 1
+                )
+            )
         tx.set_data(znodes.topic_path(topic), topic_data, version=topic_version)
         if notes:
-            tx.create(znodes.LEADER_AND_ISR_PREFIX, znodes.encode_leader_and_isr(notes, writer),
-                      sequence=True)
+            tx.create(
+                znodes.LEADER_AND_ISR_PREFIX,
+                znodes.encode_leader_and_isr(notes, writer),
+                sequence=True,
+            )
         self.stats.ops += len(tx.operations)
         self._count(1)
         res = tx.commit()
         if isinstance(res[0], Exception) and not isinstance(
-                res[0], (RolledBackError, RuntimeInconsistency)):
+            res[0], (RolledBackError, RuntimeInconsistency)
+        ):
             raise ControllerMovedError()
         return not any(isinstance(r, Exception) for r in res)
 
@@ -444,12 +504,12 @@ class KafkaZkClient:
             listing = self.read([(GET_CHILDREN, p) for p in level])
             present = [p for p, r in zip(level, listing) if isinstance(r, list)]
             levels.append(present)
-            level = [f"{p}/{c}" for p, r in zip(level, listing) if isinstance(r, list)
-                     for c in r]
+            level = [f"{p}/{c}" for p, r in zip(level, listing) if isinstance(r, list) for c in r]
         self.delete_paths([p for lvl in reversed(levels) for p in lvl], fence=fence)
 
-    def purge_leader_and_isr_notifications(self, names: Sequence[tuple[int, str]], *,
-                                           fence: int | None) -> None:
+    def purge_leader_and_isr_notifications(
+        self, names: Sequence[tuple[int, str]], *, fence: int | None
+    ) -> None:
         """Delete the given notifications. The purge mark (the highest sequence deleted)
         is set first, in the first transaction: a reader who has not processed that far
         then knows it may have missed one, before any is actually gone."""
@@ -513,13 +573,22 @@ class KafkaZkClient:
                     tx.delete(op[1], version=op[2])
         notes = [it.note for it in chunk if it.note is not None]
         if notes:
-            tx.create(znodes.LEADER_AND_ISR_PREFIX, znodes.encode_leader_and_isr(notes, writer),
-                      sequence=True)
+            tx.create(
+                znodes.LEADER_AND_ISR_PREFIX,
+                znodes.encode_leader_and_isr(notes, writer),
+                sequence=True,
+            )
         self.stats.ops += len(tx.operations)
         return tx.commit_async()
 
-    def _run(self, items: list[_Item], *, fence: int | None, writer: int,
-             timeout_s: float = REQUEST_TIMEOUT_S) -> dict[Hashable, Any]:
+    def _run(
+        self,
+        items: list[_Item],
+        *,
+        fence: int | None,
+        writer: int,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> dict[Hashable, Any]:
         """Commit ``items`` in chunked transactions, ``max_in_flight`` at once. Returns
         per key: the last operation's result (new version for set_data, 0 for create,
         True for delete) or the exception of the operation that failed."""
@@ -529,7 +598,7 @@ class KafkaZkClient:
             retry: list[_Item] = []
             chunks = self._chunks(pending, fence is not None)
             for w in range(0, len(chunks), self.max_in_flight):
-                window = chunks[w:w + self.max_in_flight]
+                window = chunks[w : w + self.max_in_flight]
                 sent = [(c, self._send(c, fence, writer)) for c in window]
                 self.stats.requests += len(window)
                 self.stats.round_trips += 1
@@ -568,18 +637,35 @@ class KafkaZkClient:
         return again
 
     @staticmethod
-    def _settle(chunk: list[_Item], res: list[Any], fenced: bool,
-                results: dict[Hashable, Any], retry: list[_Item]) -> bool:
+    def _settle(
+        chunk: list[_Item],
+        res: list[Any],
+        fenced: bool,
+        results: dict[Hashable, Any],
+        retry: list[_Item],
+    ) -> bool:
         """Record one transaction's outcome; True if the controller fence failed."""
         offset = 1 if fenced else 0
-        failed = next((i for i, r in enumerate(res) if isinstance(r, Exception)
-                       and not isinstance(r, (RolledBackError, RuntimeInconsistency))), None)
+        failed = next(
+            (
+                i
+                for i, r in enumerate(res)
+                if isinstance(r, Exception)
+                and not isinstance(r, (RolledBackError, RuntimeInconsistency))
+            ),
+            None,
+        )
         if failed is None:
             i = offset
             for it in chunk:
                 last = res[i + len(it.ops) - 1]
-                results[it.key] = (last.version if hasattr(last, "version")
-                                   else 0 if isinstance(last, str) else last)
+                results[it.key] = (
+                    last.version
+                    if hasattr(last, "version")
+                    else 0
+                    if isinstance(last, str)
+                    else last
+                )
                 i += len(it.ops)
             return False
         if fenced and failed == 0:

@@ -102,8 +102,7 @@ def multi_read_async(zk: KazooClient, ops: Sequence[ReadOp]) -> Any:
 
     Paths are given without the client's chroot (like every kazoo call); it is added
     here because ``_call`` bypasses kazoo's path handling."""
-    request = MultiRead([(kind, zk.chroot + path if zk.chroot else path)
-                         for kind, path in ops])
+    request = MultiRead([(kind, zk.chroot + path if zk.chroot else path) for kind, path in ops])
     result = zk.handler.async_result()
     zk._call(request, result)
     return result

@@ -47,10 +47,22 @@ from odradek.zk.cas import change_entity_config, purge_expired_changes, update_z
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ACL_CHANGE_ROOTS", "LITERAL_ACL_ROOT", "PREFIXED_ACL_ROOT", "acl_path",
-    "decode_acl_change", "decode_acls", "encode_acls", "read_acls", "read_all_acls",
-    "update_acls", "read_user_config", "read_all_user_configs", "update_user_config",
-    "sanitize_user", "unsanitize_user", "USERS_ROOT",
+    "ACL_CHANGE_ROOTS",
+    "LITERAL_ACL_ROOT",
+    "PREFIXED_ACL_ROOT",
+    "acl_path",
+    "decode_acl_change",
+    "decode_acls",
+    "encode_acls",
+    "read_acls",
+    "read_all_acls",
+    "update_acls",
+    "read_user_config",
+    "read_all_user_configs",
+    "update_user_config",
+    "sanitize_user",
+    "unsanitize_user",
+    "USERS_ROOT",
 ]
 
 LITERAL_ACL_ROOT = "/kafka-acl"
@@ -60,9 +72,16 @@ EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 ACL_CHANGE_ROOTS = (LITERAL_CHANGES, EXTENDED_CHANGES)
 CHANGE_PREFIX = "acl_changes_"
 USERS_ROOT = "/config/users"
-_STORABLE_TYPES = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER,
-                   ResourceType.TRANSACTIONAL_ID, ResourceType.DELEGATION_TOKEN,
-                   ResourceType.USER, ResourceType.SUBJECT, ResourceType.REGISTRY)
+_STORABLE_TYPES = (
+    ResourceType.TOPIC,
+    ResourceType.GROUP,
+    ResourceType.CLUSTER,
+    ResourceType.TRANSACTIONAL_ID,
+    ResourceType.DELEGATION_TOKEN,
+    ResourceType.USER,
+    ResourceType.SUBJECT,
+    ResourceType.REGISTRY,
+)
 
 
 # ------------------------------------------------------------------------ ACL codecs
@@ -75,15 +94,22 @@ def _check_name(name: str) -> None:
 
 def acl_path(pattern: ResourcePattern) -> str:
     _check_name(pattern.name)
-    root = {PatternType.LITERAL: LITERAL_ACL_ROOT,
-            PatternType.PREFIXED: PREFIXED_ACL_ROOT}[pattern.pattern_type]
+    root = {PatternType.LITERAL: LITERAL_ACL_ROOT, PatternType.PREFIXED: PREFIXED_ACL_ROOT}[
+        pattern.pattern_type
+    ]
     return f"{root}/{pascal_name(pattern.resource_type)}/{pattern.name}"
 
 
 def encode_acls(entries: frozenset[AccessControlEntry] | set[AccessControlEntry]) -> bytes:
-    acls = [{"principal": e.principal, "permissionType": pascal_name(e.permission_type),
-             "operation": pascal_name(e.operation), "host": e.host}
-            for e in sorted(entries, key=str)]
+    acls = [
+        {
+            "principal": e.principal,
+            "permissionType": pascal_name(e.permission_type),
+            "operation": pascal_name(e.operation),
+            "host": e.host,
+        }
+        for e in sorted(entries, key=str)
+    ]
     return json.dumps({"version": 1, "acls": acls}, separators=(",", ":")).encode()
 
 
@@ -95,18 +121,26 @@ def decode_acls(data: bytes | None) -> frozenset[AccessControlEntry]:
         raise ValueError("unsupported ACL znode version")
     out = set()
     for item in obj.get("acls") or ():
-        out.add(AccessControlEntry(
-            str(item["principal"]), str(item["host"]),
-            AclOperation(parse_enum(AclOperation, item["operation"])),
-            AclPermissionType(parse_enum(AclPermissionType, item["permissionType"]))))
+        out.add(
+            AccessControlEntry(
+                str(item["principal"]),
+                str(item["host"]),
+                AclOperation(parse_enum(AclOperation, item["operation"])),
+                AclPermissionType(parse_enum(AclPermissionType, item["permissionType"])),
+            )
+        )
     return frozenset(out)
 
 
 def _encode_change(pattern: ResourcePattern) -> tuple[str, bytes]:
     if pattern.pattern_type == PatternType.LITERAL:
         return LITERAL_CHANGES, f"{pascal_name(pattern.resource_type)}:{pattern.name}".encode()
-    body = {"version": 1, "resourceType": pascal_name(pattern.resource_type),
-            "name": pattern.name, "patternType": pattern.pattern_type.name}
+    body = {
+        "version": 1,
+        "resourceType": pascal_name(pattern.resource_type),
+        "name": pattern.name,
+        "patternType": pattern.pattern_type.name,
+    }
     return EXTENDED_CHANGES, json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -116,17 +150,21 @@ def decode_acl_change(root: str, data: bytes) -> ResourcePattern:
         rtype, sep, name = text.partition(":")
         if not sep:
             raise ValueError(f"expected ResourceType:ResourceName, got {text!r}")
-        return ResourcePattern(ResourceType(parse_enum(ResourceType, rtype)), name,
-                               PatternType.LITERAL)
+        return ResourcePattern(
+            ResourceType(parse_enum(ResourceType, rtype)), name, PatternType.LITERAL
+        )
     obj = json.loads(text)
-    return ResourcePattern(ResourceType(parse_enum(ResourceType, obj["resourceType"])),
-                           str(obj["name"]),
-                           PatternType(parse_enum(PatternType, obj["patternType"])))
+    return ResourcePattern(
+        ResourceType(parse_enum(ResourceType, obj["resourceType"])),
+        str(obj["name"]),
+        PatternType(parse_enum(PatternType, obj["patternType"])),
+    )
 
 
 # ------------------------------------------------------------------------ ACL I/O
-def read_acls(zk: KazooClient, pattern: ResourcePattern
-              ) -> tuple[frozenset[AccessControlEntry], int | None]:
+def read_acls(
+    zk: KazooClient, pattern: ResourcePattern
+) -> tuple[frozenset[AccessControlEntry], int | None]:
     try:
         data, stat = zk.get(acl_path(pattern))
     except NoNodeError:
@@ -134,12 +172,15 @@ def read_acls(zk: KazooClient, pattern: ResourcePattern
     return decode_acls(data), stat.version
 
 
-def read_all_acls(zk: KazooClient, only: frozenset[ResourceType] | None = None
-                  ) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+def read_all_acls(
+    zk: KazooClient, only: frozenset[ResourceType] | None = None
+) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
     """Every binding in the store (``only``: only resources of these types)."""
     out: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
-    for root, ptype in ((LITERAL_ACL_ROOT, PatternType.LITERAL),
-                        (PREFIXED_ACL_ROOT, PatternType.PREFIXED)):
+    for root, ptype in (
+        (LITERAL_ACL_ROOT, PatternType.LITERAL),
+        (PREFIXED_ACL_ROOT, PatternType.PREFIXED),
+    ):
         try:
             types = zk.get_children(root)
         except NoNodeError:
@@ -178,7 +219,7 @@ def latest_change_sequence(zk: KazooClient) -> dict[str, int]:
 
 def _seq(child: str) -> int:
     try:
-        return int(child[len(CHANGE_PREFIX):])
+        return int(child[len(CHANGE_PREFIX) :])
     except ValueError:
         return -1
 
@@ -207,18 +248,25 @@ def changes_after(
     return out
 
 
-def update_acls(zk: KazooClient, pattern: ResourcePattern,
-                add: frozenset[AccessControlEntry] = frozenset(),
-                remove: frozenset[AccessControlEntry] = frozenset()
-                ) -> frozenset[AccessControlEntry]:
+def update_acls(
+    zk: KazooClient,
+    pattern: ResourcePattern,
+    add: frozenset[AccessControlEntry] = frozenset(),
+    remove: frozenset[AccessControlEntry] = frozenset(),
+) -> frozenset[AccessControlEntry]:
     """Add and remove entries of one resource pattern, conditionally on the version read
     (a lost race re-reads and re-applies; a pattern left with no entry loses its znode);
     then notify every broker. Returns the new entries."""
     if pattern.resource_type not in _STORABLE_TYPES:
         raise ValueError(f"resource type {pattern.resource_type.name} cannot have ACLs")
-    done = update_znode(zk, acl_path(pattern), lambda current: (current | add) - remove,
-                        decode=decode_acls, encode=lambda new: encode_acls(new) if new else None,
-                        skip_unchanged=True)
+    done = update_znode(
+        zk,
+        acl_path(pattern),
+        lambda current: (current | add) - remove,
+        decode=decode_acls,
+        encode=lambda new: encode_acls(new) if new else None,
+        skip_unchanged=True,
+    )
     if done.written:
         root, body = _encode_change(pattern)
         zk.create(f"{root}/{CHANGE_PREFIX}", body, sequence=True, makepath=True)
@@ -229,8 +277,11 @@ def update_acls(zk: KazooClient, pattern: ResourcePattern,
 # ------------------------------------------------------------------------ users
 def sanitize_user(name: str) -> str:
     """Kafka's Sanitizer: URL-encode the name so any principal name is one znode name."""
-    return urllib.parse.quote(name, safe="").replace(".", "%2E") if name in (".", "..") \
+    return (
+        urllib.parse.quote(name, safe="").replace(".", "%2E")
+        if name in (".", "..")
         else urllib.parse.quote(name, safe="")
+    )
 
 
 def unsanitize_user(name: str) -> str:
@@ -276,8 +327,9 @@ def read_all_user_configs(zk: KazooClient) -> dict[str, dict[str, str]]:
     return out
 
 
-def update_user_config(zk: KazooClient, name: str, set_keys: dict[str, str],
-                       delete_keys: set[str]) -> dict[str, str]:
+def update_user_config(
+    zk: KazooClient, name: str, set_keys: dict[str, str], delete_keys: set[str]
+) -> dict[str, str]:
     """Set and delete keys of ``/config/users/<name>`` (conditional write), then add the
     config change notification. Returns the new config."""
     _user_path(name)  # refuses an empty name
@@ -287,8 +339,7 @@ def update_user_config(zk: KazooClient, name: str, set_keys: dict[str, str],
         new.update(set_keys)
         return new
 
-    return change_entity_config(zk, f"users/{sanitize_user(name)}", change,
-                                skip_unchanged=True)
+    return change_entity_config(zk, f"users/{sanitize_user(name)}", change, skip_unchanged=True)
 
 
 def watch_paths() -> tuple[str, ...]:
@@ -301,8 +352,11 @@ def acl_store_paths() -> tuple[str, ...]:
     type. Created at start so that, with ``zookeeper.set.acl``, they carry the brokers'
     ACLs: a path left to be created on the first CreateAcls could be created first by
     any ZooKeeper client (the ZooKeeper root is world-writable) with its own ACL."""
-    return tuple(f"{root}/{pascal_name(t)}" for root in (LITERAL_ACL_ROOT, PREFIXED_ACL_ROOT)
-                 for t in _STORABLE_TYPES)
+    return tuple(
+        f"{root}/{pascal_name(t)}"
+        for root in (LITERAL_ACL_ROOT, PREFIXED_ACL_ROOT)
+        for t in _STORABLE_TYPES
+    )
 
 
 def ensure_paths(zk: KazooClient) -> None:

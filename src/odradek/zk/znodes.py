@@ -199,7 +199,9 @@ class BrokerRegistration:
     )
 
     @staticmethod
-    def plaintext(broker_id: int, host: str, port: int, rack: str | None = None) -> BrokerRegistration:
+    def plaintext(
+        broker_id: int, host: str, port: int, rack: str | None = None
+    ) -> BrokerRegistration:
         return BrokerRegistration(broker_id, host, port, (f"PLAINTEXT://{host}:{port}",), rack)
 
 
@@ -322,8 +324,10 @@ def encode_partition_state(s: PartitionState) -> bytes:
     # Kafka's compact JSON, key order included, formatted directly: a controller batch
     # encodes thousands of these, and json.dumps of a dict costs ~5x more.
     isr = ",".join(str(int(b)) for b in s.isr)
-    return (f'{{"controller_epoch":{int(s.controller_epoch)},"leader":{int(s.leader)},'
-            f'"version":1,"leader_epoch":{int(s.leader_epoch)},"isr":[{isr}]}}').encode()
+    return (
+        f'{{"controller_epoch":{int(s.controller_epoch)},"leader":{int(s.leader)},'
+        f'"version":1,"leader_epoch":{int(s.leader_epoch)},"isr":[{isr}]}}'
+    ).encode()
 
 
 def decode_partition_state(data: bytes) -> PartitionState:
@@ -363,12 +367,19 @@ def encode_leader_and_isr(changes: list[PartitionStateChange], writer: int) -> b
             entry = by_topic[ch.topic] = {
                 "topic": ch.topic,
                 "topic_id": uuid_to_kafka(ch.topic_id) if ch.topic_id else None,
-                "partitions": []}
+                "partitions": [],
+            }
         s = ch.state
-        entry["partitions"].append({
-            "partition": ch.partition, "controller_epoch": s.controller_epoch,
-            "leader": s.leader, "leader_epoch": s.leader_epoch, "isr": list(s.isr),
-            "zk_version": ch.zk_version})
+        entry["partitions"].append(
+            {
+                "partition": ch.partition,
+                "controller_epoch": s.controller_epoch,
+                "leader": s.leader,
+                "leader_epoch": s.leader_epoch,
+                "isr": list(s.isr),
+                "zk_version": ch.zk_version,
+            }
+        )
     return _dumps({"version": 1, "broker": writer, "topics": list(by_topic.values())})
 
 
@@ -386,9 +397,17 @@ def decode_leader_and_isr(data: bytes) -> list[PartitionStateChange]:
                     leader=int(_field(p, "leader", what)),
                     leader_epoch=int(_field(p, "leader_epoch", what)),
                     isr=[int(b) for b in _field(p, "isr", what)],
-                    controller_epoch=int(_field(p, "controller_epoch", what)))
-                out.append(PartitionStateChange(topic, topic_id, int(_field(p, "partition", what)),
-                                                state, int(_field(p, "zk_version", what))))
+                    controller_epoch=int(_field(p, "controller_epoch", what)),
+                )
+                out.append(
+                    PartitionStateChange(
+                        topic,
+                        topic_id,
+                        int(_field(p, "partition", what)),
+                        state,
+                        int(_field(p, "zk_version", what)),
+                    )
+                )
     except (TypeError, ValueError, AttributeError) as e:
         raise KafkaError(ErrorCode.unknown_server_error, f"{what}: {e}") from e
     return out
@@ -403,9 +422,9 @@ def leader_and_isr_sequence(name: str) -> int:
     """``leader_and_isr_0000000042`` -> 42 (ZooKeeper's 10-digit sequential suffix);
     -1 for a name that is not a notification."""
     prefix = LEADER_AND_ISR_PREFIX.rsplit("/", 1)[1]
-    if not name.startswith(prefix) or not name[len(prefix):].isdigit():
+    if not name.startswith(prefix) or not name[len(prefix) :].isdigit():
         return -1
-    return int(name[len(prefix):])
+    return int(name[len(prefix) :])
 
 
 def encode_leader_and_isr_purge(purged_through: int) -> bytes:
@@ -421,8 +440,9 @@ def decode_leader_and_isr_purge(data: bytes | None) -> int:
     try:
         return int(_loads(data, "leader_and_isr purge").get("purged_through", -1))
     except (TypeError, ValueError):
-        raise KafkaError(ErrorCode.unknown_server_error,
-                         f"leader_and_isr purge: {data[:100]!r}") from None
+        raise KafkaError(
+            ErrorCode.unknown_server_error, f"leader_and_isr purge: {data[:100]!r}"
+        ) from None
 
 
 # --------------------------------------------------------------------------- configs
@@ -554,9 +574,15 @@ def encode_reassignment(entries: dict[tuple[str, int], list[int] | None]) -> byt
     ``"replicas": null`` asks the controller to cancel the partition's reassignment: an
     Odradek extension of the same JSON (Kafka's brokers pass cancellations to their
     controller over RPC; ours talk to it through ZooKeeper)."""
-    return _dumps({"version": 1, "partitions": [
-        {"topic": t, "partition": p, "replicas": None if r is None else list(r)}
-        for (t, p), r in sorted(entries.items())]})
+    return _dumps(
+        {
+            "version": 1,
+            "partitions": [
+                {"topic": t, "partition": p, "replicas": None if r is None else list(r)}
+                for (t, p), r in sorted(entries.items())
+            ],
+        }
+    )
 
 
 def decode_reassignment(data: bytes) -> dict[tuple[str, int], list[int] | None]:

@@ -11,8 +11,9 @@ import pytest
 from odradek.broker import stall_detector
 
 
-def test_reports_a_blocking_call_with_its_stack(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reports_a_blocking_call_with_its_stack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     report = tmp_path / "stalls.txt"
     monkeypatch.setenv(stall_detector.ENV, "50")
     monkeypatch.setenv(stall_detector.ENV_FILE, str(report))
@@ -30,7 +31,8 @@ def test_reports_a_blocking_call_with_its_stack(tmp_path: Path,
         # detector's report of the blocking call.
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and (
-                not report.exists() or "block_the_loop" not in report.read_text()):
+            not report.exists() or "block_the_loop" not in report.read_text()
+        ):
             await asyncio.sleep(0.01)
         det.stop()
         return det.stalls

@@ -36,15 +36,26 @@ class CountingPartitions(dict[tuple[str, int], Partition]):
         return super().items()
 
 
-def image(offsets_leader: int, epoch: int, big: int, changed: frozenset[str] | None,
-          ) -> MetadataImage:
+def image(
+    offsets_leader: int,
+    epoch: int,
+    big: int,
+    changed: frozenset[str] | None,
+) -> MetadataImage:
     def parts(n: int, leader: int, ep: int) -> dict[int, PartitionInfo]:
         return {p: PartitionInfo(p, (1, 2), leader, ep, (1, 2), 1, ep) for p in range(n)}
+
     return MetadataImage(
-        "c", 1, {b: BrokerInfo(b, "127.0.0.1", 9000 + b) for b in (1, 2)},
-        {OFFSETS_TOPIC: TopicInfo(OFFSETS_TOPIC, OFFSETS_ID, parts(2, offsets_leader, epoch)),
-         "big": TopicInfo("big", BIG_ID, parts(big, 2, 0))},
-        complete=True, changed_topics=changed)
+        "c",
+        1,
+        {b: BrokerInfo(b, "127.0.0.1", 9000 + b) for b in (1, 2)},
+        {
+            OFFSETS_TOPIC: TopicInfo(OFFSETS_TOPIC, OFFSETS_ID, parts(2, offsets_leader, epoch)),
+            "big": TopicInfo("big", BIG_ID, parts(big, 2, 0)),
+        },
+        complete=True,
+        changed_topics=changed,
+    )
 
 
 class Cluster:
@@ -58,10 +69,12 @@ def test_on_metadata_looks_only_at_changed_offsets_partitions(tmp_path: Path) ->
 
 
 async def check(tmp_path: Path) -> None:
-    cfg = BrokerConfig.from_dict({"broker.id": "1", "zookeeper.connect": "127.0.0.1:1",
-                                  "log.dirs": str(tmp_path)})
-    rm = ReplicaManager(1, tmp_path, lambda _t: LogConfig(),
-                        ReplicaManagerSettings.from_config(cfg))
+    cfg = BrokerConfig.from_dict(
+        {"broker.id": "1", "zookeeper.connect": "127.0.0.1:1", "log.dirs": str(tmp_path)}
+    )
+    rm = ReplicaManager(
+        1, tmp_path, lambda _t: LogConfig(), ReplicaManagerSettings.from_config(cfg)
+    )
     rm.load_logs()
     rm.partitions = CountingPartitions()
     cluster = Cluster()

@@ -22,7 +22,7 @@ from kio.serial._introspect import (
 )
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64, i64Timedelta, u8, u16, u32, u64
 
-_UTC = datetime.timezone.utc
+_UTC = datetime.UTC
 
 
 def _primitive(kafka_type: str, seed: int) -> Any:

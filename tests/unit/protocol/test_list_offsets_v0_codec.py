@@ -8,7 +8,10 @@ import pytest
 
 from odradek.protocol.codec import InvalidRequest, decode_request
 from odradek.protocol.list_offsets_v0 import (
-    ListOffsetsRequestV0, PartitionV0, TopicV0, encode_response,
+    ListOffsetsRequestV0,
+    PartitionV0,
+    TopicV0,
+    encode_response,
 )
 from odradek.protocol.list_offsets_v0 import decode_request as decode_v0
 from odradek.protocol.versions import ADVERTISED, is_served
@@ -29,8 +32,9 @@ def _frame(body: bytes, correlation_id: int = 7) -> bytes:
 
 def test_decode_round_trip_and_dispatch() -> None:
     body = _body(-1, [("t", [(0, -1, 5), (3, -2, 1)]), ("u", [])])
-    want = ListOffsetsRequestV0(-1, (TopicV0("t", (PartitionV0(0, -1, 5), PartitionV0(3, -2, 1))),
-                                     TopicV0("u", ())))
+    want = ListOffsetsRequestV0(
+        -1, (TopicV0("t", (PartitionV0(0, -1, 5), PartitionV0(3, -2, 1))), TopicV0("u", ()))
+    )
     assert decode_v0(body) == want
     header, req = decode_request(_frame(body))
     assert (header.api_key, header.api_version, header.correlation_id) == (2, 0, 7)
@@ -38,14 +42,20 @@ def test_decode_round_trip_and_dispatch() -> None:
     assert is_served(2, 0) and ADVERTISED[2] == (0, 7)
 
 
-@pytest.mark.parametrize("body", [
-    b"",
-    struct.pack(">ii", -1, 1_000_000),  # count larger than the bytes left
-    struct.pack(">ii", -1, 1) + struct.pack(">h", 50) + b"t",  # name past the end
-    struct.pack(">ii", -1, 1) + struct.pack(">h", 1) + b"t" + struct.pack(">i", 2)
-    + struct.pack(">iqi", 0, -1, 1),  # second partition missing
-    struct.pack(">ii", -1, -3),
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        struct.pack(">ii", -1, 1_000_000),  # count larger than the bytes left
+        struct.pack(">ii", -1, 1) + struct.pack(">h", 50) + b"t",  # name past the end
+        struct.pack(">ii", -1, 1)
+        + struct.pack(">h", 1)
+        + b"t"
+        + struct.pack(">i", 2)
+        + struct.pack(">iqi", 0, -1, 1),  # second partition missing
+        struct.pack(">ii", -1, -3),
+    ],
+)
 def test_malformed_bodies_are_refused(body: bytes) -> None:
     with pytest.raises(InvalidRequest):
         decode_request(_frame(body))

@@ -7,10 +7,10 @@ import random
 import struct
 
 import pytest
+from _proto_samples import encode_entity, request_frame, sample_entity, split_response
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
-from _proto_samples import encode_entity, request_frame, sample_entity, split_response
 from odradek.protocol.codec import (
     InvalidRequest,
     RequestHeaderInfo,
@@ -60,7 +60,9 @@ def test_api_versions_v3_uses_request_header_v2() -> None:
     assert decode_request(frame)[1] == entity
 
 
-@pytest.mark.parametrize(("api_key", "version"), [(0, 2), (0, 0), (1, 13), (1, 3), (3, 13), (99, 0)])
+@pytest.mark.parametrize(
+    ("api_key", "version"), [(0, 2), (0, 0), (1, 13), (1, 3), (3, 13), (99, 0)]
+)
 def test_unsupported_versions(api_key: int, version: int) -> None:
     frame = struct.pack(">hhih", api_key, version, 5, 2) + b"id" + b"\x00" * 20
     with pytest.raises(UnsupportedVersion) as info:
@@ -127,7 +129,7 @@ def test_unknown_tagged_fields_are_ignored() -> None:
     records = entity.topic_data[0].partition_data[0].records
     # Body ends: records, partition tags (0), topic tags (0), top-level tags (0).
     assert frame.endswith(records + b"\x00\x00\x00")
-    head = frame[: -3]
+    head = frame[:-3]
     nested = head + b"\x01\x09\x02zz" + b"\x00" + b"\x02\x05\x00\x06\x01q"
     assert decode_request(nested)[1] == entity
 
@@ -150,7 +152,10 @@ def test_header_tagged_fields_are_skipped() -> None:
 
 
 def _valid_frames() -> list[bytes]:
-    return [request_frame(sample_entity(load_request_schema(k, v), seed=k + v)) for k, v in EDGE_VERSIONS]
+    return [
+        request_frame(sample_entity(load_request_schema(k, v), seed=k + v))
+        for k, v in EDGE_VERSIONS
+    ]
 
 
 def _only_expected(frame: bytes | bytearray) -> None:

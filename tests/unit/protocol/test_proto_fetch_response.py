@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import datetime
+import itertools
 import struct
 from dataclasses import dataclass, fields
 from typing import Any
 
 import pytest
+from _proto_samples import encode_entity, split_response
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from _proto_samples import encode_entity, split_response
 from odradek.protocol.fetch_response import PartitionFetchResult, encode_fetch_response, parts_size
 
 
@@ -40,7 +41,9 @@ def _topics() -> list[tuple[str, list[PartitionFetchResult]]]:
             "orders",
             [
                 PartitionFetchResult(0, 0, 100, 100, 0, FakeSlice(BATCH_A)),
-                PartitionFetchResult(1, 0, 50, 50, 10, BATCH_B, aborted_transactions=[(7, 3), (8, 4)]),
+                PartitionFetchResult(
+                    1, 0, 50, 50, 10, BATCH_B, aborted_transactions=[(7, 3), (8, 4)]
+                ),
                 PartitionFetchResult(2, 1, -1, -1, -1, None),  # OFFSET_OUT_OF_RANGE, no data
                 PartitionFetchResult(3, 0, 9, 9, 0, FakeSlice(b""), aborted_transactions=[]),
                 PartitionFetchResult(4, 0, 9, 9, 0, FakeSlice(BATCH_B), preferred_read_replica=2),
@@ -60,10 +63,14 @@ def _records_bytes(records: Any) -> bytes:
 def _kio_response(version: int, topics: list, **top: int):  # type: ignore[no-untyped-def]
     cls = load_response_schema(1, version)
     names = {f.name for f in fields(cls)}
-    topic_cls = [f for f in fields(cls) if f.name == "responses"][0].type.__args__[0]
-    part_cls = [f for f in fields(topic_cls) if f.name == "partitions"][0].type.__args__[0]
+    topic_cls = next(f for f in fields(cls) if f.name == "responses").type.__args__[0]
+    part_cls = next(f for f in fields(topic_cls) if f.name == "partitions").type.__args__[0]
     part_names = {f.name for f in fields(part_cls)}
-    aborted_cls = [f for f in fields(part_cls) if f.name == "aborted_transactions"][0].type.__args__[0].__args__[0]
+    aborted_cls = (
+        next(f for f in fields(part_cls) if f.name == "aborted_transactions")
+        .type.__args__[0]
+        .__args__[0]
+    )
 
     def part(p: PartitionFetchResult):  # type: ignore[no-untyped-def]
         kw: dict[str, Any] = {
@@ -73,7 +80,9 @@ def _kio_response(version: int, topics: list, **top: int):  # type: ignore[no-un
             "last_stable_offset": p.last_stable_offset,
             "aborted_transactions": None
             if p.aborted_transactions is None
-            else tuple(aborted_cls(producer_id=a, first_offset=b) for a, b in p.aborted_transactions),
+            else tuple(
+                aborted_cls(producer_id=a, first_offset=b) for a, b in p.aborted_transactions
+            ),
             "records": _records_bytes(p.records),
         }
         if "log_start_offset" in part_names:
@@ -85,7 +94,8 @@ def _kio_response(version: int, topics: list, **top: int):  # type: ignore[no-un
     kw: dict[str, Any] = {
         "throttle_time": datetime.timedelta(milliseconds=top.get("throttle_time_ms", 0)),
         "responses": tuple(
-            topic_cls(topic=name, partitions=tuple(part(p) for p in parts)) for name, parts in topics
+            topic_cls(topic=name, partitions=tuple(part(p) for p in parts))
+            for name, parts in topics
         ),
     }
     if "error_code" in names:
@@ -101,16 +111,20 @@ def _flatten(parts: list[Any]) -> bytes:
 @pytest.mark.parametrize("version", range(4, 13))
 def test_matches_kio(version: int) -> None:
     topics = _topics()
-    top = {"throttle_time_ms": 3, "error_code": 0, "session_id": 0} if version < 7 else {
-        "throttle_time_ms": 3,
-        "error_code": 0,
-        "session_id": 12345,
-    }
+    top = (
+        {"throttle_time_ms": 3, "error_code": 0, "session_id": 0}
+        if version < 7
+        else {
+            "throttle_time_ms": 3,
+            "error_code": 0,
+            "session_id": 12345,
+        }
+    )
     parts = encode_fetch_response(version, 4321, topics, **top)
     # Sized objects pass through untouched; byte runs are coalesced.
     slices = [p for p in parts if not isinstance(p, bytes)]
     assert [s.data for s in slices] == [BATCH_A, BATCH_B, BATCH_B]
-    for a, b in zip(parts, parts[1:]):
+    for a, b in itertools.pairwise(parts):
         assert not (isinstance(a, bytes) and isinstance(b, bytes))
     assert isinstance(parts[0], bytes)
     assert struct.unpack_from(">i", parts[0])[0] == parts_size(parts) - 4
@@ -126,7 +140,15 @@ def test_matches_kio(version: int) -> None:
 
 
 def test_all_bytes_records_is_one_part() -> None:
-    topics = [("t", [PartitionFetchResult(0, 0, 5, 5, 0, BATCH_A), PartitionFetchResult(1, 0, 5, 5, 0, None)])]
+    topics = [
+        (
+            "t",
+            [
+                PartitionFetchResult(0, 0, 5, 5, 0, BATCH_A),
+                PartitionFetchResult(1, 0, 5, 5, 0, None),
+            ],
+        )
+    ]
     for version in (4, 11, 12):
         parts = encode_fetch_response(version, 1, topics)
         assert len(parts) == 1
@@ -135,7 +157,9 @@ def test_all_bytes_records_is_one_part() -> None:
 
 
 def test_empty_response_and_top_level_error() -> None:
-    parts = encode_fetch_response(12, 8, [], error_code=70, session_id=0)  # FETCH_SESSION_ID_NOT_FOUND
+    parts = encode_fetch_response(
+        12, 8, [], error_code=70, session_id=0
+    )  # FETCH_SESSION_ID_NOT_FOUND
     _, body = split_response(parts[0], flexible_header=True)
     decoded, _ = entity_reader(load_response_schema(1, 12))(body, 0)
     assert decoded.error_code == 70 and decoded.responses == ()

@@ -30,7 +30,9 @@ def test_random_chunking_yields_every_frame_in_order(seed: int) -> None:
         step = rng.choice([1, 2, 3, 4, 5, 17, 100, 1000, 5000])
         chunk = stream[pos : pos + step]
         # Exercise both input kinds: bytes (zero-copy fast path) and bytearray.
-        out.extend(bytes(f) for f in decoder.feed(chunk if rng.random() < 0.7 else bytearray(chunk)))
+        out.extend(
+            bytes(f) for f in decoder.feed(chunk if rng.random() < 0.7 else bytearray(chunk))
+        )
         pos += step
     assert out == payloads
     assert decoder.buffered == 0

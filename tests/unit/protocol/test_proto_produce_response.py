@@ -6,11 +6,11 @@ import datetime
 from dataclasses import fields
 
 import pytest
+from _proto_samples import encode_entity, split_response
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from _proto_samples import encode_entity, split_response
 from odradek.protocol.produce_response import PartitionProduceResult, encode_produce_response
 
 TOPICS = [
@@ -19,8 +19,7 @@ TOPICS = [
         [
             PartitionProduceResult(0, 0, 1234, -1, 0),
             PartitionProduceResult(3, 6, -1, -1, -1, "not the leader: broker 2 leads"),
-            PartitionProduceResult(4, 87, -1, -1, -1, "keyless",
-                                   [(0, "no key"), (10, None)]),
+            PartitionProduceResult(4, 87, -1, -1, -1, "keyless", [(0, "no key"), (10, None)]),
         ],
     ),
     ("ünïcode-topic", [PartitionProduceResult(1, 0, 2**40, 1_700_000_000_123, 17)]),
@@ -31,7 +30,9 @@ TOPICS = [
 def _kio_response(version: int, topics: list, throttle_ms: int):  # type: ignore[no-untyped-def]
     cls = load_response_schema(0, version)
     topic_cls = fields(cls)[0].type.__args__[0]
-    part_cls = [f for f in fields(topic_cls) if f.name == "partition_responses"][0].type.__args__[0]
+    part_cls = next(f for f in fields(topic_cls) if f.name == "partition_responses").type.__args__[
+        0
+    ]
     names = {f.name for f in fields(part_cls)}
 
     def part(p: PartitionProduceResult):  # type: ignore[no-untyped-def]
@@ -41,22 +42,25 @@ def _kio_response(version: int, topics: list, throttle_ms: int):  # type: ignore
             "base_offset": p.base_offset,
             "log_append_time": None
             if p.log_append_time_ms == -1
-            else datetime.datetime.fromtimestamp(p.log_append_time_ms / 1000, tz=datetime.timezone.utc),
+            else datetime.datetime.fromtimestamp(p.log_append_time_ms / 1000, tz=datetime.UTC),
         }
         if "log_start_offset" in names:
             kw["log_start_offset"] = p.log_start_offset
         if "record_errors" in names:
-            rec_cls = [f for f in fields(part_cls)
-                       if f.name == "record_errors"][0].type.__args__[0]
+            rec_cls = next(f for f in fields(part_cls) if f.name == "record_errors").type.__args__[
+                0
+            ]
             kw["record_errors"] = tuple(
                 rec_cls(batch_index=i, batch_index_error_message=m)
-                for i, m in (p.record_errors or []))
+                for i, m in (p.record_errors or [])
+            )
             kw["error_message"] = p.error_message
         return part_cls(**kw)
 
     return cls(
         responses=tuple(
-            topic_cls(name=name, partition_responses=tuple(part(p) for p in parts)) for name, parts in topics
+            topic_cls(name=name, partition_responses=tuple(part(p) for p in parts))
+            for name, parts in topics
         ),
         throttle_time=datetime.timedelta(milliseconds=throttle_ms),
     )
@@ -64,7 +68,26 @@ def _kio_response(version: int, topics: list, throttle_ms: int):  # type: ignore
 
 @pytest.mark.parametrize("version", range(3, 11))
 def test_matches_kio(version: int) -> None:
-    topics = TOPICS if version >= 8 else [(n, [PartitionProduceResult(p.index, p.error_code, p.base_offset, p.log_append_time_ms, p.log_start_offset) for p in ps]) for n, ps in TOPICS]
+    topics = (
+        TOPICS
+        if version >= 8
+        else [
+            (
+                n,
+                [
+                    PartitionProduceResult(
+                        p.index,
+                        p.error_code,
+                        p.base_offset,
+                        p.log_append_time_ms,
+                        p.log_start_offset,
+                    )
+                    for p in ps
+                ],
+            )
+            for n, ps in TOPICS
+        ]
+    )
     out = encode_produce_response(version, 99, topics, throttle_time_ms=25)
     correlation_id, body = split_response(out, flexible_header=version >= 9)
     assert correlation_id == 99

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import fields
 from typing import Any
 
+from _proto_samples import request_frame
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema, load_response_schema
@@ -31,7 +32,6 @@ from kio.serial._introspect import (
 )
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
-from _proto_samples import request_frame
 from odradek.protocol.codec import decode_request
 from odradek.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
 from odradek.protocol.framing import FrameDecoder, FrameError, FrameTooLarge
@@ -61,10 +61,12 @@ def _primitive(kafka_type: str) -> st.SearchStrategy[Any]:
         return st.builds(uuid.UUID, int=st.integers(0, (1 << 128) - 1))
     if kafka_type == "timedelta_i32":
         return st.integers(-(1 << 31), (1 << 31) - 1).map(
-            lambda ms: i32Timedelta.parse(datetime.timedelta(milliseconds=ms)))
+            lambda ms: i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
+        )
     if kafka_type == "timedelta_i64":
         return st.integers(-(1 << 40), 1 << 40).map(
-            lambda ms: i64Timedelta.parse(datetime.timedelta(milliseconds=ms)))
+            lambda ms: i64Timedelta.parse(datetime.timedelta(milliseconds=ms))
+        )
     if kafka_type == "float64":
         return st.floats(allow_nan=False)
     raise AssertionError(kafka_type)
@@ -92,11 +94,15 @@ def entity_strategy(cls: type, depth: int = 0) -> st.SearchStrategy[Any]:
 
 
 _REQUESTS = st.sampled_from(ALL_SERVED).flatmap(
-    lambda kv: entity_strategy(load_request_schema(*kv)))
+    lambda kv: entity_strategy(load_request_schema(*kv))
+)
 
 
-@settings(max_examples=600, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=600,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(_REQUESTS)
 def test_any_well_formed_request_validates_and_round_trips(entity: Any) -> None:
     frame = request_frame(entity)
@@ -109,10 +115,10 @@ def test_any_well_formed_request_validates_and_round_trips(entity: Any) -> None:
 _FRAME_PAYLOADS = st.lists(st.binary(min_size=8, max_size=300), min_size=1, max_size=8)
 
 
-@given(_FRAME_PAYLOADS, st.lists(st.integers(1, 64), min_size=1, max_size=40),
-       st.booleans())
-def test_frame_decoder_is_chunking_independent(payloads: list[bytes], cuts: list[int],
-                                               as_bytes: bool) -> None:
+@given(_FRAME_PAYLOADS, st.lists(st.integers(1, 64), min_size=1, max_size=40), st.booleans())
+def test_frame_decoder_is_chunking_independent(
+    payloads: list[bytes], cuts: list[int], as_bytes: bool
+) -> None:
     stream = b"".join(struct.pack(">i", len(p)) + p for p in payloads)
     dec = FrameDecoder(1000)
     out: list[bytes] = []
@@ -120,7 +126,7 @@ def test_frame_decoder_is_chunking_independent(payloads: list[bytes], cuts: list
     i = 0
     while pos < len(stream):
         step = cuts[i % len(cuts)]
-        chunk = stream[pos:pos + step]
+        chunk = stream[pos : pos + step]
         out += [bytes(f) for f in dec.feed(chunk if as_bytes else bytearray(chunk))]
         pos += step
         i += 1
@@ -142,16 +148,30 @@ def test_frame_decoder_refuses_bad_sizes_before_buffering(size: int, rest: bytes
     raise AssertionError(f"size {size} accepted")
 
 
-_PRODUCE = st.lists(st.tuples(st.text(min_size=1, max_size=10), st.lists(st.builds(
-    PartitionProduceResult, index=st.integers(0, 1000), error_code=st.integers(0, 120),
-    base_offset=st.integers(-1, 1 << 50), log_append_time_ms=st.integers(-1, 1 << 45),
-    log_start_offset=st.integers(-1, 1 << 50),
-    error_message=st.one_of(st.none(), st.text(max_size=20))), max_size=3)), max_size=3)
+_PRODUCE = st.lists(
+    st.tuples(
+        st.text(min_size=1, max_size=10),
+        st.lists(
+            st.builds(
+                PartitionProduceResult,
+                index=st.integers(0, 1000),
+                error_code=st.integers(0, 120),
+                base_offset=st.integers(-1, 1 << 50),
+                log_append_time_ms=st.integers(-1, 1 << 45),
+                log_start_offset=st.integers(-1, 1 << 50),
+                error_message=st.one_of(st.none(), st.text(max_size=20)),
+            ),
+            max_size=3,
+        ),
+    ),
+    max_size=3,
+)
 
 
 @given(st.sampled_from(range(3, 11)), st.integers(0, (1 << 31) - 1), _PRODUCE)
-def test_produce_response_encoder_matches_kio(version: int, cid: int,
-                                              topics: list[tuple[str, list[Any]]]) -> None:
+def test_produce_response_encoder_matches_kio(
+    version: int, cid: int, topics: list[tuple[str, list[Any]]]
+) -> None:
     data = encode_produce_response(version, cid, topics)
     assert struct.unpack_from(">ii", data, 0) == (len(data) - 4, cid)
     body_at = 8 + (1 if version >= 9 else 0)
@@ -160,21 +180,37 @@ def test_produce_response_encoder_matches_kio(version: int, cid: int,
     assert [t.name for t in resp.responses] == [n for n, _ in topics]
     for t, (_, parts) in zip(resp.responses, topics):
         for got, want in zip(t.partition_responses, parts):
-            assert (got.index, got.error_code, got.base_offset) == \
-                (want.index, want.error_code, want.base_offset)
+            assert (got.index, got.error_code, got.base_offset) == (
+                want.index,
+                want.error_code,
+                want.base_offset,
+            )
 
 
-_FETCH = st.lists(st.tuples(st.text(min_size=1, max_size=10), st.lists(st.builds(
-    PartitionFetchResult, index=st.integers(0, 1000), error_code=st.integers(0, 120),
-    high_watermark=st.integers(-1, 1 << 50), last_stable_offset=st.integers(-1, 1 << 50),
-    log_start_offset=st.integers(-1, 1 << 50),
-    records=st.one_of(st.none(), st.binary(min_size=1, max_size=40))), max_size=3)),
-    max_size=3)
+_FETCH = st.lists(
+    st.tuples(
+        st.text(min_size=1, max_size=10),
+        st.lists(
+            st.builds(
+                PartitionFetchResult,
+                index=st.integers(0, 1000),
+                error_code=st.integers(0, 120),
+                high_watermark=st.integers(-1, 1 << 50),
+                last_stable_offset=st.integers(-1, 1 << 50),
+                log_start_offset=st.integers(-1, 1 << 50),
+                records=st.one_of(st.none(), st.binary(min_size=1, max_size=40)),
+            ),
+            max_size=3,
+        ),
+    ),
+    max_size=3,
+)
 
 
 @given(st.sampled_from(range(4, 13)), st.integers(0, (1 << 31) - 1), _FETCH)
-def test_fetch_response_encoder_matches_kio(version: int, cid: int,
-                                            topics: list[tuple[str, list[Any]]]) -> None:
+def test_fetch_response_encoder_matches_kio(
+    version: int, cid: int, topics: list[tuple[str, list[Any]]]
+) -> None:
     parts = encode_fetch_response(version, cid, topics)
     data = b"".join(bytes(p) for p in parts)
     assert struct.unpack_from(">ii", data, 0) == (len(data) - 4, cid)
@@ -184,7 +220,10 @@ def test_fetch_response_encoder_matches_kio(version: int, cid: int,
     for t, (name, plist) in zip(resp.responses, topics):
         assert t.topic == name
         for got, want in zip(t.partitions, plist):
-            assert (got.partition_index, got.error_code, got.high_watermark) == \
-                (want.index, want.error_code, want.high_watermark)
+            assert (got.partition_index, got.error_code, got.high_watermark) == (
+                want.index,
+                want.error_code,
+                want.high_watermark,
+            )
             # No records go out as an empty record set (as Kafka's broker sends), not null.
             assert bytes(got.records or b"") == (want.records or b"")

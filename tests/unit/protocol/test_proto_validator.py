@@ -15,16 +15,19 @@ import textwrap
 from datetime import timedelta
 
 import pytest
+from _proto_samples import encode_entity, sample_entity
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema
 from kio.serial import entity_reader
 
-from _proto_samples import encode_entity, sample_entity
 from odradek.fuzz.corpus import build_corpus
 from odradek.protocol.codec import InvalidRequest, UnsupportedVersion, decode_request
 from odradek.protocol.validator import (
-    DEFAULT_MAX_ELEMENTS, MalformedRequest, TooManyElements, request_validator,
+    DEFAULT_MAX_ELEMENTS,
+    MalformedRequest,
+    TooManyElements,
+    request_validator,
 )
 from odradek.protocol.versions import SERVED
 
@@ -60,17 +63,26 @@ def test_truncations_are_refused_or_decode(api_key: int, version: int) -> None:
 
 
 def test_sync_group_count_of_2_pow_32_is_refused() -> None:
-    body = bytes.fromhex("026700000001026d0009636f6e73756d65720672616e6765") \
-        + b"\xff\xff\xff\xff\x0f" + b"\x00"
+    body = (
+        bytes.fromhex("026700000001026d0009636f6e73756d65720672616e6765")
+        + b"\xff\xff\xff\xff\x0f"
+        + b"\x00"
+    )
     with pytest.raises(MalformedRequest, match="count exceeds the bytes left"):
         _validate(14, 5, body)
 
 
 def test_nulls_only_where_nullable() -> None:
     m = _mod(11, 5)
-    req = m.JoinGroupRequest(group_id="g", session_timeout=timedelta(seconds=10),  # type: ignore[attr-defined]
-                             rebalance_timeout=timedelta(seconds=10), member_id="",
-                             group_instance_id=None, protocol_type="consumer", protocols=())
+    req = m.JoinGroupRequest(
+        group_id="g",
+        session_timeout=timedelta(seconds=10),  # type: ignore[attr-defined]
+        rebalance_timeout=timedelta(seconds=10),
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(),
+    )
     body = encode_entity(req)
     assert _validate(11, 5, body) == len(body)  # group_instance_id null: nullable
     with pytest.raises(MalformedRequest, match="non-nullable field protocols"):
@@ -89,14 +101,23 @@ def test_varints_longer_than_5_bytes_are_refused() -> None:
 def test_known_tagged_fields_must_fill_their_size() -> None:
     m = _mod(1, 12)
     req = m.FetchRequest(  # type: ignore[attr-defined]
-        cluster_id="c1", replica_id=-1, max_wait=timedelta(0), min_bytes=1, max_bytes=1,
-        isolation_level=0, session_id=0, session_epoch=-1, topics=(),
-        forgotten_topics_data=(), rack_id="")
+        cluster_id="c1",
+        replica_id=-1,
+        max_wait=timedelta(0),
+        min_bytes=1,
+        max_bytes=1,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
     body = encode_entity(req)
     assert _validate(1, 12, body) == len(body)
     tags = b"\x01\x00\x03\x03c1"  # one tagged field: cluster_id (tag 0), 3 bytes, "c1"
     assert body.endswith(tags)
-    head = body[:-len(tags)]
+    head = body[: -len(tags)]
     with pytest.raises(MalformedRequest, match="does not fill its size"):
         _validate(1, 12, head + b"\x01\x00\x04\x03c1\x00")
     # An unknown tag is skipped whatever it holds (KIP-482).
@@ -121,9 +142,15 @@ def test_decode_request_turns_validator_refusals_into_invalid_request() -> None:
     frame = entry.payload[:-2] + b"\xff\xff\xff\xff\x0f\x00"
     with pytest.raises(InvalidRequest):
         decode_request(frame)
-    with pytest.raises(InvalidRequest, match="odradek.request.max.elements"):
-        decode_request(next(e.payload for e in CORPUS if e.api_key == 3 and e.api_version == 1
-                            and e.payload.count(b"fz-") >= 2), max_elements=1)
+    with pytest.raises(InvalidRequest, match=r"odradek\.request\.max\.elements"):
+        decode_request(
+            next(
+                e.payload
+                for e in CORPUS
+                if e.api_key == 3 and e.api_version == 1 and e.payload.count(b"fz-") >= 2
+            ),
+            max_elements=1,
+        )
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -142,8 +169,11 @@ def test_validated_frames_decode_or_fail_cleanly(data: st.DataObject) -> None:
         elif kind == "cut":
             del payload[i:]
         else:
-            payload[i:i + 5] = data.draw(st.sampled_from(
-                [b"\xff\xff\xff\xff\x0f", b"\x7f\xff\xff\xff", b"\xff\xff", b"\x00"]))
+            payload[i : i + 5] = data.draw(
+                st.sampled_from(
+                    [b"\xff\xff\xff\xff\x0f", b"\x7f\xff\xff\xff", b"\xff\xff", b"\x00"]
+                )
+            )
     try:
         decode_request(bytes(payload))
     except (InvalidRequest, UnsupportedVersion):
@@ -176,8 +206,12 @@ _CHILD = textwrap.dedent("""
 @pytest.mark.parametrize("seed", [1, 2])
 def test_mutated_requests_never_abort_the_decoder(seed: int) -> None:
     limit = 1 << 30  # kio's 34 GB reservation would abort well below this
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(limit), str(seed), "30000"],
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(limit), str(seed), "30000"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
     decoded, refused = map(int, proc.stdout.split())
     assert decoded + refused == 30000 and decoded > 1000 and refused > 1000

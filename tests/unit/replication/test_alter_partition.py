@@ -10,14 +10,19 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from support.replication_harness import TOPIC, ReplicationHarness
-
 from odradek.replication.alter_partition import (
-    AlterPartitionManager, AlterPartitionQueue, outcome_of,
+    AlterPartitionManager,
+    AlterPartitionQueue,
+    outcome_of,
 )
 from odradek.replication.partition_state import (
-    IsrConflict, IsrOutcome, IsrStoreUnavailable, IsrWrite, LeaderAndIsr,
+    IsrConflict,
+    IsrOutcome,
+    IsrStoreUnavailable,
+    IsrWrite,
+    LeaderAndIsr,
 )
+from support.replication_harness import TOPIC, ReplicationHarness
 
 
 def w(p: int, isr: tuple[int, ...] = (1, 2, 3), version: int = 0) -> IsrWrite:
@@ -30,8 +35,7 @@ def test_a_batch_takes_everything_queued() -> None:
     for p in range(5):
         q.submit(w(p), f"p{p}")
     batch = q.take()
-    assert [(x.partition, payload) for x, payload in batch] == [
-        (p, f"p{p}") for p in range(5)]
+    assert [(x.partition, payload) for x, payload in batch] == [(p, f"p{p}") for p in range(5)]
     assert q.in_flight and len(q) == 0
 
 
@@ -82,8 +86,10 @@ class GatedStore:
         out: dict[tuple[str, int], IsrOutcome] = {}
         for x in writes:
             out[(x.topic, x.partition)] = (
-                IsrConflict(LeaderAndIsr(1, 5, (1,), (), 9)) if x.partition == 13
-                else x.zk_version + 1)
+                IsrConflict(LeaderAndIsr(1, 5, (1,), (), 9))
+                if x.partition == 13
+                else x.zk_version + 1
+            )
         return out
 
 
@@ -92,7 +98,8 @@ def test_writes_of_one_loop_turn_share_a_batch_and_outcomes_stay_per_partition()
         store = GatedStore()
         seen: dict[int, IsrOutcome] = {}
         mgr: AlterPartitionManager[int] = AlterPartitionManager(
-            store, lambda x, payload, outcome: seen.__setitem__(payload, outcome))
+            store, lambda x, payload, outcome: seen.__setitem__(payload, outcome)
+        )
         for p in range(100):  # one follower fetch over 100 partitions
             mgr.submit(w(p), p)
         await asyncio.sleep(0)  # the batch leaves on the next turn
@@ -104,6 +111,7 @@ def test_writes_of_one_loop_turn_share_a_batch_and_outcomes_stay_per_partition()
         assert (mgr.batches_sent, mgr.writes_sent) == (2, 150)
         assert isinstance(seen.pop(13), IsrConflict)  # one conflict fails no other
         assert seen == {p: 1 for p in range(150) if p != 13}
+
     asyncio.run(main())
 
 
@@ -115,12 +123,14 @@ def test_a_store_failure_makes_every_outcome_unreachable() -> None:
     async def main() -> None:
         seen: dict[int, IsrOutcome] = {}
         mgr: AlterPartitionManager[int] = AlterPartitionManager(
-            Broken(), lambda x, payload, outcome: seen.__setitem__(payload, outcome))
+            Broken(), lambda x, payload, outcome: seen.__setitem__(payload, outcome)
+        )
         for p in range(3):
             mgr.submit(w(p), p)
         await asyncio.wait_for(mgr.drain(), 10)
         assert sorted(seen) == [0, 1, 2]
         assert all(isinstance(o, IsrStoreUnavailable) for o in seen.values())
+
     asyncio.run(main())
 
 
@@ -138,16 +148,21 @@ def test_isr_expansion_of_many_partitions_is_batched(tmp_path: Path) -> None:
             # The leader applies a write's outcome after the store answered: wait for both
             # the znodes and the leader's own view (checking the second after the first
             # raced under load).
-            await h.wait_until(lambda: all(
-                h.controller.znodes[p].isr == (1, 2, 3) and h.partition(1, p).isr == (1, 2, 3)
-                for p in range(n)), "every ISR full, in ZooKeeper and at the leader",
-                timeout_s=20)
+            await h.wait_until(
+                lambda: all(
+                    h.controller.znodes[p].isr == (1, 2, 3) and h.partition(1, p).isr == (1, 2, 3)
+                    for p in range(n)
+                ),
+                "every ISR full, in ZooKeeper and at the leader",
+                timeout_s=20,
+            )
             mgr = h.replicas[1].alter_partition
             assert mgr is not None
             expansions = [x for x in h.controller.writes if x.topic == TOPIC]
             assert len(expansions) >= n  # each partition's ISR grew (once or twice)
             assert mgr.batches_sent <= 12, (mgr.batches_sent, mgr.writes_sent)
             assert all(h.partition(1, p).isr == (1, 2, 3) for p in range(n))
+
     asyncio.run(asyncio.wait_for(main(), 60))
 
 
@@ -155,6 +170,7 @@ def test_quiesced_fetchers_fetch_nothing_and_start_nothing(tmp_path: Path) -> No
     """Controlled shutdown asks the controller right after ``quiesce_fetchers``: from then
     on the broker sends no fetch (so its leaders drop it from the ISR and never re-admit
     it) and an image that makes it a follower starts no fetcher."""
+
     async def main() -> None:
         async with ReplicationHarness(tmp_path, lag_ms=300) as h:
             await h.elect(0, leader=1)
@@ -162,9 +178,12 @@ def test_quiesced_fetchers_fetch_nothing_and_start_nothing(tmp_path: Path) -> No
             assert rm3.fetchers.fetching((TOPIC, 0))
             rm3.quiesce_fetchers()
             assert not rm3.fetchers.fetching((TOPIC, 0))
-            await h.wait_until(lambda: h.controller.znodes[0].isr == (1, 2),
-                               "broker 3 out of the ISR: it fetches no more")
+            await h.wait_until(
+                lambda: h.controller.znodes[0].isr == (1, 2),
+                "broker 3 out of the ISR: it fetches no more",
+            )
             await h.elect(0, leader=2, isr=(1, 2))  # broker 3 applies it as a follower
             assert h.partition(3).leader_id == 2
             assert not rm3.fetchers.fetching((TOPIC, 0)) and not rm3.fetchers.fetchers.get(2)
+
     asyncio.run(asyncio.wait_for(main(), 60))

@@ -25,8 +25,9 @@ Topics = list[tuple[str, list[FetchEntry]]]
 
 
 def entry(topic: str, index: int, offset: int = 0) -> FetchEntry:
-    return FetchEntry(topic, offset, 1 << 20, 0, 0,
-                      PartitionFetchResult(index, 0, -1, -1, -1, None))
+    return FetchEntry(
+        topic, offset, 1 << 20, 0, 0, PartitionFetchResult(index, 0, -1, -1, -1, None)
+    )
 
 
 def topics(*tps: tuple[str, int, int]) -> Topics:
@@ -36,8 +37,12 @@ def topics(*tps: tuple[str, int, int]) -> Topics:
     return list(out.items())
 
 
-def answer(ts: Topics, hw: int = 10, records: dict[tuple[str, int], bytes] | None = None,
-           errors: dict[tuple[str, int], int] | None = None) -> None:
+def answer(
+    ts: Topics,
+    hw: int = 10,
+    records: dict[tuple[str, int], bytes] | None = None,
+    errors: dict[tuple[str, int], int] | None = None,
+) -> None:
     """What the replica manager's read leaves in each result."""
     for t, es in ts:
         for e in es:
@@ -55,8 +60,14 @@ def names(ts: Topics) -> list[tuple[str, int]]:
 def test_a_full_fetch_opens_a_session_and_incremental_ones_answer_only_news() -> None:
     """A consumer's session (followers': the next test)."""
     cache = FetchSessionCache()
-    full = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 5), ("a", 1, 7), ("b", 0, 1)),
-                             [], follower=False, now_ms=0)
+    full = cache.new_context(
+        0,
+        INITIAL_EPOCH,
+        topics(("a", 0, 5), ("a", 1, 7), ("b", 0, 1)),
+        [],
+        follower=False,
+        now_ms=0,
+    )
     assert full.kind is FetchKind.FULL and full.session_id != 0
     answer(full.topics)
     assert names(full.response_topics()) == [("a", 0), ("a", 1), ("b", 0)]
@@ -68,10 +79,8 @@ def test_a_full_fetch_opens_a_session_and_incremental_ones_answer_only_news() ->
     # ...but only news is answered: records on a-1, a new HW nowhere else.
     answer(inc.topics, records={("a", 1): b"x"})
     assert names(inc.response_topics()) == [("a", 1)]
-    inc = cache.new_context(full.session_id, 2, topics(("a", 1, 8)), [], follower=False,
-                            now_ms=2)
-    assert {(t, e.result.index): e.fetch_offset for t, es in inc.topics
-            for e in es}[("a", 1)] == 8
+    inc = cache.new_context(full.session_id, 2, topics(("a", 1, 8)), [], follower=False, now_ms=2)
+    assert {(t, e.result.index): e.fetch_offset for t, es in inc.topics for e in es}[("a", 1)] == 8
     answer(inc.topics, hw=11, errors={("b", 0): int(ErrorCode.not_leader_or_follower)})
     assert sorted(names(inc.response_topics())) == [("a", 0), ("a", 1), ("b", 0)]
     inc = cache.new_context(full.session_id, 3, [], [("a", [0, 1])], follower=False, now_ms=3)
@@ -80,8 +89,12 @@ def test_a_full_fetch_opens_a_session_and_incremental_ones_answer_only_news() ->
     assert list(cache.sessions[full.session_id].partitions) == [("b", 0)]
 
 
-def read(ctx: FetchContext, idle: set[tuple[str, int]], hw: int = 10,
-         records: dict[tuple[str, int], bytes] | None = None) -> list[tuple[str, int]]:
+def read(
+    ctx: FetchContext,
+    idle: set[tuple[str, int]],
+    hw: int = 10,
+    records: dict[tuple[str, int], bytes] | None = None,
+) -> list[tuple[str, int]]:
     """What ReplicaManager.fetch_messages does with a follower's session: read what the
     context says, flag the partitions found idle, settle the session."""
     visited = ctx.topics_to_read()
@@ -100,8 +113,15 @@ def test_a_follower_session_reads_only_partitions_that_changed() -> None:
     keep their cached fetch offset (the ISR credit uses it) and answer nothing."""
     cache = FetchSessionCache()
     tps = [("a", 0), ("a", 1), ("b", 0)]
-    full = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 5), ("a", 1, 7), ("b", 0, 1)),
-                             [], follower=True, now_ms=0, replica_id=2)
+    full = cache.new_context(
+        0,
+        INITIAL_EPOCH,
+        topics(("a", 0, 5), ("a", 1, 7), ("b", 0, 1)),
+        [],
+        follower=True,
+        now_ms=0,
+        replica_id=2,
+    )
     session = full.session
     assert session is not None and session.replica_id == 2 and session.skips_idle
     assert read(full, idle={("a", 0), ("b", 0)}, records={("a", 1): b"x"}) == tps
@@ -122,15 +142,17 @@ def test_a_follower_session_reads_only_partitions_that_changed() -> None:
     assert read(inc, idle=set(), records={("b", 0): b"y"}) == [("b", 0)]
     assert names(inc.response_topics()) == [("b", 0)]
     # A marked partition read again during the same fetch (a delayed re-read) joins it.
-    inc = cache.new_context(full.session_id, 4, topics(("b", 0, 2)), [], follower=True,
-                            now_ms=4, replica_id=2)
+    inc = cache.new_context(
+        full.session_id, 4, topics(("b", 0, 2)), [], follower=True, now_ms=4, replica_id=2
+    )
     assert read(inc, idle={("b", 0)}, hw=12) == [("b", 0)]
     session.mark(("a", 0))
     assert read(inc, idle={("a", 0)}, hw=12) == [("a", 0)]
     assert sorted(names(inc.response_topics())) == [("a", 0), ("b", 0)]  # new HW
     # Forgetting and closing drop the partitions from the index.
-    inc = cache.new_context(full.session_id, 5, [], [("a", [0])], follower=True, now_ms=5,
-                            replica_id=2)
+    inc = cache.new_context(
+        full.session_id, 5, [], [("a", [0])], follower=True, now_ms=5, replica_id=2
+    )
     assert list(cache.holders(("a", 0))) == [] and session.mark(("a", 0)) is False
     cache.remove(full.session_id)
     assert [list(cache.holders(tp)) for tp in tps] == [[], [], []]
@@ -138,33 +160,36 @@ def test_a_follower_session_reads_only_partitions_that_changed() -> None:
 
 def test_consumer_sessions_are_not_indexed() -> None:
     cache = FetchSessionCache()
-    ctx = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 0)), [], follower=False,
-                            now_ms=0)
+    ctx = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 0)), [], follower=False, now_ms=0)
     assert ctx.follower_session is None and list(cache.holders(("a", 0))) == []
 
 
 def test_session_errors_and_closing() -> None:
     cache = FetchSessionCache()
-    ctx = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 0)), [], follower=False,
-                            now_ms=0)
+    ctx = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 0)), [], follower=False, now_ms=0)
     sid = ctx.session_id
-    assert cache.new_context(sid + 1, 1, [], [], follower=False, now_ms=1).error_code == \
-        ErrorCode.fetch_session_id_not_found
-    assert cache.new_context(sid, 2, [], [], follower=False, now_ms=1).error_code == \
-        ErrorCode.invalid_fetch_session_epoch
-    assert cache.new_context(sid, 1, [], [], follower=False, now_ms=1).kind is \
-        FetchKind.INCREMENTAL
+    assert (
+        cache.new_context(sid + 1, 1, [], [], follower=False, now_ms=1).error_code
+        == ErrorCode.fetch_session_id_not_found
+    )
+    assert (
+        cache.new_context(sid, 2, [], [], follower=False, now_ms=1).error_code
+        == ErrorCode.invalid_fetch_session_epoch
+    )
+    assert cache.new_context(sid, 1, [], [], follower=False, now_ms=1).kind is FetchKind.INCREMENTAL
     # A replayed epoch is refused (the epoch moved on).
-    assert cache.new_context(sid, 1, [], [], follower=False, now_ms=1).error_code == \
-        ErrorCode.invalid_fetch_session_epoch
+    assert (
+        cache.new_context(sid, 1, [], [], follower=False, now_ms=1).error_code
+        == ErrorCode.invalid_fetch_session_epoch
+    )
     # Epoch 0 with the old id: the old session goes, a new one comes.
-    again = cache.new_context(sid, INITIAL_EPOCH, topics(("a", 0, 0)), [], follower=False,
-                              now_ms=2)
+    again = cache.new_context(sid, INITIAL_EPOCH, topics(("a", 0, 0)), [], follower=False, now_ms=2)
     assert again.kind is FetchKind.FULL and again.session_id != sid
     assert list(cache.sessions) == [again.session_id]
     # Epoch -1: sessionless; with an id, that session is closed.
-    closed = cache.new_context(again.session_id, FINAL_EPOCH, topics(("a", 0, 0)), [],
-                               follower=False, now_ms=3)
+    closed = cache.new_context(
+        again.session_id, FINAL_EPOCH, topics(("a", 0, 0)), [], follower=False, now_ms=3
+    )
     assert closed.kind is FetchKind.SESSIONLESS and closed.session_id == 0
     assert len(cache) == 0
 
@@ -177,28 +202,36 @@ def test_next_epoch_wraps_to_one() -> None:
 def test_eviction_stale_first_followers_privileged_bigger_consumers_win() -> None:
     cache = FetchSessionCache(max_slots=2, eviction_ms=1000)
     f = cache.new_context(0, 0, topics(("a", 0, 0)), [], follower=True, now_ms=0).session_id
-    c = cache.new_context(0, 0, topics(("a", 0, 0), ("a", 1, 0)), [], follower=False,
-                          now_ms=0).session_id
+    c = cache.new_context(
+        0, 0, topics(("a", 0, 0), ("a", 1, 0)), [], follower=False, now_ms=0
+    ).session_id
     # Full, nothing stale: a consumer with no more partitions gets no session.
     small = cache.new_context(0, 0, topics(("a", 0, 0)), [], follower=False, now_ms=10)
     assert small.kind is FetchKind.SESSIONLESS and set(cache.sessions) == {f, c}
     # A consumer with more partitions takes the smaller consumer's slot, never a follower's.
-    big = cache.new_context(0, 0, topics(("a", 0, 0), ("a", 1, 0), ("a", 2, 0)), [],
-                            follower=False, now_ms=20).session_id
+    big = cache.new_context(
+        0, 0, topics(("a", 0, 0), ("a", 1, 0), ("a", 2, 0)), [], follower=False, now_ms=20
+    ).session_id
     assert set(cache.sessions) == {f, big}
     # A follower takes a consumer's slot whatever its size.
     f2 = cache.new_context(0, 0, topics(("b", 0, 0)), [], follower=True, now_ms=30).session_id
     assert set(cache.sessions) == {f, f2}
     # Two followers: neither goes until one is idle for eviction_ms (LRU first).
-    assert cache.new_context(0, 0, topics(("c", 0, 0)), [], follower=True,
-                             now_ms=40).kind is FetchKind.SESSIONLESS
+    assert (
+        cache.new_context(0, 0, topics(("c", 0, 0)), [], follower=True, now_ms=40).kind
+        is FetchKind.SESSIONLESS
+    )
     cache.new_context(f, 1, [], [], follower=True, now_ms=1500)  # f used: f2 is the LRU
     f3 = cache.new_context(0, 0, topics(("c", 0, 0)), [], follower=True, now_ms=1500)
     assert f3.kind is FetchKind.FULL and set(cache.sessions) == {f, f3.session_id}
     assert cache.evictions == 3
     assert_index_agrees(cache, [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("c", 0)])
-    assert FetchSessionCache(max_slots=0).new_context(
-        0, 0, topics(("a", 0, 0)), [], follower=True, now_ms=0).kind is FetchKind.SESSIONLESS
+    assert (
+        FetchSessionCache(max_slots=0)
+        .new_context(0, 0, topics(("a", 0, 0)), [], follower=True, now_ms=0)
+        .kind
+        is FetchKind.SESSIONLESS
+    )
 
 
 def assert_index_agrees(cache: FetchSessionCache, tps: list[tuple[str, int]]) -> None:
@@ -234,10 +267,15 @@ def test_handler_full_then_only_changes_then_full_after_an_error() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["advance", "drop", "add", "evict", "lose"]),
-                          st.integers(0, 5)), max_size=40))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["advance", "drop", "add", "evict", "lose"]), st.integers(0, 5)),
+        max_size=40,
+    )
+)
 def test_handler_and_cache_agree_on_every_partitions_fetch_state(
-        steps: list[tuple[str, int]]) -> None:
+    steps: list[tuple[str, int]],
+) -> None:
     """Whatever happens, after each accepted fetch the leader's session holds exactly the
     partitions the follower fetches, each at the follower's current offset (nothing is
     lost or stale), and a session error costs one full fetch."""
@@ -256,8 +294,9 @@ def test_handler_and_cache_agree_on_every_partitions_fetch_state(
                 cache.remove(sid)
         req: FetchRequestData = h.build([rfp("t", p, o) for p, o in sorted(offsets.items())])
         requested = topics(*[("t", p.partition, p.fetch_offset) for p in req.partitions])
-        ctx = cache.new_context(req.session_id, req.epoch, requested, req.forgotten,
-                                follower=True, now_ms=0)
+        ctx = cache.new_context(
+            req.session_id, req.epoch, requested, req.forgotten, follower=True, now_ms=0
+        )
         assert_index_agrees(cache, [("t", i) for i in range(6)])
         if op == "lose":  # the response never arrives
             h.handle_error()
@@ -280,22 +319,30 @@ def test_cached_partitions_are_bounded_over_all_sessions() -> None:
     grow the cache past ``max_partitions``: the session is dropped (the client starts over
     with a full fetch), and a full fetch too big for what is left gets no session."""
     cache = FetchSessionCache(max_partitions=5)
-    full = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 0), ("a", 1, 0), ("a", 2, 0)),
-                             [], follower=False, now_ms=0)
+    full = cache.new_context(
+        0,
+        INITIAL_EPOCH,
+        topics(("a", 0, 0), ("a", 1, 0), ("a", 2, 0)),
+        [],
+        follower=False,
+        now_ms=0,
+    )
     assert full.kind is FetchKind.FULL and cache.cached_partitions() == 3
-    inc = cache.new_context(full.session_id, 1, topics(("x", 0, 0), ("x", 1, 0)), [],
-                            follower=False, now_ms=1)
+    inc = cache.new_context(
+        full.session_id, 1, topics(("x", 0, 0), ("x", 1, 0)), [], follower=False, now_ms=1
+    )
     assert inc.kind is FetchKind.INCREMENTAL and cache.cached_partitions() == 5
-    inc = cache.new_context(full.session_id, 2, topics(("a", 0, 4)), [], follower=False,
-                            now_ms=2)  # a partition already cached: no growth, fine
+    inc = cache.new_context(
+        full.session_id, 2, topics(("a", 0, 4)), [], follower=False, now_ms=2
+    )  # a partition already cached: no growth, fine
     assert inc.kind is FetchKind.INCREMENTAL
-    bad = cache.new_context(full.session_id, 3, topics(("y", 0, 0)), [], follower=False,
-                            now_ms=3)
+    bad = cache.new_context(full.session_id, 3, topics(("y", 0, 0)), [], follower=False, now_ms=3)
     assert bad.kind is FetchKind.ERROR
     assert bad.error_code == int(ErrorCode.fetch_session_id_not_found)
     assert full.session_id not in cache.sessions and cache.cached_partitions() == 0
-    big = cache.new_context(0, INITIAL_EPOCH, topics(*[("z", i, 0) for i in range(6)]), [],
-                            follower=False, now_ms=4)
+    big = cache.new_context(
+        0, INITIAL_EPOCH, topics(*[("z", i, 0) for i in range(6)]), [], follower=False, now_ms=4
+    )
     assert big.kind is FetchKind.SESSIONLESS and len(cache) == 0
 
 
@@ -305,16 +352,13 @@ def test_an_error_answer_is_followed_by_the_high_watermark_again() -> None:
     after it took the HW (OFFSET_OUT_OF_RANGE) cached that HW although the follower
     applies nothing from an error; its next fetch then did not hear the HW."""
     cache = FetchSessionCache()
-    full = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 5)), [], follower=False,
-                             now_ms=0)
+    full = cache.new_context(0, INITIAL_EPOCH, topics(("a", 0, 5)), [], follower=False, now_ms=0)
     answer(full.topics, hw=10)
     assert names(full.response_topics()) == [("a", 0)]
-    inc = cache.new_context(full.session_id, 1, topics(("a", 0, 50)), [], follower=False,
-                            now_ms=1)
+    inc = cache.new_context(full.session_id, 1, topics(("a", 0, 50)), [], follower=False, now_ms=1)
     answer(inc.topics, hw=10, errors={("a", 0): int(ErrorCode.offset_out_of_range)})
     assert names(inc.response_topics()) == [("a", 0)]
-    inc = cache.new_context(full.session_id, 2, topics(("a", 0, 10)), [], follower=False,
-                            now_ms=2)
+    inc = cache.new_context(full.session_id, 2, topics(("a", 0, 10)), [], follower=False, now_ms=2)
     answer(inc.topics, hw=10)
     assert names(inc.response_topics()) == [("a", 0)]  # the HW, sent again
 
@@ -332,8 +376,15 @@ def test_an_answer_the_follower_dropped_is_sent_again_by_a_full_fetch() -> None:
     def fetch(offsets: dict[int, int], hw: int) -> list[tuple[str, int]]:
         req = h.build([rfp("a", p, o) for p, o in sorted(offsets.items())])
         requested = topics(*[("a", p.partition, p.fetch_offset) for p in req.partitions])
-        ctx = cache.new_context(req.session_id, req.epoch, requested, req.forgotten,
-                                follower=True, now_ms=0, replica_id=2)
+        ctx = cache.new_context(
+            req.session_id,
+            req.epoch,
+            requested,
+            req.forgotten,
+            follower=True,
+            now_ms=0,
+            replica_id=2,
+        )
         assert h.handle_response(req, ctx.error_code, ctx.session_id)
         read(ctx, idle=set(), hw=hw)
         return names(ctx.response_topics())

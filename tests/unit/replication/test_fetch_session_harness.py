@@ -32,9 +32,11 @@ def test_incremental_fetches_name_only_the_partition_that_moved(tmp_path: Path) 
     leader still reads (and wakes on) the unnamed ones: a produce on partition 3 while
     the follower's fetch names nothing completes within 1 s although replica.fetch.wait.max.ms is
     2 s (and replica.lag.time.max.ms 5 s), so the delayed fetch watched the whole session (REQ-R17)."""
+
     async def main() -> None:
-        async with ReplicationHarness(tmp_path, partitions=4, fetch_wait_ms=2_000,
-                                      lag_ms=5_000) as h:
+        async with ReplicationHarness(
+            tmp_path, partitions=4, fetch_wait_ms=2_000, lag_ms=5_000
+        ) as h:
             for p in range(4):
                 await h.elect(p, leader=1)
             for p in range(4):
@@ -45,8 +47,10 @@ def test_incremental_fetches_name_only_the_partition_that_moved(tmp_path: Path) 
             for i in range(3):
                 res = await h.produce(1, recs(1, f"x{i}"), partition=3, timeout_s=1)
                 assert res.error_code == 0
-            await h.wait_until(lambda: h.partition(2, 3).high_watermark == 5,
-                               "the follower learns partition 3's HW")
+            await h.wait_until(
+                lambda: h.partition(2, 3).high_watermark == 5,
+                "the follower learns partition 3's HW",
+            )
             kinds = {k for _, k in ep.requests}
             assert kinds == {FetchKind.INCREMENTAL}, kinds
             named = {(p.topic, p.partition) for r, _ in ep.requests for p in r.partitions}
@@ -55,12 +59,14 @@ def test_incremental_fetches_name_only_the_partition_that_moved(tmp_path: Path) 
                 assert h.log_bytes(1, p) == h.log_bytes(2, p) == h.log_bytes(3, p)
             # The idle partitions still count as fetched: nobody left the ISR.
             assert [h.partition(1, p).isr for p in range(4)] == [(1, 2, 3)] * 4
+
     run(main())
 
 
 def test_an_evicted_session_costs_one_full_fetch(tmp_path: Path) -> None:
     """The leader lost the session (eviction, restart): FETCH_SESSION_ID_NOT_FOUND, then
     a full fetch at once (no backoff), and replication goes on."""
+
     async def main() -> None:
         async with ReplicationHarness(tmp_path, partitions=2, backoff_ms=5_000) as h:
             for p in range(2):
@@ -76,6 +82,7 @@ def test_an_evicted_session_costs_one_full_fetch(tmp_path: Path) -> None:
             kinds = [k for _, k in ep.requests]
             assert kinds[:2] == [FetchKind.ERROR, FetchKind.FULL], kinds
             assert h.log_bytes(1, 1) == h.log_bytes(2, 1) == h.log_bytes(3, 1)
+
     run(main())
 
 
@@ -83,25 +90,26 @@ def test_leader_change_forgets_the_partition_in_the_old_session(tmp_path: Path) 
     """Partition 1 moves from leader 1 to leader 2: broker 3's session with 1 forgets it,
     its new fetcher for 2 opens a session with a full fetch, and both partitions keep
     replicating."""
+
     async def main() -> None:
         async with ReplicationHarness(tmp_path, partitions=2) as h:
             for p in range(2):
                 await h.elect(p, leader=1)
             assert (await h.produce(1, recs(2), partition=1)).error_code == 0
             await h.elect(1, leader=2)
-            assert (await h.produce(2, recs(2, "new"), partition=1, timeout_s=3)
-                    ).error_code == 0
-            assert (await h.produce(1, recs(2, "p0"), partition=0, timeout_s=3)
-                    ).error_code == 0
+            assert (await h.produce(2, recs(2, "new"), partition=1, timeout_s=3)).error_code == 0
+            assert (await h.produce(1, recs(2, "p0"), partition=0, timeout_s=3)).error_code == 0
 
             def forgotten() -> bool:
                 sessions = h.replicas[1].fetch_sessions.sessions.values()
                 return all((TOPIC, 1) not in s.partitions for s in sessions)
+
             await h.wait_until(forgotten, "leader 1's sessions forget partition 1")
             assert any(r.forgotten == [(TOPIC, [1])] for r, _ in endpoint(h, 3, 1).requests)
             assert next(k for _, k in endpoint(h, 3, 2).requests) is FetchKind.FULL
             for p in range(2):
                 assert h.log_bytes(1, p) == h.log_bytes(2, p) == h.log_bytes(3, p)
+
     run(main())
 
 
@@ -120,7 +128,9 @@ async def _settled(h: ReplicationHarness, partitions: int) -> None:
     def idle() -> bool:
         sessions = list(h.replicas[1].fetch_sessions.sessions.values())
         return len(sessions) == 2 and all(
-            not s.active and len(s.partitions) == partitions for s in sessions)
+            not s.active and len(s.partitions) == partitions for s in sessions
+        )
+
     await h.wait_until(idle, "both followers' sessions idle")
 
 
@@ -128,6 +138,7 @@ def test_idle_partitions_are_not_read_and_stay_in_the_isr(tmp_path: Path) -> Non
     """Issue 13: once replicated, idle partitions cost a follower's fetch nothing -- the
     leader reads none of them -- and still count as fetched: over 6 lag periods nobody
     leaves the ISR (the credit comes from the session's last fetch, REQ-R6)."""
+
     async def main() -> None:
         async with ReplicationHarness(tmp_path, partitions=6) as h:
             await _settled(h, 6)
@@ -138,6 +149,7 @@ def test_idle_partitions_are_not_read_and_stay_in_the_isr(tmp_path: Path) -> Non
             def counting_read(params, topics, image):  # type: ignore[no-untyped-def]
                 visited.append(sum(len(es) for _, es in topics))
                 return real_read(params, topics, image)
+
             leader.fetching._read = counting_read  # type: ignore[method-assign]
             ep = endpoint(h, 2, 1)
             ep.requests.clear()
@@ -148,6 +160,7 @@ def test_idle_partitions_are_not_read_and_stay_in_the_isr(tmp_path: Path) -> Non
                 await asyncio.sleep(0.05)
             assert len(ep.requests) >= 5  # the follower kept fetching...
             assert sum(visited) == 0, visited  # ...and no partition was read
+
     run(main())
 
 
@@ -155,43 +168,55 @@ def test_data_on_an_idle_partition_completes_the_waiting_fetch(tmp_path: Path) -
     """REQ-R17 with idle partitions: the followers' fetches wait 3 s and name nothing;
     an acks=all produce to one idle partition is replicated well within 1 s, so the
     parked fetches were woken through their session, not by their timeout."""
+
     async def main() -> None:
-        async with ReplicationHarness(tmp_path, partitions=4, fetch_wait_ms=3_000,
-                                      lag_ms=10_000) as h:
+        async with ReplicationHarness(
+            tmp_path, partitions=4, fetch_wait_ms=3_000, lag_ms=10_000
+        ) as h:
             await _settled(h, 4)
             # Each follower's current fetch started with nothing to read (it was sent after
             # every partition went idle): a re-read must look at what changed since.
             sent = {f: len(endpoint(h, f, 1).requests) for f in (2, 3)}
-            await h.wait_until(lambda: all(len(endpoint(h, f, 1).requests) > sent[f]
-                                           for f in (2, 3)), "a fetch sent while idle",
-                               timeout_s=8)
+            await h.wait_until(
+                lambda: all(len(endpoint(h, f, 1).requests) > sent[f] for f in (2, 3)),
+                "a fetch sent while idle",
+                timeout_s=8,
+            )
             for i in range(3):
                 res = await h.produce(1, recs(1, f"late{i}"), partition=i + 1, timeout_s=1)
                 assert res.error_code == 0, i
                 assert h.log_bytes(1, i + 1) == h.log_bytes(2, i + 1) == h.log_bytes(3, i + 1)
+
     run(main())
 
 
-def test_a_follower_that_stops_fetching_leaves_the_isr_of_idle_partitions(
-        tmp_path: Path) -> None:
+def test_a_follower_that_stops_fetching_leaves_the_isr_of_idle_partitions(tmp_path: Path) -> None:
     """The idle credit must not outlive the follower: once broker 3 stops fetching (its
     link to the leader cut), every idle partition drops it from the ISR after
     replica.lag.time.max.ms, and takes it back when it returns (REQ-R6)."""
+
     async def main() -> None:
         async with ReplicationHarness(tmp_path, partitions=4) as h:
             await _settled(h, 4)
             h.net.cut(1, 3)
-            await h.wait_until(lambda: all(h.partition(1, p).isr == (1, 2) for p in range(4)),
-                               "broker 3 leaves every ISR", timeout_s=5)
+            await h.wait_until(
+                lambda: all(h.partition(1, p).isr == (1, 2) for p in range(4)),
+                "broker 3 leaves every ISR",
+                timeout_s=5,
+            )
             h.net.heal()
             await h.wait_until(
                 lambda: all(h.partition(1, p).isr == (1, 2, 3) for p in range(4)),
-                "broker 3 rejoins every ISR", timeout_s=5)
+                "broker 3 rejoins every ISR",
+                timeout_s=5,
+            )
+
     run(main())
 
 
 def test_a_replica_the_leader_does_not_know_yet_keeps_fetching_until_it_joins(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """A reassignment's new replica may fetch before the leader has the new replica set:
     the leader then ignores its fetch offset. Its session must not skip the partition as
     idle after catching up, or the leader never records it and it never joins the ISR
@@ -204,65 +229,82 @@ def test_a_replica_the_leader_does_not_know_yet_keeps_fetching_until_it_joins(
             z.leader, z.leader_epoch, z.isr, z.version = 1, 0, (1, 2), 1
             full = h.controller.image()  # replicas (1, 2, 3)
             topic = full.topics[TOPIC]
-            narrow = replace(full, topics={TOPIC: replace(topic, partitions={
-                0: replace(topic.partitions[0], replicas=(1, 2))})})
+            narrow = replace(
+                full,
+                topics={
+                    TOPIC: replace(
+                        topic, partitions={0: replace(topic.partitions[0], replicas=(1, 2))}
+                    )
+                },
+            )
             for b, image in ((1, narrow), (2, narrow), (3, full)):
                 h.images[b] = image
                 h.replicas[b].apply_image(image)
             res = await h.produce(1, recs(5), timeout_s=3)
             assert res.error_code == 0
             leo = h.partition(1).log.log_end_offset
-            await h.wait_until(lambda: h.partition(3).log.log_end_offset == leo,
-                               "the unknown replica to copy the log")
+            await h.wait_until(
+                lambda: h.partition(3).log.log_end_offset == leo,
+                "the unknown replica to copy the log",
+            )
             ep = endpoint(h, 3, 1)
             seen = len(ep.requests)
-            await h.wait_until(lambda: len(ep.requests) >= seen + 3,
-                               "three more fetches at the log end")
+            await h.wait_until(
+                lambda: len(ep.requests) >= seen + 3, "three more fetches at the log end"
+            )
             assert h.partition(1).isr == (1, 2)
             for b in (1, 2):  # the leader learns the new replica set, same epoch
                 h.images[b] = full
                 h.replicas[b].apply_image(full)
-            await h.wait_until(lambda: 3 in h.partition(1).isr,
-                               "the new replica to join the ISR", timeout_s=5)
+            await h.wait_until(
+                lambda: 3 in h.partition(1).isr, "the new replica to join the ISR", timeout_s=5
+            )
+
     run(main())
 
 
-def test_a_followers_full_fetch_is_answered_at_once_with_the_high_watermark(
-        tmp_path: Path) -> None:
+def test_a_followers_full_fetch_is_answered_at_once_with_the_high_watermark(tmp_path: Path) -> None:
     """A follower restarted with a stale high watermark (its checkpoint lags) opens a new
     session with a full fetch at its log end: nothing to read, yet the leader answers at
     once, so the follower learns the HW on that fetch -- the one that makes it an ISR
     member again -- instead of when the long poll ends. Elected before that, it would lead
     with the stale HW and serve consumers an empty partition (a loaded CI run did). The
     fetch wait is 8 s and the ISR check far off, so nothing else can wake the fetch."""
+
     async def main() -> None:
         async with ReplicationHarness(tmp_path, fetch_wait_ms=8_000, lag_ms=60_000) as h:
             await h.elect(0, leader=1)
             for i in range(3):
                 assert (await h.produce(1, recs(2, f"r{i}"))).error_code == 0
             end = h.partition(1).log.log_end_offset
-            await h.wait_until(lambda: h.partition(3).high_watermark == end,
-                               "broker 3's HW at the log end")
+            await h.wait_until(
+                lambda: h.partition(3).high_watermark == end, "broker 3's HW at the log end"
+            )
             await h.crash_broker(3)
             h.start_broker(3)  # the harness keeps no HW checkpoint: 3 restarts at HW 0
             h.replicas[3].apply_image(h.images[1])
             assert h.partition(3).high_watermark < end
-            await h.wait_until(lambda: any(k is FetchKind.FULL
-                                           for _, k in endpoint(h, 3, 1).requests),
-                               "broker 3's full fetch")
-            await h.wait_until(lambda: h.partition(3).high_watermark == end,
-                               "the restarted follower to learn the HW", timeout_s=5)
+            await h.wait_until(
+                lambda: any(k is FetchKind.FULL for _, k in endpoint(h, 3, 1).requests),
+                "broker 3's full fetch",
+            )
+            await h.wait_until(
+                lambda: h.partition(3).high_watermark == end,
+                "the restarted follower to learn the HW",
+                timeout_s=5,
+            )
+
     run(main())
 
 
-def test_a_high_watermark_answer_dropped_at_an_epoch_change_is_sent_again(
-        tmp_path: Path) -> None:
+def test_a_high_watermark_answer_dropped_at_an_epoch_change_is_sent_again(tmp_path: Path) -> None:
     """Sim seeds 7591, 15334, 17297, replayed by hand: follower 2's fetch that moved the
     HW waits at the leader; follower 2 hears of a new leader epoch (same leader) before
     the leader does and re-adds the partition (truncating first), so it drops the answer
     carrying the HW, which the leader's session has cached as sent. With no more writes,
     no later incremental answer carried the HW: follower 2 stayed one behind for good.
     The fetcher reports the drop and its next fetch is full, answered whole."""
+
     async def main() -> None:
         async with ReplicationHarness(tmp_path, fetch_wait_ms=200, lag_ms=60_000) as h:
             await h.elect(0, leader=1)
@@ -281,13 +323,19 @@ def test_a_high_watermark_answer_dropped_at_an_epoch_change_is_sent_again(
             sessions = h.replicas[1].fetch_sessions
 
             def hw_cached() -> bool:
-                return any(s.replica_id == 2 and s.partitions[(TOPIC, 0)].high_watermark == 3
-                           for s in sessions.sessions.values())
+                return any(
+                    s.replica_id == 2 and s.partitions[(TOPIC, 0)].high_watermark == 3
+                    for s in sessions.sessions.values()
+                )
+
             await h.wait_until(hw_cached, "the leader's answer with HW 3 to leave")
             h.controller.publish()  # then the leader and broker 3
-            await h.wait_until(lambda: h.partition(1).leader_epoch == z.leader_epoch,
-                               "the leader at the new epoch")
+            await h.wait_until(
+                lambda: h.partition(1).leader_epoch == z.leader_epoch, "the leader at the new epoch"
+            )
             h.net.heal()
-            await h.wait_until(lambda: h.partition(2).high_watermark == 3,
-                               "follower 2 to learn HW 3", timeout_s=5)
+            await h.wait_until(
+                lambda: h.partition(2).high_watermark == 3, "follower 2 to learn HW 3", timeout_s=5
+            )
+
     run(main())

@@ -65,8 +65,9 @@ def test_the_image_s_controlled_shutdowns_make_brokers_ineligible_for_the_isr(
     topics = {
         "t": TopicInfo("t", uuid.UUID(int=1), {0: PartitionInfo(0, (1, 2, 3), 1, 0, (1, 3), 1, 0)})
     }
-    rm.apply_image(MetadataImage("c", 1, brokers, topics, complete=True,
-                                 shutting_down=frozenset({2})))
+    rm.apply_image(
+        MetadataImage("c", 1, brokers, topics, complete=True, shutting_down=frozenset({2}))
+    )
     assert not rm.isr_eligibility.eligible(2) and rm.isr_eligibility.eligible(3)
     rm.apply_image(MetadataImage("c", 1, brokers, topics, complete=True))
     assert rm.isr_eligibility.eligible(2)  # the request was answered and deleted

@@ -9,15 +9,24 @@ import pytest
 
 from odradek.errors import ErrorCode
 from odradek.security.acl import (
-    AccessControlEntry, AclBinding, AclBindingFilter, AclCache, AclOperation,
-    AclPermissionType, PatternType, ResourcePattern, ResourceType,
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclCache,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
 )
 from odradek.security.jaas import parse_jaas_config
 from odradek.security.principal import KafkaPrincipal, parse_principal
 from odradek.security.sasl_client import SaslClient
 from odradek.security.sasl_server import SaslServerAuthenticator, SaslState
 from odradek.security.scram import (
-    ScramCredential, credential_from_password, credential_from_salted_password,
+    ScramCredential,
+    credential_from_password,
+    credential_from_salted_password,
 )
 from odradek.zk import security_store as store
 
@@ -26,8 +35,9 @@ A, D = AclPermissionType.ALLOW, AclPermissionType.DENY
 Op = AclOperation
 
 
-def ace(principal: str, op: AclOperation, perm: AclPermissionType = A,
-        host: str = "*") -> AccessControlEntry:
+def ace(
+    principal: str, op: AclOperation, perm: AclPermissionType = A, host: str = "*"
+) -> AccessControlEntry:
     return AccessControlEntry(principal, host, op, perm)
 
 
@@ -57,8 +67,7 @@ def test_no_acl_found_and_super_users() -> None:
 def test_deny_wins_and_wildcards_and_prefixes() -> None:
     c = AclCache()
     c.set_acls(lit(T, "*"), [ace("User:*", Op.READ)])
-    c.set_acls(ResourcePattern(T, "secret-", PatternType.PREFIXED),
-               [ace("User:bob", Op.READ, D)])
+    c.set_acls(ResourcePattern(T, "secret-", PatternType.PREFIXED), [ace("User:bob", Op.READ, D)])
     c.set_acls(lit(T, "other"), [ace("User:bob", Op.ALL, host="10.0.0.1")])
     assert c.authorize("User:bob", "h", Op.READ, T, "public")
     assert not c.authorize("User:bob", "h", Op.READ, T, "secret-1")
@@ -94,12 +103,19 @@ def test_filters() -> None:
     assert len(list(c.bindings(AclBindingFilter(operation=Op.READ)))) == 3
     b = AclBindingFilter(T, "t", PatternType.ANY, "User:a", "*", Op.ANY, A)
     assert all(b.matches(x) for x in c.bindings(b))
-    assert AclBindingFilter(T, "t", PatternType.LITERAL, "User:a", "*", Op.READ,
-                            A).find_indefinite_field() is None
-    assert "ANY" in (AclBindingFilter(T, "t", PatternType.ANY, "User:a", "*", Op.READ,
-                                      A).find_indefinite_field() or "")
+    assert (
+        AclBindingFilter(
+            T, "t", PatternType.LITERAL, "User:a", "*", Op.READ, A
+        ).find_indefinite_field()
+        is None
+    )
+    assert "ANY" in (
+        AclBindingFilter(T, "t", PatternType.ANY, "User:a", "*", Op.READ, A).find_indefinite_field()
+        or ""
+    )
     assert str(AclBinding(lit(T, "t"), ace("User:a", Op.READ)).pattern) == (
-        "ResourcePattern(resourceType=TOPIC, name=t, patternType=LITERAL)")
+        "ResourcePattern(resourceType=TOPIC, name=t, patternType=LITERAL)"
+    )
 
 
 def test_principal_parsing() -> None:
@@ -110,17 +126,20 @@ def test_principal_parsing() -> None:
 
 # ------------------------------------------------------------------------------- ZooKeeper codecs
 def test_acl_znode_format_is_kafkas() -> None:
-    entries = frozenset({ace("User:alice", Op.IDEMPOTENT_WRITE),
-                         ace("User:bob", Op.READ, D, "10.0.0.1")})
+    entries = frozenset(
+        {ace("User:alice", Op.IDEMPOTENT_WRITE), ace("User:bob", Op.READ, D, "10.0.0.1")}
+    )
     data = store.encode_acls(entries)
-    assert data == (b'{"version":1,"acls":[{"principal":"User:alice","permissionType":"Allow",'
-                    b'"operation":"IdempotentWrite","host":"*"},{"principal":"User:bob",'
-                    b'"permissionType":"Deny","operation":"Read","host":"10.0.0.1"}]}')
+    assert data == (
+        b'{"version":1,"acls":[{"principal":"User:alice","permissionType":"Allow",'
+        b'"operation":"IdempotentWrite","host":"*"},{"principal":"User:bob",'
+        b'"permissionType":"Deny","operation":"Read","host":"10.0.0.1"}]}'
+    )
     assert store.decode_acls(data) == entries
     assert store.acl_path(lit(T, "t")) == "/kafka-acl/Topic/t"
-    assert store.acl_path(ResourcePattern(ResourceType.TRANSACTIONAL_ID, "x",
-                                          PatternType.PREFIXED)) == (
-        "/kafka-acl-extended/prefixed/TransactionalId/x")
+    assert store.acl_path(
+        ResourcePattern(ResourceType.TRANSACTIONAL_ID, "x", PatternType.PREFIXED)
+    ) == ("/kafka-acl-extended/prefixed/TransactionalId/x")
     for bad in ("a/b", "..", ""):
         with pytest.raises(ValueError):
             store.acl_path(lit(G, bad))
@@ -149,8 +168,11 @@ def test_scram_credential_format() -> None:
 
 def _server(creds: dict, plain: dict | None = None, reauth: int = 0) -> SaslServerAuthenticator:
     return SaslServerAuthenticator(
-        ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), scram_lookup=lambda m, u: creds.get((m, u)),
-        plain_check=lambda u, p: (plain or {}).get(u) == p, max_reauth_ms=reauth)
+        ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        scram_lookup=lambda m, u: creds.get((m, u)),
+        plain_check=lambda u, p: (plain or {}).get(u) == p,
+        max_reauth_ms=reauth,
+    )
 
 
 @pytest.mark.parametrize("mech", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
@@ -161,7 +183,7 @@ def test_scram_exchange_and_reauthentication(mech: str) -> None:
     for round_ in range(2):
         c = SaslClient(mech, "alice", "alice-secret")
         r1 = s.authenticate(c.next_token(), 2, 0)
-        assert r1.error_code == ErrorCode.none and not s.principal or round_
+        assert (r1.error_code == ErrorCode.none and not s.principal) or round_
         c.receive(r1.token)
         r2 = s.authenticate(c.next_token(), 2, 100)
         assert r2.error_code == ErrorCode.none and r2.session_lifetime_ms == 1000
@@ -185,8 +207,10 @@ def test_scram_failures_do_not_say_why(user: str, password: str) -> None:
         c.receive(r.token)
         r = s.authenticate(c.next_token(), 2, 0)
     assert r.error_code == ErrorCode.sasl_authentication_failed and r.close
-    assert r.error_message == ("Authentication failed during authentication due to invalid "
-                               "credentials with SASL mechanism SCRAM-SHA-256")
+    assert r.error_message == (
+        "Authentication failed during authentication due to invalid "
+        "credentials with SASL mechanism SCRAM-SHA-256"
+    )
     assert s.state == SaslState.FAILED and not s.authenticated
 
 
@@ -210,13 +234,16 @@ def test_plain_and_handshake_errors() -> None:
     s = _server({}, {"bob": "bob-pw"})
     s.handshake("PLAIN", 1)
     assert s.authenticate(b"only-one-token", 1, 0).error_code == (
-        ErrorCode.sasl_authentication_failed)
+        ErrorCode.sasl_authentication_failed
+    )
 
 
 # ------------------------------------------------------------------------------- JAAS
 def test_jaas_parsing() -> None:
-    e = parse_jaas_config('org.apache.kafka.common.security.plain.PlainLoginModule required '
-                          'username="admin" password="a s\\"ecret" user_admin="x" user_bob=y;')
+    e = parse_jaas_config(
+        'org.apache.kafka.common.security.plain.PlainLoginModule required '
+        'username="admin" password="a s\\"ecret" user_admin="x" user_bob=y;'
+    )
     assert e.flag == "required" and e.options["password"] == 'a s"ecret'
     assert e.plain_users == {"admin": "x", "bob": "y"}
     for bad in ("Module", "Module bogus;", 'Module required a="b"', 'M required a="b"; junk'):

@@ -26,16 +26,22 @@ def _checks_in(source: str) -> set[tuple[str, str]]:
     ResourceType.Y`` and ``authorize_cluster(AclOperation.X``; a check whose operation
     is a variable (``authorize(op, ResourceType.GROUP``) counts for every operation
     the module names."""
-    found = {(op, res) for op, res in re.findall(
-        r"authorize\w*\(\s*AclOperation\.(\w+),\s*ResourceType\.(\w+)", source)}
-    found |= {(op, "CLUSTER") for op in re.findall(
-        r"authorize_cluster\(\s*AclOperation\.(\w+)", source)}
+    found = {
+        (op, res)
+        for op, res in re.findall(
+            r"authorize\w*\(\s*AclOperation\.(\w+),\s*ResourceType\.(\w+)", source
+        )
+    }
+    found |= {
+        (op, "CLUSTER") for op in re.findall(r"authorize_cluster\(\s*AclOperation\.(\w+)", source)
+    }
     named = set(re.findall(r"AclOperation\.(\w+)", source))
     for res in re.findall(r"authorize\w*\(\s*[a-z_]\w*,\s*ResourceType\.(\w+)", source):
         found |= {(op, res) for op in named}
     # WRITE on any topic (the idempotent producer's alternative to IDEMPOTENT_WRITE).
-    found |= {(op, "TOPIC") for op in re.findall(
-        r"authorize_any_topic\(\s*AclOperation\.(\w+)", source)}
+    found |= {
+        (op, "TOPIC") for op in re.findall(r"authorize_any_topic\(\s*AclOperation\.(\w+)", source)
+    }
     return found
 
 
@@ -63,4 +69,5 @@ def test_docs_show_the_table() -> None:
     shown = text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
     assert shown == markdown_table(list(HANDLERS)), (
         "docs/security.md's ACL table is stale: replace it with "
-        "odradek.server.acl_table.markdown_table(list(HANDLERS))")
+        "odradek.server.acl_table.markdown_table(list(HANDLERS))"
+    )

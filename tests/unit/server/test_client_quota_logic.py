@@ -44,8 +44,16 @@ ALL_LEVELS = {
     (None, "c"): {P: 7.0},
     (None, DEFAULT): {P: 8.0},
 }
-TAGS = {1: ("u", "c"), 2: ("u", "c"), 3: ("u", ""), 4: ("u", "c"), 5: ("u", "c"),
-        6: ("u", ""), 7: ("", "c"), 8: ("", "c")}
+TAGS = {
+    1: ("u", "c"),
+    2: ("u", "c"),
+    3: ("u", ""),
+    4: ("u", "c"),
+    5: ("u", "c"),
+    6: ("u", ""),
+    7: ("", "c"),
+    8: ("", "c"),
+}
 
 
 def test_precedence_follows_kip55_levels_in_order() -> None:
@@ -60,8 +68,12 @@ def test_precedence_follows_kip55_levels_in_order() -> None:
 
 
 def test_precedence_ignores_other_users_and_clients_and_other_keys() -> None:
-    configs = {("v", "c"): {P: 1.0}, ("u", "d"): {P: 2.0}, (None, "d"): {P: 3.0},
-               ("u", None): {"consumer_byte_rate": 9.0}}
+    configs = {
+        ("v", "c"): {P: 1.0},
+        ("u", "d"): {P: 2.0},
+        (None, "d"): {P: 3.0},
+        ("u", None): {"consumer_byte_rate": 9.0},
+    }
     assert resolve_quota(configs, P, "u", "c") is None
     assert resolve_quota(configs, "consumer_byte_rate", "u", "c") == (9.0, "u", "")
 
@@ -152,15 +164,24 @@ def test_entity_key_sanitizes_and_maps_defaults() -> None:
 
 def test_apply_ops_sets_removes_and_keeps_other_keys() -> None:
     current = {"SCRAM-SHA-256": "cred", P: "10"}
-    out = apply_ops(current, [(P, 2048.0, False), ("request_percentage", 12.5, False),
-                              ("consumer_byte_rate", 0.0, True)])
+    out = apply_ops(
+        current,
+        [
+            (P, 2048.0, False),
+            ("request_percentage", 12.5, False),
+            ("consumer_byte_rate", 0.0, True),
+        ],
+    )
     assert out == {"SCRAM-SHA-256": "cred", P: "2048", "request_percentage": "12.5"}
-    assert apply_ops(out, [(P, 0.0, True)]) == {"SCRAM-SHA-256": "cred",
-                                                "request_percentage": "12.5"}
+    assert apply_ops(out, [(P, 0.0, True)]) == {
+        "SCRAM-SHA-256": "cred",
+        "request_percentage": "12.5",
+    }
 
 
-@pytest.mark.parametrize("op", [("unknown_key", 1.0, False), (P, 1.5, False),
-                                (P, -1.0, False), (P, float("nan"), False)])
+@pytest.mark.parametrize(
+    "op", [("unknown_key", 1.0, False), (P, 1.5, False), (P, -1.0, False), (P, float("nan"), False)]
+)
 def test_apply_ops_refuses_bad_keys_and_values(op: tuple[str, float, bool]) -> None:
     with pytest.raises(KafkaError) as e:
         apply_ops({}, [op])
@@ -185,33 +206,37 @@ def _describe(components: list[tuple[str, int, str | None]], strict: bool) -> se
 def test_describe_filters_match_kafkas_semantics() -> None:
     assert _describe([], False) == set(CONFIGS) - {("bob", None)}
     assert _describe([], True) == set()
-    assert _describe([("user", MATCH_EXACT, "alice")], False) == {("alice", None),
-                                                                  ("alice", "c1")}
+    assert _describe([("user", MATCH_EXACT, "alice")], False) == {("alice", None), ("alice", "c1")}
     assert _describe([("user", MATCH_EXACT, "alice")], True) == {("alice", None)}
     assert _describe([("user", MATCH_DEFAULT, None)], True) == {(DEFAULT, None)}
-    assert _describe([("user", MATCH_SPECIFIED, None)], True) == {
-        ("alice", None), (DEFAULT, None)}
+    assert _describe([("user", MATCH_SPECIFIED, None)], True) == {("alice", None), (DEFAULT, None)}
     assert _describe([("client-id", MATCH_SPECIFIED, None)], True) == {
-        (None, "c1"), (None, DEFAULT)}
-    assert _describe([("user", MATCH_SPECIFIED, None), ("client-id", MATCH_EXACT, "c1")],
-                     True) == {("alice", "c1")}
+        (None, "c1"),
+        (None, DEFAULT),
+    }
+    assert _describe([("user", MATCH_SPECIFIED, None), ("client-id", MATCH_EXACT, "c1")], True) == {
+        ("alice", "c1")
+    }
 
 
 def test_describe_values_are_numbers_without_other_keys() -> None:
-    [(_, values)] = describe_matches(CONFIGS, parse_filter([("user", MATCH_EXACT, "alice")]),
-                                     True)
+    [(_, values)] = describe_matches(CONFIGS, parse_filter([("user", MATCH_EXACT, "alice")]), True)
     assert values == {P: 100.0}
 
 
-@pytest.mark.parametrize(("components", "code"), [
-    ([("user", 0, "a"), ("user", 0, "b")], ErrorCode.invalid_request),
-    ([("", 0, "a")], ErrorCode.invalid_request),
-    ([("group", 0, "a")], ErrorCode.unsupported_version),
-    ([("user", 7, None)], ErrorCode.invalid_request),
-    ([("ip", 2, None), ("user", 2, None)], ErrorCode.invalid_request),
-])
-def test_describe_refuses_bad_filters(components: list[tuple[str, int, str | None]],
-                                      code: ErrorCode) -> None:
+@pytest.mark.parametrize(
+    ("components", "code"),
+    [
+        ([("user", 0, "a"), ("user", 0, "b")], ErrorCode.invalid_request),
+        ([("", 0, "a")], ErrorCode.invalid_request),
+        ([("group", 0, "a")], ErrorCode.unsupported_version),
+        ([("user", 7, None)], ErrorCode.invalid_request),
+        ([("ip", 2, None), ("user", 2, None)], ErrorCode.invalid_request),
+    ],
+)
+def test_describe_refuses_bad_filters(
+    components: list[tuple[str, int, str | None]], code: ErrorCode
+) -> None:
     with pytest.raises(KafkaError) as e:
         parse_filter(components)
     assert e.value.code == code
@@ -239,8 +264,9 @@ def test_request_throttle_is_capped_at_one_window() -> None:
 
 
 def _header(api_key: int, version: int) -> RequestHeaderInfo:
-    return RequestHeaderInfo(api_key=api_key, api_version=version, correlation_id=7,
-                             client_id="c", header_size=0)
+    return RequestHeaderInfo(
+        api_key=api_key, api_version=version, correlation_id=7, client_id="c", header_size=0
+    )
 
 
 def test_with_throttle_raises_the_throttle_of_every_response_form() -> None:
@@ -248,15 +274,24 @@ def test_with_throttle_raises_the_throttle_of_every_response_form() -> None:
     for version in (3, 8, 9, 10):
         raw = encode_produce_response(version, 7, tp, 100)
         assert with_throttle(_header(0, version), raw, 250) == encode_produce_response(
-            version, 7, tp, 250)
+            version, 7, tp, 250
+        )
         # A larger byte-rate throttle already in the response stays.
         assert with_throttle(_header(0, version), raw, 50) == raw
     for version in (4, 7, 11, 12):
         parts = encode_fetch_response(version, 7, [], throttle_time_ms=0)
         assert with_throttle(_header(1, version), parts, 300) == encode_fetch_response(
-            version, 7, [], throttle_time_ms=300)
-    entity = response(3, 12, brokers=(), cluster_id=None, controller_id=-1, topics=(),
-                      cluster_authorized_operations=-2147483648)
+            version, 7, [], throttle_time_ms=300
+        )
+    entity = response(
+        3,
+        12,
+        brokers=(),
+        cluster_id=None,
+        controller_id=-1,
+        topics=(),
+        cluster_authorized_operations=-2147483648,
+    )
     out = with_throttle(_header(3, 12), entity, 1000)
     assert out.throttle_time.total_seconds() == 1.0
     assert with_throttle(_header(3, 12), entity, 0) is entity
@@ -266,6 +301,7 @@ def test_request_quota_exemptions() -> None:
     class Fetch:
         def __init__(self, replica_id: int) -> None:
             self.replica_id = replica_id
+
     assert exempt(_header(1, 12), Fetch(2))  # a follower
     assert not exempt(_header(1, 12), Fetch(-1))
     for key in (17, 18, 27, 36):

@@ -96,8 +96,9 @@ class _Slice:
 
 
 async def _serve(dispatch: Any) -> tuple[SocketServer, tuple[str, int]]:
-    srv = SocketServer(dispatch, ConnectionLimits(), ConnectionQuotas(100, 100),
-                       RequestQueue(500), idle_ms=-1)
+    srv = SocketServer(
+        dispatch, ConnectionLimits(), ConnectionQuotas(100, 100), RequestQueue(500), idle_ms=-1
+    )
     addr = srv.bind("127.0.0.1", 0)
     srv.start_serving()
     return srv, addr
@@ -140,19 +141,29 @@ def test_large_response_is_sent_whole_in_order_from_files(use_uvloop: bool) -> N
         def dispatch(frame: bytes) -> Any:
             handled.append(bytes(frame))
             if bytes(frame) == b"big-request":
-                return [b"head", _Slice(fa.fileno(), 1000, len(data_a) - 1000), b"mid",
-                        _Slice(fd_b, 0, len(data_b)), b"tail"]
+                return [
+                    b"head",
+                    _Slice(fa.fileno(), 1000, len(data_a) - 1000),
+                    b"mid",
+                    _Slice(fd_b, 0, len(data_b)),
+                    b"tail",
+                ]
             return b"small:" + bytes(frame)
 
-        expected = (b"head" + data_a[1000:] + b"mid" + data_b + b"tail"
-                    + b"small:second-request")
+        expected = b"head" + data_a[1000:] + b"mid" + data_b + b"tail" + b"small:second-request"
 
         async def main() -> tuple[int, str]:
             srv, addr = await _serve(dispatch)
             try:
-                task = asyncio.create_task(asyncio.to_thread(
-                    _slow_read, addr, _frame(b"big-request") + _frame(b"second-request"),
-                    len(expected), 0.5))
+                task = asyncio.create_task(
+                    asyncio.to_thread(
+                        _slow_read,
+                        addr,
+                        _frame(b"big-request") + _frame(b"second-request"),
+                        len(expected),
+                        0.5,
+                    )
+                )
                 await asyncio.sleep(0.25)
                 # Written only partly; the second request waits (Kafka mutes the channel).
                 assert handled == [b"big-request"]
@@ -190,8 +201,9 @@ def test_a_slice_whose_file_shrank_closes_the_connection() -> None:
         async def main() -> tuple[int, str]:
             srv, addr = await _serve(dispatch)
             try:
-                task = asyncio.create_task(asyncio.to_thread(
-                    _slow_read, addr, _frame(b"req-1"), 9 << 20, 0.4))
+                task = asyncio.create_task(
+                    asyncio.to_thread(_slow_read, addr, _frame(b"req-1"), 9 << 20, 0.4)
+                )
                 await asyncio.sleep(0.2)
                 os.truncate(f.name, 1 << 20)  # a follower truncated the log meanwhile
                 return await task
@@ -233,9 +245,15 @@ def test_connection_counters_for_metrics() -> None:
     """The counters behind kafka_server_socket_server_metrics_connection_* (issue 15):
     accepted, closed and rejected (max.connections.per.ip) connections, over real
     sockets."""
+
     async def main() -> None:
-        srv = SocketServer(lambda frame: b"ok", ConnectionLimits(), ConnectionQuotas(100, 1),
-                           RequestQueue(500), idle_ms=-1)
+        srv = SocketServer(
+            lambda frame: b"ok",
+            ConnectionLimits(),
+            ConnectionQuotas(100, 1),
+            RequestQueue(500),
+            idle_ms=-1,
+        )
         addr = srv.bind("127.0.0.1", 0)
         srv.start_serving()
         deadline = time.monotonic() + 5
@@ -265,8 +283,7 @@ def test_connection_counters_for_metrics() -> None:
     asyncio.run(main())
 
 
-def test_a_throttled_connection_answers_at_once_then_reads_nothing_until_the_time_passed(
-) -> None:
+def test_a_throttled_connection_answers_at_once_then_reads_nothing_until_the_time_passed() -> None:
     """KIP-219: the handler throttles its session; that response goes out at once and
     the connection's next request is handled only after the throttle time."""
     from odradek.server.session import current_session  # noqa: PLC0415
@@ -291,8 +308,8 @@ def test_a_throttled_connection_answers_at_once_then_reads_nothing_until_the_tim
                 buf += chunk
                 while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
                     n = int.from_bytes(buf[:4], "big")
-                    got.append((buf[4:4 + n], time.monotonic()))
-                    buf = buf[4 + n:]
+                    got.append((buf[4 : 4 + n], time.monotonic()))
+                    buf = buf[4 + n :]
         return got
 
     async def main() -> list[tuple[bytes, float]]:

@@ -12,11 +12,11 @@ from dataclasses import fields
 from typing import Any
 
 import pytest
+from _proto_samples import request_frame, sample_entity
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 
-from _proto_samples import request_frame, sample_entity
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.codec import decode_request
 from odradek.protocol.versions import SERVED
@@ -65,18 +65,28 @@ def test_every_served_api_has_an_error_response() -> None:
 
 @pytest.mark.parametrize("api_key, version", ALL_SERVED)
 def test_a_failing_handler_is_answered_with_its_error_code(
-        monkeypatch: pytest.MonkeyPatch, api_key: int, version: int) -> None:
+    monkeypatch: pytest.MonkeyPatch, api_key: int, version: int
+) -> None:
     def boom(ctx: Any, header: Any, req: Any) -> Any:
         raise RuntimeError("handler bug")
 
     monkeypatch.setitem(HANDLERS, api_key, boom)
     req = sample_entity(load_request_schema(api_key, version), 3)
     if api_key == 0:
-        req = type(req)(**{**{f.name: getattr(req, f.name) for f in fields(req)
-                              if not f.name.startswith("__")}, "acks": -1})
+        req = type(req)(
+            **{
+                **{
+                    f.name: getattr(req, f.name) for f in fields(req) if not f.name.startswith("__")
+                },
+                "acks": -1,
+            }
+        )
     result = RequestDispatcher(_Context()).dispatch(request_frame(req, correlation_id=77))  # type: ignore[arg-type]
-    data = b"".join(bytes(p) if isinstance(p, (bytes, bytearray, memoryview)) else b""
-                    for p in result) if isinstance(result, list) else result
+    data = (
+        b"".join(bytes(p) if isinstance(p, (bytes, bytearray, memoryview)) else b"" for p in result)
+        if isinstance(result, list)
+        else result
+    )
     resp = _decode_response(api_key, version, data)
     assert struct.unpack_from(">i", data, 4)[0] == 77
     codes = list(_error_codes(resp))
@@ -100,8 +110,9 @@ def test_kafka_error_escaping_a_handler_keeps_its_code(monkeypatch: pytest.Monke
     assert len(resp.topics) == len(req.topics) and resp.topics[0].name == req.topics[0].name
 
 
-def test_failing_coroutine_and_log_once(monkeypatch: pytest.MonkeyPatch,
-                                        caplog: pytest.LogCaptureFixture) -> None:
+def test_failing_coroutine_and_log_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     async def later(ctx: Any, header: Any, req: Any) -> Any:
         await asyncio.sleep(0)
         raise ValueError("late bug")
@@ -132,8 +143,7 @@ def test_close_connection_still_closes(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_acks_0_produce_failure_sends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(HANDLERS, 0, lambda *a: 1 / 0)
     req = sample_entity(load_request_schema(0, 9), 1)
-    req = type(req)(transactional_id=None, acks=0, timeout=req.timeout,
-                    topic_data=req.topic_data)
+    req = type(req)(transactional_id=None, acks=0, timeout=req.timeout, topic_data=req.topic_data)
     assert RequestDispatcher(_Context()).dispatch(request_frame(req)) is None  # type: ignore[arg-type]
 
 
@@ -142,16 +152,19 @@ def test_request_elements_limit_from_config() -> None:
         settings = ServerSettings(request_max_elements=1)
 
     req = sample_entity(load_request_schema(3, 12), 1)
-    frame = request_frame(type(req)(topics=req.topics * 2,
-                                    allow_auto_topic_creation=False,
-                                    include_topic_authorized_operations=False))
+    frame = request_frame(
+        type(req)(
+            topics=req.topics * 2,
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+    )
     decode_request(frame)  # fine with the default limit
-    with pytest.raises(CloseConnection, match="odradek.request.max.elements"):
+    with pytest.raises(CloseConnection, match=r"odradek\.request\.max\.elements"):
         RequestDispatcher(Ctx()).dispatch(frame)  # type: ignore[arg-type]
 
 
-def test_a_produce_under_verification_holds_the_connection(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_produce_under_verification_holds_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Produce whose appends wait (KIP-890 verification) is answered like any delayed
     request -- the connection handles nothing else meanwhile -- while an ordinary
     delayed Produce only overlaps its wait for acks with the next requests."""

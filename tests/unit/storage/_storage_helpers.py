@@ -9,13 +9,19 @@ from odradek.storage.log import Log, LogConfig
 from odradek.storage.records import decode_batch_records, encode_batch
 
 
-def batch(n: int = 1, *, value_size: int = 20, ts: int = 1_000, tag: int = 0, compression: int = 0) -> bytes:
+def batch(
+    n: int = 1, *, value_size: int = 20, ts: int = 1_000, tag: int = 0, compression: int = 0
+) -> bytes:
     """A v2 batch of ``n`` records whose values encode ``tag`` (to check content later)."""
-    recs = [(f"k{tag}-{i}".encode(), f"{tag}:{i}:".encode().ljust(value_size, b"x")) for i in range(n)]
+    recs = [
+        (f"k{tag}-{i}".encode(), f"{tag}:{i}:".encode().ljust(value_size, b"x")) for i in range(n)
+    ]
     return encode_batch(recs, timestamp_ms=ts, compression=compression)
 
 
-def read_all(log: Log, start: int | None = None, max_bytes: int = 1 << 20, max_offset: int | None = None) -> list[bytes]:
+def read_all(
+    log: Log, start: int | None = None, max_bytes: int = 1 << 20, max_offset: int | None = None
+) -> list[bytes]:
     """Read every batch from ``start`` (default log start) to the LEO, one slice at a time."""
     out: list[bytes] = []
     off = log.log_start_offset if start is None else start

@@ -22,7 +22,6 @@ from odradek.storage.cleaner import (
     record_key_check,
 )
 from odradek.storage.log import Log, LogConfig
-from odradek.storage.txn_index import AbortedTxn
 from odradek.storage.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -32,14 +31,19 @@ from odradek.storage.records import (
     decode_batch_records,
     encode_batch,
 )
+from odradek.storage.txn_index import AbortedTxn
 
 CODECS = [COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_ZSTD, COMPRESSION_SNAPPY]
 NOW = 10_000_000
 
 
 def cfg(**kw: object) -> LogConfig:
-    base: dict = dict(segment_bytes=3000, index_interval_bytes=200, cleanup_policy=["compact"],
-                      delete_retention_ms=1_000_000)
+    base: dict = dict(
+        segment_bytes=3000,
+        index_interval_bytes=200,
+        cleanup_policy=["compact"],
+        delete_retention_ms=1_000_000,
+    )
     base.update(kw)
     return LogConfig(**base)
 
@@ -62,13 +66,25 @@ class Workload:
                 k = rng.choice(self.keys)
                 v = self.version.get(k, 0) + 1
                 self.version[k] = v
-                value = None if rng.random() < tombstone_p else b"%s=v%d;" % (k, v) + b"x" * rng.randint(0, 60)
+                value = (
+                    None
+                    if rng.random() < tombstone_p
+                    else b"%s=v%d;" % (k, v) + b"x" * rng.randint(0, 60)
+                )
                 recs.append((k, value))
             ts = NOW - 5_000_000 + rng.randint(0, 1000)
             info = self.log.append_as_leader(
-                encode_batch(recs, timestamp_ms=ts, compression=rng.choice(CODECS),
-                             producer_id=7, producer_epoch=3, base_sequence=rng.randint(0, 1000)),
-                leader_epoch=2, now_ms=ts)
+                encode_batch(
+                    recs,
+                    timestamp_ms=ts,
+                    compression=rng.choice(CODECS),
+                    producer_id=7,
+                    producer_epoch=3,
+                    base_sequence=rng.randint(0, 1000),
+                ),
+                leader_epoch=2,
+                now_ms=ts,
+            )
             for i, (k, value) in enumerate(recs):
                 self.model[k] = (info.first_offset + i, value)
 
@@ -133,18 +149,36 @@ def test_model_based_compaction(tmp_path: Path, seed: int) -> None:
 def test_retained_batch_keeps_header_fields_and_codec(tmp_path: Path) -> None:
     log = Log.open(tmp_path / "t-0", cfg())
     recs = [(b"a", b"1"), (b"b", b"1"), (b"a", b"2"), (b"c", b"1")]
-    log.append_as_leader(encode_batch(recs, timestamps=[100, 101, 102, 103],
-                                      compression=COMPRESSION_LZ4, producer_id=42,
-                                      producer_epoch=5, base_sequence=17), 9, 0)
+    log.append_as_leader(
+        encode_batch(
+            recs,
+            timestamps=[100, 101, 102, 103],
+            compression=COMPRESSION_LZ4,
+            producer_id=42,
+            producer_epoch=5,
+            base_sequence=17,
+        ),
+        9,
+        0,
+    )
     log.append_as_leader(encode_batch([(b"c", b"2")], timestamp_ms=200), 9, 0)
     log.roll()
     clean_log(log, now_ms=NOW)
     hs = parse_batches(b"".join(read_all(log)))
-    assert [(h.base_offset, h.last_offset_delta, h.records_count) for h in hs] == [(0, 3, 2), (4, 0, 1)]
+    assert [(h.base_offset, h.last_offset_delta, h.records_count) for h in hs] == [
+        (0, 3, 2),
+        (4, 0, 1),
+    ]
     h = hs[0]
-    assert (h.compression, h.producer_id, h.producer_epoch, h.base_sequence,
-            h.partition_leader_epoch, h.base_timestamp, h.max_timestamp) == (
-        COMPRESSION_LZ4, 42, 5, 17, 9, 100, 102)
+    assert (
+        h.compression,
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        h.partition_leader_epoch,
+        h.base_timestamp,
+        h.max_timestamp,
+    ) == (COMPRESSION_LZ4, 42, 5, 17, 9, 100, 102)
     got = contents(log)
     assert got == [(1, b"b", b"1"), (2, b"a", b"2"), (4, b"c", b"2")]
     # A fetch inside a retained batch's range returns that batch (Kafka: the client skips
@@ -156,8 +190,12 @@ def test_retained_batch_keeps_header_fields_and_codec(tmp_path: Path) -> None:
 def test_control_batches_are_kept_and_emptied_batches_dropped(tmp_path: Path) -> None:
     log = Log.open(tmp_path / "t-0", cfg())
     log.append_as_leader(encode_batch([(b"a", b"1")]), 0, 0)
-    log.append_as_leader(encode_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")],
-                                      control=True), 0, 0, allow_control=True)
+    log.append_as_leader(
+        encode_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")], control=True),
+        0,
+        0,
+        allow_control=True,
+    )
     log.append_as_leader(encode_batch([(b"a", b"2")]), 0, 0)
     log.roll()
     clean_log(log, now_ms=NOW)
@@ -225,7 +263,10 @@ def test_crash_during_swap_recovers(tmp_path: Path, stage: str) -> None:
     log.roll()
     before = contents(log)
     segs = log.segments[:-1]
-    views = [SegmentView(s.base_offset, s.next_offset, s.size, s.max_timestamp, os.dup(s.fd)) for s in segs]
+    views = [
+        SegmentView(s.base_offset, s.next_offset, s.size, s.max_timestamp, os.dup(s.fd))
+        for s in segs
+    ]
     omap = build_offset_map(views, 0, segs[-1].next_offset, 10**6)
     groups = clean_segments(d, views, omap, CleanParams(log.config.segment_bytes, 200, 10**9, NOW))
     for v in views:
@@ -250,7 +291,11 @@ def test_crash_during_swap_recovers(tmp_path: Path, stage: str) -> None:
             os.replace(a, b)
     log = Log.open(d, cfg(), recovery_point=0)
     after = contents(log)
-    assert not list(d.glob("*.swap")) and not list(d.glob("*.cleaned")) and not list(d.glob("*.deleted"))
+    assert (
+        not list(d.glob("*.swap"))
+        and not list(d.glob("*.cleaned"))
+        and not list(d.glob("*.deleted"))
+    )
     if stage == "cleaned":
         assert after == before
     else:
@@ -269,7 +314,10 @@ def test_replace_segments_refuses_stale_segments(tmp_path: Path) -> None:
     Workload(log, 3).append(30)
     log.roll()
     segs = log.segments[:-1]
-    views = [SegmentView(s.base_offset, s.next_offset, s.size, s.max_timestamp, os.dup(s.fd)) for s in segs]
+    views = [
+        SegmentView(s.base_offset, s.next_offset, s.size, s.max_timestamp, os.dup(s.fd))
+        for s in segs
+    ]
     omap = build_offset_map(views, 0, segs[-1].next_offset, 10**6)
     groups = clean_segments(d, views, omap, CleanParams(log.config.segment_bytes, 200, 10**9, NOW))
     for v in views:
@@ -308,7 +356,9 @@ def test_follower_replicates_a_compacted_log(tmp_path: Path) -> None:
 
 def test_record_key_check() -> None:
     assert record_key_check(encode_batch([(b"k", b"v")], compression=COMPRESSION_ZSTD))
-    assert not record_key_check(encode_batch([(b"k", b"v"), (None, b"v")], compression=COMPRESSION_GZIP))
+    assert not record_key_check(
+        encode_batch([(b"k", b"v"), (None, b"v")], compression=COMPRESSION_GZIP)
+    )
     both = encode_batch([(b"k", b"v")]) + encode_batch([(None, b"v")])
     assert not record_key_check(both)
 
@@ -384,19 +434,32 @@ PID = 7
 
 def _marker(kind: int, ts: int) -> bytes:
     # Control record: key = version i16 + type i16, value = version i16 + coordinator epoch i32.
-    return encode_batch([(kind.to_bytes(4, "big"), b"\x00\x00\x00\x00\x00\x00")],
-                        timestamp_ms=ts, producer_id=PID, producer_epoch=0, transactional=True,
-                        control=True)
+    return encode_batch(
+        [(kind.to_bytes(4, "big"), b"\x00\x00\x00\x00\x00\x00")],
+        timestamp_ms=ts,
+        producer_id=PID,
+        producer_epoch=0,
+        transactional=True,
+        control=True,
+    )
 
 
 def _txn_batch(key: bytes, value: bytes, seq: int, ts: int) -> bytes:
-    return encode_batch([(key, value)], timestamp_ms=ts, producer_id=PID, producer_epoch=0,
-                        base_sequence=seq, transactional=True)
+    return encode_batch(
+        [(key, value)],
+        timestamp_ms=ts,
+        producer_id=PID,
+        producer_epoch=0,
+        base_sequence=seq,
+        transactional=True,
+    )
 
 
 def _layout(log: Log) -> list[tuple[int, bool, bool]]:
-    return [(h.base_offset, h.is_control, h.is_transactional)
-            for h in parse_batches(b"".join(read_all(log)))]
+    return [
+        (h.base_offset, h.is_control, h.is_transactional)
+        for h in parse_batches(b"".join(read_all(log)))
+    ]
 
 
 def test_aborted_records_go_first_their_marker_after_the_delete_horizon(tmp_path: Path) -> None:
@@ -445,8 +508,7 @@ def test_a_marker_stays_while_its_transactions_records_do(tmp_path: Path) -> Non
     log.roll()
     clean_log(log, end, now_ms=t0 + 2_000_000)
     # The first transaction still has a record: its COMMIT stays. The second has none.
-    assert _layout(log) == [(0, False, True), (1, True, True), (4, False, False),
-                            (5, False, False)]
+    assert _layout(log) == [(0, False, True), (1, True, True), (4, False, False), (5, False, False)]
     log.close()
 
 

@@ -13,14 +13,17 @@ from pathlib import Path
 
 import pytest
 from _storage_helpers import batch, segment_files, small_config, verify_log
-from support.partitions import lead, new_partition
 
-from odradek.log_manager.flusher import Flusher, scheduler_interval_s
 from odradek.errors import KafkaError
+from odradek.log_manager.flusher import Flusher, scheduler_interval_s
 from odradek.storage.durability import (
-    LEDGER_ENV, LEDGER_NAME, read_ledger, simulate_power_loss,
+    LEDGER_ENV,
+    LEDGER_NAME,
+    read_ledger,
+    simulate_power_loss,
 )
 from odradek.storage.log import Log, LogConfig
+from support.partitions import lead, new_partition
 
 
 @pytest.fixture
@@ -177,8 +180,9 @@ def test_power_loss_cuts_unflushed_data_and_files(tmp_path: Path, ledger: None) 
     for s in log.segments:  # the "crashed" process's descriptors
         os.close(s.fd)
     again = Log.open(d, small_config(segment_bytes=1500), recovery_point=5)
-    assert [v for _, v in verify_log(again)] == [f"{i}:0:".encode().ljust(20, b"x")
-                                               for i in range(5)]
+    assert [v for _, v in verify_log(again)] == [
+        f"{i}:0:".encode().ljust(20, b"x") for i in range(5)
+    ]
     assert again.log_end_offset == 5
     again.close()
 
@@ -212,7 +216,9 @@ def test_power_loss_removes_a_partition_never_fsynced(tmp_path: Path, ledger: No
         os.close(s.fd)
 
 
-def test_no_ledger_lines_without_the_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_ledger_lines_without_the_env_var(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(LEDGER_ENV, raising=False)
     log = Log.open(tmp_path / "t-0", LogConfig())
     _append(log)
@@ -235,8 +241,11 @@ def test_flusher_group_commit_and_flush_ms(tmp_path: Path) -> None:
     flushed: list[Log] = []
 
     async def main() -> None:
-        fl = Flusher(logs=lambda: [durable, timed, plain], on_flushed=flushed.append,
-                     scheduler_interval_ms=20)
+        fl = Flusher(
+            logs=lambda: [durable, timed, plain],
+            on_flushed=flushed.append,
+            scheduler_interval_ms=20,
+        )
         for lg in (durable, timed, plain):
             lg.flush_listener = fl.mark
         fl.start()
@@ -303,9 +312,13 @@ def test_flusher_writes_the_recovery_point_checkpoint_periodically(tmp_path: Pat
     points = {("t", 0): 5}
 
     async def main() -> None:
-        fl = Flusher(logs=lambda: [], on_flushed=lambda lg: None,
-                     recovery_points=lambda: dict(points), checkpoint_path=path,
-                     checkpoint_interval_ms=50)
+        fl = Flusher(
+            logs=lambda: [],
+            on_flushed=lambda lg: None,
+            recovery_points=lambda: dict(points),
+            checkpoint_path=path,
+            checkpoint_interval_ms=50,
+        )
         fl.start()
         try:
             deadline = asyncio.get_running_loop().time() + 10

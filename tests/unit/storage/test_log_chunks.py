@@ -19,15 +19,15 @@ def log(tmp_path: Path) -> Iterator[Log]:
     """Three segments of batches of 1..4 records, some large (offsets 0..LEO)."""
     lg = Log.open(tmp_path / "t-0", small_config(segment_bytes=4096))
     for i in range(40):
-        lg.append_as_leader(batch(1 + i % 4, tag=i, value_size=20 + 300 * (i % 5 == 0)),
-                            leader_epoch=1, now_ms=1)
+        lg.append_as_leader(
+            batch(1 + i % 4, tag=i, value_size=20 + 300 * (i % 5 == 0)), leader_epoch=1, now_ms=1
+        )
     assert len(lg.segments) >= 3
     yield lg
     lg.close()
 
 
-def _batches(lg: Log, start: int, end: int | None = None, chunk_bytes: int = 500
-             ) -> list[bytes]:
+def _batches(lg: Log, start: int, end: int | None = None, chunk_bytes: int = 500) -> list[bytes]:
     out = []
     for chunk in read_chunks(lg, start, end, chunk_bytes=chunk_bytes):
         assert chunk.headers  # never an empty chunk

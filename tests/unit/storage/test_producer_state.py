@@ -6,15 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from odradek.storage.producer_state import ProducerStateManager
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage.batch import parse_batches
+from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.records import encode_batch
 
 
 def batch(pid: int, epoch: int, seq: int, n: int = 2, base_offset: int = 0):
-    raw = encode_batch([(None, b"v%d" % i) for i in range(n)], base_offset=base_offset,
-                       producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+    raw = encode_batch(
+        [(None, b"v%d" % i) for i in range(n)],
+        base_offset=base_offset,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+    )
     return parse_batches(raw)
 
 
@@ -109,21 +114,32 @@ def test_snapshot_captured_on_the_loop_written_later(tmp_path: Path) -> None:
     assert m.dirty
 
 
-
 def test_last_timestamp_and_coordinator_epoch_for_describe_producers(tmp_path: Path) -> None:
     """KIP-664's fields: the max timestamp of the producer's last batch or marker and
     the coordinator epoch of its last marker (from the control record's value), kept
     across a snapshot; a producer that never saw a marker has coordinator epoch -1."""
     m = ProducerStateManager(tmp_path)
-    data = encode_batch([(None, b"v")], timestamp_ms=5_000, producer_id=7, producer_epoch=0,
-                        base_sequence=0, transactional=True)
+    data = encode_batch(
+        [(None, b"v")],
+        timestamp_ms=5_000,
+        producer_id=7,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+    )
     m.update(parse_batches(data), data)
     assert (m.producers[7].last_timestamp, m.producers[7].coordinator_epoch) == (5_000, -1)
     assert m.ongoing == {7: 0}
     # COMMIT (type 1) written by coordinator epoch 3: value = version i16 + epoch i32.
-    marker = encode_batch([((1).to_bytes(4, "big"), b"\x00\x00" + (3).to_bytes(4, "big"))],
-                          base_offset=1, timestamp_ms=6_000, producer_id=7, producer_epoch=0,
-                          transactional=True, control=True)
+    marker = encode_batch(
+        [((1).to_bytes(4, "big"), b"\x00\x00" + (3).to_bytes(4, "big"))],
+        base_offset=1,
+        timestamp_ms=6_000,
+        producer_id=7,
+        producer_epoch=0,
+        transactional=True,
+        control=True,
+    )
     m.update(parse_batches(marker), marker)
     e = m.producers[7]
     assert (e.last_timestamp, e.coordinator_epoch, m.ongoing) == (6_000, 3, {})

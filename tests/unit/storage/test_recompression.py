@@ -9,6 +9,7 @@ import pytest
 from odradek.storage.batch import parse_batches
 from odradek.storage.log import Log
 from odradek.storage.log_types import LogConfig
+from odradek.storage.recompression import needs_recompression, recompress_batches
 from odradek.storage.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -18,16 +19,20 @@ from odradek.storage.records import (
     decode_batch_records,
     encode_batch,
 )
-from odradek.storage.recompression import needs_recompression, recompress_batches
 
 RECORDS = [(f"k{i}".encode(), f"value-{i}".encode() * 20, [("h", b"x")]) for i in range(50)]
-CODECS = [COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4,
-          COMPRESSION_ZSTD]
+CODECS = [COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD]
 
 
 def _batch(codec: int, base_sequence: int = 0) -> bytes:
-    return encode_batch(RECORDS, compression=codec, timestamp_ms=1_700_000_000_000,
-                        producer_id=7, producer_epoch=1, base_sequence=base_sequence)
+    return encode_batch(
+        RECORDS,
+        compression=codec,
+        timestamp_ms=1_700_000_000_000,
+        producer_id=7,
+        producer_epoch=1,
+        base_sequence=base_sequence,
+    )
 
 
 @pytest.mark.parametrize("src", CODECS)
@@ -39,11 +44,22 @@ def test_recompressed_batch_keeps_records_and_producer_fields(src: int, dst: int
     new = parse_batches(out, verify_crc=True)  # CRC recomputed
     assert [h.compression for h in new] == [dst, dst]
     for old_h, new_h in zip(headers, new, strict=True):
-        assert (new_h.records_count, new_h.last_offset_delta, new_h.max_timestamp,
-                new_h.producer_id, new_h.producer_epoch, new_h.base_sequence) == (
-            old_h.records_count, old_h.last_offset_delta, old_h.max_timestamp,
-            old_h.producer_id, old_h.producer_epoch, old_h.base_sequence)
-        got = decode_batch_records(bytes(out[new_h.position:new_h.position + new_h.size]))
+        assert (
+            new_h.records_count,
+            new_h.last_offset_delta,
+            new_h.max_timestamp,
+            new_h.producer_id,
+            new_h.producer_epoch,
+            new_h.base_sequence,
+        ) == (
+            old_h.records_count,
+            old_h.last_offset_delta,
+            old_h.max_timestamp,
+            old_h.producer_id,
+            old_h.producer_epoch,
+            old_h.base_sequence,
+        )
+        got = decode_batch_records(bytes(out[new_h.position : new_h.position + new_h.size]))
         assert [(r.key, r.value) for r in got] == [(k, v) for k, v, _ in RECORDS]
 
 

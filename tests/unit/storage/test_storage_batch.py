@@ -31,8 +31,16 @@ def _code(buf: bytes | bytearray, **kw: int) -> ErrorCode:
 
 
 def test_parse_fields_and_properties() -> None:
-    b = encode_batch([(b"a", b"1"), (b"b", b"2"), (None, None)], base_offset=7, timestamps=[5, 9, 6],
-                     producer_id=42, producer_epoch=3, base_sequence=10, transactional=True, compression=1)
+    b = encode_batch(
+        [(b"a", b"1"), (b"b", b"2"), (None, None)],
+        base_offset=7,
+        timestamps=[5, 9, 6],
+        producer_id=42,
+        producer_epoch=3,
+        base_sequence=10,
+        transactional=True,
+        compression=1,
+    )
     b2 = encode_batch([(b"c", b"3")], base_offset=10, timestamp_ms=11)
     (h, h2) = parse_batches(b + b2)
     assert BATCH_HEADER_SIZE == 61

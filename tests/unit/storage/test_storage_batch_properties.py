@@ -10,15 +10,25 @@ from hypothesis import strategies as st
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage.batch import BATCH_HEADER_SIZE, parse_batches, scan_batches
 from odradek.storage.records import (
-    COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_NONE, COMPRESSION_SNAPPY, COMPRESSION_ZSTD,
-    decode_batch_records, encode_batch,
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+    decode_batch_records,
+    encode_batch,
 )
 
-_RECORDS = st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=16)),
-                              st.one_of(st.none(), st.binary(max_size=64))),
-                    min_size=1, max_size=6)
-_CODECS = st.sampled_from([COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY,
-                           COMPRESSION_LZ4, COMPRESSION_ZSTD])
+_RECORDS = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.binary(max_size=16)), st.one_of(st.none(), st.binary(max_size=64))
+    ),
+    min_size=1,
+    max_size=6,
+)
+_CODECS = st.sampled_from(
+    [COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD]
+)
 _BATCHES = st.lists(st.tuples(_RECORDS, _CODECS), min_size=1, max_size=4)
 
 
@@ -40,7 +50,7 @@ def test_valid_batches_parse_to_what_was_encoded(batches: list) -> None:
     assert sum(h.size for h in headers) == len(data)
     for h, (records, codec) in zip(headers, batches):
         assert h.compression == codec
-        decoded = decode_batch_records(data[h.position:h.position + h.size])
+        decoded = decode_batch_records(data[h.position : h.position + h.size])
         assert [(r.key, r.value) for r in decoded] == records
 
 
@@ -57,8 +67,7 @@ def test_arbitrary_bytes_raise_only_kafka_errors(data: bytes) -> None:
 
 @settings(deadline=None)
 @given(_BATCHES, st.data())
-def test_any_bit_flip_under_the_crc_is_corrupt_message(batches: list,
-                                                       data: st.DataObject) -> None:
+def test_any_bit_flip_under_the_crc_is_corrupt_message(batches: list, data: st.DataObject) -> None:
     buf = bytearray(_encode(batches))
     first = parse_batches(bytes(buf))[0]
     i = data.draw(st.integers(21, first.size - 1))  # CRC-32C covers bytes 21..end
@@ -86,8 +95,9 @@ def test_truncated_batches_are_corrupt_message(batches: list, data: st.DataObjec
 
 @settings(max_examples=300, deadline=None)
 @given(_BATCHES, st.data())
-def test_decoding_mutated_records_raises_only_kafka_errors(batches: list,
-                                                           data: st.DataObject) -> None:
+def test_decoding_mutated_records_raises_only_kafka_errors(
+    batches: list, data: st.DataObject
+) -> None:
     # ListOffsets by timestamp, the cleaner and the coordinator's loader decode records.
     buf = bytearray(_encode(batches[:1]))
     for _ in range(data.draw(st.integers(1, 4))):

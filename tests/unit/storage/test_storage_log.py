@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from pathlib import Path
@@ -27,10 +28,12 @@ def test_round_trip_and_contiguous_offsets(logdir: Path) -> None:
     firsts = []
     for i in range(100):
         n = 1 + i % 4
-        info = log.append_as_leader(batch(n, tag=i) + batch(2, tag=1000 + i), leader_epoch=3, now_ms=1)
+        info = log.append_as_leader(
+            batch(n, tag=i) + batch(2, tag=1000 + i), leader_epoch=3, now_ms=1
+        )
         assert info.num_batches == 2 and info.last_offset == info.first_offset + n + 1
         firsts.append(info.first_offset)
-    assert firsts[0] == 0 and all(b > a for a, b in zip(firsts, firsts[1:]))
+    assert firsts[0] == 0 and all(b > a for a, b in itertools.pairwise(firsts))
     values = verify_log(log)
     assert len(values) == log.log_end_offset
     b0 = read_all(log)[0]
@@ -68,7 +71,9 @@ def test_roll_by_size_keeps_request_in_one_segment(logdir: Path) -> None:
         # each request has two offsets: requests are never split across segments
         assert seg.size <= 1000 and seg.base_offset % 2 == 0 and seg.next_offset % 2 == 0
         assert seg.base_offset == seg.header_at(0).base_offset
-    assert [p.name for p in segment_files(logdir)] == [f"{s.base_offset:020d}.log" for s in log.segments]
+    assert [p.name for p in segment_files(logdir)] == [
+        f"{s.base_offset:020d}.log" for s in log.segments
+    ]
     assert len(verify_log(log)) == 60
     log.close()
 
@@ -123,10 +128,14 @@ def test_reads_against_reference_every_offset_and_size(logdir: Path) -> None:
     cfg = small_config(segment_bytes=3000, index_interval_bytes=100)
     log = Log.open(logdir, cfg)
     import random
+
     rng = random.Random(7)
     model: list[tuple[int, int, int]] = []  # (base, last, size) in append order
     for i in range(120):
-        reqs = [batch(rng.randint(1, 4), value_size=rng.randint(1, 120), tag=i) for _ in range(rng.randint(1, 3))]
+        reqs = [
+            batch(rng.randint(1, 4), value_size=rng.randint(1, 120), tag=i)
+            for _ in range(rng.randint(1, 3))
+        ]
         info = log.append_as_leader(b"".join(reqs), 0, 1)
         off = info.first_offset
         for r in reqs:
@@ -146,7 +155,7 @@ def test_reads_against_reference_every_offset_and_size(logdir: Path) -> None:
             # as many whole batches as fit, within the same segment
             seg = log.segments[log._segment_for(target)]
             expect, total = 0, 0
-            for base, last, size in model[idx:]:
+            for _base, last, size in model[idx:]:
                 if last >= seg.next_offset or (expect and total + size > max_bytes):
                     break
                 expect, total = expect + 1, total + size
@@ -177,7 +186,9 @@ def test_offset_for_timestamp(logdir: Path) -> None:
     assert log.offset_for_timestamp(1495) == (99, 1495)
     assert log.offset_for_timestamp(1496) is None
     log.close()
-    log = Log.open(logdir, small_config(segment_bytes=1500, index_interval_bytes=64), recovery_point=100)
+    log = Log.open(
+        logdir, small_config(segment_bytes=1500, index_interval_bytes=64), recovery_point=100
+    )
     assert log.offset_for_timestamp(1006) == (2, 1010)
     log.close()
 
@@ -299,7 +310,9 @@ def test_throughput_sanity(logdir: Path, capsys: pytest.CaptureFixture[str]) -> 
     t2 = time.perf_counter()
     mb = n * len(payload) / 1e6
     with capsys.disabled():
-        print(f"\n[storage] append {mb / (t1 - t0):.0f} MB/s ({n / (t1 - t0):.0f} req/s, 16 batches each); "
-              f"read {mb / (t2 - t1):.0f} MB/s in {reads} slices")
+        print(
+            f"\n[storage] append {mb / (t1 - t0):.0f} MB/s ({n / (t1 - t0):.0f} req/s, 16 batches each); "
+            f"read {mb / (t2 - t1):.0f} MB/s in {reads} slices"
+        )
     assert off == log.log_end_offset
     log.close()

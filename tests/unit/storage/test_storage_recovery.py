@@ -108,13 +108,21 @@ def test_offset_gap_inside_segment_is_accepted(tmp_path: Path) -> None:
     d.mkdir()
     from odradek.storage.records import encode_batch
 
-    data = b"".join(encode_batch([(b"k%d" % i, b"v")], base_offset=o, timestamp_ms=1000 + i)
-                    for i, o in enumerate([3, 4, 10, 25, 26]))
+    data = b"".join(
+        encode_batch([(b"k%d" % i, b"v")], base_offset=o, timestamp_ms=1000 + i)
+        for i, o in enumerate([3, 4, 10, 25, 26])
+    )
     (d / f"{0:020d}.log").write_bytes(data)
     for rp in (0, 27):  # full recovery scan, then a trusted load with rebuilt indexes
         log = Log.open(d, CFG, recovery_point=rp)
         assert log.log_end_offset == 27
-        assert [h.base_offset for h in parse_batches(log.read(0, 1 << 20).read_bytes())] == [3, 4, 10, 25, 26]
+        assert [h.base_offset for h in parse_batches(log.read(0, 1 << 20).read_bytes())] == [
+            3,
+            4,
+            10,
+            25,
+            26,
+        ]
         assert parse_batches(log.read(11, 1 << 20).read_bytes())[0].base_offset == 25  # next batch
         log.close()
         for p in d.glob("*index"):
@@ -173,7 +181,9 @@ def test_stale_index_of_unflushed_tail_is_not_trusted(tmp_path: Path) -> None:
     path = segment_files(d)[0]
     with open(path, "r+b") as f:
         f.truncate(path.stat().st_size // 2)  # data lost, index now points past the end
-    log = Log.open(d, small_config(segment_bytes=1 << 20, index_interval_bytes=64), recovery_point=0)
+    log = Log.open(
+        d, small_config(segment_bytes=1 << 20, index_interval_bytes=64), recovery_point=0
+    )
     got = verify_log(log)
     assert got == values[: len(got)]
     for t in range(log.log_end_offset):
@@ -185,14 +195,23 @@ def test_stale_index_of_unflushed_tail_is_not_trusted(tmp_path: Path) -> None:
 def test_randomized_crash_at_any_byte(tmp_path: Path, seed: int) -> None:
     """Kill at a random byte of the write stream; recovery yields a valid prefix."""
     rng = random.Random(seed)
-    cfg = small_config(segment_bytes=rng.choice([2400, 3000, 6000]), index_interval_bytes=rng.choice([1, 100, 4096]))
+    cfg = small_config(
+        segment_bytes=rng.choice([2400, 3000, 6000]),
+        index_interval_bytes=rng.choice([1, 100, 4096]),
+    )
     full = tmp_path / "full"
     log = Log.open(full, cfg)
     writes: list[tuple[int, int, int, int]] = []  # (segment base, start, end, leo after)
     for i in range(rng.randint(5, 60)):
-        req = b"".join(batch(rng.randint(1, 4), value_size=rng.randint(0, 150), tag=i, ts=1000 + i)
-                       for _ in range(rng.randint(1, 3)))
-        before = log.active_segment.size if log.active_segment.size + len(req) <= cfg.segment_bytes else 0
+        req = b"".join(
+            batch(rng.randint(1, 4), value_size=rng.randint(0, 150), tag=i, ts=1000 + i)
+            for _ in range(rng.randint(1, 3))
+        )
+        before = (
+            log.active_segment.size
+            if log.active_segment.size + len(req) <= cfg.segment_bytes
+            else 0
+        )
         log.append_as_leader(req, 0, 1)
         seg = log.active_segment
         assert seg.size - len(req) == before
@@ -256,8 +275,11 @@ while True:
 
 def test_kill_minus_9_during_appends(tmp_path: Path) -> None:
     d = tmp_path / "t-0"
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(d), str(Path(__file__).parent)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(d), str(Path(__file__).parent)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         seen = 0
@@ -287,8 +309,12 @@ def test_kill_minus_9_during_appends(tmp_path: Path) -> None:
     log.close()
 
 
-@pytest.mark.parametrize("garbage", [b"\x00" * 100, b"\xff" * 7, b"\x00" * 11 + b"\x31" + os.urandom(300)])
-def test_garbage_after_clean_close_with_recovery_point_at_leo(tmp_path: Path, garbage: bytes) -> None:
+@pytest.mark.parametrize(
+    "garbage", [b"\x00" * 100, b"\xff" * 7, b"\x00" * 11 + b"\x31" + os.urandom(300)]
+)
+def test_garbage_after_clean_close_with_recovery_point_at_leo(
+    tmp_path: Path, garbage: bytes
+) -> None:
     """The clean-shutdown fast path must still notice bytes past the recovery point."""
     d = tmp_path / "t-0"
     log, values = fill(d)
@@ -302,7 +328,9 @@ def test_garbage_after_clean_close_with_recovery_point_at_leo(tmp_path: Path, ga
     log.close()
 
 
-def test_recovery_with_batches_straddling_read_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_recovery_with_batches_straddling_read_windows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import odradek.storage.segment as segment_mod
 
     monkeypatch.setattr(segment_mod, "_RECOVER_CHUNK", 150)  # smaller than most batches
@@ -323,8 +351,9 @@ def test_recovery_with_batches_straddling_read_windows(tmp_path: Path, monkeypat
 
 
 @pytest.mark.parametrize("how", ["clean", "crash"])
-def test_reopening_an_empty_log_costs_no_fsync(tmp_path: Path, how: str,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reopening_an_empty_log_costs_no_fsync(
+    tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 13 (fast start): a log with nothing written past its recovery point has
     nothing to check or make durable; an fsync per empty log made a broker with 3,000
     partitions take a minute to start."""

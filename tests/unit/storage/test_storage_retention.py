@@ -21,8 +21,9 @@ def segs(*specs: tuple[int, int, int]) -> list[SegmentSummary]:
 
 
 def decide(s: list[SegmentSummary], **kw: int) -> tuple[int, str | None]:
-    args = dict(upper_bound=10**9, now_ms=1_000_000, retention_ms=-1, retention_bytes=-1,
-                log_start_offset=0)
+    args = dict(
+        upper_bound=10**9, now_ms=1_000_000, retention_ms=-1, retention_bytes=-1, log_start_offset=0
+    )
     args.update(kw)
     d = segments_to_delete(s, **args)
     return d.count, d.reason
@@ -73,8 +74,14 @@ def test_union_is_the_longest_prefix() -> None:
     s = segs((10, 100, 0), (10, 100, 999_999), (10, 100, 999_999), (10, 100, 999_999))
     count, reason = decide(s, retention_ms=10_000, retention_bytes=150)
     assert (count, reason) == (2, REASON_SIZE)
-    d = segments_to_delete(s, upper_bound=100, now_ms=1_000_000, retention_ms=10_000,
-                           retention_bytes=150, log_start_offset=0)
+    d = segments_to_delete(
+        s,
+        upper_bound=100,
+        now_ms=1_000_000,
+        retention_ms=10_000,
+        retention_bytes=150,
+        log_start_offset=0,
+    )
     assert d.bytes == 200 and "retention.bytes" in d.detail
 
 
@@ -169,14 +176,15 @@ def test_compact_policy_ignores_time_and_size(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ replicated log start
 from odradek.replication.partition import Partition  # noqa: E402
-from support.partitions import follow, lead, new_partition  # noqa: E402
 from odradek.storage.log import LogConfig  # noqa: E402
 from odradek.storage.records import encode_batch  # noqa: E402
+from support.partitions import follow, lead, new_partition  # noqa: E402
 
 
 def _partition(tmp_path: Path, broker: int, **cfg: object) -> Partition:
-    return new_partition(tmp_path / f"t-0-{broker}", broker=broker, replicas=(1, 2),
-                         config=LogConfig(**cfg))  # type: ignore[arg-type]
+    return new_partition(
+        tmp_path / f"t-0-{broker}", broker=broker, replicas=(1, 2), config=LogConfig(**cfg)
+    )  # type: ignore[arg-type]
 
 
 def _records(n: int, base: int = 0) -> bytes:

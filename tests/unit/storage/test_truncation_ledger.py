@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from _storage_helpers import read_all, small_config
 
 from odradek.replication.partition import Partition
 from odradek.runtime import disk
@@ -15,10 +16,12 @@ from odradek.storage.batch import parse_batches
 from odradek.storage.log import Log
 from odradek.storage.records import encode_batch
 from odradek.storage.truncation_ledger import (
-    TruncationLedger, ledger_root, list_entries, mark_replayed, unique_records,
+    TruncationLedger,
+    ledger_root,
+    list_entries,
+    mark_replayed,
+    unique_records,
 )
-
-from _storage_helpers import read_all, small_config
 from support.partitions import new_partition
 
 
@@ -26,11 +29,25 @@ def _fill(lg: Log, batches: int, per_batch: int = 3, epoch: int = 0, tag: str = 
     """Leader appends of ``batches`` batches whose values are ``tag:<offset>``."""
     for _ in range(batches):
         first = lg.log_end_offset
-        recs = [(f"k{first + i}".encode(), f"{tag}:{first + i}".encode(),
-                 [("h", f"{first + i}".encode())]) for i in range(per_batch)]
-        lg.append_as_leader(encode_batch(recs, timestamp_ms=1000 + first, producer_id=7,
-                                         producer_epoch=0, base_sequence=first),
-                            epoch, now_ms=0)
+        recs = [
+            (
+                f"k{first + i}".encode(),
+                f"{tag}:{first + i}".encode(),
+                [("h", f"{first + i}".encode())],
+            )
+            for i in range(per_batch)
+        ]
+        lg.append_as_leader(
+            encode_batch(
+                recs,
+                timestamp_ms=1000 + first,
+                producer_id=7,
+                producer_epoch=0,
+                base_sequence=first,
+            ),
+            epoch,
+            now_ms=0,
+        )
 
 
 def test_truncation_copies_exactly_the_removed_batches(tmp_path: Path) -> None:
@@ -39,8 +56,17 @@ def test_truncation_copies_exactly_the_removed_batches(tmp_path: Path) -> None:
     assert len(lg.segments) > 1
     before = b"".join(read_all(lg, 0))
     ledger = TruncationLedger(ledger_root(tmp_path), broker_id=2)
-    e = ledger.record(lg, "t", 0, 13, reason="truncate after OffsetsForLeaderEpoch to 13",
-                      new_leader_id=1, new_leader_epoch=4, high_watermark=9, now_ms=5)
+    e = ledger.record(
+        lg,
+        "t",
+        0,
+        13,
+        reason="truncate after OffsetsForLeaderEpoch to 13",
+        new_leader_id=1,
+        new_leader_epoch=4,
+        high_watermark=9,
+        now_ms=5,
+    )
     assert e is not None
     lg.truncate_to(13)
     # Offset 13 is inside batch 12..14: that whole batch goes (Kafka semantics), so the
@@ -69,15 +95,20 @@ def test_nothing_removed_writes_nothing(tmp_path: Path) -> None:
     assert ledger.record(lg, "t", 0, lg.log_end_offset, reason="x") is None
     assert ledger.record(lg, "t", 0, 100, reason="x") is None
     assert not ledger_root(tmp_path).exists()
-    assert TruncationLedger(ledger_root(tmp_path), 1, retention_bytes=0).record(
-        lg, "t", 0, 0, reason="disabled") is None
+    assert (
+        TruncationLedger(ledger_root(tmp_path), 1, retention_bytes=0).record(
+            lg, "t", 0, 0, reason="disabled"
+        )
+        is None
+    )
 
 
 def test_below_high_watermark_is_flagged(tmp_path: Path) -> None:
     lg = Log.open(tmp_path / "t-0", small_config())
     _fill(lg, 4, epoch=1)
     e = TruncationLedger(ledger_root(tmp_path), 1).record(
-        lg, "t", 0, 3, reason="unclean election", high_watermark=9)
+        lg, "t", 0, 3, reason="unclean election", high_watermark=9
+    )
     assert e is not None and e.below_high_watermark
     assert "committed records removed" in e.reason
 
@@ -85,14 +116,16 @@ def test_below_high_watermark_is_flagged(tmp_path: Path) -> None:
 def test_list_filter_replay_marks_and_dedupe(tmp_path: Path) -> None:
     logs = {b: Log.open(tmp_path / f"b{b}" / "t-0", small_config()) for b in (1, 2)}
     other = Log.open(tmp_path / "b1" / "u-1", small_config())
-    for b, lg in logs.items():
+    for lg in logs.values():
         _fill(lg, 4, epoch=2)  # the same batches on two replicas
     _fill(other, 2, epoch=0, tag="u")
     for b, lg in logs.items():
         TruncationLedger(ledger_root(tmp_path / f"b{b}"), b).record(lg, "t", 0, 6, reason="x")
     TruncationLedger(ledger_root(tmp_path / "b1"), 1).record(other, "u", 1, 0, reason="y")
-    entries = [*list_entries(ledger_root(tmp_path / "b1")),
-               *list_entries(ledger_root(tmp_path / "b2"))]
+    entries = [
+        *list_entries(ledger_root(tmp_path / "b1")),
+        *list_entries(ledger_root(tmp_path / "b2")),
+    ]
     assert sorted((e.topic, e.broker_id) for e in entries) == [("t", 1), ("t", 2), ("u", 1)]
     assert [e.topic for e in list_entries(ledger_root(tmp_path / "b1"), topic="u")] == ["u"]
     t_entries = [e for e in entries if e.topic == "t"]
@@ -100,10 +133,10 @@ def test_list_filter_replay_marks_and_dedupe(tmp_path: Path) -> None:
     assert [r.offset for r, _ in uniq] == [6, 7, 8, 9, 10, 11]  # once, not twice
     e = t_entries[0]
     mark_replayed(e, offsets=[6, 7], complete=False)
-    again = [x for x in list_entries(e.path.parent.parent) if x.path == e.path][0]
+    again = next(x for x in list_entries(e.path.parent.parent) if x.path == e.path)
     assert again.replayed is None and again.replayed_offsets == [6, 7]
     mark_replayed(again, complete=True, info={"bootstrap": "h:1"})
-    done = [x for x in list_entries(e.path.parent.parent) if x.path == e.path][0]
+    done = next(x for x in list_entries(e.path.parent.parent) if x.path == e.path)
     assert done.replayed is not None and done.replayed["bootstrap"] == "h:1"
 
 
@@ -144,7 +177,8 @@ def test_crash_leftovers_are_not_entries(tmp_path: Path) -> None:
     ledger.enforce_retention()
     assert not orphan.exists()
     assert sorted(p.name for p in e.path.parent.iterdir()) == sorted(
-        [e.path.name, e.batches_path.name])
+        [e.path.name, e.batches_path.name]
+    )
 
 
 def _partition(tmp_path: Path, ledger: TruncationLedger | None, hw: int = 0) -> Partition:
@@ -152,12 +186,12 @@ def _partition(tmp_path: Path, ledger: TruncationLedger | None, hw: int = 0) -> 
     lg = Log.open(d, small_config())
     if hw:
         _fill(lg, 4, epoch=5)
-    return new_partition(d, broker=2, replicas=(1, 2), log=lg, ledger=ledger,
-                         high_watermark=hw)
+    return new_partition(d, broker=2, replicas=(1, 2), log=lg, ledger=ledger, high_watermark=hw)
 
 
 def test_partition_truncation_is_durable_in_the_ledger_before_the_log_shrinks(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """fsync-before-truncate ordering: every fsync of the entry and its directory happens
     before the segment file is shortened (a crash in between keeps the evidence)."""
     ledger = TruncationLedger(ledger_root(tmp_path), 2)
@@ -166,10 +200,15 @@ def test_partition_truncation_is_durable_in_the_ledger_before_the_log_shrinks(
     real_fsync, real_ftruncate = os.fsync, os.ftruncate
     # The storage layer fsyncs through the seam (odradek.runtime.disk).
     monkeypatch.setattr(disk, "fsync", lambda fd: (calls.append("fsync"), real_fsync(fd))[1])
-    monkeypatch.setattr(os, "ftruncate",
-                        lambda fd, n: (calls.append("ftruncate"), real_ftruncate(fd, n))[1])
-    p.truncate_to(6, reason="truncate after OffsetsForLeaderEpoch to 6 (leader 1 epoch 6)",
-                  leader_id=1, leader_epoch=6)
+    monkeypatch.setattr(
+        os, "ftruncate", lambda fd, n: (calls.append("ftruncate"), real_ftruncate(fd, n))[1]
+    )
+    p.truncate_to(
+        6,
+        reason="truncate after OffsetsForLeaderEpoch to 6 (leader 1 epoch 6)",
+        leader_id=1,
+        leader_epoch=6,
+    )
     assert p.log.log_end_offset == 6
     assert "ftruncate" in calls
     first_truncate = calls.index("ftruncate")
@@ -190,7 +229,9 @@ def test_partition_ledger_failure_does_not_block_truncation(tmp_path: Path) -> N
     assert p.log.log_end_offset == 3
 
 
-def test_cli_list_export_and_dry_run_offline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_list_export_and_dry_run_offline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``odradek lost-records`` reads log dirs without any broker (replay --dry-run too)."""
     from odradek.cli.main import main
 
@@ -198,7 +239,8 @@ def test_cli_list_export_and_dry_run_offline(tmp_path: Path, capsys: pytest.Capt
         lg = Log.open(tmp_path / f"b{b}" / "t-0", small_config())
         _fill(lg, 2, epoch=4)
         TruncationLedger(ledger_root(tmp_path / f"b{b}"), b).record(
-            lg, "t", 0, 3, reason="unclean", new_leader_id=3, new_leader_epoch=5)
+            lg, "t", 0, 3, reason="unclean", new_leader_id=3, new_leader_epoch=5
+        )
     dirs = ["--log-dir", str(tmp_path / "b1"), "--log-dir", str(tmp_path / "b2")]
     assert main(["lost-records", "list", *dirs]) == 0
     out = capsys.readouterr()
@@ -214,7 +256,9 @@ def test_cli_list_export_and_dry_run_offline(tmp_path: Path, capsys: pytest.Capt
     assert (rows[0]["sequence"], rows[0]["leader_epoch"], rows[0]["new_leader_epoch"]) == (3, 4, 5)
     assert main(["lost-records", "export", *dirs, "--all-copies", "--out", str(jl)]) == 0
     assert len(jl.read_text().splitlines()) == 6
-    assert main(["lost-records", "replay", *dirs, "--bootstrap-server", "127.0.0.1:1",
-                 "--dry-run"]) == 0
+    assert (
+        main(["lost-records", "replay", *dirs, "--bootstrap-server", "127.0.0.1:1", "--dry-run"])
+        == 0
+    )
     assert "dry run: 3 record(s) from 2 entries" in capsys.readouterr().out
     assert all(e.replayed is None for e in list_entries(ledger_root(tmp_path / "b1")))

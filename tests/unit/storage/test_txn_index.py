@@ -26,14 +26,26 @@ ABORT, COMMIT = 0, 1
 
 
 def _data(pid: int, seq: int, n: int = 1) -> bytes:
-    return encode_batch([(b"k", b"v" * 100)] * n, timestamp_ms=1_000, producer_id=pid,
-                        producer_epoch=0, base_sequence=seq, transactional=True)
+    return encode_batch(
+        [(b"k", b"v" * 100)] * n,
+        timestamp_ms=1_000,
+        producer_id=pid,
+        producer_epoch=0,
+        base_sequence=seq,
+        transactional=True,
+    )
 
 
 def _marker(pid: int, kind: int) -> bytes:
     # Control record: key = version i16 + type i16, value = version i16 + coordinator epoch i32.
-    return encode_batch([(kind.to_bytes(4, "big"), b"\x00" * 6)], timestamp_ms=1_000,
-                        producer_id=pid, producer_epoch=0, transactional=True, control=True)
+    return encode_batch(
+        [(kind.to_bytes(4, "big"), b"\x00" * 6)],
+        timestamp_ms=1_000,
+        producer_id=pid,
+        producer_epoch=0,
+        transactional=True,
+        control=True,
+    )
 
 
 def _append(log: Log, ps: ProducerStateManager, raw: bytes) -> None:
@@ -135,7 +147,8 @@ def test_entries_of_a_version_1_snapshot_move_to_the_index(tmp_path: Path) -> No
         p.unlink()
     (log.directory / f"{2:020d}.snapshot").write_text(
         '{"version": 1, "offset": 2, "producers": {"1": {"epoch": 0, "batches": '
-        '[[0, 0, 0, 0]]}}, "ongoing": {}, "aborted": [[1, 0, 1, 2]]}')
+        '[[0, 0, 0, 0]]}}, "ongoing": {}, "aborted": [[1, 0, 1, 2]]}'
+    )
     log.close()
     log = Log.open(tmp_path / "t-0", small_config(), recovery_point=2)
     rebuild_producer_state(ProducerStateManager(log.directory), log)
@@ -237,12 +250,13 @@ def test_a_fetch_is_sent_the_aborted_transactions_of_its_batches_only(tmp_path: 
 _OPS = ("data", "data", "abort", "commit", "roll", "group", "flush", "snapshot")
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops=st.lists(st.tuples(st.sampled_from(_OPS), st.integers(1, 3)), max_size=40))
 def test_after_a_power_loss_every_surviving_abort_has_its_entry_and_no_other(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        ops: list[tuple[str, int]]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ops: list[tuple[str, int]]
+) -> None:
     """Power loss at any point of appends, rolls, group commits, full flushes and
     producer-state snapshots (simulate_power_loss cuts every file back to its last
     fsync, .txnindex included), then what a broker does at start: open the log at its
@@ -292,14 +306,18 @@ def test_after_a_power_loss_every_surviving_abort_has_its_entry_and_no_other(
                 first.setdefault(h.producer_id, h.base_offset)
             elif h.producer_id in first:
                 start = first.pop(h.producer_id)
-                key = decode_batch_records(data[h.position:h.position + h.size])[0].key
+                key = decode_batch_records(data[h.position : h.position + h.size])[0].key
                 if key is not None and key[2:4] == ABORT.to_bytes(2, "big"):
                     expected.append((h.producer_id, start, h.base_offset))
             offset = h.next_offset
-        sl = log.read(offset, 1 << 30, max_offset=log.log_end_offset) \
-            if offset < log.log_end_offset else None
+        sl = (
+            log.read(offset, 1 << 30, max_offset=log.log_end_offset)
+            if offset < log.log_end_offset
+            else None
+        )
     got = [(a.producer_id, a.first_offset, a.last_offset) for a in log.aborted_entries()]
     assert got == expected
-    assert [(a.producer_id, a.first_offset) for a in log.collect_aborted(
-        0, log.log_end_offset)] == [(p, f) for p, f, _ in expected]
+    assert [
+        (a.producer_id, a.first_offset) for a in log.collect_aborted(0, log.log_end_offset)
+    ] == [(p, f) for p, f, _ in expected]
     log.close()

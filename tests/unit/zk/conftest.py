@@ -24,8 +24,9 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
     owner = tmp_path_factory.mktemp("zk-owner")
     block = addresses.claim_block(owner, n_brokers=8)
     try:
-        with ZooKeeperServer(tmp_path_factory.mktemp("zk"), addresses.zk_address(block),
-                             addresses.ZK_PORT) as srv:
+        with ZooKeeperServer(
+            tmp_path_factory.mktemp("zk"), addresses.zk_address(block), addresses.ZK_PORT
+        ) as srv:
             yield srv
         assert srv.pid is not None and not procs.alive(srv.pid)
     finally:
@@ -33,8 +34,10 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 
 
 @pytest.fixture
-def zk_connect(zk_server: ZooKeeperServer, request: pytest.FixtureRequest,
-               ) -> Iterator[Callable[..., KazooClient]]:
+def zk_connect(
+    zk_server: ZooKeeperServer,
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[..., KazooClient]]:
     """``zk_connect(chroot="/x")`` -> a kazoo session (closed after the test). Each test
     gets its own chroot by default, so tests never see each other's znodes."""
     sessions: list[KazooClient] = []
@@ -42,8 +45,11 @@ def zk_connect(zk_server: ZooKeeperServer, request: pytest.FixtureRequest,
 
     def connect(chroot: str | None = None, session_timeout_s: float = 4.0) -> KazooClient:
         host = zk_server.connect.rsplit(":", 1)[0]
-        zk = connect_zk(zk_server.connect + (chroot or default), source_ip=host,
-                        session_timeout_s=session_timeout_s)
+        zk = connect_zk(
+            zk_server.connect + (chroot or default),
+            source_ip=host,
+            session_timeout_s=session_timeout_s,
+        )
         sessions.append(zk)
         return zk
 
@@ -52,6 +58,5 @@ def zk_connect(zk_server: ZooKeeperServer, request: pytest.FixtureRequest,
         try:
             zk.stop()
             zk.close()
-        except Exception:  # noqa: BLE001 - already closed by the test
+        except Exception:
             pass
-

@@ -48,8 +48,11 @@ class Cluster:
 
     def start_broker(self, b: int) -> None:
         s = self.connect()
-        s.create(znodes.broker_path(b), znodes.encode_broker(
-            znodes.BrokerRegistration.plaintext(b, "127.0.0.1", 9092)), ephemeral=True)
+        s.create(
+            znodes.broker_path(b),
+            znodes.encode_broker(znodes.BrokerRegistration.plaintext(b, "127.0.0.1", 9092)),
+            ephemeral=True,
+        )
         self.brokers[b] = s
 
     def kill_broker(self, b: int) -> None:
@@ -92,9 +95,14 @@ def test_new_partitions_are_created_in_chunks(cluster: Cluster) -> None:
     ctl.process([ControllerChanged()])
     st = cluster.states()
     assert len(st) == N
-    assert all(s.leader == ASSIGNMENT[p][0] and s.isr == ASSIGNMENT[p] and v == 0
-               and s.leader_epoch == 0 and s.controller_epoch == ctl.epoch
-               for p, (s, v) in st.items())
+    assert all(
+        s.leader == ASSIGNMENT[p][0]
+        and s.isr == ASSIGNMENT[p]
+        and v == 0
+        and s.leader_epoch == 0
+        and s.controller_epoch == ctl.epoch
+        for p, (s, v) in st.items()
+    )
     # Reads of N/chunk size, parents and states in chunks: far below one per partition.
     assert zkc.stats.requests <= 3 * bound(N)
     assert zkc.stats.requests < N / 4
@@ -135,13 +143,23 @@ def _readmit_behind_the_controllers_back(cluster: Cluster, broker: int) -> None:
     zkc = KafkaZkClient(cluster.zk)
     for p, (s, v) in cluster.states().items():
         if broker not in s.isr:
-            zkc.update_isr(StateWrite(TOPIC, p, None, znodes.PartitionState(
-                s.leader, s.leader_epoch, s.isr + [broker], s.controller_epoch), v),
-                writer=s.leader)
+            zkc.update_isr(
+                StateWrite(
+                    TOPIC,
+                    p,
+                    None,
+                    znodes.PartitionState(
+                        s.leader, s.leader_epoch, s.isr + [broker], s.controller_epoch
+                    ),
+                    v,
+                ),
+                writer=s.leader,
+            )
 
 
 def test_a_shutdown_first_seen_by_another_events_pass_is_decided_on_fresh_reads(
-        cluster: Cluster) -> None:
+    cluster: Cluster,
+) -> None:
     # Found by a loaded CI run: the request znode appeared after the batch's re-reads
     # but before its full pass, which took it on a stale ISR ("nothing to do") and
     # answered it, leaving the stopping broker in ISRs it had been re-admitted to.
@@ -158,7 +176,8 @@ def test_a_shutdown_first_seen_by_another_events_pass_is_decided_on_fresh_reads(
 
 
 def test_a_broker_re_admitted_during_its_controlled_shutdown_leaves_the_isr_again(
-        cluster: Cluster) -> None:
+    cluster: Cluster,
+) -> None:
     # A fetch the stopping broker sent before it stopped fetching reaches a leader after
     # the controller took it out of the ISRs: the leader re-admits it. Kafka's controller
     # refuses that AlterPartition (KIP-841); ours undoes the leader's write.
@@ -169,15 +188,15 @@ def test_a_broker_re_admitted_during_its_controlled_shutdown_leaves_the_isr_agai
     assert 1 not in s.isr and s.leader == 2
     back = znodes.PartitionState(s.leader, s.leader_epoch, s.isr + [1], s.controller_epoch)
     KafkaZkClient(cluster.zk).update_isr(StateWrite(TOPIC, 1, None, back, v), writer=2)
-    ctl.process([PartitionStatesChanged((znodes.PartitionStateChange(TOPIC, None, 1, back,
-                                                                     v + 1),))])
+    ctl.process(
+        [PartitionStatesChanged((znodes.PartitionStateChange(TOPIC, None, 1, back, v + 1),))]
+    )
     s1, v1 = cluster.states()[1]
     assert 1 not in s1.isr and (s1.leader, s1.leader_epoch) == (2, s.leader_epoch)
     assert v1 == v + 2
 
 
-def test_a_dead_broker_re_admitted_by_a_late_leader_leaves_the_isr_again(
-        cluster: Cluster) -> None:
+def test_a_dead_broker_re_admitted_by_a_late_leader_leaves_the_isr_again(cluster: Cluster) -> None:
     # A loaded CI run: broker 2 was SIGKILLed and its session expired; the controller
     # took it out of partition 0's ISR, then the leader, reading a fetch 2 had sent
     # before it died, put it back. With the leader killed next, 2 was "in sync" and was
@@ -189,8 +208,9 @@ def test_a_dead_broker_re_admitted_by_a_late_leader_leaves_the_isr_again(
     assert 2 not in s.isr and s.leader == 1
     back = znodes.PartitionState(s.leader, s.leader_epoch, s.isr + [2], s.controller_epoch)
     KafkaZkClient(cluster.zk).update_isr(StateWrite(TOPIC, 0, None, back, v), writer=1)
-    ctl.process([PartitionStatesChanged((znodes.PartitionStateChange(TOPIC, None, 0, back,
-                                                                     v + 1),))])
+    ctl.process(
+        [PartitionStatesChanged((znodes.PartitionStateChange(TOPIC, None, 0, back, v + 1),))]
+    )
     s0, v0 = cluster.states()[0]
     assert 2 not in s0.isr and (s0.leader, s0.leader_epoch) == (1, s.leader_epoch)
     assert v0 == v + 2
@@ -206,13 +226,23 @@ def test_preferred_election_is_one_batch(cluster: Cluster) -> None:
     zkc = KafkaZkClient(cluster.zk)
     for p, (s, v) in cluster.states().items():
         isr = s.isr + [1]
-        zkc.update_isr(StateWrite(TOPIC, p, None, znodes.PartitionState(
-            s.leader, s.leader_epoch, isr, s.controller_epoch), v), writer=s.leader)
+        zkc.update_isr(
+            StateWrite(
+                TOPIC,
+                p,
+                None,
+                znodes.PartitionState(s.leader, s.leader_epoch, isr, s.controller_epoch),
+                v,
+            ),
+            writer=s.leader,
+        )
     # The controller hears of ISR changes from the metadata store's notifications; here
     # nobody hands them over, but an admin request is decided on fresh reads anyway.
     assert all(1 not in s.isr for s, _ in ctl.ctx.states.values())  # type: ignore[union-attr]
-    cluster.zk.create(znodes.PREFERRED_REPLICA_ELECTION, znodes.encode_partition_list(
-        [(TOPIC, p) for p in range(N)]))
+    cluster.zk.create(
+        znodes.PREFERRED_REPLICA_ELECTION,
+        znodes.encode_partition_list([(TOPIC, p) for p in range(N)]),
+    )
     used = requests_for(ctl, [AdminRequestsChanged()])
     assert used <= bound(N // 3) + math.ceil(N / CHUNK)  # 100 elections, N states read
     assert all(s.leader == ASSIGNMENT[p][0] for p, (s, _) in cluster.states().items())
@@ -240,8 +270,12 @@ def test_a_leader_isr_change_during_the_batch_is_re_decided(cluster: Cluster) ->
     assert s.leader == 2
 
     def leader_shrinks_isr() -> None:  # partition 4's leader drops 3 and 1
-        KafkaZkClient(cluster.zk).update_isr(StateWrite(TOPIC, 4, None, znodes.PartitionState(
-            2, s.leader_epoch, [2], s.controller_epoch), v), writer=2)
+        KafkaZkClient(cluster.zk).update_isr(
+            StateWrite(
+                TOPIC, 4, None, znodes.PartitionState(2, s.leader_epoch, [2], s.controller_epoch), v
+            ),
+            writer=2,
+        )
 
     ctl.zkc = RacingClient(ctl.zkc.zk, leader_shrinks_isr)
     cluster.kill_broker(2)
@@ -306,7 +340,7 @@ def test_controller_failover_in_the_middle_of_a_batch(cluster: Cluster) -> None:
     # writes nothing (REQ-P8).
     zombie = Controller(KafkaZkClient(cluster.connect(), max_ops=CHUNK), 1)
     zombie.ctx, zombie.active = old.ctx, True
-    zombie.epoch, zombie._epoch_zk_version = old.epoch, old._epoch_zk_version  # noqa: SLF001
+    zombie.epoch, zombie._epoch_zk_version = old.epoch, old._epoch_zk_version
     cluster.kill_broker(3)
     with pytest.raises(NotController):
         zombie.process([BrokersChanged()])
@@ -325,10 +359,11 @@ def test_notifications_reach_every_partition_once_per_write(cluster: Cluster) ->
     for entries in got:
         for ch in entries:
             assert ch.topic_id == ctl.ctx.topic_ids[TOPIC]  # type: ignore[union-attr]
-            latest[ch.partition] = max(latest.get(ch.partition, (-1, ch.state)),
-                                       (ch.zk_version, ch.state), key=lambda x: x[0])
+            latest[ch.partition] = max(
+                latest.get(ch.partition, (-1, ch.state)),
+                (ch.zk_version, ch.state),
+                key=lambda x: x[0],
+            )
     # Replaying the notifications gives exactly what the state znodes hold.
     assert {p: (s, v) for p, (v, s) in latest.items()} == cluster.states()
     assert len(names) == 2 * math.ceil(N / (CHUNK - 2))  # creation + the death
-
-

@@ -17,9 +17,13 @@ from kazoo.client import KazooClient
 
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.store import (
-    AdminRequestsChanged, BrokersChanged, LeaderAndIsrNotified, MetadataStore,
+    AdminRequestsChanged,
+    BrokersChanged,
+    LeaderAndIsrNotified,
+    MetadataStore,
     PartitionStatesChanged,
-    StatesReloaded, TopicConfigChanged,
+    StatesReloaded,
+    TopicConfigChanged,
 )
 from odradek.zk import admin, znodes
 from odradek.zk.kafka_zk_client import KafkaZkClient, StateWrite
@@ -47,26 +51,42 @@ class Harness:
             admin.create_topic(self.zk, admin.NewTopicPlan(t, {p: [1, 2, 3] for p in range(n)}, {}))
             self.ids[t] = znodes.decode_topic(t, self.zk.get(znodes.topic_path(t))[0]).topic_id
             self.writer.create_partition_states(
-                [StateWrite(t, p, self.ids[t], znodes.PartitionState(1, 0, [1, 2, 3], 1), -1)
-                 for p in range(n)], fence=0, writer=1)
-        self.store._reload_all()  # noqa: SLF001 - what start() does before its thread runs
-        self.store._emit()  # noqa: SLF001
+                [
+                    StateWrite(t, p, self.ids[t], znodes.PartitionState(1, 0, [1, 2, 3], 1), -1)
+                    for p in range(n)
+                ],
+                fence=0,
+                writer=1,
+            )
+        self.store._reload_all()
+        self.store._emit()
 
     def step(self, *events: object) -> MetadataImage:
         """Handle events as the store's thread would; the image it published."""
         before = len(self.images)
-        self.store._outbox = []  # noqa: SLF001
-        self.store._handle(list(events))  # type: ignore[arg-type]  # noqa: SLF001
-        if self.store._has_changes():  # noqa: SLF001
-            self.store._emit()  # noqa: SLF001
+        self.store._outbox = []
+        self.store._handle(list(events))  # type: ignore[arg-type]
+        if self.store._has_changes():
+            self.store._emit()
         assert len(self.images) == before + 1, "no new image"
         return self.images[-1]
 
     def move(self, topic: str, partitions: list[int], leader: int, epoch: int) -> None:
         cur = self.writer.get_partition_states([(topic, p) for p in partitions])
         self.writer.update_partition_states(
-            [StateWrite(topic, p, self.ids[topic], znodes.PartitionState(leader, epoch, [leader], 1),
-                        cur[(topic, p)][1]) for p in partitions], fence=0, writer=9)
+            [
+                StateWrite(
+                    topic,
+                    p,
+                    self.ids[topic],
+                    znodes.PartitionState(leader, epoch, [leader], 1),
+                    cur[(topic, p)][1],
+                )
+                for p in partitions
+            ],
+            fence=0,
+            writer=9,
+        )
 
 
 @pytest.fixture
@@ -90,8 +110,8 @@ def test_state_changes_touch_only_their_partitions(h: Harness) -> None:
     b = img.topics["b"].partitions
     assert b[0] is old.topics["b"].partitions[0] and b[3] is old.topics["b"].partitions[3]
     assert (b[1].leader, b[1].leader_epoch, b[1].isr, b[1].zk_version) == (2, 1, (2,), 1)
-    assert h.store._outbox and isinstance(h.store._outbox[0], PartitionStatesChanged)  # noqa: SLF001
-    assert {(c.topic, c.partition) for c in h.store._outbox[0].changes} == {("b", 1), ("b", 2)}  # noqa: SLF001
+    assert h.store._outbox and isinstance(h.store._outbox[0], PartitionStatesChanged)
+    assert {(c.topic, c.partition) for c in h.store._outbox[0].changes} == {("b", 1), ("b", 2)}
 
 
 def test_a_batch_of_many_notifications_is_one_image(h: Harness) -> None:
@@ -105,8 +125,11 @@ def test_a_batch_of_many_notifications_is_one_image(h: Harness) -> None:
 def test_broker_membership_rebuilds_no_topic(h: Harness) -> None:
     old = h.images[-1]
     other = h.connect()
-    other.create(znodes.broker_path(2), znodes.encode_broker(
-        znodes.BrokerRegistration.plaintext(2, "127.0.0.2", 9092)), ephemeral=True)
+    other.create(
+        znodes.broker_path(2),
+        znodes.encode_broker(znodes.BrokerRegistration.plaintext(2, "127.0.0.2", 9092)),
+        ephemeral=True,
+    )
     img = h.step(BrokersChanged())
     assert set(img.brokers) == {1, 2}
     assert all(img.topics[t] is old.topics[t] for t in TOPICS)
@@ -135,17 +158,19 @@ def test_purged_notifications_make_the_store_reread_every_state(h: Harness) -> N
     names, _ = h.writer.list_leader_and_isr_notifications()
     h.writer.purge_leader_and_isr_notifications(names, fence=0)  # before the store read them
     img = h.step(LeaderAndIsrNotified())
-    assert any(isinstance(e, StatesReloaded) for e in h.store._outbox)  # noqa: SLF001
+    assert any(isinstance(e, StatesReloaded) for e in h.store._outbox)
     assert [img.partition("a", p).leader for p in range(4)] == [2, 2, 2, 2]  # type: ignore[union-attr]
     assert img.partition("c", 3).leader == 3 and img.partition("c", 2).leader == 1  # type: ignore[union-attr]
     assert img.changed_topics == frozenset({"a", "c"})
 
 
 def test_a_notification_of_an_older_incarnation_is_ignored(h: Harness) -> None:
-    stale = znodes.PartitionStateChange("a", uuid.uuid4(), 0,
-                                        znodes.PartitionState(3, 7, [3], 1), 99)
-    h.zk.create(znodes.LEADER_AND_ISR_PREFIX, znodes.encode_leader_and_isr([stale], 9),
-                sequence=True)
+    stale = znodes.PartitionStateChange(
+        "a", uuid.uuid4(), 0, znodes.PartitionState(3, 7, [3], 1), 99
+    )
+    h.zk.create(
+        znodes.LEADER_AND_ISR_PREFIX, znodes.encode_leader_and_isr([stale], 9), sequence=True
+    )
     h.move("b", [0], leader=2, epoch=1)  # something real in the same batch
     img = h.step(LeaderAndIsrNotified())
     assert img.partition("a", 0).leader == 1 and img.partition("b", 0).leader == 2  # type: ignore[union-attr]
@@ -156,8 +181,7 @@ def test_a_controlled_shutdown_request_is_in_the_image_until_answered(h: Harness
     only source is its image, so a pending /admin/controlled_shutdown/<id> must be in it
     (and gone once the controller deletes the request)."""
     assert h.images[-1].shutting_down == frozenset()
-    h.zk.create(f"{znodes.CONTROLLED_SHUTDOWN_PATH}/2", b'{"version":1,"broker":2}',
-                makepath=True)
+    h.zk.create(f"{znodes.CONTROLLED_SHUTDOWN_PATH}/2", b'{"version":1,"broker":2}', makepath=True)
     img = h.step(AdminRequestsChanged())
     assert img.shutting_down == frozenset({2})
     h.zk.delete(f"{znodes.CONTROLLED_SHUTDOWN_PATH}/2")

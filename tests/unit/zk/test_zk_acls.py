@@ -27,12 +27,25 @@ AUTH = "digest:kafka:kafka-secret"
 
 # ----------------------------------------------------------------- the pure policy
 
+
 def test_sensitive_paths_are_kafkas() -> None:
-    for p in ("/config/users", "/config/users/alice", "/config/brokers/1",
-              "/config/brokers/<default>", "/delegation_token/tokens/x"):
+    for p in (
+        "/config/users",
+        "/config/users/alice",
+        "/config/brokers/1",
+        "/config/brokers/<default>",
+        "/delegation_token/tokens/x",
+    ):
         assert is_sensitive_path(p), p
-    for p in ("/config", "/config/topics/t", "/config/changes/config_change_0000000001",
-              "/brokers/ids/1", "/controller", "/admin/delete_topics/t", "/kafka-acl/Topic/t"):
+    for p in (
+        "/config",
+        "/config/topics/t",
+        "/config/changes/config_change_0000000001",
+        "/brokers/ids/1",
+        "/controller",
+        "/admin/delete_topics/t",
+        "/kafka-acl/Topic/t",
+    ):
         assert not is_sensitive_path(p), p
 
 
@@ -41,7 +54,9 @@ def test_default_acls() -> None:
     assert default_acls(False, "/config/users/alice") == list(OPEN_ACL_UNSAFE)
     public = default_acls(True, "/brokers/topics/t")
     assert [(a.id.scheme, a.id.id, a.perms) for a in public] == [
-        ("auth", "", Permissions.ALL), ("world", "anyone", Permissions.READ)]
+        ("auth", "", Permissions.ALL),
+        ("world", "anyone", Permissions.READ),
+    ]
     secret = default_acls(True, "/config/users/alice")
     assert [(a.id.scheme, a.id.id, a.perms) for a in secret] == [("auth", "", Permissions.ALL)]
     # Kafka keeps the old consumer path open even when secure.
@@ -61,27 +76,36 @@ def test_parse_zk_auth() -> None:
 
 def test_set_acl_without_authentication_is_refused_at_start() -> None:
     base = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181"}
-    with pytest.raises(ConfigError, match="zookeeper.set.acl is true"):
+    with pytest.raises(ConfigError, match=r"zookeeper\.set\.acl is true"):
         BrokerConfig.from_dict({**base, "zookeeper.set.acl": "true"})
-    with pytest.raises(ConfigError, match="odradek.zookeeper.auth"):
+    with pytest.raises(ConfigError, match=r"odradek\.zookeeper\.auth"):
         BrokerConfig.from_dict({**base, "odradek.zookeeper.auth": "kafka:secret"})
-    cfg = BrokerConfig.from_dict({**base, "zookeeper.set.acl": "true",
-                                  "odradek.zookeeper.auth": AUTH})
+    cfg = BrokerConfig.from_dict(
+        {**base, "zookeeper.set.acl": "true", "odradek.zookeeper.auth": AUTH}
+    )
     assert cfg.get("zookeeper.set.acl") is True
 
 
 # ----------------------------------------------------------------- a real ZooKeeper
 
+
 @pytest.fixture
-def sessions(zk_server: ZooKeeperServer, request: pytest.FixtureRequest,
-             ) -> Iterator[Callable[..., KazooClient]]:
+def sessions(
+    zk_server: ZooKeeperServer,
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[..., KazooClient]]:
     """``sessions(auth=None, secure=False)``: a kazoo session in this test's chroot."""
     made: list[KazooClient] = []
     chroot = "/" + request.node.name
 
     def connect(auth: str | None = None, secure: bool = False) -> KazooClient:
-        zk = connect_zk(zk_server.connect + chroot, source_ip=None, session_timeout_s=4.0,
-                        auth=parse_zk_auth(auth), secure_acls=secure)
+        zk = connect_zk(
+            zk_server.connect + chroot,
+            source_ip=None,
+            session_timeout_s=4.0,
+            auth=parse_zk_auth(auth),
+            secure_acls=secure,
+        )
         made.append(zk)
         return zk
 
@@ -103,7 +127,9 @@ def test_secure_client_creates_kafkas_acls(sessions: Callable[..., KazooClient])
     assert all(r is not Exception and not isinstance(r, Exception) for r in tx.commit())
     acls, _ = broker.get_acls("/brokers/ids/1")
     assert sorted((a.id.scheme, a.perms) for a in acls) == [
-        ("digest", Permissions.ALL), ("world", Permissions.READ)]
+        ("digest", Permissions.ALL),
+        ("world", Permissions.READ),
+    ]
     assert next(a for a in acls if a.id.scheme == "digest").id.id.startswith("kafka:")
     acls, _ = broker.get_acls("/config/users/alice")
     assert [(a.id.scheme, a.perms) for a in acls] == [("digest", Permissions.ALL)]
@@ -129,17 +155,34 @@ def test_secure_client_creates_kafkas_acls(sessions: Callable[..., KazooClient])
 
 
 def test_migration_command_secures_and_unsecures(
-        zk_server: ZooKeeperServer, sessions: Callable[..., KazooClient],
-        request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    zk_server: ZooKeeperServer,
+    sessions: Callable[..., KazooClient],
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     old = sessions()  # a cluster that ran without zookeeper.set.acl
-    for path in ("/brokers/topics/t/partitions/0/state", "/config/users/alice",
-                 "/controller_epoch", "/consumers/g"):
+    for path in (
+        "/brokers/topics/t/partitions/0/state",
+        "/config/users/alice",
+        "/controller_epoch",
+        "/consumers/g",
+    ):
         old.create(path, b"v", makepath=True)
     connect = zk_server.connect + "/" + request.node.name
     monkeypatch.setenv("ODRADEK_ZOOKEEPER_AUTH", AUTH)
-    assert main(["zookeeper-security-migration", "--zookeeper.acl", "secure",
-                 "--zookeeper.connect", connect]) == 0
+    assert (
+        main(
+            [
+                "zookeeper-security-migration",
+                "--zookeeper.acl",
+                "secure",
+                "--zookeeper.connect",
+                connect,
+            ]
+        )
+        == 0
+    )
     assert "Set secure ACLs on" in capsys.readouterr().out
     with pytest.raises(NoAuthError):
         old.set("/brokers/topics/t/partitions/0/state", b"x")
@@ -152,14 +195,34 @@ def test_migration_command_secures_and_unsecures(
     with pytest.raises(NoAuthError):
         old.create("/evil", b"x")
     # Back to open ACLs (Kafka's --zookeeper.acl unsecure).
-    assert main(["zookeeper-security-migration", "--zookeeper.acl", "unsecure",
-                 "--zookeeper.connect", connect]) == 0
+    assert (
+        main(
+            [
+                "zookeeper-security-migration",
+                "--zookeeper.acl",
+                "unsecure",
+                "--zookeeper.connect",
+                connect,
+            ]
+        )
+        == 0
+    )
     old.set("/brokers/topics/t/partitions/0/state", b"x")
     assert old.get("/config/users/alice")[0] == b"v"
     # secure without authentication is refused, as Kafka refuses it without JAAS.
     monkeypatch.delenv("ODRADEK_ZOOKEEPER_AUTH")
-    assert main(["zookeeper-security-migration", "--zookeeper.acl", "secure",
-                 "--zookeeper.connect", connect]) == 1
+    assert (
+        main(
+            [
+                "zookeeper-security-migration",
+                "--zookeeper.acl",
+                "secure",
+                "--zookeeper.connect",
+                connect,
+            ]
+        )
+        == 1
+    )
 
 
 def test_migrate_acls_counts_every_znode(sessions: Callable[..., KazooClient]) -> None:
@@ -178,27 +241,39 @@ def sasl_zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeep
     owner = tmp_path_factory.mktemp("sasl-zk-owner")
     block = addresses.claim_block(owner, n_brokers=8)
     try:
-        with ZooKeeperServer(tmp_path_factory.mktemp("sasl-zk"), addresses.zk_address(block),
-                             addresses.ZK_PORT, sasl_users={"kafka": "kafka-secret"}) as srv:
+        with ZooKeeperServer(
+            tmp_path_factory.mktemp("sasl-zk"),
+            addresses.zk_address(block),
+            addresses.ZK_PORT,
+            sasl_users={"kafka": "kafka-secret"},
+        ) as srv:
             yield srv
     finally:
         addresses.release_block(block, owner)
 
 
-def test_sasl_digest_md5_authentication(sasl_zk_server: ZooKeeperServer,
-                                        request: pytest.FixtureRequest) -> None:
+def test_sasl_digest_md5_authentication(
+    sasl_zk_server: ZooKeeperServer, request: pytest.FixtureRequest
+) -> None:
     assert (sasl_zk_server.jaas_path.stat().st_mode & 0o077) == 0
     connect = sasl_zk_server.connect + "/" + request.node.name
     made: list[KazooClient] = []
     try:
-        broker = connect_zk(connect, source_ip=None, session_timeout_s=4.0,
-                            auth=parse_zk_auth("sasl:kafka:kafka-secret"), secure_acls=True)
+        broker = connect_zk(
+            connect,
+            source_ip=None,
+            session_timeout_s=4.0,
+            auth=parse_zk_auth("sasl:kafka:kafka-secret"),
+            secure_acls=True,
+        )
         made.append(broker)
         broker.create("/brokers/ids/1", b"{}", makepath=True)
         broker.create("/config/users/alice", b"creds", makepath=True)
         acls, _ = broker.get_acls("/brokers/ids/1")
         assert sorted((a.id.scheme, a.id.id, a.perms) for a in acls) == [
-            ("sasl", "kafka", Permissions.ALL), ("world", "anyone", Permissions.READ)]
+            ("sasl", "kafka", Permissions.ALL),
+            ("world", "anyone", Permissions.READ),
+        ]
         anyone = connect_zk(connect, source_ip=None, session_timeout_s=4.0)
         made.append(anyone)
         with pytest.raises(NoAuthError):
@@ -207,9 +282,16 @@ def test_sasl_digest_md5_authentication(sasl_zk_server: ZooKeeperServer,
             anyone.get("/config/users/alice")
         # A wrong password gets no session at all (ZooKeeper ends the SASL exchange).
         with pytest.raises(AuthFailedError):
-            made.append(connect_zk(connect, source_ip=None, session_timeout_s=4.0,
-                                   timeout_s=5.0,
-                                   auth=parse_zk_auth("sasl:kafka:wrong"), secure_acls=True))
+            made.append(
+                connect_zk(
+                    connect,
+                    source_ip=None,
+                    session_timeout_s=4.0,
+                    timeout_s=5.0,
+                    auth=parse_zk_auth("sasl:kafka:wrong"),
+                    secure_acls=True,
+                )
+            )
     finally:
         for zk in made:
             zk.stop()
@@ -217,7 +299,8 @@ def test_sasl_digest_md5_authentication(sasl_zk_server: ZooKeeperServer,
 
 
 def test_refused_credentials_fail_the_connect_whichever_thread_runs_first(
-        sasl_zk_server: ZooKeeperServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    sasl_zk_server: ZooKeeperServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """kazoo marks a session connected before it authenticates. A wrong password must
     fail ``connect_zk`` with AuthFailedError both when ``start`` returns first (no chroot
     to create: the caller used to get a client whose session was already lost) and when
@@ -226,8 +309,9 @@ def test_refused_credentials_fail_the_connect_whichever_thread_runs_first(
     wrong = parse_zk_auth("sasl:kafka:wrong")
     # start returns first (the usual order), no chroot.
     with pytest.raises(AuthFailedError):
-        connect_zk(sasl_zk_server.connect, source_ip=None, session_timeout_s=4.0,
-                   timeout_s=5.0, auth=wrong)
+        connect_zk(
+            sasl_zk_server.connect, source_ip=None, session_timeout_s=4.0, timeout_s=5.0, auth=wrong
+        )
 
     # The refusal lands before start looks: start's wait returns only once the session
     # has failed (what a descheduled main thread sees).
@@ -240,8 +324,12 @@ def test_refused_credentials_fail_the_connect_whichever_thread_runs_first(
 
         class LateWake:
             def wait(self_, timeout: float | None = None) -> bool:
-                wait_for(lambda: states[-2:] == [KazooState.CONNECTED, KazooState.LOST],
-                         timeout or 5.0, "the SASL refusal", interval=0.01)
+                wait_for(
+                    lambda: states[-2:] == [KazooState.CONNECTED, KazooState.LOST],
+                    timeout or 5.0,
+                    "the SASL refusal",
+                    interval=0.01,
+                )
                 return live.is_set()
 
             def is_set(self_) -> bool:
@@ -251,6 +339,6 @@ def test_refused_credentials_fail_the_connect_whichever_thread_runs_first(
 
     monkeypatch.setattr(KazooClient, "start_async", late_start_async)
     with pytest.raises(AuthFailedError):
-        connect_zk(sasl_zk_server.connect, source_ip=None, session_timeout_s=4.0,
-                   timeout_s=5.0, auth=wrong)
-
+        connect_zk(
+            sasl_zk_server.connect, source_ip=None, session_timeout_s=4.0, timeout_s=5.0, auth=wrong
+        )

@@ -35,7 +35,9 @@ def test_document_figure_4_partitions_3_brokers() -> None:
     assert [r[0] for r in a.values()] == [1, 2, 3, 1]  # leaders round-robin (R2)
 
 
-@pytest.mark.parametrize("n_brokers,n_parts,rf", [(3, 6, 3), (5, 50, 3), (4, 12, 2), (6, 60, 3), (3, 3, 1)])
+@pytest.mark.parametrize(
+    "n_brokers,n_parts,rf", [(3, 6, 3), (5, 50, 3), (4, 12, 2), (6, 60, 3), (3, 3, 1)]
+)
 def test_even_spread_and_no_duplicates(n_brokers: int, n_parts: int, rf: int) -> None:
     brokers = list(range(1, n_brokers + 1))
     a = assign_replicas(brokers, n_parts, rf, rng=random.Random(42))

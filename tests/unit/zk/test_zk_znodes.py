@@ -39,7 +39,12 @@ def test_broker_registration_round_trip_and_defaults() -> None:
     assert obj["version"] == 5 and obj["jmx_port"] == -1 and "rack" not in obj
     assert isinstance(obj["timestamp"], str) and int(obj["timestamp"]) > 0  # Kafka: string ms
     back = znodes.decode_broker(7, znodes.encode_broker(reg))
-    assert (back.host, back.port, back.endpoints, back.rack) == (reg.host, 9092, reg.endpoints, None)
+    assert (back.host, back.port, back.endpoints, back.rack) == (
+        reg.host,
+        9092,
+        reg.endpoints,
+        None,
+    )
 
 
 def test_broker_host_from_endpoints_when_host_null() -> None:
@@ -84,7 +89,10 @@ def test_partition_state_kafka_sample() -> None:
 
 def test_topic_config_and_change_notification() -> None:
     sample = b'{"version":1,"config":{"retention.ms":"1000","cleanup.policy":"delete"}}'
-    assert znodes.decode_topic_config(sample) == {"retention.ms": "1000", "cleanup.policy": "delete"}
+    assert znodes.decode_topic_config(sample) == {
+        "retention.ms": "1000",
+        "cleanup.policy": "delete",
+    }
     assert json.loads(znodes.encode_topic_config({"retention.ms": "1000"})) == {
         "version": 1,
         "config": {"retention.ms": "1000"},
@@ -105,7 +113,10 @@ def test_controller_and_epoch() -> None:
 
 
 def test_cluster_id_and_partition_lists() -> None:
-    assert znodes.encode_cluster_id("3HiROyk3SFe8_XtqbIeUTw") == b'{"version":"1","id":"3HiROyk3SFe8_XtqbIeUTw"}'
+    assert (
+        znodes.encode_cluster_id("3HiROyk3SFe8_XtqbIeUTw")
+        == b'{"version":"1","id":"3HiROyk3SFe8_XtqbIeUTw"}'
+    )
     assert znodes.decode_cluster_id(b'{"version":"1","id":"abc"}') == "abc"
     sample = b'{"version":1,"partitions":[{"topic":"t","partition":0},{"topic":"u","partition":2}]}'
     assert znodes.decode_partition_list(sample) == [("t", 0), ("u", 2)]
@@ -126,14 +137,26 @@ def test_parse_endpoint() -> None:
         znodes.parse_endpoint("127.0.0.2:9092")
 
 
-@pytest.mark.parametrize("state", [
-    znodes.PartitionState(-1, 0, [], 1), znodes.PartitionState(3, 12, [3], 7),
-    znodes.PartitionState(1001, 2**31 - 1, [1001, 2, 30], 2**31 - 1)])
+@pytest.mark.parametrize(
+    "state",
+    [
+        znodes.PartitionState(-1, 0, [], 1),
+        znodes.PartitionState(3, 12, [3], 7),
+        znodes.PartitionState(1001, 2**31 - 1, [1001, 2, 30], 2**31 - 1),
+    ],
+)
 def test_partition_state_encoding_is_kafkas_compact_json(state: znodes.PartitionState) -> None:
     """The hand-formatted encoder (issue 13: thousands per controller batch) writes what
     json.dumps of Kafka's layout writes, byte for byte."""
-    expected = json.dumps({"controller_epoch": state.controller_epoch, "leader": state.leader,
-                           "version": 1, "leader_epoch": state.leader_epoch,
-                           "isr": state.isr}, separators=(",", ":")).encode()
+    expected = json.dumps(
+        {
+            "controller_epoch": state.controller_epoch,
+            "leader": state.leader,
+            "version": 1,
+            "leader_epoch": state.leader_epoch,
+            "isr": state.isr,
+        },
+        separators=(",", ":"),
+    ).encode()
     assert znodes.encode_partition_state(state) == expected
     assert znodes.decode_partition_state(expected) == state

@@ -77,9 +77,15 @@ ConfigChange = Callable[[dict[str, str]], dict[str, str]]
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "OP_SET", "OP_DELETE", "OP_APPEND", "OP_SUBTRACT",
-    "apply_incremental", "replace_all", "validate_broker_configs",
-    "handle_alter_configs", "handle_incremental_alter_configs",
+    "OP_SET",
+    "OP_DELETE",
+    "OP_APPEND",
+    "OP_SUBTRACT",
+    "apply_incremental",
+    "replace_all",
+    "validate_broker_configs",
+    "handle_alter_configs",
+    "handle_incremental_alter_configs",
 ]
 
 RESOURCE_TOPIC = 2
@@ -109,8 +115,9 @@ def _is_list(name: str) -> bool:
     return d is not None and d.type is ConfigType.LIST
 
 
-def apply_incremental(current: Mapping[str, str],
-                      ops: Sequence[tuple[str, int, str | None]]) -> dict[str, str]:
+def apply_incremental(
+    current: Mapping[str, str], ops: Sequence[tuple[str, int, str | None]]
+) -> dict[str, str]:
     """The overrides after IncrementalAlterConfigs ``ops`` = [(name, op, value)]. Pure.
 
     Kafka's ``prepareIncrementalConfigs``: SET puts, DELETE removes (unknown names are
@@ -136,9 +143,10 @@ def apply_incremental(current: Mapping[str, str],
             out[name] = value
             continue
         if not _is_list(name):
-            raise KafkaError(ErrorCode.invalid_config,
-                             f"Config value {_OP_NAMES[op]} is not allowed for config key: "
-                             f"{name}")
+            raise KafkaError(
+                ErrorCode.invalid_config,
+                f"Config value {_OP_NAMES[op]} is not allowed for config key: {name}",
+            )
         base = out.get(name)
         if base is None:
             base = TOPIC_CONFIGS[name].default or ""
@@ -194,15 +202,21 @@ def broker_entity(name: str, own_id: int) -> str:
     return name
 
 
-def _validated(change: ConfigChange,
-               validate: Callable[[dict[str, Any]], dict[str, str]]) -> ConfigChange:
+def _validated(
+    change: ConfigChange, validate: Callable[[dict[str, Any]], dict[str, str]]
+) -> ConfigChange:
     """``change``, then the validation of the whole result (on every CAS attempt)."""
     return lambda current: validate(dict(change(current)))
 
 
 # =============================================================================== handlers
-async def _alter(ctx: RequestContext, api_key: int, v: int, req: Any,
-                 change_for: Callable[[Any], Callable[[dict[str, str]], dict[str, str]]]) -> Any:
+async def _alter(
+    ctx: RequestContext,
+    api_key: int,
+    v: int,
+    req: Any,
+    change_for: Callable[[Any], Callable[[dict[str, str]], dict[str, str]]],
+) -> Any:
     results = []
     counts = Counter((int(r.resource_type), r.resource_name) for r in req.resources)
     written: dict[str, dict[str, str]] = {}
@@ -215,61 +229,87 @@ async def _alter(ctx: RequestContext, api_key: int, v: int, req: Any,
                 raise _invalid_request("Each resource must appear at most once.")
             if rtype == RESOURCE_TOPIC:
                 if not ctx.authorize(AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, name):
-                    raise KafkaError(ErrorCode.topic_authorization_failed,
-                                     f"Authorization failed for topic {name}.")
+                    raise KafkaError(
+                        ErrorCode.topic_authorization_failed,
+                        f"Authorization failed for topic {name}.",
+                    )
                 why = topic_name_error(name)
                 if why:
                     raise KafkaError(ErrorCode.invalid_topic_exception, why)
                 change = change_for(res)
                 change({})  # request-shape errors first, before any ZooKeeper round trip
-                new = await asyncio.to_thread(ctx.admin.alter_topic_config, name,
-                                              _validated(change, validate_topic_configs),
-                                              bool(req.validate_only))
+                new = await asyncio.to_thread(
+                    ctx.admin.alter_topic_config,
+                    name,
+                    _validated(change, validate_topic_configs),
+                    bool(req.validate_only),
+                )
                 if not req.validate_only:
                     written[name] = new
             elif rtype in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
                 if not ctx.authorize_cluster(AclOperation.ALTER_CONFIGS):
-                    raise KafkaError(ErrorCode.cluster_authorization_failed,
-                                     "Cluster authorization failed.")
+                    raise KafkaError(
+                        ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
+                    )
                 if rtype == RESOURCE_BROKER_LOGGER:
                     raise _invalid_request("broker loggers are not configurable in Odradek")
                 entity = broker_entity(name, ctx.broker_id)
                 change = change_for(res)
                 change({})
-                new = await asyncio.to_thread(ctx.admin.alter_broker_config, entity,
-                                              _validated(change, validate_broker_configs),
-                                              bool(req.validate_only))
+                new = await asyncio.to_thread(
+                    ctx.admin.alter_broker_config,
+                    entity,
+                    _validated(change, validate_broker_configs),
+                    bool(req.validate_only),
+                )
                 if not req.validate_only:
                     brokers_written[entity] = new
             else:
                 raise _invalid_request(
                     f"AlterConfigs is only supported for topics and brokers, but resource "
-                    f"type is {rtype}")
+                    f"type is {rtype}"
+                )
         except KafkaError as e:
             code, message = e.code, e.message or None
         except Exception:
             logger.exception("altering configs of %s failed", name)
             code, message = ErrorCode.unknown_server_error, "unexpected error; see broker log"
-        results.append(part(api_key, v, "AlterConfigsResourceResponse", error_code=code,
-                            error_message=message, resource_type=rtype, resource_name=name))
+        results.append(
+            part(
+                api_key,
+                v,
+                "AlterConfigsResourceResponse",
+                error_code=code,
+                error_message=message,
+                resource_type=rtype,
+                resource_name=name,
+            )
+        )
     if written or brokers_written:
         await _wait_own_image(ctx, written, brokers_written)
     return response(api_key, v, throttle_time=0, responses=tuple(results))
 
 
-async def _wait_own_image(ctx: RequestContext, written: dict[str, dict[str, str]],
-                          brokers_written: dict[str, dict[str, str]]) -> None:
+async def _wait_own_image(
+    ctx: RequestContext,
+    written: dict[str, dict[str, str]],
+    brokers_written: dict[str, dict[str, str]],
+) -> None:
     def ready() -> bool:
         image = ctx.image
         topics = image.topics
         if any(t in topics and topics[t].configs != c for t, c in written.items()):
             return False
         for entity, c in brokers_written.items():
-            mine = (image.default_broker_overrides if entity == znodes.DEFAULT_BROKER_ENTITY
-                    else image.broker_overrides)
+            mine = (
+                image.default_broker_overrides
+                if entity == znodes.DEFAULT_BROKER_ENTITY
+                else image.broker_overrides
+            )
             if mine != c:
                 return False
         return True
+
     deadline = time.monotonic() + _OWN_IMAGE_WAIT_S
     while not ready() and time.monotonic() < deadline:
         await ctx.wait_for_image(deadline - time.monotonic())
@@ -277,15 +317,21 @@ async def _wait_own_image(ctx: RequestContext, written: dict[str, dict[str, str]
 
 def handle_alter_configs(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     """AlterConfigs v0–2: replace each resource's whole override set."""
+
     def change_for(res: Any) -> Callable[[dict[str, str]], dict[str, str]]:
         new = replace_all([(c.name, c.value) for c in res.configs])
         return lambda _current: dict(new)
+
     return _alter(ctx, 33, header.api_version, req, change_for)
 
 
-def handle_incremental_alter_configs(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
+def handle_incremental_alter_configs(
+    ctx: RequestContext, header: RequestHeaderInfo, req: Any
+) -> Any:
     """IncrementalAlterConfigs v0–1: SET / DELETE / APPEND / SUBTRACT per key."""
+
     def change_for(res: Any) -> Callable[[dict[str, str]], dict[str, str]]:
         ops = [(c.name, int(c.config_operation), c.value) for c in res.configs]
         return lambda current: apply_incremental(current, ops)
+
     return _alter(ctx, 44, header.api_version, req, change_for)

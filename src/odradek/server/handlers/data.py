@@ -76,8 +76,9 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
     throttle_ms = _produce_throttle(ctx, header, req) if ctx.quotas.produce.active else 0
     tid = getattr(req, "transactional_id", None)  # Produce v3+
     if _transactional_id_denied(ctx, req, tid):
-        return _refuse_all(header, req, acks, ErrorCode.transactional_id_authorization_failed,
-                           throttle_ms)
+        return _refuse_all(
+            header, req, acks, ErrorCode.transactional_id_authorization_failed, throttle_ms
+        )
     results: list[tuple[str, list[PartitionProduceResult]]] = []
     entries: list[ProduceEntry] = []
     denied = 0
@@ -102,17 +103,38 @@ def handle_produce(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> 
         if missing:
             # In order, as a KIP-890 verification: the producer's next batches must not
             # be appended before this one while its schema ids are looked up.
-            return InOrder(_validated_produce(ctx, header, results, entries, checks, missing,
-                                              tid, acks, timeout_s, denied, throttle_ms))
+            return InOrder(
+                _validated_produce(
+                    ctx,
+                    header,
+                    results,
+                    entries,
+                    checks,
+                    missing,
+                    tid,
+                    acks,
+                    timeout_s,
+                    denied,
+                    throttle_ms,
+                )
+            )
         denied += _drop_failed(entries)
-    return _verify_and_append(ctx, header, results, entries, tid, acks, timeout_s, denied,
-                              throttle_ms)
+    return _verify_and_append(
+        ctx, header, results, entries, tid, acks, timeout_s, denied, throttle_ms
+    )
 
 
-def _verify_and_append(ctx: RequestContext, header: RequestHeaderInfo,
-                       results: list[tuple[str, list[PartitionProduceResult]]],
-                       entries: list[ProduceEntry], tid: str | None, acks: int,
-                       timeout_s: float, denied: int, throttle_ms: int) -> Result:
+def _verify_and_append(
+    ctx: RequestContext,
+    header: RequestHeaderInfo,
+    results: list[tuple[str, list[PartitionProduceResult]]],
+    entries: list[ProduceEntry],
+    tid: str | None,
+    acks: int,
+    timeout_s: float,
+    denied: int,
+    throttle_ms: int,
+) -> Result:
     # Transactional batches (KIP-98) are appended like idempotent ones; the partition's
     # producer state opens the transaction and holds the LSO at its first offset until
     # the coordinator's marker closes it. One that would open a transaction on a
@@ -126,9 +148,21 @@ def _verify_and_append(ctx: RequestContext, header: RequestHeaderInfo,
         if any(v.pending for v in verifications):
             # In order: the connection starts no other request until this one is
             # appended, so a producer's next batches cannot overtake it.
-            return InOrder(_verified_produce(ctx, header, results, entries, verifications,
-                                             guards, tid, acks, timeout_s, denied,
-                                             throttle_ms))
+            return InOrder(
+                _verified_produce(
+                    ctx,
+                    header,
+                    results,
+                    entries,
+                    verifications,
+                    guards,
+                    tid,
+                    acks,
+                    timeout_s,
+                    denied,
+                    throttle_ms,
+                )
+            )
     return _append(ctx, header, results, entries, acks, timeout_s, denied, throttle_ms, guards)
 
 
@@ -137,8 +171,7 @@ def _verify_and_append(ctx: RequestContext, header: RequestHeaderInfo,
 SchemaCheck = tuple[ProduceEntry, "LogConfig", "np.ndarray"]
 
 
-def _schema_checks(ctx: RequestContext,
-                   entries: list[ProduceEntry]) -> list[SchemaCheck] | None:
+def _schema_checks(ctx: RequestContext, entries: list[ProduceEntry]) -> list[SchemaCheck] | None:
     """The entries whose topic validates schema ids, with their records' ids (walked
     once); None if no entry's topic does. A partition this broker does not lead is left
     to the append's error. An entry that cannot be validated fails here (its result
@@ -156,11 +189,14 @@ def _schema_checks(ctx: RequestContext,
             checks = []
         try:
             if ctx.schema_ids is None:
-                raise KafkaError(ErrorCode.invalid_record,
-                                 f"schema id validation is on for topic {e.topic} but the "
-                                 f"broker has no confluent.schema.registry.url")
-            rows = record_schema_ids(e.records, cfg.key_schema_validation,
-                                     cfg.value_schema_validation)
+                raise KafkaError(
+                    ErrorCode.invalid_record,
+                    f"schema id validation is on for topic {e.topic} but the "
+                    f"broker has no confluent.schema.registry.url",
+                )
+            rows = record_schema_ids(
+                e.records, cfg.key_schema_validation, cfg.value_schema_validation
+            )
         except KafkaError as err:
             _fail(e, err)
             continue
@@ -192,11 +228,19 @@ def _validate_cached(ctx: RequestContext, checks: list[SchemaCheck]) -> set[int]
     return missing_all
 
 
-async def _validated_produce(ctx: RequestContext, header: RequestHeaderInfo,
-                             results: list[tuple[str, list[PartitionProduceResult]]],
-                             entries: list[ProduceEntry], checks: list[SchemaCheck],
-                             missing: set[int], tid: str | None, acks: int, timeout_s: float,
-                             denied: int, throttle_ms: int) -> Any:
+async def _validated_produce(
+    ctx: RequestContext,
+    header: RequestHeaderInfo,
+    results: list[tuple[str, list[PartitionProduceResult]]],
+    entries: list[ProduceEntry],
+    checks: list[SchemaCheck],
+    missing: set[int],
+    tid: str | None,
+    acks: int,
+    timeout_s: float,
+    denied: int,
+    throttle_ms: int,
+) -> Any:
     validator = ctx.schema_ids
     assert validator is not None
     lookup_error: KafkaError | None = None
@@ -206,8 +250,9 @@ async def _validated_produce(ctx: RequestContext, header: RequestHeaderInfo,
         lookup_error = err
     except Exception as err:  # an answer the client did not expect: logged, retriable
         logger.exception("schema registry lookup of ids %s failed", sorted(missing))
-        lookup_error = KafkaError(ErrorCode.request_timed_out,
-                                  f"schema registry lookup failed: {err!r}"[:300])
+        lookup_error = KafkaError(
+            ErrorCode.request_timed_out, f"schema registry lookup failed: {err!r}"[:300]
+        )
     for e, cfg, rows in checks:
         if e.result.error_code:
             continue
@@ -215,14 +260,16 @@ async def _validated_produce(ctx: RequestContext, header: RequestHeaderInfo,
         known, still = validator.cached(ids)
         try:
             if still:  # the lookup failed: retriable, the registry may come back
-                raise lookup_error or KafkaError(ErrorCode.request_timed_out,
-                                                 "schema registry lookup failed")
+                raise lookup_error or KafkaError(
+                    ErrorCode.request_timed_out, "schema registry lookup failed"
+                )
             check_records(e.topic, e.result.index, cfg, rows, known)
         except KafkaError as err:
             _fail(e, err)
     denied += _drop_failed(entries)
-    result = _verify_and_append(ctx, header, results, entries, tid, acks, timeout_s, denied,
-                                throttle_ms)
+    result = _verify_and_append(
+        ctx, header, results, entries, tid, acks, timeout_s, denied, throttle_ms
+    )
     if isinstance(result, InOrder):
         result = result.coro
     if isinstance(result, Coroutine):
@@ -237,8 +284,9 @@ def _fail(e: ProduceEntry, err: KafkaError) -> None:
     res.base_offset = -1
     if isinstance(err, InvalidRecordsError):
         res.record_errors = err.record_errors
-    _SCHEMA_LOG.log(logger, logging.INFO, err.code, "produce to %s-%d rejected: %s",
-                    e.topic, res.index, err)
+    _SCHEMA_LOG.log(
+        logger, logging.INFO, err.code, "produce to %s-%d rejected: %s", e.topic, res.index, err
+    )
 
 
 def _drop_failed(entries: list[ProduceEntry]) -> int:
@@ -258,9 +306,12 @@ def _produce_throttle(ctx: RequestContext, header: RequestHeaderInfo, req: Any) 
             if pd.records is not None:
                 nbytes += len(pd.records)
     session = ctx.session
-    delay = ctx.quotas.produce.record(session.principal_or_anonymous.name,
-                                      header.client_id or "", nbytes,
-                                      time.monotonic() * 1000.0)
+    delay = ctx.quotas.produce.record(
+        session.principal_or_anonymous.name,
+        header.client_id or "",
+        nbytes,
+        time.monotonic() * 1000.0,
+    )
     if delay:
         session.throttle(delay)
     return delay
@@ -280,32 +331,49 @@ def _transactional_id_denied(ctx: RequestContext, req: Any, tid: str | None) -> 
     for topic in req.topic_data:
         for pd in topic.partition_data:
             r = pd.records
-            if (r is not None and len(r) > ATTRIBUTES_OFFSET + 1
-                    and r[MAGIC_OFFSET] == CURRENT_MAGIC
-                    and r[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_BIT):
+            if (
+                r is not None
+                and len(r) > ATTRIBUTES_OFFSET + 1
+                and r[MAGIC_OFFSET] == CURRENT_MAGIC
+                and r[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_BIT
+            ):
                 return True
     return False
 
 
-def _refuse_all(header: RequestHeaderInfo, req: Any, acks: int, code: ErrorCode,
-                throttle_ms: int = 0) -> Result:
+def _refuse_all(
+    header: RequestHeaderInfo, req: Any, acks: int, code: ErrorCode, throttle_ms: int = 0
+) -> Result:
     """Kafka's ProduceRequest.getErrorResponse: every partition gets ``code``."""
     if acks == 0:
         raise CloseConnection(f"acks=0 produce refused: {code.name}")
-    results = [(topic.name, [PartitionProduceResult(index=pd.index, error_code=int(code),
-                                                    base_offset=-1)
-                             for pd in topic.partition_data])
-               for topic in req.topic_data]
-    return encode_produce_response(header.api_version, header.correlation_id, results,
-                                   throttle_ms)
+    results = [
+        (
+            topic.name,
+            [
+                PartitionProduceResult(index=pd.index, error_code=int(code), base_offset=-1)
+                for pd in topic.partition_data
+            ],
+        )
+        for topic in req.topic_data
+    ]
+    return encode_produce_response(header.api_version, header.correlation_id, results, throttle_ms)
 
 
-def _append(ctx: RequestContext, header: RequestHeaderInfo,
-            results: list[tuple[str, list[PartitionProduceResult]]],
-            entries: list[ProduceEntry], acks: int, timeout_s: float, denied: int,
-            throttle_ms: int = 0, guards: VerificationGuards | None = None) -> Result:
-    op = ctx.replicas.append_records(entries, acks, timeout_s, ctx.image,
-                                     verification_guards=guards)
+def _append(
+    ctx: RequestContext,
+    header: RequestHeaderInfo,
+    results: list[tuple[str, list[PartitionProduceResult]]],
+    entries: list[ProduceEntry],
+    acks: int,
+    timeout_s: float,
+    denied: int,
+    throttle_ms: int = 0,
+    guards: VerificationGuards | None = None,
+) -> Result:
+    op = ctx.replicas.append_records(
+        entries, acks, timeout_s, ctx.image, verification_guards=guards
+    )
     if acks == 0:
         if denied or any(e.result.error_code for e in entries):
             # Kafka: with acks=0 the client gets no response, so the only way to tell it
@@ -313,8 +381,9 @@ def _append(ctx: RequestContext, header: RequestHeaderInfo,
             raise CloseConnection("acks=0 produce failed")
         return None
     if op is None or op.completed:
-        return encode_produce_response(header.api_version, header.correlation_id, results,
-                                       throttle_ms)
+        return encode_produce_response(
+            header.api_version, header.correlation_id, results, throttle_ms
+        )
     return _delayed_produce(header, results, op, throttle_ms)
 
 
@@ -327,8 +396,7 @@ def _only_batch(records: Any) -> BatchHeader | None:
     return h if h.magic == 2 and h.size == len(records) else None
 
 
-def _start_verification(ctx: RequestContext,
-                        entries: list[ProduceEntry]) -> list[TxnVerification]:
+def _start_verification(ctx: RequestContext, entries: list[ProduceEntry]) -> list[TxnVerification]:
     """KIP-890: the verifications of the request's transactional appends, one per
     producer id and epoch (empty when verification is off)."""
     appends: list[tuple[tuple[str, int], int, int]] = []
@@ -340,13 +408,22 @@ def _start_verification(ctx: RequestContext,
     return ctx.replicas.start_txn_verification(appends) if appends else []
 
 
-async def _verified_produce(ctx: RequestContext, header: RequestHeaderInfo,
-                            results: list[tuple[str, list[PartitionProduceResult]]],
-                            entries: list[ProduceEntry], verifications: list[TxnVerification],
-                            guards: VerificationGuards, tid: str, acks: int,
-                            timeout_s: float, denied: int, throttle_ms: int) -> Any:
-    answers = await asyncio.gather(*(v.verify(ctx.txns.verifier, tid, timeout_s)
-                                     for v in verifications))
+async def _verified_produce(
+    ctx: RequestContext,
+    header: RequestHeaderInfo,
+    results: list[tuple[str, list[PartitionProduceResult]]],
+    entries: list[ProduceEntry],
+    verifications: list[TxnVerification],
+    guards: VerificationGuards,
+    tid: str,
+    acks: int,
+    timeout_s: float,
+    denied: int,
+    throttle_ms: int,
+) -> Any:
+    answers = await asyncio.gather(
+        *(v.verify(ctx.txns.verifier, tid, timeout_s) for v in verifications)
+    )
     failed = {tp: code for answer in answers for tp, code in answer.items()}
     for e in entries:
         code = failed.get((e.topic, e.result.index))
@@ -359,19 +436,30 @@ async def _verified_produce(ctx: RequestContext, header: RequestHeaderInfo,
             e.result.error_message = "Partition was not added to the transaction"
     remaining = [e for e in entries if not e.result.error_code]
     failed_any = len(remaining) < len(entries)
-    result = _append(ctx, header, results, remaining, acks, timeout_s,
-                     denied + int(failed_any), throttle_ms, guards)
+    result = _append(
+        ctx,
+        header,
+        results,
+        remaining,
+        acks,
+        timeout_s,
+        denied + int(failed_any),
+        throttle_ms,
+        guards,
+    )
     if isinstance(result, Coroutine):
         return await result
     return result
 
 
-async def _delayed_produce(header: RequestHeaderInfo,
-                           results: list[tuple[str, list[PartitionProduceResult]]],
-                           op: DelayedProduce, throttle_ms: int = 0) -> bytes:
+async def _delayed_produce(
+    header: RequestHeaderInfo,
+    results: list[tuple[str, list[PartitionProduceResult]]],
+    op: DelayedProduce,
+    throttle_ms: int = 0,
+) -> bytes:
     await op.done  # the purgatory fills in each pending partition's answer (REQ-R7, R8)
-    return encode_produce_response(header.api_version, header.correlation_id, results,
-                                   throttle_ms)
+    return encode_produce_response(header.api_version, header.correlation_id, results, throttle_ms)
 
 
 # =============================================================================== Fetch
@@ -387,43 +475,72 @@ def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Re
         quota = _fetch_quota(ctx, header)
         if quota is not None:
             # Kafka's getMaxValueInQuotaWindow: one response is at most a window's worth.
-            cap = min(cap, max(1, int(quota.manager.max_value_in_window(
-                quota.user, quota.client_id, quota.now_ms))))
-    params = FetchParams(replica_id=replica_id,
-                         max_wait_s=req.max_wait.total_seconds(),
-                         min_bytes=min(int(req.min_bytes), cap),
-                         max_bytes=min(int(getattr(req, "max_bytes", 0x7FFFFFFF)), cap),
-                         isolation_level=int(getattr(req, "isolation_level", 0)))
+            cap = min(
+                cap,
+                max(
+                    1,
+                    int(
+                        quota.manager.max_value_in_window(quota.user, quota.client_id, quota.now_ms)
+                    ),
+                ),
+            )
+    params = FetchParams(
+        replica_id=replica_id,
+        max_wait_s=req.max_wait.total_seconds(),
+        min_bytes=min(int(req.min_bytes), cap),
+        max_bytes=min(int(getattr(req, "max_bytes", 0x7FFFFFFF)), cap),
+        isolation_level=int(getattr(req, "isolation_level", 0)),
+    )
     requested: list[tuple[str, list[FetchEntry]]] = []
     for t in req.topics:
         entries: list[FetchEntry] = []
         requested.append((t.topic, entries))
         for fp in t.partitions:
-            entries.append(FetchEntry(
-                t.topic, int(fp.fetch_offset), int(fp.partition_max_bytes),
-                int(getattr(fp, "current_leader_epoch", -1)),
-                int(getattr(fp, "log_start_offset", -1)),
-                PartitionFetchResult(index=fp.partition, error_code=0, high_watermark=-1,
-                                     last_stable_offset=-1, log_start_offset=-1,
-                                     records=None)))
+            entries.append(
+                FetchEntry(
+                    t.topic,
+                    int(fp.fetch_offset),
+                    int(fp.partition_max_bytes),
+                    int(getattr(fp, "current_leader_epoch", -1)),
+                    int(getattr(fp, "log_start_offset", -1)),
+                    PartitionFetchResult(
+                        index=fp.partition,
+                        error_code=0,
+                        high_watermark=-1,
+                        last_stable_offset=-1,
+                        log_start_offset=-1,
+                        records=None,
+                    ),
+                )
+            )
     # KIP-227: v7+ fetches may name a session; older ones are always sessionless.
     fctx = ctx.replicas.fetch_sessions.new_context(
-        int(getattr(req, "session_id", 0)), int(getattr(req, "session_epoch", -1)),
-        requested, ((f.topic, f.partitions) for f in getattr(req, "forgotten_topics_data", ())),
-        follower=replica_id >= 0, now_ms=time.time_ns() // 1_000_000, replica_id=replica_id)
+        int(getattr(req, "session_id", 0)),
+        int(getattr(req, "session_epoch", -1)),
+        requested,
+        ((f.topic, f.partitions) for f in getattr(req, "forgotten_topics_data", ())),
+        follower=replica_id >= 0,
+        now_ms=time.time_ns() // 1_000_000,
+        replica_id=replica_id,
+    )
     if fctx.kind is FetchKind.ERROR:
-        return encode_fetch_response(version, header.correlation_id, [],
-                                     error_code=fctx.error_code)
+        return encode_fetch_response(version, header.correlation_id, [], error_code=fctx.error_code)
     # A follower's fetch needs CLUSTER_ACTION on the cluster, a consumer's READ per topic;
     # every partition of the fetch (with a session: of the session) is checked, and the
     # denied ones are answered with the error instead of being read.
     cluster_ok = replica_id >= 0 and ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
-    denial = int(ErrorCode.cluster_authorization_failed if replica_id >= 0
-                 else ErrorCode.topic_authorization_failed)
+    denial = int(
+        ErrorCode.cluster_authorization_failed
+        if replica_id >= 0
+        else ErrorCode.topic_authorization_failed
+    )
     readable: list[tuple[str, list[FetchEntry]]] = []
     for topic, entries in fctx.topics_to_read():
-        allowed = (cluster_ok if replica_id >= 0 else
-                   ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic))
+        allowed = (
+            cluster_ok
+            if replica_id >= 0
+            else ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic)
+        )
         if allowed:
             readable.append((topic, entries))
         else:
@@ -444,8 +561,9 @@ class FetchQuota:
 
     __slots__ = ("manager", "sensor", "session", "user", "client_id", "now_ms")
 
-    def __init__(self, manager: Any, sensor: Any, session: Any, user: str,
-                 client_id: str, now_ms: float) -> None:
+    def __init__(
+        self, manager: Any, sensor: Any, session: Any, user: str, client_id: str, now_ms: float
+    ) -> None:
         self.manager = manager
         self.sensor = sensor
         self.session = session
@@ -476,8 +594,9 @@ def _fetch_quota(ctx: RequestContext, header: RequestHeaderInfo) -> FetchQuota |
     return FetchQuota(ctx.quotas.fetch, sensor, session, user, client_id, now_ms)
 
 
-async def _delayed_fetch(header: RequestHeaderInfo, fctx: FetchContext,
-                         op: DelayedFetch, quota: FetchQuota | None = None) -> list[Any]:
+async def _delayed_fetch(
+    header: RequestHeaderInfo, fctx: FetchContext, op: DelayedFetch, quota: FetchQuota | None = None
+) -> list[Any]:
     """REQ-R17: answered when data arrives (or the HW moves) on any partition of the
     fetch -- with a session, any partition of the session, named or not -- or after
     max_wait (the purgatory re-reads every partition at completion)."""
@@ -494,12 +613,12 @@ async def _delayed_fetch(header: RequestHeaderInfo, fctx: FetchContext,
 SMALL_RESPONSE_BYTES = 16 * 1024
 
 
-def _encode_fetch(header: RequestHeaderInfo, fctx: FetchContext,
-                  quota: FetchQuota | None = None) -> list[Any]:
+def _encode_fetch(
+    header: RequestHeaderInfo, fctx: FetchContext, quota: FetchQuota | None = None
+) -> list[Any]:
     # An incremental response carries only the partitions with news (KIP-227).
     topics = fctx.response_topics()
-    slices = [e.result for _, entries in topics for e in entries
-              if e.result.records is not None]
+    slices = [e.result for _, entries in topics for e in entries if e.result.records is not None]
     throttle_ms = 0
     if quota is not None:
         throttle_ms = quota.throttle(sum(_records_size(r.records) for r in slices))
@@ -510,9 +629,13 @@ def _encode_fetch(header: RequestHeaderInfo, fctx: FetchContext,
     if slices and sum(r.records.size for r in slices) <= SMALL_RESPONSE_BYTES:
         for r in slices:
             r.records = r.records.read_bytes()
-    return encode_fetch_response(header.api_version, header.correlation_id,
-                                 [(t, [e.result for e in entries]) for t, entries in topics],
-                                 session_id=fctx.session_id, throttle_time_ms=throttle_ms)
+    return encode_fetch_response(
+        header.api_version,
+        header.correlation_id,
+        [(t, [e.result for e in entries]) for t, entries in topics],
+        session_id=fctx.session_id,
+        throttle_time_ms=throttle_ms,
+    )
 
 
 def _records_size(records: Any) -> int:
@@ -536,9 +659,12 @@ def legacy_offsets(p: Any, timestamp: int, max_num_offsets: int) -> list[int]:
     elif timestamp < 0:
         raise KafkaError(ErrorCode.invalid_request, f"timestamp {timestamp}")
     else:
-        offsets = [max(s.base_offset, log.log_start_offset) for s in reversed(log.segments)
-                   if s.base_offset < hw and s.max_timestamp <= timestamp]
-    return list(dict.fromkeys(offsets))[:max(0, max_num_offsets)]
+        offsets = [
+            max(s.base_offset, log.log_start_offset)
+            for s in reversed(log.segments)
+            if s.base_offset < hw and s.max_timestamp <= timestamp
+        ]
+    return list(dict.fromkeys(offsets))[: max(0, max_num_offsets)]
 
 
 def _list_offsets_v0(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> bytes:
@@ -551,13 +677,13 @@ def _list_offsets_v0(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -
         allowed = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
         for lp in t.partitions:
             if not allowed:
-                parts.append((lp.partition_index, int(ErrorCode.topic_authorization_failed),
-                              []))
+                parts.append((lp.partition_index, int(ErrorCode.topic_authorization_failed), []))
                 continue
             try:
                 p = ctx.replicas.leader_partition(t.name, lp.partition_index, image)
-                parts.append((lp.partition_index, 0,
-                              legacy_offsets(p, lp.timestamp, lp.max_num_offsets)))
+                parts.append(
+                    (lp.partition_index, 0, legacy_offsets(p, lp.timestamp, lp.max_num_offsets))
+                )
             except KafkaError as e:
                 parts.append((lp.partition_index, int(e.code), []))
         topics.append((t.name, parts))
@@ -574,30 +700,38 @@ def handle_list_offsets(ctx: RequestContext, header: RequestHeaderInfo, req: Any
         parts = []
         allowed = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
         for lp in t.partitions:
-            kw: dict[str, Any] = dict(partition_index=lp.partition_index, error_code=ErrorCode.none,
-                                      timestamp=-1, offset=-1, leader_epoch=-1)
+            kw: dict[str, Any] = dict(
+                partition_index=lp.partition_index,
+                error_code=ErrorCode.none,
+                timestamp=-1,
+                offset=-1,
+                leader_epoch=-1,
+            )
             if not allowed:
                 kw["error_code"] = ErrorCode.topic_authorization_failed
                 parts.append(part(2, v, "ListOffsetsPartitionResponse", **kw))
                 continue
             try:
                 p = ctx.replicas.leader_partition(
-                    t.name, lp.partition_index, image,
-                    int(getattr(lp, "current_leader_epoch", -1)))
+                    t.name, lp.partition_index, image, int(getattr(lp, "current_leader_epoch", -1))
+                )
                 ts = int(lp.timestamp)
                 kw["leader_epoch"] = p.leader_epoch
                 # KIP-207, for clients only (a follower's replica_id is >= 0): a new
                 # leader whose HW still lags its epoch's start must not answer "latest"
                 # (or a lookup past what it can serve) lower than its predecessor did.
-                lagging = (p.lagging_epoch_start()
-                           if int(getattr(req, "replica_id", -1)) < 0 else None)
+                lagging = (
+                    p.lagging_epoch_start() if int(getattr(req, "replica_id", -1)) < 0 else None
+                )
                 if ts == LATEST_TIMESTAMP:
                     _refuse_if_lagging(p, lagging)
                     # Consumers see only committed records: "latest" is the HW (REQ-R16),
                     # the LSO for read_committed ones (KIP-98).
-                    kw["offset"] = (p.last_stable_offset
-                                    if int(getattr(req, "isolation_level", 0)) == 1
-                                    else p.high_watermark)
+                    kw["offset"] = (
+                        p.last_stable_offset
+                        if int(getattr(req, "isolation_level", 0)) == 1
+                        else p.high_watermark
+                    )
                 elif ts == EARLIEST_TIMESTAMP:
                     kw["offset"] = p.log.log_start_offset
                 elif ts == MAX_TIMESTAMP:
@@ -628,7 +762,8 @@ def _refuse_if_lagging(p: Any, epoch_start: int | None) -> None:
             f"Failed to fetch offsets for partition {p.name} with leader epoch "
             f"{p.leader_epoch} as this partition's high watermark ({p.high_watermark}) is "
             f"lagging behind the start offset from the beginning of this epoch "
-            f"({epoch_start}).")
+            f"({epoch_start}).",
+        )
 
 
 # =============================================================================== OffsetsForLeaderEpoch
@@ -647,20 +782,27 @@ def handle_offset_for_leader_epoch(ctx: RequestContext, header: RequestHeaderInf
             denial = ErrorCode.topic_authorization_failed
             allowed = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic)
         for rp in t.partitions:
-            kw: dict[str, Any] = dict(error_code=ErrorCode.none, partition=rp.partition,
-                                      leader_epoch=-1, end_offset=-1)
+            kw: dict[str, Any] = dict(
+                error_code=ErrorCode.none, partition=rp.partition, leader_epoch=-1, end_offset=-1
+            )
             if not allowed:
                 kw["error_code"] = denial
                 parts.append(part(23, v, "EpochEndOffset", **kw))
                 continue
             try:
                 epoch, end = ctx.replicas.last_offset_for_leader_epoch(
-                    t.topic, rp.partition, int(getattr(rp, "current_leader_epoch", -1)),
-                    int(rp.leader_epoch), int(getattr(req, "replica_id", -1)), image)
+                    t.topic,
+                    rp.partition,
+                    int(getattr(rp, "current_leader_epoch", -1)),
+                    int(rp.leader_epoch),
+                    int(getattr(req, "replica_id", -1)),
+                    image,
+                )
                 kw.update(leader_epoch=epoch, end_offset=end)
             except KafkaError as e:
                 kw["error_code"] = e.code
             parts.append(part(23, v, "EpochEndOffset", **kw))
-        topics.append(part(23, v, "OffsetForLeaderTopicResult", topic=t.topic,
-                           partitions=tuple(parts)))
+        topics.append(
+            part(23, v, "OffsetForLeaderTopicResult", topic=t.topic, partitions=tuple(parts))
+        )
     return response(23, v, throttle_time=0, topics=tuple(topics))

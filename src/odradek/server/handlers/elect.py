@@ -47,8 +47,10 @@ _APPLY_GRACE_S = 2.0
 TopicPartition = tuple[str, int]
 Outcome = tuple[ErrorCode, str | None]
 
-_STRATEGY = {PREFERRED: "PreferredReplicaPartitionLeaderElectionStrategy",
-             UNCLEAN: "OfflinePartitionLeaderElectionStrategy(true)"}
+_STRATEGY = {
+    PREFERRED: "PreferredReplicaPartitionLeaderElectionStrategy",
+    UNCLEAN: "OfflinePartitionLeaderElectionStrategy(true)",
+}
 
 
 def check_partition(image: MetadataImage, topic: str, p: int, election_type: int) -> Outcome | None:
@@ -62,15 +64,18 @@ def check_partition(image: MetadataImage, topic: str, p: int, election_type: int
         if elections.is_preferred_leader(info.replicas, info.leader) and info.leader in live:
             return ErrorCode.election_not_needed, "Leader election not needed for topic partition."
         if elections.preferred_election(info.replicas, info.isr, live) is None:
-            return (ErrorCode.preferred_leader_not_available,
-                    f"Failed to elect leader for partition {tp} under strategy "
-                    f"{_STRATEGY[PREFERRED]}")
+            return (
+                ErrorCode.preferred_leader_not_available,
+                f"Failed to elect leader for partition {tp} under strategy {_STRATEGY[PREFERRED]}",
+            )
         return None
     if info.leader >= 0 and info.leader in live:
         return ErrorCode.election_not_needed, "Leader election not needed for topic partition."
     if elections.offline_election(info.replicas, info.isr, live, unclean_enabled=True) is None:
-        return (ErrorCode.eligible_leaders_not_available,
-                f"Failed to elect leader for partition {tp} under strategy {_STRATEGY[UNCLEAN]}")
+        return (
+            ErrorCode.eligible_leaders_not_available,
+            f"Failed to elect leader for partition {tp} under strategy {_STRATEGY[UNCLEAN]}",
+        )
     return None
 
 
@@ -103,14 +108,22 @@ async def handle_elect_leaders(ctx: RequestContext, header: RequestHeaderInfo, r
 
     if not allowed:
         # Kafka: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED for everything.
-        return _response(v, wanted, {tp: (ErrorCode.cluster_authorization_failed,
-                                          "Cluster authorization failed.") for tp in wanted},
-                         top=ErrorCode.cluster_authorization_failed)
+        return _response(
+            v,
+            wanted,
+            {
+                tp: (ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
+                for tp in wanted
+            },
+            top=ErrorCode.cluster_authorization_failed,
+        )
 
     outcomes: dict[TopicPartition, Outcome] = {}
     if election_type not in (PREFERRED, UNCLEAN):
-        outcomes = {tp: (ErrorCode.invalid_request, f"unknown election type {election_type}")
-                    for tp in wanted}
+        outcomes = {
+            tp: (ErrorCode.invalid_request, f"unknown election type {election_type}")
+            for tp in wanted
+        }
         return _response(v, wanted, outcomes)
 
     pending: list[TopicPartition] = []
@@ -122,15 +135,21 @@ async def handle_elect_leaders(ctx: RequestContext, header: RequestHeaderInfo, r
             outcomes[tp] = decided
 
     if pending:
-        path = (znodes.PREFERRED_REPLICA_ELECTION if election_type == PREFERRED
-                else znodes.UNCLEAN_LEADER_ELECTION_PATH)
+        path = (
+            znodes.PREFERRED_REPLICA_ELECTION
+            if election_type == PREFERRED
+            else znodes.UNCLEAN_LEADER_ELECTION_PATH
+        )
         gateway = ctx.admin
-        written = await asyncio.to_thread(gateway.request_election, path, pending,
-                                          max(deadline, time.monotonic() + 0.5))
+        written = await asyncio.to_thread(
+            gateway.request_election, path, pending, max(deadline, time.monotonic() + 0.5)
+        )
         if not written:
             for tp in pending:
-                outcomes[tp] = (ErrorCode.request_timed_out,
-                                "another leader election is still in progress")
+                outcomes[tp] = (
+                    ErrorCode.request_timed_out,
+                    "another leader election is still in progress",
+                )
             pending = []
         processed_at: float | None = None
         while pending and time.monotonic() < deadline:
@@ -149,23 +168,27 @@ async def handle_elect_leaders(ctx: RequestContext, header: RequestHeaderInfo, r
             if again is not None and again[0] != ErrorCode.election_not_needed:
                 outcomes[tp] = again
             elif timeout_s > 0:
-                outcomes[tp] = (ErrorCode.request_timed_out,
-                                f"leader election for {tp[0]}-{tp[1]} did not complete in "
-                                f"{timeout_s:.0f} s")
+                outcomes[tp] = (
+                    ErrorCode.request_timed_out,
+                    f"leader election for {tp[0]}-{tp[1]} did not complete in {timeout_s:.0f} s",
+                )
     return _response(v, wanted, outcomes)
 
 
-def _response(v: int, wanted: list[TopicPartition],
-              outcomes: dict[TopicPartition, Outcome],
-              top: ErrorCode = ErrorCode.none) -> Any:
+def _response(
+    v: int,
+    wanted: list[TopicPartition],
+    outcomes: dict[TopicPartition, Outcome],
+    top: ErrorCode = ErrorCode.none,
+) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for topic, p in wanted:
         code, msg = outcomes.get((topic, p), (ErrorCode.none, None))
         by_topic.setdefault(topic, []).append(
-            part(API_KEY, v, "PartitionResult", partition_id=p, error_code=code,
-                 error_message=msg))
+            part(API_KEY, v, "PartitionResult", partition_id=p, error_code=code, error_message=msg)
+        )
     results = tuple(
         part(API_KEY, v, "ReplicaElectionResult", topic=t, partition_result=tuple(rs))
-        for t, rs in by_topic.items())
-    return response(API_KEY, v, throttle_time=0, error_code=top,
-                    replica_election_results=results)
+        for t, rs in by_topic.items()
+    )
+    return response(API_KEY, v, throttle_time=0, error_code=top, replica_election_results=results)

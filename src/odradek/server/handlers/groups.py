@@ -45,15 +45,17 @@ def _require_group(ctx: RequestContext, op: AclOperation, group_id: str) -> None
     """Kafka's group checks (issue 14): READ to join, sync, heartbeat, leave and commit;
     DESCRIBE to find the coordinator, describe and fetch offsets; DELETE to delete."""
     if not ctx.authorize(op, ResourceType.GROUP, group_id):
-        raise KafkaError(ErrorCode.group_authorization_failed,
-                         f"Not authorized to access group: {group_id}")
+        raise KafkaError(
+            ErrorCode.group_authorization_failed, f"Not authorized to access group: {group_id}"
+        )
 
 
 # =============================================================================== FindCoordinator
 def handle_find_coordinator(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
-    kw: dict[str, Any] = dict(error_code=ErrorCode.none, error_message=None, node_id=-1,
-                              host="", port=-1)
+    kw: dict[str, Any] = dict(
+        error_code=ErrorCode.none, error_message=None, node_id=-1, host="", port=-1
+    )
     try:
         key_type = int(getattr(req, "key_type", KEY_TYPE_GROUP))
         if key_type == KEY_TYPE_TRANSACTION:
@@ -80,30 +82,57 @@ async def handle_join_group(ctx: RequestContext, header: RequestHeaderInfo, req:
     v = header.api_version
     session_ms = _ms(req.session_timeout)
     r = JoinRequest(
-        member_id=req.member_id, group_instance_id=getattr(req, "group_instance_id", None),
-        client_id=header.client_id or "", client_host=_client_host(),
+        member_id=req.member_id,
+        group_instance_id=getattr(req, "group_instance_id", None),
+        client_id=header.client_id or "",
+        client_host=_client_host(),
         session_timeout_ms=session_ms,
         rebalance_timeout_ms=_ms(getattr(req, "rebalance_timeout", session_ms)),
         protocol_type=req.protocol_type,
         protocols=tuple((p.name, bytes(p.metadata)) for p in req.protocols),
-        require_known_member_id=v >= 4)
+        require_known_member_id=v >= 4,
+    )
     try:
         _require_group(ctx, AclOperation.READ, req.group_id)
         res = await ctx.groups.join(req.group_id, r)
     except KafkaError as e:
-        return response(JOIN_GROUP, v, error_code=e.code, generation_id=-1,
-                        protocol_type=None, protocol_name=None if v >= 7 else "",
-                        leader="", member_id=req.member_id, members=())
+        return response(
+            JOIN_GROUP,
+            v,
+            error_code=e.code,
+            generation_id=-1,
+            protocol_type=None,
+            protocol_name=None if v >= 7 else "",
+            leader="",
+            member_id=req.member_id,
+            members=(),
+        )
     member_id = res.member_id
-    members = tuple(part(JOIN_GROUP, v, "JoinGroupResponseMember", member_id=m,
-                         group_instance_id=inst, metadata=meta)
-                    for m, inst, meta in res.members)
+    members = tuple(
+        part(
+            JOIN_GROUP,
+            v,
+            "JoinGroupResponseMember",
+            member_id=m,
+            group_instance_id=inst,
+            metadata=meta,
+        )
+        for m, inst, meta in res.members
+    )
     name = res.protocol_name
     if name is None and v < 7:
         name = ""  # not nullable before v7
-    return response(JOIN_GROUP, v, error_code=res.error, generation_id=res.generation,
-                    protocol_type=res.protocol_type, protocol_name=name,
-                    leader=res.leader, member_id=member_id, members=members)
+    return response(
+        JOIN_GROUP,
+        v,
+        error_code=res.error,
+        generation_id=res.generation,
+        protocol_type=res.protocol_type,
+        protocol_name=name,
+        leader=res.leader,
+        member_id=member_id,
+        members=members,
+    )
 
 
 # =============================================================================== SyncGroup
@@ -113,24 +142,42 @@ async def handle_sync_group(ctx: RequestContext, header: RequestHeaderInfo, req:
     try:
         _require_group(ctx, AclOperation.READ, req.group_id)
         res = await ctx.groups.sync(
-            req.group_id, req.member_id, getattr(req, "group_instance_id", None),
-            int(req.generation_id), getattr(req, "protocol_type", None),
-            getattr(req, "protocol_name", None), assignments)
-        code, ptype, pname, assignment = (res.error, res.protocol_type, res.protocol_name,
-                                          res.assignment)
+            req.group_id,
+            req.member_id,
+            getattr(req, "group_instance_id", None),
+            int(req.generation_id),
+            getattr(req, "protocol_type", None),
+            getattr(req, "protocol_name", None),
+            assignments,
+        )
+        code, ptype, pname, assignment = (
+            res.error,
+            res.protocol_type,
+            res.protocol_name,
+            res.assignment,
+        )
     except KafkaError as e:
         code, ptype, pname, assignment = e.code, None, None, b""
-    return response(SYNC_GROUP, v, error_code=code, protocol_type=ptype, protocol_name=pname,
-                    assignment=assignment)
+    return response(
+        SYNC_GROUP,
+        v,
+        error_code=code,
+        protocol_type=ptype,
+        protocol_name=pname,
+        assignment=assignment,
+    )
 
 
 # =============================================================================== Heartbeat
 def handle_heartbeat(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     try:
         _require_group(ctx, AclOperation.READ, req.group_id)
-        code = ctx.groups.heartbeat(req.group_id, req.member_id,
-                                       getattr(req, "group_instance_id", None),
-                                       int(req.generation_id))
+        code = ctx.groups.heartbeat(
+            req.group_id,
+            req.member_id,
+            getattr(req, "group_instance_id", None),
+            int(req.generation_id),
+        )
     except KafkaError as e:
         code = e.code
     return response(HEARTBEAT, header.api_version, error_code=code)
@@ -151,49 +198,94 @@ def handle_leave_group(ctx: RequestContext, header: RequestHeaderInfo, req: Any)
         errors, top = [e.code] * len(who), e.code
     if v < 3:
         top = errors[0] if errors else top
-    members = tuple(part(LEAVE_GROUP, v, "MemberResponse", member_id=m, group_instance_id=i,
-                         error_code=err) for (m, i), err in zip(who, errors)) if v >= 3 else ()
+    members = (
+        tuple(
+            part(LEAVE_GROUP, v, "MemberResponse", member_id=m, group_instance_id=i, error_code=err)
+            for (m, i), err in zip(who, errors)
+        )
+        if v >= 3
+        else ()
+    )
     return response(LEAVE_GROUP, v, error_code=top, members=members)
 
 
 # =============================================================================== OffsetCommit
 async def handle_offset_commit(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
-    readable = {t.name for t in req.topics
-                if ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name)}
-    entries = [(t.name, int(p.partition_index), int(p.committed_offset),
-                int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata)
-               for t in req.topics for p in t.partitions if t.name in readable]
-    denied = {(t.name, int(p.partition_index)): ErrorCode.topic_authorization_failed
-              for t in req.topics for p in t.partitions if t.name not in readable}
+    readable = {
+        t.name for t in req.topics if ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name)
+    }
+    entries = [
+        (
+            t.name,
+            int(p.partition_index),
+            int(p.committed_offset),
+            int(getattr(p, "committed_leader_epoch", -1)),
+            p.committed_metadata,
+        )
+        for t in req.topics
+        for p in t.partitions
+        if t.name in readable
+    ]
+    denied = {
+        (t.name, int(p.partition_index)): ErrorCode.topic_authorization_failed
+        for t in req.topics
+        for p in t.partitions
+        if t.name not in readable
+    }
     try:
         _require_group(ctx, AclOperation.READ, req.group_id)
-        results = await ctx.groups.commit(
-            req.group_id, req.member_id, getattr(req, "group_instance_id", None),
-            int(req.generation_id_or_member_epoch), entries) if entries else {}
+        results = (
+            await ctx.groups.commit(
+                req.group_id,
+                req.member_id,
+                getattr(req, "group_instance_id", None),
+                int(req.generation_id_or_member_epoch),
+                entries,
+            )
+            if entries
+            else {}
+        )
         results.update(denied)
     except KafkaError as e:
-        results = {(t.name, int(p.partition_index)): e.code
-                   for t in req.topics for p in t.partitions}
+        results = {
+            (t.name, int(p.partition_index)): e.code for t in req.topics for p in t.partitions
+        }
     except Exception:
         logger.exception("offset commit for group %s failed", req.group_id)
         results = {(t, p): ErrorCode.unknown_server_error for t, p, *_ in entries}
     topics = tuple(
-        part(OFFSET_COMMIT, v, "OffsetCommitResponseTopic", name=t.name, partitions=tuple(
-            part(OFFSET_COMMIT, v, "OffsetCommitResponsePartition",
-                 partition_index=p.partition_index,
-                 error_code=results.get((t.name, int(p.partition_index)),
-                                        ErrorCode.unknown_server_error))
-            for p in t.partitions))
-        for t in req.topics)
+        part(
+            OFFSET_COMMIT,
+            v,
+            "OffsetCommitResponseTopic",
+            name=t.name,
+            partitions=tuple(
+                part(
+                    OFFSET_COMMIT,
+                    v,
+                    "OffsetCommitResponsePartition",
+                    partition_index=p.partition_index,
+                    error_code=results.get(
+                        (t.name, int(p.partition_index)), ErrorCode.unknown_server_error
+                    ),
+                )
+                for p in t.partitions
+            ),
+        )
+        for t in req.topics
+    )
     return response(OFFSET_COMMIT, v, throttle_time=0, topics=topics)
 
 
 # =============================================================================== OffsetFetch
 def handle_offset_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
-    wanted = (None if req.topics is None
-              else [(t.name, [int(p) for p in t.partition_indexes]) for t in req.topics])
+    wanted = (
+        None
+        if req.topics is None
+        else [(t.name, [int(p) for p in t.partition_indexes]) for t in req.topics]
+    )
     top = ErrorCode.none
     try:
         _require_group(ctx, AclOperation.DESCRIBE, req.group_id)
@@ -203,31 +295,48 @@ def handle_offset_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any
         found = [(t, [(p, None) for p in ps]) for t, ps in (wanted or [])]
     # Topics the principal may not describe: named ones answer TOPIC_AUTHORIZATION_FAILED,
     # and "all topics" leaves them out (Kafka's handleOffsetFetchRequest).
-    visible = {t for t, _ in found
-               if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t)}
+    visible = {t for t, _ in found if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t)}
     if wanted is None:
         found = [(t, ps) for t, ps in found if t in visible]
     # v1 has no top-level error: the coordinator error goes to every partition.
     part_error = top if v < 2 else ErrorCode.none
     # KIP-447: a read_committed consumer asks for stable offsets; while a transaction
     # holds an offset for the partition, it gets UNSTABLE_OFFSET_COMMIT and retries.
-    unstable = (ctx.groups.pending_txn_partitions(req.group_id)
-                if getattr(req, "require_stable", False) and top is ErrorCode.none else set())
+    unstable = (
+        ctx.groups.pending_txn_partitions(req.group_id)
+        if getattr(req, "require_stable", False) and top is ErrorCode.none
+        else set()
+    )
 
     def code(t: str, p: int) -> ErrorCode:
         return ErrorCode.unstable_offset_commit if (t, p) in unstable else part_error
 
     topics = tuple(
-        part(OFFSET_FETCH, v, "OffsetFetchResponseTopic", name=t, partitions=tuple(
-            part(OFFSET_FETCH, v, "OffsetFetchResponsePartition", partition_index=p,
-                 committed_offset=(val.offset if val and t in visible
-                                   and (t, p) not in unstable else -1),
-                 committed_leader_epoch=val.leader_epoch if val and t in visible else -1,
-                 metadata=val.metadata if val and t in visible else "",
-                 error_code=code(t, p) if t in visible or top
-                 else ErrorCode.topic_authorization_failed)
-            for p, val in ps))
-        for t, ps in found)
+        part(
+            OFFSET_FETCH,
+            v,
+            "OffsetFetchResponseTopic",
+            name=t,
+            partitions=tuple(
+                part(
+                    OFFSET_FETCH,
+                    v,
+                    "OffsetFetchResponsePartition",
+                    partition_index=p,
+                    committed_offset=(
+                        val.offset if val and t in visible and (t, p) not in unstable else -1
+                    ),
+                    committed_leader_epoch=val.leader_epoch if val and t in visible else -1,
+                    metadata=val.metadata if val and t in visible else "",
+                    error_code=code(t, p)
+                    if t in visible or top
+                    else ErrorCode.topic_authorization_failed,
+                )
+                for p, val in ps
+            ),
+        )
+        for t, ps in found
+    )
     return response(OFFSET_FETCH, v, throttle_time=0, topics=topics, error_code=top)
 
 
@@ -236,24 +345,39 @@ def handle_describe_groups(ctx: RequestContext, header: RequestHeaderInfo, req: 
     v = header.api_version
     out = []
     for gid in req.groups:
-        kw: dict[str, Any] = dict(error_code=ErrorCode.none, group_id=gid,
-                                  group_state=GroupState.DEAD.value, protocol_type="",
-                                  protocol_data="", members=(),
-                                  authorized_operations=-2147483648)
+        kw: dict[str, Any] = dict(
+            error_code=ErrorCode.none,
+            group_id=gid,
+            group_state=GroupState.DEAD.value,
+            protocol_type="",
+            protocol_data="",
+            members=(),
+            authorized_operations=-2147483648,
+        )
         try:
             _require_group(ctx, AclOperation.DESCRIBE, gid)
             g = ctx.groups.describe(gid)
             if g is not None and g.state is not GroupState.DEAD:
                 stable = g.state is GroupState.STABLE
-                kw.update(group_state=g.state.value, protocol_type=g.protocol_type or "",
-                          protocol_data=g.protocol or "" if stable else "",
-                          members=tuple(
-                              part(DESCRIBE_GROUPS, v, "DescribedGroupMember",
-                                   member_id=m.member_id, group_instance_id=m.group_instance_id,
-                                   client_id=m.client_id, client_host=m.client_host,
-                                   member_metadata=m.metadata_for(g.protocol) if stable else b"",
-                                   member_assignment=m.assignment if stable else b"")
-                              for m in g.members.values()))
+                kw.update(
+                    group_state=g.state.value,
+                    protocol_type=g.protocol_type or "",
+                    protocol_data=g.protocol or "" if stable else "",
+                    members=tuple(
+                        part(
+                            DESCRIBE_GROUPS,
+                            v,
+                            "DescribedGroupMember",
+                            member_id=m.member_id,
+                            group_instance_id=m.group_instance_id,
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            member_metadata=m.metadata_for(g.protocol) if stable else b"",
+                            member_assignment=m.assignment if stable else b"",
+                        )
+                        for m in g.members.values()
+                    ),
+                )
         except KafkaError as e:
             kw["error_code"] = e.code
         out.append(part(DESCRIBE_GROUPS, v, "DescribedGroup", **kw))
@@ -268,11 +392,18 @@ def handle_list_groups(ctx: RequestContext, header: RequestHeaderInfo, req: Any)
     # describe (Kafka's handleListGroupsRequest).
     every = ctx.authorize_cluster(AclOperation.DESCRIBE)
     code, listed = ctx.groups.list_groups(states or None)
-    groups = tuple(part(LIST_GROUPS, v, "ListedGroup", group_id=g.group_id,
-                        protocol_type=g.protocol_type or "", group_state=g.state.value)
-                   for g in listed
-                   if every or ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP,
-                                             g.group_id))
+    groups = tuple(
+        part(
+            LIST_GROUPS,
+            v,
+            "ListedGroup",
+            group_id=g.group_id,
+            protocol_type=g.protocol_type or "",
+            group_state=g.state.value,
+        )
+        for g in listed
+        if every or ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)
+    )
     return response(LIST_GROUPS, v, throttle_time=0, error_code=code, groups=groups)
 
 
@@ -285,8 +416,9 @@ async def handle_delete_groups(ctx: RequestContext, header: RequestHeaderInfo, r
             code = await ctx.groups.delete(gid)
         else:
             code = ErrorCode.group_authorization_failed
-        results.append(part(DELETE_GROUPS, v, "DeletableGroupResult", group_id=gid,
-                            error_code=code))
+        results.append(
+            part(DELETE_GROUPS, v, "DeletableGroupResult", group_id=gid, error_code=code)
+        )
     return response(DELETE_GROUPS, v, throttle_time=0, results=tuple(results))
 
 
@@ -303,13 +435,25 @@ async def handle_offset_delete(ctx: RequestContext, header: RequestHeaderInfo, r
             parts = []
             for p in t.partitions:
                 index = int(p.partition_index)
-                parts.append(part(OFFSET_DELETE, v, "OffsetDeleteResponsePartition",
-                                  partition_index=index,
-                                  error_code=per.get((t.name, index), ErrorCode.none)))
-            topics.append(part(OFFSET_DELETE, v, "OffsetDeleteResponseTopic", name=t.name,
-                               partitions=tuple(parts)))
-        return response(OFFSET_DELETE, v, error_code=code, throttle_time=0,
-                        topics=tuple(topics))
+                parts.append(
+                    part(
+                        OFFSET_DELETE,
+                        v,
+                        "OffsetDeleteResponsePartition",
+                        partition_index=index,
+                        error_code=per.get((t.name, index), ErrorCode.none),
+                    )
+                )
+            topics.append(
+                part(
+                    OFFSET_DELETE,
+                    v,
+                    "OffsetDeleteResponseTopic",
+                    name=t.name,
+                    partitions=tuple(parts),
+                )
+            )
+        return response(OFFSET_DELETE, v, error_code=code, throttle_time=0, topics=tuple(topics))
 
     if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, req.group_id):
         return answer(ErrorCode.group_authorization_failed, {})

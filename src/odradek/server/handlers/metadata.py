@@ -38,31 +38,65 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 def handle_api_versions(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
-    keys = tuple(part(18, v, "ApiVersion", api_key=k, min_version=lo, max_version=hi)
-                 for k, (lo, hi) in ADVERTISED.items())
-    return response(18, v, error_code=ErrorCode.none, api_keys=keys, throttle_time=0,
-                    supported_features=(), finalized_features_epoch=-1,
-                    finalized_features=(), zk_migration_ready=False)
+    keys = tuple(
+        part(18, v, "ApiVersion", api_key=k, min_version=lo, max_version=hi)
+        for k, (lo, hi) in ADVERTISED.items()
+    )
+    return response(
+        18,
+        v,
+        error_code=ErrorCode.none,
+        api_keys=keys,
+        throttle_time=0,
+        supported_features=(),
+        finalized_features_epoch=-1,
+        finalized_features=(),
+        zk_migration_ready=False,
+    )
 
 
 def handle_describe_cluster(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     image = ctx.image
     if int(getattr(req, "endpoint_type", 1)) != 1:
-        return response(60, v, error_code=ErrorCode.unsupported_endpoint_type,
-                        error_message="only broker endpoints are served",
-                        cluster_id=image.cluster_id or "", controller_id=-1, brokers=(),
-                        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
-    brokers = tuple(part(60, v, "DescribeClusterBroker", broker_id=b.broker_id, host=ep[0],
-                         port=ep[1], rack=b.rack)
-                    for b, ep in _listener_endpoints(ctx, image))
-    return response(60, v, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
-                    cluster_id=image.cluster_id or "", controller_id=image.controller_id,
-                    brokers=brokers, cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+        return response(
+            60,
+            v,
+            error_code=ErrorCode.unsupported_endpoint_type,
+            error_message="only broker endpoints are served",
+            cluster_id=image.cluster_id or "",
+            controller_id=-1,
+            brokers=(),
+            cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        )
+    brokers = tuple(
+        part(
+            60,
+            v,
+            "DescribeClusterBroker",
+            broker_id=b.broker_id,
+            host=ep[0],
+            port=ep[1],
+            rack=b.rack,
+        )
+        for b, ep in _listener_endpoints(ctx, image)
+    )
+    return response(
+        60,
+        v,
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=1,
+        cluster_id=image.cluster_id or "",
+        controller_id=image.controller_id,
+        brokers=brokers,
+        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+    )
 
 
-def _listener_endpoints(ctx: RequestContext, image: MetadataImage
-                        ) -> list[tuple[BrokerInfo, tuple[str, int]]]:
+def _listener_endpoints(
+    ctx: RequestContext, image: MetadataImage
+) -> list[tuple[BrokerInfo, tuple[str, int]]]:
     """Kafka answers with each broker's endpoint on the listener the request came in on
     (a broker without that listener is left out)."""
     listener = ctx.session.listener
@@ -89,37 +123,56 @@ def handle_metadata(ctx: RequestContext, header: RequestHeaderInfo, req: Any) ->
     requested = req.topics
     denied: set[str] = set()
     if requested is None or (v == 0 and len(requested) == 0):
-        names: list[str] = [n for n in sorted(image.topics)  # all topics it may describe
-                            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, n)]
+        names: list[str] = [
+            n
+            for n in sorted(image.topics)  # all topics it may describe
+            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, n)
+        ]
         explicit = False
     else:
         names = [t.name for t in requested if t.name is not None]
-        denied = {n for n in names
-                  if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, n)}
+        denied = {
+            n for n in names if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, n)
+        }
         explicit = True
-    auto_create = (explicit and ctx.settings.auto_create_topics_enable
-                   and bool(getattr(req, "allow_auto_topic_creation", True)))
-    missing = [n for n in names if n not in image.topics and topic_name_error(n) is None
-               and n not in denied]
-    if missing and ctx.authorizer is not None and not ctx.authorize_cluster(
-            AclOperation.CREATE):
-        missing = [n for n in missing
-                   if ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, n)]
+    auto_create = (
+        explicit
+        and ctx.settings.auto_create_topics_enable
+        and bool(getattr(req, "allow_auto_topic_creation", True))
+    )
+    missing = [
+        n
+        for n in names
+        if n not in image.topics and topic_name_error(n) is None and n not in denied
+    ]
+    if missing and ctx.authorizer is not None and not ctx.authorize_cluster(AclOperation.CREATE):
+        missing = [n for n in missing if ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, n)]
     if auto_create and missing:
         return _auto_create_then_answer(ctx, header, req, names, missing, denied)
     return _metadata_response(ctx, v, image, names, set(), denied, req)
 
 
-async def _auto_create_then_answer(ctx: RequestContext, header: RequestHeaderInfo, req: Any,
-                                   names: list[str], missing: list[str],
-                                   denied: set[str]) -> Any:
+async def _auto_create_then_answer(
+    ctx: RequestContext,
+    header: RequestHeaderInfo,
+    req: Any,
+    names: list[str],
+    missing: list[str],
+    denied: set[str],
+) -> Any:
     created: set[str] = set()
     for name in missing:
         try:
-            plan = plan_new_topic(name, -1, -1, None, {}, ctx.image.live_broker_ids(),
-                                  ctx.settings.num_partitions,
-                                  min(ctx.settings.default_replication_factor,
-                                      max(1, len(ctx.image.brokers))))
+            plan = plan_new_topic(
+                name,
+                -1,
+                -1,
+                None,
+                {},
+                ctx.image.live_broker_ids(),
+                ctx.settings.num_partitions,
+                min(ctx.settings.default_replication_factor, max(1, len(ctx.image.brokers))),
+            )
             await asyncio.to_thread(ctx.admin.create_topic, plan)
             logger.info("auto-created topic %s (%d partitions)", name, plan.num_partitions)
         except KafkaError as e:
@@ -129,42 +182,92 @@ async def _auto_create_then_answer(ctx: RequestContext, header: RequestHeaderInf
     return _metadata_response(ctx, header.api_version, ctx.image, names, created, denied, req)
 
 
-def _metadata_response(ctx: RequestContext, v: int, image: MetadataImage, names: list[str],
-                       just_created: set[str], denied: set[str], req: Any) -> Any:
+def _metadata_response(
+    ctx: RequestContext,
+    v: int,
+    image: MetadataImage,
+    names: list[str],
+    just_created: set[str],
+    denied: set[str],
+    req: Any,
+) -> Any:
     topics = []
     want_topic_ops = bool(getattr(req, "include_topic_authorized_operations", False))
     for name in names:
         info = image.topics.get(name)
         if name in denied:
-            topics.append(part(3, v, "MetadataResponseTopic",
-                               error_code=ErrorCode.topic_authorization_failed, name=name,
-                               topic_id=None, is_internal=False, partitions=(),
-                               topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+            topics.append(
+                part(
+                    3,
+                    v,
+                    "MetadataResponseTopic",
+                    error_code=ErrorCode.topic_authorization_failed,
+                    name=name,
+                    topic_id=None,
+                    is_internal=False,
+                    partitions=(),
+                    topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+                )
+            )
             continue
         if info is None:
             why = topic_name_error(name)
-            code = (ErrorCode.invalid_topic_exception if why else
-                    ErrorCode.leader_not_available if name in just_created else
-                    ErrorCode.unknown_topic_or_partition)
-            topics.append(part(3, v, "MetadataResponseTopic", error_code=code, name=name,
-                               topic_id=None, is_internal=False, partitions=(),
-                               topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+            code = (
+                ErrorCode.invalid_topic_exception
+                if why
+                else ErrorCode.leader_not_available
+                if name in just_created
+                else ErrorCode.unknown_topic_or_partition
+            )
+            topics.append(
+                part(
+                    3,
+                    v,
+                    "MetadataResponseTopic",
+                    error_code=code,
+                    name=name,
+                    topic_id=None,
+                    is_internal=False,
+                    partitions=(),
+                    topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+                )
+            )
             continue
-        ops = (authorized_operations(ctx, ResourceType.TOPIC, name) if want_topic_ops
-               else AUTHORIZED_OPERATIONS_OMITTED)
+        ops = (
+            authorized_operations(ctx, ResourceType.TOPIC, name)
+            if want_topic_ops
+            else AUTHORIZED_OPERATIONS_OMITTED
+        )
         topics.append(_topic_entry(v, image, info, ops))
-    brokers = tuple(part(3, v, "MetadataResponseBroker", node_id=b.broker_id, host=ep[0],
-                         port=ep[1], rack=b.rack) for b, ep in _listener_endpoints(ctx, image))
-    cluster_ops = (authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
-                   if getattr(req, "include_cluster_authorized_operations", False)
-                   else AUTHORIZED_OPERATIONS_OMITTED)
-    return response(3, v, throttle_time=0, brokers=brokers, cluster_id=image.cluster_id,
-                    controller_id=image.controller_id, topics=tuple(topics),
-                    cluster_authorized_operations=cluster_ops)
+    brokers = tuple(
+        part(
+            3, v, "MetadataResponseBroker", node_id=b.broker_id, host=ep[0], port=ep[1], rack=b.rack
+        )
+        for b, ep in _listener_endpoints(ctx, image)
+    )
+    cluster_ops = (
+        authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+        if getattr(req, "include_cluster_authorized_operations", False)
+        else AUTHORIZED_OPERATIONS_OMITTED
+    )
+    return response(
+        3,
+        v,
+        throttle_time=0,
+        brokers=brokers,
+        cluster_id=image.cluster_id,
+        controller_id=image.controller_id,
+        topics=tuple(topics),
+        cluster_authorized_operations=cluster_ops,
+    )
 
 
-def _topic_entry(v: int, image: MetadataImage, info: TopicInfo,
-                 authorized_ops: int = AUTHORIZED_OPERATIONS_OMITTED) -> Any:
+def _topic_entry(
+    v: int,
+    image: MetadataImage,
+    info: TopicInfo,
+    authorized_ops: int = AUTHORIZED_OPERATIONS_OMITTED,
+) -> Any:
     parts = []
     for p in sorted(info.partitions.values(), key=lambda x: x.index):
         offline = tuple(r for r in p.replicas if r not in image.brokers)
@@ -177,10 +280,28 @@ def _topic_entry(v: int, image: MetadataImage, info: TopicInfo,
             # returns).
             code = ErrorCode.leader_not_available
             leader = -1
-        parts.append(part(3, v, "MetadataResponsePartition", error_code=code,
-                          partition_index=p.index, leader_id=leader,
-                          leader_epoch=max(p.leader_epoch, 0) if leader >= 0 else -1,
-                          replica_nodes=p.replicas, isr_nodes=p.isr, offline_replicas=offline))
-    return part(3, v, "MetadataResponseTopic", error_code=ErrorCode.none, name=info.name,
-                topic_id=info.topic_id, is_internal=info.is_internal, partitions=tuple(parts),
-                topic_authorized_operations=authorized_ops)
+        parts.append(
+            part(
+                3,
+                v,
+                "MetadataResponsePartition",
+                error_code=code,
+                partition_index=p.index,
+                leader_id=leader,
+                leader_epoch=max(p.leader_epoch, 0) if leader >= 0 else -1,
+                replica_nodes=p.replicas,
+                isr_nodes=p.isr,
+                offline_replicas=offline,
+            )
+        )
+    return part(
+        3,
+        v,
+        "MetadataResponseTopic",
+        error_code=ErrorCode.none,
+        name=info.name,
+        topic_id=info.topic_id,
+        is_internal=info.is_internal,
+        partitions=tuple(parts),
+        topic_authorized_operations=authorized_ops,
+    )

@@ -27,19 +27,32 @@ async def handle_init_producer_id(ctx: RequestContext, header: RequestHeaderInfo
     v = header.api_version
     if req.transactional_id is not None:
         # Kafka's KafkaApis: WRITE on the TransactionalId resource.
-        if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                             req.transactional_id):
-            return response(22, v, throttle_time=0,
-                            error_code=ErrorCode.transactional_id_authorization_failed,
-                            producer_id=-1, producer_epoch=-1)
+        if not ctx.authorize(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id
+        ):
+            return response(
+                22,
+                v,
+                throttle_time=0,
+                error_code=ErrorCode.transactional_id_authorization_failed,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
         return await init_producer_id(ctx, header, req)
     # KIP-679: an idempotent producer needs IDEMPOTENT_WRITE on the cluster, or WRITE on
     # some topic.
-    if not (ctx.authorize_cluster(AclOperation.IDEMPOTENT_WRITE)
-            or ctx.authorize_any_topic(AclOperation.WRITE)):
-        return response(22, v, throttle_time=0,
-                        error_code=ErrorCode.cluster_authorization_failed,
-                        producer_id=-1, producer_epoch=-1)
+    if not (
+        ctx.authorize_cluster(AclOperation.IDEMPOTENT_WRITE)
+        or ctx.authorize_any_topic(AclOperation.WRITE)
+    ):
+        return response(
+            22,
+            v,
+            throttle_time=0,
+            error_code=ErrorCode.cluster_authorization_failed,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     ids = ctx.producer_ids
     try:
         if ids is None:  # the broker is still starting (no ZooKeeper session yet)
@@ -47,10 +60,17 @@ async def handle_init_producer_id(ctx: RequestContext, header: RequestHeaderInfo
         pid = await asyncio.to_thread(ids.next_id)
     except Exception:
         logger.exception("could not allocate a producer id")
-        return response(22, v, throttle_time=0, error_code=ErrorCode.coordinator_not_available,
-                        producer_id=-1, producer_epoch=-1)
-    return response(22, v, throttle_time=0, error_code=ErrorCode.none, producer_id=pid,
-                    producer_epoch=0)
+        return response(
+            22,
+            v,
+            throttle_time=0,
+            error_code=ErrorCode.coordinator_not_available,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    return response(
+        22, v, throttle_time=0, error_code=ErrorCode.none, producer_id=pid, producer_epoch=0
+    )
 
 
 DESCRIBE_PRODUCERS = 61
@@ -79,21 +99,41 @@ def handle_describe_producers(ctx: RequestContext, header: RequestHeaderInfo, re
                     raise KafkaError(ErrorCode.topic_authorization_failed, name)
                 p = ctx.replicas.partitions.get((name, int(index)))
                 if p is None:
-                    raise KafkaError(ErrorCode.unknown_topic_or_partition
-                                     if image.partition(name, int(index)) is None
-                                     else ErrorCode.not_leader_or_follower, name)
+                    raise KafkaError(
+                        ErrorCode.unknown_topic_or_partition
+                        if image.partition(name, int(index)) is None
+                        else ErrorCode.not_leader_or_follower,
+                        name,
+                    )
                 ps = p.producers
-                producers = [part(DESCRIBE_PRODUCERS, v, "ProducerState", producer_id=pid,
-                                  producer_epoch=e.epoch, last_sequence=e.last_seq,
-                                  last_timestamp=e.last_timestamp,
-                                  coordinator_epoch=e.coordinator_epoch,
-                                  current_txn_start_offset=ps.ongoing.get(pid, -1))
-                             for pid, e in sorted(ps.producers.items())]
+                producers = [
+                    part(
+                        DESCRIBE_PRODUCERS,
+                        v,
+                        "ProducerState",
+                        producer_id=pid,
+                        producer_epoch=e.epoch,
+                        last_sequence=e.last_seq,
+                        last_timestamp=e.last_timestamp,
+                        coordinator_epoch=e.coordinator_epoch,
+                        current_txn_start_offset=ps.ongoing.get(pid, -1),
+                    )
+                    for pid, e in sorted(ps.producers.items())
+                ]
             except KafkaError as e:
                 code = e.code
-            partitions.append(part(DESCRIBE_PRODUCERS, v, "PartitionResponse",
-                                   partition_index=index, error_code=code,
-                                   error_message=None, active_producers=tuple(producers)))
-        topics.append(part(DESCRIBE_PRODUCERS, v, "TopicResponse", name=name,
-                           partitions=tuple(partitions)))
+            partitions.append(
+                part(
+                    DESCRIBE_PRODUCERS,
+                    v,
+                    "PartitionResponse",
+                    partition_index=index,
+                    error_code=code,
+                    error_message=None,
+                    active_producers=tuple(producers),
+                )
+            )
+        topics.append(
+            part(DESCRIBE_PRODUCERS, v, "TopicResponse", name=name, partitions=tuple(partitions))
+        )
     return response(DESCRIBE_PRODUCERS, v, throttle_time=0, topics=tuple(topics))

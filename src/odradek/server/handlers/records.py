@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 API_KEY = 21
 
 
-def handle_delete_records(ctx: RequestContext, header: RequestHeaderInfo,
-                          req: Any) -> Any | Coroutine[Any, Any, Any]:
+def handle_delete_records(
+    ctx: RequestContext, header: RequestHeaderInfo, req: Any
+) -> Any | Coroutine[Any, Any, Any]:
     results: list[tuple[str, list[PendingDelete]]] = []
     allowed: list[tuple[str, list[PendingDelete]]] = []
     offsets: dict[tuple[str, int], int] = {}
@@ -58,8 +59,9 @@ def handle_delete_records(ctx: RequestContext, header: RequestHeaderInfo,
     return _delayed(header.api_version, results, op)
 
 
-async def _delayed(version: int, results: list[tuple[str, list[PendingDelete]]],
-                   op: DelayedDeleteRecords) -> Any:
+async def _delayed(
+    version: int, results: list[tuple[str, list[PendingDelete]]], op: DelayedDeleteRecords
+) -> Any:
     """Kafka's DelayedDeleteRecords: completed when a follower reports a newer log start
     (the purgatory fills in each partition's answer), or REQUEST_TIMED_OUT."""
     await op.done
@@ -69,10 +71,18 @@ async def _delayed(version: int, results: list[tuple[str, list[PendingDelete]]],
 def _response(version: int, results: list[tuple[str, list[PendingDelete]]]) -> Any:
     topics = []
     for name, plist in results:
-        parts = tuple(part(API_KEY, version, "DeleteRecordsPartitionResult",
-                           partition_index=st.index,
-                           low_watermark=st.low_watermark if st.error == ErrorCode.none else -1,
-                           error_code=st.error) for st in plist)
-        topics.append(part(API_KEY, version, "DeleteRecordsTopicResult", name=name,
-                           partitions=parts))
+        parts = tuple(
+            part(
+                API_KEY,
+                version,
+                "DeleteRecordsPartitionResult",
+                partition_index=st.index,
+                low_watermark=st.low_watermark if st.error == ErrorCode.none else -1,
+                error_code=st.error,
+            )
+            for st in plist
+        )
+        topics.append(
+            part(API_KEY, version, "DeleteRecordsTopicResult", name=name, partitions=parts)
+        )
     return response(API_KEY, version, throttle_time=0, topics=tuple(topics))

@@ -32,6 +32,7 @@ _TXN_DENIED = ErrorCode.transactional_id_authorization_failed
 def _txn_write_allowed(ctx: RequestContext, transactional_id: str) -> bool:
     return ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
+
 logger = logging.getLogger(__name__)
 
 INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 22, 24, 25, 26
@@ -56,17 +57,27 @@ async def init_producer_id(ctx: RequestContext, header: RequestHeaderInfo, req: 
     v = header.api_version
     try:
         code, pid, epoch = await ctx.txns.init_producer_id(
-            req.transactional_id, _ms(req.transaction_timeout),
-            int(getattr(req, "producer_id", -1)), int(getattr(req, "producer_epoch", -1)))
+            req.transactional_id,
+            _ms(req.transaction_timeout),
+            int(getattr(req, "producer_id", -1)),
+            int(getattr(req, "producer_epoch", -1)),
+        )
     except KafkaError as e:
         code, pid, epoch = e.code, -1, -1
-    return response(INIT_PRODUCER_ID, v, throttle_time=0,
-                    error_code=_fenced(code, v, 4), producer_id=pid, producer_epoch=epoch)
+    return response(
+        INIT_PRODUCER_ID,
+        v,
+        throttle_time=0,
+        error_code=_fenced(code, v, 4),
+        producer_id=pid,
+        producer_epoch=epoch,
+    )
 
 
 # =============================================================================== AddPartitionsToTxn
-async def handle_add_partitions_to_txn(ctx: RequestContext, header: RequestHeaderInfo,
-                                       req: Any) -> Any:
+async def handle_add_partitions_to_txn(
+    ctx: RequestContext, header: RequestHeaderInfo, req: Any
+) -> Any:
     """v0-3: a client adds partitions to its transaction. v4+ (KIP-890, brokers only,
     CLUSTER_ACTION): a batch of transactions, each either added or -- ``verify_only`` --
     checked by a partition leader before a transactional batch opens a transaction
@@ -74,55 +85,100 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, header: RequestHeade
     v = header.api_version
     if v <= 3:
         topics = [(str(t.name), [int(p) for p in t.partitions]) for t in req.v3_and_below_topics]
-        codes = await _add_partitions(ctx, v, req.v3_and_below_transactional_id,
-                                      int(req.v3_and_below_producer_id),
-                                      int(req.v3_and_below_producer_epoch), topics)
-        return response(ADD_PARTITIONS, v, throttle_time=0,
-                        results_by_topic_v3_and_below=_topic_results(v, topics, codes))
+        codes = await _add_partitions(
+            ctx,
+            v,
+            req.v3_and_below_transactional_id,
+            int(req.v3_and_below_producer_id),
+            int(req.v3_and_below_producer_epoch),
+            topics,
+        )
+        return response(
+            ADD_PARTITIONS,
+            v,
+            throttle_time=0,
+            results_by_topic_v3_and_below=_topic_results(v, topics, codes),
+        )
     if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
-        return response(ADD_PARTITIONS, v, throttle_time=0,
-                        error_code=ErrorCode.cluster_authorization_failed,
-                        results_by_transaction=())
+        return response(
+            ADD_PARTITIONS,
+            v,
+            throttle_time=0,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results_by_transaction=(),
+        )
     results = []
     for txn in req.transactions:
         tid = str(txn.transactional_id)
         topics = [(str(t.name), [int(p) for p in t.partitions]) for t in txn.topics]
         if txn.verify_only:
-            codes = ctx.txns.verify_partitions(tid, int(txn.producer_id),
-                                               int(txn.producer_epoch),
-                                               {(t, p) for t, ps in topics for p in ps})
+            codes = ctx.txns.verify_partitions(
+                tid,
+                int(txn.producer_id),
+                int(txn.producer_epoch),
+                {(t, p) for t, ps in topics for p in ps},
+            )
             if v == 4:  # TRANSACTION_ABORTABLE came with v5
-                codes = {tp: ErrorCode.invalid_txn_state
-                         if c is ErrorCode.transaction_abortable else c
-                         for tp, c in codes.items()}
+                codes = {
+                    tp: ErrorCode.invalid_txn_state if c is ErrorCode.transaction_abortable else c
+                    for tp, c in codes.items()
+                }
         else:
-            codes = await _add_partitions(ctx, v, tid, int(txn.producer_id),
-                                          int(txn.producer_epoch), topics)
-        results.append(part(ADD_PARTITIONS, v, "AddPartitionsToTxnResult",
-                            transactional_id=tid, topic_results=_topic_results(v, topics, codes)))
-    return response(ADD_PARTITIONS, v, throttle_time=0, error_code=ErrorCode.none,
-                    results_by_transaction=tuple(results))
+            codes = await _add_partitions(
+                ctx, v, tid, int(txn.producer_id), int(txn.producer_epoch), topics
+            )
+        results.append(
+            part(
+                ADD_PARTITIONS,
+                v,
+                "AddPartitionsToTxnResult",
+                transactional_id=tid,
+                topic_results=_topic_results(v, topics, codes),
+            )
+        )
+    return response(
+        ADD_PARTITIONS,
+        v,
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        results_by_transaction=tuple(results),
+    )
 
 
-async def _add_partitions(ctx: RequestContext, v: int, tid: str, producer_id: int, epoch: int,
-                          topics: list[tuple[str, list[int]]]
-                          ) -> dict[tuple[str, int], ErrorCode]:
+async def _add_partitions(
+    ctx: RequestContext,
+    v: int,
+    tid: str,
+    producer_id: int,
+    epoch: int,
+    topics: list[tuple[str, list[int]]],
+) -> dict[tuple[str, int], ErrorCode]:
     image = ctx.image
     wanted = {(t, p) for t, ps in topics for p in ps}
     # Kafka: WRITE on the TransactionalId, else every partition gets
     # TRANSACTIONAL_ID_AUTHORIZATION_FAILED; then WRITE on each topic.
     txn_allowed = _txn_write_allowed(ctx, tid)
-    denied = {tp for tp in wanted
-              if txn_allowed and not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, tp[0])}
+    denied = {
+        tp
+        for tp in wanted
+        if txn_allowed and not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, tp[0])
+    }
     unknown = {tp for tp in wanted if tp not in denied and image.partition(*tp) is None}
     if not txn_allowed:
         return dict.fromkeys(wanted, _TXN_DENIED)
     if denied or unknown:
         # Kafka: nothing is added; unauthorized topics get TOPIC_AUTHORIZATION_FAILED,
         # unknown partitions UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED.
-        return {tp: (ErrorCode.topic_authorization_failed if tp in denied
-                     else ErrorCode.unknown_topic_or_partition if tp in unknown
-                     else ErrorCode.operation_not_attempted) for tp in wanted}
+        return {
+            tp: (
+                ErrorCode.topic_authorization_failed
+                if tp in denied
+                else ErrorCode.unknown_topic_or_partition
+                if tp in unknown
+                else ErrorCode.operation_not_attempted
+            )
+            for tp in wanted
+        }
     try:
         code = await ctx.txns.add_partitions(tid, producer_id, epoch, wanted)
     except KafkaError as e:
@@ -130,30 +186,47 @@ async def _add_partitions(ctx: RequestContext, v: int, tid: str, producer_id: in
     return dict.fromkeys(wanted, _fenced(code, v, 2))
 
 
-def _topic_results(v: int, topics: list[tuple[str, list[int]]],
-                   codes: dict[tuple[str, int], ErrorCode]) -> tuple[Any, ...]:
+def _topic_results(
+    v: int, topics: list[tuple[str, list[int]]], codes: dict[tuple[str, int], ErrorCode]
+) -> tuple[Any, ...]:
     return tuple(
-        part(ADD_PARTITIONS, v, "AddPartitionsToTxnTopicResult", name=t,
-             results_by_partition=tuple(
-                 part(ADD_PARTITIONS, v, "AddPartitionsToTxnPartitionResult",
-                      partition_index=p, partition_error_code=codes[(t, p)]) for p in ps))
-        for t, ps in topics)
+        part(
+            ADD_PARTITIONS,
+            v,
+            "AddPartitionsToTxnTopicResult",
+            name=t,
+            results_by_partition=tuple(
+                part(
+                    ADD_PARTITIONS,
+                    v,
+                    "AddPartitionsToTxnPartitionResult",
+                    partition_index=p,
+                    partition_error_code=codes[(t, p)],
+                )
+                for p in ps
+            ),
+        )
+        for t, ps in topics
+    )
 
 
 # =============================================================================== AddOffsetsToTxn
-async def handle_add_offsets_to_txn(ctx: RequestContext, header: RequestHeaderInfo,
-                                    req: Any) -> Any:
+async def handle_add_offsets_to_txn(
+    ctx: RequestContext, header: RequestHeaderInfo, req: Any
+) -> Any:
     v = header.api_version
     # Kafka: WRITE on the TransactionalId, then READ on the group.
     if not _txn_write_allowed(ctx, req.transactional_id):
         return response(ADD_OFFSETS, v, throttle_time=0, error_code=_TXN_DENIED)
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
-        return response(ADD_OFFSETS, v, throttle_time=0,
-                        error_code=ErrorCode.group_authorization_failed)
+        return response(
+            ADD_OFFSETS, v, throttle_time=0, error_code=ErrorCode.group_authorization_failed
+        )
     try:
         tp = ctx.txns.offsets_partition(req.group_id)
-        code = await ctx.txns.add_partitions(req.transactional_id, int(req.producer_id),
-                                             int(req.producer_epoch), {tp})
+        code = await ctx.txns.add_partitions(
+            req.transactional_id, int(req.producer_id), int(req.producer_epoch), {tp}
+        )
     except KafkaError as e:
         code = e.code
     return response(ADD_OFFSETS, v, throttle_time=0, error_code=_fenced(code, v, 2))
@@ -165,20 +238,28 @@ async def handle_end_txn(ctx: RequestContext, header: RequestHeaderInfo, req: An
     if not _txn_write_allowed(ctx, req.transactional_id):  # Kafka: WRITE TransactionalId
         return response(END_TXN, v, throttle_time=0, error_code=_TXN_DENIED)
     try:
-        code = await ctx.txns.end_txn(req.transactional_id, int(req.producer_id),
-                                      int(req.producer_epoch), bool(req.committed))
+        code = await ctx.txns.end_txn(
+            req.transactional_id, int(req.producer_id), int(req.producer_epoch), bool(req.committed)
+        )
     except KafkaError as e:
         code = e.code
     return response(END_TXN, v, throttle_time=0, error_code=_fenced(code, v, 2))
 
 
 # =============================================================================== TxnOffsetCommit
-async def handle_txn_offset_commit(ctx: RequestContext, header: RequestHeaderInfo,
-                                   req: Any) -> Any:
+async def handle_txn_offset_commit(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
-    entries = [(str(t.name), int(p.partition_index), int(p.committed_offset),
-                int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata)
-               for t in req.topics for p in t.partitions]
+    entries = [
+        (
+            str(t.name),
+            int(p.partition_index),
+            int(p.committed_offset),
+            int(getattr(p, "committed_leader_epoch", -1)),
+            p.committed_metadata,
+        )
+        for t in req.topics
+        for p in t.partitions
+    ]
     # Kafka: WRITE on the TransactionalId, then READ on the group (else every partition
     # fails), then READ on each topic and a known partition; only the partitions that
     # pass are committed. Without the first check, READ on a group and a topic was
@@ -200,26 +281,45 @@ async def handle_txn_offset_commit(ctx: RequestContext, header: RequestHeaderInf
     if allowed:
         try:
             # The replica manager decides whether KIP-890 verification applies.
-            results.update(await ctx.groups.txn_commit(
-                req.group_id, int(req.producer_id), int(req.producer_epoch),
-                getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
-                int(getattr(req, "generation_id", -1)), allowed,
-                transactional_id=str(req.transactional_id), verifier=ctx.txns.verifier))
+            results.update(
+                await ctx.groups.txn_commit(
+                    req.group_id,
+                    int(req.producer_id),
+                    int(req.producer_epoch),
+                    getattr(req, "member_id", ""),
+                    getattr(req, "group_instance_id", None),
+                    int(getattr(req, "generation_id", -1)),
+                    allowed,
+                    transactional_id=str(req.transactional_id),
+                    verifier=ctx.txns.verifier,
+                )
+            )
         except KafkaError as e:
             results.update({(t, p): e.code for t, p, *_ in allowed})
     by_topic: dict[str, list[Any]] = {}
     for t, p, *_ in entries:
-        by_topic.setdefault(t, []).append(part(
-            TXN_OFFSET_COMMIT, v, "TxnOffsetCommitResponsePartition", partition_index=p,
-            error_code=_fenced(results.get((t, p), ErrorCode.none), v, 3)))
-    return response(TXN_OFFSET_COMMIT, v, throttle_time=0, topics=tuple(
-        part(TXN_OFFSET_COMMIT, v, "TxnOffsetCommitResponseTopic", name=t, partitions=tuple(ps))
-        for t, ps in by_topic.items()))
+        by_topic.setdefault(t, []).append(
+            part(
+                TXN_OFFSET_COMMIT,
+                v,
+                "TxnOffsetCommitResponsePartition",
+                partition_index=p,
+                error_code=_fenced(results.get((t, p), ErrorCode.none), v, 3),
+            )
+        )
+    return response(
+        TXN_OFFSET_COMMIT,
+        v,
+        throttle_time=0,
+        topics=tuple(
+            part(TXN_OFFSET_COMMIT, v, "TxnOffsetCommitResponseTopic", name=t, partitions=tuple(ps))
+            for t, ps in by_topic.items()
+        ),
+    )
 
 
 # =============================================================================== WriteTxnMarkers
-async def handle_write_txn_markers(ctx: RequestContext, header: RequestHeaderInfo,
-                                   req: Any) -> Any:
+async def handle_write_txn_markers(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     """From a transaction coordinator: append a COMMIT/ABORT control batch to each
     partition we lead (acks=all), answering per partition."""
     v = header.api_version
@@ -234,33 +334,66 @@ async def handle_write_txn_markers(ctx: RequestContext, header: RequestHeaderInf
         except KafkaError as e:
             return e.code
         return await write_marker_locally(
-            ctx.replicas, ctx.groups, (topic, p), int(m.producer_id), int(m.producer_epoch),
-            bool(m.transaction_result), int(m.coordinator_epoch), MARKER_TIMEOUT_S)
+            ctx.replicas,
+            ctx.groups,
+            (topic, p),
+            int(m.producer_id),
+            int(m.producer_epoch),
+            bool(m.transaction_result),
+            int(m.coordinator_epoch),
+            MARKER_TIMEOUT_S,
+        )
 
     results = []
     for m in req.markers:
         topics = [(str(t.name), [int(p) for p in t.partition_indexes]) for t in m.topics]
         codes = await asyncio.gather(*(one(m, t, p) for t, ps in topics for p in ps))
         it = iter(codes)
-        results.append(part(WRITE_TXN_MARKERS, v, "WritableTxnMarkerResult",
-                            producer_id=m.producer_id, topics=tuple(
-            part(WRITE_TXN_MARKERS, v, "WritableTxnMarkerTopicResult", name=t,
-                 partitions=tuple(part(WRITE_TXN_MARKERS, v, "WritableTxnMarkerPartitionResult",
-                                       partition_index=p, error_code=next(it)) for p in ps))
-            for t, ps in topics)))
+        results.append(
+            part(
+                WRITE_TXN_MARKERS,
+                v,
+                "WritableTxnMarkerResult",
+                producer_id=m.producer_id,
+                topics=tuple(
+                    part(
+                        WRITE_TXN_MARKERS,
+                        v,
+                        "WritableTxnMarkerTopicResult",
+                        name=t,
+                        partitions=tuple(
+                            part(
+                                WRITE_TXN_MARKERS,
+                                v,
+                                "WritableTxnMarkerPartitionResult",
+                                partition_index=p,
+                                error_code=next(it),
+                            )
+                            for p in ps
+                        ),
+                    )
+                    for t, ps in topics
+                ),
+            )
+        )
     return response(WRITE_TXN_MARKERS, v, markers=tuple(results))
 
 
 # =============================================================================== Describe/List
-def handle_describe_transactions(ctx: RequestContext, header: RequestHeaderInfo,
-                                 req: Any) -> Any:
+def handle_describe_transactions(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Any:
     v = header.api_version
     states = []
     for tid in req.transactional_ids:
-        kw: dict[str, Any] = dict(error_code=ErrorCode.none, transactional_id=tid,
-                                  transaction_state="", transaction_timeout=0,
-                                  transaction_start_time=_when(-1), producer_id=-1,
-                                  producer_epoch=-1, topics=())
+        kw: dict[str, Any] = dict(
+            error_code=ErrorCode.none,
+            transactional_id=tid,
+            transaction_state="",
+            transaction_timeout=0,
+            transaction_start_time=_when(-1),
+            producer_id=-1,
+            producer_epoch=-1,
+            topics=(),
+        )
         try:
             # Kafka: DESCRIBE on the TransactionalId; topics the client may not describe
             # are left out of the answer.
@@ -274,11 +407,17 @@ def handle_describe_transactions(ctx: RequestContext, header: RequestHeaderInfo,
                 for t, p in sorted(m.partitions):
                     if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t):
                         by_topic.setdefault(t, []).append(p)
-                kw.update(transaction_state=m.state.kafka_name, transaction_timeout=m.timeout_ms,
-                          transaction_start_time=_when(m.start_ms), producer_id=m.producer_id,
-                          producer_epoch=m.producer_epoch, topics=tuple(
-                              part(DESCRIBE_TXNS, v, "TopicData", topic=t, partitions=tuple(ps))
-                              for t, ps in by_topic.items()))
+                kw.update(
+                    transaction_state=m.state.kafka_name,
+                    transaction_timeout=m.timeout_ms,
+                    transaction_start_time=_when(m.start_ms),
+                    producer_id=m.producer_id,
+                    producer_epoch=m.producer_epoch,
+                    topics=tuple(
+                        part(DESCRIBE_TXNS, v, "TopicData", topic=t, partitions=tuple(ps))
+                        for t, ps in by_topic.items()
+                    ),
+                )
         except KafkaError as e:
             kw["error_code"] = e.code
         states.append(part(DESCRIBE_TXNS, v, "TransactionState", **kw))
@@ -306,12 +445,25 @@ def handle_list_transactions(ctx: RequestContext, header: RequestHeaderInfo, req
         if duration >= 0 and (m.state is not TxnState.ONGOING or now - m.start_ms < duration):
             continue
         # Kafka: only the transactional ids the client may DESCRIBE are listed.
-        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
-                             m.transactional_id):
+        if not ctx.authorize(
+            AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, m.transactional_id
+        ):
             continue
-        out.append(part(LIST_TXNS, v, "TransactionState", transactional_id=m.transactional_id,
-                        producer_id=m.producer_id, transaction_state=m.state.kafka_name))
-    return response(LIST_TXNS, v, throttle_time=0, error_code=code,
-                    unknown_state_filters=(tuple(sorted(filters - known))
-                                           if code is ErrorCode.none else ()),
-                    transaction_states=tuple(out))
+        out.append(
+            part(
+                LIST_TXNS,
+                v,
+                "TransactionState",
+                transactional_id=m.transactional_id,
+                producer_id=m.producer_id,
+                transaction_state=m.state.kafka_name,
+            )
+        )
+    return response(
+        LIST_TXNS,
+        v,
+        throttle_time=0,
+        error_code=code,
+        unknown_state_filters=(tuple(sorted(filters - known)) if code is ErrorCode.none else ()),
+        transaction_states=tuple(out),
+    )
