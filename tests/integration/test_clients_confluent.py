@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +40,7 @@ from confluent_kafka.admin import (
     OffsetSpec,
     ResourceType,
 )
+from tests.support.polling import wait_for
 
 from odradek.cluster.local import LocalCluster
 
@@ -208,6 +210,43 @@ def test_admin_lifecycle(cluster: LocalCluster, topic_name: str) -> None:
 
     _result(admin.delete_topics([topic_name], operation_timeout=20)[topic_name])
     assert topic_name not in admin.list_topics(timeout=10).topics
+
+
+def test_a_deleted_topics_logs_are_renamed_then_removed(
+    cluster: LocalCluster, topic_name: str
+) -> None:
+    """Kafka's LogManager.asyncDelete: a deleted replica's directory is renamed to
+    ``<topic>-<partition>.<id>-delete`` on the broker's loop and removed after
+    file.delete.delay.ms by the retention loop's worker thread (an rmtree on the loop,
+    5-6 ms per replica, stalled every client for seconds for a large topic)."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    topic = NewTopic(topic_name, 2, 1, config={"file.delete.delay.ms": "1500"})
+    _result(admin.create_topics([topic], operation_timeout=20)[topic_name])
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    for part in (0, 1):
+        p.produce(topic_name, b"v", partition=part)
+    assert p.flush(30) == 0
+    log_dir = Path(cluster.brokers[0].log_dir)
+    assert {e.name for e in log_dir.glob(f"{topic_name}-*")} == {
+        f"{topic_name}-0",
+        f"{topic_name}-1",
+    }
+    _result(admin.delete_topics([topic_name], operation_timeout=20)[topic_name])
+    # Renamed at once: the partition names are free; the -delete directories go later.
+    wait_for(
+        lambda: (
+            sorted(e.name.endswith("-delete") for e in log_dir.glob(f"{topic_name}-*"))
+            == [True, True]
+        ),
+        20,
+        "both partition directories renamed to -delete",
+    )
+    wait_for(lambda: not list(log_dir.glob(f"{topic_name}-*")), 20, "the -delete directories gone")
+    # A topic of the same name works at once (its replicas' directories are new).
+    _result(admin.create_topics([NewTopic(topic_name, 1, 1)], operation_timeout=20)[topic_name])
+    p.produce(topic_name, b"again", partition=0)
+    assert p.flush(30) == 0
+    assert (log_dir / f"{topic_name}-0").is_dir()
 
 
 def test_admin_errors(cluster: LocalCluster, topic_name: str) -> None:

@@ -51,6 +51,9 @@ _OTHER_RENAMES = {
     "storage/segment.py": 1,  # .deleted renames (Kafka's renameTo: no parent flush)
     "storage/txn_index.py": 1,  # the same, for the .txnindex
     "storage/truncation_ledger.py": 1,  # the .batches file: the .json's move fsyncs the dir
+    # a deleted log's -delete rename: its parent's fsync follows off the loop, with the
+    # next retention tick's removals (one fsync per batch of deletes)
+    "storage/deleted_logs.py": 1,
 }
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import shutil
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from odradek.runtime import clock
 from odradek.storage.checkpoint import read_checkpoint, write_checkpoint
+from odradek.storage.deleted_logs import DeletedLogs, is_delete_dir
 from odradek.storage.log import Log, LogConfig
 
 if TYPE_CHECKING:
@@ -58,7 +58,10 @@ def now_ms() -> int:
 
 
 def parse_partition_dir(name: str) -> TopicPartition | None:
-    """``my-topic-3`` → ("my-topic", 3); None for anything else (Kafka's dir naming)."""
+    """``my-topic-3`` → ("my-topic", 3); None for anything else (Kafka's dir naming),
+    e.g. a deleted log's ``my-topic-3.<id>-delete``."""
+    if is_delete_dir(name):
+        return None
     topic, sep, index = name.rpartition("-")
     if not sep or not topic or not index.isdigit():
         return None
@@ -91,8 +94,8 @@ class ReplicaLogs:
         # What the checkpoint files hold (capture_checkpoints skips unchanged rewrites).
         self._written_hws: dict[TopicPartition, int] | None = None
         self._written_starts: dict[TopicPartition, int] | None = None
-        # Deleted logs' file descriptors, closed when due (``delete``): (due ms, fds).
-        self._deleted_fds: list[tuple[int, list[int]]] = []
+        # Deleted logs: renamed directories and kept descriptors, until due (``delete``).
+        self._deleted = DeletedLogs()
 
     # ----------------------------------------------------------------- the logs
     def get(self, tp: TopicPartition) -> Log | None:
@@ -108,34 +111,29 @@ class ReplicaLogs:
         return lg
 
     def delete(self, tp: TopicPartition) -> None:
-        """Close and remove the local log of ``tp`` (its topic was deleted or it was
-        reassigned away), if there is one. Its files go now (the name is free for a
-        replica moved back); its file descriptors stay open for file.delete.delay.ms,
-        as those of segments retention removes: a fetch read from it before the image
-        that deleted it may not have sent its answer yet (its FileSlices; closed at once,
-        the answer's read fails, or reads another file that got the descriptor's number).
-        ``release_deleted`` closes them."""
+        """Close and delete the local log of ``tp`` (its topic was deleted or it was
+        reassigned away), if there is one, as Kafka's ``LogManager.asyncDelete``: its
+        directory is renamed to ``<topic>-<partition>.<id>-delete`` now (the name is free
+        for a replica moved back), and removed after file.delete.delay.ms off the loop
+        (``release_deleted``). Its file descriptors stay open until then, as those of
+        segments retention removes: a fetch read from it before the image that deleted it
+        may not have sent its answer yet (its FileSlices; closed at once, the answer's
+        read fails, or reads another file that got the descriptor's number)."""
         lg = self._logs.pop(tp, None)
         if lg is not None:
             logger.info("deleting log of %s-%d (topic deleted)", *tp)
             fds: list[int] = []
             lg.close(keep_fds=fds)
-            shutil.rmtree(self.log_dir / f"{tp[0]}-{tp[1]}", ignore_errors=True)
-            due = clock.time_ns() // 1_000_000 + max(lg.config.file_delete_delay_ms, 0)
-            self._deleted_fds.append((due, fds))
+            self._deleted.schedule(lg.directory, fds, lg.config.file_delete_delay_ms)
 
-    def release_deleted(self, now_ms: int | None = None, *, force: bool = False) -> int:
+    def release_deleted(
+        self, now_ms: int | None = None, *, force: bool = False
+    ) -> Callable[[], int] | None:
         """Close the descriptors of deleted logs whose delay has passed (all with
-        ``force``); returns how many logs (the broker's retention loop calls it)."""
-        if not self._deleted_fds:
-            return 0
-        now = clock.time_ns() // 1_000_000 if now_ms is None else now_ms
-        due = [fds for t, fds in self._deleted_fds if force or t <= now]
-        self._deleted_fds = [(t, fds) for t, fds in self._deleted_fds if not (force or t <= now)]
-        for fds in due:
-            for fd in fds:
-                os.close(fd)
-        return len(due)
+        ``force``) and return the blocking rest -- their directories' removal, the
+        fsync that makes the renames durable -- for a worker thread; it returns how
+        many logs (None: nothing to do). The broker's retention loop calls it."""
+        return self._deleted.release(now_ms, force=force)
 
     def partitions_with_logs(self) -> list[TopicPartition]:
         return list(self._logs)
@@ -152,6 +150,12 @@ class ReplicaLogs:
         recovery = read_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
         starts = read_checkpoint(self.log_dir / LOG_START_CHECKPOINT)
         self._hw_from_checkpoint = read_checkpoint(self.log_dir / HW_CHECKPOINT)
+        # Logs deleted before a crash or a shutdown (Kafka's loadLogs): not loaded, and
+        # removed off the loop by the first ``release_deleted``.
+        for entry in sorted(os.listdir(self.log_dir)):
+            if is_delete_dir(entry) and (self.log_dir / entry).is_dir():
+                logger.info("removing %s, a log deleted before the last start", entry)
+                self._deleted.leftover(self.log_dir / entry)
         entries = [
             (entry, tp)
             for entry in sorted(os.listdir(self.log_dir))
@@ -286,7 +290,9 @@ class ReplicaLogs:
     def shutdown(self) -> None:
         """Flush what changed since the last flush (the next start then needs no recovery
         scan), write the producer-state snapshots and the checkpoint files, close every
-        log."""
+        log. Deleted logs' descriptors are closed and their renames made durable; their
+        ``-delete`` directories are left for the next start-up to remove (as Kafka's
+        LogManager.shutdown leaves them): removing them could take seconds."""
         for lg in self._logs.values():
             if not lg.unchanged_since_flush:
                 lg.flush()
@@ -295,4 +301,4 @@ class ReplicaLogs:
         self.checkpoint_recovery_points()
         for lg in self._logs.values():
             lg.close()
-        self.release_deleted(force=True)
+        self._deleted.sync_and_close_all()

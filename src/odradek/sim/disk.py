@@ -26,6 +26,11 @@ Linux reaches the disk within ~30 s, happens only when ``writeback`` says so):
   restarts with its partition directories, possibly empty. A real power cut may lose a
   never-synced directory too; Kafka then starts the partition empty, which the model's
   "no files kept" already reaches.
+* **Deleted logs' directories** (``<topic>-<partition>.<id>-delete``, renamed so by the
+  replica's delete and removed later) are left as they are: start-up removes them
+  unread, so what a cut does to them cannot matter. (The model keys what a directory
+  fsync made durable by path, not following a directory's rename: it would report every
+  file there as lost.)
 
 Files are identified by inode. Every inode the model remembers is pinned by a hard link
 in a directory of its own (``close`` removes it), so the file system cannot hand its
@@ -48,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from odradek.runtime import disk
+from odradek.storage.deleted_logs import is_delete_dir
 
 __all__ = ["SimDisk", "PowerLossReport", "recording"]
 
@@ -143,7 +149,7 @@ class SimDisk:
         rep = PowerLossReport()
         root = Path(os.path.realpath(root))  # as /proc/self/fd names the directories
         for dirpath, dirnames, _ in os.walk(root):
-            dirnames.sort()
+            dirnames[:] = sorted(d for d in dirnames if not is_delete_dir(d))
             durable = self._listings.get(dirpath, {})
             current = _files(dirpath)
             rel = os.path.relpath(dirpath, root)

@@ -15,8 +15,11 @@ from odradek.replication.replica_logs import (
     LOG_START_CHECKPOINT,
     ReplicaLogs,
     TopicPartition,
+    parse_partition_dir,
 )
+from odradek.runtime import clock
 from odradek.storage.checkpoint import read_checkpoint
+from odradek.storage.deleted_logs import delete_dir_name
 from odradek.storage.log import Log, LogConfig
 from odradek.storage.records import encode_batch
 
@@ -76,6 +79,82 @@ def test_a_slice_read_before_its_replica_is_deleted_stays_readable(tmp_path: Pat
     logs.delete(("t", 0))
     assert not (tmp_path / "t-0").exists()
     assert len(sl.read_bytes()) == sl.size == len(batch)
-    assert logs.release_deleted(force=True) == 1
+    removal = logs.release_deleted(force=True)
+    assert removal is not None and removal() == 1
     with pytest.raises(OSError):
         os.fstat(sl.fd)
+
+
+def _delete_dirs(log_dir: Path) -> list[str]:
+    return sorted(e for e in os.listdir(log_dir) if e.endswith("-delete"))
+
+
+def test_a_deleted_replica_is_renamed_now_and_removed_when_due_off_the_loop(
+    tmp_path: Path,
+) -> None:
+    """Kafka's LogManager.asyncDelete: the delete renames the directory to
+    ``<topic>-<partition>.<id>-delete`` (one rename on the loop; the rmtree, 5-6 ms per
+    replica, stalled every client for seconds when a large topic went); the name is free
+    at once for a replica moved back; after file.delete.delay.ms the retention step's
+    blocking half (the broker runs it in a worker thread) removes the directory."""
+    logs = ReplicaLogs(
+        log_dir=tmp_path,
+        log_config_for=lambda _t: LogConfig(file_delete_delay_ms=60_000),
+        recovery_threads=1,
+        partitions={},
+        on_open=lambda _lg: None,
+        on_log_start_moved=lambda _tp: None,
+    )
+    lg = logs.open_log(("t", 0))
+    lg.append_as_leader(encode_batch([(None, b"old")]), 0, 1)
+    logs.delete(("t", 0))
+    [renamed] = _delete_dirs(tmp_path)
+    assert renamed.startswith("t-0.") and not (tmp_path / "t-0").exists()
+    assert any(name.endswith(".log") for name in os.listdir(tmp_path / renamed))
+
+    # Moved back before the old directory is gone: a new, empty log under the old name.
+    again = logs.open_log(("t", 0))
+    assert again.log_end_offset == 0 and (tmp_path / "t-0").is_dir()
+    again.append_as_leader(encode_batch([(None, b"new")]), 0, 1)
+    assert again.log_end_offset == 1
+
+    now = clock.time_ns() // 1_000_000
+    early = logs.release_deleted(now + 59_000)
+    assert early is not None and early() == 0  # only the renames' directory fsync
+    assert _delete_dirs(tmp_path) == [renamed]
+    assert logs.release_deleted(now + 59_000) is None  # nothing to do: no thread hop
+    due = logs.release_deleted(now + 61_000)
+    assert due is not None and due() == 1
+    assert _delete_dirs(tmp_path) == [] and (tmp_path / "t-0").is_dir()
+    logs.shutdown()
+
+
+def test_start_up_skips_and_removes_a_leftover_delete_directory(tmp_path: Path) -> None:
+    """A crash or a shutdown before the removal leaves ``t-0.<id>-delete`` (a shutdown
+    leaves the pending ones, as Kafka's does): start-up does not load it as a log (it
+    never parsed as a partition directory: its "index" is ``delete``) and removes it when
+    the first retention step runs, off the loop -- before, it stayed forever."""
+    logs = _logs(tmp_path, [], [])
+    logs.open_log(("t", 0)).append_as_leader(encode_batch([(None, b"v")]), 0, 1)
+    logs.open_log(("u", 1))
+    logs.shutdown()
+    leftover = tmp_path / delete_dir_name("t-0", 0)
+    (tmp_path / "t-0").rename(leftover)
+    assert parse_partition_dir(leftover.name) is None
+
+    opened: list[Log] = []
+    logs2 = _logs(tmp_path, opened, [])
+    logs2.load_logs()
+    assert [lg.directory.name for lg in opened] == ["u-1"]
+    assert not logs2.has_log(("t", 0)) and _delete_dirs(tmp_path) == [leftover.name]
+    removal = logs2.release_deleted()
+    assert removal is not None and removal() == 1
+    assert _delete_dirs(tmp_path) == []
+    logs2.shutdown()
+
+
+def test_a_delete_dir_name_fits_a_file_name() -> None:
+    """Kafka's logDirNameWithSuffixCappedLength: a 249-character topic is cut."""
+    name = delete_dir_name("x" * 249 + "-12", 7)
+    assert len(name) == 255 and name.endswith("-12." + name[-39:-7] + "-delete")
+    assert parse_partition_dir(name) is None

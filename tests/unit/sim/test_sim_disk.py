@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from odradek.runtime import disk
-from odradek.sim.disk import SimDisk, recording
+from odradek.sim.disk import PowerLossReport, SimDisk, recording
 from odradek.storage.checkpoint import fsync_dir, read_checkpoint, write_checkpoint
+from odradek.storage.deleted_logs import delete_dir_name
 from odradek.storage.leader_epoch import LeaderEpochCache
 from odradek.storage.log import Log, LogConfig
 from odradek.storage.records import encode_batch
@@ -130,3 +131,19 @@ def test_log_recovers_from_a_cut_at_any_point(tmp_path: Path, sim: SimDisk) -> N
             again.append_as_leader(encode_batch([(None, b"after")]), 0, 1)
         finally:
             again.close()
+
+
+def test_a_deleted_logs_directory_is_left_as_it_is(tmp_path: Path, sim: SimDisk) -> None:
+    """A replica's delete renames its directory to ``<tp>.<id>-delete`` (removed later;
+    start-up removes it unread): the cut leaves it alone and reports nothing of it --
+    the model, keying durable entries by path, would report its files lost -- so the
+    simulator's timelines are those of the former immediate removal."""
+    part = tmp_path / "t-0"
+    part.mkdir()
+    (part / "00000000000000000000.log").write_bytes(b"x" * 10)
+    fsync_dir(part)
+    gone = tmp_path / delete_dir_name("t-0", 0)
+    part.rename(gone)
+    rep = sim.power_loss(tmp_path, random.Random(0))
+    assert str(rep) == str(PowerLossReport())
+    assert (gone / "00000000000000000000.log").read_bytes() == b"x" * 10
