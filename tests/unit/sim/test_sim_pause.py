@@ -302,3 +302,16 @@ def test_a_brokers_verification_over_a_cut_link_stays_the_brokers() -> None:
 
     _run(loop, main())
     assert seen == [(2, ErrorCode.network_exception)], seen
+
+
+def test_a_paused_leader_reassigned_away_ledgers_its_acks_1_writes() -> None:
+    """Seed 35 of ``sim run --profile pause --workload idempotent --acks 1``: leader 1 is
+    paused 2.3 s with produce requests in its socket; p0 is moved off it and 2 elected
+    meanwhile. On resume it acknowledges two held batches (acks=1) as the leader of epoch
+    0 before it learns of the move, then deletes its replica: those records were on no
+    other replica and, with no truncation, went to no ledger (``acked-lost-unledgered``).
+    A replica reassigned away now quarantines what it holds above its high watermark."""
+    r = run_seed(35, profile="pause", cfg=replace(IDEMPOTENT, acks=1))
+    assert r.ok, r.violations[:3]
+    resumed = _between(r.timeline, "nemesis: resume broker 1 (16", "nemesis: heal pause 1")
+    assert any("ack i1-167 +2 p0 offset 326 from 1" in line for line in resumed), resumed[:10]
