@@ -77,6 +77,7 @@ from odradek.replication.partition_state import (
 from odradek.replication.produce_serving import ProduceEntry, ProduceServing
 from odradek.replication.purgatory import DelayedOperationPurgatory
 from odradek.replication.quota import ReplicationQuota, throttled_partitions
+from odradek.replication.replica_log_ops import quarantine
 from odradek.replication.replica_logs import (
     HW_CHECKPOINT,
     LOG_START_CHECKPOINT,
@@ -447,7 +448,7 @@ class ReplicaManager:
                 topic = image.topics.get(tp[0])
                 assigned = topic.partitions.get(tp[1]) if topic is not None else None
                 if assigned is None or self.broker_id not in assigned.replicas:
-                    self._delete_partition(tp)
+                    self._delete_partition(tp, moved_to=assigned)
         self.fetchers.apply(image)
 
     def _apply_throttle_rates(self, image: MetadataImage) -> None:
@@ -552,8 +553,11 @@ class ReplicaManager:
         if t.wakes_waiters:
             self._wake(tp)
 
-    def _delete_partition(self, tp: TopicPartition) -> None:
+    def _delete_partition(self, tp: TopicPartition, moved_to: PartitionInfo | None = None) -> None:
+        """``moved_to``: the assignment without this broker (None: the topic is deleted)."""
         part = self.partitions.pop(tp, None)
+        if part is not None and moved_to is not None:
+            self._quarantine_moved_away(part, moved_to)
         self.fetchers.remove(tp)
         if self.alter_partition is not None:
             self.alter_partition.discard(tp)
@@ -561,6 +565,26 @@ class ReplicaManager:
             self._apply_transition(part, part.remove())
         self._applied_configs.pop(tp, None)
         self.logs.delete(tp)
+
+    def _quarantine_moved_away(self, part: Partition, moved_to: PartitionInfo) -> None:
+        """A replica reassigned away never truncates: what it holds above its HW may be on
+        no other replica (a deposed leader's acks=1 writes, docs/faults.md "Pause and
+        stall"), so it goes to the lost-records ledger, as a truncated suffix would."""
+        hw = part.high_watermark
+        if self.ledger is None or hw >= part.log_end_offset:
+            return
+        quarantine(
+            self.ledger,
+            part.log,
+            part.topic,
+            part.index,
+            hw,
+            reason=f"replica reassigned away to {list(moved_to.replicas)}: above the "
+            f"high watermark {hw}",
+            leader_id=moved_to.leader,
+            leader_epoch=moved_to.leader_epoch,
+            high_watermark=hw,
+        )
 
     # ----------------------------------------------------------------- epochs
     def last_offset_for_leader_epoch(

@@ -127,7 +127,7 @@ def run_seed(
     cfg = cfg or WorldConfig()
     result = RunResult(seed, bug, profile=profile)
     if profile == "pause":
-        check_profile(cfg.real_controller, cfg.workload)
+        check_profile(cfg.real_controller)
     loop = GatedSimLoop(seed) if profile == "pause" else SimLoop(seed)
     disk = SimDisk(scratch=_scratch_dir()) if profile == "power-loss" else None
     disk_ctx: AbstractContextManager[object] = recording(disk) if disk else nullcontext()

@@ -260,5 +260,8 @@ class SimVerifier:
             )
             await self.w.net.hop(COORDINATOR, self.broker)
         except EndpointError:
+            # The broker's produce handler goes on with the error (its request held while
+            # the broker is paused, under the pause profile).
+            await self.w.net.back(self.broker)
             codes = dict.fromkeys(partitions, ErrorCode.network_exception)
         return {tp: produce_error(c) for tp, c in codes.items() if c is not ErrorCode.none}

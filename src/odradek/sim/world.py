@@ -172,6 +172,10 @@ class SimNetwork(MemoryNetwork):
         if not sent or self._broken(-1 if src in self.dead else src, dst):
             raise EndpointError(f"link {src}->{dst} is down")
 
+    async def back(self, node: int) -> None:
+        """The running task is ``node``'s again after a hop that raised (only the ``pause``
+        profile's network tracks owners: here it does nothing and never yields)."""
+
 
 class _InFlightEndpoint(MemoryLeaderEndpoint):
     """A fetch, once sent, is the leader's business: the leader reads it even if the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from odradek.replication.partition_state import Fenced, Follower, Leader
 from odradek.replication.trace import parse_trace_lines
 from odradek.storage.batch import parse_batches
 from odradek.storage.records import encode_batch
-from support.replication_harness import ReplicationHarness
+from odradek.storage.truncation_ledger import ledger_root, list_entries
+from support.replication_harness import TOPIC, ReplicationHarness
 
 
 def recs(n: int = 3, tag: str = "v") -> bytes:
@@ -169,6 +171,35 @@ def test_leader_cut_from_zookeeper_is_fenced_then_truncated(tmp_path: Path) -> N
             values = [h.base_offset for h in parse_batches(h.log_bytes(1))]
             assert values == [0, 3]  # "a" batch, then "b": the "lost" batch is gone
             assert h.partition(1).ledger is not None
+
+    run(main())
+
+
+def test_a_replica_reassigned_away_quarantines_what_it_holds_above_its_hw(
+    tmp_path: Path,
+) -> None:
+    """A deposed leader that took acks=1 writes its followers never fetched, then learns
+    it was reassigned away (a paused leader resuming: seeds 3 and 35 of ``sim run
+    --profile pause --workload idempotent --acks 1``), deletes its log without ever
+    truncating: the records above its high watermark go to the lost-records ledger."""
+
+    async def main() -> None:
+        async with ReplicationHarness(tmp_path, lag_ms=300) as h:
+            await h.elect(0, leader=1)
+            assert (await h.produce(1, recs(3, "a"))).error_code == 0  # committed: 0..2
+            h.net.isolate(1, (2, 3))
+            lost = await h.produce(1, recs(2, "lost"), acks=1)
+            assert lost.error_code == 0 and lost.base_offset == 3
+            image = h.controller.image()
+            topic = image.topics[TOPIC]
+            moved = replace(topic.partitions[0], replicas=(2, 3), leader=2, leader_epoch=5)
+            h.replicas[1].apply_image(
+                replace(image, topics={TOPIC: replace(topic, partitions={0: moved})})
+            )
+            assert (TOPIC, 0) not in h.replicas[1].partitions
+            entries = list_entries(ledger_root(tmp_path / "broker-1"))
+            assert [r.value for e in entries for r in e.iter_records()] == [b"lost0", b"lost1"]
+            assert [(e.new_leader_id, e.new_leader_epoch) for e in entries] == [(2, 5)]
 
     run(main())
 
