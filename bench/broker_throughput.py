@@ -41,10 +41,19 @@ from odradek.perf import (
     ProduceSummary,
     cpu_seconds_per_gb,
     parse_mock_bootstrap,
+    parse_props,
     proc_cpu_seconds,
     run_consume,
     run_produce,
 )
+
+# The consumer's settings beyond run_consume's. librdkafka's fetch.queue.backoff.ms (1000)
+# stops fetching a partition for a whole second whenever the client's queue outgrows
+# queued.max.messages.kbytes, i.e. whenever the broker delivers faster than the Python
+# loop drains: the figure was then the back-off, not the broker (2026-11-28: one 1 KB run
+# fetched 252 MB in 316 ms, then waited 1,001 ms). 10 ms keeps the client's back-pressure
+# and measures delivery; `--consumer-props fetch.queue.backoff.ms=1000` gives the default.
+CONSUMER_PROPS = {"fetch.queue.backoff.ms": "10"}
 
 PRODUCER_PROPS = {
     "acks": "1",
@@ -282,8 +291,15 @@ def _check_partitions(bootstrap: str, topic: str) -> None:
         raise RuntimeError(f"{topic} has {len(md.partitions)} partitions, expected {PARTITIONS}")
 
 
-def bench_target(t: Target, scale: float, out: Any, rows: list[Row]) -> None:
-    """Append one produce and one consume row per workload (kept if a later one fails)."""
+def bench_target(
+    t: Target,
+    scale: float,
+    out: Any,
+    rows: list[Row],
+    consumer_props: dict[str, str] | None = None,
+) -> None:
+    """Append one produce and one consume row per workload (kept if a later one fails).
+    ``consumer_props``: extra librdkafka consumer settings (``--consumer-props``)."""
     for wname, size, base_count in WORKLOADS:
         count = max(1000, int(base_count * scale))
         topic = f"bench-{wname.lower()}-{int(time.time() * 1000) % 10**8}"
@@ -325,7 +341,9 @@ def bench_target(t: Target, scale: float, out: Any, rows: list[Row]) -> None:
                 f"{p.errors} errors" if p.errors else "",
             )
         )
-        c: ConsumeSummary = run_consume(t.bootstrap, topic, count, timeout_s=10.0)
+        c: ConsumeSummary = run_consume(
+            t.bootstrap, topic, count, consumer_props=consumer_props, timeout_s=10.0
+        )
         cpu2 = _cpu(t.broker_pids)
         note = "" if c.messages >= count else f"read {c.messages}/{count}"
         print(
@@ -413,8 +431,17 @@ def main(argv: list[str] | None = None) -> int:
         default=1.0,
         help="multiply record counts (1.0 = 2M x 100 B and 500k x 1 KB)",
     )
+    ap.add_argument(
+        "--consumer-props",
+        nargs="*",
+        metavar="K=V",
+        default=[],
+        help="consumer settings for every target, over CONSUMER_PROPS "
+        "(fetch.queue.backoff.ms=10; =1000 is librdkafka's default, see CONSUMER_PROPS)",
+    )
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     args = ap.parse_args(argv)
+    consumer_props = {**CONSUMER_PROPS, **parse_props(args.consumer_props)}
     names = [n.strip() for n in args.targets.split(",") if n.strip()]
     unknown = set(names) - {"mock", "tansu", "odradek"}
     if unknown:
@@ -435,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 with factory() as target:
                     notes.extend(f"{name}: {n}" for n in target.notes)
-                    bench_target(target, args.scale, sys.stdout, rows)
+                    bench_target(target, args.scale, sys.stdout, rows, consumer_props)
             except Exception as e:  # noqa: BLE001 - one target failing must not lose the others' figures
                 msg = f"{name}: skipped: {type(e).__name__}: {e}"
                 print(msg, file=sys.stderr, flush=True)
@@ -444,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         f"cpu cores: {os.cpu_count()}, scale {args.scale}, wall {time.monotonic() - started:.0f} s; "
-        f"producer {PRODUCER_PROPS}, {PARTITIONS} partitions; MB = {MB} bytes"
+        f"producer {PRODUCER_PROPS}, consumer {consumer_props}, {PARTITIONS} partitions; "
+        f"MB = {MB} bytes"
     )
     print(render_table(rows))
     for n in notes + skipped:
