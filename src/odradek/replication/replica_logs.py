@@ -53,16 +53,13 @@ HW_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 
 
-def now_ms() -> int:
-    return clock.time_ns() // 1_000_000
+now_ms = clock.wall_ms  # the replication runtime's "now" in ms (virtual in the simulator)
 
 
 def parse_partition_dir(name: str) -> TopicPartition | None:
     """``my-topic-3`` → ("my-topic", 3); None for anything else (Kafka's dir naming),
     e.g. a deleted log's ``my-topic-3.<id>-delete``."""
-    if is_delete_dir(name):
-        return None
-    topic, sep, index = name.rpartition("-")
+    topic, sep, index = name.rpartition("-")  # a ``-delete`` name's index is "delete"
     if not sep or not topic or not index.isdigit():
         return None
     return topic, int(index)
@@ -152,13 +149,14 @@ class ReplicaLogs:
         self._hw_from_checkpoint = read_checkpoint(self.log_dir / HW_CHECKPOINT)
         # Logs deleted before a crash or a shutdown (Kafka's loadLogs): not loaded, and
         # removed off the loop by the first ``release_deleted``.
-        for entry in sorted(os.listdir(self.log_dir)):
+        names = sorted(os.listdir(self.log_dir))
+        for entry in names:
             if is_delete_dir(entry) and (self.log_dir / entry).is_dir():
                 logger.info("removing %s, a log deleted before the last start", entry)
                 self._deleted.leftover(self.log_dir / entry)
         entries = [
             (entry, tp)
-            for entry in sorted(os.listdir(self.log_dir))
+            for entry in names
             if (tp := parse_partition_dir(entry)) is not None and (self.log_dir / entry).is_dir()
         ]
         # One LogConfig per topic, copied per log: building one from the broker and topic

@@ -19,10 +19,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["monotonic", "time_ns", "install", "restore"]
+__all__ = ["monotonic", "time_ns", "wall_ms", "install", "restore"]
 
 monotonic: Callable[[], float] = time.monotonic  # seconds, for intervals and deadlines
 time_ns: Callable[[], int] = time.time_ns  # wall clock, ns since the epoch
+
+
+def wall_ms() -> int:
+    """The wall clock in ms since the epoch, through the seam: it reads ``time_ns`` when
+    called, so binding this function elsewhere still follows ``install``."""
+    return time_ns() // 1_000_000
 
 
 def install(monotonic_fn: Callable[[], float], time_ns_fn: Callable[[], int]) -> None:

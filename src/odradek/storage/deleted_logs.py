@@ -51,10 +51,6 @@ def is_delete_dir(name: str) -> bool:
     return name.endswith(DELETE_DIR_SUFFIX)
 
 
-def _wall_ms() -> int:
-    return clock.time_ns() // 1_000_000
-
-
 class DeletedLogs:
     """Renamed directories and kept descriptors of deleted logs, until they are due."""
 
@@ -81,7 +77,7 @@ class DeletedLogs:
             self._parents_to_sync.add(directory.parent)
         except FileNotFoundError:
             renamed = None
-        now = _wall_ms() if now_ms is None else now_ms
+        now = clock.wall_ms() if now_ms is None else now_ms
         self._due.append((now + max(delay_ms, 0), renamed, fds))
         return renamed
 
@@ -96,7 +92,7 @@ class DeletedLogs:
         now, and return the blocking rest -- fsync the parents of renames since the last
         call, remove the due directories; it returns how many -- to run in a worker thread
         (None: nothing to do)."""
-        now = _wall_ms() if now_ms is None else now_ms
+        now = clock.wall_ms() if now_ms is None else now_ms
         due = [(d, fds) for t, d, fds in self._due if force or t <= now]
         if due:
             self._due = [e for e in self._due if not (force or e[0] <= now)]

@@ -16,10 +16,6 @@ from odradek.storage.segment import Segment
 __all__ = ["PendingDeletions"]
 
 
-def _wall_ms() -> int:
-    return clock.time_ns() // 1_000_000
-
-
 class PendingDeletions:
     __slots__ = ("_due",)
 
@@ -33,7 +29,7 @@ class PendingDeletions:
         """Rename ``segment``'s files to ``.deleted`` now; delete them after ``delay_ms``
         (a negative delay counts as 0). ``now_ms`` None: the wall clock."""
         segment.rename_to_deleted()
-        now = _wall_ms() if now_ms is None else now_ms
+        now = clock.wall_ms() if now_ms is None else now_ms
         self._due.append((now + max(delay_ms, 0), segment))
 
     def run(
@@ -44,7 +40,7 @@ class PendingDeletions:
         instead of closed (``Segment.close``)."""
         if not self._due:
             return 0
-        now = _wall_ms() if now_ms is None else now_ms
+        now = clock.wall_ms() if now_ms is None else now_ms
         due = [s for t, s in self._due if force or t <= now]
         if not due:
             return 0

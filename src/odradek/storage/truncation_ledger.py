@@ -222,7 +222,7 @@ class TruncationLedger:
         leo = lg.log_end_offset
         if offset >= leo:
             return None
-        now_ms = clock.time_ns() // 1_000_000 if now_ms is None else now_ms
+        now_ms = clock.wall_ms() if now_ms is None else now_ms
         pdir = self.root / f"{topic}-{partition}"
         created = not pdir.is_dir()
         pdir.mkdir(parents=True, exist_ok=True)
