@@ -73,6 +73,22 @@ UDF_TYPE = (
 )
 
 
+def record(i: int) -> dict[str, Any]:
+    """The ``i``-th value of SCHEMA the benchmarks write (bench/spark_profiles.py too)."""
+    return {
+        "id": i,
+        "user": f"user-{i % 1000}",
+        "age": i % 90,
+        "score": i / 7,
+        "active": i % 2 == 0,
+        "at": 1_700_000_000_000 + i,
+        "tags": ["a", "b"][: i % 3],
+        "city": "Prague",
+        "amount": i * 0.5,
+        "kind": "ABC"[i % 3],
+    }
+
+
 def start_registry(c: LocalCluster, d: Path) -> tuple[subprocess.Popen[bytes], str]:
     assert c.block is not None
     url = f"http://{addresses.zk_address(c.block, 1)}:8081"
@@ -133,18 +149,7 @@ def produce(c: LocalCluster, url: str, n: int) -> None:
         schemaless_writer(
             buf,
             parsed,
-            {
-                "id": i,
-                "user": f"user-{i % 1000}",
-                "age": i % 90,
-                "score": i / 7,
-                "active": i % 2 == 0,
-                "at": 1_700_000_000_000 + i,
-                "tags": ["a", "b"][: i % 3],
-                "city": "Prague",
-                "amount": i * 0.5,
-                "kind": "ABC"[i % 3],
-            },
+            record(i),
         )
         while True:
             try:

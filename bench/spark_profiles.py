@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 def avro(n: int) -> None:
     from fastavro import parse_schema, schemaless_reader, schemaless_writer
-    from spark_avro_bench import SCHEMA
+    from spark_avro_bench import SCHEMA, record
 
     from odradek.spark.arrow import arrow_schema
     from odradek.spark.avro_values import AvroValueDecoder, ValueOptions
@@ -48,18 +48,7 @@ def avro(n: int) -> None:
         schemaless_writer(
             buf,
             parsed,
-            {
-                "id": i,
-                "user": f"user-{i % 1000}",
-                "age": i % 90,
-                "score": i / 7,
-                "active": i % 2 == 0,
-                "at": 1_700_000_000_000 + i,
-                "tags": ["a", "b"][: i % 3],
-                "city": "Prague",
-                "amount": i * 0.5,
-                "kind": "ABC"[i % 3],
-            },
+            record(i),
         )
         vals.append(buf.getvalue())
     batch = pa.RecordBatch.from_arrays(
