@@ -217,10 +217,17 @@ class Flusher:
             try:
                 now = _now_ms()
                 for lg in list(self._logs()):
-                    if lg.closed:
+                    cfg = lg.config
+                    # The default (flush.ms unset or Long.MAX, no odradek.ack.fsync) has
+                    # nothing to schedule: skipped at the cost of a few attribute reads;
+                    # with 10,000 logs the full check was a third of an idle broker's
+                    # CPU (issue 29).
+                    if (
+                        (cfg.flush_ms is None or cfg.flush_ms >= LONG_MAX) and not cfg.ack_fsync
+                    ) or lg.closed:
                         continue
                     if lg.flush_due(now) or (
-                        lg.config.ack_fsync and lg.durable_offset < lg.log_end_offset
+                        cfg.ack_fsync and lg.durable_offset < lg.log_end_offset
                     ):
                         self.mark(lg)
             except Exception:

@@ -479,7 +479,8 @@ class Partition:
             replicas=self._replicas,
             isr=st.isr,
             high_watermark=self._hw,
-            epoch_start=self._epoch_start(),
+            # Only a candidate outside the ISR needs it (a scan of the epoch cache).
+            epoch_start=self._epoch_start() if self._remotes.has_candidates_outside(st.isr) else 0,
             now_ms=now_ms,
             lag_max_ms=lag_max_ms,
             eligible=self._isr_eligible,

@@ -187,6 +187,22 @@ class RemoteReplicas:
         plus qualified candidates, in replica order; None when it equals ``isr``.
         Candidates found unqualified now are forgotten."""
         me = local_broker_id
+        if me in isr and (not self._candidates or self._candidates.issubset(isr)):
+            # The usual case, once per leader partition at every periodic check: no
+            # candidate to add, so the ISR changes only if a member lags or left the
+            # replicas. Answered without building and sorting the proposal (issue 29:
+            # idle CPU with 10,000 partitions); anything else takes the full path.
+            for r in isr:
+                if r == me:
+                    continue
+                if r not in replicas:
+                    break
+                if lag_max_ms is not None:
+                    fs = self._states.get(r)
+                    if fs is None or now_ms - fs.last_caught_up_ms > lag_max_ms:
+                        break
+            else:
+                return None
         new = [me]
         for r in replicas:
             if r == me:
