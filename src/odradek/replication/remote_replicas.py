@@ -170,6 +170,25 @@ class RemoteReplicas:
             low = min(low, fs.log_start_offset if fs is not None else -1)
         return low
 
+    def all_caught_up(
+        self,
+        replicas: tuple[int, ...],
+        isr: tuple[int, ...],
+        local_broker_id: int,
+        now_ms: int,
+        lag_max_ms: int,
+    ) -> bool:
+        """Every replica is an ISR member and every follower caught up within the lag."""
+        if len(isr) != len(replicas) or local_broker_id not in isr:
+            return False
+        for r in replicas:
+            if r == local_broker_id:
+                continue
+            fs = self._states.get(r)
+            if r not in isr or fs is None or now_ms - fs.last_caught_up_ms > lag_max_ms:
+                return False
+        return True
+
     def propose_isr(
         self,
         *,

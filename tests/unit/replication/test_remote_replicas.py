@@ -190,6 +190,9 @@ def test_the_proposal_is_the_members_in_sync_plus_qualified_candidates(
     for b in candidates:
         r.consider(b, True)
     expected = _spec_proposal(r, replicas, isr, 3000, lag, 10)
+    if lag is not None and r.all_caught_up(replicas, isr, ME, 3000, lag):
+        # The periodic check skips such a partition (and its idle credits) outright.
+        assert expected is None
     got = r.propose_isr(
         local_broker_id=ME,
         replicas=replicas,
