@@ -561,8 +561,7 @@ class Broker:
                     next_check = time.monotonic() + interval_s
                     self.replicas.logs.run_retention()
                 else:
-                    for lg in self.replicas.logs.all_logs():
-                        lg.run_pending_deletions()
+                    self.replicas.logs.run_pending_deletions()
                 # Deleted replicas: their descriptors are closed here, their directories
                 # removed (5-6 ms each) in a worker thread, never on the loop.
                 removal = self.replicas.logs.release_deleted()

@@ -124,6 +124,16 @@ class FetchSessionHandler:
         self.incremental_fetches += 1
         return FetchRequestData(self.session_id, self.epoch, changed, list(forgotten.items()))
 
+    def build_unchanged(self) -> FetchRequestData | None:
+        """``build_from_states`` when the caller knows no partition's state changed since
+        the last fetch it built (the same partitions, the same states): the incremental
+        fetch that names nothing, without a pass over the partitions. None when that
+        is not the answer -- no session yet, a full fetch due, or an answer dropped."""
+        if self._dropped or self.session_id == INVALID_SESSION_ID or self.epoch == INITIAL_EPOCH:
+            return None
+        self.incremental_fetches += 1
+        return FetchRequestData(self.session_id, self.epoch, [])
+
     def handle_response(self, request: FetchRequestData, error_code: int, session_id: int) -> bool:
         """Update the session from the response's top-level fields; False when the fetch
         failed as a whole (its partitions carry nothing; the next fetch is full)."""

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.configdefs import setting
 from odradek.errors import ErrorCode, error_name
-from odradek.replication.fetch_session_handler import FetchSessionHandler
+from odradek.replication.fetch_session_handler import FetchRequestData, FetchSessionHandler
 from odradek.replication.leader_endpoint import (
     EndpointError,
     EndpointFactory,
@@ -132,6 +132,16 @@ class ReplicaFetcher:
         self._traced: list[tuple[TopicPartition, int]] = []  # appended, not yet reported
         self.session = FetchSessionHandler(f"fetcher {broker_id}→{leader_id}")
         self.quota: ReplicationQuota | None = None  # follower throttle (KIP-73)
+        # True while nothing changed since a round that fetched every partition and
+        # whose answer named none: the next incremental fetch names nothing either, so
+        # it is built without visiting the partitions (issue 29: an idle follower of
+        # thousands of partitions paid five passes over them twice a second). Anything
+        # that can change a fetch state clears it: add, remove, touch, a truncation, an
+        # error, any partition in an answer, a follower quota. ``_changes`` counts what
+        # happens between rounds (also while a fetch is in flight); the round is quiet
+        # as of the count it saw.
+        self._changes = 0
+        self._quiet_as_of = -1
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -151,10 +161,12 @@ class ReplicaFetcher:
 
     def add(self, part: Partition) -> None:
         self.states[(part.topic, part.index)] = FetchState(part)
+        self._changes += 1
         self._wakeup.set()
 
     def remove(self, tp: TopicPartition) -> None:
         self.states.pop(tp, None)
+        self._changes += 1
 
     def touch(self, tp: TopicPartition) -> None:
         """The partition's log changed outside this fetcher (retention moved its log
@@ -162,6 +174,7 @@ class ReplicaFetcher:
         st = self.states.get(tp)
         if st is not None:
             st.fetch_state = None
+            self._changes += 1
 
     # ------------------------------------------------------------------ loop
     async def _run(self) -> None:
@@ -172,7 +185,7 @@ class ReplicaFetcher:
                 await self._wakeup.wait()
                 continue
             try:
-                if any(s.truncating for s in self.states.values()):
+                if not self._quiet and any(s.truncating for s in self.states.values()):
                     await self._truncate()
                 wait_s = await self._fetch_once()
                 if wait_s > 0:
@@ -189,11 +202,13 @@ class ReplicaFetcher:
                     except TimeoutError:
                         pass
             except EndpointError as e:
+                self._changes += 1
                 logger.info("fetcher %d→%d: %s; retrying", self.broker_id, self.leader_id, e)
                 await asyncio.sleep(backoff_s)
             except asyncio.CancelledError:
                 raise
             except Exception:
+                self._changes += 1
                 logger.exception("fetcher %d→%d failed; retrying", self.broker_id, self.leader_id)
                 await asyncio.sleep(backoff_s)
 
@@ -266,8 +281,32 @@ class ReplicaFetcher:
                 self._on_progress(p)
             st.truncating = False
 
+    @property
+    def _quiet(self) -> bool:
+        return self._quiet_as_of == self._changes
+
     async def _fetch_once(self) -> float:
         """One fetch round; returns how long to wait before the next (0: at once)."""
+        changes = self._changes
+        quota = self.quota
+        fetch = None
+        if self._quiet and not self._traced and (quota is None or quota.rate_limit == float("inf")):
+            fetch = self.session.build_unchanged()
+        if fetch is None:
+            built = self._build_fetch()
+            if isinstance(built, float):
+                return built
+            fetch, all_named, throttled = built
+        else:
+            all_named, throttled = True, set()
+        named_none = await self._send_fetch(fetch, throttled)
+        quiet = all_named and not throttled and named_none and self._changes == changes
+        self._quiet_as_of = changes if quiet else -1
+        return 0.0
+
+    def _build_fetch(self) -> tuple[FetchRequestData, bool, set[TopicPartition]] | float:
+        """The next fetch from every partition's state: (fetch, whether it covers every
+        partition, the throttled ones), or how long to wait when none may fetch now."""
         now = clock.monotonic()
         ready = []
         next_ready = float("inf")
@@ -295,6 +334,7 @@ class ReplicaFetcher:
             ready = kept
         if not ready:
             return max(min(next_ready - now, 1.0), 0.001) if next_ready < float("inf") else 0.05
+        all_named = len(ready) == len(self.states)
         # Rotate the order: only the first partition of a response may exceed the byte
         # limits (KIP-74), so a fixed order could starve partitions with large batches.
         self._rotation = (self._rotation + 1) % len(ready)
@@ -323,7 +363,13 @@ class ReplicaFetcher:
             self._traced.clear()
         # KIP-227: after the first (full) fetch, name only the partitions whose fetch
         # state changed; the leader remembers the others.
-        fetch = self.session.build_from_states(states, make)
+        return self.session.build_from_states(states, make), all_named, throttled
+
+    async def _send_fetch(self, fetch: FetchRequestData, throttled: set[TopicPartition]) -> bool:
+        """Send ``fetch`` and append what the answer brings; True when the answer named
+        no partition (and the session goes on)."""
+        cfg = self.settings
+        quota = self.quota
         try:
             response = await self.endpoint.fetch(
                 fetch,
@@ -336,7 +382,7 @@ class ReplicaFetcher:
             raise
         if not self.session.handle_response(fetch, response.error_code, response.session_id):
             if response.error_code in _SESSION_ERRORS:
-                return 0.0  # start over at once with a full fetch
+                return False  # start over at once with a full fetch
             raise EndpointError(f"fetch failed: {error_name(response.error_code)}")
         results = response.partitions
         tracing = self._tracer.enabled
@@ -389,7 +435,7 @@ class ReplicaFetcher:
             # odradek.ack.fsync it must be durable. One group-commit fsync per fetch round
             # covers every batch this response brought, for all partitions.
             await self.wait_durable(durable)
-        return 0.0
+        return not results
 
     def _out_of_range(self, st: FetchState, leader_start: int) -> None:
         p = st.partition

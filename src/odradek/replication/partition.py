@@ -465,6 +465,16 @@ class Partition:
             and self._isr_eligible(replica_id)
         )
 
+    def isr_full_and_in_sync(self, now_ms: int, lag_max_ms: int) -> bool:
+        """Leader, every replica in the ISR and caught up within ``lag_max_ms`` as far as
+        the leader knows: the periodic check has nothing to propose, and the idle
+        sessions' credits (which only move followers' caught-up times forward) cannot
+        change that, so they wait until a member looks behind (issue 29: idle CPU)."""
+        st = self._state
+        return type(st) is Leader and self._remotes.all_caught_up(
+            self._replicas, st.isr, self.local_broker_id, now_ms, lag_max_ms
+        )
+
     def maybe_shrink_isr(self, now_ms: int, lag_max_ms: int) -> IsrWrite | None:
         """The periodic check (REQ-R6): propose dropping members that have not caught up
         for ``replica.lag.time.max.ms`` (and adding qualified candidates)."""
@@ -479,7 +489,8 @@ class Partition:
             replicas=self._replicas,
             isr=st.isr,
             high_watermark=self._hw,
-            epoch_start=self._epoch_start(),
+            # Only a candidate outside the ISR needs it (a scan of the epoch cache).
+            epoch_start=self._epoch_start() if self._remotes.has_candidates_outside(st.isr) else 0,
             now_ms=now_ms,
             lag_max_ms=lag_max_ms,
             eligible=self._isr_eligible,

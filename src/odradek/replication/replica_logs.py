@@ -93,6 +93,8 @@ class ReplicaLogs:
         self._written_starts: dict[TopicPartition, int] | None = None
         # Deleted logs: renamed directories and kept descriptors, until due (``delete``).
         self._deleted = DeletedLogs()
+        # Logs with segments waiting for file.delete.delay.ms (``Log.deletion_listener``).
+        self._deleting: set[Log] = set()
 
     # ----------------------------------------------------------------- the logs
     def get(self, tp: TopicPartition) -> Log | None:
@@ -103,9 +105,24 @@ class ReplicaLogs:
         lg = self._logs.get(tp)
         if lg is None:
             lg = Log.open(self.log_dir / f"{tp[0]}-{tp[1]}", self.log_config_for(tp[0]))
-            self._logs[tp] = lg
-            self._on_open(lg)
+            self._adopt(tp, lg)
         return lg
+
+    def _adopt(self, tp: TopicPartition, lg: Log) -> None:
+        self._logs[tp] = lg
+        lg.deletion_listener = self._deleting.add
+        self._on_open(lg)
+
+    def run_pending_deletions(self, now_ms: int | None = None) -> int:
+        """Close and unlink the segments whose file.delete.delay.ms has passed, visiting
+        only the logs that scheduled deletions (the broker's retention loop calls it
+        every second). Returns how many segments."""
+        n = 0
+        for lg in list(self._deleting):
+            n += lg.run_pending_deletions(now_ms)
+            if not lg.pending_deletions or lg.closed:
+                self._deleting.discard(lg)
+        return n
 
     def delete(self, tp: TopicPartition) -> None:
         """Close and delete the local log of ``tp`` (its topic was deleted or it was
@@ -190,8 +207,7 @@ class ReplicaLogs:
         else:
             opened = [open_one(entry, tp) for entry, tp in entries]
         for (_, tp), lg in zip(entries, opened):
-            self._logs[tp] = lg
-            self._on_open(lg)
+            self._adopt(tp, lg)
 
     # ----------------------------------------------------------------- checkpoints
     def snapshot_producer_state(self) -> None:

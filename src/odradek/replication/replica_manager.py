@@ -338,9 +338,10 @@ class ReplicaManager:
         self, tp: TopicPartition, part: Partition, sessions: Iterable[FetchSession] | None = None
     ) -> None:
         """A follower session skips idle partitions (fetch_session.py): its fetches count
-        as fetching them at the log end (REQ-R6) -- credited here, before the ISR check
-        and when a change ends the idle spell (``sessions``: the holders of ``tp``, known
-        to the caller), instead of on every fetch."""
+        as fetching them at the log end (REQ-R6) -- credited here, before an ISR check
+        that could change something (``Partition.isr_full_and_in_sync``) and when a
+        change ends the idle spell (``sessions``: the holders of ``tp``, known to the
+        caller), instead of on every fetch."""
         for session in self.fetch_sessions.holders(tp) if sessions is None else sessions:
             offset = session.idle_fetch_offset(tp)
             if offset is not None:
@@ -493,6 +494,8 @@ class ReplicaManager:
             try:
                 part.log.config = self.log_config_for(tp[0])
                 self._applied_configs[tp] = configs
+                if self.flusher is not None:
+                    self.flusher.watch(part.log)  # flush.ms / odradek.ack.fsync may differ
             except KafkaError as e:  # an invalid override written behind our back
                 logger.warning("%s: keeping the previous log config: %s", part.name, e)
         tr = part.apply_leader_and_isr(
@@ -623,6 +626,8 @@ class ReplicaManager:
                     self._fenced_retry[tp] = clock.monotonic()
                     self._submit_isr_write(part, write)
                 continue
+            if part.isr_full_and_in_sync(t, lag):
+                continue  # nothing to decide: the idle credits wait (see the method)
             self._credit_idle_followers(tp, part)
             write = part.maybe_shrink_isr(t, lag)
             if write is not None:
@@ -655,6 +660,7 @@ class ReplicaManager:
     def _attach_flusher(self, lg: Log) -> None:
         if self.flusher is not None:
             lg.flush_listener = self.flusher.mark
+            self.flusher.watch(lg)
 
     def on_log_flushed(self, lg: Log) -> None:
         """A flush completed (odradek.log_manager.flusher). Under odradek.ack.fsync the

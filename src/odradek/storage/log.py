@@ -75,6 +75,10 @@ class Log:
         # (flush.messages reached, a roll, or any append under odradek.ack.fsync). Without
         # it (tools, tests) flush.messages flushes inline, as before.
         self.flush_listener: Callable[[Log], None] | None = None
+        # Set by the broker (ReplicaLogs): called when this log schedules a segment
+        # deletion, so the per-second pass over pending deletions visits only such logs
+        # instead of every log (issue 29: idle CPU with 10,000 partitions).
+        self.deletion_listener: Callable[[Log], None] | None = None
         self.closed = False
         # Segments renamed to .deleted, waiting for file.delete.delay.ms (owned).
         self._deletions = PendingDeletions()
@@ -628,6 +632,13 @@ class Log:
         ``file.delete.delay.ms`` has passed."""
         self._deletions.schedule(segment, self.config.file_delete_delay_ms, now_ms)
         self._flush.files_changed()
+        if self.deletion_listener is not None:
+            self.deletion_listener(self)
+
+    @property
+    def pending_deletions(self) -> int:
+        """Segments renamed to ``.deleted`` whose files are not unlinked yet."""
+        return len(self._deletions)
 
     def run_pending_deletions(self, now_ms: int | None = None, *, force: bool = False) -> int:
         """Close and unlink the scheduled segments whose delay has passed (all of them

@@ -9,6 +9,7 @@ import asyncio
 from pathlib import Path
 
 from odradek.replication.fetch_session import FetchKind
+from odradek.replication.fetcher import FetchState
 from odradek.storage.records import encode_batch
 from support.replication_harness import TOPIC, MemoryLeaderEndpoint, ReplicationHarness
 
@@ -337,5 +338,47 @@ def test_a_high_watermark_answer_dropped_at_an_epoch_change_is_sent_again(tmp_pa
             await h.wait_until(
                 lambda: h.partition(2).high_watermark == 3, "follower 2 to learn HW 3", timeout_s=5
             )
+
+    run(main())
+
+
+def test_an_idle_followers_fetches_visit_none_of_its_partitions(tmp_path: Path) -> None:
+    """Issue 29 (idle CPU with 10,000 partitions): once every partition is idle, a
+    follower builds its next fetch without looking at any partition's state -- the fetch
+    names nothing, as the full computation would -- and the first record on any partition
+    ends that: it is replicated, and its partition named, as before."""
+
+    async def main() -> None:
+        async with ReplicationHarness(
+            tmp_path, partitions=6, fetch_wait_ms=100, lag_ms=10_000
+        ) as h:
+            await _settled(h, 6)
+            fetcher = h.replicas[2].fetchers.fetchers[1]
+            looked: list[object] = []
+            real_state = FetchState.current_state
+
+            def counting_state(self: FetchState, max_bytes: int) -> tuple[int, ...]:
+                looked.append(self)
+                return real_state(self, max_bytes)
+
+            FetchState.current_state = counting_state  # type: ignore[assignment,method-assign]
+            try:
+                ep = endpoint(h, 2, 1)
+                await h.wait_until(lambda: fetcher._quiet, "a quiet fetch round", timeout_s=5)
+                ep.requests.clear()
+                looked.clear()
+                await h.wait_until(lambda: len(ep.requests) >= 5, "five idle fetches")
+                assert looked == []
+                assert all(not r.partitions for r, _ in ep.requests)
+                assert {k for _, k in ep.requests} == {FetchKind.INCREMENTAL}
+                res = await h.produce(1, recs(2, "woke"), partition=4, timeout_s=2)
+                assert res.error_code == 0
+                await h.wait_until(
+                    lambda: h.log_bytes(1, 4) == h.log_bytes(2, 4), "partition 4 replicated"
+                )
+                named = {(p.topic, p.partition) for r, _ in ep.requests for p in r.partitions}
+                assert named == {(TOPIC, 4)}, named
+            finally:
+                FetchState.current_state = real_state  # type: ignore[method-assign]
 
     run(main())

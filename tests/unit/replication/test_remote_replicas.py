@@ -3,6 +3,9 @@ Replica per remote replica) and the ISR it proposes from it (REQ-R6)."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from odradek.replication.remote_replicas import RemoteReplicas
 
 ME = 1
@@ -126,3 +129,80 @@ def test_leaving_the_isr_stamps_the_last_fetch() -> None:
     r.mark_removed((1, 2), (1,))
     fs = r.get(2)
     assert fs is not None and fs.fetch_ms_out_of_isr == 700
+
+
+def _spec_proposal(
+    r: RemoteReplicas,
+    replicas: tuple[int, ...],
+    isr: tuple[int, ...],
+    now_ms: int,
+    lag_max_ms: int | None,
+    high_watermark: int,
+) -> tuple[int, ...] | None:
+    """REQ-R6 stated plainly: the leader, the members caught up within the lag, and the
+    qualified candidates, in replica order; None when that is the ISR already."""
+    keep = {ME}
+    for b in replicas:
+        if b == ME:
+            continue
+        fs = r.get(b)
+        if b in isr:
+            if lag_max_ms is None or (
+                fs is not None and now_ms - fs.last_caught_up_ms <= lag_max_ms
+            ):
+                keep.add(b)
+        elif b in r.candidates and fs is not None and fs.log_end_offset >= high_watermark:
+            keep.add(b)
+    order = {b: i for i, b in enumerate(replicas)}
+    new = tuple(sorted(keep, key=lambda b: order.get(b, len(order))))
+    return None if set(new) == set(isr) else new
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    replicas=st.permutations([1, 2, 3, 4]).map(
+        lambda p: tuple(p[:3]) if 1 in p[:3] else (1, *p[:2])
+    ),
+    isr_extra=st.sets(st.sampled_from([2, 3, 4])),
+    leader_in_isr=st.booleans(),
+    fetches=st.lists(
+        st.tuples(st.sampled_from([2, 3, 4]), st.integers(0, 12), st.integers(0, 3000)),
+        max_size=6,
+    ),
+    candidates=st.sets(st.sampled_from([2, 3, 4])),
+    lag=st.one_of(st.none(), st.integers(0, 3000)),
+)
+def test_the_proposal_is_the_members_in_sync_plus_qualified_candidates(
+    replicas: tuple[int, ...],
+    isr_extra: set[int],
+    leader_in_isr: bool,
+    fetches: list[tuple[int, int, int]],
+    candidates: set[int],
+    lag: int | None,
+) -> None:
+    """The periodic check's fast path (no candidate outside the ISR, every member in sync:
+    no proposal) answers exactly what the full computation does, in every state."""
+    isr = tuple(sorted(isr_extra | ({ME} if leader_in_isr else set())))
+    r = RemoteReplicas()
+    r.reset(replicas, isr, ME, now_ms=0)
+    for b, offset, at in sorted(fetches, key=lambda f: f[2]):
+        r.update_fetch_state(b, offset, leader_leo=10, now_ms=at)
+    for b in candidates:
+        r.consider(b, True)
+    expected = _spec_proposal(r, replicas, isr, 3000, lag, 10)
+    if lag is not None and r.all_caught_up(replicas, isr, ME, 3000, lag):
+        # The periodic check skips such a partition (and its idle credits) outright.
+        assert expected is None
+    got = r.propose_isr(
+        local_broker_id=ME,
+        replicas=replicas,
+        isr=isr,
+        high_watermark=10,
+        epoch_start=0,
+        now_ms=3000,
+        lag_max_ms=lag,
+        eligible=_always,
+    )
+    assert (None if got is None else set(got)) == (None if expected is None else set(expected))
+    if got is not None:
+        assert got == expected

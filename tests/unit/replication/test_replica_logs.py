@@ -158,3 +158,45 @@ def test_a_delete_dir_name_fits_a_file_name() -> None:
     name = delete_dir_name("x" * 249 + "-12", 7)
     assert len(name) == 255 and name.endswith("-12." + name[-39:-7] + "-delete")
     assert parse_partition_dir(name) is None
+
+
+def test_pending_deletions_are_run_for_the_logs_that_scheduled_them_only(tmp_path: Path) -> None:
+    """The broker runs pending segment deletions every second; with thousands of logs it
+    visits only those that scheduled some (issue 29: idle CPU), and each until its
+    deletions are done."""
+    logs = ReplicaLogs(
+        log_dir=tmp_path,
+        log_config_for=lambda _t: LogConfig(
+            segment_bytes=1024, file_delete_delay_ms=50, retention_bytes=2048
+        ),
+        recovery_threads=1,
+        partitions={},
+        on_open=lambda _lg: None,
+        on_log_start_moved=lambda _tp: None,
+    )
+    busy, idle = logs.open_log(("t", 0)), logs.open_log(("t", 1))
+    for i in range(40):
+        busy.append_as_leader(encode_batch([(None, b"x" * 100)], base_offset=0), 0, i)
+    assert len(busy.segments) > 2
+    visited: list[Log] = []
+    real_run = Log.run_pending_deletions
+
+    def counting(self: Log, now_ms: int | None = None, *, force: bool = False) -> int:
+        visited.append(self)
+        return real_run(self, now_ms, force=force)
+
+    Log.run_pending_deletions = counting  # type: ignore[method-assign]
+    try:
+        assert logs.run_pending_deletions(0) == 0 and visited == []  # nothing scheduled
+        removed = busy.delete_old_segments(busy.log_end_offset, now_ms=10_000)
+        n = removed.count
+        assert n > 0 and busy.pending_deletions == n
+        assert logs.run_pending_deletions(10_000) == 0  # not due yet
+        assert visited == [busy]  # the idle log is never visited
+        assert logs.run_pending_deletions(10_050) == n and busy.pending_deletions == 0
+        visited.clear()
+        assert logs.run_pending_deletions(20_000) == 0 and visited == []  # done: dropped
+    finally:
+        Log.run_pending_deletions = real_run  # type: ignore[method-assign]
+    assert idle.pending_deletions == 0
+    logs.shutdown()

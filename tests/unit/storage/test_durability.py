@@ -15,7 +15,7 @@ import pytest
 from _storage_helpers import batch, segment_files, small_config, verify_log
 
 from odradek.errors import KafkaError
-from odradek.log_manager.flusher import Flusher, scheduler_interval_s
+from odradek.log_manager.flusher import LONG_MAX, Flusher, scheduler_interval_s
 from odradek.storage.durability import (
     LEDGER_ENV,
     LEDGER_NAME,
@@ -273,6 +273,33 @@ def test_flusher_group_commit_and_flush_ms(tmp_path: Path) -> None:
     assert durable in flushed and timed in flushed
     for lg in (durable, timed, plain):
         lg.close()
+
+
+def test_a_topic_config_change_to_flush_ms_is_scheduled(tmp_path: Path) -> None:
+    """The scheduler checks only logs whose config asks for it (flush.ms below Long.MAX,
+    or odradek.ack.fsync); a log whose topic config changes to flush.ms=0 is watched
+    again (the replica manager calls ``watch`` when it swaps the config) and flushed at
+    the next tick."""
+    lg = Log.open(tmp_path / "t-0", LogConfig(flush_ms=LONG_MAX))
+
+    async def main() -> None:
+        fl = Flusher(logs=lambda: [lg], on_flushed=lambda _lg: None, scheduler_interval_ms=10)
+        lg.flush_listener = fl.mark
+        fl.start()
+        try:
+            _append(lg, 2)
+            loop = asyncio.get_running_loop()
+            lg.config = LogConfig(flush_ms=0)
+            fl.watch(lg)
+            deadline = loop.time() + 10
+            while lg.durable_offset < 2:
+                assert loop.time() < deadline
+                await asyncio.sleep(0.01)
+        finally:
+            fl.stop()
+
+    asyncio.run(main())
+    lg.close()
 
 
 # ------------------------------------------------------------------ HW from the durable offset
