@@ -205,3 +205,23 @@ def test_a_transactional_batch_expired_aborts_the_transaction_and_bumps_the_epoc
     rest = tx0[expired + 4 :]
     assert "coordinator: tx-0 producer 595059073328 epoch 1 Empty []" in rest, rest
     assert "txn tx-0 #5: COMMIT decided" in rest, rest
+
+
+def test_a_pause_timeouts_run_replays_to_the_same_digest() -> None:
+    a = run_seed(2, profile="pause-timeouts", cfg=IDEMPOTENT)
+    assert a.ok, a.violations
+    assert any("timed out: connection closed" in line for line in a.timeline)
+    assert run_seed(2, profile="pause-timeouts", cfg=IDEMPOTENT).digest == a.digest
+
+
+def test_a_fixed_pause_timeouts_seed_range_holds_every_invariant() -> None:
+    """CI's range of the profile (docs/faults.md, "Client request timeouts", for the
+    ranges run by hand)."""
+    txn = replace(WorldConfig(), workload="transactional", partitions=2)
+    failed = {}
+    for cfg, seeds in ((IDEMPOTENT, range(1, 4)), (replace(IDEMPOTENT, acks=1), (1,)), (txn, (1,))):
+        for seed in seeds:
+            r = run_seed(seed, profile="pause-timeouts", cfg=cfg, timeline=False)
+            if not r.ok:
+                failed[(cfg.workload, cfg.acks, seed)] = [str(v) for v in r.violations[:3]]
+    assert failed == {}
