@@ -45,8 +45,9 @@ TransactionManager.canRetry), per partition:
 default). A request unanswered ``request.timeout.ms`` after it was sent fails, and the
 client closes its connection to that broker: every other request still unanswered on it
 fails too (Java's NetworkClient.handleTimedOutRequests -> processTimeoutDisconnection,
-whose inFlightRequests.clearAll answers each with a disconnection; librdkafka's
-rd_kafka_broker_req_timeout_scan, then the broker's transport closed). What the client
+whose inFlightRequests.clearAll answers each with a disconnection; librdkafka logs
+"Timed out N in-flight ... requests", then "N request(s) timed out: disconnect" and
+fails the broker's connection). What the client
 sent before the close was on the wire and still reaches the broker, which handles it in
 order (a paused broker on resume) and answers no one. Each failed batch's outcome is
 unknown: it is retried like a batch that got no answer, same bytes, same sequence. A
