@@ -111,6 +111,26 @@ def add_parser(subparsers: Any) -> None:
             "producer, the model of the seeds recorded before)",
         )
         p.add_argument(
+            "--request-timeout-ms",
+            type=int,
+            default=None,
+            metavar="MS",
+            help="the client workloads' request.timeout.ms: a Produce unanswered this long "
+            "fails, its connection is closed and the batch retried (default: none armed, "
+            "as the clients' 30 s outlasts every wait of a run; 1000 with --profile "
+            "pause-timeouts)",
+        )
+        p.add_argument(
+            "--delivery-timeout-ms",
+            type=int,
+            default=None,
+            metavar="MS",
+            help="the client workloads' delivery.timeout.ms: a batch unacknowledged this "
+            "long after it was produced expires (an idempotent producer then bumps its "
+            "epoch, a transactional one aborts; default: none armed; 3000 with --profile "
+            "pause-timeouts)",
+        )
+        p.add_argument(
             "--inject-bug",
             default=None,
             metavar="NAME",
@@ -118,12 +138,13 @@ def add_parser(subparsers: Any) -> None:
         )
         p.add_argument(
             "--profile",
-            choices=("default", "power-loss", "pause"),
+            choices=("default", "power-loss", "pause", "pause-timeouts"),
             default="default",
             help="power-loss: the nemesis also cuts one broker's power at a time (its "
             "files keep what was fsynced plus a torn tail) and restarts it; pause: it "
             "also freezes a broker (SIGSTOP: its session expires past the timeout) or "
-            "stalls its event loop (docs/faults.md, 'Pause and stall')",
+            "stalls its event loop (docs/faults.md, 'Pause and stall'); pause-timeouts: "
+            "pause, with client request and delivery timeouts shorter than the pauses",
         )
         p.add_argument(
             "--first-world",
@@ -211,6 +232,18 @@ def _cfg(args: argparse.Namespace) -> Any:
         cfg = replace(cfg, real_controller=args.controller == "real")
     if args.duration is not None:
         cfg = replace(cfg, duration_s=args.duration)
+    if args.request_timeout_ms is not None or args.delivery_timeout_ms is not None:
+        from odradek.sim.pause import TIMEOUTS_PROFILE  # noqa: PLC0415 - lazy: CLI start-up
+
+        # One given: the other is the profile's (pause-timeouts) or none.
+        request_s, delivery_s = (
+            TIMEOUTS_PROFILE if args.profile == "pause-timeouts" else (None, None)
+        )
+        if args.request_timeout_ms is not None:
+            request_s = args.request_timeout_ms / 1000
+        if args.delivery_timeout_ms is not None:
+            delivery_s = args.delivery_timeout_ms / 1000
+        cfg = replace(cfg, request_timeout_s=request_s, delivery_timeout_s=delivery_s)
     return cfg
 
 

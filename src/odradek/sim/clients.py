@@ -15,6 +15,17 @@ wire when the broker crashed -- gets no answer: its outcome is unknown to the cl
   answered. OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID (the broker lost what the
   producer had acknowledged: only with acks=1) bump the epoch and restart the sequences
   (KIP-360). Once the workload stops, a batch still unanswered is abandoned.
+  With ``--in-flight`` 2-5 (the default 5), odradek.sim.inflight's pipelined producer.
+* **Timeouts** (``WorldConfig.request_timeout_s`` / ``delivery_timeout_s``, not armed by
+  default; odradek.sim.inflight's "Timeouts" for the rules and their sources): a Produce
+  unanswered after the request timeout fails (outcome unknown) and is retried, while the
+  broker still handles it when it can (a paused one on resume) and answers no one. A batch
+  past its delivery timeout expires: never acknowledged. An idempotent producer whose
+  expired batch had been sent bumps its epoch (nothing else is in flight: Java's
+  maybeResolveSequences finds the sequence unresolved); a transactional one aborts the
+  transaction and initialises again, which bumps its epoch (Java's abortable error with
+  ``epochBumpRequired``: EndTxn ABORT, then InitProducerId with its id and epoch), so
+  the expired batch, if it reaches a partition later, is fenced there.
 * **Transactional producers** (KIP-98's client): InitProducerId, then transactions over
   2 or more partitions: AddPartitionsToTxn, 2-5 transactional batches (the first on a
   partition verified by its leader with the coordinator, KIP-890), EndTxn COMMIT or
@@ -83,6 +94,7 @@ WORKLOAD_SEGMENT_BYTES = 4096
 
 _FENCED = frozenset({ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch})
 ABANDONED = "abandoned"
+EXPIRED = "expired"  # delivery.timeout.ms: failed to the application
 
 
 def send_order(value: bytes) -> tuple[str, tuple[int, ...]] | None:
@@ -138,24 +150,32 @@ class _Producer:
 
     async def send(self, p: int, values: list[bytes]) -> int | ErrorCode | str:
         """The batch's base offset once acknowledged; the error that ended it (fenced,
-        abortable, unexpected); or ABANDONED (the workload stopped first)."""
+        abortable, unexpected); ABANDONED (the workload stopped first); or EXPIRED (the
+        delivery timeout passed first)."""
         wl, w = self.wl, self.wl.w
         ts = clock.time_ns() // 1_000_000
         seq = self.seqs.get(p, 0)
         batch = self._batch(values, seq, ts)
         label = values[0].decode()
         first = True
+        deadline = float("inf")
+        if w.cfg.delivery_timeout_s is not None:
+            deadline = w.now() + w.cfg.delivery_timeout_s
+        attempted = False
         while True:
             if not first:
                 if w.stopping:
                     w.trace(f"produce {label}: abandoned (the workload stopped)")
                     return ABANDONED
                 await asyncio.sleep(RETRY_BACKOFF_S)
+                if w.now() >= deadline:
+                    return self._expired(label, seq, attempted=attempted)
             first = False
             b = w.controller.znodes[p].leader  # the client's metadata
             if b < 0 or b in w.h.down:
                 continue
-            res = await wl.produce(b, p, batch, self)
+            attempted = True
+            res = await wl.request(b, p, batch, self)
             if res is None:
                 w.trace(f"produce {label} seq {seq} to {b}: no answer, retrying")
                 continue
@@ -176,6 +196,19 @@ class _Producer:
                 w.trace(f"producer {self.pid}: epoch bumped to {self.epoch}")
                 continue
             return code
+
+    def _expired(self, label: str, seq: int, *, attempted: bool) -> str:
+        """delivery.timeout.ms passed with the batch unacknowledged. Sent at least once,
+        it may be in the log: its sequence is unresolved, and with nothing else in
+        flight (one batch at a time) the idempotent producer bumps its epoch
+        (maybeResolveSequences); the transactional one's caller aborts and bumps."""
+        w = self.wl.w
+        w.trace(f"produce {label} seq {seq}: expired (delivery timeout)")
+        if attempted and self.tid is None:
+            self.epoch += 1
+            self.seqs = {}
+            w.trace(f"producer {self.pid}: unresolved sequence: epoch bumped to {self.epoch}")
+        return EXPIRED
 
 
 @dataclass
@@ -222,6 +255,22 @@ class Workload:
             self.w.trace(f"txn {tid} #{txn[1]}: {'COMMIT' if commit else 'ABORT'} decided")
 
     # ---------------------------------------------------------------- requests
+    async def request(
+        self, b: int, p: int, batch: bytes, prod: _Producer
+    ) -> PartitionProduceResult | None:
+        """``produce`` as the client sees it: with a request timeout, None once it passes
+        (the client closes the connection; the request, on the wire or in the broker's
+        socket, is still handled -- its answer reaches no one)."""
+        timeout = self.w.cfg.request_timeout_s
+        if timeout is None:
+            return await self.produce(b, p, batch, prod)
+        task = asyncio.get_running_loop().create_task(self.produce(b, p, batch, prod))
+        done, _ = await asyncio.wait([task], timeout=timeout)
+        if not done:
+            self.w.trace(f"producer {prod.pid}: request to {b} timed out: connection closed")
+            return None
+        return task.result()
+
     async def produce(
         self, b: int, p: int, batch: bytes, prod: _Producer
     ) -> PartitionProduceResult | None:
@@ -325,6 +374,7 @@ class Workload:
             if isinstance(r, ErrorCode):
                 self._expect(r, frozenset(), f"idempotent producer {k} on p{p}")
                 return
+            # EXPIRED: failed to the application, which goes on with the next records.
 
     async def _pipelined_producer(self, k: int, pid: int, rng: random.Random) -> None:
         """``in_flight`` > 1: the same records, drawn alike, sent without waiting for
@@ -388,6 +438,7 @@ class Workload:
                 prod.pid = -1
                 continue
             status: ErrorCode = ErrorCode.none
+            expired = False
             for i in range(rng.randint(2, 5)):
                 await asyncio.sleep(rng.uniform(lo, hi))
                 p = parts[i] if i < len(parts) else rng.choice(parts)
@@ -395,11 +446,18 @@ class Workload:
                 r = await prod.send(p, values)
                 if r == ABANDONED:
                     return  # the transaction stays open: the coordinator's timeout ends it
+                if r == EXPIRED:
+                    # Java: an abortable error with epochBumpRequired (the batch may be
+                    # in the log, its sequence unresolved).
+                    expired, status = True, ErrorCode.transaction_abortable
+                    break
                 if isinstance(r, ErrorCode):
                     status = r
                     break
             commit = status is ErrorCode.none and rng.random() < COMMIT_SHARE
-            if status in (ErrorCode.invalid_txn_state, ErrorCode.transaction_abortable):
+            if expired:
+                w.trace(f"txn {tid} #{txn[1]}: a batch expired: aborting, then a new epoch")
+            elif status in (ErrorCode.invalid_txn_state, ErrorCode.transaction_abortable):
                 w.trace(f"txn {tid} #{txn[1]}: {error_name(status)}: aborting")
             elif status is not ErrorCode.none:
                 w.trace(f"txn {tid} #{txn[1]}: {error_name(status)}: initialising again")
@@ -414,6 +472,8 @@ class Workload:
                 w.trace(f"txn {tid} #{txn[1]}: EndTxn {error_name(code)}")
                 self._expect(code, _FENCED, f"{tid} EndTxn")
                 prod.pid = -1
+            elif expired:
+                prod.pid = -1  # InitProducerId bumps the epoch: the expired batch is fenced
 
     def _expect(self, code: ErrorCode, expected: frozenset[ErrorCode], what: str) -> None:
         """An error no fault explains (the client would report it to the application)."""

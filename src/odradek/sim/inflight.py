@@ -40,6 +40,29 @@ TransactionManager.canRetry), per partition:
 * DUPLICATE_SEQUENCE_NUMBER counts as success, the offset unknown.
 * Once the workload stops, nothing more is sent; what is unfinished when the last
   answer is in is abandoned.
+
+**Timeouts** (``WorldConfig.request_timeout_s`` / ``delivery_timeout_s``; not armed by
+default). A request unanswered ``request.timeout.ms`` after it was sent fails, and the
+client closes its connection to that broker: every other request still unanswered on it
+fails too (Java's NetworkClient.handleTimedOutRequests -> processTimeoutDisconnection,
+whose inFlightRequests.clearAll answers each with a disconnection; librdkafka logs
+"Timed out N in-flight ... requests", then "N request(s) timed out: disconnect" and
+fails the broker's connection). What the client
+sent before the close was on the wire and still reaches the broker, which handles it in
+order (a paused broker on resume) and answers no one. Each failed batch's outcome is
+unknown: it is retried like a batch that got no answer, same bytes, same sequence. A
+batch not in flight ``delivery.timeout.ms`` after it was produced expires: it is failed
+to the application, never acknowledged, never sent again (RecordAccumulator.expiredBatches,
+Sender.sendProducerData). If it was sent at least once (Java: ``expiredBatch.inRetry()``)
+its sequence is *unresolved* (TransactionManager.markSequenceUnresolved): no new batch of
+the partition is sent; retries of the others go on; an OUT_OF_ORDER_SEQUENCE_NUMBER /
+UNKNOWN_PRODUCER_ID then fails its batch too (canRetry refuses it while a sequence is
+unresolved). Once no sequenced batch of the partition is unfinished
+(TransactionManager.maybeResolveSequences), it is resolved if the last sequence given
+out was acknowledged (a successor of the expired batch was written, so it was too);
+otherwise the epoch is bumped (KIP-360, requestEpochBumpForPartition; librdkafka's
+rd_kafka_idemp_drain_epoch_bump after its "unresolved sequence" drain) and the
+unfinished batches start again from 0 under it.
 """
 
 from __future__ import annotations
@@ -104,28 +127,72 @@ class Sink(Protocol):
 class Connection:
     """One producer's connection to broker ``b`` (see the module docstring)."""
 
-    def __init__(self, sink: Sink, b: int, prod: PipelinedProducer, client: int) -> None:
+    def __init__(
+        self,
+        sink: Sink,
+        b: int,
+        prod: PipelinedProducer,
+        client: int,
+        *,
+        timeout_s: float | None = None,  # request.timeout.ms (None: none)
+    ) -> None:
         self.sink = sink
+        self.timeout_s = timeout_s
         self.b = b
         self.prod = prod
         self.client = client
         self.incarnation = sink.w.h.incarnation[b]
         self.broken = False
+        # Closed by the client after a request timeout: what it sent still reaches the
+        # broker (a broken stream does not), and no answer reaches the client.
+        self.closed = False
         self._served: asyncio.Event | None = None  # the last request's
         self._answered: asyncio.Task[Answer] | None = None
+        self._waiting: list[asyncio.Future[Answer]] = []  # the client's, with a timeout
 
-    def usable(self) -> bool:
+    def _delivering(self) -> bool:
         h = self.sink.w.h
         alive = h.incarnation[self.b] == self.incarnation and self.b not in h.down
         return alive and not self.broken
 
-    def send(self, p: int, batch: bytes) -> asyncio.Task[Answer]:
+    def usable(self) -> bool:
+        return self._delivering() and not self.closed
+
+    def send(self, p: int, batch: bytes) -> asyncio.Future[Answer]:
+        """The request's answer (None: none, or it timed out). Without a request timeout,
+        the exchange's own task: the runs recorded before timeouts replay unchanged."""
         served = asyncio.Event()
-        task = asyncio.get_running_loop().create_task(
-            self._exchange(p, batch, self._served, served, self._answered)
-        )
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._exchange(p, batch, self._served, served, self._answered))
         self._served, self._answered = served, task
-        return task
+        timeout = self.timeout_s
+        if timeout is None:
+            return task
+        answer: asyncio.Future[Answer] = loop.create_future()
+        self._waiting.append(answer)
+        task.add_done_callback(partial(self._answer, answer))
+        loop.call_later(timeout, self._timed_out, answer)
+        return answer
+
+    def _answer(self, answer: asyncio.Future[Answer], t: asyncio.Task[Answer]) -> None:
+        if not answer.done():
+            answer.set_result(t.result())
+            self._waiting.remove(answer)
+
+    def _timed_out(self, answer: asyncio.Future[Answer]) -> None:
+        """request.timeout.ms: the client closes the connection; every request still
+        unanswered on it fails (outcome unknown)."""
+        if answer.done():
+            return
+        self.closed = True
+        waiting, self._waiting = self._waiting, []
+        who = f"producer {self.prod.pid}" if self.prod is not None else f"client {self.client}"
+        self.sink.w.trace(
+            f"{who}: request to {self.b} timed out: connection closed, "
+            f"{len(waiting)} request(s) failed"
+        )
+        for a in waiting:
+            a.set_result(None)
 
     async def _exchange(
         self,
@@ -144,7 +211,7 @@ class Connection:
                 self.broken = True
             if served_before is not None:
                 await served_before.wait()  # read in order, one at a time
-            if self.usable():
+            if self._delivering():
                 res = await self.sink.serve(self.b, p, batch, self.prod)
                 if res is None:
                     self.broken = True  # the broker crashed while handling it
@@ -157,7 +224,7 @@ class Connection:
                 self.broken = True
         if answered_before is not None:
             await asyncio.wait([answered_before])  # answers arrive in order
-        return None if self.broken else res
+        return None if self.broken or self.closed else res
 
 
 @dataclass(eq=False)
@@ -168,6 +235,9 @@ class _Batch:
     encoded: bytes = b""  # the batch as sent (its sequence fixed), empty until sequenced
     sent: bool = False  # a request carrying it is outstanding
     done: bool = False  # acknowledged
+    expired: bool = False  # failed to the application (delivery.timeout.ms): given up
+    attempted: bool = False  # sent at least once (Java's inRetry once it failed)
+    deadline: float = float("inf")  # delivery.timeout.ms after it was produced
     retry: bool = False  # its last attempt failed: send it again
     unknown: bool = False  # its last attempt may have written it
     not_before: float = 0.0  # retry.backoff.ms
@@ -186,11 +256,12 @@ class _Partition:
     next_seq: int = 0
     last_acked: int = -1
     bump: bool = False  # the broker lost acknowledged batches: needs a new epoch
+    unresolved: bool = False  # a batch sent at least once expired (see "Timeouts")
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def unfinished(self) -> list[_Batch]:
-        return [bt for bt in self.window if not bt.done]
+        return [bt for bt in self.window if not bt.done and not bt.expired]
 
 
 class PipelinedProducer:
@@ -231,7 +302,12 @@ class PipelinedProducer:
         if st is None:
             st = self.parts[p] = _Partition()
             self.tasks.append(asyncio.get_running_loop().create_task(self._sender(p, st)))
-        st.queue.append(_Batch(values, ts))
+        bt = _Batch(values, ts)
+        if self.w.cfg.delivery_timeout_s is not None:
+            bt.deadline = self.w.now() + self.w.cfg.delivery_timeout_s
+            # The sender must wake to expire it even if nothing else happens.
+            asyncio.get_running_loop().call_at(bt.deadline, st.wake.set)
+        st.queue.append(bt)
         st.wake.set()
 
     async def close(self) -> None:
@@ -250,13 +326,46 @@ class PipelinedProducer:
             if first.retry and not first.sent and not st.bump and resolving:
                 return first
             return None
-        if self.bumping or not st.queue or len(st.window) >= self.in_flight:
+        if self.bumping or st.unresolved or not st.queue or len(st.window) >= self.in_flight:
             return None
         return st.queue[0]
 
+    def _expire(self, p: int, st: _Partition) -> None:
+        """delivery.timeout.ms: fail every batch not in flight past its deadline (see
+        "Timeouts" in the module docstring)."""
+        now = self.w.now()
+        while st.queue and st.queue[0].deadline <= now:
+            bt = st.queue.popleft()  # never sent: certainly not written
+            self.w.trace(f"produce {bt.label}: expired (delivery timeout), never sent")
+        for bt in st.unfinished:
+            if bt.sent or bt.deadline > now:
+                continue
+            bt.expired, bt.retry = True, False
+            if bt.attempted:
+                st.unresolved = True
+            self.w.trace(f"produce {bt.label} seq {bt.seq}: expired (delivery timeout)")
+        self._resolve(p, st)
+
+    def _resolve(self, p: int, st: _Partition) -> None:
+        """TransactionManager.maybeResolveSequences, once nothing sequenced is unfinished."""
+        while st.window and (st.window[0].done or st.window[0].expired):
+            st.window.pop(0)
+        if not st.unresolved or st.unfinished:
+            return
+        st.unresolved = False
+        if st.last_acked == st.next_seq - 1:
+            self.w.trace(f"producer {self.pid} p{p}: sequence resolved (a successor acked)")
+            return
+        self.w.trace(f"producer {self.pid} p{p}: unresolved sequence: bumping the epoch")
+        st.bump = self.bumping = True
+        self._maybe_bump()
+
     async def _sender(self, p: int, st: _Partition) -> None:
         w = self.w
+        timeouts = w.cfg.delivery_timeout_s is not None
         while not self.failed:
+            if timeouts and not w.stopping:
+                self._expire(p, st)
             bt = None if w.stopping else self._next(st)
             if bt is None:
                 if w.stopping and not any(b.sent for b in st.window):
@@ -285,14 +394,16 @@ class PipelinedProducer:
                     base_sequence=bt.seq,
                 )
                 st.window.append(bt)
-            bt.sent, bt.retry = True, False
+            bt.sent, bt.retry, bt.attempted = True, False, True
             conn = self.conns.get(b)
             if conn is None or not conn.usable():
-                conn = self.conns[b] = Connection(self.sink, b, self, self.client)
+                conn = self.conns[b] = Connection(
+                    self.sink, b, self, self.client, timeout_s=self.w.cfg.request_timeout_s
+                )
             conn.send(p, bt.encoded).add_done_callback(partial(self._answered, p, st, bt, b))
 
     # ---------------------------------------------------------------- answers
-    def _answered(self, p: int, st: _Partition, bt: _Batch, b: int, t: asyncio.Task[Answer]
+    def _answered(self, p: int, st: _Partition, bt: _Batch, b: int, t: asyncio.Future[Answer]
                   ) -> None:  # fmt: skip
         w = self.w
         bt.sent = False
@@ -305,7 +416,7 @@ class PipelinedProducer:
         code = ErrorCode(res.error_code)
         if code in (ErrorCode.none, ErrorCode.duplicate_sequence_number):
             bt.done = True
-            while st.window and st.window[0].done:
+            while st.window and (st.window[0].done or st.window[0].expired):
                 st.window.pop(0)
             st.last_acked = max(st.last_acked, bt.seq + len(bt.values) - 1)
             if code is ErrorCode.none:
@@ -313,9 +424,16 @@ class PipelinedProducer:
             else:
                 w.trace(f"produce {bt.label} seq {bt.seq} to {b}: {error_name(code)}: acked")
                 self.sink.acked_without_offset(p, bt.values)
+            self._resolve(p, st)
             return self._maybe_bump()
         w.trace(f"produce {bt.label} seq {bt.seq} to {b}: {error_name(code)}")
-        if code in RETRIABLE:
+        if code in RESET_SEQUENCES and st.unresolved:
+            # canRetry refuses it while a sequence is unresolved: the batch fails (the
+            # broker did not write it) and the partition's resolution decides the bump.
+            bt.expired = True
+            w.trace(f"produce {bt.label} seq {bt.seq}: failed (a sequence is unresolved)")
+            self._resolve(p, st)
+        elif code in RETRIABLE:
             # NOT_LEADER_OR_FOLLOWER and REQUEST_TIMED_OUT may answer an appended batch.
             self._retry(bt, unknown=True)
         elif code in RESET_SEQUENCES and bt.seq > st.last_acked + 1:
@@ -359,5 +477,6 @@ class PipelinedProducer:
                 st.queue.appendleft(bt)
             st.window.clear()
             st.next_seq, st.last_acked, st.bump = 0, -1, False
+            st.unresolved = False  # bumpIdempotentProducerEpoch: the sequences are rewritten
             st.wake.set()
         self.w.trace(f"producer {self.pid}: epoch bumped to {self.epoch}")

@@ -29,11 +29,17 @@ arrival order) and its answer is the sender's again once it crosses back. A hop 
 raises leaves the task with the world (0): a broker's own request that failed (KIP-890's
 verification with the coordinator) moves back with ``GatedNetwork.back``.
 
+The ``pause-timeouts`` profile is this one with the clients' ``request.timeout.ms`` and
+``delivery.timeout.ms`` shorter than the pauses (``TIMEOUTS_PROFILE``; odradek.sim.inflight,
+"Timeouts"): a Produce held by a paused broker times out, the client closes the
+connection and retries elsewhere or later, and the broker handles the held request on
+resume, answering no one -- the client gave up on a request the broker then writes.
+
 Not modelled: a pause of the whole machine (the other processes on it run on), a clock
-jump seen by the paused process (virtual time is one clock), and TCP: a message to a
-paused broker waits however long the pause lasts, where a real sender may time out and
-reconnect (a client's ``request.timeout.ms``, 30 s by default, is ten times the longest
-pause drawn, 3 s). A ZooKeeper cut of a paused broker takes effect at once (its client's
+jump seen by the paused process (virtual time is one clock), and TCP towards brokers:
+a broker's own message (a fetch, a verification) to a paused broker waits however long
+the pause lasts, with no timeout. Under ``pause`` the clients have none either (their
+``request.timeout.ms``, 30 s by default, is ten times the longest pause drawn, 3 s). A ZooKeeper cut of a paused broker takes effect at once (its client's
 listeners run then, a simplification); a ZooKeeper heal waits for its resume. The profile
 runs on the real controller only.
 """
@@ -53,7 +59,12 @@ from odradek.sim.schedule import FaultSpec
 from odradek.sim.world import SimHarness, SimNetwork, World, _Fault, _InFlightEndpoint
 from odradek.sim.zk_cluster import ZkCluster
 
-__all__ = ["GatedNetwork", "PauseHarness", "PauseWorld", "check_profile"]
+__all__ = ["TIMEOUTS_PROFILE", "GatedNetwork", "PauseHarness", "PauseWorld", "check_profile"]
+
+# The pause-timeouts profile's (request.timeout.ms, delivery.timeout.ms), in seconds: a
+# request held by a pause of 0.3-3 s often outlasts the first; a pause past 2 s, with the
+# retries' back-off, the second (Java requires delivery >= request timeout + linger.ms).
+TIMEOUTS_PROFILE = (1.0, 3.0)
 
 
 async def _arrive(node: int) -> None:

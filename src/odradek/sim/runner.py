@@ -14,7 +14,7 @@ import random
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from odradek.runtime import clock
@@ -26,7 +26,13 @@ from odradek.sim.gate import GatedSimLoop
 from odradek.sim.harness import TOPIC
 from odradek.sim.isr_registered import IsrRegisteredCheck
 from odradek.sim.loop import SimLoop
-from odradek.sim.pause import GatedNetwork, PauseHarness, PauseWorld, check_profile
+from odradek.sim.pause import (
+    TIMEOUTS_PROFILE,
+    GatedNetwork,
+    PauseHarness,
+    PauseWorld,
+    check_profile,
+)
 from odradek.sim.power import PowerLossWorld
 from odradek.sim.schedule import Step
 from odradek.sim.world import SimHarness, SimNetwork, World, WorldConfig
@@ -118,17 +124,22 @@ def run_seed(
     timeline: bool = True,
 ) -> RunResult:
     """One run. ``profile``: ``default``, ``power-loss`` (odradek.sim.power: the
-    fsyncs are recorded and the nemesis also cuts a broker's power), or ``pause``
+    fsyncs are recorded and the nemesis also cuts a broker's power), ``pause``
     (odradek.sim.pause: the nemesis also freezes a broker, as SIGSTOP, or stalls its
-    event loop). ``plan``: replay this fault schedule (``RunResult.schedule`` of an
+    event loop), or ``pause-timeouts`` (``pause`` with the clients' request and delivery
+    timeouts shorter than the pauses, ``TIMEOUTS_PROFILE``, unless ``cfg`` sets them). ``plan``: replay this fault schedule (``RunResult.schedule`` of an
     earlier run of the seed) instead of drawing one, without the faults in ``skip``. ``timeline=False`` (``sim run``:
     only the violations are printed) keeps no timeline and skips building its most
     frequent lines; the run itself is the same."""
     cfg = cfg or WorldConfig()
     result = RunResult(seed, bug, profile=profile)
-    if profile == "pause":
+    gated = profile in ("pause", "pause-timeouts")
+    if gated:
         check_profile(cfg.real_controller)
-    loop = GatedSimLoop(seed) if profile == "pause" else SimLoop(seed)
+    if profile == "pause-timeouts" and cfg.request_timeout_s is None:
+        request_s, delivery_s = TIMEOUTS_PROFILE
+        cfg = replace(cfg, request_timeout_s=request_s, delivery_timeout_s=delivery_s)
+    loop = GatedSimLoop(seed) if gated else SimLoop(seed)
     disk = SimDisk(scratch=_scratch_dir()) if profile == "power-loss" else None
     disk_ctx: AbstractContextManager[object] = recording(disk) if disk else nullcontext()
 

@@ -113,6 +113,12 @@ class WorldConfig:
     # odradek.sim.inflight). 1: one batch at a time per producer, the model the seeds
     # before it were recorded with.
     in_flight: int = 5
+    # The client workloads' request.timeout.ms and delivery.timeout.ms, in seconds
+    # (odradek.sim.inflight, "Timeouts"). None: not armed -- the clients' defaults (30 s
+    # and 120 s) outlast every wait a run has (pauses <= 3 s, produce timeout 2 s), and
+    # no timer is scheduled, so the runs recorded before them replay byte for byte.
+    request_timeout_s: float | None = None
+    delivery_timeout_s: float | None = None
 
 
 # The world the first seeds (up to 308) were found in: no reassignments, no watch
