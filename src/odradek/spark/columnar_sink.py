@@ -472,7 +472,9 @@ class ColumnarWriter:
             end = int(np.searchsorted(cum, base + budget, side="right"))
             end = min(max(end, at + 1), at + s.batch_records, total)
             chunk = idx[at:end]
-            out = np.empty(int(cum[end - 1]) - base + 16, np.uint8)
+            # The records go straight after room for the batch header, which the producer
+            # then writes in place (``append_framed``): no second buffer, no copy.
+            out = np.empty(k.HEADER_SIZE + int(cum[end - 1]) - base + 16, np.uint8)
             starts = np.empty(chunk.shape[0] + 1, np.int64)
             used = k.encode_records(
                 chunk,
@@ -492,21 +494,29 @@ class ColumnarWriter:
                 tag_key,
                 digests,
                 use_tag,
-                out,
+                out[k.HEADER_SIZE :],
                 starts,
             )
-            payload: bytes | memoryview = out[:used].data
-            if s.codec != COMPRESSION_NONE:
-                payload = compress_payload(s.codec, bytes(payload))
             now = int(time.time() * 1000)
-            self.producer.append(
-                topic,
-                partition,
-                payload,
-                chunk.shape[0],
-                codec=s.codec,
-                first_timestamp=now,
-                max_timestamp=now,
-            )
+            if s.codec == COMPRESSION_NONE:
+                self.producer.append_framed(
+                    topic,
+                    partition,
+                    out[: k.HEADER_SIZE + used].data,
+                    chunk.shape[0],
+                    codec=s.codec,
+                    first_timestamp=now,
+                    max_timestamp=now,
+                )
+            else:
+                self.producer.append(
+                    topic,
+                    partition,
+                    compress_payload(s.codec, bytes(out[k.HEADER_SIZE : k.HEADER_SIZE + used])),
+                    chunk.shape[0],
+                    codec=s.codec,
+                    first_timestamp=now,
+                    max_timestamp=now,
+                )
             self.batches += 1
             at = end
