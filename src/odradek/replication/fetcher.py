@@ -132,9 +132,9 @@ class ReplicaFetcher:
         self._traced: list[tuple[TopicPartition, int]] = []  # appended, not yet reported
         self.session = FetchSessionHandler(f"fetcher {broker_id}→{leader_id}")
         self.quota: ReplicationQuota | None = None  # follower throttle (KIP-73)
-        # True while nothing changed since a round that fetched every partition and
-        # whose answer named none: the next incremental fetch names nothing either, so
-        # it is built without visiting the partitions (issue 29: an idle follower of
+        # The fetcher is quiet (``_quiet``) while nothing changed since a round that
+        # fetched every partition and whose answer named none: the next incremental
+        # fetch names nothing either, so it is built without visiting the partitions (issue 29: an idle follower of
         # thousands of partitions paid five passes over them twice a second). Anything
         # that can change a fetch state clears it: add, remove, touch, a truncation, an
         # error, any partition in an answer, a follower quota. ``_changes`` counts what
