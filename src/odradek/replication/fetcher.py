@@ -134,12 +134,12 @@ class ReplicaFetcher:
         self.quota: ReplicationQuota | None = None  # follower throttle (KIP-73)
         # The fetcher is quiet (``_quiet``) while nothing changed since a round that
         # fetched every partition and whose answer named none: the next incremental
-        # fetch names nothing either, so it is built without visiting the partitions (issue 29: an idle follower of
-        # thousands of partitions paid five passes over them twice a second). Anything
-        # that can change a fetch state clears it: add, remove, touch, a truncation, an
-        # error, any partition in an answer, a follower quota. ``_changes`` counts what
-        # happens between rounds (also while a fetch is in flight); the round is quiet
-        # as of the count it saw.
+        # fetch names nothing either, so it is built without visiting the partitions
+        # (issue 29: an idle follower of thousands of partitions paid five passes over
+        # them twice a second). Anything that can change a fetch state ends it: add,
+        # remove, touch, a truncation, an error, any partition in an answer, a follower
+        # quota. ``_changes`` counts what happens between rounds (also while a fetch is
+        # in flight); the round is quiet as of the count it saw.
         self._changes = 0
         self._quiet_as_of = -1
 

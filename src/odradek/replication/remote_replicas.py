@@ -179,14 +179,32 @@ class RemoteReplicas:
         lag_max_ms: int,
     ) -> bool:
         """Every replica is an ISR member and every follower caught up within the lag."""
-        if len(isr) != len(replicas) or local_broker_id not in isr:
-            return False
-        for r in replicas:
+        return (
+            len(isr) == len(replicas)
+            and local_broker_id in isr
+            and self._members_in_sync(replicas, isr, local_broker_id, now_ms, lag_max_ms)
+        )
+
+    def _members_in_sync(
+        self,
+        replicas: tuple[int, ...],
+        isr: tuple[int, ...],
+        local_broker_id: int,
+        now_ms: int,
+        lag_max_ms: int | None,
+    ) -> bool:
+        """Every ISR member but the leader is a replica and (unless ``lag_max_ms`` is
+        None) caught up within the lag: with the leader in the ISR and no candidate
+        outside it, the ISR stays as it is."""
+        for r in isr:
             if r == local_broker_id:
                 continue
-            fs = self._states.get(r)
-            if r not in isr or fs is None or now_ms - fs.last_caught_up_ms > lag_max_ms:
+            if r not in replicas:
                 return False
+            if lag_max_ms is not None:
+                fs = self._states.get(r)
+                if fs is None or now_ms - fs.last_caught_up_ms > lag_max_ms:
+                    return False
         return True
 
     def propose_isr(
@@ -206,22 +224,15 @@ class RemoteReplicas:
         plus qualified candidates, in replica order; None when it equals ``isr``.
         Candidates found unqualified now are forgotten."""
         me = local_broker_id
-        if me in isr and (not self._candidates or self._candidates.issubset(isr)):
+        if (
+            me in isr
+            and (not self._candidates or self._candidates.issubset(isr))
+            and self._members_in_sync(replicas, isr, me, now_ms, lag_max_ms)
+        ):
             # The usual case, once per leader partition at every periodic check: no
-            # candidate to add, so the ISR changes only if a member lags or left the
-            # replicas. Answered without building and sorting the proposal (issue 29:
-            # idle CPU with 10,000 partitions); anything else takes the full path.
-            for r in isr:
-                if r == me:
-                    continue
-                if r not in replicas:
-                    break
-                if lag_max_ms is not None:
-                    fs = self._states.get(r)
-                    if fs is None or now_ms - fs.last_caught_up_ms > lag_max_ms:
-                        break
-            else:
-                return None
+            # candidate to add and no member to drop. Answered without building and
+            # sorting the proposal (issue 29: idle CPU with 10,000 partitions).
+            return None
         new = [me]
         for r in replicas:
             if r == me:
