@@ -15,28 +15,14 @@ from odradek.protocol.produce_response import PartitionProduceResult
 from odradek.sim.inflight import Connection, PipelinedProducer
 from odradek.sim.loop import SimLoop
 from odradek.sim.world import SimNetwork
-
-BROKER = 1
-CLIENT = 0
-
-
-@dataclass
-class _Brokers:
-    incarnation: dict[int, int] = field(default_factory=lambda: {BROKER: 0})
-    down: set[int] = field(default_factory=set)
-
-
-@dataclass
-class _World:
-    net: SimNetwork
-    h: _Brokers = field(default_factory=_Brokers)
+from support.sim_stubs import BROKER, CLIENT, StubWorld
 
 
 @dataclass
 class _Sink:
     """A broker that takes 5 ms per request and notes what it served when."""
 
-    w: _World
+    w: StubWorld
     served: list[bytes] = field(default_factory=list)
     busy: bool = False
 
@@ -55,7 +41,7 @@ def _run(latency: tuple[float, float], loss: float) -> tuple[list[bytes], list[b
     loop = SimLoop(7)
     net = SimNetwork(random.Random(7), latency)
     net.loss[frozenset((CLIENT, BROKER))] = loss
-    sink = _Sink(_World(net))
+    sink = _Sink(StubWorld(net))
     conn = Connection(sink, BROKER, None, CLIENT)  # type: ignore[arg-type]
     answered: list[bytes | None] = []
 

@@ -17,26 +17,9 @@ from odradek.sim.loop import SimLoop
 from odradek.sim.runner import run_seed
 from odradek.sim.schedule import FaultSpec, Step
 from odradek.sim.world import SimNetwork, WorldConfig
+from support.sim_stubs import BROKER, CLIENT, StubWorld
 
-BROKER = 1
-CLIENT = 0
 IDEMPOTENT = replace(WorldConfig(), workload="idempotent")
-
-
-@dataclass
-class _Brokers:
-    incarnation: dict[int, int] = field(default_factory=lambda: {BROKER: 0})
-    down: set[int] = field(default_factory=set)
-
-
-@dataclass
-class _World:
-    net: SimNetwork
-    h: _Brokers = field(default_factory=_Brokers)
-    lines: list[str] = field(default_factory=list)
-
-    def trace(self, line: str) -> None:
-        self.lines.append(line)
 
 
 @dataclass
@@ -44,7 +27,7 @@ class _SlowBroker:
     """Takes ``busy_until`` - now to handle what reaches it before then (a paused
     broker's socket), 5 ms otherwise; notes what it handled and when."""
 
-    w: _World
+    w: StubWorld
     busy_until: float
     served: list[tuple[float, bytes]] = field(default_factory=list)
 
@@ -64,7 +47,7 @@ def test_a_request_timeout_closes_the_connection_and_fails_every_request_on_it()
     broker still handles all three, in order, once it runs again, answering no one; the
     next request goes on a new connection and is answered."""
     loop = SimLoop(3)
-    sink = _SlowBroker(_World(SimNetwork(random.Random(3), (0.001, 0.002))), busy_until=3.0)
+    sink = _SlowBroker(StubWorld(SimNetwork(random.Random(3), (0.001, 0.002))), busy_until=3.0)
     conn = Connection(sink, BROKER, None, CLIENT, timeout_s=1.0)  # type: ignore[arg-type]
     failed_at: list[tuple[float, object]] = []
 
@@ -96,7 +79,7 @@ def test_a_request_timeout_closes_the_connection_and_fails_every_request_on_it()
 
 def test_without_a_request_timeout_a_request_waits_for_its_answer() -> None:
     loop = SimLoop(3)
-    sink = _SlowBroker(_World(SimNetwork(random.Random(3), (0.001, 0.002))), busy_until=3.0)
+    sink = _SlowBroker(StubWorld(SimNetwork(random.Random(3), (0.001, 0.002))), busy_until=3.0)
     conn = Connection(sink, BROKER, None, CLIENT)  # type: ignore[arg-type]
 
     async def main() -> PartitionProduceResult | None:
