@@ -21,6 +21,7 @@ __all__ = [
     "zero_loss",
     "leader_changed",
     "isr_seen",
+    "isr_always",
     "split_brain_bounded",
     "final_isr_full",
     "ledger_accounts",
@@ -105,6 +106,14 @@ def isr_seen(m: Metrics, phase: str, pred: Callable[[list[int]], bool], what: st
 
     isrs = [_json.loads(s) for s in _phase(m, phase).get("isrs", [])]
     return Check(f"ISR during '{phase}': {what}", any(pred(i) for i in isrs), str(isrs))
+
+
+def isr_always(m: Metrics, phase: str, pred: Callable[[list[int]], bool], what: str) -> Check:
+    """Every ISR in effect during ``phase`` (the one before it included) satisfies ``pred``."""
+    import json as _json
+
+    isrs = [_json.loads(s) for s in _phase(m, phase).get("isrs", [])]
+    return Check(f"ISR during '{phase}': {what}", bool(isrs) and all(map(pred, isrs)), str(isrs))
 
 
 def split_brain_bounded(m: Metrics) -> Check:

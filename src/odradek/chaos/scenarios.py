@@ -29,6 +29,7 @@ from odradek.chaos.expectations import (
     _cmp,
     _phase,
     final_isr_full,
+    isr_always,
     isr_seen,
     leader_changed,
     ledger_accounts,
@@ -553,13 +554,28 @@ SCENARIOS: list[Scenario] = [
         "p3-follower-cut-from-zk",
         "scenario 3: follower reaches the leader, not ZooKeeper",
         "REQ-P3, R12",
-        "the follower keeps fetching and stays in the ISR; "
-        "ZooKeeper marks it dead; nothing else happens",
+        "ZooKeeper marks the follower dead; the controller takes it out of the ISR "
+        "(same epoch) and it rejoins once registered again; nothing else happens",
         _follower_cut_from_zookeeper,
         lambda m: [
             leader_changed(m, False),
             phase_acks(m, "expired", ">", 0),
-            isr_seen(m, "expired", lambda i: len(i) == 3, "follower stays in the ISR"),
+            # Where Odradek differs from the documents' "it stays in the ISR": as Kafka's
+            # controller does on a broker failure, a follower whose session ended leaves
+            # the ISR, and (KIP-841) its leader takes it back only once it is registered
+            # again -- a broker without a session may come back with any log, and an ISR
+            # naming it could elect it (docs/requirements.md, P3). What was checked before,
+            # "an ISR of 3 seen during the phase", held only when the poller read the
+            # state znode before the controller's write: a race, which failed once.
+            isr_seen(
+                m,
+                "expired",
+                lambda i: len(i) == 2,
+                "the controller takes the expired follower out",
+            ),
+            isr_always(
+                m, "expired", lambda i: len(i) >= 2, "the leader and the other follower stay"
+            ),
             final_isr_full(m),
             *zero_loss(m),
         ],

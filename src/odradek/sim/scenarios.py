@@ -289,12 +289,42 @@ def _p2(o: Observed, leader: int, follower: int, cfg: WorldConfig) -> list[str]:
     return out
 
 
+# The follower kept fetching while cut from ZooKeeper, so once registered again it is
+# caught up and its leader takes it back at its next fetch: well within this.
+P3_REJOIN_BOUND_S = 1.0
+
+
 def _p3(o: Observed, leader: int, follower: int, cfg: WorldConfig) -> list[str]:
-    """The follower's session expires; leadership and writes are untouched. (It does not
-    keep fetching here: the scenario's ``note`` says why.)"""
+    """The follower's session expires; leadership and writes are untouched. On Odradek's
+    controller (docs/requirements.md, P3, where it differs from the documents) the
+    follower leaves the ISR at its expiry, same leader and epoch, stays out while
+    unregistered (KIP-841) and rejoins within ``P3_REJOIN_BOUND_S`` of registering again,
+    having kept fetching. (The model does not keep it fetching: the scenario's ``note``.)"""
     out = _no_leader_change(o, leader) + _writes_go_on(o, leader)
-    if not any(b == follower and t >= o.fault_at for t, b in o.expired):
+    expiries = [t for t, b in o.expired if b == follower and t >= o.fault_at]
+    if not expiries:
         out.append(f"broker {follower}'s session never expired")
+        return out
+    if not cfg.real_controller:
+        return out
+    expired_at = expiries[0]
+    back = [t for t, b in o.registered if b == follower and t > expired_at]
+    back_at = back[0] if back else float("inf")
+    changes = sorted(
+        [(t, isr) for t, _b, isr in o.isr_writes] + [(t, isr) for t, _l, isr in o.leaders]
+    )
+    while_out = [isr for t, isr in changes if expired_at <= t < back_at]
+    first_out = next((i for i, isr in enumerate(while_out) if follower not in isr), None)
+    if first_out is None:
+        out.append(f"broker {follower} stayed in the ISR after its session expired")
+    elif any(follower in isr for isr in while_out[first_out:]):
+        out.append(f"broker {follower} was taken back into the ISR while unregistered (KIP-841)")
+    rejoined = [t for t, isr in changes if t >= back_at and follower in isr]
+    if not rejoined or rejoined[0] - back_at > P3_REJOIN_BOUND_S:
+        out.append(
+            f"broker {follower} did not rejoin the ISR within {P3_REJOIN_BOUND_S} s "
+            f"of registering again ({rejoined[:1]})"
+        )
     return out
 
 

@@ -46,6 +46,19 @@ def test_outcome_predicates_catch_replication_bugs() -> None:
     assert any("acknowledged after the ISR shrank" in f for f in run.failures)
 
 
+def test_p3_predicate_sees_a_follower_readmitted_while_unregistered() -> None:
+    """Scenario 3 on Odradek's controller: the follower cut from ZooKeeper leaves the ISR
+    at its expiry and is back only after registering again. With KIP-841 switched off
+    (no-isr-eligibility) its next fetch puts it back while unregistered: the
+    isr-unregistered invariant sees that after its 1 s bound, the predicate at once."""
+    sc = SCENARIOS["p3-follower-cut-from-zk"]
+    assert run_scenario(sc, 1).failures == []
+    run = run_scenario(sc, 1, bug="no-isr-eligibility")
+    assert any("taken back into the ISR while unregistered" in f for f in run.failures), (
+        run.failures
+    )
+
+
 def test_outcome_predicates_fail_when_the_fault_misses() -> None:
     """The failover predicate on a fault that hits a follower: no new leader."""
     p4 = SCENARIOS["p4-leader-cut-from-zk-acksall"]
