@@ -93,6 +93,21 @@ def test_a_closed_client_that_is_still_referenced_is_no_leak(nowhere: str) -> No
     del p, c
 
 
+def test_a_console_collector_driven_by_hand_leaves_no_client(nowhere: str) -> None:
+    # test_console_polling drives rounds without start(): the never-started thread held
+    # the collector (its target) and so its AdminClient, until a full collection.
+    from odradek.console.collector import ClusterCollector
+
+    gc.disable()
+    try:
+        col = ClusterCollector(nowhere, lambda _s: None)
+        col.stop()
+        del col
+        assert leftover_clients(settle_s=2) is None
+    finally:
+        gc.enable()
+
+
 LEAKY_MODULE = """
 from confluent_kafka import Producer
 
