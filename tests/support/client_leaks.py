@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import types
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,20 +51,18 @@ def librdkafka_threads() -> list[str]:
     return sorted(names)
 
 
-def _kafka_python_thread_types() -> tuple[type, ...]:
-    kafka = sys.modules.get("kafka")
-    if kafka is None:  # never imported: none of its clients can exist
-        return ()
-    from kafka.coordinator.base import HeartbeatThread
-    from kafka.producer.sender import Sender
-
-    return (Sender, HeartbeatThread)
+def _is_kafka_python_thread(t: threading.Thread) -> bool:
+    # kafka-python 3 runs one I/O thread per client ("kafka-io-<client id>"); a
+    # producer's sender thread is a Sender (its name is the client id's).
+    if t.name.startswith("kafka-io-"):
+        return True
+    sender = sys.modules.get("kafka.producer.sender")
+    return sender is not None and isinstance(t, getattr(sender, "Sender", ()))
 
 
 def client_threads() -> list[str]:
     """Threads that only a live Kafka client keeps running."""
-    kinds = _kafka_python_thread_types()
-    python = [t.name for t in threading.enumerate() if kinds and isinstance(t, kinds)]
+    python = [t.name for t in threading.enumerate() if _is_kafka_python_thread(t)]
     return librdkafka_threads() + sorted(python)
 
 
@@ -78,9 +77,19 @@ def _client_types() -> tuple[type, ...]:
     return tuple(out)
 
 
+def _clients(kinds: tuple[type, ...], skip: set[int]) -> list[Any]:
+    # A weak proxy passes isinstance() for the class it points to (kafka-python keeps one
+    # of its producer); it is not a client of its own.
+    return [
+        o
+        for o in gc.get_objects()
+        if isinstance(o, kinds) and not isinstance(o, weakref.ProxyTypes) and id(o) not in skip
+    ]
+
+
 def live_handles() -> int:
     """How many clients are alive: one ``rdk:main`` thread per librdkafka handle, one
-    thread per kafka-python producer or group member."""
+    or two threads per kafka-python client."""
     threads = client_threads()
     return sum(1 for t in threads if t == "rdk:main" or not t.startswith("rdk:"))
 
@@ -198,14 +207,12 @@ def leftover_clients(settle_s: float = SETTLE_S) -> str | None:
         return None  # a client was being destroyed, and now is
     kinds = _client_types()
     reported = {id(q) for q in REPORTED.clients}
-    found = [
-        o for o in gc.get_objects() if kinds and isinstance(o, kinds) and id(o) not in reported
-    ]
+    found = _clients(kinds, reported)
     described = [(f"{type(o).__qualname__} at {id(o):#x}", holders(o, {id(found)})) for o in found]
     ids = [id(o) for o in found]
     del found
     gc.collect()
-    alive = {id(o): o for o in gc.get_objects() if kinds and isinstance(o, kinds)}
+    alive = {id(o): o for o in _clients(kinds, set())}
     lines = []
     for i, (name, held_by) in zip(ids, described, strict=True):
         if i in alive:
@@ -241,7 +248,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     module = item.getparent(pytest.Module)
     if nextitem is None or nextitem.getparent(pytest.Module) is not module:
         clear_last_failure()
-        problem = leftover_clients()
+        try:
+            problem = leftover_clients()
+        except Exception as e:  # the guard's own failure must not end the session
+            problem = f"the check itself failed: {e!r}"
         if problem is not None:
             _report_teardown_error(
                 item, f"{item.nodeid}: the module left Kafka clients alive.\n{problem}"
