@@ -182,7 +182,7 @@ def holders(obj: object, ignore: set[int], depth: int = 4, width: int = 3) -> li
                 lines.append(f"{'  ' * level}<- dict[{key!r}]")
             else:
                 lines.append(f"{'  ' * level}<- {_name(r)}")
-            if level < depth and not isinstance(r, types.ModuleType | types.FrameType):
+            if level < depth and not isinstance(r, types.ModuleType):
                 walk(r, level + 1)
         if len(refs) > width:
             lines.append(f"{'  ' * level}<- ... {len(refs) - width} more")
