@@ -15,6 +15,9 @@ from typing import Any
 
 import pytest
 
+# After each module: no Kafka client may outlive it (the hook, imported to register it).
+from tests.support.client_leaks import pytest_runtest_protocol as pytest_runtest_protocol
+
 from odradek.cluster.local import LocalCluster
 
 

@@ -115,10 +115,14 @@ class ClusterCollector:
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="console-scrape")
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="console-collector", daemon=True)
+        # Made by start(): a thread that never ran keeps its target, the bound self._run,
+        # and that cycle kept a collector driven by hand (and its librdkafka client,
+        # reconnecting) alive until a full garbage collection.
+        self._thread: threading.Thread | None = None
         self._state = _Cache()
 
     def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="console-collector", daemon=True)
         self._thread.start()
 
     def wake(self) -> None:
@@ -128,10 +132,10 @@ class ClusterCollector:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        if self._thread.ident is not None:  # started (rounds may also be driven by hand)
+        if self._thread is not None:  # started (rounds may also be driven by hand)
             self._thread.join(timeout=REQUEST_TIMEOUT_S * 3)
         self._pool.shutdown(wait=False, cancel_futures=True)
-        if not self._thread.is_alive():  # else the round still owns the client
+        if self._thread is None or not self._thread.is_alive():  # else the round owns it
             self.group_reader.close()
 
     def _run(self) -> None:

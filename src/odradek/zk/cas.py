@@ -70,6 +70,14 @@ class Updated(Generic[T]):
     written: bool
 
 
+def _drop_traceback(e: BaseException) -> None:
+    """Forget where a handled kazoo error passed. kazoo raises the exception object its
+    AsyncResult keeps, so the traceback (its get() frame holds that AsyncResult) is a
+    reference cycle; and it holds this frame, whose f_back holds every caller's frame with
+    their locals (a test's Kafka clients, say) until a full garbage collection."""
+    e.__traceback__ = None
+
+
 def update_znode(
     zk: KazooClient,
     path: str,
@@ -96,9 +104,10 @@ def update_znode(
         try:
             data, stat = zk.get(path)
             version: int | None = stat.version
-        except NoNodeError:
+        except NoNodeError as e:
             if not create:
                 raise
+            _drop_traceback(e)
             data, version = None, None
         old = decode(data)
         new = change(old)
@@ -116,7 +125,8 @@ def update_znode(
                 zk.delete(path, version=version)
             else:
                 zk.set(path, body, version=version)
-        except _CONFLICTS:
+        except _CONFLICTS as e:
+            _drop_traceback(e)
             continue  # someone else changed it meanwhile: re-read, re-apply
         return Updated(old, new, True)
     raise ConcurrentUpdateError(path, attempts)
