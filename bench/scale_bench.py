@@ -115,6 +115,7 @@ def create_partitions(
     a = admin(c.bootstrap_servers)
     names = [f"{prefix}{i:04d}" for i in range((total + per_topic - 1) // per_topic)]
     sizes = [min(per_topic, total - i * per_topic) for i in range(len(names))]
+    cpu = CpuMeter(c)  # CPU seconds, not wall time, survive a shared or capped machine
     t0 = time.monotonic()
     chunk_s: list[float] = []
     for i in range(0, len(names), per_request):
@@ -129,7 +130,8 @@ def create_partitions(
         chunk_s.append(time.monotonic() - tc)
         print(
             f"  created {min(i + per_request, len(names))}/{len(names)} topics "
-            f"({time.monotonic() - t0:.1f} s, this request {chunk_s[-1]:.1f} s)",
+            f"({time.monotonic() - t0:.1f} s, this request {chunk_s[-1]:.1f} s; "
+            f"CPU s so far: {cpu.summary()})",
             flush=True,
         )
     t_req = time.monotonic() - t0
@@ -140,6 +142,7 @@ def create_partitions(
 
     poll_until("every partition to have a leader", all_led, 600, 0.5)
     t_led = time.monotonic() - t0
+    led_cpu = cpu.used()
 
     def all_isr() -> bool:
         s = snapshot(a, prefix)
@@ -154,7 +157,55 @@ def create_partitions(
     rows.append(Row(f"create {total} partitions: CreateTopics done", t_req, "s", "", note))
     rows.append(Row(f"create {total} partitions: all leaders", t_led, "s", "≤ 10 s at 3,000"))
     rows.append(Row(f"create {total} partitions: all ISRs full", t_isr, "s"))
+    for who, (user, system) in led_cpu.items():
+        rows.append(
+            Row(
+                f"create {total} partitions: CPU of {who} until all leaders",
+                user + system,
+                "s",
+                "",
+                f"user {user:.2f} s, system {system:.2f} s",
+            )
+        )
     return names
+
+
+class CpuMeter:
+    """CPU seconds each broker and ZooKeeper used since it was made, user and system
+    apart: the creation's cost, which a capped or shared machine stretches in wall time
+    but not here. System time is the kernel creating directories and files (on ext4
+    without a journal it grows with the inodes deleted in the last 30 s: docs/benchmarks.md)."""
+
+    def __init__(self, c: LocalCluster) -> None:
+        self.pids = {f"broker {b.id}": [b.pid] for b in c.brokers if b.pid}
+        self.pids["ZooKeeper"] = [z.pid for z in c.zookeeper_nodes if z.pid]
+        self.start = self._now()
+
+    def _now(self) -> dict[str, tuple[float, float]]:
+        out = {}
+        for who, pids in self.pids.items():
+            split = [_user_system(p) for p in pids]
+            out[who] = (sum(u for u, _ in split), sum(s for _, s in split))
+        return out
+
+    def used(self) -> dict[str, tuple[float, float]]:
+        """(user, system) seconds since the start, per process."""
+        now = self._now()
+        return {
+            who: (u - self.start[who][0], s - self.start[who][1]) for who, (u, s) in now.items()
+        }
+
+    def summary(self) -> str:
+        return ", ".join(f"{who} {u + s:.1f} ({s:.1f} sys)" for who, (u, s) in self.used().items())
+
+
+def _user_system(pid: int) -> tuple[float, float]:
+    """utime and stime of a live process, seconds (proc(5) fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read().decode()
+    fields = data[data.rindex(")") + 2 :].split()  # the name may hold spaces and parens
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def idle_cpu(c: LocalCluster, seconds: float, rows: list[Row]) -> None:

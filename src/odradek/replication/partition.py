@@ -258,7 +258,12 @@ class Partition:
         self._epoch_start_offset = None
         t.state_changed = True
         t.stop_fetching = True
-        t.note = f"offline at epoch {s.leader_epoch} (no leader)"
+        if s.leader_epoch >= 0:
+            # Epoch -1: no state znode yet -- a partition just created, whose assignment a
+            # broker sees before the controller's first election. Not news, and a line
+            # per replica was ~8 % of a broker's CPU creating 10,000 partitions (issue 29,
+            # docs/benchmarks.md); its first leader is logged.
+            t.note = f"offline at epoch {s.leader_epoch} (no leader)"
         return t
 
     def remove(self) -> Transition:

@@ -50,6 +50,18 @@ def test_controller_states_make_leader_follower_offline(tmp_path: Path) -> None:
     assert e.value.code == ErrorCode.not_leader_or_follower
 
 
+def test_a_replica_without_a_state_yet_is_offline_without_a_log_line(tmp_path: Path) -> None:
+    # A new topic's assignment arrives before the controller's first state: the replica
+    # waits offline, and says nothing (10,000 such lines per broker on a big creation).
+    p = make(tmp_path)
+    t = p.apply_leader_and_isr(LeaderAndIsr(-1, -1, (), (1, 2, 3), -1), 0)
+    assert isinstance(p.state, Offline) and t.stop_fetching and t.note == ""
+    t = lead(p, 0, [1, 2, 3])
+    assert p.is_leader and t.note == "leader at epoch 0, isr [1, 2, 3]"
+    t = p.apply_leader_and_isr(LeaderAndIsr(-1, 1, (), (1, 2, 3), 1), 0)
+    assert isinstance(p.state, Offline) and t.note == "offline at epoch 1 (no leader)"
+
+
 def test_stale_states_are_ignored(tmp_path: Path) -> None:
     p = make(tmp_path)
     lead(p, 5, [1, 2, 3], zk_version=7)
