@@ -6,7 +6,8 @@ real controller over a ZooKeeper model, or ``--model-controller`` the simulator'
 of it; a seeded network and nemesis, an acks=all workload -- ``--workload`` picks plain,
 idempotent or transactional producers, odradek.sim.clients; every invariant checked at
 the end), prints each failing seed with the invariant it broke, and exits non-zero if
-any failed.
+any failed; ``--digests`` also prints every seed's timeline digest (what a change meant
+to leave each run as it was is checked with: the same lines before and after).
 ``replay SEED`` prints one run's timeline, the same bytes on every replay: rerun a
 failing seed with it (and the same ``--inject-bug``) to see what happened. ``--shrink``
 (either command) replays a failing seed's fault schedule with faults left out until the
@@ -182,6 +183,13 @@ def add_parser(subparsers: Any) -> None:
     run.add_argument(
         "--stop-on-failure", action="store_true", help="stop at the first failing seed"
     )
+    run.add_argument(
+        "--digests",
+        action="store_true",
+        help="also print each seed's outcome and timeline sha256, as `replay` does (the "
+        "runs keep their timelines: slower): two trees meant to run every seed alike "
+        "must print the same lines",
+    )
     bug_option(run)
     run.set_defaults(func=cmd_run)
 
@@ -263,8 +271,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     ran = 0
     t0 = time.monotonic()
     for seed in args.seeds:
-        r = run_seed(seed, bug=args.inject_bug, cfg=cfg, profile=args.profile, timeline=False)
+        r = run_seed(
+            seed, bug=args.inject_bug, cfg=cfg, profile=args.profile, timeline=args.digests
+        )
         ran += 1
+        if args.digests:
+            print(f"seed {seed}: {'ok' if r.ok else 'FAILED'}; timeline sha256 {r.digest}")
         if not r.ok:
             failed += 1
             first = r.violations[0]

@@ -33,16 +33,21 @@ class IsrRegisteredCheck:
         self.seen: dict[tuple[int, int], float] = {}  # (partition, broker) -> since when
         self.reported: set[tuple[int, int]] = set()
         self._zxid = -1
+        # Looked up once: the check runs at the end of every virtual instant (~7,000 a
+        # schedule) and nearly always stops at the zxid.
+        c = w.controller
+        self._c = c if isinstance(c, ZkCluster) else None
+        self._model = c.ensemble.model if isinstance(c, ZkCluster) else None
 
     def __call__(self) -> None:
-        w = self.w
-        c = w.controller
-        if not isinstance(c, ZkCluster):
+        c, model = self._c, self._model
+        if c is None or model is None:
             return
-        zxid = c.ensemble.model.zxid
+        zxid = model.zxid
         if zxid == self._zxid and not self.seen:
             return  # ISRs and registrations are znodes: unchanged, nothing pending
         self._zxid = zxid
+        w = self.w
         now = w.now()
         registered = c.registered
         cid = c.controller_id

@@ -106,7 +106,9 @@ def _logs_to_timeline(handler: logging.Handler) -> Iterator[None]:
 @contextmanager
 def _virtual_clock(loop: SimLoop) -> Iterator[None]:
     start = loop.time()
-    clock.install(loop.time, lambda: EPOCH_NS + round((loop.time() - start) * 1e9))
+    # The wall clock reads the loop's counter itself (``loop.time()`` is ``_now``): one
+    # call less for each of the ~7,000 reads a schedule makes.
+    clock.install(loop.time, lambda: EPOCH_NS + round((loop._now - start) * 1e9))
     try:
         yield
     finally:
@@ -222,6 +224,7 @@ async def _run(
         session_timeout_s=cfg.session_timeout_s,
         first_controller=cfg.first_controller,
         restart_delay_s=cfg.restart_delay_s,
+        tracing=timeline,
         # Small segments for the client workloads, except under power loss: the
         # simulated broker has no flusher, which in production fsyncs each rolled
         # segment (Kafka's flush at roll), so the disk model would tear rolled segments

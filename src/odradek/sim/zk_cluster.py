@@ -169,10 +169,14 @@ class ZkCluster:
         candidates: tuple[int, ...] | None = None,
         startup_s: tuple[float, float] = (0.05, 0.3),
         first_controller: int | None = None,
+        tracing: bool = True,
     ) -> None:
         self.brokers = brokers
         self.partitions = partitions
         self.trace = trace
+        # False: the timeline is not kept (``run_seed(timeline=False)``), so committed
+        # writes are not decoded into lines nobody reads.
+        self.tracing = tracing
         self.session_timeout_s = session_timeout_s
         self.candidates = brokers if candidates is None else candidates
         self.ensemble = SimEnsemble(loop, seed, watch_latency_s)
@@ -189,6 +193,9 @@ class ZkCluster:
         self.startup_s = startup_s
         self._startup_rng = random.Random(f"startup-{seed}")
         self._cache: tuple[int, dict[int, _PartitionZnode], dict[int, ReplicaSets]] | None = None
+        self._topic_decoded: tuple[bytes, dict[int, ReplicaSets]] | None = None
+        self._states_decoded: dict[int, tuple[bytes, _PartitionZnode]] = {}
+        self._state_paths = [znodes.partition_state_path(TOPIC, p) for p in range(partitions)]
         admin = self.admin = SimKazooClient(self.ensemble, "admin", 1e9, on_commit=self._committed)
         admin.start()
         znodes.ensure_base_paths(admin)
@@ -208,23 +215,34 @@ class ZkCluster:
         if self._cache is not None and self._cache[0] == model.zxid:
             return self._cache[1], self._cache[2]
         nodes = model._t.nodes
-        a = znodes.decode_topic(TOPIC, nodes[_TOPIC_PATH].data)
+        # Any write moves the zxid (a notification, a registration), but most leave the
+        # topic and the states as they were: each is decoded again only when its bytes
+        # (or a state's version) changed. The values are not mutated by anyone.
+        data = nodes[_TOPIC_PATH].data
+        if self._topic_decoded is None or self._topic_decoded[0] != data:
+            a = znodes.decode_topic(TOPIC, data)
+            decoded = {
+                p: ReplicaSets(
+                    tuple(a.partitions[p]),
+                    tuple(a.adding_replicas.get(p, ())),
+                    tuple(a.removing_replicas.get(p, ())),
+                )
+                for p in range(self.partitions)
+            }
+            self._topic_decoded = (data, decoded)
+        sets = dict(self._topic_decoded[1])
         states: dict[int, _PartitionZnode] = {}
-        sets: dict[int, ReplicaSets] = {}
         for p in range(self.partitions):
-            sets[p] = ReplicaSets(
-                tuple(a.partitions[p]),
-                tuple(a.adding_replicas.get(p, ())),
-                tuple(a.removing_replicas.get(p, ())),
-            )
-            node = nodes.get(znodes.partition_state_path(TOPIC, p))
+            node = nodes.get(self._state_paths[p])
             if node is None:
                 states[p] = _PartitionZnode(-1, -1, ())
                 continue
-            st = znodes.decode_partition_state(node.data)
-            states[p] = _PartitionZnode(
-                st.leader, st.leader_epoch, tuple(st.isr), node.stat.version
-            )
+            got = self._states_decoded.get(p)
+            if got is None or got[0] != node.data or got[1].version != node.stat.version:
+                st = znodes.decode_partition_state(node.data)
+                z = _PartitionZnode(st.leader, st.leader_epoch, tuple(st.isr), node.stat.version)
+                got = self._states_decoded[p] = (node.data, z)
+            states[p] = got[1]
         self._cache = (model.zxid, states, sets)
         return states, sets
 
@@ -377,6 +395,8 @@ class ZkCluster:
         ok = not any(isinstance(r, m.ZkError) for r in results)
         if ok:
             self.writes += 1
+        if not self.tracing:
+            return  # what follows only writes timeline lines
         fenced = any(isinstance(op, m.Check) and op.path == znodes.CONTROLLER_EPOCH for op in ops)
         b = self._sessions.get(client.session or -1, -1)
         for op in ops:

@@ -41,7 +41,6 @@ callback the watch was set with, synchronously, after the transaction is applied
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -149,6 +148,14 @@ class Stat:
     num_children: int = 0
 
 
+def _copy_stat(stat: Stat) -> Stat:
+    """``copy.copy(stat)`` without ``copy``'s ``__reduce_ex__`` round trip (a read
+    returns a copy: ~2,000 a schedule)."""
+    out = object.__new__(Stat)
+    out.__dict__.update(stat.__dict__)
+    return out
+
+
 @dataclass
 class _Node:
     data: bytes
@@ -199,14 +206,24 @@ def _parent(path: str) -> str:
     return path.rsplit("/", 1)[0] or "/"
 
 
+# Paths that passed ``_check_path``: a run asks for the same few hundred again and again
+# (~1,500 requests a schedule). Bounded, in case a long-lived process makes many.
+_VALID_PATHS: set[str] = set()
+_VALID_PATHS_MAX = 100_000
+
+
 def _check_path(path: str) -> None:
     # What the client library refuses before sending (kazoo raises ValueError; the
     # server's PathUtils.validatePath answers BadArguments): the model raises
     # BadArguments for both.
+    if path in _VALID_PATHS:
+        return
     if not path.startswith("/") or (path != "/" and path.endswith("/")):
         raise BadArguments(path)
     if path != "/" and any(p in ("", ".", "..") for p in path[1:].split("/")):
         raise BadArguments(path)
+    if len(_VALID_PATHS) < _VALID_PATHS_MAX:
+        _VALID_PATHS.add(path)
 
 
 @dataclass
@@ -220,7 +237,7 @@ class _Tree:
     def own(self, path: str) -> _Node:
         node = self.nodes[path]
         if self.owned is not None and path not in self.owned:
-            node = _Node(node.data, copy.copy(node.stat), set(node.children), node.created)
+            node = _Node(node.data, _copy_stat(node.stat), set(node.children), node.created)
             self.nodes[path] = node
             self.owned.add(path)
         return node
@@ -299,7 +316,7 @@ class ZkModel:
         if watch is not None or set_watch:
             # ZooKeeper keeps exists watches on missing nodes with the data watches.
             self._add(self._data_watches, path, session, watch)
-        return copy.copy(node.stat) if node is not None else None
+        return _copy_stat(node.stat) if node is not None else None
 
     def get(
         self, session: int, path: str, watch: Watcher | None = None, *, set_watch: bool = False
@@ -308,7 +325,7 @@ class ZkModel:
         node = self._node(path)
         if watch is not None or set_watch:
             self._add(self._data_watches, path, session, watch)
-        return node.data, copy.copy(node.stat)
+        return node.data, _copy_stat(node.stat)
 
     def get_children(
         self, session: int, path: str, watch: Watcher | None = None, *, set_watch: bool = False
@@ -413,7 +430,7 @@ class ZkModel:
         node.stat.mtime = clock.time_ns() // 1_000_000
         node.stat.data_length = len(op.data)
         fired.append(("data", EventType.NodeDataChanged, op.path))
-        return copy.copy(node.stat)
+        return _copy_stat(node.stat)
 
     def _apply_create(
         self, t: _Tree, session: int, op: Create, fired: list[tuple[str, EventType, str]]

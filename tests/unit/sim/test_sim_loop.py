@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from odradek.sim.loop import Deadlock, SimLoop
+from odradek.sim.loop import Deadlock, SimLoop, sleep
 
 
 def test_virtual_time_jumps_to_the_next_timer() -> None:
@@ -134,3 +135,47 @@ def test_an_exception_in_a_callback_goes_to_the_exception_handler() -> None:
         loop.close()
     assert [type(c["exception"]) for c in got] == [ValueError, ValueError]
     assert all(str(c["message"]).startswith("Exception in callback") for c in got)
+
+
+def _sleeper_storm(nap: Callable[[float], Awaitable[None]]) -> list[tuple[float, int]]:
+    """Tasks waking at the same instants (ties), tasks cancelled mid-sleep, and plain
+    callbacks due at those instants too: who runs when, in order."""
+    import random
+
+    loop = SimLoop(1)
+    rng = random.Random(3)
+    ran: list[tuple[float, int]] = []
+
+    async def task(i: int) -> None:
+        for _ in range(4):
+            await nap(rng.choice([0.25, 0.5, 0.5, 1.0]))
+            ran.append((loop.time(), i))
+
+    def tick(i: int) -> None:
+        # And one loop turn later, the turn in which a task whose timer fired with this
+        # one wakes up: a wake-up a turn early or late moves it past this line.
+        ran.append((loop.time(), -i))
+        loop.call_soon(ran.append, (loop.time(), -1000 - i))
+
+    async def main() -> None:
+        tasks = [loop.create_task(task(i)) for i in range(60)]
+        for i in range(1, 41):
+            loop.call_at(rng.choice([0.25, 0.5, 1.0, 1.5]), tick, i)
+        await nap(0.5)
+        for t in tasks[::7]:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    return ran
+
+
+def test_the_simulators_sleep_wakes_tasks_in_asyncio_sleep_s_order() -> None:
+    """``odradek.sim.loop.sleep`` is asyncio.sleep made cheaper: a seed's runs stay the
+    same only if every task wakes in the same turn and order as with asyncio's."""
+    ran = _sleeper_storm(sleep)
+    assert ran == _sleeper_storm(asyncio.sleep)
+    assert len(ran) > 150 and any(i <= -1000 for _, i in ran)

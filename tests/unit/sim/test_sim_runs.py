@@ -81,6 +81,16 @@ def test_cli_run_and_replay(capsys: pytest.CaptureFixture[str]) -> None:
     assert odradek(["sim", "replay", "5", "--duration", "3", "--partitions", "2"]) == 0
     assert capsys.readouterr().out == first
     assert first.splitlines()[-1].startswith("seed 5: ok; timeline sha256 ")
+    # run --digests prints the digest replay prints, for each seed.
+    assert (
+        odradek(
+            ["sim", "run", "--seeds", "4-5", "--duration", "3", "--partitions", "2", "--digests"]
+        )
+        == 0
+    )
+    digests = capsys.readouterr().out.splitlines()
+    assert digests[1] == first.splitlines()[-1] and digests[0].startswith("seed 4: ok; ")
+    assert digests[0] != digests[1]
     assert odradek(["sim", "bugs"]) == 0
     assert set(BUG_SEEDS) <= {line.split(":")[0] for line in capsys.readouterr().out.splitlines()}
 

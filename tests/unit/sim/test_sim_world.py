@@ -1,16 +1,19 @@
 """The simulated controller (odradek.sim.world.SimController): ZooKeeper watches reach
 each broker after a seeded delay, in order, and die with the session that set them; a
-reassignment's start changes only the replica set, its completion the epoch."""
+reassignment's start changes only the replica set, its completion the epoch. The
+simulated network (SimNetwork): cuts are counted per link, and a hop draws a loss only
+on a lossy link."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 
 from odradek.metadata.image import MetadataImage
 from odradek.replication.partition_state import IsrWrite
 from odradek.sim.harness import TOPIC
 from odradek.sim.loop import SimLoop
-from odradek.sim.world import SimController
+from odradek.sim.world import SimController, SimNetwork
 
 
 def _run(main: object) -> None:
@@ -116,3 +119,21 @@ def test_an_isr_write_naming_an_unregistered_broker_is_undone_kip_841() -> None:
         assert z.leader_epoch == 2  # an eligible ISR stays as written
 
     _run(main())
+
+
+def test_cuts_are_counted_per_link_and_only_a_lossy_link_draws() -> None:
+    net = SimNetwork(random.Random(1), (0.001, 0.002))
+    net.cut(1, 2)
+    net.cut(2, 1)  # a second fault cutting the same link (an isolation, say)
+    net.uncut(1, 2)
+    assert net._broken(1, 2) and net._broken(2, 1)  # one fault still holds it
+    assert not net._broken(1, 3)
+    net.uncut(2, 1)
+    assert not net._broken(1, 2) and not net.cuts  # healed: no link left in the table
+    before = net.rng.getstate()
+    assert not net._broken(1, 2)
+    assert net.rng.getstate() == before  # no fault anywhere: no draw
+    net.loss[frozenset((1, 2))] = 1.0
+    assert net._broken(2, 1) and net.rng.getstate() != before
+    after = net.rng.getstate()
+    assert not net._broken(1, 3) and net.rng.getstate() == after  # another link: no draw
