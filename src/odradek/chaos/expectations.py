@@ -101,18 +101,22 @@ def leader_changed(m: Metrics, yes: bool = True) -> Check:
     )
 
 
-def isr_seen(m: Metrics, phase: str, pred: Callable[[list[int]], bool], what: str) -> Check:
+def _phase_isrs(m: Metrics, phase: str) -> list[list[int]]:
+    """The ISRs in effect during ``phase`` (the one at its start included)."""
     import json as _json
 
-    isrs = [_json.loads(s) for s in _phase(m, phase).get("isrs", [])]
+    return [_json.loads(s) for s in _phase(m, phase).get("isrs", [])]
+
+
+def isr_seen(m: Metrics, phase: str, pred: Callable[[list[int]], bool], what: str) -> Check:
+    isrs = _phase_isrs(m, phase)
     return Check(f"ISR during '{phase}': {what}", any(pred(i) for i in isrs), str(isrs))
 
 
 def isr_always(m: Metrics, phase: str, pred: Callable[[list[int]], bool], what: str) -> Check:
-    """Every ISR in effect during ``phase`` (the one before it included) satisfies ``pred``."""
-    import json as _json
-
-    isrs = [_json.loads(s) for s in _phase(m, phase).get("isrs", [])]
+    """Every ISR in effect during ``phase`` (the one at its start included) satisfies
+    ``pred``."""
+    isrs = _phase_isrs(m, phase)
     return Check(f"ISR during '{phase}': {what}", bool(isrs) and all(map(pred, isrs)), str(isrs))
 
 

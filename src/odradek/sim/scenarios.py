@@ -109,12 +109,16 @@ class Observed:
                 cur = leader
         return cur
 
-    def isrs_during_fault(self) -> list[tuple[int, ...]]:
-        """Every ISR ZooKeeper held between the fault and its heal (leader ISR writes
-        and controller elections both)."""
+    def isr_changes(self) -> list[tuple[float, tuple[int, ...]]]:
+        """Every ISR ZooKeeper held, in time order (leader ISR writes and controller
+        decisions both)."""
         changes = [(t, isr) for t, _b, isr in self.isr_writes]
         changes += [(t, isr) for t, _l, isr in self.leaders]
-        return [isr for t, isr in sorted(changes) if self.fault_at <= t <= self.heal_at]
+        return sorted(changes)
+
+    def isrs_during_fault(self) -> list[tuple[int, ...]]:
+        """Every ISR ZooKeeper held between the fault and its heal."""
+        return [isr for t, isr in self.isr_changes() if self.fault_at <= t <= self.heal_at]
 
     def acks_by(self, broker: int, start: float, end: float) -> int:
         return sum(1 for t, b in self.acks if b == broker and start <= t <= end)
@@ -310,9 +314,7 @@ def _p3(o: Observed, leader: int, follower: int, cfg: WorldConfig) -> list[str]:
     expired_at = expiries[0]
     back = [t for t, b in o.registered if b == follower and t > expired_at]
     back_at = back[0] if back else float("inf")
-    changes = sorted(
-        [(t, isr) for t, _b, isr in o.isr_writes] + [(t, isr) for t, _l, isr in o.leaders]
-    )
+    changes = o.isr_changes()
     while_out = [isr for t, isr in changes if expired_at <= t < back_at]
     first_out = next((i for i, isr in enumerate(while_out) if follower not in isr), None)
     if first_out is None:

@@ -50,15 +50,14 @@ def load_segments(
 ) -> LoadedSegments:
     created = not directory.is_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    if created:
-        # A new partition: nothing to scan. Topic creation opens thousands of these on
-        # the event loop; the two directory listings were a tenth of Log.open (issue 29).
-        first = Segment(directory, log_start_offset or 0, config.index_interval_bytes)
-        return LoadedSegments([first], created=True, recovered=False, damaged=False)
-    # A crash in the middle of a cleaner swap: a .log.swap file is the commit point;
-    # finish it before stray suffixes are deleted.
-    complete_swaps(directory)
-    ordered = sorted(_segment_bases(directory))
+    ordered: list[int] = []
+    # A new partition has nothing to scan: topic creation opens thousands of these on
+    # the event loop, and the two directory listings were a tenth of Log.open (issue 29).
+    if not created:
+        # A crash in the middle of a cleaner swap: a .log.swap file is the commit point;
+        # finish it before stray suffixes are deleted.
+        complete_swaps(directory)
+        ordered = sorted(_segment_bases(directory))
     max_batch = max(config.max_message_bytes, config.segment_bytes)
     segments: list[Segment] = []
     damaged = False
