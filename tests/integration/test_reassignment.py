@@ -21,8 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import kafka.errors
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaAdminClient
+from kafka import TopicPartition as KafkaTopicPartition
 from replication_util import consume_all, create_topic, partition_meta, wait_for
 
 from odradek.cluster.local import LocalCluster
@@ -419,3 +423,59 @@ def test_move_resumes_after_controller_failover(four: LocalCluster, tmp_path: Pa
         assert [v for _, v in got[0]] == values
     finally:
         four.start_broker(ctrl)
+
+
+def _registered(address: str) -> set[int]:
+    md = AdminClient({"bootstrap.servers": address}).list_topics(timeout=10)
+    return set(md.brokers)
+
+
+def test_move_with_a_stopped_replica_completes_once_it_is_back(
+    four: LocalCluster, tmp_path: Path
+) -> None:
+    """Kafka's validateReassignment: only the brokers being added must be alive. A replica
+    that stays may be down: the move starts, and completes once that replica is back in
+    the ISR. Adding a broker that is not registered is refused with
+    INVALID_REPLICA_ASSIGNMENT. (The simulator's seed 2951: a move issued while a staying
+    replica's broker was cut from ZooKeeper was accepted by the API, then dropped by the
+    controller, and never completed.)"""
+    if len(four.brokers) < 4:
+        four.add_broker()
+    ctrl = wait_for(four.controller_id, 30, "a controller")
+    a, b, c = [x for x in (1, 2, 3, 4) if x != ctrl]
+    topic = "stayer-down"
+    create_topic(four.bootstrap_servers, topic, 1, 2, assignment=[[a, b]])
+    p = Producer({"bootstrap.servers": four.bootstrap_servers, "acks": "all"})
+    values = [b"%04d" % i for i in range(200)]
+    for v in values:
+        p.produce(topic, value=v, partition=0)
+    assert p.flush(60) == 0
+    del p
+    alive = four.broker(a).address
+
+    four.stop_broker(b)
+    # kafka-python's AdminClient: Odradek's reassign-partitions, as Kafka's, refuses a
+    # plan naming any unknown broker before it asks the cluster ("Unknown broker id(s)").
+    admin = KafkaAdminClient(bootstrap_servers=alive)
+    try:
+        wait_for(lambda: b not in _registered(alive), 60, f"broker {b} unregistered")
+        tp = KafkaTopicPartition(topic, 0)
+        bad = admin.alter_partition_reassignments({tp: [c, b, 99]})
+        assert bad == {tp: kafka.errors.InvalidReplicationAssignmentError}
+        assert admin.alter_partition_reassignments({tp: [c, b]}) == {tp: None}
+        wait_for(
+            lambda: list(partition_meta(alive, topic)[0].replicas) == [c, b, a],
+            60,
+            "the move started: replicas [c, b, a]",
+        )
+    finally:
+        admin.close()
+        four.start_broker(b)
+    wait_for(
+        lambda: list(partition_meta(alive, topic)[0].replicas) == [c, b],
+        120,
+        "the move completed once the stopped replica was back",
+        interval=0.5,
+    )
+    got = consume_all(alive, topic, [0])
+    assert [v for _, v in got[0]] == values

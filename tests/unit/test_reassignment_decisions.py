@@ -94,6 +94,21 @@ def test_request_checks() -> None:
     assert check_request(img, "t", 1, None, True) is None
 
 
+def test_only_added_brokers_must_be_registered() -> None:
+    # Kafka's validateReassignment: a replica that stays may be down (broker 2 here, not
+    # registered); an added one must be registered. The simulator's seed 2951 moved a
+    # replica back while another replica's broker was cut from ZooKeeper.
+    img = _image()
+    del img.brokers[2]
+    assert check_request(img, "t", 0, [1, 2], False) is None  # a reordering: nothing added
+    assert check_request(img, "t", 0, [2, 3], False) is None  # 3 added, registered
+    code, msg = check_request(img, "t", 0, [1, 2, 4], True) or (None, None)
+    assert code == ErrorCode.invalid_replica_assignment
+    assert msg is not None and "[4]" in msg and "not alive" in msg
+    img.brokers.pop(3)
+    assert check_request(img, "t", 0, [2, 3], False)[0] == ErrorCode.invalid_replica_assignment
+
+
 def test_ongoing_lists_only_moving_partitions() -> None:
     img = _image()
     assert ongoing(img, None) == {"t": [(1, (3, 1, 2), (3,), (2,))]}

@@ -157,12 +157,17 @@ class Reassigner:
                         )
                     )
                     continue
-                if not target or any(b not in live for b in target):
+                # Kafka's validateReassignment: the brokers being added must be alive; a
+                # replica that stays may be down (it rejoins the ISR when it is back,
+                # and the move completes then).
+                dead = [b for b in target if b not in cur.original and b not in live]
+                if not target or dead:
                     logger.warning(
-                        "reassignment of %s-%d to %s ignored: not every broker is registered",
+                        "reassignment of %s-%d to %s ignored: brokers %s are not registered",
                         topic,
                         p,
                         target,
+                        dead,
                     )
                     continue
                 new = reassignment.start(cur, target)

@@ -479,6 +479,7 @@ class MetadataStore:
                 self._rebuild.add(gone)
                 self._watched_topics.discard(gone)
         new = [t for t in assignments if t not in self._topics]
+        joined: list[tuple[str, int]] = []  # partitions newly assigned to this broker
         for t, a in assignments.items():
             ts = self._topics.get(t)
             if ts is None:
@@ -496,6 +497,14 @@ class MetadataStore:
                 }
                 if changed:
                     self._dirty_parts.setdefault(t, set()).update(changed)
+                    me = self.broker_id
+                    joined += [
+                        (t, p)
+                        for p in changed
+                        if me in a.partitions[p]
+                        and me not in ts.assignment.get(p, ())
+                        and p in ts.states
+                    ]
             ts.assignment = a.partitions
             ts.adding, ts.removing = a.adding_replicas, a.removing_replicas
         if new:
@@ -506,9 +515,22 @@ class MetadataStore:
             for p in a.partitions
             if p not in self._topics[t].states
         ]
-        for (t, p), (st, version, mzxid) in self.zkc.get_partition_states_mzxid(missing).items():
-            self._topics[t].states[p] = (st, version)
-            self._hold(self._topics[t], p, st, mzxid)
+        # A partition newly assigned here gets its state read again, after its assignment:
+        # the controller writes a state before the assignment that follows from it (a
+        # replica is removed only after leadership left it), but the notification of that
+        # state may not have been read yet (it is queued behind this event, or, after a
+        # reconnect, ZooKeeper fires data watches before child watches). Created from the
+        # older state, a replica moved off and straight back would lead the epoch it led
+        # before, with an empty log (odradek sim seed 404: HW 307 -> 0).
+        for (t, p), (st, version, mzxid) in self.zkc.get_partition_states_mzxid(
+            missing + joined
+        ).items():
+            ts = self._topics[t]
+            cur = ts.states.get(p)
+            if cur is not None and version <= cur[1]:
+                continue
+            ts.states[p] = (st, version)
+            self._hold(ts, p, st, mzxid)
             self._dirty_parts.setdefault(t, set()).add(p)
         for t in new:
             if t not in self._watched_topics:

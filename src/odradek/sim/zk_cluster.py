@@ -377,8 +377,9 @@ class ZkCluster:
         if self._wanted.get(partition) != target:
             return  # another move was asked for since
         a = self.assignment[partition]
-        if a.in_progress or set(a.target) == set(target):
+        if set(a.target) == set(target):
             return  # accepted (it completes on its own)
+        # (A move still running toward another target was not replaced by this one.)
         if znodes.REASSIGN_PARTITIONS in self.ensemble.model._t.nodes:
             self.ensemble.loop.call_later(1.0, self._reassigned, partition, target)
             return  # not processed yet

@@ -154,6 +154,38 @@ def test_seed_308_a_caught_up_follower_rejoins_the_isr() -> None:
     assert shrunk < caught_up < readded, after
 
 
+def test_seed_404_a_replica_moved_off_and_back_follows_the_new_leader() -> None:
+    """Regression: broker 2 led p0 at epoch 6 when a reassignment moved it off and, 24 ms
+    later, back. Its metadata store read the assignment naming it again before the
+    notification of epoch 7 (ZooKeeper fires data watches before child watches after a
+    reconnect), so it re-created the replica as leader of epoch 6 with an empty log (HW
+    307 -> 0: hw-regressed). Seeds 486, 1013, 4608 and 4833 of ``sim run --seeds 1-5000``
+    were the same. The store now reads the state of a partition assigned to it again
+    after its assignment (MetadataStore._load_topics)."""
+    r = run_seed(404)
+    assert r.ok, [str(v) for v in r.violations]
+    # The guard: the run still moves p0 off broker 2 while it leads and straight back.
+    back = max(i for i, x in enumerate(r.timeline) if "move p0 back to broker 2" in x)
+    assert "broker 2 p0: Leader epoch 6" in next(
+        x for x in reversed(r.timeline[:back]) if "broker 2 p0:" in x
+    )
+    first = next(x for x in r.timeline[back:] if "broker 2 p0:" in x)
+    assert "Follower epoch 7 hw 0 leo 0" in first, first
+
+
+def test_seed_2951_a_move_back_while_a_staying_replica_is_cut_completes() -> None:
+    """Regression: moving p0 back onto broker 1 while broker 2 (a replica that stays) was
+    cut from ZooKeeper was dropped by the controller ("not every broker is registered";
+    Kafka requires only the added brokers to be alive), and the simulated operator took
+    the first move, still running, for the new one (liveness: replicas [2, 3] for good)."""
+    r = run_seed(2951)
+    assert r.ok, [str(v) for v in r.violations]
+    asked = next(i for i, x in enumerate(r.timeline) if "admin: reassign p0 to [1, 2, 3]" in x)
+    assert any("controller: broker 2 session expired" in x for x in r.timeline[asked:])
+    assert any("controller: p0 replicas [1, 2, 3] adding [] " in x for x in r.timeline[asked:])
+    assert "replicas" not in r.timeline[-1]  # the end line names replicas only if not all
+
+
 @pytest.mark.parametrize("seed", [7591, 15334, 17297])
 def test_a_followers_high_watermark_reaches_it_after_a_leader_epoch_change(seed: int) -> None:
     """Regression (docs/faults.md): a reassignment bumped the leader epoch while a

@@ -23,6 +23,7 @@ from odradek.metadata.store import (
     MetadataStore,
     PartitionStatesChanged,
     StatesReloaded,
+    TopicChanged,
     TopicConfigChanged,
 )
 from odradek.zk import admin, znodes
@@ -187,3 +188,33 @@ def test_a_controlled_shutdown_request_is_in_the_image_until_answered(h: Harness
     h.zk.delete(f"{znodes.CONTROLLED_SHUTDOWN_PATH}/2")
     img = h.step(AdminRequestsChanged())
     assert img.shutting_down == frozenset()
+
+
+def test_a_partition_assigned_here_again_gets_its_state_read_after_its_assignment(
+    h: Harness,
+) -> None:
+    """The controller writes a state before the assignment that follows from it, but the
+    store may read the assignment first (its watch event was queued ahead, or after a
+    reconnect ZooKeeper fired data watches before child watches). A replica moved off
+    broker 1 and straight back was re-created from the state it had led: leader 1 at
+    epoch 0 with an empty log (odradek sim seed 404: its HW went 307 -> 0)."""
+
+    def assign(replicas: list[int]) -> None:
+        t = znodes.TopicAssignment("a", h.ids["a"], {p: [1, 2, 3] for p in range(4)})
+        t.partitions[0] = replicas
+        h.zk.set(znodes.topic_path("a"), znodes.encode_topic(t))
+
+    h.move("a", [0], leader=2, epoch=1)  # leadership leaves broker 1 ...
+    assign([2, 3])  # ... then broker 1 leaves the replicas
+    img = h.step(TopicChanged("a"))  # the notification is not read yet
+    assert img.partition("a", 0).replicas == (2, 3)  # type: ignore[union-attr]
+    assign([1, 2, 3])  # moved back
+    img = h.step(TopicChanged("a"))
+    p0 = img.partition("a", 0)
+    assert p0 is not None and p0.replicas == (1, 2, 3)
+    assert (p0.leader, p0.leader_epoch) == (2, 1)
+    # The notification, read later, changes nothing: its version is not newer.
+    h.store._handle([LeaderAndIsrNotified()])
+    assert not h.store._has_changes()
+    # A partition that stays assigned here is not read again (no cost per assignment).
+    assert h.store._topics["a"].states[1][1] == 0

@@ -4,8 +4,9 @@ Kafka's broker forwards AlterPartitionReassignments to the controller over RPC; 
 brokers reach the controller through ZooKeeper, so any broker answers it:
 
 1. Each partition is checked against this broker's image, with Kafka's errors: unknown
-   → UNKNOWN_TOPIC_OR_PARTITION; an empty or duplicated replica list, or a broker that is
-   not registered → INVALID_REPLICA_ASSIGNMENT; a changed replica count without
+   → UNKNOWN_TOPIC_OR_PARTITION; an empty or duplicated replica list, or an added broker
+   that is not registered → INVALID_REPLICA_ASSIGNMENT (a replica that stays may be
+   down, as in Kafka); a changed replica count without
    ``allow_replication_factor_change`` (v1, KIP-860) → INVALID_REPLICATION_FACTOR;
    cancelling (null replicas) with nothing in progress → NO_REASSIGNMENT_IN_PROGRESS.
 2. The rest are merged into ``/admin/reassign_partitions`` (Kafka's JSON; a conditional
@@ -66,14 +67,16 @@ def check_request(
             ErrorCode.invalid_replica_assignment,
             f"The partition assignment {target} contains duplicate replicas.",
         )
-    missing = [b for b in target if b not in image.brokers]
+    original = [r for r in info.replicas if r not in info.adding_replicas]
+    # Kafka's validateReassignment: only the brokers being added must be alive; a replica
+    # that stays may be down (the move completes once it is back in the ISR).
+    missing = [b for b in target if b not in original and b not in image.brokers]
     if missing:
         return (
             ErrorCode.invalid_replica_assignment,
-            f"The partition assignment {target} contains brokers {missing} that are "
-            "not registered.",
+            f"Replica assignment has brokers that are not alive. Replica list: {missing}, "
+            f"live broker list: {sorted(image.brokers)}",
         )
-    original = [r for r in info.replicas if r not in info.adding_replicas]
     if not allow_rf_change and len(target) != len(original):
         return (
             ErrorCode.invalid_replication_factor,
