@@ -20,9 +20,14 @@ one, prints its timeline and checks its documented outcome.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import io
+import os
 import sys
 import time
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = ["add_parser", "parse_seeds"]
@@ -184,6 +189,14 @@ def add_parser(subparsers: Any) -> None:
         "--stop-on-failure", action="store_true", help="stop at the first failing seed"
     )
     run.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=1,
+        metavar="N",
+        help="run the seeds in N processes at once (0: one per CPU); each seed's run is "
+        "the same as alone, and the output is the same lines in seed order (default 1)",
+    )
+    run.add_argument(
         "--digests",
         action="store_true",
         help="also print each seed's outcome and timeline sha256, as `replay` does (the "
@@ -262,33 +275,87 @@ def _check_bug(name: str | None) -> None:
         raise SystemExit(f"odradek sim: unknown bug {name!r}; known: {', '.join(BUGS)}")
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _jobs(text: str) -> int:
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError("--jobs must be 0 (one per CPU) or more")
+    return n or os.cpu_count() or 1
+
+
+@dataclass(frozen=True, slots=True)
+class _SeedRun:
+    """What ``sim run`` prints of one seed (a worker process sends this, not the run)."""
+
+    seed: int
+    ok: bool
+    lines: str  # the seed's lines of output, newline-terminated ("" for a quiet pass)
+
+
+def _run_one(
+    seed: int, bug: str | None, cfg: Any, profile: str, digests: bool, shrink: bool
+) -> _SeedRun:
     from odradek.sim.runner import run_seed  # noqa: PLC0415 - lazy: CLI start-up
+
+    r = run_seed(seed, bug=bug, cfg=cfg, profile=profile, timeline=digests)
+    out = io.StringIO()
+    if digests:
+        out.write(f"seed {seed}: {'ok' if r.ok else 'FAILED'}; timeline sha256 {r.digest}\n")
+    if not r.ok:
+        first = r.violations[0]
+        more = f" (+{len(r.violations) - 1} more)" if len(r.violations) > 1 else ""
+        out.write(f"seed {seed}: {first.invariant}: {first.detail}{more}\n")
+        if shrink:
+            _print_shrunk(r, cfg, out)
+    return _SeedRun(seed, r.ok, out.getvalue())
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import odradek.sim.runner  # noqa: F401, PLC0415 - lazy: CLI start-up; before workers fork
 
     _check_bug(args.inject_bug)
     cfg = _cfg(args)
+    run = functools.partial(
+        _run_one,
+        bug=args.inject_bug,
+        cfg=cfg,
+        profile=args.profile,
+        digests=args.digests,
+        shrink=args.shrink,
+    )
     failed = 0
     ran = 0
     t0 = time.monotonic()
-    for seed in args.seeds:
-        r = run_seed(
-            seed, bug=args.inject_bug, cfg=cfg, profile=args.profile, timeline=args.digests
-        )
-        ran += 1
-        if args.digests:
-            print(f"seed {seed}: {'ok' if r.ok else 'FAILED'}; timeline sha256 {r.digest}")
-        if not r.ok:
-            failed += 1
-            first = r.violations[0]
-            more = f" (+{len(r.violations) - 1} more)" if len(r.violations) > 1 else ""
-            print(f"seed {seed}: {first.invariant}: {first.detail}{more}", flush=True)
-            if args.shrink:
-                _print_shrunk(r, cfg, sys.stdout)
-            if args.stop_on_failure:
-                break
+    with contextlib.ExitStack() as stack:
+        results: Iterator[_SeedRun]
+        if args.jobs > 1 and len(args.seeds) > 1:
+            import multiprocessing  # noqa: PLC0415 - lazy: CLI start-up
+            from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+
+            # Each seed is a whole run in one process, as in a serial run (a run depends
+            # on its seed only: tests/unit/sim/test_sim_runs.py). fork: the workers
+            # start with the modules already imported.
+            pool = stack.enter_context(
+                ProcessPoolExecutor(
+                    min(args.jobs, len(args.seeds)), mp_context=multiprocessing.get_context("fork")
+                )
+            )
+            stack.callback(pool.shutdown, wait=True, cancel_futures=True)
+            results = pool.map(run, args.seeds)  # in seed order, whichever ends first
+        else:
+            results = map(run, args.seeds)
+        for r in results:
+            ran += 1
+            if r.lines:
+                sys.stdout.write(r.lines)
+                sys.stdout.flush()
+            if not r.ok:
+                failed += 1
+                if args.stop_on_failure:
+                    break
     elapsed = time.monotonic() - t0
     rate = ran / elapsed * 60 if elapsed > 0 else 0.0
-    print(f"sim: {ran} schedules, {failed} failed, {rate:.0f} per minute")
+    jobs = f" ({args.jobs} jobs)" if args.jobs > 1 else ""
+    print(f"sim: {ran} schedules, {failed} failed, {rate:.0f} per minute{jobs}")
     return 1 if failed else 0
 
 

@@ -95,6 +95,26 @@ def test_cli_run_and_replay(capsys: pytest.CaptureFixture[str]) -> None:
     assert set(BUG_SEEDS) <= {line.split(":")[0] for line in capsys.readouterr().out.splitlines()}
 
 
+def test_cli_run_in_parallel_prints_what_a_serial_run_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--jobs``: the seeds run in worker processes; each run is the run of its seed
+    alone, and the lines come out in seed order (failures, shrinking, digests)."""
+    args = ["sim", "run", "--seeds", "21-24", "--duration", "6", "--digests"]
+    bug = ["--inject-bug", "hw-ignores-min-isr", "--shrink"]
+    outs = []
+    for jobs in ("1", "3"):
+        assert odradek([*args, *bug, "--jobs", jobs]) == 1
+        outs.append(capsys.readouterr().out.splitlines())
+    serial, parallel = outs
+    assert serial[:-1] == parallel[:-1]
+    assert any(line.startswith("seed 22 shrunk: ") for line in serial)
+    assert parallel[-1].startswith("sim: 4 schedules, ") and parallel[-1].endswith("(3 jobs)")
+    assert [line.split(":")[0] for line in serial if "timeline sha256" in line] == [
+        f"seed {n}" for n in range(21, 25)
+    ]
+
+
 def test_cli_runs_the_real_controller_unless_told_to_model_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
