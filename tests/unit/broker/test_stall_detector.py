@@ -73,3 +73,40 @@ def test_lateness_histogram_counts_a_stall_in_its_bucket(monkeypatch: pytest.Mon
     assert [n for _, n in buckets] == sorted(n for _, n in buckets)  # cumulative
     assert bounds[0.25] < bounds[0.5]  # the 300 ms stall (a loaded machine adds, never hides)
     assert total_s >= 0.29
+
+
+def test_the_watcher_sleeps_until_a_heartbeat_would_be_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With metrics on every broker runs a detector: while the loop ticks, the watcher
+    wakes about once per threshold (not four times), at the moment the last heartbeat
+    would become a stall; a stall is reported once, then looked at every N/4."""
+    loop = asyncio.new_event_loop()
+    try:
+        det = stall_detector.StallDetector(loop, 200)
+    finally:
+        loop.close()
+    det.last_tick = 100.0
+    clock = iter([100.05, 100.19, 100.3, 100.35])  # what monotonic() reads at each wake
+    now = [100.0]
+    waits: list[float] = []
+
+    class Script:
+        def wait(self, timeout: float) -> bool:
+            waits.append(round(timeout, 3))
+            try:
+                now[0] = next(clock)
+            except StopIteration:
+                return True  # stop
+            return False
+
+        def is_set(self) -> bool:
+            return False
+
+    monkeypatch.setattr(det, "_stop", Script())
+    monkeypatch.setattr(det, "_clock", lambda: now[0])
+    det._watch()
+    # 0.2 at first; at 100.05 the tick is 50 ms old: 151 ms more; at 100.19, 11 ms more;
+    # at 100.3 it is a stall (reported), then every 50 ms; 100.35 is the same stall.
+    assert waits == [0.2, 0.151, 0.011, 0.05, 0.05]
+    assert det.stalls == 1
