@@ -410,6 +410,8 @@ class FetchSessionCache:
     ) -> FetchSession | None:
         if self.max_slots <= 0:
             return None
+        if follower and replica_id >= 0:
+            self._retire_older_sessions(replica_id)
         size = sum(len(entries) for _, entries in requested)
         if self.cached_partitions() + size > self.max_partitions:
             return None  # served without a session (see max_partitions)
@@ -436,6 +438,23 @@ class FetchSessionCache:
                 self._holders.setdefault(tp, {})[session_id] = session
         self.sessions[session_id] = session
         return session
+
+    def _retire_older_sessions(self, replica_id: int) -> None:
+        """A follower opens a session: its other sessions here are over. A broker runs
+        one fetcher per source broker (``num.replica.fetchers`` is not supported), so an
+        older session of the same follower belongs to a connection or an incarnation
+        that is gone -- but a fetch it sent may still arrive (delayed on the wire, sent
+        just before a crash). Served, it would record the follower's fetch offset as it
+        was then, while its live session holds the partition idle at the log end: the
+        leader never again sees the follower caught up, and it stays out of the ISR for
+        as long as the partition is idle (odradek sim seed 5005). Its session gone, such
+        a fetch is answered FETCH_SESSION_ID_NOT_FOUND and records nothing. (Kafka
+        fences it with the broker epoch in the fetch, KIP-903, in KRaft mode.)"""
+        stale = [
+            s.id for s in self.sessions.values() if s.privileged and s.replica_id == replica_id
+        ]
+        for session_id in stale:
+            self.remove(session_id)
 
     def _evict_one(self, follower: bool, size: int, now_ms: int) -> bool:
         victim: FetchSession | None = None

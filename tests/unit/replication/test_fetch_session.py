@@ -194,6 +194,38 @@ def test_session_errors_and_closing() -> None:
     assert len(cache) == 0
 
 
+def test_a_followers_new_session_retires_its_older_ones() -> None:
+    """One fetcher per source broker: a follower opening a session here (a restart, a new
+    connection) leaves its older session behind, and a fetch still on the wire for it
+    must not record that follower's old fetch offset (odradek sim seed 5005: a restarted
+    follower, caught up on its new session, stayed out of the ISR of an idle partition
+    because its previous incarnation's fetch at an older offset arrived late)."""
+    cache = FetchSessionCache()
+
+    def full(replica: int, follower: bool = True) -> int:
+        ctx = cache.new_context(
+            0,
+            INITIAL_EPOCH,
+            topics(("a", 0, 5)),
+            [],
+            follower=follower,
+            now_ms=0,
+            replica_id=replica if follower else -1,
+        )
+        assert ctx.kind is FetchKind.FULL
+        return ctx.session_id
+
+    old, other, consumer = full(3), full(2), full(-1, follower=False)
+    new = full(3)
+    assert set(cache.sessions) == {other, consumer, new}
+    assert [s.id for s in cache.holders(("a", 0))] == [other, new]
+    late = cache.new_context(old, 1, topics(("a", 0, 1)), [], follower=True, now_ms=1, replica_id=3)
+    assert late.kind is FetchKind.ERROR and late.error_code == ErrorCode.fetch_session_id_not_found
+    assert cache.new_context(new, 1, [], [], follower=True, now_ms=2, replica_id=3).kind is (
+        FetchKind.INCREMENTAL
+    )
+
+
 def test_next_epoch_wraps_to_one() -> None:
     assert next_epoch(0) == 1 and next_epoch(41) == 42
     assert next_epoch(0x7FFFFFFF) == 1 and next_epoch(-1) == -1

@@ -206,6 +206,19 @@ def test_seed_2951_a_move_back_while_a_staying_replica_is_cut_completes() -> Non
     assert "replicas" not in r.timeline[-1]  # the end line names replicas only if not all
 
 
+def test_seed_5005_a_late_fetch_of_a_followers_previous_incarnation_is_refused() -> None:
+    """Regression: broker 3 crashed with a fetch at offset 251 on the wire and restarted;
+    its new session caught up (267) and went idle, then the old session's fetch arrived
+    and the leader recorded 251. Idle credits then disagreed with the recorded offset and
+    broker 3 stayed out of the ISR for the 30 s of the quiet end (liveness). A follower's
+    new session now retires its older ones (FetchSessionCache._retire_older_sessions)."""
+    r = run_seed(5005)
+    assert r.ok, [str(v) for v in r.violations]
+    restart = max(i for i, x in enumerate(r.timeline) if "nemesis: restart broker 3" in x)
+    assert any("nemesis: crash broker 3" in x for x in r.timeline[restart - 8 : restart])
+    assert "isr [1, 2, 3]" in r.timeline[-1]
+
+
 @pytest.mark.parametrize("seed", [7591, 15334, 17297])
 def test_a_followers_high_watermark_reaches_it_after_a_leader_epoch_change(seed: int) -> None:
     """Regression (docs/faults.md): a reassignment bumped the leader epoch while a
