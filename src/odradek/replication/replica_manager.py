@@ -228,6 +228,9 @@ class ReplicaManager:
         # Topic overrides each local log's LogConfig was last built from (dynamic topic
         # configs): a change swaps log.config in _apply_partition.
         self._applied_configs: dict[TopicPartition, dict[str, str]] = {}
+        # The leader epoch each replica reassigned away from this broker had when it was
+        # deleted (see _apply_partition).
+        self._moved_away_at: dict[TopicPartition, int] = {}
 
     @property
     def flusher(self) -> Flusher | None:
@@ -481,6 +484,22 @@ class ReplicaManager:
     ) -> None:
         part = self.partitions.get(tp)
         if part is None:
+            fence = self._moved_away_at.get(tp)
+            if fence is not None and pinfo.leader == self.broker_id and pinfo.leader_epoch <= fence:
+                # A replica moved away and back leads only at an epoch the controller
+                # elected it in after the move: it comes back with an empty log, and the
+                # state naming it leader at the epoch it was removed in (or before) is
+                # a stale read (odradek sim seed 404: HW 307 -> 0). Wait for the newer
+                # state, which the metadata store reads after the assignment.
+                logger.warning(
+                    "%s-%d: not leading epoch %d again, the replica was moved away at %d",
+                    tp[0],
+                    tp[1],
+                    pinfo.leader_epoch,
+                    fence,
+                )
+                return
+            self._moved_away_at.pop(tp, None)
             part = self._create_partition(tp, pinfo)
         min_isr = topic_override(configs, "min.insync.replicas")
         part.set_min_insync_replicas(
@@ -561,6 +580,9 @@ class ReplicaManager:
         part = self.partitions.pop(tp, None)
         if part is not None and moved_to is not None:
             self._quarantine_moved_away(part, moved_to)
+            self._moved_away_at[tp] = part.leader_epoch
+        elif moved_to is None:
+            self._moved_away_at.pop(tp, None)  # the topic is gone: a new one starts over
         self.fetchers.remove(tp)
         if self.alter_partition is not None:
             self.alter_partition.discard(tp)

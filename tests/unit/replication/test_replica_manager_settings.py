@@ -5,6 +5,7 @@ no fetchers), so a test of it checked something no broker runs."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from dataclasses import replace
@@ -72,3 +73,42 @@ def test_the_image_s_controlled_shutdowns_make_brokers_ineligible_for_the_isr(
     rm.apply_image(MetadataImage("c", 1, brokers, topics, complete=True))
     assert rm.isr_eligibility.eligible(2)  # the request was answered and deleted
     rm.shutdown()
+
+
+def test_a_replica_moved_away_and_back_never_leads_its_old_epoch_again(tmp_path: Path) -> None:
+    """Defence in depth for odradek sim seed 404: an image that names this broker leader
+    at the epoch its replica was moved away in (a stale read of the state) does not
+    re-create the replica, empty, as that epoch's leader; the controller's later state
+    does."""
+    brokers = {b: BrokerInfo(b, "127.0.0.1", 9000 + b) for b in (1, 2, 3)}
+    tid = uuid.UUID(int=1)
+
+    def apply(rm: ReplicaManager, replicas: tuple[int, ...], leader: int, epoch: int) -> None:
+        p = PartitionInfo(0, replicas, leader, epoch, replicas, 1, epoch)
+        rm.apply_image(
+            MetadataImage("c", 1, brokers, {"t": TopicInfo("t", tid, {0: p})}, complete=True)
+        )
+
+    async def scenario(log_dir: Path, back_at: int) -> bool | None:
+        """Led at epoch 6, moved away (leader 2 at 7), back with a state of ``back_at``
+        naming this broker leader; whether it then leads (None: no replica)."""
+        rm = ReplicaManager(1, log_dir, lambda _t: LogConfig(), ReplicaManagerSettings.defaults())
+        rm.load_logs()
+        try:
+            apply(rm, (1, 2), leader=1, epoch=6)
+            assert rm.partitions[("t", 0)].is_leader
+            apply(rm, (2, 3), leader=2, epoch=7)
+            assert ("t", 0) not in rm.partitions
+            apply(rm, (1, 2, 3), leader=1, epoch=back_at)
+            part = rm.partitions.get(("t", 0))
+            if part is None:  # then the controller's own state arrives
+                apply(rm, (1, 2, 3), leader=2, epoch=7)
+                assert not rm.partitions[("t", 0)].is_leader
+                return None
+            return part.is_leader
+        finally:
+            await rm.stop_fetchers()
+            rm.shutdown()
+
+    assert asyncio.run(scenario(tmp_path / "stale", back_at=6)) is None
+    assert asyncio.run(scenario(tmp_path / "elected", back_at=8)) is True
