@@ -222,18 +222,28 @@ class _DataWatch:
 
 
 class _ChildrenWatch:
-    """kazoo's ``ChildrenWatch`` recipe: ``func(children)`` now and on every change of
-    the children; stops when it returns False or the znode is gone."""
+    """kazoo's ``ChildrenWatch`` recipe (kazoo 2.x ``recipe/watchers.py``):
+    ``func(children)`` now and on every watch event; stops when it returns False or the
+    znode is gone. As kazoo's, the recipe's own read on reconnecting after a suspension
+    or a lost session calls ``func`` only if the children differ from the last ones it
+    was given (a watch set before the cut still fires for a change made meanwhile, and
+    that read reports). Until 2026-12-07 this model skipped *every* read with unchanged
+    children, which kazoo does not: a broker's registration gone and back between a
+    watch event and its read went unseen by the controller (sim seed 18448, a failure
+    of the model, not of the broker)."""
 
     def __init__(self, client: SimKazooClient, path: str, func: Callable[..., Any]) -> None:
         self.client, self.path, self.func = client, path, func
         self.stopped = False
         self.prior: list[str] | None = None
+        self.established = False
         client.add_listener(self._on_state)
         self._get()
 
     def _on_state(self, state: str) -> None:
-        if state == KazooState.CONNECTED and not self.stopped:
+        if state in (KazooState.LOST, KazooState.SUSPENDED):
+            self.established = False
+        elif state == KazooState.CONNECTED and not self.established and not self.stopped:
             self._get()
 
     def _watcher(self, _event: WatchedEvent) -> None:
@@ -249,8 +259,10 @@ class _ChildrenWatch:
             return
         except (ConnectionLoss, SessionExpiredError):
             return
-        if children == self.prior:
-            return
+        if not self.established:
+            self.established = True
+            if self.prior is not None and children == self.prior:
+                return
         self.prior = children
         if self.func(children) is False:
             self.stopped = True

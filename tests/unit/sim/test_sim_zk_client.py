@@ -218,3 +218,36 @@ def test_the_recipes_rearm_and_report_changes_only(loop: SimLoop) -> None:
         assert datas == [None, b"1", b"2", None] and kids == [[], ["a"], ["a", "b"]]
 
     _run(loop, main)
+
+
+def test_children_watch_reports_every_event_but_not_an_unchanged_reconnection(
+    loop: SimLoop,
+) -> None:
+    """kazoo's ChildrenWatch: every watch event calls back, even when the children read
+    are the ones already reported (a child deleted and created again before the read:
+    a broker's registration gone and back); only the recipe's own read on reconnecting
+    skips an unchanged list. The model skipped every unchanged read until sim seed 18448
+    had a controller that never saw a broker come back: not a broker bug, the model's."""
+
+    async def main() -> None:
+        ens = SimEnsemble(loop, 1, watch_latency_s=(0.05, 0.05))
+        writer, reader = _client(ens, "w"), _client(ens, "r")
+        writer.create("/p")
+        writer.create("/p/a")
+        kids: list[list[str]] = []
+        reader.ChildrenWatch("/p", kids.append)
+        writer.delete("/p/a")
+        writer.create("/p/a")  # back before the event reaches the reader
+        await asyncio.sleep(0.2)
+        assert kids == [["a"], ["a"]]
+        reader.cut()
+        writer.delete("/p/a")
+        writer.create("/p/a")
+        # The same session: the recipe's own read on reconnecting finds the list it
+        # reported and says nothing; the watch set before the cut then fires for the
+        # change made meanwhile (ZooKeeper's SetWatches), and that read is reported.
+        reader.reconnect()
+        await asyncio.sleep(0.2)
+        assert kids == [["a"], ["a"], ["a"]]
+
+    _run(loop, main)
