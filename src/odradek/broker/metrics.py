@@ -174,6 +174,8 @@ class _Snapshot:
     event_loop: tuple[int, float, float] | None = None
     # cumulative (upper bound s, heartbeats) of heartbeat lateness, and its sum (s)
     event_loop_lag: tuple[list[tuple[float, int]], float] | None = None
+    # full garbage collections: count, total s, longest since the previous scrape (s)
+    full_gcs: tuple[int, float, float] | None = None
     # (kind, measured, doc, [(user, client id, throttle ms, rate)]) per quota manager
     quotas: list[tuple[str, str, str, list[tuple[str, str, float, float]]]] = field(
         default_factory=list
@@ -254,6 +256,8 @@ class BrokerMetrics:
         if det is not None:
             snap.event_loop = (det.stalls, det.threshold_s, det.take_max_lag())
             snap.event_loop_lag = det.lag_histogram()
+            gcs = det.collections
+            snap.full_gcs = (gcs.count, gcs.total_s, gcs.take_max())
         quotas = b.context.quotas
         now_ms = time.monotonic() * 1000.0
         for kind, manager, measured, doc in (
@@ -619,3 +623,20 @@ class _Families(Collector):
                 [], [("+Inf" if b == float("inf") else repr(b), n) for b, n in buckets], total_s
             )
             yield fam
+        if snap.full_gcs is not None:
+            count, total_s, longest_s = snap.full_gcs
+            yield CounterMetricFamily(
+                "odradek_gc_full_collections",
+                "Full (generation-2) garbage collections; each stops the event loop",
+                value=count,
+            )
+            yield CounterMetricFamily(
+                "odradek_gc_full_collection_seconds",
+                "Time spent in full garbage collections",
+                value=total_s,
+            )
+            yield _gauge(
+                "odradek_gc_full_collection_max_seconds",
+                "Longest full garbage collection since the previous scrape",
+                longest_s,
+            )

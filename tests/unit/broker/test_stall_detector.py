@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from pathlib import Path
 
@@ -110,3 +111,44 @@ def test_the_watcher_sleeps_until_a_heartbeat_would_be_late(
     # at 100.3 it is a stall (reported), then every 50 ms; 100.35 is the same stall.
     assert waits == [0.2, 0.151, 0.011, 0.05, 0.05]
     assert det.stalls == 1
+
+
+def test_full_collections_are_timed_and_named_in_a_stall_report(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full garbage collection stops the loop for as long as it scans every object: the
+    detector times generation-2 collections (not the young ones) and a stall it was part
+    of says so, so the loop's stack is not taken for the cause."""
+    full = stall_detector.FullCollections()
+    full("start", {"generation": 0})
+    full("stop", {"generation": 0, "collected": 0})
+    assert full.count == 0
+    gc.callbacks.append(full)
+    try:
+        gc.collect()  # a full collection
+    finally:
+        gc.callbacks.remove(full)
+    assert full.count == 1 and full.total_s > 0 and full.take_max() > 0
+    assert full.take_max() == 0.0  # since the previous take
+    assert full.during(full.last_end - 1) == full.last_s and full.during(full.last_end) == 0.0
+
+    loop = asyncio.new_event_loop()
+    try:
+        det = stall_detector.StallDetector(loop, 200)
+    finally:
+        loop.close()
+    det.last_tick = 100.0
+    det.collections.last_end, det.collections.last_s = 100.25, 0.23
+    now = [100.3]
+    waits = iter([False, True])
+
+    class Script:
+        def wait(self, _timeout: float) -> bool:
+            return next(waits)
+
+    monkeypatch.setattr(det, "_stop", Script())
+    monkeypatch.setattr(det, "_clock", lambda: now[0])
+    with caplog.at_level("WARNING", logger=stall_detector.__name__):
+        det._watch()
+    assert det.stalls == 1
+    assert "a full garbage collection took 230 ms of it" in caplog.text
