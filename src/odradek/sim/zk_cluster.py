@@ -362,7 +362,7 @@ class ZkCluster:
         path = znodes.REASSIGN_PARTITIONS
         entries: dict[tuple[str, int], list[int] | None] = {(TOPIC, partition): list(target)}
         self.trace(f"admin: reassign p{partition} to {list(target)}{again}")
-        # The controller refuses a target naming an unregistered broker (as Kafka's
+        # The controller refuses a target that adds an unregistered broker (as Kafka's
         # does): the operator runs the tool again until the move is accepted.
         self.ensemble.loop.call_later(1.0, self._reassigned, partition, target)
         try:
