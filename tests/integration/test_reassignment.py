@@ -97,6 +97,16 @@ def _write_json(path: Path, obj: Any) -> Path:
     return path
 
 
+def _four_brokers(four: LocalCluster) -> tuple[int, tuple[int, int, int]]:
+    """The fourth broker added if an earlier test did not: the controller's id and the
+    three others (a move among them leaves the controller alone)."""
+    if len(four.brokers) < 4:
+        four.add_broker()
+    ctrl = wait_for(four.controller_id, 30, "a controller")
+    a, b, c = [x for x in (1, 2, 3, 4) if x != ctrl]
+    return ctrl, (a, b, c)
+
+
 def test_reassign_onto_new_broker_under_load(four: LocalCluster, tmp_path: Path) -> None:
     topic = "moving"
     create_topic(four.bootstrap_servers, topic, 4, 3)
@@ -346,10 +356,7 @@ def test_move_resumes_after_controller_failover(four: LocalCluster, tmp_path: Pa
     """REQ-R13 for KIP-455: the move's state lives in the topic znode, so a controller
     SIGKILLed mid-move is replaced by one that completes it (once the throttle that held
     it is lifted)."""
-    if len(four.brokers) < 4:
-        four.add_broker()
-    ctrl = wait_for(four.controller_id, 30, "a controller")
-    a, b, c = [x for x in (1, 2, 3, 4) if x != ctrl]
+    ctrl, (a, b, c) = _four_brokers(four)
     topic = "resumed"
     create_topic(four.bootstrap_servers, topic, 1, 2, assignment=[[a, b]])
     values = [b"%06d" % i + b"y" * 1018 for i in range(3000)]
@@ -439,10 +446,7 @@ def test_move_with_a_stopped_replica_completes_once_it_is_back(
     INVALID_REPLICA_ASSIGNMENT. (The simulator's seed 2951: a move issued while a staying
     replica's broker was cut from ZooKeeper was accepted by the API, then dropped by the
     controller, and never completed.)"""
-    if len(four.brokers) < 4:
-        four.add_broker()
-    ctrl = wait_for(four.controller_id, 30, "a controller")
-    a, b, c = [x for x in (1, 2, 3, 4) if x != ctrl]
+    _, (a, b, c) = _four_brokers(four)
     topic = "stayer-down"
     create_topic(four.bootstrap_servers, topic, 1, 2, assignment=[[a, b]])
     p = Producer({"bootstrap.servers": four.bootstrap_servers, "acks": "all"})

@@ -479,8 +479,7 @@ def _close_as_the_kernel_would(rm: ReplicaManager) -> None:
     for lg in list(logs._logs.values()):
         for seg in [*lg.segments, *(s for _, s in lg._deletions._due)]:
             if not seg.closed:
-                os.close(seg.fd)
-                seg.closed = True
+                seg._release(None)  # the descriptor only: no index written
     for _, _, fds in logs._deleted._due:
         for fd in fds:
             os.close(fd)

@@ -76,19 +76,19 @@ def test_lateness_histogram_counts_a_stall_in_its_bucket(monkeypatch: pytest.Mon
     assert total_s >= 0.29
 
 
-def test_the_watcher_sleeps_until_a_heartbeat_would_be_late(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """With metrics on every broker runs a detector: while the loop ticks, the watcher
-    wakes about once per threshold (not four times), at the moment the last heartbeat
-    would become a stall; a stall is reported once, then looked at every N/4."""
+def _scripted_watcher(
+    monkeypatch: pytest.MonkeyPatch, reads: list[float]
+) -> tuple[stall_detector.StallDetector, list[float]]:
+    """A detector (threshold 200 ms, last heartbeat at 100.0) whose watcher, run with
+    ``_watch()``, reads the clock values ``reads`` at its successive wake-ups and stops
+    after the last; the list it returns fills with each wait's timeout (ms precision)."""
     loop = asyncio.new_event_loop()
     try:
         det = stall_detector.StallDetector(loop, 200)
     finally:
         loop.close()
     det.last_tick = 100.0
-    clock = iter([100.05, 100.19, 100.3, 100.35])  # what monotonic() reads at each wake
+    clock = iter(reads)
     now = [100.0]
     waits: list[float] = []
 
@@ -106,6 +106,16 @@ def test_the_watcher_sleeps_until_a_heartbeat_would_be_late(
 
     monkeypatch.setattr(det, "_stop", Script())
     monkeypatch.setattr(det, "_clock", lambda: now[0])
+    return det, waits
+
+
+def test_the_watcher_sleeps_until_a_heartbeat_would_be_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With metrics on every broker runs a detector: while the loop ticks, the watcher
+    wakes about once per threshold (not four times), at the moment the last heartbeat
+    would become a stall; a stall is reported once, then looked at every N/4."""
+    det, waits = _scripted_watcher(monkeypatch, [100.05, 100.19, 100.3, 100.35])
     det._watch()
     # 0.2 at first; at 100.05 the tick is 50 ms old: 151 ms more; at 100.19, 11 ms more;
     # at 100.3 it is a stall (reported), then every 50 ms; 100.35 is the same stall.
@@ -132,22 +142,8 @@ def test_full_collections_are_timed_and_named_in_a_stall_report(
     assert full.take_max() == 0.0  # since the previous take
     assert full.during(full.last_end - 1) == full.last_s and full.during(full.last_end) == 0.0
 
-    loop = asyncio.new_event_loop()
-    try:
-        det = stall_detector.StallDetector(loop, 200)
-    finally:
-        loop.close()
-    det.last_tick = 100.0
+    det, _ = _scripted_watcher(monkeypatch, [100.3])
     det.collections.last_end, det.collections.last_s = 100.25, 0.23
-    now = [100.3]
-    waits = iter([False, True])
-
-    class Script:
-        def wait(self, _timeout: float) -> bool:
-            return next(waits)
-
-    monkeypatch.setattr(det, "_stop", Script())
-    monkeypatch.setattr(det, "_clock", lambda: now[0])
     with caplog.at_level("WARNING", logger=stall_detector.__name__):
         det._watch()
     assert det.stalls == 1
