@@ -35,7 +35,13 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from rawclient import create_topics_request, list_offsets_request, produce_request, request_cls
+from rawclient import (
+    create_topics_request,
+    fetch_request,
+    list_offsets_request,
+    produce_request,
+    request_cls,
+)
 from security_util import Access, access, raw_connection
 
 from odradek.cluster.local import LocalCluster
@@ -290,6 +296,52 @@ def test_elect_leaders_denied_names_no_topic(secure: LocalCluster) -> None:
     assert int(r.error_code) == ErrorCode.cluster_authorization_failed
     assert r.replica_election_results == ()
     assert t not in str(r)
+
+
+# =============================================================================== Fetch
+def _follower_fetch(topic: str, replica_id: int, session_id: int, epoch: int) -> Any:
+    """A follower's Fetch v12 of ``topic``-0 from offset 0 (no wait), in a session."""
+    req = fetch_request(topic, 0, 0)
+    return dataclasses.replace(
+        req, replica_id=replica_id, session_id=session_id, session_epoch=epoch
+    )
+
+
+def test_a_fetch_claiming_a_replica_id_without_cluster_action_leaves_its_sessions(
+    secure: LocalCluster,
+) -> None:
+    """A follower opening a fetch session retires its older sessions on that leader (one
+    fetcher per source broker; odradek sim seed 5005). The claim "I am broker N" counts
+    only with CLUSTER_ACTION: bob's Fetch with replica_id=N is refused
+    (CLUSTER_AUTHORIZATION_FAILED) and must leave broker N's session alone, or any client
+    could force a follower back to full fetches, again and again."""
+    c = secure
+    t = _topic(c)
+    follower = 7  # follower sessions are keyed by the replica id the fetch names
+    with raw_connection(_admin_access(c)) as fetcher, raw_connection(_bob(c)) as intruder:
+        opened = fetcher.request(_follower_fetch(t, follower, 0, 0))
+        assert int(opened.error_code) == 0, opened
+        session = int(opened.session_id)
+        assert session != 0
+
+        denied = intruder.request(_follower_fetch(t, follower, 0, 0))
+        assert int(denied.error_code) == 0, denied
+        codes = [int(p.error_code) for r in denied.responses for p in r.partitions]
+        assert codes == [ErrorCode.cluster_authorization_failed]
+
+        # The follower's session goes on: its next incremental fetch is served.
+        going_on = fetcher.request(_follower_fetch(t, follower, session, 1))
+        assert int(going_on.error_code) == 0, going_on
+        assert int(going_on.session_id) == session
+
+        # Control: the same claim with CLUSTER_ACTION is the follower starting over, and
+        # retires the session (so the assertion above can fail).
+        with raw_connection(_admin_access(c)) as restarted:
+            reopened = restarted.request(_follower_fetch(t, follower, 0, 0))
+            assert int(reopened.error_code) == 0, reopened
+            assert int(reopened.session_id) not in (0, session)
+        retired = fetcher.request(_follower_fetch(t, follower, session, 2))
+        assert int(retired.error_code) == ErrorCode.fetch_session_id_not_found
 
 
 # =============================================================================== CreateTopics

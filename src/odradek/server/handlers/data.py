@@ -513,22 +513,25 @@ def handle_fetch(ctx: RequestContext, header: RequestHeaderInfo, req: Any) -> Re
                     ),
                 )
             )
+    # A follower's fetch needs CLUSTER_ACTION on the cluster, a consumer's READ per topic.
+    # Checked before the session cache sees the fetch: a follower's new session retires
+    # that follower's older ones, so a client merely claiming a replica id must not be
+    # taken for the follower (it could force broker N's fetcher back to full fetches).
+    cluster_ok = replica_id >= 0 and ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
     # KIP-227: v7+ fetches may name a session; older ones are always sessionless.
     fctx = ctx.replicas.fetch_sessions.new_context(
         int(getattr(req, "session_id", 0)),
         int(getattr(req, "session_epoch", -1)),
         requested,
         ((f.topic, f.partitions) for f in getattr(req, "forgotten_topics_data", ())),
-        follower=replica_id >= 0,
+        follower=cluster_ok,
         now_ms=time.time_ns() // 1_000_000,
         replica_id=replica_id,
     )
     if fctx.kind is FetchKind.ERROR:
         return encode_fetch_response(version, header.correlation_id, [], error_code=fctx.error_code)
-    # A follower's fetch needs CLUSTER_ACTION on the cluster, a consumer's READ per topic;
-    # every partition of the fetch (with a session: of the session) is checked, and the
+    # Every partition of the fetch (with a session: of the session) is checked, and the
     # denied ones are answered with the error instead of being read.
-    cluster_ok = replica_id >= 0 and ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
     denial = int(
         ErrorCode.cluster_authorization_failed
         if replica_id >= 0
