@@ -367,11 +367,14 @@ def latency_run(
     workdir: Path,
     partitions: int,
     broker_pids: list[int] | None = None,
+    metrics_urls: list[str] | None = None,
 ) -> dict[str, float]:
     """One timed run of ``case``: a consumer process records each record's arrival time
     minus the µs stamp the producer put in the value at produce(). With ``broker_pids``,
     also the run-queue wait of the brokers and both clients per record (sched_totals):
-    how much of the latency is waiting for a CPU rather than work."""
+    how much of the latency is waiting for a CPU rather than work. With
+    ``metrics_urls``, the brokers' full garbage collections during the run (each stops
+    a broker's event loop: a tail the clients see)."""
     topic = f"e2e-{case.target}-rf{case.rf}-{case.rate}-{int(time.time() * 1000) % 10**8}"
     if case.target == "mock":
         partitions = MOCK_PARTITIONS  # it auto-creates topics on first produce
@@ -403,11 +406,13 @@ def latency_run(
         watched = [*(broker_pids or []), cons.pid, os.getpid()]
         before = sched_totals(watched)
         brokers_before = sched_totals(broker_pids or [])
+        gcs_before = full_gcs(metrics_urls or [])
         _s, _acks, errors, sent, _ = paced_produce(
             bootstrap, topic, case.rate, duration_s, size, dict(props, acks=case.acks)
         )
         after = sched_totals(watched)  # before the consumer exits (its threads vanish)
         brokers_after = sched_totals(broker_pids or [])
+        gcs_after = full_gcs(metrics_urls or [])
         cons.wait(90)
     finally:
         if cons.poll() is None:
@@ -435,7 +440,62 @@ def latency_run(
         "broker_cpu_ms_per_s": broker_cpu_ns / 1e6 / duration_s,
         "broker_wait_us_per_record": broker_wait_ns / 1e3 / max(sent, 1),
         "wait_us_per_slice": wait_ns / 1e3 / max(slices, 1),
+        "full_gcs": gcs_after[0] - gcs_before[0],
+        "full_gc_s": gcs_after[1] - gcs_before[1],
     }
+
+
+def full_gcs(urls: list[str]) -> tuple[float, float]:
+    """(full collections, seconds in them) summed over the brokers' ``/metrics``
+    (odradek_gc_full_collections_total and _seconds_total, the stall detector's)."""
+    from odradek.metrics.scrape import scrape
+
+    count = seconds = 0.0
+    for url in urls:
+        try:
+            m = scrape(url, timeout_s=30.0)
+        except (OSError, ValueError):
+            continue
+        count += m.get("odradek_gc_full_collections_total") or 0.0
+        seconds += m.get("odradek_gc_full_collection_seconds_total") or 0.0
+    return count, seconds
+
+
+def host_idle_partitions(c: LocalCluster, total: int, per_topic: int = 100) -> None:
+    """``total`` idle partitions, RF 3, in topics of ``per_topic``, every ISR full: the
+    latency of a broker that hosts many partitions (its heap, its fetch sessions, its
+    timers), not only the benchmark's three."""
+    from confluent_kafka.admin import NewTopic
+
+    a = admin(c.bootstrap_servers)
+    names = [f"hosted-{i:04d}" for i in range((total + per_topic - 1) // per_topic)]
+    t0 = time.monotonic()
+    for i in range(0, len(names), 20):
+        topics = [
+            NewTopic(n, min(per_topic, total - (i + j) * per_topic), 3)
+            for j, n in enumerate(names[i : i + 20])
+        ]
+        for f in a.create_topics(topics, operation_timeout=60, request_timeout=120).values():
+            f.result(timeout=180)
+    deadline = time.monotonic() + 600
+    while True:
+        md = a.list_topics(timeout=30)
+        parts = [
+            p
+            for n, t in md.topics.items()
+            if n.startswith("hosted-") and t.error is None
+            for p in t.partitions.values()
+        ]
+        if len(parts) == total and all(p.leader >= 0 and len(p.isrs) == 3 for p in parts):
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{total} hosted partitions not all fully replicated in 600 s")
+        time.sleep(1.0)
+    print(
+        f"[hosted] {total:,} idle partitions, RF 3, every ISR full in "
+        f"{time.monotonic() - t0:.1f} s",
+        flush=True,
+    )
 
 
 @dataclass(frozen=True)
@@ -509,9 +569,19 @@ def bench_latency(
                     f"{partitions} partitions, load {os.getloadavg()[0]:.2f}",
                     flush=True,
                 )
-                pids = [b.pid for b in c.brokers if b.pid] if case.target == "odradek" else []
+                ours = case.target == "odradek"
+                pids = [b.pid for b in c.brokers if b.pid] if ours else []
+                urls = [b.metrics_url for b in c.brokers if b.metrics_url] if ours else []
                 r = latency_run(
-                    peers[case.target], case, duration_s, size, props, workdir, partitions, pids
+                    peers[case.target],
+                    case,
+                    duration_s,
+                    size,
+                    props,
+                    workdir,
+                    partitions,
+                    pids,
+                    urls,
                 )
                 runs[case].append(r)
                 print(
@@ -522,7 +592,13 @@ def bench_latency(
                     f"{r['broker_cpu_ms_per_s'] / 10:.0f}%), waited for a CPU "
                     f"{r['wait_us_per_record']:.0f} µs per record (brokers "
                     f"{r['broker_wait_us_per_record']:.0f}; "
-                    f"{r['wait_us_per_slice']:.0f} µs per time slice)",
+                    f"{r['wait_us_per_slice']:.0f} µs per time slice)"
+                    + (
+                        f"; {r['full_gcs']:.0f} full GCs in the brokers, "
+                        f"{r['full_gc_s'] * 1000:.0f} ms"
+                        if ours
+                        else ""
+                    ),
                     flush=True,
                 )
     for case in cases:
@@ -767,6 +843,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--e2e-size", type=int, default=100, help="e2e latency: value bytes")
     ap.add_argument(
+        "--hosted-partitions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="e2e latency: first create N idle partitions (RF 3, topics of 100) on the "
+        "cluster, as a broker hosting many partitions runs",
+    )
+    ap.add_argument(
         "--e2e-producer-props",
         nargs="*",
         metavar="K=V",
@@ -835,6 +919,8 @@ def main(argv: list[str] | None = None) -> int:
                     if first and "throughput" in tests:
                         bench_throughput(c, args.records, rows, args.rounds)
                     if first and "latency" in tests:
+                        if args.hosted_partitions:
+                            host_idle_partitions(c, args.hosted_partitions)
                         bench_latency(
                             c,
                             args.rounds,

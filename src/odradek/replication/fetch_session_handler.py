@@ -124,15 +124,32 @@ class FetchSessionHandler:
         self.incremental_fetches += 1
         return FetchRequestData(self.session_id, self.epoch, changed, list(forgotten.items()))
 
-    def build_unchanged(self) -> FetchRequestData | None:
-        """``build_from_states`` when the caller knows no partition's state changed since
-        the last fetch it built (the same partitions, the same states): the incremental
-        fetch that names nothing, without a pass over the partitions. None when that
-        is not the answer -- no session yet, a full fetch due, or an answer dropped."""
+    def build_changes(
+        self,
+        states: dict[TopicPartition, _State],
+        gone: Iterable[TopicPartition],
+        make: Callable[[TopicPartition], ReplicaFetchPartition],
+    ) -> FetchRequestData | None:
+        """``build_from_states`` when the caller knows which partitions changed since
+        the last fetch it built: ``states`` those still fetched (named when their state
+        differs from what the session holds), ``gone`` those no longer fetched
+        (forgotten). Every other partition is as it was sent, so the fetch is built
+        without a pass over them (issue 29). None when that is not the answer -- no
+        session yet, a full fetch due, or an answer dropped."""
         if self._dropped or self.session_id == INVALID_SESSION_ID or self.epoch == INITIAL_EPOCH:
             return None
+        sent = self._sent
+        named = []
+        for tp, state in states.items():
+            if sent.get(tp) != state:
+                sent[tp] = state
+                named.append(make(tp))
+        forgotten: dict[str, list[int]] = {}
+        for tp in gone:
+            if sent.pop(tp, None) is not None:
+                forgotten.setdefault(tp[0], []).append(tp[1])
         self.incremental_fetches += 1
-        return FetchRequestData(self.session_id, self.epoch, [])
+        return FetchRequestData(self.session_id, self.epoch, named, list(forgotten.items()))
 
     def handle_response(self, request: FetchRequestData, error_code: int, session_id: int) -> bool:
         """Update the session from the response's top-level fields; False when the fetch

@@ -6,7 +6,9 @@ change (the partition is forgotten by one session and joins another)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from odradek.replication.fetch_session import FetchKind
 from odradek.replication.fetcher import FetchState
@@ -342,6 +344,25 @@ def test_a_high_watermark_answer_dropped_at_an_epoch_change_is_sent_again(tmp_pa
     run(main())
 
 
+def _fetches_visiting_nothing(ep: MemoryLeaderEndpoint, looked: list[Any]) -> Callable[[], bool]:
+    """A condition: the follower's last five fetches (at least) named nothing and looked
+    at no partition's state. Until then the leader may still answer a partition once
+    (its HW moved after the follower's last fetch), which is looked at again in the
+    next fetch only. Clears ``ep.requests`` and ``looked`` each time it decides."""
+
+    def cond() -> bool:
+        if len(ep.requests) < 5:
+            return False
+        assert all(not r.partitions for r, _ in ep.requests)
+        assert {k for _, k in ep.requests} == {FetchKind.INCREMENTAL}
+        idle = not looked
+        ep.requests.clear()
+        looked.clear()
+        return idle
+
+    return cond
+
+
 def test_an_idle_followers_fetches_visit_none_of_its_partitions(tmp_path: Path) -> None:
     """Issue 29 (idle CPU with 10,000 partitions): once every partition is idle, a
     follower builds its next fetch without looking at any partition's state -- the fetch
@@ -367,10 +388,7 @@ def test_an_idle_followers_fetches_visit_none_of_its_partitions(tmp_path: Path) 
                 await h.wait_until(lambda: fetcher._quiet, "a quiet fetch round", timeout_s=5)
                 ep.requests.clear()
                 looked.clear()
-                await h.wait_until(lambda: len(ep.requests) >= 5, "five idle fetches")
-                assert looked == []
-                assert all(not r.partitions for r, _ in ep.requests)
-                assert {k for _, k in ep.requests} == {FetchKind.INCREMENTAL}
+                await h.wait_until(_fetches_visiting_nothing(ep, looked), "five idle fetches", 10)
                 res = await h.produce(1, recs(2, "woke"), partition=4, timeout_s=2)
                 assert res.error_code == 0
                 await h.wait_until(
@@ -378,6 +396,50 @@ def test_an_idle_followers_fetches_visit_none_of_its_partitions(tmp_path: Path) 
                 )
                 named = {(p.topic, p.partition) for r, _ in ep.requests for p in r.partitions}
                 assert named == {(TOPIC, 4)}, named
+            finally:
+                FetchState.current_state = real_state  # type: ignore[method-assign]
+
+    run(main())
+
+
+def test_a_busy_followers_fetches_visit_only_the_partitions_that_moved(tmp_path: Path) -> None:
+    """Issue 29 (CPU per request with 10,000 partitions hosted): a follower builds each
+    fetch from the partitions whose fetch state may have changed -- the ones the last
+    answer brought -- not from all it follows. At 10,000 partitions and 1,000
+    records/s the pass over every partition per fetch was 46 % of the brokers' CPU.
+    Records keep arriving on one partition of twelve: every fetch looks at that one
+    only, names it, and it is replicated as before."""
+
+    async def main() -> None:
+        async with ReplicationHarness(
+            tmp_path, partitions=12, fetch_wait_ms=100, lag_ms=10_000
+        ) as h:
+            await _settled(h, 12)
+            fetcher = h.replicas[2].fetchers.fetchers[1]
+            looked: list[tuple[str, int]] = []
+            real_state = FetchState.current_state
+
+            def counting_state(self: FetchState, max_bytes: int) -> tuple[int, ...]:
+                looked.append((self.partition.topic, self.partition.index))
+                return real_state(self, max_bytes)
+
+            FetchState.current_state = counting_state  # type: ignore[assignment,method-assign]
+            try:
+                ep = endpoint(h, 2, 1)
+                await h.wait_until(lambda: fetcher._quiet, "a quiet fetch round", timeout_s=5)
+                ep.requests.clear()
+                await h.wait_until(_fetches_visiting_nothing(ep, looked), "five idle fetches", 10)
+                for i in range(10):
+                    res = await h.produce(1, recs(1, f"busy{i}"), partition=7, timeout_s=2)
+                    assert res.error_code == 0
+                    await h.wait_until(
+                        lambda: h.log_bytes(1, 7) == h.log_bytes(2, 7), "partition 7 replicated"
+                    )
+                assert set(looked) == {(TOPIC, 7)}, set(looked)
+                assert len(looked) <= 2 * len(ep.requests)
+                named = {(p.topic, p.partition) for r, _ in ep.requests for p in r.partitions}
+                assert named == {(TOPIC, 7)}, named
+                assert {k for _, k in ep.requests} == {FetchKind.INCREMENTAL}
             finally:
                 FetchState.current_state = real_state  # type: ignore[method-assign]
 
