@@ -9,6 +9,8 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from replication_util import create_topic, produce, wait_for
@@ -46,6 +48,9 @@ REQUIRED = [
     "odradek_gc_full_collections_total",
     "odradek_gc_full_collection_seconds_total",
     "odradek_gc_full_collection_max_seconds",
+    "odradek_gc_heap_frozen",
+    "odradek_gc_heap_freezes_total",
+    "odradek_gc_heap_unfreezes_total",
     "kafka_server_socket_server_metrics_connection_count",
     "kafka_server_socket_server_metrics_connection_creation_total",
     "kafka_server_socket_server_metrics_connection_close_total",
@@ -270,3 +275,43 @@ def test_scrapes_at_once_and_abandoned_scrapes_all_answer(
         assert b"process_cpu_seconds_total" in body  # the process collectors too
     head = _raw(host, port, b"HEAD /metrics HTTP/1.1\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n")
+
+
+def test_the_settled_heap_is_frozen_and_a_removed_partition_unfreezes_it(
+    make_cluster, topic_name
+) -> None:
+    """odradek.heap.freeze.settle.ms (odradek.broker.heap): once the broker's partitions
+    settle, its heap is frozen out of full garbage collections; new partitions join it
+    once they settle too, and a deleted partition unfreezes it at once, so the deleted
+    partition's objects reach the next full collection."""
+    from confluent_kafka.admin import AdminClient
+
+    c = make_cluster(1, broker_config={"odradek.heap.freeze.settle.ms": "500"})
+    url = c.brokers[0].metrics_url
+    assert url is not None
+
+    def heap() -> tuple[float, float, float]:
+        m = scrape(url)
+        return (
+            m.get("odradek_gc_heap_frozen") or 0.0,
+            m.get("odradek_gc_heap_freezes_total") or 0.0,
+            m.get("odradek_gc_heap_unfreezes_total") or 0.0,
+        )
+
+    def until(cond: Callable[[tuple[float, float, float]], bool], what: str) -> Any:
+        def check() -> tuple[float, float, float] | None:
+            h = heap()
+            return h if cond(h) else None
+
+        return wait_for(check, 30, what)  # ticks every 5 s (odradek.broker.heap.TICK_S)
+
+    # The broker's own start-up heap is frozen.
+    first = until(lambda h: h[0] == 1, "the start-up heap frozen")
+    assert first[2] == 0
+    create_topic(c.bootstrap_servers, topic_name, partitions=4, wait_leaders=True)
+    grown = until(lambda h: h[1] > first[1], "the new partitions frozen too")
+    assert grown[0] == 1 and grown[2] == 0
+    admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+    admin.delete_topics([topic_name], operation_timeout=30)[topic_name].result(30)
+    gone = until(lambda h: h[2] >= 1, "the heap unfrozen after the deletion")
+    assert gone[1] >= grown[1]

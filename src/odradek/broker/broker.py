@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient
 
 from odradek.broker import stall_detector
+from odradek.broker.heap import HeapFreezer
 from odradek.broker.metrics import BrokerMetrics
 from odradek.broker.settings import BrokerSettings
 from odradek.config import (
@@ -213,6 +214,7 @@ class Broker:
             self.context, self.metrics.requests if self.metrics else None
         )
         self.stall_detector: stall_detector.StallDetector | None = None
+        self.heap: HeapFreezer | None = None  # set by the broker process (broker/main.py)
         self.stopping = False
         self._limits = ConnectionLimits(
             max_frame_bytes=settings.socket_request_max_bytes,

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from odradek.broker.broker import Broker
+from odradek.broker.heap import TICK_S, HeapFreezer
 from odradek.config import BrokerConfig, ConfigError
 
 logger = logging.getLogger("odradek.broker")
@@ -48,12 +49,37 @@ async def _serve(config: BrokerConfig) -> int:
         logger.exception("broker %d failed to start", config.broker_id)
         await broker.shutdown()
         return 1
+    heap = _start_heap_freezer(broker, config)
     await stop.wait()
+    if heap is not None:
+        heap.cancel()
     # A watchdog: if shutdown ever hangs, dump every thread's stack to the log and exit,
     # rather than linger holding the ZooKeeper session.
     faulthandler.dump_traceback_later(SHUTDOWN_WATCHDOG_S, exit=True)
     await broker.shutdown()
     return 0
+
+
+def _start_heap_freezer(broker: Broker, config: BrokerConfig) -> asyncio.Task[None] | None:
+    """odradek.heap.freeze.settle.ms: the broker process's heap out of full collections
+    once its partitions settle (odradek.broker.heap). A process setting, like the GIL
+    switch interval: a broker run inside another process (tests) leaves gc alone."""
+    settle_ms = int(config.get("odradek.heap.freeze.settle.ms"))
+    if settle_ms <= 0:
+        return None
+    freezer = HeapFreezer(settle_ms / 1000)
+    broker.heap = freezer
+    replicas = broker.replicas
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                freezer.tick(len(replicas.partitions), replicas.partitions_removed)
+            except Exception:
+                logger.exception("heap freezer failed")
+
+    return asyncio.get_running_loop().create_task(tick())
 
 
 def run_broker(config_path: str | Path, log_level: str = "INFO") -> int:

@@ -176,6 +176,7 @@ class _Snapshot:
     event_loop_lag: tuple[list[tuple[float, int]], float] | None = None
     # full garbage collections: count, total s, longest since the previous scrape (s)
     full_gcs: tuple[int, float, float] | None = None
+    heap: tuple[bool, int, int] | None = None  # frozen, freezes, unfreezes
     # (kind, measured, doc, [(user, client id, throttle ms, rate)]) per quota manager
     quotas: list[tuple[str, str, str, list[tuple[str, str, float, float]]]] = field(
         default_factory=list
@@ -258,6 +259,9 @@ class BrokerMetrics:
             snap.event_loop_lag = det.lag_histogram()
             gcs = det.collections
             snap.full_gcs = (gcs.count, gcs.total_s, gcs.take_max())
+        heap = b.heap
+        if heap is not None:
+            snap.heap = (heap.frozen, heap.freezes, heap.unfreezes)
         quotas = b.context.quotas
         now_ms = time.monotonic() * 1000.0
         for kind, manager, measured, doc in (
@@ -639,4 +643,18 @@ class _Families(Collector):
                 "odradek_gc_full_collection_max_seconds",
                 "Longest full garbage collection since the previous scrape",
                 longest_s,
+            )
+        if snap.heap is not None:
+            frozen, freezes, unfreezes = snap.heap
+            yield _gauge(
+                "odradek_gc_heap_frozen",
+                "1 while the settled heap is frozen out of full garbage collections "
+                "(odradek.heap.freeze.settle.ms)",
+                float(frozen),
+            )
+            yield CounterMetricFamily(
+                "odradek_gc_heap_freezes", "Times the settled heap was frozen", value=freezes
+            )
+            yield CounterMetricFamily(
+                "odradek_gc_heap_unfreezes", "Times the heap was unfrozen", value=unfreezes
             )

@@ -167,6 +167,7 @@ class ReplicaManager:
         self.follower_quota = ReplicationQuota(window_s, windows)
         self.fetchers.quota = self.follower_quota
         self.partitions: dict[TopicPartition, Partition] = {}
+        self.partitions_removed = 0  # ever (odradek.broker.heap unfreezes on one)
         # KIP-841: the brokers this broker's partitions, when leading, may add to an ISR.
         self.isr_eligibility = IsrEligibility()
         # The local logs and their checkpoint files (replica_logs.py; Kafka's LogManager).
@@ -578,6 +579,7 @@ class ReplicaManager:
     def _delete_partition(self, tp: TopicPartition, moved_to: PartitionInfo | None = None) -> None:
         """``moved_to``: the assignment without this broker (None: the topic is deleted)."""
         part = self.partitions.pop(tp, None)
+        self.partitions_removed += part is not None
         if part is not None and moved_to is not None:
             self._quarantine_moved_away(part, moved_to)
             self._moved_away_at[tp] = part.leader_epoch
