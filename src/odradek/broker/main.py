@@ -49,7 +49,7 @@ async def _serve(config: BrokerConfig) -> int:
         logger.exception("broker %d failed to start", config.broker_id)
         await broker.shutdown()
         return 1
-    heap = _start_heap_freezer(broker, config)
+    heap = _start_heap_freezer(broker)
     await stop.wait()
     if heap is not None:
         heap.cancel()
@@ -60,11 +60,11 @@ async def _serve(config: BrokerConfig) -> int:
     return 0
 
 
-def _start_heap_freezer(broker: Broker, config: BrokerConfig) -> asyncio.Task[None] | None:
+def _start_heap_freezer(broker: Broker) -> asyncio.Task[None] | None:
     """odradek.heap.freeze.settle.ms: the broker process's heap out of full collections
     once its partitions settle (odradek.broker.heap). A process setting, like the GIL
     switch interval: a broker run inside another process (tests) leaves gc alone."""
-    settle_ms = int(config.get("odradek.heap.freeze.settle.ms"))
+    settle_ms = broker.settings.heap_freeze_settle_ms
     if settle_ms <= 0:
         return None
     freezer = HeapFreezer(settle_ms / 1000)

@@ -47,6 +47,7 @@ class BrokerSettings:
     quota_window_num: int = setting("quota.window.num")
     metrics_listener: str | None = setting("metrics.listener")
     trace_records_every: int = setting("odradek.trace.records.every")
+    heap_freeze_settle_ms: int = setting("odradek.heap.freeze.settle.ms")
     # Background loops: flushing, checkpoints, retention.
     log_flush_scheduler_interval_ms: int = setting("log.flush.scheduler.interval.ms")
     log_flush_offset_checkpoint_interval_ms: int = setting(
