@@ -26,9 +26,13 @@ import logging
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from odradek.config import topic_override
-from odradek.configdefs import broker_default
+from odradek.config import dynamic_broker_value, topic_override
+from odradek.configdefs import LONG_MAX, broker_default
+
+if TYPE_CHECKING:
+    from odradek.metadata.image import MetadataImage
 
 logger = logging.getLogger(__name__)
 
@@ -126,3 +130,39 @@ class ReplicationQuota:
         horizon = now_s - self.num_windows * self.window_s
         while self._samples and self._samples[0][0] < horizon:
             self._samples.popleft()
+
+
+def apply_throttle_rates(
+    leader: ReplicationQuota, follower: ReplicationQuota, image: MetadataImage
+) -> None:
+    """The two rates from the image's dynamic broker configs (set or changed by
+    kafka-configs --alter --entity-type brokers); a full image also drops the topics
+    that are gone."""
+    for quota, key in (
+        (leader, "leader.replication.throttled.rate"),
+        (follower, "follower.replication.throttled.rate"),
+    ):
+        rate = dynamic_broker_value(key, image.dynamic_broker_config(key))
+        if rate is not None and rate >= LONG_MAX:
+            rate = None  # Kafka's default: unthrottled
+        if (None if quota.rate_limit == math.inf else quota.rate_limit) != rate:
+            logger.info("%s is now %s", key, "unlimited" if rate is None else f"{rate} B/s")
+            quota.set_rate(rate)
+    if image.changed_topics is None:
+        leader.retain_topics(image.topics)
+        follower.retain_topics(image.topics)
+
+
+def apply_throttled_replicas(
+    leader: ReplicationQuota,
+    follower: ReplicationQuota,
+    topic: str,
+    configs: dict[str, str],
+    broker_id: int,
+) -> None:
+    """A topic's throttled replicas (its two topic configs) on this broker."""
+    for quota, key in (
+        (leader, "leader.replication.throttled.replicas"),
+        (follower, "follower.replication.throttled.replicas"),
+    ):
+        quota.set_throttled(topic, throttled_partitions(topic_override(configs, key), broker_id))

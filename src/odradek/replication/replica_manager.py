@@ -37,12 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from odradek.config import dynamic_broker_value, topic_override
-from odradek.configdefs import LONG_MAX
+from odradek.config import topic_override
 from odradek.errors import ErrorCode, KafkaError
 from odradek.log_manager.flusher import Flusher
 from odradek.metadata.image import MetadataImage, PartitionInfo
@@ -76,7 +74,11 @@ from odradek.replication.partition_state import (
 )
 from odradek.replication.produce_serving import ProduceEntry, ProduceServing
 from odradek.replication.purgatory import DelayedOperationPurgatory
-from odradek.replication.quota import ReplicationQuota, throttled_partitions
+from odradek.replication.quota import (
+    ReplicationQuota,
+    apply_throttle_rates,
+    apply_throttled_replicas,
+)
 from odradek.replication.replica_log_ops import quarantine
 from odradek.replication.replica_logs import (
     HW_CHECKPOINT,
@@ -432,7 +434,7 @@ class ReplicaManager:
         self.txn_verification_enabled = verification_enabled(
             self.settings.txn_verification_enable, image
         )
-        self._apply_throttle_rates(image)
+        apply_throttle_rates(self.leader_quota, self.follower_quota, image)
         if image.complete:  # an image before the first full read lists no broker yet
             gone = self.isr_eligibility.update(image.brokers, image.shutting_down)
             if gone:
@@ -442,7 +444,9 @@ class ReplicaManager:
             topic = image.topics.get(name)
             if topic is None:
                 continue
-            self._apply_throttled_replicas(name, topic.configs)
+            apply_throttled_replicas(
+                self.leader_quota, self.follower_quota, name, topic.configs, self.broker_id
+            )
             for pinfo in topic.partitions.values():
                 if self.broker_id in pinfo.replicas:
                     self._apply_partition((topic.name, pinfo.index), pinfo, topic.configs, t)
@@ -455,30 +459,6 @@ class ReplicaManager:
                 if assigned is None or self.broker_id not in assigned.replicas:
                     self._delete_partition(tp, moved_to=assigned)
         self.fetchers.apply(image)
-
-    def _apply_throttle_rates(self, image: MetadataImage) -> None:
-        for quota, key in (
-            (self.leader_quota, "leader.replication.throttled.rate"),
-            (self.follower_quota, "follower.replication.throttled.rate"),
-        ):
-            rate = dynamic_broker_value(key, image.dynamic_broker_config(key))
-            if rate is not None and rate >= LONG_MAX:
-                rate = None  # Kafka's default: unthrottled
-            if (None if quota.rate_limit == math.inf else quota.rate_limit) != rate:
-                logger.info("%s is now %s", key, "unlimited" if rate is None else f"{rate} B/s")
-                quota.set_rate(rate)
-        if image.changed_topics is None:
-            self.leader_quota.retain_topics(image.topics)
-            self.follower_quota.retain_topics(image.topics)
-
-    def _apply_throttled_replicas(self, topic: str, configs: dict[str, str]) -> None:
-        for quota, key in (
-            (self.leader_quota, "leader.replication.throttled.replicas"),
-            (self.follower_quota, "follower.replication.throttled.replicas"),
-        ):
-            quota.set_throttled(
-                topic, throttled_partitions(topic_override(configs, key), self.broker_id)
-            )
 
     def _apply_partition(
         self, tp: TopicPartition, pinfo: PartitionInfo, configs: dict[str, str], t_ms: int

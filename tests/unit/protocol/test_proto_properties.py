@@ -89,6 +89,11 @@ def entity_strategy(cls: type, depth: int = 0) -> st.SearchStrategy[Any]:
             assert isinstance(fc, EntityTupleField)
             size = 2 if depth < 3 else 0
             s = st.lists(entity_strategy(fc.type_, depth + 1), max_size=size).map(tuple)
+        if is_optional(f) and isinstance(fc, PrimitiveField) and f.metadata["kafka_type"] == "uuid":
+            # Kafka has no null UUID on the wire: null is written as the zero UUID
+            # (KIP-516's Uuid.ZERO_UUID), which an optional field reads back as None;
+            # so such a field is None or a non-zero UUID (a zero one would not round-trip).
+            s = s.filter(lambda u: u.int != 0)
         kwargs[f.name] = st.one_of(st.none(), s) if is_optional(f) else s
     return st.builds(cls, **kwargs)
 
