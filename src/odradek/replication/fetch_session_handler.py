@@ -110,19 +110,7 @@ class FetchSessionHandler:
             self._sent = dict(states)
             self.full_fetches += 1
             return FetchRequestData(self.session_id, INITIAL_EPOCH, [make(tp) for tp in states])
-        sent = self._sent
-        changed = []
-        for tp, state in states.items():
-            if sent.get(tp) != state:
-                sent[tp] = state
-                changed.append(make(tp))
-        forgotten: dict[str, list[int]] = {}
-        if len(sent) != len(states):
-            for tp in [tp for tp in sent if tp not in states]:
-                del sent[tp]
-                forgotten.setdefault(tp[0], []).append(tp[1])
-        self.incremental_fetches += 1
-        return FetchRequestData(self.session_id, self.epoch, changed, list(forgotten.items()))
+        return self._incremental(states, [tp for tp in self._sent if tp not in states], make)
 
     def build_changes(
         self,
@@ -138,6 +126,16 @@ class FetchSessionHandler:
         session yet, a full fetch due, or an answer dropped."""
         if self._dropped or self.session_id == INVALID_SESSION_ID or self.epoch == INITIAL_EPOCH:
             return None
+        return self._incremental(states, gone, make)
+
+    def _incremental(
+        self,
+        states: dict[TopicPartition, _State],
+        gone: Iterable[TopicPartition],
+        make: Callable[[TopicPartition], ReplicaFetchPartition],
+    ) -> FetchRequestData:
+        """The session's next incremental fetch: names the partitions of ``states`` whose
+        state differs from what the session holds, forgets those of ``gone`` it holds."""
         sent = self._sent
         named = []
         for tp, state in states.items():

@@ -6,6 +6,8 @@ from __future__ import annotations
 import gc
 from typing import Any
 
+import pytest
+
 from odradek.broker.heap import MAX_FROZEN_S, FreezePolicy, HeapAction, HeapFreezer
 
 NONE, FREEZE, UNFREEZE = HeapAction.NONE, HeapAction.FREEZE, HeapAction.UNFREEZE
@@ -61,20 +63,16 @@ def test_nothing_stays_frozen_longer_than_the_maximum() -> None:
     assert p.decide(t + 35, 120, 0, 4) is FREEZE
 
 
-def test_a_removal_while_nothing_is_frozen_changes_nothing_but_the_settle_clock() -> None:
+@pytest.mark.parametrize("removed", [1, 50])
+def test_a_removal_while_nothing_is_frozen_changes_nothing_but_the_settle_clock(
+    removed: int,
+) -> None:
     p = FreezePolicy(settle_s=30)
     p.decide(0, 100, 0, 0)
-    assert p.decide(20, 50, 50, 0) is NONE
-    assert p.decide(49, 50, 50, 0) is NONE
-    assert p.decide(50, 50, 50, 0) is FREEZE  # never frozen: no collection to wait for
-
-
-def test_a_removal_while_settling_resets_the_settle_clock_only() -> None:
-    p = FreezePolicy(settle_s=30)
-    p.decide(0, 100, 0, 0)
-    assert p.decide(20, 99, 1, 0) is NONE
-    assert p.decide(49, 99, 1, 0) is NONE
-    assert p.decide(50, 99, 1, 0) is FREEZE  # never frozen: no collection to wait for
+    left = 100 - removed
+    assert p.decide(20, left, removed, 0) is NONE
+    assert p.decide(49, left, removed, 0) is NONE
+    assert p.decide(50, left, removed, 0) is FREEZE  # never frozen: no collection to wait for
 
 
 class _Gc:

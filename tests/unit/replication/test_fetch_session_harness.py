@@ -6,7 +6,8 @@ change (the partition is forgotten by one session and joins another)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -344,6 +345,24 @@ def test_a_high_watermark_answer_dropped_at_an_epoch_change_is_sent_again(tmp_pa
     run(main())
 
 
+@contextlib.contextmanager
+def _state_lookups() -> Iterator[list[tuple[str, int]]]:
+    """The partitions whose fetch state a follower looks at (``FetchState.current_state``
+    calls), in order, while the block runs."""
+    looked: list[tuple[str, int]] = []
+    real_state = FetchState.current_state
+
+    def counting_state(self: FetchState, max_bytes: int) -> tuple[int, ...]:
+        looked.append((self.partition.topic, self.partition.index))
+        return real_state(self, max_bytes)
+
+    FetchState.current_state = counting_state  # type: ignore[assignment,method-assign]
+    try:
+        yield looked
+    finally:
+        FetchState.current_state = real_state  # type: ignore[method-assign]
+
+
 def _fetches_visiting_nothing(ep: MemoryLeaderEndpoint, looked: list[Any]) -> Callable[[], bool]:
     """A condition: the follower's last five fetches (at least) named nothing and looked
     at no partition's state. Until then the leader may still answer a partition once
@@ -375,15 +394,7 @@ def test_an_idle_followers_fetches_visit_none_of_its_partitions(tmp_path: Path) 
         ) as h:
             await _settled(h, 6)
             fetcher = h.replicas[2].fetchers.fetchers[1]
-            looked: list[object] = []
-            real_state = FetchState.current_state
-
-            def counting_state(self: FetchState, max_bytes: int) -> tuple[int, ...]:
-                looked.append(self)
-                return real_state(self, max_bytes)
-
-            FetchState.current_state = counting_state  # type: ignore[assignment,method-assign]
-            try:
+            with _state_lookups() as looked:
                 ep = endpoint(h, 2, 1)
                 await h.wait_until(lambda: fetcher._quiet, "a quiet fetch round", timeout_s=5)
                 ep.requests.clear()
@@ -396,8 +407,6 @@ def test_an_idle_followers_fetches_visit_none_of_its_partitions(tmp_path: Path) 
                 )
                 named = {(p.topic, p.partition) for r, _ in ep.requests for p in r.partitions}
                 assert named == {(TOPIC, 4)}, named
-            finally:
-                FetchState.current_state = real_state  # type: ignore[method-assign]
 
     run(main())
 
@@ -416,15 +425,7 @@ def test_a_busy_followers_fetches_visit_only_the_partitions_that_moved(tmp_path:
         ) as h:
             await _settled(h, 12)
             fetcher = h.replicas[2].fetchers.fetchers[1]
-            looked: list[tuple[str, int]] = []
-            real_state = FetchState.current_state
-
-            def counting_state(self: FetchState, max_bytes: int) -> tuple[int, ...]:
-                looked.append((self.partition.topic, self.partition.index))
-                return real_state(self, max_bytes)
-
-            FetchState.current_state = counting_state  # type: ignore[assignment,method-assign]
-            try:
+            with _state_lookups() as looked:
                 ep = endpoint(h, 2, 1)
                 await h.wait_until(lambda: fetcher._quiet, "a quiet fetch round", timeout_s=5)
                 ep.requests.clear()
@@ -440,7 +441,5 @@ def test_a_busy_followers_fetches_visit_only_the_partitions_that_moved(tmp_path:
                 named = {(p.topic, p.partition) for r, _ in ep.requests for p in r.partitions}
                 assert named == {(TOPIC, 7)}, named
                 assert {k for _, k in ep.requests} == {FetchKind.INCREMENTAL}
-            finally:
-                FetchState.current_state = real_state  # type: ignore[method-assign]
 
     run(main())
