@@ -256,13 +256,23 @@ def test_scrapes_at_once_and_abandoned_scrapes_all_answer(
         with socket.create_connection((host, port), timeout=10) as s:
             s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
 
-    def one() -> bytes:
-        with urllib.request.urlopen(b.metrics_url, timeout=30) as resp:
+    def one(query: str = "") -> bytes:
+        with urllib.request.urlopen(b.metrics_url + query, timeout=30) as resp:
             assert resp.status == 200
             return bytes(resp.read())
 
+    by_name = "?name[]=kafka_log_log_size&name[]=kafka_server_replicamanager_partitioncount"
     with concurrent.futures.ThreadPoolExecutor(12) as pool:
-        bodies = list(pool.map(lambda _: one(), range(24)))
+        answers = list(
+            pool.map(lambda i: (i % 3 == 0, one(by_name if i % 3 == 0 else "")), range(36))
+        )
+    bodies = [body for named, body in answers if not named]
+    for named in [body for named, body in answers if named]:  # only the samples asked for
+        names = {
+            ln.split(b"{")[0].split(b" ")[0] for ln in named.splitlines() if not ln.startswith(b"#")
+        }
+        assert names == {b"kafka_log_log_size", b"kafka_server_replicamanager_partitioncount"}
+        assert named.count(b'topic="' + topic_name.encode() + b'"') == 600
     for body in bodies:
         series = len(
             re.findall(

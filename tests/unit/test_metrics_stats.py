@@ -94,8 +94,12 @@ def test_listener_url_rejects(bad: str) -> None:
 
 
 def test_request_head() -> None:
-    assert parse_request_head(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a") == ("GET", "/metrics")
-    assert parse_request_head(b"HEAD / HTTP/1.0") == ("HEAD", "/")
+    assert parse_request_head(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a") == ("GET", "/metrics", None)
+    assert parse_request_head(b"HEAD / HTTP/1.0") == ("HEAD", "/", None)
+    assert parse_request_head(
+        b"GET /metrics?name[]=a_total&x=1&name%5B%5D=b+c&name[]=a_total HTTP/1.1"
+    ) == ("GET", "/metrics", frozenset({"a_total", "b c"}))
+    assert parse_request_head(b"GET /metrics?name[]= HTTP/1.1") == ("GET", "/metrics", None)
     for bad, status in (
         (b"GET /metrics", 400),
         (b"\xff\xfe / HTTP/1.1", 400),

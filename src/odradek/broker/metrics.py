@@ -8,12 +8,15 @@ offsets from the logs, the ZooKeeper session, the event-loop stall detector. Not
 computed between scrapes, so a broker that is not scraped pays only the counters.
 
 A scrape stays off the request path (every request runs on the broker's one event loop):
-``render_async`` copies the figures it needs into a plain ``_Snapshot`` on the loop, in
-slices of ``SNAPSHOT_SLICE`` partitions with a yield to the loop between slices, and
-builds the families and the exposition text in a worker thread from that copy (the
-metadata image is immutable, so the thread reads it as is). Rendering everything on the
-loop stopped a broker for 10-30 ms per scrape at a few thousand partitions, and was most
-of a default cluster's p99 (issue 29).
+``render_async`` copies the figures it needs into a plain ``_Snapshot`` on the loop, a
+slice of at most ``SLICE_S`` per loop step, and builds the families and the exposition
+text in a worker thread from that copy (the metadata image is immutable, so the thread
+reads it as is). The per-partition families are rendered incrementally
+(``partition_metrics``): a partition's text is made again only when its figures changed
+since the previous scrape. Rendering everything on the loop stopped a broker for 10-30 ms
+per scrape at a few thousand partitions, and was most of a default cluster's p99; at
+10,000 partitions rendering them all in the thread took ~0.5 s of CPU per scrape, with
+the loop waiting for the GIL (issue 29).
 
 The mapping (lower-cased, like the JMX exporter's Kafka example rules)::
 
@@ -61,6 +64,12 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from odradek.broker.partition_metrics import (
+    PartitionFigures,
+    PartitionSeries,
+    RenderedPartitions,
+    ReplicaCounts,
+)
 from odradek.metadata.image import MetadataImage
 from odradek.metrics.stats import (
     BrokerTopicStats,
@@ -76,11 +85,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BrokerMetrics", "ZkSessionStats", "SESSION_STATES", "SNAPSHOT_SLICE"]
+__all__ = ["BrokerMetrics", "ZkSessionStats", "SESSION_STATES", "SLICE_S"]
 
-# Partitions copied per event-loop step during a scrape: ~1 µs each, so a slice keeps the
-# loop's pause well under a millisecond however many partitions the broker hosts.
-SNAPSHOT_SLICE = 256
+# Event-loop time a scrape may take in one step while it reads the partitions' figures
+# (and renders those that changed): requests run between the steps (issue 29: a scrape
+# must not stop the loop for more than 1 ms).
+SLICE_S = 0.0005
 
 # Kafka's SessionExpireListener SessionState values, from kazoo's states: SUSPENDED is
 # "disconnected, reconnecting", LOST is an expired session until a new one is made.
@@ -129,25 +139,6 @@ class ZkSessionStats:
 
 
 @dataclass(slots=True)
-class _PartitionRow:
-    """One hosted replica's figures, copied on the event loop."""
-
-    topic: str
-    index: int
-    size: int
-    log_end: int
-    log_start: int
-    segments: int
-    high_watermark: int
-    is_leader: bool
-    offline_role: bool
-    leader_id: int
-    isr: int
-    replicas: int
-    min_isr: int
-
-
-@dataclass(slots=True)
 class _ApiRow:
     requests: dict[int, int]
     times: dict[str, LatencyHistogram]  # "total", "queue", "local", "remote"
@@ -167,7 +158,7 @@ class _Snapshot:
     # listener -> (open, created, closed, rejected); the shared request queue's size
     listeners: list[tuple[str, tuple[int, int, int, int]]] = field(default_factory=list)
     request_queue: int | None = None
-    partitions: list[_PartitionRow] = field(default_factory=list)
+    partitions: RenderedPartitions | None = None
     zk_state: str = "CONNECTING"
     zk_counts: tuple[int, int, int] = (0, 0, 0)  # disconnects, expires, connects
     # stalls, threshold (s), max lag since the previous scrape (s); None: detector off
@@ -196,15 +187,26 @@ class BrokerMetrics:
         ProcessCollector(registry=self._system)
         PlatformCollector(registry=self._system)
         GCCollector(registry=self._system)
+        self._partition_series = PartitionSeries()
+        # One snapshot at a time: the partition series is a scrape-to-scrape state.
+        self._rendering = asyncio.Lock()
 
-    async def render_async(self) -> bytes:
-        """The exposition text: figures copied on the loop in slices, text built in a
-        worker thread (see the module docstring)."""
-        snap = await self._snapshot()
-        return await asyncio.to_thread(self._format, snap)
+    async def render_async(self, names: frozenset[str] | None = None) -> bytes:
+        """The exposition text (only the samples in ``names``, if given): figures copied
+        on the loop in slices (the partitions' text rendered there only where their
+        figures changed), the rest built in a worker thread (see the module docstring)."""
+        async with self._rendering:
+            snap = await self._snapshot()
+            text = await asyncio.to_thread(self._format, snap, names)
+            if snap.partitions is not None:
+                self._partition_series.remember_order(snap.partitions)
+            return text
 
-    def _format(self, snap: _Snapshot) -> bytes:
-        return generate_latest(_Families(snap, self._system))
+    def _format(self, snap: _Snapshot, names: frozenset[str] | None) -> bytes:
+        head = generate_latest(_Families(snap, self._system, names))
+        if snap.partitions is None:
+            return head
+        return head + snap.partitions.text(names).encode()
 
     async def _snapshot(self) -> _Snapshot:
         b = self.broker
@@ -286,31 +288,35 @@ class BrokerMetrics:
                 )
             )
         # The per-partition figures, a slice per loop step: requests run in between.
-        items = sorted(b.replicas.partitions.items())
-        rows = snap.partitions
-        for start in range(0, len(items), SNAPSHOT_SLICE):
-            if start:
+        series = self._partition_series
+        series.begin()
+        items = list(b.replicas.partitions.items())
+        offline = Role.OFFLINE
+        clock = time.perf_counter
+        step_end = clock() + SLICE_S
+        for n, (key, p) in enumerate(items):
+            if not n & 31 and clock() > step_end:
                 await asyncio.sleep(0)
-            for (topic, index), p in items[start : start + SNAPSHOT_SLICE]:
-                lg = p.log
-                leader = p.is_leader
-                rows.append(
-                    _PartitionRow(
-                        topic,
-                        index,
-                        lg.size_bytes,
-                        lg.log_end_offset,
-                        lg.log_start_offset,
-                        len(lg.segments),
-                        p.high_watermark,
-                        leader,
-                        p.role is Role.OFFLINE,
-                        p.leader_id,
-                        len(p.isr) if leader else 0,
-                        len(p.replicas) if leader else 0,
-                        p.min_insync_replicas,
-                    )
-                )
+                step_end = clock() + SLICE_S
+            lg = p.log
+            leader = p.is_leader
+            series.put(
+                key,
+                PartitionFigures(
+                    lg.size_bytes,
+                    lg.log_end_offset,
+                    lg.log_start_offset,
+                    len(lg.segments),
+                    p.high_watermark,
+                    leader,
+                    p.role is offline,
+                    p.leader_id,
+                    len(p.isr) if leader else 0,
+                    len(p.replicas) if leader else 0,
+                    p.min_insync_replicas,
+                ),
+            )
+        snap.partitions = series.commit()
         return snap
 
 
@@ -322,18 +328,31 @@ class _Families(Collector):
     """What one scrape renders: the snapshot's families, built in the rendering thread
     (each scrape has its own, so two scrapes at once cannot mix), then the process's."""
 
-    def __init__(self, snap: _Snapshot, system: CollectorRegistry) -> None:
+    def __init__(
+        self, snap: _Snapshot, system: CollectorRegistry, names: frozenset[str] | None
+    ) -> None:
         self.snap = snap
         self.system = system
+        self.names = names
 
     def collect(self) -> Iterator[Metric]:
+        if self.names is None:
+            yield from self._all()
+            return
+        for m in self._all():  # prometheus-client's name[] rule: samples by name
+            samples = [s for s in m.samples if s.name in self.names]
+            if samples:
+                kept = Metric(m.name, m.documentation, m.type, m.unit)
+                kept.samples = samples
+                yield kept
+
+    def _all(self) -> Iterator[Metric]:
         snap = self.snap
         yield from self._replica_manager(snap)
         yield from self._controller(snap)
         yield from self._topics(snap)
         yield from self._requests(snap)
         yield from self._socket_server(snap)
-        yield from self._partitions_and_logs(snap)
         yield from self._zookeeper(snap)
         yield from self._event_loop(snap)
         yield from self._client_quotas(snap)
@@ -346,41 +365,33 @@ class _Families(Collector):
 
     # ------------------------------------------------------------------ ReplicaManager
     def _replica_manager(self, snap: _Snapshot) -> Iterator[Metric]:
-        parts = snap.partitions
-        live = set(snap.image.brokers)
-        leaders = [p for p in parts if p.is_leader]
-        under = sum(1 for p in leaders if p.isr < p.replicas)
-        under_min = sum(1 for p in leaders if p.isr < p.min_isr)
-        at_min = sum(1 for p in leaders if p.isr == p.min_isr)
-        # Kafka counts replicas on a failed log dir; Odradek has one log dir per broker,
-        # so a replica here is offline when its partition has no live leader.
-        offline = sum(
-            1
-            for p in parts
-            if p.offline_role or (p.leader_id >= 0 and live and p.leader_id not in live)
+        c = (
+            snap.partitions.counts(set(snap.image.brokers))
+            if snap.partitions is not None
+            else ReplicaCounts(0, 0, 0, 0, 0, 0)
         )
         prefix = "kafka_server_replicamanager_"
-        yield _gauge(prefix + "partitioncount", "Replicas hosted on this broker", len(parts))
-        yield _gauge(prefix + "leadercount", "Partitions this broker leads", len(leaders))
+        yield _gauge(prefix + "partitioncount", "Replicas hosted on this broker", c.partitions)
+        yield _gauge(prefix + "leadercount", "Partitions this broker leads", c.leaders)
         yield _gauge(
             prefix + "underreplicatedpartitions",
             "Led partitions whose ISR is smaller than the replica set",
-            under,
+            c.under_replicated,
         )
         yield _gauge(
             prefix + "underminisrpartitioncount",
             "Led partitions whose ISR is below min.insync.replicas",
-            under_min,
+            c.under_min_isr,
         )
         yield _gauge(
             prefix + "atminisrpartitioncount",
             "Led partitions whose ISR is exactly min.insync.replicas",
-            at_min,
+            c.at_min_isr,
         )
         yield _gauge(
             prefix + "offlinereplicacount",
             "Replicas on this broker whose partition has no live leader",
-            offline,
+            c.offline,
         )
         yield CounterMetricFamily(
             prefix + "isrshrinks",
@@ -503,52 +514,6 @@ class _Families(Collector):
                 "(bounded by queued.max.requests)",
                 snap.request_queue,
             )
-
-    # ------------------------------------------------------------------ Partition, Log
-    def _partitions_and_logs(self, snap: _Snapshot) -> Iterator[Metric]:
-        labels = ["topic", "partition"]
-        size = GaugeMetricFamily(
-            "kafka_log_log_size", "Bytes in the partition's log", labels=labels
-        )
-        leo = GaugeMetricFamily("kafka_log_log_logendoffset", "Log end offset", labels=labels)
-        lso = GaugeMetricFamily("kafka_log_log_logstartoffset", "Log start offset", labels=labels)
-        segs = GaugeMetricFamily(
-            "kafka_log_log_numlogsegments", "Segments in the log", labels=labels
-        )
-        hw = GaugeMetricFamily(
-            "odradek_log_log_highwatermark",
-            "High watermark (beyond Kafka's MBeans: consumers read below it)",
-            labels=labels,
-        )
-        urp = GaugeMetricFamily(
-            "kafka_cluster_partition_underreplicated",
-            "1 if this leader's ISR is smaller than the replicas",
-            labels=labels,
-        )
-        isr = GaugeMetricFamily(
-            "kafka_cluster_partition_insyncreplicascount", "ISR size (leader only)", labels=labels
-        )
-        reps = GaugeMetricFamily(
-            "kafka_cluster_partition_replicascount", "Replica count (leader only)", labels=labels
-        )
-        under_min = GaugeMetricFamily(
-            "kafka_cluster_partition_underminisr",
-            "1 if the ISR is below min.insync.replicas (leader only)",
-            labels=labels,
-        )
-        for p in snap.partitions:
-            lv = [p.topic, str(p.index)]
-            size.add_metric(lv, p.size)
-            leo.add_metric(lv, p.log_end)
-            lso.add_metric(lv, p.log_start)
-            segs.add_metric(lv, p.segments)
-            hw.add_metric(lv, p.high_watermark)
-            if p.is_leader:
-                urp.add_metric(lv, int(p.isr < p.replicas))
-                isr.add_metric(lv, p.isr)
-                reps.add_metric(lv, p.replicas)
-                under_min.add_metric(lv, int(p.isr < p.min_isr))
-        yield from (size, leo, lso, segs, hw, urp, isr, reps, under_min)
 
     # ------------------------------------------------------------------ ZooKeeper
     def _zookeeper(self, snap: _Snapshot) -> Iterator[Metric]:

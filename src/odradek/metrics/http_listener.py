@@ -12,6 +12,9 @@ client sends costs the client only:
   (a slow or endless sender is cut off, the buffer never grows past the bound);
 * one request per connection (``Connection: close``), only GET and HEAD, only
   ``/metrics`` (and ``/`` with a link to it); anything else gets 400/404/405;
+* ``/metrics?name[]=A&name[]=B`` answers only the samples named (as prometheus-client's
+  own exposition does; Prometheus sends it from a scrape config's ``params``): the
+  console asks for the few families it shows, not every partition's nine;
 * a failure while rendering answers 500 and is logged, the broker goes on.
 
 Why not ``prometheus_client.start_http_server``: it runs a thread per connection with
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +46,9 @@ MAX_HEAD_BYTES = 8192
 HEAD_TIMEOUT_S = 5.0
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus text format
 
-Render = Callable[[], Awaitable[bytes]]
+# The sample names asked for (``name[]``), or None for every sample.
+Names = frozenset[str] | None
+Render = Callable[[Names], Awaitable[bytes]]
 
 
 class BadRequest(ValueError):
@@ -68,8 +73,9 @@ def parse_listener_url(value: str) -> tuple[str, int]:
     return parts.hostname, port
 
 
-def parse_request_head(head: bytes) -> tuple[str, str]:
-    """(method, path) of an HTTP/1.x request head; raises BadRequest."""
+def parse_request_head(head: bytes) -> tuple[str, str, Names]:
+    """(method, path, the ``name[]`` values of the query or None) of an HTTP/1.x request
+    head; raises BadRequest."""
     line, _, _ = head.partition(b"\r\n")
     fields = line.split(b" ")
     if len(fields) != 3 or not fields[2].startswith(b"HTTP/1."):
@@ -80,8 +86,9 @@ def parse_request_head(head: bytes) -> tuple[str, str]:
         raise BadRequest(400, "non-ASCII request line") from None
     if method not in ("GET", "HEAD"):
         raise BadRequest(405, f"method {method[:16]} not allowed")
-    path = target.split("?", 1)[0]
-    return method, path
+    path, _, query = target.partition("?")
+    names = parse_qs(query).get("name[]") if query else None
+    return method, path, frozenset(names) if names else None
 
 
 def _response(
@@ -151,24 +158,24 @@ class _MetricsConnection(asyncio.Protocol):
             self._answer(_response(431, b"request head too large\n"))
             return
         try:
-            method, path = parse_request_head(bytes(self._buf[:end]))
+            method, path, names = parse_request_head(bytes(self._buf[:end]))
         except BadRequest as e:
             self._answer(_response(e.status, f"{e}\n".encode()))
             return
         head_only = method == "HEAD"
         if path == "/metrics":
-            self._rendering = asyncio.ensure_future(self._serve_metrics(head_only))
+            self._rendering = asyncio.ensure_future(self._serve_metrics(head_only, names))
         elif path == "/":
             self._answer(_response(200, _INDEX, "text/html; charset=utf-8", head_only))
         else:
             self._answer(_response(404, b"not found; metrics are at /metrics\n"))
 
-    async def _serve_metrics(self, head_only: bool) -> None:
+    async def _serve_metrics(self, head_only: bool, names: Names) -> None:
         self._answered = True  # the head is complete: nothing more is read
         if self._timer is not None:
             self._timer.cancel()
         try:
-            body = await self._server.render_shared()
+            body = await self._server.render_shared(names)
         except Exception:
             logger.exception("rendering metrics failed")
             self._answer(_response(500, b"rendering metrics failed\n"))
@@ -194,18 +201,19 @@ class MetricsListener:
         self.render = render
         self.connections: set[_MetricsConnection] = set()
         self._server: asyncio.Server | None = None
-        self._inflight: asyncio.Future[bytes] | None = None
+        self._inflight: dict[Names, asyncio.Future[bytes]] = {}
 
-    async def render_shared(self) -> bytes:
-        """One rendering at a time: a scrape arriving during one waits for its text."""
-        if self._inflight is None:
-            self._inflight = asyncio.ensure_future(self.render())
-            self._inflight.add_done_callback(self._rendered)
-        return await asyncio.shield(self._inflight)
+    async def render_shared(self, names: Names = None) -> bytes:
+        """Scrapes asking for the same names while one renders share its text."""
+        fut = self._inflight.get(names)
+        if fut is None:
+            fut = self._inflight[names] = asyncio.ensure_future(self.render(names))
+            fut.add_done_callback(lambda f: self._rendered(names, f))
+        return await asyncio.shield(fut)
 
-    def _rendered(self, fut: asyncio.Future[bytes]) -> None:
-        if fut is self._inflight:
-            self._inflight = None
+    def _rendered(self, names: Names, fut: asyncio.Future[bytes]) -> None:
+        if self._inflight.get(names) is fut:
+            del self._inflight[names]
         if not fut.cancelled():
             fut.exception()  # retrieved: a failure is reported by each waiting scrape
 
