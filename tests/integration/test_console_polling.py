@@ -70,11 +70,13 @@ def test_rounds_ask_for_the_open_pages_only(cluster: LocalCluster, topic_name: s
     commit(1)
     col = ClusterCollector(c.bootstrap_servers, lambda _s: None, cluster_dir=c.dir)
     try:
-        # First round, no page open: everything once (for /health and the lag exporter).
+        # First round, no page open: everything once (for /health and the lag exporter);
+        # every partition's offsets from its leader's scrape, without ListOffsets.
         raw, sent = _round(col, c, Interest())
-        assert sent["ListOffsets"] >= 1 and sent["DescribeConfigs"] == 1
+        assert sent["ListOffsets"] == 0 and sent["DescribeConfigs"] == 1
         assert sent["ListGroups"] == 1 and sent["OffsetFetch"] >= 1
         assert raw.high_watermarks[(a, 0)] == 4 and raw.high_watermarks[(b, 0)] == 4
+        assert raw.log_starts[(a, 0)] == 0 and raw.high_watermarks[(a, 1)] == 0
         assert [g.committed for g in raw.groups if g.group_id == group] == [{(a, 0): 1}]
         assert raw.view is not None and raw.view.min_isr[a] == 1
         scraped_at = dict(raw.metrics_at)
@@ -109,9 +111,9 @@ def test_rounds_ask_for_the_open_pages_only(cluster: LocalCluster, topic_name: s
         assert sent["OffsetFetch"] == 1
         assert [g.committed for g in raw.groups if g.group_id == group] == [{(a, 0): 5}]
 
-        # The topics list opens: every partition's offsets at once.
+        # The topics list opens: every partition's offsets at once, from a new scrape.
         raw, sent = _round(col, c, Interest(frozenset({("topics", "")})))
-        assert raw.high_watermarks[(b, 0)] == 7
+        assert raw.high_watermarks[(b, 0)] == 7 and sent["ListOffsets"] == 0
 
         # A new topic: its min.insync.replicas alone, once.
         create_topic(c.bootstrap_servers, new, 1, 1)
@@ -124,3 +126,11 @@ def test_rounds_ask_for_the_open_pages_only(cluster: LocalCluster, topic_name: s
     finally:
         col.stop()
         consumer.close()
+    # A cluster whose metrics the console cannot scrape: ListOffsets, as before.
+    blind = ClusterCollector(c.bootstrap_servers, lambda _s: None)
+    try:
+        raw, sent = _round(blind, c, Interest())
+        assert sent["ListOffsets"] >= 1 and not raw.metrics
+        assert raw.high_watermarks[(a, 0)] == 7 and raw.log_starts[(b, 0)] == 0
+    finally:
+        blind.stop()

@@ -10,12 +10,18 @@ everything every second made the brokers' p99 10-20x worse):
 - every round: Metadata (leaders, ISRs, brokers), the local processes' liveness;
 - the partitions of open topic pages, and the groups of open group pages (DescribeGroups,
   OffsetFetch, and their partitions' offsets): every round, ``refresh_s`` (2 s);
-- every partition's offsets (ListOffsets) and every group (ListGroups on every broker,
-  then per coordinator): every ``lists_s`` (5 s) while a topics or groups list is open,
-  else every ``background_s`` (15 s: ``/health`` and the lag exporter stay current);
-- each broker's ``/metrics`` (rates, LEO, size): every ``background_s``, as Prometheus
-  scrapes; at once when a topic page opens, and every round for a broker whose last
-  scrape failed (it shows as down until one succeeds);
+- every partition's offsets and every group (ListGroups on every broker, then per
+  coordinator): every ``lists_s`` (5 s) while a topics or groups list is open, else every
+  ``background_s`` (15 s: ``/health`` and the lag exporter stay current). The offsets of
+  every partition come from its leader's ``/metrics`` scrape, made in the same round
+  (high watermark and log start offset, what ListOffsets answers for latest and
+  earliest); ListOffsets asks only for those no scrape had. A ListOffsets of every
+  partition is one request per leader that the broker answers in one event-loop step:
+  at 10,000 partitions it stalled the brokers for tens of ms (issue 29);
+- each broker's ``/metrics`` (rates, LEO, size, offsets): with the offsets above, and else
+  every ``background_s``, as Prometheus scrapes; at once when a topic page opens, and
+  every round for a broker whose last scrape failed (it shows as down until one
+  succeeds). A scrape asks only for the samples the console shows (``name[]``);
 - min.insync.replicas of new topics at once, of every topic every ``configs_s`` (5 min),
   in one DescribeConfigs naming only that key.
 
@@ -36,6 +42,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlencode
 
 from odradek.cluster import procs
 from odradek.cluster.health import ClusterView, fetch_metadata
@@ -50,6 +57,22 @@ __all__ = ["Cadence", "ClusterCollector", "local_cluster_brokers"]
 
 REQUEST_TIMEOUT_S = 5.0
 SCRAPE_TIMEOUT_S = 2.0
+HIGH_WATERMARK = "odradek_log_log_highwatermark"
+LOG_START = "kafka_log_log_logstartoffset"
+# The samples the console reads from a broker's /metrics (snapshot.py), asked for by
+# name: at 10,000 partitions the whole text is ~4 MB, these are under half of it.
+SHOWN_SAMPLES = (
+    "kafka_server_brokertopicmetrics_bytesin_total",
+    "kafka_server_brokertopicmetrics_bytesout_total",
+    "kafka_server_brokertopicmetrics_messagesin_total",
+    "kafka_server_replicamanager_underreplicatedpartitions",
+    "odradek_eventloop_stalls_total",
+    "kafka_log_log_logendoffset",
+    "kafka_log_log_size",
+    HIGH_WATERMARK,
+    LOG_START,
+)
+_SHOWN_QUERY = "?" + urlencode([("name[]", n) for n in SHOWN_SAMPLES])
 
 
 @dataclass(frozen=True)
@@ -173,7 +196,11 @@ class ClusterCollector:
                 raw.errors.append(f"cluster.json: {e}")
         raw.metrics_urls = urls
         c = self.cadence
-        force_scrape = any(v == "topic" for v, _ in opened)
+        lists = c.lists_s if interest.has("topics") or interest.has("groups") else c.background_s
+        all_offsets = now - st.offsets_at >= lists or bool(
+            opened & {("topics", ""), ("groups", "")}
+        )
+        force_scrape = all_offsets or any(v == "topic" for v, _ in opened)
         due_scrapes = {
             b: url
             for b, url in urls.items()
@@ -190,16 +217,20 @@ class ClusterCollector:
         if view is not None:
             self._configs(view, now, raw)
             raw.view = view
-        lists = c.lists_s if interest.has("topics") or interest.has("groups") else c.background_s
         self._groups(interest, opened, now, lists, raw)
-        if view is not None:
-            self._offsets(view, interest, opened, now, lists, raw)
+        fresh: dict[int, Samples] = {}
         for b, fut in scrapes.items():
             samples = fut.result()
             st.scrape_failed[b] = samples is None
             st.scraped_at[b] = now
             st.metrics[b] = samples
             st.metrics_taken[b] = time.time()
+            if samples is not None:
+                fresh[b] = samples
+        if view is not None:
+            if all_offsets:
+                st.offsets_at = now
+            self._offsets(view, interest, all_offsets, fresh, raw)
         for b in list(st.metrics):
             if b not in urls:
                 del st.metrics[b]
@@ -249,22 +280,18 @@ class ClusterCollector:
         self,
         view: ClusterView,
         interest: Interest,
-        opened: set[View],
-        now: float,
-        every_s: float,
+        everything: bool,
+        scraped: dict[int, Samples],
         raw: RawState,
     ) -> None:
         from confluent_kafka import TopicPartition  # noqa: PLC0415
         from confluent_kafka.admin import OffsetSpec  # noqa: PLC0415
 
         st = self._state
-        led = {(p.topic, p.partition) for p in view.partitions if p.leader >= 0}
-        everything = now - st.offsets_at >= every_s or bool(
-            opened & {("topics", ""), ("groups", "")}
-        )
+        leaders = {(p.topic, p.partition): p.leader for p in view.partitions if p.leader >= 0}
+        led = set(leaders)
         if everything:
             tps = led
-            st.offsets_at = now
         else:
             topics = interest.args("topic")
             groups = [st.groups[g] for g in interest.args("group") if g in st.groups]
@@ -272,6 +299,8 @@ class ClusterCollector:
             for g in groups:
                 hot |= set(g.committed) | {tp for m in g.members for tp in m[3]}
             tps = hot & led
+        if everything:  # from the leaders' scrapes of this round, where they have them
+            tps = _offsets_from_scrapes(tps, leaders, scraped, st)
         for cache in (st.high_watermarks, st.log_starts):  # deleted topics' partitions
             for tp in [tp for tp in cache if tp not in led]:
                 del cache[tp]
@@ -328,9 +357,38 @@ class _Cache:
     scrape_failed: dict[int, bool] = field(default_factory=dict)
 
 
+def _offsets_from_scrapes(
+    tps: set[tuple[str, int]],
+    leaders: dict[tuple[str, int], int],
+    scraped: dict[int, Samples],
+    st: _Cache,
+) -> set[tuple[str, int]]:
+    """Take each partition's high watermark and log start offset from its leader's
+    scrape; return the partitions whose leader's scrape did not have them. (A leader
+    that lost its leadership since Metadata reports its own, slightly older, figures:
+    a console may show a watermark one scrape late, as a ListOffsets that races the
+    change may fail.)"""
+    by_broker: dict[int, tuple[dict[tuple[str, ...], float], dict[tuple[str, ...], float]]] = {}
+    for b, samples in scraped.items():
+        by_broker[b] = (
+            samples.by(HIGH_WATERMARK, "topic", "partition"),
+            samples.by(LOG_START, "topic", "partition"),
+        )
+    missing = set()
+    for tp in tps:
+        got = by_broker.get(leaders[tp])
+        key = (tp[0], str(tp[1]))
+        if got is None or key not in got[0] or key not in got[1]:
+            missing.add(tp)
+            continue
+        st.high_watermarks[tp] = int(got[0][key])
+        st.log_starts[tp] = int(got[1][key])
+    return missing
+
+
 def _scrape_or_none(url: str) -> Samples | None:
     try:
-        return scrape(url, SCRAPE_TIMEOUT_S)
+        return scrape(url + _SHOWN_QUERY, SCRAPE_TIMEOUT_S)
     except Exception as e:  # noqa: BLE001 - a down broker: no samples this round
         logger.debug("scrape %s failed: %s", url, e)
         return None

@@ -8,6 +8,7 @@ garbage yields an error for that broker only.
 from __future__ import annotations
 
 import logging
+import re
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -48,7 +49,47 @@ class Samples:
         return name in self.values
 
 
+# A sample line as Odradek's brokers write it: a name, labels without escapes or braces,
+# one value and no timestamp. Anything else (escaped label values, timestamps,
+# OpenMetrics forms) goes to prometheus-client's parser.
+_ONE_LABEL = r'[A-Za-z_][A-Za-z0-9_]*="[^"\\{}\n]*"'
+_SAMPLE = re.compile(
+    rf"([A-Za-z_:][A-Za-z0-9_:]*)(?:\{{((?:{_ONE_LABEL}(?:,{_ONE_LABEL})*,?)?)\}})? ([^ ]+)"
+)
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="([^"\\{}\n]*)"')
+
+
 def parse(text: str) -> Samples:
+    """The text's samples. At 10,000 partitions a broker's exposition has ~90,000 lines
+    and prometheus-client's parser, character by character, took ~1.3 s for one; the
+    console parses every broker's every 15 s (issue 29). Lines of the plain form are
+    read with one regular expression each (~10x faster); a text with any other line is
+    parsed entirely by prometheus-client (same result: tested against it)."""
+    out = Samples()
+    values = out.values
+    sample, label = _SAMPLE.fullmatch, _LABEL.findall
+    try:
+        for line in text.splitlines():
+            if not line or line[0] == "#":
+                continue
+            m = sample(line)
+            if m is None:
+                return _parse_slowly(text)
+            name, labels, value = m.groups()
+            if labels:
+                pairs = label(labels)
+                key = tuple(sorted(pairs))
+                if len(dict(pairs)) != len(pairs):  # a repeated label name: malformed
+                    return _parse_slowly(text)
+            else:
+                key = ()
+            values.setdefault(name, {})[key] = float(value)
+    except ValueError:  # a value float() does not read: let the full parser judge it
+        return _parse_slowly(text)
+    return out
+
+
+def _parse_slowly(text: str) -> Samples:
     out = Samples()
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
