@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from odradek.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.server.client_quotas import QuotaManager
+from odradek.server.metadata_answers import MetadataAnswers
 from odradek.server.schema_validation import SchemaIdValidator
 from odradek.server.session import Session, current_session
 from odradek.server.settings import ServerSettings
@@ -59,6 +60,7 @@ class RequestContext:
         "txns",
         "quotas",
         "schema_ids",
+        "metadata_answers",
     )
 
     def __init__(
@@ -97,6 +99,8 @@ class RequestContext:
         # confluent.schema.registry.url: the registry of schema id validation (issue 27);
         # None without one (a validating topic's produce is then refused).
         self.schema_ids: SchemaIdValidator | None = None
+        # Encoded Metadata answers while the image is unchanged (server/metadata_answers).
+        self.metadata_answers = MetadataAnswers()
 
     # ------------------------------------------------------------------ ZooKeeper
     @property

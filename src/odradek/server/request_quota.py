@@ -29,12 +29,12 @@ from odradek.server.network import InOrder
 
 __all__ = ["EXEMPT_APIS", "exempt", "with_throttle"]
 
-PRODUCE, FETCH, ADD_PARTITIONS_TO_TXN = 0, 1, 24
+PRODUCE, FETCH, METADATA, ADD_PARTITIONS_TO_TXN = 0, 1, 3, 24
 EXEMPT_APIS = frozenset(
     {17, 18, 27, 36}
 )  # SaslHandshake, ApiVersions, WriteTxnMarkers, SaslAuthenticate
 _I32 = struct.Struct(">i")
-_FLEXIBLE_PRODUCE, _FLEXIBLE_FETCH = 9, 12
+_FLEXIBLE_PRODUCE, _FLEXIBLE_FETCH, _FLEXIBLE_METADATA = 9, 12, 9
 
 
 def exempt(header: RequestHeaderInfo, req: Any) -> bool:
@@ -59,6 +59,10 @@ def with_throttle(header: RequestHeaderInfo, result: Any, delay_ms: int) -> Any:
         # Hand-encoded: throttle_time_ms is the last field (then the tagged fields).
         at = len(result) - (5 if header.api_version >= _FLEXIBLE_PRODUCE else 4)
         return _patched(result, at, delay_ms)
+    if isinstance(result, bytes) and header.api_key == METADATA and header.api_version >= 3:
+        # A kept Metadata answer (server/metadata_answers.py): size, correlation id,
+        # [tagged fields], throttle_time_ms first.
+        return _patched(result, 9 if header.api_version >= _FLEXIBLE_METADATA else 8, delay_ms)
     if isinstance(result, list) and header.api_key == FETCH and result:
         # Hand-encoded: size, correlation id, [tagged fields], throttle_time_ms first.
         at = 9 if header.api_version >= _FLEXIBLE_FETCH else 8

@@ -4,11 +4,12 @@ AlterClientQuotas / DescribeClientQuotas semantics."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
 from odradek.errors import ErrorCode, KafkaError
-from odradek.protocol.codec import RequestHeaderInfo
+from odradek.protocol.codec import RequestHeaderInfo, encode_response
 from odradek.protocol.fetch_response import encode_fetch_response
 from odradek.protocol.produce_response import PartitionProduceResult, encode_produce_response
 from odradek.protocol.responses import response
@@ -334,6 +335,20 @@ def test_with_throttle_raises_the_throttle_of_every_response_form() -> None:
     out = with_throttle(_header(3, 12), entity, 1000)
     assert out.throttle_time.total_seconds() == 1.0
     assert with_throttle(_header(3, 12), entity, 0) is entity
+    # A kept Metadata answer is bytes (server/metadata_answers.py): patched in place.
+    for version in (3, 8, 9, 12):
+        kwargs: dict[str, Any] = dict(
+            brokers=(),
+            cluster_id=None,
+            controller_id=-1,
+            topics=(),
+            cluster_authorized_operations=-2147483648,
+        )
+        h = _header(3, version)
+        raw = encode_response(h, response(3, version, throttle_time=0, **kwargs))
+        assert with_throttle(h, raw, 1000) == encode_response(
+            h, response(3, version, throttle_time=1000, **kwargs)
+        )
 
 
 def test_request_quota_exemptions() -> None:

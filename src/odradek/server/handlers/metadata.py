@@ -10,6 +10,10 @@ answered TOPIC_AUTHORIZATION_FAILED whether it exists or not (so its existence i
 revealed); auto-creation needs CREATE on the cluster or the topic. When the client asks
 (v8+), ``topic_authorized_operations`` / ``cluster_authorized_operations`` carry the
 bit field of the operations allowed (KIP-430).
+
+Without an authorizer, the encoded answer is kept while the image is unchanged and
+answered again (``server/metadata_answers.py``: at 10,000 partitions building and
+encoding it took ~90 ms of the event loop).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.errors import ErrorCode, KafkaError
 from odradek.metadata.image import BrokerInfo, MetadataImage, TopicInfo
-from odradek.protocol.codec import RequestHeaderInfo
+from odradek.protocol.codec import RequestHeaderInfo, encode_response_body, frame_response
 from odradek.protocol.responses import part, response
 from odradek.protocol.versions import ADVERTISED
 from odradek.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
@@ -149,7 +153,23 @@ def handle_metadata(ctx: RequestContext, header: RequestHeaderInfo, req: Any) ->
         missing = [n for n in missing if ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, n)]
     if auto_create and missing:
         return _auto_create_then_answer(ctx, header, req, names, missing, denied)
-    return _metadata_response(ctx, v, image, names, set(), denied, req)
+    if ctx.authorizer is not None:  # the answer depends on the principal: not kept
+        return _metadata_response(ctx, v, image, names, set(), denied, req)
+    # The same image and question give the same bytes (server/metadata_answers.py).
+    question = (
+        v,
+        ctx.session.listener,
+        tuple(names) if explicit else None,
+        bool(getattr(req, "include_topic_authorized_operations", False)),
+        bool(getattr(req, "include_cluster_authorized_operations", False)),
+    )
+    answers = ctx.metadata_answers
+    body = answers.get(image, question)
+    if body is None:
+        entity = _metadata_response(ctx, v, image, names, set(), denied, req)
+        body = encode_response_body(header, entity)
+        answers.put(image, question, body)
+    return frame_response(header, body)
 
 
 async def _auto_create_then_answer(

@@ -1,0 +1,142 @@
+"""Kept Metadata answers (issue 29): the same bytes as a freshly built answer, the new
+request's correlation id, dropped with the image, bounded, and never kept where the
+answer depends on the principal."""
+
+from __future__ import annotations
+
+import uuid
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from odradek.errors import ErrorCode
+from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from odradek.protocol.codec import (
+    RequestHeaderInfo,
+    encode_response,
+    encode_response_body,
+    frame_response,
+)
+from odradek.protocol.responses import response
+from odradek.server.handlers.metadata import _metadata_response, handle_metadata
+from odradek.server.metadata_answers import MAX_ANSWERS, MetadataAnswers
+
+
+def _image(*topics: str, leader: int = 1) -> MetadataImage:
+    return MetadataImage(
+        "cluster",
+        1,
+        {i: BrokerInfo(i, "127.0.0.1", 9090 + i) for i in (1, 2, 3)},
+        {
+            t: TopicInfo(
+                t,
+                uuid.uuid4(),
+                {p: PartitionInfo(p, (1, 2, 3), leader, 1, (1, 2, 3)) for p in range(3)},
+            )
+            for t in topics
+        },
+        True,
+    )
+
+
+def _ctx(image: MetadataImage, authorizer: Any = None) -> Any:
+    return SimpleNamespace(
+        image=image,
+        authorizer=authorizer,
+        authorize=lambda *a: True,
+        authorize_cluster=lambda *a: True,
+        session=SimpleNamespace(listener="PLAINTEXT"),
+        settings=SimpleNamespace(auto_create_topics_enable=False),
+        metadata_answers=MetadataAnswers(),
+    )
+
+
+def _header(version: int, correlation_id: int) -> RequestHeaderInfo:
+    return RequestHeaderInfo(3, version, correlation_id, "c", 0)
+
+
+def _request(version: int, topics: list[str] | None = None) -> Any:
+    named = None if topics is None else tuple(SimpleNamespace(name=t) for t in topics)
+    return SimpleNamespace(
+        topics=named,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+        include_cluster_authorized_operations=False,
+    )
+
+
+@pytest.mark.parametrize("version", [0, 1, 4, 8, 9, 12])
+def test_a_kept_answer_is_a_fresh_answer_with_the_new_correlation_id(version: int) -> None:
+    image = _image("a", "b")
+    ctx = _ctx(image)
+    for n, topics in enumerate([None, None, ["b"], ["b"], None]):
+        req = _request(version, topics)
+        h = _header(version, 100 + n)
+        got = handle_metadata(ctx, h, req)
+        names = sorted(image.topics) if topics is None else topics
+        fresh = encode_response(
+            h, _metadata_response(ctx, version, image, names, set(), set(), req)
+        )
+        assert got == fresh
+    assert ctx.metadata_answers.hits == 3
+
+
+def test_a_new_image_drops_every_kept_answer() -> None:
+    ctx = _ctx(_image("a"))
+    req = _request(12)
+    first = handle_metadata(ctx, _header(12, 1), req)
+    ctx.image = _image("a", leader=2)  # a leader moved: a new image
+    second = handle_metadata(ctx, _header(12, 1), req)
+    assert first != second and ctx.metadata_answers.hits == 0
+    assert handle_metadata(ctx, _header(12, 1), req) == second
+
+
+def test_with_an_authorizer_nothing_is_kept() -> None:
+    ctx = _ctx(_image("a"), authorizer=object())
+    for n in range(3):
+        assert not isinstance(handle_metadata(ctx, _header(12, n), _request(12)), bytes)
+    assert ctx.metadata_answers.hits == 0
+
+
+def test_answers_per_image_are_bounded() -> None:
+    image = _image("a")
+    answers = MetadataAnswers()
+    assert answers.get(image, 0) is None
+    for q in range(MAX_ANSWERS + 10):
+        answers.put(image, q, b"x")
+    assert answers.get(image, MAX_ANSWERS - 1) == b"x"
+    assert answers.get(image, MAX_ANSWERS) is None
+
+
+def test_frame_response_is_encode_response() -> None:
+    for api_key, version, kwargs in (
+        (
+            3,
+            12,
+            dict(
+                brokers=(),
+                cluster_id=None,
+                controller_id=-1,
+                topics=(),
+                cluster_authorized_operations=-2147483648,
+            ),
+        ),
+        (
+            18,
+            3,
+            dict(
+                error_code=ErrorCode.none,
+                api_keys=(),
+                throttle_time=0,
+                supported_features=(),
+                finalized_features_epoch=-1,
+                finalized_features=(),
+                zk_migration_ready=False,
+            ),
+        ),
+        (3, 1, dict(brokers=(), controller_id=-1, topics=())),
+    ):
+        h = RequestHeaderInfo(api_key, version, 42, "c", 0)
+        entity = response(api_key, version, **kwargs)
+        assert frame_response(h, encode_response_body(h, entity)) == encode_response(h, entity)
