@@ -496,6 +496,30 @@ def host_idle_partitions(c: LocalCluster, total: int, per_topic: int = 100) -> N
         f"{time.monotonic() - t0:.1f} s",
         flush=True,
     )
+    # A broker that has hosted them for a while: its settled heap frozen out of full
+    # collections (odradek.heap.freeze.settle.ms, 30 s by default), else the first
+    # round measures the full collections of a heap that just grew by 10,000 partitions.
+    t1 = time.monotonic()
+    urls = [b.metrics_url for b in c.brokers if b.metrics_url]
+    while urls and not all(_heap_frozen(u) for u in urls):
+        if time.monotonic() - t1 > 300:
+            print("[hosted] the brokers' heaps were not frozen within 300 s", flush=True)
+            return
+        time.sleep(1.0)
+    if urls:
+        print(
+            f"[hosted] every broker's heap frozen {time.monotonic() - t1:.1f} s later", flush=True
+        )
+
+
+def _heap_frozen(url: str) -> bool:
+    from odradek.metrics.scrape import scrape
+
+    try:
+        m = scrape(url + "?name[]=odradek_gc_heap_frozen", timeout_s=30.0)
+    except (OSError, ValueError):
+        return False
+    return m.get("odradek_gc_heap_frozen") == 1.0
 
 
 @dataclass(frozen=True)
