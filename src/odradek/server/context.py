@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from odradek.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from odradek.server.client_quotas import QuotaManager
-from odradek.server.metadata_answers import MetadataAnswers
+from odradek.server.metadata_answers import MetadataAnswers, TopicEntries
 from odradek.server.schema_validation import SchemaIdValidator
 from odradek.server.session import Session, current_session
 from odradek.server.settings import ServerSettings
@@ -61,6 +61,7 @@ class RequestContext:
         "quotas",
         "schema_ids",
         "metadata_answers",
+        "topic_entries",
     )
 
     def __init__(
@@ -101,6 +102,7 @@ class RequestContext:
         self.schema_ids: SchemaIdValidator | None = None
         # Encoded Metadata answers while the image is unchanged (server/metadata_answers).
         self.metadata_answers = MetadataAnswers()
+        self.topic_entries = TopicEntries()
 
     # ------------------------------------------------------------------ ZooKeeper
     @property

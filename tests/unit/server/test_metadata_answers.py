@@ -1,6 +1,7 @@
-"""Kept Metadata answers (issue 29): the same bytes as a freshly built answer, the new
-request's correlation id, dropped with the image, bounded, and never kept where the
-answer depends on the principal."""
+"""Kept Metadata answers and topic entries (issue 29): the same bytes as the answer kio
+encodes from the entity, the new request's correlation id, whole answers dropped with
+the image and never kept where the answer depends on the principal, a topic's entry
+encoded again only when that topic or the live brokers changed."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from odradek.protocol.codec import (
 )
 from odradek.protocol.responses import response
 from odradek.server.handlers.metadata import _metadata_response, handle_metadata
-from odradek.server.metadata_answers import MAX_ANSWERS, MetadataAnswers
+from odradek.server.metadata_answers import MAX_ANSWERS, MetadataAnswers, TopicEntries
 
 
 def _image(*topics: str, leader: int = 1) -> MetadataImage:
@@ -49,6 +50,7 @@ def _ctx(image: MetadataImage, authorizer: Any = None) -> Any:
         session=SimpleNamespace(listener="PLAINTEXT"),
         settings=SimpleNamespace(auto_create_topics_enable=False),
         metadata_answers=MetadataAnswers(),
+        topic_entries=TopicEntries(),
     )
 
 
@@ -66,20 +68,51 @@ def _request(version: int, topics: list[str] | None = None) -> Any:
     )
 
 
-@pytest.mark.parametrize("version", [0, 1, 4, 8, 9, 12])
+def _fresh(ctx: Any, h: RequestHeaderInfo, req: Any, names: list[str], denied: set[str]) -> bytes:
+    return encode_response(
+        h, _metadata_response(ctx, h.api_version, ctx.image, names, set(), denied, req)
+    )
+
+
+@pytest.mark.parametrize("version", range(13))
 def test_a_kept_answer_is_a_fresh_answer_with_the_new_correlation_id(version: int) -> None:
     image = _image("a", "b")
     ctx = _ctx(image)
-    for n, topics in enumerate([None, None, ["b"], ["b"], None]):
+    asked = [None, None, ["b"], ["b"], None, ["nope", "a"], ["bad name!"]]
+    for n, topics in enumerate(asked):
         req = _request(version, topics)
         h = _header(version, 100 + n)
-        got = handle_metadata(ctx, h, req)
         names = sorted(image.topics) if topics is None else topics
-        fresh = encode_response(
-            h, _metadata_response(ctx, version, image, names, set(), set(), req)
-        )
-        assert got == fresh
+        assert handle_metadata(ctx, h, req) == _fresh(ctx, h, req, names, set())
     assert ctx.metadata_answers.hits == 3
+    assert ctx.topic_entries.encoded == 2  # each topic once
+
+
+@pytest.mark.parametrize("version", [1, 8, 9, 10, 12])
+def test_after_a_change_only_the_changed_topic_is_encoded_again(version: int) -> None:
+    ctx = _ctx(_image("a", "b", "c"))
+    req = _request(version)
+    h = _header(version, 1)
+    handle_metadata(ctx, h, req)
+    old = ctx.image
+    moved = TopicInfo("b", old.topics["b"].topic_id, {0: PartitionInfo(0, (1, 2, 3), 3, 2, (3,))})
+    ctx.image = MetadataImage("cluster", 1, old.brokers, {**old.topics, "b": moved}, True)
+    assert handle_metadata(ctx, h, req) == _fresh(ctx, h, req, ["a", "b", "c"], set())
+    assert ctx.topic_entries.encoded == 4
+    # A broker gone: every entry may name it offline, so every one is encoded again.
+    brokers = {i: b for i, b in old.brokers.items() if i != 3}
+    ctx.image = MetadataImage("cluster", 1, brokers, ctx.image.topics, True)
+    assert handle_metadata(ctx, h, req) == _fresh(ctx, h, req, ["a", "b", "c"], set())
+    assert ctx.topic_entries.encoded == 7
+
+
+def test_topic_entries_of_deleted_topics_are_dropped() -> None:
+    ctx = _ctx(_image(*[f"t{i}" for i in range(40)]))
+    for v in range(13):
+        handle_metadata(ctx, _header(v, 1), _request(v))
+    ctx.image = _image("t0")  # new TopicInfo objects, the same brokers
+    handle_metadata(ctx, _header(12, 1), _request(12))
+    assert len(ctx.topic_entries._entries) <= 1
 
 
 def test_a_new_image_drops_every_kept_answer() -> None:
@@ -92,11 +125,21 @@ def test_a_new_image_drops_every_kept_answer() -> None:
     assert handle_metadata(ctx, _header(12, 1), req) == second
 
 
-def test_with_an_authorizer_nothing_is_kept() -> None:
+def test_with_an_authorizer_no_answer_is_kept() -> None:
     ctx = _ctx(_image("a"), authorizer=object())
+    req = _request(12)
     for n in range(3):
-        assert not isinstance(handle_metadata(ctx, _header(12, n), _request(12)), bytes)
-    assert ctx.metadata_answers.hits == 0
+        h = _header(12, n)
+        assert handle_metadata(ctx, h, req) == _fresh(ctx, h, req, ["a"], set())
+    assert ctx.metadata_answers.hits == 0 and ctx.topic_entries.encoded == 1
+
+
+def test_a_denied_topic_is_answered_as_denied() -> None:
+    ctx = _ctx(_image("a", "secret"), authorizer=object())
+    ctx.authorize = lambda op, rtype, name: name != "secret"
+    req = _request(12, ["a", "secret"])
+    h = _header(12, 5)
+    assert handle_metadata(ctx, h, req) == _fresh(ctx, h, req, ["a", "secret"], {"secret"})
 
 
 def test_answers_per_image_are_bounded() -> None:
