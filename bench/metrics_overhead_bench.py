@@ -30,6 +30,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from broker_throughput import PRODUCER_PROPS
@@ -219,6 +220,101 @@ def micro(n: int = 200_000) -> None:
         print(f"micro: {name:32} {per * 1e9:7.0f} ns", flush=True)
 
 
+def scale_micro(partitions: int) -> None:
+    """What watching costs at ``partitions`` per broker, in-process (issue 29): one
+    scrape's per-partition series (first scrape, unchanged, 1 % changed) against the
+    same families built with prometheus-client; the console's reading of that text
+    against prometheus-client's parser; a Metadata answer for every topic (built,
+    kept, after one topic changed)."""
+    import uuid
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import GaugeMetricFamily
+
+    from odradek.broker.partition_metrics import FAMILIES, PartitionFigures, PartitionSeries
+    from odradek.metadata.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+    from odradek.metrics.scrape import _parse_slowly, parse
+    from odradek.protocol.codec import RequestHeaderInfo
+    from odradek.server.handlers.metadata import handle_metadata
+    from odradek.server.metadata_answers import MetadataAnswers, TopicEntries
+
+    def timed(what: str, fn: Any) -> Any:
+        t0 = time.perf_counter()
+        out = fn()
+        print(f"scale {partitions:,}: {what:48} {(time.perf_counter() - t0) * 1e3:8.1f} ms")
+        return out
+
+    keys = [(f"hosted-{i // 100:04d}", i % 100) for i in range(partitions)]
+    rows = {
+        k: PartitionFigures(0, 0, 0, 1, 0, i % 3 == 0, False, 1, 3, 3, 2)
+        for i, k in enumerate(keys)
+    }
+    series = PartitionSeries()
+
+    def scrape_once() -> str:
+        series.begin()
+        for k, f in rows.items():
+            series.put(k, f)
+        out = series.commit()
+        text = out.text()
+        series.remember_order(out)
+        return text
+
+    timed("series, first scrape", scrape_once)
+    timed("series, nothing changed", scrape_once)
+    for k in keys[::100]:
+        rows[k] = rows[k]._replace(log_end=1)
+    text = timed("series, 1 % changed", scrape_once)
+
+    class Families:
+        def collect(self) -> Any:
+            fams = [GaugeMetricFamily(n, d, labels=["topic", "partition"]) for n, d in FAMILIES]
+            for (t, i), f in rows.items():
+                for fam, v in zip(
+                    fams, (f.size, f.log_end, f.log_start, f.segments, f.high_watermark)
+                ):
+                    fam.add_metric([t, str(i)], v)
+            yield from fams
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(Families())  # type: ignore[arg-type]
+    timed("peer: prometheus-client families", lambda: generate_latest(reg))
+    timed("console: parse", lambda: parse(text))
+    timed("peer: prometheus-client's parser", lambda: _parse_slowly(text))
+
+    brokers = {i: BrokerInfo(i, "127.0.0.1", 9092 + i) for i in (1, 2, 3)}
+    topics = {
+        t: TopicInfo(
+            t,
+            uuid.uuid4(),
+            {p: PartitionInfo(p, (1, 2, 3), 1 + p % 3, 1, (1, 2, 3)) for p in range(100)},
+        )
+        for t in sorted({k[0] for k in keys})
+    }
+    ctx = SimpleNamespace(
+        image=MetadataImage("c", 1, brokers, topics, True),
+        authorizer=None,
+        authorize=lambda *a: True,
+        session=SimpleNamespace(listener="PLAINTEXT"),
+        settings=SimpleNamespace(auto_create_topics_enable=False),
+        metadata_answers=MetadataAnswers(),
+        topic_entries=TopicEntries(),
+    )
+    header = RequestHeaderInfo(3, 12, 1, "bench", 0)
+    req = SimpleNamespace(
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+        include_cluster_authorized_operations=False,
+    )
+    timed("Metadata of every topic, built", lambda: handle_metadata(ctx, header, req))
+    timed("Metadata of every topic, kept", lambda: handle_metadata(ctx, header, req))
+    new = TopicInfo("new", uuid.uuid4(), {0: PartitionInfo(0, (1, 2, 3), 1, 1, (1, 2, 3))})
+    ctx.image = MetadataImage("c", 1, brokers, {**topics, "new": new}, True)
+    timed("Metadata of every topic, one topic more", lambda: handle_metadata(ctx, header, req))
+
+
 class _Nothing:
     count = 0
 
@@ -250,9 +346,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the in-process per-request cost of the metrics hooks",
     )
+    ap.add_argument(
+        "--scale-micro",
+        type=int,
+        metavar="PARTITIONS",
+        help="only what a scrape, the console's reading of it and a Metadata answer cost "
+        "at this many partitions, in-process, against prometheus-client (issue 29)",
+    )
     args = ap.parse_args(argv)
     if args.micro:
         micro()
+        return 0
+    if args.scale_micro:
+        scale_micro(args.scale_micro)
         return 0
     base = args.dir or Path(tempfile.mkdtemp(prefix="odradek-metrics-bench-"))
     runs: list[Run] = []

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-import struct
 from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from odradek.metadata.image import BrokerInfo, MetadataImage, TopicInfo
 from odradek.protocol.codec import RequestHeaderInfo, encode_response_body, frame_response
 from odradek.protocol.responses import nested, part, response
 from odradek.protocol.versions import ADVERTISED
+from odradek.protocol.wire import I32, uvarint
 from odradek.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from odradek.topics import topic_name_error
 from odradek.zk.admin import plan_new_topic
@@ -41,8 +41,6 @@ if TYPE_CHECKING:
     from odradek.server.context import RequestContext
 
 logger = logging.getLogger(__name__)
-
-_I32 = struct.Struct(">i")
 
 # Kafka's "authorized operations not requested" sentinel (KIP-430).
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
@@ -249,7 +247,7 @@ def _metadata_body(
     flexible = v >= 9
     tail = (4 if 8 <= v <= 10 else 0) + (1 if flexible else 0)
     head = len(shell) - tail - (1 if flexible else 4)  # the empty topics array's length
-    count = _uvarint(len(chunks) + 1) if flexible else _I32.pack(len(chunks))
+    count = uvarint(len(chunks) + 1) if flexible else I32.pack(len(chunks))
     return b"".join([shell[:head], count, *chunks, shell[len(shell) - tail :]])
 
 
@@ -262,15 +260,6 @@ def _encoded(write: Callable[[Any, Any], None], entity: Any) -> bytes:
     buf = io.BytesIO()
     write(buf, entity)
     return buf.getvalue()
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _metadata_response(
