@@ -63,7 +63,7 @@ def parse(text: str) -> Samples:
     """The text's samples. At 10,000 partitions a broker's exposition has ~90,000 lines
     and prometheus-client's parser, character by character, took ~1.3 s for one; the
     console parses every broker's every 15 s (issue 29). Lines of the plain form are
-    read with one regular expression each (~10x faster); a text with any other line is
+    read with one regular expression each (~5x faster); a text with any other line is
     parsed entirely by prometheus-client (same result: tested against it)."""
     out = Samples()
     values = out.values

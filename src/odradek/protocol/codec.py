@@ -344,30 +344,47 @@ def _writer_for(cls: type) -> tuple[Any, bool]:
     return cached
 
 
-def encode_response(header: RequestHeaderInfo, response_entity: Any) -> bytes:
-    """Size prefix + response header + kio-encoded body, ready for the socket."""
-    return frame_response(header, encode_response_body(header, response_entity))
-
-
-def encode_response_body(header: RequestHeaderInfo, response_entity: Any) -> bytes:
-    """The kio-encoded body alone (no size, no response header): what a handler may keep
-    and answer again to another request (``frame_response``)."""
+def _checked_writer(header: RequestHeaderInfo, response_entity: Any) -> tuple[Any, bool]:
     cls = type(response_entity)
-    writer, _ = _writer_for(cls)
+    writer, header_v1 = _writer_for(cls)
     if cls.__api_key__ != header.api_key or cls.__version__ != header.api_version:
         raise TypeError(
             f"{cls.__name__} v{cls.__version__} does not answer "
             f"{api_name(header.api_key)} v{header.api_version}"
         )
+    return writer, header_v1
+
+
+def encode_response(header: RequestHeaderInfo, response_entity: Any) -> bytes:
+    """Size prefix + response header + kio-encoded body, ready for the socket."""
+    writer, header_v1 = _checked_writer(header, response_entity)
+    buf = io.BytesIO()
+    # Size placeholder, then correlation id; response header v1 adds an empty
+    # tagged-field section. kio's ApiVersionsResponse declares header v0 for all
+    # versions, matching Kafka's special case.
+    buf.write(_I32.pack(0))
+    buf.write(_I32.pack(header.correlation_id))
+    if header_v1:
+        buf.write(b"\x00")
+    writer(buf, response_entity)
+    out = buf.getbuffer()
+    _I32.pack_into(out, 0, len(out) - 4)
+    del out
+    return buf.getvalue()
+
+
+def encode_response_body(header: RequestHeaderInfo, response_entity: Any) -> bytes:
+    """The kio-encoded body alone (no size, no response header): what a handler may keep
+    and answer again to another request (``frame_response``)."""
+    writer, _ = _checked_writer(header, response_entity)
     buf = io.BytesIO()
     writer(buf, response_entity)
     return buf.getvalue()
 
 
 def frame_response(header: RequestHeaderInfo, body: bytes) -> bytes:
-    """Size prefix + response header (``header``'s correlation id) + ``body``."""
-    # Response header v1 adds an empty tagged-field section. kio's ApiVersionsResponse
-    # declares header v0 for all versions, matching Kafka's special case.
+    """Size prefix + response header (``header``'s correlation id) + ``body``, as
+    ``encode_response`` frames it."""
     _, header_v1 = _writer_for(response_class(header.api_key, header.api_version))
     head = _I32.pack(len(body) + (5 if header_v1 else 4)) + _I32.pack(header.correlation_id)
     return head + (b"\x00" if header_v1 else b"") + body

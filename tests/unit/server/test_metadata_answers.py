@@ -5,6 +5,7 @@ encoded again only when that topic or the live brokers changed."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -20,7 +21,13 @@ from odradek.protocol.codec import (
     frame_response,
 )
 from odradek.protocol.responses import response
-from odradek.server.handlers.metadata import _metadata_response, handle_metadata
+from odradek.server.handlers.metadata import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    _response_shell,
+    _topic_entry,
+    _topic_error_entry,
+    handle_metadata,
+)
 from odradek.server.metadata_answers import MAX_ANSWERS, MetadataAnswers, TopicEntries
 
 
@@ -69,8 +76,16 @@ def _request(version: int, topics: list[str] | None = None) -> Any:
 
 
 def _fresh(ctx: Any, h: RequestHeaderInfo, req: Any, names: list[str], denied: set[str]) -> bytes:
+    """The answer as kio encodes the whole entity, built topic by topic."""
+    v, image = h.api_version, ctx.image
+    topics = tuple(
+        _topic_error_entry(v, n, set(), denied)
+        if n in denied or n not in image.topics
+        else _topic_entry(v, image, image.topics[n], AUTHORIZED_OPERATIONS_OMITTED)
+        for n in names
+    )
     return encode_response(
-        h, _metadata_response(ctx, h.api_version, ctx.image, names, set(), denied, req)
+        h, dataclasses.replace(_response_shell(ctx, v, image, req), topics=topics)
     )
 
 
